@@ -1,0 +1,33 @@
+//! Sluice configuration: the TOML schema, its validation and the immutable [`Snapshot`] that
+//! the data plane reads.
+//!
+//! Loading runs in three stages (as in sozu): raw serde structs that reject unknown keys
+//! ([`raw`]), a validation pass that applies defaults and cross-field checks, and the typed,
+//! immutable [`Snapshot`]. Every problem found is reported at once, each with the file, line
+//! and column and what to do about it, so an operator fixes a broken file in one round trip.
+//!
+//! Dependencies point one way: this crate knows nothing of sockets, TLS sessions or HTTP
+//! serving. It parses certificates and keys (with BoringSSL) only to check them at load time
+//! and to hand them, already parsed, to the TLS layer.
+
+mod default;
+mod error;
+mod load;
+mod pattern;
+pub mod raw;
+mod snapshot;
+mod units;
+
+pub use default::{DEFAULT_CONFIG_TEMPLATE, DefaultConfigParams, default_config};
+pub use error::{ConfigError, LoadError};
+pub use load::{load_file, load_str};
+pub use pattern::{HostPattern, normalize_host};
+pub use snapshot::{
+    AccessLogFormat, AccessLogTarget, Balance, Certificate, Global, KeyType, Listener, LogConfig,
+    PassHost, PathMatch, Route, ServerAddr, Snapshot, TlsListener, TlsVersion, UnknownSni,
+    Upstream, UpstreamProtocol, UpstreamServer,
+};
+pub use units::{parse_byte_size, parse_duration};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,849 @@
+//! Parsing and validation: raw TOML → [`Snapshot`], collecting every error on the way.
+
+use crate::error::{ConfigError, LoadError, Locator};
+use crate::pattern::HostPattern;
+use crate::raw::*;
+use crate::snapshot::*;
+use crate::units::{parse_byte_size, parse_duration};
+use boring::nid::Nid;
+use boring::pkey::{Id, PKey, Private};
+use boring::x509::X509;
+use serde::de::DeserializeOwned;
+use std::collections::{HashMap, HashSet};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue, ValueDeserializer};
+
+/// Loads and validates a configuration file. Relative paths inside it are resolved against
+/// the file's directory.
+pub fn load_file(path: &Path) -> Result<Snapshot, LoadError> {
+    let src = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    load_str(&src, &path.display().to_string(), base)
+}
+
+/// Loads and validates configuration text. `file` names it in errors; relative paths are
+/// resolved against `base_dir`.
+pub fn load_str(src: &str, file: &str, base_dir: &Path) -> Result<Snapshot, LoadError> {
+    let mut cx = Cx {
+        loc: Locator::new(file, src),
+        errors: Vec::new(),
+        base_dir: base_dir.to_path_buf(),
+    };
+    let raw = cx.parse(src);
+    let snapshot = raw.and_then(|raw| cx.validate(raw, file));
+    match snapshot {
+        Some(s) if cx.errors.is_empty() => Ok(s),
+        _ => {
+            cx.errors.sort_by_key(|e| (e.line, e.column));
+            Err(LoadError::Invalid(cx.errors))
+        }
+    }
+}
+
+#[derive(Default)]
+struct RawConfig {
+    global: RawGlobal,
+    log: RawLog,
+    dangerous: RawDangerous,
+    listeners: Vec<RawListener>,
+    certificates: Vec<RawCertificate>,
+    upstreams: Vec<RawUpstream>,
+    routes: Vec<RawRoute>,
+}
+
+const SECTIONS: &str = "[global], [log], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+
+struct Cx<'a> {
+    loc: Locator<'a>,
+    errors: Vec<ConfigError>,
+    base_dir: PathBuf,
+}
+
+impl Cx<'_> {
+    fn err(&mut self, offset: usize, message: impl Into<String>, help: impl Into<String>) {
+        let e = self.loc.error(offset, message, help);
+        self.errors.push(e);
+    }
+
+    fn err_at<T>(&mut self, at: &Spanned<T>, message: impl Into<String>, help: impl Into<String>) {
+        self.err(at.span().start, message, help);
+    }
+
+    // ---- stage 1: syntax and schema ----
+
+    fn parse(&mut self, src: &str) -> Option<RawConfig> {
+        let (root, syntax) = DeTable::parse_recoverable(src);
+        if !syntax.is_empty() {
+            for e in syntax {
+                let at = e.span().map_or(0, |s| s.start);
+                self.err(at, e.message().trim(), "fix the TOML syntax at this position");
+            }
+            return None;
+        }
+        let mut raw = RawConfig::default();
+        for (key, value) in root.into_inner() {
+            let name: &str = key.get_ref();
+            match name {
+                "global" => raw.global = self.section(value).unwrap_or_default(),
+                "log" => raw.log = self.section(value).unwrap_or_default(),
+                "dangerous" => raw.dangerous = self.section(value).unwrap_or_default(),
+                "listener" => raw.listeners = self.array(name, value),
+                "certificate" => raw.certificates = self.array(name, value),
+                "upstream" => raw.upstreams = self.array(name, value),
+                "route" => raw.routes = self.array(name, value),
+                other => self.err(
+                    key.span().start,
+                    format!("unknown section `{other}`"),
+                    format!("the sections are {SECTIONS}; check the spelling"),
+                ),
+            }
+        }
+        Some(raw)
+    }
+
+    fn section<T: DeserializeOwned>(&mut self, value: Spanned<DeValue<'_>>) -> Option<T> {
+        let span = value.span();
+        match T::deserialize(ValueDeserializer::from(value)) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let at = e.span().unwrap_or(span).start;
+                let (message, help) = explain(e.message());
+                self.err(at, message, help);
+                None
+            }
+        }
+    }
+
+    fn array<T: DeserializeOwned>(&mut self, name: &str, value: Spanned<DeValue<'_>>) -> Vec<T> {
+        let start = value.span().start;
+        match value.into_inner() {
+            DeValue::Array(items) => items
+                .into_iter()
+                .filter_map(|item| self.section(item))
+                .collect(),
+            _ => {
+                self.err(
+                    start,
+                    format!("`{name}` must be an array of tables"),
+                    format!("write each entry as [[{name}]], with double brackets"),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    // ---- stage 2: values, defaults and cross-references ----
+
+    fn validate(&mut self, raw: RawConfig, file: &str) -> Option<Snapshot> {
+        let global = Global {
+            shutdown_timeout: self
+                .duration(raw.global.shutdown_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(30)),
+        };
+        let log = self.log(&raw.log);
+        let allow_insecure_keys = raw.dangerous.allow_insecure_key_permissions.unwrap_or(false);
+
+        let mut cert_names = HashMap::new();
+        let mut certificates = Vec::new();
+        for c in &raw.certificates {
+            self.unique(&mut cert_names, &c.name, "certificate", certificates.len());
+            // A certificate that failed keeps its slot (None) so that indexes stay aligned
+            // with the file; the load then fails because an error was recorded.
+            certificates.push(self.certificate(c, allow_insecure_keys).map(Arc::new));
+        }
+
+        let mut upstream_names = HashMap::new();
+        let mut upstreams = Vec::new();
+        for u in &raw.upstreams {
+            self.unique(&mut upstream_names, &u.name, "upstream", upstreams.len());
+            upstreams.push(Arc::new(self.upstream(u)));
+        }
+
+        let mut listener_names = HashMap::new();
+        let mut addresses: HashMap<SocketAddr, String> = HashMap::new();
+        let mut listeners = Vec::new();
+        for l in &raw.listeners {
+            self.unique(&mut listener_names, &l.name, "listener", listeners.len());
+            if let Some(listener) = self.listener(l, &cert_names, &raw.certificates) {
+                if let Some(other) = addresses.insert(listener.address, listener.name.clone()) {
+                    self.err_at(
+                        &l.address,
+                        format!(
+                            "listener `{}` binds {}, which listener `{other}` already binds",
+                            listener.name, listener.address
+                        ),
+                        "give each listener its own address or port",
+                    );
+                }
+                listeners.push(listener);
+            }
+        }
+        if raw.listeners.is_empty() {
+            self.err(
+                0,
+                "the configuration has no [[listener]], so Sluice would accept nothing",
+                "add one, for example:\n      [[listener]]\n      name = \"http\"\n      address = \"127.0.0.1:8080\"",
+            );
+        }
+
+        let mut route_names = HashMap::new();
+        let mut routes = Vec::new();
+        for r in &raw.routes {
+            self.unique(&mut route_names, &r.name, "route", routes.len());
+            if let Some(route) = self.route(r, &upstream_names, &listener_names) {
+                routes.push(route);
+            }
+        }
+
+        Some(Snapshot {
+            source: file.to_owned(),
+            global,
+            log,
+            listeners,
+            certificates: certificates.into_iter().collect::<Option<Vec<_>>>()?,
+            upstreams,
+            routes,
+        })
+    }
+
+    fn unique(
+        &mut self,
+        seen: &mut HashMap<String, usize>,
+        name: &Spanned<String>,
+        kind: &str,
+        index: usize,
+    ) {
+        if name.get_ref().trim().is_empty() {
+            self.err_at(name, format!("{kind} name is empty"), "give it a short unique name");
+            return;
+        }
+        if seen.insert(name.get_ref().clone(), index).is_some() {
+            self.err_at(
+                name,
+                format!("duplicate {kind} name `{}`", name.get_ref()),
+                format!("each [[{kind}]] needs a unique name; rename or remove one of them"),
+            );
+        }
+    }
+
+    fn duration(&mut self, value: Option<&SpannedStr>) -> Option<Duration> {
+        let value = value?;
+        match parse_duration(value.get_ref()) {
+            Ok(d) if d.is_zero() => {
+                self.err_at(value, "a duration of zero is not allowed here", "use a positive duration such as \"30s\"");
+                None
+            }
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.err_at(value, e, "");
+                None
+            }
+        }
+    }
+
+    fn size(&mut self, value: Option<&Spanned<RawSize>>) -> Option<u64> {
+        let value = value?;
+        match value.get_ref() {
+            RawSize::Bytes(n) => Some(*n),
+            RawSize::Text(s) => match parse_byte_size(s) {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    self.err_at(value, e, "");
+                    None
+                }
+            },
+        }
+    }
+
+    fn choice<T: Copy>(
+        &mut self,
+        value: Option<&Spanned<String>>,
+        key: &str,
+        options: &[(&str, T)],
+    ) -> Option<T> {
+        let value = value?;
+        let found = options
+            .iter()
+            .find(|(name, _)| *name == value.get_ref().as_str())
+            .map(|(_, v)| *v);
+        if found.is_none() {
+            let names: Vec<String> = options.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+            self.err_at(
+                value,
+                format!("`{key}` is \"{}\", which is not a known value", value.get_ref()),
+                format!("use one of {}", names.join(", ")),
+            );
+        }
+        found
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        let p = Path::new(p);
+        if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
+    }
+
+    fn log(&mut self, raw: &RawLog) -> LogConfig {
+        let access_log = match raw.access_log.as_ref() {
+            None => AccessLogTarget::Stdout,
+            Some(v) => match v.get_ref().as_str() {
+                "off" => AccessLogTarget::Off,
+                "stdout" => AccessLogTarget::Stdout,
+                "stderr" => AccessLogTarget::Stderr,
+                "" => {
+                    self.err_at(v, "`access_log` is empty", "use \"stdout\", \"stderr\", \"off\" or a file path");
+                    AccessLogTarget::Off
+                }
+                path => AccessLogTarget::File(self.path(path)),
+            },
+        };
+        let access_format = self
+            .choice(
+                raw.access_format.as_ref(),
+                "access_format",
+                &[("text", AccessLogFormat::Text), ("json", AccessLogFormat::Json)],
+            )
+            .unwrap_or(AccessLogFormat::Text);
+        LogConfig {
+            level: raw.level.as_ref().map_or_else(|| "info".to_owned(), |l| l.get_ref().clone()),
+            access_log,
+            access_format,
+        }
+    }
+
+    fn certificate(&mut self, raw: &RawCertificate, allow_insecure_keys: bool) -> Option<Certificate> {
+        let cert_path = self.path(raw.cert.get_ref());
+        let key_path = self.path(raw.key.get_ref());
+        let name = raw.name.get_ref();
+
+        let chain = match std::fs::read(&cert_path) {
+            Err(e) => {
+                self.err_at(
+                    &raw.cert,
+                    format!("certificate `{name}`: cannot read {}: {e}", cert_path.display()),
+                    "check the path (relative paths start at the configuration file's directory) and that Sluice may read it",
+                );
+                None
+            }
+            Ok(pem) => match X509::stack_from_pem(&pem) {
+                Ok(chain) if !chain.is_empty() => Some(chain),
+                _ => {
+                    self.err_at(
+                        &raw.cert,
+                        format!("certificate `{name}`: {} holds no PEM certificate", cert_path.display()),
+                        "give a PEM file that starts with -----BEGIN CERTIFICATE-----, leaf first, then intermediates",
+                    );
+                    None
+                }
+            },
+        };
+
+        let key = self.private_key(raw, &key_path, allow_insecure_keys);
+        let (chain, key) = (chain?, key?);
+
+        let leaf = &chain[0];
+        let matches = leaf.public_key().map(|pk| pk.public_eq(&key)).unwrap_or(false);
+        if !matches {
+            self.err_at(
+                &raw.key,
+                format!(
+                    "certificate `{name}`: the private key in {} does not belong to the certificate in {}",
+                    key_path.display(),
+                    cert_path.display()
+                ),
+                "pair each certificate with the key it was issued for (compare `openssl x509 -noout -pubkey` with `openssl pkey -pubout`)",
+            );
+            return None;
+        }
+        let key_type = match key.id() {
+            Id::RSA => KeyType::Rsa(key.bits()),
+            Id::EC => KeyType::Ecdsa(key.bits()),
+            Id::ED25519 => KeyType::Ed25519,
+            _ => {
+                self.err_at(&raw.key, format!("certificate `{name}`: unsupported key type"), "use an RSA, ECDSA (P-256, P-384) or Ed25519 key");
+                return None;
+            }
+        };
+        if let KeyType::Rsa(bits) = key_type {
+            if bits < 2048 {
+                self.err_at(&raw.key, format!("certificate `{name}`: RSA-{bits} is too weak"), "use an RSA key of at least 2048 bits");
+            }
+        }
+
+        let hosts = match &raw.hosts {
+            Some(list) => {
+                let mut hosts = Vec::new();
+                for h in list {
+                    match HostPattern::parse(h.get_ref()) {
+                        Ok(p) => hosts.push(p),
+                        Err(e) => self.err_at(h, format!("certificate `{name}`: {e}"), ""),
+                    }
+                }
+                hosts
+            }
+            None => {
+                let hosts = certificate_names(leaf);
+                if hosts.is_empty() {
+                    self.err_at(
+                        &raw.cert,
+                        format!("certificate `{name}` names no host (no subjectAltName or common name)"),
+                        "list the names it serves with `hosts = [\"example.com\"]`",
+                    );
+                }
+                hosts
+            }
+        };
+        Some(Certificate { name: name.clone(), chain, key, key_type, hosts })
+    }
+
+    fn private_key(&mut self, raw: &RawCertificate, path: &Path, allow_insecure: bool) -> Option<PKey<Private>> {
+        let name = raw.name.get_ref();
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) => {
+                self.err_at(
+                    &raw.key,
+                    format!("certificate `{name}`: cannot read key {}: {e}", path.display()),
+                    "check the path (relative paths start at the configuration file's directory)",
+                );
+                return None;
+            }
+        };
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 && !allow_insecure {
+                self.err_at(
+                    &raw.key,
+                    format!(
+                        "certificate `{name}`: private key {} is readable by group or others (mode {mode:03o})",
+                        path.display()
+                    ),
+                    format!(
+                        "run `chmod 600 {}` (or set allow_insecure_key_permissions = true under [dangerous], which is not recommended)",
+                        path.display()
+                    ),
+                );
+                return None;
+            }
+        }
+        let _ = (meta, allow_insecure);
+        let pem = match std::fs::read(path) {
+            Ok(p) => p,
+            Err(e) => {
+                self.err_at(&raw.key, format!("certificate `{name}`: cannot read key {}: {e}", path.display()), "check that Sluice's user may read it");
+                return None;
+            }
+        };
+        match PKey::private_key_from_pem(&pem) {
+            Ok(k) => Some(k),
+            Err(_) => {
+                self.err_at(
+                    &raw.key,
+                    format!("certificate `{name}`: {} holds no PEM private key", path.display()),
+                    "give an unencrypted PEM key (-----BEGIN PRIVATE KEY----- or -----BEGIN RSA/EC PRIVATE KEY-----)",
+                );
+                None
+            }
+        }
+    }
+
+    fn listener(
+        &mut self,
+        raw: &RawListener,
+        cert_names: &HashMap<String, usize>,
+        raw_certs: &[RawCertificate],
+    ) -> Option<Listener> {
+        let name = raw.name.get_ref().clone();
+        let address = match raw.address.get_ref().parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.err_at(
+                    &raw.address,
+                    format!("listener `{name}`: `{}` is not an ip:port address", raw.address.get_ref()),
+                    "write it as \"127.0.0.1:8443\", \"0.0.0.0:443\" or \"[::]:443\"",
+                );
+                None
+            }
+        };
+        let (mut h2, mut http1) = (true, true);
+        if let Some(protocols) = &raw.protocols {
+            h2 = false;
+            http1 = false;
+            for p in protocols.get_ref() {
+                match p.as_str() {
+                    "h2" => h2 = true,
+                    "http/1.1" => http1 = true,
+                    other => self.err_at(
+                        protocols,
+                        format!("listener `{name}`: `protocols` contains \"{other}\", which this build does not support"),
+                        "use \"h2\" and \"http/1.1\"",
+                    ),
+                }
+            }
+            if !h2 && !http1 {
+                self.err_at(protocols, format!("listener `{name}`: `protocols` is empty"), "list \"h2\", \"http/1.1\" or both");
+            }
+        }
+        let tls = raw.tls.as_ref().and_then(|t| self.listener_tls(&name, t, cert_names, raw_certs));
+        let max_header_bytes = self.size(raw.max_header_bytes.as_ref()).unwrap_or(32 * 1024);
+        if let Some(v) = &raw.max_header_bytes {
+            if !(1024..=1 << 20).contains(&max_header_bytes) {
+                self.err_at(v, format!("listener `{name}`: max_header_bytes must be between 1k and 1m"), "NGINX's default is 32k");
+            }
+        }
+        let listener = Listener {
+            name,
+            address: address?,
+            h2,
+            http1,
+            header_read_timeout: self.duration(raw.header_read_timeout.as_ref()).unwrap_or(Duration::from_secs(30)),
+            keepalive_timeout: self.duration(raw.keepalive_timeout.as_ref()).unwrap_or(Duration::from_secs(75)),
+            max_header_bytes: max_header_bytes as usize,
+            max_body_bytes: self.size(raw.max_body_bytes.as_ref()).unwrap_or(10 << 20),
+            forwarded_header: raw.forwarded_header.unwrap_or(false),
+            tls: None,
+        };
+        if raw.tls.is_some() {
+            return Some(Listener { tls: Some(tls?), ..listener });
+        }
+        Some(listener)
+    }
+
+    fn listener_tls(
+        &mut self,
+        listener: &str,
+        raw: &RawListenerTls,
+        cert_names: &HashMap<String, usize>,
+        raw_certs: &[RawCertificate],
+    ) -> Option<TlsListener> {
+        let defined = || {
+            let names: Vec<&str> = raw_certs.iter().map(|c| c.name.get_ref().as_str()).collect();
+            if names.is_empty() { "none are defined yet".to_owned() } else { format!("defined: {}", names.join(", ")) }
+        };
+        let mut ok = true;
+        let certificates: Vec<usize> = match &raw.certificates {
+            Some(list) => list
+                .iter()
+                .filter_map(|n| {
+                    let found = cert_names.get(n.get_ref()).copied();
+                    if found.is_none() {
+                        ok = false;
+                        let msg = format!("listener `{listener}` uses certificate `{}`, which is not defined", n.get_ref());
+                        self.err_at(n, msg, format!("add a [[certificate]] with that name or fix the name ({})", defined()));
+                    }
+                    found
+                })
+                .collect(),
+            None => (0..raw_certs.len()).collect(),
+        };
+        if certificates.is_empty() && ok {
+            self.err(
+                0,
+                format!("HTTPS listener `{listener}` has no certificate"),
+                "add a [[certificate]] (cert and key files) or remove [listener.tls]",
+            );
+            return None;
+        }
+        let default_certificate = match &raw.default_certificate {
+            None => certificates.first().copied(),
+            Some(n) => match cert_names.get(n.get_ref()) {
+                Some(i) if certificates.contains(i) => Some(*i),
+                Some(_) => {
+                    self.err_at(n, format!("listener `{listener}`: default_certificate `{}` is not in its `certificates` list", n.get_ref()), "add it to `certificates` or pick one from that list");
+                    None
+                }
+                None => {
+                    self.err_at(n, format!("listener `{listener}`: default_certificate `{}` is not defined", n.get_ref()), defined());
+                    None
+                }
+            },
+        };
+        let unknown_sni = self
+            .choice(raw.unknown_sni.as_ref(), "unknown_sni", &[("default", UnknownSni::Default), ("reject", UnknownSni::Reject)])
+            .unwrap_or(UnknownSni::Default);
+        let versions = [("1.2", TlsVersion::V1_2), ("1.3", TlsVersion::V1_3)];
+        let min_version = self.choice(raw.min_version.as_ref(), "min_version", &versions).unwrap_or(TlsVersion::V1_2);
+        let max_version = self.choice(raw.max_version.as_ref(), "max_version", &versions).unwrap_or(TlsVersion::V1_3);
+        if min_version > max_version {
+            if let Some(v) = &raw.min_version {
+                self.err_at(v, format!("listener `{listener}`: min_version is above max_version"), "make min_version at most max_version");
+            }
+        }
+        let ticket_key_file = raw.ticket_key_file.as_ref().and_then(|f| {
+            let path = self.path(f.get_ref());
+            match std::fs::read(&path) {
+                Ok(bytes) if !bytes.is_empty() && bytes.len() % 80 == 0 => Some(path),
+                Ok(bytes) => {
+                    self.err_at(f, format!("listener `{listener}`: ticket key file {} is {} bytes, not a multiple of 80", path.display(), bytes.len()), "write one or more 80-byte keys, newest first, e.g. `openssl rand 80 > ticket.key` (NGINX's format)");
+                    None
+                }
+                Err(e) => {
+                    self.err_at(f, format!("listener `{listener}`: cannot read ticket key file {}: {e}", path.display()), "check the path and permissions");
+                    None
+                }
+            }
+        });
+        let ticket_key_rotation = self.duration(raw.ticket_key_rotation.as_ref()).unwrap_or(Duration::from_secs(3600));
+        if raw.ticket_key_file.is_some() && ticket_key_file.is_none() {
+            ok = false;
+        }
+        if !ok {
+            return None;
+        }
+        Some(TlsListener {
+            certificates,
+            default_certificate: default_certificate?,
+            unknown_sni,
+            min_version,
+            max_version,
+            session_tickets: raw.session_tickets.unwrap_or(true),
+            ticket_key_file,
+            ticket_key_rotation,
+        })
+    }
+
+    fn upstream(&mut self, raw: &RawUpstream) -> Upstream {
+        let name = raw.name.get_ref().clone();
+        let mut servers = Vec::new();
+        if raw.servers.get_ref().is_empty() {
+            self.err_at(&raw.servers, format!("upstream `{name}` has no servers"), "add at least one: servers = [{ address = \"127.0.0.1:9000\" }]");
+        }
+        for s in raw.servers.get_ref() {
+            let text = s.address.get_ref();
+            let addr = match text.parse::<SocketAddr>() {
+                Ok(a) => Some(a),
+                Err(_) if text.contains(':') => text.to_socket_addrs().ok().and_then(|mut a| a.next()),
+                Err(_) => None,
+            };
+            let Some(addr) = addr else {
+                self.err_at(
+                    &s.address,
+                    format!("upstream `{name}`: server address `{text}` is not a reachable host:port"),
+                    "write it as \"10.0.0.5:8080\" or \"app.internal:8080\" (names are resolved when the configuration loads)",
+                );
+                continue;
+            };
+            let weight = match &s.weight {
+                None => NonZeroU32::MIN,
+                Some(w) => NonZeroU32::new(*w.get_ref()).unwrap_or_else(|| {
+                    self.err_at(w, format!("upstream `{name}`: weight 0 would never be chosen"), "use a weight of 1 or more, or remove the server");
+                    NonZeroU32::MIN
+                }),
+            };
+            servers.push(UpstreamServer { address: ServerAddr { name: text.clone(), addr }, weight });
+        }
+        let balance = self
+            .choice(
+                raw.balance.as_ref(),
+                "balance",
+                &[
+                    ("round_robin", Balance::RoundRobin),
+                    ("weighted_round_robin", Balance::WeightedRoundRobin),
+                    ("least_conn", Balance::LeastConn),
+                    ("ip_hash", Balance::IpHash),
+                ],
+            )
+            .unwrap_or(Balance::RoundRobin);
+        let protocol = self
+            .choice(raw.protocol.as_ref(), "protocol", &[("http1", UpstreamProtocol::Http1), ("h2", UpstreamProtocol::H2)])
+            .unwrap_or(UpstreamProtocol::Http1);
+        #[derive(Clone, Copy)]
+        enum Mode { Pass, Node, Rewrite }
+        let mode = self
+            .choice(raw.pass_host.as_ref(), "pass_host", &[("pass", Mode::Pass), ("node", Mode::Node), ("rewrite", Mode::Rewrite)])
+            .unwrap_or(Mode::Pass);
+        let pass_host = match (mode, &raw.upstream_host) {
+            (Mode::Rewrite, Some(h)) => PassHost::Rewrite(h.get_ref().clone()),
+            (Mode::Rewrite, None) => {
+                if let Some(p) = &raw.pass_host {
+                    self.err_at(p, format!("upstream `{name}`: pass_host = \"rewrite\" needs `upstream_host`"), "add upstream_host = \"the.host.to.send\"");
+                }
+                PassHost::Pass
+            }
+            (_, Some(h)) => {
+                self.err_at(h, format!("upstream `{name}`: upstream_host is only used with pass_host = \"rewrite\""), "add pass_host = \"rewrite\" or remove upstream_host");
+                PassHost::Pass
+            }
+            (Mode::Node, None) => PassHost::Node,
+            (Mode::Pass, None) => PassHost::Pass,
+        };
+        let max_fails = match &raw.max_fails {
+            None => NonZeroU32::MIN,
+            Some(v) => NonZeroU32::new(*v.get_ref()).unwrap_or_else(|| {
+                self.err_at(v, format!("upstream `{name}`: max_fails must be at least 1"), "use 1 to skip a server after its first failure");
+                NonZeroU32::MIN
+            }),
+        };
+        Upstream {
+            name,
+            servers,
+            balance,
+            protocol,
+            pass_host,
+            connect_timeout: self.duration(raw.connect_timeout.as_ref()).unwrap_or(Duration::from_secs(5)),
+            response_timeout: self.duration(raw.response_timeout.as_ref()).unwrap_or(Duration::from_secs(60)),
+            max_fails,
+            fail_timeout: self.duration(raw.fail_timeout.as_ref()).unwrap_or(Duration::from_secs(10)),
+            keepalive: raw.keepalive.as_ref().map_or(32, |k| *k.get_ref() as usize),
+            keepalive_timeout: self.duration(raw.keepalive_timeout.as_ref()).unwrap_or(Duration::from_secs(60)),
+        }
+    }
+
+    fn route(
+        &mut self,
+        raw: &RawRoute,
+        upstream_names: &HashMap<String, usize>,
+        listener_names: &HashMap<String, usize>,
+    ) -> Option<Route> {
+        let name = raw.name.get_ref().clone();
+        let mut ok = true;
+        let mut hosts = Vec::new();
+        for h in raw.hosts.iter().flatten() {
+            match HostPattern::parse(h.get_ref()) {
+                Ok(p) => hosts.push(p),
+                Err(e) => {
+                    ok = false;
+                    self.err_at(h, format!("route `{name}`: {e}"), "");
+                }
+            }
+        }
+        let given: Vec<&Spanned<String>> =
+            [&raw.path_exact, &raw.path_prefix, &raw.path_regex].into_iter().flatten().collect();
+        if given.len() > 1 {
+            ok = false;
+            self.err_at(given[1], format!("route `{name}` sets more than one of path_exact, path_prefix and path_regex"), "keep one; split the route in two if you need both");
+        }
+        let path = if let Some(p) = &raw.path_exact {
+            self.path_literal(&name, p).map(PathMatch::Exact)
+        } else if let Some(p) = &raw.path_regex {
+            match regex::Regex::new(p.get_ref()) {
+                Ok(re) => Some(PathMatch::Regex(re)),
+                Err(e) => {
+                    self.err_at(p, format!("route `{name}`: path_regex does not compile: {e}"), "fix the regular expression (Rust regex syntax)");
+                    None
+                }
+            }
+        } else if let Some(p) = &raw.path_prefix {
+            self.path_literal(&name, p).map(PathMatch::Prefix)
+        } else {
+            Some(PathMatch::Prefix("/".to_owned()))
+        };
+        let mut methods = Vec::new();
+        for m in raw.methods.iter().flatten() {
+            let text = m.get_ref();
+            match http::Method::from_bytes(text.as_bytes()) {
+                Ok(method) if text.chars().all(|c| c.is_ascii_uppercase()) => methods.push(method),
+                _ => {
+                    ok = false;
+                    self.err_at(m, format!("route `{name}`: `{text}` is not an HTTP method"), "use upper-case methods such as \"GET\", \"POST\"");
+                }
+            }
+        }
+        let mut headers = Vec::new();
+        for (k, v) in raw.headers.iter().flatten() {
+            match (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(v.get_ref())) {
+                (Ok(hn), Ok(hv)) => {
+                    headers.push((hn, hv));
+                }
+                _ => {
+                    ok = false;
+                    self.err_at(v, format!("route `{name}`: header match `{k}` is not a valid header name and value"), "use a header name of letters, digits and '-' and a printable value");
+                }
+            }
+        }
+        let mut listeners = Vec::new();
+        for l in raw.listeners.iter().flatten() {
+            if !listener_names.contains_key(l.get_ref()) {
+                ok = false;
+                let known: Vec<&str> = listener_names.keys().map(String::as_str).collect();
+                self.err_at(l, format!("route `{name}` names listener `{}`, which is not defined", l.get_ref()), format!("use one of: {}", known.join(", ")));
+            }
+            listeners.push(l.get_ref().clone());
+        }
+        let upstream = upstream_names.get(raw.upstream.get_ref()).copied();
+        if upstream.is_none() {
+            let mut known: Vec<&str> = upstream_names.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            self.err_at(
+                &raw.upstream,
+                format!("route `{name}` sends to upstream `{}`, which is not defined", raw.upstream.get_ref()),
+                if known.is_empty() {
+                    "add an [[upstream]] with that name".to_owned()
+                } else {
+                    format!("fix the name or add an [[upstream]] with it (defined: {})", known.join(", "))
+                },
+            );
+        }
+        if !ok {
+            return None;
+        }
+        Some(Route { name, hosts, path: path?, methods, headers, listeners, upstream: upstream? })
+    }
+
+    fn path_literal(&mut self, route: &str, p: &Spanned<String>) -> Option<String> {
+        if p.get_ref().starts_with('/') {
+            Some(p.get_ref().clone())
+        } else {
+            self.err_at(p, format!("route `{route}`: path `{}` does not start with '/'", p.get_ref()), format!("write it as \"/{}\"", p.get_ref()));
+            None
+        }
+    }
+}
+
+/// Serde's messages are good at saying what is wrong; add what to do.
+fn explain(message: &str) -> (String, String) {
+    let message = message.trim().to_owned();
+    let help = if message.starts_with("unknown field") {
+        "remove the key or fix its spelling"
+    } else if message.starts_with("missing field") {
+        "add the key; it has no default"
+    } else if message.contains("untagged enum RawSize") {
+        return ("expected a size".to_owned(), "write a number of bytes or a string with a unit, such as \"16k\" or \"10m\"".to_owned());
+    } else if message.starts_with("invalid type") {
+        "give a value of the expected type (strings in quotes, durations as \"30s\")"
+    } else {
+        ""
+    };
+    (message, help.to_owned())
+}
+
+/// Names a certificate serves by default: its DNS and IP subjectAltNames, else its CN.
+fn certificate_names(leaf: &X509) -> Vec<HostPattern> {
+    let mut names = Vec::new();
+    if let Some(sans) = leaf.subject_alt_names() {
+        for san in &sans {
+            if let Some(dns) = san.dnsname() {
+                names.extend(HostPattern::parse(dns).ok());
+            } else if let Some(ip) = san.ipaddress() {
+                names.extend(ip_text(ip).and_then(|t| HostPattern::parse(&t).ok()));
+            }
+        }
+    }
+    if names.is_empty() {
+        for cn in leaf.subject_name().entries_by_nid(Nid::COMMONNAME) {
+            if let Ok(s) = cn.data().as_utf8() {
+                names.extend(HostPattern::parse(&s).ok());
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    names
+}
+
+fn ip_text(ip: &[u8]) -> Option<String> {
+    if let Ok(v4) = <[u8; 4]>::try_from(ip) {
+        return Some(std::net::Ipv4Addr::from(v4).to_string());
+    }
+    let v6 = <[u8; 16]>::try_from(ip).ok()?;
+    Some(format!("[{}]", std::net::Ipv6Addr::from(v6)))
+}

@@ -1,0 +1,176 @@
+//! The raw schema: what a configuration file may say, exactly as written.
+//!
+//! Every struct rejects unknown keys, so a typo is an error rather than a silently ignored
+//! setting. Values that later checks need to point at are [`Spanned`] so that an error can name
+//! their line and column. Defaults are applied in validation, not here, so that the
+//! difference between "absent" and "set to the default" stays visible.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use toml::Spanned;
+
+/// A string that names a duration (`"30s"`) or a size (`"16k"`), kept with its position.
+pub type SpannedStr = Spanned<String>;
+
+/// A size in bytes: an integer, or a string with a unit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawSize {
+    /// A plain number of bytes.
+    Bytes(u64),
+    /// `"16k"`, `"10m"`, …
+    Text(String),
+}
+
+/// `[global]`: process-wide settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGlobal {
+    /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
+    pub shutdown_timeout: Option<SpannedStr>,
+}
+
+/// `[log]`: diagnostics and the access log.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    /// tracing filter for diagnostics, such as `"info"` or `"sluice_proxy=debug"`.
+    pub level: Option<Spanned<String>>,
+    /// `"stdout"`, `"stderr"`, `"off"` or a file path to append to.
+    pub access_log: Option<Spanned<String>>,
+    /// `"text"` or `"json"`.
+    pub access_format: Option<Spanned<String>>,
+}
+
+/// `[dangerous]`: switches that weaken security, kept apart so they stand out in review.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDangerous {
+    /// Accept private key files that group or others may read.
+    pub allow_insecure_key_permissions: Option<bool>,
+}
+
+/// `[[listener]]`: one socket that accepts client connections.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListener {
+    /// Unique name, used in logs and by routes.
+    pub name: Spanned<String>,
+    /// `ip:port` to bind.
+    pub address: Spanned<String>,
+    /// Application protocols offered: `"h2"` and/or `"http/1.1"`.
+    pub protocols: Option<Spanned<Vec<String>>>,
+    /// Present for an HTTPS listener.
+    pub tls: Option<RawListenerTls>,
+    /// Client must send its complete request head within this time (→ connection closed).
+    pub header_read_timeout: Option<SpannedStr>,
+    /// An idle keep-alive connection is closed after this time.
+    pub keepalive_timeout: Option<SpannedStr>,
+    /// Largest request head (request line and headers) accepted (→ 431).
+    pub max_header_bytes: Option<Spanned<RawSize>>,
+    /// Largest request body accepted (→ 413).
+    pub max_body_bytes: Option<Spanned<RawSize>>,
+    /// Also send the RFC 7239 `Forwarded` header upstream.
+    pub forwarded_header: Option<bool>,
+}
+
+/// `[listener.tls]`: makes a listener HTTPS.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListenerTls {
+    /// Names of `[[certificate]]` entries served here; all of them when absent.
+    pub certificates: Option<Vec<Spanned<String>>>,
+    /// Certificate served when SNI is missing or matches nothing; the first one when absent.
+    pub default_certificate: Option<Spanned<String>>,
+    /// `"default"` (serve the default certificate) or `"reject"` (fail the handshake).
+    pub unknown_sni: Option<Spanned<String>>,
+    /// `"1.2"` or `"1.3"`.
+    pub min_version: Option<Spanned<String>>,
+    /// `"1.2"` or `"1.3"`.
+    pub max_version: Option<Spanned<String>>,
+    /// Issue session tickets for resumption (on by default).
+    pub session_tickets: Option<bool>,
+    /// File with one or more 80-byte ticket keys (NGINX's format) shared by several instances.
+    pub ticket_key_file: Option<Spanned<String>>,
+    /// How often ticket keys rotate (generated keys) or the key file is re-read.
+    pub ticket_key_rotation: Option<SpannedStr>,
+}
+
+/// `[[certificate]]`: a certificate chain and its private key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertificate {
+    /// Unique name, used by listeners.
+    pub name: Spanned<String>,
+    /// PEM file: the leaf certificate first, then intermediates.
+    pub cert: Spanned<String>,
+    /// PEM file with the private key (mode 0600 or stricter).
+    pub key: Spanned<String>,
+    /// Host names (exact or `*.` wildcard) this certificate is served for; by default the
+    /// names in its subjectAltName.
+    pub hosts: Option<Vec<Spanned<String>>>,
+}
+
+/// `[[upstream]]`: a group of servers and how to balance across them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    /// Unique name, used by routes.
+    pub name: Spanned<String>,
+    /// The servers.
+    pub servers: Spanned<Vec<RawServer>>,
+    /// `"round_robin"`, `"weighted_round_robin"`, `"least_conn"` or `"ip_hash"`.
+    pub balance: Option<Spanned<String>>,
+    /// `"http1"` or `"h2"` (cleartext HTTP/2 with prior knowledge).
+    pub protocol: Option<Spanned<String>>,
+    /// `"pass"` (client's Host), `"node"` (server address) or `"rewrite"` (`upstream_host`).
+    pub pass_host: Option<Spanned<String>>,
+    /// The Host sent when `pass_host = "rewrite"`.
+    pub upstream_host: Option<Spanned<String>>,
+    /// Time allowed to open a TCP connection to one server (→ next server, then 502).
+    pub connect_timeout: Option<SpannedStr>,
+    /// Time allowed for a server to send response headers (→ 504).
+    pub response_timeout: Option<SpannedStr>,
+    /// Failures before a server is skipped.
+    pub max_fails: Option<Spanned<u32>>,
+    /// How long a failed server is skipped.
+    pub fail_timeout: Option<SpannedStr>,
+    /// Idle pooled connections kept per server.
+    pub keepalive: Option<Spanned<u32>>,
+    /// How long a pooled connection may stay idle.
+    pub keepalive_timeout: Option<SpannedStr>,
+}
+
+/// One server of an upstream group.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    /// `host:port`; names are resolved once at load.
+    pub address: Spanned<String>,
+    /// Relative share of requests for weighted balancing (default 1).
+    pub weight: Option<Spanned<u32>>,
+}
+
+/// `[[route]]`: which requests go to which upstream.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    /// Unique name, used in logs.
+    pub name: Spanned<String>,
+    /// Host patterns; a route without hosts is a default route for any host.
+    pub hosts: Option<Vec<Spanned<String>>>,
+    /// Matches this path exactly.
+    pub path_exact: Option<Spanned<String>>,
+    /// Matches paths starting with this prefix (longest prefix wins).
+    pub path_prefix: Option<Spanned<String>>,
+    /// Matches paths by regular expression (checked in file order, before prefixes).
+    pub path_regex: Option<Spanned<String>>,
+    /// Allowed methods; any when absent.
+    pub methods: Option<Vec<Spanned<String>>>,
+    /// Headers that must be present with exactly these values.
+    pub headers: Option<BTreeMap<String, Spanned<String>>>,
+    /// Listener names this route applies to; all when absent.
+    pub listeners: Option<Vec<Spanned<String>>>,
+    /// The upstream group that serves the route.
+    pub upstream: Spanned<String>,
+}

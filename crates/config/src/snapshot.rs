@@ -1,0 +1,279 @@
+//! The validated, immutable configuration that the data plane reads.
+
+use crate::HostPattern;
+use boring::pkey::{PKey, Private};
+use boring::x509::X509;
+use regex::Regex;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A complete, checked configuration. Cheap to share (`Arc` inside), never mutated: a reload
+/// builds a new one.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Where it was loaded from (`<embedded>` for the built-in default).
+    pub source: String,
+    /// Process-wide settings.
+    pub global: Global,
+    /// Logging.
+    pub log: LogConfig,
+    /// Listeners in file order.
+    pub listeners: Vec<Listener>,
+    /// Certificates by position; listeners refer to them by index.
+    pub certificates: Vec<Arc<Certificate>>,
+    /// Upstream groups by position; routes refer to them by index.
+    pub upstreams: Vec<Arc<Upstream>>,
+    /// Routes in file order.
+    pub routes: Vec<Route>,
+}
+
+/// Process-wide settings.
+#[derive(Debug, Clone)]
+pub struct Global {
+    /// Deadline for in-flight requests after SIGTERM/SIGINT.
+    pub shutdown_timeout: Duration,
+}
+
+/// Where access log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLogTarget {
+    /// No access log.
+    Off,
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// Appended to this file.
+    File(PathBuf),
+}
+
+/// Access log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    /// `key=value` pairs, one line per request.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Logging settings.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// tracing filter directive.
+    pub level: String,
+    /// Where the access log goes.
+    pub access_log: AccessLogTarget,
+    /// Its format.
+    pub access_format: AccessLogFormat,
+}
+
+/// A TLS protocol version Sluice accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    /// TLS 1.2.
+    V1_2,
+    /// TLS 1.3.
+    V1_3,
+}
+
+/// What to do with a client whose SNI names no configured certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownSni {
+    /// Serve the listener's default certificate.
+    Default,
+    /// Fail the handshake (`unrecognized_name`).
+    Reject,
+}
+
+/// TLS settings of an HTTPS listener.
+#[derive(Debug, Clone)]
+pub struct TlsListener {
+    /// Indexes into [`Snapshot::certificates`].
+    pub certificates: Vec<usize>,
+    /// Index into [`Snapshot::certificates`] of the default certificate.
+    pub default_certificate: usize,
+    /// Behaviour for unknown SNI.
+    pub unknown_sni: UnknownSni,
+    /// Lowest version accepted.
+    pub min_version: TlsVersion,
+    /// Highest version accepted.
+    pub max_version: TlsVersion,
+    /// Whether session tickets are issued.
+    pub session_tickets: bool,
+    /// Shared ticket key file, if any.
+    pub ticket_key_file: Option<PathBuf>,
+    /// Rotation (or re-read) interval of ticket keys.
+    pub ticket_key_rotation: Duration,
+}
+
+/// A socket that accepts client connections.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    /// Unique name.
+    pub name: String,
+    /// Address to bind.
+    pub address: SocketAddr,
+    /// Offer HTTP/2.
+    pub h2: bool,
+    /// Offer HTTP/1.1.
+    pub http1: bool,
+    /// TLS settings; `None` for plain HTTP.
+    pub tls: Option<TlsListener>,
+    /// Request head deadline.
+    pub header_read_timeout: Duration,
+    /// Idle keep-alive deadline.
+    pub keepalive_timeout: Duration,
+    /// Request head size limit.
+    pub max_header_bytes: usize,
+    /// Request body size limit.
+    pub max_body_bytes: u64,
+    /// Send RFC 7239 `Forwarded` too.
+    pub forwarded_header: bool,
+}
+
+/// The kind of a certificate's key; BoringSSL prefers ECDSA when the client supports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    /// RSA with this many bits.
+    Rsa(u32),
+    /// ECDSA on this curve (bits: 256 for P-256, 384 for P-384).
+    Ecdsa(u32),
+    /// Ed25519.
+    Ed25519,
+}
+
+/// A parsed certificate chain with its (matching) private key.
+pub struct Certificate {
+    /// Unique name.
+    pub name: String,
+    /// Leaf first.
+    pub chain: Vec<X509>,
+    /// The private key.
+    pub key: PKey<Private>,
+    /// Its kind.
+    pub key_type: KeyType,
+    /// Names it is served for.
+    pub hosts: Vec<HostPattern>,
+}
+
+impl std::fmt::Debug for Certificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print key material.
+        f.debug_struct("Certificate")
+            .field("name", &self.name)
+            .field("key_type", &self.key_type)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How requests are spread across an upstream's servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// Each server in turn.
+    RoundRobin,
+    /// NGINX's smooth weighted round robin.
+    WeightedRoundRobin,
+    /// The server with the fewest active requests (relative to weight).
+    LeastConn,
+    /// A hash of the client address, so a client keeps its server.
+    IpHash,
+}
+
+/// Protocol spoken to upstream servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 with keep-alive.
+    Http1,
+    /// Cleartext HTTP/2 (prior knowledge).
+    H2,
+}
+
+/// Which Host header goes upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassHost {
+    /// The client's.
+    Pass,
+    /// The chosen server's address.
+    Node,
+    /// This value.
+    Rewrite(String),
+}
+
+/// An upstream server address as configured and as resolved.
+#[derive(Debug, Clone)]
+pub struct ServerAddr {
+    /// As written in the file (for logs).
+    pub name: String,
+    /// Resolved at load.
+    pub addr: SocketAddr,
+}
+
+/// One server of a group.
+#[derive(Debug, Clone)]
+pub struct UpstreamServer {
+    /// Its address.
+    pub address: ServerAddr,
+    /// Relative weight (≥ 1).
+    pub weight: NonZeroU32,
+}
+
+/// A group of servers.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// Unique name.
+    pub name: String,
+    /// Its servers (at least one).
+    pub servers: Vec<UpstreamServer>,
+    /// Balancing algorithm.
+    pub balance: Balance,
+    /// Protocol to the servers.
+    pub protocol: UpstreamProtocol,
+    /// Host header policy.
+    pub pass_host: PassHost,
+    /// TCP connect deadline per attempt.
+    pub connect_timeout: Duration,
+    /// Deadline for response headers.
+    pub response_timeout: Duration,
+    /// Failures before a server is skipped.
+    pub max_fails: NonZeroU32,
+    /// How long it is skipped.
+    pub fail_timeout: Duration,
+    /// Idle connections kept per server.
+    pub keepalive: usize,
+    /// Idle pooled connection lifetime.
+    pub keepalive_timeout: Duration,
+}
+
+/// How a route matches the path.
+#[derive(Debug, Clone)]
+pub enum PathMatch {
+    /// Equal to this path.
+    Exact(String),
+    /// Starts with this prefix.
+    Prefix(String),
+    /// Matches this regular expression.
+    Regex(Regex),
+}
+
+/// A routing rule.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Unique name.
+    pub name: String,
+    /// Host patterns; empty = any host.
+    pub hosts: Vec<HostPattern>,
+    /// Path rule.
+    pub path: PathMatch,
+    /// Allowed methods; empty = any.
+    pub methods: Vec<http::Method>,
+    /// Required header values (names lower-case).
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// Listener names; empty = all.
+    pub listeners: Vec<String>,
+    /// Index into [`Snapshot::upstreams`].
+    pub upstream: usize,
+}

@@ -1,0 +1,138 @@
+use crate::tickets::callback_for;
+use crate::{CertStore, TicketKeys, TlsError};
+use boring::ssl::{
+    AlpnError, NameType, SelectCertError, SslAcceptor, SslMethod, SslOptions, SslSessionCacheMode, SslVersion,
+};
+use sluice_config::{Listener, Snapshot, TlsVersion, UnknownSni};
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_boring::{HandshakeError, SslStream};
+
+/// The TLS side of one HTTPS listener: a configured BoringSSL acceptor plus its ticket keys.
+#[derive(Clone)]
+pub struct TlsAcceptor {
+    inner: Arc<SslAcceptor>,
+    store: Arc<CertStore>,
+    tickets: Option<Arc<TicketKeys>>,
+}
+
+impl std::fmt::Debug for TlsAcceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsAcceptor").field("store", &self.store).field("tickets", &self.tickets).finish()
+    }
+}
+
+fn version(v: TlsVersion) -> SslVersion {
+    match v {
+        TlsVersion::V1_2 => SslVersion::TLS1_2,
+        TlsVersion::V1_3 => SslVersion::TLS1_3,
+    }
+}
+
+impl TlsAcceptor {
+    /// Builds the acceptor for `listener`, which must have TLS settings. Ticket key rotation
+    /// is not started here; call [`TlsAcceptor::start_ticket_rotation`] inside a runtime.
+    pub fn build(snapshot: &Snapshot, listener: &Listener) -> Result<Self, TlsError> {
+        let tls = listener.tls.as_ref().expect("TlsAcceptor::build called for a plain-HTTP listener");
+        let store = Arc::new(CertStore::build(snapshot, tls)?);
+
+        let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls())
+            .map_err(TlsError::boring("creating the TLS context"))?;
+        b.set_min_proto_version(Some(version(tls.min_version)))
+            .map_err(TlsError::boring("setting the minimum TLS version"))?;
+        b.set_max_proto_version(Some(version(tls.max_version)))
+            .map_err(TlsError::boring("setting the maximum TLS version"))?;
+
+        // ALPN by server preference: h2, then HTTP/1.1. A client that offers neither goes on
+        // without ALPN, which means HTTP/1.1.
+        let (offer_h2, offer_h1) = (listener.h2, listener.http1);
+        b.set_alpn_select_callback(move |_, client| {
+            let offered = |want: &[u8]| alpn_protocols(client).find(|p| *p == want);
+            if offer_h2 {
+                if let Some(p) = offered(b"h2") {
+                    return Ok(p);
+                }
+            }
+            if offer_h1 {
+                if let Some(p) = offered(b"http/1.1") {
+                    return Ok(p);
+                }
+            }
+            Err(AlpnError::NOACK)
+        });
+
+        // SNI: add the credential set for the name; BoringSSL picks the first one the client's
+        // signature algorithms and cipher suites allow.
+        let reject_unknown = tls.unknown_sni == UnknownSni::Reject;
+        let sni_store = store.clone();
+        b.set_select_certificate_callback(move |mut hello| {
+            let set = match hello.servername(NameType::HOST_NAME).map(|n| sni_store.lookup(n)) {
+                Some(Some(set)) => set,
+                _ if reject_unknown => return Err(SelectCertError::ERROR),
+                _ => sni_store.default_set(),
+            };
+            for credential in set {
+                hello.ssl_mut().add_credential(credential).map_err(|_| SelectCertError::ERROR)?;
+            }
+            Ok(())
+        });
+
+        // Resumption is by tickets only: a server-side session cache does not scale across
+        // instances, tickets with a shared key file do.
+        b.set_session_cache_mode(SslSessionCacheMode::OFF);
+        let tickets = if tls.session_tickets {
+            let ring = match &tls.ticket_key_file {
+                Some(path) => TicketKeys::from_file(path)?,
+                None => TicketKeys::generated()?,
+            };
+            set_ticket_callback(&mut b, ring.clone());
+            Some(ring)
+        } else {
+            b.set_options(SslOptions::NO_TICKET);
+            None
+        };
+        Ok(TlsAcceptor { inner: Arc::new(b.build()), store, tickets })
+    }
+
+    /// Starts rotating (or re-reading) the ticket keys every `interval`.
+    pub fn start_ticket_rotation(&self, interval: std::time::Duration) {
+        if let Some(ring) = &self.tickets {
+            ring.spawn_rotation(interval);
+        }
+    }
+
+    /// Runs the server handshake on `stream`.
+    pub async fn accept<S>(&self, stream: S) -> Result<SslStream<S>, HandshakeError<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        tokio_boring::accept(&self.inner, stream).await
+    }
+
+    /// The certificate store (for tests and diagnostics).
+    pub fn store(&self) -> &CertStore {
+        &self.store
+    }
+}
+
+#[expect(unsafe_code, reason = "boring marks the ticket key callback setter unsafe")]
+fn set_ticket_callback(b: &mut boring::ssl::SslAcceptorBuilder, ring: Arc<TicketKeys>) {
+    // SAFETY: the callback (TicketKeys::callback) writes a 16-byte key name, fills the IV from
+    // BoringSSL's CSPRNG, and initialises both the cipher context (AES-256-CBC, 32-byte key,
+    // 16-byte IV) and the HMAC context (SHA-256) before returning Success, as the contract of
+    // SSL_CTX_set_tlsext_ticket_key_cb requires; on any failure it returns Error or Noop.
+    unsafe { b.set_ticket_key_callback(callback_for(ring)) };
+}
+
+/// Iterates the protocol names of an ALPN wire-format list (length-prefixed strings).
+fn alpn_protocols(mut wire: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        let (&len, rest) = wire.split_first()?;
+        if rest.len() < len as usize {
+            return None;
+        }
+        let (p, rest) = rest.split_at(len as usize);
+        wire = rest;
+        Some(p)
+    })
+}

@@ -1,0 +1,29 @@
+use boring::ssl::SslRef;
+
+/// What the access log and metrics want to know about a finished handshake.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsInfo {
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub version: &'static str,
+    /// IANA-style cipher suite name, such as `TLS_AES_128_GCM_SHA256`.
+    pub cipher: String,
+    /// Whether the session was resumed (abbreviated handshake).
+    pub resumed: bool,
+    /// The SNI name the client sent, if any.
+    pub sni: Option<String>,
+    /// Whether ALPN chose HTTP/2.
+    pub h2: bool,
+}
+
+impl TlsInfo {
+    /// Reads the facts off an established connection.
+    pub fn from_ssl(ssl: &SslRef) -> Self {
+        TlsInfo {
+            version: ssl.version_str(),
+            cipher: ssl.current_cipher().map(|c| c.standard_name().unwrap_or(c.name()).to_owned()).unwrap_or_default(),
+            resumed: ssl.session_reused(),
+            sni: ssl.servername(boring::ssl::NameType::HOST_NAME).map(str::to_owned),
+            h2: ssl.selected_alpn_protocol() == Some(b"h2"),
+        }
+    }
+}

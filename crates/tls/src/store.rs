@@ -1,0 +1,83 @@
+use crate::TlsError;
+use crate::credential::x509_credential;
+use boring::ssl::SslCredential;
+use sluice_config::{HostPattern, KeyType, Snapshot, TlsListener, normalize_host};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The credentials a listener serves, indexed by host name.
+///
+/// Several certificates may serve one name (typically an RSA and an ECDSA one); they form a
+/// *set*, ordered ECDSA, Ed25519, RSA, and BoringSSL takes the first the client supports.
+pub struct CertStore {
+    exact: HashMap<String, Vec<Arc<SslCredential>>>,
+    /// Keyed by the suffix after `*.`.
+    wildcard: HashMap<String, Vec<Arc<SslCredential>>>,
+    default: Vec<Arc<SslCredential>>,
+}
+
+impl std::fmt::Debug for CertStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertStore")
+            .field("exact", &self.exact.keys().collect::<Vec<_>>())
+            .field("wildcard", &self.wildcard.keys().collect::<Vec<_>>())
+            .field("default", &self.default.len())
+            .finish()
+    }
+}
+
+fn preference(key: KeyType) -> u8 {
+    match key {
+        KeyType::Ecdsa(_) => 0,
+        KeyType::Ed25519 => 1,
+        KeyType::Rsa(_) => 2,
+    }
+}
+
+impl CertStore {
+    /// Builds the store for one HTTPS listener.
+    pub fn build(snapshot: &Snapshot, tls: &TlsListener) -> Result<Self, TlsError> {
+        let mut order = tls.certificates.clone();
+        order.sort_by_key(|&i| preference(snapshot.certificates[i].key_type));
+        let mut credentials = HashMap::new();
+        for &i in &order {
+            credentials.insert(i, Arc::new(x509_credential(&snapshot.certificates[i])?));
+        }
+        let mut exact: HashMap<String, Vec<Arc<SslCredential>>> = HashMap::new();
+        let mut wildcard: HashMap<String, Vec<Arc<SslCredential>>> = HashMap::new();
+        for &i in &order {
+            for host in &snapshot.certificates[i].hosts {
+                let (map, key) = match host {
+                    HostPattern::Exact(n) => (&mut exact, n.clone()),
+                    HostPattern::Wildcard(s) => (&mut wildcard, s.clone()),
+                };
+                map.entry(key).or_default().push(credentials[&i].clone());
+            }
+        }
+        // The default set is everything that serves the default certificate's first name, so
+        // a client without SNI (or connecting by IP) still gets ECDSA or RSA as it supports.
+        let default_cert = &snapshot.certificates[tls.default_certificate];
+        let default = match default_cert.hosts.first() {
+            Some(HostPattern::Exact(n)) => exact.get(n).cloned(),
+            Some(HostPattern::Wildcard(s)) => wildcard.get(s).cloned(),
+            None => None,
+        }
+        .unwrap_or_else(|| vec![credentials[&tls.default_certificate].clone()]);
+        Ok(CertStore { exact, wildcard, default })
+    }
+
+    /// The credential set for an SNI name: exact match, then the wildcard one label up.
+    pub fn lookup(&self, sni: &str) -> Option<&[Arc<SslCredential>]> {
+        let host = normalize_host(sni);
+        if let Some(set) = self.exact.get(&host) {
+            return Some(set);
+        }
+        let (_, parent) = host.split_once('.')?;
+        self.wildcard.get(parent).map(Vec::as_slice)
+    }
+
+    /// The set served when SNI is absent or unknown (and the listener allows it).
+    pub fn default_set(&self) -> &[Arc<SslCredential>] {
+        &self.default
+    }
+}
