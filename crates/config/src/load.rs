@@ -59,7 +59,8 @@ struct RawConfig {
     routes: Vec<RawRoute>,
 }
 
-const SECTIONS: &str = "[global], [log], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+const SECTIONS: &str =
+    "[global], [log], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -84,7 +85,11 @@ impl Cx<'_> {
         if !syntax.is_empty() {
             for e in syntax {
                 let at = e.span().map_or(0, |s| s.start);
-                self.err(at, e.message().trim(), "fix the TOML syntax at this position");
+                self.err(
+                    at,
+                    e.message().trim(),
+                    "fix the TOML syntax at this position",
+                );
             }
             return None;
         }
@@ -149,7 +154,10 @@ impl Cx<'_> {
                 .unwrap_or(Duration::from_secs(30)),
         };
         let log = self.log(&raw.log);
-        let allow_insecure_keys = raw.dangerous.allow_insecure_key_permissions.unwrap_or(false);
+        let allow_insecure_keys = raw
+            .dangerous
+            .allow_insecure_key_permissions
+            .unwrap_or(false);
 
         let mut cert_names = HashMap::new();
         let mut certificates = Vec::new();
@@ -222,7 +230,11 @@ impl Cx<'_> {
         index: usize,
     ) {
         if name.get_ref().trim().is_empty() {
-            self.err_at(name, format!("{kind} name is empty"), "give it a short unique name");
+            self.err_at(
+                name,
+                format!("{kind} name is empty"),
+                "give it a short unique name",
+            );
             return;
         }
         if seen.insert(name.get_ref().clone(), index).is_some() {
@@ -238,7 +250,11 @@ impl Cx<'_> {
         let value = value?;
         match parse_duration(value.get_ref()) {
             Ok(d) if d.is_zero() => {
-                self.err_at(value, "a duration of zero is not allowed here", "use a positive duration such as \"30s\"");
+                self.err_at(
+                    value,
+                    "a duration of zero is not allowed here",
+                    "use a positive duration such as \"30s\"",
+                );
                 None
             }
             Ok(d) => Some(d),
@@ -278,7 +294,10 @@ impl Cx<'_> {
             let names: Vec<String> = options.iter().map(|(n, _)| format!("\"{n}\"")).collect();
             self.err_at(
                 value,
-                format!("`{key}` is \"{}\", which is not a known value", value.get_ref()),
+                format!(
+                    "`{key}` is \"{}\", which is not a known value",
+                    value.get_ref()
+                ),
                 format!("use one of {}", names.join(", ")),
             );
         }
@@ -287,7 +306,11 @@ impl Cx<'_> {
 
     fn path(&self, p: &str) -> PathBuf {
         let p = Path::new(p);
-        if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
     }
 
     fn log(&mut self, raw: &RawLog) -> LogConfig {
@@ -298,7 +321,11 @@ impl Cx<'_> {
                 "stdout" => AccessLogTarget::Stdout,
                 "stderr" => AccessLogTarget::Stderr,
                 "" => {
-                    self.err_at(v, "`access_log` is empty", "use \"stdout\", \"stderr\", \"off\" or a file path");
+                    self.err_at(
+                        v,
+                        "`access_log` is empty",
+                        "use \"stdout\", \"stderr\", \"off\" or a file path",
+                    );
                     AccessLogTarget::Off
                 }
                 path => AccessLogTarget::File(self.path(path)),
@@ -308,17 +335,27 @@ impl Cx<'_> {
             .choice(
                 raw.access_format.as_ref(),
                 "access_format",
-                &[("text", AccessLogFormat::Text), ("json", AccessLogFormat::Json)],
+                &[
+                    ("text", AccessLogFormat::Text),
+                    ("json", AccessLogFormat::Json),
+                ],
             )
             .unwrap_or(AccessLogFormat::Text);
         LogConfig {
-            level: raw.level.as_ref().map_or_else(|| "info".to_owned(), |l| l.get_ref().clone()),
+            level: raw
+                .level
+                .as_ref()
+                .map_or_else(|| "info".to_owned(), |l| l.get_ref().clone()),
             access_log,
             access_format,
         }
     }
 
-    fn certificate(&mut self, raw: &RawCertificate, allow_insecure_keys: bool) -> Option<Certificate> {
+    fn certificate(
+        &mut self,
+        raw: &RawCertificate,
+        allow_insecure_keys: bool,
+    ) -> Option<Certificate> {
         let cert_path = self.path(raw.cert.get_ref());
         let key_path = self.path(raw.key.get_ref());
         let name = raw.name.get_ref();
@@ -349,7 +386,10 @@ impl Cx<'_> {
         let (chain, key) = (chain?, key?);
 
         let leaf = &chain[0];
-        let matches = leaf.public_key().map(|pk| pk.public_eq(&key)).unwrap_or(false);
+        let matches = leaf
+            .public_key()
+            .map(|pk| pk.public_eq(&key))
+            .unwrap_or(false);
         if !matches {
             self.err_at(
                 &raw.key,
@@ -367,13 +407,21 @@ impl Cx<'_> {
             Id::EC => KeyType::Ecdsa(key.bits()),
             Id::ED25519 => KeyType::Ed25519,
             _ => {
-                self.err_at(&raw.key, format!("certificate `{name}`: unsupported key type"), "use an RSA, ECDSA (P-256, P-384) or Ed25519 key");
+                self.err_at(
+                    &raw.key,
+                    format!("certificate `{name}`: unsupported key type"),
+                    "use an RSA, ECDSA (P-256, P-384) or Ed25519 key",
+                );
                 return None;
             }
         };
         if let KeyType::Rsa(bits) = key_type {
             if bits < 2048 {
-                self.err_at(&raw.key, format!("certificate `{name}`: RSA-{bits} is too weak"), "use an RSA key of at least 2048 bits");
+                self.err_at(
+                    &raw.key,
+                    format!("certificate `{name}`: RSA-{bits} is too weak"),
+                    "use an RSA key of at least 2048 bits",
+                );
             }
         }
 
@@ -393,29 +441,43 @@ impl Cx<'_> {
                 if hosts.is_empty() {
                     self.err_at(
                         &raw.cert,
-                        format!("certificate `{name}` names no host (no subjectAltName or common name)"),
+                        format!(
+                            "certificate `{name}` names no host (no subjectAltName or common name)"
+                        ),
                         "list the names it serves with `hosts = [\"example.com\"]`",
                     );
                 }
                 hosts
             }
         };
-        Some(Certificate { name: name.clone(), chain, key, key_type, hosts })
+        Some(Certificate {
+            name: name.clone(),
+            chain,
+            key,
+            key_type,
+            hosts,
+        })
     }
 
-    fn private_key(&mut self, raw: &RawCertificate, path: &Path, allow_insecure: bool) -> Option<PKey<Private>> {
+    fn private_key(
+        &mut self,
+        raw: &RawCertificate,
+        path: &Path,
+        allow_insecure: bool,
+    ) -> Option<PKey<Private>> {
         let name = raw.name.get_ref();
-        let meta = match std::fs::metadata(path) {
-            Ok(m) => m,
-            Err(e) => {
-                self.err_at(
+        let meta =
+            match std::fs::metadata(path) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.err_at(
                     &raw.key,
                     format!("certificate `{name}`: cannot read key {}: {e}", path.display()),
                     "check the path (relative paths start at the configuration file's directory)",
                 );
-                return None;
-            }
-        };
+                    return None;
+                }
+            };
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -439,7 +501,14 @@ impl Cx<'_> {
         let pem = match std::fs::read(path) {
             Ok(p) => p,
             Err(e) => {
-                self.err_at(&raw.key, format!("certificate `{name}`: cannot read key {}: {e}", path.display()), "check that Sluice's user may read it");
+                self.err_at(
+                    &raw.key,
+                    format!(
+                        "certificate `{name}`: cannot read key {}: {e}",
+                        path.display()
+                    ),
+                    "check that Sluice's user may read it",
+                );
                 return None;
             }
         };
@@ -468,7 +537,10 @@ impl Cx<'_> {
             Err(_) => {
                 self.err_at(
                     &raw.address,
-                    format!("listener `{name}`: `{}` is not an ip:port address", raw.address.get_ref()),
+                    format!(
+                        "listener `{name}`: `{}` is not an ip:port address",
+                        raw.address.get_ref()
+                    ),
                     "write it as \"127.0.0.1:8443\", \"0.0.0.0:443\" or \"[::]:443\"",
                 );
                 None
@@ -490,14 +562,27 @@ impl Cx<'_> {
                 }
             }
             if !h2 && !http1 {
-                self.err_at(protocols, format!("listener `{name}`: `protocols` is empty"), "list \"h2\", \"http/1.1\" or both");
+                self.err_at(
+                    protocols,
+                    format!("listener `{name}`: `protocols` is empty"),
+                    "list \"h2\", \"http/1.1\" or both",
+                );
             }
         }
-        let tls = raw.tls.as_ref().and_then(|t| self.listener_tls(&name, t, cert_names, raw_certs));
-        let max_header_bytes = self.size(raw.max_header_bytes.as_ref()).unwrap_or(32 * 1024);
+        let tls = raw
+            .tls
+            .as_ref()
+            .and_then(|t| self.listener_tls(&name, t, cert_names, raw_certs));
+        let max_header_bytes = self
+            .size(raw.max_header_bytes.as_ref())
+            .unwrap_or(32 * 1024);
         if let Some(v) = &raw.max_header_bytes {
             if !(1024..=1 << 20).contains(&max_header_bytes) {
-                self.err_at(v, format!("listener `{name}`: max_header_bytes must be between 1k and 1m"), "NGINX's default is 32k");
+                self.err_at(
+                    v,
+                    format!("listener `{name}`: max_header_bytes must be between 1k and 1m"),
+                    "NGINX's default is 32k",
+                );
             }
         }
         let listener = Listener {
@@ -505,15 +590,22 @@ impl Cx<'_> {
             address: address?,
             h2,
             http1,
-            header_read_timeout: self.duration(raw.header_read_timeout.as_ref()).unwrap_or(Duration::from_secs(30)),
-            keepalive_timeout: self.duration(raw.keepalive_timeout.as_ref()).unwrap_or(Duration::from_secs(75)),
+            header_read_timeout: self
+                .duration(raw.header_read_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(30)),
+            keepalive_timeout: self
+                .duration(raw.keepalive_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(75)),
             max_header_bytes: max_header_bytes as usize,
             max_body_bytes: self.size(raw.max_body_bytes.as_ref()).unwrap_or(10 << 20),
             forwarded_header: raw.forwarded_header.unwrap_or(false),
             tls: None,
         };
         if raw.tls.is_some() {
-            return Some(Listener { tls: Some(tls?), ..listener });
+            return Some(Listener {
+                tls: Some(tls?),
+                ..listener
+            });
         }
         Some(listener)
     }
@@ -526,8 +618,15 @@ impl Cx<'_> {
         raw_certs: &[RawCertificate],
     ) -> Option<TlsListener> {
         let defined = || {
-            let names: Vec<&str> = raw_certs.iter().map(|c| c.name.get_ref().as_str()).collect();
-            if names.is_empty() { "none are defined yet".to_owned() } else { format!("defined: {}", names.join(", ")) }
+            let names: Vec<&str> = raw_certs
+                .iter()
+                .map(|c| c.name.get_ref().as_str())
+                .collect();
+            if names.is_empty() {
+                "none are defined yet".to_owned()
+            } else {
+                format!("defined: {}", names.join(", "))
+            }
         };
         let mut ok = true;
         let certificates: Vec<usize> = match &raw.certificates {
@@ -537,8 +636,18 @@ impl Cx<'_> {
                     let found = cert_names.get(n.get_ref()).copied();
                     if found.is_none() {
                         ok = false;
-                        let msg = format!("listener `{listener}` uses certificate `{}`, which is not defined", n.get_ref());
-                        self.err_at(n, msg, format!("add a [[certificate]] with that name or fix the name ({})", defined()));
+                        let msg = format!(
+                            "listener `{listener}` uses certificate `{}`, which is not defined",
+                            n.get_ref()
+                        );
+                        self.err_at(
+                            n,
+                            msg,
+                            format!(
+                                "add a [[certificate]] with that name or fix the name ({})",
+                                defined()
+                            ),
+                        );
                     }
                     found
                 })
@@ -562,20 +671,42 @@ impl Cx<'_> {
                     None
                 }
                 None => {
-                    self.err_at(n, format!("listener `{listener}`: default_certificate `{}` is not defined", n.get_ref()), defined());
+                    self.err_at(
+                        n,
+                        format!(
+                            "listener `{listener}`: default_certificate `{}` is not defined",
+                            n.get_ref()
+                        ),
+                        defined(),
+                    );
                     None
                 }
             },
         };
         let unknown_sni = self
-            .choice(raw.unknown_sni.as_ref(), "unknown_sni", &[("default", UnknownSni::Default), ("reject", UnknownSni::Reject)])
+            .choice(
+                raw.unknown_sni.as_ref(),
+                "unknown_sni",
+                &[
+                    ("default", UnknownSni::Default),
+                    ("reject", UnknownSni::Reject),
+                ],
+            )
             .unwrap_or(UnknownSni::Default);
         let versions = [("1.2", TlsVersion::V1_2), ("1.3", TlsVersion::V1_3)];
-        let min_version = self.choice(raw.min_version.as_ref(), "min_version", &versions).unwrap_or(TlsVersion::V1_2);
-        let max_version = self.choice(raw.max_version.as_ref(), "max_version", &versions).unwrap_or(TlsVersion::V1_3);
+        let min_version = self
+            .choice(raw.min_version.as_ref(), "min_version", &versions)
+            .unwrap_or(TlsVersion::V1_2);
+        let max_version = self
+            .choice(raw.max_version.as_ref(), "max_version", &versions)
+            .unwrap_or(TlsVersion::V1_3);
         if min_version > max_version {
             if let Some(v) = &raw.min_version {
-                self.err_at(v, format!("listener `{listener}`: min_version is above max_version"), "make min_version at most max_version");
+                self.err_at(
+                    v,
+                    format!("listener `{listener}`: min_version is above max_version"),
+                    "make min_version at most max_version",
+                );
             }
         }
         let ticket_key_file = raw.ticket_key_file.as_ref().and_then(|f| {
@@ -592,7 +723,9 @@ impl Cx<'_> {
                 }
             }
         });
-        let ticket_key_rotation = self.duration(raw.ticket_key_rotation.as_ref()).unwrap_or(Duration::from_secs(3600));
+        let ticket_key_rotation = self
+            .duration(raw.ticket_key_rotation.as_ref())
+            .unwrap_or(Duration::from_secs(3600));
         if raw.ticket_key_file.is_some() && ticket_key_file.is_none() {
             ok = false;
         }
@@ -615,13 +748,19 @@ impl Cx<'_> {
         let name = raw.name.get_ref().clone();
         let mut servers = Vec::new();
         if raw.servers.get_ref().is_empty() {
-            self.err_at(&raw.servers, format!("upstream `{name}` has no servers"), "add at least one: servers = [{ address = \"127.0.0.1:9000\" }]");
+            self.err_at(
+                &raw.servers,
+                format!("upstream `{name}` has no servers"),
+                "add at least one: servers = [{ address = \"127.0.0.1:9000\" }]",
+            );
         }
         for s in raw.servers.get_ref() {
             let text = s.address.get_ref();
             let addr = match text.parse::<SocketAddr>() {
                 Ok(a) => Some(a),
-                Err(_) if text.contains(':') => text.to_socket_addrs().ok().and_then(|mut a| a.next()),
+                Err(_) if text.contains(':') => {
+                    text.to_socket_addrs().ok().and_then(|mut a| a.next())
+                }
                 Err(_) => None,
             };
             let Some(addr) = addr else {
@@ -635,11 +774,21 @@ impl Cx<'_> {
             let weight = match &s.weight {
                 None => NonZeroU32::MIN,
                 Some(w) => NonZeroU32::new(*w.get_ref()).unwrap_or_else(|| {
-                    self.err_at(w, format!("upstream `{name}`: weight 0 would never be chosen"), "use a weight of 1 or more, or remove the server");
+                    self.err_at(
+                        w,
+                        format!("upstream `{name}`: weight 0 would never be chosen"),
+                        "use a weight of 1 or more, or remove the server",
+                    );
                     NonZeroU32::MIN
                 }),
             };
-            servers.push(UpstreamServer { address: ServerAddr { name: text.clone(), addr }, weight });
+            servers.push(UpstreamServer {
+                address: ServerAddr {
+                    name: text.clone(),
+                    addr,
+                },
+                weight,
+            });
         }
         let balance = self
             .choice(
@@ -654,23 +803,52 @@ impl Cx<'_> {
             )
             .unwrap_or(Balance::RoundRobin);
         let protocol = self
-            .choice(raw.protocol.as_ref(), "protocol", &[("http1", UpstreamProtocol::Http1), ("h2", UpstreamProtocol::H2)])
+            .choice(
+                raw.protocol.as_ref(),
+                "protocol",
+                &[
+                    ("http1", UpstreamProtocol::Http1),
+                    ("h2", UpstreamProtocol::H2),
+                ],
+            )
             .unwrap_or(UpstreamProtocol::Http1);
         #[derive(Clone, Copy)]
-        enum Mode { Pass, Node, Rewrite }
+        enum Mode {
+            Pass,
+            Node,
+            Rewrite,
+        }
         let mode = self
-            .choice(raw.pass_host.as_ref(), "pass_host", &[("pass", Mode::Pass), ("node", Mode::Node), ("rewrite", Mode::Rewrite)])
+            .choice(
+                raw.pass_host.as_ref(),
+                "pass_host",
+                &[
+                    ("pass", Mode::Pass),
+                    ("node", Mode::Node),
+                    ("rewrite", Mode::Rewrite),
+                ],
+            )
             .unwrap_or(Mode::Pass);
         let pass_host = match (mode, &raw.upstream_host) {
             (Mode::Rewrite, Some(h)) => PassHost::Rewrite(h.get_ref().clone()),
             (Mode::Rewrite, None) => {
                 if let Some(p) = &raw.pass_host {
-                    self.err_at(p, format!("upstream `{name}`: pass_host = \"rewrite\" needs `upstream_host`"), "add upstream_host = \"the.host.to.send\"");
+                    self.err_at(
+                        p,
+                        format!("upstream `{name}`: pass_host = \"rewrite\" needs `upstream_host`"),
+                        "add upstream_host = \"the.host.to.send\"",
+                    );
                 }
                 PassHost::Pass
             }
             (_, Some(h)) => {
-                self.err_at(h, format!("upstream `{name}`: upstream_host is only used with pass_host = \"rewrite\""), "add pass_host = \"rewrite\" or remove upstream_host");
+                self.err_at(
+                    h,
+                    format!(
+                        "upstream `{name}`: upstream_host is only used with pass_host = \"rewrite\""
+                    ),
+                    "add pass_host = \"rewrite\" or remove upstream_host",
+                );
                 PassHost::Pass
             }
             (Mode::Node, None) => PassHost::Node,
@@ -679,7 +857,11 @@ impl Cx<'_> {
         let max_fails = match &raw.max_fails {
             None => NonZeroU32::MIN,
             Some(v) => NonZeroU32::new(*v.get_ref()).unwrap_or_else(|| {
-                self.err_at(v, format!("upstream `{name}`: max_fails must be at least 1"), "use 1 to skip a server after its first failure");
+                self.err_at(
+                    v,
+                    format!("upstream `{name}`: max_fails must be at least 1"),
+                    "use 1 to skip a server after its first failure",
+                );
                 NonZeroU32::MIN
             }),
         };
@@ -689,12 +871,20 @@ impl Cx<'_> {
             balance,
             protocol,
             pass_host,
-            connect_timeout: self.duration(raw.connect_timeout.as_ref()).unwrap_or(Duration::from_secs(5)),
-            response_timeout: self.duration(raw.response_timeout.as_ref()).unwrap_or(Duration::from_secs(60)),
+            connect_timeout: self
+                .duration(raw.connect_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(5)),
+            response_timeout: self
+                .duration(raw.response_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(60)),
             max_fails,
-            fail_timeout: self.duration(raw.fail_timeout.as_ref()).unwrap_or(Duration::from_secs(10)),
+            fail_timeout: self
+                .duration(raw.fail_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(10)),
             keepalive: raw.keepalive.as_ref().map_or(32, |k| *k.get_ref() as usize),
-            keepalive_timeout: self.duration(raw.keepalive_timeout.as_ref()).unwrap_or(Duration::from_secs(60)),
+            keepalive_timeout: self
+                .duration(raw.keepalive_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(60)),
         }
     }
 
@@ -716,11 +906,19 @@ impl Cx<'_> {
                 }
             }
         }
-        let given: Vec<&Spanned<String>> =
-            [&raw.path_exact, &raw.path_prefix, &raw.path_regex].into_iter().flatten().collect();
+        let given: Vec<&Spanned<String>> = [&raw.path_exact, &raw.path_prefix, &raw.path_regex]
+            .into_iter()
+            .flatten()
+            .collect();
         if given.len() > 1 {
             ok = false;
-            self.err_at(given[1], format!("route `{name}` sets more than one of path_exact, path_prefix and path_regex"), "keep one; split the route in two if you need both");
+            self.err_at(
+                given[1],
+                format!(
+                    "route `{name}` sets more than one of path_exact, path_prefix and path_regex"
+                ),
+                "keep one; split the route in two if you need both",
+            );
         }
         let path = if let Some(p) = &raw.path_exact {
             self.path_literal(&name, p).map(PathMatch::Exact)
@@ -728,7 +926,11 @@ impl Cx<'_> {
             match regex::Regex::new(p.get_ref()) {
                 Ok(re) => Some(PathMatch::Regex(re)),
                 Err(e) => {
-                    self.err_at(p, format!("route `{name}`: path_regex does not compile: {e}"), "fix the regular expression (Rust regex syntax)");
+                    self.err_at(
+                        p,
+                        format!("route `{name}`: path_regex does not compile: {e}"),
+                        "fix the regular expression (Rust regex syntax)",
+                    );
                     None
                 }
             }
@@ -744,13 +946,20 @@ impl Cx<'_> {
                 Ok(method) if text.chars().all(|c| c.is_ascii_uppercase()) => methods.push(method),
                 _ => {
                     ok = false;
-                    self.err_at(m, format!("route `{name}`: `{text}` is not an HTTP method"), "use upper-case methods such as \"GET\", \"POST\"");
+                    self.err_at(
+                        m,
+                        format!("route `{name}`: `{text}` is not an HTTP method"),
+                        "use upper-case methods such as \"GET\", \"POST\"",
+                    );
                 }
             }
         }
         let mut headers = Vec::new();
         for (k, v) in raw.headers.iter().flatten() {
-            match (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(v.get_ref())) {
+            match (
+                http::HeaderName::from_bytes(k.as_bytes()),
+                http::HeaderValue::from_str(v.get_ref()),
+            ) {
                 (Ok(hn), Ok(hv)) => {
                     headers.push((hn, hv));
                 }
@@ -765,7 +974,14 @@ impl Cx<'_> {
             if !listener_names.contains_key(l.get_ref()) {
                 ok = false;
                 let known: Vec<&str> = listener_names.keys().map(String::as_str).collect();
-                self.err_at(l, format!("route `{name}` names listener `{}`, which is not defined", l.get_ref()), format!("use one of: {}", known.join(", ")));
+                self.err_at(
+                    l,
+                    format!(
+                        "route `{name}` names listener `{}`, which is not defined",
+                        l.get_ref()
+                    ),
+                    format!("use one of: {}", known.join(", ")),
+                );
             }
             listeners.push(l.get_ref().clone());
         }
@@ -775,25 +991,46 @@ impl Cx<'_> {
             known.sort_unstable();
             self.err_at(
                 &raw.upstream,
-                format!("route `{name}` sends to upstream `{}`, which is not defined", raw.upstream.get_ref()),
+                format!(
+                    "route `{name}` sends to upstream `{}`, which is not defined",
+                    raw.upstream.get_ref()
+                ),
                 if known.is_empty() {
                     "add an [[upstream]] with that name".to_owned()
                 } else {
-                    format!("fix the name or add an [[upstream]] with it (defined: {})", known.join(", "))
+                    format!(
+                        "fix the name or add an [[upstream]] with it (defined: {})",
+                        known.join(", ")
+                    )
                 },
             );
         }
         if !ok {
             return None;
         }
-        Some(Route { name, hosts, path: path?, methods, headers, listeners, upstream: upstream? })
+        Some(Route {
+            name,
+            hosts,
+            path: path?,
+            methods,
+            headers,
+            listeners,
+            upstream: upstream?,
+        })
     }
 
     fn path_literal(&mut self, route: &str, p: &Spanned<String>) -> Option<String> {
         if p.get_ref().starts_with('/') {
             Some(p.get_ref().clone())
         } else {
-            self.err_at(p, format!("route `{route}`: path `{}` does not start with '/'", p.get_ref()), format!("write it as \"/{}\"", p.get_ref()));
+            self.err_at(
+                p,
+                format!(
+                    "route `{route}`: path `{}` does not start with '/'",
+                    p.get_ref()
+                ),
+                format!("write it as \"/{}\"", p.get_ref()),
+            );
             None
         }
     }
@@ -807,7 +1044,11 @@ fn explain(message: &str) -> (String, String) {
     } else if message.starts_with("missing field") {
         "add the key; it has no default"
     } else if message.contains("untagged enum RawSize") {
-        return ("expected a size".to_owned(), "write a number of bytes or a string with a unit, such as \"16k\" or \"10m\"".to_owned());
+        return (
+            "expected a size".to_owned(),
+            "write a number of bytes or a string with a unit, such as \"16k\" or \"10m\""
+                .to_owned(),
+        );
     } else if message.starts_with("invalid type") {
         "give a value of the expected type (strings in quotes, durations as \"30s\")"
     } else {

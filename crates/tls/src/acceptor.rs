@@ -1,7 +1,8 @@
 use crate::tickets::callback_for;
 use crate::{CertStore, TicketKeys, TlsError};
 use boring::ssl::{
-    AlpnError, NameType, SelectCertError, SslAcceptor, SslMethod, SslOptions, SslSessionCacheMode, SslVersion,
+    AlpnError, NameType, SelectCertError, SslAcceptor, SslMethod, SslOptions, SslSessionCacheMode,
+    SslVersion,
 };
 use sluice_config::{Listener, Snapshot, TlsVersion, UnknownSni};
 use std::sync::Arc;
@@ -18,7 +19,10 @@ pub struct TlsAcceptor {
 
 impl std::fmt::Debug for TlsAcceptor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsAcceptor").field("store", &self.store).field("tickets", &self.tickets).finish()
+        f.debug_struct("TlsAcceptor")
+            .field("store", &self.store)
+            .field("tickets", &self.tickets)
+            .finish()
     }
 }
 
@@ -33,7 +37,10 @@ impl TlsAcceptor {
     /// Builds the acceptor for `listener`, which must have TLS settings. Ticket key rotation
     /// is not started here; call [`TlsAcceptor::start_ticket_rotation`] inside a runtime.
     pub fn build(snapshot: &Snapshot, listener: &Listener) -> Result<Self, TlsError> {
-        let tls = listener.tls.as_ref().expect("TlsAcceptor::build called for a plain-HTTP listener");
+        let tls = listener
+            .tls
+            .as_ref()
+            .expect("TlsAcceptor::build called for a plain-HTTP listener");
         let store = Arc::new(CertStore::build(snapshot, tls)?);
 
         let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls())
@@ -66,13 +73,19 @@ impl TlsAcceptor {
         let reject_unknown = tls.unknown_sni == UnknownSni::Reject;
         let sni_store = store.clone();
         b.set_select_certificate_callback(move |mut hello| {
-            let set = match hello.servername(NameType::HOST_NAME).map(|n| sni_store.lookup(n)) {
+            let set = match hello
+                .servername(NameType::HOST_NAME)
+                .map(|n| sni_store.lookup(n))
+            {
                 Some(Some(set)) => set,
                 _ if reject_unknown => return Err(SelectCertError::ERROR),
                 _ => sni_store.default_set(),
             };
             for credential in set {
-                hello.ssl_mut().add_credential(credential).map_err(|_| SelectCertError::ERROR)?;
+                hello
+                    .ssl_mut()
+                    .add_credential(credential)
+                    .map_err(|_| SelectCertError::ERROR)?;
             }
             Ok(())
         });
@@ -91,7 +104,11 @@ impl TlsAcceptor {
             b.set_options(SslOptions::NO_TICKET);
             None
         };
-        Ok(TlsAcceptor { inner: Arc::new(b.build()), store, tickets })
+        Ok(TlsAcceptor {
+            inner: Arc::new(b.build()),
+            store,
+            tickets,
+        })
     }
 
     /// Starts rotating (or re-reading) the ticket keys every `interval`.
@@ -115,7 +132,10 @@ impl TlsAcceptor {
     }
 }
 
-#[expect(unsafe_code, reason = "boring marks the ticket key callback setter unsafe")]
+#[expect(
+    unsafe_code,
+    reason = "boring marks the ticket key callback setter unsafe"
+)]
 fn set_ticket_callback(b: &mut boring::ssl::SslAcceptorBuilder, ring: Arc<TicketKeys>) {
     // SAFETY: the callback (TicketKeys::callback) writes a 16-byte key name, fills the IV from
     // BoringSSL's CSPRNG, and initialises both the cipher context (AES-256-CBC, 32-byte key,

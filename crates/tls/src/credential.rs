@@ -10,7 +10,10 @@ use foreign_types::ForeignType;
 use sluice_config::Certificate;
 
 /// Builds a credential holding `cert`'s chain and private key.
-#[expect(unsafe_code, reason = "boring 5 has no safe constructor for X.509 credentials")]
+#[expect(
+    unsafe_code,
+    reason = "boring 5 has no safe constructor for X.509 credentials"
+)]
 pub(crate) fn x509_credential(cert: &Certificate) -> Result<SslCredential, TlsError> {
     let ders = cert
         .chain
@@ -24,7 +27,10 @@ pub(crate) fn x509_credential(cert: &Certificate) -> Result<SslCredential, TlsEr
     let credential = unsafe {
         let raw = boring_sys::SSL_CREDENTIAL_new_x509();
         if raw.is_null() {
-            return Err(TlsError::Boring { context: "allocating a credential", source: ErrorStack::get() });
+            return Err(TlsError::Boring {
+                context: "allocating a credential",
+                source: ErrorStack::get(),
+            });
         }
         SslCredential::from_ptr(raw)
     };
@@ -33,31 +39,50 @@ pub(crate) fn x509_credential(cert: &Certificate) -> Result<SslCredential, TlsEr
     for der in &ders {
         // SAFETY: CRYPTO_BUFFER_new copies `len` bytes from a valid slice; a null pool means an
         // unpooled buffer. The result is owned here and freed below.
-        let buffer = unsafe { boring_sys::CRYPTO_BUFFER_new(der.as_ptr(), der.len(), std::ptr::null_mut()) };
+        let buffer =
+            unsafe { boring_sys::CRYPTO_BUFFER_new(der.as_ptr(), der.len(), std::ptr::null_mut()) };
         if buffer.is_null() {
             free_buffers(&buffers);
-            return Err(TlsError::Boring { context: "copying a certificate", source: ErrorStack::get() });
+            return Err(TlsError::Boring {
+                context: "copying a certificate",
+                source: ErrorStack::get(),
+            });
         }
         buffers.push(buffer);
     }
     // SAFETY: `credential` is a live X.509 credential and `buffers` holds `len` valid
     // CRYPTO_BUFFER pointers. set1 takes its own references, so ours are released after.
     let chain_ok = unsafe {
-        boring_sys::SSL_CREDENTIAL_set1_cert_chain(credential.as_ptr(), buffers.as_ptr(), buffers.len())
+        boring_sys::SSL_CREDENTIAL_set1_cert_chain(
+            credential.as_ptr(),
+            buffers.as_ptr(),
+            buffers.len(),
+        )
     };
     free_buffers(&buffers);
     if chain_ok != 1 {
-        return Err(TlsError::Boring { context: "setting a certificate chain", source: ErrorStack::get() });
+        return Err(TlsError::Boring {
+            context: "setting a certificate chain",
+            source: ErrorStack::get(),
+        });
     }
     // SAFETY: both pointers are live for the call; set1 takes its own reference to the key.
-    let key_ok = unsafe { boring_sys::SSL_CREDENTIAL_set1_private_key(credential.as_ptr(), cert.key.as_ptr()) };
+    let key_ok = unsafe {
+        boring_sys::SSL_CREDENTIAL_set1_private_key(credential.as_ptr(), cert.key.as_ptr())
+    };
     if key_ok != 1 {
-        return Err(TlsError::Boring { context: "setting a private key", source: ErrorStack::get() });
+        return Err(TlsError::Boring {
+            context: "setting a private key",
+            source: ErrorStack::get(),
+        });
     }
     Ok(credential)
 }
 
-#[expect(unsafe_code, reason = "releasing CRYPTO_BUFFERs allocated through boring-sys")]
+#[expect(
+    unsafe_code,
+    reason = "releasing CRYPTO_BUFFERs allocated through boring-sys"
+)]
 fn free_buffers(buffers: &[*mut boring_sys::CRYPTO_BUFFER]) {
     for &b in buffers {
         // SAFETY: each pointer came from CRYPTO_BUFFER_new above and is released once.

@@ -20,9 +20,14 @@ impl TlsInfo {
     pub fn from_ssl(ssl: &SslRef) -> Self {
         TlsInfo {
             version: ssl.version_str(),
-            cipher: ssl.current_cipher().map(|c| c.standard_name().unwrap_or(c.name()).to_owned()).unwrap_or_default(),
+            cipher: ssl
+                .current_cipher()
+                .map(|c| c.standard_name().unwrap_or(c.name()).to_owned())
+                .unwrap_or_default(),
             resumed: ssl.session_reused(),
-            sni: ssl.servername(boring::ssl::NameType::HOST_NAME).map(str::to_owned),
+            sni: ssl
+                .servername(boring::ssl::NameType::HOST_NAME)
+                .map(str::to_owned),
             h2: ssl.selected_alpn_protocol() == Some(b"h2"),
         }
     }

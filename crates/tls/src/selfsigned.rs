@@ -8,7 +8,9 @@ use boring::hash::MessageDigest;
 use boring::nid::Nid;
 use boring::pkey::{PKey, Private};
 use boring::rsa::Rsa;
-use boring::x509::extension::{BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName};
+use boring::x509::extension::{
+    BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
+};
 use boring::x509::{X509, X509NameBuilder};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,10 +26,16 @@ pub enum KeyKind {
 
 /// Generates a key and a self-signed certificate for `hosts` (DNS names or IP addresses),
 /// valid from yesterday for `days` days.
-pub fn generate(kind: KeyKind, hosts: &[&str], days: u32) -> Result<(X509, PKey<Private>), TlsError> {
+pub fn generate(
+    kind: KeyKind,
+    hosts: &[&str],
+    days: u32,
+) -> Result<(X509, PKey<Private>), TlsError> {
     let e = TlsError::boring;
     let key = match kind {
-        KeyKind::Rsa2048 => PKey::from_rsa(Rsa::generate(2048).map_err(e("generating an RSA key"))?),
+        KeyKind::Rsa2048 => {
+            PKey::from_rsa(Rsa::generate(2048).map_err(e("generating an RSA key"))?)
+        }
         KeyKind::EcdsaP256 => {
             let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).map_err(e("P-256"))?;
             PKey::from_ec_key(EcKey::generate(&group).map_err(e("generating an ECDSA key"))?)
@@ -36,15 +44,21 @@ pub fn generate(kind: KeyKind, hosts: &[&str], days: u32) -> Result<(X509, PKey<
     .map_err(e("wrapping the key"))?;
 
     let mut name = X509NameBuilder::new().map_err(e("name"))?;
-    name.append_entry_by_nid(Nid::COMMONNAME, hosts.first().copied().unwrap_or("localhost"))
+    name.append_entry_by_nid(
+        Nid::COMMONNAME,
+        hosts.first().copied().unwrap_or("localhost"),
+    )
+    .map_err(e("name"))?;
+    name.append_entry_by_nid(Nid::ORGANIZATIONNAME, "Sluice self-signed")
         .map_err(e("name"))?;
-    name.append_entry_by_nid(Nid::ORGANIZATIONNAME, "Sluice self-signed").map_err(e("name"))?;
     let name = name.build();
 
     let mut b = X509::builder().map_err(e("certificate"))?;
     b.set_version(2).map_err(e("version"))?;
     let mut serial = BigNum::new().map_err(e("serial"))?;
-    serial.rand(127, MsbOption::MAYBE_ZERO, false).map_err(e("serial"))?;
+    serial
+        .rand(127, MsbOption::MAYBE_ZERO, false)
+        .map_err(e("serial"))?;
     let serial = serial.to_asn1_integer().map_err(e("serial"))?;
     b.set_serial_number(&serial).map_err(e("serial"))?;
     b.set_subject_name(&name).map_err(e("subject"))?;
@@ -57,7 +71,10 @@ pub fn generate(kind: KeyKind, hosts: &[&str], days: u32) -> Result<(X509, PKey<
     let not_after = Asn1Time::days_from_now(days).map_err(e("validity"))?;
     b.set_not_before(&not_before).map_err(e("validity"))?;
     b.set_not_after(&not_after).map_err(e("validity"))?;
-    let basic = BasicConstraints::new().critical().build().map_err(e("extension"))?;
+    let basic = BasicConstraints::new()
+        .critical()
+        .build()
+        .map_err(e("extension"))?;
     b.append_extension(&basic).map_err(e("extension"))?;
     let mut usage = KeyUsage::new();
     usage.critical().digital_signature();
@@ -66,7 +83,10 @@ pub fn generate(kind: KeyKind, hosts: &[&str], days: u32) -> Result<(X509, PKey<
     }
     let usage = usage.build().map_err(e("extension"))?;
     b.append_extension(&usage).map_err(e("extension"))?;
-    let eku = ExtendedKeyUsage::new().server_auth().build().map_err(e("extension"))?;
+    let eku = ExtendedKeyUsage::new()
+        .server_auth()
+        .build()
+        .map_err(e("extension"))?;
     b.append_extension(&eku).map_err(e("extension"))?;
     let mut san = SubjectAlternativeName::new();
     for h in hosts {
@@ -76,25 +96,40 @@ pub fn generate(kind: KeyKind, hosts: &[&str], days: u32) -> Result<(X509, PKey<
             san.dns(h);
         }
     }
-    let san = san.build(&b.x509v3_context(None, None)).map_err(e("subjectAltName"))?;
+    let san = san
+        .build(&b.x509v3_context(None, None))
+        .map_err(e("subjectAltName"))?;
     b.append_extension(&san).map_err(e("extension"))?;
-    b.sign(&key, MessageDigest::sha256()).map_err(e("signing"))?;
+    b.sign(&key, MessageDigest::sha256())
+        .map_err(e("signing"))?;
     Ok((b.build(), key))
 }
 
 /// Writes `stem.crt` (mode 0644) and `stem.key` (mode 0600) into `dir`.
-pub fn write_pair(dir: &Path, stem: &str, cert: &X509, key: &PKey<Private>) -> Result<(PathBuf, PathBuf), TlsError> {
+pub fn write_pair(
+    dir: &Path,
+    stem: &str,
+    cert: &X509,
+    key: &PKey<Private>,
+) -> Result<(PathBuf, PathBuf), TlsError> {
     let cert_path = dir.join(format!("{stem}.crt"));
     let key_path = dir.join(format!("{stem}.key"));
-    let cert_pem = cert.to_pem().map_err(TlsError::boring("encoding a certificate"))?;
-    let key_pem = key.private_key_to_pem_pkcs8().map_err(TlsError::boring("encoding a key"))?;
+    let cert_pem = cert
+        .to_pem()
+        .map_err(TlsError::boring("encoding a certificate"))?;
+    let key_pem = key
+        .private_key_to_pem_pkcs8()
+        .map_err(TlsError::boring("encoding a key"))?;
     write_file(&key_path, &key_pem, 0o600)?;
     write_file(&cert_path, &cert_pem, 0o644)?;
     Ok((cert_path, key_path))
 }
 
 fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
-    let io = |source| TlsError::Write { path: path.display().to_string(), source };
+    let io = |source| TlsError::Write {
+        path: path.display().to_string(),
+        source,
+    };
     let tmp = path.with_extension("tmp");
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(true);
@@ -104,7 +139,8 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
         opts.mode(mode);
         let mut f = opts.open(&tmp).map_err(io)?;
         // The mode passed to open is masked by the umask; set it exactly.
-        f.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(io)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(io)?;
         f.write_all(bytes).map_err(io)?;
         f.sync_all().map_err(io)?;
     }
@@ -121,11 +157,20 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
 /// `127.0.0.1` and `::1`. Kept across restarts; regenerated when missing, unreadable or
 /// within a week of expiry. Returns whether anything was generated.
 pub fn ensure_default_certificates(dir: &Path) -> Result<bool, TlsError> {
-    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write { path: dir.display().to_string(), source })?;
+    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
+        path: dir.display().to_string(),
+        source,
+    })?;
     let hosts = ["localhost", "127.0.0.1", "::1"];
     let mut generated = false;
-    for (stem, kind) in [("localhost-ecdsa", KeyKind::EcdsaP256), ("localhost-rsa", KeyKind::Rsa2048)] {
-        if still_good(&dir.join(format!("{stem}.crt")), &dir.join(format!("{stem}.key"))) {
+    for (stem, kind) in [
+        ("localhost-ecdsa", KeyKind::EcdsaP256),
+        ("localhost-rsa", KeyKind::Rsa2048),
+    ] {
+        if still_good(
+            &dir.join(format!("{stem}.crt")),
+            &dir.join(format!("{stem}.key")),
+        ) {
             continue;
         }
         let (cert, key) = generate(kind, &hosts, 365)?;
@@ -136,9 +181,16 @@ pub fn ensure_default_certificates(dir: &Path) -> Result<bool, TlsError> {
 }
 
 fn still_good(cert: &Path, key: &Path) -> bool {
-    let (Ok(cert), Ok(key)) = (std::fs::read(cert), std::fs::read(key)) else { return false };
-    let (Ok(cert), Ok(key)) = (X509::from_pem(&cert), PKey::private_key_from_pem(&key)) else { return false };
-    let matches = cert.public_key().map(|pk| pk.public_eq(&key)).unwrap_or(false);
+    let (Ok(cert), Ok(key)) = (std::fs::read(cert), std::fs::read(key)) else {
+        return false;
+    };
+    let (Ok(cert), Ok(key)) = (X509::from_pem(&cert), PKey::private_key_from_pem(&key)) else {
+        return false;
+    };
+    let matches = cert
+        .public_key()
+        .map(|pk| pk.public_eq(&key))
+        .unwrap_or(false);
     let week = Asn1Time::days_from_now(7).ok();
     let fresh = week.is_some_and(|w| cert.not_after() > w);
     matches && fresh

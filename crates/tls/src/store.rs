@@ -63,7 +63,11 @@ impl CertStore {
             None => None,
         }
         .unwrap_or_else(|| vec![credentials[&tls.default_certificate].clone()]);
-        Ok(CertStore { exact, wildcard, default })
+        Ok(CertStore {
+            exact,
+            wildcard,
+            default,
+        })
     }
 
     /// The credential set for an SNI name: exact match, then the wildcard one label up.

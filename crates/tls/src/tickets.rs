@@ -25,7 +25,11 @@ struct Key {
 
 impl Key {
     fn from_bytes(b: &[u8]) -> Key {
-        let mut k = Key { name: [0; 16], hmac: [0; 32], aes: [0; 32] };
+        let mut k = Key {
+            name: [0; 16],
+            hmac: [0; 32],
+            aes: [0; 32],
+        };
         k.name.copy_from_slice(&b[..16]);
         k.hmac.copy_from_slice(&b[16..48]);
         k.aes.copy_from_slice(&b[48..80]);
@@ -49,26 +53,39 @@ pub struct TicketKeys {
 impl std::fmt::Debug for TicketKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print key material.
-        f.debug_struct("TicketKeys").field("file", &self.file).finish_non_exhaustive()
+        f.debug_struct("TicketKeys")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
     }
 }
 
 impl TicketKeys {
     /// A ring of generated keys.
     pub fn generated() -> Result<Arc<Self>, TlsError> {
-        Ok(Arc::new(TicketKeys { keys: RwLock::new(vec![Key::random()?]), file: None }))
+        Ok(Arc::new(TicketKeys {
+            keys: RwLock::new(vec![Key::random()?]),
+            file: None,
+        }))
     }
 
     /// A ring read from `path`: one or more 80-byte keys, the first one encrypting.
     pub fn from_file(path: &Path) -> Result<Arc<Self>, TlsError> {
-        let ring = TicketKeys { keys: RwLock::new(Vec::new()), file: Some(path.to_path_buf()) };
+        let ring = TicketKeys {
+            keys: RwLock::new(Vec::new()),
+            file: Some(path.to_path_buf()),
+        };
         ring.reload()?;
         Ok(Arc::new(ring))
     }
 
     fn reload(&self) -> Result<(), TlsError> {
-        let Some(path) = &self.file else { return Ok(()) };
-        let bad = |reason: String| TlsError::TicketKeyFile { path: path.display().to_string(), reason };
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
+        let bad = |reason: String| TlsError::TicketKeyFile {
+            path: path.display().to_string(),
+            reason,
+        };
         let bytes = std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
         if bytes.is_empty() || bytes.len() % TICKET_KEY_LEN != 0 {
             return Err(bad(format!(
@@ -120,10 +137,14 @@ impl TicketKeys {
     ) -> TicketKeyCallbackResult {
         let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
         if encrypt {
-            let Some(key) = keys.first() else { return TicketKeyCallbackResult::Noop };
+            let Some(key) = keys.first() else {
+                return TicketKeyCallbackResult::Noop;
+            };
             name.copy_from_slice(&key.name);
             if boring::rand::rand_bytes(iv).is_err()
-                || cipher.init_encrypt(&Cipher::aes_256_cbc(), &key.aes, iv).is_err()
+                || cipher
+                    .init_encrypt(&Cipher::aes_256_cbc(), &key.aes, iv)
+                    .is_err()
                 || hmac.init(&key.hmac, &MessageDigest::sha256()).is_err()
             {
                 return TicketKeyCallbackResult::Error;
@@ -135,19 +156,32 @@ impl TicketKeys {
             return TicketKeyCallbackResult::Noop;
         };
         let key = &keys[pos];
-        if cipher.init_decrypt(&Cipher::aes_256_cbc(), &key.aes, iv).is_err()
+        if cipher
+            .init_decrypt(&Cipher::aes_256_cbc(), &key.aes, iv)
+            .is_err()
             || hmac.init(&key.hmac, &MessageDigest::sha256()).is_err()
         {
             return TicketKeyCallbackResult::Error;
         }
-        if pos == 0 { TicketKeyCallbackResult::Success } else { TicketKeyCallbackResult::DecryptSuccessRenew }
+        if pos == 0 {
+            TicketKeyCallbackResult::Success
+        } else {
+            TicketKeyCallbackResult::DecryptSuccessRenew
+        }
     }
 }
 
 /// Adapter with the exact signature `set_ticket_key_callback` wants.
 pub(crate) fn callback_for(
     ring: Arc<TicketKeys>,
-) -> impl Fn(&SslRef, &mut [u8; 16], &mut [u8; 16], &mut CipherCtxRef, &mut HmacCtxRef, bool) -> TicketKeyCallbackResult
+) -> impl Fn(
+    &SslRef,
+    &mut [u8; 16],
+    &mut [u8; 16],
+    &mut CipherCtxRef,
+    &mut HmacCtxRef,
+    bool,
+) -> TicketKeyCallbackResult
 + Send
 + Sync
 + 'static {

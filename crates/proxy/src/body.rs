@@ -1,0 +1,162 @@
+//! Body wrappers: a request body that enforces the size limit and counts bytes in, and a
+//! response body that counts bytes out and finishes the request's bookkeeping (access log,
+//! in-flight counters) when it ends or is dropped, so nothing leaks when a client goes away.
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
+
+/// Errors crossing body boundaries.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body type sent upstream and to clients.
+pub(crate) type ProxyBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+
+/// The request body exceeded the listener's `max_body_bytes`.
+#[derive(Debug, thiserror::Error)]
+#[error("request body exceeds the limit of {limit} bytes")]
+pub(crate) struct BodyTooLarge {
+    pub(crate) limit: u64,
+}
+
+pin_project! {
+    /// A client's request body on its way upstream: counts bytes, fails past `limit`.
+    pub(crate) struct LimitedBody<B> {
+        #[pin]
+        inner: B,
+        limit: u64,
+        seen: Arc<AtomicU64>,
+    }
+}
+
+impl<B> LimitedBody<B> {
+    pub(crate) fn new(inner: B, limit: u64, seen: Arc<AtomicU64>) -> Self {
+        LimitedBody { inner, limit, seen }
+    }
+}
+
+impl<B> Body for LimitedBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        match ready!(this.inner.poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    let total = this.seen.fetch_add(data.len() as u64, Ordering::Relaxed)
+                        + data.len() as u64;
+                    if total > *this.limit {
+                        return Poll::Ready(Some(Err(Box::new(BodyTooLarge {
+                            limit: *this.limit,
+                        }))));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(e)) => Poll::Ready(Some(Err(e.into()))),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Runs when a response has been sent completely, failed, or was abandoned by the client.
+pub(crate) trait OnDone: Send + 'static {
+    /// `bytes_out`: body bytes handed to the client connection; `complete`: whether the body
+    /// reached its end.
+    fn done(&mut self, bytes_out: u64, complete: bool);
+}
+
+pin_project! {
+    /// A response body on its way to the client.
+    pub(crate) struct TrackedBody<B: Body, D: OnDone> {
+        #[pin]
+        inner: B,
+        sent: u64,
+        on_done: Option<D>,
+    }
+
+    impl<B: Body, D: OnDone> PinnedDrop for TrackedBody<B, D> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(mut d) = this.on_done.take() {
+                // An empty body may be dropped without ever being polled: that is complete.
+                let complete = this.inner.as_ref().get_ref().is_end_stream();
+                d.done(*this.sent, complete);
+            }
+        }
+    }
+}
+
+impl<B: Body, D: OnDone> TrackedBody<B, D> {
+    pub(crate) fn new(inner: B, on_done: D) -> Self {
+        TrackedBody {
+            inner,
+            sent: 0,
+            on_done: Some(on_done),
+        }
+    }
+}
+
+impl<B, D> Body for TrackedBody<B, D>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+    D: OnDone,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        let polled = ready!(this.inner.poll_frame(cx));
+        match &polled {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    *this.sent += data.len() as u64;
+                }
+            }
+            None => {
+                if let Some(mut d) = this.on_done.take() {
+                    d.done(*this.sent, true);
+                }
+            }
+            Some(Err(_)) => {
+                if let Some(mut d) = this.on_done.take() {
+                    d.done(*this.sent, false);
+                }
+            }
+        }
+        Poll::Ready(polled.map(|r| r.map_err(Into::into)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

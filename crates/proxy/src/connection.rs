@@ -1,0 +1,266 @@
+//! Serving one client connection: TLS handshake, HTTP/1.1 or HTTP/2 by ALPN, and the
+//! connection's timers (request head deadline, keep-alive idle, graceful shutdown).
+
+use crate::handler::{ConnCtx, ListenerCtx, handle};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use sluice_tls::TlsInfo;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const NONE: u64 = u64::MAX;
+
+/// What the connection's timers need to know, updated by the handler and the I/O wrapper.
+#[derive(Debug)]
+pub(crate) struct ConnState {
+    born: Instant,
+    inflight: AtomicUsize,
+    /// When the last request started or finished (ms since `born`).
+    last_request_ms: AtomicU64,
+    /// When the first byte of a not-yet-complete request head arrived (HTTP/1 only).
+    head_started_ms: AtomicU64,
+}
+
+impl ConnState {
+    fn new() -> Self {
+        ConnState {
+            born: Instant::now(),
+            inflight: AtomicUsize::new(0),
+            last_request_ms: AtomicU64::new(0),
+            head_started_ms: AtomicU64::new(NONE),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
+    }
+
+    pub(crate) fn request_started(&self) {
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+        self.head_started_ms.store(NONE, Ordering::Relaxed);
+        self.last_request_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn request_finished(&self) {
+        self.inflight.fetch_sub(1, Ordering::Relaxed);
+        self.last_request_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    fn bytes_read(&self) {
+        if self.inflight.load(Ordering::Relaxed) == 0
+            && self.head_started_ms.load(Ordering::Relaxed) == NONE
+        {
+            self.head_started_ms.store(self.now_ms(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Wraps the client stream to notice when a new request head starts arriving.
+struct Watched<S> {
+    inner: S,
+    state: Arc<ConnState>,
+    http1: bool,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if self.http1 && buf.filled().len() > before {
+            self.state.bytes_read();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Signals a connection receives from its gateway.
+#[derive(Clone, Debug)]
+pub(crate) struct Signals {
+    /// Becomes true when the gateway starts a graceful shutdown.
+    pub(crate) draining: watch::Receiver<bool>,
+    /// Cancelled when the shutdown deadline has passed: close at once.
+    pub(crate) force: CancellationToken,
+}
+
+/// Serves one accepted connection to the end.
+pub(crate) async fn serve(
+    listener: Arc<ListenerCtx>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    signals: Signals,
+) {
+    let _ = tcp.set_nodelay(true);
+    let state = Arc::new(ConnState::new());
+    let cfg = &listener.config;
+    if let Some(acceptor) = &listener.tls {
+        let handshake = tokio::select! {
+            r = tokio::time::timeout(cfg.header_read_timeout, acceptor.accept(tcp)) => r,
+            () = signals.force.cancelled() => return,
+        };
+        let stream = match handshake {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(listener = %listener.name, %peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(listener = %listener.name, %peer, "TLS handshake timed out");
+                return;
+            }
+        };
+        let info = TlsInfo::from_ssl(stream.ssl());
+        let h2 = info.h2;
+        let io = Watched {
+            inner: stream,
+            state: state.clone(),
+            http1: !h2,
+        };
+        let ctx = Arc::new(ConnCtx {
+            listener: listener.clone(),
+            peer,
+            tls: Some(info),
+            state: state.clone(),
+        });
+        let mut builder = builder(&listener);
+        builder = if h2 {
+            builder.http2_only()
+        } else {
+            builder.http1_only()
+        };
+        run(&builder, io, ctx, signals).await;
+    } else {
+        // Cleartext: HTTP/1.1, or HTTP/2 with prior knowledge (h2c), as the listener allows.
+        let mut builder = builder(&listener);
+        if !cfg.h2 {
+            builder = builder.http1_only();
+        } else if !cfg.http1 {
+            builder = builder.http2_only();
+        }
+        // Prior-knowledge h2 is detected from the preface; until then assume HTTP/1.
+        let io = Watched {
+            inner: tcp,
+            state: state.clone(),
+            http1: cfg.http1,
+        };
+        let ctx = Arc::new(ConnCtx {
+            listener: listener.clone(),
+            peer,
+            tls: None,
+            state: state.clone(),
+        });
+        run(&builder, io, ctx, signals).await;
+    }
+}
+
+fn builder(listener: &ListenerCtx) -> auto::Builder<TokioExecutor> {
+    let cfg = &listener.config;
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        // hyper answers 431 itself when a head outgrows this buffer (minimum 8 KiB).
+        .max_buf_size(cfg.max_header_bytes.max(8192))
+        // The head deadline is enforced by `run`, which can tell idle from slow.
+        .header_read_timeout(None);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(cfg.max_header_bytes as u32)
+        .enable_connect_protocol();
+    b
+}
+
+async fn run<S>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: Watched<S>,
+    ctx: Arc<ConnCtx>,
+    mut signals: Signals,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let cfg = &ctx.listener.config;
+    let (keepalive, head_timeout) = (cfg.keepalive_timeout, cfg.header_read_timeout);
+    let state = ctx.state.clone();
+    let service = hyper::service::service_fn(move |req| handle(ctx.clone(), req));
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(conn);
+
+    let tick =
+        (keepalive.min(head_timeout) / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut timer = tokio::time::interval(tick);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut closing = *signals.draining.borrow();
+    if closing {
+        conn.as_mut().graceful_shutdown();
+    }
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "client connection ended with an error");
+                }
+                return;
+            }
+            () = signals.force.cancelled() => return,
+            changed = signals.draining.changed(), if !closing => {
+                if changed.is_err() || *signals.draining.borrow() {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+            _ = timer.tick(), if !closing => {
+                if state.inflight.load(Ordering::Relaxed) != 0 {
+                    continue;
+                }
+                let now = state.now_ms();
+                let head = state.head_started_ms.load(Ordering::Relaxed);
+                if head != NONE {
+                    if now.saturating_sub(head) >= head_timeout.as_millis() as u64 {
+                        tracing::debug!("request head not received in time; closing the connection");
+                        return;
+                    }
+                } else if now.saturating_sub(state.last_request_ms.load(Ordering::Relaxed)) >= keepalive.as_millis() as u64 {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,97 @@
+use http::StatusCode;
+
+/// Why the gateway could not start or a request could not be proxied.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// A listener could not bind its address.
+    #[error(
+        "listener `{listener}` cannot bind {address}: {source}; is another process using the port?"
+    )]
+    Bind {
+        /// Listener name.
+        listener: String,
+        /// Its address.
+        address: std::net::SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TLS could not be set up for a listener.
+    #[error("listener `{listener}`: {source}")]
+    Tls {
+        /// Listener name.
+        listener: String,
+        /// The TLS error.
+        #[source]
+        source: sluice_tls::TlsError,
+    },
+    /// The access log file could not be opened.
+    #[error("cannot open access log {path}: {source}")]
+    AccessLog {
+        /// The path.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How one request failed, mapped to the status the client gets. The one place where failures
+/// become HTTP responses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// No route matched (client's fault).
+    NoRoute,
+    /// Request head too large (client).
+    HeadersTooLarge,
+    /// Request body too large (client).
+    BodyTooLarge,
+    /// The request could not be understood (client).
+    BadRequest,
+    /// No server could be connected to (upstream).
+    UpstreamConnect,
+    /// A server accepted the request but failed before responding (upstream).
+    UpstreamError,
+    /// A server did not send response headers in time (upstream).
+    UpstreamTimeout,
+}
+
+impl Failure {
+    pub(crate) fn status(self) -> StatusCode {
+        match self {
+            Failure::NoRoute => StatusCode::NOT_FOUND,
+            Failure::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Failure::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Failure::BadRequest => StatusCode::BAD_REQUEST,
+            Failure::UpstreamConnect | Failure::UpstreamError => StatusCode::BAD_GATEWAY,
+            Failure::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    pub(crate) fn message(self) -> &'static str {
+        match self {
+            Failure::NoRoute => "no route matches this request\n",
+            Failure::HeadersTooLarge => "request header fields too large\n",
+            Failure::BodyTooLarge => "request body too large\n",
+            Failure::BadRequest => "bad request\n",
+            Failure::UpstreamConnect => "no upstream server could be reached\n",
+            Failure::UpstreamError => "the upstream server failed to respond\n",
+            Failure::UpstreamTimeout => "the upstream server did not respond in time\n",
+        }
+    }
+}
+
+/// Whether `err` or anything in its cause chain is a `T` (linkerd's `is_caused_by`).
+pub(crate) fn is_caused_by<T: std::error::Error + 'static>(
+    err: &(dyn std::error::Error + 'static),
+) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if e.is::<T>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}

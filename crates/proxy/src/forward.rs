@@ -1,0 +1,104 @@
+//! Request and response headers on their way through the proxy (RFC 9110 §7.6, NGINX's
+//! `proxy_set_header` defaults).
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use std::net::SocketAddr;
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the
+/// non-standard ones that NGINX also drops.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Removes hop-by-hop headers, including every header that `Connection` names.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+/// The `Upgrade` protocol of an HTTP/1.1 upgrade request (`Connection: upgrade`), if any.
+pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
+    let wants = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    wants
+        .then(|| headers.get(header::UPGRADE).cloned())
+        .flatten()
+}
+
+/// Adds X-Forwarded-For (appending to any received), X-Forwarded-Proto, X-Forwarded-Host,
+/// X-Real-IP, and, when enabled, RFC 7239 Forwarded.
+pub(crate) fn add_forwarding(
+    headers: &mut HeaderMap,
+    client: SocketAddr,
+    https: bool,
+    host: &str,
+    forwarded: bool,
+) {
+    let ip = client.ip().to_string();
+    let xff = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prev) if !prev.trim().is_empty() => format!("{prev}, {ip}"),
+        _ => ip.clone(),
+    };
+    let proto = if https { "https" } else { "http" };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        headers.insert(X_FORWARDED_FOR, v);
+    }
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    if let Ok(v) = HeaderValue::from_str(host) {
+        headers.insert(X_FORWARDED_HOST, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&ip) {
+        headers.insert(X_REAL_IP, v);
+    }
+    if forwarded {
+        let node = if client.is_ipv6() {
+            format!("\"[{ip}]\"")
+        } else {
+            ip
+        };
+        let mut element = format!("for={node};proto={proto}");
+        if !host.is_empty() && host.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+            element.push_str(&format!(";host=\"{host}\""));
+        }
+        let value = match headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
+            Some(prev) => format!("{prev}, {element}"),
+            None => element,
+        };
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(header::FORWARDED, v);
+        }
+    }
+}
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+/// Bytes a request head takes on the wire, roughly: request line plus `name: value\r\n`.
+pub(crate) fn head_size(method: &http::Method, uri: &http::Uri, headers: &HeaderMap) -> usize {
+    let line = method.as_str().len() + uri.to_string().len() + 12;
+    line + headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum::<usize>()
+}

@@ -1,0 +1,353 @@
+//! The proxy handler: one client request in, one response out.
+
+use crate::access_log::{AccessLog, Entry};
+use crate::body::{BodyTooLarge, LimitedBody, OnDone, ProxyBody, TrackedBody};
+use crate::connection::ConnState;
+use crate::error::{Failure, is_caused_by};
+use crate::forward::{add_forwarding, head_size, strip_hop_by_hop, upgrade_protocol};
+use crate::router::Router;
+use crate::upstream::{ActiveGuard, UpstreamGroup};
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use sluice_config::{Listener, PassHost, UpstreamProtocol};
+use sluice_tls::TlsInfo;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime};
+
+/// Everything a listener's requests share.
+#[derive(Debug)]
+pub(crate) struct ListenerCtx {
+    pub(crate) name: Arc<str>,
+    pub(crate) config: Listener,
+    pub(crate) router: Router,
+    pub(crate) tls: Option<sluice_tls::TlsAcceptor>,
+    pub(crate) upstreams: Arc<[Arc<UpstreamGroup>]>,
+    pub(crate) access_log: AccessLog,
+}
+
+/// One client connection.
+#[derive(Debug)]
+pub(crate) struct ConnCtx {
+    pub(crate) listener: Arc<ListenerCtx>,
+    pub(crate) peer: SocketAddr,
+    pub(crate) tls: Option<TlsInfo>,
+    pub(crate) state: Arc<ConnState>,
+}
+
+/// Finishes a request's bookkeeping when its response body is done or dropped.
+struct Done {
+    entry: Entry,
+    start: Instant,
+    bytes_in: Arc<AtomicU64>,
+    log: AccessLog,
+    state: Arc<ConnState>,
+    _server: Option<ActiveGuard>,
+}
+
+impl OnDone for Done {
+    fn done(&mut self, bytes_out: u64, complete: bool) {
+        self.entry.bytes_out = bytes_out;
+        self.entry.bytes_in = self.bytes_in.load(Ordering::Relaxed);
+        self.entry.duration = self.start.elapsed();
+        self.entry.aborted = !complete;
+        self.log.log(&self.entry);
+        self.state.request_finished();
+    }
+}
+
+fn protocol(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_2 => "HTTP/2.0",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_09 => "HTTP/0.9",
+        _ => "HTTP/1.1",
+    }
+}
+
+fn is_idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// hyper service entry point.
+pub(crate) async fn handle(
+    conn: Arc<ConnCtx>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    conn.state.request_started();
+    let start = Instant::now();
+    let listener = &conn.listener;
+    let host = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    let tls = conn.tls.as_ref();
+    let mut done = Done {
+        entry: Entry {
+            time: Some(SystemTime::now()),
+            client: Some(conn.peer),
+            listener: listener.name.clone(),
+            host: host.clone(),
+            method: req.method().to_string(),
+            path: req
+                .uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned(),
+            protocol: protocol(req.version()),
+            tls_version: tls.map_or("", |t| t.version),
+            tls_cipher: tls.map(|t| t.cipher.clone()).unwrap_or_default(),
+            tls_resumed: tls.map(|t| t.resumed),
+            ..Entry::default()
+        },
+        start,
+        bytes_in: Arc::new(AtomicU64::new(0)),
+        log: listener.access_log.clone(),
+        state: conn.state.clone(),
+        _server: None,
+    };
+
+    if head_size(req.method(), req.uri(), req.headers()) > listener.config.max_header_bytes {
+        return Ok(failure(done, Failure::HeadersTooLarge));
+    }
+    if req.version() == Version::HTTP_11 && host.is_empty() {
+        // RFC 9112 §3.2: a server MUST respond 400 to an HTTP/1.1 request without Host.
+        return Ok(failure(done, Failure::BadRequest));
+    }
+    let Some(route) = listener
+        .router
+        .find(&host, req.uri().path(), req.method(), req.headers())
+    else {
+        return Ok(failure(done, Failure::NoRoute));
+    };
+    done.entry.route = Some(route.name.clone());
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > listener.config.max_body_bytes) {
+        return Ok(failure(done, Failure::BodyTooLarge));
+    }
+    let group = listener.upstreams[route.upstream].clone();
+    Ok(proxy(conn.clone(), group, req, host, done).await)
+}
+
+async fn proxy(
+    conn: Arc<ConnCtx>,
+    group: Arc<UpstreamGroup>,
+    mut req: Request<Incoming>,
+    host: String,
+    mut done: Done,
+) -> Response<ProxyBody> {
+    let listener = &conn.listener;
+    let upgrade = if req.version() == Version::HTTP_11 {
+        upgrade_protocol(req.headers())
+    } else {
+        None
+    };
+    let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
+    let (parts, body) = req.into_parts();
+    let has_body = !body.is_end_stream();
+    // A request without a body can be sent again; one whose body is streaming cannot.
+    let retryable = is_idempotent(&parts.method) && !has_body;
+    let mut body = Some(LimitedBody::new(
+        body,
+        listener.config.max_body_bytes,
+        done.bytes_in.clone(),
+    ));
+    let wants_trailers = parts.headers.get_all(header::TE).iter().any(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+        })
+    });
+
+    let mut tried = Vec::with_capacity(2);
+    loop {
+        let Some(server) = group.pick(conn.peer.ip(), &tried) else {
+            return failure(done, Failure::UpstreamConnect);
+        };
+        tried.push(server.index);
+        let addr = server.server().addr;
+        done.entry.upstream = Some(addr);
+
+        let mut headers = parts.headers.clone();
+        strip_hop_by_hop(&mut headers);
+        if let Some(proto) = &upgrade {
+            headers.insert(header::UPGRADE, proto.clone());
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        if wants_trailers {
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+        let host_value = match &group.config.pass_host {
+            PassHost::Pass => host.clone(),
+            PassHost::Node => addr.to_string(),
+            PassHost::Rewrite(h) => h.clone(),
+        };
+        if let Ok(v) = HeaderValue::from_str(&host_value) {
+            headers.insert(header::HOST, v);
+        }
+        add_forwarding(
+            &mut headers,
+            conn.peer,
+            listener.tls.is_some(),
+            &host,
+            listener.config.forwarded_header,
+        );
+
+        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let Ok(uri) = Uri::builder()
+            .scheme("http")
+            .authority(addr.to_string())
+            .path_and_query(pq)
+            .build()
+        else {
+            return failure(done, Failure::BadRequest);
+        };
+        let upstream_body: ProxyBody = match body.take() {
+            Some(b) if !retryable => b.boxed(),
+            _ => Empty::new().map_err(|never| match never {}).boxed(),
+        };
+        let mut up_req = Request::new(upstream_body);
+        *up_req.method_mut() = parts.method.clone();
+        *up_req.uri_mut() = uri;
+        *up_req.version_mut() = match group.config.protocol {
+            UpstreamProtocol::Http1 => Version::HTTP_11,
+            UpstreamProtocol::H2 => Version::HTTP_2,
+        };
+        *up_req.headers_mut() = headers;
+
+        let sent = Instant::now();
+        let result =
+            tokio::time::timeout(group.config.response_timeout, group.client.request(up_req)).await;
+        match result {
+            Err(_elapsed) => {
+                group.mark_failed(server.index);
+                tracing::warn!(upstream = %group.config.name, %addr, timeout = ?group.config.response_timeout, "upstream response timed out");
+                return failure(done, Failure::UpstreamTimeout);
+            }
+            Ok(Err(e)) => {
+                if is_caused_by::<BodyTooLarge>(&e) {
+                    return failure(done, Failure::BodyTooLarge);
+                }
+                let connect = e.is_connect();
+                if connect {
+                    group.mark_failed(server.index);
+                }
+                let another = tried.len() < 2 && tried.len() < group.servers.len();
+                tracing::warn!(upstream = %group.config.name, %addr, error = %ErrorChain(&e), retry = retryable && another, "upstream request failed");
+                if retryable && another {
+                    continue;
+                }
+                return failure(
+                    done,
+                    if connect {
+                        Failure::UpstreamConnect
+                    } else {
+                        Failure::UpstreamError
+                    },
+                );
+            }
+            Ok(Ok(mut resp)) => {
+                server.server().succeeded();
+                done.entry.upstream_time = Some(sent.elapsed());
+                done.entry.status = resp.status().as_u16();
+                let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+                if let (true, Some(client_upgrade)) = (switching, client_upgrade) {
+                    let upstream_upgrade = hyper::upgrade::on(&mut resp);
+                    tokio::spawn(tunnel(client_upgrade, upstream_upgrade, addr));
+                } else {
+                    strip_hop_by_hop(resp.headers_mut());
+                }
+                let (mut rparts, rbody) = resp.into_parts();
+                rparts.version = parts.version;
+                done._server = Some(server);
+                return Response::from_parts(rparts, TrackedBody::new(rbody, done).boxed());
+            }
+        }
+    }
+}
+
+/// Copies bytes both ways between an upgraded client connection and upstream connection.
+async fn tunnel(
+    client: hyper::upgrade::OnUpgrade,
+    upstream: hyper::upgrade::OnUpgrade,
+    addr: SocketAddr,
+) {
+    let (client, upstream) = match tokio::try_join!(client, upstream) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::debug!(%addr, error = %e, "upgrade did not complete");
+            return;
+        }
+    };
+    let mut client = TokioIo::new(client);
+    let mut upstream = TokioIo::new(upstream);
+    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        tracing::debug!(%addr, error = %e, "upgraded connection ended with an error");
+    }
+}
+
+/// A short response for a request that failed before (or instead of) reaching a server.
+fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
+    let status = why.status();
+    done.entry.status = status.as_u16();
+    let http1 = done.entry.protocol != "HTTP/2.0";
+    let mut resp = Response::new(
+        TrackedBody::new(
+            Full::new(Bytes::from_static(why.message().as_bytes())),
+            done,
+        )
+        .boxed(),
+    );
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if http1
+        && matches!(
+            why,
+            Failure::HeadersTooLarge | Failure::BodyTooLarge | Failure::BadRequest
+        )
+    {
+        // The rest of the request was not read; do not try to reuse the connection.
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// Displays an error with its causes, `a: b: c`.
+struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cur = self.0.source();
+        while let Some(e) = cur {
+            write!(f, ": {e}")?;
+            cur = e.source();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,24 @@
+//! Sluice's data plane: listeners, the hyper HTTP/1.1 and HTTP/2 server, the router, upstream
+//! groups with load balancing and passive health, the proxy handler and the access log.
+//!
+//! Dependencies point one way: `proxy` reads a [`sluice_config::Snapshot`], asks
+//! `sluice_tls` for handshakes, and knows no offload engine by name.
+//!
+//! The entry point is [`Gateway::start`], which binds every listener of a snapshot and
+//! returns a [`Gateway`] handle for its addresses and for a graceful shutdown.
+
+mod access_log;
+mod balance;
+mod body;
+mod connection;
+mod error;
+mod forward;
+mod gateway;
+mod handler;
+mod router;
+mod upstream;
+
+pub use access_log::AccessLog;
+pub use error::ProxyError;
+pub use gateway::Gateway;
+pub use router::Router;
