@@ -57,6 +57,9 @@ struct RawConfig {
     certificates: Vec<RawCertificate>,
     upstreams: Vec<RawUpstream>,
     routes: Vec<RawRoute>,
+    /// Names of entries that failed to parse, by section: references to them are not
+    /// reported again as "not defined".
+    broken: HashMap<&'static str, HashSet<String>>,
 }
 
 const SECTIONS: &str =
@@ -100,10 +103,12 @@ impl Cx<'_> {
                 "global" => raw.global = self.section(value).unwrap_or_default(),
                 "log" => raw.log = self.section(value).unwrap_or_default(),
                 "dangerous" => raw.dangerous = self.section(value).unwrap_or_default(),
-                "listener" => raw.listeners = self.array(name, value),
-                "certificate" => raw.certificates = self.array(name, value),
-                "upstream" => raw.upstreams = self.array(name, value),
-                "route" => raw.routes = self.array(name, value),
+                "listener" => raw.listeners = self.array("listener", value, &mut raw.broken),
+                "certificate" => {
+                    raw.certificates = self.array("certificate", value, &mut raw.broken)
+                }
+                "upstream" => raw.upstreams = self.array("upstream", value, &mut raw.broken),
+                "route" => raw.routes = self.array("route", value, &mut raw.broken),
                 other => self.err(
                     key.span().start,
                     format!("unknown section `{other}`"),
@@ -127,12 +132,28 @@ impl Cx<'_> {
         }
     }
 
-    fn array<T: DeserializeOwned>(&mut self, name: &str, value: Spanned<DeValue<'_>>) -> Vec<T> {
+    fn array<T: DeserializeOwned>(
+        &mut self,
+        name: &'static str,
+        value: Spanned<DeValue<'_>>,
+        broken: &mut HashMap<&'static str, HashSet<String>>,
+    ) -> Vec<T> {
         let start = value.span().start;
         match value.into_inner() {
             DeValue::Array(items) => items
                 .into_iter()
-                .filter_map(|item| self.section(item))
+                .filter_map(|item| {
+                    let entry_name = item
+                        .get_ref()
+                        .get("name")
+                        .and_then(|n| n.get_ref().as_str())
+                        .map(str::to_owned);
+                    let parsed = self.section(item);
+                    if parsed.is_none() {
+                        broken.entry(name).or_default().extend(entry_name);
+                    }
+                    parsed
+                })
                 .collect(),
             _ => {
                 self.err(
@@ -180,8 +201,12 @@ impl Cx<'_> {
         let mut listeners = Vec::new();
         for l in &raw.listeners {
             self.unique(&mut listener_names, &l.name, "listener", listeners.len());
-            if let Some(listener) = self.listener(l, &cert_names, &raw.certificates) {
-                if let Some(other) = addresses.insert(listener.address, listener.name.clone()) {
+            if let Some(listener) = self.listener(l, &cert_names, &raw.certificates, &raw.broken) {
+                // Port 0 asks the OS for a free port, so it can never clash.
+                let clash = (listener.address.port() != 0)
+                    .then(|| addresses.insert(listener.address, listener.name.clone()))
+                    .flatten();
+                if let Some(other) = clash {
                     self.err_at(
                         &l.address,
                         format!(
@@ -206,7 +231,7 @@ impl Cx<'_> {
         let mut routes = Vec::new();
         for r in &raw.routes {
             self.unique(&mut route_names, &r.name, "route", routes.len());
-            if let Some(route) = self.route(r, &upstream_names, &listener_names) {
+            if let Some(route) = self.route(r, &upstream_names, &listener_names, &raw.broken) {
                 routes.push(route);
             }
         }
@@ -530,6 +555,7 @@ impl Cx<'_> {
         raw: &RawListener,
         cert_names: &HashMap<String, usize>,
         raw_certs: &[RawCertificate],
+        broken: &HashMap<&'static str, HashSet<String>>,
     ) -> Option<Listener> {
         let name = raw.name.get_ref().clone();
         let address = match raw.address.get_ref().parse::<SocketAddr>() {
@@ -572,7 +598,7 @@ impl Cx<'_> {
         let tls = raw
             .tls
             .as_ref()
-            .and_then(|t| self.listener_tls(&name, t, cert_names, raw_certs));
+            .and_then(|t| self.listener_tls(&name, t, cert_names, raw_certs, broken));
         let max_header_bytes = self
             .size(raw.max_header_bytes.as_ref())
             .unwrap_or(32 * 1024);
@@ -616,7 +642,9 @@ impl Cx<'_> {
         raw: &RawListenerTls,
         cert_names: &HashMap<String, usize>,
         raw_certs: &[RawCertificate],
+        broken: &HashMap<&'static str, HashSet<String>>,
     ) -> Option<TlsListener> {
+        let is_broken = |kind: &str, n: &str| broken.get(kind).is_some_and(|set| set.contains(n));
         let defined = || {
             let names: Vec<&str> = raw_certs
                 .iter()
@@ -636,6 +664,9 @@ impl Cx<'_> {
                     let found = cert_names.get(n.get_ref()).copied();
                     if found.is_none() {
                         ok = false;
+                        if is_broken("certificate", n.get_ref()) {
+                            return None;
+                        }
                         let msg = format!(
                             "listener `{listener}` uses certificate `{}`, which is not defined",
                             n.get_ref()
@@ -893,7 +924,9 @@ impl Cx<'_> {
         raw: &RawRoute,
         upstream_names: &HashMap<String, usize>,
         listener_names: &HashMap<String, usize>,
+        broken: &HashMap<&'static str, HashSet<String>>,
     ) -> Option<Route> {
+        let is_broken = |kind: &str, n: &str| broken.get(kind).is_some_and(|set| set.contains(n));
         let name = raw.name.get_ref().clone();
         let mut ok = true;
         let mut hosts = Vec::new();
@@ -973,6 +1006,9 @@ impl Cx<'_> {
         for l in raw.listeners.iter().flatten() {
             if !listener_names.contains_key(l.get_ref()) {
                 ok = false;
+                if is_broken("listener", l.get_ref()) {
+                    continue;
+                }
                 let known: Vec<&str> = listener_names.keys().map(String::as_str).collect();
                 self.err_at(
                     l,
@@ -986,7 +1022,7 @@ impl Cx<'_> {
             listeners.push(l.get_ref().clone());
         }
         let upstream = upstream_names.get(raw.upstream.get_ref()).copied();
-        if upstream.is_none() {
+        if upstream.is_none() && !is_broken("upstream", raw.upstream.get_ref()) {
             let mut known: Vec<&str> = upstream_names.keys().map(String::as_str).collect();
             known.sort_unstable();
             self.err_at(

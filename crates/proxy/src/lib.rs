@@ -22,3 +22,6 @@ pub use access_log::AccessLog;
 pub use error::ProxyError;
 pub use gateway::Gateway;
 pub use router::Router;
+
+#[cfg(test)]
+mod tests;

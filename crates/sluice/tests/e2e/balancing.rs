@@ -1,0 +1,174 @@
+use crate::support::*;
+use std::time::Duration;
+
+fn upstream_cfg(balance: &str, servers: &str) -> String {
+    format!(
+        r#"
+[log]
+access_log = "off"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "pool"
+balance = "{balance}"
+fail_timeout = "30s"
+connect_timeout = "2s"
+servers = [{servers}]
+[[route]]
+name = "all"
+upstream = "pool"
+"#
+    )
+}
+
+fn server(o: &Origin, weight: u32) -> String {
+    format!("{{ address = \"{}\", weight = {weight} }}", o.addr)
+}
+
+#[tokio::test]
+async fn round_robin_spreads_evenly() {
+    let os = [
+        Origin::start("0").await,
+        Origin::start("1").await,
+        Origin::start("2").await,
+    ];
+    let servers: Vec<String> = os.iter().map(|o| server(o, 1)).collect();
+    let gw = TestGateway::start(
+        &upstream_cfg("round_robin", &servers.join(", ")),
+        tempfile::tempdir().unwrap(),
+    )
+    .await;
+    for _ in 0..30 {
+        assert_eq!(http1_get(gw.addr("http"), "x", "/whoami").await.status, 200);
+    }
+    assert_eq!(
+        os.iter().map(Origin::hits).collect::<Vec<_>>(),
+        [10, 10, 10]
+    );
+}
+
+#[tokio::test]
+async fn weighted_round_robin_follows_weights() {
+    let os = [Origin::start("0").await, Origin::start("1").await];
+    let servers = format!("{}, {}", server(&os[0], 3), server(&os[1], 1));
+    let gw = TestGateway::start(
+        &upstream_cfg("weighted_round_robin", &servers),
+        tempfile::tempdir().unwrap(),
+    )
+    .await;
+    for _ in 0..40 {
+        http1_get(gw.addr("http"), "x", "/whoami").await;
+    }
+    assert_eq!(os.iter().map(Origin::hits).collect::<Vec<_>>(), [30, 10]);
+}
+
+#[tokio::test]
+async fn least_conn_avoids_the_busy_server() {
+    let os = [Origin::start("0").await, Origin::start("1").await];
+    let servers = format!("{}, {}", server(&os[0], 1), server(&os[1], 1));
+    let gw = TestGateway::start(
+        &upstream_cfg("least_conn", &servers),
+        tempfile::tempdir().unwrap(),
+    )
+    .await;
+    let addr = gw.addr("http");
+    // Occupy one server with a slow request, then see where quick ones go.
+    let slow = tokio::spawn(async move { http1_get(addr, "x", "/slow?ms=4000").await });
+    let busy = loop {
+        if let Some(i) = os.iter().position(|o| o.hits() == 1) {
+            break i;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    for _ in 0..6 {
+        let got = http1_get(addr, "x", "/whoami").await;
+        assert_eq!(
+            got.body,
+            (1 - busy).to_string(),
+            "quick requests avoid server {busy}"
+        );
+    }
+    assert_eq!(slow.await.unwrap().status, 200);
+}
+
+#[tokio::test]
+async fn ip_hash_keeps_a_client_on_one_server() {
+    let os = [
+        Origin::start("0").await,
+        Origin::start("1").await,
+        Origin::start("2").await,
+    ];
+    let servers: Vec<String> = os.iter().map(|o| server(o, 1)).collect();
+    let gw = TestGateway::start(
+        &upstream_cfg("ip_hash", &servers.join(", ")),
+        tempfile::tempdir().unwrap(),
+    )
+    .await;
+    let first = http1_get(gw.addr("http"), "x", "/whoami").await.body;
+    for _ in 0..15 {
+        assert_eq!(http1_get(gw.addr("http"), "x", "/whoami").await.body, first);
+    }
+    let mut hits: Vec<usize> = os.iter().map(Origin::hits).collect();
+    hits.sort_unstable();
+    assert_eq!(hits, [0, 0, 16]);
+}
+
+#[tokio::test]
+async fn a_refusing_server_is_retried_around_and_then_skipped() {
+    let dead = dead_port().await;
+    let live = Origin::start("live").await;
+    let servers = format!("{{ address = \"{dead}\" }}, {}", server(&live, 1));
+    let gw = TestGateway::start(
+        &upstream_cfg("round_robin", &servers),
+        tempfile::tempdir().unwrap(),
+    )
+    .await;
+    for _ in 0..10 {
+        let got = http1_get(gw.addr("http"), "x", "/whoami").await;
+        assert_eq!((got.status, got.body.as_str()), (200, "live"));
+    }
+    assert_eq!(live.hits(), 10);
+}
+
+#[tokio::test]
+async fn an_upstream_that_goes_away_mid_run_costs_no_request() {
+    let a = Origin::start("a").await;
+    let b = Origin::start("b").await;
+    let servers = format!("{}, {}", server(&a, 1), server(&b, 1));
+    let gw = TestGateway::start(
+        &upstream_cfg("round_robin", &servers),
+        tempfile::tempdir().unwrap(),
+    )
+    .await;
+    let addr = gw.addr("http");
+    // Keep-alive connections to both servers exist in the pool when b disappears.
+    let (mut sender, conn) = {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap()
+    };
+    tokio::spawn(conn);
+    let mut bodies = Vec::new();
+    for i in 0..40 {
+        if i == 10 {
+            b.stop();
+        }
+        let req = http::Request::get("/whoami")
+            .header("host", "x")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let got = collect(sender.send_request(req).await.unwrap()).await;
+        assert_eq!(got.status, 200, "request {i} failed: {}", got.body);
+        bodies.push(got.body);
+    }
+    assert!(
+        bodies[..10].contains(&"b".to_string()),
+        "b served before it went away"
+    );
+    assert!(
+        bodies[12..].iter().all(|b| b == "a"),
+        "only a serves after b went away: {bodies:?}"
+    );
+}

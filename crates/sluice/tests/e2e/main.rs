@@ -1,0 +1,14 @@
+//! End-to-end tests: real sockets on 127.0.0.1, real TLS (BoringSSL clients), real HTTP/1.1
+//! and HTTP/2, in-process origin servers. One test binary, as linkerd does.
+
+#![allow(
+    unreachable_pub,
+    reason = "test support items are shared between test modules"
+)]
+
+mod balancing;
+mod cli;
+mod http;
+mod routing;
+mod support;
+mod tls;

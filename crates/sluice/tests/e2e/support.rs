@@ -1,0 +1,362 @@
+//! Test support: origins, gateways on port 0, and real TLS/HTTP clients.
+
+use boring::ssl::{SslConnector, SslMethod, SslVerifyMode, SslVersion};
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use sluice_config::load_str;
+use sluice_proxy::{AccessLog, Gateway};
+use sluice_tls::selfsigned::{KeyKind, generate, write_pair};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+pub type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// An in-process origin server that names itself in every response.
+pub struct Origin {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicUsize>,
+    /// Released by a test to let `/hold` finish its body.
+    pub release: Arc<Notify>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Origin {
+    pub async fn start(name: &'static str) -> Origin {
+        Self::start_with(name, false).await
+    }
+
+    /// An origin that speaks cleartext HTTP/2 only (prior knowledge).
+    pub async fn start_h2(name: &'static str) -> Origin {
+        Self::start_with(name, true).await
+    }
+
+    async fn start_with(name: &'static str, h2_only: bool) -> Origin {
+        let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(Notify::new());
+        let (h, r) = (hits.clone(), release.clone());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            loop {
+                let mut stopped_accept = stopped.clone();
+                let accepted = tokio::select! {
+                    a = socket.accept() => a,
+                    _ = stopped_accept.wait_for(|s| *s) => return,
+                };
+                let Ok((tcp, _)) = accepted else { return };
+                let (h, r) = (h.clone(), r.clone());
+                let mut stopped_conn = stopped.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        h.fetch_add(1, Ordering::SeqCst);
+                        origin_respond(name, req, r.clone())
+                    });
+                    let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    if h2_only {
+                        b = b.http2_only();
+                    }
+                    tokio::select! {
+                        _ = b.serve_connection_with_upgrades(TokioIo::new(tcp), svc) => {}
+                        // Going away: drop the connection without a goodbye.
+                        _ = stopped_conn.wait_for(|s| *s) => {}
+                    }
+                });
+            }
+        });
+        Origin {
+            addr,
+            hits,
+            release,
+            stop,
+        }
+    }
+
+    /// Closes the listening socket and every open connection, like a crashed server.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+fn text(s: impl Into<Bytes>) -> Response<Body> {
+    Response::new(Full::new(s.into()).boxed())
+}
+
+async fn origin_respond(
+    name: &'static str,
+    req: Request<Incoming>,
+    release: Arc<Notify>,
+) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let param = |k: &str| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    Ok(match path.as_str() {
+        "/whoami" => text(name),
+        "/headers" => {
+            let map: serde_json::Map<String, serde_json::Value> = req
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
+                .collect();
+            let v =
+                serde_json::json!({ "version": format!("{:?}", req.version()), "headers": map });
+            text(v.to_string())
+        }
+        "/slow" => {
+            tokio::time::sleep(Duration::from_millis(param("ms").unwrap_or(1000))).await;
+            text(name)
+        }
+        "/upload" => {
+            let n = req
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes().len())
+                .unwrap_or(0);
+            text(format!("{name} got {n} bytes"))
+        }
+        "/hold" => {
+            // First chunk now, the rest only when the test says so.
+            let (mut tx, body) = http_body_util::Channel::<Bytes, Infallible>::new(2);
+            tokio::spawn(async move {
+                let _ = tx.send_data(Bytes::from_static(b"first chunk\n")).await;
+                release.notified().await;
+                let _ = tx.send_data(Bytes::from_static(b"second chunk\n")).await;
+            });
+            Response::new(body.boxed())
+        }
+        _ => text(format!("{name} {path}")),
+    })
+}
+
+/// A WebSocket echo server (raw TCP + tungstenite), as an upstream.
+pub async fn ws_echo_server() -> SocketAddr {
+    use futures_util::{SinkExt, StreamExt};
+    let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = socket.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    if msg.is_text() || msg.is_binary() {
+                        if ws.send(msg).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A port on which nothing listens (bound, then released).
+pub async fn dead_port() -> SocketAddr {
+    let s = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    s.local_addr().unwrap()
+}
+
+/// Certificates for tests, written once per test into its temp dir.
+pub fn write_cert(dir: &Path, stem: &str, kind: KeyKind, hosts: &[&str]) {
+    let (cert, key) = generate(kind, hosts, 30).unwrap();
+    write_pair(dir, stem, &cert, &key).unwrap();
+}
+
+/// A gateway started from TOML text; `{dir}` in the text is replaced by a temp dir that also
+/// holds the certificates the test wrote.
+pub struct TestGateway {
+    pub gateway: Option<Gateway>,
+    /// Kept so that certificate and key files live as long as the gateway.
+    _dir: tempfile::TempDir,
+}
+
+impl TestGateway {
+    pub async fn start(toml: &str, dir: tempfile::TempDir) -> TestGateway {
+        let text = toml.replace("{dir}", &dir.path().display().to_string());
+        let snapshot =
+            Arc::new(load_str(&text, "test.toml", dir.path()).unwrap_or_else(|e| panic!("{e}")));
+        let gateway = Gateway::start_with_log(snapshot, AccessLog::off())
+            .await
+            .unwrap();
+        TestGateway {
+            gateway: Some(gateway),
+            _dir: dir,
+        }
+    }
+
+    pub fn addr(&self, listener: &str) -> SocketAddr {
+        self.gateway.as_ref().unwrap().local_addr(listener).unwrap()
+    }
+
+    pub fn gateway(&self) -> &Gateway {
+        self.gateway.as_ref().unwrap()
+    }
+}
+
+/// What a TLS client saw.
+pub struct Handshake {
+    pub stream: tokio_boring::SslStream<TcpStream>,
+    pub key_bits: u32,
+    pub key_is_rsa: bool,
+    pub alpn_h2: bool,
+    /// Filled with the session (ticket) the server issues, once it has arrived.
+    pub session: Arc<std::sync::Mutex<Option<boring::ssl::SslSession>>>,
+}
+
+/// Options of a TLS client.
+#[derive(Clone, Default)]
+pub struct ClientOpts {
+    pub sni: Option<&'static str>,
+    pub alpn: Vec<&'static [u8]>,
+    /// e.g. "RSA-PSS+SHA256:RSA+SHA256" for a client without ECDSA.
+    pub sigalgs: Option<&'static str>,
+    pub max_version: Option<SslVersion>,
+    pub session: Option<boring::ssl::SslSession>,
+}
+
+pub async fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Handshake, String> {
+    let mut b = SslConnector::builder(SslMethod::tls()).unwrap();
+    b.set_verify(SslVerifyMode::NONE);
+    if !opts.alpn.is_empty() {
+        let mut wire = Vec::new();
+        for p in &opts.alpn {
+            wire.push(p.len() as u8);
+            wire.extend_from_slice(p);
+        }
+        b.set_alpn_protos(&wire).unwrap();
+    }
+    if let Some(s) = opts.sigalgs {
+        b.set_sigalgs_list(s).unwrap();
+    }
+    if let Some(v) = opts.max_version {
+        b.set_max_proto_version(Some(v)).unwrap();
+    }
+    let session = Arc::new(std::sync::Mutex::new(None));
+    let slot = session.clone();
+    b.set_session_cache_mode(boring::ssl::SslSessionCacheMode::CLIENT);
+    b.set_new_session_callback(move |_, s| {
+        *slot.lock().unwrap() = Some(s);
+    });
+    let connector = b.build();
+    let mut config = connector.configure().unwrap();
+    config.set_verify_hostname(false);
+    config.set_use_server_name_indication(opts.sni.is_some());
+    if let Some(session) = &opts.session {
+        #[allow(
+            unsafe_code,
+            reason = "the session comes from a connection with the same context settings"
+        )]
+        // SAFETY: the session was produced by a connector built the same way (same method).
+        unsafe {
+            config.set_session(session).unwrap();
+        }
+    }
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let stream = tokio_boring::connect(config, opts.sni.unwrap_or("ignored.invalid"), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let cert = stream
+        .ssl()
+        .peer_certificate()
+        .ok_or("no peer certificate")?;
+    let key = cert.public_key().unwrap();
+    Ok(Handshake {
+        key_bits: key.bits(),
+        key_is_rsa: key.rsa().is_ok(),
+        alpn_h2: stream.ssl().selected_alpn_protocol() == Some(b"h2"),
+        stream,
+        session,
+    })
+}
+
+/// A minimal response as the tests see it.
+#[derive(Debug)]
+pub struct Got {
+    pub status: u16,
+    pub version: http::Version,
+    pub body: String,
+}
+
+/// One HTTP/1.1 request on a fresh plain connection.
+pub async fn http1_get(addr: SocketAddr, host: &str, path: &str) -> Got {
+    let req = Request::get(path)
+        .header("host", host)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    http1_send(TcpStream::connect(addr).await.unwrap(), req).await
+}
+
+pub async fn http1_send<S>(io: S, req: Request<Full<Bytes>>) -> Got
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    collect(sender.send_request(req).await.unwrap()).await
+}
+
+pub async fn http2_send<S>(io: S, req: Request<Full<Bytes>>) -> Got
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    collect(sender.send_request(req).await.unwrap()).await
+}
+
+pub async fn collect(resp: Response<Incoming>) -> Got {
+    let (parts, body) = resp.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|c| String::from_utf8_lossy(&c.to_bytes()).into_owned())
+        .unwrap_or_default();
+    Got {
+        status: parts.status.as_u16(),
+        version: parts.version,
+        body,
+    }
+}
+
+/// Sends raw bytes on a fresh connection and returns everything read until the server closes
+/// or `limit` passes.
+pub async fn raw_exchange(addr: SocketAddr, bytes: &[u8], limit: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(limit, s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
