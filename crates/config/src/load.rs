@@ -440,14 +440,14 @@ impl Cx<'_> {
                 return None;
             }
         };
-        if let KeyType::Rsa(bits) = key_type {
-            if bits < 2048 {
-                self.err_at(
-                    &raw.key,
-                    format!("certificate `{name}`: RSA-{bits} is too weak"),
-                    "use an RSA key of at least 2048 bits",
-                );
-            }
+        if let KeyType::Rsa(bits) = key_type
+            && bits < 2048
+        {
+            self.err_at(
+                &raw.key,
+                format!("certificate `{name}`: RSA-{bits} is too weak"),
+                "use an RSA key of at least 2048 bits",
+            );
         }
 
         let hosts = match &raw.hosts {
@@ -602,14 +602,14 @@ impl Cx<'_> {
         let max_header_bytes = self
             .size(raw.max_header_bytes.as_ref())
             .unwrap_or(32 * 1024);
-        if let Some(v) = &raw.max_header_bytes {
-            if !(1024..=1 << 20).contains(&max_header_bytes) {
-                self.err_at(
-                    v,
-                    format!("listener `{name}`: max_header_bytes must be between 1k and 1m"),
-                    "NGINX's default is 32k",
-                );
-            }
+        if let Some(v) = &raw.max_header_bytes
+            && !(1024..=1 << 20).contains(&max_header_bytes)
+        {
+            self.err_at(
+                v,
+                format!("listener `{name}`: max_header_bytes must be between 1k and 1m"),
+                "NGINX's default is 32k",
+            );
         }
         let listener = Listener {
             name,
@@ -731,14 +731,14 @@ impl Cx<'_> {
         let max_version = self
             .choice(raw.max_version.as_ref(), "max_version", &versions)
             .unwrap_or(TlsVersion::V1_3);
-        if min_version > max_version {
-            if let Some(v) = &raw.min_version {
-                self.err_at(
-                    v,
-                    format!("listener `{listener}`: min_version is above max_version"),
-                    "make min_version at most max_version",
-                );
-            }
+        if min_version > max_version
+            && let Some(v) = &raw.min_version
+        {
+            self.err_at(
+                v,
+                format!("listener `{listener}`: min_version is above max_version"),
+                "make min_version at most max_version",
+            );
         }
         let ticket_key_file = raw.ticket_key_file.as_ref().and_then(|f| {
             let path = self.path(f.get_ref());

@@ -55,15 +55,11 @@ impl TlsAcceptor {
         let (offer_h2, offer_h1) = (listener.h2, listener.http1);
         b.set_alpn_select_callback(move |_, client| {
             let offered = |want: &[u8]| alpn_protocols(client).find(|p| *p == want);
-            if offer_h2 {
-                if let Some(p) = offered(b"h2") {
-                    return Ok(p);
-                }
+            if offer_h2 && let Some(p) = offered(b"h2") {
+                return Ok(p);
             }
-            if offer_h1 {
-                if let Some(p) = offered(b"http/1.1") {
-                    return Ok(p);
-                }
+            if offer_h1 && let Some(p) = offered(b"http/1.1") {
+                return Ok(p);
             }
             Err(AlpnError::NOACK)
         });

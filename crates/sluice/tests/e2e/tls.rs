@@ -302,3 +302,76 @@ async fn tickets_can_be_turned_off() {
         assert!(!resumed);
     }
 }
+
+#[tokio::test]
+async fn the_access_log_records_tls_and_upstream_facts() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.json");
+    let origin = Origin::start("logged").await;
+    write_cert(dir.path(), "c", KeyKind::EcdsaP256, &["a.test"]);
+    let cfg = format!(
+        r#"
+[log]
+access_log = '{log}'
+access_format = "json"
+[[listener]]
+name = "https"
+address = "127.0.0.1:0"
+[listener.tls]
+[[certificate]]
+name = "c"
+cert = "c.crt"
+key = "c.key"
+[[upstream]]
+name = "o"
+servers = [{{ address = "{origin}" }}]
+[[route]]
+name = "main"
+upstream = "o"
+"#,
+        log = log.display(),
+        origin = origin.addr
+    );
+    let snapshot = std::sync::Arc::new(sluice_config::load_str(&cfg, "t", dir.path()).unwrap());
+    let gw = sluice_proxy::Gateway::start(snapshot).await.unwrap();
+    let addr = gw.local_addr("https").unwrap();
+    let h = tls_connect(
+        addr,
+        &ClientOpts {
+            sni: Some("a.test"),
+            alpn: vec![b"h2"],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let req = http::Request::post("https://a.test/upload?x=1")
+        .body(Full::new(Bytes::from_static(b"12345")))
+        .unwrap();
+    assert_eq!(http2_send(h.stream, req).await.status, 200);
+    let mut line = String::new();
+    for _ in 0..500 {
+        line = std::fs::read_to_string(&log).unwrap_or_default();
+        if line.ends_with('\n') {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    assert_eq!(v["status"], 200);
+    assert_eq!(v["method"], "POST");
+    assert_eq!(v["path"], "/upload?x=1");
+    assert_eq!(v["host"], "a.test");
+    assert_eq!(v["protocol"], "HTTP/2.0");
+    assert_eq!(v["route"], "main");
+    assert_eq!(v["bytes_in"], 5);
+    assert_eq!(v["bytes_out"], "logged got 5 bytes".len());
+    assert_eq!(v["upstream"], origin.addr.to_string());
+    assert_eq!(v["tls_version"], "TLSv1.3");
+    assert_eq!(v["tls_resumed"], false);
+    assert!(v["tls_cipher"].as_str().unwrap().starts_with("TLS_"));
+    assert!(v["client"].as_str().unwrap().starts_with("127.0.0.1:"));
+    assert!(v["duration_ms"].as_f64().is_some() && v["upstream_ms"].as_f64().is_some());
+    gw.shutdown(std::time::Duration::from_secs(5)).await;
+}
