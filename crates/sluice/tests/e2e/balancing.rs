@@ -34,11 +34,7 @@ async fn round_robin_spreads_evenly() {
         Origin::start("2").await,
     ];
     let servers: Vec<String> = os.iter().map(|o| server(o, 1)).collect();
-    let gw = TestGateway::start(
-        &upstream_cfg("round_robin", &servers.join(", ")),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let gw = TestGateway::plain(&upstream_cfg("round_robin", &servers.join(", "))).await;
     for _ in 0..30 {
         assert_eq!(http1_get(gw.addr("http"), "x", "/whoami").await.status, 200);
     }
@@ -52,11 +48,7 @@ async fn round_robin_spreads_evenly() {
 async fn weighted_round_robin_follows_weights() {
     let os = [Origin::start("0").await, Origin::start("1").await];
     let servers = format!("{}, {}", server(&os[0], 3), server(&os[1], 1));
-    let gw = TestGateway::start(
-        &upstream_cfg("weighted_round_robin", &servers),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let gw = TestGateway::plain(&upstream_cfg("weighted_round_robin", &servers)).await;
     for _ in 0..40 {
         http1_get(gw.addr("http"), "x", "/whoami").await;
     }
@@ -67,11 +59,7 @@ async fn weighted_round_robin_follows_weights() {
 async fn least_conn_avoids_the_busy_server() {
     let os = [Origin::start("0").await, Origin::start("1").await];
     let servers = format!("{}, {}", server(&os[0], 1), server(&os[1], 1));
-    let gw = TestGateway::start(
-        &upstream_cfg("least_conn", &servers),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let gw = TestGateway::plain(&upstream_cfg("least_conn", &servers)).await;
     let addr = gw.addr("http");
     // Occupy one server with a slow request, then see where quick ones go.
     let slow = tokio::spawn(async move { http1_get(addr, "x", "/slow?ms=4000").await });
@@ -100,11 +88,7 @@ async fn ip_hash_keeps_a_client_on_one_server() {
         Origin::start("2").await,
     ];
     let servers: Vec<String> = os.iter().map(|o| server(o, 1)).collect();
-    let gw = TestGateway::start(
-        &upstream_cfg("ip_hash", &servers.join(", ")),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let gw = TestGateway::plain(&upstream_cfg("ip_hash", &servers.join(", "))).await;
     let first = http1_get(gw.addr("http"), "x", "/whoami").await.body;
     for _ in 0..15 {
         assert_eq!(http1_get(gw.addr("http"), "x", "/whoami").await.body, first);
@@ -119,11 +103,7 @@ async fn a_refusing_server_is_retried_around_and_then_skipped() {
     let dead = dead_port().await;
     let live = Origin::start("live").await;
     let servers = format!("{{ address = \"{dead}\" }}, {}", server(&live, 1));
-    let gw = TestGateway::start(
-        &upstream_cfg("round_robin", &servers),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let gw = TestGateway::plain(&upstream_cfg("round_robin", &servers)).await;
     for _ in 0..10 {
         let got = http1_get(gw.addr("http"), "x", "/whoami").await;
         assert_eq!((got.status, got.body.as_str()), (200, "live"));
@@ -136,20 +116,10 @@ async fn an_upstream_that_goes_away_mid_run_costs_no_request() {
     let a = Origin::start("a").await;
     let b = Origin::start("b").await;
     let servers = format!("{}, {}", server(&a, 1), server(&b, 1));
-    let gw = TestGateway::start(
-        &upstream_cfg("round_robin", &servers),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let gw = TestGateway::plain(&upstream_cfg("round_robin", &servers)).await;
     let addr = gw.addr("http");
     // Keep-alive connections to both servers exist in the pool when b disappears.
-    let (mut sender, conn) = {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-            .await
-            .unwrap()
-    };
-    tokio::spawn(conn);
+    let mut sender = http1_sender(addr).await;
     let mut bodies = Vec::new();
     for i in 0..40 {
         if i == 10 {

@@ -122,22 +122,15 @@ upstream = "o"
 #[tokio::test]
 async fn host_is_passed_or_set_per_upstream() {
     let origin = Origin::start("o").await;
-    let node = TestGateway::start(
-        &plain_cfg("", "pass_host = \"node\"", &one(&origin)),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let node = TestGateway::plain(&plain_cfg("", "pass_host = \"node\"", &one(&origin))).await;
     let got = http1_get(node.addr("http"), "client.test", "/headers").await;
     let seen: serde_json::Value = serde_json::from_str(&got.body).unwrap();
     assert_eq!(seen["headers"]["host"], origin.addr.to_string());
-    let rewrite = TestGateway::start(
-        &plain_cfg(
-            "",
-            "pass_host = \"rewrite\"\nupstream_host = \"app.internal\"",
-            &one(&origin),
-        ),
-        tempfile::tempdir().unwrap(),
-    )
+    let rewrite = TestGateway::plain(&plain_cfg(
+        "",
+        "pass_host = \"rewrite\"\nupstream_host = \"app.internal\"",
+        &one(&origin),
+    ))
     .await;
     let got = http1_get(rewrite.addr("http"), "client.test", "/headers").await;
     let seen: serde_json::Value = serde_json::from_str(&got.body).unwrap();
@@ -148,11 +141,7 @@ async fn host_is_passed_or_set_per_upstream() {
 #[tokio::test]
 async fn h2_upstreams_and_h2c_clients_work() {
     let origin = Origin::start_h2("h2-origin").await;
-    let gw = TestGateway::start(
-        &plain_cfg("", "protocol = \"h2\"", &one(&origin)),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let gw = TestGateway::plain(&plain_cfg("", "protocol = \"h2\"", &one(&origin))).await;
     // Prior-knowledge HTTP/2 from the client too.
     let tcp = tokio::net::TcpStream::connect(gw.addr("http"))
         .await
@@ -171,11 +160,7 @@ async fn websocket_upgrades_pass_through() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
     let ws = ws_echo_server().await;
-    let gw = TestGateway::start(
-        &plain_cfg("", "", &format!("{{ address = \"{ws}\" }}")),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let gw = TestGateway::plain(&plain_cfg("", "", &format!("{{ address = \"{ws}\" }}"))).await;
     let tcp = tokio::net::TcpStream::connect(gw.addr("http"))
         .await
         .unwrap();
@@ -194,19 +179,8 @@ async fn websocket_upgrades_pass_through() {
 #[tokio::test]
 async fn response_bodies_stream_before_the_origin_finishes() {
     let origin = Origin::start("o").await;
-    let gw = TestGateway::start(
-        &plain_cfg("", "", &one(&origin)),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
-    let tcp = tokio::net::TcpStream::connect(gw.addr("http"))
-        .await
-        .unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let gw = TestGateway::plain(&plain_cfg("", "", &one(&origin))).await;
+    let mut sender = http1_sender(gw.addr("http")).await;
     let req = http::Request::get("/hold")
         .header("host", "x")
         .body(Full::new(Bytes::new()))
@@ -228,14 +202,11 @@ async fn response_bodies_stream_before_the_origin_finishes() {
 #[tokio::test]
 async fn request_bodies_stream_upstream_and_limits_give_413_and_431() {
     let origin = Origin::start("o").await;
-    let gw = TestGateway::start(
-        &plain_cfg(
-            "max_body_bytes = \"64k\"\nmax_header_bytes = \"2k\"",
-            "",
-            &one(&origin),
-        ),
-        tempfile::tempdir().unwrap(),
-    )
+    let gw = TestGateway::plain(&plain_cfg(
+        "max_body_bytes = \"64k\"\nmax_header_bytes = \"2k\"",
+        "",
+        &one(&origin),
+    ))
     .await;
     let addr = gw.addr("http");
     // A chunked upload under the limit arrives whole.
@@ -247,12 +218,7 @@ async fn request_bodies_stream_upstream_and_limits_give_413_and_431() {
         .header("host", "x")
         .body(body)
         .unwrap();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let mut sender = http1_sender(addr).await;
     let got = collect(sender.send_request(req).await.unwrap()).await;
     assert_eq!(got.body, "o got 32768 bytes");
 
@@ -274,12 +240,7 @@ async fn request_bodies_stream_upstream_and_limits_give_413_and_431() {
         .header("host", "x")
         .body(StreamBody::new(futures_util::stream::iter(chunks)))
         .unwrap();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let mut sender = http1_sender(addr).await;
     let got = collect(sender.send_request(req).await.unwrap()).await;
     assert_eq!(got.status, 413);
 
@@ -310,11 +271,7 @@ async fn request_bodies_stream_upstream_and_limits_give_413_and_431() {
 #[tokio::test]
 async fn malformed_requests_get_400_and_leave_no_connection_behind() {
     let origin = Origin::start("o").await;
-    let gw = TestGateway::start(
-        &plain_cfg("", "", &one(&origin)),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let gw = TestGateway::plain(&plain_cfg("", "", &one(&origin))).await;
     let addr = gw.addr("http");
     let no_host = raw_exchange(addr, b"GET / HTTP/1.1\r\n\r\n", Duration::from_secs(10)).await;
     assert!(no_host.starts_with("HTTP/1.1 400"), "{no_host}");
@@ -348,18 +305,15 @@ async fn wait_until(mut cond: impl FnMut() -> bool) {
 #[tokio::test]
 async fn upstream_failures_map_to_502_and_504() {
     let dead = dead_port().await;
-    let gw = TestGateway::start(
-        &plain_cfg("", "", &format!("{{ address = \"{dead}\" }}")),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let gw = TestGateway::plain(&plain_cfg("", "", &format!("{{ address = \"{dead}\" }}"))).await;
     assert_eq!(http1_get(gw.addr("http"), "x", "/").await.status, 502);
 
     let origin = Origin::start("slow").await;
-    let gw = TestGateway::start(
-        &plain_cfg("", "response_timeout = \"300ms\"", &one(&origin)),
-        tempfile::tempdir().unwrap(),
-    )
+    let gw = TestGateway::plain(&plain_cfg(
+        "",
+        "response_timeout = \"300ms\"",
+        &one(&origin),
+    ))
     .await;
     assert_eq!(
         http1_get(gw.addr("http"), "x", "/slow?ms=5000")
@@ -377,14 +331,11 @@ async fn upstream_failures_map_to_502_and_504() {
 #[tokio::test]
 async fn slow_request_heads_and_idle_keepalive_connections_are_closed() {
     let origin = Origin::start("o").await;
-    let gw = TestGateway::start(
-        &plain_cfg(
-            "header_read_timeout = \"300ms\"\nkeepalive_timeout = \"300ms\"",
-            "",
-            &one(&origin),
-        ),
-        tempfile::tempdir().unwrap(),
-    )
+    let gw = TestGateway::plain(&plain_cfg(
+        "header_read_timeout = \"300ms\"\nkeepalive_timeout = \"300ms\"",
+        "",
+        &one(&origin),
+    ))
     .await;
     let addr = gw.addr("http");
     // Half a request head, then silence: the gateway closes without answering.
@@ -412,11 +363,7 @@ async fn slow_request_heads_and_idle_keepalive_connections_are_closed() {
 #[tokio::test]
 async fn graceful_shutdown_lets_in_flight_requests_finish() {
     let origin = Origin::start("o").await;
-    let mut gw = TestGateway::start(
-        &plain_cfg("", "", &one(&origin)),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let mut gw = TestGateway::plain(&plain_cfg("", "", &one(&origin))).await;
     let addr = gw.addr("http");
     let in_flight = tokio::spawn(async move { http1_get(addr, "x", "/slow?ms=700").await });
     while origin.hits() == 0 {
@@ -436,19 +383,10 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
 #[tokio::test]
 async fn shutdown_deadline_closes_what_is_left() {
     let origin = Origin::start("o").await;
-    let mut gw = TestGateway::start(
-        &plain_cfg("", "", &one(&origin)),
-        tempfile::tempdir().unwrap(),
-    )
-    .await;
+    let mut gw = TestGateway::plain(&plain_cfg("", "", &one(&origin))).await;
     let addr = gw.addr("http");
     let stuck = tokio::spawn(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
+        let mut sender = http1_sender(addr).await;
         let req = http::Request::get("/slow?ms=60000")
             .header("host", "x")
             .body(Full::new(Bytes::new()))

@@ -35,7 +35,7 @@ upstream = "a"
         a = a.addr,
         b = b.addr
     );
-    let gw = TestGateway::start(&cfg, tempfile::tempdir().unwrap()).await;
+    let gw = TestGateway::plain(&cfg).await;
     let addr = gw.addr("http");
     assert_eq!(http1_get(addr, "a.test", "/x").await.body, "A /x");
     assert_eq!(

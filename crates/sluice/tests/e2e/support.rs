@@ -209,6 +209,11 @@ impl TestGateway {
         }
     }
 
+    /// A gateway whose configuration needs no files.
+    pub async fn plain(toml: &str) -> TestGateway {
+        Self::start(toml, tempfile::tempdir().unwrap()).await
+    }
+
     pub fn addr(&self, listener: &str) -> SocketAddr {
         self.gateway.as_ref().unwrap().local_addr(listener).unwrap()
     }
@@ -309,6 +314,21 @@ pub async fn http1_get(addr: SocketAddr, host: &str, path: &str) -> Got {
         .body(Full::new(Bytes::new()))
         .unwrap();
     http1_send(TcpStream::connect(addr).await.unwrap(), req).await
+}
+
+/// An HTTP/1.1 client connection to `addr`, for several requests or streaming bodies.
+pub async fn http1_sender<B>(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<B>
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender
 }
 
 pub async fn http1_send<S>(io: S, req: Request<Full<Bytes>>) -> Got
