@@ -1,23 +1,52 @@
-//! One line per request, written by a dedicated thread so that a slow disk or a full pipe
-//! never stalls the event loop (lines are dropped and counted instead).
+//! One line per request, buffered like NGINX's `access_log … buffer=`: lines are appended to
+//! a shared buffer and written by a dedicated thread when 64 KiB have gathered or 200 ms have
+//! passed, so that the event loop never waits on a disk or a pipe and the writer does not wake
+//! per request. A buffer that grows past 8 MiB (a stuck sink) drops lines and counts them.
 
 use sluice_config::{AccessLogFormat, AccessLogTarget, LogConfig};
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
-/// Lines queued for the writer before new ones are dropped.
-const QUEUE: usize = 16 * 1024;
+/// Gathered bytes that wake the writer early.
+const FLUSH_AT: usize = 64 * 1024;
+/// Longest a line waits before it is written.
+const FLUSH_EVERY: Duration = Duration::from_millis(200);
+/// Pending bytes beyond which new lines are dropped.
+const MAX_PENDING: usize = 8 << 20;
 
 /// The access log sink. Cloning shares it.
 #[derive(Clone, Debug)]
 pub struct AccessLog {
-    tx: Option<SyncSender<String>>,
+    inner: Option<Arc<Inner>>,
     format: AccessLogFormat,
-    dropped: Arc<AtomicU64>,
+}
+
+struct Inner {
+    pending: Mutex<Vec<u8>>,
+    wake: Condvar,
+    sink: Mutex<Box<dyn Write + Send>>,
+    dropped: AtomicU64,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner").field("dropped", &self.dropped).finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    /// Writes out whatever is pending.
+    fn flush(&self) {
+        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut sink = self.sink.lock().unwrap_or_else(|e| e.into_inner());
+        if !batch.is_empty() {
+            let _ = sink.write_all(&batch);
+        }
+        let _ = sink.flush();
+    }
 }
 
 /// What is logged about one request.
@@ -46,60 +75,64 @@ pub(crate) struct Entry {
 impl AccessLog {
     /// Opens the sink described by `config` and starts its writer thread.
     pub fn open(config: &LogConfig) -> std::io::Result<Self> {
-        let writer: Box<dyn Write + Send> = match &config.access_log {
+        let sink: Box<dyn Write + Send> = match &config.access_log {
             AccessLogTarget::Off => return Ok(Self::off()),
             AccessLogTarget::Stdout => Box::new(std::io::stdout()),
             AccessLogTarget::Stderr => Box::new(std::io::stderr()),
-            AccessLogTarget::File(path) => Box::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)?,
-            ),
+            AccessLogTarget::File(path) => Box::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?),
         };
-        let (tx, rx) = sync_channel::<String>(QUEUE);
-        std::thread::Builder::new()
-            .name("sluice-access-log".into())
-            .spawn(move || {
-                let mut out = std::io::BufWriter::new(writer);
-                while let Ok(line) = rx.recv() {
-                    let _ = out.write_all(line.as_bytes());
-                    // Flush when the queue is drained, so lines appear promptly but batch under load.
-                    while let Ok(more) = rx.try_recv() {
-                        let _ = out.write_all(more.as_bytes());
+        let inner = Arc::new(Inner {
+            pending: Mutex::new(Vec::with_capacity(FLUSH_AT * 2)),
+            wake: Condvar::new(),
+            sink: Mutex::new(sink),
+            dropped: AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new().name("sluice-access-log".into()).spawn(move || {
+            while let Some(inner) = weak.upgrade() {
+                {
+                    let pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+                    if pending.len() < FLUSH_AT {
+                        let _ = inner.wake.wait_timeout(pending, FLUSH_EVERY);
                     }
-                    let _ = out.flush();
                 }
-            })?;
-        Ok(AccessLog {
-            tx: Some(tx),
-            format: config.access_format,
-            dropped: Arc::new(AtomicU64::new(0)),
-        })
+                inner.flush();
+            }
+        })?;
+        Ok(AccessLog { inner: Some(inner), format: config.access_format })
     }
 
     /// A sink that discards everything.
     pub fn off() -> Self {
-        AccessLog {
-            tx: None,
-            format: AccessLogFormat::Text,
-            dropped: Arc::new(AtomicU64::new(0)),
+        AccessLog { inner: None, format: AccessLogFormat::Text }
+    }
+
+    /// Lines dropped because the sink could not keep up.
+    pub fn dropped(&self) -> u64 {
+        self.inner.as_ref().map_or(0, |i| i.dropped.load(Ordering::Relaxed))
+    }
+
+    /// Writes out every line logged so far (at shutdown).
+    pub fn flush(&self) {
+        if let Some(inner) = &self.inner {
+            inner.flush();
         }
     }
 
-    /// Lines dropped because the writer could not keep up.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
-    }
-
     pub(crate) fn log(&self, e: &Entry) {
-        let Some(tx) = &self.tx else { return };
+        let Some(inner) = &self.inner else { return };
         let line = match self.format {
             AccessLogFormat::Text => text_line(e),
             AccessLogFormat::Json => json_line(e),
         };
-        if let Err(TrySendError::Full(_)) = tx.try_send(line) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.len() + line.len() > MAX_PENDING {
+            inner.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        pending.extend_from_slice(line.as_bytes());
+        if pending.len() >= FLUSH_AT {
+            inner.wake.notify_one();
         }
     }
 }

@@ -18,6 +18,9 @@ use tokio_util::sync::CancellationToken;
 
 const NONE: u64 = u64::MAX;
 
+/// Bytes gathered before a TLS write: one full-size TLS record.
+const TLS_WRITE_BUFFER: usize = 16 * 1024;
+
 /// What the connection's timers need to know, updated by the handler and the I/O wrapper.
 #[derive(Debug)]
 pub(crate) struct ConnState {
@@ -148,6 +151,9 @@ pub(crate) async fn serve(
         };
         let info = TlsInfo::from_ssl(stream.ssl());
         let h2 = info.h2;
+        // Coalesce hyper's writes (HTTP/2 writes a frame header and its data separately) so
+        // that one flush becomes one TLS record and one send(2), not several.
+        let stream = tokio::io::BufWriter::with_capacity(TLS_WRITE_BUFFER, stream);
         let io = Watched {
             inner: stream,
             state: state.clone(),

@@ -157,6 +157,7 @@ impl Gateway {
             self.force.cancel();
             self.connections.wait().await;
         }
+        self.access_log.flush();
         clean
     }
 }

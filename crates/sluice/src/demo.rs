@@ -131,7 +131,7 @@ static PAGE: OnceLock<Bytes> = OnceLock::new();
 
 /// The ~100 KiB HTML page: realistic English prose in sections, lists and a table, built once
 /// and deterministic so that compression benchmarks see the same bytes every run.
-fn page() -> &'static Bytes {
+pub(crate) fn page() -> &'static Bytes {
     PAGE.get_or_init(|| Bytes::from(build_page(100 * 1024)))
 }
 

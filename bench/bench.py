@@ -1,0 +1,539 @@
+#!/usr/bin/env python3
+"""Sluice versus NGINX, side by side, on the same pinned core.
+
+Both gateways run with the same certificates in front of the same origin (an NGINX serving
+static files), each as one process pinned with taskset to the gateway core (NGINX: one
+worker; Sluice: every thread). The load generators and the origin run on the other core.
+Every scenario runs several times, alternating the gateways, and the table shows the median
+with min-max, the gateways' CPU use, the load generator's, and the ratio Sluice/NGINX.
+
+Called by bench/run, which installs what this needs and builds the binaries.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SLUICE = ROOT / "target" / "release" / "sluice"
+LOADGEN = ROOT / "target" / "release" / "sluice-loadgen"
+TICK = os.sysconf("SC_CLK_TCK")
+
+ORIGIN_PORT = 18080
+NGINX_PORT = 18443
+SLUICE_PORT = 18444
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cores():
+    n = os.cpu_count() or 1
+    if n < 2:
+        log("warning: one core only: gateway and load generator share it")
+        return "0", "0"
+    return "0", "1"
+
+
+GW_CORE, LOAD_CORE = cores()
+
+
+def cpu_model():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+# ---------------------------------------------------------------- processes and CPU time
+
+def tree_cpu_seconds(pid):
+    """utime + stime of a process and its direct children (NGINX's workers), all threads."""
+    total = 0
+    pids = [pid]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                pids.append(int(entry))
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / TICK
+
+
+def children_cpu():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def wait_port(port, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+class Proc:
+    """A server we started: stopped by PID, and only ours."""
+
+    def __init__(self, name, argv, core, port, logfile):
+        self.name = name
+        self.out = open(logfile, "w")
+        self.p = subprocess.Popen(["taskset", "-c", core] + argv, stdout=self.out, stderr=subprocess.STDOUT)
+        try:
+            wait_port(port)
+        except RuntimeError:
+            self.stop()
+            raise RuntimeError(f"{name} did not start; see {logfile}")
+
+    def cpu(self):
+        return tree_cpu_seconds(self.p.pid)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.out.close()
+
+
+# ---------------------------------------------------------------- configurations
+
+def make_certs(d):
+    for kind, args in (("rsa", ["-newkey", "rsa:2048"]), ("ecdsa", ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"])):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-nodes", *args, "-keyout", f"{d}/{kind}.key", "-out", f"{d}/{kind}.crt",
+             "-days", "30", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+            check=True, capture_output=True)
+        os.chmod(f"{d}/{kind}.key", 0o600)
+
+
+def make_content(d):
+    www = Path(d) / "www"
+    www.mkdir()
+    line = b"Sluice benchmark body: 1 KiB of text for keep-alive requests per second.\n"
+    (www / "1k").write_bytes((line * 20)[:1024])
+    page = subprocess.run([str(SLUICE), "demo-page"], check=True, capture_output=True).stdout
+    (www / "page.html").write_bytes(page)
+    return len(page)
+
+
+NGINX_COMMON = """
+daemon off;
+master_process on;
+worker_processes 1;
+error_log {d}/{name}-error.log warn;
+pid {d}/{name}.pid;
+events {{ worker_connections 4096; multi_accept on; }}
+http {{
+    client_body_temp_path {d}/tmp-{name}-body;
+    proxy_temp_path {d}/tmp-{name}-proxy;
+    fastcgi_temp_path {d}/tmp-{name}-fcgi;
+    uwsgi_temp_path {d}/tmp-{name}-uwsgi;
+    scgi_temp_path {d}/tmp-{name}-scgi;
+    keepalive_requests 1000000;
+"""
+
+
+def nginx_origin_conf(d):
+    return NGINX_COMMON.format(d=d, name="origin") + f"""
+    access_log off;
+    types {{ text/html html; }}
+    default_type text/plain;
+    server {{
+        listen 127.0.0.1:{ORIGIN_PORT} reuseport backlog=4096;
+        root {d}/www;
+    }}
+}}
+"""
+
+
+def nginx_gateway_conf(d, cert):
+    return NGINX_COMMON.format(d=d, name="nginx") + f"""
+    log_format bench '$ssl_protocol $ssl_session_reused $status';
+    access_log {d}/nginx-access.log bench buffer=256k;
+    upstream origin {{ server 127.0.0.1:{ORIGIN_PORT}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{NGINX_PORT} ssl http2 backlog=4096;
+        ssl_certificate {d}/{cert}.crt;
+        ssl_certificate_key {d}/{cert}.key;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_session_tickets off;
+        ssl_session_cache off;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_set_header Host $host;
+        proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+        proxy_set_header X-Forwarded-Proto $scheme;
+        location / {{ proxy_pass http://origin; }}
+        location /gz1/ {{ gzip on; gzip_comp_level 1; gzip_types text/html; gzip_proxied any; proxy_pass http://origin/; }}
+        location /gz6/ {{ gzip on; gzip_comp_level 6; gzip_types text/html; gzip_proxied any; proxy_pass http://origin/; }}
+    }}
+}}
+"""
+
+
+def sluice_conf(d, cert):
+    return f"""
+[global]
+shutdown_timeout = "5s"
+[log]
+level = "warn"
+access_log = '{d}/sluice-access.log'
+[[listener]]
+name = "https"
+address = "127.0.0.1:{SLUICE_PORT}"
+[listener.tls]
+session_tickets = false
+[[certificate]]
+name = "{cert}"
+cert = '{d}/{cert}.crt'
+key = '{d}/{cert}.key'
+[[upstream]]
+name = "origin"
+keepalive = 64
+servers = [{{ address = "127.0.0.1:{ORIGIN_PORT}" }}]
+[[route]]
+name = "all"
+upstream = "origin"
+"""
+
+
+class Gateways:
+    """NGINX and Sluice with the same certificate, both pinned to the gateway core."""
+
+    def __init__(self, d, cert):
+        self.d = d
+        for f in ("nginx-access.log", "sluice-access.log"):
+            Path(d, f).unlink(missing_ok=True)
+        Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
+        Path(d, "sluice.toml").write_text(sluice_conf(d, cert))
+        self.procs = {
+            "nginx": Proc("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], GW_CORE, NGINX_PORT, f"{d}/nginx.out"),
+            "sluice": Proc("sluice", [str(SLUICE), "run", "--config", f"{d}/sluice.toml"], GW_CORE, SLUICE_PORT, f"{d}/sluice.out"),
+        }
+        self.ports = {"nginx": NGINX_PORT, "sluice": SLUICE_PORT}
+
+    def stop(self):
+        for p in self.procs.values():
+            p.stop()
+
+    def resumed_in_logs(self):
+        """Handshakes the servers logged as resumed (must be 0 in the full-handshake rows)."""
+        time.sleep(0.3)
+        n = 0
+        nginx_log = Path(self.d, "nginx-access.log")
+        if nginx_log.exists():
+            n += sum(1 for line in nginx_log.read_text().splitlines() if line.split()[1:2] == ["r"])
+        sluice_log = Path(self.d, "sluice-access.log")
+        if sluice_log.exists():
+            n += sluice_log.read_text().count("resumed=true")
+        return n
+
+
+# ---------------------------------------------------------------- load generators
+
+def run_load(argv):
+    """Runs a load generator on the load core; returns (stdout, its CPU seconds)."""
+    c0 = children_cpu()
+    out = subprocess.run(["taskset", "-c", LOAD_CORE] + argv, check=True, capture_output=True, text=True).stdout
+    return out, children_cpu() - c0
+
+
+def loadgen(mode, port, duration, extra):
+    out, cpu = run_load([str(LOADGEN), mode, "--addr", f"127.0.0.1:{port}", "--duration", f"{duration}s", *extra])
+    r = json.loads(out)
+    r["loadgen_cpu_s"] = cpu
+    return r
+
+
+H2LOAD_RE = {
+    "rate": re.compile(r"finished in [\d.]+s, ([\d.]+) req/s"),
+    "succeeded": re.compile(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded"),
+    "data": re.compile(r"traffic: .*? total, .*? headers \(space savings [\d.]+%\), [\d.]+[KMG]?B \((\d+)\) data"),
+}
+
+
+def h2load(port, duration, path, h1, clients, streams, headers=()):
+    argv = ["h2load", "-t", "1", "-c", str(clients), "-m", str(streams), "-D", str(max(1, round(duration)))]
+    if h1:
+        argv.append("--h1")
+    for h in headers:
+        argv += ["-H", h]
+    argv.append(f"https://127.0.0.1:{port}{path}")
+    out, cpu = run_load(argv)
+    r = {"loadgen_cpu_s": cpu}
+    m = H2LOAD_RE["rate"].search(out)
+    r["rate"] = float(m.group(1)) if m else 0.0
+    m = H2LOAD_RE["succeeded"].search(out)
+    r["completed"] = int(m.group(1)) if m else 0
+    m = H2LOAD_RE["data"].search(out)
+    r["bytes_per_response"] = int(m.group(1)) / max(r["completed"], 1) if m else 0.0
+    r["seconds"] = duration
+    return r
+
+
+# ---------------------------------------------------------------- scenarios
+
+def scenarios(page_len):
+    """(name, cert, what, runner(port, duration) -> result dict, gateways)"""
+    s = []
+    for cert, label in (("rsa", "RSA-2048"), ("ecdsa", "ECDSA P-256")):
+        for tls in ("1.2", "1.3"):
+            s.append({
+                "name": f"full handshakes/s, {label}, TLS {tls}",
+                "cert": cert, "metric": "conn/s", "full_handshake": True,
+                "run": lambda port, dur, tls=tls: loadgen("handshake", port, dur, ["--tls", tls, "--path", "/1k", "--concurrency", "32"]),
+            })
+    s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1", "cert": "rsa", "metric": "req/s",
+              "run": lambda port, dur: h2load(port, dur, "/1k", True, 32, 1)})
+    s.append({"name": "keep-alive req/s, 1 KiB, HTTP/2", "cert": "rsa", "metric": "req/s",
+              "run": lambda port, dur: h2load(port, dur, "/1k", False, 4, 16)})
+    for level in (1, 6):
+        s.append({"name": f"gzip {page_len // 1024} KiB HTML, NGINX level {level} (Sluice: no compression yet)",
+                  "cert": "rsa", "metric": "req/s", "gzip": True,
+                  "run": lambda port, dur, level=level: h2load(
+                      port, dur, f"/gz{level}/page.html" if port == NGINX_PORT else "/page.html", True, 16, 1,
+                      ["Accept-Encoding: gzip"])})
+    s.append({"name": "keep-alive p99 ms under a handshake storm (RSA, TLS 1.3)", "cert": "rsa", "metric": "p99 ms",
+              "lower_is_better": True,
+              "run": lambda port, dur: loadgen("latency", port, dur, ["--tls", "1.3", "--path", "/1k", "--keepalive", "4", "--storm", "32"])})
+    return s
+
+
+def measure(gw, origin, which, sc, duration):
+    proc = gw.procs[which]
+    cpu0, origin0 = proc.cpu(), origin.cpu()
+    t0 = time.time()
+    r = sc["run"](gw.ports[which], duration)
+    wall = time.time() - t0
+    r["gateway_cpu_s"] = proc.cpu() - cpu0
+    r["origin_cpu_s"] = origin.cpu() - origin0
+    r["wall_s"] = wall
+    r["gateway_util"] = r["gateway_cpu_s"] / wall
+    r["loadgen_util"] = r["loadgen_cpu_s"] / wall
+    # The load core also runs the origin: what it had left decides who was the bottleneck.
+    r["load_core_util"] = (r["loadgen_cpu_s"] + r["origin_cpu_s"]) / wall
+    if sc["metric"] == "p99 ms":
+        r["value"] = r["p99_ms"]
+    else:
+        r["value"] = r["rate"]
+    if r.get("rate"):
+        r["gateway_cpu_s_per_1k"] = r["gateway_cpu_s"] / (r["rate"] * wall / 1000)
+    return r
+
+
+def summarize(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def fmt(x):
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="3 runs of 2 s per scenario (under 3 minutes)")
+    ap.add_argument("--smoke", action="store_true", help="1 run of about 1 s per scenario, to keep the harness working")
+    ap.add_argument("--runs", type=int)
+    ap.add_argument("--duration", type=float)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--only", help="run only scenarios whose name contains this text")
+    args = ap.parse_args()
+    runs, duration = (5, 8.0)
+    if args.quick:
+        runs, duration = (3, 2.0)
+    if args.smoke:
+        runs, duration = (1, 1.0)
+    runs = args.runs or runs
+    duration = args.duration or duration
+
+    d = tempfile.mkdtemp(prefix="sluice-bench-")
+    os.chmod(d, 0o755)  # NGINX workers run as nobody and must read the static files
+    log(f"bench: working in {d}; gateway core {GW_CORE}, load core {LOAD_CORE}; {runs} run(s) x {duration:g} s")
+    make_certs(d)
+    page_len = make_content(d)
+    Path(d, "origin.conf").write_text(nginx_origin_conf(d))
+    origin = Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], LOAD_CORE, ORIGIN_PORT, f"{d}/origin.out")
+    results = []
+    try:
+        all_sc = [s for s in scenarios(page_len) if not args.only or args.only in s["name"]]
+        for cert in ("rsa", "ecdsa"):
+            group = [s for s in all_sc if s["cert"] == cert]
+            if not group:
+                continue
+            gw = Gateways(d, cert)
+            try:
+                for sc in group:
+                    row = {"name": sc["name"], "metric": sc["metric"], "runs": {"nginx": [], "sluice": []}}
+                    for i in range(runs):
+                        order = ("nginx", "sluice") if i % 2 == 0 else ("sluice", "nginx")
+                        for which in order:
+                            r = measure(gw, origin, which, sc, duration)
+                            row["runs"][which].append(r)
+                            log(f"  {sc['name']} [{which} run {i + 1}]: {fmt(r['value'])} {sc['metric']}, "
+                                f"gateway CPU {r['gateway_util']:.0%}, load core CPU {r['load_core_util']:.0%} "
+                                f"(load generator {r['loadgen_util']:.0%})"
+                                + (f"; first error: {r['first_error']}" if r.get("first_error") else ""))
+                    if sc.get("full_handshake"):
+                        resumed = sum(r.get("resumed", 0) for w in row["runs"].values() for r in w)
+                        row["resumed_handshakes"] = resumed + gw.resumed_in_logs()
+                        row["all_full_handshakes"] = row["resumed_handshakes"] == 0
+                    row["lower_is_better"] = sc.get("lower_is_better", False)
+                    row["gzip"] = sc.get("gzip", False)
+                    results.append(row)
+            finally:
+                gw.stop()
+    finally:
+        origin.stop()
+
+    report = render(results, runs, duration)
+    print(report)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
+    kind = "smoke" if args.smoke else "quick" if args.quick else "full"
+    meta = {"date": stamp, "kind": kind, "cpu": cpu_model(), "gateway_core": GW_CORE, "load_core": LOAD_CORE,
+            "runs": runs, "duration_s": duration, "scenarios": results}
+    (out / f"{stamp}-{kind}.json").write_text(json.dumps(meta, indent=1, default=str))
+    (out / f"latest-{kind}.md").write_text(report + "\n")
+    (out / f"latest-{kind}.svg").write_text(chart(results, f"Sluice / NGINX, {cpu_model()}, {stamp} ({kind})"))
+    log(f"bench: wrote {out}/{stamp}-{kind}.json, latest-{kind}.md and latest-{kind}.svg")
+    bad = [r["name"] for r in results if r.get("all_full_handshakes") is False]
+    if bad:
+        log(f"bench: resumed handshakes found in: {bad}")
+        return 1
+    return 0
+
+
+def comparable(row):
+    """A compression row compares nothing while Sluice sends the body uncompressed."""
+    if not row["gzip"]:
+        return True
+    b = {w: statistics.median(r["bytes_per_response"] for r in row["runs"][w]) for w in ("nginx", "sluice")}
+    return b["sluice"] <= 1.1 * b["nginx"]
+
+
+def ratio(row):
+    n = statistics.median(r["value"] for r in row["runs"]["nginx"])
+    s = statistics.median(r["value"] for r in row["runs"]["sluice"])
+    if not n or not s or not comparable(row):
+        return None
+    return (n / s) if row["lower_is_better"] else (s / n)
+
+
+def bound(r):
+    """Who limited a run: the gateway core, the load core (load generator + origin), or neither."""
+    if r["gateway_util"] >= 0.85:
+        return ""
+    if r["load_core_util"] >= 0.85:
+        return " (load-core bound: load generator and origin)"
+    return " (neither core saturated)"
+
+
+def render(results, runs, duration):
+    lines = [
+        f"CPU: {cpu_model()}; date: {datetime.date.today()}; gateway on core {GW_CORE}, load generator and origin on core {LOAD_CORE}; "
+        f"median of {runs} run(s) of {duration:g} s, [min-max]",
+        "",
+        "| scenario | NGINX | Sluice | Sluice/NGINX | gateway CPU (N / S) | load core CPU (N / S) | notes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in results:
+        cells = []
+        for who in ("nginx", "sluice"):
+            vals = [r["value"] for r in row["runs"][who]]
+            s = summarize(vals)
+            cells.append(f"{fmt(s['median'])} [{fmt(s['min'])}-{fmt(s['max'])}] {row['metric']}")
+        rt = ratio(row)
+        util = lambda who, k: statistics.median(r[k] for r in row["runs"][who])
+        notes = []
+        for who in ("nginx", "sluice"):
+            b = bound(row["runs"][who][len(row["runs"][who]) // 2])
+            if b:
+                notes.append(f"{who}{b}")
+        if row.get("all_full_handshakes") is not None:
+            notes.append("all handshakes full" if row["all_full_handshakes"] else f"{row['resumed_handshakes']} RESUMED")
+        if row["gzip"]:
+            if not comparable(row):
+                notes.append("not comparable: Sluice does not compress yet")
+            for who in ("nginx", "sluice"):
+                bpr = statistics.median(r["bytes_per_response"] for r in row["runs"][who])
+                cpk = statistics.median(r.get("gateway_cpu_s_per_1k", 0) for r in row["runs"][who])
+                notes.append(f"{who}: {bpr / 1024:.1f} KiB/resp, {cpk:.3f} CPU-s/1k req")
+        if row["lower_is_better"]:
+            notes.append("ratio = NGINX/Sluice (lower latency is better)")
+        lines.append(
+            f"| {row['name']} | {cells[0]} | {cells[1]} | {'n/a' if rt is None else f'{rt:.2f}x'} | "
+            f"{util('nginx', 'gateway_util'):.0%} / {util('sluice', 'gateway_util'):.0%} | "
+            f"{util('nginx', 'load_core_util'):.0%} / {util('sluice', 'load_core_util'):.0%} | {'; '.join(notes)} |")
+    return "\n".join(lines)
+
+
+def chart(results, title):
+    """A horizontal bar chart of the ratios, with a line at 1.0 (parity)."""
+    rows = [(r["name"], ratio(r)) for r in results]
+    width, bar_h, left, top = 900, 26, 430, 40
+    scale_max = max([2.0] + [v for _, v in rows if v])
+    h = top + bar_h * len(rows) + 40
+    x = lambda v: left + (width - left - 40) * v / scale_max
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{h}" fill="white"/>',
+           f'<text x="10" y="22" font-size="14" font-weight="bold">{escape(title)}</text>']
+    for i, (name, v) in enumerate(rows):
+        y = top + i * bar_h
+        out.append(f'<text x="{left - 8}" y="{y + 17}" text-anchor="end">{escape(name[:70])}</text>')
+        if v:
+            color = "#2a9d8f" if v >= 1 else "#e76f51"
+            out.append(f'<rect x="{left}" y="{y + 5}" width="{x(v) - left:.1f}" height="{bar_h - 10}" fill="{color}"/>')
+            out.append(f'<text x="{x(v) + 4:.1f}" y="{y + 17}">{v:.2f}x</text>')
+        else:
+            out.append(f'<text x="{left + 4}" y="{y + 17}" fill="#888">n/a</text>')
+    out.append(f'<line x1="{x(1):.1f}" y1="{top}" x2="{x(1):.1f}" y2="{h - 30}" stroke="#333" stroke-dasharray="4 3"/>')
+    out.append(f'<text x="{x(1):.1f}" y="{h - 14}" text-anchor="middle">1.0 = parity with NGINX</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def escape(s):
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

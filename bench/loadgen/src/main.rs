@@ -1,0 +1,278 @@
+//! `sluice-loadgen`: the load generator of `bench/run`.
+//!
+//! Stock tools either reuse TLS sessions or cannot open a new connection per request fast
+//! enough from one core, so the handshake scenarios use this: every connection does a full
+//! handshake (no session cache, no tickets offered back), sends one request and closes. The
+//! `latency` mode measures keep-alive request latency while a storm of new handshakes runs,
+//! which is what an accelerator that keeps handshakes off the event loop should improve.
+//!
+//! Every loop is bounded by `--duration`; results are one JSON object on stdout.
+
+use anyhow::{Context, bail};
+use boring::ssl::{SslConnector, SslMethod, SslSessionCacheMode, SslVerifyMode, SslVersion};
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[derive(Parser, Debug)]
+#[command(about = "Load generator for Sluice's benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct Target {
+    /// Gateway address.
+    #[arg(long)]
+    addr: SocketAddr,
+    /// SNI and Host.
+    #[arg(long, default_value = "localhost")]
+    sni: String,
+    /// "1.2" or "1.3".
+    #[arg(long, default_value = "1.3")]
+    tls: String,
+    /// Request path.
+    #[arg(long, default_value = "/")]
+    path: String,
+    /// How long to run, e.g. "5s".
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+}
+
+#[derive(Subcommand, Debug)]
+enum Mode {
+    /// New connection, full handshake, one request, close; as fast as possible.
+    Handshake {
+        #[command(flatten)]
+        target: Target,
+        /// Connections in flight at once.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+    },
+    /// Keep-alive request latency while a handshake storm runs.
+    Latency {
+        #[command(flatten)]
+        target: Target,
+        /// Keep-alive connections measuring latency (sequential requests each).
+        #[arg(long, default_value_t = 4)]
+        keepalive: usize,
+        /// Connections of the handshake storm in flight at once (0: no storm).
+        #[arg(long, default_value_t = 64)]
+        storm: usize,
+    },
+}
+
+fn connector(tls: &str) -> anyhow::Result<SslConnector> {
+    let mut b = SslConnector::builder(SslMethod::tls())?;
+    b.set_verify(SslVerifyMode::NONE);
+    // Every connection must be a full handshake: no client session cache.
+    b.set_session_cache_mode(SslSessionCacheMode::OFF);
+    let v = match tls {
+        "1.2" => SslVersion::TLS1_2,
+        "1.3" => SslVersion::TLS1_3,
+        other => bail!("--tls {other}: use 1.2 or 1.3"),
+    };
+    b.set_min_proto_version(Some(v))?;
+    b.set_max_proto_version(Some(v))?;
+    b.set_alpn_protos(b"\x08http/1.1")?;
+    Ok(b.build())
+}
+
+async fn tls_connect(
+    connector: &SslConnector,
+    t: &Target,
+) -> anyhow::Result<tokio_boring::SslStream<TcpStream>> {
+    let tcp = TcpStream::connect(t.addr).await?;
+    tcp.set_nodelay(true)?;
+    let mut cfg = connector.configure()?;
+    cfg.set_verify_hostname(false);
+    Ok(tokio_boring::connect(cfg, &t.sni, tcp).await?)
+}
+
+/// One full handshake and one request; returns whether the session was (wrongly) resumed.
+async fn one_connection(connector: &SslConnector, t: &Target) -> anyhow::Result<bool> {
+    let mut s = tls_connect(connector, t).await?;
+    let resumed = s.ssl().session_reused();
+    let req = format!("GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.path, t.sni);
+    s.write_all(req.as_bytes()).await?;
+    let mut buf = Vec::with_capacity(4096);
+    s.read_to_end(&mut buf).await.or_else(|e| {
+        // Some servers close without close_notify after Connection: close.
+        if buf.is_empty() { Err(e) } else { Ok(0) }
+    })?;
+    if !buf.starts_with(b"HTTP/1.1 200") {
+        bail!("unexpected response: {:?}", String::from_utf8_lossy(&buf[..buf.len().min(80)]));
+    }
+    Ok(resumed)
+}
+
+#[derive(Default)]
+struct Counters {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    resumed: AtomicU64,
+    /// The first failure, to tell a broken setup from an overloaded one.
+    first_error: std::sync::Mutex<Option<String>>,
+}
+
+impl Counters {
+    fn fail(&self, why: String) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        self.first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(why);
+    }
+
+    fn first_error(&self) -> Option<String> {
+        self.first_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+async fn storm(connector: Arc<SslConnector>, t: Arc<Target>, n: usize, stop: Arc<AtomicBool>, c: Arc<Counters>, lat: Option<Arc<std::sync::Mutex<Vec<f64>>>>) {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (connector, t, stop, c, lat) = (connector.clone(), t.clone(), stop.clone(), c.clone(), lat.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let start = Instant::now();
+                match tokio::time::timeout(Duration::from_secs(10), one_connection(&connector, &t)).await {
+                    Ok(Ok(resumed)) => {
+                        c.ok.fetch_add(1, Ordering::Relaxed);
+                        if resumed {
+                            c.resumed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        mine.push(start.elapsed().as_secs_f64() * 1e3);
+                    }
+                    Ok(Err(e)) => c.fail(format!("{e:#}")),
+                    Err(_) => c.fail("no response within 10 s".into()),
+                }
+            }
+            if let Some(lat) = lat {
+                lat.lock().unwrap_or_else(|e| e.into_inner()).extend(mine);
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass; RUSAGE_SELF is always valid.
+    #[expect(unsafe_code, reason = "getrusage has no std wrapper")]
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+async fn keepalive_latency(connector: Arc<SslConnector>, t: Arc<Target>, stop: Arc<AtomicBool>) -> anyhow::Result<Vec<f64>> {
+    let s = tls_connect(&connector, &t).await.context("keep-alive connection")?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await?;
+    tokio::spawn(conn);
+    let mut lat = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let req = http::Request::get(t.path.as_str()).header("host", t.sni.as_str()).body(Empty::<Bytes>::new())?;
+        let start = Instant::now();
+        let resp = sender.send_request(req).await?;
+        if resp.status() != 200 {
+            bail!("keep-alive request got {}", resp.status());
+        }
+        resp.into_body().collect().await?;
+        lat.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(lat)
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // One thread: the load generator gets one core of its own in bench/run.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let out = rt.block_on(async move {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(Counters::default());
+        let cpu0 = cpu_seconds();
+        let start = Instant::now();
+        let result = match cli.mode {
+            Mode::Handshake { target, concurrency } => {
+                let connector = Arc::new(connector(&target.tls)?);
+                let duration = target.duration;
+                let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+                let t = Arc::new(target);
+                let run = tokio::spawn(storm(connector, t, concurrency, stop.clone(), counters.clone(), Some(lat.clone())));
+                tokio::time::sleep(duration).await;
+                stop.store(true, Ordering::Relaxed);
+                run.await?;
+                let elapsed = start.elapsed().as_secs_f64();
+                let mut l = lat.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                l.sort_by(f64::total_cmp);
+                let ok = counters.ok.load(Ordering::Relaxed);
+                serde_json::json!({
+                    "mode": "handshake",
+                    "completed": ok,
+                    "failed": counters.failed.load(Ordering::Relaxed),
+                    "resumed": counters.resumed.load(Ordering::Relaxed),
+                    "first_error": counters.first_error(),
+                    "seconds": elapsed,
+                    "rate": ok as f64 / elapsed,
+                    "p50_ms": percentile(&l, 0.5),
+                    "p99_ms": percentile(&l, 0.99),
+                })
+            }
+            Mode::Latency { target, keepalive, storm: storm_n } => {
+                let connector = Arc::new(connector(&target.tls)?);
+                let duration = target.duration;
+                let t = Arc::new(target);
+                let storm_task = tokio::spawn(storm(connector.clone(), t.clone(), storm_n, stop.clone(), counters.clone(), None));
+                let mut ka = Vec::new();
+                for _ in 0..keepalive {
+                    ka.push(tokio::spawn(keepalive_latency(connector.clone(), t.clone(), stop.clone())));
+                }
+                tokio::time::sleep(duration).await;
+                stop.store(true, Ordering::Relaxed);
+                let mut lat = Vec::new();
+                for k in ka {
+                    lat.extend(k.await??);
+                }
+                storm_task.await?;
+                let elapsed = start.elapsed().as_secs_f64();
+                lat.sort_by(f64::total_cmp);
+                serde_json::json!({
+                    "mode": "latency",
+                    "requests": lat.len(),
+                    "rate": lat.len() as f64 / elapsed,
+                    "p50_ms": percentile(&lat, 0.5),
+                    "p99_ms": percentile(&lat, 0.99),
+                    "storm_completed": counters.ok.load(Ordering::Relaxed),
+                    "storm_failed": counters.failed.load(Ordering::Relaxed),
+                    "first_error": counters.first_error(),
+                    "storm_rate": counters.ok.load(Ordering::Relaxed) as f64 / elapsed,
+                    "seconds": elapsed,
+                })
+            }
+        };
+        let mut result = result;
+        result["loadgen_cpu_s"] = serde_json::json!(cpu_seconds() - cpu0);
+        anyhow::Ok(result)
+    })?;
+    println!("{out}");
+    Ok(())
+}
