@@ -101,7 +101,10 @@ async fn tls_connect(
 async fn one_connection(connector: &SslConnector, t: &Target) -> anyhow::Result<bool> {
     let mut s = tls_connect(connector, t).await?;
     let resumed = s.ssl().session_reused();
-    let req = format!("GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", t.path, t.sni);
+    let req = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        t.path, t.sni
+    );
     s.write_all(req.as_bytes()).await?;
     let mut buf = Vec::with_capacity(4096);
     s.read_to_end(&mut buf).await.or_else(|e| {
@@ -109,7 +112,10 @@ async fn one_connection(connector: &SslConnector, t: &Target) -> anyhow::Result<
         if buf.is_empty() { Err(e) } else { Ok(0) }
     })?;
     if !buf.starts_with(b"HTTP/1.1 200") {
-        bail!("unexpected response: {:?}", String::from_utf8_lossy(&buf[..buf.len().min(80)]));
+        bail!(
+            "unexpected response: {:?}",
+            String::from_utf8_lossy(&buf[..buf.len().min(80)])
+        );
     }
     Ok(resumed)
 }
@@ -126,23 +132,44 @@ struct Counters {
 impl Counters {
     fn fail(&self, why: String) {
         self.failed.fetch_add(1, Ordering::Relaxed);
-        self.first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(why);
+        self.first_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(why);
     }
 
     fn first_error(&self) -> Option<String> {
-        self.first_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.first_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
-async fn storm(connector: Arc<SslConnector>, t: Arc<Target>, n: usize, stop: Arc<AtomicBool>, c: Arc<Counters>, lat: Option<Arc<std::sync::Mutex<Vec<f64>>>>) {
+async fn storm(
+    connector: Arc<SslConnector>,
+    t: Arc<Target>,
+    n: usize,
+    stop: Arc<AtomicBool>,
+    c: Arc<Counters>,
+    lat: Option<Arc<std::sync::Mutex<Vec<f64>>>>,
+) {
     let mut tasks = Vec::new();
     for _ in 0..n {
-        let (connector, t, stop, c, lat) = (connector.clone(), t.clone(), stop.clone(), c.clone(), lat.clone());
+        let (connector, t, stop, c, lat) = (
+            connector.clone(),
+            t.clone(),
+            stop.clone(),
+            c.clone(),
+            lat.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let start = Instant::now();
-                match tokio::time::timeout(Duration::from_secs(10), one_connection(&connector, &t)).await {
+                match tokio::time::timeout(Duration::from_secs(10), one_connection(&connector, &t))
+                    .await
+                {
                     Ok(Ok(resumed)) => {
                         c.ok.fetch_add(1, Ordering::Relaxed);
                         if resumed {
@@ -184,13 +211,21 @@ fn cpu_seconds() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
-async fn keepalive_latency(connector: Arc<SslConnector>, t: Arc<Target>, stop: Arc<AtomicBool>) -> anyhow::Result<Vec<f64>> {
-    let s = tls_connect(&connector, &t).await.context("keep-alive connection")?;
+async fn keepalive_latency(
+    connector: Arc<SslConnector>,
+    t: Arc<Target>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Vec<f64>> {
+    let s = tls_connect(&connector, &t)
+        .await
+        .context("keep-alive connection")?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await?;
     tokio::spawn(conn);
     let mut lat = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        let req = http::Request::get(t.path.as_str()).header("host", t.sni.as_str()).body(Empty::<Bytes>::new())?;
+        let req = http::Request::get(t.path.as_str())
+            .header("host", t.sni.as_str())
+            .body(Empty::<Bytes>::new())?;
         let start = Instant::now();
         let resp = sender.send_request(req).await?;
         if resp.status() != 200 {
@@ -205,19 +240,31 @@ async fn keepalive_latency(connector: Arc<SslConnector>, t: Arc<Target>, stop: A
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // One thread: the load generator gets one core of its own in bench/run.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let out = rt.block_on(async move {
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(Counters::default());
         let cpu0 = cpu_seconds();
         let start = Instant::now();
         let result = match cli.mode {
-            Mode::Handshake { target, concurrency } => {
+            Mode::Handshake {
+                target,
+                concurrency,
+            } => {
                 let connector = Arc::new(connector(&target.tls)?);
                 let duration = target.duration;
                 let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
                 let t = Arc::new(target);
-                let run = tokio::spawn(storm(connector, t, concurrency, stop.clone(), counters.clone(), Some(lat.clone())));
+                let run = tokio::spawn(storm(
+                    connector,
+                    t,
+                    concurrency,
+                    stop.clone(),
+                    counters.clone(),
+                    Some(lat.clone()),
+                ));
                 tokio::time::sleep(duration).await;
                 stop.store(true, Ordering::Relaxed);
                 run.await?;
@@ -237,14 +284,29 @@ fn main() -> anyhow::Result<()> {
                     "p99_ms": percentile(&l, 0.99),
                 })
             }
-            Mode::Latency { target, keepalive, storm: storm_n } => {
+            Mode::Latency {
+                target,
+                keepalive,
+                storm: storm_n,
+            } => {
                 let connector = Arc::new(connector(&target.tls)?);
                 let duration = target.duration;
                 let t = Arc::new(target);
-                let storm_task = tokio::spawn(storm(connector.clone(), t.clone(), storm_n, stop.clone(), counters.clone(), None));
+                let storm_task = tokio::spawn(storm(
+                    connector.clone(),
+                    t.clone(),
+                    storm_n,
+                    stop.clone(),
+                    counters.clone(),
+                    None,
+                ));
                 let mut ka = Vec::new();
                 for _ in 0..keepalive {
-                    ka.push(tokio::spawn(keepalive_latency(connector.clone(), t.clone(), stop.clone())));
+                    ka.push(tokio::spawn(keepalive_latency(
+                        connector.clone(),
+                        t.clone(),
+                        stop.clone(),
+                    )));
                 }
                 tokio::time::sleep(duration).await;
                 stop.store(true, Ordering::Relaxed);

@@ -33,7 +33,9 @@ struct Inner {
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inner").field("dropped", &self.dropped).finish_non_exhaustive()
+        f.debug_struct("Inner")
+            .field("dropped", &self.dropped)
+            .finish_non_exhaustive()
     }
 }
 
@@ -79,7 +81,12 @@ impl AccessLog {
             AccessLogTarget::Off => return Ok(Self::off()),
             AccessLogTarget::Stdout => Box::new(std::io::stdout()),
             AccessLogTarget::Stderr => Box::new(std::io::stderr()),
-            AccessLogTarget::File(path) => Box::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?),
+            AccessLogTarget::File(path) => Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            ),
         };
         let inner = Arc::new(Inner {
             pending: Mutex::new(Vec::with_capacity(FLUSH_AT * 2)),
@@ -88,28 +95,38 @@ impl AccessLog {
             dropped: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&inner);
-        std::thread::Builder::new().name("sluice-access-log".into()).spawn(move || {
-            while let Some(inner) = weak.upgrade() {
-                {
-                    let pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
-                    if pending.len() < FLUSH_AT {
-                        let _ = inner.wake.wait_timeout(pending, FLUSH_EVERY);
+        std::thread::Builder::new()
+            .name("sluice-access-log".into())
+            .spawn(move || {
+                while let Some(inner) = weak.upgrade() {
+                    {
+                        let pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+                        if pending.len() < FLUSH_AT {
+                            let _ = inner.wake.wait_timeout(pending, FLUSH_EVERY);
+                        }
                     }
+                    inner.flush();
                 }
-                inner.flush();
-            }
-        })?;
-        Ok(AccessLog { inner: Some(inner), format: config.access_format })
+            })?;
+        Ok(AccessLog {
+            inner: Some(inner),
+            format: config.access_format,
+        })
     }
 
     /// A sink that discards everything.
     pub fn off() -> Self {
-        AccessLog { inner: None, format: AccessLogFormat::Text }
+        AccessLog {
+            inner: None,
+            format: AccessLogFormat::Text,
+        }
     }
 
     /// Lines dropped because the sink could not keep up.
     pub fn dropped(&self) -> u64 {
-        self.inner.as_ref().map_or(0, |i| i.dropped.load(Ordering::Relaxed))
+        self.inner
+            .as_ref()
+            .map_or(0, |i| i.dropped.load(Ordering::Relaxed))
     }
 
     /// Writes out every line logged so far (at shutdown).

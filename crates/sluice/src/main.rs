@@ -58,7 +58,9 @@ fn main() -> ExitCode {
         }
         Command::DemoPage => {
             use std::io::Write;
-            std::io::stdout().write_all(demo::page()).map_err(Into::into)
+            std::io::stdout()
+                .write_all(demo::page())
+                .map_err(Into::into)
         }
     };
     match result {
