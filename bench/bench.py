@@ -375,7 +375,12 @@ def main():
     ap.add_argument("--duration", type=float)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--only", help="run only scenarios whose name contains this text")
+    ap.add_argument("--render", metavar="JSON", help="print the table of an earlier run's JSON file and exit")
     args = ap.parse_args()
+    if args.render:
+        meta = json.loads(Path(args.render).read_text())
+        print(render(meta["scenarios"], meta["runs"], meta["duration_s"], meta["cpu"], meta["date"]))
+        return 0
     runs, duration = (5, 8.0)
     if args.quick:
         runs, duration = (3, 2.0)
@@ -423,7 +428,7 @@ def main():
     finally:
         origin.stop()
 
-    report = render(results, runs, duration)
+    report = render(results, runs, duration, cpu_model(), datetime.date.today().isoformat())
     print(report)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -467,9 +472,9 @@ def bound(r):
     return " (neither core saturated)"
 
 
-def render(results, runs, duration):
+def render(results, runs, duration, cpu, date):
     lines = [
-        f"CPU: {cpu_model()}; date: {datetime.date.today()}; gateway on core {GW_CORE}, load generator and origin on core {LOAD_CORE}; "
+        f"CPU: {cpu}; date: {date[:10]}; gateway on core {GW_CORE}, load generator and origin on core {LOAD_CORE}; "
         f"median of {runs} run(s) of {duration:g} s, [min-max]",
         "",
         "| scenario | NGINX | Sluice | Sluice/NGINX | gateway CPU (N / S) | load core CPU (N / S) | notes |",
@@ -485,7 +490,7 @@ def render(results, runs, duration):
         util = lambda who, k: statistics.median(r[k] for r in row["runs"][who])
         notes = []
         for who in ("nginx", "sluice"):
-            b = bound(row["runs"][who][len(row["runs"][who]) // 2])
+            b = bound({k: util(who, k) for k in ("gateway_util", "load_core_util")})
             if b:
                 notes.append(f"{who}{b}")
         if row.get("all_full_handshakes") is not None:

@@ -208,8 +208,9 @@ fn builder(listener: &ListenerCtx) -> auto::Builder<TokioExecutor> {
         .header_read_timeout(None);
     b.http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(cfg.max_header_bytes as u32)
-        .enable_connect_protocol();
+        // Extended CONNECT (RFC 8441, WebSocket over HTTP/2) is not offered until it is
+        // tunnelled upstream; browsers then open an HTTP/1.1 connection for WebSockets.
+        .max_header_list_size(cfg.max_header_bytes as u32);
     b
 }
 

@@ -96,7 +96,10 @@ const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
 /// Bytes a request head takes on the wire, roughly: request line plus `name: value\r\n`.
 pub(crate) fn head_size(method: &http::Method, uri: &http::Uri, headers: &HeaderMap) -> usize {
-    let line = method.as_str().len() + uri.to_string().len() + 12;
+    let target = uri.scheme_str().map_or(0, |s| s.len() + 3)
+        + uri.authority().map_or(0, |a| a.as_str().len())
+        + uri.path_and_query().map_or(1, |p| p.as_str().len());
+    let line = method.as_str().len() + target + 12;
     line + headers
         .iter()
         .map(|(n, v)| n.as_str().len() + v.len() + 4)
