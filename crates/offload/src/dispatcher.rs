@@ -1,0 +1,199 @@
+use crate::{
+    Admission, Breaker, BreakerConfig, CountersSnapshot, Engine, EngineCounters, EngineError,
+    FallbackReason, Job, Reject,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Slot<J: Job> {
+    engine: Arc<dyn Engine<J>>,
+    breaker: Breaker,
+    counters: Arc<EngineCounters>,
+}
+
+/// Gives each job to the first engine of an ordered chain that accepts it, within a
+/// deadline, and falls back along the chain to a software engine that never rejects.
+pub struct Dispatcher<J: Job> {
+    chain: Vec<Slot<J>>,
+    software: Slot<J>,
+    deadline: Duration,
+}
+
+impl<J: Job> std::fmt::Debug for Dispatcher<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.chain.iter().map(|s| s.engine.name()).collect();
+        f.debug_struct("Dispatcher")
+            .field("chain", &names)
+            .field("software", &self.software.engine.name())
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+/// Builds a [`Dispatcher`].
+pub struct DispatcherBuilder<J: Job> {
+    chain: Vec<Arc<dyn Engine<J>>>,
+    software: Arc<dyn Engine<J>>,
+    deadline: Duration,
+    breaker: BreakerConfig,
+}
+
+impl<J: Job> DispatcherBuilder<J> {
+    /// A chain that ends in `software`, which must never reject (the `inline` engine).
+    pub fn new(software: Arc<dyn Engine<J>>) -> Self {
+        DispatcherBuilder {
+            chain: Vec::new(),
+            software,
+            deadline: Duration::from_millis(50),
+            breaker: BreakerConfig::default(),
+        }
+    }
+
+    /// Appends an engine to try before the software engine (in the order added).
+    pub fn engine(mut self, engine: Arc<dyn Engine<J>>) -> Self {
+        self.chain.push(engine);
+        self
+    }
+
+    /// How long an accepted job may take on an engine before it moves on.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Breaker settings for every engine of the chain.
+    pub fn breaker(mut self, config: BreakerConfig) -> Self {
+        self.breaker = config;
+        self
+    }
+
+    /// The dispatcher.
+    pub fn build(self) -> Dispatcher<J> {
+        let slot = |engine: Arc<dyn Engine<J>>, breaker| Slot {
+            counters: Arc::new(EngineCounters::new(engine.name())),
+            engine,
+            breaker: Breaker::new(breaker),
+        };
+        Dispatcher {
+            chain: self
+                .chain
+                .into_iter()
+                .map(|e| slot(e, self.breaker))
+                .collect(),
+            software: slot(self.software, self.breaker),
+            deadline: self.deadline,
+        }
+    }
+}
+
+/// Counts a job as in flight on an engine until it is resolved; dropped unresolved (the
+/// caller went away), it counts as abandoned.
+struct InFlight<'a> {
+    counters: &'a EngineCounters,
+    resolved: bool,
+}
+
+impl InFlight<'_> {
+    fn resolve(mut self) {
+        self.resolved = true;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.resolved {
+            self.counters.abandoned();
+        }
+    }
+}
+
+fn reason(r: Reject) -> FallbackReason {
+    match r {
+        Reject::Busy => FallbackReason::Busy,
+        Reject::Down => FallbackReason::Down,
+        Reject::Unsupported => FallbackReason::Unsupported,
+    }
+}
+
+impl<J: Job> Dispatcher<J> {
+    /// Runs `job` on the first engine that accepts and completes it in time; the software
+    /// engine runs it when every other engine refused, failed or was too slow. Dropping the
+    /// returned future abandons the job cleanly.
+    pub async fn run(&self, job: J) -> Result<J::Output, EngineError> {
+        for slot in &self.chain {
+            let admission = slot.breaker.admit(Instant::now());
+            if admission == Admission::Deny {
+                slot.counters.fell_back(FallbackReason::Down);
+                continue;
+            }
+            let pending = match slot.engine.submit(job.clone()) {
+                Ok(p) => p,
+                Err(r) => {
+                    if admission == Admission::Probe {
+                        slot.breaker.probe_not_sent(Instant::now());
+                    }
+                    slot.counters.fell_back(reason(r));
+                    continue;
+                }
+            };
+            slot.counters.submitted();
+            let guard = InFlight {
+                counters: &slot.counters,
+                resolved: false,
+            };
+            let start = Instant::now();
+            match tokio::time::timeout(self.deadline, pending).await {
+                Ok(Ok(out)) => {
+                    guard.resolve();
+                    slot.counters.completed(start.elapsed());
+                    slot.breaker.success();
+                    return Ok(out);
+                }
+                Ok(Err(_)) => {
+                    guard.resolve();
+                    slot.counters.failed();
+                    slot.breaker.failure(Instant::now());
+                    slot.counters.fell_back(FallbackReason::Error);
+                }
+                Err(_elapsed) => {
+                    // The engine may still answer; nobody listens any more.
+                    guard.resolve();
+                    slot.counters.failed();
+                    slot.breaker.failure(Instant::now());
+                    slot.counters.fell_back(FallbackReason::Deadline);
+                }
+            }
+        }
+        let s = &self.software;
+        let pending = s.engine.submit(job).map_err(|r| {
+            EngineError::Failed(format!("the software engine rejected a job ({r:?})"))
+        })?;
+        s.counters.submitted();
+        let guard = InFlight {
+            counters: &s.counters,
+            resolved: false,
+        };
+        let start = Instant::now();
+        let result = pending.await;
+        guard.resolve();
+        match &result {
+            Ok(_) => s.counters.completed(start.elapsed()),
+            Err(_) => s.counters.failed(),
+        }
+        result
+    }
+
+    /// The counters of every engine, chain order, software engine last.
+    pub fn counters(&self) -> Vec<CountersSnapshot> {
+        self.chain
+            .iter()
+            .chain(std::iter::once(&self.software))
+            .map(|s| s.counters.snapshot())
+            .collect()
+    }
+
+    /// Whether the breaker of the chain engine at `index` is open.
+    pub fn breaker_open(&self, index: usize) -> bool {
+        self.chain.get(index).is_some_and(|s| s.breaker.is_open())
+    }
+}

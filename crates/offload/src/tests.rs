@@ -1,0 +1,385 @@
+use crate::*;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The test job: square a number; odd and even numbers batch apart.
+#[derive(Clone, Debug)]
+struct Square(u64);
+
+impl Job for Square {
+    type Output = u64;
+    fn batch_key(&self) -> u64 {
+        self.0 % 2
+    }
+}
+
+fn square(j: &Square) -> Result<u64, EngineError> {
+    Ok(j.0 * j.0)
+}
+
+fn software() -> Arc<dyn Engine<Square>> {
+    Arc::new(Inline::new(square))
+}
+
+/// Runs the same checks against every engine that exists (rustls runs its API tests once
+/// per provider the same way).
+macro_rules! conformance {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test]
+            async fn computes_correct_results_directly_and_through_a_dispatcher() {
+                let engine: Arc<dyn Engine<Square>> = $make;
+                assert_eq!(engine.submit(Square(7)).unwrap().await, Ok(49));
+                let d = DispatcherBuilder::new(software())
+                    .engine(engine)
+                    .deadline(Duration::from_secs(5))
+                    .build();
+                for i in 0..50 {
+                    assert_eq!(d.run(Square(i)).await, Ok(i * i));
+                }
+                let c = &d.counters()[0];
+                assert_eq!((c.submitted, c.completed, c.in_flight), (50, 50, 0));
+                assert_eq!(
+                    d.counters()[1].submitted,
+                    0,
+                    "the software engine was not needed"
+                );
+            }
+
+            #[tokio::test]
+            async fn an_abandoned_job_leaks_nothing() {
+                let engine: Arc<dyn Engine<Square>> = $make;
+                let d = Arc::new(
+                    DispatcherBuilder::new(software())
+                        .engine(engine)
+                        .deadline(Duration::from_secs(5))
+                        .build(),
+                );
+                // Start jobs and drop their futures at once, before or while they run.
+                for i in 0..20 {
+                    let d = d.clone();
+                    let fut = async move { d.run(Square(i)).await };
+                    drop(tokio::spawn(fut));
+                }
+                let mut tasks = Vec::new();
+                for i in 0..20 {
+                    let d = d.clone();
+                    tasks.push(tokio::spawn(async move { d.run(Square(i)).await }));
+                }
+                for t in &tasks[..10] {
+                    t.abort();
+                }
+                for t in tasks.drain(10..) {
+                    assert!(t.await.unwrap().is_ok());
+                }
+                for _ in 0..500 {
+                    if d.counters().iter().all(|c| c.in_flight == 0) {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("jobs still counted in flight: {:?}", d.counters());
+            }
+        }
+    };
+}
+
+conformance!(inline, Arc::new(Inline::new(square)));
+conformance!(
+    pool,
+    Arc::new(Pool::new("test-pool", 2, 64, square).unwrap())
+);
+
+#[tokio::test]
+async fn pool_rejects_past_capacity_and_the_job_falls_back() {
+    let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let g = gate.clone();
+    let slow = move |j: &Square| {
+        let (lock, cv) = &*g;
+        let mut open = lock.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+        square(j)
+    };
+    let pool = Arc::new(Pool::new("slow-pool", 1, 1, slow).unwrap());
+    let first = pool.submit(Square(3)).unwrap();
+    assert_eq!(
+        pool.submit(Square(4)).err(),
+        Some(Reject::Busy),
+        "capacity 1 is taken"
+    );
+    let d = DispatcherBuilder::new(software())
+        .engine(pool.clone())
+        .build();
+    assert_eq!(
+        d.run(Square(5)).await,
+        Ok(25),
+        "the software engine took it"
+    );
+    let c = d.counters();
+    assert_eq!(c[0].fell_back(FallbackReason::Busy), 1);
+    assert_eq!(c[1].completed, 1);
+    *gate.0.lock().unwrap() = true;
+    gate.1.notify_all();
+    assert_eq!(first.await, Ok(9));
+}
+
+/// What the scripted engine does with the next job.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Step {
+    Ok,
+    Fail,
+    Wrong,
+    Busy,
+    Hang,
+}
+
+struct Scripted {
+    script: Mutex<VecDeque<Step>>,
+    then: Step,
+    accepted: AtomicUsize,
+    hung: Mutex<Vec<tokio::sync::oneshot::Sender<Result<u64, EngineError>>>>,
+}
+
+impl Scripted {
+    fn new(script: &[Step], then: Step) -> Arc<Self> {
+        Arc::new(Scripted {
+            script: Mutex::new(script.iter().copied().collect()),
+            then,
+            accepted: AtomicUsize::new(0),
+            hung: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+impl Engine<Square> for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    fn submit(&self, job: Square) -> Result<Pending<u64>, Reject> {
+        let step = self.script.lock().unwrap().pop_front().unwrap_or(self.then);
+        if step == Step::Busy {
+            return Err(Reject::Busy);
+        }
+        self.accepted.fetch_add(1, Ordering::SeqCst);
+        Ok(match step {
+            Step::Ok => Pending::ready(square(&job)),
+            Step::Fail => Pending::ready(Err(EngineError::Failed("scripted failure".into()))),
+            Step::Wrong => Pending::ready(Err(EngineError::WrongResult(
+                "signature does not verify".into(),
+            ))),
+            Step::Hang | Step::Busy => {
+                let (tx, pending) = completer();
+                self.hung.lock().unwrap().push(tx);
+                pending
+            }
+        })
+    }
+}
+
+fn breaker(failures: u32) -> BreakerConfig {
+    BreakerConfig {
+        failures,
+        backoff: Duration::from_millis(200),
+        max_backoff: Duration::from_secs(2),
+    }
+}
+
+#[tokio::test]
+async fn failures_open_the_breaker_then_a_probe_switches_traffic_back() {
+    let engine = Scripted::new(&[Step::Fail, Step::Fail, Step::Fail], Step::Ok);
+    let d = DispatcherBuilder::new(software())
+        .engine(engine.clone())
+        .breaker(breaker(3))
+        .build();
+    for i in 0..3 {
+        assert_eq!(
+            d.run(Square(i)).await,
+            Ok(i * i),
+            "failures fall back, the request does not fail"
+        );
+    }
+    assert!(d.breaker_open(0));
+    // While open, the engine is skipped without being asked.
+    for i in 0..5 {
+        assert_eq!(d.run(Square(i)).await, Ok(i * i));
+    }
+    assert_eq!(engine.accepted.load(Ordering::SeqCst), 3);
+    assert_eq!(d.counters()[0].fell_back(FallbackReason::Down), 5);
+    assert_eq!(d.counters()[0].fell_back(FallbackReason::Error), 3);
+    // After the back-off one probe goes through; it succeeds and traffic switches back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(d.run(Square(6)).await, Ok(36));
+    assert!(!d.breaker_open(0));
+    for i in 0..4 {
+        assert_eq!(d.run(Square(i)).await, Ok(i * i));
+    }
+    assert_eq!(engine.accepted.load(Ordering::SeqCst), 3 + 1 + 4);
+    assert_eq!(d.counters()[0].completed, 5);
+}
+
+#[tokio::test]
+async fn a_failed_probe_reopens_the_breaker() {
+    let engine = Scripted::new(&[Step::Fail, Step::Fail], Step::Ok);
+    let d = DispatcherBuilder::new(software())
+        .engine(engine.clone())
+        .breaker(breaker(1))
+        .build();
+    assert_eq!(d.run(Square(2)).await, Ok(4));
+    assert!(d.breaker_open(0));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        d.run(Square(3)).await,
+        Ok(9),
+        "the probe fails and falls back"
+    );
+    assert!(d.breaker_open(0), "open again");
+    assert_eq!(d.run(Square(4)).await, Ok(16));
+    assert_eq!(
+        engine.accepted.load(Ordering::SeqCst),
+        2,
+        "no job reached the engine while open"
+    );
+}
+
+#[tokio::test]
+async fn busy_engines_pass_the_job_down_the_chain() {
+    let first = Scripted::new(&[], Step::Busy);
+    let second = Scripted::new(&[], Step::Ok);
+    let d = DispatcherBuilder::new(software())
+        .engine(first.clone())
+        .engine(second.clone())
+        .build();
+    assert_eq!(d.run(Square(9)).await, Ok(81));
+    let c = d.counters();
+    assert_eq!(c[0].fell_back(FallbackReason::Busy), 1);
+    assert_eq!((c[1].completed, c[2].submitted), (1, 0));
+    assert!(!d.breaker_open(0), "busy is not a failure");
+}
+
+#[tokio::test]
+async fn a_missed_deadline_moves_the_job_on() {
+    let engine = Scripted::new(&[Step::Hang], Step::Ok);
+    let d = DispatcherBuilder::new(software())
+        .engine(engine.clone())
+        .deadline(Duration::from_millis(20))
+        .build();
+    assert_eq!(d.run(Square(5)).await, Ok(25));
+    let c = d.counters();
+    assert_eq!(
+        (
+            c[0].fell_back(FallbackReason::Deadline),
+            c[0].failed,
+            c[0].in_flight
+        ),
+        (1, 1, 0)
+    );
+    assert_eq!(c[1].completed, 1);
+    // The hung engine answering late changes nothing.
+    let late = engine.hung.lock().unwrap().pop().unwrap();
+    assert!(
+        late.send(Ok(999)).is_err(),
+        "nobody is listening for the late result"
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_result_is_an_engine_failure_and_never_returned() {
+    let engine = Scripted::new(&[Step::Wrong], Step::Ok);
+    let d = DispatcherBuilder::new(software()).engine(engine).build();
+    assert_eq!(d.run(Square(8)).await, Ok(64));
+    assert_eq!(d.counters()[0].fell_back(FallbackReason::Error), 1);
+}
+
+type Sizes = Arc<Mutex<Vec<usize>>>;
+
+fn queue(
+    max_batch: usize,
+    max_wait: Duration,
+    potential: usize,
+) -> (
+    BatchQueue<Square>,
+    Arc<EngineCounters>,
+    Sizes,
+    Arc<AtomicUsize>,
+) {
+    let counters = Arc::new(EngineCounters::new("batch"));
+    let sizes: Sizes = Arc::default();
+    let s = sizes.clone();
+    let potential = Arc::new(AtomicUsize::new(potential));
+    let q = BatchQueue::new(
+        "test",
+        BatchConfig {
+            max_batch,
+            max_wait,
+        },
+        potential.clone(),
+        counters.clone(),
+        move |jobs: Vec<Square>| {
+            s.lock().unwrap().push(jobs.len());
+            jobs.iter().map(square).collect()
+        },
+    )
+    .unwrap();
+    (q, counters, sizes, potential)
+}
+
+fn flushes(c: &EngineCounters, r: FlushReason) -> u64 {
+    c.snapshot().flushes[FlushReason::ALL.iter().position(|x| *x == r).unwrap()]
+}
+
+#[tokio::test]
+async fn a_full_batch_flushes_at_once() {
+    let (q, c, sizes, _) = queue(4, Duration::from_secs(60), 100);
+    let pending: Vec<_> = [2, 4, 6, 8]
+        .into_iter()
+        .map(|i| q.push(Square(i)))
+        .collect();
+    for (p, i) in pending.into_iter().zip([2u64, 4, 6, 8]) {
+        assert_eq!(p.await, Ok(i * i));
+    }
+    assert_eq!(*sizes.lock().unwrap(), [4]);
+    assert_eq!(flushes(&c, FlushReason::Full), 1);
+}
+
+#[tokio::test]
+async fn a_lone_job_is_not_held_back_when_nobody_else_could_join() {
+    let (q, c, sizes, _) = queue(8, Duration::from_secs(60), 1);
+    assert_eq!(q.push(Square(3)).await, Ok(9));
+    assert_eq!(*sizes.lock().unwrap(), [1]);
+    assert_eq!(flushes(&c, FlushReason::AllWaiting), 1);
+    assert_eq!(flushes(&c, FlushReason::Timer), 0);
+}
+
+#[tokio::test]
+async fn a_partial_batch_flushes_on_the_timer() {
+    let (q, c, sizes, _) = queue(8, Duration::from_millis(200), 100);
+    let (a, b) = (q.push(Square(2)), q.push(Square(4)));
+    assert_eq!((a.await, b.await), (Ok(4), Ok(16)));
+    assert_eq!(*sizes.lock().unwrap(), [2]);
+    assert_eq!(flushes(&c, FlushReason::Timer), 1);
+}
+
+#[tokio::test]
+async fn different_keys_never_share_a_batch_and_abandoned_jobs_are_skipped() {
+    let (q, c, sizes, _) = queue(8, Duration::from_millis(500), 100);
+    let odd = q.push(Square(3));
+    let even = q.push(Square(4));
+    let gone = q.push(Square(6));
+    drop(gone);
+    assert_eq!((odd.await, even.await), (Ok(9), Ok(16)));
+    let mut s = sizes.lock().unwrap().clone();
+    s.sort_unstable();
+    assert_eq!(
+        s,
+        [1, 1],
+        "odd and even apart; the abandoned job was not computed"
+    );
+    assert_eq!(c.snapshot().flushes.iter().sum::<u64>(), 2);
+}
