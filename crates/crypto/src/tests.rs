@@ -1,0 +1,164 @@
+use crate::*;
+use boring::hash::MessageDigest;
+use boring::pkey::{PKey, Private};
+use boring::rsa::Padding;
+use std::sync::Arc;
+
+fn boring_key(kind: KeyKind) -> PKey<Private> {
+    use boring::ec::{EcGroup, EcKey};
+    use boring::nid::Nid;
+    match kind {
+        KeyKind::Rsa(bits) => PKey::from_rsa(boring::rsa::Rsa::generate(bits).unwrap()).unwrap(),
+        KeyKind::EcdsaP256 => PKey::from_ec_key(
+            EcKey::generate(&EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap()).unwrap(),
+        )
+        .unwrap(),
+        KeyKind::EcdsaP384 => PKey::from_ec_key(
+            EcKey::generate(&EcGroup::from_curve_name(Nid::SECP384R1).unwrap()).unwrap(),
+        )
+        .unwrap(),
+        KeyKind::Ed25519 => PKey::generate(boring::pkey::Id::ED25519).unwrap(),
+    }
+}
+
+/// BoringSSL, independently, checks a signature made by aws-lc-rs (a differential test).
+fn boring_verifies(key: &PKey<Private>, scheme: SignatureScheme, msg: &[u8], sig: &[u8]) -> bool {
+    use SignatureScheme::*;
+    let md = match scheme {
+        RsaPkcs1Sha256 | RsaPssSha256 | EcdsaP256Sha256 => Some(MessageDigest::sha256()),
+        RsaPkcs1Sha384 | RsaPssSha384 | EcdsaP384Sha384 => Some(MessageDigest::sha384()),
+        RsaPkcs1Sha512 | RsaPssSha512 => Some(MessageDigest::sha512()),
+        Ed25519 => None,
+    };
+    let mut v = match md {
+        Some(md) => boring::sign::Verifier::new(md, key).unwrap(),
+        None => boring::sign::Verifier::new_without_digest(key).unwrap(),
+    };
+    if matches!(scheme, RsaPssSha256 | RsaPssSha384 | RsaPssSha512) {
+        v.set_rsa_padding(Padding::PKCS1_PSS).unwrap();
+        v.set_rsa_pss_saltlen(boring::sign::RsaPssSaltlen::DIGEST_LENGTH)
+            .unwrap();
+    }
+    match md {
+        Some(_) => {
+            v.update(msg).unwrap();
+            v.verify(sig).unwrap_or(false)
+        }
+        None => v.verify_oneshot(sig, msg).unwrap_or(false),
+    }
+}
+
+const KINDS: [KeyKind; 6] = [
+    KeyKind::Rsa(2048),
+    KeyKind::Rsa(3072),
+    KeyKind::Rsa(4096),
+    KeyKind::EcdsaP256,
+    KeyKind::EcdsaP384,
+    KeyKind::Ed25519,
+];
+
+#[test]
+fn every_scheme_of_every_key_kind_verifies_with_boringssl() {
+    for kind in KINDS {
+        let bkey = boring_key(kind);
+        let key =
+            Arc::new(PrivateKey::from_pkcs8(&bkey.private_key_to_der_pkcs8().unwrap()).unwrap());
+        assert_eq!(key.kind(), kind);
+        for &scheme in key.schemes() {
+            let msg = format!("TLS transcript for {kind:?} {scheme:?}").into_bytes();
+            let job = SignJob::new(key.clone(), scheme, &msg, VerifyPolicy::All).unwrap();
+            let signature = sign(&job).unwrap();
+            assert!(
+                boring_verifies(&bkey, scheme, &msg, &signature),
+                "{kind:?} {scheme:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_wrong_signature_is_caught_before_release() {
+    for kind in [KeyKind::Rsa(2048), KeyKind::EcdsaP256, KeyKind::Ed25519] {
+        let key = Arc::new(
+            PrivateKey::from_pkcs8(&boring_key(kind).private_key_to_der_pkcs8().unwrap()).unwrap(),
+        );
+        let scheme = key.schemes()[0];
+        let job = SignJob::new(key, scheme, b"message", VerifyPolicy::All).unwrap();
+        let mut signature = job.primitive().unwrap();
+        let last = signature.len() - 1;
+        signature[last] ^= 1; // a fault
+        assert!(
+            matches!(
+                job.check(&signature),
+                Err(sluice_offload::EngineError::WrongResult(_))
+            ),
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
+fn a_key_cannot_sign_a_scheme_of_another_kind() {
+    let key = Arc::new(
+        PrivateKey::from_pkcs8(
+            &boring_key(KeyKind::EcdsaP256)
+                .private_key_to_der_pkcs8()
+                .unwrap(),
+        )
+        .unwrap(),
+    );
+    assert!(
+        SignJob::new(
+            key.clone(),
+            SignatureScheme::RsaPssSha256,
+            b"m",
+            VerifyPolicy::All
+        )
+        .is_none()
+    );
+    assert!(
+        SignJob::new(
+            key,
+            SignatureScheme::EcdsaP384Sha384,
+            b"m",
+            VerifyPolicy::All
+        )
+        .is_none()
+    );
+    assert!(PrivateKey::from_pkcs8(b"not a key").is_err());
+}
+
+#[tokio::test]
+async fn the_dispatcher_signs_through_the_pool_and_falls_back_when_it_is_full() {
+    let bkey = boring_key(KeyKind::Rsa(2048));
+    let key = Arc::new(PrivateKey::from_pkcs8(&bkey.private_key_to_der_pkcs8().unwrap()).unwrap());
+    let config = CryptoConfig {
+        pool_threads: 1,
+        pool_capacity: 1,
+        ..CryptoConfig::default()
+    };
+    let d = Arc::new(build_dispatcher(&config).unwrap());
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let (d, key) = (d.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let msg = format!("handshake {i}").into_bytes();
+            let job =
+                SignJob::new(key, SignatureScheme::RsaPssSha256, &msg, VerifyPolicy::All).unwrap();
+            (msg, d.run(job).await.unwrap())
+        }));
+    }
+    for t in tasks {
+        let (msg, signature) = t.await.unwrap();
+        assert!(boring_verifies(
+            &bkey,
+            SignatureScheme::RsaPssSha256,
+            &msg,
+            &signature
+        ));
+    }
+    let c = d.counters();
+    assert_eq!(c[0].engine, "pool");
+    assert_eq!(c[0].completed + c[1].completed, 32);
+    assert!(c[0].completed >= 1, "{c:?}");
+}
