@@ -23,9 +23,9 @@ pub use error::{ConfigError, LoadError};
 pub use load::{load_file, load_str};
 pub use pattern::{HostPattern, normalize_host};
 pub use snapshot::{
-    AccessLogFormat, AccessLogTarget, Balance, Certificate, Global, KeyType, Listener, LogConfig,
-    PassHost, PathMatch, Route, ServerAddr, Snapshot, TlsListener, TlsVersion, UnknownSni,
-    Upstream, UpstreamProtocol, UpstreamServer,
+    AccessLogFormat, AccessLogTarget, Balance, Certificate, CryptoEngine, CryptoOffload, Global,
+    KeyType, Listener, LogConfig, Offload, PassHost, PathMatch, Route, ServerAddr, Snapshot,
+    TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol, UpstreamServer,
 };
 pub use units::{parse_byte_size, parse_duration};
 

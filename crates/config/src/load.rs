@@ -57,13 +57,13 @@ struct RawConfig {
     certificates: Vec<RawCertificate>,
     upstreams: Vec<RawUpstream>,
     routes: Vec<RawRoute>,
+    offload: RawOffload,
     /// Names of entries that failed to parse, by section: references to them are not
     /// reported again as "not defined".
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-const SECTIONS: &str =
-    "[global], [log], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+const SECTIONS: &str = "[global], [log], [dangerous], [offload], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -103,6 +103,7 @@ impl Cx<'_> {
                 "global" => raw.global = self.section(value).unwrap_or_default(),
                 "log" => raw.log = self.section(value).unwrap_or_default(),
                 "dangerous" => raw.dangerous = self.section(value).unwrap_or_default(),
+                "offload" => raw.offload = self.section(value).unwrap_or_default(),
                 "listener" => raw.listeners = self.array("listener", value, &mut raw.broken),
                 "certificate" => {
                     raw.certificates = self.array("certificate", value, &mut raw.broken)
@@ -175,6 +176,9 @@ impl Cx<'_> {
                 .unwrap_or(Duration::from_secs(30)),
         };
         let log = self.log(&raw.log);
+        let offload = Offload {
+            crypto: self.crypto_offload(raw.offload.crypto.as_ref()),
+        };
         let allow_insecure_keys = raw
             .dangerous
             .allow_insecure_key_permissions
@@ -244,7 +248,63 @@ impl Cx<'_> {
             certificates: certificates.into_iter().collect::<Option<Vec<_>>>()?,
             upstreams,
             routes,
+            offload,
         })
+    }
+
+    fn crypto_offload(&mut self, raw: Option<&RawOffloadCrypto>) -> CryptoOffload {
+        let d = CryptoOffload::default();
+        let Some(raw) = raw else { return d };
+        let mut engines = d.engines.clone();
+        if let Some(list) = &raw.engines {
+            engines.clear();
+            for e in list.get_ref() {
+                match e.as_str() {
+                    "pool" => engines.push(CryptoEngine::Pool),
+                    // The software engine ends every chain; naming it changes nothing.
+                    "inline" => {}
+                    other => self.err_at(
+                        list,
+                        format!("[offload.crypto] engines names \"{other}\", which this build does not have"),
+                        "use \"pool\" (dedicated threads) or [] (sign on the event loop); \"inline\" always ends the chain",
+                    ),
+                }
+            }
+        }
+        let positive = |cx: &mut Self, v: Option<&Spanned<u32>>, key: &str| -> Option<usize> {
+            let v = v?;
+            if *v.get_ref() == 0 {
+                cx.err_at(
+                    v,
+                    format!("[offload.crypto] {key} must be at least 1"),
+                    "remove it for the default",
+                );
+                return None;
+            }
+            Some(*v.get_ref() as usize)
+        };
+        let pool_threads = positive(self, raw.pool_threads.as_ref(), "pool_threads");
+        let pool_capacity = positive(self, raw.pool_capacity.as_ref(), "pool_capacity");
+        let breaker_failures = positive(self, raw.breaker_failures.as_ref(), "breaker_failures")
+            .map_or(d.breaker_failures, |n| n as u32);
+        let verify_all = self
+            .choice(
+                raw.verify.as_ref(),
+                "verify",
+                &[("all", true), ("rsa", false)],
+            )
+            .unwrap_or(d.verify_all);
+        CryptoOffload {
+            engines,
+            pool_threads,
+            pool_capacity,
+            deadline: self.duration(raw.deadline.as_ref()).unwrap_or(d.deadline),
+            breaker_failures,
+            breaker_backoff: self
+                .duration(raw.breaker_backoff.as_ref())
+                .unwrap_or(d.breaker_backoff),
+            verify_all,
+        }
     }
 
     fn unique(

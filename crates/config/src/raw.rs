@@ -174,3 +174,31 @@ pub struct RawRoute {
     /// The upstream group that serves the route.
     pub upstream: Spanned<String>,
 }
+
+/// `[offload]`: the offload layer.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOffload {
+    /// `[offload.crypto]`: TLS private-key operations.
+    pub crypto: Option<RawOffloadCrypto>,
+}
+
+/// `[offload.crypto]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOffloadCrypto {
+    /// Engines tried in order before the software `inline` engine: `[]` or `["pool"]`.
+    pub engines: Option<Spanned<Vec<String>>>,
+    /// Threads of the `pool` engine (default: the CPUs this process may use).
+    pub pool_threads: Option<Spanned<u32>>,
+    /// Jobs the `pool` engine holds at once before it answers busy (default 64 per thread).
+    pub pool_capacity: Option<Spanned<u32>>,
+    /// How long an engine may take before the job moves to the next one.
+    pub deadline: Option<SpannedStr>,
+    /// Consecutive failures that open an engine's circuit breaker.
+    pub breaker_failures: Option<Spanned<u32>>,
+    /// How long an open breaker waits before its probe.
+    pub breaker_backoff: Option<SpannedStr>,
+    /// `"all"` (verify every signature before release) or `"rsa"` (RSA only).
+    pub verify: Option<Spanned<String>>,
+}

@@ -28,6 +28,55 @@ pub struct Snapshot {
     pub upstreams: Vec<Arc<Upstream>>,
     /// Routes in file order.
     pub routes: Vec<Route>,
+    /// The offload layer.
+    pub offload: Offload,
+}
+
+/// `[offload]`.
+#[derive(Debug, Clone, Default)]
+pub struct Offload {
+    /// TLS private-key operations.
+    pub crypto: CryptoOffload,
+}
+
+/// An engine for private-key operations (the software `inline` engine always ends the chain).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CryptoEngine {
+    /// Dedicated threads.
+    Pool,
+}
+
+/// `[offload.crypto]`.
+#[derive(Debug, Clone)]
+pub struct CryptoOffload {
+    /// Engines before `inline`, in order.
+    pub engines: Vec<CryptoEngine>,
+    /// Pool threads; `None`: the CPUs this process may use.
+    pub pool_threads: Option<usize>,
+    /// Pool capacity; `None`: 64 per thread.
+    pub pool_capacity: Option<usize>,
+    /// Per-engine deadline.
+    pub deadline: Duration,
+    /// Failures that open a breaker.
+    pub breaker_failures: u32,
+    /// Breaker back-off.
+    pub breaker_backoff: Duration,
+    /// Verify every signature (true) or RSA ones only.
+    pub verify_all: bool,
+}
+
+impl Default for CryptoOffload {
+    fn default() -> Self {
+        CryptoOffload {
+            engines: vec![CryptoEngine::Pool],
+            pool_threads: None,
+            pool_capacity: None,
+            deadline: Duration::from_millis(100),
+            breaker_failures: 5,
+            breaker_backoff: Duration::from_secs(1),
+            verify_all: true,
+        }
+    }
 }
 
 /// Process-wide settings.

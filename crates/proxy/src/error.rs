@@ -26,6 +26,9 @@ pub enum ProxyError {
         #[source]
         source: sluice_tls::TlsError,
     },
+    /// The offload engines could not start (threads).
+    #[error("cannot start the offload engines: {0}")]
+    Offload(#[source] std::io::Error),
     /// The access log file could not be opened.
     #[error("cannot open access log {path}: {source}")]
     AccessLog {

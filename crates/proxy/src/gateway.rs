@@ -7,7 +7,7 @@ use crate::handler::ListenerCtx;
 use crate::router::Router;
 use crate::upstream::UpstreamGroup;
 use sluice_config::Snapshot;
-use sluice_tls::TlsAcceptor;
+use sluice_tls::{KeyOffload, TlsAcceptor};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +26,7 @@ pub struct Gateway {
     force: CancellationToken,
     connections: TaskTracker,
     access_log: AccessLog,
+    key_offload: Arc<KeyOffload>,
 }
 
 impl Gateway {
@@ -51,15 +52,18 @@ impl Gateway {
             .map(|u| Arc::new(UpstreamGroup::new(u.clone())))
             .collect();
 
+        let key_offload =
+            KeyOffload::from_config(&snapshot.offload.crypto).map_err(ProxyError::Offload)?;
         let mut bound = Vec::new();
         for l in &snapshot.listeners {
             let tls = match &l.tls {
                 Some(t) => {
-                    let acceptor =
-                        TlsAcceptor::build(&snapshot, l).map_err(|source| ProxyError::Tls {
+                    let acceptor = TlsAcceptor::build(&snapshot, l, key_offload.clone()).map_err(
+                        |source| ProxyError::Tls {
                             listener: l.name.clone(),
                             source,
-                        })?;
+                        },
+                    )?;
                     acceptor.start_ticket_rotation(t.ticket_key_rotation);
                     Some(acceptor)
                 }
@@ -113,6 +117,7 @@ impl Gateway {
             force,
             connections,
             access_log,
+            key_offload,
         })
     }
 
@@ -132,6 +137,11 @@ impl Gateway {
     /// Connections currently open.
     pub fn open_connections(&self) -> usize {
         self.connections.len()
+    }
+
+    /// What the TLS private-key engines did.
+    pub fn crypto_counters(&self) -> Vec<sluice_offload::CountersSnapshot> {
+        self.key_offload.counters()
     }
 
     /// The access log sink.

@@ -1,8 +1,9 @@
+use crate::offload::{ConnOffload, WakerSlot};
 use crate::tickets::callback_for;
-use crate::{CertStore, TicketKeys, TlsError};
+use crate::{CertStore, KeyOffload, OffloadIo, TicketKeys, TlsError};
 use boring::ssl::{
-    AlpnError, NameType, SelectCertError, SslAcceptor, SslMethod, SslOptions, SslSessionCacheMode,
-    SslVersion,
+    AlpnError, NameType, SelectCertError, Ssl, SslAcceptor, SslMethod, SslOptions,
+    SslSessionCacheMode, SslVersion,
 };
 use sluice_config::{Listener, Snapshot, TlsVersion, UnknownSni};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ pub struct TlsAcceptor {
     inner: Arc<SslAcceptor>,
     store: Arc<CertStore>,
     tickets: Option<Arc<TicketKeys>>,
+    offload: Arc<KeyOffload>,
 }
 
 impl std::fmt::Debug for TlsAcceptor {
@@ -34,9 +36,14 @@ fn version(v: TlsVersion) -> SslVersion {
 }
 
 impl TlsAcceptor {
-    /// Builds the acceptor for `listener`, which must have TLS settings. Ticket key rotation
-    /// is not started here; call [`TlsAcceptor::start_ticket_rotation`] inside a runtime.
-    pub fn build(snapshot: &Snapshot, listener: &Listener) -> Result<Self, TlsError> {
+    /// Builds the acceptor for `listener`, which must have TLS settings; private-key
+    /// operations go to `offload`. Ticket key rotation is not started here; call
+    /// [`TlsAcceptor::start_ticket_rotation`] inside a runtime.
+    pub fn build(
+        snapshot: &Snapshot,
+        listener: &Listener,
+        offload: Arc<KeyOffload>,
+    ) -> Result<Self, TlsError> {
         let tls = listener
             .tls
             .as_ref()
@@ -104,6 +111,7 @@ impl TlsAcceptor {
             inner: Arc::new(b.build()),
             store,
             tickets,
+            offload,
         })
     }
 
@@ -114,12 +122,23 @@ impl TlsAcceptor {
         }
     }
 
-    /// Runs the server handshake on `stream`.
-    pub async fn accept<S>(&self, stream: S) -> Result<SslStream<S>, HandshakeError<S>>
+    /// Runs the server handshake on `stream`; its private-key operation runs on the offload
+    /// layer while this task yields.
+    pub async fn accept<S>(&self, stream: S) -> Result<SslStream<OffloadIo<S>>, AcceptError<S>>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        tokio_boring::accept(&self.inner, stream).await
+        let slot = Arc::new(WakerSlot::default());
+        let mut ssl = Ssl::new(self.inner.context()).map_err(AcceptError::Setup)?;
+        ssl.set_ex_data(
+            ConnOffload::index(),
+            ConnOffload::new(self.offload.clone(), slot.clone()),
+        );
+        let result = tokio_boring::SslStreamBuilder::new(ssl, OffloadIo::new(stream, slot.clone()))
+            .accept()
+            .await;
+        slot.handshake_done();
+        result.map_err(AcceptError::Handshake)
     }
 
     /// The certificate store (for tests and diagnostics).
@@ -138,6 +157,24 @@ fn set_ticket_callback(b: &mut boring::ssl::SslAcceptorBuilder, ring: Arc<Ticket
     // 16-byte IV) and the HMAC context (SHA-256) before returning Success, as the contract of
     // SSL_CTX_set_tlsext_ticket_key_cb requires; on any failure it returns Error or Noop.
     unsafe { b.set_ticket_key_callback(callback_for(ring)) };
+}
+
+/// Why a handshake did not complete.
+#[derive(Debug)]
+pub enum AcceptError<S> {
+    /// The connection's TLS state could not be created.
+    Setup(boring::error::ErrorStack),
+    /// The handshake failed (the peer, the network, or a private-key operation).
+    Handshake(HandshakeError<OffloadIo<S>>),
+}
+
+impl<S: std::fmt::Debug> std::fmt::Display for AcceptError<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AcceptError::Setup(e) => write!(f, "TLS setup failed: {e}"),
+            AcceptError::Handshake(e) => write!(f, "{e}"),
+        }
+    }
 }
 
 /// Iterates the protocol names of an ALPN wire-format list (length-prefixed strings).

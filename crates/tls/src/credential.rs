@@ -8,6 +8,8 @@ use boring::error::ErrorStack;
 use boring::ssl::SslCredential;
 use foreign_types::ForeignType;
 use sluice_config::Certificate;
+use sluice_crypto::PrivateKey;
+use std::sync::Arc;
 
 /// Builds a credential holding `cert`'s chain and private key.
 #[expect(
@@ -65,6 +67,16 @@ pub(crate) fn x509_credential(cert: &Certificate) -> Result<SslCredential, TlsEr
             context: "setting a certificate chain",
             source: ErrorStack::get(),
         });
+    }
+    // The key goes to the offload layer's engines when the crypto crate can sign with it
+    // (every key the configuration accepts); BoringSSL keeps it otherwise.
+    let pkcs8 = cert
+        .key
+        .private_key_to_der_pkcs8()
+        .map_err(TlsError::boring("encoding a private key"))?;
+    if let Ok(key) = PrivateKey::from_pkcs8(&pkcs8) {
+        crate::offload::attach(&credential, Arc::new(key))?;
+        return Ok(credential);
     }
     // SAFETY: both pointers are live for the call; set1 takes its own reference to the key.
     let key_ok = unsafe {

@@ -13,13 +13,15 @@ mod acceptor;
 mod credential;
 mod error;
 mod info;
+mod offload;
 pub mod selfsigned;
 mod store;
 mod tickets;
 
-pub use acceptor::TlsAcceptor;
+pub use acceptor::{AcceptError, TlsAcceptor};
 pub use error::TlsError;
 pub use info::TlsInfo;
+pub use offload::{KeyOffload, OffloadIo};
 pub use store::CertStore;
 pub use tickets::{TICKET_KEY_LEN, TicketKeys};
 

@@ -9,6 +9,7 @@
 mod balancing;
 mod cli;
 mod http;
+mod offload;
 mod routing;
 mod support;
 mod tls;

@@ -1,0 +1,162 @@
+use crate::support::*;
+use bytes::Bytes;
+use http_body_util::Full;
+use sluice_offload::FallbackReason;
+use sluice_tls::selfsigned::KeyKind;
+
+async fn gateway(crypto: &str) -> (TestGateway, Origin) {
+    let origin = Origin::start("o").await;
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "rsa", KeyKind::Rsa2048, &["a.test"]);
+    let cfg = format!(
+        r#"
+[log]
+access_log = "off"
+[offload.crypto]
+{crypto}
+[[listener]]
+name = "https"
+address = "127.0.0.1:0"
+[listener.tls]
+session_tickets = false
+[[certificate]]
+name = "rsa"
+cert = "rsa.crt"
+key = "rsa.key"
+[[upstream]]
+name = "o"
+servers = [{{ address = "{}" }}]
+[[route]]
+name = "all"
+upstream = "o"
+"#,
+        origin.addr
+    );
+    (TestGateway::start(&cfg, dir).await, origin)
+}
+
+async fn one_request(addr: std::net::SocketAddr) -> u16 {
+    let h = tls_connect(
+        addr,
+        &ClientOpts {
+            sni: Some("a.test"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(h.stream))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = http::Request::get("/whoami")
+        .header("host", "a.test")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    match sender.send_request(req).await {
+        Ok(resp) => collect(resp).await.status,
+        Err(e) => panic!("{e:?}; connection ended with {:?}", conn.await),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_handshakes_on_a_pool_of_capacity_one_all_succeed() {
+    let (gw, _o) = gateway("engines = [\"pool\"]\npool_threads = 1\npool_capacity = 1").await;
+    let addr = gw.addr("https");
+
+    // A keep-alive connection established before the storm.
+    let h = tls_connect(
+        addr,
+        &ClientOpts {
+            sni: Some("a.test"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (mut keepalive, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(h.stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+
+    let storm: Vec<_> = (0..300).map(|_| tokio::spawn(one_request(addr))).collect();
+    // Requests on the established connection keep being answered meanwhile.
+    for _ in 0..20 {
+        keepalive.ready().await.unwrap();
+        let req = http::Request::get("/whoami")
+            .header("host", "a.test")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let got = collect(keepalive.send_request(req).await.unwrap()).await;
+        assert_eq!(got.status, 200);
+    }
+    for t in storm {
+        assert_eq!(t.await.unwrap(), 200, "every handshake succeeded");
+    }
+
+    let c = gw.gateway().crypto_counters();
+    let (pool, inline) = (&c[0], &c[1]);
+    assert_eq!(
+        (pool.engine.as_str(), inline.engine.as_str()),
+        ("pool", "inline")
+    );
+    assert_eq!(
+        pool.completed + inline.completed,
+        301,
+        "one signature per full handshake: {c:?}"
+    );
+    assert!(pool.completed >= 1, "the pool signed some: {c:?}");
+    assert!(
+        pool.fell_back(FallbackReason::Busy) >= 1,
+        "at capacity 1 some fell back: {c:?}"
+    );
+    assert_eq!((pool.in_flight, inline.in_flight, pool.failed), (0, 0, 0));
+}
+
+#[tokio::test]
+async fn with_no_engine_configured_handshakes_sign_inline() {
+    let (gw, _o) = gateway("engines = []").await;
+    for _ in 0..5 {
+        assert_eq!(one_request(gw.addr("https")).await, 200);
+    }
+    let c = gw.gateway().crypto_counters();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].engine, "inline");
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_mid_handshake_leaves_nothing_in_flight() {
+    let (gw, _o) = gateway("engines = [\"pool\"]\npool_threads = 1").await;
+    let addr = gw.addr("https");
+    // Send a ClientHello and close at once, many times, while real clients keep working.
+    for _ in 0..50 {
+        let connector = boring::ssl::SslConnector::builder(boring::ssl::SslMethod::tls())
+            .unwrap()
+            .build();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let cfg = connector.configure().unwrap();
+        let attempt = tokio_boring::connect(cfg, "a.test", tcp);
+        // Poll the handshake once (the ClientHello goes out), then drop it.
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(1), attempt).await;
+    }
+    assert_eq!(one_request(addr).await, 200);
+    for _ in 0..500 {
+        if gw
+            .gateway()
+            .crypto_counters()
+            .iter()
+            .all(|c| c.in_flight == 0)
+            && gw.gateway().open_connections() == 0
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!(
+        "left behind: {:?}, {} connections",
+        gw.gateway().crypto_counters(),
+        gw.gateway().open_connections()
+    );
+}

@@ -1,0 +1,409 @@
+//! The bridge from BoringSSL's private-key method to the offload layer.
+//!
+//! Every certificate's credential gets [`METHOD`] instead of a private key. When a handshake
+//! needs a signature, BoringSSL calls `sign`; we prepare a [`SignJob`] for the credential's
+//! key (kept in the credential's ex_data), start it on the crypto dispatcher in a task of its
+//! own and answer "retry", so the handshake pauses and the worker serves other connections.
+//! When the job finishes, the task stores the signature and wakes the handshake's task;
+//! BoringSSL then calls `complete`, which hands the signature over.
+//!
+//! The waker comes from the connection's stream: [`OffloadIo`] records the waker of the task
+//! that last polled it, which is the handshake's (BoringSSL reads the ClientHello in the same
+//! poll that asks for the signature). A connection that closes mid-handshake drops its
+//! [`ConnOffload`], which aborts the task: the dispatcher counts the job abandoned and a late
+//! result is discarded.
+//!
+//! `boring` 5.4 offers the private-key method only on credentials it builds itself (raw public
+//! keys), so this goes through `boring-sys`, the way BoringSSL documents it:
+//! `SSL_CREDENTIAL_set_private_key_method`, `SSL_get0_selected_credential` and
+//! `SSL_CREDENTIAL_get_ex_data`.
+
+use crate::TlsError;
+use boring::error::ErrorStack;
+use boring::ex_data::Index;
+use boring::ssl::{Ssl, SslCredential, SslCredentialRef, SslRef};
+use boring_sys as ffi;
+use foreign_types::{ForeignType, ForeignTypeRef};
+use sluice_crypto::{
+    CryptoConfig, EngineKind, PrivateKey, SignJob, SignatureScheme, VerifyPolicy, build_dispatcher,
+    sign,
+};
+use sluice_offload::{BreakerConfig, CountersSnapshot, Dispatcher, EngineError};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::task::{Context, Poll, Waker};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Where private-key operations go: shared by every listener of a gateway.
+pub struct KeyOffload {
+    dispatcher: Arc<Dispatcher<SignJob>>,
+    verify: VerifyPolicy,
+    /// No engine but the software one: sign on the spot, without a task.
+    inline_only: bool,
+}
+
+impl std::fmt::Debug for KeyOffload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyOffload")
+            .field("dispatcher", &self.dispatcher)
+            .field("verify", &self.verify)
+            .finish()
+    }
+}
+
+impl KeyOffload {
+    /// Private-key operations through `dispatcher`; `inline_only` when its chain is just the
+    /// software engine.
+    pub fn new(
+        dispatcher: Dispatcher<SignJob>,
+        verify: VerifyPolicy,
+        inline_only: bool,
+    ) -> Arc<Self> {
+        Arc::new(KeyOffload {
+            dispatcher: Arc::new(dispatcher),
+            verify,
+            inline_only,
+        })
+    }
+
+    /// The chain `[offload.crypto]` describes.
+    pub fn from_config(c: &sluice_config::CryptoOffload) -> std::io::Result<Arc<Self>> {
+        let threads = c
+            .pool_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let config = CryptoConfig {
+            engines: c
+                .engines
+                .iter()
+                .map(|e| match e {
+                    sluice_config::CryptoEngine::Pool => EngineKind::Pool,
+                })
+                .collect(),
+            pool_threads: threads,
+            pool_capacity: c.pool_capacity.unwrap_or(64 * threads),
+            deadline: c.deadline,
+            breaker: BreakerConfig {
+                failures: c.breaker_failures,
+                backoff: c.breaker_backoff,
+                max_backoff: c.breaker_backoff.max(std::time::Duration::from_secs(30)),
+            },
+            verify: if c.verify_all {
+                VerifyPolicy::All
+            } else {
+                VerifyPolicy::Rsa
+            },
+        };
+        Ok(Self::new(
+            build_dispatcher(&config)?,
+            config.verify,
+            config.engines.is_empty(),
+        ))
+    }
+
+    /// Counters of every crypto engine.
+    pub fn counters(&self) -> Vec<CountersSnapshot> {
+        self.dispatcher.counters()
+    }
+}
+
+static KEY_INDEX: LazyLock<Index<SslCredential, Arc<PrivateKey>>> =
+    LazyLock::new(|| SslCredential::new_ex_index().expect("allocating a credential ex_data index"));
+static CONN_INDEX: LazyLock<Index<Ssl, ConnOffload>> =
+    LazyLock::new(|| Ssl::new_ex_index().expect("allocating an SSL ex_data index"));
+
+/// Gives `credential` the offloading private-key method for `key`, restricted to the
+/// signature schemes the crypto crate signs for that key.
+#[expect(
+    unsafe_code,
+    reason = "boring 5 exposes no private-key method for X.509 credentials"
+)]
+pub(crate) fn attach(credential: &SslCredential, key: Arc<PrivateKey>) -> Result<(), TlsError> {
+    let prefs: Vec<u16> = key.schemes().iter().map(|s| *s as u16).collect();
+    let data = Box::into_raw(Box::new(key));
+    // SAFETY: the credential is live; the index was allocated by boring for `Arc<PrivateKey>`
+    // with a free callback that drops a `Box<Arc<PrivateKey>>`, which is what we store, and
+    // the credential takes ownership of it (freed with the credential).
+    let ok = unsafe {
+        ffi::SSL_CREDENTIAL_set_ex_data(credential.as_ptr(), KEY_INDEX.as_raw(), data.cast())
+    };
+    if ok != 1 {
+        // SAFETY: not stored, so still ours to free.
+        drop(unsafe { Box::from_raw(data) });
+        return Err(TlsError::Boring {
+            context: "storing a key handle",
+            source: ErrorStack::get(),
+        });
+    }
+    // SAFETY: METHOD is a static that outlives every credential; prefs is a live slice.
+    let ok = unsafe {
+        ffi::SSL_CREDENTIAL_set_private_key_method(credential.as_ptr(), &METHOD)
+            & ffi::SSL_CREDENTIAL_set1_signing_algorithm_prefs(
+                credential.as_ptr(),
+                prefs.as_ptr(),
+                prefs.len(),
+            )
+    };
+    if ok != 1 {
+        return Err(TlsError::Boring {
+            context: "setting the private-key method",
+            source: ErrorStack::get(),
+        });
+    }
+    Ok(())
+}
+
+/// Records the waker of the task that polls the connection, until the handshake is done.
+#[derive(Debug, Default)]
+pub(crate) struct WakerSlot {
+    waker: Mutex<Option<Waker>>,
+    handshake_done: AtomicBool,
+}
+
+impl WakerSlot {
+    fn record(&self, cx: &Context<'_>) {
+        if self.handshake_done.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut w = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+        if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            *w = Some(cx.waker().clone());
+        }
+    }
+
+    fn wake(&self) {
+        if let Some(w) = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            w.wake();
+        }
+    }
+
+    pub(crate) fn handshake_done(&self) {
+        self.handshake_done.store(true, Ordering::Relaxed);
+        self.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// A client stream whose polls tell the handshake's private-key operations whom to wake.
+#[derive(Debug)]
+pub struct OffloadIo<S> {
+    inner: S,
+    slot: Arc<WakerSlot>,
+}
+
+impl<S> OffloadIo<S> {
+    pub(crate) fn new(inner: S, slot: Arc<WakerSlot>) -> Self {
+        OffloadIo { inner, slot }
+    }
+
+    /// The wrapped stream.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for OffloadIo<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.slot.record(cx);
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for OffloadIo<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.slot.record(cx);
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+type Outcome = Arc<Mutex<Option<Result<Vec<u8>, EngineError>>>>;
+
+/// One connection's private-key operation in progress.
+pub(crate) struct ConnOffload {
+    offload: Arc<KeyOffload>,
+    slot: Arc<WakerSlot>,
+    op: Mutex<Option<(Option<tokio::task::JoinHandle<()>>, Outcome)>>,
+}
+
+impl ConnOffload {
+    pub(crate) fn new(offload: Arc<KeyOffload>, slot: Arc<WakerSlot>) -> Self {
+        ConnOffload {
+            offload,
+            slot,
+            op: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn index() -> Index<Ssl, ConnOffload> {
+        *CONN_INDEX
+    }
+}
+
+impl Drop for ConnOffload {
+    fn drop(&mut self) {
+        if let Some((Some(task), _)) = self.op.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            task.abort();
+        }
+    }
+}
+
+static METHOD: ffi::SSL_PRIVATE_KEY_METHOD = ffi::SSL_PRIVATE_KEY_METHOD {
+    sign: Some(sign_cb),
+    decrypt: Some(decrypt_cb),
+    complete: Some(complete_cb),
+};
+
+const SUCCESS: ffi::ssl_private_key_result_t =
+    ffi::ssl_private_key_result_t::ssl_private_key_success;
+const RETRY: ffi::ssl_private_key_result_t = ffi::ssl_private_key_result_t::ssl_private_key_retry;
+const FAILURE: ffi::ssl_private_key_result_t =
+    ffi::ssl_private_key_result_t::ssl_private_key_failure;
+
+/// Copies a finished signature out to BoringSSL.
+#[expect(unsafe_code, reason = "writing BoringSSL's output buffer")]
+fn deliver(
+    signature: &[u8],
+    out: *mut u8,
+    out_len: *mut usize,
+    max_out: usize,
+) -> ffi::ssl_private_key_result_t {
+    if signature.len() > max_out {
+        tracing::warn!(
+            len = signature.len(),
+            max_out,
+            "signature larger than BoringSSL's buffer"
+        );
+        return FAILURE;
+    }
+    // SAFETY: BoringSSL guarantees `out` has room for `max_out` bytes and `out_len` is valid;
+    // we write `signature.len() <= max_out` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(signature.as_ptr(), out, signature.len());
+        *out_len = signature.len();
+    }
+    SUCCESS
+}
+
+#[expect(unsafe_code, reason = "BoringSSL private-key method callback")]
+unsafe extern "C" fn sign_cb(
+    ssl: *mut ffi::SSL,
+    out: *mut u8,
+    out_len: *mut usize,
+    max_out: usize,
+    algorithm: u16,
+    input: *const u8,
+    input_len: usize,
+) -> ffi::ssl_private_key_result_t {
+    // SAFETY: BoringSSL calls this with a live SSL during its handshake; nothing else
+    // touches it meanwhile.
+    let ssl_ref = unsafe { SslRef::from_ptr_mut(ssl) };
+    let Some(conn) = ssl_ref.ex_data(*CONN_INDEX) else {
+        tracing::error!("private-key operation on a connection without offload state");
+        return FAILURE;
+    };
+    // SAFETY: the selected credential is live for the handshake; we only read its ex_data.
+    let key = unsafe {
+        let cred = ffi::SSL_get0_selected_credential(ssl);
+        if cred.is_null() {
+            return FAILURE;
+        }
+        SslCredentialRef::from_ptr(cred.cast_mut())
+            .ex_data(*KEY_INDEX)
+            .cloned()
+    };
+    let Some(key) = key else { return FAILURE };
+    // SAFETY: `input` points to `input_len` readable bytes for the duration of the call.
+    let message = unsafe { std::slice::from_raw_parts(input, input_len) };
+    let Some(job) = SignatureScheme::from_u16(algorithm)
+        .and_then(|s| SignJob::new(key, s, message, conn.offload.verify))
+    else {
+        tracing::error!(
+            algorithm,
+            "BoringSSL asked for a signature scheme the key cannot make"
+        );
+        return FAILURE;
+    };
+    let outcome: Outcome = Arc::new(Mutex::new(None));
+    let runtime = tokio::runtime::Handle::try_current();
+    if conn.offload.inline_only || runtime.is_err() {
+        // The baseline: sign right here on the event loop, through the dispatcher's
+        // bookkeeping-free path.
+        return match sign(&job) {
+            Ok(signature) => deliver(&signature, out, out_len, max_out),
+            Err(_) => FAILURE,
+        };
+    }
+    let (dispatcher, slot, result) = (
+        conn.offload.dispatcher.clone(),
+        conn.slot.clone(),
+        outcome.clone(),
+    );
+    let task = runtime.ok().map(|rt| {
+        rt.spawn(async move {
+            let r = dispatcher.run(job).await;
+            *result.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            slot.wake();
+        })
+    });
+    *conn.op.lock().unwrap_or_else(|e| e.into_inner()) = Some((task, outcome));
+    RETRY
+}
+
+#[expect(unsafe_code, reason = "BoringSSL private-key method callback")]
+unsafe extern "C" fn complete_cb(
+    ssl: *mut ffi::SSL,
+    out: *mut u8,
+    out_len: *mut usize,
+    max_out: usize,
+) -> ffi::ssl_private_key_result_t {
+    // SAFETY: as in `sign_cb`.
+    let ssl_ref = unsafe { SslRef::from_ptr_mut(ssl) };
+    let Some(conn) = ssl_ref.ex_data(*CONN_INDEX) else {
+        return FAILURE;
+    };
+    let mut op = conn.op.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((_, outcome)) = op.as_ref() else {
+        return FAILURE;
+    };
+    let ready = outcome.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match ready {
+        None => RETRY,
+        Some(result) => {
+            *op = None;
+            match result {
+                Ok(signature) => deliver(&signature, out, out_len, max_out),
+                Err(e) => {
+                    tracing::warn!(error = %e, "private-key operation failed on every engine");
+                    FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// RSA key exchange (TLS 1.2 `TLS_RSA_*` suites) is not enabled, so BoringSSL never asks.
+#[expect(unsafe_code, reason = "BoringSSL private-key method callback")]
+unsafe extern "C" fn decrypt_cb(
+    _ssl: *mut ffi::SSL,
+    _out: *mut u8,
+    _out_len: *mut usize,
+    _max_out: usize,
+    _input: *const u8,
+    _input_len: usize,
+) -> ffi::ssl_private_key_result_t {
+    tracing::error!("RSA decryption requested, but RSA key exchange is disabled");
+    FAILURE
+}
