@@ -21,6 +21,12 @@ level = "info"
 access_log = "stdout"
 access_format = "text"
 
+[admin]
+address = "127.0.0.1:9901"   # /metrics (Prometheus) and /status (JSON)
+
+[offload.crypto]
+engines = ["pool"]            # handshake signatures on dedicated threads; "inline" ends the chain
+
 [[listener]]
 name = "https"
 address = "127.0.0.1:8443"

@@ -58,12 +58,13 @@ struct RawConfig {
     upstreams: Vec<RawUpstream>,
     routes: Vec<RawRoute>,
     offload: RawOffload,
+    admin: RawAdmin,
     /// Names of entries that failed to parse, by section: references to them are not
     /// reported again as "not defined".
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-const SECTIONS: &str = "[global], [log], [dangerous], [offload], [[listener]], [[certificate]], [[upstream]], [[route]]";
+const SECTIONS: &str = "[global], [log], [admin], [offload], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -104,6 +105,7 @@ impl Cx<'_> {
                 "log" => raw.log = self.section(value).unwrap_or_default(),
                 "dangerous" => raw.dangerous = self.section(value).unwrap_or_default(),
                 "offload" => raw.offload = self.section(value).unwrap_or_default(),
+                "admin" => raw.admin = self.section(value).unwrap_or_default(),
                 "listener" => raw.listeners = self.array("listener", value, &mut raw.broken),
                 "certificate" => {
                     raw.certificates = self.array("certificate", value, &mut raw.broken)
@@ -176,6 +178,7 @@ impl Cx<'_> {
                 .unwrap_or(Duration::from_secs(30)),
         };
         let log = self.log(&raw.log);
+        let admin = self.admin(&raw.admin);
         let offload = Offload {
             crypto: self.crypto_offload(raw.offload.crypto.as_ref()),
         };
@@ -249,7 +252,31 @@ impl Cx<'_> {
             upstreams,
             routes,
             offload,
+            admin,
         })
+    }
+
+    fn admin(&mut self, raw: &RawAdmin) -> Option<SocketAddr> {
+        if raw.enabled == Some(false) {
+            return None;
+        }
+        let Some(a) = &raw.address else {
+            return Some(SocketAddr::from(([127, 0, 0, 1], 9901)));
+        };
+        match a.get_ref().parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                self.err_at(
+                    a,
+                    format!(
+                        "[admin] address `{}` is not an ip:port address",
+                        a.get_ref()
+                    ),
+                    "write it as \"127.0.0.1:9901\"",
+                );
+                None
+            }
+        }
     }
 
     fn crypto_offload(&mut self, raw: Option<&RawOffloadCrypto>) -> CryptoOffload {

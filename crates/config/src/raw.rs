@@ -199,6 +199,17 @@ pub struct RawOffloadCrypto {
     pub breaker_failures: Option<Spanned<u32>>,
     /// How long an open breaker waits before its probe.
     pub breaker_backoff: Option<SpannedStr>,
-    /// `"all"` (verify every signature before release) or `"rsa"` (RSA only).
+    /// `"rsa"` (the default: verify RSA signatures before release, against RSA-CRT faults) or
+    /// `"all"` (ECDSA and Ed25519 too, at four to five times their signing cost).
     pub verify: Option<Spanned<String>>,
+}
+
+/// `[admin]`: the admin listener (`/metrics`, `/status`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    /// Serve it (default true).
+    pub enabled: Option<bool>,
+    /// Where (default 127.0.0.1:9901; keep it on loopback).
+    pub address: Option<Spanned<String>>,
 }

@@ -30,6 +30,8 @@ pub struct Snapshot {
     pub routes: Vec<Route>,
     /// The offload layer.
     pub offload: Offload,
+    /// The admin listener; `None` when disabled.
+    pub admin: Option<SocketAddr>,
 }
 
 /// `[offload]`.
@@ -74,7 +76,7 @@ impl Default for CryptoOffload {
             deadline: Duration::from_millis(100),
             breaker_failures: 5,
             breaker_backoff: Duration::from_secs(1),
-            verify_all: true,
+            verify_all: false,
         }
     }
 }

@@ -141,15 +141,18 @@ pub(crate) async fn serve(
         let stream = match handshake {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
+                listener.metrics.handshake_failed();
                 tracing::debug!(listener = %listener.name, %peer, error = %e, "TLS handshake failed");
                 return;
             }
             Err(_) => {
+                listener.metrics.handshake_failed();
                 tracing::debug!(listener = %listener.name, %peer, "TLS handshake timed out");
                 return;
             }
         };
         let info = TlsInfo::from_ssl(stream.ssl());
+        listener.metrics.handshake(info.version, info.resumed);
         let h2 = info.h2;
         // Coalesce hyper's writes (HTTP/2 writes a frame header and its data separately) so
         // that one flush becomes one TLS record and one send(2), not several.

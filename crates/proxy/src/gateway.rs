@@ -27,6 +27,7 @@ pub struct Gateway {
     connections: TaskTracker,
     access_log: AccessLog,
     key_offload: Arc<KeyOffload>,
+    metrics: Arc<crate::ProxyMetrics>,
 }
 
 impl Gateway {
@@ -54,6 +55,7 @@ impl Gateway {
 
         let key_offload =
             KeyOffload::from_config(&snapshot.offload.crypto).map_err(ProxyError::Offload)?;
+        let metrics = Arc::new(crate::ProxyMetrics::default());
         let mut bound = Vec::new();
         for l in &snapshot.listeners {
             let tls = match &l.tls {
@@ -83,6 +85,7 @@ impl Gateway {
                 tls,
                 upstreams: upstreams.clone(),
                 access_log: access_log.clone(),
+                metrics: metrics.clone(),
             };
             bound.push((socket, Arc::new(ctx)));
         }
@@ -118,6 +121,7 @@ impl Gateway {
             connections,
             access_log,
             key_offload,
+            metrics,
         })
     }
 
@@ -137,6 +141,16 @@ impl Gateway {
     /// Connections currently open.
     pub fn open_connections(&self) -> usize {
         self.connections.len()
+    }
+
+    /// What the data plane counted.
+    pub fn metrics(&self) -> Arc<crate::ProxyMetrics> {
+        self.metrics.clone()
+    }
+
+    /// The TLS private-key offload (its engines' counters).
+    pub fn key_offload(&self) -> Arc<KeyOffload> {
+        self.key_offload.clone()
     }
 
     /// What the TLS private-key engines did.

@@ -31,6 +31,7 @@ pub(crate) struct ListenerCtx {
     pub(crate) tls: Option<sluice_tls::TlsAcceptor>,
     pub(crate) upstreams: Arc<[Arc<UpstreamGroup>]>,
     pub(crate) access_log: AccessLog,
+    pub(crate) metrics: Arc<crate::ProxyMetrics>,
 }
 
 /// One client connection.
@@ -49,6 +50,7 @@ struct Done {
     bytes_in: Arc<AtomicU64>,
     log: AccessLog,
     state: Arc<ConnState>,
+    metrics: Arc<crate::ProxyMetrics>,
     _server: Option<ActiveGuard>,
 }
 
@@ -59,6 +61,7 @@ impl OnDone for Done {
         self.entry.duration = self.start.elapsed();
         self.entry.aborted = !complete;
         self.log.log(&self.entry);
+        self.metrics.response(self.entry.status);
         self.state.request_finished();
     }
 }
@@ -121,6 +124,7 @@ pub(crate) async fn handle(
         bytes_in: Arc::new(AtomicU64::new(0)),
         log: listener.access_log.clone(),
         state: conn.state.clone(),
+        metrics: listener.metrics.clone(),
         _server: None,
     };
 
@@ -242,6 +246,7 @@ async fn proxy(
         match result {
             Err(_elapsed) => {
                 group.mark_failed(server.index);
+                listener.metrics.upstream_error(1);
                 tracing::warn!(upstream = %group.config.name, %addr, timeout = ?group.config.response_timeout, "upstream response timed out");
                 return failure(done, Failure::UpstreamTimeout);
             }
@@ -253,6 +258,7 @@ async fn proxy(
                 if connect {
                     group.mark_failed(server.index);
                 }
+                listener.metrics.upstream_error(if connect { 0 } else { 2 });
                 let another = tried.len() < 2 && tried.len() < group.servers.len();
                 tracing::warn!(upstream = %group.config.name, %addr, error = %ErrorChain(&e), retry = retryable && another, "upstream request failed");
                 if retryable && another {

@@ -15,12 +15,14 @@ mod error;
 mod forward;
 mod gateway;
 mod handler;
+mod metrics;
 mod router;
 mod upstream;
 
 pub use access_log::AccessLog;
 pub use error::ProxyError;
 pub use gateway::Gateway;
+pub use metrics::{ProxyMetrics, ProxySnapshot, STATUS_CLASSES, TLS_VERSIONS, UPSTREAM_ERRORS};
 pub use router::Router;
 
 #[cfg(test)]

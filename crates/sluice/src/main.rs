@@ -3,6 +3,7 @@
 
 mod demo;
 mod run;
+mod speed;
 
 use clap::{Parser, Subcommand};
 
@@ -42,6 +43,29 @@ enum Command {
     DefaultConfig,
     /// Print the demo origin's ~100 KiB HTML page (the benchmark's compression body).
     DemoPage,
+    /// Signatures per second per algorithm and engine, like `openssl speed -async_jobs`.
+    Speed {
+        /// rsa2048 rsa3072 rsa4096 ecdsap256 ecdsap384 ed25519 (default: all).
+        algorithms: Vec<String>,
+        /// inline, pool, or boringssl (BoringSSL's own signing, for reference).
+        #[arg(long, default_value = "inline")]
+        engine: String,
+        /// Jobs in flight at once.
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        /// Seconds per algorithm.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Threads of the pool engine (default: the CPUs this process may use).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Verify "rsa" signatures before release (the default), or "all".
+        #[arg(long, default_value = "rsa")]
+        verify: String,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -56,6 +80,23 @@ fn main() -> ExitCode {
             print!("{}", sluice_config::DEFAULT_CONFIG_TEMPLATE);
             Ok(())
         }
+        Command::Speed {
+            algorithms,
+            engine,
+            jobs,
+            seconds,
+            threads,
+            verify,
+            json,
+        } => speed::run(speed::SpeedArgs {
+            algorithms,
+            engine,
+            jobs,
+            seconds,
+            threads,
+            verify,
+            json,
+        }),
         Command::DemoPage => {
             use std::io::Write;
             std::io::stdout()

@@ -78,10 +78,26 @@ pub(crate) fn run(config: Option<PathBuf>, state_dir: Option<PathBuf>) -> anyhow
         let shutdown_timeout = snapshot.global.shutdown_timeout;
         let snapshot = Arc::new(snapshot);
         let gateway = Gateway::start(snapshot.clone()).await?;
+        let admin = match snapshot.admin {
+            Some(addr) => {
+                let sources = sluice_admin::Sources {
+                    proxy: gateway.metrics(),
+                    crypto: gateway.key_offload(),
+                    access_log: gateway.access_log().clone(),
+                    started: std::time::Instant::now(),
+                };
+                let served = sluice_admin::serve(addr, sources).await.with_context(|| {
+                    format!("binding the admin listener on {addr}; change or disable [admin]")
+                })?;
+                Some(served)
+            }
+            None => None,
+        };
         banner(
             &snapshot,
             &gateway,
             demo.as_ref().map(|(a, d, g)| (*a, d.as_path(), *g)),
+            admin.as_ref().map(|(a, _)| *a),
         );
 
         wait_for_signal().await?;
@@ -92,6 +108,9 @@ pub(crate) fn run(config: Option<PathBuf>, state_dir: Option<PathBuf>) -> anyhow
         if !gateway.shutdown(shutdown_timeout).await {
             eprintln!("sluice: some requests did not finish in time and were closed");
         }
+        if let Some((_, task)) = admin {
+            task.abort();
+        }
         eprintln!("sluice: stopped");
         Ok(())
     })
@@ -101,6 +120,7 @@ fn banner(
     snapshot: &Snapshot,
     gateway: &Gateway,
     demo: Option<(std::net::SocketAddr, &Path, bool)>,
+    admin: Option<std::net::SocketAddr>,
 ) {
     let mut out = String::new();
     match demo {
@@ -124,6 +144,11 @@ fn banner(
             (None, _, _) => ("http", "HTTP/1.1"),
         };
         out.push_str(&format!("  {name:<8} {scheme}://{addr}/  ({protos})\n"));
+    }
+    if let Some(a) = admin {
+        out.push_str(&format!(
+            "  admin    http://{a}/metrics (Prometheus) and /status (JSON)\n"
+        ));
     }
     if let Some((origin, dir, generated)) = demo {
         out.push_str(&format!(

@@ -96,7 +96,7 @@ fn run_serves_a_config_file_and_exits_0_on_sigterm() {
     std::fs::write(
         &path,
         format!(
-            "[log]\naccess_log = \"off\"\n[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n[[upstream]]\nname = \"o\"\nservers = [{{ address = \"{}\" }}]\n[[route]]\nname = \"r\"\nupstream = \"o\"\n",
+            "[log]\naccess_log = \"off\"\n[admin]\naddress = \"127.0.0.1:0\"\n[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n[[upstream]]\nname = \"o\"\nservers = [{{ address = \"{}\" }}]\n[[route]]\nname = \"r\"\nupstream = \"o\"\n",
             origin.addr
         ),
     )

@@ -113,6 +113,9 @@ async fn hundreds_of_handshakes_on_a_pool_of_capacity_one_all_succeed() {
         "at capacity 1 some fell back: {c:?}"
     );
     assert_eq!((pool.in_flight, inline.in_flight, pool.failed), (0, 0, 0));
+    let m = gw.gateway().metrics().snapshot();
+    assert_eq!(m.handshakes[1], [301, 0], "TLS 1.3, none resumed");
+    assert_eq!(m.requests[1], 320, "2xx responses");
 }
 
 #[tokio::test]

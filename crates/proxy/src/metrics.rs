@@ -1,0 +1,66 @@
+//! Counters of the data plane, read by the admin listener's `/metrics` and `/status`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// TLS versions counted separately.
+pub const TLS_VERSIONS: [&str; 2] = ["TLSv1.2", "TLSv1.3"];
+/// Status classes.
+pub const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+/// Upstream error kinds.
+pub const UPSTREAM_ERRORS: [&str; 3] = ["connect", "timeout", "error"];
+
+/// What the data plane counted since start.
+#[derive(Debug, Default)]
+pub struct ProxyMetrics {
+    /// [version][resumed]
+    handshakes: [[AtomicU64; 2]; 2],
+    handshake_failures: AtomicU64,
+    requests: [AtomicU64; 5],
+    upstream_errors: [AtomicU64; 3],
+}
+
+/// A copy of [`ProxyMetrics`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxySnapshot {
+    /// Completed handshakes by [`TLS_VERSIONS`] index, then not resumed / resumed.
+    pub handshakes: [[u64; 2]; 2],
+    /// Handshakes that failed or timed out.
+    pub handshake_failures: u64,
+    /// Responses by [`STATUS_CLASSES`] index.
+    pub requests: [u64; 5],
+    /// Upstream failures by [`UPSTREAM_ERRORS`] index.
+    pub upstream_errors: [u64; 3],
+}
+
+impl ProxyMetrics {
+    pub(crate) fn handshake(&self, version: &str, resumed: bool) {
+        if let Some(v) = TLS_VERSIONS.iter().position(|x| *x == version) {
+            self.handshakes[v][usize::from(resumed)].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn handshake_failed(&self) {
+        self.handshake_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn response(&self, status: u16) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.requests[class].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `kind` is an index into [`UPSTREAM_ERRORS`].
+    pub(crate) fn upstream_error(&self, kind: usize) {
+        self.upstream_errors[kind].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> ProxySnapshot {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ProxySnapshot {
+            handshakes: std::array::from_fn(|v| std::array::from_fn(|r| l(&self.handshakes[v][r]))),
+            handshake_failures: l(&self.handshake_failures),
+            requests: std::array::from_fn(|i| l(&self.requests[i])),
+            upstream_errors: std::array::from_fn(|i| l(&self.upstream_errors[i])),
+        }
+    }
+}
