@@ -35,6 +35,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 ORIGIN_PORT = 18080
 NGINX_PORT = 18443
 SLUICE_PORT = 18444
+SLUICE_INLINE_PORT = 18445
 
 
 def log(msg):
@@ -205,16 +206,21 @@ def nginx_gateway_conf(d, cert):
 """
 
 
-def sluice_conf(d, cert):
+def sluice_conf(d, cert, engine="pool", port=SLUICE_PORT, log="sluice-access.log"):
+    engines = '["pool"]' if engine == "pool" else "[]"
     return f"""
 [global]
 shutdown_timeout = "5s"
 [log]
 level = "warn"
-access_log = '{d}/sluice-access.log'
+access_log = '{d}/{log}'
+[admin]
+enabled = false
+[offload.crypto]
+engines = {engines}
 [[listener]]
 name = "https"
-address = "127.0.0.1:{SLUICE_PORT}"
+address = "127.0.0.1:{port}"
 [listener.tls]
 session_tickets = false
 [[certificate]]
@@ -236,15 +242,19 @@ class Gateways:
 
     def __init__(self, d, cert):
         self.d = d
-        for f in ("nginx-access.log", "sluice-access.log"):
+        for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log"):
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
         Path(d, "sluice.toml").write_text(sluice_conf(d, cert))
+        Path(d, "sluice-inline.toml").write_text(sluice_conf(d, cert, "inline", SLUICE_INLINE_PORT, "sluice-inline-access.log"))
         self.procs = {
             "nginx": Proc("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], GW_CORE, NGINX_PORT, f"{d}/nginx.out"),
             "sluice": Proc("sluice", [str(SLUICE), "run", "--config", f"{d}/sluice.toml"], GW_CORE, SLUICE_PORT, f"{d}/sluice.out"),
+            # The same gateway with handshake signatures on the event loop: the engine row.
+            "sluice-inline": Proc("sluice-inline", [str(SLUICE), "run", "--config", f"{d}/sluice-inline.toml"], GW_CORE,
+                                  SLUICE_INLINE_PORT, f"{d}/sluice-inline.out"),
         }
-        self.ports = {"nginx": NGINX_PORT, "sluice": SLUICE_PORT}
+        self.ports = {"nginx": NGINX_PORT, "sluice": SLUICE_PORT, "sluice-inline": SLUICE_INLINE_PORT}
 
     def stop(self):
         for p in self.procs.values():
@@ -257,9 +267,10 @@ class Gateways:
         nginx_log = Path(self.d, "nginx-access.log")
         if nginx_log.exists():
             n += sum(1 for line in nginx_log.read_text().splitlines() if line.split()[1:2] == ["r"])
-        sluice_log = Path(self.d, "sluice-access.log")
-        if sluice_log.exists():
-            n += sluice_log.read_text().count("resumed=true")
+        for f in ("sluice-access.log", "sluice-inline-access.log"):
+            sluice_log = Path(self.d, f)
+            if sluice_log.exists():
+                n += sluice_log.read_text().count("resumed=true")
         return n
 
 
@@ -314,7 +325,7 @@ def scenarios(page_len):
         for tls in ("1.2", "1.3"):
             s.append({
                 "name": f"full handshakes/s, {label}, TLS {tls}",
-                "cert": cert, "metric": "conn/s", "full_handshake": True,
+                "cert": cert, "metric": "conn/s", "full_handshake": True, "engines": True,
                 "run": lambda port, dur, tls=tls: loadgen("handshake", port, dur, ["--tls", tls, "--path", "/1k", "--concurrency", "32"]),
             })
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1", "cert": "rsa", "metric": "req/s",
@@ -328,7 +339,7 @@ def scenarios(page_len):
                       port, dur, f"/gz{level}/page.html" if port == NGINX_PORT else "/page.html", True, 16, 1,
                       ["Accept-Encoding: gzip"])})
     s.append({"name": "keep-alive p99 ms under a handshake storm (RSA, TLS 1.3)", "cert": "rsa", "metric": "p99 ms",
-              "lower_is_better": True,
+              "lower_is_better": True, "engines": True,
               "run": lambda port, dur: loadgen("latency", port, dur, ["--tls", "1.3", "--path", "/1k", "--keepalive", "4", "--storm", "32"])})
     return s
 
@@ -406,9 +417,10 @@ def main():
             gw = Gateways(d, cert)
             try:
                 for sc in group:
-                    row = {"name": sc["name"], "metric": sc["metric"], "runs": {"nginx": [], "sluice": []}}
+                    who_all = ("nginx", "sluice", "sluice-inline") if sc.get("engines") else ("nginx", "sluice")
+                    row = {"name": sc["name"], "metric": sc["metric"], "runs": {w: [] for w in who_all}}
                     for i in range(runs):
-                        order = ("nginx", "sluice") if i % 2 == 0 else ("sluice", "nginx")
+                        order = who_all if i % 2 == 0 else tuple(reversed(who_all))
                         for which in order:
                             r = measure(gw, origin, which, sc, duration)
                             row["runs"][which].append(r)
@@ -455,9 +467,9 @@ def comparable(row):
     return b["sluice"] <= 1.1 * b["nginx"]
 
 
-def ratio(row):
+def ratio(row, who="sluice"):
     n = statistics.median(r["value"] for r in row["runs"]["nginx"])
-    s = statistics.median(r["value"] for r in row["runs"]["sluice"])
+    s = statistics.median(r["value"] for r in row["runs"][who])
     if not n or not s or not comparable(row):
         return None
     return (n / s) if row["lower_is_better"] else (s / n)
@@ -477,7 +489,7 @@ def render(results, runs, duration, cpu, date):
         f"CPU: {cpu}; date: {date[:10]}; gateway on core {GW_CORE}, load generator and origin on core {LOAD_CORE}; "
         f"median of {runs} run(s) of {duration:g} s, [min-max]",
         "",
-        "| scenario | NGINX | Sluice | Sluice/NGINX | gateway CPU (N / S) | load core CPU (N / S) | notes |",
+        "| scenario | NGINX | Sluice (engine `pool`) | Sluice/NGINX | gateway CPU (N / S) | load core CPU (N / S) | notes |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in results:
@@ -508,6 +520,16 @@ def render(results, runs, duration, cpu, date):
             f"| {row['name']} | {cells[0]} | {cells[1]} | {'n/a' if rt is None else f'{rt:.2f}x'} | "
             f"{util('nginx', 'gateway_util'):.0%} / {util('sluice', 'gateway_util'):.0%} | "
             f"{util('nginx', 'load_core_util'):.0%} / {util('sluice', 'load_core_util'):.0%} | {'; '.join(notes)} |")
+        if "sluice-inline" in row["runs"]:
+            vals = [r["value"] for r in row["runs"]["sluice-inline"]]
+            si = summarize(vals)
+            ri = ratio(row, "sluice-inline")
+            b = bound({k: util("sluice-inline", k) for k in ("gateway_util", "load_core_util")})
+            lines.append(
+                f"| ↳ same, Sluice engine `inline` (signing on the event loop) | | "
+                f"{fmt(si['median'])} [{fmt(si['min'])}-{fmt(si['max'])}] {row['metric']} | "
+                f"{'n/a' if ri is None else f'{ri:.2f}x'} | {util('sluice-inline', 'gateway_util'):.0%} | "
+                f"{util('sluice-inline', 'load_core_util'):.0%} | {'sluice-inline' + b if b else ''} |")
     return "\n".join(lines)
 
 
