@@ -279,25 +279,30 @@ impl Cx<'_> {
         }
     }
 
+    fn crypto_engines(&mut self, list: &Spanned<Vec<String>>, key: &str) -> Vec<CryptoEngine> {
+        let mut engines = Vec::new();
+        for e in list.get_ref() {
+            match e.as_str() {
+                "pool" => engines.push(CryptoEngine::Pool),
+                // The software engine ends every chain; naming it changes nothing.
+                "inline" => {}
+                other => self.err_at(
+                    list,
+                    format!("{key} names \"{other}\", which this build does not have"),
+                    "use \"pool\" (dedicated threads) or [] (sign on the event loop); \"inline\" always ends the chain",
+                ),
+            }
+        }
+        engines
+    }
+
     fn crypto_offload(&mut self, raw: Option<&RawOffloadCrypto>) -> CryptoOffload {
         let d = CryptoOffload::default();
         let Some(raw) = raw else { return d };
-        let mut engines = d.engines.clone();
-        if let Some(list) = &raw.engines {
-            engines.clear();
-            for e in list.get_ref() {
-                match e.as_str() {
-                    "pool" => engines.push(CryptoEngine::Pool),
-                    // The software engine ends every chain; naming it changes nothing.
-                    "inline" => {}
-                    other => self.err_at(
-                        list,
-                        format!("[offload.crypto] engines names \"{other}\", which this build does not have"),
-                        "use \"pool\" (dedicated threads) or [] (sign on the event loop); \"inline\" always ends the chain",
-                    ),
-                }
-            }
-        }
+        let engines = raw.engines.as_ref().map_or_else(
+            || d.engines.clone(),
+            |list| self.crypto_engines(list, "[offload.crypto] engines"),
+        );
         let positive = |cx: &mut Self, v: Option<&Spanned<u32>>, key: &str| -> Option<usize> {
             let v = v?;
             if *v.get_ref() == 0 {
@@ -562,12 +567,16 @@ impl Cx<'_> {
                 hosts
             }
         };
+        let offload_engines = raw.offload_engines.as_ref().map(|list| {
+            self.crypto_engines(list, &format!("certificate `{name}`: offload_engines"))
+        });
         Some(Certificate {
             name: name.clone(),
             chain,
             key,
             key_type,
             hosts,
+            offload_engines,
         })
     }
 

@@ -109,6 +109,8 @@ pub struct RawCertificate {
     /// Host names (exact or `*.` wildcard) this certificate is served for; by default the
     /// names in its subjectAltName.
     pub hosts: Option<Vec<Spanned<String>>>,
+    /// This certificate's private-key engines, instead of `[offload.crypto] engines`.
+    pub offload_engines: Option<Spanned<Vec<String>>>,
 }
 
 /// `[[upstream]]`: a group of servers and how to balance across them.

@@ -42,7 +42,7 @@ pub struct Offload {
 }
 
 /// An engine for private-key operations (the software `inline` engine always ends the chain).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CryptoEngine {
     /// Dedicated threads.
     Pool,
@@ -208,6 +208,8 @@ pub struct Certificate {
     pub key_type: KeyType,
     /// Names it is served for.
     pub hosts: Vec<HostPattern>,
+    /// Its private-key engines when they differ from `[offload.crypto] engines`.
+    pub offload_engines: Option<Vec<CryptoEngine>>,
 }
 
 impl std::fmt::Debug for Certificate {

@@ -326,3 +326,42 @@ fn the_embedded_default_is_valid() {
     assert_eq!(s.listeners.len(), 2);
     assert_eq!(s.listeners[0].address.port(), 8443);
 }
+
+#[test]
+fn offload_settings_load_and_bad_engines_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "a", "a.test");
+    let base = "[[listener]]\nname = \"l\"\naddress = \"127.0.0.1:1\"\n[listener.tls]\n";
+    let good = format!(
+        "{base}[offload.crypto]\nengines = [\"pool\", \"inline\"]\npool_threads = 3\ndeadline = \"20ms\"\nverify = \"all\"\n[[certificate]]\nname = \"a\"\ncert = \"a.crt\"\nkey = \"a.key\"\noffload_engines = []\n"
+    );
+    let s = load_str(&good, "t", dir.path()).unwrap();
+    let c = &s.offload.crypto;
+    assert_eq!(c.engines, vec![crate::CryptoEngine::Pool]);
+    assert_eq!(
+        (c.pool_threads, c.deadline, c.verify_all),
+        (Some(3), Duration::from_millis(20), true)
+    );
+    assert_eq!(s.certificates[0].offload_engines, Some(vec![]));
+    assert_eq!(
+        s.admin,
+        Some("127.0.0.1:9901".parse().unwrap()),
+        "admin on loopback by default"
+    );
+
+    let bad = format!(
+        "{base}[offload.crypto]\nengines = [\"gpu\"]\npool_threads = 0\n[admin]\naddress = \"nowhere\"\n[[certificate]]\nname = \"a\"\ncert = \"a.crt\"\nkey = \"a.key\"\noffload_engines = [\"qat\"]\n"
+    );
+    let errs = errors(&bad, dir.path());
+    for needle in [
+        "\"gpu\"",
+        "pool_threads must be at least 1",
+        "`nowhere`",
+        "offload_engines names \"qat\"",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.message.contains(needle)),
+            "missing {needle}: {errs:#?}"
+        );
+    }
+}

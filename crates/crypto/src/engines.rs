@@ -1,10 +1,12 @@
 use crate::{SignJob, sign};
-use sluice_offload::{BreakerConfig, Dispatcher, DispatcherBuilder, Inline, Pool};
+use sluice_offload::{
+    BreakerConfig, Dispatcher, DispatcherBuilder, Engine, Inline, Pending, Pool, Reject,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// A configurable engine (the software `inline` engine always ends the chain).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EngineKind {
     /// Dedicated threads.
     Pool,
@@ -56,6 +58,26 @@ impl Default for CryptoConfig {
     }
 }
 
+/// An engine that answers `Unsupported` to jobs restricted to other engines (a certificate
+/// with its own `offload_engines`).
+struct Allowed<E> {
+    kind: EngineKind,
+    inner: E,
+}
+
+impl<E: Engine<SignJob>> Engine<SignJob> for Allowed<E> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn submit(&self, job: SignJob) -> Result<Pending<Vec<u8>>, Reject> {
+        if !job.allows(self.kind) {
+            return Err(Reject::Unsupported);
+        }
+        self.inner.submit(job)
+    }
+}
+
 /// The dispatcher for private-key jobs described by `config`.
 pub fn build_dispatcher(config: &CryptoConfig) -> std::io::Result<Dispatcher<SignJob>> {
     let mut b = DispatcherBuilder::new(Arc::new(Inline::new(sign)))
@@ -64,12 +86,16 @@ pub fn build_dispatcher(config: &CryptoConfig) -> std::io::Result<Dispatcher<Sig
     for e in &config.engines {
         match e {
             EngineKind::Pool => {
-                b = b.engine(Arc::new(Pool::new(
+                let pool = Pool::new(
                     "sluice-crypto",
                     config.pool_threads,
                     config.pool_capacity,
                     sign,
-                )?));
+                )?;
+                b = b.engine(Arc::new(Allowed {
+                    kind: EngineKind::Pool,
+                    inner: pool,
+                }));
             }
         }
     }

@@ -1,5 +1,5 @@
 use crate::key::Inner;
-use crate::{KeyKind, PrivateKey, SignatureScheme, VerifyPolicy};
+use crate::{EngineKind, KeyKind, PrivateKey, SignatureScheme, VerifyPolicy};
 use aws_lc_rs::digest::{self, Digest};
 use aws_lc_rs::signature::{self as sig, RsaEncoding, UnparsedPublicKey, VerificationAlgorithm};
 use sluice_offload::{EngineError, Job};
@@ -15,6 +15,8 @@ pub struct SignJob {
     /// The prepared digest (none for Ed25519, which signs the message itself).
     digest: Option<Digest>,
     verify: VerifyPolicy,
+    /// Engines allowed to run it besides the software one; `None`: all of the chain.
+    engines: Option<Arc<[EngineKind]>>,
 }
 
 impl std::fmt::Debug for SignJob {
@@ -99,7 +101,20 @@ impl SignJob {
             message: message.into(),
             digest,
             verify,
+            engines: None,
         })
+    }
+
+    /// Restricts the job to these engines (besides the software one that ends every chain):
+    /// a certificate's own `offload_engines`.
+    pub fn only(mut self, engines: Option<Arc<[EngineKind]>>) -> Self {
+        self.engines = engines;
+        self
+    }
+
+    /// Whether `engine` may run this job.
+    pub fn allows(&self, engine: EngineKind) -> bool {
+        self.engines.as_ref().is_none_or(|e| e.contains(&engine))
     }
 
     /// The scheme.

@@ -53,8 +53,7 @@ impl Gateway {
             .map(|u| Arc::new(UpstreamGroup::new(u.clone())))
             .collect();
 
-        let key_offload =
-            KeyOffload::from_config(&snapshot.offload.crypto).map_err(ProxyError::Offload)?;
+        let key_offload = KeyOffload::from_config(&snapshot).map_err(ProxyError::Offload)?;
         let metrics = Arc::new(crate::ProxyMetrics::default());
         let mut bound = Vec::new();
         for l in &snapshot.listeners {

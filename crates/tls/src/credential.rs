@@ -8,7 +8,7 @@ use boring::error::ErrorStack;
 use boring::ssl::SslCredential;
 use foreign_types::ForeignType;
 use sluice_config::Certificate;
-use sluice_crypto::PrivateKey;
+use sluice_crypto::{EngineKind, PrivateKey};
 use std::sync::Arc;
 
 /// Builds a credential holding `cert`'s chain and private key.
@@ -16,7 +16,10 @@ use std::sync::Arc;
     unsafe_code,
     reason = "boring 5 has no safe constructor for X.509 credentials"
 )]
-pub(crate) fn x509_credential(cert: &Certificate) -> Result<SslCredential, TlsError> {
+pub(crate) fn x509_credential(
+    cert: &Certificate,
+    engines: Vec<EngineKind>,
+) -> Result<SslCredential, TlsError> {
     let ders = cert
         .chain
         .iter()
@@ -75,7 +78,7 @@ pub(crate) fn x509_credential(cert: &Certificate) -> Result<SslCredential, TlsEr
         .private_key_to_der_pkcs8()
         .map_err(TlsError::boring("encoding a private key"))?;
     if let Ok(key) = PrivateKey::from_pkcs8(&pkcs8) {
-        crate::offload::attach(&credential, Arc::new(key))?;
+        crate::offload::attach(&credential, Arc::new(key), engines)?;
         return Ok(credential);
     }
     // SAFETY: both pointers are live for the call; set1 takes its own reference to the key.

@@ -24,6 +24,7 @@ use boring::ex_data::Index;
 use boring::ssl::{Ssl, SslCredential, SslCredentialRef, SslRef};
 use boring_sys as ffi;
 use foreign_types::{ForeignType, ForeignTypeRef};
+use futures_util::FutureExt as _;
 use sluice_crypto::{
     CryptoConfig, EngineKind, PrivateKey, SignJob, SignatureScheme, VerifyPolicy, build_dispatcher,
     sign,
@@ -67,19 +68,23 @@ impl KeyOffload {
         })
     }
 
-    /// The chain `[offload.crypto]` describes.
-    pub fn from_config(c: &sluice_config::CryptoOffload) -> std::io::Result<Arc<Self>> {
+    /// The chain `[offload.crypto]` describes, with every engine that a certificate's own
+    /// `offload_engines` names.
+    pub fn from_config(snapshot: &sluice_config::Snapshot) -> std::io::Result<Arc<Self>> {
+        let c = &snapshot.offload.crypto;
+        let mut engines = engine_kinds(&c.engines);
+        for cert in &snapshot.certificates {
+            for e in engine_kinds(cert.offload_engines.as_deref().unwrap_or_default()) {
+                if !engines.contains(&e) {
+                    engines.push(e);
+                }
+            }
+        }
         let threads = c
             .pool_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let config = CryptoConfig {
-            engines: c
-                .engines
-                .iter()
-                .map(|e| match e {
-                    sluice_config::CryptoEngine::Pool => EngineKind::Pool,
-                })
-                .collect(),
+            engines,
             pool_threads: threads,
             pool_capacity: c.pool_capacity.unwrap_or(64 * threads),
             deadline: c.deadline,
@@ -107,7 +112,23 @@ impl KeyOffload {
     }
 }
 
-static KEY_INDEX: LazyLock<Index<SslCredential, Arc<PrivateKey>>> =
+/// Maps configured engine names to the crypto crate's.
+pub(crate) fn engine_kinds(engines: &[sluice_config::CryptoEngine]) -> Vec<EngineKind> {
+    engines
+        .iter()
+        .map(|e| match e {
+            sluice_config::CryptoEngine::Pool => EngineKind::Pool,
+        })
+        .collect()
+}
+
+/// What a credential's ex_data holds: its key and the engines its jobs may use.
+pub(crate) struct KeyHandle {
+    key: Arc<PrivateKey>,
+    engines: Arc<[EngineKind]>,
+}
+
+static KEY_INDEX: LazyLock<Index<SslCredential, KeyHandle>> =
     LazyLock::new(|| SslCredential::new_ex_index().expect("allocating a credential ex_data index"));
 static CONN_INDEX: LazyLock<Index<Ssl, ConnOffload>> =
     LazyLock::new(|| Ssl::new_ex_index().expect("allocating an SSL ex_data index"));
@@ -118,11 +139,18 @@ static CONN_INDEX: LazyLock<Index<Ssl, ConnOffload>> =
     unsafe_code,
     reason = "boring 5 exposes no private-key method for X.509 credentials"
 )]
-pub(crate) fn attach(credential: &SslCredential, key: Arc<PrivateKey>) -> Result<(), TlsError> {
+pub(crate) fn attach(
+    credential: &SslCredential,
+    key: Arc<PrivateKey>,
+    engines: Vec<EngineKind>,
+) -> Result<(), TlsError> {
     let prefs: Vec<u16> = key.schemes().iter().map(|s| *s as u16).collect();
-    let data = Box::into_raw(Box::new(key));
-    // SAFETY: the credential is live; the index was allocated by boring for `Arc<PrivateKey>`
-    // with a free callback that drops a `Box<Arc<PrivateKey>>`, which is what we store, and
+    let data = Box::into_raw(Box::new(KeyHandle {
+        key,
+        engines: engines.into(),
+    }));
+    // SAFETY: the credential is live; the index was allocated by boring for `KeyHandle` with
+    // a free callback that drops a `Box<KeyHandle>`, which is what we store, and
     // the credential takes ownership of it (freed with the credential).
     let ok = unsafe {
         ffi::SSL_CREDENTIAL_set_ex_data(credential.as_ptr(), KEY_INDEX.as_raw(), data.cast())
@@ -322,13 +350,17 @@ unsafe extern "C" fn sign_cb(
         }
         SslCredentialRef::from_ptr(cred.cast_mut())
             .ex_data(*KEY_INDEX)
-            .cloned()
+            .map(|h| (h.key.clone(), h.engines.clone()))
     };
-    let Some(key) = key else { return FAILURE };
+    let Some((key, engines)) = key else {
+        return FAILURE;
+    };
     // SAFETY: `input` points to `input_len` readable bytes for the duration of the call.
     let message = unsafe { std::slice::from_raw_parts(input, input_len) };
+    let only_inline = engines.is_empty() || conn.offload.inline_only;
     let Some(job) = SignatureScheme::from_u16(algorithm)
         .and_then(|s| SignJob::new(key, s, message, conn.offload.verify))
+        .map(|j| j.only(Some(engines)))
     else {
         tracing::error!(
             algorithm,
@@ -338,10 +370,16 @@ unsafe extern "C" fn sign_cb(
     };
     let outcome: Outcome = Arc::new(Mutex::new(None));
     let runtime = tokio::runtime::Handle::try_current();
-    if conn.offload.inline_only || runtime.is_err() {
-        // The baseline: sign right here on the event loop, through the dispatcher's
-        // bookkeeping-free path.
-        return match sign(&job) {
+    if only_inline || runtime.is_err() {
+        // The baseline: sign right here on the event loop. The dispatcher still counts it;
+        // with only the software engine allowed it completes without waiting.
+        let signed = conn
+            .offload
+            .dispatcher
+            .run(job.clone())
+            .now_or_never()
+            .unwrap_or_else(|| sign(&job));
+        return match signed {
             Ok(signature) => deliver(&signature, out, out_len, max_out),
             Err(_) => FAILURE,
         };

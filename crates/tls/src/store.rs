@@ -41,7 +41,13 @@ impl CertStore {
         order.sort_by_key(|&i| preference(snapshot.certificates[i].key_type));
         let mut credentials = HashMap::new();
         for &i in &order {
-            credentials.insert(i, Arc::new(x509_credential(&snapshot.certificates[i])?));
+            let cert = &snapshot.certificates[i];
+            let engines = cert
+                .offload_engines
+                .as_deref()
+                .unwrap_or(&snapshot.offload.crypto.engines);
+            let credential = x509_credential(cert, crate::offload::engine_kinds(engines))?;
+            credentials.insert(i, Arc::new(credential));
         }
         let mut exact: HashMap<String, Vec<Arc<SslCredential>>> = HashMap::new();
         let mut wildcard: HashMap<String, Vec<Arc<SslCredential>>> = HashMap::new();

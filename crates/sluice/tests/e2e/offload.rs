@@ -126,7 +126,70 @@ async fn with_no_engine_configured_handshakes_sign_inline() {
     }
     let c = gw.gateway().crypto_counters();
     assert_eq!(c.len(), 1);
-    assert_eq!(c[0].engine, "inline");
+    assert_eq!((c[0].engine.as_str(), c[0].completed), ("inline", 5));
+}
+
+#[tokio::test]
+async fn a_certificate_can_choose_its_own_engines() {
+    let origin = Origin::start("o").await;
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "pooled", KeyKind::Rsa2048, &["a.test"]);
+    write_cert(dir.path(), "local", KeyKind::Rsa2048, &["b.test"]);
+    let cfg = format!(
+        r#"
+[log]
+access_log = "off"
+[offload.crypto]
+engines = ["pool"]
+[[listener]]
+name = "https"
+address = "127.0.0.1:0"
+[listener.tls]
+session_tickets = false
+[[certificate]]
+name = "pooled"
+cert = "pooled.crt"
+key = "pooled.key"
+[[certificate]]
+name = "local"
+cert = "local.crt"
+key = "local.key"
+offload_engines = []
+[[upstream]]
+name = "o"
+servers = [{{ address = "{}" }}]
+[[route]]
+name = "all"
+upstream = "o"
+"#,
+        origin.addr
+    );
+    let gw = TestGateway::start(&cfg, dir).await;
+    for sni in ["a.test", "a.test", "a.test", "b.test", "b.test"] {
+        let h = tls_connect(
+            gw.addr("https"),
+            &ClientOpts {
+                sni: Some(sni),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let req = http::Request::get("/whoami")
+            .header("host", sni)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        assert_eq!(http1_send(h.stream, req).await.status, 200);
+    }
+    let c = gw.gateway().crypto_counters();
+    let (pool, inline) = (&c[0], &c[1]);
+    assert_eq!(pool.completed, 3, "a.test signs on the pool: {c:?}");
+    assert_eq!(
+        pool.fell_back(FallbackReason::Unsupported),
+        2,
+        "b.test's jobs are not the pool's: {c:?}"
+    );
+    assert_eq!(inline.completed, 2);
 }
 
 #[tokio::test]
