@@ -100,16 +100,17 @@ impl Histogram {
         self.sum.fetch_add(v, Ordering::Relaxed);
     }
 
-    /// Upper bounds, and per bucket (not cumulative) counts with +Inf last.
-    pub fn snapshot(&self) -> (&'static [u64], Vec<u64>, u64) {
-        (
-            self.bounds,
-            self.counts
+    /// A copy of the buckets.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        HistogramSnapshot {
+            bounds: self.bounds,
+            counts: self
+                .counts
                 .iter()
                 .map(|c| c.load(Ordering::Relaxed))
                 .collect(),
-            self.sum.load(Ordering::Relaxed),
-        )
+            sum: self.sum.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -153,6 +154,21 @@ pub struct CountersSnapshot {
     pub in_flight: i64,
     /// Batch flushes by [`FlushReason::ALL`] order.
     pub flushes: [u64; 3],
+    /// Submit-to-result time of completed jobs in microseconds.
+    pub latency_us: HistogramSnapshot,
+    /// Jobs per flushed batch.
+    pub batch_size: HistogramSnapshot,
+}
+
+/// A copy of a [`Histogram`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    /// Upper bounds (inclusive) of the finite buckets.
+    pub bounds: &'static [u64],
+    /// Per-bucket counts (not cumulative), the last one for +Inf.
+    pub counts: Vec<u64>,
+    /// Sum of the observed values.
+    pub sum: u64,
 }
 
 impl CountersSnapshot {
@@ -220,6 +236,8 @@ impl EngineCounters {
             fell_back: std::array::from_fn(|i| load(&self.fell_back[i])),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             flushes: std::array::from_fn(|i| load(&self.flushes[i])),
+            latency_us: self.latency_us.snapshot(),
+            batch_size: self.batch_size.snapshot(),
         }
     }
 }

@@ -33,7 +33,7 @@ pub use batch::{BatchConfig, BatchQueue};
 pub use breaker::{Admission, Breaker, BreakerConfig};
 pub use counters::{
     BATCH_BUCKETS, CountersSnapshot, EngineCounters, FallbackReason, FlushReason, Histogram,
-    LATENCY_BUCKETS_US,
+    HistogramSnapshot, LATENCY_BUCKETS_US,
 };
 pub use dispatcher::{Dispatcher, DispatcherBuilder};
 pub use engine::{Engine, EngineError, Job, Pending, Reject, completer};

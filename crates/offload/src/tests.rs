@@ -44,6 +44,11 @@ macro_rules! conformance {
                 let c = &d.counters()[0];
                 assert_eq!((c.submitted, c.completed, c.in_flight), (50, 50, 0));
                 assert_eq!(
+                    c.latency_us.counts.iter().sum::<u64>(),
+                    50,
+                    "one latency sample per completed job"
+                );
+                assert_eq!(
                     d.counters()[1].submitted,
                     0,
                     "the software engine was not needed"
@@ -346,6 +351,12 @@ async fn a_full_batch_flushes_at_once() {
     }
     assert_eq!(*sizes.lock().unwrap(), [4]);
     assert_eq!(flushes(&c, FlushReason::Full), 1);
+    let h = c.snapshot().batch_size;
+    assert_eq!(
+        (h.counts[3], h.sum),
+        (1, 4),
+        "one batch of four in the histogram"
+    );
 }
 
 #[tokio::test]
