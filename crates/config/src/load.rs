@@ -856,6 +856,18 @@ impl Cx<'_> {
         if raw.ticket_key_file.is_some() && ticket_key_file.is_none() {
             ok = false;
         }
+        let rsa_key_exchange = raw.rsa_key_exchange.as_ref().is_some_and(|r| *r.get_ref());
+        if rsa_key_exchange
+            && min_version == TlsVersion::V1_3
+            && let Some(r) = &raw.rsa_key_exchange
+        {
+            self.err_at(
+                r,
+                format!("listener `{listener}`: rsa_key_exchange needs TLS 1.2, but min_version is 1.3"),
+                "set min_version = \"1.2\" or remove rsa_key_exchange (TLS 1.3 has no RSA key exchange)",
+            );
+            ok = false;
+        }
         if !ok {
             return None;
         }
@@ -868,6 +880,7 @@ impl Cx<'_> {
             session_tickets: raw.session_tickets.unwrap_or(true),
             ticket_key_file,
             ticket_key_rotation,
+            rsa_key_exchange,
         })
     }
 

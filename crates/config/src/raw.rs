@@ -94,6 +94,8 @@ pub struct RawListenerTls {
     pub ticket_key_file: Option<Spanned<String>>,
     /// How often ticket keys rotate (generated keys) or the key file is re-read.
     pub ticket_key_rotation: Option<SpannedStr>,
+    /// Also offer TLS 1.2 RSA key exchange (`TLS_RSA_WITH_AES_*_GCM_*`) for old clients.
+    pub rsa_key_exchange: Option<Spanned<bool>>,
 }
 
 /// `[[certificate]]`: a certificate chain and its private key.

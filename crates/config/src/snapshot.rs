@@ -158,6 +158,10 @@ pub struct TlsListener {
     pub ticket_key_file: Option<PathBuf>,
     /// Rotation (or re-read) interval of ticket keys.
     pub ticket_key_rotation: Duration,
+    /// Whether TLS 1.2 RSA key exchange suites are offered (after every ECDHE suite): the
+    /// server then decrypts the client's premaster secret with the certificate's key, an
+    /// offloaded job like a signature. Off by default: no forward secrecy.
+    pub rsa_key_exchange: bool,
 }
 
 /// A socket that accepts client connections.

@@ -365,3 +365,25 @@ fn offload_settings_load_and_bad_engines_are_named() {
         );
     }
 }
+
+#[test]
+fn rsa_key_exchange_is_off_by_default_and_refused_with_tls_1_3_only() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "a", "example.com");
+    let s = load_str(GOOD, "good.toml", dir.path()).unwrap();
+    assert!(!s.listeners[0].tls.as_ref().unwrap().rsa_key_exchange);
+
+    let on = GOOD.replace("min_version = \"1.3\"", "rsa_key_exchange = true");
+    let s = load_str(&on, "on.toml", dir.path()).unwrap();
+    assert!(s.listeners[0].tls.as_ref().unwrap().rsa_key_exchange);
+
+    let src = GOOD.replace(
+        "min_version = \"1.3\"",
+        "min_version = \"1.3\"\nrsa_key_exchange = true",
+    );
+    let errs = errors(&src, dir.path());
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert!(errs[0].message.contains("rsa_key_exchange needs TLS 1.2"));
+    assert_eq!(errs[0].line, line_of(&src, "rsa_key_exchange"));
+    assert!(errs[0].help.contains("min_version = \"1.2\""));
+}

@@ -1,4 +1,4 @@
-use crate::{SignJob, sign};
+use crate::{KeyJob, run};
 use sluice_offload::{
     BreakerConfig, Dispatcher, DispatcherBuilder, Engine, Inline, Pending, Pool, Reject,
 };
@@ -65,12 +65,12 @@ struct Allowed<E> {
     inner: E,
 }
 
-impl<E: Engine<SignJob>> Engine<SignJob> for Allowed<E> {
+impl<E: Engine<KeyJob>> Engine<KeyJob> for Allowed<E> {
     fn name(&self) -> &str {
         self.inner.name()
     }
 
-    fn submit(&self, job: SignJob) -> Result<Pending<Vec<u8>>, Reject> {
+    fn submit(&self, job: KeyJob) -> Result<Pending<Vec<u8>>, Reject> {
         if !job.allows(self.kind) {
             return Err(Reject::Unsupported);
         }
@@ -79,8 +79,8 @@ impl<E: Engine<SignJob>> Engine<SignJob> for Allowed<E> {
 }
 
 /// The dispatcher for private-key jobs described by `config`.
-pub fn build_dispatcher(config: &CryptoConfig) -> std::io::Result<Dispatcher<SignJob>> {
-    let mut b = DispatcherBuilder::new(Arc::new(Inline::new(sign)))
+pub fn build_dispatcher(config: &CryptoConfig) -> std::io::Result<Dispatcher<KeyJob>> {
+    let mut b = DispatcherBuilder::new(Arc::new(Inline::new(run)))
         .deadline(config.deadline)
         .breaker(config.breaker);
     for e in &config.engines {
@@ -90,7 +90,7 @@ pub fn build_dispatcher(config: &CryptoConfig) -> std::io::Result<Dispatcher<Sig
                     "sluice-crypto",
                     config.pool_threads,
                     config.pool_capacity,
-                    sign,
+                    run,
                 )?;
                 b = b.engine(Arc::new(Allowed {
                     kind: EngineKind::Pool,

@@ -1,4 +1,5 @@
 use crate::SignatureScheme;
+use crate::raw_rsa::RawRsa;
 use aws_lc_rs::signature::{
     ECDSA_P256_SHA256_ASN1_SIGNING, ECDSA_P384_SHA384_ASN1_SIGNING, EcdsaKeyPair, Ed25519KeyPair,
     KeyPair, RsaKeyPair,
@@ -40,6 +41,8 @@ pub struct PrivateKey {
     pub(crate) inner: Inner,
     /// The public key in the form aws-lc-rs verifies with.
     pub(crate) public: Vec<u8>,
+    /// RSA keys only: the same key as aws-lc's `RSA`, for raw decryption.
+    pub(crate) raw_rsa: Option<RawRsa>,
 }
 
 impl std::fmt::Debug for PrivateKey {
@@ -61,6 +64,7 @@ impl PrivateKey {
                 kind: KeyKind::Rsa(bits),
                 inner: Inner::Rsa(k),
                 public,
+                raw_rsa: Some(RawRsa::from_pkcs8(der).ok_or(KeyError::Unsupported)?),
             });
         }
         for (alg, kind) in [
@@ -73,6 +77,7 @@ impl PrivateKey {
                     kind,
                     inner: Inner::Ecdsa(k),
                     public,
+                    raw_rsa: None,
                 });
             }
         }
@@ -82,6 +87,7 @@ impl PrivateKey {
                 kind: KeyKind::Ed25519,
                 inner: Inner::Ed25519(k),
                 public,
+                raw_rsa: None,
             });
         }
         Err(KeyError::Unsupported)

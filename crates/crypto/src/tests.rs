@@ -66,8 +66,8 @@ fn every_scheme_of_every_key_kind_verifies_with_boringssl() {
         assert_eq!(key.kind(), kind);
         for &scheme in key.schemes() {
             let msg = format!("TLS transcript for {kind:?} {scheme:?}").into_bytes();
-            let job = SignJob::new(key.clone(), scheme, &msg, VerifyPolicy::All).unwrap();
-            let signature = sign(&job).unwrap();
+            let job = KeyJob::sign(key.clone(), scheme, &msg, VerifyPolicy::All).unwrap();
+            let signature = run(&job).unwrap();
             assert!(
                 boring_verifies(&bkey, scheme, &msg, &signature),
                 "{kind:?} {scheme:?}"
@@ -83,7 +83,7 @@ fn a_wrong_signature_is_caught_before_release() {
             PrivateKey::from_pkcs8(&boring_key(kind).private_key_to_der_pkcs8().unwrap()).unwrap(),
         );
         let scheme = key.schemes()[0];
-        let job = SignJob::new(key, scheme, b"message", VerifyPolicy::All).unwrap();
+        let job = KeyJob::sign(key, scheme, b"message", VerifyPolicy::All).unwrap();
         let mut signature = job.primitive().unwrap();
         let last = signature.len() - 1;
         signature[last] ^= 1; // a fault
@@ -108,7 +108,7 @@ fn a_key_cannot_sign_a_scheme_of_another_kind() {
         .unwrap(),
     );
     assert!(
-        SignJob::new(
+        KeyJob::sign(
             key.clone(),
             SignatureScheme::RsaPssSha256,
             b"m",
@@ -117,7 +117,7 @@ fn a_key_cannot_sign_a_scheme_of_another_kind() {
         .is_none()
     );
     assert!(
-        SignJob::new(
+        KeyJob::sign(
             key,
             SignatureScheme::EcdsaP384Sha384,
             b"m",
@@ -144,7 +144,7 @@ async fn the_dispatcher_signs_through_the_pool_and_falls_back_when_it_is_full() 
         tasks.push(tokio::spawn(async move {
             let msg = format!("handshake {i}").into_bytes();
             let job =
-                SignJob::new(key, SignatureScheme::RsaPssSha256, &msg, VerifyPolicy::All).unwrap();
+                KeyJob::sign(key, SignatureScheme::RsaPssSha256, &msg, VerifyPolicy::All).unwrap();
             (msg, d.run(job).await.unwrap())
         }));
     }
@@ -161,4 +161,73 @@ async fn the_dispatcher_signs_through_the_pool_and_falls_back_when_it_is_full() 
     assert_eq!(c[0].engine, "pool");
     assert_eq!(c[0].completed + c[1].completed, 32);
     assert!(c[0].completed >= 1, "{c:?}");
+}
+
+/// A TLS 1.2 premaster secret encrypted by BoringSSL with the public key decrypts, through
+/// the pool, to the PKCS#1 v1.5 block that carries it (raw decryption: the padding is the
+/// caller's to check).
+#[tokio::test]
+async fn rsa_decryption_inverts_boringssl_encryption() {
+    let config = CryptoConfig::default();
+    let d = build_dispatcher(&config).unwrap();
+    for bits in [2048, 3072, 4096] {
+        let brsa = boring::rsa::Rsa::generate(bits).unwrap();
+        let bkey = PKey::from_rsa(brsa.clone()).unwrap();
+        let key =
+            Arc::new(PrivateKey::from_pkcs8(&bkey.private_key_to_der_pkcs8().unwrap()).unwrap());
+        let premaster: Vec<u8> = (0..48u8).map(|i| i.wrapping_mul(37)).collect();
+        let mut ciphertext = vec![0; brsa.size() as usize];
+        let n = brsa
+            .public_encrypt(&premaster, &mut ciphertext, Padding::PKCS1)
+            .unwrap();
+        assert_eq!(n, ciphertext.len());
+        let job = KeyJob::decrypt(key.clone(), &ciphertext).unwrap();
+        assert_eq!(job.operation(), OperationKind::Decrypt);
+        let block = d.run(job).await.unwrap();
+        assert_eq!(block.len(), ciphertext.len());
+        assert_eq!(&block[..2], &[0, 2], "{bits}: PKCS#1 v1.5 type 2 block");
+        assert_eq!(&block[block.len() - 49..], &[&[0][..], &premaster].concat());
+        // And against BoringSSL's own raw decryption.
+        let mut expected = vec![0; brsa.size() as usize];
+        brsa.private_decrypt(&ciphertext, &mut expected, Padding::NONE)
+            .unwrap();
+        assert_eq!(block, expected, "{bits}");
+    }
+    let c = d.counters();
+    assert_eq!(c.iter().map(|c| c.completed).sum::<u64>(), 3);
+    assert_eq!(c.iter().map(|c| c.failed).sum::<u64>(), 0);
+}
+
+#[test]
+fn a_wrong_decryption_is_caught_and_bad_inputs_are_refused() {
+    let bkey = boring_key(KeyKind::Rsa(2048));
+    let key = Arc::new(PrivateKey::from_pkcs8(&bkey.private_key_to_der_pkcs8().unwrap()).unwrap());
+    let ciphertext: Vec<u8> = (0..256).map(|i| (i as u8) ^ 0x5a).collect::<Vec<u8>>();
+    let mut ciphertext = ciphertext;
+    ciphertext[0] = 0; // below the modulus
+    let job = KeyJob::decrypt(key.clone(), &ciphertext).unwrap();
+    let mut plain = run(&job).unwrap();
+    plain[100] ^= 0x10; // a fault
+    assert!(matches!(
+        job.check(&plain),
+        Err(sluice_offload::EngineError::WrongResult(_))
+    ));
+    // Wrong length, and not an RSA key: no job.
+    assert!(KeyJob::decrypt(key.clone(), &ciphertext[1..]).is_none());
+    let ec = Arc::new(
+        PrivateKey::from_pkcs8(
+            &boring_key(KeyKind::EcdsaP256)
+                .private_key_to_der_pkcs8()
+                .unwrap(),
+        )
+        .unwrap(),
+    );
+    assert!(KeyJob::decrypt(ec, &ciphertext).is_none());
+    // Not below the modulus: the primitive fails (an engine error, never a panic).
+    let too_big = vec![0xff; 256];
+    let job = KeyJob::decrypt(key, &too_big).unwrap();
+    assert!(matches!(
+        job.primitive(),
+        Err(sluice_offload::EngineError::Failed(_))
+    ));
 }

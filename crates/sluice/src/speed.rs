@@ -5,7 +5,7 @@
 use anyhow::{Context as _, bail};
 use boring::pkey::{Id, PKey, Private};
 use sluice_crypto::{
-    CryptoConfig, EngineKind, PrivateKey, SignJob, SignatureScheme, VerifyPolicy, build_dispatcher,
+    CryptoConfig, EngineKind, KeyJob, PrivateKey, SignatureScheme, VerifyPolicy, build_dispatcher,
 };
 use sluice_offload::{Dispatcher, DispatcherBuilder, Inline};
 use std::sync::Arc;
@@ -113,7 +113,7 @@ fn boringssl(
 }
 
 async fn through(
-    dispatcher: Arc<Dispatcher<SignJob>>,
+    dispatcher: Arc<Dispatcher<KeyJob>>,
     key: Arc<PrivateKey>,
     scheme: SignatureScheme,
     args: &SpeedArgs,
@@ -129,7 +129,7 @@ async fn through(
             let msg = [j as u8; 100];
             while Instant::now() < deadline {
                 let t = Instant::now();
-                let job = SignJob::new(key.clone(), scheme, &msg, verify).context("scheme")?;
+                let job = KeyJob::sign(key.clone(), scheme, &msg, verify).context("scheme")?;
                 d.run(job).await.map_err(|e| anyhow::anyhow!("{e}"))?;
                 lat.push(t.elapsed().as_secs_f64() * 1e6);
             }
@@ -173,7 +173,7 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                 let key = Arc::new(PrivateKey::from_pkcs8(&pkey.private_key_to_der_pkcs8()?)?);
                 let dispatcher = match engine {
                     "inline" => {
-                        DispatcherBuilder::new(Arc::new(Inline::new(sluice_crypto::sign))).build()
+                        DispatcherBuilder::new(Arc::new(Inline::new(sluice_crypto::run))).build()
                     }
                     "pool" => {
                         let threads = args.threads.unwrap_or_else(|| {

@@ -56,6 +56,19 @@ impl TlsAcceptor {
             .map_err(TlsError::boring("setting the minimum TLS version"))?;
         b.set_max_proto_version(Some(version(tls.max_version)))
             .map_err(TlsError::boring("setting the maximum TLS version"))?;
+        if tls.rsa_key_exchange {
+            // Mozilla's intermediate list, then RSA key exchange for old clients: a client
+            // that offers ECDHE still gets it (server preference). BoringSSL asks the
+            // private-key method to decrypt the premaster secret.
+            b.set_cipher_list(
+                "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:\
+                 ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:\
+                 ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:\
+                 AES128-GCM-SHA256:AES256-GCM-SHA384",
+            )
+            .map_err(TlsError::boring("setting the cipher suites"))?;
+            b.set_options(SslOptions::CIPHER_SERVER_PREFERENCE);
+        }
 
         // ALPN by server preference: h2, then HTTP/1.1. A client that offers neither goes on
         // without ALPN, which means HTTP/1.1.

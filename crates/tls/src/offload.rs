@@ -1,7 +1,8 @@
 //! The bridge from BoringSSL's private-key method to the offload layer.
 //!
 //! Every certificate's credential gets [`METHOD`] instead of a private key. When a handshake
-//! needs a signature, BoringSSL calls `sign`; we prepare a [`SignJob`] for the credential's
+//! needs a signature, BoringSSL calls `sign` (or `decrypt`, for TLS 1.2 RSA key exchange when
+//! a listener enables it); we prepare a [`KeyJob`] for the credential's
 //! key (kept in the credential's ex_data), start it on the crypto dispatcher in a task of its
 //! own and answer "retry", so the handshake pauses and the worker serves other connections.
 //! When the job finishes, the task stores the signature and wakes the handshake's task;
@@ -26,8 +27,8 @@ use boring_sys as ffi;
 use foreign_types::{ForeignType, ForeignTypeRef};
 use futures_util::FutureExt as _;
 use sluice_crypto::{
-    CryptoConfig, EngineKind, PrivateKey, SignJob, SignatureScheme, VerifyPolicy, build_dispatcher,
-    sign,
+    CryptoConfig, EngineKind, KeyJob, PrivateKey, SignatureScheme, VerifyPolicy, build_dispatcher,
+    run,
 };
 use sluice_offload::{BreakerConfig, CountersSnapshot, Dispatcher, EngineError};
 use std::pin::Pin;
@@ -38,7 +39,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Where private-key operations go: shared by every listener of a gateway.
 pub struct KeyOffload {
-    dispatcher: Arc<Dispatcher<SignJob>>,
+    dispatcher: Arc<Dispatcher<KeyJob>>,
     verify: VerifyPolicy,
     /// No engine but the software one: sign on the spot, without a task.
     inline_only: bool,
@@ -57,7 +58,7 @@ impl KeyOffload {
     /// Private-key operations through `dispatcher`; `inline_only` when its chain is just the
     /// software engine.
     pub fn new(
-        dispatcher: Dispatcher<SignJob>,
+        dispatcher: Dispatcher<KeyJob>,
         verify: VerifyPolicy,
         inline_only: bool,
     ) -> Arc<Self> {
@@ -300,7 +301,7 @@ const RETRY: ffi::ssl_private_key_result_t = ffi::ssl_private_key_result_t::ssl_
 const FAILURE: ffi::ssl_private_key_result_t =
     ffi::ssl_private_key_result_t::ssl_private_key_failure;
 
-/// Copies a finished signature out to BoringSSL.
+/// Copies a finished result (a signature or a decrypted premaster block) out to BoringSSL.
 #[expect(unsafe_code, reason = "writing BoringSSL's output buffer")]
 fn deliver(
     signature: &[u8],
@@ -335,8 +336,68 @@ unsafe extern "C" fn sign_cb(
     input: *const u8,
     input_len: usize,
 ) -> ffi::ssl_private_key_result_t {
-    // SAFETY: BoringSSL calls this with a live SSL during its handshake; nothing else
-    // touches it meanwhile.
+    // SAFETY: `input` points to `input_len` readable bytes for the duration of the call.
+    let message = unsafe { std::slice::from_raw_parts(input, input_len) };
+    // SAFETY: BoringSSL calls this with a live SSL during its handshake, and `out`,
+    // `out_len`, `max_out` as `start` requires.
+    unsafe {
+        start(ssl, out, out_len, max_out, |key, verify| {
+            let job = SignatureScheme::from_u16(algorithm)
+                .and_then(|s| KeyJob::sign(key, s, message, verify));
+            if job.is_none() {
+                tracing::error!(
+                    algorithm,
+                    "BoringSSL asked for a signature scheme the key cannot make"
+                );
+            }
+            job
+        })
+    }
+}
+
+/// TLS 1.2 RSA key exchange (`rsa_key_exchange = true`): the raw private-key operation on
+/// the client's encrypted premaster secret; BoringSSL checks the padding in constant time.
+#[expect(unsafe_code, reason = "BoringSSL private-key method callback")]
+unsafe extern "C" fn decrypt_cb(
+    ssl: *mut ffi::SSL,
+    out: *mut u8,
+    out_len: *mut usize,
+    max_out: usize,
+    input: *const u8,
+    input_len: usize,
+) -> ffi::ssl_private_key_result_t {
+    // SAFETY: `input` points to `input_len` readable bytes for the duration of the call.
+    let ciphertext = unsafe { std::slice::from_raw_parts(input, input_len) };
+    // SAFETY: as in `sign_cb`.
+    unsafe {
+        start(ssl, out, out_len, max_out, |key, _| {
+            let job = KeyJob::decrypt(key, ciphertext);
+            if job.is_none() {
+                // A client's ciphertext of the wrong length: its handshake fails, as
+                // BoringSSL's own decryption would make it.
+                tracing::debug!(len = input_len, "RSA key exchange ciphertext refused");
+            }
+            job
+        })
+    }
+}
+
+/// Starts a private-key operation for the handshake on `ssl`: runs it on the spot when only
+/// the software engine may, otherwise spawns it on the dispatcher and answers "retry".
+///
+/// # Safety
+///
+/// `ssl` is a live SSL in its handshake, which nothing else touches meanwhile; `out` has
+/// room for `max_out` bytes and `out_len` is writable (BoringSSL's callback contract).
+#[expect(unsafe_code, reason = "BoringSSL private-key method callback")]
+unsafe fn start(
+    ssl: *mut ffi::SSL,
+    out: *mut u8,
+    out_len: *mut usize,
+    max_out: usize,
+    prepare: impl FnOnce(Arc<PrivateKey>, VerifyPolicy) -> Option<KeyJob>,
+) -> ffi::ssl_private_key_result_t {
+    // SAFETY: the caller's contract.
     let ssl_ref = unsafe { SslRef::from_ptr_mut(ssl) };
     let Some(conn) = ssl_ref.ex_data(*CONN_INDEX) else {
         tracing::error!("private-key operation on a connection without offload state");
@@ -355,32 +416,23 @@ unsafe extern "C" fn sign_cb(
     let Some((key, engines)) = key else {
         return FAILURE;
     };
-    // SAFETY: `input` points to `input_len` readable bytes for the duration of the call.
-    let message = unsafe { std::slice::from_raw_parts(input, input_len) };
     let only_inline = engines.is_empty() || conn.offload.inline_only;
-    let Some(job) = SignatureScheme::from_u16(algorithm)
-        .and_then(|s| SignJob::new(key, s, message, conn.offload.verify))
-        .map(|j| j.only(Some(engines)))
-    else {
-        tracing::error!(
-            algorithm,
-            "BoringSSL asked for a signature scheme the key cannot make"
-        );
+    let Some(job) = prepare(key, conn.offload.verify).map(|j| j.only(Some(engines))) else {
         return FAILURE;
     };
     let outcome: Outcome = Arc::new(Mutex::new(None));
     let runtime = tokio::runtime::Handle::try_current();
     if only_inline || runtime.is_err() {
-        // The baseline: sign right here on the event loop. The dispatcher still counts it;
-        // with only the software engine allowed it completes without waiting.
-        let signed = conn
+        // The baseline: compute right here on the event loop. The dispatcher still counts
+        // it; with only the software engine allowed it completes without waiting.
+        let done = conn
             .offload
             .dispatcher
             .run(job.clone())
             .now_or_never()
-            .unwrap_or_else(|| sign(&job));
-        return match signed {
-            Ok(signature) => deliver(&signature, out, out_len, max_out),
+            .unwrap_or_else(|| run(&job));
+        return match done {
+            Ok(result) => deliver(&result, out, out_len, max_out),
             Err(_) => FAILURE,
         };
     }
@@ -430,18 +482,4 @@ unsafe extern "C" fn complete_cb(
             }
         }
     }
-}
-
-/// RSA key exchange (TLS 1.2 `TLS_RSA_*` suites) is not enabled, so BoringSSL never asks.
-#[expect(unsafe_code, reason = "BoringSSL private-key method callback")]
-unsafe extern "C" fn decrypt_cb(
-    _ssl: *mut ffi::SSL,
-    _out: *mut u8,
-    _out_len: *mut usize,
-    _max_out: usize,
-    _input: *const u8,
-    _input_len: usize,
-) -> ffi::ssl_private_key_result_t {
-    tracing::error!("RSA decryption requested, but RSA key exchange is disabled");
-    FAILURE
 }

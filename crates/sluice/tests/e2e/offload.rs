@@ -5,6 +5,10 @@ use sluice_offload::FallbackReason;
 use sluice_tls::selfsigned::KeyKind;
 
 async fn gateway(crypto: &str) -> (TestGateway, Origin) {
+    gateway_with(crypto, "").await
+}
+
+async fn gateway_with(crypto: &str, listener_tls: &str) -> (TestGateway, Origin) {
     let origin = Origin::start("o").await;
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "rsa", KeyKind::Rsa2048, &["a.test"]);
@@ -19,6 +23,7 @@ name = "https"
 address = "127.0.0.1:0"
 [listener.tls]
 session_tickets = false
+{listener_tls}
 [[certificate]]
 name = "rsa"
 cert = "rsa.crt"
@@ -45,6 +50,10 @@ async fn one_request(addr: std::net::SocketAddr) -> u16 {
     )
     .await
     .unwrap();
+    request_on(h).await
+}
+
+async fn request_on(h: Handshake) -> u16 {
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(h.stream))
             .await
@@ -225,4 +234,60 @@ async fn a_client_that_goes_away_mid_handshake_leaves_nothing_in_flight() {
         gw.gateway().crypto_counters(),
         gw.gateway().open_connections()
     );
+}
+
+/// A TLS 1.2 client that offers only RSA key exchange: refused by default; with
+/// `rsa_key_exchange = true` its premaster secret is decrypted by the pool and requests go
+/// through, while a modern client on the same listener still gets ECDHE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rsa_key_exchange_decrypts_through_the_pool_when_enabled() {
+    let old_client = ClientOpts {
+        sni: Some("a.test"),
+        max_version: Some(boring::ssl::SslVersion::TLS1_2),
+        ciphers: Some("AES128-GCM-SHA256:AES256-GCM-SHA384"),
+        ..Default::default()
+    };
+    let (gw, _o) = gateway("engines = [\"pool\"]").await;
+    assert!(
+        tls_connect(gw.addr("https"), &old_client).await.is_err(),
+        "RSA key exchange is off by default"
+    );
+    drop(gw);
+
+    let (gw, _o) = gateway_with(
+        "engines = [\"pool\"]\npool_threads = 1\npool_capacity = 2",
+        "rsa_key_exchange = true",
+    )
+    .await;
+    let addr = gw.addr("https");
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let opts = old_client.clone();
+        tasks.push(tokio::spawn(async move {
+            let h = tls_connect(addr, &opts).await.unwrap();
+            assert_eq!(h.cipher, "AES128-GCM-SHA256");
+            request_on(h).await
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    let modern = tls_connect(
+        addr,
+        &ClientOpts {
+            sni: Some("a.test"),
+            max_version: Some(boring::ssl::SslVersion::TLS1_2),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(modern.cipher.starts_with("ECDHE-"), "{}", modern.cipher);
+    assert_eq!(request_on(modern).await, 200);
+
+    let c = gw.gateway().crypto_counters();
+    let done: u64 = c.iter().map(|c| c.completed).sum();
+    assert_eq!(done, 9, "8 decryptions and 1 signature: {c:?}");
+    assert!(c[0].engine == "pool" && c[0].completed >= 1, "{c:?}");
+    assert_eq!(c.iter().map(|c| c.failed).sum::<u64>(), 0, "{c:?}");
 }

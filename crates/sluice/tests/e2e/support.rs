@@ -229,6 +229,8 @@ pub struct Handshake {
     pub key_bits: u32,
     pub key_is_rsa: bool,
     pub alpn_h2: bool,
+    /// The negotiated cipher suite's OpenSSL name.
+    pub cipher: String,
     /// Filled with the session (ticket) the server issues, once it has arrived.
     pub session: Arc<std::sync::Mutex<Option<boring::ssl::SslSession>>>,
 }
@@ -242,6 +244,8 @@ pub struct ClientOpts {
     pub sigalgs: Option<&'static str>,
     pub max_version: Option<SslVersion>,
     pub session: Option<boring::ssl::SslSession>,
+    /// TLS 1.2 cipher suites, e.g. "AES128-GCM-SHA256" for an RSA-key-exchange-only client.
+    pub ciphers: Option<&'static str>,
 }
 
 pub async fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Handshake, String> {
@@ -260,6 +264,9 @@ pub async fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Handshak
     }
     if let Some(v) = opts.max_version {
         b.set_max_proto_version(Some(v)).unwrap();
+    }
+    if let Some(c) = opts.ciphers {
+        b.set_cipher_list(c).unwrap();
     }
     let session = Arc::new(std::sync::Mutex::new(None));
     let slot = session.clone();
@@ -294,6 +301,11 @@ pub async fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Handshak
         key_bits: key.bits(),
         key_is_rsa: key.rsa().is_ok(),
         alpn_h2: stream.ssl().selected_alpn_protocol() == Some(b"h2"),
+        cipher: stream
+            .ssl()
+            .current_cipher()
+            .map(|c| c.name().to_string())
+            .unwrap_or_default(),
         stream,
         session,
     })

@@ -5,25 +5,44 @@ use aws_lc_rs::signature::{self as sig, RsaEncoding, UnparsedPublicKey, Verifica
 use sluice_offload::{EngineError, Job};
 use std::sync::Arc;
 
-/// One signature to make: prepared (hashed) on the caller, signed by an engine, verified
-/// before release.
+/// One private-key operation: prepared on the caller, computed by an engine, checked before
+/// release.
 #[derive(Clone)]
-pub struct SignJob {
+pub struct KeyJob {
     key: Arc<PrivateKey>,
-    scheme: SignatureScheme,
-    message: Arc<[u8]>,
-    /// The prepared digest (none for Ed25519, which signs the message itself).
-    digest: Option<Digest>,
+    op: Operation,
     verify: VerifyPolicy,
     /// Engines allowed to run it besides the software one; `None`: all of the chain.
     engines: Option<Arc<[EngineKind]>>,
 }
 
-impl std::fmt::Debug for SignJob {
+#[derive(Clone)]
+enum Operation {
+    /// A handshake signature.
+    Sign {
+        scheme: SignatureScheme,
+        message: Arc<[u8]>,
+        /// The prepared digest (none for Ed25519, which signs the message itself).
+        digest: Option<Digest>,
+    },
+    /// Raw RSA decryption of a TLS 1.2 RSA key exchange: the caller checks the padding.
+    Decrypt { ciphertext: Arc<[u8]> },
+}
+
+/// Which private-key operation a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperationKind {
+    /// A signature with this scheme.
+    Sign(SignatureScheme),
+    /// Raw RSA decryption.
+    Decrypt,
+}
+
+impl std::fmt::Debug for KeyJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SignJob")
+        f.debug_struct("KeyJob")
             .field("key", &self.key.kind)
-            .field("scheme", &self.scheme)
+            .field("operation", &self.operation())
             .finish_non_exhaustive()
     }
 }
@@ -82,10 +101,10 @@ fn algorithms(scheme: SignatureScheme) -> Algorithms {
     }
 }
 
-impl SignJob {
+impl KeyJob {
     /// Prepares a signature of `message` with `key`; `None` when the key cannot sign with
     /// `scheme`.
-    pub fn new(
+    pub fn sign(
         key: Arc<PrivateKey>,
         scheme: SignatureScheme,
         message: &[u8],
@@ -95,12 +114,31 @@ impl SignJob {
             return None;
         }
         let digest = algorithms(scheme).hash.map(|h| digest::digest(h, message));
-        Some(SignJob {
+        Some(KeyJob {
             key,
-            scheme,
-            message: message.into(),
-            digest,
+            op: Operation::Sign {
+                scheme,
+                message: message.into(),
+                digest,
+            },
             verify,
+            engines: None,
+        })
+    }
+
+    /// Prepares the raw RSA decryption of `ciphertext` (TLS 1.2 RSA key exchange); `None`
+    /// when `key` is not RSA or the ciphertext is not exactly the modulus length.
+    pub fn decrypt(key: Arc<PrivateKey>, ciphertext: &[u8]) -> Option<Self> {
+        let rsa = key.raw_rsa.as_ref()?;
+        if ciphertext.len() != rsa.len() {
+            return None;
+        }
+        Some(KeyJob {
+            key,
+            op: Operation::Decrypt {
+                ciphertext: ciphertext.into(),
+            },
+            verify: VerifyPolicy::Rsa,
             engines: None,
         })
     }
@@ -117,9 +155,12 @@ impl SignJob {
         self.engines.as_ref().is_none_or(|e| e.contains(&engine))
     }
 
-    /// The scheme.
-    pub fn scheme(&self) -> SignatureScheme {
-        self.scheme
+    /// What the job does.
+    pub fn operation(&self) -> OperationKind {
+        match &self.op {
+            Operation::Sign { scheme, .. } => OperationKind::Sign(*scheme),
+            Operation::Decrypt { .. } => OperationKind::Decrypt,
+        }
     }
 
     /// The key's kind.
@@ -129,10 +170,28 @@ impl SignJob {
 
     /// The primitive alone: the private-key operation on the prepared input.
     pub fn primitive(&self) -> Result<Vec<u8>, EngineError> {
-        let failed =
-            |what: &str| EngineError::Failed(format!("{what} failed for {:?}", self.scheme));
-        let algs = algorithms(self.scheme);
-        match (&self.key.inner, &self.digest) {
+        let (scheme, message, digest) = match &self.op {
+            Operation::Sign {
+                scheme,
+                message,
+                digest,
+            } => (*scheme, message, digest),
+            Operation::Decrypt { ciphertext } => {
+                return self
+                    .key
+                    .raw_rsa
+                    .as_ref()
+                    .and_then(|k| k.private(ciphertext))
+                    .ok_or_else(|| {
+                        EngineError::Failed(
+                            "RSA decryption failed (input not below the modulus?)".into(),
+                        )
+                    });
+            }
+        };
+        let failed = |what: &str| EngineError::Failed(format!("{what} failed for {scheme:?}"));
+        let algs = algorithms(scheme);
+        match (&self.key.inner, digest) {
             (Inner::Rsa(k), Some(d)) => {
                 let mut out = vec![0; k.public_modulus_len()];
                 let enc = algs.rsa.ok_or_else(|| failed("RSA encoding"))?;
@@ -145,32 +204,47 @@ impl SignJob {
                 .map_err(|_| failed("ECDSA signing"))?
                 .as_ref()
                 .to_vec()),
-            (Inner::Ed25519(k), None) => Ok(k.sign(&self.message).as_ref().to_vec()),
+            (Inner::Ed25519(k), None) => Ok(k.sign(message).as_ref().to_vec()),
             _ => Err(failed("preparing")),
         }
     }
 
-    /// The finish step: checks a signature against the public key.
-    pub fn check(&self, signature: &[u8]) -> Result<(), EngineError> {
-        let must = self.scheme.is_rsa() || self.verify == VerifyPolicy::All;
+    /// The finish step: checks a result against the public key (a signature verifies; a
+    /// decryption encrypts back to the ciphertext).
+    pub fn check(&self, result: &[u8]) -> Result<(), EngineError> {
+        let (scheme, message) = match &self.op {
+            Operation::Sign {
+                scheme, message, ..
+            } => (*scheme, message),
+            Operation::Decrypt { ciphertext } => {
+                let back = self.key.raw_rsa.as_ref().and_then(|k| k.public(result));
+                return match back {
+                    Some(c) if c[..] == ciphertext[..] => Ok(()),
+                    _ => Err(EngineError::WrongResult(
+                        "RSA decryption does not encrypt back to the ciphertext".into(),
+                    )),
+                };
+            }
+        };
+        let must = scheme.is_rsa() || self.verify == VerifyPolicy::All;
         if !must {
             return Ok(());
         }
-        UnparsedPublicKey::new(algorithms(self.scheme).verify, &self.key.public)
-            .verify(&self.message, signature)
+        UnparsedPublicKey::new(algorithms(scheme).verify, &self.key.public)
+            .verify(message, result)
             .map_err(|_| {
                 EngineError::WrongResult(format!(
-                    "{:?} signature does not verify with the public key",
-                    self.scheme
+                    "{scheme:?} signature does not verify with the public key"
                 ))
             })
     }
 }
 
-impl Job for SignJob {
+impl Job for KeyJob {
     type Output = Vec<u8>;
 
-    /// Different keys of one kind and size share a batch.
+    /// Different keys of one kind and size share a batch; for RSA, signatures and
+    /// decryptions too (both are one modular exponentiation with the private exponent).
     fn batch_key(&self) -> u64 {
         match self.key.kind {
             KeyKind::Rsa(bits) => u64::from(bits),
@@ -182,8 +256,8 @@ impl Job for SignJob {
 }
 
 /// Primitive then finish: what the software engines (`inline`, `pool`) run.
-pub fn sign(job: &SignJob) -> Result<Vec<u8>, EngineError> {
-    let signature = job.primitive()?;
-    job.check(&signature)?;
-    Ok(signature)
+pub fn run(job: &KeyJob) -> Result<Vec<u8>, EngineError> {
+    let result = job.primitive()?;
+    job.check(&result)?;
+    Ok(result)
 }

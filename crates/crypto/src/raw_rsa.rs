@@ -1,0 +1,106 @@
+//! Raw RSA (no padding) on aws-lc's `RSA` object, for TLS 1.2 RSA key exchange.
+//!
+//! BoringSSL's private-key method asks for the raw private-key operation on the client's
+//! encrypted premaster secret and checks the PKCS#1 v1.5 padding itself, in constant time
+//! (the Bleichenbacher defence lives there, not here). aws-lc-rs offers only padded
+//! decryption (OAEP, PKCS#1), so this goes to aws-lc-sys, the same library aws-lc-rs wraps:
+//! its RSA is the fast one on this CPU (AVX-512 IFMA), with blinding.
+
+use aws_lc_sys as ffi;
+
+/// An RSA private key as aws-lc holds it.
+pub(crate) struct RawRsa {
+    rsa: std::ptr::NonNull<ffi::RSA>,
+    len: usize,
+}
+
+// SAFETY: aws-lc's RSA private operations are safe to call concurrently on one key (its
+// Montgomery contexts and blinding are guarded by the key's own lock), and the pointer is
+// owned by this value alone and freed once, in `Drop`.
+#[expect(unsafe_code, reason = "a raw aws-lc pointer")]
+unsafe impl Send for RawRsa {}
+// SAFETY: as above; `&RawRsa` only offers operations aws-lc documents as thread-safe.
+#[expect(unsafe_code, reason = "a raw aws-lc pointer")]
+unsafe impl Sync for RawRsa {}
+
+impl Drop for RawRsa {
+    #[expect(unsafe_code, reason = "aws-lc FFI")]
+    fn drop(&mut self) {
+        // SAFETY: we own one reference to the key (from `EVP_PKEY_get1_RSA`).
+        unsafe { ffi::RSA_free(self.rsa.as_ptr()) }
+    }
+}
+
+impl RawRsa {
+    /// Parses an RSA key from PKCS#8 DER; `None` when it is not one.
+    #[expect(unsafe_code, reason = "aws-lc FFI")]
+    pub(crate) fn from_pkcs8(der: &[u8]) -> Option<Self> {
+        // SAFETY: CBS only borrows `der`, which outlives it; every returned pointer is
+        // checked for null, and the EVP_PKEY is freed after we took our own reference to
+        // its RSA key.
+        unsafe {
+            let mut cbs = std::mem::zeroed::<ffi::CBS>();
+            ffi::CBS_init(&mut cbs, der.as_ptr(), der.len());
+            let pkey = ffi::EVP_parse_private_key(&mut cbs);
+            if pkey.is_null() {
+                ffi::ERR_clear_error();
+                return None;
+            }
+            let rsa = ffi::EVP_PKEY_get1_RSA(pkey);
+            ffi::EVP_PKEY_free(pkey);
+            let rsa = std::ptr::NonNull::new(rsa)?;
+            let len = ffi::RSA_size(rsa.as_ptr()) as usize;
+            Some(RawRsa { rsa, len })
+        }
+    }
+
+    /// The modulus length in bytes: the length of every input and output.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `input^d mod n`: the private-key operation without padding. `input` must be exactly
+    /// [`RawRsa::len`] bytes and below the modulus.
+    pub(crate) fn private(&self, input: &[u8]) -> Option<Vec<u8>> {
+        self.transform(input, true)
+    }
+
+    /// `input^e mod n`: the public operation, used to check a private result.
+    pub(crate) fn public(&self, input: &[u8]) -> Option<Vec<u8>> {
+        self.transform(input, false)
+    }
+
+    #[expect(unsafe_code, reason = "aws-lc FFI")]
+    fn transform(&self, input: &[u8], private: bool) -> Option<Vec<u8>> {
+        if input.len() != self.len {
+            return None;
+        }
+        let mut out = vec![0u8; self.len];
+        let mut out_len = 0usize;
+        // SAFETY: the key is live; `out` has room for `len` bytes, which is RSA_size, the
+        // most either call writes; `input` is `len` readable bytes.
+        let ok = unsafe {
+            let f = if private {
+                ffi::RSA_decrypt
+            } else {
+                ffi::RSA_encrypt
+            };
+            f(
+                self.rsa.as_ptr(),
+                &mut out_len,
+                out.as_mut_ptr(),
+                out.len(),
+                input.as_ptr(),
+                input.len(),
+                ffi::RSA_NO_PADDING as std::os::raw::c_int,
+            )
+        };
+        if ok != 1 {
+            // SAFETY: clearing this thread's error queue has no preconditions.
+            unsafe { ffi::ERR_clear_error() };
+            return None;
+        }
+        // With no padding the output is always the modulus length.
+        (out_len == self.len).then_some(out)
+    }
+}
