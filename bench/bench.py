@@ -338,6 +338,9 @@ def scenarios(page_len):
                   "run": lambda port, dur, level=level: h2load(
                       port, dur, f"/gz{level}/page.html" if port == NGINX_PORT else "/page.html", True, 16, 1,
                       ["Accept-Encoding: gzip"])})
+    s.append({"name": "keep-alive p99 ms, no storm (baseline of the next row)", "cert": "rsa", "metric": "p99 ms",
+              "lower_is_better": True, "engines": True,
+              "run": lambda port, dur: loadgen("latency", port, dur, ["--tls", "1.3", "--path", "/1k", "--keepalive", "4", "--storm", "0"])})
     s.append({"name": "keep-alive p99 ms under a handshake storm (RSA, TLS 1.3)", "cert": "rsa", "metric": "p99 ms",
               "lower_is_better": True, "engines": True,
               "run": lambda port, dur: loadgen("latency", port, dur, ["--tls", "1.3", "--path", "/1k", "--keepalive", "4", "--storm", "32"])})

@@ -1,0 +1,111 @@
+//! One response body's encoder: cuts the body into chunk jobs and frames their outputs.
+
+use crate::job::BrotliStream;
+use crate::{ChunkJob, Codec, Encoding};
+use bytes::{BufMut, Bytes, BytesMut};
+use std::sync::{Arc, Mutex};
+
+/// The gzip member header: magic, deflate, no flags, no mtime, no extra flags, OS unknown.
+const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+const HISTORY: usize = 32 * 1024;
+
+/// Turns a body, chunk by chunk, into jobs, and their outputs into the encoded body.
+///
+/// Call [`BodyEncoder::job`] for every piece of input in order (the last with `last`),
+/// run the jobs on any engines (gzip and zstd jobs are independent and may run in
+/// parallel), and pass each output to [`BodyEncoder::frame`] in the same order. For gzip
+/// the encoder writes one member: the header before the first chunk, the CRC-32 and
+/// length, which it computes as input passes, after the last.
+pub struct BodyEncoder {
+    encoding: Encoding,
+    crc: crc32fast::Hasher,
+    len: u64,
+    history: Vec<u8>,
+    brotli: Option<Arc<Mutex<BrotliStream>>>,
+    seq: u64,
+    header_sent: bool,
+    finished: bool,
+}
+
+impl std::fmt::Debug for BodyEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BodyEncoder")
+            .field("encoding", &self.encoding)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BodyEncoder {
+    /// An encoder for one body.
+    pub fn new(encoding: Encoding) -> Self {
+        BodyEncoder {
+            encoding,
+            crc: crc32fast::Hasher::new(),
+            len: 0,
+            history: Vec::new(),
+            brotli: (encoding.codec == Codec::Brotli)
+                .then(|| Arc::new(Mutex::new(BrotliStream::new(encoding.level)))),
+            seq: 0,
+            header_sent: false,
+            finished: false,
+        }
+    }
+
+    /// The encoding.
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    /// Input bytes seen so far.
+    pub fn input_len(&self) -> u64 {
+        self.len
+    }
+
+    /// The job for the next piece of input; `last` for the final one (which may be empty).
+    pub fn job(&mut self, input: Bytes, last: bool) -> ChunkJob {
+        self.seq += 1;
+        let dict = if self.encoding.codec == Codec::Gzip && self.encoding.dictionary {
+            Bytes::copy_from_slice(&self.history)
+        } else {
+            Bytes::new()
+        };
+        if self.encoding.codec == Codec::Gzip {
+            self.crc.update(&input);
+            if self.encoding.dictionary {
+                self.history
+                    .extend_from_slice(&input[input.len().saturating_sub(HISTORY)..]);
+                let excess = self.history.len().saturating_sub(HISTORY);
+                self.history.drain(..excess);
+            }
+        }
+        self.len += input.len() as u64;
+        ChunkJob {
+            encoding: self.encoding,
+            input,
+            dict,
+            last,
+            brotli: self.brotli.clone().map(|b| (self.seq, b)),
+        }
+    }
+
+    /// The encoded bytes for a job's output, framed (gzip header before the first chunk,
+    /// trailer after the last). Outputs must come in the order their jobs were made.
+    pub fn frame(&mut self, output: Vec<u8>, last: bool) -> Bytes {
+        if self.encoding.codec != Codec::Gzip {
+            return output.into();
+        }
+        let mut b = BytesMut::with_capacity(output.len() + 18);
+        if !self.header_sent {
+            b.put_slice(&GZIP_HEADER);
+            self.header_sent = true;
+        }
+        b.put_slice(&output);
+        if last && !self.finished {
+            self.finished = true;
+            b.put_u32_le(self.crc.clone().finalize());
+            b.put_u32_le(self.len as u32);
+        }
+        b.freeze()
+    }
+}
