@@ -9,8 +9,11 @@ use http::{Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use sluice_compress::{ByteCount, Codec, CompressCounters, SkipReason};
 use sluice_offload::{CountersSnapshot, FallbackReason, FlushReason};
-use sluice_proxy::{AccessLog, ProxyMetrics, STATUS_CLASSES, TLS_VERSIONS, UPSTREAM_ERRORS};
+use sluice_proxy::{
+    AccessLog, Compressor, ProxyMetrics, STATUS_CLASSES, TLS_VERSIONS, UPSTREAM_ERRORS,
+};
 use sluice_tls::KeyOffload;
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -25,6 +28,8 @@ pub struct Sources {
     pub proxy: Arc<ProxyMetrics>,
     /// The TLS private-key offload.
     pub crypto: Arc<KeyOffload>,
+    /// Response compression.
+    pub compress: Arc<Compressor>,
     /// The access log (dropped lines).
     pub access_log: AccessLog,
     /// Process start.
@@ -153,18 +158,92 @@ pub fn metrics(s: &Sources) -> String {
         "sluice_access_log_dropped_total {}",
         s.access_log.dropped()
     );
-    offload(&mut out, "crypto", &s.crypto.counters());
+    offload(
+        &mut out,
+        &[
+            ("crypto", s.crypto.counters()),
+            ("compress", s.compress.engine_counters()),
+        ],
+    );
+    compression(&mut out, &s.compress.counters());
     out
 }
 
-fn offload(out: &mut String, service: &str, engines: &[CountersSnapshot]) {
+fn compression(out: &mut String, c: &CompressCounters) {
+    family(
+        out,
+        "sluice_compress_responses_total",
+        "counter",
+        "Responses compressed, by codec.",
+    );
+    for codec in [Codec::Gzip, Codec::Brotli, Codec::Zstd] {
+        let _ = writeln!(
+            out,
+            "sluice_compress_responses_total{{codec=\"{}\"}} {}",
+            codec.token(),
+            c.compressed_count(codec)
+        );
+    }
+    family(
+        out,
+        "sluice_compress_skipped_total",
+        "counter",
+        "Responses passed through uncompressed on a route with compression on, by reason.",
+    );
+    for r in SkipReason::ALL {
+        let _ = writeln!(
+            out,
+            "sluice_compress_skipped_total{{reason=\"{}\"}} {}",
+            r.as_str(),
+            c.skipped_count(r)
+        );
+    }
+    family(
+        out,
+        "sluice_compress_failed_total",
+        "counter",
+        "Responses aborted because compression failed on every engine.",
+    );
+    let _ = writeln!(out, "sluice_compress_failed_total {}", c.failed_count());
+    let bytes = c.bytes();
+    for (name, help, pick) in [
+        (
+            "sluice_compress_bytes_in_total",
+            "Bytes compressed, by codec and engine.",
+            (|b: &ByteCount| b.bytes_in) as fn(&ByteCount) -> u64,
+        ),
+        (
+            "sluice_compress_bytes_out_total",
+            "Compressed bytes produced, by codec and engine.",
+            |b: &ByteCount| b.bytes_out,
+        ),
+    ] {
+        family(out, name, "counter", help);
+        for b in &bytes {
+            let _ = writeln!(
+                out,
+                "{name}{{codec=\"{}\",engine=\"{}\"}} {}",
+                b.codec.token(),
+                b.engine,
+                pick(b)
+            );
+        }
+    }
+}
+
+/// The offload families, each written once with a `service` label per offload service.
+fn offload(out: &mut String, services: &[(&str, Vec<CountersSnapshot>)]) {
+    let engines: Vec<(&str, &CountersSnapshot)> = services
+        .iter()
+        .flat_map(|(s, list)| list.iter().map(move |c| (*s, c)))
+        .collect();
     let each = |out: &mut String,
                 name: &str,
                 kind: &str,
                 help: &str,
                 value: &dyn Fn(&CountersSnapshot) -> i64| {
         family(out, name, kind, help);
-        for c in engines {
+        for &(service, c) in &engines {
             let _ = writeln!(
                 out,
                 "{name}{{service=\"{service}\",engine=\"{}\"}} {}",
@@ -207,7 +286,7 @@ fn offload(out: &mut String, service: &str, engines: &[CountersSnapshot]) {
         "counter",
         "Jobs that left an engine for the next one, by reason.",
     );
-    for c in engines {
+    for &(service, c) in &engines {
         for r in FallbackReason::ALL {
             let _ = writeln!(
                 out,
@@ -224,7 +303,7 @@ fn offload(out: &mut String, service: &str, engines: &[CountersSnapshot]) {
         "counter",
         "Batches flushed by batching engines, by reason.",
     );
-    for c in engines {
+    for &(service, c) in &engines {
         for (i, r) in FlushReason::ALL.iter().enumerate() {
             let _ = writeln!(
                 out,

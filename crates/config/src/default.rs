@@ -27,6 +27,16 @@ address = "127.0.0.1:9901"   # /metrics (Prometheus) and /status (JSON)
 [offload.crypto]
 engines = ["pool"]            # handshake signatures on dedicated threads; "inline" ends the chain
 
+[offload.compress]
+engines = ["pool"]            # response compression chunks on dedicated threads
+
+[compression]                 # every route; a route can override any key in [route.compression]
+enabled = true
+codecs = ["zstd", "br", "gzip"]   # server preference; the client's q-values come first
+gzip_backend = "isal"         # ISA-L igzip (levels 0-3); "zlib-rs" for levels 1-9
+gzip_level = 1
+min_length = 256
+
 [[listener]]
 name = "https"
 address = "127.0.0.1:8443"

@@ -177,6 +177,41 @@ pub struct RawRoute {
     pub listeners: Option<Vec<Spanned<String>>>,
     /// The upstream group that serves the route.
     pub upstream: Spanned<String>,
+    /// `[route.compression]`: overrides of `[compression]` for this route.
+    pub compression: Option<RawCompression>,
+}
+
+/// `[compression]` (defaults for every route) and `[route.compression]` (one route's
+/// overrides): response compression with NGINX-like knobs.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCompression {
+    /// Compress responses (NGINX's `gzip on`); off unless set.
+    pub enabled: Option<bool>,
+    /// Codings offered, in the server's order of preference: `"zstd"`, `"br"`, `"gzip"`.
+    pub codecs: Option<Spanned<Vec<String>>>,
+    /// gzip level: 1-9 with zlib-rs, 0-3 with ISA-L.
+    pub gzip_level: Option<Spanned<u32>>,
+    /// `"isal"` (ISA-L igzip, the default) or `"zlib-rs"`.
+    pub gzip_backend: Option<Spanned<String>>,
+    /// brotli quality, 0-11.
+    pub brotli_level: Option<Spanned<u32>>,
+    /// zstd level, 1-19.
+    pub zstd_level: Option<Spanned<u32>>,
+    /// Responses shorter than this are sent as they are (NGINX's `gzip_min_length`).
+    pub min_length: Option<Spanned<RawSize>>,
+    /// MIME types to compress; `text/*`-style wildcards and `"*"` allowed.
+    pub types: Option<Spanned<Vec<String>>>,
+    /// Input bytes per chunk job.
+    pub chunk_size: Option<Spanned<RawSize>>,
+    /// Bodies up to this size compress on the event loop, without a job.
+    pub sw_threshold: Option<Spanned<RawSize>>,
+    /// Prime each gzip chunk with the previous 32 KiB (better ratio, same independence).
+    pub dictionary: Option<bool>,
+    /// Decompress request bodies sent with `Content-Encoding: gzip` before forwarding.
+    pub decompress_requests: Option<bool>,
+    /// Largest decompressed request body (→ 413).
+    pub max_decompressed_bytes: Option<Spanned<RawSize>>,
 }
 
 /// `[offload]`: the offload layer.
@@ -185,6 +220,22 @@ pub struct RawRoute {
 pub struct RawOffload {
     /// `[offload.crypto]`: TLS private-key operations.
     pub crypto: Option<RawOffloadCrypto>,
+    /// `[offload.compress]`: response compression chunks.
+    pub compress: Option<RawOffloadCompress>,
+}
+
+/// `[offload.compress]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOffloadCompress {
+    /// Engines tried in order before `inline`: `[]` or `["pool"]`.
+    pub engines: Option<Spanned<Vec<String>>>,
+    /// Threads of the `pool` engine (default: the CPUs this process may use).
+    pub pool_threads: Option<Spanned<u32>>,
+    /// Chunks the `pool` holds at once before it answers busy (default 16 per thread).
+    pub pool_capacity: Option<Spanned<u32>>,
+    /// How long an engine may take with a chunk before it runs elsewhere.
+    pub deadline: Option<SpannedStr>,
 }
 
 /// `[offload.crypto]`.

@@ -28,6 +28,7 @@ pub struct Gateway {
     access_log: AccessLog,
     key_offload: Arc<KeyOffload>,
     metrics: Arc<crate::ProxyMetrics>,
+    compressor: Arc<crate::Compressor>,
 }
 
 impl Gateway {
@@ -55,6 +56,12 @@ impl Gateway {
 
         let key_offload = KeyOffload::from_config(&snapshot).map_err(ProxyError::Offload)?;
         let metrics = Arc::new(crate::ProxyMetrics::default());
+        // No pool threads when no route compresses.
+        let mut compress = snapshot.offload.compress.clone();
+        if !snapshot.routes.iter().any(|r| r.compression.enabled) {
+            compress.engines.clear();
+        }
+        let compressor = crate::Compressor::from_config(&compress).map_err(ProxyError::Offload)?;
         let mut bound = Vec::new();
         for l in &snapshot.listeners {
             let tls = match &l.tls {
@@ -85,6 +92,7 @@ impl Gateway {
                 upstreams: upstreams.clone(),
                 access_log: access_log.clone(),
                 metrics: metrics.clone(),
+                compressor: compressor.clone(),
             };
             bound.push((socket, Arc::new(ctx)));
         }
@@ -121,6 +129,7 @@ impl Gateway {
             access_log,
             key_offload,
             metrics,
+            compressor,
         })
     }
 
@@ -155,6 +164,11 @@ impl Gateway {
     /// What the TLS private-key engines did.
     pub fn crypto_counters(&self) -> Vec<sluice_offload::CountersSnapshot> {
         self.key_offload.counters()
+    }
+
+    /// The response compression service (counters for `/metrics`).
+    pub fn compressor(&self) -> Arc<crate::Compressor> {
+        self.compressor.clone()
     }
 
     /// The access log sink.

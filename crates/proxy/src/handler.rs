@@ -1,7 +1,8 @@
 //! The proxy handler: one client request in, one response out.
 
 use crate::access_log::{AccessLog, Entry};
-use crate::body::{BodyTooLarge, LimitedBody, OnDone, ProxyBody, TrackedBody};
+use crate::body::{BodyTooLarge, BoxError, LimitedBody, OnDone, ProxyBody, TrackedBody};
+use crate::compression::{self, RequestFacts, strengthen_if_none_match};
 use crate::connection::ConnState;
 use crate::error::{Failure, is_caused_by};
 use crate::forward::{add_forwarding, head_size, strip_hop_by_hop, upgrade_protocol};
@@ -32,6 +33,7 @@ pub(crate) struct ListenerCtx {
     pub(crate) upstreams: Arc<[Arc<UpstreamGroup>]>,
     pub(crate) access_log: AccessLog,
     pub(crate) metrics: Arc<crate::ProxyMetrics>,
+    pub(crate) compressor: Arc<crate::Compressor>,
 }
 
 /// One client connection.
@@ -151,7 +153,8 @@ pub(crate) async fn handle(
         return Ok(failure(done, Failure::BodyTooLarge));
     }
     let group = listener.upstreams[route.upstream].clone();
-    Ok(proxy(conn.clone(), group, req, host, done).await)
+    let facts = RequestFacts::new(&route.compression, req.method(), req.headers());
+    Ok(proxy(conn.clone(), group, req, host, done, facts).await)
 }
 
 async fn proxy(
@@ -160,6 +163,7 @@ async fn proxy(
     mut req: Request<Incoming>,
     host: String,
     mut done: Done,
+    facts: RequestFacts,
 ) -> Response<ProxyBody> {
     let listener = &conn.listener;
     let upgrade = if req.version() == Version::HTTP_11 {
@@ -202,6 +206,7 @@ async fn proxy(
         if wants_trailers {
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
+        strengthen_if_none_match(&facts.settings, &mut headers);
         let host_value = match &group.config.pass_host {
             PassHost::Pass => host.clone(),
             PassHost::Node => addr.to_string(),
@@ -287,6 +292,9 @@ async fn proxy(
                 let (mut rparts, rbody) = resp.into_parts();
                 rparts.version = parts.version;
                 done._server = Some(server);
+                let rbody = rbody.map_err(BoxError::from).boxed();
+                let rbody =
+                    compression::apply(&listener.compressor, &facts, &mut rparts, rbody).await;
                 return Response::from_parts(rparts, TrackedBody::new(rbody, done).boxed());
             }
         }

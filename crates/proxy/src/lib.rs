@@ -10,6 +10,7 @@
 mod access_log;
 mod balance;
 mod body;
+mod compression;
 mod connection;
 mod error;
 mod forward;
@@ -20,6 +21,7 @@ mod router;
 mod upstream;
 
 pub use access_log::AccessLog;
+pub use compression::Compressor;
 pub use error::ProxyError;
 pub use gateway::Gateway;
 pub use metrics::{ProxyMetrics, ProxySnapshot, STATUS_CLASSES, TLS_VERSIONS, UPSTREAM_ERRORS};

@@ -83,6 +83,7 @@ pub(crate) fn run(config: Option<PathBuf>, state_dir: Option<PathBuf>) -> anyhow
                 let sources = sluice_admin::Sources {
                     proxy: gateway.metrics(),
                     crypto: gateway.key_offload(),
+                    compress: gateway.compressor(),
                     access_log: gateway.access_log().clone(),
                     started: std::time::Instant::now(),
                 };

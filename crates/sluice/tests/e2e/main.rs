@@ -8,6 +8,7 @@
 
 mod balancing;
 mod cli;
+mod compression;
 mod http;
 mod offload;
 mod routing;
