@@ -387,3 +387,47 @@ fn rsa_key_exchange_is_off_by_default_and_refused_with_tls_1_3_only() {
     assert_eq!(errs[0].line, line_of(&src, "rsa_key_exchange"));
     assert!(errs[0].help.contains("min_version = \"1.2\""));
 }
+
+#[test]
+fn compression_defaults_overrides_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "a", "example.com");
+    let s = load_str(GOOD, "good.toml", dir.path()).unwrap();
+    let c = &s.routes[0].compression;
+    assert!(!c.enabled, "off unless configured, as in NGINX");
+    assert!(c.compresses_type("text/html; charset=utf-8"));
+    assert!(c.compresses_type("application/ld+json"));
+    assert!(!c.compresses_type("image/png"));
+
+    let src = format!(
+        "{GOOD}\n[compression]\nenabled = true\ngzip_backend = \"zlib-rs\"\ngzip_level = 6\n"
+    )
+    .replace(
+        "upstream = \"app\"\n\n[[route]]\nname = \"user\"",
+        "upstream = \"app\"\n[route.compression]\nenabled = false\n\n[[route]]\nname = \"user\"",
+    );
+    let s = load_str(&src, "c.toml", dir.path()).unwrap();
+    assert!(!s.routes[0].compression.enabled, "the route's override");
+    let user = &s.routes[1].compression;
+    assert!(user.enabled);
+    assert_eq!(
+        (user.gzip_backend, user.gzip_level),
+        (crate::GzipBackend::ZlibRs, 6)
+    );
+
+    let src = format!(
+        "{GOOD}\n[compression]\ncodecs = [\"gzip\", \"lzma\"]\ngzip_level = 5\ntypes = [\"html\"]\n"
+    );
+    let errs = errors(&src, dir.path());
+    for (needle, line) in [
+        ("\"lzma\"", "codecs ="),
+        ("gzip_level = 5 is out of range 0-3", "gzip_level"),
+        ("`html`, which is not a MIME type", "types ="),
+    ] {
+        let e = errs
+            .iter()
+            .find(|e| e.message.contains(needle))
+            .unwrap_or_else(|| panic!("missing {needle}: {errs:#?}"));
+        assert_eq!(e.line, line_of(&src, line), "{needle}");
+    }
+}

@@ -1,9 +1,11 @@
 //! `sluice`: the gateway and its tools. This file only parses the command line and hands off;
 //! see `run.rs` for start-up and shutdown and `demo.rs` for the built-in demo origin.
 
+mod corpus;
 mod demo;
 mod run;
 mod speed;
+mod speed_compress;
 
 use clap::{Parser, Subcommand};
 
@@ -43,9 +45,11 @@ enum Command {
     DefaultConfig,
     /// Print the demo origin's ~100 KiB HTML page (the benchmark's compression body).
     DemoPage,
-    /// Signatures per second per algorithm and engine, like `openssl speed -async_jobs`.
+    /// Signatures per second per algorithm and engine, like `openssl speed -async_jobs`;
+    /// gzip, br and zstd: compression MB/s and ratio on a bundled corpus.
     Speed {
-        /// rsa2048 rsa3072 rsa4096 ecdsap256 ecdsap384 ed25519 (default: all).
+        /// rsa2048 rsa3072 rsa4096 ecdsap256 ecdsap384 ed25519 gzip br zstd (default: the
+        /// signature algorithms).
         algorithms: Vec<String>,
         /// inline, pool, or boringssl (BoringSSL's own signing, for reference).
         #[arg(long, default_value = "inline")]
@@ -65,6 +69,12 @@ enum Command {
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
+        /// Compression level (default: gzip 1, br 4, zstd 3).
+        #[arg(long)]
+        level: Option<u32>,
+        /// gzip backend: isal (levels 0-3) or zlib-rs (1-9).
+        #[arg(long, default_value = "isal")]
+        backend: String,
     },
 }
 
@@ -88,6 +98,8 @@ fn main() -> ExitCode {
             threads,
             verify,
             json,
+            level,
+            backend,
         } => speed::run(speed::SpeedArgs {
             algorithms,
             engine,
@@ -96,6 +108,8 @@ fn main() -> ExitCode {
             threads,
             verify,
             json,
+            level,
+            backend,
         }),
         Command::DemoPage => {
             use std::io::Write;

@@ -1,5 +1,6 @@
 //! `sluice speed`: signatures per second of each algorithm on each engine, like
-//! `openssl speed -async_jobs`. `--engine boringssl` measures BoringSSL's own signing on the
+//! `openssl speed -async_jobs` (and, for `gzip`, `br` and `zstd`, compression throughput:
+//! see `speed_compress`). `--engine boringssl` measures BoringSSL's own signing on the
 //! caller, the reference the software engines replaced.
 
 use anyhow::{Context as _, bail};
@@ -21,6 +22,10 @@ pub(crate) struct SpeedArgs {
     pub(crate) threads: Option<usize>,
     pub(crate) verify: String,
     pub(crate) json: bool,
+    /// Compression level (gzip, br, zstd).
+    pub(crate) level: Option<u32>,
+    /// gzip backend: isal or zlib-rs.
+    pub(crate) backend: String,
 }
 
 const ALGORITHMS: [&str; 6] = [
@@ -150,6 +155,20 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
     } else {
         args.algorithms.clone()
     };
+    let (codecs, algorithms): (Vec<String>, Vec<String>) = algorithms
+        .into_iter()
+        .partition(|a| crate::speed_compress::is_codec(a));
+    if !codecs.is_empty() {
+        if !args.json {
+            crate::speed_compress::header();
+        }
+        for c in &codecs {
+            crate::speed_compress::run(c, &args)?;
+        }
+        if algorithms.is_empty() {
+            return Ok(());
+        }
+    }
     let verify = match args.verify.as_str() {
         "all" => VerifyPolicy::All,
         "rsa" => VerifyPolicy::Rsa,
