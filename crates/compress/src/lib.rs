@@ -15,13 +15,15 @@
 //!
 //! gzip and zstd chunks carry no hidden state, so any engine can run them, in parallel, and
 //! a chunk whose engine failed simply runs again elsewhere. [`negotiate`] picks the codec
-//! from `Accept-Encoding`. This crate knows nothing of HTTP beyond that header's grammar.
+//! from `Accept-Encoding`. [`Inflater`] decompresses gzip request bodies with a bound on the
+//! output. This crate knows nothing of HTTP beyond that header's grammar.
 
 mod codec;
 mod counters;
 mod deflate;
 mod encoder;
 mod engines;
+mod inflate;
 mod isal;
 mod job;
 mod negotiate;
@@ -30,6 +32,7 @@ pub use codec::{Codec, Encoding, GzipBackend};
 pub use counters::{ByteCount, CompressCounters, SkipReason};
 pub use encoder::BodyEncoder;
 pub use engines::{CompressConfig, CompressEngine, build_dispatcher};
+pub use inflate::{InflateError, Inflater};
 pub use job::{ChunkJob, ChunkOutput, compress_chunk};
 pub use negotiate::negotiate;
 

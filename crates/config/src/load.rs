@@ -1337,6 +1337,12 @@ impl Cx<'_> {
         if let Some(d) = raw.dictionary {
             c.dictionary = d;
         }
+        if let Some(d) = raw.decompress_requests {
+            c.decompress_requests = d;
+        }
+        if let Some(n) = self.size(raw.max_decompressed_bytes.as_ref()) {
+            c.max_decompressed_bytes = n;
+        }
         Arc::new(c)
     }
 

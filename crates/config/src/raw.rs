@@ -208,6 +208,10 @@ pub struct RawCompression {
     pub sw_threshold: Option<Spanned<RawSize>>,
     /// Prime each gzip chunk with the previous 32 KiB (better ratio, same independence).
     pub dictionary: Option<bool>,
+    /// Decompress request bodies sent with `Content-Encoding: gzip` before forwarding.
+    pub decompress_requests: Option<bool>,
+    /// Largest decompressed request body (→ 413).
+    pub max_decompressed_bytes: Option<Spanned<RawSize>>,
 }
 
 /// `[offload]`: the offload layer.

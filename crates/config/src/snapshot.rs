@@ -384,6 +384,10 @@ pub struct Compression {
     pub sw_threshold: u64,
     /// Prime gzip chunks with the previous 32 KiB.
     pub dictionary: bool,
+    /// Decompress gzip request bodies before forwarding them (off by default).
+    pub decompress_requests: bool,
+    /// Largest decompressed request body (→ 413).
+    pub max_decompressed_bytes: u64,
 }
 
 /// The MIME types compressed by default: text, and the structured formats that are text.
@@ -424,6 +428,8 @@ impl Default for Compression {
             chunk_size: 64 * 1024,
             sw_threshold: 16 * 1024,
             dictionary: true,
+            decompress_requests: false,
+            max_decompressed_bytes: 10 << 20,
         }
     }
 }

@@ -160,3 +160,78 @@ where
         self.inner.size_hint()
     }
 }
+
+/// A gzip request body that did not decompress: the client gets 400.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct BadRequestBody(pub(crate) String);
+
+pin_project! {
+    /// A request body sent with `Content-Encoding: gzip`, decompressed on its way upstream
+    /// (`decompress_requests`). Past `max_decompressed_bytes` it fails with
+    /// [`BodyTooLarge`] (→ 413), so a decompression bomb costs at most about 1 MiB of memory.
+    pub(crate) struct GunzipBody<B> {
+        #[pin]
+        inner: B,
+        inflater: sluice_compress::Inflater,
+        finished: bool,
+    }
+}
+
+impl<B> GunzipBody<B> {
+    pub(crate) fn new(inner: B, limit: u64) -> Self {
+        GunzipBody {
+            inner,
+            inflater: sluice_compress::Inflater::new(limit),
+            finished: false,
+        }
+    }
+}
+
+fn inflate_error(e: sluice_compress::InflateError) -> BoxError {
+    match e {
+        sluice_compress::InflateError::TooLarge { limit } => Box::new(BodyTooLarge { limit }),
+        other => Box::new(BadRequestBody(other.to_string())),
+    }
+}
+
+impl<B> Body for GunzipBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut this = self.project();
+        loop {
+            if *this.finished {
+                return Poll::Ready(None);
+            }
+            match ready!(this.inner.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => match this.inflater.push(&data) {
+                        // Input that produced no output yet: read on.
+                        Ok(out) if out.is_empty() => continue,
+                        Ok(out) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                        Err(e) => return Poll::Ready(Some(Err(inflate_error(e)))),
+                    },
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+                None => {
+                    *this.finished = true;
+                    return match this.inflater.finish() {
+                        Ok(out) if out.is_empty() => Poll::Ready(None),
+                        Ok(out) => Poll::Ready(Some(Ok(Frame::data(out)))),
+                        Err(e) => Poll::Ready(Some(Err(inflate_error(e)))),
+                    };
+                }
+            }
+        }
+    }
+}

@@ -1,7 +1,9 @@
 //! The proxy handler: one client request in, one response out.
 
 use crate::access_log::{AccessLog, Entry};
-use crate::body::{BodyTooLarge, BoxError, LimitedBody, OnDone, ProxyBody, TrackedBody};
+use crate::body::{
+    BadRequestBody, BodyTooLarge, BoxError, GunzipBody, LimitedBody, OnDone, ProxyBody, TrackedBody,
+};
 use crate::compression::{self, RequestFacts, strengthen_if_none_match};
 use crate::connection::ConnState;
 use crate::error::{Failure, is_caused_by};
@@ -181,6 +183,17 @@ async fn proxy(
         listener.config.max_body_bytes,
         done.bytes_in.clone(),
     ));
+    // `decompress_requests`: a gzip upload goes upstream decompressed, within a limit.
+    let gunzip = facts.settings.decompress_requests
+        && has_body
+        && parts
+            .headers
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                let v = v.trim();
+                v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip")
+            });
     let wants_trailers = parts.headers.get_all(header::TE).iter().any(|v| {
         v.to_str().is_ok_and(|s| {
             s.split(',')
@@ -207,6 +220,10 @@ async fn proxy(
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
         strengthen_if_none_match(&facts.settings, &mut headers);
+        if gunzip {
+            headers.remove(header::CONTENT_ENCODING);
+            headers.remove(header::CONTENT_LENGTH);
+        }
         let host_value = match &group.config.pass_host {
             PassHost::Pass => host.clone(),
             PassHost::Node => addr.to_string(),
@@ -233,6 +250,9 @@ async fn proxy(
             return failure(done, Failure::BadRequest);
         };
         let upstream_body: ProxyBody = match body.take() {
+            Some(b) if !retryable && gunzip => {
+                GunzipBody::new(b, facts.settings.max_decompressed_bytes).boxed()
+            }
             Some(b) if !retryable => b.boxed(),
             _ => Empty::new().map_err(|never| match never {}).boxed(),
         };
@@ -258,6 +278,9 @@ async fn proxy(
             Ok(Err(e)) => {
                 if is_caused_by::<BodyTooLarge>(&e) {
                     return failure(done, Failure::BodyTooLarge);
+                }
+                if is_caused_by::<BadRequestBody>(&e) {
+                    return failure(done, Failure::BadRequest);
                 }
                 let connect = e.is_connect();
                 if connect {

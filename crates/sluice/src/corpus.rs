@@ -59,7 +59,7 @@ fn json(len: usize) -> Vec<u8> {
             g.pick(WORDS),
             g.pick(WORDS),
             (g.next() % 50) as f64 / 10.0,
-            g.next() % 2 == 0
+            g.next().is_multiple_of(2)
         ));
     }
     s.pop();
