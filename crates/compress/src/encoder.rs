@@ -20,7 +20,8 @@ pub struct BodyEncoder {
     encoding: Encoding,
     crc: crc32fast::Hasher,
     len: u64,
-    history: Vec<u8>,
+    /// The last 32 KiB of input (a slice of the input itself when a segment is that long).
+    history: Bytes,
     brotli: Option<Arc<Mutex<BrotliStream>>>,
     seq: u64,
     header_sent: bool,
@@ -43,7 +44,7 @@ impl BodyEncoder {
             encoding,
             crc: crc32fast::Hasher::new(),
             len: 0,
-            history: Vec::new(),
+            history: Bytes::new(),
             brotli: (encoding.codec == Codec::Brotli)
                 .then(|| Arc::new(Mutex::new(BrotliStream::new(encoding.level)))),
             seq: 0,
@@ -64,22 +65,28 @@ impl BodyEncoder {
 
     /// The job for the next piece of input; `last` for the final one (which may be empty).
     pub fn job(&mut self, input: Bytes, last: bool) -> ChunkJob {
+        self.job_segments(vec![input], last)
+    }
+
+    /// The job for the next piece of input given as the segments it arrived in (they are
+    /// compressed in order without being copied together).
+    pub fn job_segments(&mut self, input: Vec<Bytes>, last: bool) -> ChunkJob {
         self.seq += 1;
-        let dict = if self.encoding.codec == Codec::Gzip && self.encoding.dictionary {
-            Bytes::copy_from_slice(&self.history)
+        let gzip = self.encoding.codec == Codec::Gzip;
+        let dict = if gzip && self.encoding.dictionary {
+            self.history.clone()
         } else {
             Bytes::new()
         };
-        if self.encoding.codec == Codec::Gzip {
-            self.crc.update(&input);
+        if gzip {
+            for seg in &input {
+                self.crc.update(seg);
+            }
             if self.encoding.dictionary {
-                self.history
-                    .extend_from_slice(&input[input.len().saturating_sub(HISTORY)..]);
-                let excess = self.history.len().saturating_sub(HISTORY);
-                self.history.drain(..excess);
+                self.history = tail(&self.history, &input);
             }
         }
-        self.len += input.len() as u64;
+        self.len += input.iter().map(|b| b.len() as u64).sum::<u64>();
         ChunkJob {
             encoding: self.encoding,
             input,
@@ -108,4 +115,33 @@ impl BodyEncoder {
         }
         b.freeze()
     }
+}
+
+/// The last [`HISTORY`] bytes of `before` followed by `segments`: a slice, without copying,
+/// when the last segment alone is long enough.
+fn tail(before: &Bytes, segments: &[Bytes]) -> Bytes {
+    if let Some(last) = segments.last()
+        && last.len() >= HISTORY
+    {
+        return last.slice(last.len() - HISTORY..);
+    }
+    let mut parts: Vec<&[u8]> = Vec::new();
+    let mut need = HISTORY;
+    for seg in segments.iter().rev() {
+        if need == 0 {
+            break;
+        }
+        let take = seg.len().min(need);
+        parts.push(&seg[seg.len() - take..]);
+        need -= take;
+    }
+    if need > 0 {
+        let take = before.len().min(need);
+        parts.push(&before[before.len() - take..]);
+    }
+    let mut out = BytesMut::with_capacity(HISTORY - need.min(HISTORY));
+    for p in parts.iter().rev() {
+        out.put_slice(p);
+    }
+    out.freeze()
 }

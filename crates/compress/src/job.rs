@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone)]
 pub struct ChunkJob {
     pub(crate) encoding: Encoding,
-    pub(crate) input: Bytes,
+    /// The chunk's input as it arrived (several upstream frames are not copied together).
+    pub(crate) input: Vec<Bytes>,
     pub(crate) dict: Bytes,
     pub(crate) last: bool,
     pub(crate) brotli: Option<(u64, Arc<Mutex<BrotliStream>>)>,
@@ -23,7 +24,7 @@ impl std::fmt::Debug for ChunkJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChunkJob")
             .field("codec", &self.encoding.codec)
-            .field("input", &self.input.len())
+            .field("input", &self.input_len())
             .field("last", &self.last)
             .finish_non_exhaustive()
     }
@@ -32,7 +33,7 @@ impl std::fmt::Debug for ChunkJob {
 impl ChunkJob {
     /// Input bytes.
     pub fn input_len(&self) -> usize {
-        self.input.len()
+        self.input.iter().map(Bytes::len).sum()
     }
 
     /// The encoding.
@@ -106,8 +107,17 @@ pub fn compress_chunk(job: &ChunkJob, engine: &'static str) -> Result<ChunkOutpu
             .map_err(failed)?;
             out
         }
-        Codec::Zstd => zstd::bulk::compress(&job.input, job.encoding.level as i32)
-            .map_err(|e| failed(e.to_string()))?,
+        Codec::Zstd => {
+            // One frame per chunk.
+            let mut z = zstd::stream::Encoder::new(Vec::new(), job.encoding.level as i32)
+                .map_err(|e| failed(e.to_string()))?;
+            z.set_pledged_src_size(Some(job.input_len() as u64))
+                .map_err(|e| failed(e.to_string()))?;
+            for seg in &job.input {
+                z.write_all(seg).map_err(|e| failed(e.to_string()))?;
+            }
+            z.finish().map_err(|e| failed(e.to_string()))?
+        }
         Codec::Brotli => {
             let (seq, stream) = job
                 .brotli
@@ -122,8 +132,9 @@ pub fn compress_chunk(job: &ChunkJob, engine: &'static str) -> Result<ChunkOutpu
                     .encoder
                     .take()
                     .ok_or_else(|| failed("brotli stream already finished".into()))?;
-                enc.write_all(&job.input)
-                    .map_err(|e| failed(e.to_string()))?;
+                for seg in &job.input {
+                    enc.write_all(seg).map_err(|e| failed(e.to_string()))?;
+                }
                 let out = if job.last {
                     enc.into_inner()
                 } else {

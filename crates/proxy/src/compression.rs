@@ -370,7 +370,11 @@ pub(crate) async fn apply(
         encoder: BodyEncoder::new(encoding),
         chunk_size: settings.chunk_size,
     };
-    tokio::spawn(pump.run(body, head, ended, trailers, tx));
+    let mut pending = Segments::default();
+    if !head.is_empty() {
+        pending.push(head.freeze());
+    }
+    tokio::spawn(pump.run(body, pending, ended, trailers, tx));
     rx.boxed()
 }
 
@@ -402,8 +406,8 @@ type Flight = std::pin::Pin<
 >;
 
 impl Pump {
-    fn submit(&mut self, flights: &mut FuturesOrdered<Flight>, input: Bytes, last: bool) {
-        let job = self.encoder.job(input, last);
+    fn submit(&mut self, flights: &mut FuturesOrdered<Flight>, input: Vec<Bytes>, last: bool) {
+        let job = self.encoder.job_segments(input, last);
         let len = job.input_len();
         let d = self.dispatcher.clone();
         flights.push_back(Box::pin(async move {
@@ -444,20 +448,20 @@ impl Pump {
     async fn run(
         mut self,
         mut body: ProxyBody,
-        head: BytesMut,
+        pending: Segments,
         mut ended: bool,
         mut trailers: Option<HeaderMap>,
         mut tx: http_body_util::channel::Sender<Bytes, BoxError>,
     ) {
         let mut flights: FuturesOrdered<Flight> = FuturesOrdered::new();
-        let mut buf = head;
+        let mut buf = pending;
         while !ended {
             let frame = match body.frame().now_or_never() {
                 Some(f) => f,
                 None => {
                     // The upstream paused: compress and send what we have now.
                     if !buf.is_empty() {
-                        let piece = buf.split().freeze();
+                        let piece = buf.take_all();
                         self.submit(&mut flights, piece, false);
                     }
                     while !flights.is_empty() {
@@ -472,9 +476,9 @@ impl Pump {
                 None => ended = true,
                 Some(Ok(f)) => match f.into_data() {
                     Ok(d) => {
-                        buf.extend_from_slice(&d);
+                        buf.push(d);
                         while buf.len() >= self.chunk_size {
-                            let piece = buf.split_to(self.chunk_size).freeze();
+                            let piece = buf.take(self.chunk_size);
                             self.submit(&mut flights, piece, false);
                             if flights.len() >= WINDOW
                                 && let Err(e) = self.send_next(&mut flights, &mut tx).await
@@ -494,7 +498,7 @@ impl Pump {
                 }
             }
         }
-        let rest = buf.split().freeze();
+        let rest = buf.take_all();
         self.submit(&mut flights, rest, true);
         while !flights.is_empty() {
             if let Err(e) = self.send_next(&mut flights, &mut tx).await {
@@ -504,5 +508,58 @@ impl Pump {
         if let Some(t) = trailers {
             let _ = tx.send_trailers(t).await;
         }
+    }
+}
+
+/// Upstream frames waiting to become a chunk, kept as they arrived (no copy).
+#[derive(Default)]
+struct Segments {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl Segments {
+    fn push(&mut self, b: Bytes) {
+        if !b.is_empty() {
+            self.len += b.len();
+            self.parts.push(b);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn take_all(&mut self) -> Vec<Bytes> {
+        self.len = 0;
+        std::mem::take(&mut self.parts)
+    }
+
+    /// The first `n` bytes (splitting a frame without copying it).
+    fn take(&mut self, n: usize) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let mut need = n.min(self.len);
+        self.len -= need;
+        let mut rest = std::mem::take(&mut self.parts).into_iter();
+        for mut b in rest.by_ref() {
+            if need == 0 {
+                self.parts.push(b);
+                break;
+            }
+            if b.len() <= need {
+                need -= b.len();
+                out.push(b);
+            } else {
+                out.push(b.split_to(need));
+                need = 0;
+                self.parts.push(b);
+            }
+        }
+        self.parts.extend(rest);
+        out
     }
 }
