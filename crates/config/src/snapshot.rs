@@ -425,7 +425,7 @@ impl Default for Compression {
                 .iter()
                 .map(|t| t.to_string())
                 .collect(),
-            chunk_size: 64 * 1024,
+            chunk_size: 128 * 1024,
             sw_threshold: 16 * 1024,
             dictionary: true,
             decompress_requests: false,

@@ -340,25 +340,46 @@ pub(crate) async fn apply(
     add_vary(h);
     weaken_etag(h);
 
-    if declared.is_some_and(|n| n <= settings.sw_threshold) {
-        // Small: collect and compress on the spot (one chunk, no task, no job).
-        let collected = match body.collect().await {
-            Ok(c) => c,
-            Err(e) => return error_body(e),
-        };
-        let trailers = collected.trailers().cloned();
+    if declared.is_some_and(|n| n <= settings.sw_threshold.max(settings.chunk_size as u64)) {
+        // One chunk: collect the body (its frames, uncopied) and compress it in one job,
+        // without a pump task. Up to `sw_threshold` on the spot; otherwise on the
+        // dispatcher's engines.
+        let inline = declared.is_some_and(|n| n <= settings.sw_threshold);
+        let mut segments = Vec::new();
+        let mut trailers = None;
+        if !head.is_empty() {
+            segments.push(head.freeze());
+        }
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => match f.into_data() {
+                    Ok(d) => segments.push(d),
+                    Err(f) => trailers = f.into_trailers().ok(),
+                },
+                Err(e) => return error_body(e),
+            }
+        }
         let mut enc = BodyEncoder::new(encoding);
-        let job = enc.job(collected.to_bytes(), true);
-        return match compress_chunk(&job, "inline") {
+        let job = enc.job_segments(segments, true);
+        let len = job.input_len();
+        let done = if inline {
+            compress_chunk(&job, "inline").map_err(|e| e.to_string())
+        } else {
+            compressor
+                .dispatcher
+                .run(job)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        return match done {
             Ok(out) => {
-                counters.chunk(codec, "inline", job.input_len(), out.bytes.len());
-                let framed = enc.frame(out.bytes, true);
-                rebuilt(framed, trailers)
+                counters.chunk(codec, out.engine, len, out.bytes.len());
+                rebuilt(enc.frame(out.bytes, true), trailers)
             }
             Err(e) => {
                 counters.failed();
-                tracing::warn!(error = %e, "compression failed");
-                error_body(e.to_string().into())
+                tracing::warn!(error = %e, "compression failed on every engine");
+                error_body(e.into())
             }
         };
     }
