@@ -31,7 +31,7 @@ use std::time::Duration;
 const WINDOW: usize = 4;
 /// How long the stage waits for the first bytes of a body of unknown length to decide
 /// whether it reaches `min_length`; past it, the body is compressed.
-const MIN_LENGTH_WAIT: Duration = Duration::from_millis(50);
+const MIN_LENGTH_WAIT: Duration = Duration::from_millis(250);
 
 /// The compression service of a gateway: the dispatcher and the counters.
 pub struct Compressor {

@@ -128,6 +128,17 @@ fn respond(
                 .body(full(page))
                 .unwrap()
         }
+        "/app.html" => b
+            .header("content-type", "text/html; charset=utf-8")
+            .body(full(format!(
+                "<!doctype html><html><head><title>pending</title></head><body><div id=\"result\">pending</div>\
+                 <script>fetch('/page.html').then(r => r.text()).then(t => {{\
+                   document.getElementById('result').textContent = 'LOADED ' + t.length + ' ' + (t.endsWith('</body></html>\\n') ? 'whole' : 'cut');\
+                 }}).catch(e => {{ document.getElementById('result').textContent = 'ERROR ' + e; }});</script>\
+                 <!-- {} --></body></html>",
+                "padding ".repeat(200)
+            )))
+            .unwrap(),
         "/range" => b
             .status(206)
             .header("content-type", "text/html")
@@ -559,5 +570,58 @@ async fn gzip_uploads_are_decompressed_within_a_limit() {
     assert!(
         text.starts_with(&format!("gzip {} ", compressed.len())),
         "{text}"
+    );
+}
+
+/// `/metrics` shows what compression did, per codec and engine, beside the crypto offload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compression_counters_are_on_metrics() {
+    let o = case_origin().await;
+    let gw = gateway(o.addr, "", "engines = [\"pool\"]").await;
+    let f = fetch(
+        gw.addr("http"),
+        "/page.html",
+        &[("accept-encoding", "gzip")],
+    )
+    .await;
+    assert_eq!(header(&f, "content-encoding"), Some("gzip"));
+    let _ = fetch(gw.addr("http"), "/image", &[("accept-encoding", "gzip")]).await;
+    let g = gw.gateway();
+    let text = sluice_admin::metrics(&sluice_admin::Sources {
+        proxy: g.metrics(),
+        crypto: g.key_offload(),
+        compress: g.compressor(),
+        access_log: g.access_log().clone(),
+        started: std::time::Instant::now(),
+    });
+    for line in [
+        "sluice_compress_responses_total{codec=\"gzip\"} 1".to_string(),
+        "sluice_compress_skipped_total{reason=\"type\"} 1".to_string(),
+        format!(
+            "sluice_compress_bytes_in_total{{codec=\"gzip\",engine=\"pool\"}} {}",
+            page().len()
+        ),
+    ] {
+        assert!(text.contains(&line), "missing `{line}` in:\n{text}");
+    }
+    let jobs: u64 = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "sluice_offload_jobs_completed_total{service=\"compress\",engine=\"pool\"} ",
+            )
+        })
+        .expect("the compress service's pool engine is exported")
+        .parse()
+        .unwrap();
+    assert!(
+        jobs >= 2,
+        "a 150 KB body is at least two 128 KiB chunks: {jobs}"
+    );
+    // Each family is declared once even with two offload services.
+    assert_eq!(
+        text.matches("# TYPE sluice_offload_jobs_completed_total")
+            .count(),
+        1
     );
 }
