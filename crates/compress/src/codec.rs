@@ -73,3 +73,12 @@ pub struct Encoding {
     /// ratio of one stream); chunks stay independent jobs since the dictionary is input.
     pub dictionary: bool,
 }
+
+impl Encoding {
+    /// Whether the chunks of one body must run one after another: brotli's chunks continue
+    /// one encoder, so the stage keeps a single brotli chunk in flight; gzip and zstd
+    /// chunks are independent and run side by side on the pool.
+    pub fn in_order(&self) -> bool {
+        self.codec == Codec::Brotli
+    }
+}

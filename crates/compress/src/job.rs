@@ -124,9 +124,16 @@ pub fn compress_chunk(job: &ChunkJob, engine: &'static str) -> Result<ChunkOutpu
                 .as_ref()
                 .ok_or_else(|| failed("a brotli chunk without its stream".into()))?;
             let mut s = stream.lock().unwrap_or_else(|e| e.into_inner());
-            if s.done >= *seq {
+            if *seq == s.done {
                 // Already run (see BrotliStream).
                 s.last_output.clone()
+            } else if *seq != s.done + 1 {
+                // Out of order would corrupt the stream: the stage must keep one brotli
+                // chunk in flight at a time ([`Encoding::in_order`]).
+                return Err(failed(format!(
+                    "brotli chunk {seq} run after chunk {}; chunks of a stream must run in order",
+                    s.done
+                )));
             } else {
                 let mut enc = s
                     .encoder

@@ -293,6 +293,24 @@ fn a_brotli_chunk_run_twice_does_not_corrupt_the_stream() {
 }
 
 #[test]
+fn a_brotli_chunk_out_of_order_fails_instead_of_corrupting() {
+    let data = body(3, 40_000);
+    let mut enc = BodyEncoder::new(other(Codec::Brotli, 5));
+    assert!(enc.encoding().in_order());
+    let a = enc.job(Bytes::copy_from_slice(&data[..20_000]), false);
+    let b = enc.job(Bytes::copy_from_slice(&data[20_000..]), true);
+    let err = compress_chunk(&b, "pool").unwrap_err();
+    assert!(err.to_string().contains("in order"), "{err}");
+    // The stream is untouched: in order, it still decodes.
+    let mut out = enc
+        .frame(compress_chunk(&a, "pool").unwrap().bytes, false)
+        .to_vec();
+    out.extend_from_slice(&enc.frame(compress_chunk(&b, "pool").unwrap().bytes, true));
+    assert_eq!(decode(Codec::Brotli, &out), data);
+    assert!(!other(Codec::Zstd, 3).in_order());
+}
+
+#[test]
 fn counters_add_up_per_codec_and_engine() {
     let c = CompressCounters::default();
     c.compressed(Codec::Gzip);

@@ -427,6 +427,15 @@ type Flight = std::pin::Pin<
 >;
 
 impl Pump {
+    /// Chunk jobs this body keeps in flight: one for a codec whose chunks must run in order.
+    fn window(&self) -> usize {
+        if self.encoder.encoding().in_order() {
+            1
+        } else {
+            WINDOW
+        }
+    }
+
     fn submit(&mut self, flights: &mut FuturesOrdered<Flight>, input: Vec<Bytes>, last: bool) {
         let job = self.encoder.job_segments(input, last);
         let len = job.input_len();
@@ -501,7 +510,7 @@ impl Pump {
                         while buf.len() >= self.chunk_size {
                             let piece = buf.take(self.chunk_size);
                             self.submit(&mut flights, piece, false);
-                            if flights.len() >= WINDOW
+                            if flights.len() >= self.window()
                                 && let Err(e) = self.send_next(&mut flights, &mut tx).await
                             {
                                 return self.fail(e, tx);
