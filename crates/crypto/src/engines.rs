@@ -1,4 +1,5 @@
-use crate::{KeyJob, run};
+use crate::{KeyJob, Mb, MbConfig, run};
+use std::sync::atomic::AtomicUsize;
 use sluice_offload::{
     BreakerConfig, Dispatcher, DispatcherBuilder, Engine, Inline, Pending, Pool, Reject,
 };
@@ -10,6 +11,8 @@ use std::time::Duration;
 pub enum EngineKind {
     /// Dedicated threads.
     Pool,
+    /// AVX-512 IFMA multi-buffer RSA (answers `Unsupported` without IFMA).
+    Mb,
 }
 
 /// Which signatures the software engines verify before they leave the process.
@@ -42,6 +45,8 @@ pub struct CryptoConfig {
     pub breaker: BreakerConfig,
     /// Verification policy.
     pub verify: VerifyPolicy,
+    /// The `mb` engine's batching.
+    pub mb: MbConfig,
 }
 
 impl Default for CryptoConfig {
@@ -54,6 +59,7 @@ impl Default for CryptoConfig {
             deadline: Duration::from_millis(100),
             breaker: BreakerConfig::default(),
             verify: VerifyPolicy::Rsa,
+            mb: MbConfig::default(),
         }
     }
 }
@@ -76,6 +82,10 @@ impl<E: Engine<KeyJob>> Engine<KeyJob> for Allowed<E> {
         }
         self.inner.submit(job)
     }
+
+    fn counters(&self) -> Option<Arc<sluice_offload::EngineCounters>> {
+        self.inner.counters()
+    }
 }
 
 /// The dispatcher for private-key jobs described by `config`.
@@ -95,6 +105,13 @@ pub fn build_dispatcher(config: &CryptoConfig) -> std::io::Result<Dispatcher<Key
                 b = b.engine(Arc::new(Allowed {
                     kind: EngineKind::Pool,
                     inner: pool,
+                }));
+            }
+            EngineKind::Mb => {
+                let mb = Mb::new(config.mb, Arc::new(AtomicUsize::new(0)))?;
+                b = b.engine(Arc::new(Allowed {
+                    kind: EngineKind::Mb,
+                    inner: mb,
                 }));
             }
         }

@@ -43,6 +43,8 @@ pub struct PrivateKey {
     pub(crate) public: Vec<u8>,
     /// RSA keys only: the same key as aws-lc's `RSA`, for raw decryption.
     pub(crate) raw_rsa: Option<RawRsa>,
+    /// RSA keys only: the mb engine's form, made at its first mb job.
+    pub(crate) mb: std::sync::OnceLock<Option<crate::mb::key::MbKey>>,
 }
 
 impl std::fmt::Debug for PrivateKey {
@@ -65,6 +67,7 @@ impl PrivateKey {
                 inner: Inner::Rsa(k),
                 public,
                 raw_rsa: Some(RawRsa::from_pkcs8(der).ok_or(KeyError::Unsupported)?),
+                mb: Default::default(),
             });
         }
         for (alg, kind) in [
@@ -78,6 +81,7 @@ impl PrivateKey {
                     inner: Inner::Ecdsa(k),
                     public,
                     raw_rsa: None,
+                    mb: Default::default(),
                 });
             }
         }
@@ -88,9 +92,21 @@ impl PrivateKey {
                 inner: Inner::Ed25519(k),
                 public,
                 raw_rsa: None,
+                mb: Default::default(),
             });
         }
         Err(KeyError::Unsupported)
+    }
+
+    /// The mb engine's form of an RSA key (computed once); `None` for other keys and for
+    /// RSA keys the kernel has no size for.
+    pub(crate) fn mb(&self) -> Option<&crate::mb::key::MbKey> {
+        self.mb
+            .get_or_init(|| {
+                let c = self.raw_rsa.as_ref()?.components()?;
+                crate::mb::key::MbKey::new(&c)
+            })
+            .as_ref()
     }
 
     /// Its kind and size.

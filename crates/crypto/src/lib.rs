@@ -21,12 +21,14 @@
 mod engines;
 mod job;
 mod key;
+mod mb;
 mod raw_rsa;
 mod scheme;
 
 pub use engines::{CryptoConfig, EngineKind, VerifyPolicy, build_dispatcher};
 pub use job::{KeyJob, OperationKind, run};
 pub use key::{KeyError, KeyKind, PrivateKey};
+pub use mb::{Kernel, Mb, MbConfig};
 pub use scheme::SignatureScheme;
 
 #[cfg(test)]

@@ -104,3 +104,62 @@ impl RawRsa {
         (out_len == self.len).then_some(out)
     }
 }
+
+/// An RSA key's numbers, big-endian: what the mb engine precomputes its own form from.
+pub(crate) struct Components {
+    pub(crate) n: Vec<u8>,
+    pub(crate) e: Vec<u8>,
+    pub(crate) p: Vec<u8>,
+    pub(crate) q: Vec<u8>,
+    pub(crate) dp: Vec<u8>,
+    pub(crate) dq: Vec<u8>,
+    pub(crate) qinv: Vec<u8>,
+}
+
+impl RawRsa {
+    /// The key's numbers; `None` for a key without its CRT parameters.
+    #[expect(unsafe_code, reason = "aws-lc FFI")]
+    pub(crate) fn components(&self) -> Option<Components> {
+        /// A BIGNUM's big-endian bytes; `None` for a null pointer.
+        ///
+        /// # Safety
+        /// `bn` is null or a live BIGNUM.
+        unsafe fn bytes(bn: *const ffi::BIGNUM) -> Option<Vec<u8>> {
+            if bn.is_null() {
+                return None;
+            }
+            // SAFETY: `bn` is live (caller); the buffer has BN_num_bytes bytes, which is
+            // what BN_bn2bin writes.
+            unsafe {
+                let mut v = vec![0u8; ffi::BN_num_bytes(bn) as usize];
+                ffi::BN_bn2bin(bn, v.as_mut_ptr());
+                Some(v)
+            }
+        }
+        let rsa = self.rsa.as_ptr();
+        let mut n = std::ptr::null();
+        let mut e = std::ptr::null();
+        let mut d = std::ptr::null();
+        let mut p = std::ptr::null();
+        let mut q = std::ptr::null();
+        let mut dp = std::ptr::null();
+        let mut dq = std::ptr::null();
+        let mut qinv = std::ptr::null();
+        // SAFETY: the key is live for as long as `self`; the getters only store pointers
+        // into it (or null) in our locals, which are read before `self` can go away.
+        unsafe {
+            ffi::RSA_get0_key(rsa, &mut n, &mut e, &mut d);
+            ffi::RSA_get0_factors(rsa, &mut p, &mut q);
+            ffi::RSA_get0_crt_params(rsa, &mut dp, &mut dq, &mut qinv);
+            Some(Components {
+                n: bytes(n)?,
+                e: bytes(e)?,
+                p: bytes(p)?,
+                q: bytes(q)?,
+                dp: bytes(dp)?,
+                dq: bytes(dq)?,
+                qinv: bytes(qinv)?,
+            })
+        }
+    }
+}

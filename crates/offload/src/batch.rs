@@ -91,6 +91,15 @@ impl<J: Job> BatchQueue<J> {
         })
     }
 
+    /// Jobs waiting for a batch (not counting the batch being computed).
+    pub fn queued(&self) -> usize {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .queued
+    }
+
     /// Queues a job.
     pub fn push(&self, job: J) -> Pending<J::Output> {
         let (tx, pending) = completer();

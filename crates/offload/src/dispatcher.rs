@@ -70,7 +70,9 @@ impl<J: Job> DispatcherBuilder<J> {
     /// The dispatcher.
     pub fn build(self) -> Dispatcher<J> {
         let slot = |engine: Arc<dyn Engine<J>>, breaker| Slot {
-            counters: Arc::new(EngineCounters::new(engine.name())),
+            counters: engine
+                .counters()
+                .unwrap_or_else(|| Arc::new(EngineCounters::new(engine.name()))),
             engine,
             breaker: Breaker::new(breaker),
         };

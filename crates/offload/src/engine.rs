@@ -100,4 +100,11 @@ pub trait Engine<J: Job>: Send + Sync + 'static {
 
     /// Accepts the job (returning its future result) or rejects it without waiting.
     fn submit(&self, job: J) -> Result<Pending<J::Output>, Reject>;
+
+    /// Counters the engine keeps itself (a batching engine records its flushes there); the
+    /// dispatcher then counts into them too, so one snapshot shows both. `None`: the
+    /// dispatcher makes its own.
+    fn counters(&self) -> Option<std::sync::Arc<crate::EngineCounters>> {
+        None
+    }
 }

@@ -1,0 +1,218 @@
+//! Lanes: independent operations side by side, one per 64-bit lane.
+//!
+//! The arithmetic in [`super::arith`] is written once against [`Lanes`] and instantiated
+//! twice: with [`Scalar`] (one lane, plain `u64` and `u128`: the portable reference that
+//! runs and is tested everywhere) and with `Ifma` (eight lanes of a 512-bit register, the
+//! AVX-512 IFMA kernel). Same limbs, same windows, same order of operations: the two must
+//! give identical results, which the tests check.
+
+/// Limbs are 52 bits: what `vpmadd52luq`/`vpmadd52huq` multiply.
+pub(crate) const LIMB_BITS: u32 = 52;
+pub(crate) const MASK52: u64 = (1 << LIMB_BITS) - 1;
+
+/// One 64-bit value per lane. Every method is branch-free and indexes memory only by public
+/// values; the ones that combine lanes under a condition ([`Lanes::select_eq`],
+/// [`Lanes::select_neg`]) use masks, never branches.
+pub(crate) trait Lanes: Copy {
+    /// Operations computed together.
+    const LANES: usize;
+    /// The same value in every lane.
+    fn splat(x: u64) -> Self;
+    /// `src[0..LANES]`, one per lane.
+    fn load(src: &[u64]) -> Self;
+    /// Into `dst[0..LANES]`.
+    fn store(self, dst: &mut [u64]);
+    /// `self + low52((a mod 2^52) * (b mod 2^52))`, per lane (`vpmadd52luq`).
+    fn madd52lo(self, a: Self, b: Self) -> Self;
+    /// `self + high52((a mod 2^52) * (b mod 2^52))`, per lane (`vpmadd52huq`).
+    fn madd52hi(self, a: Self, b: Self) -> Self;
+    /// Wrapping addition.
+    fn add(self, o: Self) -> Self;
+    /// Wrapping subtraction.
+    fn sub(self, o: Self) -> Self;
+    /// Bitwise and.
+    fn and(self, o: Self) -> Self;
+    /// Logical shift right by 52: the carry out of a limb.
+    fn shr52(self) -> Self;
+    /// Arithmetic shift right by 52: the signed carry (borrow) out of a limb.
+    fn sar52(self) -> Self;
+    /// Shift left by one.
+    fn shl1(self) -> Self;
+    /// Per lane: `val` where `idx == k`, `self` elsewhere.
+    fn select_eq(self, idx: Self, k: u64, val: Self) -> Self;
+    /// Per lane: `val` where `cond` is negative as a signed value, `self` elsewhere.
+    fn select_neg(self, cond: Self, val: Self) -> Self;
+}
+
+/// One lane in a `u64`: the portable reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Scalar(pub(crate) u64);
+
+impl Lanes for Scalar {
+    const LANES: usize = 1;
+
+    #[inline(always)]
+    fn splat(x: u64) -> Self {
+        Scalar(x)
+    }
+    #[inline(always)]
+    fn load(src: &[u64]) -> Self {
+        Scalar(src[0])
+    }
+    #[inline(always)]
+    fn store(self, dst: &mut [u64]) {
+        dst[0] = self.0;
+    }
+    #[inline(always)]
+    fn madd52lo(self, a: Self, b: Self) -> Self {
+        let p = u128::from(a.0 & MASK52) * u128::from(b.0 & MASK52);
+        Scalar(self.0.wrapping_add(p as u64 & MASK52))
+    }
+    #[inline(always)]
+    fn madd52hi(self, a: Self, b: Self) -> Self {
+        let p = u128::from(a.0 & MASK52) * u128::from(b.0 & MASK52);
+        Scalar(self.0.wrapping_add((p >> LIMB_BITS) as u64))
+    }
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        Scalar(self.0.wrapping_add(o.0))
+    }
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        Scalar(self.0.wrapping_sub(o.0))
+    }
+    #[inline(always)]
+    fn and(self, o: Self) -> Self {
+        Scalar(self.0 & o.0)
+    }
+    #[inline(always)]
+    fn shr52(self) -> Self {
+        Scalar(self.0 >> LIMB_BITS)
+    }
+    #[inline(always)]
+    fn sar52(self) -> Self {
+        Scalar(((self.0 as i64) >> LIMB_BITS) as u64)
+    }
+    #[inline(always)]
+    fn shl1(self) -> Self {
+        Scalar(self.0 << 1)
+    }
+    #[inline(always)]
+    fn select_eq(self, idx: Self, k: u64, val: Self) -> Self {
+        let d = idx.0 ^ k;
+        // All ones when d == 0: (d | -d) has its top bit set for any d != 0.
+        let mask = ((d | d.wrapping_neg()) >> 63).wrapping_sub(1);
+        Scalar((self.0 & !mask) | (val.0 & mask))
+    }
+    #[inline(always)]
+    fn select_neg(self, cond: Self, val: Self) -> Self {
+        let mask = ((cond.0 as i64) >> 63) as u64;
+        Scalar((self.0 & !mask) | (val.0 & mask))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use ifma::{Ifma, ifma_available};
+
+#[cfg(target_arch = "x86_64")]
+mod ifma {
+    use super::{LIMB_BITS, Lanes};
+    use std::arch::x86_64::*;
+
+    /// Whether this CPU has AVX-512 IFMA (and the AVX-512 F the kernel also uses).
+    pub(crate) fn ifma_available() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512ifma")
+    }
+
+    /// Eight lanes of a 512-bit register.
+    ///
+    /// Values of this type exist only inside `arith::ifma_entry` functions, which are
+    /// compiled with `avx512f,avx512ifma` and called only after [`ifma_available`] said yes;
+    /// every method is inlined into them. That is what makes the intrinsic calls below
+    /// sound: the type is private to the `mb` module and nothing else can make one.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Ifma(__m512i);
+
+    #[expect(
+        unsafe_code,
+        reason = "AVX-512 intrinsics; sound only where the CPU has them (see `Ifma`)"
+    )]
+    impl Lanes for Ifma {
+        const LANES: usize = 8;
+
+        #[inline(always)]
+        fn splat(x: u64) -> Self {
+            // SAFETY: reached only with AVX-512 F present (see `Ifma`).
+            Ifma(unsafe { _mm512_set1_epi64(x as i64) })
+        }
+        #[inline(always)]
+        fn load(src: &[u64]) -> Self {
+            assert!(src.len() >= 8);
+            // SAFETY: eight readable u64 (asserted); unaligned load; AVX-512 F present.
+            Ifma(unsafe { _mm512_loadu_epi64(src.as_ptr().cast()) })
+        }
+        #[inline(always)]
+        fn store(self, dst: &mut [u64]) {
+            assert!(dst.len() >= 8);
+            // SAFETY: eight writable u64 (asserted); unaligned store; AVX-512 F present.
+            unsafe { _mm512_storeu_epi64(dst.as_mut_ptr().cast(), self.0) }
+        }
+        #[inline(always)]
+        fn madd52lo(self, a: Self, b: Self) -> Self {
+            // SAFETY: AVX-512 IFMA present (see `Ifma`).
+            Ifma(unsafe { _mm512_madd52lo_epu64(self.0, a.0, b.0) })
+        }
+        #[inline(always)]
+        fn madd52hi(self, a: Self, b: Self) -> Self {
+            // SAFETY: AVX-512 IFMA present (see `Ifma`).
+            Ifma(unsafe { _mm512_madd52hi_epu64(self.0, a.0, b.0) })
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            // SAFETY: AVX-512 F present (see `Ifma`).
+            Ifma(unsafe { _mm512_add_epi64(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn sub(self, o: Self) -> Self {
+            // SAFETY: AVX-512 F present (see `Ifma`).
+            Ifma(unsafe { _mm512_sub_epi64(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn and(self, o: Self) -> Self {
+            // SAFETY: AVX-512 F present (see `Ifma`).
+            Ifma(unsafe { _mm512_and_si512(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn shr52(self) -> Self {
+            // SAFETY: AVX-512 F present (see `Ifma`).
+            Ifma(unsafe { _mm512_srli_epi64::<LIMB_BITS>(self.0) })
+        }
+        #[inline(always)]
+        fn sar52(self) -> Self {
+            // SAFETY: AVX-512 F present (see `Ifma`).
+            Ifma(unsafe { _mm512_srai_epi64::<LIMB_BITS>(self.0) })
+        }
+        #[inline(always)]
+        fn shl1(self) -> Self {
+            // SAFETY: AVX-512 F present (see `Ifma`).
+            Ifma(unsafe { _mm512_slli_epi64::<1>(self.0) })
+        }
+        #[inline(always)]
+        fn select_eq(self, idx: Self, k: u64, val: Self) -> Self {
+            // SAFETY: AVX-512 F present (see `Ifma`). A mask register blend: no branch.
+            Ifma(unsafe {
+                let m = _mm512_cmpeq_epi64_mask(idx.0, _mm512_set1_epi64(k as i64));
+                _mm512_mask_mov_epi64(self.0, m, val.0)
+            })
+        }
+        #[inline(always)]
+        fn select_neg(self, cond: Self, val: Self) -> Self {
+            // SAFETY: AVX-512 F present (see `Ifma`). A mask register blend: no branch.
+            Ifma(unsafe {
+                let m = _mm512_cmplt_epi64_mask(cond.0, _mm512_setzero_si512());
+                _mm512_mask_mov_epi64(self.0, m, val.0)
+            })
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! The `mb` engine: RSA private-key operations eight at a time, one per 64-bit lane of
+//! AVX-512 IFMA (`vpmadd52luq`/`vpmadd52huq`), the idea of Intel's QAT_SW (crypto_mb) that
+//! vivo used to double its RSA handshakes.
+//!
+//! A batch holds up to eight jobs of one modulus size (2048, 3072 or 4096 bits; any keys,
+//! signatures and decryptions mixed). Each lane does what a careful software RSA does:
+//! base blinding with a per-key pair squared after each use, both CRT halves as
+//! fixed-window (4-bit) Montgomery exponentiations in 52-bit limbs, Garner's
+//! recombination, unblinding, and the result is checked with the public key before it
+//! leaves the process (the Lenstra check: a wrong lane is an engine failure and its job
+//! falls back; the other lanes are unaffected).
+//!
+//! **Constant time.** The kernel ([`arith`]) has no branch and no memory index that depends
+//! on a secret: sizes and loop counts are public, the window table is scanned whole with
+//! masked moves, and the final subtractions are masked. Padding, limb conversion and the
+//! public-key check work on public data or outside the kernel, like aws-lc's own. The
+//! blinding keeps the exponentiation's input unknown to an attacker in any case.
+//!
+//! **Batching** is the [`BatchQueue`]'s: a batch is flushed when full, when its oldest job
+//! has waited `max_wait`, or at once when every possible submitter is already waiting. The
+//! gateway passes no handshake count, so the kernel thread takes whatever has queued each
+//! time it is free: a lone handshake never waits, and under load batches fill while the
+//! previous one computes.
+//!
+//! Without AVX-512 IFMA the engine answers `Unsupported` and the chain falls through. The
+//! same arithmetic runs portably in `u64` ([`arith::private_reference`]) and is tested on
+//! every machine; on machines with IFMA the tests also compare both bit for bit.
+
+pub(crate) mod arith;
+pub(crate) mod key;
+pub(crate) mod lanes;
+pub(crate) mod pad;
+
+use crate::{KeyJob, KeyKind};
+use arith::{LaneIn, LaneOut};
+use key::MbKey;
+use sluice_offload::{
+    BatchConfig, BatchQueue, Engine, EngineCounters, EngineError, Pending, Reject,
+};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+/// Which arithmetic computes the batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// AVX-512 IFMA, eight lanes.
+    Ifma,
+    /// The portable reference, one lane at a time (tests; never faster than `inline`).
+    Reference,
+}
+
+impl Kernel {
+    /// The IFMA kernel when this CPU has it.
+    pub fn detect() -> Option<Kernel> {
+        #[cfg(target_arch = "x86_64")]
+        if lanes::ifma_available() {
+            return Some(Kernel::Ifma);
+        }
+        None
+    }
+}
+
+/// `mb` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MbConfig {
+    /// Longest a job waits for company (only when a handshake count says more may come).
+    pub max_wait: Duration,
+    /// Jobs queued at once before the engine answers busy.
+    pub capacity: usize,
+}
+
+impl Default for MbConfig {
+    fn default() -> Self {
+        MbConfig {
+            max_wait: Duration::from_micros(200),
+            capacity: 256,
+        }
+    }
+}
+
+/// The engine.
+pub struct Mb {
+    queue: Option<BatchQueue<KeyJob>>,
+    counters: Arc<EngineCounters>,
+    capacity: usize,
+}
+
+impl std::fmt::Debug for Mb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mb")
+            .field("available", &self.queue.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Mb {
+    /// The engine on this CPU's IFMA kernel; without IFMA it exists and answers
+    /// `Unsupported` to every job. `potential` counts the submitters that could add to a
+    /// batch (0: flush whenever the kernel thread is free).
+    pub fn new(config: MbConfig, potential: Arc<AtomicUsize>) -> std::io::Result<Mb> {
+        match Kernel::detect() {
+            Some(k) => Self::with_kernel(config, potential, k, None),
+            None => Ok(Mb {
+                queue: None,
+                counters: Arc::new(EngineCounters::new("mb")),
+                capacity: 0,
+            }),
+        }
+    }
+
+    /// The engine on a given kernel; `corrupt_lane` flips a bit of that lane's result in
+    /// every batch (fault-injection tests: the check must catch it).
+    pub fn with_kernel(
+        config: MbConfig,
+        potential: Arc<AtomicUsize>,
+        kernel: Kernel,
+        corrupt_lane: Option<usize>,
+    ) -> std::io::Result<Mb> {
+        let counters = Arc::new(EngineCounters::new("mb"));
+        let queue = BatchQueue::new(
+            "sluice-mb",
+            BatchConfig {
+                max_batch: 8,
+                max_wait: config.max_wait,
+            },
+            potential,
+            counters.clone(),
+            move |jobs| run_batch(kernel, corrupt_lane, &jobs),
+        )?;
+        Ok(Mb {
+            queue: Some(queue),
+            counters,
+            capacity: config.capacity,
+        })
+    }
+}
+
+impl Engine<KeyJob> for Mb {
+    fn name(&self) -> &str {
+        "mb"
+    }
+
+    fn submit(&self, job: KeyJob) -> Result<Pending<Vec<u8>>, Reject> {
+        let Some(queue) = &self.queue else {
+            return Err(Reject::Unsupported);
+        };
+        if !matches!(job.key_kind(), KeyKind::Rsa(2048 | 3072 | 4096)) || job.mb_key().is_none()
+        {
+            return Err(Reject::Unsupported);
+        }
+        if queue.queued() >= self.capacity {
+            return Err(Reject::Busy);
+        }
+        Ok(queue.push(job))
+    }
+
+    fn counters(&self) -> Option<Arc<EngineCounters>> {
+        Some(self.counters.clone())
+    }
+}
+
+/// One lane's job, prepared.
+struct Prepared<'a> {
+    index: usize,
+    key: &'a MbKey,
+    input: Vec<u64>,
+    blinding: arith::Blinding,
+}
+
+/// Computes a batch (jobs of one modulus size): prepare, kernel, check.
+pub(crate) fn run_batch(
+    kernel: Kernel,
+    corrupt_lane: Option<usize>,
+    jobs: &[KeyJob],
+) -> Vec<Result<Vec<u8>, EngineError>> {
+    let mut results: Vec<Option<Result<Vec<u8>, EngineError>>> = vec![None; jobs.len()];
+    let mut prepared = Vec::with_capacity(jobs.len());
+    for (index, job) in jobs.iter().enumerate() {
+        match job.mb_prepare() {
+            Ok((key, input)) => match key.take_blinding() {
+                Some(blinding) => prepared.push(Prepared {
+                    index,
+                    key,
+                    input,
+                    blinding,
+                }),
+                None => {
+                    results[index] = Some(Err(EngineError::Failed(
+                        "no blinding value could be made".into(),
+                    )))
+                }
+            },
+            Err(e) => results[index] = Some(Err(e)),
+        }
+    }
+    // Jobs of one batch share a modulus size (the batch key); group anyway.
+    let mut sizes: Vec<u32> = prepared.iter().map(|p| p.key.bits).collect();
+    sizes.dedup();
+    for bits in sizes {
+        let group: Vec<&Prepared<'_>> = prepared.iter().filter(|p| p.key.bits == bits).collect();
+        let lanes: Vec<LaneIn<'_>> = group
+            .iter()
+            .map(|p| LaneIn {
+                key: &p.key.limbs,
+                c: &p.input,
+                blinding: &p.blinding,
+            })
+            .collect();
+        let outs = compute(kernel, bits, &lanes);
+        for (lane, (p, out)) in group.iter().zip(outs).enumerate() {
+            p.key.put_blinding(out.next);
+            let mut bytes = key::limbs_to_be(&out.s, bits as usize / 8);
+            if corrupt_lane == Some(lane) {
+                bytes[0] ^= 0x40;
+            }
+            let job = &jobs[p.index];
+            results[p.index] = Some(job.check(&bytes).map(|()| bytes));
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(EngineError::Failed("job not computed".into()))))
+        .collect()
+}
+
+/// The kernel for one modulus size.
+pub(crate) fn compute(kernel: Kernel, bits: u32, lanes: &[LaneIn<'_>]) -> Vec<LaneOut> {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Ifma if lanes::ifma_available() => lanes
+            .chunks(8)
+            .flat_map(|chunk| ifma(bits, chunk))
+            .collect(),
+        _ => match bits {
+            2048 => arith::private_reference::<20, 40>(lanes),
+            3072 => arith::private_reference::<30, 60>(lanes),
+            _ => arith::private_reference::<40, 80>(lanes),
+        },
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[expect(unsafe_code, reason = "calls the target_feature kernel")]
+fn ifma(bits: u32, lanes: &[LaneIn<'_>]) -> Vec<LaneOut> {
+    // SAFETY: `compute` checked that this CPU has AVX-512 F and IFMA.
+    unsafe {
+        match bits {
+            2048 => arith::private_ifma::<20, 40>(lanes),
+            3072 => arith::private_ifma::<30, 60>(lanes),
+            _ => arith::private_ifma::<40, 80>(lanes),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! The mb engine against BoringSSL, and its IFMA kernel against its portable reference.
+
+use super::arith::LaneIn;
+use super::key::{be_to_limbs, from_limbs, limbs_to_be, neg_inv52, to_limbs};
+use super::*;
+use crate::tests::{boring_key, boring_verifies};
+use crate::{PrivateKey, SignatureScheme, VerifyPolicy};
+use boring::pkey::{PKey, Private};
+use boring::rsa::Padding;
+use num_bigint::BigUint;
+use sluice_offload::{DispatcherBuilder, FallbackReason, Inline};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+struct TestKey {
+    boring: PKey<Private>,
+    key: Arc<PrivateKey>,
+    n: BigUint,
+}
+
+fn test_key(bits: u32) -> TestKey {
+    let boring = boring_key(KeyKind::Rsa(bits));
+    let key = Arc::new(PrivateKey::from_pkcs8(&boring.private_key_to_der_pkcs8().unwrap()).unwrap());
+    let n = BigUint::from_bytes_be(&boring.rsa().unwrap().n().to_vec());
+    TestKey { boring, key, n }
+}
+
+/// BoringSSL's raw private-key operation (no padding): the expected answer.
+fn boring_raw(k: &TestKey, input: &[u8]) -> Vec<u8> {
+    let rsa = k.boring.rsa().unwrap();
+    let mut out = vec![0u8; rsa.size() as usize];
+    let len = rsa.private_decrypt(input, &mut out, Padding::NONE).unwrap();
+    out.truncate(len);
+    out
+}
+
+/// A pseudo-random number below n (xorshift; reproducible per seed).
+fn below(n: &BigUint, seed: u64) -> BigUint {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut bytes = Vec::new();
+    for _ in 0..(n.bits() / 8 + 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        bytes.push(x as u8);
+    }
+    BigUint::from_bytes_be(&bytes) % n
+}
+
+fn padded(x: &BigUint, len: usize) -> Vec<u8> {
+    let b = x.to_bytes_be();
+    let mut out = vec![0u8; len - b.len()];
+    out.extend_from_slice(&b);
+    out
+}
+
+/// Runs inputs through a kernel, one lane per (key, input).
+fn kernel_results(kernel: Kernel, work: &[(&TestKey, Vec<u8>)]) -> Vec<Vec<u8>> {
+    let bits = work[0].0.key.mb().unwrap().bits;
+    let prepared: Vec<_> = work
+        .iter()
+        .map(|(k, input)| {
+            let mbk = k.key.mb().unwrap();
+            (
+                mbk,
+                be_to_limbs(input, mbk.nn()).unwrap(),
+                mbk.take_blinding().unwrap(),
+            )
+        })
+        .collect();
+    let lanes: Vec<LaneIn<'_>> = prepared
+        .iter()
+        .map(|(k, c, b)| LaneIn {
+            key: &k.limbs,
+            c,
+            blinding: b,
+        })
+        .collect();
+    let outs = compute(kernel, bits, &lanes);
+    outs.into_iter()
+        .zip(&prepared)
+        .map(|(o, (k, _, _))| {
+            k.put_blinding(o.next);
+            limbs_to_be(&o.s, bits as usize / 8)
+        })
+        .collect()
+}
+
+#[test]
+fn limbs_round_trip_and_the_montgomery_constant_inverts() {
+    let n = BigUint::from_bytes_be(&[0xc3; 256]) | BigUint::from(1u8);
+    let l = to_limbs(&n, 40);
+    assert!(l.iter().all(|&x| x < 1 << 52));
+    assert_eq!(from_limbs(&l), n);
+    assert_eq!(limbs_to_be(&l, 256), n.to_bytes_be());
+    assert_eq!(be_to_limbs(&n.to_bytes_be(), 40).unwrap(), l);
+    // Too big for 20 limbs (1040 bits).
+    assert!(be_to_limbs(&n.to_bytes_be(), 20).is_none());
+    for m0 in [1u64, 3, 0xffff_ffff_ffff_ffff, 0x1234_5678_9abc_def1] {
+        let k0 = neg_inv52(m0);
+        assert_eq!(m0.wrapping_mul(k0) & ((1 << 52) - 1), (1 << 52) - 1, "{m0:x}");
+    }
+}
+
+#[test]
+fn reference_kernel_matches_boringssl_raw_rsa_for_every_size() {
+    // Keys are slow to generate: several 2048-bit keys, one of each larger size.
+    let keys: Vec<TestKey> = [2048, 2048, 2048, 3072, 4096]
+        .into_iter()
+        .map(test_key)
+        .collect();
+    for (ki, k) in keys.iter().enumerate() {
+        let len = k.n.bits().div_ceil(8) as usize;
+        let n1 = &k.n - 1u8;
+        let mut inputs = vec![
+            BigUint::from(0u8),
+            BigUint::from(1u8),
+            BigUint::from(2u8),
+            n1.clone(),
+        ];
+        let extra = if len == 256 { 40 } else { 6 };
+        inputs.extend((0..extra).map(|i| below(&k.n, (ki * 1000 + i) as u64)));
+        for x in &inputs {
+            let input = padded(x, len);
+            let got = kernel_results(Kernel::Reference, &[(k, input.clone())]);
+            assert_eq!(got[0], boring_raw(k, &input), "key {ki} input {x:x}");
+        }
+    }
+}
+
+#[test]
+fn ifma_kernel_equals_the_reference_on_mixed_keys_and_partial_batches() {
+    let Some(Kernel::Ifma) = Kernel::detect() else {
+        eprintln!("skipped: this CPU has no AVX-512 IFMA (the reference is tested anyway)");
+        return;
+    };
+    for bits in [2048, 3072, 4096] {
+        let keys: Vec<TestKey> = (0..if bits == 2048 { 3 } else { 2 })
+            .map(|_| test_key(bits))
+            .collect();
+        let len = bits as usize / 8;
+        // 1, 3, 8 and 11 lanes (a full batch and a partial one), keys interleaved, with 0,
+        // 1 and n-1 among the inputs.
+        for count in [1usize, 3, 8, 11] {
+            let work: Vec<(&TestKey, Vec<u8>)> = (0..count)
+                .map(|i| {
+                    let k = &keys[i % keys.len()];
+                    let x = match i {
+                        0 => &k.n - 1u8,
+                        1 => BigUint::from(0u8),
+                        2 => BigUint::from(1u8),
+                        _ => below(&k.n, (bits as usize * 100 + count * 10 + i) as u64),
+                    };
+                    (k, padded(&x, len))
+                })
+                .collect();
+            let fast = kernel_results(Kernel::Ifma, &work);
+            for (i, (k, input)) in work.iter().enumerate() {
+                assert_eq!(fast[i], boring_raw(k, input), "{bits} bits, {count} lanes, lane {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn ifma_kernel_matches_boringssl_on_many_messages() {
+    let Some(Kernel::Ifma) = Kernel::detect() else {
+        eprintln!("skipped: this CPU has no AVX-512 IFMA");
+        return;
+    };
+    let keys: Vec<TestKey> = (0..8).map(|_| test_key(2048)).collect();
+    for round in 0..128u64 {
+        let work: Vec<(&TestKey, Vec<u8>)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k, padded(&below(&k.n, round * 8 + i as u64), 256)))
+            .collect();
+        let fast = kernel_results(Kernel::Ifma, &work);
+        for (i, (k, input)) in work.iter().enumerate() {
+            assert_eq!(fast[i], boring_raw(k, input), "round {round} lane {i}");
+        }
+    }
+}
+
+fn engine_kernel() -> Kernel {
+    Kernel::detect().unwrap_or(Kernel::Reference)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rsa_scheme_and_decryption_through_the_engine() {
+    let keys = [test_key(2048), test_key(2048), test_key(3072)];
+    let mb = Arc::new(
+        Mb::with_kernel(MbConfig::default(), Arc::new(AtomicUsize::new(0)), engine_kernel(), None)
+            .unwrap(),
+    );
+    let d = Arc::new(
+        DispatcherBuilder::new(Arc::new(Inline::new(crate::run)))
+            .engine(mb)
+            .deadline(std::time::Duration::from_secs(30))
+            .build(),
+    );
+    let mut tasks = Vec::new();
+    for (ki, k) in keys.iter().enumerate() {
+        for &scheme in k.key.schemes() {
+            for i in 0..3 {
+                let msg = format!("transcript {ki} {scheme:?} {i}").into_bytes();
+                let job = KeyJob::sign(k.key.clone(), scheme, &msg, VerifyPolicy::Rsa).unwrap();
+                let d = d.clone();
+                tasks.push(tokio::spawn(async move { (ki, scheme, msg, d.run(job).await) }));
+            }
+        }
+    }
+    for t in tasks {
+        let (ki, scheme, msg, sig) = t.await.unwrap();
+        let sig = sig.unwrap();
+        assert!(boring_verifies(&keys[ki].boring, scheme, &msg, &sig), "{ki} {scheme:?}");
+    }
+    // Decryption: BoringSSL encrypts with PKCS#1 padding; the raw result holds it.
+    let k = &keys[0];
+    let secret = b"premaster secret, 48 bytes long, for TLS 1.2 !!";
+    let mut ct = vec![0u8; 256];
+    let len = k.boring.rsa().unwrap().public_encrypt(secret, &mut ct, Padding::PKCS1).unwrap();
+    assert_eq!(len, 256);
+    let raw = d.run(KeyJob::decrypt(k.key.clone(), &ct).unwrap()).await.unwrap();
+    assert_eq!(raw, boring_raw(k, &ct));
+    assert!(raw.ends_with(secret));
+    let c = &d.counters()[0];
+    assert_eq!(c.engine, "mb");
+    assert_eq!(c.failed, 0, "{c:?}");
+    assert_eq!(c.completed, (keys.iter().map(|k| k.key.schemes().len()).sum::<usize>() * 3 + 1) as u64);
+    assert!(c.batch_size.sum >= c.completed, "every job went through a batch: {c:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_lane_is_caught_and_its_job_falls_back() {
+    let k = test_key(2048);
+    let mb = Mb::with_kernel(
+        MbConfig::default(),
+        Arc::new(AtomicUsize::new(0)),
+        engine_kernel(),
+        Some(0),
+    )
+    .unwrap();
+    let d = DispatcherBuilder::new(Arc::new(Inline::new(crate::run)))
+        .engine(Arc::new(mb))
+        .breaker(sluice_offload::BreakerConfig {
+            failures: 1000,
+            ..Default::default()
+        })
+        .build();
+    for i in 0..4 {
+        let msg = format!("m{i}").into_bytes();
+        let job =
+            KeyJob::sign(k.key.clone(), SignatureScheme::RsaPssSha256, &msg, VerifyPolicy::Rsa)
+                .unwrap();
+        let sig = d.run(job).await.unwrap();
+        assert!(boring_verifies(&k.boring, SignatureScheme::RsaPssSha256, &msg, &sig));
+    }
+    let c = d.counters();
+    assert_eq!(c[0].failed, 4, "lane 0 of each one-job batch was corrupted: {:?}", c[0]);
+    assert_eq!(c[0].fell_back(FallbackReason::Error), 4);
+    assert_eq!(c[1].completed, 4, "inline signed them instead");
+}
+
+#[test]
+fn other_keys_are_unsupported() {
+    let ec = boring_key(KeyKind::EcdsaP256);
+    let key = Arc::new(PrivateKey::from_pkcs8(&ec.private_key_to_der_pkcs8().unwrap()).unwrap());
+    let mb = Mb::with_kernel(MbConfig::default(), Arc::new(AtomicUsize::new(0)), Kernel::Reference, None)
+        .unwrap();
+    let job = KeyJob::sign(key, SignatureScheme::EcdsaP256Sha256, b"m", VerifyPolicy::Rsa).unwrap();
+    assert_eq!(mb.submit(job).err(), Some(Reject::Unsupported));
+}
