@@ -298,12 +298,13 @@ impl Cx<'_> {
         for e in list.get_ref() {
             match e.as_str() {
                 "pool" => engines.push(CryptoEngine::Pool),
+                "mb" => engines.push(CryptoEngine::Mb),
                 // The software engine ends every chain; naming it changes nothing.
                 "inline" => {}
                 other => self.err_at(
                     list,
                     format!("{key} names \"{other}\", which this build does not have"),
-                    "use \"pool\" (dedicated threads) or [] (sign on the event loop); \"inline\" always ends the chain",
+                    "use \"pool\" (dedicated threads), \"mb\" (AVX-512 IFMA multi-buffer RSA) or [] (sign on the event loop); \"inline\" always ends the chain",
                 ),
             }
         }
@@ -350,6 +351,11 @@ impl Cx<'_> {
                 .duration(raw.breaker_backoff.as_ref())
                 .unwrap_or(d.breaker_backoff),
             verify_all,
+            mb_max_wait: self
+                .duration(raw.mb_max_wait.as_ref())
+                .unwrap_or(d.mb_max_wait),
+            mb_capacity: positive(self, raw.mb_capacity.as_ref(), "mb_capacity")
+                .unwrap_or(d.mb_capacity),
         }
     }
 

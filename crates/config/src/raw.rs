@@ -242,7 +242,8 @@ pub struct RawOffloadCompress {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawOffloadCrypto {
-    /// Engines tried in order before the software `inline` engine: `[]` or `["pool"]`.
+    /// Engines tried in order before the software `inline` engine: `[]`, `["pool"]`,
+    /// `["mb", "pool"]` (AVX-512 IFMA multi-buffer RSA first)...
     pub engines: Option<Spanned<Vec<String>>>,
     /// Threads of the `pool` engine (default: the CPUs this process may use).
     pub pool_threads: Option<Spanned<u32>>,
@@ -257,6 +258,11 @@ pub struct RawOffloadCrypto {
     /// `"rsa"` (the default: verify RSA signatures before release, against RSA-CRT faults) or
     /// `"all"` (ECDSA and Ed25519 too, at four to five times their signing cost).
     pub verify: Option<Spanned<String>>,
+    /// Longest an `mb` job waits for company (default 200us; only applies when more
+    /// handshakes could still add to the batch).
+    pub mb_max_wait: Option<SpannedStr>,
+    /// Jobs the `mb` engine queues at once before it answers busy (default 256).
+    pub mb_capacity: Option<Spanned<u32>>,
 }
 
 /// `[admin]`: the admin listener (`/metrics`, `/status`).

@@ -48,6 +48,8 @@ pub struct Offload {
 pub enum CryptoEngine {
     /// Dedicated threads.
     Pool,
+    /// AVX-512 IFMA multi-buffer RSA (falls through where the CPU lacks IFMA).
+    Mb,
 }
 
 /// `[offload.crypto]`.
@@ -67,6 +69,10 @@ pub struct CryptoOffload {
     pub breaker_backoff: Duration,
     /// Verify every signature (true) or RSA ones only.
     pub verify_all: bool,
+    /// Longest an `mb` job waits for company.
+    pub mb_max_wait: Duration,
+    /// Jobs the `mb` engine queues before it answers busy.
+    pub mb_capacity: usize,
 }
 
 impl Default for CryptoOffload {
@@ -79,6 +85,8 @@ impl Default for CryptoOffload {
             breaker_failures: 5,
             breaker_backoff: Duration::from_secs(1),
             verify_all: false,
+            mb_max_wait: Duration::from_micros(200),
+            mb_capacity: 256,
         }
     }
 }

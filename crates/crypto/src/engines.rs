@@ -1,9 +1,9 @@
 use crate::{KeyJob, Mb, MbConfig, run};
-use std::sync::atomic::AtomicUsize;
 use sluice_offload::{
     BreakerConfig, Dispatcher, DispatcherBuilder, Engine, Inline, Pending, Pool, Reject,
 };
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 /// A configurable engine (the software `inline` engine always ends the chain).

@@ -22,7 +22,12 @@ pub(crate) fn boring_key(kind: KeyKind) -> PKey<Private> {
 }
 
 /// BoringSSL, independently, checks a signature made by aws-lc-rs (a differential test).
-pub(crate) fn boring_verifies(key: &PKey<Private>, scheme: SignatureScheme, msg: &[u8], sig: &[u8]) -> bool {
+pub(crate) fn boring_verifies(
+    key: &PKey<Private>,
+    scheme: SignatureScheme,
+    msg: &[u8],
+    sig: &[u8],
+) -> bool {
     use SignatureScheme::*;
     let md = match scheme {
         RsaPkcs1Sha256 | RsaPssSha256 | EcdsaP256Sha256 => Some(MessageDigest::sha256()),

@@ -66,6 +66,23 @@ struct Result_ {
     ops_per_sec: f64,
     mean_us: f64,
     p99_us: f64,
+    /// Batching engines: jobs per flushed batch.
+    batch_sizes: Option<sluice_offload::HistogramSnapshot>,
+}
+
+/// `{"1": flushes, ..., "8": flushes}` (non-empty buckets only).
+fn histogram_json(h: &sluice_offload::HistogramSnapshot) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for (i, &c) in h.counts.iter().enumerate() {
+        if c > 0 {
+            let label = h
+                .bounds
+                .get(i)
+                .map_or_else(|| "more".to_string(), |b| b.to_string());
+            m.insert(label, c.into());
+        }
+    }
+    serde_json::Value::Object(m)
 }
 
 fn summarize(mut lat_us: Vec<f64>, elapsed: f64) -> Result_ {
@@ -78,6 +95,7 @@ fn summarize(mut lat_us: Vec<f64>, elapsed: f64) -> Result_ {
             .get(((n as f64 - 1.0) * 0.99) as usize)
             .copied()
             .unwrap_or(0.0),
+        batch_sizes: None,
     }
 }
 
@@ -206,9 +224,43 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                             ..CryptoConfig::default()
                         })?
                     }
-                    other => bail!("--engine {other}: use inline, pool or boringssl"),
+                    "mb" => {
+                        let Some(kernel) = sluice_crypto::Kernel::detect() else {
+                            bail!("--engine mb needs AVX-512 IFMA, which this CPU lacks");
+                        };
+                        let mb = sluice_crypto::Mb::with_kernel(
+                            sluice_crypto::MbConfig {
+                                capacity: args.jobs.max(1),
+                                ..Default::default()
+                            },
+                            Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+                            kernel,
+                            None,
+                        )?;
+                        DispatcherBuilder::new(Arc::new(Inline::new(sluice_crypto::run)))
+                            .engine(Arc::new(mb))
+                            .deadline(Duration::from_secs(10))
+                            .build()
+                    }
+                    other => bail!("--engine {other}: use inline, pool, mb or boringssl"),
                 };
-                rt.block_on(through(Arc::new(dispatcher), key, scheme, &args, verify))?
+                let dispatcher = Arc::new(dispatcher);
+                let mut r = rt.block_on(through(dispatcher.clone(), key, scheme, &args, verify))?;
+                let first = &dispatcher.counters()[0];
+                if first.engine != "inline" {
+                    let done = first.completed as f64;
+                    let total: u64 = dispatcher.counters().iter().map(|c| c.completed).sum();
+                    if done < total as f64 * 0.99 {
+                        bail!(
+                            "{}: only {done} of {total} jobs ran on the engine (the rest fell back): {first:?}",
+                            first.engine
+                        );
+                    }
+                }
+                if first.batch_size.sum > 0 {
+                    r.batch_sizes = Some(first.batch_size.clone());
+                }
+                r
             }
         };
         if args.json {
@@ -217,7 +269,8 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                 serde_json::json!({
                     "algorithm": name, "engine": args.engine, "jobs": args.jobs,
                     "ops_per_sec": r.ops_per_sec, "mean_us": r.mean_us, "p99_us": r.p99_us,
-                    "verify": args.verify, "batch_sizes": null,
+                    "verify": args.verify,
+                    "batch_sizes": r.batch_sizes.as_ref().map(histogram_json),
                 })
             );
         } else {
@@ -225,6 +278,9 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                 "{:<10} {:<9} {:>5} {:>12.0} {:>10.1} {:>10.1}",
                 name, args.engine, args.jobs, r.ops_per_sec, r.mean_us, r.p99_us
             );
+            if let Some(h) = &r.batch_sizes {
+                println!("{:<10} batch sizes: {}", "", histogram_json(h));
+            }
         }
     }
     Ok(())

@@ -99,6 +99,10 @@ impl KeyOffload {
             } else {
                 VerifyPolicy::Rsa
             },
+            mb: sluice_crypto::MbConfig {
+                max_wait: c.mb_max_wait,
+                capacity: c.mb_capacity,
+            },
         };
         Ok(Self::new(
             build_dispatcher(&config)?,
@@ -119,6 +123,7 @@ pub(crate) fn engine_kinds(engines: &[sluice_config::CryptoEngine]) -> Vec<Engin
         .iter()
         .map(|e| match e {
             sluice_config::CryptoEngine::Pool => EngineKind::Pool,
+            sluice_config::CryptoEngine::Mb => EngineKind::Mb,
         })
         .collect()
 }

@@ -44,8 +44,79 @@ fn normalize_signed<L: Lanes, const N: usize>(a: &mut [L; N]) {
     }
 }
 
+/// The Montgomery multiplication below, fully unrolled for one size: every index is a
+/// literal, so the compiler keeps the accumulators in registers and the per-word shift is
+/// a renaming (as a loop, the shift became a `memmove` and the accumulators lived in
+/// memory: a third of the time).
+macro_rules! unrolled_mont_mul {
+    ($name:ident, $n:literal, $last:literal) => {
+        #[inline(always)]
+        #[cfg_attr(not(target_arch = "x86_64"), expect(dead_code, reason = "IFMA only"))]
+        fn $name<L: Lanes>(a: &[L; $n], b: &[L; $n], m: &[L; $n], k0: L) -> [L; $n] {
+            let zero = L::splat(0);
+            let mut acc = [zero; $n];
+            seq_macro::seq!(I in 0..$n {
+                let ai = a[I];
+                seq_macro::seq!(J in 0..$n {
+                    acc[J] = acc[J].madd52lo(ai, b[J]);
+                });
+                let q = zero.madd52lo(acc[0], k0);
+                seq_macro::seq!(J in 0..$n {
+                    acc[J] = acc[J].madd52lo(q, m[J]);
+                });
+                let top = zero.madd52hi(ai, b[$last]).madd52hi(q, m[$last]);
+                seq_macro::seq!(J in 0..$last {
+                    acc[J + 1] = acc[J + 1].madd52hi(ai, b[J]).madd52hi(q, m[J]);
+                });
+                let carry = acc[0].shr52();
+                seq_macro::seq!(J in 0..$last {
+                    acc[J] = acc[J + 1];
+                });
+                acc[$last] = top;
+                acc[0] = acc[0].add(carry);
+            });
+            normalize(&mut acc);
+            acc
+        }
+    };
+}
+
+unrolled_mont_mul!(mont_mul20, 20, 19);
+unrolled_mont_mul!(mont_mul30, 30, 29);
+unrolled_mont_mul!(mont_mul40, 40, 39);
+
+/// The unrolled multiplications for IFMA lanes, each compiled once as a function of its own
+/// (inlined at every call site, they made the crate take over ten minutes to compile).
+#[cfg(target_arch = "x86_64")]
+mod ifma_mont {
+    use super::super::lanes::Ifma;
+
+    macro_rules! entry {
+        ($name:ident, $inner:ident, $n:literal) => {
+            #[target_feature(enable = "avx512f,avx512ifma")]
+            #[inline(never)]
+            pub(crate) fn $name(
+                a: &[Ifma; $n],
+                b: &[Ifma; $n],
+                m: &[Ifma; $n],
+                k0: Ifma,
+            ) -> [Ifma; $n] {
+                super::$inner::<Ifma>(a, b, m, k0)
+            }
+        };
+    }
+    entry!(mont_mul20, mont_mul20, 20);
+    entry!(mont_mul30, mont_mul30, 30);
+    entry!(mont_mul40, mont_mul40, 40);
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use ifma_mont::{
+    mont_mul20 as ifma_mont_mul20, mont_mul30 as ifma_mont_mul30, mont_mul40 as ifma_mont_mul40,
+};
+
 /// Almost-Montgomery multiplication: `a * b / R mod m`, below 2m, for `a * b < m * R`
-/// (`R = 2^(52 N)`), word by word (coarsely integrated operand scanning).
+/// (`R = 2^(52 N)`), word by word (coarsely integrated operand scanning). The primes'
+/// sizes (20, 30, 40 limbs) run unrolled; the modulus sizes (a few per operation) as loops.
 #[inline(always)]
 pub(crate) fn mont_mul<L: Lanes, const N: usize>(
     a: &[L; N],
@@ -53,6 +124,9 @@ pub(crate) fn mont_mul<L: Lanes, const N: usize>(
     m: &[L; N],
     k0: L,
 ) -> [L; N] {
+    if let Some(r) = L::mont_mul_unrolled(a, b, m, k0) {
+        return r;
+    }
     let zero = L::splat(0);
     let mut acc = [zero; N];
     let mut top = zero;
@@ -232,7 +306,11 @@ fn gather1<L: Lanes>(lanes: &[LaneIn<'_>], f: impl Fn(&LaneIn<'_>) -> u64) -> L 
 }
 
 #[inline(always)]
-fn scatter<L: Lanes, const N: usize>(a: &[L; N], lanes: usize, mut put: impl FnMut(usize, usize, u64)) {
+fn scatter<L: Lanes, const N: usize>(
+    a: &[L; N],
+    lanes: usize,
+    mut put: impl FnMut(usize, usize, u64),
+) {
     let mut buf = [0u64; 8];
     for (j, v) in a.iter().enumerate() {
         v.store(&mut buf);
@@ -279,7 +357,9 @@ fn crt_half<L: Lanes, const NP: usize>(
 /// The RSA private-key operation on up to `L::LANES` lanes: base blinding, both CRT
 /// halves, Garner's recombination, unblinding. `NP` limbs per prime, `NN = 2 NP` for n.
 #[inline(always)]
-pub(crate) fn private<L: Lanes, const NP: usize, const NN: usize>(lanes: &[LaneIn<'_>]) -> Vec<LaneOut> {
+pub(crate) fn private<L: Lanes, const NP: usize, const NN: usize>(
+    lanes: &[LaneIn<'_>],
+) -> Vec<LaneOut> {
     const { assert!(NN == 2 * NP) };
     let n: [L; NN] = gather(lanes, |l| &l.key.n);
     let k0n = gather1::<L>(lanes, |l| l.key.k0_n);
@@ -335,7 +415,9 @@ pub(crate) fn private<L: Lanes, const NP: usize, const NN: usize>(lanes: &[LaneI
 }
 
 /// The portable reference: one lane at a time in `u64`.
-pub(crate) fn private_reference<const NP: usize, const NN: usize>(lanes: &[LaneIn<'_>]) -> Vec<LaneOut> {
+pub(crate) fn private_reference<const NP: usize, const NN: usize>(
+    lanes: &[LaneIn<'_>],
+) -> Vec<LaneOut> {
     lanes
         .chunks(1)
         .flat_map(private::<super::lanes::Scalar, NP, NN>)
@@ -349,7 +431,9 @@ pub(crate) fn private_reference<const NP: usize, const NN: usize>(lanes: &[LaneI
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512ifma")]
 #[expect(unsafe_code, reason = "a target_feature kernel; callers check the CPU")]
-pub(crate) unsafe fn private_ifma<const NP: usize, const NN: usize>(lanes: &[LaneIn<'_>]) -> Vec<LaneOut> {
+pub(crate) unsafe fn private_ifma<const NP: usize, const NN: usize>(
+    lanes: &[LaneIn<'_>],
+) -> Vec<LaneOut> {
     assert!(!lanes.is_empty() && lanes.len() <= 8);
     private::<super::lanes::Ifma, NP, NN>(lanes)
 }

@@ -42,6 +42,16 @@ pub(crate) trait Lanes: Copy {
     fn select_eq(self, idx: Self, k: u64, val: Self) -> Self;
     /// Per lane: `val` where `cond` is negative as a signed value, `self` elsewhere.
     fn select_neg(self, cond: Self, val: Self) -> Self;
+    /// `arith::mont_mul` unrolled for this size, where the lane type has it compiled.
+    #[inline(always)]
+    fn mont_mul_unrolled<const N: usize>(
+        _a: &[Self; N],
+        _b: &[Self; N],
+        _m: &[Self; N],
+        _k0: Self,
+    ) -> Option<[Self; N]> {
+        None
+    }
 }
 
 /// One lane in a `u64`: the portable reference.
@@ -213,6 +223,37 @@ mod ifma {
                 let m = _mm512_cmplt_epi64_mask(cond.0, _mm512_setzero_si512());
                 _mm512_mask_mov_epi64(self.0, m, val.0)
             })
+        }
+        #[inline(always)]
+        fn mont_mul_unrolled<const N: usize>(
+            a: &[Self; N],
+            b: &[Self; N],
+            m: &[Self; N],
+            k0: Self,
+        ) -> Option<[Self; N]> {
+            use crate::mb::arith::{ifma_mont_mul20, ifma_mont_mul30, ifma_mont_mul40};
+            macro_rules! via {
+                ($f:ident) => {{
+                    // SAFETY: IFMA present (see `Ifma`); the sizes match (N is the literal).
+                    let r = unsafe {
+                        $f(
+                            a[..].try_into().expect("N"),
+                            b[..].try_into().expect("N"),
+                            m[..].try_into().expect("N"),
+                            k0,
+                        )
+                    };
+                    let mut out = [Self::splat(0); N];
+                    out.copy_from_slice(&r);
+                    Some(out)
+                }};
+            }
+            match N {
+                20 => via!(ifma_mont_mul20),
+                30 => via!(ifma_mont_mul30),
+                40 => via!(ifma_mont_mul40),
+                _ => None,
+            }
         }
     }
 }

@@ -145,8 +145,7 @@ impl Engine<KeyJob> for Mb {
         let Some(queue) = &self.queue else {
             return Err(Reject::Unsupported);
         };
-        if !matches!(job.key_kind(), KeyKind::Rsa(2048 | 3072 | 4096)) || job.mb_key().is_none()
-        {
+        if !matches!(job.key_kind(), KeyKind::Rsa(2048 | 3072 | 4096)) || job.mb_key().is_none() {
             return Err(Reject::Unsupported);
         }
         if queue.queued() >= self.capacity {

@@ -20,7 +20,8 @@ struct TestKey {
 
 fn test_key(bits: u32) -> TestKey {
     let boring = boring_key(KeyKind::Rsa(bits));
-    let key = Arc::new(PrivateKey::from_pkcs8(&boring.private_key_to_der_pkcs8().unwrap()).unwrap());
+    let key =
+        Arc::new(PrivateKey::from_pkcs8(&boring.private_key_to_der_pkcs8().unwrap()).unwrap());
     let n = BigUint::from_bytes_be(&boring.rsa().unwrap().n().to_vec());
     TestKey { boring, key, n }
 }
@@ -98,7 +99,11 @@ fn limbs_round_trip_and_the_montgomery_constant_inverts() {
     assert!(be_to_limbs(&n.to_bytes_be(), 20).is_none());
     for m0 in [1u64, 3, 0xffff_ffff_ffff_ffff, 0x1234_5678_9abc_def1] {
         let k0 = neg_inv52(m0);
-        assert_eq!(m0.wrapping_mul(k0) & ((1 << 52) - 1), (1 << 52) - 1, "{m0:x}");
+        assert_eq!(
+            m0.wrapping_mul(k0) & ((1 << 52) - 1),
+            (1 << 52) - 1,
+            "{m0:x}"
+        );
     }
 }
 
@@ -156,7 +161,11 @@ fn ifma_kernel_equals_the_reference_on_mixed_keys_and_partial_batches() {
                 .collect();
             let fast = kernel_results(Kernel::Ifma, &work);
             for (i, (k, input)) in work.iter().enumerate() {
-                assert_eq!(fast[i], boring_raw(k, input), "{bits} bits, {count} lanes, lane {i}");
+                assert_eq!(
+                    fast[i],
+                    boring_raw(k, input),
+                    "{bits} bits, {count} lanes, lane {i}"
+                );
             }
         }
     }
@@ -190,8 +199,13 @@ fn engine_kernel() -> Kernel {
 async fn every_rsa_scheme_and_decryption_through_the_engine() {
     let keys = [test_key(2048), test_key(2048), test_key(3072)];
     let mb = Arc::new(
-        Mb::with_kernel(MbConfig::default(), Arc::new(AtomicUsize::new(0)), engine_kernel(), None)
-            .unwrap(),
+        Mb::with_kernel(
+            MbConfig::default(),
+            Arc::new(AtomicUsize::new(0)),
+            engine_kernel(),
+            None,
+        )
+        .unwrap(),
     );
     let d = Arc::new(
         DispatcherBuilder::new(Arc::new(Inline::new(crate::run)))
@@ -206,29 +220,48 @@ async fn every_rsa_scheme_and_decryption_through_the_engine() {
                 let msg = format!("transcript {ki} {scheme:?} {i}").into_bytes();
                 let job = KeyJob::sign(k.key.clone(), scheme, &msg, VerifyPolicy::Rsa).unwrap();
                 let d = d.clone();
-                tasks.push(tokio::spawn(async move { (ki, scheme, msg, d.run(job).await) }));
+                tasks.push(tokio::spawn(
+                    async move { (ki, scheme, msg, d.run(job).await) },
+                ));
             }
         }
     }
     for t in tasks {
         let (ki, scheme, msg, sig) = t.await.unwrap();
         let sig = sig.unwrap();
-        assert!(boring_verifies(&keys[ki].boring, scheme, &msg, &sig), "{ki} {scheme:?}");
+        assert!(
+            boring_verifies(&keys[ki].boring, scheme, &msg, &sig),
+            "{ki} {scheme:?}"
+        );
     }
     // Decryption: BoringSSL encrypts with PKCS#1 padding; the raw result holds it.
     let k = &keys[0];
     let secret = b"premaster secret, 48 bytes long, for TLS 1.2 !!";
     let mut ct = vec![0u8; 256];
-    let len = k.boring.rsa().unwrap().public_encrypt(secret, &mut ct, Padding::PKCS1).unwrap();
+    let len = k
+        .boring
+        .rsa()
+        .unwrap()
+        .public_encrypt(secret, &mut ct, Padding::PKCS1)
+        .unwrap();
     assert_eq!(len, 256);
-    let raw = d.run(KeyJob::decrypt(k.key.clone(), &ct).unwrap()).await.unwrap();
+    let raw = d
+        .run(KeyJob::decrypt(k.key.clone(), &ct).unwrap())
+        .await
+        .unwrap();
     assert_eq!(raw, boring_raw(k, &ct));
     assert!(raw.ends_with(secret));
     let c = &d.counters()[0];
     assert_eq!(c.engine, "mb");
     assert_eq!(c.failed, 0, "{c:?}");
-    assert_eq!(c.completed, (keys.iter().map(|k| k.key.schemes().len()).sum::<usize>() * 3 + 1) as u64);
-    assert!(c.batch_size.sum >= c.completed, "every job went through a batch: {c:?}");
+    assert_eq!(
+        c.completed,
+        (keys.iter().map(|k| k.key.schemes().len()).sum::<usize>() * 3 + 1) as u64
+    );
+    assert!(
+        c.batch_size.sum >= c.completed,
+        "every job went through a batch: {c:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,14 +283,27 @@ async fn a_corrupted_lane_is_caught_and_its_job_falls_back() {
         .build();
     for i in 0..4 {
         let msg = format!("m{i}").into_bytes();
-        let job =
-            KeyJob::sign(k.key.clone(), SignatureScheme::RsaPssSha256, &msg, VerifyPolicy::Rsa)
-                .unwrap();
+        let job = KeyJob::sign(
+            k.key.clone(),
+            SignatureScheme::RsaPssSha256,
+            &msg,
+            VerifyPolicy::Rsa,
+        )
+        .unwrap();
         let sig = d.run(job).await.unwrap();
-        assert!(boring_verifies(&k.boring, SignatureScheme::RsaPssSha256, &msg, &sig));
+        assert!(boring_verifies(
+            &k.boring,
+            SignatureScheme::RsaPssSha256,
+            &msg,
+            &sig
+        ));
     }
     let c = d.counters();
-    assert_eq!(c[0].failed, 4, "lane 0 of each one-job batch was corrupted: {:?}", c[0]);
+    assert_eq!(
+        c[0].failed, 4,
+        "lane 0 of each one-job batch was corrupted: {:?}",
+        c[0]
+    );
     assert_eq!(c[0].fell_back(FallbackReason::Error), 4);
     assert_eq!(c[1].completed, 4, "inline signed them instead");
 }
@@ -266,8 +312,19 @@ async fn a_corrupted_lane_is_caught_and_its_job_falls_back() {
 fn other_keys_are_unsupported() {
     let ec = boring_key(KeyKind::EcdsaP256);
     let key = Arc::new(PrivateKey::from_pkcs8(&ec.private_key_to_der_pkcs8().unwrap()).unwrap());
-    let mb = Mb::with_kernel(MbConfig::default(), Arc::new(AtomicUsize::new(0)), Kernel::Reference, None)
-        .unwrap();
-    let job = KeyJob::sign(key, SignatureScheme::EcdsaP256Sha256, b"m", VerifyPolicy::Rsa).unwrap();
+    let mb = Mb::with_kernel(
+        MbConfig::default(),
+        Arc::new(AtomicUsize::new(0)),
+        Kernel::Reference,
+        None,
+    )
+    .unwrap();
+    let job = KeyJob::sign(
+        key,
+        SignatureScheme::EcdsaP256Sha256,
+        b"m",
+        VerifyPolicy::Rsa,
+    )
+    .unwrap();
     assert_eq!(mb.submit(job).err(), Some(Reject::Unsupported));
 }

@@ -634,7 +634,12 @@ async fn compression_counters_are_on_metrics() {
 async fn headless_chromium_decodes_every_codec() {
     let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
         .into_iter()
-        .find(|b| std::process::Command::new(b).arg("--version").output().is_ok())
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok()
+        })
     else {
         panic!("headless Chromium is needed: install Debian's `chromium` (scripts/deps does)");
     };
