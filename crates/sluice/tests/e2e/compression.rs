@@ -5,6 +5,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use sluice_tls::selfsigned::KeyKind;
 use std::convert::Infallible;
 use std::io::Read as _;
 use std::net::SocketAddr;

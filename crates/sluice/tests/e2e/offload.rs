@@ -291,3 +291,51 @@ async fn rsa_key_exchange_decrypts_through_the_pool_when_enabled() {
     assert!(c[0].engine == "pool" && c[0].completed >= 1, "{c:?}");
     assert_eq!(c.iter().map(|c| c.failed).sum::<u64>(), 0, "{c:?}");
 }
+
+/// The mb engine end to end: concurrent RSA-2048 handshakes are signed in batches (TLS 1.3
+/// PSS signatures and TLS 1.2 RSA key exchange alike). Without AVX-512 IFMA the engine
+/// answers `Unsupported` and every handshake still succeeds on the next engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mb_signs_concurrent_handshakes_in_batches_or_falls_through_without_ifma() {
+    let (gw, _o) = gateway_with(
+        "engines = [\"mb\", \"pool\"]\npool_threads = 1",
+        "rsa_key_exchange = true",
+    )
+    .await;
+    let addr = gw.addr("https");
+    let storm: Vec<_> = (0..64).map(|_| tokio::spawn(one_request(addr))).collect();
+    for t in storm {
+        assert_eq!(t.await.unwrap(), 200, "every handshake succeeded");
+    }
+    // TLS 1.2 with RSA key exchange: a decryption through the same engine.
+    let h = tls_connect(
+        addr,
+        &ClientOpts {
+            sni: Some("a.test"),
+            max_version: Some(boring::ssl::SslVersion::TLS1_2),
+            ciphers: Some("AES128-GCM-SHA256"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(request_on(h).await, 200);
+
+    let c = gw.gateway().crypto_counters();
+    let (mb, pool, inline) = (&c[0], &c[1], &c[2]);
+    assert_eq!(mb.engine, "mb");
+    assert_eq!(
+        mb.completed + pool.completed + inline.completed,
+        65,
+        "{c:?}"
+    );
+    assert_eq!((mb.failed, pool.failed, mb.in_flight), (0, 0, 0), "{c:?}");
+    if sluice_crypto::Kernel::detect().is_some() {
+        assert_eq!(mb.completed, 65, "mb took every job: {c:?}");
+        let batches: u64 = mb.batch_size.counts.iter().sum();
+        assert!(batches >= 1 && batches <= 65, "{c:?}");
+    } else {
+        assert_eq!(mb.completed, 0);
+        assert_eq!(mb.fell_back(FallbackReason::Unsupported), 65, "{c:?}");
+    }
+}
