@@ -36,6 +36,7 @@ ORIGIN_PORT = 18080
 NGINX_PORT = 18443
 SLUICE_PORT = 18444
 SLUICE_INLINE_PORT = 18445
+SLUICE_MB_PORT = 18446
 
 
 def log(msg):
@@ -219,7 +220,8 @@ def nginx_gateway_conf(d, cert):
 
 
 def sluice_conf(d, cert, engine="pool", port=SLUICE_PORT, log="sluice-access.log"):
-    engines = '["pool"]' if engine == "pool" else "[]"
+    engines = {"pool": '["pool"]', "mb": '["mb", "pool"]'}.get(engine, "[]")
+    compress_engines = '["pool"]' if engine in ("pool", "mb") else "[]"
     return f"""
 [global]
 shutdown_timeout = "5s"
@@ -231,7 +233,7 @@ enabled = false
 [offload.crypto]
 engines = {engines}
 [offload.compress]
-engines = {engines}
+engines = {compress_engines}
 [[listener]]
 name = "https"
 address = "127.0.0.1:{port}"
@@ -260,24 +262,48 @@ codecs = ["gzip"]
 """ for prefix, settings in SLUICE_GZIP.items())
 
 
+def mb_available():
+    """Whether this CPU has AVX-512 IFMA (the mb engine falls through without it)."""
+    try:
+        return "avx512ifma" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
 class Gateways:
     """NGINX and Sluice with the same certificate, both pinned to the gateway core."""
 
     def __init__(self, d, cert):
         self.d = d
-        for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log"):
+        for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-mb-access.log"):
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
         Path(d, "sluice.toml").write_text(sluice_conf(d, cert))
         Path(d, "sluice-inline.toml").write_text(sluice_conf(d, cert, "inline", SLUICE_INLINE_PORT, "sluice-inline-access.log"))
-        self.procs = {
-            "nginx": Proc("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], GW_CORE, NGINX_PORT, f"{d}/nginx.out"),
-            "sluice": Proc("sluice", [str(SLUICE), "run", "--config", f"{d}/sluice.toml"], GW_CORE, SLUICE_PORT, f"{d}/sluice.out"),
+        Path(d, "sluice-mb.toml").write_text(sluice_conf(d, cert, "mb", SLUICE_MB_PORT, "sluice-mb-access.log"))
+        # Started one by one: when one fails, the ones already running are stopped (left
+        # behind, they would keep the ports, and SO_REUSEPORT would share the next run's
+        # traffic with them).
+        self.procs = {}
+        try:
+            self._start(d)
+        except BaseException:
+            self.stop()
+            raise
+        self.ports = {"nginx": NGINX_PORT, "sluice": SLUICE_PORT, "sluice-inline": SLUICE_INLINE_PORT,
+                      "sluice-mb": SLUICE_MB_PORT}
+
+    def _start(self, d):
+        specs = [
+            ("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], NGINX_PORT),
+            ("sluice", [str(SLUICE), "run", "--config", f"{d}/sluice.toml"], SLUICE_PORT),
             # The same gateway with handshake signatures on the event loop: the engine row.
-            "sluice-inline": Proc("sluice-inline", [str(SLUICE), "run", "--config", f"{d}/sluice-inline.toml"], GW_CORE,
-                                  SLUICE_INLINE_PORT, f"{d}/sluice-inline.out"),
-        }
-        self.ports = {"nginx": NGINX_PORT, "sluice": SLUICE_PORT, "sluice-inline": SLUICE_INLINE_PORT}
+            ("sluice-inline", [str(SLUICE), "run", "--config", f"{d}/sluice-inline.toml"], SLUICE_INLINE_PORT),
+            # RSA handshakes signed by the AVX-512 IFMA multi-buffer engine (mb, then pool).
+            ("sluice-mb", [str(SLUICE), "run", "--config", f"{d}/sluice-mb.toml"], SLUICE_MB_PORT),
+        ]
+        for name, argv, port in specs:
+            self.procs[name] = Proc(name, argv, GW_CORE, port, f"{d}/{name}.out")
 
     def stop(self):
         for p in self.procs.values():
@@ -290,7 +316,7 @@ class Gateways:
         nginx_log = Path(self.d, "nginx-access.log")
         if nginx_log.exists():
             n += sum(1 for line in nginx_log.read_text().splitlines() if line.split()[1:2] == ["r"])
-        for f in ("sluice-access.log", "sluice-inline-access.log"):
+        for f in ("sluice-access.log", "sluice-inline-access.log", "sluice-mb-access.log"):
             sluice_log = Path(self.d, f)
             if sluice_log.exists():
                 n += sluice_log.read_text().count("resumed=true")
@@ -348,7 +374,7 @@ def scenarios(page_len):
         for tls in ("1.2", "1.3"):
             s.append({
                 "name": f"full handshakes/s, {label}, TLS {tls}",
-                "cert": cert, "metric": "conn/s", "full_handshake": True, "engines": True,
+                "cert": cert, "metric": "conn/s", "full_handshake": True, "engines": True, "mb": cert == "rsa",
                 "run": lambda port, dur, tls=tls: loadgen("handshake", port, dur, ["--tls", tls, "--path", "/1k", "--concurrency", "32"]),
             })
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1", "cert": "rsa", "metric": "req/s",
@@ -448,6 +474,8 @@ def main():
             try:
                 for sc in group:
                     who_all = ("nginx", "sluice", "sluice-inline") if sc.get("engines") else ("nginx", "sluice")
+                    if sc.get("mb") and mb_available():
+                        who_all += ("sluice-mb",)
                     row = {"name": sc["name"], "metric": sc["metric"], "runs": {w: [] for w in who_all}}
                     for i in range(runs):
                         order = who_all if i % 2 == 0 else tuple(reversed(who_all))
@@ -551,16 +579,19 @@ def render(results, runs, duration, cpu, date):
             f"| {row['name']} | {cells[0]} | {cells[1]} | {'n/a' if rt is None else f'{rt:.2f}x'} | "
             f"{util('nginx', 'gateway_util'):.0%} / {util('sluice', 'gateway_util'):.0%} | "
             f"{util('nginx', 'load_core_util'):.0%} / {util('sluice', 'load_core_util'):.0%} | {'; '.join(notes)} |")
-        if "sluice-inline" in row["runs"]:
-            vals = [r["value"] for r in row["runs"]["sluice-inline"]]
+        for who, label in (("sluice-inline", "Sluice engine `inline` (offload work on the event loop)"),
+                           ("sluice-mb", "Sluice engine `mb` (AVX-512 IFMA, 8 RSA operations per batch)")):
+            if who not in row["runs"]:
+                continue
+            vals = [r["value"] for r in row["runs"][who]]
             si = summarize(vals)
-            ri = ratio(row, "sluice-inline")
-            b = bound({k: util("sluice-inline", k) for k in ("gateway_util", "load_core_util")})
+            ri = ratio(row, who)
+            b = bound({k: util(who, k) for k in ("gateway_util", "load_core_util")})
             lines.append(
-                f"| ↳ same, Sluice engine `inline` (offload work on the event loop) | | "
+                f"| ↳ same, {label} | | "
                 f"{fmt(si['median'])} [{fmt(si['min'])}-{fmt(si['max'])}] {row['metric']} | "
-                f"{'n/a' if ri is None else f'{ri:.2f}x'} | {util('sluice-inline', 'gateway_util'):.0%} | "
-                f"{util('sluice-inline', 'load_core_util'):.0%} | {'sluice-inline' + b if b else ''} |")
+                f"{'n/a' if ri is None else f'{ri:.2f}x'} | {util(who, 'gateway_util'):.0%} | "
+                f"{util(who, 'load_core_util'):.0%} | {who + b if b else ''} |")
     return "\n".join(lines)
 
 
