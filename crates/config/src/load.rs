@@ -356,6 +356,8 @@ impl Cx<'_> {
                 .unwrap_or(d.mb_max_wait),
             mb_capacity: positive(self, raw.mb_capacity.as_ref(), "mb_capacity")
                 .unwrap_or(d.mb_capacity),
+            mb_min_batch: positive(self, raw.mb_min_batch.as_ref(), "mb_min_batch")
+                .unwrap_or(d.mb_min_batch),
         }
     }
 

@@ -263,6 +263,10 @@ pub struct RawOffloadCrypto {
     pub mb_max_wait: Option<SpannedStr>,
     /// Jobs the `mb` engine queues at once before it answers busy (default 256).
     pub mb_capacity: Option<Spanned<u32>>,
+    /// Batches smaller than this are signed one by one in software on the mb thread
+    /// (default 8: on the CPU it was measured on, eight lanes cost what eight software
+    /// signatures cost).
+    pub mb_min_batch: Option<Spanned<u32>>,
 }
 
 /// `[admin]`: the admin listener (`/metrics`, `/status`).

@@ -73,6 +73,8 @@ pub struct CryptoOffload {
     pub mb_max_wait: Duration,
     /// Jobs the `mb` engine queues before it answers busy.
     pub mb_capacity: usize,
+    /// Smaller batches are signed in software on the mb thread.
+    pub mb_min_batch: usize,
 }
 
 impl Default for CryptoOffload {
@@ -87,6 +89,7 @@ impl Default for CryptoOffload {
             verify_all: false,
             mb_max_wait: Duration::from_micros(200),
             mb_capacity: 256,
+            mb_min_batch: 8,
         }
     }
 }

@@ -102,6 +102,7 @@ impl KeyOffload {
             mb: sluice_crypto::MbConfig {
                 max_wait: c.mb_max_wait,
                 capacity: c.mb_capacity,
+                min_batch: c.mb_min_batch,
             },
         };
         Ok(Self::new(

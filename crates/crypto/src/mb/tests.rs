@@ -191,6 +191,13 @@ fn ifma_kernel_matches_boringssl_on_many_messages() {
     }
 }
 
+/// Every batch through the kernel, even a batch of one.
+const ALWAYS_KERNEL: MbConfig = MbConfig {
+    max_wait: std::time::Duration::from_micros(200),
+    capacity: 256,
+    min_batch: 1,
+};
+
 fn engine_kernel() -> Kernel {
     Kernel::detect().unwrap_or(Kernel::Reference)
 }
@@ -200,7 +207,7 @@ async fn every_rsa_scheme_and_decryption_through_the_engine() {
     let keys = [test_key(2048), test_key(2048), test_key(3072)];
     let mb = Arc::new(
         Mb::with_kernel(
-            MbConfig::default(),
+            ALWAYS_KERNEL,
             Arc::new(AtomicUsize::new(0)),
             engine_kernel(),
             None,
@@ -268,7 +275,7 @@ async fn every_rsa_scheme_and_decryption_through_the_engine() {
 async fn a_corrupted_lane_is_caught_and_its_job_falls_back() {
     let k = test_key(2048);
     let mb = Mb::with_kernel(
-        MbConfig::default(),
+        ALWAYS_KERNEL,
         Arc::new(AtomicUsize::new(0)),
         engine_kernel(),
         Some(0),
@@ -308,12 +315,52 @@ async fn a_corrupted_lane_is_caught_and_its_job_falls_back() {
     assert_eq!(c[1].completed, 4, "inline signed them instead");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_batches_are_signed_in_software_on_the_engine_thread() {
+    let k = test_key(2048);
+    // The kernel would corrupt lane 0: a job that succeeds without falling back was not
+    // computed by it.
+    let mb = Mb::with_kernel(
+        MbConfig {
+            min_batch: 8,
+            ..ALWAYS_KERNEL
+        },
+        Arc::new(AtomicUsize::new(0)),
+        engine_kernel(),
+        Some(0),
+    )
+    .unwrap();
+    let d = DispatcherBuilder::new(Arc::new(Inline::new(crate::run)))
+        .engine(Arc::new(mb))
+        .build();
+    let job = KeyJob::sign(
+        k.key.clone(),
+        SignatureScheme::RsaPkcs1Sha256,
+        b"lone",
+        VerifyPolicy::Rsa,
+    )
+    .unwrap();
+    let sig = d.run(job).await.unwrap();
+    assert!(boring_verifies(
+        &k.boring,
+        SignatureScheme::RsaPkcs1Sha256,
+        b"lone",
+        &sig
+    ));
+    let c = d.counters();
+    assert_eq!(
+        (c[0].completed, c[0].failed, c[1].completed),
+        (1, 0, 0),
+        "{c:?}"
+    );
+}
+
 #[test]
 fn other_keys_are_unsupported() {
     let ec = boring_key(KeyKind::EcdsaP256);
     let key = Arc::new(PrivateKey::from_pkcs8(&ec.private_key_to_der_pkcs8().unwrap()).unwrap());
     let mb = Mb::with_kernel(
-        MbConfig::default(),
+        ALWAYS_KERNEL,
         Arc::new(AtomicUsize::new(0)),
         Kernel::Reference,
         None,
