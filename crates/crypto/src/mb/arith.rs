@@ -81,6 +81,53 @@ macro_rules! unrolled_mont_mul {
     };
 }
 
+/// Almost-Montgomery squaring, unrolled (separated operand scanning): the cross products
+/// `a_i a_j` (i < j) once into 2N accumulators, doubled, the squares `a_i^2` added, then the
+/// Montgomery reduction word by word. 1,220 IFMA instead of the multiplication's 1,620 for
+/// 20 limbs. The result equals `mont_mul(a, a)` bit for bit: the Montgomery quotient's
+/// digits depend only on the value at each position, whatever the order of the additions.
+macro_rules! unrolled_mont_sqr {
+    ($name:ident, $n:literal, $n2:literal) => {
+        #[inline(always)]
+        #[cfg_attr(not(target_arch = "x86_64"), expect(dead_code, reason = "IFMA only"))]
+        fn $name<L: Lanes>(a: &[L; $n], m: &[L; $n], k0: L) -> [L; $n] {
+            let zero = L::splat(0);
+            let mut t = [zero; $n2];
+            seq_macro::seq!(I in 0..$n {
+                seq_macro::seq!(J in 0..$n {
+                    if J > I {
+                        t[I + J] = t[I + J].madd52lo(a[I], a[J]);
+                        t[I + J + 1] = t[I + J + 1].madd52hi(a[I], a[J]);
+                    }
+                });
+            });
+            seq_macro::seq!(K in 0..$n2 {
+                t[K] = t[K].shl1();
+            });
+            seq_macro::seq!(I in 0..$n {
+                t[2 * I] = t[2 * I].madd52lo(a[I], a[I]);
+                t[2 * I + 1] = t[2 * I + 1].madd52hi(a[I], a[I]);
+            });
+            seq_macro::seq!(I in 0..$n {
+                let q = zero.madd52lo(t[I], k0);
+                seq_macro::seq!(J in 0..$n {
+                    t[I + J] = t[I + J].madd52lo(q, m[J]);
+                    t[I + J + 1] = t[I + J + 1].madd52hi(q, m[J]);
+                });
+                t[I + 1] = t[I + 1].add(t[I].shr52());
+            });
+            let mut out = [zero; $n];
+            seq_macro::seq!(J in 0..$n {
+                out[J] = t[$n + J];
+            });
+            normalize(&mut out);
+            out
+        }
+    };
+}
+
+unrolled_mont_sqr!(mont_sqr20, 20, 40);
+
 unrolled_mont_mul!(mont_mul20, 20, 19);
 unrolled_mont_mul!(mont_mul30, 30, 29);
 unrolled_mont_mul!(mont_mul40, 40, 39);
@@ -106,12 +153,19 @@ mod ifma_mont {
         };
     }
     entry!(mont_mul20, mont_mul20, 20);
+
+    #[target_feature(enable = "avx512f,avx512ifma")]
+    #[inline(never)]
+    pub(crate) fn mont_sqr20(a: &[Ifma; 20], m: &[Ifma; 20], k0: Ifma) -> [Ifma; 20] {
+        super::mont_sqr20::<Ifma>(a, m, k0)
+    }
     entry!(mont_mul30, mont_mul30, 30);
     entry!(mont_mul40, mont_mul40, 40);
 }
 #[cfg(target_arch = "x86_64")]
 pub(crate) use ifma_mont::{
     mont_mul20 as ifma_mont_mul20, mont_mul30 as ifma_mont_mul30, mont_mul40 as ifma_mont_mul40,
+    mont_sqr20 as ifma_mont_sqr20,
 };
 
 /// Almost-Montgomery multiplication: `a * b / R mod m`, below 2m, for `a * b < m * R`
@@ -159,6 +213,9 @@ pub(crate) fn mont_mul<L: Lanes, const N: usize>(
 /// `a * a / R mod m`, below 2m.
 #[inline(always)]
 pub(crate) fn mont_sqr<L: Lanes, const N: usize>(a: &[L; N], m: &[L; N], k0: L) -> [L; N] {
+    if let Some(r) = L::mont_sqr_unrolled(a, m, k0) {
+        return r;
+    }
     mont_mul(a, a, m, k0)
 }
 

@@ -52,6 +52,15 @@ pub(crate) trait Lanes: Copy {
     ) -> Option<[Self; N]> {
         None
     }
+    /// `arith::mont_sqr` unrolled for this size, where the lane type has it compiled.
+    #[inline(always)]
+    fn mont_sqr_unrolled<const N: usize>(
+        _a: &[Self; N],
+        _m: &[Self; N],
+        _k0: Self,
+    ) -> Option<[Self; N]> {
+        None
+    }
 }
 
 /// One lane in a `u64`: the portable reference.
@@ -254,6 +263,27 @@ mod ifma {
                 40 => via!(ifma_mont_mul40),
                 _ => None,
             }
+        }
+        #[inline(always)]
+        fn mont_sqr_unrolled<const N: usize>(
+            a: &[Self; N],
+            m: &[Self; N],
+            k0: Self,
+        ) -> Option<[Self; N]> {
+            if N != 20 {
+                return None;
+            }
+            // SAFETY: IFMA present (see `Ifma`); N is 20 (checked above).
+            let r = unsafe {
+                crate::mb::arith::ifma_mont_sqr20(
+                    a[..].try_into().expect("N"),
+                    m[..].try_into().expect("N"),
+                    k0,
+                )
+            };
+            let mut out = [Self::splat(0); N];
+            out.copy_from_slice(&r);
+            Some(out)
         }
     }
 }
