@@ -147,8 +147,9 @@ mod ifma_mont {
                 b: &[Ifma; $n],
                 m: &[Ifma; $n],
                 k0: Ifma,
-            ) -> [Ifma; $n] {
-                super::$inner::<Ifma>(a, b, m, k0)
+                out: &mut [Ifma; $n],
+            ) {
+                *out = super::$inner::<Ifma>(a, b, m, k0);
             }
         };
     }
@@ -156,8 +157,8 @@ mod ifma_mont {
 
     #[target_feature(enable = "avx512f,avx512ifma")]
     #[inline(never)]
-    pub(crate) fn mont_sqr20(a: &[Ifma; 20], m: &[Ifma; 20], k0: Ifma) -> [Ifma; 20] {
-        super::mont_sqr20::<Ifma>(a, m, k0)
+    pub(crate) fn mont_sqr20(a: &[Ifma; 20], m: &[Ifma; 20], k0: Ifma, out: &mut [Ifma; 20]) {
+        *out = super::mont_sqr20::<Ifma>(a, m, k0);
     }
     entry!(mont_mul30, mont_mul30, 30);
     entry!(mont_mul40, mont_mul40, 40);
@@ -178,9 +179,29 @@ pub(crate) fn mont_mul<L: Lanes, const N: usize>(
     m: &[L; N],
     k0: L,
 ) -> [L; N] {
-    if let Some(r) = L::mont_mul_unrolled(a, b, m, k0) {
-        return r;
+    let mut out = [L::splat(0); N];
+    mont_mul_to(a, b, m, k0, &mut out);
+    out
+}
+
+/// [`mont_mul`] into `out` (the unrolled sizes write there directly: returning 1.3 KiB
+/// arrays by value cost 7% of the time in copies).
+#[inline(always)]
+fn mont_mul_to<L: Lanes, const N: usize>(
+    a: &[L; N],
+    b: &[L; N],
+    m: &[L; N],
+    k0: L,
+    out: &mut [L; N],
+) {
+    if !L::mont_mul_unrolled(a, b, m, k0, out) {
+        *out = mont_mul_rolled(a, b, m, k0);
     }
+}
+
+/// [`mont_mul`] as loops (sizes without an unrolled version, and the reference).
+#[inline(always)]
+fn mont_mul_rolled<L: Lanes, const N: usize>(a: &[L; N], b: &[L; N], m: &[L; N], k0: L) -> [L; N] {
     let zero = L::splat(0);
     let mut acc = [zero; N];
     let mut top = zero;
@@ -213,10 +234,17 @@ pub(crate) fn mont_mul<L: Lanes, const N: usize>(
 /// `a * a / R mod m`, below 2m.
 #[inline(always)]
 pub(crate) fn mont_sqr<L: Lanes, const N: usize>(a: &[L; N], m: &[L; N], k0: L) -> [L; N] {
-    if let Some(r) = L::mont_sqr_unrolled(a, m, k0) {
-        return r;
+    let mut out = [L::splat(0); N];
+    mont_sqr_to(a, m, k0, &mut out);
+    out
+}
+
+/// [`mont_sqr`] into `out`.
+#[inline(always)]
+fn mont_sqr_to<L: Lanes, const N: usize>(a: &[L; N], m: &[L; N], k0: L, out: &mut [L; N]) {
+    if !L::mont_sqr_unrolled(a, m, k0, out) {
+        mont_mul_to(a, a, m, k0, out);
     }
-    mont_mul(a, a, m, k0)
 }
 
 /// `a * b` in full (`M = 2 N` limbs).
@@ -255,14 +283,13 @@ pub(crate) fn reduce_once<L: Lanes, const N: usize>(a: &[L; N], m: &[L; N]) -> [
 
 /// `table[idx]` per lane, reading every entry (the index is secret).
 #[inline(always)]
-fn select<L: Lanes, const N: usize>(table: &[[L; N]; TABLE], idx: L) -> [L; N] {
-    let mut out = table[0];
+fn select<L: Lanes, const N: usize>(table: &[[L; N]; TABLE], idx: L, out: &mut [L; N]) {
+    *out = table[0];
     for (k, entry) in table.iter().enumerate().skip(1) {
         for j in 0..N {
             out[j] = out[j].select_eq(idx, k as u64, entry[j]);
         }
     }
-    out
 }
 
 /// `x^e * R mod m` (below 2m) from `x_r = x * R mod m` (below 4m) and `one_r = R mod m`;
@@ -281,15 +308,22 @@ fn mod_exp<L: Lanes, const N: usize>(
     for k in 2..TABLE {
         table[k] = mont_mul(&table[k - 1], x_r, m, k0);
     }
-    let mut acc = select(&table, windows[0]);
+    // Two buffers used in turn (swapping references, not 1.3 KiB arrays).
+    let mut x = [L::splat(0); N];
+    let mut y = [L::splat(0); N];
+    let mut t = [L::splat(0); N];
+    select(&table, windows[0], &mut x);
+    let (mut acc, mut next) = (&mut x, &mut y);
     for &w in &windows[1..] {
         for _ in 0..WINDOW {
-            acc = mont_sqr(&acc, m, k0);
+            mont_sqr_to(acc, m, k0, next);
+            std::mem::swap(&mut acc, &mut next);
         }
-        let t = select(&table, w);
-        acc = mont_mul(&acc, &t, m, k0);
+        select(&table, w, &mut t);
+        mont_mul_to(acc, &t, m, k0, next);
+        std::mem::swap(&mut acc, &mut next);
     }
-    acc
+    *acc
 }
 
 /// One lane's key, precomputed in limbs (see `super::key`).

@@ -44,22 +44,26 @@ pub(crate) trait Lanes: Copy {
     fn select_neg(self, cond: Self, val: Self) -> Self;
     /// `arith::mont_mul` unrolled for this size, where the lane type has it compiled.
     #[inline(always)]
+    /// Returns whether it wrote `out`.
     fn mont_mul_unrolled<const N: usize>(
         _a: &[Self; N],
         _b: &[Self; N],
         _m: &[Self; N],
         _k0: Self,
-    ) -> Option<[Self; N]> {
-        None
+        _out: &mut [Self; N],
+    ) -> bool {
+        false
     }
     /// `arith::mont_sqr` unrolled for this size, where the lane type has it compiled.
     #[inline(always)]
+    /// Returns whether it wrote `out`.
     fn mont_sqr_unrolled<const N: usize>(
         _a: &[Self; N],
         _m: &[Self; N],
         _k0: Self,
-    ) -> Option<[Self; N]> {
-        None
+        _out: &mut [Self; N],
+    ) -> bool {
+        false
     }
 }
 
@@ -239,29 +243,29 @@ mod ifma {
             b: &[Self; N],
             m: &[Self; N],
             k0: Self,
-        ) -> Option<[Self; N]> {
+            out: &mut [Self; N],
+        ) -> bool {
             use crate::mb::arith::{ifma_mont_mul20, ifma_mont_mul30, ifma_mont_mul40};
             macro_rules! via {
                 ($f:ident) => {{
                     // SAFETY: IFMA present (see `Ifma`); the sizes match (N is the literal).
-                    let r = unsafe {
+                    unsafe {
                         $f(
                             a[..].try_into().expect("N"),
                             b[..].try_into().expect("N"),
                             m[..].try_into().expect("N"),
                             k0,
+                            (&mut out[..]).try_into().expect("N"),
                         )
                     };
-                    let mut out = [Self::splat(0); N];
-                    out.copy_from_slice(&r);
-                    Some(out)
+                    true
                 }};
             }
             match N {
                 20 => via!(ifma_mont_mul20),
                 30 => via!(ifma_mont_mul30),
                 40 => via!(ifma_mont_mul40),
-                _ => None,
+                _ => false,
             }
         }
         #[inline(always)]
@@ -269,21 +273,21 @@ mod ifma {
             a: &[Self; N],
             m: &[Self; N],
             k0: Self,
-        ) -> Option<[Self; N]> {
+            out: &mut [Self; N],
+        ) -> bool {
             if N != 20 {
-                return None;
+                return false;
             }
             // SAFETY: IFMA present (see `Ifma`); N is 20 (checked above).
-            let r = unsafe {
+            unsafe {
                 crate::mb::arith::ifma_mont_sqr20(
                     a[..].try_into().expect("N"),
                     m[..].try_into().expect("N"),
                     k0,
+                    (&mut out[..]).try_into().expect("N"),
                 )
             };
-            let mut out = [Self::splat(0); N];
-            out.copy_from_slice(&r);
-            Some(out)
+            true
         }
     }
 }

@@ -333,7 +333,7 @@ async fn mb_signs_concurrent_handshakes_in_batches_or_falls_through_without_ifma
     if sluice_crypto::Kernel::detect().is_some() {
         assert_eq!(mb.completed, 65, "mb took every job: {c:?}");
         let batches: u64 = mb.batch_size.counts.iter().sum();
-        assert!(batches >= 1 && batches <= 65, "{c:?}");
+        assert!((1..=65).contains(&batches), "{c:?}");
     } else {
         assert_eq!(mb.completed, 0);
         assert_eq!(mb.fell_back(FallbackReason::Unsupported), 65, "{c:?}");
