@@ -151,6 +151,8 @@ impl MbKey {
         let np = limbs_per_prime(bits)?;
         let [p, q, dp, dq, qinv, e] =
             [&c.p, &c.q, &c.dp, &c.dq, &c.qinv, &c.e].map(|b| BigUint::from_bytes_be(b));
+        // The check before release runs e in the kernel: a u64 (65537 in practice).
+        let e_small = u64::try_from(&e).ok().filter(|&e| e >= 3)?;
         let half_bits = u64::from(bits / 2);
         if p.bits() != half_bits || q.bits() != half_bits || &p * &q != n || !n.bit(0) {
             return None;
@@ -166,6 +168,8 @@ impl MbKey {
                 n: to_limbs(&n, nn),
                 k0_n: neg_inv52(n0[0] | (n0[1] << LIMB_BITS)),
                 qinv_r: to_limbs(&qinv_r, np),
+                r2_n: to_limbs(&((&r_n * &r_n) % &n), nn),
+                e: e_small,
                 p: p_half,
                 q: half(&q, &dq, np),
             },

@@ -32,7 +32,7 @@ pub(crate) mod lanes;
 pub(crate) mod pad;
 
 use crate::{KeyJob, KeyKind};
-use arith::{LaneIn, LaneOut};
+use arith::{CheckIn, LaneIn, LaneOut};
 use key::MbKey;
 use sluice_offload::{
     BatchConfig, BatchQueue, Engine, EngineCounters, EngineError, Pending, Reject,
@@ -220,21 +220,86 @@ pub(crate) fn run_batch(
                 blinding: &p.blinding,
             })
             .collect();
-        let outs = compute(kernel, bits, &lanes);
-        for (lane, (p, out)) in group.iter().zip(outs).enumerate() {
+        let mut outs = compute(kernel, bits, &lanes);
+        if let Some(lane) = corrupt_lane
+            && let Some(out) = outs.get_mut(lane)
+        {
+            out.s[3] ^= 1 << 7;
+        }
+        // The check before release, in the lanes too (grouped by public exponent).
+        let checks: Vec<CheckIn<'_>> = group
+            .iter()
+            .zip(&outs)
+            .map(|(p, out)| CheckIn {
+                key: &p.key.limbs,
+                s: &out.s,
+                c: &p.input,
+            })
+            .collect();
+        let ok = check(kernel, bits, &checks);
+        for ((p, out), ok) in group.iter().zip(outs).zip(ok) {
             p.key.put_blinding(out.next);
-            let mut bytes = key::limbs_to_be(&out.s, bits as usize / 8);
-            if corrupt_lane == Some(lane) {
-                bytes[0] ^= 0x40;
-            }
-            let job = &jobs[p.index];
-            results[p.index] = Some(job.check(&bytes).map(|()| bytes));
+            results[p.index] = Some(if ok {
+                Ok(key::limbs_to_be(&out.s, bits as usize / 8))
+            } else {
+                Err(EngineError::WrongResult(
+                    "an mb lane failed its public-key check (s^e mod n is not the input)".into(),
+                ))
+            });
         }
     }
     results
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(EngineError::Failed("job not computed".into()))))
         .collect()
+}
+
+/// The public-key check of every lane (lanes grouped by exponent).
+fn check(kernel: Kernel, bits: u32, lanes: &[CheckIn<'_>]) -> Vec<bool> {
+    let mut ok = vec![false; lanes.len()];
+    let mut exponents: Vec<u64> = lanes.iter().map(|l| l.key.e).collect();
+    exponents.sort_unstable();
+    exponents.dedup();
+    for e in exponents {
+        let idx: Vec<usize> = (0..lanes.len()).filter(|&i| lanes[i].key.e == e).collect();
+        let group: Vec<CheckIn<'_>> = idx
+            .iter()
+            .map(|&i| CheckIn {
+                key: lanes[i].key,
+                s: lanes[i].s,
+                c: lanes[i].c,
+            })
+            .collect();
+        let results: Vec<bool> = match kernel {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Ifma if lanes::ifma_available() => group
+                .chunks(8)
+                .flat_map(|chunk| check_ifma(bits, chunk, e))
+                .collect(),
+            _ => match bits {
+                2048 => arith::public_check_reference::<40>(&group, e),
+                3072 => arith::public_check_reference::<60>(&group, e),
+                _ => arith::public_check_reference::<80>(&group, e),
+            },
+        };
+        for (i, r) in idx.into_iter().zip(results) {
+            ok[i] = r;
+        }
+    }
+    ok
+}
+
+#[cfg(target_arch = "x86_64")]
+#[expect(unsafe_code, reason = "calls the target_feature kernel")]
+fn check_ifma(bits: u32, lanes: &[CheckIn<'_>], e: u64) -> Vec<bool> {
+    // SAFETY: the caller checked that this CPU has AVX-512 F and IFMA.
+    unsafe {
+        match bits {
+            2048 => arith::public_check_ifma::<40>(lanes, e),
+            3072 => arith::public_check_ifma::<60>(lanes, e),
+            _ => arith::public_check_ifma::<80>(lanes, e),
+        }
+    }
 }
 
 /// The kernel for one modulus size.
