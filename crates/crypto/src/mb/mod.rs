@@ -7,13 +7,14 @@
 //! base blinding with a per-key pair squared after each use, both CRT halves as
 //! fixed-window (4-bit) Montgomery exponentiations in 52-bit limbs, Garner's
 //! recombination, unblinding, and the result is checked with the public key before it
-//! leaves the process (the Lenstra check: a wrong lane is an engine failure and its job
-//! falls back; the other lanes are unaffected).
+//! leaves the process, in the lanes too (the Lenstra check: `s^e mod n` must give the input
+//! back; a wrong lane is an engine failure and its job falls back; the other lanes are
+//! unaffected).
 //!
 //! **Constant time.** The kernel ([`arith`]) has no branch and no memory index that depends
 //! on a secret: sizes and loop counts are public, the window table is scanned whole with
 //! masked moves, and the final subtractions are masked. Padding, limb conversion and the
-//! public-key check work on public data or outside the kernel, like aws-lc's own. The
+//! public-key check work on public data, like aws-lc's own. The
 //! blinding keeps the exponentiation's input unknown to an attacker in any case.
 //!
 //! **Batching** is the [`BatchQueue`]'s: a batch is flushed when full, when its oldest job
