@@ -81,13 +81,41 @@ macro_rules! unrolled_mont_mul {
     };
 }
 
+/// Montgomery reduction of a full product `t` (2N accumulators), word by word, unrolled:
+/// `t / R mod m`, below 2m. The second half of the squaring and multiplication below.
+macro_rules! unrolled_redc {
+    ($name:ident, $n:literal, $n2:literal) => {
+        #[inline(always)]
+        #[cfg_attr(not(target_arch = "x86_64"), expect(dead_code, reason = "IFMA only"))]
+        fn $name<L: Lanes>(t: &mut [L; $n2], m: &[L; $n], k0: L) -> [L; $n] {
+            let zero = L::splat(0);
+            seq_macro::seq!(I in 0..$n {
+                let q = zero.madd52lo(t[I], k0);
+                seq_macro::seq!(J in 0..$n {
+                    t[I + J] = t[I + J].madd52lo(q, m[J]);
+                    t[I + J + 1] = t[I + J + 1].madd52hi(q, m[J]);
+                });
+                t[I + 1] = t[I + 1].add(t[I].shr52());
+            });
+            let mut out = [zero; $n];
+            seq_macro::seq!(J in 0..$n {
+                out[J] = t[$n + J];
+            });
+            normalize(&mut out);
+            out
+        }
+    };
+}
+
+unrolled_redc!(redc20, 20, 40);
+
 /// Almost-Montgomery squaring, unrolled (separated operand scanning): the cross products
 /// `a_i a_j` (i < j) once into 2N accumulators, doubled, the squares `a_i^2` added, then the
 /// Montgomery reduction word by word. 1,220 IFMA instead of the multiplication's 1,620 for
 /// 20 limbs. The result equals `mont_mul(a, a)` bit for bit: the Montgomery quotient's
 /// digits depend only on the value at each position, whatever the order of the additions.
 macro_rules! unrolled_mont_sqr {
-    ($name:ident, $n:literal, $n2:literal) => {
+    ($name:ident, $redc:ident, $n:literal, $n2:literal) => {
         #[inline(always)]
         #[cfg_attr(not(target_arch = "x86_64"), expect(dead_code, reason = "IFMA only"))]
         fn $name<L: Lanes>(a: &[L; $n], m: &[L; $n], k0: L) -> [L; $n] {
@@ -108,32 +136,19 @@ macro_rules! unrolled_mont_sqr {
                 t[2 * I] = t[2 * I].madd52lo(a[I], a[I]);
                 t[2 * I + 1] = t[2 * I + 1].madd52hi(a[I], a[I]);
             });
-            seq_macro::seq!(I in 0..$n {
-                let q = zero.madd52lo(t[I], k0);
-                seq_macro::seq!(J in 0..$n {
-                    t[I + J] = t[I + J].madd52lo(q, m[J]);
-                    t[I + J + 1] = t[I + J + 1].madd52hi(q, m[J]);
-                });
-                t[I + 1] = t[I + 1].add(t[I].shr52());
-            });
-            let mut out = [zero; $n];
-            seq_macro::seq!(J in 0..$n {
-                out[J] = t[$n + J];
-            });
-            normalize(&mut out);
-            out
+            $redc(&mut t, m, k0)
         }
     };
 }
 
-unrolled_mont_sqr!(mont_sqr20, 20, 40);
+unrolled_mont_sqr!(mont_sqr20, redc20, 20, 40);
 
 /// Almost-Montgomery multiplication as [`unrolled_mont_sqr`] does it: the whole product
 /// first (its 800 IFMA are independent of each other), then the reduction. Measured on
 /// 20 limbs against the operand-scanning version above, whose every word waits for its
 /// Montgomery digit.
 macro_rules! unrolled_mont_mul_sos {
-    ($name:ident, $n:literal, $n2:literal) => {
+    ($name:ident, $redc:ident, $n:literal, $n2:literal) => {
         #[inline(always)]
         #[cfg_attr(not(target_arch = "x86_64"), expect(dead_code, reason = "IFMA only"))]
         fn $name<L: Lanes>(a: &[L; $n], b: &[L; $n], m: &[L; $n], k0: L) -> [L; $n] {
@@ -145,25 +160,12 @@ macro_rules! unrolled_mont_mul_sos {
                     t[I + J + 1] = t[I + J + 1].madd52hi(a[I], b[J]);
                 });
             });
-            seq_macro::seq!(I in 0..$n {
-                let q = zero.madd52lo(t[I], k0);
-                seq_macro::seq!(J in 0..$n {
-                    t[I + J] = t[I + J].madd52lo(q, m[J]);
-                    t[I + J + 1] = t[I + J + 1].madd52hi(q, m[J]);
-                });
-                t[I + 1] = t[I + 1].add(t[I].shr52());
-            });
-            let mut out = [zero; $n];
-            seq_macro::seq!(J in 0..$n {
-                out[J] = t[$n + J];
-            });
-            normalize(&mut out);
-            out
+            $redc(&mut t, m, k0)
         }
     };
 }
 
-unrolled_mont_mul_sos!(mont_mul_sos20, 20, 40);
+unrolled_mont_mul_sos!(mont_mul_sos20, redc20, 20, 40);
 
 unrolled_mont_mul!(mont_mul30, 30, 29);
 unrolled_mont_mul!(mont_mul40, 40, 39);
