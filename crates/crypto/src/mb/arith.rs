@@ -108,6 +108,8 @@ macro_rules! unrolled_redc {
 }
 
 unrolled_redc!(redc20, 20, 40);
+unrolled_redc!(redc30, 30, 60);
+unrolled_redc!(redc40, 40, 80);
 
 /// Almost-Montgomery squaring, unrolled (separated operand scanning): the cross products
 /// `a_i a_j` (i < j) once into 2N accumulators, doubled, the squares `a_i^2` added, then the
@@ -142,6 +144,8 @@ macro_rules! unrolled_mont_sqr {
 }
 
 unrolled_mont_sqr!(mont_sqr20, redc20, 20, 40);
+unrolled_mont_sqr!(mont_sqr30, redc30, 30, 60);
+unrolled_mont_sqr!(mont_sqr40, redc40, 40, 80);
 
 /// Almost-Montgomery multiplication as [`unrolled_mont_sqr`] does it: the whole product
 /// first (its 800 IFMA are independent of each other), then the reduction. Measured on
@@ -193,18 +197,25 @@ mod ifma_mont {
     }
     entry!(mont_mul20, mont_mul_sos20, 20);
 
-    #[target_feature(enable = "avx512f,avx512ifma")]
-    #[inline(never)]
-    pub(crate) fn mont_sqr20(a: &[Ifma; 20], m: &[Ifma; 20], k0: Ifma, out: &mut [Ifma; 20]) {
-        *out = super::mont_sqr20::<Ifma>(a, m, k0);
+    macro_rules! sqr_entry {
+        ($name:ident, $n:literal) => {
+            #[target_feature(enable = "avx512f,avx512ifma")]
+            #[inline(never)]
+            pub(crate) fn $name(a: &[Ifma; $n], m: &[Ifma; $n], k0: Ifma, out: &mut [Ifma; $n]) {
+                *out = super::$name::<Ifma>(a, m, k0);
+            }
+        };
     }
+    sqr_entry!(mont_sqr20, 20);
+    sqr_entry!(mont_sqr30, 30);
+    sqr_entry!(mont_sqr40, 40);
     entry!(mont_mul30, mont_mul30, 30);
     entry!(mont_mul40, mont_mul40, 40);
 }
 #[cfg(target_arch = "x86_64")]
 pub(crate) use ifma_mont::{
     mont_mul20 as ifma_mont_mul20, mont_mul30 as ifma_mont_mul30, mont_mul40 as ifma_mont_mul40,
-    mont_sqr20 as ifma_mont_sqr20,
+    mont_sqr20 as ifma_mont_sqr20, mont_sqr30 as ifma_mont_sqr30, mont_sqr40 as ifma_mont_sqr40,
 };
 
 /// Almost-Montgomery multiplication: `a * b / R mod m`, below 2m, for `a * b < m * R`

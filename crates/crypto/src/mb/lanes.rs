@@ -275,19 +275,27 @@ mod ifma {
             k0: Self,
             out: &mut [Self; N],
         ) -> bool {
-            if N != 20 {
-                return false;
+            use crate::mb::arith::{ifma_mont_sqr20, ifma_mont_sqr30, ifma_mont_sqr40};
+            macro_rules! via {
+                ($f:ident) => {{
+                    // SAFETY: IFMA present (see `Ifma`); the sizes match (N is the literal).
+                    unsafe {
+                        $f(
+                            a[..].try_into().expect("N"),
+                            m[..].try_into().expect("N"),
+                            k0,
+                            (&mut out[..]).try_into().expect("N"),
+                        )
+                    };
+                    true
+                }};
             }
-            // SAFETY: IFMA present (see `Ifma`); N is 20 (checked above).
-            unsafe {
-                crate::mb::arith::ifma_mont_sqr20(
-                    a[..].try_into().expect("N"),
-                    m[..].try_into().expect("N"),
-                    k0,
-                    (&mut out[..]).try_into().expect("N"),
-                )
-            };
-            true
+            match N {
+                20 => via!(ifma_mont_sqr20),
+                30 => via!(ifma_mont_sqr30),
+                40 => via!(ifma_mont_sqr40),
+                _ => false,
+            }
         }
     }
 }
