@@ -25,8 +25,9 @@ pub use pattern::{HostPattern, normalize_host};
 pub use snapshot::{
     AccessLogFormat, AccessLogTarget, Balance, Certificate, CompressEngineName, CompressOffload,
     Compression, ContentCoding, CryptoEngine, CryptoOffload, DEFAULT_COMPRESS_TYPES, Global,
-    GzipBackend, KeyType, Listener, LogConfig, Offload, PassHost, PathMatch, Route, ServerAddr,
-    Snapshot, TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol, UpstreamServer,
+    GzipBackend, KeyType, KeylessOffload, Listener, LogConfig, Offload, PassHost, PathMatch, Route,
+    ServerAddr, Snapshot, TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol,
+    UpstreamServer,
 };
 pub use units::{parse_byte_size, parse_duration};
 

@@ -181,19 +181,25 @@ impl Cx<'_> {
         };
         let log = self.log(&raw.log);
         let admin = self.admin(&raw.admin);
+        let allow_insecure_keys = raw
+            .dangerous
+            .allow_insecure_key_permissions
+            .unwrap_or(false);
         let offload = Offload {
             crypto: self.crypto_offload(raw.offload.crypto.as_ref()),
             compress: self.compress_offload(raw.offload.compress.as_ref()),
+            keyless: raw
+                .offload
+                .keyless
+                .as_ref()
+                .and_then(|k| self.keyless_offload(k, allow_insecure_keys)),
         };
+        self.check_keyless_wiring(&raw);
         let compression = self.compression(
             &Compression::default(),
             raw.compression.as_ref(),
             "[compression]",
         );
-        let allow_insecure_keys = raw
-            .dangerous
-            .allow_insecure_key_permissions
-            .unwrap_or(false);
 
         let mut cert_names = HashMap::new();
         let mut certificates = Vec::new();
@@ -201,7 +207,14 @@ impl Cx<'_> {
             self.unique(&mut cert_names, &c.name, "certificate", certificates.len());
             // A certificate that failed keeps its slot (None) so that indexes stay aligned
             // with the file; the load then fails because an error was recorded.
-            certificates.push(self.certificate(c, allow_insecure_keys).map(Arc::new));
+            let remote_ok = c.offload_engines.as_ref().map_or_else(
+                || offload.crypto.engines.contains(&CryptoEngine::Keyless),
+                |list| list.get_ref().iter().any(|e| e == "keyless"),
+            );
+            certificates.push(
+                self.certificate(c, allow_insecure_keys, remote_ok)
+                    .map(Arc::new),
+            );
         }
 
         let mut upstream_names = HashMap::new();
@@ -299,12 +312,13 @@ impl Cx<'_> {
             match e.as_str() {
                 "pool" => engines.push(CryptoEngine::Pool),
                 "mb" => engines.push(CryptoEngine::Mb),
+                "keyless" => engines.push(CryptoEngine::Keyless),
                 // The software engine ends every chain; naming it changes nothing.
                 "inline" => {}
                 other => self.err_at(
                     list,
                     format!("{key} names \"{other}\", which this build does not have"),
-                    "use \"pool\" (dedicated threads), \"mb\" (AVX-512 IFMA multi-buffer RSA) or [] (sign on the event loop); \"inline\" always ends the chain",
+                    "use \"pool\" (dedicated threads), \"mb\" (AVX-512 IFMA multi-buffer RSA), \"keyless\" (remote key servers, [offload.keyless]) or [] (sign on the event loop); \"inline\" always ends the chain",
                 ),
             }
         }
@@ -494,9 +508,9 @@ impl Cx<'_> {
         &mut self,
         raw: &RawCertificate,
         allow_insecure_keys: bool,
+        remote_ok: bool,
     ) -> Option<Certificate> {
         let cert_path = self.path(raw.cert.get_ref());
-        let key_path = self.path(raw.key.get_ref());
         let name = raw.name.get_ref();
 
         let chain = match std::fs::read(&cert_path) {
@@ -521,7 +535,43 @@ impl Cx<'_> {
             },
         };
 
-        let key = self.private_key(raw, &key_path, allow_insecure_keys);
+        let Some(key_span) = &raw.key else {
+            if !remote_ok {
+                self.err_at(
+                    &raw.name,
+                    format!("certificate `{name}` has no `key`"),
+                    "give `key = \"site.key\"`, or sign through key servers: add \"keyless\" to [offload.crypto] engines (or this certificate's offload_engines) and configure [offload.keyless]",
+                );
+                return None;
+            }
+            let chain = chain?;
+            let public = match chain[0].public_key() {
+                Ok(k) => k,
+                Err(_) => {
+                    self.err_at(
+                        &raw.cert,
+                        format!("certificate `{name}`: cannot read its public key"),
+                        "use an RSA, ECDSA (P-256, P-384) or Ed25519 certificate",
+                    );
+                    return None;
+                }
+            };
+            let key_type = self.key_type(name, &raw.cert, public.id(), public.bits())?;
+            let hosts = self.certificate_hosts(raw, &chain[0]);
+            let offload_engines = raw.offload_engines.as_ref().map(|list| {
+                self.crypto_engines(list, &format!("certificate `{name}`: offload_engines"))
+            });
+            return Some(Certificate {
+                name: name.clone(),
+                chain,
+                key: None,
+                key_type,
+                hosts,
+                offload_engines,
+            });
+        };
+        let key_path = self.path(key_span.get_ref());
+        let key = self.private_key(name, key_span, &key_path, allow_insecure_keys);
         let (chain, key) = (chain?, key?);
 
         let leaf = &chain[0];
@@ -531,7 +581,7 @@ impl Cx<'_> {
             .unwrap_or(false);
         if !matches {
             self.err_at(
-                &raw.key,
+                key_span,
                 format!(
                     "certificate `{name}`: the private key in {} does not belong to the certificate in {}",
                     key_path.display(),
@@ -541,13 +591,29 @@ impl Cx<'_> {
             );
             return None;
         }
-        let key_type = match key.id() {
-            Id::RSA => KeyType::Rsa(key.bits()),
-            Id::EC => KeyType::Ecdsa(key.bits()),
+        let key_type = self.key_type(name, key_span, key.id(), key.bits())?;
+        let hosts = self.certificate_hosts(raw, leaf);
+        let offload_engines = raw.offload_engines.as_ref().map(|list| {
+            self.crypto_engines(list, &format!("certificate `{name}`: offload_engines"))
+        });
+        Some(Certificate {
+            name: name.clone(),
+            chain,
+            key: Some(key),
+            key_type,
+            hosts,
+            offload_engines,
+        })
+    }
+
+    fn key_type<T>(&mut self, name: &str, at: &Spanned<T>, id: Id, bits: u32) -> Option<KeyType> {
+        let key_type = match id {
+            Id::RSA => KeyType::Rsa(bits),
+            Id::EC => KeyType::Ecdsa(bits),
             Id::ED25519 => KeyType::Ed25519,
             _ => {
                 self.err_at(
-                    &raw.key,
+                    at,
                     format!("certificate `{name}`: unsupported key type"),
                     "use an RSA, ECDSA (P-256, P-384) or Ed25519 key",
                 );
@@ -558,13 +624,17 @@ impl Cx<'_> {
             && bits < 2048
         {
             self.err_at(
-                &raw.key,
+                at,
                 format!("certificate `{name}`: RSA-{bits} is too weak"),
                 "use an RSA key of at least 2048 bits",
             );
         }
+        Some(key_type)
+    }
 
-        let hosts = match &raw.hosts {
+    fn certificate_hosts(&mut self, raw: &RawCertificate, leaf: &X509) -> Vec<HostPattern> {
+        let name = raw.name.get_ref();
+        match &raw.hosts {
             Some(list) => {
                 let mut hosts = Vec::new();
                 for h in list {
@@ -588,33 +658,25 @@ impl Cx<'_> {
                 }
                 hosts
             }
-        };
-        let offload_engines = raw.offload_engines.as_ref().map(|list| {
-            self.crypto_engines(list, &format!("certificate `{name}`: offload_engines"))
-        });
-        Some(Certificate {
-            name: name.clone(),
-            chain,
-            key,
-            key_type,
-            hosts,
-            offload_engines,
-        })
+        }
     }
 
+    /// Reads the private key at `path` for `what` (a certificate's name), refusing a file
+    /// others may read; errors point at `at`.
     fn private_key(
         &mut self,
-        raw: &RawCertificate,
+        what: &str,
+        at: &Spanned<String>,
         path: &Path,
         allow_insecure: bool,
     ) -> Option<PKey<Private>> {
-        let name = raw.name.get_ref();
+        let name = what;
         let meta =
             match std::fs::metadata(path) {
                 Ok(m) => m,
                 Err(e) => {
                     self.err_at(
-                    &raw.key,
+                    at,
                     format!("certificate `{name}`: cannot read key {}: {e}", path.display()),
                     "check the path (relative paths start at the configuration file's directory)",
                 );
@@ -627,7 +689,7 @@ impl Cx<'_> {
             let mode = meta.permissions().mode() & 0o777;
             if mode & 0o077 != 0 && !allow_insecure {
                 self.err_at(
-                    &raw.key,
+                    at,
                     format!(
                         "certificate `{name}`: private key {} is readable by group or others (mode {mode:03o})",
                         path.display()
@@ -645,7 +707,7 @@ impl Cx<'_> {
             Ok(p) => p,
             Err(e) => {
                 self.err_at(
-                    &raw.key,
+                    at,
                     format!(
                         "certificate `{name}`: cannot read key {}: {e}",
                         path.display()
@@ -659,7 +721,7 @@ impl Cx<'_> {
             Ok(k) => Some(k),
             Err(_) => {
                 self.err_at(
-                    &raw.key,
+                    at,
                     format!("certificate `{name}`: {} holds no PEM private key", path.display()),
                     "give an unencrypted PEM key (-----BEGIN PRIVATE KEY----- or -----BEGIN RSA/EC PRIVATE KEY-----)",
                 );
@@ -1352,6 +1414,160 @@ impl Cx<'_> {
             c.max_decompressed_bytes = n;
         }
         Arc::new(c)
+    }
+
+    fn keyless_offload(
+        &mut self,
+        raw: &RawOffloadKeyless,
+        allow_insecure: bool,
+    ) -> Option<KeylessOffload> {
+        let servers = raw.servers.get_ref().clone();
+        if servers.is_empty() {
+            self.err_at(
+                &raw.servers,
+                "[offload.keyless] servers is empty",
+                "list the key servers, e.g. servers = [\"10.0.0.5:2407\", \"10.0.0.6:2407\"]",
+            );
+            return None;
+        }
+        for a in &servers {
+            let ok = a
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !ok {
+                self.err_at(
+                    &raw.servers,
+                    format!("[offload.keyless] server \"{a}\" is not host:port"),
+                    "write each key server as host:port, e.g. \"10.0.0.5:2407\"",
+                );
+                return None;
+            }
+        }
+        let server_name = raw.server_name.as_ref().map_or_else(
+            || {
+                let host = servers[0].rsplit_once(':').map_or("", |(h, _)| h);
+                host.trim_matches(['[', ']']).to_owned()
+            },
+            |n| n.get_ref().clone(),
+        );
+        let ca = self.pem_certificates(
+            &raw.ca,
+            "[offload.keyless] ca",
+            "the CA (or the certificates) that key servers' certificates chain to",
+        );
+        let certificate = self.pem_certificates(
+            &raw.certificate,
+            "[offload.keyless] certificate",
+            "this gateway's client certificate, leaf first",
+        );
+        let key_path = self.path(raw.key.get_ref());
+        let key = self.private_key("[offload.keyless]", &raw.key, &key_path, allow_insecure);
+        let (ca, certificate, key) = (ca?, certificate?, key?);
+        let matches = certificate[0]
+            .public_key()
+            .map(|pk| pk.public_eq(&key))
+            .unwrap_or(false);
+        if !matches {
+            self.err_at(
+                &raw.key,
+                "[offload.keyless]: key does not belong to certificate",
+                "give the key the client certificate was issued for",
+            );
+            return None;
+        }
+        let connections = match &raw.connections {
+            Some(c) if *c.get_ref() == 0 => {
+                self.err_at(
+                    c,
+                    "[offload.keyless] connections must be at least 1",
+                    "remove it for the default (2)",
+                );
+                2
+            }
+            Some(c) => *c.get_ref() as usize,
+            None => 2,
+        };
+        let fallback_local = self
+            .choice(
+                raw.fallback.as_ref(),
+                "fallback",
+                &[("local", true), ("none", false)],
+            )
+            .unwrap_or(true);
+        Some(KeylessOffload {
+            servers,
+            server_name,
+            ca,
+            certificate,
+            key,
+            connections,
+            timeout: self
+                .duration(raw.timeout.as_ref())
+                .unwrap_or(Duration::from_millis(50)),
+            ping_interval: self
+                .duration(raw.ping_interval.as_ref())
+                .unwrap_or(Duration::from_secs(1)),
+            fallback_local,
+        })
+    }
+
+    /// Reads a non-empty PEM certificate list for `key`.
+    fn pem_certificates(
+        &mut self,
+        at: &Spanned<String>,
+        key: &str,
+        what: &str,
+    ) -> Option<Vec<X509>> {
+        let path = self.path(at.get_ref());
+        match std::fs::read(&path) {
+            Err(e) => {
+                self.err_at(
+                    at,
+                    format!("{key}: cannot read {}: {e}", path.display()),
+                    "check the path (relative paths start at the configuration file's directory)",
+                );
+                None
+            }
+            Ok(pem) => match X509::stack_from_pem(&pem) {
+                Ok(c) if !c.is_empty() => Some(c),
+                _ => {
+                    self.err_at(
+                        at,
+                        format!("{key}: {} holds no PEM certificate", path.display()),
+                        format!("give {what} in PEM"),
+                    );
+                    None
+                }
+            },
+        }
+    }
+
+    /// `"keyless"` in an engine list needs `[offload.keyless]`.
+    fn check_keyless_wiring(&mut self, raw: &RawConfig) {
+        if raw.offload.keyless.is_some() {
+            return;
+        }
+        let lists = raw
+            .offload
+            .crypto
+            .as_ref()
+            .and_then(|c| c.engines.as_ref())
+            .into_iter()
+            .chain(
+                raw.certificates
+                    .iter()
+                    .filter_map(|c| c.offload_engines.as_ref()),
+            );
+        for list in lists {
+            if list.get_ref().iter().any(|e| e == "keyless") {
+                self.err_at(
+                    list,
+                    "\"keyless\" is named but [offload.keyless] is missing",
+                    "add [offload.keyless] with servers, ca, certificate and key (see README, \"Keyless: private keys on key servers\")",
+                );
+                return;
+            }
+        }
     }
 
     fn compress_offload(&mut self, raw: Option<&RawOffloadCompress>) -> CompressOffload {

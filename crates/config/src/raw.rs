@@ -106,8 +106,9 @@ pub struct RawCertificate {
     pub name: Spanned<String>,
     /// PEM file: the leaf certificate first, then intermediates.
     pub cert: Spanned<String>,
-    /// PEM file with the private key (mode 0600 or stricter).
-    pub key: Spanned<String>,
+    /// PEM file with the private key (mode 0600 or stricter). Omitted: the key lives on key
+    /// servers only, and the certificate's engines must include `"keyless"`.
+    pub key: Option<Spanned<String>>,
     /// Host names (exact or `*.` wildcard) this certificate is served for; by default the
     /// names in its subjectAltName.
     pub hosts: Option<Vec<Spanned<String>>>,
@@ -222,6 +223,34 @@ pub struct RawOffload {
     pub crypto: Option<RawOffloadCrypto>,
     /// `[offload.compress]`: response compression chunks.
     pub compress: Option<RawOffloadCompress>,
+    /// `[offload.keyless]`: remote key servers for the `keyless` engine.
+    pub keyless: Option<RawOffloadKeyless>,
+}
+
+/// `[offload.keyless]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOffloadKeyless {
+    /// Key servers, `host:port`, tried fewest-in-flight first.
+    pub servers: Spanned<Vec<String>>,
+    /// The name the key servers' certificates carry (default: the first server's host).
+    pub server_name: Option<Spanned<String>>,
+    /// PEM file with the CA (or the certificates themselves) that key servers' certificates
+    /// chain to.
+    pub ca: Spanned<String>,
+    /// PEM file with this gateway's client certificate.
+    pub certificate: Spanned<String>,
+    /// PEM file with its key (mode 0600).
+    pub key: Spanned<String>,
+    /// Connections per key server (default 2).
+    pub connections: Option<Spanned<u32>>,
+    /// How long one attempt on one key server may take (default 50ms).
+    pub timeout: Option<SpannedStr>,
+    /// How often key servers are pinged and closed connections reopened (default 1s).
+    pub ping_interval: Option<SpannedStr>,
+    /// `"local"` (default: when no key server signs, the local key does, if the certificate
+    /// has one) or `"none"` (never sign locally).
+    pub fallback: Option<Spanned<String>>,
 }
 
 /// `[offload.compress]`.

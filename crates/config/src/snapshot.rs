@@ -41,6 +41,44 @@ pub struct Offload {
     pub crypto: CryptoOffload,
     /// Response compression chunks.
     pub compress: CompressOffload,
+    /// Remote key servers (the `keyless` engine); `None` when not configured.
+    pub keyless: Option<KeylessOffload>,
+}
+
+/// `[offload.keyless]`, files loaded.
+#[derive(Clone)]
+pub struct KeylessOffload {
+    /// Key servers, `host:port`.
+    pub servers: Vec<String>,
+    /// The name their certificates carry.
+    pub server_name: String,
+    /// Trust anchors for their certificates.
+    pub ca: Vec<X509>,
+    /// This gateway's client certificate chain.
+    pub certificate: Vec<X509>,
+    /// Its key.
+    pub key: PKey<Private>,
+    /// Connections per key server.
+    pub connections: usize,
+    /// Per-attempt timeout.
+    pub timeout: Duration,
+    /// Ping interval.
+    pub ping_interval: Duration,
+    /// Sign with the local key when no key server could (`true`), or fail.
+    pub fallback_local: bool,
+}
+
+impl std::fmt::Debug for KeylessOffload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print key material.
+        f.debug_struct("KeylessOffload")
+            .field("servers", &self.servers)
+            .field("server_name", &self.server_name)
+            .field("connections", &self.connections)
+            .field("timeout", &self.timeout)
+            .field("fallback_local", &self.fallback_local)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An engine for private-key operations (the software `inline` engine always ends the chain).
@@ -50,6 +88,8 @@ pub enum CryptoEngine {
     Pool,
     /// AVX-512 IFMA multi-buffer RSA (falls through where the CPU lacks IFMA).
     Mb,
+    /// Remote key servers (`[offload.keyless]`).
+    Keyless,
 }
 
 /// `[offload.crypto]`.
@@ -219,8 +259,8 @@ pub struct Certificate {
     pub name: String,
     /// Leaf first.
     pub chain: Vec<X509>,
-    /// The private key.
-    pub key: PKey<Private>,
+    /// The private key; `None` when it lives on key servers only.
+    pub key: Option<PKey<Private>>,
     /// Its kind.
     pub key_type: KeyType,
     /// Names it is served for.

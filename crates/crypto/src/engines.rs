@@ -13,6 +13,9 @@ pub enum EngineKind {
     Pool,
     /// AVX-512 IFMA multi-buffer RSA (answers `Unsupported` without IFMA).
     Mb,
+    /// Remote key servers (built by the `sluice-keyless` crate, handed to
+    /// [`build_dispatcher`]).
+    Keyless,
 }
 
 /// Which signatures the software engines verify before they leave the process.
@@ -66,12 +69,12 @@ impl Default for CryptoConfig {
 
 /// An engine that answers `Unsupported` to jobs restricted to other engines (a certificate
 /// with its own `offload_engines`).
-struct Allowed<E> {
+struct Allowed {
     kind: EngineKind,
-    inner: E,
+    inner: Arc<dyn Engine<KeyJob>>,
 }
 
-impl<E: Engine<KeyJob>> Engine<KeyJob> for Allowed<E> {
+impl Engine<KeyJob> for Allowed {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -88,8 +91,13 @@ impl<E: Engine<KeyJob>> Engine<KeyJob> for Allowed<E> {
     }
 }
 
-/// The dispatcher for private-key jobs described by `config`.
-pub fn build_dispatcher(config: &CryptoConfig) -> std::io::Result<Dispatcher<KeyJob>> {
+/// The dispatcher for private-key jobs described by `config`. `keyless` is the remote
+/// engine, built by the crate that knows the network (it must be given when
+/// `config.engines` names [`EngineKind::Keyless`]).
+pub fn build_dispatcher(
+    config: &CryptoConfig,
+    keyless: Option<Arc<dyn Engine<KeyJob>>>,
+) -> std::io::Result<Dispatcher<KeyJob>> {
     let mut b = DispatcherBuilder::new(Arc::new(Inline::new(run)))
         .deadline(config.deadline)
         .breaker(config.breaker);
@@ -104,14 +112,25 @@ pub fn build_dispatcher(config: &CryptoConfig) -> std::io::Result<Dispatcher<Key
                 )?;
                 b = b.engine(Arc::new(Allowed {
                     kind: EngineKind::Pool,
-                    inner: pool,
+                    inner: Arc::new(pool),
                 }));
             }
             EngineKind::Mb => {
                 let mb = Mb::new(config.mb, Arc::new(AtomicUsize::new(0)))?;
                 b = b.engine(Arc::new(Allowed {
                     kind: EngineKind::Mb,
-                    inner: mb,
+                    inner: Arc::new(mb),
+                }));
+            }
+            EngineKind::Keyless => {
+                let engine = keyless.clone().ok_or_else(|| {
+                    std::io::Error::other(
+                        "the keyless engine is configured but was not built: give [offload.keyless] servers",
+                    )
+                })?;
+                b = b.engine(Arc::new(Allowed {
+                    kind: EngineKind::Keyless,
+                    inner: engine,
                 }));
             }
         }

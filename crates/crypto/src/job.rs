@@ -29,6 +29,23 @@ enum Operation {
     Decrypt { ciphertext: Arc<[u8]> },
 }
 
+/// A job's input as a remote engine sends it.
+#[derive(Debug, Clone, Copy)]
+pub enum RemoteInput<'a> {
+    /// Sign `message` with `scheme`.
+    Sign {
+        /// The scheme.
+        scheme: SignatureScheme,
+        /// The whole message.
+        message: &'a [u8],
+    },
+    /// Raw RSA decryption.
+    Decrypt {
+        /// The ciphertext.
+        ciphertext: &'a [u8],
+    },
+}
+
 /// Which private-key operation a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OperationKind {
@@ -209,8 +226,33 @@ impl KeyJob {
         Ok((mbk, limbs))
     }
 
+    /// The key's id on key servers, if it has one.
+    pub fn key_id(&self) -> Option<&crate::KeyId> {
+        self.key.key_id()
+    }
+
+    /// What a remote engine sends for this job: the operation and its input (the whole
+    /// message for a signature, which the key server hashes; the ciphertext for a decryption).
+    pub fn remote_input(&self) -> RemoteInput<'_> {
+        match &self.op {
+            Operation::Sign {
+                scheme, message, ..
+            } => RemoteInput::Sign {
+                scheme: *scheme,
+                message,
+            },
+            Operation::Decrypt { ciphertext } => RemoteInput::Decrypt { ciphertext },
+        }
+    }
+
     /// The primitive alone: the private-key operation on the prepared input.
     pub fn primitive(&self) -> Result<Vec<u8>, EngineError> {
+        if !self.key.is_local() {
+            return Err(EngineError::Failed(
+                "no local private key for this certificate (its key lives on key servers only)"
+                    .into(),
+            ));
+        }
         let (scheme, message, digest) = match &self.op {
             Operation::Sign {
                 scheme,

@@ -33,7 +33,14 @@ pub(crate) enum Inner {
     Rsa(RsaKeyPair),
     Ecdsa(EcdsaKeyPair),
     Ed25519(Ed25519KeyPair),
+    /// The private half lives on key servers (the `keyless` engine); only the public key is
+    /// here, to check what they return.
+    Remote,
 }
+
+/// SHA-256 of a key's DER SubjectPublicKeyInfo: how a key server knows which key a request
+/// names.
+pub type KeyId = [u8; 32];
 
 /// A private key loaded once into the engine side; jobs refer to it by `Arc`.
 pub struct PrivateKey {
@@ -45,6 +52,8 @@ pub struct PrivateKey {
     pub(crate) raw_rsa: Option<RawRsa>,
     /// RSA keys only: the mb engine's form, made at its first mb job.
     pub(crate) mb: std::sync::OnceLock<Option<crate::mb::key::MbKey>>,
+    /// Its id on key servers, when the caller gave one.
+    pub(crate) key_id: Option<KeyId>,
 }
 
 impl std::fmt::Debug for PrivateKey {
@@ -68,6 +77,7 @@ impl PrivateKey {
                 public,
                 raw_rsa: Some(RawRsa::from_pkcs8(der).ok_or(KeyError::Unsupported)?),
                 mb: Default::default(),
+                key_id: None,
             });
         }
         for (alg, kind) in [
@@ -82,6 +92,7 @@ impl PrivateKey {
                     public,
                     raw_rsa: None,
                     mb: Default::default(),
+                    key_id: None,
                 });
             }
         }
@@ -93,6 +104,7 @@ impl PrivateKey {
                 public,
                 raw_rsa: None,
                 mb: Default::default(),
+                key_id: None,
             });
         }
         Err(KeyError::Unsupported)
@@ -107,6 +119,44 @@ impl PrivateKey {
                 crate::mb::key::MbKey::new(&c)
             })
             .as_ref()
+    }
+
+    /// A key whose private half lives on key servers: `public` is its public key in the form
+    /// aws-lc-rs verifies with (for RSA the DER RSAPublicKey, for ECDSA the uncompressed
+    /// point, for Ed25519 the 32 bytes), `key_id` its id there. Software engines cannot sign
+    /// with it; they fail its jobs with an error that says so.
+    pub fn remote(kind: KeyKind, public: Vec<u8>, key_id: KeyId) -> Result<Self, KeyError> {
+        let raw_rsa = match kind {
+            KeyKind::Rsa(_) => {
+                Some(RawRsa::from_public_pkcs1(&public).ok_or(KeyError::Unsupported)?)
+            }
+            _ => None,
+        };
+        Ok(PrivateKey {
+            kind,
+            inner: Inner::Remote,
+            public,
+            raw_rsa,
+            mb: Default::default(),
+            key_id: Some(key_id),
+        })
+    }
+
+    /// Gives a locally loaded key its id on key servers, so the `keyless` engine can ask them
+    /// (and the local key remains the fallback).
+    pub fn with_key_id(mut self, key_id: KeyId) -> Self {
+        self.key_id = Some(key_id);
+        self
+    }
+
+    /// Its id on key servers, if it has one.
+    pub fn key_id(&self) -> Option<&KeyId> {
+        self.key_id.as_ref()
+    }
+
+    /// Whether the private half is in this process (false: only key servers can use it).
+    pub fn is_local(&self) -> bool {
+        !matches!(self.inner, Inner::Remote)
     }
 
     /// Its kind and size.

@@ -26,8 +26,8 @@ mod raw_rsa;
 mod scheme;
 
 pub use engines::{CryptoConfig, EngineKind, VerifyPolicy, build_dispatcher};
-pub use job::{KeyJob, OperationKind, run};
-pub use key::{KeyError, KeyKind, PrivateKey};
+pub use job::{KeyJob, OperationKind, RemoteInput, run};
+pub use key::{KeyError, KeyId, KeyKind, PrivateKey};
 pub use mb::{Kernel, Mb, MbConfig};
 pub use scheme::SignatureScheme;
 

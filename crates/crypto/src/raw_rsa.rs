@@ -54,6 +54,23 @@ impl RawRsa {
         }
     }
 
+    /// The public half alone, from a DER RSAPublicKey (PKCS#1), for a key whose private half
+    /// lives on a key server: enough to check a decryption the server returns.
+    #[expect(unsafe_code, reason = "aws-lc FFI")]
+    pub(crate) fn from_public_pkcs1(der: &[u8]) -> Option<Self> {
+        // SAFETY: aws-lc reads `len` bytes from a live slice and returns a new key (one
+        // reference, ours, released in `Drop`) or null.
+        unsafe {
+            let rsa = ffi::RSA_public_key_from_bytes(der.as_ptr(), der.len());
+            let Some(rsa) = std::ptr::NonNull::new(rsa) else {
+                ffi::ERR_clear_error();
+                return None;
+            };
+            let len = ffi::RSA_size(rsa.as_ptr()) as usize;
+            Some(RawRsa { rsa, len })
+        }
+    }
+
     /// The modulus length in bytes: the length of every input and output.
     pub(crate) fn len(&self) -> usize {
         self.len

@@ -142,7 +142,7 @@ async fn the_dispatcher_signs_through_the_pool_and_falls_back_when_it_is_full() 
         pool_capacity: 1,
         ..CryptoConfig::default()
     };
-    let d = Arc::new(build_dispatcher(&config).unwrap());
+    let d = Arc::new(build_dispatcher(&config, None).unwrap());
     let mut tasks = Vec::new();
     for i in 0..32 {
         let (d, key) = (d.clone(), key.clone());
@@ -174,7 +174,7 @@ async fn the_dispatcher_signs_through_the_pool_and_falls_back_when_it_is_full() 
 #[tokio::test]
 async fn rsa_decryption_inverts_boringssl_encryption() {
     let config = CryptoConfig::default();
-    let d = build_dispatcher(&config).unwrap();
+    let d = build_dispatcher(&config, None).unwrap();
     for bits in [2048, 3072, 4096] {
         let brsa = boring::rsa::Rsa::generate(bits).unwrap();
         let bkey = PKey::from_rsa(brsa.clone()).unwrap();

@@ -216,13 +216,16 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                         let threads = args.threads.unwrap_or_else(|| {
                             std::thread::available_parallelism().map_or(1, |n| n.get())
                         });
-                        build_dispatcher(&CryptoConfig {
-                            engines: vec![EngineKind::Pool],
-                            pool_threads: threads,
-                            pool_capacity: args.jobs.max(1),
-                            deadline: Duration::from_secs(10),
-                            ..CryptoConfig::default()
-                        })?
+                        build_dispatcher(
+                            &CryptoConfig {
+                                engines: vec![EngineKind::Pool],
+                                pool_threads: threads,
+                                pool_capacity: args.jobs.max(1),
+                                deadline: Duration::from_secs(10),
+                                ..CryptoConfig::default()
+                            },
+                            None,
+                        )?
                     }
                     "mb" => {
                         let Some(kernel) = sluice_crypto::Kernel::detect() else {

@@ -8,7 +8,7 @@ use boring::error::ErrorStack;
 use boring::ssl::SslCredential;
 use foreign_types::ForeignType;
 use sluice_config::Certificate;
-use sluice_crypto::{EngineKind, PrivateKey};
+use sluice_crypto::{EngineKind, KeyKind, PrivateKey};
 use std::sync::Arc;
 
 /// Builds a credential holding `cert`'s chain and private key.
@@ -19,6 +19,7 @@ use std::sync::Arc;
 pub(crate) fn x509_credential(
     cert: &Certificate,
     engines: Vec<EngineKind>,
+    fallback_local: bool,
 ) -> Result<SslCredential, TlsError> {
     let ders = cert
         .chain
@@ -71,20 +72,36 @@ pub(crate) fn x509_credential(
             source: ErrorStack::get(),
         });
     }
+    // With the keyless engine the key gets its id on key servers (from the certificate, so
+    // a certificate without a key file works); without a local key, or with fallback "none",
+    // only the public half is kept.
+    let keyless = engines.contains(&EngineKind::Keyless);
+    let local = cert.key.as_ref().filter(|_| !keyless || fallback_local);
+    let Some(local) = local else {
+        let key = remote_key(&cert.chain[0])?;
+        crate::offload::attach(&credential, Arc::new(key), engines)?;
+        return Ok(credential);
+    };
     // The key goes to the offload layer's engines when the crypto crate can sign with it
     // (every key the configuration accepts); BoringSSL keeps it otherwise.
-    let pkcs8 = cert
-        .key
+    let pkcs8 = local
         .private_key_to_der_pkcs8()
         .map_err(TlsError::boring("encoding a private key"))?;
-    if let Ok(key) = PrivateKey::from_pkcs8(&pkcs8) {
+    if let Ok(mut key) = PrivateKey::from_pkcs8(&pkcs8) {
+        if keyless {
+            let pk = cert.chain[0]
+                .public_key()
+                .map_err(TlsError::boring("reading the certificate's public key"))?;
+            let id = sluice_keyless::key_id_of(&pk)
+                .map_err(TlsError::boring("hashing the certificate's public key"))?;
+            key = key.with_key_id(id);
+        }
         crate::offload::attach(&credential, Arc::new(key), engines)?;
         return Ok(credential);
     }
     // SAFETY: both pointers are live for the call; set1 takes its own reference to the key.
-    let key_ok = unsafe {
-        boring_sys::SSL_CREDENTIAL_set1_private_key(credential.as_ptr(), cert.key.as_ptr())
-    };
+    let key_ok =
+        unsafe { boring_sys::SSL_CREDENTIAL_set1_private_key(credential.as_ptr(), local.as_ptr()) };
     if key_ok != 1 {
         return Err(TlsError::Boring {
             context: "setting a private key",
@@ -103,4 +120,50 @@ fn free_buffers(buffers: &[*mut boring_sys::CRYPTO_BUFFER]) {
         // SAFETY: each pointer came from CRYPTO_BUFFER_new above and is released once.
         unsafe { boring_sys::CRYPTO_BUFFER_free(b) };
     }
+}
+
+/// The public half of a certificate's key, for a key that lives on key servers only.
+fn remote_key(leaf: &boring::x509::X509) -> Result<PrivateKey, TlsError> {
+    use boring::pkey::Id;
+    let e = TlsError::boring;
+    let pk = leaf
+        .public_key()
+        .map_err(e("reading the certificate's public key"))?;
+    let key_id = sluice_keyless::key_id_of(&pk).map_err(e("hashing the public key"))?;
+    let (kind, public) = match pk.id() {
+        Id::RSA => (
+            KeyKind::Rsa(pk.bits()),
+            pk.rsa()
+                .and_then(|r| r.public_key_to_der_pkcs1())
+                .map_err(e("encoding an RSA public key"))?,
+        ),
+        Id::EC => {
+            let ec = pk.ec_key().map_err(e("reading an EC public key"))?;
+            let mut ctx = boring::bn::BigNumContext::new().map_err(e("EC point"))?;
+            let point = ec
+                .public_key()
+                .to_bytes(
+                    ec.group(),
+                    boring::ec::PointConversionForm::UNCOMPRESSED,
+                    &mut ctx,
+                )
+                .map_err(e("encoding an EC public key"))?;
+            let kind = match pk.bits() {
+                256 => KeyKind::EcdsaP256,
+                384 => KeyKind::EcdsaP384,
+                _ => return Err(TlsError::UnsupportedRemoteKey),
+            };
+            (kind, point)
+        }
+        Id::ED25519 => {
+            let mut raw = [0u8; 32];
+            let len = pk
+                .raw_public_key(&mut raw)
+                .map_err(e("reading an Ed25519 public key"))?
+                .len();
+            (KeyKind::Ed25519, raw[..len].to_vec())
+        }
+        _ => return Err(TlsError::UnsupportedRemoteKey),
+    };
+    PrivateKey::remote(kind, public, key_id).map_err(|_| TlsError::UnsupportedRemoteKey)
 }

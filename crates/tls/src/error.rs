@@ -19,6 +19,11 @@ pub enum TlsError {
         /// What is wrong with it and what to do.
         reason: String,
     },
+    /// A certificate whose key lives on key servers has a key kind they cannot sign with.
+    #[error(
+        "a certificate signed through key servers must have an RSA (2048+), ECDSA P-256/P-384 or Ed25519 key"
+    )]
+    UnsupportedRemoteKey,
     /// Writing generated certificates failed.
     #[error("cannot write {path}: {source}; check that the state directory is writable")]
     Write {

@@ -40,6 +40,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// Where private-key operations go: shared by every listener of a gateway.
 pub struct KeyOffload {
     dispatcher: Arc<Dispatcher<KeyJob>>,
+    /// The remote engine, when configured (for its per-server state in `/metrics`).
+    keyless: Option<Arc<sluice_keyless::Keyless>>,
     verify: VerifyPolicy,
     /// No engine but the software one: sign on the spot, without a task.
     inline_only: bool,
@@ -64,9 +66,15 @@ impl KeyOffload {
     ) -> Arc<Self> {
         Arc::new(KeyOffload {
             dispatcher: Arc::new(dispatcher),
+            keyless: None,
             verify,
             inline_only,
         })
+    }
+
+    /// Each key server's state, when the `keyless` engine is configured.
+    pub fn key_servers(&self) -> Vec<sluice_keyless::ServerStats> {
+        self.keyless.as_ref().map(|k| k.stats()).unwrap_or_default()
     }
 
     /// The chain `[offload.crypto]` describes, with every engine that a certificate's own
@@ -105,11 +113,56 @@ impl KeyOffload {
                 min_batch: c.mb_min_batch,
             },
         };
-        Ok(Self::new(
-            build_dispatcher(&config)?,
-            config.verify,
-            config.engines.is_empty(),
-        ))
+        let keyless = match (
+            &snapshot.offload.keyless,
+            config.engines.contains(&EngineKind::Keyless),
+        ) {
+            (Some(k), true) => Some(
+                sluice_keyless::Keyless::start(&sluice_keyless::ClientConfig {
+                    servers: k.servers.clone(),
+                    server_name: k.server_name.clone(),
+                    ca: k.ca.clone(),
+                    certificate: k.certificate.clone(),
+                    key: k.key.clone(),
+                    connections: k.connections,
+                    timeout: k.timeout,
+                    ping_interval: k.ping_interval,
+                    fallback: if k.fallback_local {
+                        sluice_keyless::Fallback::Local
+                    } else {
+                        sluice_keyless::Fallback::None
+                    },
+                })
+                .map_err(|e| std::io::Error::other(format!("starting the keyless engine: {e}")))?,
+            ),
+            _ => None,
+        };
+        let engine = keyless
+            .clone()
+            .map(|k| k as Arc<dyn sluice_offload::Engine<KeyJob>>);
+        let offload = KeyOffload {
+            dispatcher: Arc::new(build_dispatcher(&config, engine)?),
+            keyless,
+            verify: config.verify,
+            inline_only: config.engines.is_empty(),
+        };
+        if let Some(k) = &offload.keyless {
+            // Give the key servers a moment, so the first handshakes need not fall back.
+            let k = k.clone();
+            let up = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .map(|rt| rt.block_on(k.wait_up(std::time::Duration::from_secs(2))))
+                    .unwrap_or(false)
+            })
+            .join()
+            .unwrap_or(false);
+            if !up {
+                tracing::warn!("no key server is up yet; handshakes fall back until one is");
+            }
+        }
+        Ok(Arc::new(offload))
     }
 
     /// Counters of every crypto engine.
@@ -125,6 +178,7 @@ pub(crate) fn engine_kinds(engines: &[sluice_config::CryptoEngine]) -> Vec<Engin
         .map(|e| match e {
             sluice_config::CryptoEngine::Pool => EngineKind::Pool,
             sluice_config::CryptoEngine::Mb => EngineKind::Mb,
+            sluice_config::CryptoEngine::Keyless => EngineKind::Keyless,
         })
         .collect()
 }

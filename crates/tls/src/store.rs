@@ -46,7 +46,13 @@ impl CertStore {
                 .offload_engines
                 .as_deref()
                 .unwrap_or(&snapshot.offload.crypto.engines);
-            let credential = x509_credential(cert, crate::offload::engine_kinds(engines))?;
+            let fallback_local = snapshot
+                .offload
+                .keyless
+                .as_ref()
+                .is_none_or(|k| k.fallback_local);
+            let credential =
+                x509_credential(cert, crate::offload::engine_kinds(engines), fallback_local)?;
             credentials.insert(i, Arc::new(credential));
         }
         let mut exact: HashMap<String, Vec<Arc<SslCredential>>> = HashMap::new();
