@@ -68,6 +68,100 @@ enum Mode {
         #[arg(long, default_value_t = 64)]
         storm: usize,
     },
+    /// Sign requests to a key server (`sluice-keyserver`), pipelined on a few connections.
+    Keyless {
+        /// Key server address.
+        #[arg(long)]
+        addr: SocketAddr,
+        /// The client certificate (PEM) the key server knows ...
+        #[arg(long)]
+        cert: std::path::PathBuf,
+        /// ... and its key.
+        #[arg(long)]
+        key: std::path::PathBuf,
+        /// The certificate whose key signs (its key id is what requests name).
+        #[arg(long)]
+        site: std::path::PathBuf,
+        /// TLS signature scheme code point (0x0804 rsa_pss_rsae_sha256, 0x0403 ecdsa P-256).
+        #[arg(long, default_value = "0x0804")]
+        scheme: String,
+        /// Connections.
+        #[arg(long, default_value_t = 2)]
+        connections: usize,
+        /// Requests in flight per connection.
+        #[arg(long, default_value_t = 32)]
+        window: usize,
+        /// How long to run, e.g. "5s".
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
+}
+
+/// Sign requests on one key-server connection with `window` in flight, until `stop`; counts
+/// answers (`ok`, `failed`) and records each request's latency.
+async fn keyless_connection(
+    stream: tokio_boring::SslStream<TcpStream>,
+    key_id: [u8; 32],
+    scheme: u16,
+    window: usize,
+    stop: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+    lat: Arc<std::sync::Mutex<Vec<f64>>>,
+) -> anyhow::Result<()> {
+    use sluice_keyless::protocol::{Frame, Message, Status};
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let permits = Arc::new(tokio::sync::Semaphore::new(window));
+    let sent: Arc<std::sync::Mutex<std::collections::HashMap<u32, Instant>>> = Default::default();
+    let (p, st, sent_w) = (permits.clone(), stop.clone(), sent.clone());
+    let writer = tokio::spawn(async move {
+        let mut id = 0u32;
+        // A TLS 1.3 CertificateVerify's signed content is about this long.
+        let message = [0x20u8; 130];
+        while !st.load(Ordering::Relaxed) {
+            let Ok(permit) = p.acquire().await else { break };
+            permit.forget();
+            id = id.wrapping_add(1);
+            sent_w
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, Instant::now());
+            let f = Frame::sign(id, key_id, scheme, &message).to_bytes();
+            if wr.write_all(&f).await.is_err() {
+                break;
+            }
+        }
+        anyhow::Ok(())
+    });
+    let mut buf = bytes::BytesMut::with_capacity(16 * 1024);
+    while !stop.load(Ordering::Relaxed) {
+        while let Some(f) = Frame::decode(&mut buf)? {
+            let t0 = sent.lock().unwrap_or_else(|e| e.into_inner()).remove(&f.id);
+            if let Some(t0) = t0 {
+                lat.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(t0.elapsed().as_secs_f64() * 1000.0);
+            }
+            match f.message {
+                Message::Response {
+                    status: Status::Ok, ..
+                } => counters.ok.fetch_add(1, Ordering::Relaxed),
+                other => {
+                    counters.fail(format!("{other:?}"));
+                    0
+                }
+            };
+            permits.add_permits(1);
+        }
+        let read = tokio::time::timeout(Duration::from_millis(200), rd.read_buf(&mut buf)).await;
+        if let Ok(r) = read
+            && r? == 0
+        {
+            bail!("the key server closed the connection");
+        }
+    }
+    permits.close();
+    writer.abort();
+    Ok(())
 }
 
 fn connector(tls: &str) -> anyhow::Result<SslConnector> {
@@ -286,6 +380,67 @@ fn main() -> anyhow::Result<()> {
                     "completed": ok,
                     "failed": counters.failed.load(Ordering::Relaxed),
                     "resumed": counters.resumed.load(Ordering::Relaxed),
+                    "first_error": counters.first_error(),
+                    "seconds": elapsed,
+                    "rate": ok as f64 / elapsed,
+                    "p50_ms": percentile(&l, 0.5),
+                    "p99_ms": percentile(&l, 0.99),
+                })
+            }
+            Mode::Keyless {
+                addr,
+                cert,
+                key,
+                site,
+                scheme,
+                connections,
+                window,
+                duration,
+            } => {
+                let scheme = u16::from_str_radix(scheme.trim_start_matches("0x"), 16)
+                    .context("--scheme: a hex code point such as 0x0804")?;
+                let site = boring::x509::X509::from_pem(&std::fs::read(&site)?)?;
+                let site_key = site.public_key()?;
+                let key_id = sluice_keyless::key_id_of(&site_key)?;
+                let mut b = SslConnector::builder(SslMethod::tls())?;
+                b.set_verify(SslVerifyMode::NONE);
+                let cert = boring::x509::X509::from_pem(&std::fs::read(&cert)?)?;
+                let key = boring::pkey::PKey::private_key_from_pem(&std::fs::read(&key)?)?;
+                b.set_certificate(&cert)?;
+                b.set_private_key(&key)?;
+                let connector = b.build();
+                let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+                let mut tasks = Vec::new();
+                for _ in 0..connections {
+                    let tcp = TcpStream::connect(addr).await?;
+                    tcp.set_nodelay(true)?;
+                    let mut cfg = connector.configure()?;
+                    cfg.set_verify_hostname(false);
+                    let s = tokio_boring::connect(cfg, "localhost", tcp).await?;
+                    tasks.push(tokio::spawn(keyless_connection(
+                        s,
+                        key_id,
+                        scheme,
+                        window,
+                        stop.clone(),
+                        counters.clone(),
+                        lat.clone(),
+                    )));
+                }
+                let start = Instant::now();
+                tokio::time::sleep(duration).await;
+                stop.store(true, Ordering::Relaxed);
+                for t in tasks {
+                    t.await??;
+                }
+                let elapsed = start.elapsed().as_secs_f64();
+                let mut l = lat.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                l.sort_by(f64::total_cmp);
+                let ok = counters.ok.load(Ordering::Relaxed);
+                serde_json::json!({
+                    "mode": "keyless",
+                    "completed": ok,
+                    "failed": counters.failed.load(Ordering::Relaxed),
                     "first_error": counters.first_error(),
                     "seconds": elapsed,
                     "rate": ok as f64 / elapsed,

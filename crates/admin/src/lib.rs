@@ -166,6 +166,7 @@ pub fn metrics(s: &Sources) -> String {
         ],
     );
     compression(&mut out, &s.compress.counters());
+    key_servers(&mut out, &s.crypto.key_servers());
     out
 }
 
@@ -316,6 +317,55 @@ fn offload(out: &mut String, services: &[(&str, Vec<CountersSnapshot>)]) {
     }
 }
 
+/// The `keyless` engine's view of each key server.
+fn key_servers(out: &mut String, servers: &[sluice_keyless::ServerStats]) {
+    if servers.is_empty() {
+        return;
+    }
+    family(
+        out,
+        "sluice_keyless_server_up",
+        "gauge",
+        "Whether a key server answers its pings (1) or not (0).",
+    );
+    for k in servers {
+        let _ = writeln!(
+            out,
+            "sluice_keyless_server_up{{server=\"{}\"}} {}",
+            k.address,
+            u8::from(k.up)
+        );
+    }
+    family(
+        out,
+        "sluice_keyless_server_in_flight",
+        "gauge",
+        "Requests in flight on a key server.",
+    );
+    for k in servers {
+        let _ = writeln!(
+            out,
+            "sluice_keyless_server_in_flight{{server=\"{}\"}} {}",
+            k.address, k.in_flight
+        );
+    }
+    family(
+        out,
+        "sluice_keyless_server_requests_total",
+        "counter",
+        "Requests to a key server, by result (failed: connection lost, timeout, error status or a result that did not verify; the job then tried the next server).",
+    );
+    for k in servers {
+        for (result, v) in [("ok", k.ok), ("failed", k.failed)] {
+            let _ = writeln!(
+                out,
+                "sluice_keyless_server_requests_total{{server=\"{}\",result=\"{result}\"}} {v}",
+                k.address
+            );
+        }
+    }
+}
+
 /// The JSON status document.
 pub fn status(s: &Sources) -> String {
     let p = s.proxy.snapshot();
@@ -338,7 +388,9 @@ pub fn status(s: &Sources) -> String {
         "tls_handshakes": p.handshakes.iter().flatten().sum::<u64>(),
         "tls_handshake_failures": p.handshake_failures,
         "requests": STATUS_CLASSES.iter().zip(p.requests).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
-        "offload": { "crypto": engines },
+        "offload": { "crypto": engines, "key_servers": s.crypto.key_servers().iter().map(|k| serde_json::json!({
+            "server": k.address, "up": k.up, "in_flight": k.in_flight, "ok": k.ok, "failed": k.failed,
+        })).collect::<Vec<_>>() },
     })
     .to_string()
 }

@@ -431,3 +431,61 @@ fn compression_defaults_overrides_and_errors() {
         assert_eq!(e.line, line_of(&src, line), "{needle}");
     }
 }
+
+#[test]
+fn keyless_settings_load_and_a_keyless_certificate_needs_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "a", "a.test");
+    write_cert(dir.path(), "ks", "keyserver.test");
+    write_cert(dir.path(), "gw", "gateway.test");
+    let base = "[[listener]]\nname = \"l\"\naddress = \"127.0.0.1:1\"\n[listener.tls]\n";
+    let keyless = "[offload.keyless]\nservers = [\"10.0.0.5:2407\", \"ks2.internal:2407\"]\nca = \"ks.crt\"\ncertificate = \"gw.crt\"\nkey = \"gw.key\"\ntimeout = \"30ms\"\nfallback = \"none\"\n";
+    // No key file: the key lives on key servers.
+    let cert = "[[certificate]]\nname = \"a\"\ncert = \"a.crt\"\n";
+    let good =
+        format!("{base}[offload.crypto]\nengines = [\"keyless\", \"pool\"]\n{keyless}{cert}");
+    let s = load_str(&good, "t", dir.path()).unwrap();
+    assert_eq!(
+        s.offload.crypto.engines,
+        vec![crate::CryptoEngine::Keyless, crate::CryptoEngine::Pool]
+    );
+    let k = s.offload.keyless.as_ref().unwrap();
+    assert_eq!(k.servers.len(), 2);
+    assert_eq!(
+        k.server_name, "10.0.0.5",
+        "defaults to the first server's host"
+    );
+    assert_eq!(
+        (k.connections, k.timeout, k.fallback_local),
+        (2, Duration::from_millis(30), false)
+    );
+    assert!(s.certificates[0].key.is_none());
+    assert_eq!(s.certificates[0].key_type, crate::KeyType::Ecdsa(256));
+
+    // Without the engine, a certificate without a key is an error that says what to do; so
+    // is naming the engine without [offload.keyless], and a server that is not host:port.
+    let src = format!("{base}{cert}");
+    let errs = errors(&src, dir.path());
+    assert!(
+        errs.iter()
+            .any(|e| e.message.contains("has no `key`") && e.help.contains("keyless")),
+        "{errs:#?}"
+    );
+    let src = format!("{base}[offload.crypto]\nengines = [\"keyless\"]\n{cert}");
+    let errs = errors(&src, dir.path());
+    assert!(
+        errs.iter()
+            .any(|e| e.message.contains("[offload.keyless] is missing")),
+        "{errs:#?}"
+    );
+    let src = format!(
+        "{base}[offload.crypto]\nengines = [\"keyless\"]\n{}{cert}",
+        keyless.replace("10.0.0.5:2407", "10.0.0.5")
+    );
+    let errs = errors(&src, dir.path());
+    let e = errs
+        .iter()
+        .find(|e| e.message.contains("is not host:port"))
+        .unwrap_or_else(|| panic!("{errs:#?}"));
+    assert_eq!(e.line, line_of(&src, "servers ="));
+}

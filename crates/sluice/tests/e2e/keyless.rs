@@ -67,13 +67,24 @@ fn keyserver_toml(dir: &Path, listen: SocketAddr, metrics: SocketAddr, keys: &[&
 
 /// An in-process key server for `dir`'s keys.
 async fn in_process_keyserver(dir: &Path, keys: &[&str]) -> (SocketAddr, SocketAddr) {
-    let text = keyserver_toml(
-        dir,
-        "127.0.0.1:0".parse().unwrap(),
-        "127.0.0.1:0".parse().unwrap(),
-        keys,
-    );
+    in_process_keyserver_with(dir, keys, "").await
+}
+
+/// The same with top-level settings prepended (e.g. `max_pending = 2`).
+async fn in_process_keyserver_with(
+    dir: &Path,
+    keys: &[&str],
+    settings: &str,
+) -> (SocketAddr, SocketAddr) {
+    let text = settings.to_owned()
+        + &keyserver_toml(
+            dir,
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:0".parse().unwrap(),
+            keys,
+        );
     let config = ServerConfig::parse(&text, &dir.join("ks.toml")).unwrap();
+    assert!(settings.is_empty() || config.max_pending == 2);
     let server = KeyServer::bind(&config).await.unwrap();
     let addrs = (server.local_addr().unwrap(), server.metrics_addr().unwrap());
     tokio::spawn(server.run());
@@ -572,4 +583,48 @@ async fn malformed_frames_close_that_connection_and_the_server_keeps_serving_oth
         "{m}"
     );
     assert_eq!(metric(&m, "sluice_keyserver_connections_active"), 1, "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_pipelined_past_max_pending_wait_their_turn_and_all_get_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pki(dir.path());
+    let (ks, ks_metrics) =
+        in_process_keyserver_with(dir.path(), &["other-site"], "max_pending = 2\n").await;
+    let mut s = raw_client(dir.path(), ks, Some("gw")).await.unwrap();
+    // 64 requests in one write: the server works on two at a time and stops reading the rest
+    // until one finishes; every one is answered, each under its own id.
+    let id = key_id(dir.path(), "other-site");
+    let mut burst = BytesMut::new();
+    for i in 0..64u32 {
+        Frame::sign(i, id, 0x0403, format!("message {i}").as_bytes()).encode(&mut burst);
+    }
+    s.write_all(&burst).await.unwrap();
+    let mut seen = std::collections::HashSet::new();
+    let mut buf = BytesMut::new();
+    while seen.len() < 64 {
+        while let Some(f) = Frame::decode(&mut buf).unwrap() {
+            assert!(
+                matches!(
+                    f.message,
+                    Message::Response {
+                        status: Status::Ok,
+                        ..
+                    }
+                ),
+                "{f:?}"
+            );
+            assert!(seen.insert(f.id), "one answer per request");
+        }
+        if seen.len() == 64 {
+            break;
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read_buf(&mut buf))
+            .await
+            .expect("answers keep coming")
+            .unwrap();
+        assert!(n > 0, "the server kept the connection");
+    }
+    let m = metrics(ks_metrics).await;
+    assert!(m.contains(&format!("{SIGNED_OK} 64")), "{m}");
 }
