@@ -46,11 +46,12 @@ def fingerprint(path):
     return out.strip().split("=", 1)[1]
 
 
-def keyserver_conf(d, port, metrics):
+def keyserver_conf(d, port, metrics, engines="pool"):
+    engines = "[]" if engines == "inline" else f'["{engines}"]'
     return f"""
 listen = "127.0.0.1:{port}"
 metrics = "127.0.0.1:{metrics}"
-engines = ["pool"]
+engines = {engines}
 pool_threads = 1
 max_pending = 256
 [tls]
@@ -171,7 +172,7 @@ def cell(t, unit=""):
     return f"{B.fmt(t[0])} [{B.fmt(t[1])}-{B.fmt(t[2])}]{unit}"
 
 
-def render(hs, sg, runs, duration):
+def render(hs, sg, runs, duration, engine):
     lines = [f"CPU: {B.cpu_model()}; gateway core {B.GW_CORE}; load generator, origin and (in the handshake rows) "
              f"the key server on core {B.LOAD_CORE}; median of {runs} run(s) of {duration:g} s, [min-max]", "",
              "| scenario | Sluice `inline` (key in the gateway) | Sluice `keyless` (key on the key server) | keyless/inline |",
@@ -185,7 +186,7 @@ def render(hs, sg, runs, duration):
         lines.append(f"| ↳ gateway CPU-s per 1,000 handshakes | {cell(i)} | {cell(k)} | {k[0] / i[0]:.2f}x |")
         ks = statistics.median(r["keyserver_util"] for r in row["runs"]["keyless"])
         lines.append(f"| ↳ key server CPU (on the load core) | | {ks:.0%} | |")
-    lines += ["", "| signatures/s on one core | `sluice speed --engine inline` (in-process) | `sluice-keyserver` (1 pool thread, over mTLS) | key server/local |",
+    lines += ["", f"| signatures/s on one core | `sluice speed --engine inline` (in-process) | `sluice-keyserver` (engine `{engine}`, over mTLS) | key server/local |",
               "|---|---|---|---|"]
     for row in sg:
         l, k = med(row, "local", "rate"), med(row, "keyserver", "rate")
@@ -199,6 +200,9 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--out", default=str(B.ROOT / "bench" / "results"))
+    ap.add_argument("--keyserver-engine", default="inline", choices=("inline", "pool", "mb"),
+                    help="the key server's crypto engine (inline: signed on the connection's task)")
+    ap.add_argument("--only", choices=("handshakes", "signs"), help="run one part")
     args = ap.parse_args()
     d = tempfile.mkdtemp(prefix="sluice-keyless-bench-")
     os.chmod(d, 0o755)
@@ -207,22 +211,22 @@ def main():
     B.make_content(d)
     openssl_pair(d, "ks", "/CN=localhost", "DNS:localhost,IP:127.0.0.1")
     openssl_pair(d, "gw", "/CN=bench-gateway", "DNS:bench-gateway")
-    Path(d, "ks.toml").write_text(keyserver_conf(d, KS_PORT, KS_METRICS))
+    Path(d, "ks.toml").write_text(keyserver_conf(d, KS_PORT, KS_METRICS, args.keyserver_engine))
     Path(d, "origin.conf").write_text(B.nginx_origin_conf(d))
     origin = B.Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], B.LOAD_CORE, B.ORIGIN_PORT, f"{d}/origin.out")
     try:
-        hs = handshakes(d, origin, args.runs, args.duration)
+        hs = handshakes(d, origin, args.runs, args.duration) if args.only != "signs" else []
     finally:
         origin.stop()
-    sg = signs(d, args.runs, args.duration)
-    report = render(hs, sg, args.runs, args.duration)
+    sg = signs(d, args.runs, args.duration) if args.only != "handshakes" else []
+    report = render(hs, sg, args.runs, args.duration, args.keyserver_engine)
     print(report)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
     (out / f"{stamp}-keyless.json").write_text(json.dumps(
         {"date": stamp, "cpu": B.cpu_model(), "runs": args.runs, "duration_s": args.duration,
-         "handshakes": hs, "signs": sg}, indent=1, default=str))
+         "keyserver_engine": args.keyserver_engine, "handshakes": hs, "signs": sg}, indent=1, default=str))
     (out / "latest-keyless.md").write_text(report + "\n")
     B.log(f"keyless bench: wrote {out}/{stamp}-keyless.json and latest-keyless.md")
     failed = sum(r.get("failed", 0) for row in hs + sg for w in row["runs"].values() for r in w)
