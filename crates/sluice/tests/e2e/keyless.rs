@@ -183,6 +183,17 @@ async fn keyless_gateway(
     key_line: &str,
     fallback: &str,
 ) -> (TestGateway, Origin) {
+    keyless_gateway_with(dir, servers, key_line, fallback, "").await
+}
+
+/// The same with extra `[listener.tls]` settings.
+async fn keyless_gateway_with(
+    dir: tempfile::TempDir,
+    servers: &[SocketAddr],
+    key_line: &str,
+    fallback: &str,
+    listener_tls: &str,
+) -> (TestGateway, Origin) {
     let origin = Origin::start("o").await;
     let servers: Vec<String> = servers.iter().map(|s| format!("\"{s}\"")).collect();
     let servers = servers.join(", ");
@@ -207,6 +218,7 @@ name = "https"
 address = "127.0.0.1:0"
 [listener.tls]
 session_tickets = false
+{listener_tls}
 [[certificate]]
 name = "site"
 cert = "site.crt"
@@ -627,4 +639,40 @@ async fn requests_pipelined_past_max_pending_wait_their_turn_and_all_get_answers
     }
     let m = metrics(ks_metrics).await;
     assert!(m.contains(&format!("{SIGNED_OK} 64")), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_1_2_rsa_key_exchange_decrypts_on_the_key_server() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pki(dir.path());
+    let (ks, ks_metrics) = in_process_keyserver(dir.path(), &["site"]).await;
+    let (gw, _o) = keyless_gateway_with(dir, &[ks], "", "none", "rsa_key_exchange = true").await;
+    let offload = gw.gateway().key_offload();
+    wait_for("key server up", || {
+        offload.key_servers().iter().all(|s| s.up)
+    })
+    .await;
+    // A client that offers only RSA key exchange: the premaster secret is decrypted remotely
+    // (the gateway has no key file) and checked by re-encryption before BoringSSL uses it.
+    let h = tls_connect(
+        gw.addr("https"),
+        &ClientOpts {
+            sni: Some("a.test"),
+            max_version: Some(boring::ssl::SslVersion::TLS1_2),
+            ciphers: Some("AES128-GCM-SHA256"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(h.cipher, "AES128-GCM-SHA256");
+    let m = metrics(ks_metrics).await;
+    assert_eq!(
+        metric(
+            &m,
+            "sluice_keyserver_requests_total{op=\"decrypt\",status=\"ok\"}"
+        ),
+        1,
+        "{m}"
+    );
 }
