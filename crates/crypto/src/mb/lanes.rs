@@ -123,13 +123,16 @@ impl Lanes for Scalar {
     #[inline(always)]
     fn select_eq(self, idx: Self, k: u64, val: Self) -> Self {
         let d = idx.0 ^ k;
-        // All ones when d == 0: (d | -d) has its top bit set for any d != 0.
-        let mask = ((d | d.wrapping_neg()) >> 63).wrapping_sub(1);
+        // All ones when d == 0: (d | -d) has its top bit set for any d != 0. The mask goes
+        // through `black_box`: LLVM sees through the arithmetic and compiled the blend to
+        // "if idx == k, copy the entry", a branch on the secret window that the memcheck test
+        // (`reference_kernel_is_constant_time_under_memcheck`) caught.
+        let mask = std::hint::black_box(((d | d.wrapping_neg()) >> 63).wrapping_sub(1));
         Scalar((self.0 & !mask) | (val.0 & mask))
     }
     #[inline(always)]
     fn select_neg(self, cond: Self, val: Self) -> Self {
-        let mask = ((cond.0 as i64) >> 63) as u64;
+        let mask = std::hint::black_box(((cond.0 as i64) >> 63) as u64);
         Scalar((self.0 & !mask) | (val.0 & mask))
     }
 }

@@ -15,7 +15,13 @@
 //! on a secret: sizes and loop counts are public, the window table is scanned whole with
 //! masked moves, and the final subtractions are masked. Padding, limb conversion and the
 //! public-key check work on public data, like aws-lc's own. The
-//! blinding keeps the exponentiation's input unknown to an attacker in any case.
+//! blinding keeps the exponentiation's input unknown to an attacker in any case. Checked:
+//! `scripts/ct-check` (part of the test command) runs the portable kernel under valgrind
+//! memcheck with the primes, their constants, the exponent windows, `q^-1` and the blinding
+//! pair marked undefined, so a branch or an address computed from them fails the run. It
+//! caught LLVM compiling the portable masked select into a branch on the window (the mask
+//! now goes through `black_box`). Valgrind cannot run AVX-512, so the IFMA lane type is
+//! covered by construction: its selects and subtractions are mask-register blends.
 //!
 //! **Batching** is the [`BatchQueue`]'s: a batch is flushed when full, when its oldest job
 //! has waited `max_wait`, or at once when every possible submitter is already waiting. The

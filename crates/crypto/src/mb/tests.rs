@@ -375,3 +375,93 @@ fn other_keys_are_unsupported() {
     .unwrap();
     assert_eq!(mb.submit(job).err(), Some(Reject::Unsupported));
 }
+
+/// Valgrind's memcheck client requests (the magic sequence of `valgrind.h`, x86-64), for the
+/// constant-time test: outside valgrind they do nothing and return the default.
+#[cfg(target_arch = "x86_64")]
+mod memcheck {
+    const MC_BASE: usize = ((b'M' as usize) << 24) | ((b'C' as usize) << 16);
+    const RUNNING_ON_VALGRIND: usize = 0x1001;
+
+    #[expect(unsafe_code, reason = "valgrind's client-request instruction sequence")]
+    fn request(default: usize, args: [usize; 6]) -> usize {
+        let result: usize;
+        // SAFETY: the four rotations turn rdi by 128 bits (a no-op) and `xchg rbx, rbx` does
+        // nothing on a CPU; valgrind recognises the sequence and reads the six words at rax
+        // (a live array) as a request, writing its answer to rdx. Nothing else changes.
+        unsafe {
+            std::arch::asm!(
+                "rol rdi, 3",
+                "rol rdi, 13",
+                "rol rdi, 61",
+                "rol rdi, 51",
+                "xchg rbx, rbx",
+                inout("rdx") default => result,
+                in("rax") args.as_ptr(),
+                inout("rdi") 0usize => _,
+                options(nostack),
+            );
+        }
+        result
+    }
+
+    pub(super) fn running_on_valgrind() -> bool {
+        request(0, [RUNNING_ON_VALGRIND, 0, 0, 0, 0, 0]) != 0
+    }
+
+    /// Marks `v`'s bytes undefined: memcheck then reports any branch or address computed
+    /// from them.
+    pub(super) fn secret<T>(v: &[T]) {
+        request(
+            0,
+            [MC_BASE + 1, v.as_ptr() as usize, size_of_val(v), 0, 0, 0],
+        );
+    }
+
+    /// Marks `v`'s bytes defined again (a result that is public once computed).
+    pub(super) fn public<T>(v: &[T]) {
+        request(
+            0,
+            [MC_BASE + 2, v.as_ptr() as usize, size_of_val(v), 0, 0, 0],
+        );
+    }
+}
+
+/// Constant time, checked by memcheck: the primes, their Montgomery constants, the private
+/// exponents' windows, `q^-1` and the blinding pair are marked undefined, so any branch or
+/// memory index that depends on them is reported, and valgrind's `--error-exitcode` fails the
+/// run. It runs the portable kernel (valgrind does not execute AVX-512); the IFMA kernel is the
+/// same generic code over another lane type, whose selections and subtractions are mask
+/// blends. `scripts/ct-check` runs it; `scripts/test` calls that.
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore = "needs valgrind: scripts/ct-check runs it"]
+fn reference_kernel_is_constant_time_under_memcheck() {
+    assert!(
+        memcheck::running_on_valgrind(),
+        "run this test under valgrind: scripts/ct-check"
+    );
+    let k = test_key(2048);
+    let mbk = k.key.mb().unwrap();
+    let input = padded(&below(&k.n, 7), 256);
+    let expected = boring_raw(&k, &input);
+    let c = be_to_limbs(&input, mbk.nn()).unwrap();
+    let blinding = mbk.take_blinding().unwrap();
+    let key = &mbk.limbs;
+    for h in [&key.p, &key.q] {
+        for v in [&h.m, &h.one, &h.r2, &h.r3, &h.windows] {
+            memcheck::secret(v);
+        }
+        memcheck::secret(std::slice::from_ref(&h.k0));
+    }
+    memcheck::secret(&key.qinv_r);
+    memcheck::secret(&blinding.a);
+    memcheck::secret(&blinding.ai);
+    let out = super::arith::private_reference::<20, 40>(&[LaneIn {
+        key,
+        c: &c,
+        blinding: &blinding,
+    }]);
+    memcheck::public(&out[0].s);
+    assert_eq!(limbs_to_be(&out[0].s, 256), expected);
+}
