@@ -62,7 +62,9 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// How often each key server is pinged (and closed connections reopened).
     pub ping_interval: Duration,
-    /// What happens when no key server could sign.
+    /// What happens when no key server could sign. The engine itself only fails the job;
+    /// `sluice-tls` applies this when it loads certificates (with `None` it keeps no local
+    /// key, so nothing after the engine can sign).
     pub fallback: Fallback,
 }
 

@@ -92,7 +92,9 @@ pub enum Status {
     BadRequest = 4,
     /// The private-key operation failed on the server.
     CryptoFailed = 5,
-    /// Too many requests pending on this connection; try another server.
+    /// The server cannot take the request now; try another server. Reserved: this key
+    /// server applies back-pressure instead (it stops reading a connection at
+    /// `max_pending`), but clients treat it like any error and fail over.
     Overloaded = 6,
     /// The server does not speak the request's protocol version.
     BadVersion = 7,
