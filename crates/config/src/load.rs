@@ -372,6 +372,13 @@ impl Cx<'_> {
                 .unwrap_or(d.mb_capacity),
             mb_min_batch: positive(self, raw.mb_min_batch.as_ref(), "mb_min_batch")
                 .unwrap_or(d.mb_min_batch),
+            mb_on_worker: self
+                .choice(
+                    raw.mb_run_on.as_ref(),
+                    "mb_run_on",
+                    &[("thread", false), ("worker", true)],
+                )
+                .unwrap_or(d.mb_on_worker),
         }
     }
 

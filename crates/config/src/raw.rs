@@ -296,6 +296,9 @@ pub struct RawOffloadCrypto {
     /// (default 8: on the CPU it was measured on, eight lanes cost what eight software
     /// signatures cost).
     pub mb_min_batch: Option<Spanned<u32>>,
+    /// `"thread"` (default: batches run on the mb engine's own thread) or `"worker"` (on the
+    /// event-loop worker that submits the batch's last job).
+    pub mb_run_on: Option<Spanned<String>>,
 }
 
 /// `[admin]`: the admin listener (`/metrics`, `/status`).

@@ -115,6 +115,8 @@ pub struct CryptoOffload {
     pub mb_capacity: usize,
     /// Smaller batches are signed in software on the mb thread.
     pub mb_min_batch: usize,
+    /// Run `mb` batches on the submitting worker rather than the engine's thread.
+    pub mb_on_worker: bool,
 }
 
 impl Default for CryptoOffload {
@@ -130,6 +132,7 @@ impl Default for CryptoOffload {
             mb_max_wait: Duration::from_micros(200),
             mb_capacity: 256,
             mb_min_batch: 8,
+            mb_on_worker: true,
         }
     }
 }

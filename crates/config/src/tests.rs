@@ -343,6 +343,26 @@ fn offload_settings_load_and_bad_engines_are_named() {
         (Some(3), Duration::from_millis(20), true)
     );
     assert_eq!(s.certificates[0].offload_engines, Some(vec![]));
+    assert!(c.mb_on_worker, "mb batches run on the worker by default");
+    let thread = good.replace(
+        "verify = \"all\"\n",
+        "verify = \"all\"\nmb_run_on = \"thread\"\n",
+    );
+    assert!(
+        !load_str(&thread, "t", dir.path())
+            .unwrap()
+            .offload
+            .crypto
+            .mb_on_worker
+    );
+    let errs = errors(
+        &good.replace("verify = \"all\"\n", "mb_run_on = \"gpu\"\n"),
+        dir.path(),
+    );
+    assert!(
+        errs.iter().any(|e| e.message.contains("mb_run_on")),
+        "{errs:#?}"
+    );
     assert_eq!(
         s.admin,
         Some("127.0.0.1:9901".parse().unwrap()),

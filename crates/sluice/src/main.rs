@@ -51,7 +51,8 @@ enum Command {
         /// rsa2048 rsa3072 rsa4096 ecdsap256 ecdsap384 ed25519 gzip br zstd (default: the
         /// signature algorithms).
         algorithms: Vec<String>,
-        /// inline, pool, mb (AVX-512 IFMA multi-buffer RSA), or boringssl (BoringSSL's own
+        /// inline, pool, mb (AVX-512 IFMA multi-buffer RSA on its own thread), mb-worker (the
+        /// same, batches computed on the submitting task's thread), or boringssl (BoringSSL's own
         /// signing, for reference).
         #[arg(long, default_value = "inline")]
         engine: String,

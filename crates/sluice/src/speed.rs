@@ -227,13 +227,14 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                             None,
                         )?
                     }
-                    "mb" => {
+                    "mb" | "mb-worker" => {
                         let Some(kernel) = sluice_crypto::Kernel::detect() else {
                             bail!("--engine mb needs AVX-512 IFMA, which this CPU lacks");
                         };
                         let mb = sluice_crypto::Mb::with_kernel(
                             sluice_crypto::MbConfig {
                                 capacity: args.jobs.max(1),
+                                on_worker: engine == "mb-worker",
                                 ..Default::default()
                             },
                             Arc::new(std::sync::atomic::AtomicUsize::new(0)),
@@ -245,7 +246,9 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                             .deadline(Duration::from_secs(10))
                             .build()
                     }
-                    other => bail!("--engine {other}: use inline, pool, mb or boringssl"),
+                    other => {
+                        bail!("--engine {other}: use inline, pool, mb, mb-worker or boringssl")
+                    }
                 };
                 let dispatcher = Arc::new(dispatcher);
                 let mut r = rt.block_on(through(dispatcher.clone(), key, scheme, &args, verify))?;

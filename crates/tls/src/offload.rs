@@ -111,6 +111,7 @@ impl KeyOffload {
                 max_wait: c.mb_max_wait,
                 capacity: c.mb_capacity,
                 min_batch: c.mb_min_batch,
+                on_worker: c.mb_on_worker,
             },
         };
         let keyless = match (

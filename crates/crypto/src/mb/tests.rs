@@ -196,6 +196,7 @@ const ALWAYS_KERNEL: MbConfig = MbConfig {
     max_wait: std::time::Duration::from_micros(200),
     capacity: 256,
     min_batch: 1,
+    on_worker: false,
 };
 
 fn engine_kernel() -> Kernel {
@@ -203,11 +204,23 @@ fn engine_kernel() -> Kernel {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_rsa_scheme_and_decryption_through_the_engine() {
+async fn every_rsa_scheme_and_decryption_through_the_engine_thread() {
+    every_rsa_scheme_and_decryption(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rsa_scheme_and_decryption_on_the_submitting_worker() {
+    every_rsa_scheme_and_decryption(true).await;
+}
+
+async fn every_rsa_scheme_and_decryption(on_worker: bool) {
     let keys = [test_key(2048), test_key(2048), test_key(3072)];
     let mb = Arc::new(
         Mb::with_kernel(
-            ALWAYS_KERNEL,
+            MbConfig {
+                on_worker,
+                ..ALWAYS_KERNEL
+            },
             Arc::new(AtomicUsize::new(0)),
             engine_kernel(),
             None,
@@ -273,9 +286,21 @@ async fn every_rsa_scheme_and_decryption_through_the_engine() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_lane_is_caught_and_its_job_falls_back() {
+    corrupted_lane_falls_back(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_lane_is_caught_on_the_submitting_worker_too() {
+    corrupted_lane_falls_back(true).await;
+}
+
+async fn corrupted_lane_falls_back(on_worker: bool) {
     let k = test_key(2048);
     let mb = Mb::with_kernel(
-        ALWAYS_KERNEL,
+        MbConfig {
+            on_worker,
+            ..ALWAYS_KERNEL
+        },
         Arc::new(AtomicUsize::new(0)),
         engine_kernel(),
         Some(0),
