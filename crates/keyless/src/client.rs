@@ -260,10 +260,11 @@ impl Keyless {
             .collect()
     }
 
-    /// Waits (up to `limit`) until at least one key server is up; for start-up and tests.
-    pub async fn wait_up(&self, limit: Duration) -> bool {
-        let until = tokio::time::Instant::now() + limit;
-        while tokio::time::Instant::now() < until {
+    /// Blocks (up to `limit`) until at least one key server is up; for start-up, so the
+    /// first handshakes need not fall back. The engine's own thread does the connecting.
+    pub fn wait_up(&self, limit: Duration) -> bool {
+        let until = std::time::Instant::now() + limit;
+        loop {
             if self
                 .shared
                 .servers
@@ -272,9 +273,11 @@ impl Keyless {
             {
                 return true;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        false
     }
 }
 

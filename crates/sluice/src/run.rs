@@ -28,18 +28,6 @@ pub(crate) fn check(path: &Path) -> ExitCode {
     }
 }
 
-/// Where the embedded default keeps its certificates: `$XDG_STATE_HOME/sluice`, else
-/// `~/.local/state/sluice`, else `./sluice-state`.
-fn default_state_dir() -> PathBuf {
-    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(x).join("sluice");
-    }
-    if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(home).join(".local/state/sluice");
-    }
-    PathBuf::from("sluice-state")
-}
-
 fn init_tracing(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
@@ -59,7 +47,7 @@ pub(crate) fn run(config: Option<PathBuf>, state_dir: Option<PathBuf>) -> anyhow
         let (snapshot, demo) = match &config {
             Some(path) => (load_file(path)?, None),
             None => {
-                let dir = state_dir.unwrap_or_else(default_state_dir);
+                let dir = state_dir.unwrap_or_else(sluice_tls::selfsigned::default_state_dir);
                 let generated = sluice_tls::selfsigned::ensure_default_certificates(&dir)
                     .with_context(|| {
                         format!("preparing self-signed certificates in {}", dir.display())

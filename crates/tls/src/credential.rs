@@ -89,12 +89,7 @@ pub(crate) fn x509_credential(
         .map_err(TlsError::boring("encoding a private key"))?;
     if let Ok(mut key) = PrivateKey::from_pkcs8(&pkcs8) {
         if keyless {
-            let pk = cert.chain[0]
-                .public_key()
-                .map_err(TlsError::boring("reading the certificate's public key"))?;
-            let id = sluice_keyless::key_id_of(&pk)
-                .map_err(TlsError::boring("hashing the certificate's public key"))?;
-            key = key.with_key_id(id);
+            key = key.with_key_id(key_id(&cert.chain[0])?);
         }
         crate::offload::attach(&credential, Arc::new(key), engines)?;
         return Ok(credential);
@@ -122,6 +117,14 @@ fn free_buffers(buffers: &[*mut boring_sys::CRYPTO_BUFFER]) {
     }
 }
 
+/// The id key servers know the certificate's key by.
+fn key_id(leaf: &boring::x509::X509) -> Result<sluice_crypto::KeyId, TlsError> {
+    let pk = leaf
+        .public_key()
+        .map_err(TlsError::boring("reading the certificate's public key"))?;
+    sluice_keyless::key_id_of(&pk).map_err(TlsError::boring("hashing the public key"))
+}
+
 /// The public half of a certificate's key, for a key that lives on key servers only.
 fn remote_key(leaf: &boring::x509::X509) -> Result<PrivateKey, TlsError> {
     use boring::pkey::Id;
@@ -129,7 +132,7 @@ fn remote_key(leaf: &boring::x509::X509) -> Result<PrivateKey, TlsError> {
     let pk = leaf
         .public_key()
         .map_err(e("reading the certificate's public key"))?;
-    let key_id = sluice_keyless::key_id_of(&pk).map_err(e("hashing the public key"))?;
+    let key_id = key_id(leaf)?;
     let (kind, public) = match pk.id() {
         Id::RSA => (
             KeyKind::Rsa(pk.bits()),

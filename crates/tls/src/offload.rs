@@ -147,21 +147,10 @@ impl KeyOffload {
             verify: config.verify,
             inline_only: config.engines.is_empty(),
         };
-        if let Some(k) = &offload.keyless {
-            // Give the key servers a moment, so the first handshakes need not fall back.
-            let k = k.clone();
-            let up = std::thread::spawn(move || {
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_time()
-                    .build()
-                    .map(|rt| rt.block_on(k.wait_up(std::time::Duration::from_secs(2))))
-                    .unwrap_or(false)
-            })
-            .join()
-            .unwrap_or(false);
-            if !up {
-                tracing::warn!("no key server is up yet; handshakes fall back until one is");
-            }
+        if let Some(k) = &offload.keyless
+            && !k.wait_up(std::time::Duration::from_secs(2))
+        {
+            tracing::warn!("no key server is up yet; handshakes fall back until one is");
         }
         Ok(Arc::new(offload))
     }

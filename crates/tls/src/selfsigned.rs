@@ -153,6 +153,19 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
     std::fs::rename(&tmp, path).map_err(io)
 }
 
+/// Where the embedded default keeps its certificates: `$XDG_STATE_HOME/sluice`, else
+/// `~/.local/state/sluice`, else `./sluice-state` (the gateway's default, and the key
+/// server demo's, so both use the same keys).
+pub fn default_state_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("sluice");
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(home).join(".local/state/sluice");
+    }
+    PathBuf::from("sluice-state")
+}
+
 /// The default certificates: `localhost-ecdsa` and `localhost-rsa` for `localhost`,
 /// `127.0.0.1` and `::1`. Kept across restarts; regenerated when missing, unreadable or
 /// within a week of expiry. Returns whether anything was generated.

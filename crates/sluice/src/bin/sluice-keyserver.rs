@@ -49,7 +49,10 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = match &cli.config {
         Some(path) => ServerConfig::load(path)?,
-        None => demo_config(&cli.state_dir.unwrap_or_else(default_state_dir))?,
+        None => demo_config(
+            &cli.state_dir
+                .unwrap_or_else(sluice_tls::selfsigned::default_state_dir),
+        )?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -71,18 +74,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })
-}
-
-/// `$XDG_STATE_HOME/sluice`, else `~/.local/state/sluice`, else `./sluice-state`: the
-/// gateway's default, so the demo serves the keys of the gateway's default certificates.
-fn default_state_dir() -> PathBuf {
-    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(x).join("sluice");
-    }
-    if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(home).join(".local/state/sluice");
-    }
-    PathBuf::from("sluice-state")
 }
 
 fn demo_config(dir: &Path) -> anyhow::Result<ServerConfig> {
