@@ -8,7 +8,16 @@ async fn gateway(crypto: &str) -> (TestGateway, Origin) {
     gateway_with(crypto, "").await
 }
 
+/// A gateway with `crypto` as its `[offload.crypto]` body. These tests count where each job
+/// went, so a generous engine deadline is the default here: tests run in parallel on a loaded
+/// two-core machine, and a job that outlived the 100 ms default would fall back (correctly,
+/// but not what these tests look at). A test about deadlines names its own.
 async fn gateway_with(crypto: &str, listener_tls: &str) -> (TestGateway, Origin) {
+    let crypto = if crypto.contains("deadline") {
+        crypto.to_string()
+    } else {
+        format!("{crypto}\ndeadline = \"30s\"")
+    };
     let origin = Origin::start("o").await;
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "rsa", KeyKind::Rsa2048, &["a.test"]);
