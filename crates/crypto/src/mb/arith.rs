@@ -331,13 +331,22 @@ pub(crate) fn reduce_once<L: Lanes, const N: usize>(a: &[L; N], m: &[L; N]) -> [
 }
 
 /// `table[idx]` per lane, reading every entry (the index is secret).
+///
+/// Limb by limb: every entry's limb blended into one register (a masked move each), then
+/// stored once. Entry by entry (the natural order) kept all `N` limbs live across the
+/// entries; as an iterator (`.iter().enumerate().skip(1)`) the loop called an out-of-line
+/// `next` that spilled them around every call: a fifth of the kernel's time went to those
+/// spills. (Masks computed once and or-ed in with `vpternlogq` measured slower.)
 #[inline(always)]
 fn select<L: Lanes, const N: usize>(table: &[[L; N]; TABLE], idx: L, out: &mut [L; N]) {
-    *out = table[0];
-    for (k, entry) in table.iter().enumerate().skip(1) {
-        for j in 0..N {
-            out[j] = out[j].select_eq(idx, k as u64, entry[j]);
+    for j in 0..N {
+        let mut v = table[0][j];
+        let mut k = 1;
+        while k < TABLE {
+            v = v.select_eq(idx, k as u64, table[k][j]);
+            k += 1;
         }
+        out[j] = v;
     }
 }
 

@@ -490,3 +490,17 @@ fn reference_kernel_is_constant_time_under_memcheck() {
     memcheck::public(&out[0].s);
     assert_eq!(limbs_to_be(&out[0].s, 256), expected);
 }
+
+/// The exponent windows span the primes' bits, so a key whose CRT exponents are not reduced
+/// (d_p >= p: valid arithmetic, but longer than the windows) is left to the software engine
+/// rather than computed wrong.
+#[test]
+fn keys_with_unreduced_crt_exponents_are_not_taken() {
+    let k = test_key(2048);
+    let mut c = k.key.raw_rsa.as_ref().unwrap().components().unwrap();
+    assert!(key::MbKey::new(&c).is_some());
+    let p = BigUint::from_bytes_be(&c.p);
+    let dp = BigUint::from_bytes_be(&c.dp) + (&p - 1u8);
+    c.dp = dp.to_bytes_be();
+    assert!(key::MbKey::new(&c).is_none());
+}
