@@ -82,7 +82,9 @@ impl BodyEncoder {
             for seg in &input {
                 self.crc.update(seg);
             }
-            if self.encoding.dictionary {
+            // The last chunk primes nothing: no history (a 32 KiB copy for every body that
+            // fits one chunk, which is most of them).
+            if self.encoding.dictionary && !last {
                 self.history = tail(&self.history, &input);
             }
         }
