@@ -14,6 +14,12 @@
 //! to a restarted server at its first good ping. A lost connection fails its requests at once
 //! (they move to another server without waiting for a timeout) and marks its server down.
 //!
+//! A key server that answers `unknown_key` is not asked for that key again for
+//! [`UNKNOWN_KEY_TTL`] (or until it reconnects); while no server that is up may have the key,
+//! the engine refuses its jobs at once as unsupported: they go straight to the next engine
+//! without a round trip, and without counting as failures (which would open the engine's
+//! breaker for every other key).
+//!
 //! The engine runs its sockets on a thread and runtime of its own ("sluice-keyless"), so it
 //! is process-wide like every engine and outlives configuration reloads of the gateway.
 
@@ -22,15 +28,19 @@ use boring::pkey::{PKey, Private};
 use boring::ssl::{SslConnector, SslMethod, SslVerifyMode, SslVersion};
 use boring::x509::X509;
 use bytes::{Bytes, BytesMut};
-use sluice_crypto::{KeyJob, RemoteInput};
+use sluice_crypto::{KeyId, KeyJob, RemoteInput};
 use sluice_offload::{Engine, EngineError, Pending, Reject, completer};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
+
+/// How long a key server that answered `unknown_key` for a key is not asked for it again.
+/// Keys added on a key server are used within this time (at once when it restarts).
+pub const UNKNOWN_KEY_TTL: Duration = Duration::from_secs(10);
 
 /// What happens to a job when no key server could sign it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +139,8 @@ struct Server {
     up: AtomicBool,
     ok: AtomicU64,
     failed: AtomicU64,
+    /// Key ids it answered `unknown_key` for, until when.
+    missing: Mutex<HashMap<KeyId, Instant>>,
 }
 
 /// One open connection: a writer task fed by `writer`, a reader task completing `pending`.
@@ -202,6 +214,7 @@ impl Keyless {
                     up: AtomicBool::new(false),
                     ok: AtomicU64::new(0),
                     failed: AtomicU64::new(0),
+                    missing: Mutex::new(HashMap::new()),
                 })
                 .collect(),
             connector: b.build(),
@@ -287,16 +300,21 @@ impl Engine<KeyJob> for Keyless {
     }
 
     fn submit(&self, job: KeyJob) -> Result<Pending<Vec<u8>>, Reject> {
-        if job.key_id().is_none() {
+        let Some(key_id) = job.key_id() else {
             return Err(Reject::Unsupported);
-        }
-        if !self
+        };
+        let mut up = self
             .shared
             .servers
             .iter()
-            .any(|s| s.up.load(Ordering::Relaxed))
-        {
+            .filter(|s| s.up.load(Ordering::Relaxed))
+            .peekable();
+        if up.peek().is_none() {
             return Err(Reject::Down);
+        }
+        let now = Instant::now();
+        if up.all(|s| s.lacks(key_id, now)) {
+            return Err(Reject::Unsupported);
         }
         let (tx, pending) = completer();
         let shared = self.shared.clone();
@@ -326,7 +344,12 @@ impl Shared {
             return Err(EngineError::Failed("the key has no key id".into()));
         };
         let mut errors = Vec::new();
+        let now = Instant::now();
         for server in self.order() {
+            if server.lacks(&key_id, now) {
+                errors.push(format!("{}: unknown_key (remembered)", server.address));
+                continue;
+            }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let frame = match job.remote_input() {
                 RemoteInput::Sign { scheme, message } => {
@@ -351,6 +374,9 @@ impl Shared {
                     if matches!(e, AttemptError::Lost | AttemptError::NotConnected) {
                         server.up.store(false, Ordering::Relaxed);
                     }
+                    if matches!(e, AttemptError::Status(Status::UnknownKey, _)) {
+                        server.remember_missing(key_id);
+                    }
                     tracing::debug!(server = %server.address, error = %e, "key server attempt failed");
                     errors.push(format!("{}: {e}", server.address));
                 }
@@ -367,6 +393,21 @@ impl Shared {
 }
 
 impl Server {
+    /// Whether this server said lately that it has no key `id`.
+    fn lacks(&self, id: &KeyId, now: Instant) -> bool {
+        let missing = self.missing.lock().unwrap_or_else(|e| e.into_inner());
+        missing.get(id).is_some_and(|&until| now < until)
+    }
+
+    fn remember_missing(&self, id: KeyId) {
+        let now = Instant::now();
+        let mut missing = self.missing.lock().unwrap_or_else(|e| e.into_inner());
+        // Expired entries go when new ones come: the map holds at most the keys that missed
+        // within the last TTL.
+        missing.retain(|_, until| now < *until);
+        missing.insert(id, now + UNKNOWN_KEY_TTL);
+    }
+
     /// The open connection with the fewest requests in flight.
     fn connection(&self) -> Option<Arc<Conn>> {
         self.connections
@@ -541,6 +582,12 @@ async fn health(shared: Arc<Shared>, index: usize) {
         let up = ping.as_ref().is_ok_and(|b| &b[..] == b"sluice");
         let was = server.up.swap(up, Ordering::Relaxed);
         if up && !was {
+            // A restarted key server may have been given the keys it lacked.
+            server
+                .missing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
             tracing::info!(server = %server.address, "key server up");
             logged_down = false;
         } else if !up && !logged_down {
@@ -552,5 +599,33 @@ async fn health(shared: Arc<Shared>, index: usize) {
             logged_down = true;
         }
         tokio::time::sleep(shared.ping_interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_key_is_remembered_per_server_until_its_ttl_ends() {
+        let server = Server {
+            address: "ks:1".into(),
+            connections: Vec::new(),
+            in_flight: AtomicUsize::new(0),
+            up: AtomicBool::new(true),
+            ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            missing: Mutex::new(HashMap::new()),
+        };
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        let now = Instant::now();
+        assert!(!server.lacks(&a, now));
+        server.remember_missing(a);
+        assert!(server.lacks(&a, Instant::now()));
+        assert!(
+            !server.lacks(&b, Instant::now()),
+            "only the key it answered for"
+        );
+        assert!(!server.lacks(&a, now + UNKNOWN_KEY_TTL + Duration::from_millis(1)));
     }
 }
