@@ -219,8 +219,13 @@ def nginx_gateway_conf(d, cert):
 """
 
 
+# Lanes per RSA-2048 batch of the `mb` gateway ("auto": the default, 8; --mb-lanes 4|8).
+MB_LANES = "auto"
+
+
 def sluice_conf(d, cert, engine="pool", port=SLUICE_PORT, log="sluice-access.log"):
     engines = {"pool": '["pool"]', "mb": '["mb", "pool"]'}.get(engine, "[]")
+    mb_lanes = f'\nmb_lanes = {MB_LANES if MB_LANES != "auto" else chr(34) + "auto" + chr(34)}' if engine == "mb" else ""
     compress_engines = '["pool"]' if engine in ("pool", "mb") else "[]"
     return f"""
 [global]
@@ -231,7 +236,7 @@ access_log = '{d}/{log}'
 [admin]
 enabled = false
 [offload.crypto]
-engines = {engines}
+engines = {engines}{mb_lanes}
 [offload.compress]
 engines = {compress_engines}
 [[listener]]
@@ -442,8 +447,12 @@ def main():
     ap.add_argument("--duration", type=float)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--only", help="run only scenarios whose name contains this text")
+    ap.add_argument("--mb-lanes", choices=["auto", "4", "8"], default="auto",
+                    help="lanes per RSA-2048 batch of the `mb` gateway (default: auto, 8)")
     ap.add_argument("--render", metavar="JSON", help="print the table of an earlier run's JSON file and exit")
     args = ap.parse_args()
+    global MB_LANES
+    MB_LANES = args.mb_lanes
     if args.render:
         meta = json.loads(Path(args.render).read_text())
         print(render(meta["scenarios"], meta["runs"], meta["duration_s"], meta["cpu"], meta["date"]))
@@ -580,7 +589,7 @@ def render(results, runs, duration, cpu, date):
             f"{util('nginx', 'gateway_util'):.0%} / {util('sluice', 'gateway_util'):.0%} | "
             f"{util('nginx', 'load_core_util'):.0%} / {util('sluice', 'load_core_util'):.0%} | {'; '.join(notes)} |")
         for who, label in (("sluice-inline", "Sluice engine `inline` (offload work on the event loop)"),
-                           ("sluice-mb", "Sluice engine `mb` (AVX-512 IFMA, 8 RSA operations per batch)")):
+                           ("sluice-mb", f"Sluice engine `mb` (AVX-512 IFMA, mb_lanes = {MB_LANES})")):
             if who not in row["runs"]:
                 continue
             vals = [r["value"] for r in row["runs"][who]]

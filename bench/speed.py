@@ -4,6 +4,7 @@ system OpenSSL) on the same pinned core, alternating, several runs; median [min-
 
     bench/speed                                  # 5 runs x 3 s, every algorithm, inline + pool
     bench/speed --runs 3 --seconds 2 --engines inline,pool,mb --algorithms rsa2048
+    bench/speed --engines mb-worker/4,mb-worker/8 --jobs 64 --algorithms rsa2048  # mb lanes
 
 Called by bench/speed (the shell wrapper), which installs openssl and builds sluice.
 Both sides measure one operation at a time per job on the same core; Sluice's RSA figures
@@ -48,8 +49,12 @@ def openssl_speed(core, algorithms, seconds):
 
 
 def sluice_speed(core, engine, algorithms, seconds, jobs, threads):
+    # "mb-worker/4": the engine with that many lanes per batch (`--mb-lanes`).
+    engine, _, lanes = engine.partition("/")
     argv = ["taskset", "-c", str(core), str(SLUICE), "speed", *algorithms, "--engine", engine,
             "--seconds", str(seconds), "--jobs", str(jobs), "--json"]
+    if lanes:
+        argv += ["--mb-lanes", lanes]
     if threads:
         argv += ["--threads", str(threads)]
     out = subprocess.run(argv, capture_output=True, text=True, check=True,

@@ -379,6 +379,24 @@ impl Cx<'_> {
                     &[("thread", false), ("worker", true)],
                 )
                 .unwrap_or(d.mb_on_worker),
+            mb_lanes: self.mb_lanes(raw.mb_lanes.as_ref()),
+        }
+    }
+
+    /// `mb_lanes`: `"auto"`, 4 or 8.
+    fn mb_lanes(&mut self, v: Option<&Spanned<toml::Value>>) -> Option<usize> {
+        let v = v?;
+        match v.get_ref() {
+            toml::Value::String(s) if s == "auto" => None,
+            toml::Value::Integer(n @ (4 | 8)) => Some(*n as usize),
+            other => {
+                self.err_at(
+                    v,
+                    format!("[offload.crypto] mb_lanes = {other} is not a batch width"),
+                    "use 8 (512-bit IFMA, the default: most signatures per core) or 4 (256-bit IFMA: half the time per batch)",
+                );
+                None
+            }
         }
     }
 

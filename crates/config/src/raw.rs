@@ -299,6 +299,8 @@ pub struct RawOffloadCrypto {
     /// `"thread"` (default: batches run on the mb engine's own thread) or `"worker"` (on the
     /// event-loop worker that submits the batch's last job).
     pub mb_run_on: Option<Spanned<String>>,
+    /// `"auto"` (default: 8), `4` or `8`: lanes per RSA-2048 mb batch (256- or 512-bit IFMA).
+    pub mb_lanes: Option<Spanned<toml::Value>>,
 }
 
 /// `[admin]`: the admin listener (`/metrics`, `/status`).

@@ -117,6 +117,8 @@ pub struct CryptoOffload {
     pub mb_min_batch: usize,
     /// Run `mb` batches on the submitting worker rather than the engine's thread.
     pub mb_on_worker: bool,
+    /// Lanes per `mb` batch: 4 (256-bit IFMA) or 8 (512-bit); `None`: chosen for the CPU.
+    pub mb_lanes: Option<usize>,
 }
 
 impl Default for CryptoOffload {
@@ -133,6 +135,7 @@ impl Default for CryptoOffload {
             mb_capacity: 256,
             mb_min_batch: 8,
             mb_on_worker: true,
+            mb_lanes: None,
         }
     }
 }

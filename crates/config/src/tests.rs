@@ -363,6 +363,28 @@ fn offload_settings_load_and_bad_engines_are_named() {
         errs.iter().any(|e| e.message.contains("mb_run_on")),
         "{errs:#?}"
     );
+    assert_eq!(c.mb_lanes, None, "mb lanes: the CPU's choice by default");
+    for (v, want) in [("4", Some(4)), ("8", Some(8)), ("\"auto\"", None)] {
+        let t = good.replace("verify = \"all\"\n", &format!("mb_lanes = {v}\n"));
+        assert_eq!(
+            load_str(&t, "t", dir.path())
+                .unwrap()
+                .offload
+                .crypto
+                .mb_lanes,
+            want,
+            "{v}"
+        );
+    }
+    let errs = errors(
+        &good.replace("verify = \"all\"\n", "mb_lanes = 6\n"),
+        dir.path(),
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.message.contains("mb_lanes") && e.help.contains("256-bit")),
+        "{errs:#?}"
+    );
     assert_eq!(
         s.admin,
         Some("127.0.0.1:9901".parse().unwrap()),

@@ -77,6 +77,10 @@ enum Command {
         /// gzip backend: isal (levels 0-3) or zlib-rs (1-9).
         #[arg(long, default_value = "isal")]
         backend: String,
+        /// Lanes per RSA-2048 mb batch: 8 (512-bit IFMA, the default) or 4 (256-bit).
+        #[arg(long, value_parser = clap::builder::TypedValueParser::map(clap::builder::PossibleValuesParser::new(["4", "8"]),
+            |s: String| s.parse::<usize>().unwrap_or(8)))]
+        mb_lanes: Option<usize>,
     },
 }
 
@@ -102,6 +106,7 @@ fn main() -> ExitCode {
             json,
             level,
             backend,
+            mb_lanes,
         } => speed::run(speed::SpeedArgs {
             algorithms,
             engine,
@@ -112,6 +117,7 @@ fn main() -> ExitCode {
             json,
             level,
             backend,
+            mb_lanes,
         }),
         Command::DemoPage => {
             use std::io::Write;

@@ -26,6 +26,8 @@ pub(crate) struct SpeedArgs {
     pub(crate) level: Option<u32>,
     /// gzip backend: isal or zlib-rs.
     pub(crate) backend: String,
+    /// Lanes per mb batch (4 or 8); `None`: the CPU's choice.
+    pub(crate) mb_lanes: Option<usize>,
 }
 
 const ALGORITHMS: [&str; 6] = [
@@ -228,8 +230,14 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                         )?
                     }
                     "mb" | "mb-worker" => {
-                        let Some(kernel) = sluice_crypto::Kernel::detect() else {
-                            bail!("--engine mb needs AVX-512 IFMA, which this CPU lacks");
+                        let kernel = match args.mb_lanes {
+                            None => sluice_crypto::Kernel::detect(),
+                            Some(n) => sluice_crypto::Kernel::detect_lanes(n),
+                        };
+                        let Some(kernel) = kernel else {
+                            bail!(
+                                "--engine mb needs AVX-512 IFMA (and VL for --mb-lanes 4), which this CPU lacks"
+                            );
                         };
                         let mb = sluice_crypto::Mb::with_kernel(
                             sluice_crypto::MbConfig {

@@ -112,6 +112,7 @@ impl KeyOffload {
                 capacity: c.mb_capacity,
                 min_batch: c.mb_min_batch,
                 on_worker: c.mb_on_worker,
+                lanes: c.mb_lanes,
             },
         };
         let keyless = match (

@@ -175,43 +175,58 @@ unrolled_mont_mul!(mont_mul30, 30, 29);
 unrolled_mont_mul!(mont_mul40, 40, 39);
 
 /// The unrolled multiplications for IFMA lanes, each compiled once as a function of its own
-/// (inlined at every call site, they made the crate take over ten minutes to compile).
-#[cfg(target_arch = "x86_64")]
-mod ifma_mont {
-    use super::super::lanes::Ifma;
-
-    macro_rules! entry {
-        ($name:ident, $inner:ident, $n:literal) => {
-            #[target_feature(enable = "avx512f,avx512ifma")]
-            #[inline(never)]
-            pub(crate) fn $name(
-                a: &[Ifma; $n],
-                b: &[Ifma; $n],
-                m: &[Ifma; $n],
-                k0: Ifma,
-                out: &mut [Ifma; $n],
-            ) {
-                *out = super::$inner::<Ifma>(a, b, m, k0);
-            }
-        };
-    }
-    entry!(mont_mul20, mont_mul_sos20, 20);
-
-    macro_rules! sqr_entry {
-        ($name:ident, $n:literal) => {
-            #[target_feature(enable = "avx512f,avx512ifma")]
-            #[inline(never)]
-            pub(crate) fn $name(a: &[Ifma; $n], m: &[Ifma; $n], k0: Ifma, out: &mut [Ifma; $n]) {
-                *out = super::$name::<Ifma>(a, m, k0);
-            }
-        };
-    }
-    sqr_entry!(mont_sqr20, 20);
-    sqr_entry!(mont_sqr30, 30);
-    sqr_entry!(mont_sqr40, 40);
-    entry!(mont_mul30, mont_mul30, 30);
-    entry!(mont_mul40, mont_mul40, 40);
+/// (inlined at every call site, they made the crate take over ten minutes to compile): one
+/// module per lane width, compiled with that width's target features.
+macro_rules! ifma_entries {
+    (
+        $module:ident, $lanes:ident, $features:literal,
+        mul: [$(($mul:ident, $mul_inner:ident, $mn:literal)),*],
+        sqr: [$(($sqr:ident, $sn:literal)),*]
+    ) => {
+        #[cfg(target_arch = "x86_64")]
+        pub(crate) mod $module {
+            use super::super::lanes::$lanes;
+            $(
+                #[target_feature(enable = $features)]
+                #[inline(never)]
+                pub(crate) fn $mul(
+                    a: &[$lanes; $mn],
+                    b: &[$lanes; $mn],
+                    m: &[$lanes; $mn],
+                    k0: $lanes,
+                    out: &mut [$lanes; $mn],
+                ) {
+                    *out = super::$mul_inner::<$lanes>(a, b, m, k0);
+                }
+            )*
+            $(
+                #[target_feature(enable = $features)]
+                #[inline(never)]
+                pub(crate) fn $sqr(
+                    a: &[$lanes; $sn],
+                    m: &[$lanes; $sn],
+                    k0: $lanes,
+                    out: &mut [$lanes; $sn],
+                ) {
+                    *out = super::$sqr::<$lanes>(a, m, k0);
+                }
+            )*
+        }
+    };
 }
+
+ifma_entries!(
+    ifma_mont, Ifma, "avx512f,avx512ifma",
+    mul: [(mont_mul20, mont_mul_sos20, 20), (mont_mul30, mont_mul30, 30), (mont_mul40, mont_mul40, 40)],
+    sqr: [(mont_sqr20, 20), (mont_sqr30, 30), (mont_sqr40, 40)]
+);
+// Four lanes serve RSA-2048 only (primes of 20 limbs, the modulus of 40).
+ifma_entries!(
+    ifma4_mont, Ifma4, "avx512f,avx512vl,avx512ifma",
+    mul: [(mont_mul20, mont_mul_sos20, 20), (mont_mul40, mont_mul40, 40)],
+    sqr: [(mont_sqr20, 20), (mont_sqr40, 40)]
+);
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) use ifma_mont::{
     mont_mul20 as ifma_mont_mul20, mont_mul30 as ifma_mont_mul30, mont_mul40 as ifma_mont_mul40,
@@ -590,6 +605,20 @@ pub(crate) unsafe fn private_ifma<const NP: usize, const NN: usize>(
     private::<super::lanes::Ifma, NP, NN>(lanes)
 }
 
+/// The same kernel on AVX-512 IFMA with 256-bit registers: up to four lanes at once.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, VL and IFMA ([`super::lanes::ifma256_available`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512ifma")]
+#[expect(unsafe_code, reason = "a target_feature kernel; callers check the CPU")]
+pub(crate) unsafe fn private_ifma4<const NP: usize, const NN: usize>(
+    lanes: &[LaneIn<'_>],
+) -> Vec<LaneOut> {
+    assert!(!lanes.is_empty() && lanes.len() <= 4);
+    private::<super::lanes::Ifma4, NP, NN>(lanes)
+}
+
 /// One lane of the check before release: does `s^e mod n` give back the input `c`?
 pub(crate) struct CheckIn<'a> {
     pub(crate) key: &'a KeyLimbs,
@@ -650,4 +679,19 @@ pub(crate) unsafe fn public_check_ifma<const NN: usize>(
 ) -> Vec<bool> {
     assert!(!lanes.is_empty() && lanes.len() <= 8);
     public_check::<super::lanes::Ifma, NN>(lanes, e)
+}
+
+/// [`public_check`] on AVX-512 IFMA with 256-bit registers, up to four lanes.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, VL and IFMA ([`super::lanes::ifma256_available`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512ifma")]
+#[expect(unsafe_code, reason = "a target_feature kernel; callers check the CPU")]
+pub(crate) unsafe fn public_check_ifma4<const NN: usize>(
+    lanes: &[CheckIn<'_>],
+    e: u64,
+) -> Vec<bool> {
+    assert!(!lanes.is_empty() && lanes.len() <= 4);
+    public_check::<super::lanes::Ifma4, NN>(lanes, e)
 }

@@ -138,7 +138,7 @@ impl Lanes for Scalar {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use ifma::{Ifma, ifma_available};
+pub(crate) use ifma::{Ifma, Ifma4, ifma_available, ifma256_available};
 
 #[cfg(target_arch = "x86_64")]
 mod ifma {
@@ -149,6 +149,11 @@ mod ifma {
     pub(crate) fn ifma_available() -> bool {
         std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512ifma")
+    }
+
+    /// Whether this CPU also runs IFMA on 256-bit registers (AVX-512 VL), for [`Ifma4`].
+    pub(crate) fn ifma256_available() -> bool {
+        ifma_available() && std::arch::is_x86_feature_detected!("avx512vl")
     }
 
     /// Eight lanes of a 512-bit register.
@@ -297,6 +302,156 @@ mod ifma {
                 20 => via!(ifma_mont_sqr20),
                 30 => via!(ifma_mont_sqr30),
                 40 => via!(ifma_mont_sqr40),
+                _ => false,
+            }
+        }
+    }
+
+    /// Four lanes of a 256-bit register: the same instructions on half the width. Where a
+    /// 512-bit instruction issues once a cycle and a 256-bit one twice (AMD Zen 4 runs
+    /// AVX-512 on 256-bit units), four lanes give the same throughput as eight in half the
+    /// time per batch. Sound for the same reasons as [`Ifma`], with AVX-512 VL checked too
+    /// ([`ifma256_available`]).
+    #[derive(Clone, Copy)]
+    pub(crate) struct Ifma4(__m256i);
+
+    #[expect(
+        unsafe_code,
+        reason = "AVX-512 VL intrinsics; sound only where the CPU has them (see `Ifma4`)"
+    )]
+    impl Lanes for Ifma4 {
+        const LANES: usize = 4;
+
+        #[inline(always)]
+        fn splat(x: u64) -> Self {
+            // SAFETY: reached only with AVX2 present (implied by AVX-512; see `Ifma4`).
+            Ifma4(unsafe { _mm256_set1_epi64x(x as i64) })
+        }
+        #[inline(always)]
+        fn load(src: &[u64]) -> Self {
+            assert!(src.len() >= 4);
+            // SAFETY: four readable u64 (asserted); unaligned load; AVX present.
+            Ifma4(unsafe { _mm256_loadu_si256(src.as_ptr().cast()) })
+        }
+        #[inline(always)]
+        fn store(self, dst: &mut [u64]) {
+            assert!(dst.len() >= 4);
+            // SAFETY: four writable u64 (asserted); unaligned store; AVX present.
+            unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), self.0) }
+        }
+        #[inline(always)]
+        fn madd52lo(self, a: Self, b: Self) -> Self {
+            // SAFETY: AVX-512 IFMA and VL present (see `Ifma4`).
+            Ifma4(unsafe { _mm256_madd52lo_epu64(self.0, a.0, b.0) })
+        }
+        #[inline(always)]
+        fn madd52hi(self, a: Self, b: Self) -> Self {
+            // SAFETY: AVX-512 IFMA and VL present (see `Ifma4`).
+            Ifma4(unsafe { _mm256_madd52hi_epu64(self.0, a.0, b.0) })
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            // SAFETY: AVX2 present (see `Ifma4`).
+            Ifma4(unsafe { _mm256_add_epi64(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn sub(self, o: Self) -> Self {
+            // SAFETY: AVX2 present (see `Ifma4`).
+            Ifma4(unsafe { _mm256_sub_epi64(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn and(self, o: Self) -> Self {
+            // SAFETY: AVX2 present (see `Ifma4`).
+            Ifma4(unsafe { _mm256_and_si256(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn shr52(self) -> Self {
+            // SAFETY: AVX2 present (see `Ifma4`).
+            Ifma4(unsafe { _mm256_srli_epi64::<{ LIMB_BITS as i32 }>(self.0) })
+        }
+        #[inline(always)]
+        fn sar52(self) -> Self {
+            // SAFETY: AVX-512 VL present (see `Ifma4`): the 64-bit arithmetic shift.
+            Ifma4(unsafe { _mm256_srai_epi64::<LIMB_BITS>(self.0) })
+        }
+        #[inline(always)]
+        fn shl1(self) -> Self {
+            // SAFETY: AVX2 present (see `Ifma4`).
+            Ifma4(unsafe { _mm256_slli_epi64::<1>(self.0) })
+        }
+        #[inline(always)]
+        fn select_eq(self, idx: Self, k: u64, val: Self) -> Self {
+            // SAFETY: AVX-512 VL present (see `Ifma4`). A mask register blend: no branch.
+            Ifma4(unsafe {
+                let m = _mm256_cmpeq_epi64_mask(idx.0, _mm256_set1_epi64x(k as i64));
+                _mm256_mask_mov_epi64(self.0, m, val.0)
+            })
+        }
+        #[inline(always)]
+        fn select_neg(self, cond: Self, val: Self) -> Self {
+            // SAFETY: AVX-512 VL present (see `Ifma4`). A mask register blend: no branch.
+            Ifma4(unsafe {
+                let m = _mm256_cmplt_epi64_mask(cond.0, _mm256_setzero_si256());
+                _mm256_mask_mov_epi64(self.0, m, val.0)
+            })
+        }
+        #[inline(always)]
+        fn mont_mul_unrolled<const N: usize>(
+            a: &[Self; N],
+            b: &[Self; N],
+            m: &[Self; N],
+            k0: Self,
+            out: &mut [Self; N],
+        ) -> bool {
+            use crate::mb::arith::ifma4_mont::{mont_mul20, mont_mul40};
+            macro_rules! via {
+                ($f:ident) => {{
+                    // SAFETY: IFMA and VL present (see `Ifma4`); the sizes match (N is the
+                    // literal).
+                    unsafe {
+                        $f(
+                            a[..].try_into().expect("N"),
+                            b[..].try_into().expect("N"),
+                            m[..].try_into().expect("N"),
+                            k0,
+                            (&mut out[..]).try_into().expect("N"),
+                        )
+                    };
+                    true
+                }};
+            }
+            match N {
+                20 => via!(mont_mul20),
+                40 => via!(mont_mul40),
+                _ => false,
+            }
+        }
+        #[inline(always)]
+        fn mont_sqr_unrolled<const N: usize>(
+            a: &[Self; N],
+            m: &[Self; N],
+            k0: Self,
+            out: &mut [Self; N],
+        ) -> bool {
+            use crate::mb::arith::ifma4_mont::{mont_sqr20, mont_sqr40};
+            macro_rules! via {
+                ($f:ident) => {{
+                    // SAFETY: IFMA and VL present (see `Ifma4`); the sizes match (N is the
+                    // literal).
+                    unsafe {
+                        $f(
+                            a[..].try_into().expect("N"),
+                            m[..].try_into().expect("N"),
+                            k0,
+                            (&mut out[..]).try_into().expect("N"),
+                        )
+                    };
+                    true
+                }};
+            }
+            match N {
+                20 => via!(mont_sqr20),
+                40 => via!(mont_sqr40),
                 _ => false,
             }
         }

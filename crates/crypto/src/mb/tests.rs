@@ -133,12 +133,26 @@ fn reference_kernel_matches_boringssl_raw_rsa_for_every_size() {
     }
 }
 
+/// The IFMA kernels of both widths this CPU has (none without AVX-512 IFMA).
+fn ifma_kernels() -> Vec<Kernel> {
+    let kernels: Vec<Kernel> = [8, 4]
+        .into_iter()
+        .filter_map(Kernel::detect_lanes)
+        .collect();
+    if kernels.is_empty() {
+        eprintln!("skipped: this CPU has no AVX-512 IFMA (the reference is tested anyway)");
+    }
+    kernels
+}
+
 #[test]
 fn ifma_kernel_equals_the_reference_on_mixed_keys_and_partial_batches() {
-    let Some(Kernel::Ifma) = Kernel::detect() else {
-        eprintln!("skipped: this CPU has no AVX-512 IFMA (the reference is tested anyway)");
-        return;
-    };
+    for kernel in ifma_kernels() {
+        ifma_kernel_on_mixed_keys_and_partial_batches(kernel);
+    }
+}
+
+fn ifma_kernel_on_mixed_keys_and_partial_batches(kernel: Kernel) {
     for bits in [2048, 3072, 4096] {
         let keys: Vec<TestKey> = (0..if bits == 2048 { 3 } else { 2 })
             .map(|_| test_key(bits))
@@ -159,12 +173,12 @@ fn ifma_kernel_equals_the_reference_on_mixed_keys_and_partial_batches() {
                     (k, padded(&x, len))
                 })
                 .collect();
-            let fast = kernel_results(Kernel::Ifma, &work);
+            let fast = kernel_results(kernel, &work);
             for (i, (k, input)) in work.iter().enumerate() {
                 assert_eq!(
                     fast[i],
                     boring_raw(k, input),
-                    "{bits} bits, {count} lanes, lane {i}"
+                    "{kernel:?}, {bits} bits, {count} lanes, lane {i}"
                 );
             }
         }
@@ -173,20 +187,22 @@ fn ifma_kernel_equals_the_reference_on_mixed_keys_and_partial_batches() {
 
 #[test]
 fn ifma_kernel_matches_boringssl_on_many_messages() {
-    let Some(Kernel::Ifma) = Kernel::detect() else {
-        eprintln!("skipped: this CPU has no AVX-512 IFMA");
-        return;
-    };
     let keys: Vec<TestKey> = (0..8).map(|_| test_key(2048)).collect();
-    for round in 0..128u64 {
-        let work: Vec<(&TestKey, Vec<u8>)> = keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (k, padded(&below(&k.n, round * 8 + i as u64), 256)))
-            .collect();
-        let fast = kernel_results(Kernel::Ifma, &work);
-        for (i, (k, input)) in work.iter().enumerate() {
-            assert_eq!(fast[i], boring_raw(k, input), "round {round} lane {i}");
+    for kernel in ifma_kernels() {
+        for round in 0..128u64 {
+            let work: Vec<(&TestKey, Vec<u8>)> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (k, padded(&below(&k.n, round * 8 + i as u64), 256)))
+                .collect();
+            let fast = kernel_results(kernel, &work);
+            for (i, (k, input)) in work.iter().enumerate() {
+                assert_eq!(
+                    fast[i],
+                    boring_raw(k, input),
+                    "{kernel:?}, round {round} lane {i}"
+                );
+            }
         }
     }
 }
@@ -197,10 +213,23 @@ const ALWAYS_KERNEL: MbConfig = MbConfig {
     capacity: 256,
     min_batch: 1,
     on_worker: false,
+    lanes: None,
 };
 
 fn engine_kernel() -> Kernel {
     Kernel::detect().unwrap_or(Kernel::Reference)
+}
+
+/// Every kernel this CPU has (both IFMA widths where it has them), or the reference.
+fn engine_kernels() -> Vec<Kernel> {
+    let mut k: Vec<Kernel> = [8, 4]
+        .into_iter()
+        .filter_map(Kernel::detect_lanes)
+        .collect();
+    if k.is_empty() {
+        k.push(Kernel::Reference);
+    }
+    k
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,6 +244,12 @@ async fn every_rsa_scheme_and_decryption_on_the_submitting_worker() {
 
 async fn every_rsa_scheme_and_decryption(on_worker: bool) {
     let keys = [test_key(2048), test_key(2048), test_key(3072)];
+    for kernel in engine_kernels() {
+        every_rsa_scheme_and_decryption_with(on_worker, kernel, &keys).await;
+    }
+}
+
+async fn every_rsa_scheme_and_decryption_with(on_worker: bool, kernel: Kernel, keys: &[TestKey]) {
     let mb = Arc::new(
         Mb::with_kernel(
             MbConfig {
@@ -222,7 +257,7 @@ async fn every_rsa_scheme_and_decryption(on_worker: bool) {
                 ..ALWAYS_KERNEL
             },
             Arc::new(AtomicUsize::new(0)),
-            engine_kernel(),
+            kernel,
             None,
         )
         .unwrap(),
@@ -251,7 +286,7 @@ async fn every_rsa_scheme_and_decryption(on_worker: bool) {
         let sig = sig.unwrap();
         assert!(
             boring_verifies(&keys[ki].boring, scheme, &msg, &sig),
-            "{ki} {scheme:?}"
+            "{kernel:?} {ki} {scheme:?}"
         );
     }
     // Decryption: BoringSSL encrypts with PKCS#1 padding; the raw result holds it.

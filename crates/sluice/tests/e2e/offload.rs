@@ -306,8 +306,18 @@ async fn rsa_key_exchange_decrypts_through_the_pool_when_enabled() {
 /// answers `Unsupported` and every handshake still succeeds on the next engine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mb_signs_concurrent_handshakes_in_batches_or_falls_through_without_ifma() {
+    mb_handshakes("").await;
+}
+
+/// The same with RSA-2048 batches of four on 256-bit IFMA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mb_with_four_lanes_signs_concurrent_handshakes_too() {
+    mb_handshakes("mb_lanes = 4").await;
+}
+
+async fn mb_handshakes(extra: &str) {
     let (gw, _o) = gateway_with(
-        "engines = [\"mb\", \"pool\"]\npool_threads = 1",
+        &format!("engines = [\"mb\", \"pool\"]\npool_threads = 1\n{extra}"),
         "rsa_key_exchange = true",
     )
     .await;
@@ -339,10 +349,15 @@ async fn mb_signs_concurrent_handshakes_in_batches_or_falls_through_without_ifma
         "{c:?}"
     );
     assert_eq!((mb.failed, pool.failed, mb.in_flight), (0, 0, 0), "{c:?}");
-    if sluice_crypto::Kernel::detect().is_some() {
+    let lanes = if extra.contains("mb_lanes = 4") { 4 } else { 8 };
+    if sluice_crypto::Kernel::detect_lanes(lanes).is_some() {
         assert_eq!(mb.completed, 65, "mb took every job: {c:?}");
         let batches: u64 = mb.batch_size.counts.iter().sum();
         assert!((1..=65).contains(&batches), "{c:?}");
+        if lanes == 4 {
+            // Histogram buckets of 5 to 8 jobs: empty.
+            assert_eq!(&mb.batch_size.counts[4..8], &[0, 0, 0, 0], "{c:?}");
+        }
     } else {
         assert_eq!(mb.completed, 0);
         assert_eq!(mb.fell_back(FallbackReason::Unsupported), 65, "{c:?}");
