@@ -227,12 +227,6 @@ ifma_entries!(
     sqr: [(mont_sqr20, 20), (mont_sqr40, 40)]
 );
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) use ifma_mont::{
-    mont_mul20 as ifma_mont_mul20, mont_mul30 as ifma_mont_mul30, mont_mul40 as ifma_mont_mul40,
-    mont_sqr20 as ifma_mont_sqr20, mont_sqr30 as ifma_mont_sqr30, mont_sqr40 as ifma_mont_sqr40,
-};
-
 /// Almost-Montgomery multiplication: `a * b / R mod m`, below 2m, for `a * b < m * R`
 /// (`R = 2^(52 N)`), word by word (coarsely integrated operand scanning). The primes'
 /// sizes (20, 30, 40 limbs) run unrolled; the modulus sizes (a few per operation) as loops.

@@ -145,6 +145,64 @@ mod ifma {
     use super::{LIMB_BITS, Lanes};
     use std::arch::x86_64::*;
 
+    /// `Lanes::mont_mul_unrolled` and `mont_sqr_unrolled` through the `#[inline(never)]`
+    /// target-feature entry points of `$module` (one per size it has).
+    macro_rules! unrolled_entries {
+        ($module:path, [$($n:literal => $mul:ident, $sqr:ident);*]) => {
+            #[inline(always)]
+            fn mont_mul_unrolled<const N: usize>(
+                a: &[Self; N],
+                b: &[Self; N],
+                m: &[Self; N],
+                k0: Self,
+                out: &mut [Self; N],
+            ) -> bool {
+                use $module as entries;
+                match N {
+                    $($n => {
+                        // SAFETY: the CPU has the entry point's features (see the lane
+                        // type); the sizes match (N is the literal).
+                        unsafe {
+                            entries::$mul(
+                                a[..].try_into().expect("N"),
+                                b[..].try_into().expect("N"),
+                                m[..].try_into().expect("N"),
+                                k0,
+                                (&mut out[..]).try_into().expect("N"),
+                            )
+                        };
+                        true
+                    })*
+                    _ => false,
+                }
+            }
+            #[inline(always)]
+            fn mont_sqr_unrolled<const N: usize>(
+                a: &[Self; N],
+                m: &[Self; N],
+                k0: Self,
+                out: &mut [Self; N],
+            ) -> bool {
+                use $module as entries;
+                match N {
+                    $($n => {
+                        // SAFETY: as above.
+                        unsafe {
+                            entries::$sqr(
+                                a[..].try_into().expect("N"),
+                                m[..].try_into().expect("N"),
+                                k0,
+                                (&mut out[..]).try_into().expect("N"),
+                            )
+                        };
+                        true
+                    })*
+                    _ => false,
+                }
+            }
+        };
+    }
+
     /// Whether this CPU has AVX-512 IFMA (and the AVX-512 F the kernel also uses).
     pub(crate) fn ifma_available() -> bool {
         std::arch::is_x86_feature_detected!("avx512f")
@@ -245,66 +303,11 @@ mod ifma {
                 _mm512_mask_mov_epi64(self.0, m, val.0)
             })
         }
-        #[inline(always)]
-        fn mont_mul_unrolled<const N: usize>(
-            a: &[Self; N],
-            b: &[Self; N],
-            m: &[Self; N],
-            k0: Self,
-            out: &mut [Self; N],
-        ) -> bool {
-            use crate::mb::arith::{ifma_mont_mul20, ifma_mont_mul30, ifma_mont_mul40};
-            macro_rules! via {
-                ($f:ident) => {{
-                    // SAFETY: IFMA present (see `Ifma`); the sizes match (N is the literal).
-                    unsafe {
-                        $f(
-                            a[..].try_into().expect("N"),
-                            b[..].try_into().expect("N"),
-                            m[..].try_into().expect("N"),
-                            k0,
-                            (&mut out[..]).try_into().expect("N"),
-                        )
-                    };
-                    true
-                }};
-            }
-            match N {
-                20 => via!(ifma_mont_mul20),
-                30 => via!(ifma_mont_mul30),
-                40 => via!(ifma_mont_mul40),
-                _ => false,
-            }
-        }
-        #[inline(always)]
-        fn mont_sqr_unrolled<const N: usize>(
-            a: &[Self; N],
-            m: &[Self; N],
-            k0: Self,
-            out: &mut [Self; N],
-        ) -> bool {
-            use crate::mb::arith::{ifma_mont_sqr20, ifma_mont_sqr30, ifma_mont_sqr40};
-            macro_rules! via {
-                ($f:ident) => {{
-                    // SAFETY: IFMA present (see `Ifma`); the sizes match (N is the literal).
-                    unsafe {
-                        $f(
-                            a[..].try_into().expect("N"),
-                            m[..].try_into().expect("N"),
-                            k0,
-                            (&mut out[..]).try_into().expect("N"),
-                        )
-                    };
-                    true
-                }};
-            }
-            match N {
-                20 => via!(ifma_mont_sqr20),
-                30 => via!(ifma_mont_sqr30),
-                40 => via!(ifma_mont_sqr40),
-                _ => false,
-            }
-        }
+        unrolled_entries!(crate::mb::arith::ifma_mont, [
+            20 => mont_mul20, mont_sqr20;
+            30 => mont_mul30, mont_sqr30;
+            40 => mont_mul40, mont_sqr40
+        ]);
     }
 
     /// Four lanes of a 256-bit register: the same instructions on half the width. Where a
@@ -395,65 +398,9 @@ mod ifma {
                 _mm256_mask_mov_epi64(self.0, m, val.0)
             })
         }
-        #[inline(always)]
-        fn mont_mul_unrolled<const N: usize>(
-            a: &[Self; N],
-            b: &[Self; N],
-            m: &[Self; N],
-            k0: Self,
-            out: &mut [Self; N],
-        ) -> bool {
-            use crate::mb::arith::ifma4_mont::{mont_mul20, mont_mul40};
-            macro_rules! via {
-                ($f:ident) => {{
-                    // SAFETY: IFMA and VL present (see `Ifma4`); the sizes match (N is the
-                    // literal).
-                    unsafe {
-                        $f(
-                            a[..].try_into().expect("N"),
-                            b[..].try_into().expect("N"),
-                            m[..].try_into().expect("N"),
-                            k0,
-                            (&mut out[..]).try_into().expect("N"),
-                        )
-                    };
-                    true
-                }};
-            }
-            match N {
-                20 => via!(mont_mul20),
-                40 => via!(mont_mul40),
-                _ => false,
-            }
-        }
-        #[inline(always)]
-        fn mont_sqr_unrolled<const N: usize>(
-            a: &[Self; N],
-            m: &[Self; N],
-            k0: Self,
-            out: &mut [Self; N],
-        ) -> bool {
-            use crate::mb::arith::ifma4_mont::{mont_sqr20, mont_sqr40};
-            macro_rules! via {
-                ($f:ident) => {{
-                    // SAFETY: IFMA and VL present (see `Ifma4`); the sizes match (N is the
-                    // literal).
-                    unsafe {
-                        $f(
-                            a[..].try_into().expect("N"),
-                            m[..].try_into().expect("N"),
-                            k0,
-                            (&mut out[..]).try_into().expect("N"),
-                        )
-                    };
-                    true
-                }};
-            }
-            match N {
-                20 => via!(mont_sqr20),
-                40 => via!(mont_sqr40),
-                _ => false,
-            }
-        }
+        unrolled_entries!(crate::mb::arith::ifma4_mont, [
+            20 => mont_mul20, mont_sqr20;
+            40 => mont_mul40, mont_sqr40
+        ]);
     }
 }
