@@ -117,7 +117,7 @@ pub struct CryptoOffload {
     pub mb_min_batch: usize,
     /// Run `mb` batches on the submitting worker rather than the engine's thread.
     pub mb_on_worker: bool,
-    /// Lanes per `mb` batch: 4 (256-bit IFMA) or 8 (512-bit); `None`: chosen for the CPU.
+    /// Lanes per RSA-2048 `mb` batch: 4 (256-bit IFMA) or 8 (512-bit); `None`: the default (8).
     pub mb_lanes: Option<usize>,
 }
 

@@ -26,7 +26,7 @@ pub(crate) struct SpeedArgs {
     pub(crate) level: Option<u32>,
     /// gzip backend: isal or zlib-rs.
     pub(crate) backend: String,
-    /// Lanes per mb batch (4 or 8); `None`: the CPU's choice.
+    /// Lanes per RSA-2048 mb batch (4 or 8); `None`: the default (8).
     pub(crate) mb_lanes: Option<usize>,
 }
 
@@ -230,11 +230,7 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                         )?
                     }
                     "mb" | "mb-worker" => {
-                        let kernel = match args.mb_lanes {
-                            None => sluice_crypto::Kernel::detect(),
-                            Some(n) => sluice_crypto::Kernel::detect_lanes(n),
-                        };
-                        let Some(kernel) = kernel else {
+                        let Some(kernel) = sluice_crypto::Kernel::choose(args.mb_lanes) else {
                             bail!(
                                 "--engine mb needs AVX-512 IFMA (and VL for --mb-lanes 4), which this CPU lacks"
                             );

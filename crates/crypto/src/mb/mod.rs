@@ -77,6 +77,15 @@ impl Kernel {
         None
     }
 
+    /// The kernel for `lanes` per RSA-2048 batch (4 or 8; `None`: [`Kernel::detect`]'s
+    /// choice) when this CPU has it.
+    pub fn choose(lanes: Option<usize>) -> Option<Kernel> {
+        match lanes {
+            None => Kernel::detect(),
+            Some(n) => Kernel::detect_lanes(n),
+        }
+    }
+
     /// The kernel of the given width (`4` or `8` lanes) when this CPU has it.
     pub fn detect_lanes(lanes: usize) -> Option<Kernel> {
         #[cfg(target_arch = "x86_64")]
@@ -89,10 +98,18 @@ impl Kernel {
         None
     }
 
+    /// The kernel that computes a modulus of `bits`: four lanes serve RSA-2048 only.
+    fn for_bits(self, bits: u32) -> Kernel {
+        match self {
+            Kernel::Ifma256 if bits != 2048 => Kernel::Ifma,
+            k => k,
+        }
+    }
+
     /// Operations computed together for a modulus of `bits`.
     pub fn lanes(self, bits: u32) -> usize {
-        match self {
-            Kernel::Ifma256 if bits == 2048 => 4,
+        match self.for_bits(bits) {
+            Kernel::Ifma256 => 4,
             _ => 8,
         }
     }
@@ -260,11 +277,7 @@ impl Mb {
     /// batch (0: flush whenever the kernel thread is free).
     /// `config.lanes` picks the width; a width this CPU lacks is treated as no IFMA.
     pub fn new(config: MbConfig, potential: Arc<AtomicUsize>) -> std::io::Result<Mb> {
-        let kernel = match config.lanes {
-            None => Kernel::detect(),
-            Some(n) => Kernel::detect_lanes(n),
-        };
-        match kernel {
+        match Kernel::choose(config.lanes) {
             Some(k) => Self::with_kernel(config, potential, k, None),
             None => Ok(Mb {
                 queue: None,
@@ -454,21 +467,16 @@ fn check(kernel: Kernel, bits: u32, lanes: &[CheckIn<'_>]) -> Vec<bool> {
                 c: lanes[i].c,
             })
             .collect();
-        let results: Vec<bool> = match kernel {
+        let results: Vec<bool> = match kernel.for_bits(bits) {
             #[cfg(target_arch = "x86_64")]
             Kernel::Ifma if lanes::ifma_available() => group
                 .chunks(8)
                 .flat_map(|chunk| check_ifma(bits, chunk, e))
                 .collect(),
             #[cfg(target_arch = "x86_64")]
-            Kernel::Ifma256 if bits == 2048 && lanes::ifma256_available() => group
+            Kernel::Ifma256 if lanes::ifma256_available() => group
                 .chunks(4)
                 .flat_map(|chunk| check_ifma4(bits, chunk, e))
-                .collect(),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Ifma256 if lanes::ifma_available() => group
-                .chunks(8)
-                .flat_map(|chunk| check_ifma(bits, chunk, e))
                 .collect(),
             _ => match bits {
                 2048 => arith::public_check_reference::<40>(&group, e),
@@ -498,21 +506,16 @@ fn check_ifma(bits: u32, lanes: &[CheckIn<'_>], e: u64) -> Vec<bool> {
 
 /// The kernel for one modulus size.
 pub(crate) fn compute(kernel: Kernel, bits: u32, lanes: &[LaneIn<'_>]) -> Vec<LaneOut> {
-    match kernel {
+    match kernel.for_bits(bits) {
         #[cfg(target_arch = "x86_64")]
         Kernel::Ifma if lanes::ifma_available() => lanes
             .chunks(8)
             .flat_map(|chunk| ifma(bits, chunk))
             .collect(),
         #[cfg(target_arch = "x86_64")]
-        Kernel::Ifma256 if bits == 2048 && lanes::ifma256_available() => lanes
+        Kernel::Ifma256 if lanes::ifma256_available() => lanes
             .chunks(4)
             .flat_map(|chunk| ifma4(bits, chunk))
-            .collect(),
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Ifma256 if lanes::ifma_available() => lanes
-            .chunks(8)
-            .flat_map(|chunk| ifma(bits, chunk))
             .collect(),
         _ => match bits {
             2048 => arith::private_reference::<20, 40>(lanes),

@@ -133,12 +133,17 @@ fn reference_kernel_matches_boringssl_raw_rsa_for_every_size() {
     }
 }
 
-/// The IFMA kernels of both widths this CPU has (none without AVX-512 IFMA).
-fn ifma_kernels() -> Vec<Kernel> {
-    let kernels: Vec<Kernel> = [8, 4]
+/// The IFMA kernels of both widths this CPU has.
+fn ifma_kernels_here() -> Vec<Kernel> {
+    [8, 4]
         .into_iter()
         .filter_map(Kernel::detect_lanes)
-        .collect();
+        .collect()
+}
+
+/// [`ifma_kernels_here`], saying so when there are none (the reference is tested anyway).
+fn ifma_kernels() -> Vec<Kernel> {
+    let kernels = ifma_kernels_here();
     if kernels.is_empty() {
         eprintln!("skipped: this CPU has no AVX-512 IFMA (the reference is tested anyway)");
     }
@@ -222,10 +227,7 @@ fn engine_kernel() -> Kernel {
 
 /// Every kernel this CPU has (both IFMA widths where it has them), or the reference.
 fn engine_kernels() -> Vec<Kernel> {
-    let mut k: Vec<Kernel> = [8, 4]
-        .into_iter()
-        .filter_map(Kernel::detect_lanes)
-        .collect();
+    let mut k = ifma_kernels_here();
     if k.is_empty() {
         k.push(Kernel::Reference);
     }
