@@ -8,13 +8,13 @@ system OpenSSL) on the same pinned core, alternating, several runs; median [min-
 
 Called by bench/speed (the shell wrapper), which installs openssl and builds sluice.
 Both sides measure one operation at a time per job on the same core; Sluice's RSA figures
-include the verification every RSA signature gets before it leaves the process, OpenSSL's
-do not. `pool` runs with one thread on the same core and 16 jobs in flight.
+include the verification every RSA signature gets before it leaves the process. `pool` runs with one thread on the same core and 16 jobs in flight.
 """
 
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -30,11 +30,19 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def openssl_speed(core, algorithms, seconds):
+# OpenSSL with AVX-512 IFMA masked off (CPUID leaf 7 EBX bit 21, the second word of
+# OPENSSL_ia32cap): its mulx/adx code instead of the 256-bit IFMA code OpenSSL 3 runs
+# RSA-2048..4096 on where the CPU has it. A reference column (`--engines openssl-noifma,...`):
+# it shows how much of OpenSSL's own speed is IFMA, which bounds what eight IFMA lanes can gain.
+NO_IFMA = {"OPENSSL_ia32cap": ":~0x200000"}
+
+
+def openssl_speed(core, algorithms, seconds, env=None):
     """Signs/s per algorithm from `openssl speed -mr` (machine-readable lines)."""
     out = subprocess.run(
         ["taskset", "-c", str(core), "openssl", "speed", "-mr", "-seconds", str(seconds), *algorithms],
         capture_output=True, text=True, check=True, timeout=60 + 4 * seconds * len(algorithms),
+        env={**os.environ, **(env or {})},
     ).stdout
     got = {}
     for line in out.splitlines():
@@ -102,6 +110,11 @@ def main():
         log(f"run {i + 1}/{a.runs}: openssl speed")
         run = {"openssl": openssl_speed(a.core, algorithms, secs)}
         for e in engines:
+            if e == "openssl-noifma":
+                log(f"run {i + 1}/{a.runs}: openssl speed without IFMA")
+                run[e] = {alg: {"ops_per_sec": v}
+                          for alg, v in openssl_speed(a.core, algorithms, secs, NO_IFMA).items()}
+                continue
             log(f"run {i + 1}/{a.runs}: sluice speed --engine {e}")
             jobs = 1 if e == "inline" else a.jobs
             threads = 1 if e == "pool" else None
@@ -122,7 +135,7 @@ def main():
         row = [alg, cell(ossl)]
         for e in engines:
             vals = [r[e][alg]["ops_per_sec"] for r in runs if alg in r[e]]
-            p99 = [r[e][alg]["p99_us"] for r in runs if alg in r[e]]
+            p99 = [r[e][alg]["p99_us"] for r in runs if "p99_us" in r[e].get(alg, {})]
             ratio = (f"{statistics.median(vals) / statistics.median(ossl):.2f}x"
                      if vals and ossl else "n/a")
             row += [cell(vals), ratio, cell(p99)]

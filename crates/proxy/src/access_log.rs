@@ -3,7 +3,9 @@
 //! passed, so that the event loop never waits on a disk or a pipe and the writer does not wake
 //! per request. A buffer that grows past 8 MiB (a stuck sink) drops lines and counts them.
 
+use crate::text::{push_addr, push_u64};
 use sluice_config::{AccessLogFormat, AccessLogTarget, LogConfig};
+use std::fmt::Write as _;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -154,50 +156,85 @@ impl AccessLog {
     }
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.3}", d.as_secs_f64() * 1000.0)
+/// `d` in milliseconds with three decimals (microseconds, rounded), in integers: `{:.3}` on
+/// a float went through the float formatter's exact mode (grisu, falling back to dragon).
+fn push_ms(out: &mut String, d: Duration) {
+    let us = (d.as_nanos() + 500) / 1000;
+    push_u64(out, (us / 1000) as u64);
+    let frac = (us % 1000) as u32;
+    out.push('.');
+    for digit in [frac / 100, frac / 10 % 10, frac % 10] {
+        out.push(char::from(b'0' + digit as u8));
+    }
 }
 
-fn time(e: &Entry) -> String {
-    humantime::format_rfc3339_millis(e.time.unwrap_or_else(SystemTime::now)).to_string()
+fn push_or_dash(out: &mut String, s: &str) {
+    out.push_str(if s.is_empty() { "-" } else { s });
 }
 
+fn time(e: &Entry) -> humantime::Rfc3339Timestamp {
+    humantime::format_rfc3339_millis(e.time.unwrap_or_else(SystemTime::now))
+}
+
+/// The text line, written piece by piece into one buffer (no temporary strings).
 fn text_line(e: &Entry) -> String {
-    let dash = || "-".to_owned();
-    format!(
-        "{time} {client} {listener} \"{method} {path} {proto}\" {status} in={bin} out={bout} ms={dur} host={host} route={route} upstream={up} up_ms={up_ms} tls={tls} cipher={cipher} resumed={resumed}{aborted}\n",
-        time = time(e),
-        client = e.client.map_or_else(dash, |c| c.to_string()),
-        listener = e.listener,
-        method = e.method,
-        path = e.path,
-        proto = e.protocol,
-        status = e.status,
-        bin = e.bytes_in,
-        bout = e.bytes_out,
-        dur = ms(e.duration),
-        host = if e.host.is_empty() { "-" } else { &e.host },
-        route = e.route.as_deref().unwrap_or("-"),
-        up = e.upstream.map_or_else(dash, |u| u.to_string()),
-        up_ms = e.upstream_time.map_or_else(dash, ms),
-        tls = if e.tls_version.is_empty() {
-            "-"
-        } else {
-            e.tls_version
-        },
-        cipher = if e.tls_cipher.is_empty() {
-            "-"
-        } else {
-            &e.tls_cipher
-        },
-        resumed = e.tls_resumed.map_or_else(dash, |r| r.to_string()),
-        aborted = if e.aborted { " aborted=true" } else { "" },
-    )
+    let mut out = String::with_capacity(192 + e.path.len() + e.host.len());
+    let _ = write!(out, "{}", time(e));
+    out.push(' ');
+    match &e.client {
+        Some(c) => push_addr(&mut out, c),
+        None => out.push('-'),
+    }
+    out.push(' ');
+    out.push_str(&e.listener);
+    out.push_str(" \"");
+    out.push_str(&e.method);
+    out.push(' ');
+    out.push_str(&e.path);
+    out.push(' ');
+    out.push_str(e.protocol);
+    out.push_str("\" ");
+    push_u64(&mut out, u64::from(e.status));
+    out.push_str(" in=");
+    push_u64(&mut out, e.bytes_in);
+    out.push_str(" out=");
+    push_u64(&mut out, e.bytes_out);
+    out.push_str(" ms=");
+    push_ms(&mut out, e.duration);
+    out.push_str(" host=");
+    push_or_dash(&mut out, &e.host);
+    out.push_str(" route=");
+    push_or_dash(&mut out, e.route.as_deref().unwrap_or(""));
+    out.push_str(" upstream=");
+    match &e.upstream {
+        Some(u) => push_addr(&mut out, u),
+        None => out.push('-'),
+    }
+    out.push_str(" up_ms=");
+    match e.upstream_time {
+        Some(d) => push_ms(&mut out, d),
+        None => out.push('-'),
+    }
+    out.push_str(" tls=");
+    push_or_dash(&mut out, e.tls_version);
+    out.push_str(" cipher=");
+    push_or_dash(&mut out, &e.tls_cipher);
+    out.push_str(" resumed=");
+    out.push_str(match e.tls_resumed {
+        Some(true) => "true",
+        Some(false) => "false",
+        None => "-",
+    });
+    if e.aborted {
+        out.push_str(" aborted=true");
+    }
+    out.push('\n');
+    out
 }
 
 fn json_line(e: &Entry) -> String {
     let v = serde_json::json!({
-        "time": time(e),
+        "time": time(e).to_string(),
         "client": e.client.map(|c| c.to_string()),
         "listener": &*e.listener,
         "host": e.host,
@@ -219,4 +256,102 @@ fn json_line(e: &Entry) -> String {
     let mut s = v.to_string();
     s.push('\n');
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> Entry {
+        Entry {
+            time: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_763_856_000_123)),
+            client: Some("10.0.255.7:54321".parse().unwrap()),
+            listener: "https".into(),
+            host: "example.com".into(),
+            method: "GET".into(),
+            path: "/a?b=c".into(),
+            protocol: "HTTP/1.1",
+            status: 200,
+            bytes_in: 0,
+            bytes_out: 18_446_744_073_709_551_615,
+            duration: Duration::from_nanos(1_234_567),
+            route: Some("all".into()),
+            upstream: Some("[::1]:8080".parse().unwrap()),
+            upstream_time: Some(Duration::from_nanos(999_999_500)),
+            tls_version: "TLSv1.3",
+            tls_cipher: "TLS_AES_128_GCM_SHA256".into(),
+            tls_resumed: Some(false),
+            aborted: false,
+        }
+    }
+
+    #[test]
+    fn text_lines_keep_their_format() {
+        assert_eq!(
+            text_line(&entry()),
+            "2025-11-23T00:00:00.123Z 10.0.255.7:54321 https \"GET /a?b=c HTTP/1.1\" 200 in=0 \
+             out=18446744073709551615 ms=1.235 host=example.com route=all upstream=[::1]:8080 \
+             up_ms=1000.000 tls=TLSv1.3 cipher=TLS_AES_128_GCM_SHA256 resumed=false\n"
+        );
+        let bare = Entry {
+            client: None,
+            upstream: None,
+            upstream_time: None,
+            route: None,
+            tls_resumed: None,
+            duration: Duration::ZERO,
+            aborted: true,
+            ..entry()
+        };
+        let line = text_line(&Entry {
+            host: String::new(),
+            tls_version: "",
+            tls_cipher: String::new(),
+            ..bare
+        });
+        assert!(
+            line.ends_with(
+                " 200 in=0 out=18446744073709551615 ms=0.000 host=- route=- upstream=- up_ms=- \
+                 tls=- cipher=- resumed=- aborted=true\n"
+            ),
+            "{line}"
+        );
+        assert!(line.contains(" - https "), "{line}");
+    }
+
+    #[test]
+    fn milliseconds_round_to_the_microsecond_like_the_float_format() {
+        for nanos in [
+            0u64,
+            499,
+            500,
+            1_000,
+            999_499,
+            999_500,
+            12_345_678_901,
+            7_000_000,
+        ] {
+            let mut s = String::new();
+            push_ms(&mut s, Duration::from_nanos(nanos));
+            let micros = (nanos + 500) / 1000;
+            assert_eq!(s, format!("{:.3}", micros as f64 / 1000.0), "{nanos} ns");
+        }
+    }
+
+    #[test]
+    fn addresses_print_as_display_does() {
+        for a in [
+            "0.0.0.0:0",
+            "255.255.255.255:65535",
+            "127.0.0.1:8443",
+            "[2001:db8::1]:443",
+            "[fe80::1%3]:80",
+        ] {
+            let addr: SocketAddr = a.parse().unwrap();
+            let mut s = String::new();
+            push_addr(&mut s, &addr);
+            assert_eq!(s, addr.to_string());
+            assert_eq!(crate::text::ip_string(addr.ip()), addr.ip().to_string());
+        }
+    }
 }

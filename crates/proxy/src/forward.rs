@@ -53,7 +53,7 @@ pub(crate) fn add_forwarding(
     host: &str,
     forwarded: bool,
 ) {
-    let ip = client.ip().to_string();
+    let ip = crate::text::ip_string(client.ip());
     let xff = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
         Some(prev) if !prev.trim().is_empty() => format!("{prev}, {ip}"),
         _ => ip.clone(),

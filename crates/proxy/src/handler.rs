@@ -226,7 +226,7 @@ async fn proxy(
         }
         let host_value = match &group.config.pass_host {
             PassHost::Pass => host.clone(),
-            PassHost::Node => addr.to_string(),
+            PassHost::Node => crate::text::addr_string(&addr),
             PassHost::Rewrite(h) => h.clone(),
         };
         if let Ok(v) = HeaderValue::from_str(&host_value) {
@@ -243,7 +243,7 @@ async fn proxy(
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let Ok(uri) = Uri::builder()
             .scheme("http")
-            .authority(addr.to_string())
+            .authority(crate::text::addr_string(&addr))
             .path_and_query(pq)
             .build()
         else {

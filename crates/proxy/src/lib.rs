@@ -18,6 +18,7 @@ mod gateway;
 mod handler;
 mod metrics;
 mod router;
+mod text;
 mod upstream;
 
 pub use access_log::AccessLog;
