@@ -35,8 +35,7 @@ pub(crate) fn deflate(
             c.set_dictionary(&dict[dict.len().saturating_sub(32 * 1024)..])
                 .map_err(|e| format!("zlib-rs set_dictionary: {e}"))?;
         }
-        let total: usize = input.iter().map(|b| b.len()).sum();
-        out.reserve(crate::job::output_reserve(total));
+        // `out` comes sized by `compress_chunk` (`output_reserve`); it grows below if needed.
         let n = input.len();
         for (i, seg) in input.iter().enumerate() {
             let flush = if i + 1 < n {

@@ -106,8 +106,7 @@ fn deflate_with(
             return Err(format!("isal_deflate_set_dict returned {rc}"));
         }
     }
-    let total: usize = input.iter().map(|b| b.len()).sum();
-    out.reserve(crate::job::output_reserve(total));
+    // `out` comes sized by `compress_chunk` (`output_reserve`); it grows below if needed.
     let empty = [bytes::Bytes::new()];
     let segments: &[bytes::Bytes] = if input.is_empty() { &empty } else { input };
     let n = segments.len();

@@ -87,6 +87,18 @@ fn kernel_results(kernel: Kernel, work: &[(&TestKey, Vec<u8>)]) -> Vec<Vec<u8>> 
         .collect()
 }
 
+/// Every lane of one batch through `kernel` equals BoringSSL's raw private operation.
+fn assert_lanes_match_boringssl(kernel: Kernel, work: &[(&TestKey, Vec<u8>)], what: &str) {
+    let fast = kernel_results(kernel, work);
+    for (i, (k, input)) in work.iter().enumerate() {
+        assert_eq!(
+            fast[i],
+            boring_raw(k, input),
+            "{kernel:?}, {what}, lane {i}"
+        );
+    }
+}
+
 #[test]
 fn limbs_round_trip_and_the_montgomery_constant_inverts() {
     let n = BigUint::from_bytes_be(&[0xc3; 256]) | BigUint::from(1u8);
@@ -178,14 +190,7 @@ fn ifma_kernel_on_mixed_keys_and_partial_batches(kernel: Kernel) {
                     (k, padded(&x, len))
                 })
                 .collect();
-            let fast = kernel_results(kernel, &work);
-            for (i, (k, input)) in work.iter().enumerate() {
-                assert_eq!(
-                    fast[i],
-                    boring_raw(k, input),
-                    "{kernel:?}, {bits} bits, {count} lanes, lane {i}"
-                );
-            }
+            assert_lanes_match_boringssl(kernel, &work, &format!("{bits} bits, {count} lanes"));
         }
     }
 }
@@ -200,14 +205,7 @@ fn ifma_kernel_matches_boringssl_on_many_messages() {
                 .enumerate()
                 .map(|(i, k)| (k, padded(&below(&k.n, round * 8 + i as u64), 256)))
                 .collect();
-            let fast = kernel_results(kernel, &work);
-            for (i, (k, input)) in work.iter().enumerate() {
-                assert_eq!(
-                    fast[i],
-                    boring_raw(k, input),
-                    "{kernel:?}, round {round} lane {i}"
-                );
-            }
+            assert_lanes_match_boringssl(kernel, &work, &format!("round {round}"));
         }
     }
 }
