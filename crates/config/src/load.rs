@@ -1427,7 +1427,7 @@ impl Cx<'_> {
             }
         }
         if let Some(n) = self.size(raw.sw_threshold.as_ref()) {
-            c.sw_threshold = n;
+            c.sw_threshold = Some(n);
         }
         if let Some(d) = raw.dictionary {
             c.dictionary = d;

@@ -437,8 +437,9 @@ pub struct Compression {
     pub types: Vec<String>,
     /// Input bytes per chunk job.
     pub chunk_size: usize,
-    /// Bodies up to this size compress inline.
-    pub sw_threshold: u64,
+    /// Bodies up to this size compress inline; `None`: a default per codec and level
+    /// (`sluice_compress::Encoding::default_sw_threshold`), larger for faster codecs.
+    pub sw_threshold: Option<u64>,
     /// Prime gzip chunks with the previous 32 KiB.
     pub dictionary: bool,
     /// Decompress gzip request bodies before forwarding them (off by default).
@@ -483,7 +484,7 @@ impl Default for Compression {
                 .map(|t| t.to_string())
                 .collect(),
             chunk_size: 128 * 1024,
-            sw_threshold: 16 * 1024,
+            sw_threshold: None,
             dictionary: true,
             decompress_requests: false,
             max_decompressed_bytes: 10 << 20,

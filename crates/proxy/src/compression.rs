@@ -1,8 +1,9 @@
 //! The compression stage: decides per response whether to compress, rewrites the headers,
 //! and streams the body through chunk jobs on the compression dispatcher.
 //!
-//! Bodies whose declared length is at most `sw_threshold` are compressed on the spot (one
-//! chunk, no task). Larger or unknown-length bodies go through a pump task: it cuts the
+//! Bodies whose declared length is at most `sw_threshold` (by default larger for faster
+//! codecs: `Encoding::default_sw_threshold`) are compressed on the spot (one chunk, no
+//! task). Larger or unknown-length bodies go through a pump task: it cuts the
 //! upstream body into `chunk_size` pieces, keeps a few chunk jobs in flight on the
 //! dispatcher (gzip and zstd chunks are independent), and sends their outputs in order. When
 //! the upstream pauses, the pump compresses what it has at once (a full flush), so a
@@ -340,11 +341,14 @@ pub(crate) async fn apply(
     add_vary(h);
     weaken_etag(h);
 
-    if declared.is_some_and(|n| n <= settings.sw_threshold.max(settings.chunk_size as u64)) {
+    let sw_threshold = settings
+        .sw_threshold
+        .unwrap_or_else(|| encoding.default_sw_threshold());
+    if declared.is_some_and(|n| n <= sw_threshold.max(settings.chunk_size as u64)) {
         // One chunk: collect the body (its frames, uncopied) and compress it in one job,
         // without a pump task. Up to `sw_threshold` on the spot; otherwise on the
         // dispatcher's engines.
-        let inline = declared.is_some_and(|n| n <= settings.sw_threshold);
+        let inline = declared.is_some_and(|n| n <= sw_threshold);
         let mut segments = Vec::new();
         let mut trailers = None;
         if !head.is_empty() {

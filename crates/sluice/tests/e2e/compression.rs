@@ -154,6 +154,10 @@ fn respond(
             .header("content-type", "application/json")
             .body(full(page.slice(..8000)))
             .unwrap(),
+        "/100k" => b
+            .header("content-type", "application/json")
+            .body(full(page.slice(..100_000)))
+            .unwrap(),
         "/image" => b
             .header("content-type", "image/png")
             .body(full(page.slice(..20_000)))
@@ -457,6 +461,42 @@ async fn unknown_length_and_small_bodies_compress_and_decode() {
         c.iter().any(|b| b.engine == "inline"),
         "the 8000-byte body compresses inline: {c:?}"
     );
+}
+
+/// Without `sw_threshold`, the size up to which a body compresses on the event loop follows
+/// the codec's speed: a 100 KB body stays inline with ISA-L level 1 (handing it to a thread
+/// would cost more than it saves) and goes to the pool with zlib-rs level 6; a configured
+/// `sw_threshold` overrides both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_inline_threshold_follows_the_codec() {
+    let o = case_origin().await;
+    for (settings, engine) in [
+        ("gzip_backend = \"isal\"\ngzip_level = 1", "inline"),
+        ("gzip_backend = \"zlib-rs\"\ngzip_level = 6", "pool"),
+        (
+            "gzip_backend = \"isal\"\ngzip_level = 1\nsw_threshold = \"16k\"",
+            "pool",
+        ),
+        (
+            "gzip_backend = \"zlib-rs\"\ngzip_level = 6\nsw_threshold = \"128k\"",
+            "inline",
+        ),
+    ] {
+        let gw = gateway(o.addr, settings, "engines = [\"pool\"]").await;
+        let f = fetch(gw.addr("http"), "/100k", &[("accept-encoding", "gzip")]).await;
+        assert_eq!(header(&f, "content-encoding"), Some("gzip"), "{settings}");
+        assert_eq!(
+            decode(Some("gzip"), &f.body),
+            page()[..100_000],
+            "{settings}"
+        );
+        let c = gw.gateway().compressor().counters().bytes();
+        let used: Vec<_> = c.iter().filter(|b| b.bytes_in > 0).collect();
+        assert!(
+            !used.is_empty() && used.iter().all(|b| b.engine == engine),
+            "{settings}: want every byte on `{engine}`: {c:?}"
+        );
+    }
 }
 
 /// Server-sent events: each event reaches the client, decodable, before the origin sends
