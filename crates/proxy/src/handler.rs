@@ -2,7 +2,7 @@
 
 use crate::access_log::{AccessLog, Entry};
 use crate::body::{
-    BadRequestBody, BodyTooLarge, BoxError, GunzipBody, LimitedBody, OnDone, ProxyBody, TrackedBody,
+    BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, OnDone, ProxyBody, TrackedBody,
 };
 use crate::compression::{self, RequestFacts, strengthen_if_none_match};
 use crate::connection::ConnState;
@@ -240,14 +240,10 @@ async fn proxy(
             listener.config.forwarded_header,
         );
 
-        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let Ok(uri) = Uri::builder()
-            .scheme("http")
-            .authority(crate::text::addr_string(&addr))
-            .path_and_query(pq)
-            .build()
-        else {
-            return failure(done, Failure::BadRequest);
+        // Origin-form: the request line carries the path and query only.
+        let uri = match parts.uri.path_and_query() {
+            Some(pq) => Uri::from(pq.clone()),
+            None => Uri::from_static("/"),
         };
         let upstream_body: ProxyBody = match body.take() {
             Some(b) if !retryable && gunzip => {
@@ -266,8 +262,11 @@ async fn proxy(
         *up_req.headers_mut() = headers;
 
         let sent = Instant::now();
-        let result =
-            tokio::time::timeout(group.config.response_timeout, group.client.request(up_req)).await;
+        let result = tokio::time::timeout(
+            group.config.response_timeout,
+            group.send(server.index, addr, up_req),
+        )
+        .await;
         match result {
             Err(_elapsed) => {
                 group.mark_failed(server.index);
@@ -315,7 +314,6 @@ async fn proxy(
                 let (mut rparts, rbody) = resp.into_parts();
                 rparts.version = parts.version;
                 done._server = Some(server);
-                let rbody = rbody.map_err(BoxError::from).boxed();
                 let rbody =
                     compression::apply(&listener.compressor, &facts, &mut rparts, rbody).await;
                 return Response::from_parts(rparts, TrackedBody::new(rbody, done).boxed());

@@ -11,6 +11,7 @@ mod access_log;
 mod balance;
 mod body;
 mod compression;
+mod conn_pool;
 mod connection;
 mod error;
 mod forward;

@@ -1,22 +1,34 @@
 //! Upstream groups at run time: servers, balancer, passive health and the pooled client.
 
 use crate::balance::{Balancer, Server};
-use crate::body::ProxyBody;
+use crate::body::{BoxError, ProxyBody};
+use crate::conn_pool::{ConnPool, UpstreamError};
+use http::{Request, Response, Uri};
+use http_body_util::BodyExt as _;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use sluice_config::{Upstream, UpstreamProtocol};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
+
+/// How a group talks to its servers.
+enum Transport {
+    /// HTTP/1.1: our keep-alive pool, one connection per request in flight.
+    Http1(Arc<ConnPool>),
+    /// HTTP/2 with prior knowledge: hyper-util's client, one multiplexed connection per
+    /// server.
+    H2(Box<Client<HttpConnector, ProxyBody>>),
+}
 
 /// One upstream group, shared by every request routed to it.
 pub(crate) struct UpstreamGroup {
     pub(crate) config: Arc<Upstream>,
     pub(crate) servers: Vec<Server>,
     balancer: Balancer,
-    pub(crate) client: Client<HttpConnector, ProxyBody>,
+    transport: Transport,
     clock: Instant,
 }
 
@@ -31,20 +43,28 @@ impl std::fmt::Debug for UpstreamGroup {
 
 impl UpstreamGroup {
     pub(crate) fn new(config: Arc<Upstream>) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
-        let mut builder = Client::builder(TokioExecutor::new());
-        builder
-            .pool_idle_timeout(config.keepalive_timeout)
-            .pool_max_idle_per_host(config.keepalive)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new());
-        if config.protocol == UpstreamProtocol::H2 {
-            builder.http2_only(true);
-        }
-        let client = builder.build(connector);
+        let transport = match config.protocol {
+            UpstreamProtocol::Http1 => Transport::Http1(Arc::new(ConnPool::new(
+                config.servers.len(),
+                config.keepalive,
+                config.keepalive_timeout,
+                config.connect_timeout,
+            ))),
+            UpstreamProtocol::H2 => {
+                let mut connector = HttpConnector::new();
+                connector.set_connect_timeout(Some(config.connect_timeout));
+                connector.set_nodelay(true);
+                connector.enforce_http(true);
+                let client = Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(config.keepalive_timeout)
+                    .pool_max_idle_per_host(config.keepalive)
+                    .pool_timer(TokioTimer::new())
+                    .timer(TokioTimer::new())
+                    .http2_only(true)
+                    .build(connector);
+                Transport::H2(Box::new(client))
+            }
+        };
         let servers = config
             .servers
             .iter()
@@ -53,9 +73,39 @@ impl UpstreamGroup {
         UpstreamGroup {
             balancer: Balancer::new(config.balance, config.servers.len()),
             servers,
-            client,
+            transport,
             config,
             clock: Instant::now(),
+        }
+    }
+
+    /// Sends `req` (origin-form URI, Host set) to server `index` at `addr`.
+    pub(crate) async fn send(
+        &self,
+        index: usize,
+        addr: SocketAddr,
+        mut req: Request<ProxyBody>,
+    ) -> Result<Response<ProxyBody>, UpstreamError> {
+        match &self.transport {
+            Transport::Http1(pool) => pool.send(index, addr, req).await,
+            Transport::H2(client) => {
+                // hyper-util's client picks its connection by the URI's authority.
+                let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                *req.uri_mut() = Uri::builder()
+                    .scheme("http")
+                    .authority(crate::text::addr_string(&addr))
+                    .path_and_query(pq)
+                    .build()
+                    .map_err(|e| UpstreamError::request(e.into()))?;
+                match client.request(req).await {
+                    Ok(resp) => Ok(resp.map(|b| b.map_err(BoxError::from).boxed())),
+                    Err(e) => Err(if e.is_connect() {
+                        UpstreamError::connect(e.into())
+                    } else {
+                        UpstreamError::request(e.into())
+                    }),
+                }
+            }
         }
     }
 

@@ -10,6 +10,7 @@ mod balancing;
 mod cli;
 mod compression;
 mod http;
+mod keepalive;
 mod keyless;
 mod offload;
 mod routing;
