@@ -292,16 +292,6 @@ async fn malformed_requests_get_400_and_leave_no_connection_behind() {
     wait_until(|| gw.gateway().open_connections() == 0).await;
 }
 
-async fn wait_until(mut cond: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("condition not reached within 10 s");
-}
-
 #[tokio::test]
 async fn upstream_failures_map_to_502_and_504() {
     let dead = dead_port().await;

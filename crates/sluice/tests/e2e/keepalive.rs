@@ -83,16 +83,6 @@ upstream = "o"
     .await
 }
 
-async fn wait_until(mut cond: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("condition not reached within 10 s");
-}
-
 #[tokio::test]
 async fn sequential_requests_reuse_one_upstream_connection() {
     let origin = raw_origin(false).await;

@@ -390,3 +390,14 @@ pub async fn raw_exchange(addr: SocketAddr, bytes: &[u8], limit: Duration) -> St
     let _ = tokio::time::timeout(limit, s.read_to_end(&mut out)).await;
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Polls `cond` every 20 ms; panics after 10 s (a bound, not a timing assertion).
+pub async fn wait_until(mut cond: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("condition not reached within 10 s");
+}
