@@ -78,6 +78,13 @@ struct Idle {
     since: Instant,
 }
 
+impl Idle {
+    /// Still worth a request: the server has not closed it and it is not idle too long.
+    fn usable(&self, idle_timeout: Duration) -> bool {
+        !self.sender.is_closed() && self.since.elapsed() < idle_timeout
+    }
+}
+
 /// The idle connections of one upstream group, per server.
 pub(crate) struct ConnPool {
     /// Indexed like the group's servers.
@@ -143,7 +150,7 @@ impl ConnPool {
     fn checkout(&self, index: usize) -> Option<Sender> {
         let mut idle = self.idle[index].lock().unwrap_or_else(|e| e.into_inner());
         while let Some(c) = idle.pop() {
-            if !c.sender.is_closed() && c.since.elapsed() < self.idle_timeout {
+            if c.usable(self.idle_timeout) {
                 return Some(c.sender);
             }
             // Closed by the server or idle too long: dropping the sender ends its task.
@@ -231,7 +238,7 @@ impl ConnPool {
                 let Some(pool) = pool.upgrade() else { return };
                 for list in &pool.idle {
                     let mut idle = list.lock().unwrap_or_else(|e| e.into_inner());
-                    idle.retain(|c| !c.sender.is_closed() && c.since.elapsed() < pool.idle_timeout);
+                    idle.retain(|c| c.usable(pool.idle_timeout));
                 }
             }
         });

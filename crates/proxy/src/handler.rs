@@ -264,7 +264,7 @@ async fn proxy(
         let sent = Instant::now();
         let result = tokio::time::timeout(
             group.config.response_timeout,
-            group.send(server.index, addr, up_req),
+            group.send(server.index, up_req),
         )
         .await;
         match result {

@@ -9,7 +9,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use sluice_config::{Upstream, UpstreamProtocol};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -79,13 +79,13 @@ impl UpstreamGroup {
         }
     }
 
-    /// Sends `req` (origin-form URI, Host set) to server `index` at `addr`.
+    /// Sends `req` (origin-form URI, Host set) to server `index`.
     pub(crate) async fn send(
         &self,
         index: usize,
-        addr: SocketAddr,
         mut req: Request<ProxyBody>,
     ) -> Result<Response<ProxyBody>, UpstreamError> {
+        let addr = self.servers[index].addr;
         match &self.transport {
             Transport::Http1(pool) => pool.send(index, addr, req).await,
             Transport::H2(client) => {
