@@ -1,37 +1,30 @@
-//! The admin listener: `/metrics` in Prometheus text format and `/status` as JSON.
+//! The admin listener: `/metrics` in Prometheus text format, `/status` as JSON, and the admin
+//! API under `/api/v1/` (reload; see `api.rs`).
 //!
-//! It reads counters that the data plane and the offload engines keep; it changes nothing.
-//! It listens on loopback by default (`[admin] address`). The full admin API (token,
-//! configuration, dashboard) is a later issue.
+//! It reads counters that the data plane and the offload engines keep. Changes go through
+//! `sluice-control` (the same validation and reload path as SIGHUP), never around it, and
+//! need the bearer token of `[admin] token_file`. It listens on loopback by default.
 
-use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
-use http_body_util::Full;
-use hyper::body::Incoming;
+mod api;
+
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use sluice_compress::{ByteCount, Codec, CompressCounters, SkipReason};
+use sluice_control::Controller;
 use sluice_offload::{CountersSnapshot, FallbackReason, FlushReason};
-use sluice_proxy::{
-    AccessLog, Compressor, ProxyMetrics, STATUS_CLASSES, TLS_VERSIONS, UPSTREAM_ERRORS,
-};
-use sluice_tls::KeyOffload;
+use sluice_proxy::{Gateway, STATUS_CLASSES, TLS_VERSIONS, UPSTREAM_ERRORS};
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// What the admin listener reports on.
+/// What the admin listener reports on and acts through.
 #[derive(Debug, Clone)]
 pub struct Sources {
-    /// Data-plane counters.
-    pub proxy: Arc<ProxyMetrics>,
-    /// The TLS private-key offload.
-    pub crypto: Arc<KeyOffload>,
-    /// Response compression.
-    pub compress: Arc<Compressor>,
-    /// The access log (dropped lines).
-    pub access_log: AccessLog,
+    /// The running data plane: its counters, engines and configuration.
+    pub gateway: Arc<Gateway>,
+    /// Reloads and configuration edits; `None` where the gateway runs without one (tests).
+    pub control: Option<Arc<Controller>>,
     /// Process start.
     pub started: Instant,
 }
@@ -42,18 +35,27 @@ pub async fn serve(
     sources: Sources,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let socket = tokio::net::TcpListener::bind(addr).await?;
+    serve_on(socket, sources)
+}
+
+/// Serves on a socket already bound (one inherited across a binary upgrade).
+pub fn serve_on(
+    socket: tokio::net::TcpListener,
+    sources: Sources,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let bound = socket.local_addr()?;
     let sources = Arc::new(sources);
     let task = tokio::spawn(async move {
         loop {
-            let Ok((tcp, _)) = socket.accept().await else {
+            let Ok((tcp, peer)) = socket.accept().await else {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             };
             let sources = sources.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| {
                     let sources = sources.clone();
-                    async move { Ok::<_, Infallible>(respond(&sources, &req)) }
+                    async move { Ok::<_, Infallible>(api::respond(&sources, req, peer).await) }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(tcp), svc)
@@ -64,29 +66,6 @@ pub async fn serve(
     Ok((bound, task))
 }
 
-fn respond(s: &Sources, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let (status, ctype, body) = match req.uri().path() {
-        "/metrics" => (
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics(s),
-        ),
-        "/status" => (StatusCode::OK, "application/json", status(s)),
-        _ => (
-            StatusCode::NOT_FOUND,
-            "text/plain; charset=utf-8",
-            "not found: try /metrics or /status\n".to_owned(),
-        ),
-    };
-    let mut r = Response::new(Full::new(Bytes::from(body)));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static(ctype),
-    );
-    r
-}
-
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
@@ -94,7 +73,7 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 /// The Prometheus text exposition.
 pub fn metrics(s: &Sources) -> String {
     let mut out = String::with_capacity(4096);
-    let p = s.proxy.snapshot();
+    let p = s.gateway.metrics().snapshot();
     family(
         &mut out,
         "sluice_tls_handshakes_total",
@@ -156,17 +135,18 @@ pub fn metrics(s: &Sources) -> String {
     let _ = writeln!(
         out,
         "sluice_access_log_dropped_total {}",
-        s.access_log.dropped()
+        s.gateway.access_log().dropped()
     );
     offload(
         &mut out,
         &[
-            ("crypto", s.crypto.counters()),
-            ("compress", s.compress.engine_counters()),
+            ("crypto", s.gateway.key_offload().counters()),
+            ("compress", s.gateway.compressor().engine_counters()),
         ],
     );
-    compression(&mut out, &s.compress.counters());
-    key_servers(&mut out, &s.crypto.key_servers());
+    compression(&mut out, &s.gateway.compressor().counters());
+    key_servers(&mut out, &s.gateway.key_offload().key_servers());
+    api::config_metrics(&mut out, s);
     out
 }
 
@@ -368,10 +348,10 @@ fn key_servers(out: &mut String, servers: &[sluice_keyless::ServerStats]) {
 
 /// The JSON status document.
 pub fn status(s: &Sources) -> String {
-    let p = s.proxy.snapshot();
+    let p = s.gateway.metrics().snapshot();
     let engines: Vec<serde_json::Value> = s
-        .crypto
-        .counters()
+        .gateway
+        .crypto_counters()
         .iter()
         .map(|c| {
             let fell: serde_json::Map<String, serde_json::Value> =
@@ -385,10 +365,11 @@ pub fn status(s: &Sources) -> String {
     serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_s": s.started.elapsed().as_secs(),
+        "config": api::config_status(s),
         "tls_handshakes": p.handshakes.iter().flatten().sum::<u64>(),
         "tls_handshake_failures": p.handshake_failures,
         "requests": STATUS_CLASSES.iter().zip(p.requests).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
-        "offload": { "crypto": engines, "key_servers": s.crypto.key_servers().iter().map(|k| serde_json::json!({
+        "offload": { "crypto": engines, "key_servers": s.gateway.key_offload().key_servers().iter().map(|k| serde_json::json!({
             "server": k.address, "up": k.up, "in_flight": k.in_flight, "ok": k.ok, "failed": k.failed,
         })).collect::<Vec<_>>() },
     })

@@ -23,6 +23,7 @@ access_format = "text"
 
 [admin]
 address = "127.0.0.1:9901"   # /metrics (Prometheus) and /status (JSON)
+token_file = '{state_dir}/admin.token'   # admin API writes need it as a bearer token (generated on first start)
 
 [offload.crypto]
 engines = ["pool"]            # handshake signatures on dedicated threads; "inline" ends the chain

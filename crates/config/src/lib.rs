@@ -10,6 +10,7 @@
 //! serving. It parses certificates and keys (with BoringSSL) only to check them at load time
 //! and to hand them, already parsed, to the TLS layer.
 
+mod cache;
 mod default;
 mod error;
 mod load;
@@ -18,16 +19,17 @@ pub mod raw;
 mod snapshot;
 mod units;
 
+pub use cache::CertCache;
 pub use default::{DEFAULT_CONFIG_TEMPLATE, DefaultConfigParams, default_config};
 pub use error::{ConfigError, LoadError};
-pub use load::{load_file, load_str};
+pub use load::{load_file, load_file_cached, load_str, load_str_cached};
 pub use pattern::{HostPattern, normalize_host};
 pub use snapshot::{
-    AccessLogFormat, AccessLogTarget, Balance, Certificate, CompressEngineName, CompressOffload,
-    Compression, ContentCoding, CryptoEngine, CryptoOffload, DEFAULT_COMPRESS_TYPES, Global,
-    GzipBackend, KeyType, KeylessOffload, Listener, LogConfig, Offload, PassHost, PathMatch, Route,
-    ServerAddr, Snapshot, TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol,
-    UpstreamServer,
+    AccessLogFormat, AccessLogTarget, Admin, Balance, Certificate, CompressEngineName,
+    CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,
+    DEFAULT_COMPRESS_TYPES, Global, GzipBackend, KeyType, KeylessOffload, Listener, LogConfig,
+    Offload, PassHost, PathMatch, Route, ServerAddr, Snapshot, TlsListener, TlsVersion, UnknownSni,
+    Upstream, UpstreamProtocol, UpstreamServer,
 };
 pub use units::{parse_byte_size, parse_duration};
 

@@ -311,4 +311,7 @@ pub struct RawAdmin {
     pub enabled: Option<bool>,
     /// Where (default 127.0.0.1:9901; keep it on loopback).
     pub address: Option<Spanned<String>>,
+    /// File holding the bearer token that admin API writes need (mode 0600). Without it the
+    /// admin listener only reads.
+    pub token_file: Option<Spanned<String>>,
 }

@@ -16,6 +16,9 @@ use std::time::Duration;
 pub struct Snapshot {
     /// Where it was loaded from (`<embedded>` for the built-in default).
     pub source: String,
+    /// A short content hash of the text and the certificates' files: equal revisions are the
+    /// same configuration.
+    pub revision: String,
     /// Process-wide settings.
     pub global: Global,
     /// Logging.
@@ -31,7 +34,26 @@ pub struct Snapshot {
     /// The offload layer.
     pub offload: Offload,
     /// The admin listener; `None` when disabled.
-    pub admin: Option<SocketAddr>,
+    pub admin: Option<Admin>,
+}
+
+/// `[admin]`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Admin {
+    /// Where it listens.
+    pub address: SocketAddr,
+    /// The bearer token writes need; `None`: the admin API only reads.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the token.
+        f.debug_struct("Admin")
+            .field("address", &self.address)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .finish()
+    }
 }
 
 /// `[offload]`.
@@ -93,7 +115,7 @@ pub enum CryptoEngine {
 }
 
 /// `[offload.crypto]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CryptoOffload {
     /// Engines before `inline`, in order.
     pub engines: Vec<CryptoEngine>,
@@ -170,7 +192,7 @@ pub enum AccessLogFormat {
 }
 
 /// Logging settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// tracing filter directive.
     pub level: String,
@@ -273,6 +295,9 @@ pub struct Certificate {
     pub hosts: Vec<HostPattern>,
     /// Its private-key engines when they differ from `[offload.crypto] engines`.
     pub offload_engines: Option<Vec<CryptoEngine>>,
+    /// SHA-256 of its settings and its files' bytes: equal fingerprints are the same
+    /// certificate, so a reload may keep what was built from it.
+    pub fingerprint: [u8; 32],
 }
 
 impl std::fmt::Debug for Certificate {
@@ -320,7 +345,7 @@ pub enum PassHost {
 }
 
 /// An upstream server address as configured and as resolved.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerAddr {
     /// As written in the file (for logs).
     pub name: String,
@@ -329,7 +354,7 @@ pub struct ServerAddr {
 }
 
 /// One server of a group.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamServer {
     /// Its address.
     pub address: ServerAddr,
@@ -338,7 +363,7 @@ pub struct UpstreamServer {
 }
 
 /// A group of servers.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Upstream {
     /// Unique name.
     pub name: String,

@@ -13,6 +13,8 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Writes `stem.crt` and `stem.key` (mode 0600) with a fresh P-256 key for `host`.
+mod live;
+
 fn write_cert(dir: &Path, stem: &str, host: &str) {
     let key = PKey::from_ec_key(
         EcKey::generate(&EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap()).unwrap(),
@@ -317,6 +319,10 @@ fn the_embedded_default_is_valid() {
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "localhost-ecdsa", "localhost");
     write_cert(dir.path(), "localhost-rsa", "localhost");
+    write_secret(
+        &dir.path().join("admin.token"),
+        "0123456789abcdef0123456789abcdef\n",
+    );
     let params = crate::DefaultConfigParams {
         state_dir: dir.path(),
         demo_origin: "127.0.0.1:9".parse().unwrap(),
@@ -325,6 +331,18 @@ fn the_embedded_default_is_valid() {
     assert!(text.contains("127.0.0.1:9"));
     assert_eq!(s.listeners.len(), 2);
     assert_eq!(s.listeners[0].address.port(), 8443);
+    let admin = s.admin.as_ref().unwrap();
+    assert_eq!(
+        admin.token.as_deref(),
+        Some("0123456789abcdef0123456789abcdef")
+    );
+}
+
+/// Writes `text` to `path` with mode 0600.
+fn write_secret(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
 #[test]
@@ -386,7 +404,7 @@ fn offload_settings_load_and_bad_engines_are_named() {
         "{errs:#?}"
     );
     assert_eq!(
-        s.admin,
+        s.admin.as_ref().map(|a| a.address),
         Some("127.0.0.1:9901".parse().unwrap()),
         "admin on loopback by default"
     );

@@ -53,6 +53,13 @@ impl Inner {
     }
 }
 
+impl Drop for Inner {
+    /// A sink replaced by a reload (or the last one, at exit) writes out what it holds.
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
 /// What is logged about one request.
 #[derive(Debug, Default)]
 pub(crate) struct Entry {

@@ -47,8 +47,12 @@ impl std::fmt::Debug for Compressor {
 }
 
 impl Compressor {
-    /// The dispatcher `[offload.compress]` describes.
-    pub fn from_config(c: &sluice_config::CompressOffload) -> std::io::Result<Arc<Self>> {
+    /// The dispatcher `[offload.compress]` describes, counting into `counters` (a reload
+    /// that rebuilds the engines passes the old ones, so `/metrics` does not start over).
+    pub fn from_config(
+        c: &sluice_config::CompressOffload,
+        counters: Arc<CompressCounters>,
+    ) -> std::io::Result<Arc<Self>> {
         let threads = c
             .pool_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -66,7 +70,7 @@ impl Compressor {
         };
         Ok(Arc::new(Compressor {
             dispatcher: Arc::new(sluice_compress::build_dispatcher(&config)?),
-            counters: Arc::new(CompressCounters::default()),
+            counters,
         }))
     }
 

@@ -2,6 +2,7 @@
 //! connection's timers (request head deadline, keep-alive idle, graceful shutdown).
 
 use crate::handler::{ConnCtx, ListenerCtx, handle};
+use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use sluice_tls::TlsInfo;
@@ -124,8 +125,13 @@ pub(crate) struct Signals {
 }
 
 /// Serves one accepted connection to the end.
+///
+/// `listener` is the listener's context when the connection was accepted (its TLS acceptor and
+/// timers); `slot` holds the listener's current context, which each request reads, so that a
+/// reload reaches requests on connections opened before it.
 pub(crate) async fn serve(
     listener: Arc<ListenerCtx>,
+    slot: Arc<ArcSwap<ListenerCtx>>,
     tcp: TcpStream,
     peer: SocketAddr,
     signals: Signals,
@@ -164,6 +170,7 @@ pub(crate) async fn serve(
         };
         let ctx = Arc::new(ConnCtx {
             listener: listener.clone(),
+            slot,
             peer,
             tls: Some(info),
             state: state.clone(),
@@ -191,6 +198,7 @@ pub(crate) async fn serve(
         };
         let ctx = Arc::new(ConnCtx {
             listener: listener.clone(),
+            slot,
             peer,
             tls: None,
             state: state.clone(),

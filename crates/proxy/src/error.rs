@@ -29,6 +29,9 @@ pub enum ProxyError {
     /// The offload engines could not start (threads).
     #[error("cannot start the offload engines: {0}")]
     Offload(#[source] std::io::Error),
+    /// The gateway is shutting down and takes no new configuration.
+    #[error("the gateway is shutting down")]
+    Stopped,
     /// The access log file could not be opened.
     #[error("cannot open access log {path}: {source}")]
     AccessLog {

@@ -1,4 +1,22 @@
-//! Starting and stopping the data plane for one configuration snapshot.
+//! Starting, reconfiguring and stopping the data plane.
+//!
+//! A [`Gateway`] serves one configuration [`Snapshot`] at a time and moves to the next with
+//! [`Gateway::apply`], keeping what did not change:
+//! - a listener whose name and address stay keeps its socket (never closed and rebound); its
+//!   routes, upstreams, TLS acceptor and settings are swapped atomically, so new connections
+//!   and new requests on open keep-alive and HTTP/2 connections use the new configuration,
+//!   while requests in flight finish on the old one;
+//! - a removed listener (or one whose address changed) stops accepting and drains its
+//!   connections within `shutdown_timeout`;
+//! - an upstream group whose definition did not change keeps its keep-alive pool and
+//!   passive-health state;
+//! - the offload engines are process-wide and rebuilt only when their own settings change;
+//!   the old ones finish their jobs and go when the last handshake or body using them ends;
+//! - a TLS acceptor is rebuilt only when its certificates' files or its settings changed, and
+//!   keeps its session ticket keys, so tickets issued before a reload still resume.
+//!
+//! Everything that can fail (binding, TLS set-up, engines, the access log) is done before
+//! anything is swapped: a reload either applies whole or changes nothing.
 
 use crate::ProxyError;
 use crate::access_log::AccessLog;
@@ -6,8 +24,10 @@ use crate::connection::{Signals, serve};
 use crate::handler::ListenerCtx;
 use crate::router::Router;
 use crate::upstream::UpstreamGroup;
-use sluice_config::Snapshot;
-use sluice_tls::{KeyOffload, TlsAcceptor};
+use arc_swap::ArcSwap;
+use sluice_config::{CompressOffload, Listener, LogConfig, Snapshot};
+use sluice_tls::{KeyOffload, TlsAcceptor, TlsIdentity};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,138 +37,204 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// A running gateway: its bound listeners and the means to stop it.
+/// A running gateway: its listeners, upstream groups and engines, and the means to
+/// reconfigure and stop it. Shared (`Arc`) between the signal handler and the admin API.
 #[derive(Debug)]
 pub struct Gateway {
+    /// Serializes `apply` and `shutdown`.
+    state: tokio::sync::Mutex<State>,
+    /// What readers (the admin listener, the banner) see, swapped with each applied snapshot.
+    view: ArcSwap<View>,
+    metrics: Arc<crate::ProxyMetrics>,
+}
+
+/// The parts of the running configuration that readers need.
+#[derive(Debug)]
+struct View {
+    snapshot: Arc<Snapshot>,
     addresses: Vec<(String, SocketAddr)>,
-    accept_tasks: Vec<JoinHandle<()>>,
+    key_offload: Arc<KeyOffload>,
+    compressor: Arc<crate::Compressor>,
+    access_log: AccessLog,
+    /// Connections of every listener, current and draining.
+    trackers: Vec<TaskTracker>,
+}
+
+#[derive(Debug)]
+struct State {
+    snapshot: Arc<Snapshot>,
+    listeners: Vec<RunningListener>,
+    /// Removed listeners whose connections are still finishing.
+    draining: Vec<TaskTracker>,
+    upstreams: HashMap<String, Arc<UpstreamGroup>>,
+    key_offload: Arc<KeyOffload>,
+    key_identity: Vec<u8>,
+    compressor: Arc<crate::Compressor>,
+    compress_config: CompressOffload,
+    access_log: AccessLog,
+    log_config: LogConfig,
+    stopped: bool,
+}
+
+/// One bound listener.
+#[derive(Debug)]
+struct RunningListener {
+    name: String,
+    /// As configured (port 0 stays 0 here: the same configuration keeps the same socket).
+    configured: SocketAddr,
+    bound: SocketAddr,
+    /// The listener's current context; the accept loop and every request read it.
+    ctx: Arc<ArcSwap<ListenerCtx>>,
+    accept: JoinHandle<()>,
     draining: watch::Sender<bool>,
     force: CancellationToken,
     connections: TaskTracker,
-    access_log: AccessLog,
+}
+
+impl RunningListener {
+    /// Stops accepting (the socket closes) and asks every connection to finish gracefully.
+    fn stop_accepting(&self) {
+        self.accept.abort();
+        let _ = self.draining.send(true);
+        self.connections.close();
+    }
+}
+
+/// What a successful [`Gateway::apply`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Nothing differed from the running configuration (same revision): nothing was done.
+    pub unchanged: bool,
+    /// Listeners bound by this change.
+    pub listeners_added: Vec<String>,
+    /// Listeners that stopped accepting and are draining.
+    pub listeners_removed: Vec<String>,
+    /// Listeners whose TLS acceptor was rebuilt (certificates or TLS settings changed).
+    pub tls_rebuilt: Vec<String>,
+    /// Upstream groups kept with their pools and health state.
+    pub upstreams_kept: usize,
+    /// Upstream groups built new.
+    pub upstreams_new: usize,
+    /// Whether the private-key engines were rebuilt.
+    pub crypto_engines_rebuilt: bool,
+    /// Whether the compression engines were rebuilt.
+    pub compress_engines_rebuilt: bool,
+}
+
+/// A change prepared but not yet visible.
+struct Prepared {
+    upstreams: HashMap<String, Arc<UpstreamGroup>>,
     key_offload: Arc<KeyOffload>,
-    metrics: Arc<crate::ProxyMetrics>,
+    key_identity: Vec<u8>,
     compressor: Arc<crate::Compressor>,
+    compress_config: CompressOffload,
+    access_log: AccessLog,
+    /// Per listener of the new snapshot: an index into the old listeners to keep, or a new
+    /// socket; and its new context.
+    listeners: Vec<(Placement, Arc<ListenerCtx>)>,
+    report: ApplyReport,
+}
+
+enum Placement {
+    Keep(usize),
+    Bind(TcpListener),
+}
+
+/// The compression engines `snapshot` needs: none when no route compresses.
+fn compress_config(snapshot: &Snapshot) -> CompressOffload {
+    let mut compress = snapshot.offload.compress.clone();
+    if !snapshot.routes.iter().any(|r| r.compression.enabled) {
+        compress.engines.clear();
+    }
+    compress
 }
 
 impl Gateway {
     /// Binds every listener of `snapshot` and starts serving. Fails without serving anything
     /// if any listener cannot bind or set up TLS.
     pub async fn start(snapshot: Arc<Snapshot>) -> Result<Gateway, ProxyError> {
-        let access_log =
-            AccessLog::open(&snapshot.log).map_err(|source| ProxyError::AccessLog {
-                path: format!("{:?}", snapshot.log.access_log),
-                source,
-            })?;
+        let access_log = open_access_log(&snapshot.log)?;
         Self::start_with_log(snapshot, access_log).await
     }
 
-    /// Like [`Gateway::start`], with an access log sink chosen by the caller.
+    /// Like [`Gateway::start`], with an access log sink chosen by the caller (kept across
+    /// reloads while `[log]` does not change).
     pub async fn start_with_log(
         snapshot: Arc<Snapshot>,
         access_log: AccessLog,
     ) -> Result<Gateway, ProxyError> {
-        let upstreams: Arc<[Arc<UpstreamGroup>]> = snapshot
-            .upstreams
-            .iter()
-            .map(|u| Arc::new(UpstreamGroup::new(u.clone())))
-            .collect();
-
-        let key_offload = KeyOffload::from_config(&snapshot).map_err(ProxyError::Offload)?;
         let metrics = Arc::new(crate::ProxyMetrics::default());
-        // No pool threads when no route compresses.
-        let mut compress = snapshot.offload.compress.clone();
-        if !snapshot.routes.iter().any(|r| r.compression.enabled) {
-            compress.engines.clear();
-        }
-        let compressor = crate::Compressor::from_config(&compress).map_err(ProxyError::Offload)?;
-        let mut bound = Vec::new();
-        for l in &snapshot.listeners {
-            let tls = match &l.tls {
-                Some(t) => {
-                    let acceptor = TlsAcceptor::build(&snapshot, l, key_offload.clone()).map_err(
-                        |source| ProxyError::Tls {
-                            listener: l.name.clone(),
-                            source,
-                        },
-                    )?;
-                    acceptor.start_ticket_rotation(t.ticket_key_rotation);
-                    Some(acceptor)
-                }
-                None => None,
-            };
-            let socket = TcpListener::bind(l.address)
-                .await
-                .map_err(|source| ProxyError::Bind {
-                    listener: l.name.clone(),
-                    address: l.address,
-                    source,
-                })?;
-            let ctx = ListenerCtx {
-                name: Arc::from(l.name.as_str()),
-                config: l.clone(),
-                router: Router::new(&snapshot, &l.name),
-                tls,
-                upstreams: upstreams.clone(),
-                access_log: access_log.clone(),
-                metrics: metrics.clone(),
-                compressor: compressor.clone(),
-            };
-            bound.push((socket, Arc::new(ctx)));
-        }
-
-        let (draining, draining_rx) = watch::channel(false);
-        let force = CancellationToken::new();
-        let connections = TaskTracker::new();
-        let mut addresses = Vec::new();
-        let mut accept_tasks = Vec::new();
-        for (socket, ctx) in bound {
-            let addr = socket.local_addr().map_err(|source| ProxyError::Bind {
-                listener: ctx.name.to_string(),
-                address: ctx.config.address,
-                source,
-            })?;
-            addresses.push((ctx.name.to_string(), addr));
-            let signals = Signals {
-                draining: draining_rx.clone(),
-                force: force.clone(),
-            };
-            accept_tasks.push(tokio::spawn(accept_loop(
-                socket,
-                ctx,
-                signals,
-                connections.clone(),
-            )));
-        }
-        Ok(Gateway {
-            addresses,
-            accept_tasks,
-            draining,
-            force,
-            connections,
-            access_log,
+        let key_identity = KeyOffload::identity(&snapshot);
+        let key_offload = KeyOffload::from_config(&snapshot).map_err(ProxyError::Offload)?;
+        let compress = compress_config(&snapshot);
+        let compressor = crate::Compressor::from_config(&compress, Default::default())
+            .map_err(ProxyError::Offload)?;
+        let mut state = State {
+            snapshot: snapshot.clone(),
+            listeners: Vec::new(),
+            draining: Vec::new(),
+            upstreams: HashMap::new(),
             key_offload,
-            metrics,
+            key_identity,
             compressor,
+            compress_config: compress,
+            access_log: access_log.clone(),
+            log_config: snapshot.log.clone(),
+            stopped: false,
+        };
+        let prepared = prepare(&state, &snapshot, &metrics, true).await?;
+        commit(&mut state, snapshot.clone(), prepared);
+        let view = ArcSwap::from_pointee(view_of(&state));
+        Ok(Gateway {
+            state: tokio::sync::Mutex::new(state),
+            view,
+            metrics,
         })
     }
 
-    /// Where each listener is bound (useful with port 0).
-    pub fn addresses(&self) -> &[(String, SocketAddr)] {
-        &self.addresses
+    /// Moves the gateway to `snapshot`, keeping what did not change (see the module
+    /// documentation). On error nothing has changed and the old configuration keeps serving.
+    pub async fn apply(&self, snapshot: Arc<Snapshot>) -> Result<ApplyReport, ProxyError> {
+        let mut state = self.state.lock().await;
+        if state.stopped {
+            return Err(ProxyError::Stopped);
+        }
+        if state.snapshot.revision == snapshot.revision {
+            return Ok(ApplyReport {
+                unchanged: true,
+                ..ApplyReport::default()
+            });
+        }
+        let prepared = prepare(&state, &snapshot, &self.metrics, false).await?;
+        let report = prepared.report.clone();
+        commit(&mut state, snapshot, prepared);
+        self.view.store(Arc::new(view_of(&state)));
+        Ok(report)
+    }
+
+    /// The configuration being served.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.view.load().snapshot.clone()
+    }
+
+    /// Where each listener is bound (useful with port 0), in configuration order.
+    pub fn addresses(&self) -> Vec<(String, SocketAddr)> {
+        self.view.load().addresses.clone()
     }
 
     /// The bound address of the listener called `name`.
     pub fn local_addr(&self, name: &str) -> Option<SocketAddr> {
-        self.addresses
+        self.view
+            .load()
+            .addresses
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, a)| *a)
     }
 
-    /// Connections currently open.
+    /// Connections currently open, draining listeners' included.
     pub fn open_connections(&self) -> usize {
-        self.connections.len()
+        self.view.load().trackers.iter().map(TaskTracker::len).sum()
     }
 
     /// What the data plane counted.
@@ -158,61 +244,333 @@ impl Gateway {
 
     /// The TLS private-key offload (its engines' counters).
     pub fn key_offload(&self) -> Arc<KeyOffload> {
-        self.key_offload.clone()
+        self.view.load().key_offload.clone()
     }
 
     /// What the TLS private-key engines did.
     pub fn crypto_counters(&self) -> Vec<sluice_offload::CountersSnapshot> {
-        self.key_offload.counters()
+        self.view.load().key_offload.counters()
     }
 
     /// The response compression service (counters for `/metrics`).
     pub fn compressor(&self) -> Arc<crate::Compressor> {
-        self.compressor.clone()
+        self.view.load().compressor.clone()
     }
 
     /// The access log sink.
-    pub fn access_log(&self) -> &AccessLog {
-        &self.access_log
+    pub fn access_log(&self) -> AccessLog {
+        self.view.load().access_log.clone()
     }
 
     /// Stops accepting, lets in-flight requests finish for up to `deadline`, then closes
-    /// what is left. Returns whether everything finished in time.
-    pub async fn shutdown(self, deadline: Duration) -> bool {
-        for t in &self.accept_tasks {
-            t.abort();
+    /// what is left. Returns whether everything finished in time. Later calls to `apply`
+    /// fail.
+    pub async fn shutdown(&self, deadline: Duration) -> bool {
+        let mut state = self.state.lock().await;
+        state.stopped = true;
+        for l in &state.listeners {
+            l.stop_accepting();
         }
-        for t in self.accept_tasks {
-            let _ = t.await;
+        for l in &mut state.listeners {
+            let _ = (&mut l.accept).await;
         }
-        let _ = self.draining.send(true);
-        self.connections.close();
-        let clean = tokio::time::timeout(deadline, self.connections.wait())
-            .await
-            .is_ok();
+        let trackers: Vec<TaskTracker> = state
+            .listeners
+            .iter()
+            .map(|l| l.connections.clone())
+            .chain(state.draining.iter().cloned())
+            .collect();
+        let all = async {
+            for t in &trackers {
+                t.wait().await;
+            }
+        };
+        let clean = tokio::time::timeout(deadline, all).await.is_ok();
         if !clean {
-            self.force.cancel();
-            self.connections.wait().await;
+            for l in &state.listeners {
+                l.force.cancel();
+            }
+            for t in &trackers {
+                t.wait().await;
+            }
         }
-        self.access_log.flush();
+        state.access_log.flush();
         clean
+    }
+}
+
+fn open_access_log(config: &LogConfig) -> Result<AccessLog, ProxyError> {
+    AccessLog::open(config).map_err(|source| ProxyError::AccessLog {
+        path: format!("{:?}", config.access_log),
+        source,
+    })
+}
+
+fn view_of(state: &State) -> View {
+    View {
+        snapshot: state.snapshot.clone(),
+        addresses: state
+            .listeners
+            .iter()
+            .map(|l| (l.name.clone(), l.bound))
+            .collect(),
+        key_offload: state.key_offload.clone(),
+        compressor: state.compressor.clone(),
+        access_log: state.access_log.clone(),
+        trackers: state
+            .listeners
+            .iter()
+            .map(|l| l.connections.clone())
+            .chain(state.draining.iter().cloned())
+            .collect(),
+    }
+}
+
+/// Builds everything `snapshot` needs that the running state cannot lend, without touching
+/// the running state. `first`: the engines in `state` were just built for `snapshot`.
+async fn prepare(
+    state: &State,
+    snapshot: &Arc<Snapshot>,
+    metrics: &Arc<crate::ProxyMetrics>,
+    first: bool,
+) -> Result<Prepared, ProxyError> {
+    let mut report = ApplyReport::default();
+
+    let key_identity = KeyOffload::identity(snapshot);
+    let key_offload = if first || key_identity == state.key_identity {
+        state.key_offload.clone()
+    } else {
+        report.crypto_engines_rebuilt = true;
+        KeyOffload::from_config(snapshot).map_err(ProxyError::Offload)?
+    };
+    let compress = compress_config(snapshot);
+    let compressor = if first || compress == state.compress_config {
+        state.compressor.clone()
+    } else {
+        report.compress_engines_rebuilt = true;
+        crate::Compressor::from_config(&compress, state.compressor.counters())
+            .map_err(ProxyError::Offload)?
+    };
+    let access_log = if first || snapshot.log == state.log_config {
+        state.access_log.clone()
+    } else {
+        open_access_log(&snapshot.log)?
+    };
+
+    let mut upstreams = HashMap::new();
+    let groups: Arc<[Arc<UpstreamGroup>]> = snapshot
+        .upstreams
+        .iter()
+        .map(|u| {
+            let group = match state.upstreams.get(&u.name) {
+                Some(old) if *old.config == **u => {
+                    report.upstreams_kept += 1;
+                    old.clone()
+                }
+                _ => {
+                    report.upstreams_new += 1;
+                    Arc::new(UpstreamGroup::new(u.clone()))
+                }
+            };
+            upstreams.insert(u.name.clone(), group.clone());
+            group
+        })
+        .collect();
+
+    let mut listeners = Vec::with_capacity(snapshot.listeners.len());
+    for l in &snapshot.listeners {
+        let old = state
+            .listeners
+            .iter()
+            .position(|o| o.name == l.name && o.configured == l.address);
+        let old_ctx = old.map(|i| state.listeners[i].ctx.load_full());
+        let tls = tls_for(snapshot, l, &key_offload, old_ctx.as_deref(), &mut report)?;
+        let placement = match old {
+            Some(i) => Placement::Keep(i),
+            None => {
+                let socket =
+                    TcpListener::bind(l.address)
+                        .await
+                        .map_err(|source| ProxyError::Bind {
+                            listener: l.name.clone(),
+                            address: l.address,
+                            source,
+                        })?;
+                if !first {
+                    report.listeners_added.push(l.name.clone());
+                }
+                Placement::Bind(socket)
+            }
+        };
+        let ctx = Arc::new(ListenerCtx {
+            name: Arc::from(l.name.as_str()),
+            config: l.clone(),
+            router: Router::new(snapshot, &l.name),
+            tls,
+            upstreams: groups.clone(),
+            access_log: access_log.clone(),
+            metrics: metrics.clone(),
+            compressor: compressor.clone(),
+        });
+        listeners.push((placement, ctx));
+    }
+    for old in &state.listeners {
+        let kept = listeners
+            .iter()
+            .any(|(p, _)| matches!(p, Placement::Keep(i) if state.listeners[*i].name == old.name));
+        if !kept {
+            report.listeners_removed.push(old.name.clone());
+        }
+    }
+    Ok(Prepared {
+        upstreams,
+        key_offload,
+        key_identity,
+        compressor,
+        compress_config: compress,
+        access_log,
+        listeners,
+        report,
+    })
+}
+
+/// The TLS acceptor of listener `l`: the old one when nothing it was built from changed,
+/// else a new one that keeps the old one's ticket keys where it can.
+fn tls_for(
+    snapshot: &Snapshot,
+    l: &Listener,
+    key_offload: &Arc<KeyOffload>,
+    old: Option<&ListenerCtx>,
+    report: &mut ApplyReport,
+) -> Result<Option<TlsAcceptor>, ProxyError> {
+    let Some(identity) = TlsIdentity::of(snapshot, l) else {
+        return Ok(None);
+    };
+    let previous = old.and_then(|o| o.tls.as_ref());
+    if let Some(p) = previous
+        && *p.identity() == identity
+        && Arc::ptr_eq(p.key_offload(), key_offload)
+    {
+        return Ok(Some(p.clone()));
+    }
+    let acceptor =
+        TlsAcceptor::rebuild(snapshot, l, key_offload.clone(), previous).map_err(|source| {
+            ProxyError::Tls {
+                listener: l.name.clone(),
+                source,
+            }
+        })?;
+    if old.is_some() {
+        report.tls_rebuilt.push(l.name.clone());
+    }
+    Ok(Some(acceptor))
+}
+
+/// Makes a prepared change visible. Cannot fail.
+fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
+    let shutdown_timeout = snapshot.global.shutdown_timeout;
+    let mut old: Vec<Option<RunningListener>> = std::mem::take(&mut state.listeners)
+        .into_iter()
+        .map(Some)
+        .collect();
+    let mut running = Vec::with_capacity(prepared.listeners.len());
+    for (placement, ctx) in prepared.listeners {
+        if let Some(tls) = &ctx.tls {
+            tls.start_ticket_rotation(
+                ctx.config
+                    .tls
+                    .as_ref()
+                    .map_or(Duration::from_secs(3600), |t| t.ticket_key_rotation),
+            );
+        }
+        match placement {
+            Placement::Keep(i) => {
+                let l = old[i]
+                    .take()
+                    .expect("each old listener is kept at most once");
+                l.ctx.store(ctx);
+                running.push(l);
+            }
+            Placement::Bind(socket) => running.push(spawn_listener(socket, ctx)),
+        }
+    }
+    for l in old.into_iter().flatten() {
+        tracing::info!(listener = %l.name, address = %l.bound, "listener removed; draining its connections");
+        l.stop_accepting();
+        let (tracker, force) = (l.connections.clone(), l.force.clone());
+        tokio::spawn(async move {
+            if tokio::time::timeout(shutdown_timeout, tracker.wait())
+                .await
+                .is_err()
+            {
+                force.cancel();
+            }
+        });
+        state.draining.push(l.connections);
+    }
+    state.draining.retain(|t| !t.is_empty());
+    state.listeners = running;
+    state.snapshot = snapshot;
+    state.upstreams = prepared.upstreams;
+    state.key_offload = prepared.key_offload;
+    state.key_identity = prepared.key_identity;
+    state.compressor = prepared.compressor;
+    state.compress_config = prepared.compress_config;
+    if state.log_config != state.snapshot.log {
+        state.access_log = prepared.access_log;
+        state.log_config = state.snapshot.log.clone();
+    }
+}
+
+fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener {
+    // A socket from the OS always has a local address; 0.0.0.0:0 only if it somehow has not.
+    let bound = socket
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let (draining, draining_rx) = watch::channel(false);
+    let force = CancellationToken::new();
+    let connections = TaskTracker::new();
+    let name = ctx.name.to_string();
+    let configured = ctx.config.address;
+    let slot = Arc::new(ArcSwap::new(ctx));
+    let signals = Signals {
+        draining: draining_rx,
+        force: force.clone(),
+    };
+    let accept = tokio::spawn(accept_loop(
+        socket,
+        slot.clone(),
+        signals,
+        connections.clone(),
+    ));
+    RunningListener {
+        name,
+        configured,
+        bound,
+        ctx: slot,
+        accept,
+        draining,
+        force,
+        connections,
     }
 }
 
 async fn accept_loop(
     socket: TcpListener,
-    ctx: Arc<ListenerCtx>,
+    slot: Arc<ArcSwap<ListenerCtx>>,
     signals: Signals,
     connections: TaskTracker,
 ) {
     loop {
         match socket.accept().await {
             Ok((tcp, peer)) => {
-                connections.spawn(serve(ctx.clone(), tcp, peer, signals.clone()));
+                let ctx = slot.load_full();
+                connections.spawn(serve(ctx, slot.clone(), tcp, peer, signals.clone()));
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning; existing connections go on.
-                tracing::warn!(listener = %ctx.name, error = %e, "accept failed; retrying shortly");
+                let name = slot.load().name.clone();
+                tracing::warn!(listener = %name, error = %e, "accept failed; retrying shortly");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }

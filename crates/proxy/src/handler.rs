@@ -10,6 +10,7 @@ use crate::error::{Failure, is_caused_by};
 use crate::forward::{add_forwarding, head_size, strip_hop_by_hop, upgrade_protocol};
 use crate::router::Router;
 use crate::upstream::{ActiveGuard, UpstreamGroup};
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
@@ -41,7 +42,11 @@ pub(crate) struct ListenerCtx {
 /// One client connection.
 #[derive(Debug)]
 pub(crate) struct ConnCtx {
+    /// The listener as it was when the connection was accepted (timers, TLS).
     pub(crate) listener: Arc<ListenerCtx>,
+    /// The listener as it is now: each request routes by the configuration current when it
+    /// arrives.
+    pub(crate) slot: Arc<ArcSwap<ListenerCtx>>,
     pub(crate) peer: SocketAddr,
     pub(crate) tls: Option<TlsInfo>,
     pub(crate) state: Arc<ConnState>,
@@ -93,7 +98,7 @@ pub(crate) async fn handle(
 ) -> Result<Response<ProxyBody>, Infallible> {
     conn.state.request_started();
     let start = Instant::now();
-    let listener = &conn.listener;
+    let listener = &conn.slot.load_full();
     let host = req
         .uri()
         .authority()
@@ -156,18 +161,18 @@ pub(crate) async fn handle(
     }
     let group = listener.upstreams[route.upstream].clone();
     let facts = RequestFacts::new(&route.compression, req.method(), req.headers());
-    Ok(proxy(conn.clone(), group, req, host, done, facts).await)
+    Ok(proxy(&conn, listener, group, req, host, done, facts).await)
 }
 
 async fn proxy(
-    conn: Arc<ConnCtx>,
+    conn: &ConnCtx,
+    listener: &ListenerCtx,
     group: Arc<UpstreamGroup>,
     mut req: Request<Incoming>,
     host: String,
     mut done: Done,
     facts: RequestFacts,
 ) -> Response<ProxyBody> {
-    let listener = &conn.listener;
     let upgrade = if req.version() == Version::HTTP_11 {
         upgrade_protocol(req.headers())
     } else {

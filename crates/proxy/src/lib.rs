@@ -5,7 +5,8 @@
 //! `sluice_tls` for handshakes, and knows no offload engine by name.
 //!
 //! The entry point is [`Gateway::start`], which binds every listener of a snapshot and
-//! returns a [`Gateway`] handle for its addresses and for a graceful shutdown.
+//! returns a [`Gateway`] handle for its addresses, for moving to a new snapshot while serving
+//! ([`Gateway::apply`]) and for a graceful shutdown.
 
 mod access_log;
 mod balance;
@@ -25,7 +26,7 @@ mod upstream;
 pub use access_log::AccessLog;
 pub use compression::Compressor;
 pub use error::ProxyError;
-pub use gateway::Gateway;
+pub use gateway::{ApplyReport, Gateway};
 pub use metrics::{ProxyMetrics, ProxySnapshot, STATUS_CLASSES, TLS_VERSIONS, UPSTREAM_ERRORS};
 pub use router::Router;
 

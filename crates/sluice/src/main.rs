@@ -3,6 +3,7 @@
 
 mod corpus;
 mod demo;
+mod instance;
 mod run;
 mod speed;
 mod speed_compress;
@@ -31,9 +32,26 @@ enum Command {
         /// Configuration file (TOML).
         #[arg(long, short)]
         config: Option<PathBuf>,
-        /// Where the default configuration keeps its generated certificates.
+        /// Where the default configuration keeps its generated certificates, and where the
+        /// pid file goes.
         #[arg(long, env = "SLUICE_STATE_DIR")]
         state_dir: Option<PathBuf>,
+        /// The pid file (default: sluice.pid in the state directory).
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+    },
+    /// Reload the running gateway's configuration (SIGHUP) and print the outcome; exit status
+    /// 1 if it was refused (the old configuration keeps serving).
+    Reload {
+        /// The running gateway's state directory (its pid file is sluice.pid there).
+        #[arg(long, env = "SLUICE_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        /// The running gateway's pid file (instead of the state directory's).
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+        /// How long to wait for the outcome.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
     },
     /// Validate a configuration file without starting; exit status 1 if it has errors.
     Check {
@@ -89,8 +107,36 @@ fn main() -> ExitCode {
     let result = match cli.command.unwrap_or(Command::Run {
         config: None,
         state_dir: None,
+        pid_file: None,
     }) {
-        Command::Run { config, state_dir } => run::run(config, state_dir),
+        Command::Run {
+            config,
+            state_dir,
+            pid_file,
+        } => run::run(run::RunArgs {
+            config,
+            state_dir,
+            pid_file,
+        }),
+        Command::Reload {
+            state_dir,
+            pid_file,
+            timeout,
+        } => {
+            let pid_file = pid_file.unwrap_or_else(|| {
+                state_dir
+                    .unwrap_or_else(sluice_tls::selfsigned::default_state_dir)
+                    .join("sluice.pid")
+            });
+            return match instance::reload(&pid_file, timeout) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("sluice: {e:#}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Command::Check { config } => return run::check(&config),
         Command::DefaultConfig => {
             print!("{}", sluice_config::DEFAULT_CONFIG_TEMPLATE);

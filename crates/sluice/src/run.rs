@@ -1,11 +1,16 @@
-//! `sluice run` and `sluice check`: loading, start-up banner, signals and graceful shutdown.
+//! `sluice run` and `sluice check`: loading, start-up banner, signals, reload and graceful
+//! shutdown.
 
+use crate::instance::{Instance, ReloadRecord};
 use anyhow::Context as _;
-use sluice_config::{DefaultConfigParams, Snapshot, default_config, load_file};
+use sluice_config::{CertCache, DefaultConfigParams, Snapshot, default_config, load_file};
+use sluice_control::{Controller, Source, Target, TargetFuture};
 use sluice_proxy::Gateway;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 /// `sluice check --config FILE`: every error at once, exit status 1 when there is any.
 pub(crate) fn check(path: &Path) -> ExitCode {
@@ -38,58 +43,165 @@ fn init_tracing(level: &str) {
         .try_init();
 }
 
+/// What `sluice run` was asked to do.
+#[derive(Debug)]
+pub(crate) struct RunArgs {
+    pub(crate) config: Option<PathBuf>,
+    pub(crate) state_dir: Option<PathBuf>,
+    pub(crate) pid_file: Option<PathBuf>,
+}
+
+/// The gateway as the control plane sees it: applying a snapshot also moves the admin
+/// listener when its address changed.
+struct Running {
+    gateway: Arc<Gateway>,
+    admin: Mutex<Option<AdminTask>>,
+    control: OnceLock<Arc<Controller>>,
+    started: Instant,
+}
+
+struct AdminTask {
+    configured: SocketAddr,
+    bound: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn sources(&self) -> sluice_admin::Sources {
+        sluice_admin::Sources {
+            gateway: self.gateway.clone(),
+            control: self.control.get().cloned(),
+            started: self.started,
+        }
+    }
+
+    /// Starts, moves or stops the admin listener to match `snapshot`.
+    async fn place_admin(&self, snapshot: &Snapshot) -> anyhow::Result<()> {
+        let want = snapshot.admin.as_ref().map(|a| a.address);
+        let current = self
+            .admin
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|a| a.configured);
+        if want == current {
+            return Ok(());
+        }
+        let new = match want {
+            Some(addr) => {
+                let (bound, task) = sluice_admin::serve(addr, self.sources())
+                    .await
+                    .with_context(|| {
+                        format!("binding the admin listener on {addr}; change or disable [admin]")
+                    })?;
+                Some(AdminTask {
+                    configured: addr,
+                    bound,
+                    task,
+                })
+            }
+            None => None,
+        };
+        let old = std::mem::replace(
+            &mut *self.admin.lock().unwrap_or_else(|e| e.into_inner()),
+            new,
+        );
+        if let Some(old) = old {
+            old.task.abort();
+        }
+        Ok(())
+    }
+
+    fn admin_address(&self) -> Option<SocketAddr> {
+        self.admin
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|a| a.bound)
+    }
+}
+
+impl Target for Running {
+    fn apply(&self, snapshot: Arc<Snapshot>) -> TargetFuture<'_> {
+        Box::pin(async move {
+            let report = self
+                .gateway
+                .apply(snapshot.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Err(e) = self.place_admin(&snapshot).await {
+                tracing::error!(error = %format!("{e:#}"), "the admin listener stays where it was");
+            }
+            Ok(crate::instance::describe(&report))
+        })
+    }
+}
+
 /// `sluice run`.
-pub(crate) fn run(config: Option<PathBuf>, state_dir: Option<PathBuf>) -> anyhow::Result<()> {
+pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let (snapshot, demo) = match &config {
-            Some(path) => (load_file(path)?, None),
+        let dir = args
+            .state_dir
+            .clone()
+            .unwrap_or_else(sluice_tls::selfsigned::default_state_dir);
+        let certs = Arc::new(CertCache::new());
+        let (source, demo) = match &args.config {
+            Some(path) => (Source::File(path.clone()), None),
             None => {
-                let dir = state_dir.unwrap_or_else(sluice_tls::selfsigned::default_state_dir);
                 let generated = sluice_tls::selfsigned::ensure_default_certificates(&dir)
                     .with_context(|| {
                         format!("preparing self-signed certificates in {}", dir.display())
                     })?;
+                crate::instance::ensure_admin_token(&dir)?;
                 let demo = crate::demo::start()
                     .await
                     .context("starting the demo origin")?;
-                let (_, snapshot) = default_config(&DefaultConfigParams {
+                let (text, _) = default_config(&DefaultConfigParams {
                     state_dir: &dir,
                     demo_origin: demo,
                 })?;
-                (snapshot, Some((demo, dir, generated)))
-            }
-        };
-        init_tracing(&snapshot.log.level);
-        let shutdown_timeout = snapshot.global.shutdown_timeout;
-        let snapshot = Arc::new(snapshot);
-        let gateway = Gateway::start(snapshot.clone()).await?;
-        let admin = match snapshot.admin {
-            Some(addr) => {
-                let sources = sluice_admin::Sources {
-                    proxy: gateway.metrics(),
-                    crypto: gateway.key_offload(),
-                    compress: gateway.compressor(),
-                    access_log: gateway.access_log().clone(),
-                    started: std::time::Instant::now(),
+                let source = Source::Text {
+                    text,
+                    name: "<embedded default>".to_owned(),
+                    base_dir: dir.clone(),
                 };
-                let served = sluice_admin::serve(addr, sources).await.with_context(|| {
-                    format!("binding the admin listener on {addr}; change or disable [admin]")
-                })?;
-                Some(served)
+                (source, Some((demo, generated)))
             }
-            None => None,
         };
+        let snapshot = Controller::load(&source, &certs)?;
+        init_tracing(&snapshot.log.level);
+        let snapshot = Arc::new(snapshot);
+        let gateway = Arc::new(Gateway::start(snapshot.clone()).await?);
+        let running = Arc::new(Running {
+            gateway: gateway.clone(),
+            admin: Mutex::new(None),
+            control: OnceLock::new(),
+            started: Instant::now(),
+        });
+        let control = Arc::new(Controller::new(source, running.clone(), certs, &snapshot));
+        let _ = running.control.set(control.clone());
+        running.place_admin(&snapshot).await?;
+
+        let pid_file = args
+            .pid_file
+            .clone()
+            .unwrap_or_else(|| dir.join("sluice.pid"));
+        let instance = Instance::create(&pid_file)?;
         banner(
             &snapshot,
             &gateway,
-            demo.as_ref().map(|(a, d, g)| (*a, d.as_path(), *g)),
-            admin.as_ref().map(|(a, _)| *a),
+            demo.map(|(a, g)| (a, dir.as_path(), g)),
+            running.admin_address(),
+            &pid_file,
         );
 
+        let reloads = tokio::spawn(reload_on_hangup(control.clone(), instance.clone()));
         wait_for_signal().await?;
+        reloads.abort();
+        let shutdown_timeout = gateway.snapshot().global.shutdown_timeout;
         eprintln!(
             "sluice: shutting down; in-flight requests have {}s to finish",
             shutdown_timeout.as_secs_f32()
@@ -97,12 +209,36 @@ pub(crate) fn run(config: Option<PathBuf>, state_dir: Option<PathBuf>) -> anyhow
         if !gateway.shutdown(shutdown_timeout).await {
             eprintln!("sluice: some requests did not finish in time and were closed");
         }
-        if let Some((_, task)) = admin {
-            task.abort();
+        if let Some(admin) = running
+            .admin
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            admin.task.abort();
+        }
+        if let Some(instance) = &instance {
+            instance.remove();
         }
         eprintln!("sluice: stopped");
         Ok(())
     })
+}
+
+/// SIGHUP: reload, and leave the outcome where `sluice reload` looks for it.
+async fn reload_on_hangup(
+    control: Arc<Controller>,
+    instance: Option<Arc<Instance>>,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    while hup.recv().await.is_some() {
+        let result = control.reload().await;
+        if let Some(instance) = &instance {
+            instance.record(&ReloadRecord::of(&result));
+        }
+    }
+    Ok(())
 }
 
 fn banner(
@@ -110,6 +246,7 @@ fn banner(
     gateway: &Gateway,
     demo: Option<(std::net::SocketAddr, &Path, bool)>,
     admin: Option<std::net::SocketAddr>,
+    pid_file: &Path,
 ) {
     let mut out = String::new();
     match demo {
@@ -138,6 +275,16 @@ fn banner(
         out.push_str(&format!(
             "  admin    http://{a}/metrics (Prometheus) and /status (JSON)\n"
         ));
+        if let Some(token) = snapshot.admin.as_ref().and_then(|a| a.token.as_ref()) {
+            let _ = token;
+            out.push_str(&format!(
+                "           admin API writes (POST http://{a}/api/v1/reload) take the bearer token in {}\n",
+                demo.map_or_else(
+                    || "[admin] token_file".to_owned(),
+                    |(_, dir, _)| dir.join("admin.token").display().to_string()
+                )
+            ));
+        }
     }
     if let Some((origin, dir, generated)) = demo {
         out.push_str(&format!(
@@ -155,24 +302,20 @@ fn banner(
         out.push_str("  try: curl -k https://127.0.0.1:8443/\n");
     }
     out.push_str(&format!(
-        "Stop with Ctrl-C, or: kill -TERM {}\n",
-        std::process::id()
+        "Reload with: kill -HUP {pid} (or sluice reload --pid-file {})\nStop with Ctrl-C, or: kill -TERM {pid}\n",
+        pid_file.display(),
+        pid = std::process::id()
     ));
     print!("{out}");
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-        let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
     }
-    #[cfg(not(unix))]
-    tokio::signal::ctrl_c().await?;
     Ok(())
 }

@@ -17,6 +17,43 @@ pub struct TlsAcceptor {
     store: Arc<CertStore>,
     tickets: Option<Arc<TicketKeys>>,
     offload: Arc<KeyOffload>,
+    identity: TlsIdentity,
+}
+
+/// Everything an acceptor is built from, so that a reload can tell whether a listener's
+/// acceptor may be kept: its certificates (by fingerprint: their files' bytes and settings)
+/// and its TLS settings. The private-key offload is compared separately (by identity of the
+/// running engines).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsIdentity {
+    certificates: Vec<[u8; 32]>,
+    default_certificate: [u8; 32],
+    unknown_sni: UnknownSni,
+    versions: (TlsVersion, TlsVersion),
+    tickets: (bool, Option<std::path::PathBuf>, std::time::Duration),
+    rsa_key_exchange: bool,
+    alpn: (bool, bool),
+}
+
+impl TlsIdentity {
+    /// The identity of `listener`'s TLS side in `snapshot`; `None` for a plain-HTTP listener.
+    pub fn of(snapshot: &Snapshot, listener: &Listener) -> Option<Self> {
+        let tls = listener.tls.as_ref()?;
+        let fp = |i: usize| snapshot.certificates[i].fingerprint;
+        Some(TlsIdentity {
+            certificates: tls.certificates.iter().map(|&i| fp(i)).collect(),
+            default_certificate: fp(tls.default_certificate),
+            unknown_sni: tls.unknown_sni,
+            versions: (tls.min_version, tls.max_version),
+            tickets: (
+                tls.session_tickets,
+                tls.ticket_key_file.clone(),
+                tls.ticket_key_rotation,
+            ),
+            rsa_key_exchange: tls.rsa_key_exchange,
+            alpn: (listener.h2, listener.http1),
+        })
+    }
 }
 
 impl std::fmt::Debug for TlsAcceptor {
@@ -44,6 +81,20 @@ impl TlsAcceptor {
         listener: &Listener,
         offload: Arc<KeyOffload>,
     ) -> Result<Self, TlsError> {
+        Self::rebuild(snapshot, listener, offload, None)
+    }
+
+    /// Like [`TlsAcceptor::build`], for a reload: the session ticket keys of `previous` (the
+    /// listener's acceptor until now) are kept when its ticket settings did not change, so
+    /// tickets issued before the reload still resume after it.
+    pub fn rebuild(
+        snapshot: &Snapshot,
+        listener: &Listener,
+        offload: Arc<KeyOffload>,
+        previous: Option<&TlsAcceptor>,
+    ) -> Result<Self, TlsError> {
+        let identity = TlsIdentity::of(snapshot, listener)
+            .expect("TlsAcceptor::build called for a plain-HTTP listener");
         let tls = listener
             .tls
             .as_ref()
@@ -110,9 +161,13 @@ impl TlsAcceptor {
         // instances, tickets with a shared key file do.
         b.set_session_cache_mode(SslSessionCacheMode::OFF);
         let tickets = if tls.session_tickets {
-            let ring = match &tls.ticket_key_file {
-                Some(path) => TicketKeys::from_file(path)?,
-                None => TicketKeys::generated()?,
+            let kept = previous
+                .filter(|p| p.identity.tickets == identity.tickets)
+                .and_then(|p| p.tickets.clone());
+            let ring = match (kept, &tls.ticket_key_file) {
+                (Some(ring), _) => ring,
+                (None, Some(path)) => TicketKeys::from_file(path)?,
+                (None, None) => TicketKeys::generated()?,
             };
             set_ticket_callback(&mut b, ring.clone());
             Some(ring)
@@ -125,7 +180,18 @@ impl TlsAcceptor {
             store,
             tickets,
             offload,
+            identity,
         })
+    }
+
+    /// What this acceptor was built from.
+    pub fn identity(&self) -> &TlsIdentity {
+        &self.identity
+    }
+
+    /// The private-key offload its handshakes use.
+    pub fn key_offload(&self) -> &Arc<KeyOffload> {
+        &self.offload
     }
 
     /// Starts rotating (or re-reading) the ticket keys every `interval`.

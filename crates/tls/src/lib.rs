@@ -18,7 +18,7 @@ pub mod selfsigned;
 mod store;
 mod tickets;
 
-pub use acceptor::{AcceptError, TlsAcceptor};
+pub use acceptor::{AcceptError, TlsAcceptor, TlsIdentity};
 pub use error::TlsError;
 pub use info::TlsInfo;
 pub use offload::{KeyOffload, OffloadIo};

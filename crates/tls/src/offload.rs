@@ -77,18 +77,29 @@ impl KeyOffload {
         self.keyless.as_ref().map(|k| k.stats()).unwrap_or_default()
     }
 
+    /// Everything the engines [`KeyOffload::from_config`] would build from `snapshot` depend
+    /// on: `[offload.crypto]`, the engines certificates name, and `[offload.keyless]` with its
+    /// files. Engines are process-wide; a reload keeps them while this stays the same.
+    pub fn identity(snapshot: &sluice_config::Snapshot) -> Vec<u8> {
+        let mut h = boring::sha::Sha256::new();
+        h.update(format!("{:?}", snapshot.offload.crypto).as_bytes());
+        h.update(format!("{:?}", chain_engines(snapshot)).as_bytes());
+        if let Some(k) = &snapshot.offload.keyless {
+            h.update(format!("{k:?}").as_bytes());
+            h.update(format!("{:?}{}", k.ping_interval, k.server_name).as_bytes());
+            for c in k.ca.iter().chain(&k.certificate) {
+                h.update(&c.to_der().unwrap_or_default());
+            }
+            h.update(&k.key.private_key_to_der().unwrap_or_default());
+        }
+        h.finish().to_vec()
+    }
+
     /// The chain `[offload.crypto]` describes, with every engine that a certificate's own
     /// `offload_engines` names.
     pub fn from_config(snapshot: &sluice_config::Snapshot) -> std::io::Result<Arc<Self>> {
         let c = &snapshot.offload.crypto;
-        let mut engines = engine_kinds(&c.engines);
-        for cert in &snapshot.certificates {
-            for e in engine_kinds(cert.offload_engines.as_deref().unwrap_or_default()) {
-                if !engines.contains(&e) {
-                    engines.push(e);
-                }
-            }
-        }
+        let engines = chain_engines(snapshot);
         let threads = c
             .pool_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -160,6 +171,20 @@ impl KeyOffload {
     pub fn counters(&self) -> Vec<CountersSnapshot> {
         self.dispatcher.counters()
     }
+}
+
+/// The engines of the chain: `[offload.crypto] engines`, then any other that a certificate's
+/// own `offload_engines` names.
+fn chain_engines(snapshot: &sluice_config::Snapshot) -> Vec<EngineKind> {
+    let mut engines = engine_kinds(&snapshot.offload.crypto.engines);
+    for cert in &snapshot.certificates {
+        for e in engine_kinds(cert.offload_engines.as_deref().unwrap_or_default()) {
+            if !engines.contains(&e) {
+                engines.push(e);
+            }
+        }
+    }
+    engines
 }
 
 /// Maps configured engine names to the crypto crate's.

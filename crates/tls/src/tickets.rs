@@ -7,6 +7,7 @@ use boring::hmac::HmacCtxRef;
 use boring::ssl::{SslRef, TicketKeyCallbackResult};
 use boring::symm::{Cipher, CipherCtxRef};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
@@ -48,6 +49,8 @@ impl Key {
 pub struct TicketKeys {
     keys: RwLock<Vec<Key>>,
     file: Option<PathBuf>,
+    /// Set once the rotation task runs: a ring kept across a reload is not rotated twice.
+    rotating: AtomicBool,
 }
 
 impl std::fmt::Debug for TicketKeys {
@@ -65,6 +68,7 @@ impl TicketKeys {
         Ok(Arc::new(TicketKeys {
             keys: RwLock::new(vec![Key::random()?]),
             file: None,
+            rotating: AtomicBool::new(false),
         }))
     }
 
@@ -73,6 +77,7 @@ impl TicketKeys {
         let ring = TicketKeys {
             keys: RwLock::new(Vec::new()),
             file: Some(path.to_path_buf()),
+            rotating: AtomicBool::new(false),
         };
         ring.reload()?;
         Ok(Arc::new(ring))
@@ -110,8 +115,12 @@ impl TicketKeys {
         Ok(())
     }
 
-    /// Rotates every `interval` on the current tokio runtime until the ring is dropped.
+    /// Rotates every `interval` on the current tokio runtime until the ring is dropped. A
+    /// second call on the same ring does nothing.
     pub fn spawn_rotation(self: &Arc<Self>, interval: Duration) {
+        if self.rotating.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let weak: Weak<Self> = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);

@@ -104,6 +104,8 @@ fn run_serves_a_config_file_and_exits_0_on_sigterm() {
     let mut child = sluice()
         .args(["run", "--config"])
         .arg(&path)
+        .arg("--pid-file")
+        .arg(dir.path().join("sluice.pid"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -131,4 +133,198 @@ fn run_serves_a_config_file_and_exits_0_on_sigterm() {
     assert!(killed.success());
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// A `sluice run` child and the addresses its banner printed.
+struct Running {
+    child: std::process::Child,
+    http: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+}
+
+fn start(config: &std::path::Path, pid_file: &std::path::Path) -> Running {
+    let mut child = sluice()
+        .args(["run", "--config"])
+        .arg(config)
+        .arg("--pid-file")
+        .arg(pid_file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let (mut http, mut admin) = (None, None);
+    for line in stdout.lines().take(12) {
+        let line = line.unwrap();
+        let addr = || {
+            line.split("http://")
+                .nth(1)
+                .and_then(|r| r.split('/').next())
+                .and_then(|a| a.parse().ok())
+        };
+        if line.trim_start().starts_with("http ") {
+            http = addr();
+        } else if line.trim_start().starts_with("admin ") {
+            admin = addr();
+        }
+        if line.starts_with("Stop with") {
+            break;
+        }
+    }
+    Running {
+        child,
+        http: http.expect("the banner names the listener"),
+        admin: admin.expect("the banner names the admin listener"),
+    }
+}
+
+fn reload_cmd(pid_file: &std::path::Path) -> std::process::Output {
+    sluice()
+        .args(["reload", "--pid-file"])
+        .arg(pid_file)
+        .output()
+        .unwrap()
+}
+
+async fn post_reload(admin: std::net::SocketAddr, token: Option<&str>) -> crate::support::Got {
+    let mut req = http::Request::post("/api/v1/reload").header("host", "admin");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let req = req
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    crate::support::http1_send(tokio::net::TcpStream::connect(admin).await.unwrap(), req).await
+}
+
+#[test]
+fn reload_by_sighup_sluice_reload_and_the_admin_api_keeps_the_old_config_on_errors() {
+    use std::os::unix::fs::PermissionsExt;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (a, b) = rt.block_on(async {
+        (
+            crate::support::Origin::start("A").await,
+            crate::support::Origin::start("B").await,
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let token = "reload-test-token-0123456789";
+    let token_file = dir.path().join("admin.token");
+    std::fs::write(&token_file, token).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let path = dir.path().join("gw.toml");
+    let config = |origin: std::net::SocketAddr, extra: &str| {
+        format!(
+            "# comment\n[log]\naccess_log = \"off\"\n[admin]\naddress = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"\n[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n[[upstream]]\nname = \"o\"\nservers = [{{ address = \"{origin}\" }}]\n[[route]]\nname = \"r\"\nupstream = \"o\"\n{extra}"
+        )
+    };
+    std::fs::write(&path, config(a.addr, "")).unwrap();
+    let pid_file = dir.path().join("sluice.pid");
+    let mut gw = start(&path, &pid_file);
+    let whoami = || {
+        rt.block_on(crate::support::http1_get(gw.http, "x", "/whoami"))
+            .body
+    };
+    assert_eq!(whoami(), "A");
+
+    // `sluice reload`: a good change applies.
+    std::fs::write(&path, config(b.addr, "")).unwrap();
+    let out = reload_cmd(&pid_file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("reloaded: revision "), "{stdout}");
+    assert_eq!(whoami(), "B");
+
+    // A broken file: exit 1, every error at its line, the old configuration serving.
+    std::fs::write(
+        &path,
+        config(
+            b.addr,
+            "[[route]]\nname = \"bad\"\nupstream = \"missing\"\nmethod = [\"GET\"]\n",
+        ),
+    )
+    .unwrap();
+    let out = reload_cmd(&pid_file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let file = path.display().to_string();
+    assert!(
+        stderr.contains(&format!(
+            "{file}:18:12: route `bad` sends to upstream `missing`"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{file}:19:1: unknown field `method`")),
+        "{stderr}"
+    );
+    assert_eq!(whoami(), "B");
+
+    // The admin API: no token, 401; with it, the same errors as JSON (422).
+    let denied = rt.block_on(post_reload(gw.admin, None));
+    assert_eq!(denied.status, 401, "{}", denied.body);
+    let refused = rt.block_on(post_reload(gw.admin, Some(token)));
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    let v: serde_json::Value = serde_json::from_str(&refused.body).unwrap();
+    let lines: Vec<u64> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, vec![18, 19], "{v}");
+    let status: serde_json::Value = serde_json::from_str(
+        &rt.block_on(crate::support::http1_get(gw.admin, "admin", "/status"))
+            .body,
+    )
+    .unwrap();
+    assert_eq!(status["config"]["reloads"]["failed"], 2, "{status}");
+    assert_eq!(
+        status["config"]["last_failure"]["errors"][0]["line"], 18,
+        "{status}"
+    );
+    let metrics = rt
+        .block_on(crate::support::http1_get(gw.admin, "admin", "/metrics"))
+        .body;
+    assert!(
+        metrics.contains("sluice_config_reloads_total{result=\"failed\"} 2"),
+        "{metrics}"
+    );
+
+    // Fixed, through the API.
+    std::fs::write(&path, config(a.addr, "")).unwrap();
+    let ok = rt.block_on(post_reload(gw.admin, Some(token)));
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(whoami(), "A");
+
+    // A plain SIGHUP does the same (the record shows one more reload: `sluice reload` made two).
+    std::fs::write(&path, config(b.addr, "")).unwrap();
+    let record = format!("{}.reload", pid_file.display());
+    let seq = || {
+        std::fs::read(&record)
+            .ok()
+            .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r).ok())
+            .and_then(|v| v["seq"].as_u64())
+    };
+    assert_eq!(seq(), Some(2));
+    let hup = Command::new("kill")
+        .args(["-HUP", &gw.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    rt.block_on(crate::support::wait_until(|| seq() == Some(3)));
+    assert_eq!(whoami(), "B");
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &gw.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert_eq!(gw.child.wait().unwrap().code(), Some(0));
+    assert!(!pid_file.exists(), "the pid file is removed at exit");
 }

@@ -629,10 +629,8 @@ async fn compression_counters_are_on_metrics() {
     let _ = fetch(gw.addr("http"), "/image", &[("accept-encoding", "gzip")]).await;
     let g = gw.gateway();
     let text = sluice_admin::metrics(&sluice_admin::Sources {
-        proxy: g.metrics(),
-        crypto: g.key_offload(),
-        compress: g.compressor(),
-        access_log: g.access_log().clone(),
+        gateway: g.clone(),
+        control: None,
         started: std::time::Instant::now(),
     });
     for line in [

@@ -13,13 +13,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// accepted and those the gateway closed. With `close_after_response` it closes each
 /// connection after its first response without announcing it (no `Connection: close`), as
 /// a server whose idle timeout struck would.
-struct RawOrigin {
-    addr: SocketAddr,
-    accepted: Arc<AtomicUsize>,
+pub(crate) struct RawOrigin {
+    pub(crate) addr: SocketAddr,
+    pub(crate) accepted: Arc<AtomicUsize>,
     closed_by_gateway: Arc<AtomicUsize>,
 }
 
-async fn raw_origin(close_after_response: bool) -> RawOrigin {
+pub(crate) async fn raw_origin(close_after_response: bool) -> RawOrigin {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));

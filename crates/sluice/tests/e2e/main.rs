@@ -13,6 +13,7 @@ mod http;
 mod keepalive;
 mod keyless;
 mod offload;
+mod reload;
 mod routing;
 mod support;
 mod tls;

@@ -6,7 +6,7 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use sluice_config::load_str;
+use sluice_config::load_str_cached;
 use sluice_proxy::{AccessLog, Gateway};
 use sluice_tls::selfsigned::{KeyKind, generate, write_pair};
 use std::convert::Infallible;
@@ -190,23 +190,46 @@ pub fn write_cert(dir: &Path, stem: &str, kind: KeyKind, hosts: &[&str]) {
 /// A gateway started from TOML text; `{dir}` in the text is replaced by a temp dir that also
 /// holds the certificates the test wrote.
 pub struct TestGateway {
-    pub gateway: Option<Gateway>,
+    pub gateway: Option<Arc<Gateway>>,
     /// Kept so that certificate and key files live as long as the gateway.
     _dir: tempfile::TempDir,
+    /// Certificates of the last load, as `sluice run` keeps them between reloads.
+    certs: sluice_config::CertCache,
 }
 
 impl TestGateway {
     pub async fn start(toml: &str, dir: tempfile::TempDir) -> TestGateway {
         let text = toml.replace("{dir}", &dir.path().display().to_string());
-        let snapshot =
-            Arc::new(load_str(&text, "test.toml", dir.path()).unwrap_or_else(|e| panic!("{e}")));
+        let certs = sluice_config::CertCache::new();
+        let snapshot = Arc::new(
+            load_str_cached(&text, "test.toml", dir.path(), &certs)
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
         let gateway = Gateway::start_with_log(snapshot, AccessLog::off())
             .await
             .unwrap();
         TestGateway {
-            gateway: Some(gateway),
+            gateway: Some(Arc::new(gateway)),
             _dir: dir,
+            certs,
         }
+    }
+
+    /// Loads `toml` (with `{dir}` filled in, like [`TestGateway::start`]) and applies it, as a
+    /// reload does. Panics on a configuration error; returns what applying said.
+    pub async fn reload(
+        &self,
+        toml: &str,
+    ) -> Result<sluice_proxy::ApplyReport, sluice_proxy::ProxyError> {
+        let text = toml.replace("{dir}", &self.dir().display().to_string());
+        let snapshot = load_str_cached(&text, "test.toml", self.dir(), &self.certs)
+            .unwrap_or_else(|e| panic!("{e}"));
+        self.gateway().apply(Arc::new(snapshot)).await
+    }
+
+    /// The directory `{dir}` names.
+    pub fn dir(&self) -> &Path {
+        self._dir.path()
     }
 
     /// A gateway whose configuration needs no files.
@@ -218,7 +241,7 @@ impl TestGateway {
         self.gateway.as_ref().unwrap().local_addr(listener).unwrap()
     }
 
-    pub fn gateway(&self) -> &Gateway {
+    pub fn gateway(&self) -> &Arc<Gateway> {
         self.gateway.as_ref().unwrap()
     }
 }

@@ -228,7 +228,7 @@ async fn alpn_chooses_http2_or_http1() {
 
 /// Makes one request on a new connection; returns whether it resumed and the ticket it was
 /// given (a TLS 1.2 resumption under the current key gets no new ticket).
-async fn resumable(
+pub(crate) async fn resumable(
     addr: std::net::SocketAddr,
     version: SslVersion,
     session: Option<boring::ssl::SslSession>,

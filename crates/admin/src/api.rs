@@ -1,0 +1,211 @@
+//! Routing of the admin listener and the admin API (`/api/v1/…`).
+//!
+//! Reads (`/metrics`, `/status`) are open, as the listener is on loopback by default. Writes
+//! need `Authorization: Bearer <token>` with the token of `[admin] token_file`; without a
+//! configured token no write endpoint exists (404 says how to enable them).
+
+use crate::Sources;
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use serde_json::{Value, json};
+use sluice_control::{ReloadError, Status};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::time::SystemTime;
+
+type Reply = Response<Full<Bytes>>;
+
+fn reply(status: StatusCode, ctype: &'static str, body: impl Into<Bytes>) -> Reply {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r
+}
+
+fn json_reply(status: StatusCode, body: &Value) -> Reply {
+    reply(status, "application/json", format!("{body}\n"))
+}
+
+/// An API error: `{"error": message}` with its status.
+fn error(status: StatusCode, message: &str) -> Reply {
+    json_reply(status, &json!({ "error": message }))
+}
+
+pub(crate) async fn respond(s: &Sources, req: Request<Incoming>, _peer: SocketAddr) -> Reply {
+    let path = req.uri().path().to_owned();
+    match (req.method(), path.as_str()) {
+        (&Method::GET, "/metrics") => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            crate::metrics(s),
+        ),
+        (&Method::GET, "/status") => reply(StatusCode::OK, "application/json", crate::status(s)),
+        (&Method::POST, "/api/v1/reload") => {
+            if let Some(denied) = refuse_unauthorized(s, &req) {
+                return denied;
+            }
+            reload(s).await
+        }
+        (_, "/api/v1/reload") => {
+            let mut r = error(StatusCode::METHOD_NOT_ALLOWED, "use POST");
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("POST"));
+            r
+        }
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "not found: try /metrics, /status or POST /api/v1/reload\n",
+        ),
+    }
+}
+
+/// Checks the bearer token: `None` when the request may write, else the response to send.
+fn refuse_unauthorized(s: &Sources, req: &Request<Incoming>) -> Option<Reply> {
+    let snapshot = s.gateway.snapshot();
+    let Some(token) = snapshot.admin.as_ref().and_then(|a| a.token.as_deref()) else {
+        return Some(error(
+            StatusCode::NOT_FOUND,
+            "admin API writes are disabled: set [admin] token_file to a file (mode 0600) holding a token",
+        ));
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    if given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+        return None;
+    }
+    let mut r = error(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong token: send `Authorization: Bearer <token>` with the token in [admin] token_file",
+    );
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"sluice admin\""),
+    );
+    Some(r)
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of a guess was
+/// right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn reload(s: &Sources) -> Reply {
+    let Some(control) = &s.control else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this gateway was started without a configuration source to reload",
+        );
+    };
+    match control.reload().await {
+        Ok(o) => json_reply(
+            StatusCode::OK,
+            &json!({
+                "result": "ok",
+                "revision": o.revision,
+                "previous": o.previous,
+                "changes": o.summary,
+            }),
+        ),
+        Err(e) => {
+            let status = match e {
+                ReloadError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            json_reply(status, &reload_error_json(&e))
+        }
+    }
+}
+
+/// A failed reload as JSON: the message and every located error.
+pub(crate) fn reload_error_json(e: &ReloadError) -> Value {
+    json!({
+        "result": "failed",
+        "error": e.to_string(),
+        "errors": e.errors().iter().map(|c| json!({
+            "file": c.file, "line": c.line, "column": c.column,
+            "message": c.message, "help": c.help,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The `config` object of `/status`.
+pub(crate) fn config_status(s: &Sources) -> Value {
+    let snapshot = s.gateway.snapshot();
+    let Some(control) = &s.control else {
+        return json!({ "revision": snapshot.revision, "source": snapshot.source });
+    };
+    let Status {
+        source,
+        revision,
+        loaded_at,
+        last_failure,
+        reloads_ok,
+        reloads_failed,
+    } = control.status();
+    json!({
+        "source": source,
+        "revision": revision,
+        "loaded_at": unix_seconds(loaded_at),
+        "reloads": { "ok": reloads_ok, "failed": reloads_failed },
+        "last_failure": last_failure.map(|f| {
+            let mut v = reload_error_json(&f.error);
+            v["at"] = json!(unix_seconds(f.at));
+            v
+        }),
+    })
+}
+
+/// The configuration's families in `/metrics`.
+pub(crate) fn config_metrics(out: &mut String, s: &Sources) {
+    let Some(control) = &s.control else { return };
+    let status = control.status();
+    let _ = writeln!(
+        out,
+        "# HELP sluice_config_reloads_total Configuration reloads, by result (failed: the old configuration kept serving).\n# TYPE sluice_config_reloads_total counter"
+    );
+    let _ = writeln!(
+        out,
+        "sluice_config_reloads_total{{result=\"ok\"}} {}\nsluice_config_reloads_total{{result=\"failed\"}} {}",
+        status.reloads_ok, status.reloads_failed
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sluice_config_info The configuration serving, by revision (a content hash).\n# TYPE sluice_config_info gauge\nsluice_config_info{{revision=\"{}\"}} 1",
+        status.revision
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sluice_config_loaded_timestamp_seconds When the serving configuration was loaded.\n# TYPE sluice_config_loaded_timestamp_seconds gauge\nsluice_config_loaded_timestamp_seconds {:.3}",
+        unix_seconds(status.loaded_at)
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(constant_time_eq(b"0123456789abcdef", b"0123456789abcdef"));
+        assert!(!constant_time_eq(b"0123456789abcdef", b"0123456789abcdeF"));
+        assert!(!constant_time_eq(b"0123456789abcdef", b"0123456789abcde"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+}

@@ -1,0 +1,347 @@
+//! `[[certificate]]`: reading certificate chains and private keys, and checking that they
+//! belong together, are strong enough and are not exposed to other users.
+
+use super::Cx;
+use crate::pattern::HostPattern;
+use crate::raw::*;
+use crate::snapshot::*;
+use boring::nid::Nid;
+use boring::pkey::{Id, PKey, Private};
+use boring::x509::X509;
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+use toml::Spanned;
+
+impl Cx<'_> {
+    /// Reads, checks and parses one certificate. Its files are read on every load, but when
+    /// they and the entry's settings are what the cache holds from the previous load, the
+    /// parsed certificate is taken from there: a reload of an unchanged file parses no key.
+    pub(super) fn certificate(
+        &mut self,
+        raw: &RawCertificate,
+        allow_insecure_keys: bool,
+        remote_ok: bool,
+    ) -> Option<Arc<Certificate>> {
+        let cert_path = self.path(raw.cert.get_ref());
+        let name = raw.name.get_ref();
+
+        let cert_pem = match std::fs::read(&cert_path) {
+            Err(e) => {
+                self.err_at(
+                    &raw.cert,
+                    format!("certificate `{name}`: cannot read {}: {e}", cert_path.display()),
+                    "check the path (relative paths start at the configuration file's directory) and that Sluice may read it",
+                );
+                None
+            }
+            Ok(pem) => Some(pem),
+        };
+        let key_pem = match &raw.key {
+            None if !remote_ok => {
+                self.err_at(
+                    &raw.name,
+                    format!("certificate `{name}` has no `key`"),
+                    "give `key = \"site.key\"`, or sign through key servers: add \"keyless\" to [offload.crypto] engines (or this certificate's offload_engines) and configure [offload.keyless]",
+                );
+                return None;
+            }
+            None => None,
+            Some(at) => {
+                let path = self.path(at.get_ref());
+                let what = format!("certificate `{name}`");
+                Some((
+                    at,
+                    path.clone(),
+                    self.key_file(&what, at, &path, allow_insecure_keys)?,
+                ))
+            }
+        };
+        let cert_pem = cert_pem?;
+        let fingerprint =
+            certificate_fingerprint(raw, &cert_pem, key_pem.as_ref().map(|k| &k.2[..]));
+        if let Some(cached) = self.certs.lookup(&fingerprint) {
+            self.used_certs.push(cached.clone());
+            return Some(cached);
+        }
+
+        let chain = match X509::stack_from_pem(&cert_pem) {
+            Ok(chain) if !chain.is_empty() => chain,
+            _ => {
+                self.err_at(
+                    &raw.cert,
+                    format!("certificate `{name}`: {} holds no PEM certificate", cert_path.display()),
+                    "give a PEM file that starts with -----BEGIN CERTIFICATE-----, leaf first, then intermediates",
+                );
+                return None;
+            }
+        };
+        let offload_engines = raw.offload_engines.as_ref().map(|list| {
+            self.crypto_engines(list, &format!("certificate `{name}`: offload_engines"))
+        });
+
+        let Some((key_span, key_path, key_pem)) = key_pem else {
+            let public = match chain[0].public_key() {
+                Ok(k) => k,
+                Err(_) => {
+                    self.err_at(
+                        &raw.cert,
+                        format!("certificate `{name}`: cannot read its public key"),
+                        "use an RSA, ECDSA (P-256, P-384) or Ed25519 certificate",
+                    );
+                    return None;
+                }
+            };
+            let key_type = self.key_type(name, &raw.cert, public.id(), public.bits())?;
+            let hosts = self.certificate_hosts(raw, &chain[0]);
+            return Some(self.keep_certificate(Certificate {
+                name: name.clone(),
+                chain,
+                key: None,
+                key_type,
+                hosts,
+                offload_engines,
+                fingerprint,
+            }));
+        };
+        let key = match PKey::private_key_from_pem(&key_pem) {
+            Ok(k) => k,
+            Err(_) => {
+                self.err_at(
+                    key_span,
+                    format!("certificate `{name}`: {} holds no PEM private key", key_path.display()),
+                    "give an unencrypted PEM key (-----BEGIN PRIVATE KEY----- or -----BEGIN RSA/EC PRIVATE KEY-----)",
+                );
+                return None;
+            }
+        };
+
+        let leaf = &chain[0];
+        let matches = leaf
+            .public_key()
+            .map(|pk| pk.public_eq(&key))
+            .unwrap_or(false);
+        if !matches {
+            self.err_at(
+                key_span,
+                format!(
+                    "certificate `{name}`: the private key in {} does not belong to the certificate in {}",
+                    key_path.display(),
+                    cert_path.display()
+                ),
+                "pair each certificate with the key it was issued for (compare `openssl x509 -noout -pubkey` with `openssl pkey -pubout`)",
+            );
+            return None;
+        }
+        let key_type = self.key_type(name, key_span, key.id(), key.bits())?;
+        let hosts = self.certificate_hosts(raw, leaf);
+        Some(self.keep_certificate(Certificate {
+            name: name.clone(),
+            chain,
+            key: Some(key),
+            key_type,
+            hosts,
+            offload_engines,
+            fingerprint,
+        }))
+    }
+
+    fn keep_certificate(&mut self, c: Certificate) -> Arc<Certificate> {
+        let c = Arc::new(c);
+        self.used_certs.push(c.clone());
+        c
+    }
+
+    pub(super) fn key_type<T>(
+        &mut self,
+        name: &str,
+        at: &Spanned<T>,
+        id: Id,
+        bits: u32,
+    ) -> Option<KeyType> {
+        let key_type = match id {
+            Id::RSA => KeyType::Rsa(bits),
+            Id::EC => KeyType::Ecdsa(bits),
+            Id::ED25519 => KeyType::Ed25519,
+            _ => {
+                self.err_at(
+                    at,
+                    format!("certificate `{name}`: unsupported key type"),
+                    "use an RSA, ECDSA (P-256, P-384) or Ed25519 key",
+                );
+                return None;
+            }
+        };
+        if let KeyType::Rsa(bits) = key_type
+            && bits < 2048
+        {
+            self.err_at(
+                at,
+                format!("certificate `{name}`: RSA-{bits} is too weak"),
+                "use an RSA key of at least 2048 bits",
+            );
+        }
+        Some(key_type)
+    }
+
+    pub(super) fn certificate_hosts(
+        &mut self,
+        raw: &RawCertificate,
+        leaf: &X509,
+    ) -> Vec<HostPattern> {
+        let name = raw.name.get_ref();
+        match &raw.hosts {
+            Some(list) => {
+                let mut hosts = Vec::new();
+                for h in list {
+                    match HostPattern::parse(h.get_ref()) {
+                        Ok(p) => hosts.push(p),
+                        Err(e) => self.err_at(h, format!("certificate `{name}`: {e}"), ""),
+                    }
+                }
+                hosts
+            }
+            None => {
+                let hosts = certificate_names(leaf);
+                if hosts.is_empty() {
+                    self.err_at(
+                        &raw.cert,
+                        format!(
+                            "certificate `{name}` names no host (no subjectAltName or common name)"
+                        ),
+                        "list the names it serves with `hosts = [\"example.com\"]`",
+                    );
+                }
+                hosts
+            }
+        }
+    }
+
+    /// Reads the private key file at `path` for `what` (a certificate's name), refusing a
+    /// file others may read; errors point at `at`.
+    pub(super) fn key_file(
+        &mut self,
+        what: &str,
+        at: &Spanned<String>,
+        path: &Path,
+        allow_insecure: bool,
+    ) -> Option<Vec<u8>> {
+        let name = what;
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) => {
+                self.err_at(
+                    at,
+                    format!("{name}: cannot read {}: {e}", path.display()),
+                    "check the path (relative paths start at the configuration file's directory)",
+                );
+                return None;
+            }
+        };
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 && !allow_insecure {
+                self.err_at(
+                    at,
+                    format!(
+                        "{name}: {} is readable by group or others (mode {mode:03o})",
+                        path.display()
+                    ),
+                    format!(
+                        "run `chmod 600 {}` (or set allow_insecure_key_permissions = true under [dangerous], which is not recommended)",
+                        path.display()
+                    ),
+                );
+                return None;
+            }
+        }
+        let _ = (meta, allow_insecure);
+        match std::fs::read(path) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                self.err_at(
+                    at,
+                    format!("{name}: cannot read {}: {e}", path.display()),
+                    "check that Sluice's user may read it",
+                );
+                None
+            }
+        }
+    }
+
+    /// Reads and parses the private key at `path` (see [`Cx::key_file`]).
+    pub(super) fn private_key(
+        &mut self,
+        what: &str,
+        at: &Spanned<String>,
+        path: &Path,
+        allow_insecure: bool,
+    ) -> Option<PKey<Private>> {
+        let pem = self.key_file(what, at, path, allow_insecure)?;
+        match PKey::private_key_from_pem(&pem) {
+            Ok(k) => Some(k),
+            Err(_) => {
+                self.err_at(
+                    at,
+                    format!("{what}: {} holds no PEM private key", path.display()),
+                    "give an unencrypted PEM key (-----BEGIN PRIVATE KEY----- or -----BEGIN RSA/EC PRIVATE KEY-----)",
+                );
+                None
+            }
+        }
+    }
+}
+
+/// SHA-256 over everything a `[[certificate]]` is made of: its settings and its files' bytes.
+fn certificate_fingerprint(raw: &RawCertificate, cert: &[u8], key: Option<&[u8]>) -> [u8; 32] {
+    let mut h = boring::sha::Sha256::new();
+    let mut field = |b: &[u8]| {
+        h.update(&(b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    field(raw.name.get_ref().as_bytes());
+    field(cert);
+    field(key.unwrap_or(b"\0no key"));
+    for host in raw.hosts.iter().flatten() {
+        field(host.get_ref().as_bytes());
+    }
+    field(b"engines");
+    for e in raw.offload_engines.iter().flat_map(|l| l.get_ref()) {
+        field(e.as_bytes());
+    }
+    h.finish()
+}
+
+/// Names a certificate serves by default: its DNS and IP subjectAltNames, else its CN.
+pub(super) fn certificate_names(leaf: &X509) -> Vec<HostPattern> {
+    let mut names = Vec::new();
+    if let Some(sans) = leaf.subject_alt_names() {
+        for san in &sans {
+            if let Some(dns) = san.dnsname() {
+                names.extend(HostPattern::parse(dns).ok());
+            } else if let Some(ip) = san.ipaddress() {
+                names.extend(ip_text(ip).and_then(|t| HostPattern::parse(&t).ok()));
+            }
+        }
+    }
+    if names.is_empty() {
+        for cn in leaf.subject_name().entries_by_nid(Nid::COMMONNAME) {
+            if let Ok(s) = cn.data().as_utf8() {
+                names.extend(HostPattern::parse(&s).ok());
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    names
+}
+
+pub(super) fn ip_text(ip: &[u8]) -> Option<String> {
+    if let Ok(v4) = <[u8; 4]>::try_from(ip) {
+        return Some(std::net::Ipv4Addr::from(v4).to_string());
+    }
+    let v6 = <[u8; 16]>::try_from(ip).ok()?;
+    Some(format!("[{}]", std::net::Ipv6Addr::from(v6)))
+}

@@ -1,0 +1,248 @@
+//! `[[listener]]` and `[listener.tls]`.
+
+use super::Cx;
+use crate::raw::*;
+use crate::snapshot::*;
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+impl Cx<'_> {
+    pub(super) fn listener(
+        &mut self,
+        raw: &RawListener,
+        cert_names: &HashMap<String, usize>,
+        raw_certs: &[RawCertificate],
+        broken: &HashMap<&'static str, HashSet<String>>,
+    ) -> Option<Listener> {
+        let name = raw.name.get_ref().clone();
+        let address = match raw.address.get_ref().parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.err_at(
+                    &raw.address,
+                    format!(
+                        "listener `{name}`: `{}` is not an ip:port address",
+                        raw.address.get_ref()
+                    ),
+                    "write it as \"127.0.0.1:8443\", \"0.0.0.0:443\" or \"[::]:443\"",
+                );
+                None
+            }
+        };
+        let (mut h2, mut http1) = (true, true);
+        if let Some(protocols) = &raw.protocols {
+            h2 = false;
+            http1 = false;
+            for p in protocols.get_ref() {
+                match p.as_str() {
+                    "h2" => h2 = true,
+                    "http/1.1" => http1 = true,
+                    other => self.err_at(
+                        protocols,
+                        format!("listener `{name}`: `protocols` contains \"{other}\", which this build does not support"),
+                        "use \"h2\" and \"http/1.1\"",
+                    ),
+                }
+            }
+            if !h2 && !http1 {
+                self.err_at(
+                    protocols,
+                    format!("listener `{name}`: `protocols` is empty"),
+                    "list \"h2\", \"http/1.1\" or both",
+                );
+            }
+        }
+        let tls = raw
+            .tls
+            .as_ref()
+            .and_then(|t| self.listener_tls(&name, t, cert_names, raw_certs, broken));
+        let max_header_bytes = self
+            .size(raw.max_header_bytes.as_ref())
+            .unwrap_or(32 * 1024);
+        if let Some(v) = &raw.max_header_bytes
+            && !(1024..=1 << 20).contains(&max_header_bytes)
+        {
+            self.err_at(
+                v,
+                format!("listener `{name}`: max_header_bytes must be between 1k and 1m"),
+                "NGINX's default is 32k",
+            );
+        }
+        let listener = Listener {
+            name,
+            address: address?,
+            h2,
+            http1,
+            header_read_timeout: self
+                .duration(raw.header_read_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(30)),
+            keepalive_timeout: self
+                .duration(raw.keepalive_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(75)),
+            max_header_bytes: max_header_bytes as usize,
+            max_body_bytes: self.size(raw.max_body_bytes.as_ref()).unwrap_or(10 << 20),
+            forwarded_header: raw.forwarded_header.unwrap_or(false),
+            tls: None,
+        };
+        if raw.tls.is_some() {
+            return Some(Listener {
+                tls: Some(tls?),
+                ..listener
+            });
+        }
+        Some(listener)
+    }
+
+    pub(super) fn listener_tls(
+        &mut self,
+        listener: &str,
+        raw: &RawListenerTls,
+        cert_names: &HashMap<String, usize>,
+        raw_certs: &[RawCertificate],
+        broken: &HashMap<&'static str, HashSet<String>>,
+    ) -> Option<TlsListener> {
+        let is_broken = |kind: &str, n: &str| broken.get(kind).is_some_and(|set| set.contains(n));
+        let defined = || {
+            let names: Vec<&str> = raw_certs
+                .iter()
+                .map(|c| c.name.get_ref().as_str())
+                .collect();
+            if names.is_empty() {
+                "none are defined yet".to_owned()
+            } else {
+                format!("defined: {}", names.join(", "))
+            }
+        };
+        let mut ok = true;
+        let certificates: Vec<usize> = match &raw.certificates {
+            Some(list) => list
+                .iter()
+                .filter_map(|n| {
+                    let found = cert_names.get(n.get_ref()).copied();
+                    if found.is_none() {
+                        ok = false;
+                        if is_broken("certificate", n.get_ref()) {
+                            return None;
+                        }
+                        let msg = format!(
+                            "listener `{listener}` uses certificate `{}`, which is not defined",
+                            n.get_ref()
+                        );
+                        self.err_at(
+                            n,
+                            msg,
+                            format!(
+                                "add a [[certificate]] with that name or fix the name ({})",
+                                defined()
+                            ),
+                        );
+                    }
+                    found
+                })
+                .collect(),
+            None => (0..raw_certs.len()).collect(),
+        };
+        if certificates.is_empty() && ok {
+            self.err(
+                0,
+                format!("HTTPS listener `{listener}` has no certificate"),
+                "add a [[certificate]] (cert and key files) or remove [listener.tls]",
+            );
+            return None;
+        }
+        let default_certificate = match &raw.default_certificate {
+            None => certificates.first().copied(),
+            Some(n) => match cert_names.get(n.get_ref()) {
+                Some(i) if certificates.contains(i) => Some(*i),
+                Some(_) => {
+                    self.err_at(n, format!("listener `{listener}`: default_certificate `{}` is not in its `certificates` list", n.get_ref()), "add it to `certificates` or pick one from that list");
+                    None
+                }
+                None => {
+                    self.err_at(
+                        n,
+                        format!(
+                            "listener `{listener}`: default_certificate `{}` is not defined",
+                            n.get_ref()
+                        ),
+                        defined(),
+                    );
+                    None
+                }
+            },
+        };
+        let unknown_sni = self
+            .choice(
+                raw.unknown_sni.as_ref(),
+                "unknown_sni",
+                &[
+                    ("default", UnknownSni::Default),
+                    ("reject", UnknownSni::Reject),
+                ],
+            )
+            .unwrap_or(UnknownSni::Default);
+        let versions = [("1.2", TlsVersion::V1_2), ("1.3", TlsVersion::V1_3)];
+        let min_version = self
+            .choice(raw.min_version.as_ref(), "min_version", &versions)
+            .unwrap_or(TlsVersion::V1_2);
+        let max_version = self
+            .choice(raw.max_version.as_ref(), "max_version", &versions)
+            .unwrap_or(TlsVersion::V1_3);
+        if min_version > max_version
+            && let Some(v) = &raw.min_version
+        {
+            self.err_at(
+                v,
+                format!("listener `{listener}`: min_version is above max_version"),
+                "make min_version at most max_version",
+            );
+        }
+        let ticket_key_file = raw.ticket_key_file.as_ref().and_then(|f| {
+            let path = self.path(f.get_ref());
+            match std::fs::read(&path) {
+                Ok(bytes) if !bytes.is_empty() && bytes.len() % 80 == 0 => Some(path),
+                Ok(bytes) => {
+                    self.err_at(f, format!("listener `{listener}`: ticket key file {} is {} bytes, not a multiple of 80", path.display(), bytes.len()), "write one or more 80-byte keys, newest first, e.g. `openssl rand 80 > ticket.key` (NGINX's format)");
+                    None
+                }
+                Err(e) => {
+                    self.err_at(f, format!("listener `{listener}`: cannot read ticket key file {}: {e}", path.display()), "check the path and permissions");
+                    None
+                }
+            }
+        });
+        let ticket_key_rotation = self
+            .duration(raw.ticket_key_rotation.as_ref())
+            .unwrap_or(Duration::from_secs(3600));
+        if raw.ticket_key_file.is_some() && ticket_key_file.is_none() {
+            ok = false;
+        }
+        let rsa_key_exchange = raw.rsa_key_exchange.as_ref().is_some_and(|r| *r.get_ref());
+        if rsa_key_exchange
+            && min_version == TlsVersion::V1_3
+            && let Some(r) = &raw.rsa_key_exchange
+        {
+            self.err_at(
+                r,
+                format!("listener `{listener}`: rsa_key_exchange needs TLS 1.2, but min_version is 1.3"),
+                "set min_version = \"1.2\" or remove rsa_key_exchange (TLS 1.3 has no RSA key exchange)",
+            );
+            ok = false;
+        }
+        if !ok {
+            return None;
+        }
+        Some(TlsListener {
+            certificates,
+            default_certificate: default_certificate?,
+            unknown_sni,
+            min_version,
+            max_version,
+            session_tickets: raw.session_tickets.unwrap_or(true),
+            ticket_key_file,
+            ticket_key_rotation,
+            rsa_key_exchange,
+        })
+    }
+}

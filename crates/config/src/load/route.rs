@@ -1,0 +1,172 @@
+//! `[[route]]`: matching rules and the upstream they send to.
+
+use super::Cx;
+use crate::pattern::HostPattern;
+use crate::raw::*;
+use crate::snapshot::*;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use toml::Spanned;
+
+impl Cx<'_> {
+    pub(super) fn route(
+        &mut self,
+        raw: &RawRoute,
+        upstream_names: &HashMap<String, usize>,
+        listener_names: &HashMap<String, usize>,
+        broken: &HashMap<&'static str, HashSet<String>>,
+        compression: &Arc<Compression>,
+    ) -> Option<Route> {
+        let is_broken = |kind: &str, n: &str| broken.get(kind).is_some_and(|set| set.contains(n));
+        let name = raw.name.get_ref().clone();
+        let mut ok = true;
+        let mut hosts = Vec::new();
+        for h in raw.hosts.iter().flatten() {
+            match HostPattern::parse(h.get_ref()) {
+                Ok(p) => hosts.push(p),
+                Err(e) => {
+                    ok = false;
+                    self.err_at(h, format!("route `{name}`: {e}"), "");
+                }
+            }
+        }
+        let given: Vec<&Spanned<String>> = [&raw.path_exact, &raw.path_prefix, &raw.path_regex]
+            .into_iter()
+            .flatten()
+            .collect();
+        if given.len() > 1 {
+            ok = false;
+            self.err_at(
+                given[1],
+                format!(
+                    "route `{name}` sets more than one of path_exact, path_prefix and path_regex"
+                ),
+                "keep one; split the route in two if you need both",
+            );
+        }
+        let path = if let Some(p) = &raw.path_exact {
+            self.path_literal(&name, p).map(PathMatch::Exact)
+        } else if let Some(p) = &raw.path_regex {
+            match regex::Regex::new(p.get_ref()) {
+                Ok(re) => Some(PathMatch::Regex(re)),
+                Err(e) => {
+                    self.err_at(
+                        p,
+                        format!("route `{name}`: path_regex does not compile: {e}"),
+                        "fix the regular expression (Rust regex syntax)",
+                    );
+                    None
+                }
+            }
+        } else if let Some(p) = &raw.path_prefix {
+            self.path_literal(&name, p).map(PathMatch::Prefix)
+        } else {
+            Some(PathMatch::Prefix("/".to_owned()))
+        };
+        let mut methods = Vec::new();
+        for m in raw.methods.iter().flatten() {
+            let text = m.get_ref();
+            match http::Method::from_bytes(text.as_bytes()) {
+                Ok(method) if text.chars().all(|c| c.is_ascii_uppercase()) => methods.push(method),
+                _ => {
+                    ok = false;
+                    self.err_at(
+                        m,
+                        format!("route `{name}`: `{text}` is not an HTTP method"),
+                        "use upper-case methods such as \"GET\", \"POST\"",
+                    );
+                }
+            }
+        }
+        let mut headers = Vec::new();
+        for (k, v) in raw.headers.iter().flatten() {
+            match (
+                http::HeaderName::from_bytes(k.as_bytes()),
+                http::HeaderValue::from_str(v.get_ref()),
+            ) {
+                (Ok(hn), Ok(hv)) => {
+                    headers.push((hn, hv));
+                }
+                _ => {
+                    ok = false;
+                    self.err_at(v, format!("route `{name}`: header match `{k}` is not a valid header name and value"), "use a header name of letters, digits and '-' and a printable value");
+                }
+            }
+        }
+        let mut listeners = Vec::new();
+        for l in raw.listeners.iter().flatten() {
+            if !listener_names.contains_key(l.get_ref()) {
+                ok = false;
+                if is_broken("listener", l.get_ref()) {
+                    continue;
+                }
+                let known: Vec<&str> = listener_names.keys().map(String::as_str).collect();
+                self.err_at(
+                    l,
+                    format!(
+                        "route `{name}` names listener `{}`, which is not defined",
+                        l.get_ref()
+                    ),
+                    format!("use one of: {}", known.join(", ")),
+                );
+            }
+            listeners.push(l.get_ref().clone());
+        }
+        let upstream = upstream_names.get(raw.upstream.get_ref()).copied();
+        if upstream.is_none() && !is_broken("upstream", raw.upstream.get_ref()) {
+            let mut known: Vec<&str> = upstream_names.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            self.err_at(
+                &raw.upstream,
+                format!(
+                    "route `{name}` sends to upstream `{}`, which is not defined",
+                    raw.upstream.get_ref()
+                ),
+                if known.is_empty() {
+                    "add an [[upstream]] with that name".to_owned()
+                } else {
+                    format!(
+                        "fix the name or add an [[upstream]] with it (defined: {})",
+                        known.join(", ")
+                    )
+                },
+            );
+        }
+        if !ok {
+            return None;
+        }
+        Some(Route {
+            name,
+            hosts,
+            path: path?,
+            methods,
+            headers,
+            listeners,
+            upstream: upstream?,
+            compression: match &raw.compression {
+                None => compression.clone(),
+                Some(c) => self.compression(
+                    compression,
+                    Some(c),
+                    &format!("route `{}`: [route.compression]", raw.name.get_ref()),
+                ),
+            },
+        })
+    }
+
+    pub(super) fn path_literal(&mut self, route: &str, p: &Spanned<String>) -> Option<String> {
+        if p.get_ref().starts_with('/') {
+            Some(p.get_ref().clone())
+        } else {
+            self.err_at(
+                p,
+                format!(
+                    "route `{route}`: path `{}` does not start with '/'",
+                    p.get_ref()
+                ),
+                format!("write it as \"/{}\"", p.get_ref()),
+            );
+            None
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Reload orchestration: read the source, validate, apply, remember the outcome.
+
+use sluice_config::{
+    CertCache, ConfigError, LoadError, Snapshot, load_file_cached, load_str_cached,
+};
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// What [`Target::apply`] returns.
+pub type TargetFuture<'a> = Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>>;
+
+/// The running data plane, as the control plane sees it.
+pub trait Target: Send + Sync {
+    /// Serves `snapshot` from now on, or fails and changes nothing. `Ok` carries a one-line
+    /// summary of what changed (for the log and the API); `Err` says why it could not be
+    /// applied (a port in use, an engine that would not start).
+    fn apply(&self, snapshot: Arc<Snapshot>) -> TargetFuture<'_>;
+}
+
+/// Where the configuration is read from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A TOML file, read again on every reload.
+    File(PathBuf),
+    /// Configuration text held in memory (the embedded default, filled in at start): a
+    /// reload reads the same text again. Relative paths start at `base_dir`.
+    Text {
+        /// The text.
+        text: String,
+        /// How errors name it.
+        name: String,
+        /// Where relative paths start.
+        base_dir: PathBuf,
+    },
+}
+
+impl Source {
+    /// How the source is named in logs and `/status`.
+    pub fn describe(&self) -> String {
+        match self {
+            Source::File(p) => p.display().to_string(),
+            Source::Text { name, .. } => name.clone(),
+        }
+    }
+}
+
+/// Why a reload did not apply.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReloadError {
+    /// The configuration has errors; each is located in its source.
+    #[error("{} error(s) in the configuration; the running configuration is unchanged", .0.len())]
+    Invalid(Vec<ConfigError>),
+    /// The configuration file could not be read.
+    #[error("{0}; the running configuration is unchanged")]
+    Read(String),
+    /// The configuration is valid but the gateway could not apply it.
+    #[error("{0}; the running configuration is unchanged")]
+    Apply(String),
+}
+
+impl ReloadError {
+    /// The located errors (empty for a read or apply failure).
+    pub fn errors(&self) -> &[ConfigError] {
+        match self {
+            ReloadError::Invalid(e) => e,
+            _ => &[],
+        }
+    }
+}
+
+/// A reload that applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReloadOutcome {
+    /// The revision now serving.
+    pub revision: String,
+    /// The revision before.
+    pub previous: String,
+    /// What the data plane changed.
+    pub summary: String,
+}
+
+/// The last reload attempt that failed.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// When.
+    pub at: SystemTime,
+    /// Why.
+    pub error: ReloadError,
+}
+
+/// What `/status` says about the configuration.
+#[derive(Debug, Clone)]
+pub struct Status {
+    /// Where it comes from.
+    pub source: String,
+    /// The revision serving.
+    pub revision: String,
+    /// When that revision was loaded.
+    pub loaded_at: SystemTime,
+    /// The last failed attempt, if any since start.
+    pub last_failure: Option<Failure>,
+    /// Reloads applied since start (an unchanged configuration counts too).
+    pub reloads_ok: u64,
+    /// Reloads refused since start.
+    pub reloads_failed: u64,
+}
+
+/// Owns the configuration source and serializes every change to the running gateway.
+pub struct Controller {
+    source: Source,
+    target: Arc<dyn Target>,
+    certs: Arc<CertCache>,
+    /// One change at a time: a reload reads, validates and applies under it.
+    serial: tokio::sync::Mutex<()>,
+    status: Mutex<Status>,
+    ok: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Controller {
+    /// Loads `source` for the first start, filling `certs`.
+    pub fn load(source: &Source, certs: &CertCache) -> Result<Snapshot, LoadError> {
+        match source {
+            Source::File(path) => load_file_cached(path, certs),
+            Source::Text {
+                text,
+                name,
+                base_dir,
+            } => load_str_cached(text, name, base_dir, certs),
+        }
+    }
+
+    /// A controller for a gateway already serving `current`, loaded from `source` with
+    /// `certs`.
+    pub fn new(
+        source: Source,
+        target: Arc<dyn Target>,
+        certs: Arc<CertCache>,
+        current: &Snapshot,
+    ) -> Self {
+        Controller {
+            status: Mutex::new(Status {
+                source: source.describe(),
+                revision: current.revision.clone(),
+                loaded_at: SystemTime::now(),
+                last_failure: None,
+                reloads_ok: 0,
+                reloads_failed: 0,
+            }),
+            source,
+            target,
+            certs,
+            serial: tokio::sync::Mutex::new(()),
+            ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+
+    /// Where the configuration comes from.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// Reads the source again, validates it and applies it. Any error leaves the running
+    /// configuration as it is; the error is logged, counted and kept for [`Controller::status`].
+    pub async fn reload(&self) -> Result<ReloadOutcome, ReloadError> {
+        let _serial = self.serial.lock().await;
+        let result = self.reload_locked().await;
+        let mut status = self.lock_status();
+        match &result {
+            Ok(outcome) => {
+                self.ok.fetch_add(1, Ordering::Relaxed);
+                if outcome.revision != status.revision {
+                    status.revision = outcome.revision.clone();
+                    status.loaded_at = SystemTime::now();
+                }
+                tracing::info!(revision = %outcome.revision, previous = %outcome.previous, changes = %outcome.summary, "configuration reloaded");
+            }
+            Err(e) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                status.last_failure = Some(Failure {
+                    at: SystemTime::now(),
+                    error: e.clone(),
+                });
+                let details: Vec<String> = e.errors().iter().map(|c| c.to_string()).collect();
+                tracing::error!(error = %e, "configuration reload failed\n{}", details.join("\n"));
+            }
+        }
+        status.reloads_ok = self.ok.load(Ordering::Relaxed);
+        status.reloads_failed = self.failed.load(Ordering::Relaxed);
+        result
+    }
+
+    async fn reload_locked(&self) -> Result<ReloadOutcome, ReloadError> {
+        let (source, certs) = (self.source.clone(), self.certs.clone());
+        // Reading files and parsing keys is blocking work; keep it off the event loop.
+        let loaded = tokio::task::spawn_blocking(move || Self::load(&source, &certs))
+            .await
+            .map_err(|e| ReloadError::Apply(format!("the loader failed: {e}")))?;
+        let snapshot = match loaded {
+            Ok(s) => Arc::new(s),
+            Err(LoadError::Invalid(errors)) => return Err(ReloadError::Invalid(errors)),
+            Err(e) => return Err(ReloadError::Read(e.to_string())),
+        };
+        let previous = self.lock_status().revision.clone();
+        let revision = snapshot.revision.clone();
+        let summary = self
+            .target
+            .apply(snapshot)
+            .await
+            .map_err(ReloadError::Apply)?;
+        Ok(ReloadOutcome {
+            revision,
+            previous,
+            summary,
+        })
+    }
+
+    /// The configuration's state for `/status`.
+    pub fn status(&self) -> Status {
+        self.lock_status().clone()
+    }
+
+    fn lock_status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
