@@ -7,10 +7,10 @@
 use crate::Sources;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
-use sluice_control::{ReloadError, Status};
+use sluice_control::{EditError, Kind, ReloadError, Status};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::SystemTime;
@@ -34,9 +34,10 @@ fn error(status: StatusCode, message: &str) -> Reply {
     json_reply(status, &json!({ "error": message }))
 }
 
-pub(crate) async fn respond(s: &Sources, req: Request<Incoming>, _peer: SocketAddr) -> Reply {
+pub(crate) async fn respond(s: &Sources, req: Request<Incoming>, peer: SocketAddr) -> Reply {
     let path = req.uri().path().to_owned();
-    match (req.method(), path.as_str()) {
+    let method = req.method().clone();
+    match (&method, path.as_str()) {
         (&Method::GET, "/metrics") => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -49,18 +50,126 @@ pub(crate) async fn respond(s: &Sources, req: Request<Incoming>, _peer: SocketAd
             }
             reload(s).await
         }
-        (_, "/api/v1/reload") => {
-            let mut r = error(StatusCode::METHOD_NOT_ALLOWED, "use POST");
-            r.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("POST"));
-            r
+        (_, "/api/v1/reload") => not_allowed("POST"),
+        (_, "/api/v1/config") if method != Method::GET => not_allowed("GET"),
+        (_, p) if p.starts_with("/api/v1/") => {
+            // Reads are open on loopback, like /metrics; from elsewhere they need the token.
+            let write = method != Method::GET && method != Method::HEAD;
+            if (write || !peer.ip().is_loopback())
+                && let Some(denied) = refuse_unauthorized(s, &req)
+            {
+                return denied;
+            }
+            objects(s, req).await
         }
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: try /metrics, /status or POST /api/v1/reload\n",
+            "not found: try /metrics, /status, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME or POST /api/v1/reload\n",
         ),
     }
+}
+
+fn not_allowed(allow: &'static str) -> Reply {
+    let mut r = error(StatusCode::METHOD_NOT_ALLOWED, &format!("use {allow}"));
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+/// Largest JSON body a PUT may carry (a certificate chain and key fit many times over).
+const MAX_BODY: usize = 1 << 20;
+
+/// `GET /api/v1/config` and `GET|PUT|DELETE /api/v1/{routes,upstreams,certificates}/NAME`.
+async fn objects(s: &Sources, req: Request<Incoming>) -> Reply {
+    let Some(control) = &s.control else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this gateway was started without a configuration source",
+        );
+    };
+    let path = req.uri().path().to_owned();
+    let with_etag = |mut r: Reply| {
+        if let Ok(v) = HeaderValue::from_str(&control.etag()) {
+            r.headers_mut().insert(header::ETAG, v);
+        }
+        r
+    };
+    if path == "/api/v1/config" {
+        return match control.config() {
+            Ok(v) => with_etag(json_reply(StatusCode::OK, &v)),
+            Err(e) => edit_error(&e),
+        };
+    }
+    let mut segments = path.trim_start_matches("/api/v1/").splitn(2, '/');
+    let (Some(plural), Some(name)) = (segments.next(), segments.next()) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "use /api/v1/{routes,upstreams,certificates}/NAME",
+        );
+    };
+    let Some(kind) = Kind::from_plural(plural) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("`{plural}` is not an object kind; use routes, upstreams or certificates"),
+        );
+    };
+    let name = name.to_owned();
+    let if_match = req
+        .headers()
+        .get(header::IF_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    match req.method().clone() {
+        Method::GET => match control.object(kind, &name) {
+            Ok(v) => with_etag(json_reply(StatusCode::OK, &v)),
+            Err(e) => edit_error(&e),
+        },
+        Method::PUT => {
+            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => {
+                    return error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "the body is over 1 MiB or did not arrive whole",
+                    );
+                }
+            };
+            let body: Value = match serde_json::from_slice(&body) {
+                Ok(v) => v,
+                Err(e) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("the body is not JSON: {e}"),
+                    );
+                }
+            };
+            match control.put(kind, &name, body, if_match.as_deref()).await {
+                Ok(w) => {
+                    let status = if w.created {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    };
+                    with_etag(json_reply(status, &w.object))
+                }
+                Err(e) => edit_error(&e),
+            }
+        }
+        Method::DELETE => match control.delete(kind, &name, if_match.as_deref()).await {
+            Ok(revision) => with_etag(json_reply(
+                StatusCode::OK,
+                &json!({ "deleted": name, "revision": revision }),
+            )),
+            Err(e) => edit_error(&e),
+        },
+        _ => not_allowed("GET, PUT, DELETE"),
+    }
+}
+
+fn edit_error(e: &EditError) -> Reply {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_reply(status, &json!({ "error": e.message, "errors": e.errors }))
 }
 
 /// Checks the bearer token: `None` when the request may write, else the response to send.

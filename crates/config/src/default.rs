@@ -1,17 +1,16 @@
 //! The embedded default configuration that `sluice run` serves with no arguments.
 
 use crate::{LoadError, Snapshot, load_str};
-use std::net::SocketAddr;
 use std::path::Path;
 
-/// The default configuration, with two placeholders that the binary fills in at start:
-/// `{state_dir}` (where the self-signed certificates live) and `{demo_origin}` (the address of
-/// the demo origin it starts). `sluice default-config` prints the filled-in result, a good
+/// The default configuration, with one placeholder that the binary fills in at start:
+/// `{state_dir}` (where the self-signed certificates and the admin token live).
+/// `sluice default-config` prints the filled-in result, which runs as it is and is a good
 /// starting point for a real file.
 pub const DEFAULT_CONFIG_TEMPLATE: &str = r#"# Sluice's embedded default configuration.
 # HTTPS on 127.0.0.1:8443 (HTTP/2 and HTTP/1.1) and HTTP on 127.0.0.1:8080, both proxying to
-# a demo origin inside the same process. Certificates are self-signed for localhost and
-# 127.0.0.1 and were generated on first start.
+# a demo origin inside the same process ([demo]). Certificates are self-signed for localhost
+# and 127.0.0.1 and were generated on first start.
 
 [global]
 shutdown_timeout = "10s"
@@ -64,10 +63,13 @@ name = "localhost-rsa"
 cert = '{state_dir}/localhost-rsa.crt'
 key = '{state_dir}/localhost-rsa.key'
 
+[demo]                        # the built-in demo origin: / (page), /api/status, /headers, /stream
+address = "127.0.0.1:8081"    # remove [demo] and point the upstream at your own servers
+
 [[upstream]]
 name = "demo"
 balance = "round_robin"
-servers = [{ address = "{demo_origin}" }]
+servers = [{ address = "127.0.0.1:8081" }]
 
 [[route]]
 name = "demo"
@@ -77,17 +79,18 @@ upstream = "demo"
 /// What the embedded default needs from the running binary.
 #[derive(Debug, Clone)]
 pub struct DefaultConfigParams<'a> {
-    /// Directory holding `localhost-{ecdsa,rsa}.{crt,key}`.
+    /// Directory holding `localhost-{ecdsa,rsa}.{crt,key}` and `admin.token`.
     pub state_dir: &'a Path,
-    /// Where the demo origin listens.
-    pub demo_origin: SocketAddr,
+}
+
+/// The template with its placeholder filled in.
+pub fn default_config_text(params: &DefaultConfigParams<'_>) -> String {
+    DEFAULT_CONFIG_TEMPLATE.replace("{state_dir}", &params.state_dir.display().to_string())
 }
 
 /// Fills in the template and returns its text together with the loaded snapshot.
 pub fn default_config(params: &DefaultConfigParams<'_>) -> Result<(String, Snapshot), LoadError> {
-    let text = DEFAULT_CONFIG_TEMPLATE
-        .replace("{state_dir}", &params.state_dir.display().to_string())
-        .replace("{demo_origin}", &params.demo_origin.to_string());
+    let text = default_config_text(params);
     let snapshot = load_str(&text, "<embedded default>", params.state_dir)?;
     Ok((text, snapshot))
 }

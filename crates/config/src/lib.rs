@@ -20,7 +20,9 @@ mod snapshot;
 mod units;
 
 pub use cache::CertCache;
-pub use default::{DEFAULT_CONFIG_TEMPLATE, DefaultConfigParams, default_config};
+pub use default::{
+    DEFAULT_CONFIG_TEMPLATE, DefaultConfigParams, default_config, default_config_text,
+};
 pub use error::{ConfigError, LoadError};
 pub use load::{load_file, load_file_cached, load_str, load_str_cached};
 pub use pattern::{HostPattern, normalize_host};

@@ -93,13 +93,14 @@ struct RawConfig {
     routes: Vec<RawRoute>,
     offload: RawOffload,
     admin: RawAdmin,
+    demo: Option<RawDemo>,
     compression: Option<RawCompression>,
     /// Names of entries that failed to parse, by section: references to them are not
     /// reported again as "not defined".
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-const SECTIONS: &str = "[global], [log], [admin], [offload], [compression], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+const SECTIONS: &str = "[global], [log], [admin], [demo], [offload], [compression], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -150,6 +151,7 @@ impl Cx<'_> {
                 "dangerous" => raw.dangerous = self.section(value).unwrap_or_default(),
                 "offload" => raw.offload = self.section(value).unwrap_or_default(),
                 "admin" => raw.admin = self.section(value).unwrap_or_default(),
+                "demo" => raw.demo = self.section(value),
                 "compression" => raw.compression = self.section(value),
                 "listener" => raw.listeners = self.array("listener", value, &mut raw.broken),
                 "certificate" => {
@@ -342,6 +344,23 @@ impl Cx<'_> {
             routes,
             offload,
             admin,
+            demo: raw
+                .demo
+                .as_ref()
+                .and_then(|d| match d.address.get_ref().parse::<SocketAddr>() {
+                    Ok(a) => Some(a),
+                    Err(_) => {
+                        self.err_at(
+                            &d.address,
+                            format!(
+                                "[demo] address `{}` is not an ip:port address",
+                                d.address.get_ref()
+                            ),
+                            "write it as \"127.0.0.1:8081\"",
+                        );
+                        None
+                    }
+                }),
         })
     }
 

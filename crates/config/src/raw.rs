@@ -315,3 +315,11 @@ pub struct RawAdmin {
     /// admin listener only reads.
     pub token_file: Option<Spanned<String>>,
 }
+
+/// `[demo]`: the built-in demo origin, for trying Sluice out.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDemo {
+    /// Where it listens, `ip:port`.
+    pub address: Spanned<String>,
+}

@@ -35,6 +35,9 @@ pub struct Snapshot {
     pub offload: Offload,
     /// The admin listener; `None` when disabled.
     pub admin: Option<Admin>,
+    /// Where the built-in demo origin listens (`[demo]`), if anywhere. Started with the
+    /// process; a reload does not move it.
+    pub demo: Option<SocketAddr>,
 }
 
 /// `[admin]`.

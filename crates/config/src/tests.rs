@@ -325,10 +325,11 @@ fn the_embedded_default_is_valid() {
     );
     let params = crate::DefaultConfigParams {
         state_dir: dir.path(),
-        demo_origin: "127.0.0.1:9".parse().unwrap(),
     };
     let (text, s) = crate::default_config(&params).unwrap();
-    assert!(text.contains("127.0.0.1:9"));
+    assert!(!text.contains('{') || !text.contains("{state_dir}"));
+    assert_eq!(s.demo, Some("127.0.0.1:8081".parse().unwrap()));
+    assert_eq!(s.upstreams[0].servers[0].address.addr, s.demo.unwrap());
     assert_eq!(s.listeners.len(), 2);
     assert_eq!(s.listeners[0].address.port(), 8443);
     let admin = s.admin.as_ref().unwrap();

@@ -35,6 +35,9 @@ pub enum Source {
         name: String,
         /// Where relative paths start.
         base_dir: PathBuf,
+        /// Where the first admin API edit saves the configuration; from then on that file is
+        /// the source (and `sluice run` resumes from it). `None`: edits are refused.
+        autosave: Option<PathBuf>,
     },
 }
 
@@ -112,11 +115,15 @@ pub struct Status {
 
 /// Owns the configuration source and serializes every change to the running gateway.
 pub struct Controller {
-    source: Source,
+    /// Changes once: the embedded default becomes its autosave file at the first edit.
+    pub(crate) source: Mutex<Source>,
+    /// SHA-256 of the text the running configuration was loaded from: an edit refuses a
+    /// file changed by hand since (412), rather than apply what nobody reloaded.
+    pub(crate) loaded_text: Mutex<Option<u64>>,
     target: Arc<dyn Target>,
     certs: Arc<CertCache>,
-    /// One change at a time: a reload reads, validates and applies under it.
-    serial: tokio::sync::Mutex<()>,
+    /// One change at a time: a reload or an edit reads, validates and applies under it.
+    pub(crate) serial: tokio::sync::Mutex<()>,
     status: Mutex<Status>,
     ok: AtomicU64,
     failed: AtomicU64,
@@ -139,6 +146,7 @@ impl Controller {
                 text,
                 name,
                 base_dir,
+                ..
             } => load_str_cached(text, name, base_dir, certs),
         }
     }
@@ -160,7 +168,8 @@ impl Controller {
                 reloads_ok: 0,
                 reloads_failed: 0,
             }),
-            source,
+            loaded_text: Mutex::new(source_text(&source).ok().map(|t| text_hash(&t))),
+            source: Mutex::new(source),
             target,
             certs,
             serial: tokio::sync::Mutex::new(()),
@@ -170,8 +179,11 @@ impl Controller {
     }
 
     /// Where the configuration comes from.
-    pub fn source(&self) -> &Source {
-        &self.source
+    pub fn source(&self) -> Source {
+        self.source
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Reads the source again, validates it and applies it. Any error leaves the running
@@ -179,8 +191,15 @@ impl Controller {
     pub async fn reload(&self) -> Result<ReloadOutcome, ReloadError> {
         let _serial = self.serial.lock().await;
         let result = self.reload_locked().await;
+        self.record(&result);
+        result
+    }
+
+    /// Counts an attempt to change the running configuration, logs it, and keeps it for
+    /// `/status`.
+    pub(crate) fn record(&self, result: &Result<ReloadOutcome, ReloadError>) {
         let mut status = self.lock_status();
-        match &result {
+        match result {
             Ok(outcome) => {
                 self.ok.fetch_add(1, Ordering::Relaxed);
                 if outcome.revision != status.revision {
@@ -199,22 +218,45 @@ impl Controller {
                 tracing::error!(error = %e, "configuration reload failed\n{}", details.join("\n"));
             }
         }
+        status.source = self.source().describe();
         status.reloads_ok = self.ok.load(Ordering::Relaxed);
         status.reloads_failed = self.failed.load(Ordering::Relaxed);
-        result
     }
 
     async fn reload_locked(&self) -> Result<ReloadOutcome, ReloadError> {
-        let (source, certs) = (self.source.clone(), self.certs.clone());
-        // Reading files and parsing keys is blocking work; keep it off the event loop.
-        let loaded = tokio::task::spawn_blocking(move || Self::load(&source, &certs))
-            .await
-            .map_err(|e| ReloadError::Apply(format!("the loader failed: {e}")))?;
-        let snapshot = match loaded {
-            Ok(s) => Arc::new(s),
-            Err(LoadError::Invalid(errors)) => return Err(ReloadError::Invalid(errors)),
-            Err(e) => return Err(ReloadError::Read(e.to_string())),
-        };
+        let source = self.source();
+        let text = source_text(&source).map_err(ReloadError::Read)?;
+        let (name, base_dir) = naming(&source);
+        let snapshot = self.validate(text.clone(), name, base_dir).await?;
+        let outcome = self.apply(snapshot).await?;
+        *self.loaded_text.lock().unwrap_or_else(|e| e.into_inner()) = Some(text_hash(&text));
+        Ok(outcome)
+    }
+
+    /// Loads `text` with the certificate cache, on a blocking thread (it reads files and may
+    /// parse keys).
+    pub(crate) async fn validate(
+        &self,
+        text: String,
+        name: String,
+        base_dir: PathBuf,
+    ) -> Result<Arc<Snapshot>, ReloadError> {
+        let certs = self.certs.clone();
+        let loaded =
+            tokio::task::spawn_blocking(move || load_str_cached(&text, &name, &base_dir, &certs))
+                .await
+                .map_err(|e| ReloadError::Apply(format!("the loader failed: {e}")))?;
+        match loaded {
+            Ok(s) => Ok(Arc::new(s)),
+            Err(LoadError::Invalid(errors)) => Err(ReloadError::Invalid(errors)),
+            Err(e) => Err(ReloadError::Read(e.to_string())),
+        }
+    }
+
+    pub(crate) async fn apply(
+        &self,
+        snapshot: Arc<Snapshot>,
+    ) -> Result<ReloadOutcome, ReloadError> {
         let previous = self.lock_status().revision.clone();
         let revision = snapshot.revision.clone();
         let summary = self
@@ -234,7 +276,42 @@ impl Controller {
         self.lock_status().clone()
     }
 
-    fn lock_status(&self) -> std::sync::MutexGuard<'_, Status> {
+    pub(crate) fn lock_status(&self) -> std::sync::MutexGuard<'_, Status> {
         self.status.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The source's current text.
+pub(crate) fn source_text(source: &Source) -> Result<String, String> {
+    match source {
+        Source::File(path) => std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "cannot read configuration file {}: {e}; check the path and its permissions",
+                path.display()
+            )
+        }),
+        Source::Text { text, .. } => Ok(text.clone()),
+    }
+}
+
+/// How errors name the source, and where its relative paths start.
+pub(crate) fn naming(source: &Source) -> (String, PathBuf) {
+    match source {
+        Source::File(path) => (
+            path.display().to_string(),
+            path.parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."))
+                .to_path_buf(),
+        ),
+        Source::Text { name, base_dir, .. } => (name.clone(), base_dir.clone()),
+    }
+}
+
+/// Tells texts apart (not a security boundary: it detects edits made by hand).
+pub(crate) fn text_hash(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
 }

@@ -11,10 +11,14 @@
 //! gateway; the admin listener calls [`Controller`] and only speaks HTTP itself.
 
 mod controller;
+mod edit;
+mod edits;
 
 pub use controller::{
     Controller, Failure, ReloadError, ReloadOutcome, Source, Status, Target, TargetFuture,
 };
+pub use edit::{EditError, Kind};
+pub use edits::Written;
 
 #[cfg(test)]
 mod tests;

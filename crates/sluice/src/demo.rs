@@ -15,9 +15,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 type Body = BoxBody<Bytes, Infallible>;
 
-/// Starts the origin on a free loopback port and returns its address.
-pub(crate) async fn start() -> std::io::Result<SocketAddr> {
-    let socket = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// Starts the origin on `addr` (`[demo] address`) and returns where it listens.
+pub(crate) async fn start(addr: SocketAddr) -> std::io::Result<SocketAddr> {
+    let socket = tokio::net::TcpListener::bind(addr).await?;
     let addr = socket.local_addr()?;
     let served = Arc::new(AtomicU64::new(0));
     tokio::spawn(async move {

@@ -59,8 +59,14 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Print the embedded default configuration (a starting point for a real file).
-    DefaultConfig,
+    /// Print the embedded default configuration as a file that runs as it is (a starting
+    /// point for a real file); its certificates and admin token are made in the state
+    /// directory if missing.
+    DefaultConfig {
+        /// Where the certificates and the admin token are (default: as `sluice run`).
+        #[arg(long, env = "SLUICE_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+    },
     /// Print the demo origin's ~100 KiB HTML page (the benchmark's compression body).
     DemoPage,
     /// Signatures per second per algorithm and engine, like `openssl speed -async_jobs`;
@@ -138,10 +144,7 @@ fn main() -> ExitCode {
             };
         }
         Command::Check { config } => return run::check(&config),
-        Command::DefaultConfig => {
-            print!("{}", sluice_config::DEFAULT_CONFIG_TEMPLATE);
-            Ok(())
-        }
+        Command::DefaultConfig { state_dir } => run::default_config_file(state_dir),
         Command::Speed {
             algorithms,
             engine,

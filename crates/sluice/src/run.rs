@@ -3,7 +3,7 @@
 
 use crate::instance::{Instance, ReloadRecord};
 use anyhow::Context as _;
-use sluice_config::{CertCache, DefaultConfigParams, Snapshot, default_config, load_file};
+use sluice_config::{CertCache, DefaultConfigParams, Snapshot, load_file};
 use sluice_control::{Controller, Source, Target, TargetFuture};
 use sluice_proxy::Gateway;
 use std::net::SocketAddr;
@@ -137,6 +137,27 @@ impl Target for Running {
     }
 }
 
+/// The embedded default's certificates and admin token, made on first start. Returns whether
+/// certificates were generated now.
+pub(crate) fn prepare_state_dir(dir: &Path) -> anyhow::Result<bool> {
+    let generated = sluice_tls::selfsigned::ensure_default_certificates(dir)
+        .with_context(|| format!("preparing self-signed certificates in {}", dir.display()))?;
+    crate::instance::ensure_admin_token(dir)?;
+    Ok(generated)
+}
+
+/// `sluice default-config`: the embedded default as a file that runs as it is (its
+/// certificates and token are made in the state directory if missing).
+pub(crate) fn default_config_file(state_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let dir = state_dir.unwrap_or_else(sluice_tls::selfsigned::default_state_dir);
+    prepare_state_dir(&dir)?;
+    print!(
+        "{}",
+        sluice_config::default_config_text(&DefaultConfigParams { state_dir: &dir })
+    );
+    Ok(())
+}
+
 /// `sluice run`.
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -148,31 +169,37 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(sluice_tls::selfsigned::default_state_dir);
         let certs = Arc::new(CertCache::new());
-        let (source, demo) = match &args.config {
+        let autosave = dir.join("sluice.toml");
+        let (source, embedded) = match &args.config {
             Some(path) => (Source::File(path.clone()), None),
+            None if autosave.exists() => {
+                eprintln!(
+                    "sluice: resuming from {}, saved by an admin API edit of the embedded default (delete it to start from the embedded default again)",
+                    autosave.display()
+                );
+                (Source::File(autosave.clone()), None)
+            }
             None => {
-                let generated = sluice_tls::selfsigned::ensure_default_certificates(&dir)
-                    .with_context(|| {
-                        format!("preparing self-signed certificates in {}", dir.display())
-                    })?;
-                crate::instance::ensure_admin_token(&dir)?;
-                let demo = crate::demo::start()
-                    .await
-                    .context("starting the demo origin")?;
-                let (text, _) = default_config(&DefaultConfigParams {
-                    state_dir: &dir,
-                    demo_origin: demo,
-                })?;
+                let generated = prepare_state_dir(&dir)?;
                 let source = Source::Text {
-                    text,
+                    text: sluice_config::default_config_text(&DefaultConfigParams {
+                        state_dir: &dir,
+                    }),
                     name: "<embedded default>".to_owned(),
                     base_dir: dir.clone(),
+                    autosave: Some(autosave.clone()),
                 };
-                (source, Some((demo, generated)))
+                (source, Some(generated))
             }
         };
         let snapshot = Controller::load(&source, &certs)?;
         init_tracing(&snapshot.log.level);
+        let demo = match snapshot.demo {
+            Some(addr) => Some(crate::demo::start(addr).await.with_context(|| {
+                format!("starting the demo origin on {addr}; change or remove [demo]")
+            })?),
+            None => None,
+        };
         let snapshot = Arc::new(snapshot);
         let gateway = Arc::new(Gateway::start(snapshot.clone()).await?);
         let running = Arc::new(Running {
@@ -193,7 +220,8 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         banner(
             &snapshot,
             &gateway,
-            demo.map(|(a, g)| (a, dir.as_path(), g)),
+            demo,
+            embedded.map(|generated| (dir.as_path(), generated)),
             running.admin_address(),
             &pid_file,
         );
@@ -244,12 +272,13 @@ async fn reload_on_hangup(
 fn banner(
     snapshot: &Snapshot,
     gateway: &Gateway,
-    demo: Option<(std::net::SocketAddr, &Path, bool)>,
-    admin: Option<std::net::SocketAddr>,
+    demo: Option<SocketAddr>,
+    embedded: Option<(&Path, bool)>,
+    admin: Option<SocketAddr>,
     pid_file: &Path,
 ) {
     let mut out = String::new();
-    match demo {
+    match embedded {
         Some(_) => out.push_str(&format!(
             "Sluice {} is running on its embedded default configuration.\n",
             env!("CARGO_PKG_VERSION")
@@ -275,21 +304,22 @@ fn banner(
         out.push_str(&format!(
             "  admin    http://{a}/metrics (Prometheus) and /status (JSON)\n"
         ));
-        if let Some(token) = snapshot.admin.as_ref().and_then(|a| a.token.as_ref()) {
-            let _ = token;
+        if snapshot.admin.as_ref().is_some_and(|a| a.token.is_some()) {
             out.push_str(&format!(
-                "           admin API writes (POST http://{a}/api/v1/reload) take the bearer token in {}\n",
-                demo.map_or_else(
+                "           admin API (http://{a}/api/v1/config, /api/v1/routes/NAME, POST /api/v1/reload): writes take the bearer token in {}\n",
+                embedded.map_or_else(
                     || "[admin] token_file".to_owned(),
-                    |(_, dir, _)| dir.join("admin.token").display().to_string()
+                    |(dir, _)| dir.join("admin.token").display().to_string()
                 )
             ));
         }
     }
-    if let Some((origin, dir, generated)) = demo {
+    if let Some(origin) = demo {
         out.push_str(&format!(
             "  demo origin on {origin}: / (HTML page), /api/status (JSON), /headers (echo), /stream (a line every 100 ms)\n"
         ));
+    }
+    if let Some((dir, generated)) = embedded {
         out.push_str(&format!(
             "  self-signed RSA-2048 and ECDSA P-256 certificates for localhost in {} ({})\n",
             dir.display(),

@@ -328,3 +328,38 @@ fn reload_by_sighup_sluice_reload_and_the_admin_api_keeps_the_old_config_on_erro
     assert_eq!(gw.child.wait().unwrap().code(), Some(0));
     assert!(!pid_file.exists(), "the pid file is removed at exit");
 }
+
+#[test]
+fn default_config_writes_a_file_that_checks_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sluice()
+        .args(["default-config", "--state-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !text.contains("{state_dir}") && !text.contains("{demo_origin}"),
+        "{text}"
+    );
+    let path = dir.path().join("sluice.toml");
+    std::fs::write(&path, &text).unwrap();
+    let out = sluice()
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path().join("admin.token").exists());
+}

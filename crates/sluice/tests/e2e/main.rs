@@ -6,6 +6,7 @@
     reason = "test support items are shared between test modules"
 )]
 
+mod admin_api;
 mod balancing;
 mod cli;
 mod compression;

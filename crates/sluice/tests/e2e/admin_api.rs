@@ -1,0 +1,449 @@
+//! The admin API's configuration edits, against a real gateway, its admin listener and a
+//! configuration file: token, ETag and If-Match, located errors by JSON path, 409 on an
+//! upstream in use, the change in the file with its comments kept, certificates from PEM.
+
+use crate::support::*;
+use bytes::Bytes;
+use http_body_util::Full;
+use serde_json::{Value, json};
+use sluice_config::CertCache;
+use sluice_control::{Controller, Source, Target, TargetFuture};
+use sluice_proxy::Gateway;
+use sluice_tls::selfsigned::KeyKind;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+const TOKEN: &str = "api-test-token-0123456789abcdef";
+
+/// The gateway as the controller applies to it.
+struct Apply(Arc<Gateway>);
+
+impl Target for Apply {
+    fn apply(&self, snapshot: Arc<sluice_config::Snapshot>) -> TargetFuture<'_> {
+        Box::pin(async move {
+            self.0
+                .apply(snapshot)
+                .await
+                .map(|r| format!("{r:?}"))
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// A gateway run from a file, with its controller and admin listener.
+struct Managed {
+    gateway: Arc<Gateway>,
+    admin: SocketAddr,
+    path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    _admin_task: tokio::task::JoinHandle<()>,
+}
+
+impl Managed {
+    async fn start(dir: tempfile::TempDir, text: &str) -> Managed {
+        let path = dir.path().join("sluice.toml");
+        std::fs::write(&path, text).unwrap();
+        Self::start_from(dir, Source::File(path.clone()), path).await
+    }
+
+    /// Like the embedded default: text in memory, saved to `path` by the first edit.
+    async fn start_text(dir: tempfile::TempDir, text: &str) -> Managed {
+        let path = dir.path().join("autosave.toml");
+        let source = Source::Text {
+            text: text.to_owned(),
+            name: "<embedded default>".into(),
+            base_dir: dir.path().to_path_buf(),
+            autosave: Some(path.clone()),
+        };
+        Self::start_from(dir, source, path).await
+    }
+
+    async fn start_from(
+        dir: tempfile::TempDir,
+        source: Source,
+        path: std::path::PathBuf,
+    ) -> Managed {
+        use std::os::unix::fs::PermissionsExt;
+        let token = dir.path().join("admin.token");
+        std::fs::write(&token, TOKEN).unwrap();
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let certs = Arc::new(CertCache::new());
+        let snapshot =
+            Arc::new(Controller::load(&source, &certs).unwrap_or_else(|e| panic!("{e}")));
+        let gateway = Arc::new(
+            Gateway::start_with_log(snapshot.clone(), sluice_proxy::AccessLog::off())
+                .await
+                .unwrap(),
+        );
+        let control = Arc::new(Controller::new(
+            source,
+            Arc::new(Apply(gateway.clone())),
+            certs,
+            &snapshot,
+        ));
+        let (admin, task) = sluice_admin::serve(
+            "127.0.0.1:0".parse().unwrap(),
+            sluice_admin::Sources {
+                gateway: gateway.clone(),
+                control: Some(control),
+                started: std::time::Instant::now(),
+            },
+        )
+        .await
+        .unwrap();
+        Managed {
+            gateway,
+            admin,
+            path,
+            _dir: dir,
+            _admin_task: task,
+        }
+    }
+
+    fn http(&self) -> SocketAddr {
+        self.gateway.local_addr("http").unwrap()
+    }
+
+    fn file(&self) -> String {
+        std::fs::read_to_string(&self.path).unwrap()
+    }
+
+    /// One request to the admin listener: (status, ETag, JSON body).
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Option<String>, Value) {
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "admin");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(Full::new(Bytes::from(
+                body.map(|b| b.to_string()).unwrap_or_default(),
+            )))
+            .unwrap();
+        let tcp = tokio::net::TcpStream::connect(self.admin).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let resp = sender.send_request(req).await.unwrap();
+        let etag = resp
+            .headers()
+            .get("etag")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let got = collect(resp).await;
+        let json = serde_json::from_str(&got.body).unwrap_or(Value::String(got.body));
+        (got.status, etag, json)
+    }
+
+    async fn write(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let auth = format!("Bearer {TOKEN}");
+        let (status, _, v) = self
+            .call(method, path, body, &[("authorization", auth.as_str())])
+            .await;
+        (status, v)
+    }
+}
+
+fn config(origin: &Origin) -> String {
+    format!(
+        r#"# The team's gateway. Keep this comment.
+[admin]
+address = "127.0.0.1:0"
+token_file = "admin.token"
+
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+
+[[upstream]]
+name = "o"   # the first origin
+servers = [{{ address = "{}" }}]
+
+[[route]]
+name = "r"
+upstream = "o"
+"#,
+        origin.addr
+    )
+}
+
+#[tokio::test]
+async fn edits_need_the_token_land_in_the_file_with_its_comments_and_are_served() {
+    let (a, b) = (Origin::start("A").await, Origin::start("B").await);
+    let m = Managed::start(tempfile::tempdir().unwrap(), &config(&a)).await;
+
+    let (status, etag, route) = m.call("GET", "/api/v1/routes/r", None, &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(route, json!({ "name": "r", "upstream": "o" }));
+    let etag = etag.expect("an ETag");
+    assert_eq!(etag, format!("\"{}\"", m.gateway.snapshot().revision));
+
+    let upstream = json!({ "servers": [{ "address": b.addr.to_string() }], "keepalive": 4 });
+    let (status, _, _) = m
+        .call("PUT", "/api/v1/upstreams/b", Some(upstream.clone()), &[])
+        .await;
+    assert_eq!(status, 401, "no token, no write");
+    let (status, _, _) = m
+        .call(
+            "PUT",
+            "/api/v1/upstreams/b",
+            Some(upstream.clone()),
+            &[("authorization", "Bearer wrong-token-0123456789")],
+        )
+        .await;
+    assert_eq!(status, 401);
+
+    let (status, created) = m.write("PUT", "/api/v1/upstreams/b", Some(upstream)).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["keepalive"], 4);
+    let (status, v) = m
+        .write(
+            "PUT",
+            "/api/v1/routes/b",
+            Some(json!({ "path_prefix": "/b", "upstream": "b" })),
+        )
+        .await;
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(http1_get(m.http(), "x", "/b/page").await.body, "B /b/page");
+    assert_eq!(http1_get(m.http(), "x", "/other").await.body, "A /other");
+
+    // Replacing an object: 200, and untouched keys keep their comments.
+    let (status, v) = m
+        .write(
+            "PUT",
+            "/api/v1/upstreams/o",
+            Some(json!({ "servers": [{ "address": a.addr.to_string() }], "max_fails": 3 })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let file = m.file();
+    assert!(
+        file.starts_with("# The team's gateway. Keep this comment.\n"),
+        "{file}"
+    );
+    assert!(file.contains("name = \"o\"   # the first origin"), "{file}");
+    assert!(file.contains("max_fails = 3"), "{file}");
+    assert!(file.contains("path_prefix = \"/b\""), "{file}");
+
+    // The file is the truth: a restart would load the same configuration.
+    let reloaded = sluice_config::load_file(&m.path).unwrap();
+    assert_eq!(reloaded.revision, m.gateway.snapshot().revision);
+    assert_eq!(reloaded.routes.len(), 2);
+
+    let (status, _, config) = m.call("GET", "/api/v1/config", None, &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(config["route"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_stale_if_match_or_a_hand_edit_is_412_and_changes_nothing() {
+    let a = Origin::start("A").await;
+    let m = Managed::start(tempfile::tempdir().unwrap(), &config(&a)).await;
+    let before = m.file();
+    let auth = format!("Bearer {TOKEN}");
+    let body = json!({ "path_prefix": "/x", "upstream": "o" });
+    let (status, _, v) = m
+        .call(
+            "PUT",
+            "/api/v1/routes/x",
+            Some(body.clone()),
+            &[
+                ("authorization", &auth),
+                ("if-match", "\"0000000000000000\""),
+            ],
+        )
+        .await;
+    assert_eq!(status, 412, "{v}");
+    assert_eq!(m.file(), before);
+
+    // With the current ETag it goes through.
+    let (_, etag, _) = m.call("GET", "/api/v1/routes/r", None, &[]).await;
+    let etag = etag.unwrap();
+    let (status, _, v) = m
+        .call(
+            "PUT",
+            "/api/v1/routes/x",
+            Some(body),
+            &[("authorization", &auth), ("if-match", &etag)],
+        )
+        .await;
+    assert_eq!(status, 201, "{v}");
+
+    // Someone edits the file by hand and does not reload: the API refuses to build on it.
+    std::fs::write(&m.path, format!("{}\n# hand edit\n", m.file())).unwrap();
+    let (status, v) = m
+        .write(
+            "PUT",
+            "/api/v1/routes/y",
+            Some(json!({ "upstream": "o", "path_prefix": "/y" })),
+        )
+        .await;
+    assert_eq!(status, 412, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("changed on disk"),
+        "{v}"
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_object_is_422_naming_the_field_by_its_json_path() {
+    let a = Origin::start("A").await;
+    let m = Managed::start(tempfile::tempdir().unwrap(), &config(&a)).await;
+    let before = m.file();
+
+    let (status, v) = m
+        .write(
+            "PUT",
+            "/api/v1/routes/bad",
+            Some(json!({ "upstream": "nope" })),
+        )
+        .await;
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["errors"][0]["path"], "upstream", "{v}");
+    assert!(
+        v["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`nope`"),
+        "{v}"
+    );
+
+    let (status, v) = m
+        .write(
+            "PUT",
+            "/api/v1/upstreams/o",
+            Some(json!({ "servers": [{ "address": "no port here" }], "balance": "fastest" })),
+        )
+        .await;
+    assert_eq!(status, 422, "{v}");
+    let paths: Vec<&str> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["path"].as_str())
+        .collect();
+    assert!(
+        paths.contains(&"servers[0].address") && paths.contains(&"balance"),
+        "{v}"
+    );
+    assert_eq!(m.file(), before, "nothing was written");
+    assert_eq!(http1_get(m.http(), "x", "/").await.body, "A /");
+}
+
+#[tokio::test]
+async fn deleting_an_upstream_in_use_is_409_naming_the_route() {
+    let a = Origin::start("A").await;
+    let m = Managed::start(tempfile::tempdir().unwrap(), &config(&a)).await;
+    let (status, v) = m.write("DELETE", "/api/v1/upstreams/o", None).await;
+    assert_eq!(status, 409, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("route `r`"), "{v}");
+
+    let (status, v) = m.write("DELETE", "/api/v1/routes/r", None).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(http1_get(m.http(), "x", "/").await.status, 404);
+    let (status, v) = m.write("DELETE", "/api/v1/upstreams/o", None).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, _) = m.write("DELETE", "/api/v1/upstreams/o", None).await;
+    assert_eq!(status, 404);
+    assert!(!m.file().contains("[[upstream]]"));
+}
+
+#[tokio::test]
+async fn a_certificate_sent_as_pem_is_stored_privately_and_served() {
+    let a = Origin::start("A").await;
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "first", KeyKind::EcdsaP256, &["first.test"]);
+    let text = config(&a).replace(
+        "[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n",
+        "[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n\n[[listener]]\nname = \"https\"\naddress = \"127.0.0.1:0\"\n[listener.tls]\n\n[[certificate]]\nname = \"first\"\ncert = \"first.crt\"\nkey = \"first.key\"\n",
+    );
+    let m = Managed::start(dir, &text).await;
+
+    let (cert, key) =
+        sluice_tls::selfsigned::generate(KeyKind::EcdsaP256, &["second.test"], 30).unwrap();
+    let body = json!({
+        "cert_pem": String::from_utf8(cert.to_pem().unwrap()).unwrap(),
+        "key_pem": String::from_utf8(key.private_key_to_pem_pkcs8().unwrap()).unwrap(),
+    });
+    let (status, v) = m
+        .write("PUT", "/api/v1/certificates/second", Some(body))
+        .await;
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(
+        v,
+        json!({ "name": "second", "cert": "certs/second.crt", "key": "certs/second.key" })
+    );
+    let key_file = m.path.parent().unwrap().join("certs/second.key");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let h = tls_connect(
+        m.gateway.local_addr("https").unwrap(),
+        &ClientOpts {
+            sni: Some("second.test"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let served = h.stream.ssl().peer_certificate().unwrap().to_der().unwrap();
+    assert_eq!(served, cert.to_der().unwrap());
+
+    // A key that does not belong to the certificate: 422, and the old files stay.
+    let (_, other_key) =
+        sluice_tls::selfsigned::generate(KeyKind::EcdsaP256, &["x.test"], 30).unwrap();
+    let body = json!({
+        "cert_pem": String::from_utf8(cert.to_pem().unwrap()).unwrap(),
+        "key_pem": String::from_utf8(other_key.private_key_to_pem_pkcs8().unwrap()).unwrap(),
+    });
+    let (status, v) = m
+        .write("PUT", "/api/v1/certificates/second", Some(body))
+        .await;
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["errors"][0]["path"], "key", "{v}");
+    assert_eq!(
+        std::fs::read(&key_file).unwrap(),
+        key.private_key_to_pem_pkcs8().unwrap(),
+        "the stored key was put back"
+    );
+}
+
+#[tokio::test]
+async fn the_first_edit_of_an_in_memory_configuration_saves_it_to_its_autosave_file() {
+    let (a, b) = (Origin::start("A").await, Origin::start("B").await);
+    let m = Managed::start_text(tempfile::tempdir().unwrap(), &config(&a)).await;
+    assert!(!m.path.exists());
+    let (status, v) = m
+        .write(
+            "PUT",
+            "/api/v1/upstreams/o",
+            Some(json!({ "servers": [{ "address": b.addr.to_string() }] })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(http1_get(m.http(), "x", "/").await.body, "B /");
+    let saved = m.file();
+    assert!(saved.starts_with("# The team's gateway."), "{saved}");
+    assert!(saved.contains(&b.addr.to_string()), "{saved}");
+    // From now on the file is the source: a hand edit there is noticed.
+    std::fs::write(&m.path, format!("{saved}\n# by hand\n")).unwrap();
+    let (status, _) = m
+        .write(
+            "PUT",
+            "/api/v1/routes/y",
+            Some(json!({ "upstream": "o", "path_prefix": "/y" })),
+        )
+        .await;
+    assert_eq!(status, 412);
+}
