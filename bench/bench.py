@@ -301,11 +301,11 @@ class Gateways:
     def _start(self, d):
         specs = [
             ("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], NGINX_PORT),
-            ("sluice", [str(SLUICE), "run", "--config", f"{d}/sluice.toml"], SLUICE_PORT),
+            ("sluice", [str(SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file", f"{d}/sluice.pid"], SLUICE_PORT),
             # The same gateway with handshake signatures on the event loop: the engine row.
-            ("sluice-inline", [str(SLUICE), "run", "--config", f"{d}/sluice-inline.toml"], SLUICE_INLINE_PORT),
+            ("sluice-inline", [str(SLUICE), "run", "--config", f"{d}/sluice-inline.toml", "--pid-file", f"{d}/sluice-inline.pid"], SLUICE_INLINE_PORT),
             # RSA handshakes signed by the AVX-512 IFMA multi-buffer engine (mb, then pool).
-            ("sluice-mb", [str(SLUICE), "run", "--config", f"{d}/sluice-mb.toml"], SLUICE_MB_PORT),
+            ("sluice-mb", [str(SLUICE), "run", "--config", f"{d}/sluice-mb.toml", "--pid-file", f"{d}/sluice-mb.pid"], SLUICE_MB_PORT),
         ]
         for name, argv, port in specs:
             self.procs[name] = Proc(name, argv, GW_CORE, port, f"{d}/{name}.out")

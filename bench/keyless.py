@@ -102,7 +102,7 @@ def handshakes(d, origin, runs, duration):
             procs = {}
             try:
                 for name, port in (("inline", INLINE_PORT), ("keyless", KEYLESS_PORT)):
-                    procs[name] = B.Proc(f"sluice-{name}", [str(B.SLUICE), "run", "--config", f"{d}/{name}-{cert}.toml"],
+                    procs[name] = B.Proc(f"sluice-{name}", [str(B.SLUICE), "run", "--config", f"{d}/{name}-{cert}.toml", "--pid-file", f"{d}/{name}-{cert}.pid"],
                                          B.GW_CORE, port, f"{d}/{name}-{cert}.out")
                 time.sleep(1)
                 row = {"name": f"full handshakes, {label}, TLS 1.3", "runs": {"inline": [], "keyless": []}}

@@ -19,6 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 const NONE: u64 = u64::MAX;
 
+/// How long a draining gateway waits for the first request of a connection it has just
+/// accepted (bounded by `header_read_timeout`).
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(2);
+
 /// Bytes gathered before a TLS write: one full-size TLS record.
 const TLS_WRITE_BUFFER: usize = 16 * 1024;
 
@@ -27,6 +31,8 @@ const TLS_WRITE_BUFFER: usize = 16 * 1024;
 pub(crate) struct ConnState {
     born: Instant,
     inflight: AtomicUsize,
+    /// Requests started on this connection so far.
+    started: AtomicU64,
     /// When the last request started or finished (ms since `born`).
     last_request_ms: AtomicU64,
     /// When the first byte of a not-yet-complete request head arrived (HTTP/1 only).
@@ -38,6 +44,7 @@ impl ConnState {
         ConnState {
             born: Instant::now(),
             inflight: AtomicUsize::new(0),
+            started: AtomicU64::new(0),
             last_request_ms: AtomicU64::new(0),
             head_started_ms: AtomicU64::new(NONE),
         }
@@ -49,6 +56,7 @@ impl ConnState {
 
     pub(crate) fn request_started(&self) {
         self.inflight.fetch_add(1, Ordering::Relaxed);
+        self.started.fetch_add(1, Ordering::Relaxed);
         self.head_started_ms.store(NONE, Ordering::Relaxed);
         self.last_request_ms.store(self.now_ms(), Ordering::Relaxed);
     }
@@ -244,11 +252,24 @@ async fn run<S>(
         (keepalive.min(head_timeout) / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut timer = tokio::time::interval(tick);
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut closing = *signals.draining.borrow();
-    if closing {
-        conn.as_mut().graceful_shutdown();
-    }
+    // Draining (shutdown, a removed listener, a binary upgrade) closes a connection once its
+    // requests are done. A connection that has not sent its first request yet was accepted
+    // while the client was already sending it: closing it now would fail that request, so it
+    // gets until its first request starts (then that request is served), or FIRST_REQUEST_GRACE.
+    let mut drain_since: Option<Instant> = None;
+    let mut closing = false;
     loop {
+        if !closing && drain_since.is_none() && *signals.draining.borrow() {
+            drain_since = Some(Instant::now());
+        }
+        if let Some(since) = drain_since
+            && !closing
+            && (state.started.load(Ordering::Relaxed) != 0
+                || since.elapsed() >= FIRST_REQUEST_GRACE.min(head_timeout))
+        {
+            closing = true;
+            conn.as_mut().graceful_shutdown();
+        }
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(e) = result {
@@ -257,14 +278,13 @@ async fn run<S>(
                 return;
             }
             () = signals.force.cancelled() => return,
-            changed = signals.draining.changed(), if !closing => {
-                if changed.is_err() || *signals.draining.borrow() {
-                    closing = true;
-                    conn.as_mut().graceful_shutdown();
+            changed = signals.draining.changed(), if drain_since.is_none() => {
+                if changed.is_err() {
+                    drain_since = Some(Instant::now());
                 }
             }
             _ = timer.tick(), if !closing => {
-                if state.inflight.load(Ordering::Relaxed) != 0 {
+                if drain_since.is_some() || state.inflight.load(Ordering::Relaxed) != 0 {
                     continue;
                 }
                 let now = state.now_ms();

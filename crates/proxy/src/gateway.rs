@@ -80,6 +80,8 @@ struct State {
 #[derive(Debug)]
 struct RunningListener {
     name: String,
+    /// The listening socket's descriptor (owned by the accept task).
+    fd: std::os::fd::RawFd,
     /// As configured (port 0 stays 0 here: the same configuration keeps the same socket).
     configured: SocketAddr,
     bound: SocketAddr,
@@ -163,6 +165,18 @@ impl Gateway {
         snapshot: Arc<Snapshot>,
         access_log: AccessLog,
     ) -> Result<Gateway, ProxyError> {
+        Self::start_inherited(snapshot, access_log, Vec::new()).await
+    }
+
+    /// Like [`Gateway::start_with_log`], serving on sockets already bound (handed over by the
+    /// process this one upgrades): a listener takes the inherited socket of its name when the
+    /// socket is bound to its address (any port when the configured one is 0); the others
+    /// bind as usual, and inherited sockets nobody takes are closed.
+    pub async fn start_inherited(
+        snapshot: Arc<Snapshot>,
+        access_log: AccessLog,
+        inherited: Vec<(String, std::net::TcpListener)>,
+    ) -> Result<Gateway, ProxyError> {
         let metrics = Arc::new(crate::ProxyMetrics::default());
         let key_identity = KeyOffload::identity(&snapshot);
         let key_offload = KeyOffload::from_config(&snapshot).map_err(ProxyError::Offload)?;
@@ -182,7 +196,7 @@ impl Gateway {
             log_config: snapshot.log.clone(),
             stopped: false,
         };
-        let prepared = prepare(&state, &snapshot, &metrics, true).await?;
+        let prepared = prepare(&state, &snapshot, &metrics, inherited).await?;
         commit(&mut state, snapshot.clone(), prepared);
         let view = ArcSwap::from_pointee(view_of(&state));
         Ok(Gateway {
@@ -205,7 +219,7 @@ impl Gateway {
                 ..ApplyReport::default()
             });
         }
-        let prepared = prepare(&state, &snapshot, &self.metrics, false).await?;
+        let prepared = prepare(&state, &snapshot, &self.metrics, Vec::new()).await?;
         let report = prepared.report.clone();
         commit(&mut state, snapshot, prepared);
         self.view.store(Arc::new(view_of(&state)));
@@ -230,6 +244,18 @@ impl Gateway {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, a)| *a)
+    }
+
+    /// The listening sockets, by listener name, for handing over to a new process (binary
+    /// upgrade). The descriptors stay owned by the gateway.
+    pub async fn listening_fds(&self) -> Vec<(String, std::os::fd::RawFd)> {
+        self.state
+            .lock()
+            .await
+            .listeners
+            .iter()
+            .map(|l| (l.name.clone(), l.fd))
+            .collect()
     }
 
     /// Connections currently open, draining listeners' included.
@@ -327,13 +353,15 @@ fn view_of(state: &State) -> View {
 }
 
 /// Builds everything `snapshot` needs that the running state cannot lend, without touching
-/// the running state. `first`: the engines in `state` were just built for `snapshot`.
+/// the running state. At start (`state` has no listeners yet, and its engines were just built
+/// for `snapshot`), `inherited` sockets are used before binding new ones.
 async fn prepare(
     state: &State,
     snapshot: &Arc<Snapshot>,
     metrics: &Arc<crate::ProxyMetrics>,
-    first: bool,
+    mut inherited: Vec<(String, std::net::TcpListener)>,
 ) -> Result<Prepared, ProxyError> {
+    let first = state.listeners.is_empty() && Arc::ptr_eq(&state.snapshot, snapshot);
     let mut report = ApplyReport::default();
 
     let key_identity = KeyOffload::identity(snapshot);
@@ -388,14 +416,25 @@ async fn prepare(
         let placement = match old {
             Some(i) => Placement::Keep(i),
             None => {
-                let socket =
-                    TcpListener::bind(l.address)
-                        .await
-                        .map_err(|source| ProxyError::Bind {
-                            listener: l.name.clone(),
-                            address: l.address,
-                            source,
-                        })?;
+                let bind_error = |source| ProxyError::Bind {
+                    listener: l.name.clone(),
+                    address: l.address,
+                    source,
+                };
+                let handed_over = inherited.iter().position(|(name, s)| {
+                    name == &l.name
+                        && s.local_addr().is_ok_and(|a| {
+                            a == l.address || (l.address.port() == 0 && a.ip() == l.address.ip())
+                        })
+                });
+                let socket = match handed_over {
+                    Some(i) => {
+                        let (_, s) = inherited.swap_remove(i);
+                        s.set_nonblocking(true).map_err(bind_error)?;
+                        TcpListener::from_std(s).map_err(bind_error)?
+                    }
+                    None => TcpListener::bind(l.address).await.map_err(bind_error)?,
+                };
                 if !first {
                     report.listeners_added.push(l.name.clone());
                 }
@@ -523,6 +562,8 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
 }
 
 fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener {
+    use std::os::fd::AsRawFd as _;
+    let fd = socket.as_raw_fd();
     // A socket from the OS always has a local address; 0.0.0.0:0 only if it somehow has not.
     let bound = socket
         .local_addr()
@@ -545,6 +586,7 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
     ));
     RunningListener {
         name,
+        fd,
         configured,
         bound,
         ctx: slot,

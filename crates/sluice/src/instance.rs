@@ -42,7 +42,7 @@ fn read_pid(pid_file: &Path) -> Option<i32> {
 
 /// Sends `signal` to `pid`; `Ok(false)` when no such process exists.
 #[expect(unsafe_code, reason = "kill(2) has no safe wrapper in std")]
-fn send_signal(pid: i32, signal: i32) -> std::io::Result<bool> {
+pub(crate) fn send_signal(pid: i32, signal: i32) -> std::io::Result<bool> {
     // SAFETY: kill(2) takes plain integers and touches no memory of ours.
     let rc = unsafe { libc::kill(pid, signal) };
     if rc == 0 {
@@ -58,9 +58,11 @@ fn send_signal(pid: i32, signal: i32) -> std::io::Result<bool> {
 
 impl Instance {
     /// Writes this process's pid to `pid_file`. When another live process holds it, this
-    /// one writes none (and says so): `sluice reload` then reaches the other one, as before.
-    pub(crate) fn create(pid_file: &Path) -> anyhow::Result<Option<Arc<Self>>> {
+    /// one writes none (and says so): `sluice reload` then reaches the other one, as before;
+    /// unless `takeover` (this process upgrades the one named there).
+    pub(crate) fn create(pid_file: &Path, takeover: bool) -> anyhow::Result<Option<Arc<Self>>> {
         if let Some(pid) = read_pid(pid_file)
+            && !takeover
             && pid != std::process::id() as i32
             && send_signal(pid, 0).unwrap_or(true)
         {
@@ -95,12 +97,13 @@ impl Instance {
         }
     }
 
-    /// Removes the pid file (if it is still ours) and the reload record.
+    /// Removes the pid file and the reload record, if they are still ours (after an upgrade
+    /// they belong to the new process).
     pub(crate) fn remove(&self) {
         if read_pid(&self.pid_file) == Some(std::process::id() as i32) {
             let _ = std::fs::remove_file(&self.pid_file);
+            let _ = std::fs::remove_file(&self.record_file);
         }
-        let _ = std::fs::remove_file(&self.record_file);
     }
 }
 

@@ -7,6 +7,7 @@ mod instance;
 mod run;
 mod speed;
 mod speed_compress;
+mod upgrade;
 
 use clap::{Parser, Subcommand};
 
@@ -51,6 +52,20 @@ enum Command {
         pid_file: Option<PathBuf>,
         /// How long to wait for the outcome.
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
+    /// Replace the running gateway by the binary now at its path, without dropping a
+    /// connection (SIGUSR2): the new process takes over the listening sockets, the old one
+    /// drains. Exit status 1 if the new binary did not start (the old one keeps serving).
+    Upgrade {
+        /// The running gateway's state directory (its pid file is sluice.pid there).
+        #[arg(long, env = "SLUICE_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        /// The running gateway's pid file (instead of the state directory's).
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+        /// How long to wait for the outcome.
+        #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
         timeout: std::time::Duration,
     },
     /// Validate a configuration file without starting; exit status 1 if it has errors.
@@ -108,6 +123,27 @@ enum Command {
     },
 }
 
+/// The pid file a tool command looks for.
+fn pid_file_of(state_dir: Option<PathBuf>, pid_file: Option<PathBuf>) -> PathBuf {
+    pid_file.unwrap_or_else(|| {
+        state_dir
+            .unwrap_or_else(sluice_tls::selfsigned::default_state_dir)
+            .join("sluice.pid")
+    })
+}
+
+/// 0 when the tool's operation succeeded, 1 when it was refused, 2 when it could not run.
+fn exit_code(result: anyhow::Result<bool>) -> ExitCode {
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("sluice: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command.unwrap_or(Command::Run {
@@ -129,20 +165,16 @@ fn main() -> ExitCode {
             pid_file,
             timeout,
         } => {
-            let pid_file = pid_file.unwrap_or_else(|| {
-                state_dir
-                    .unwrap_or_else(sluice_tls::selfsigned::default_state_dir)
-                    .join("sluice.pid")
-            });
-            return match instance::reload(&pid_file, timeout) {
-                Ok(true) => ExitCode::SUCCESS,
-                Ok(false) => ExitCode::FAILURE,
-                Err(e) => {
-                    eprintln!("sluice: {e:#}");
-                    ExitCode::from(2)
-                }
-            };
+            return exit_code(instance::reload(&pid_file_of(state_dir, pid_file), timeout));
         }
+        Command::Upgrade {
+            state_dir,
+            pid_file,
+            timeout,
+        } => {
+            return exit_code(upgrade::upgrade(&pid_file_of(state_dir, pid_file), timeout));
+        }
+
         Command::Check { config } => return run::check(&config),
         Command::DefaultConfig { state_dir } => run::default_config_file(state_dir),
         Command::Speed {

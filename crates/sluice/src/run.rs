@@ -63,6 +63,8 @@ struct Running {
 struct AdminTask {
     configured: SocketAddr,
     bound: SocketAddr,
+    /// Its listening socket (owned by the task), for a binary upgrade.
+    fd: std::os::fd::RawFd,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -76,7 +78,11 @@ impl Running {
     }
 
     /// Starts, moves or stops the admin listener to match `snapshot`.
-    async fn place_admin(&self, snapshot: &Snapshot) -> anyhow::Result<()> {
+    async fn place_admin(
+        &self,
+        snapshot: &Snapshot,
+        inherited: Option<std::net::TcpListener>,
+    ) -> anyhow::Result<()> {
         let want = snapshot.admin.as_ref().map(|a| a.address);
         let current = self
             .admin
@@ -89,14 +95,29 @@ impl Running {
         }
         let new = match want {
             Some(addr) => {
-                let (bound, task) = sluice_admin::serve(addr, self.sources())
-                    .await
-                    .with_context(|| {
-                        format!("binding the admin listener on {addr}; change or disable [admin]")
-                    })?;
+                let context =
+                    || format!("binding the admin listener on {addr}; change or disable [admin]");
+                let handed_over = inherited.filter(|s| {
+                    s.local_addr()
+                        .is_ok_and(|a| a == addr || (addr.port() == 0 && a.ip() == addr.ip()))
+                });
+                let socket = match handed_over {
+                    Some(s) => {
+                        s.set_nonblocking(true).with_context(context)?;
+                        tokio::net::TcpListener::from_std(s).with_context(context)?
+                    }
+                    None => tokio::net::TcpListener::bind(addr)
+                        .await
+                        .with_context(context)?,
+                };
+                use std::os::fd::AsRawFd as _;
+                let fd = socket.as_raw_fd();
+                let (bound, task) =
+                    sluice_admin::serve_on(socket, self.sources()).with_context(context)?;
                 Some(AdminTask {
                     configured: addr,
                     bound,
+                    fd,
                     task,
                 })
             }
@@ -110,6 +131,20 @@ impl Running {
             old.task.abort();
         }
         Ok(())
+    }
+
+    /// Every listening socket, the admin listener's included, for a binary upgrade.
+    async fn listening_fds(&self) -> Vec<(String, std::os::fd::RawFd)> {
+        let mut fds = self.gateway.listening_fds().await;
+        if let Some(a) = self
+            .admin
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            fds.push((crate::upgrade::ADMIN.to_owned(), a.fd));
+        }
+        fds
     }
 
     fn admin_address(&self) -> Option<SocketAddr> {
@@ -129,7 +164,7 @@ impl Target for Running {
                 .apply(snapshot.clone())
                 .await
                 .map_err(|e| e.to_string())?;
-            if let Err(e) = self.place_admin(&snapshot).await {
+            if let Err(e) = self.place_admin(&snapshot, None).await {
                 tracing::error!(error = %format!("{e:#}"), "the admin listener stays where it was");
             }
             Ok(crate::instance::describe(&report))
@@ -160,6 +195,8 @@ pub(crate) fn default_config_file(state_dir: Option<PathBuf>) -> anyhow::Result<
 
 /// `sluice run`.
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
+    // Before any thread exists: it edits the environment.
+    let mut inherited = crate::upgrade::Inherited::from_env()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -201,7 +238,18 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             None => None,
         };
         let snapshot = Arc::new(snapshot);
-        let gateway = Arc::new(Gateway::start(snapshot.clone()).await?);
+        let admin_socket = inherited.take(crate::upgrade::ADMIN);
+        let access_log = sluice_proxy::AccessLog::open(&snapshot.log).with_context(|| {
+            format!("opening the access log {:?}", snapshot.log.access_log)
+        })?;
+        let gateway = Arc::new(
+            Gateway::start_inherited(
+                snapshot.clone(),
+                access_log,
+                std::mem::take(&mut inherited.sockets),
+            )
+            .await?,
+        );
         let running = Arc::new(Running {
             gateway: gateway.clone(),
             admin: Mutex::new(None),
@@ -210,13 +258,15 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         });
         let control = Arc::new(Controller::new(source, running.clone(), certs, &snapshot));
         let _ = running.control.set(control.clone());
-        running.place_admin(&snapshot).await?;
+        running.place_admin(&snapshot, admin_socket).await?;
 
         let pid_file = args
             .pid_file
             .clone()
             .unwrap_or_else(|| dir.join("sluice.pid"));
-        let instance = Instance::create(&pid_file)?;
+        let instance = Instance::create(&pid_file, inherited.is_upgrade())?;
+        // Serving: an old process that started this one may stop accepting now.
+        inherited.ready();
         banner(
             &snapshot,
             &gateway,
@@ -227,8 +277,21 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         );
 
         let reloads = tokio::spawn(reload_on_hangup(control.clone(), instance.clone()));
-        wait_for_signal().await?;
+        let upgraded = tokio::sync::watch::channel(false);
+        let upgrades = tokio::spawn(upgrade_on_usr2(
+            running.clone(),
+            pid_file.clone(),
+            upgraded.0,
+        ));
+        let mut upgraded = upgraded.1;
+        tokio::select! {
+            r = wait_for_signal() => r?,
+            _ = upgraded.wait_for(|done| *done) => {
+                eprintln!("sluice: the new binary serves; this process stops accepting");
+            }
+        }
         reloads.abort();
+        upgrades.abort();
         let shutdown_timeout = gateway.snapshot().global.shutdown_timeout;
         eprintln!(
             "sluice: shutting down; in-flight requests have {}s to finish",
@@ -251,6 +314,31 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         eprintln!("sluice: stopped");
         Ok(())
     })
+}
+
+/// SIGUSR2: start the binary again with the listening sockets; once it serves, tell the main
+/// task to drain and exit. A failed attempt leaves this process serving.
+async fn upgrade_on_usr2(
+    running: Arc<Running>,
+    pid_file: PathBuf,
+    done: tokio::sync::watch::Sender<bool>,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut usr2 = signal(SignalKind::user_defined2()).context("installing the SIGUSR2 handler")?;
+    while usr2.recv().await.is_some() {
+        tracing::info!("upgrade requested: starting the new binary with the listening sockets");
+        let outcome = crate::upgrade::hand_over(running.listening_fds().await).await;
+        crate::upgrade::record(&pid_file, &outcome);
+        match outcome {
+            Ok(pid) => {
+                tracing::info!(new_pid = pid, "upgrade: the new binary is ready");
+                let _ = done.send(true);
+                return Ok(());
+            }
+            Err(e) => tracing::error!(error = %format!("{e:#}"), "upgrade failed"),
+        }
+    }
+    Ok(())
 }
 
 /// SIGHUP: reload, and leave the outcome where `sluice reload` looks for it.
@@ -332,11 +420,12 @@ fn banner(
         out.push_str("  try: curl -k https://127.0.0.1:8443/\n");
     }
     out.push_str(&format!(
-        "Reload with: kill -HUP {pid} (or sluice reload --pid-file {})\nStop with Ctrl-C, or: kill -TERM {pid}\n",
+        "Reload with: kill -HUP {pid} (or sluice reload --pid-file {0}); upgrade the binary with: sluice upgrade --pid-file {0}\nStop with Ctrl-C, or: kill -TERM {pid}\n",
         pid_file.display(),
         pid = std::process::id()
     ));
-    print!("{out}");
+    // Not print!: a closed stdout (a supervisor that stopped reading) must not panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes());
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

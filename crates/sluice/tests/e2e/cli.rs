@@ -152,9 +152,9 @@ fn start(config: &std::path::Path, pid_file: &std::path::Path) -> Running {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     let (mut http, mut admin) = (None, None);
-    for line in stdout.lines().take(12) {
+    for line in stdout.by_ref().take(12) {
         let line = line.unwrap();
         let addr = || {
             line.split("http://")
@@ -171,6 +171,9 @@ fn start(config: &std::path::Path, pid_file: &std::path::Path) -> Running {
             break;
         }
     }
+    // Keep reading, so that whatever the gateway (or a process it upgrades to) prints later
+    // finds a reader.
+    std::thread::spawn(move || for _ in stdout {});
     Running {
         child,
         http: http.expect("the banner names the listener"),
@@ -362,4 +365,133 @@ fn default_config_writes_a_file_that_checks_as_it_is() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(dir.path().join("admin.token").exists());
+}
+
+fn pid_in(pid_file: &std::path::Path) -> Option<u32> {
+    std::fs::read_to_string(pid_file).ok()?.trim().parse().ok()
+}
+
+fn alive(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn upgrade_hands_the_sockets_to_the_new_binary_without_failing_a_request() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let origin = rt.block_on(crate::support::Origin::start("A"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    let config = format!(
+        "[log]\naccess_log = \"off\"\n[admin]\naddress = \"127.0.0.1:0\"\n[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n[[upstream]]\nname = \"o\"\nservers = [{{ address = \"{}\" }}]\n[[route]]\nname = \"r\"\nupstream = \"o\"\n",
+        origin.addr
+    );
+    std::fs::write(&path, &config).unwrap();
+    let pid_file = dir.path().join("sluice.pid");
+    let mut gw = start(&path, &pid_file);
+    let old_pid = gw.child.id();
+
+    // Load: a new connection per request, for as long as the upgrade takes.
+    let (ok, failed, stop) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (o, f, s, http) = (ok.clone(), failed.clone(), stop.clone(), gw.http);
+    let load = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            // Bounded: at most 100,000 requests even if nobody stops it.
+            for _ in 0..100_000 {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let got = async {
+                    let tcp = tokio::net::TcpStream::connect(http).await.ok()?;
+                    let (mut sender, conn) =
+                        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+                            .await
+                            .ok()?;
+                    tokio::spawn(conn);
+                    let req = http::Request::get("/whoami")
+                        .header("host", "x")
+                        .body(http_body_util::Full::new(bytes::Bytes::new()))
+                        .unwrap();
+                    let resp = sender.send_request(req).await.ok()?;
+                    Some(crate::support::collect(resp).await)
+                }
+                .await;
+                match got {
+                    Some(g) if g.status == 200 && g.body == "A" => o.fetch_add(1, Ordering::SeqCst),
+                    _ => f.fetch_add(1, Ordering::SeqCst),
+                };
+            }
+        });
+    });
+    rt.block_on(crate::support::wait_until(|| {
+        ok.load(Ordering::SeqCst) >= 20
+    }));
+
+    let out = sluice()
+        .args(["upgrade", "--pid-file"])
+        .arg(&pid_file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("upgraded: pid "), "{stdout}");
+    assert_eq!(
+        gw.child.wait().unwrap().code(),
+        Some(0),
+        "the old process drained and exited"
+    );
+    let new_pid = pid_in(&pid_file).expect("the new process wrote the pid file");
+    assert_ne!(new_pid, old_pid);
+    let after = ok.load(Ordering::SeqCst);
+    rt.block_on(crate::support::wait_until(|| {
+        ok.load(Ordering::SeqCst) >= after + 20
+    }));
+    stop.store(true, Ordering::SeqCst);
+    load.join().unwrap();
+    assert_eq!(
+        failed.load(Ordering::SeqCst),
+        0,
+        "no request failed across the upgrade"
+    );
+    let status = rt.block_on(crate::support::http1_get(gw.admin, "admin", "/status"));
+    assert_eq!(status.status, 200, "the admin listener was handed over too");
+
+    // A new binary that cannot start (its configuration is broken) leaves this one serving.
+    std::fs::write(&path, format!("{config}bogus = 1\n")).unwrap();
+    let out = sluice()
+        .args(["upgrade", "--pid-file"])
+        .arg(&pid_file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("exited before it was ready"), "{stderr}");
+    assert_eq!(pid_in(&pid_file), Some(new_pid));
+    let got = rt.block_on(crate::support::http1_get(gw.http, "x", "/whoami"));
+    assert_eq!(got.body, "A");
+
+    // The new process is not our child: stop it by its pid.
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &new_pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    rt.block_on(crate::support::wait_until(|| !alive(new_pid)));
 }
