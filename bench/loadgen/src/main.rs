@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod soak;
+
 #[derive(Parser, Debug)]
 #[command(about = "Load generator for Sluice's benchmarks")]
 struct Cli {
@@ -49,6 +51,23 @@ struct Target {
 
 #[derive(Subcommand, Debug)]
 enum Mode {
+    /// Everything at once for `bench/reload`: keep-alive HTTP/1.1 and HTTP/2, full
+    /// handshakes, WebSockets and server-sent-event streams, counting failures and cuts.
+    Soak {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        mix: soak::Mix,
+    },
+    /// The upstream `soak` needs: `/ws` (echo), `/sse` (an event every 100 ms), else 1 KiB.
+    Origin {
+        /// Where to listen.
+        #[arg(long)]
+        addr: SocketAddr,
+        /// How long to serve before exiting, e.g. "10m".
+        #[arg(long, value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
     /// New connection, full handshake, one request, close; as fast as possible.
     Handshake {
         #[command(flatten)]
@@ -218,6 +237,9 @@ async fn one_connection(connector: &SslConnector, t: &Target) -> anyhow::Result<
 struct Counters {
     ok: AtomicU64,
     failed: AtomicU64,
+    /// Requests retried once, as clients may when a reused connection closed under them
+    /// before the request was processed (`soak`).
+    retried: AtomicU64,
     resumed: AtomicU64,
     /// The first failure, to tell a broken setup from an overloaded one.
     first_error: std::sync::Mutex<Option<String>>,
@@ -352,6 +374,8 @@ fn main() -> anyhow::Result<()> {
         let cpu0 = cpu_seconds();
         let start = Instant::now();
         let result = match cli.mode {
+            Mode::Soak { target, mix } => soak::run(target, mix).await?,
+            Mode::Origin { addr, duration } => soak::origin(addr, duration).await?,
             Mode::Handshake {
                 target,
                 concurrency,

@@ -9,7 +9,7 @@ use sluice_tls::TlsInfo;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -19,9 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 const NONE: u64 = u64::MAX;
 
-/// How long a draining gateway waits for the first request of a connection it has just
-/// accepted (bounded by `header_read_timeout`).
-const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(2);
+/// How long a draining gateway waits for the next request on an idle connection before it
+/// closes it (bounded by `header_read_timeout`). See `run`.
+const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
 
 /// Bytes gathered before a TLS write: one full-size TLS record.
 const TLS_WRITE_BUFFER: usize = 16 * 1024;
@@ -31,8 +31,10 @@ const TLS_WRITE_BUFFER: usize = 16 * 1024;
 pub(crate) struct ConnState {
     born: Instant,
     inflight: AtomicUsize,
-    /// Requests started on this connection so far.
-    started: AtomicU64,
+    /// Set while the connection drains: a starting request then wakes `run`.
+    draining: AtomicBool,
+    /// Woken when a request starts on a draining connection.
+    request_seen: tokio::sync::Notify,
     /// When the last request started or finished (ms since `born`).
     last_request_ms: AtomicU64,
     /// When the first byte of a not-yet-complete request head arrived (HTTP/1 only).
@@ -44,7 +46,8 @@ impl ConnState {
         ConnState {
             born: Instant::now(),
             inflight: AtomicUsize::new(0),
-            started: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
+            request_seen: tokio::sync::Notify::new(),
             last_request_ms: AtomicU64::new(0),
             head_started_ms: AtomicU64::new(NONE),
         }
@@ -56,7 +59,9 @@ impl ConnState {
 
     pub(crate) fn request_started(&self) {
         self.inflight.fetch_add(1, Ordering::Relaxed);
-        self.started.fetch_add(1, Ordering::Relaxed);
+        if self.draining.load(Ordering::Relaxed) {
+            self.request_seen.notify_one();
+        }
         self.head_started_ms.store(NONE, Ordering::Relaxed);
         self.last_request_ms.store(self.now_ms(), Ordering::Relaxed);
     }
@@ -252,23 +257,32 @@ async fn run<S>(
         (keepalive.min(head_timeout) / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut timer = tokio::time::interval(tick);
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Draining (shutdown, a removed listener, a binary upgrade) closes a connection once its
-    // requests are done. A connection that has not sent its first request yet was accepted
-    // while the client was already sending it: closing it now would fail that request, so it
-    // gets until its first request starts (then that request is served), or FIRST_REQUEST_GRACE.
+    // Draining (shutdown, a removed listener, a binary upgrade) must not close a keep-alive
+    // connection at the moment its client sends the next request on it (the request would
+    // fail: the classic keep-alive race). So a draining connection is closed while a request
+    // is in flight (that response goes out with `Connection: close`, or as the last stream
+    // before GOAWAY, and then it closes), or after it has been idle for DRAIN_IDLE_GRACE.
+    // A connection accepted just before the drain is the same case: its first request is on
+    // the way.
     let mut drain_since: Option<Instant> = None;
     let mut closing = false;
+    let idle_grace = DRAIN_IDLE_GRACE.min(head_timeout);
     loop {
         if !closing && drain_since.is_none() && *signals.draining.borrow() {
             drain_since = Some(Instant::now());
+            state.draining.store(true, Ordering::Relaxed);
         }
         if let Some(since) = drain_since
             && !closing
-            && (state.started.load(Ordering::Relaxed) != 0
-                || since.elapsed() >= FIRST_REQUEST_GRACE.min(head_timeout))
         {
-            closing = true;
-            conn.as_mut().graceful_shutdown();
+            let idle_ms = state
+                .now_ms()
+                .saturating_sub(state.last_request_ms.load(Ordering::Relaxed));
+            let idle = Duration::from_millis(idle_ms).min(since.elapsed());
+            if state.inflight.load(Ordering::Relaxed) != 0 || idle >= idle_grace {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
         }
         tokio::select! {
             result = conn.as_mut() => {
@@ -281,8 +295,10 @@ async fn run<S>(
             changed = signals.draining.changed(), if drain_since.is_none() => {
                 if changed.is_err() {
                     drain_since = Some(Instant::now());
+                    state.draining.store(true, Ordering::Relaxed);
                 }
             }
+            () = state.request_seen.notified(), if drain_since.is_some() && !closing => {}
             _ = timer.tick(), if !closing => {
                 if drain_since.is_some() || state.inflight.load(Ordering::Relaxed) != 0 {
                     continue;
