@@ -320,7 +320,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="sluice-reload-") as d:
         B.make_certs(d)
         origin = subprocess.Popen(["taskset", "-c", B.LOAD_CORE, str(B.LOADGEN), "origin", "--addr",
-                                   f"127.0.0.1:{ORIGIN}", "--duration", f"{int(duration * 3 + 300)}s"],
+                                   f"127.0.0.1:{ORIGIN}", "--duration",
+                                   # Outlives every phase of every run (it is stopped below).
+                                   f"{int((duration + 30) * 3 * 2 * (1 if args.smoke else args.runs) + 300)}s"],
                                   stdout=subprocess.DEVNULL)
         try:
             B.wait_port(ORIGIN)

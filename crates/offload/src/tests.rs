@@ -394,3 +394,28 @@ async fn different_keys_never_share_a_batch_and_abandoned_jobs_are_skipped() {
     );
     assert_eq!(c.snapshot().flushes.iter().sum::<u64>(), 2);
 }
+
+/// Threads of this process whose name starts with `prefix` (Linux).
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end().starts_with(prefix))
+        .count()
+}
+
+#[test]
+fn dropping_a_pool_ends_its_threads() {
+    // A reload retires engines by dropping them: their threads must go with them.
+    let pool = Pool::new("retire-me", 3, 8, square).unwrap();
+    // A thread names itself once it runs: wait for that (bounded), then count.
+    for _ in 0..500 {
+        if threads_named("retire-me-") == 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(threads_named("retire-me-"), 3);
+    drop(pool);
+    assert_eq!(threads_named("retire-me-"), 0, "drop joined every thread");
+}

@@ -306,35 +306,34 @@ async fn a_change_that_cannot_apply_changes_nothing() {
     assert_eq!(got.body, "A /b", "the new route did not apply");
 }
 
-/// Threads of this process (Linux).
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
-}
-
 #[tokio::test]
-async fn changed_engines_are_rebuilt_and_the_old_ones_leave_no_threads_behind() {
+async fn changed_engines_are_rebuilt_and_the_old_ones_are_released() {
     let a = Origin::start("A").await;
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "a", KeyKind::EcdsaP256, &["a.test"]);
     let engines = |n: u32| format!("[offload.crypto]\nengines = [\"pool\"]\npool_threads = {n}\n");
     let gw = TestGateway::start(&config(&a, &engines(2)), dir).await;
-    let report = gw.reload(&config(&a, &engines(3))).await.unwrap();
-    assert!(report.crypto_engines_rebuilt && report.tls_rebuilt == vec!["https".to_owned()]);
     let (got, _) = https_get(&gw, "a.test", "/whoami").await;
     assert_eq!(got.body, "A");
-    let settled = threads();
+    // The other tests of this binary start threads too, so the old engines' release is
+    // checked by identity (dropping a pool joins its threads), not by counting threads.
+    let mut retired = vec![std::sync::Arc::downgrade(&gw.gateway().key_offload())];
     for i in 0..30u32 {
-        gw.reload(&config(&a, &engines(2 + i % 2))).await.unwrap();
+        let report = gw.reload(&config(&a, &engines(3 + i % 2))).await.unwrap();
+        assert!(report.crypto_engines_rebuilt, "reload {i}: {report:?}");
+        assert_eq!(report.tls_rebuilt, vec!["https".to_owned()]);
         let (got, _) = https_get(&gw, "a.test", "/whoami").await;
         assert_eq!(got.body, "A");
+        retired.push(std::sync::Arc::downgrade(&gw.gateway().key_offload()));
     }
-    // The old pools' threads exit once the last handshake that used them is gone.
-    wait_until(|| threads() <= settled).await;
-    let counted: u64 = gw
+    let current = retired.pop().unwrap();
+    wait_until(|| retired.iter().all(|w| w.upgrade().is_none())).await;
+    assert!(current.upgrade().is_some());
+    let signed: u64 = gw
         .gateway()
         .crypto_counters()
         .iter()
         .map(|c| c.completed)
         .sum();
-    assert!(counted >= 1, "the new engines signed");
+    assert!(signed >= 1, "the newest engines signed");
 }
