@@ -52,7 +52,9 @@ def sluice_conf(d, variant, port):
     keepalive = 32 if variant == "a" else 16
     return f"""
 [global]
-shutdown_timeout = "10s"
+# The drain window of an upgrade's old process: WebSockets and streams it carries live until
+# it ends. Longer than a phase, like NGINX's default (no worker_shutdown_timeout).
+shutdown_timeout = "300s"
 [log]
 access_log = "off"
 [admin]
@@ -311,9 +313,12 @@ def main():
     ap.add_argument("--runs", type=int, default=1, help="runs, alternating the gateways")
     ap.add_argument("--smoke", action="store_true", help="3 s phases: keeps the harness working")
     ap.add_argument("--only", choices=["sluice", "nginx"])
+    ap.add_argument("--phases", default="baseline,reloads,upgrade",
+                    help="comma-separated subset of baseline,reloads,upgrade (baseline is always run first)")
     ap.add_argument("--out", default=str(B.ROOT / "bench" / "results"))
     args = ap.parse_args()
     duration = 3 if args.smoke else args.duration
+    phases = ["baseline"] + [p for p in ("reloads", "upgrade") if p in args.phases.split(",")]
     cpu = B.cpu_model()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%S")
     results = {}
@@ -334,8 +339,7 @@ def main():
                     B.log(f"reload: {kind}, run {n + 1}/{runs}")
                     gw = Gateway(kind, d)
                     try:
-                        results.setdefault(kind, []).append(
-                            [phase(gw, m, duration) for m in ("baseline", "reloads", "upgrade")])
+                        results.setdefault(kind, []).append([phase(gw, m, duration) for m in phases])
                     finally:
                         gw.stop()
         finally:
@@ -350,7 +354,7 @@ def main():
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, runs_of in results.items():
-        lines += [row(kind, runs_of, i) for i in range(3)]
+        lines += [row(kind, runs_of, i) for i in range(len(phases))]
     table = "\n".join(lines)
     print(table)
     out = Path(args.out)
