@@ -198,23 +198,7 @@ async fn keepalive(
                         (sender.clone(), t.clone(), stop.clone(), c.clone());
                     lanes.push(tokio::spawn(async move {
                         let mut l = Vec::new();
-                        while !stop.load(Ordering::Relaxed) {
-                            // A connection that said GOAWAY takes no new streams: open another.
-                            if sender.ready().await.is_err() {
-                                break;
-                            }
-                            let start = Instant::now();
-                            let req = http::Request::get(t.path.as_str())
-                                .header("host", t.sni.as_str())
-                                .body(Empty::<Bytes>::new())?;
-                            let resp = sender.send_request(req).await?;
-                            if resp.status() != 200 {
-                                bail!("status {}", resp.status());
-                            }
-                            resp.into_body().collect().await?;
-                            c.ok.fetch_add(1, Ordering::Relaxed);
-                            l.push(start.elapsed().as_secs_f64() * 1e3);
-                        }
+                        request_loop(&mut sender, &t, &stop, &c, &mut l).await?;
                         anyhow::Ok(l)
                     }));
                 }
@@ -234,24 +218,7 @@ async fn keepalive(
                 let (mut sender, conn) =
                     hyper::client::conn::http1::handshake(TokioIo::new(s)).await?;
                 tokio::spawn(conn);
-                while !stop.load(Ordering::Relaxed) {
-                    // The server may have ended the connection after a response with
-                    // `Connection: close` (as a draining one does): open another.
-                    if sender.ready().await.is_err() {
-                        break;
-                    }
-                    let start = Instant::now();
-                    let req = http::Request::get(t.path.as_str())
-                        .header("host", t.sni.as_str())
-                        .body(Empty::<Bytes>::new())?;
-                    let resp = sender.send_request(req).await?;
-                    if resp.status() != 200 {
-                        bail!("status {}", resp.status());
-                    }
-                    resp.into_body().collect().await?;
-                    c.ok.fetch_add(1, Ordering::Relaxed);
-                    mine.push(start.elapsed().as_secs_f64() * 1e3);
-                }
+                request_loop(&mut sender, &t, &stop, &c, &mut mine).await?;
                 anyhow::Ok(())
             }
             .await
@@ -273,6 +240,70 @@ async fn keepalive(
         }
     }
     lat.lock().unwrap_or_else(|e| e.into_inner()).extend(mine);
+}
+
+/// What the request loop needs of hyper's HTTP/1.1 and HTTP/2 client senders.
+trait Sender {
+    /// Whether the connection takes another request: after a `Connection: close` response
+    /// (HTTP/1.1) or a GOAWAY (HTTP/2) it does not, and the caller opens another.
+    fn ready(&mut self) -> impl Future<Output = bool> + Send;
+    fn send(
+        &mut self,
+        req: http::Request<Empty<Bytes>>,
+    ) -> impl Future<Output = hyper::Result<http::Response<hyper::body::Incoming>>> + Send;
+}
+
+impl Sender for hyper::client::conn::http1::SendRequest<Empty<Bytes>> {
+    async fn ready(&mut self) -> bool {
+        hyper::client::conn::http1::SendRequest::ready(self)
+            .await
+            .is_ok()
+    }
+    fn send(
+        &mut self,
+        req: http::Request<Empty<Bytes>>,
+    ) -> impl Future<Output = hyper::Result<http::Response<hyper::body::Incoming>>> + Send {
+        self.send_request(req)
+    }
+}
+
+impl Sender for hyper::client::conn::http2::SendRequest<Empty<Bytes>> {
+    async fn ready(&mut self) -> bool {
+        hyper::client::conn::http2::SendRequest::ready(self)
+            .await
+            .is_ok()
+    }
+    fn send(
+        &mut self,
+        req: http::Request<Empty<Bytes>>,
+    ) -> impl Future<Output = hyper::Result<http::Response<hyper::body::Incoming>>> + Send {
+        self.send_request(req)
+    }
+}
+
+/// Requests one after another on `sender` until `stop`, the connection closing, or an error;
+/// each completed one is counted and its latency (ms) recorded.
+async fn request_loop(
+    sender: &mut impl Sender,
+    t: &Target,
+    stop: &AtomicBool,
+    c: &Counters,
+    lat: &mut Vec<f64>,
+) -> anyhow::Result<()> {
+    while !stop.load(Ordering::Relaxed) && sender.ready().await {
+        let start = Instant::now();
+        let req = http::Request::get(t.path.as_str())
+            .header("host", t.sni.as_str())
+            .body(Empty::<Bytes>::new())?;
+        let resp = sender.send(req).await?;
+        if resp.status() != 200 {
+            bail!("status {}", resp.status());
+        }
+        resp.into_body().collect().await?;
+        c.ok.fetch_add(1, Ordering::Relaxed);
+        lat.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(())
 }
 
 /// Errors after which a client may send the request again: the connection closed before

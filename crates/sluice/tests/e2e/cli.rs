@@ -101,37 +101,19 @@ fn run_serves_a_config_file_and_exits_0_on_sigterm() {
         ),
     )
     .unwrap();
-    let mut child = sluice()
-        .args(["run", "--config"])
-        .arg(&path)
-        .arg("--pid-file")
-        .arg(dir.path().join("sluice.pid"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut addr = None;
-    for line in stdout.lines().take(10) {
-        let line = line.unwrap();
-        if let Some(rest) = line.split("http://").nth(1) {
-            addr = rest.split('/').next().map(str::to_owned);
-            break;
-        }
-    }
-    let addr = addr.expect("the banner names the listener address");
+    let mut gw = start(&path, &dir.path().join("sluice.pid"));
     let body = origin_rt.block_on(async {
-        crate::support::http1_get(addr.parse().unwrap(), "x", "/whoami")
+        crate::support::http1_get(gw.http, "x", "/whoami")
             .await
             .body
     });
     assert_eq!(body, "file-origin");
     let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &gw.child.id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
-    let status = child.wait().unwrap();
+    let status = gw.child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
 }
 
@@ -140,6 +122,14 @@ struct Running {
     child: std::process::Child,
     http: std::net::SocketAddr,
     admin: std::net::SocketAddr,
+}
+
+impl Drop for Running {
+    /// A test that fails half-way leaves no gateway behind (a no-op once it has exited).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn start(config: &std::path::Path, pid_file: &std::path::Path) -> Running {
@@ -371,6 +361,19 @@ fn pid_in(pid_file: &std::path::Path) -> Option<u32> {
     std::fs::read_to_string(pid_file).ok()?.trim().parse().ok()
 }
 
+/// Stops a gateway that is not our child (an upgrade's new process) when the test ends,
+/// passed or not.
+struct StopOnDrop(u32);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 fn alive(pid: u32) -> bool {
     Command::new("kill")
         .args(["-0", &pid.to_string()])
@@ -456,6 +459,7 @@ fn upgrade_hands_the_sockets_to_the_new_binary_without_failing_a_request() {
         "the old process drained and exited"
     );
     let new_pid = pid_in(&pid_file).expect("the new process wrote the pid file");
+    let _stop_new = StopOnDrop(new_pid);
     assert_ne!(new_pid, old_pid);
     let after = ok.load(Ordering::SeqCst);
     rt.block_on(crate::support::wait_until(|| {
