@@ -555,10 +555,9 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
     state.key_identity = prepared.key_identity;
     state.compressor = prepared.compressor;
     state.compress_config = prepared.compress_config;
-    if state.log_config != state.snapshot.log {
-        state.access_log = prepared.access_log;
-        state.log_config = state.snapshot.log.clone();
-    }
+    // `prepare` kept the old sink when `[log]` did not change.
+    state.access_log = prepared.access_log;
+    state.log_config = state.snapshot.log.clone();
 }
 
 fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener {

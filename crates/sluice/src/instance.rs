@@ -20,15 +20,17 @@ pub(crate) struct Instance {
     seq: AtomicU64,
 }
 
-fn record_path(pid_file: &Path) -> PathBuf {
+/// A file beside the pid file, `<pid file><suffix>` (the outcome records of reloads and
+/// upgrades).
+pub(crate) fn beside(pid_file: &Path, suffix: &str) -> PathBuf {
     let mut p = pid_file.as_os_str().to_owned();
-    p.push(".reload");
+    p.push(suffix);
     PathBuf::from(p)
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees
 /// half of it.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
@@ -36,7 +38,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-fn read_pid(pid_file: &Path) -> Option<i32> {
+pub(crate) fn read_pid(pid_file: &Path) -> Option<i32> {
     std::fs::read_to_string(pid_file).ok()?.trim().parse().ok()
 }
 
@@ -77,7 +79,7 @@ impl Instance {
         }
         write_atomic(pid_file, format!("{}\n", std::process::id()).as_bytes())
             .with_context(|| format!("writing the pid file {}", pid_file.display()))?;
-        let record_file = record_path(pid_file);
+        let record_file = beside(pid_file, ".reload");
         let _ = std::fs::remove_file(&record_file);
         Ok(Some(Arc::new(Instance {
             pid_file: pid_file.to_path_buf(),
@@ -166,7 +168,7 @@ pub(crate) fn reload(pid_file: &Path, timeout: Duration) -> anyhow::Result<bool>
             pid_file.display()
         )
     })?;
-    let record_file = record_path(pid_file);
+    let record_file = beside(pid_file, ".reload");
     let seq_of = |v: &Value| v["seq"].as_u64().unwrap_or(0);
     let read_record =
         || -> Option<Value> { serde_json::from_slice(&std::fs::read(&record_file).ok()?).ok() };

@@ -200,12 +200,6 @@ pub(crate) async fn hand_over(sockets: Vec<(String, RawFd)>) -> anyhow::Result<u
     }
 }
 
-fn record_path(pid_file: &Path) -> PathBuf {
-    let mut p = pid_file.as_os_str().to_owned();
-    p.push(".upgrade");
-    PathBuf::from(p)
-}
-
 /// Leaves the outcome of an upgrade for `sluice upgrade`.
 pub(crate) fn record(pid_file: &Path, outcome: &anyhow::Result<u32>) {
     let v = match outcome {
@@ -214,8 +208,8 @@ pub(crate) fn record(pid_file: &Path, outcome: &anyhow::Result<u32>) {
             json!({ "from": std::process::id(), "result": "failed", "error": format!("{e:#}") })
         }
     };
-    let path = record_path(pid_file);
-    if let Err(e) = std::fs::write(&path, format!("{v}\n")) {
+    let path = crate::instance::beside(pid_file, ".upgrade");
+    if let Err(e) = crate::instance::write_atomic(&path, format!("{v}\n").as_bytes()) {
         tracing::warn!(path = %path.display(), error = %e, "cannot write the upgrade outcome");
     }
 }
@@ -223,11 +217,9 @@ pub(crate) fn record(pid_file: &Path, outcome: &anyhow::Result<u32>) {
 /// `sluice upgrade`: SIGUSR2 to the instance of `pid_file`, then the outcome. Exit status 1
 /// when the new binary did not take over (the old one keeps serving).
 pub(crate) fn upgrade(pid_file: &Path, timeout: Duration) -> anyhow::Result<bool> {
-    let pid: i32 = std::fs::read_to_string(pid_file)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
+    let pid = crate::instance::read_pid(pid_file)
         .with_context(|| format!("no running sluice found through {}", pid_file.display()))?;
-    let record = record_path(pid_file);
+    let record = crate::instance::beside(pid_file, ".upgrade");
     let _ = std::fs::remove_file(&record);
     if !crate::instance::send_signal(pid, libc::SIGUSR2).context("sending SIGUSR2")? {
         bail!(
