@@ -92,11 +92,14 @@ where
                 q = shared.ready.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
-        if !reply.is_closed() {
-            let result = work(&job);
+        let result = (!reply.is_closed()).then(|| work(&job));
+        // Released before the reply: a caller woken by it may submit its next job at once and
+        // must find the slot free (released after, a pool at capacity answered `Busy` to
+        // callers that had every right to a slot, and their jobs fell back).
+        shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if let Some(result) = result {
             let _ = reply.send(result); // the caller may have gone meanwhile: result discarded
         }
-        shared.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

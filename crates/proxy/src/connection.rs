@@ -3,6 +3,7 @@
 
 use crate::handler::{ConnCtx, ListenerCtx, handle};
 use arc_swap::ArcSwap;
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use sluice_tls::TlsInfo;
@@ -188,21 +189,17 @@ pub(crate) async fn serve(
             tls: Some(info),
             state: state.clone(),
         });
-        let mut builder = builder(&listener);
-        builder = if h2 {
-            builder.http2_only()
-        } else {
-            builder.http1_only()
-        };
-        run(&builder, io, ctx, signals).await;
+        // ALPN decided the protocol: an h2 connection that then sends an HTTP/1.1 request is
+        // a connection error (RFC 9113 §3.4), not a request.
+        let proto = if h2 { Proto::Http2 } else { Proto::Http1 };
+        run(proto, io, ctx, signals).await;
     } else {
         // Cleartext: HTTP/1.1, or HTTP/2 with prior knowledge (h2c), as the listener allows.
-        let mut builder = builder(&listener);
-        if !cfg.h2 {
-            builder = builder.http1_only();
-        } else if !cfg.http1 {
-            builder = builder.http2_only();
-        }
+        let proto = match (cfg.http1, cfg.h2) {
+            (true, true) => Proto::Detect,
+            (false, true) => Proto::Http2,
+            _ => Proto::Http1,
+        };
         // Prior-knowledge h2 is detected from the preface; until then assume HTTP/1.
         let io = Watched {
             inner: tcp,
@@ -216,42 +213,133 @@ pub(crate) async fn serve(
             tls: None,
             state: state.clone(),
         });
-        run(&builder, io, ctx, signals).await;
+        run(proto, io, ctx, signals).await;
     }
 }
 
-fn builder(listener: &ListenerCtx) -> auto::Builder<TokioExecutor> {
-    let cfg = &listener.config;
-    let mut b = auto::Builder::new(TokioExecutor::new());
-    b.http1()
-        .timer(TokioTimer::new())
+/// What a connection speaks, when known before its first byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proto {
+    Http1,
+    Http2,
+    /// Cleartext listeners that take both: HTTP/2 when the client opens with the preface.
+    Detect,
+}
+
+fn http1_builder(cfg: &sluice_config::Listener) -> http1::Builder {
+    let mut b = http1::Builder::new();
+    b.timer(TokioTimer::new())
         .keep_alive(true)
         // hyper answers 431 itself when a head outgrows this buffer (minimum 8 KiB).
         .max_buf_size(cfg.max_header_bytes.max(8192))
         // The head deadline is enforced by `run`, which can tell idle from slow.
         .header_read_timeout(None);
-    b.http2()
-        .timer(TokioTimer::new())
+    b
+}
+
+fn http2_builder(cfg: &sluice_config::Listener) -> http2::Builder<TokioExecutor> {
+    let mut b = http2::Builder::new(TokioExecutor::new());
+    b.timer(TokioTimer::new())
         // Extended CONNECT (RFC 8441, WebSocket over HTTP/2) is not offered until it is
         // tunnelled upstream; browsers then open an HTTP/1.1 connection for WebSockets.
         .max_header_list_size(cfg.max_header_bytes as u32);
     b
 }
 
-async fn run<S>(
-    builder: &auto::Builder<TokioExecutor>,
-    io: Watched<S>,
-    ctx: Arc<ConnCtx>,
-    mut signals: Signals,
-) where
+/// hyper-util's protocol detection, with the same settings as the two builders above.
+/// (Its `http1_only`/`http2_only` do nothing with upgrades enabled, so connections whose
+/// protocol is known use hyper's own builders instead.)
+fn auto_builder(cfg: &sluice_config::Listener) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .max_buf_size(cfg.max_header_bytes.max(8192))
+        .header_read_timeout(None);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(cfg.max_header_bytes as u32);
+    b
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The per-connection request handler (`handle` behind `service_fn`).
+trait Service:
+    hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+        Response = hyper::Response<crate::body::ProxyBody>,
+        Error = std::convert::Infallible,
+    >
+{
+}
+
+impl<S> Service for S where
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = hyper::Response<crate::body::ProxyBody>,
+            Error = std::convert::Infallible,
+        >
+{
+}
+
+/// A served HTTP connection of either protocol: polled to the end, or asked to finish its
+/// requests in flight and close.
+enum Served<'a, I, S>
+where
+    S: Service,
+{
+    Http1(Pin<Box<http1::UpgradeableConnection<I, S>>>),
+    Http2(Pin<Box<http2::Connection<I, S, TokioExecutor>>>),
+    Detect(Pin<Box<auto::UpgradeableConnection<'a, I, S, TokioExecutor>>>),
+}
+
+impl<I, S> Served<'_, I, S>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: Service,
+    S::Future: Send + 'static,
+{
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        match self {
+            Served::Http1(c) => c.as_mut().poll(cx).map_err(Into::into),
+            Served::Http2(c) => c.as_mut().poll(cx).map_err(Into::into),
+            Served::Detect(c) => c.as_mut().poll(cx),
+        }
+    }
+
+    fn graceful_shutdown(&mut self) {
+        match self {
+            Served::Http1(c) => c.as_mut().graceful_shutdown(),
+            Served::Http2(c) => c.as_mut().graceful_shutdown(),
+            Served::Detect(c) => c.as_mut().graceful_shutdown(),
+        }
+    }
+}
+
+async fn run<S>(proto: Proto, io: Watched<S>, ctx: Arc<ConnCtx>, mut signals: Signals)
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let cfg = &ctx.listener.config;
+    let listener = ctx.listener.clone();
+    let cfg = &listener.config;
     let (keepalive, head_timeout) = (cfg.keepalive_timeout, cfg.header_read_timeout);
     let state = ctx.state.clone();
     let service = hyper::service::service_fn(move |req| handle(ctx.clone(), req));
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    tokio::pin!(conn);
+    let io = TokioIo::new(io);
+    let detect;
+    let mut conn = match proto {
+        Proto::Http1 => Served::Http1(Box::pin(
+            http1_builder(cfg)
+                .serve_connection(io, service)
+                .with_upgrades(),
+        )),
+        Proto::Http2 => Served::Http2(Box::pin(http2_builder(cfg).serve_connection(io, service))),
+        Proto::Detect => {
+            detect = auto_builder(cfg);
+            Served::Detect(Box::pin(detect.serve_connection_with_upgrades(io, service)))
+        }
+    };
 
     let tick =
         (keepalive.min(head_timeout) / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
@@ -281,11 +369,11 @@ async fn run<S>(
             let idle = Duration::from_millis(idle_ms).min(since.elapsed());
             if state.inflight.load(Ordering::Relaxed) != 0 || idle >= idle_grace {
                 closing = true;
-                conn.as_mut().graceful_shutdown();
+                conn.graceful_shutdown();
             }
         }
         tokio::select! {
-            result = conn.as_mut() => {
+            result = std::future::poll_fn(|cx| conn.poll(cx)) => {
                 if let Err(e) = result {
                     tracing::debug!(error = %e, "client connection ended with an error");
                 }
@@ -312,7 +400,7 @@ async fn run<S>(
                     }
                 } else if now.saturating_sub(state.last_request_ms.load(Ordering::Relaxed)) >= keepalive.as_millis() as u64 {
                     closing = true;
-                    conn.as_mut().graceful_shutdown();
+                    conn.graceful_shutdown();
                 }
             }
         }

@@ -70,6 +70,9 @@ struct Result_ {
     p99_us: f64,
     /// Batching engines: jobs per flushed batch.
     batch_sizes: Option<sluice_offload::HistogramSnapshot>,
+    /// Jobs that left the measured engine for the software fallback, by reason (a figure
+    /// with many of them measures the fallback, not the engine).
+    fell_back: Vec<(&'static str, u64)>,
 }
 
 /// `{"1": flushes, ..., "8": flushes}` (non-empty buckets only).
@@ -98,6 +101,7 @@ fn summarize(mut lat_us: Vec<f64>, elapsed: f64) -> Result_ {
             .copied()
             .unwrap_or(0.0),
         batch_sizes: None,
+        fell_back: Vec::new(),
     }
 }
 
@@ -258,14 +262,12 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                 let mut r = rt.block_on(through(dispatcher.clone(), key, scheme, &args, verify))?;
                 let first = &dispatcher.counters()[0];
                 if first.engine != "inline" {
-                    let done = first.completed as f64;
-                    let total: u64 = dispatcher.counters().iter().map(|c| c.completed).sum();
-                    if done < total as f64 * 0.99 {
-                        bail!(
-                            "{}: only {done} of {total} jobs ran on the engine (the rest fell back): {first:?}",
-                            first.engine
-                        );
-                    }
+                    r.fell_back = sluice_offload::FallbackReason::ALL
+                        .iter()
+                        .zip(first.fell_back)
+                        .filter(|(_, n)| *n > 0)
+                        .map(|(reason, n)| (reason.as_str(), n))
+                        .collect();
                 }
                 if first.batch_size.sum > 0 {
                     r.batch_sizes = Some(first.batch_size.clone());
@@ -281,6 +283,7 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                     "ops_per_sec": r.ops_per_sec, "mean_us": r.mean_us, "p99_us": r.p99_us,
                     "verify": args.verify,
                     "batch_sizes": r.batch_sizes.as_ref().map(histogram_json),
+                    "fell_back": r.fell_back.iter().map(|(k, n)| (k.to_string(), serde_json::Value::from(*n))).collect::<serde_json::Map<_, _>>(),
                 })
             );
         } else {
@@ -290,6 +293,19 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
             );
             if let Some(h) = &r.batch_sizes {
                 println!("{:<10} batch sizes: {}", "", histogram_json(h));
+            }
+            if !r.fell_back.is_empty() {
+                let total: u64 = r.fell_back.iter().map(|(_, n)| n).sum();
+                let reasons: Vec<String> = r
+                    .fell_back
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect();
+                println!(
+                    "{:<10} fell back to software: {total} jobs ({}); the figure includes them",
+                    "",
+                    reasons.join(", ")
+                );
             }
         }
     }

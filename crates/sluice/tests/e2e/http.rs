@@ -398,3 +398,104 @@ async fn shutdown_deadline_closes_what_is_left() {
         "the stuck request's connection was closed"
     );
 }
+
+/// What a server sent on a connection before closing it (bounded read, 5 s).
+async fn read_until_closed<S: tokio::io::AsyncRead + Unpin>(mut s: S) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return got,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!(
+                "the connection was not closed; got {:?}",
+                String::from_utf8_lossy(&got)
+            ),
+        }
+    }
+}
+
+/// RFC 9113 §3.4: a client that negotiated `h2` (ALPN) or reached an HTTP/2-only cleartext
+/// listener must open with the preface; an HTTP/1.1 request there is a connection error, not
+/// a request (h2spec 3.5/2). The gateway closes without an HTTP/1.1 response.
+#[tokio::test]
+async fn an_http1_request_on_an_h2_connection_is_a_connection_error() {
+    use tokio::io::AsyncWriteExt;
+    let origin = Origin::start("o").await;
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "c", KeyKind::EcdsaP256, &["a.test"]);
+    let cfg = format!(
+        r#"
+[log]
+access_log = "off"
+[[listener]]
+name = "https"
+address = "127.0.0.1:0"
+[listener.tls]
+[[listener]]
+name = "h2c"
+address = "127.0.0.1:0"
+protocols = ["h2"]
+[[certificate]]
+name = "c"
+cert = "c.crt"
+key = "c.key"
+[[upstream]]
+name = "o"
+servers = [{{ address = "{}" }}]
+[[route]]
+name = "all"
+upstream = "o"
+"#,
+        origin.addr
+    );
+    let gw = TestGateway::start(&cfg, dir).await;
+    let request = b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n";
+
+    let mut h = tls_connect(
+        gw.addr("https"),
+        &ClientOpts {
+            sni: Some("a.test"),
+            alpn: vec![b"h2"],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(h.alpn_h2);
+    h.stream.write_all(request).await.unwrap();
+    let got = read_until_closed(h.stream).await;
+    assert!(
+        !got.starts_with(b"HTTP/1"),
+        "answered as HTTP/1.1 on an h2 connection: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+
+    let mut tcp = tokio::net::TcpStream::connect(gw.addr("h2c"))
+        .await
+        .unwrap();
+    tcp.write_all(request).await.unwrap();
+    let got = read_until_closed(tcp).await;
+    assert!(
+        !got.starts_with(b"HTTP/1"),
+        "answered as HTTP/1.1 on an HTTP/2-only listener: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+
+    // The same listeners still serve the protocol they speak.
+    let h = tls_connect(
+        gw.addr("https"),
+        &ClientOpts {
+            sni: Some("a.test"),
+            alpn: vec![b"h2"],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let req = http::Request::get("https://a.test/")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(http2_send(h.stream, req).await.status, 200);
+}
