@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Sluice versus NGINX, side by side, on the same pinned core.
+"""Sluice versus NGINX and HAProxy, side by side, on the same pinned core.
 
-Both gateways run with the same certificates in front of the same origin (an NGINX serving
+The gateways run with the same certificates in front of the same origin (an NGINX serving
 static files), each as one process pinned with taskset to the gateway core (NGINX: one
-worker; Sluice: every thread). The load generators and the origin run on the other core.
-Every scenario runs several times, alternating the gateways, and the table shows the median
-with min-max, the gateways' CPU use, the load generator's, and the ratio Sluice/NGINX.
+worker; HAProxy: one thread; Sluice: every thread). The load generators and the origin run
+on the other core. Every scenario runs several times, alternating the gateways, and the
+table shows the median with min-max, each gateway's CPU per unit of work (µs per request or
+per handshake), the load core's use, and the ratios Sluice/NGINX and Sluice/HAProxy. Where a
+run did not saturate the gateway core (the load core was the limit), the ratio is taken on
+CPU per unit instead of the rate, so that no ratio measures the load generator.
 
 Called by bench/run, which installs what this needs and builds the binaries.
 """
@@ -37,6 +40,9 @@ NGINX_PORT = 18443
 SLUICE_PORT = 18444
 SLUICE_INLINE_PORT = 18445
 SLUICE_MB_PORT = 18446
+HAPROXY_PORT = 18447
+# Idle connections of the memory rows (--idle-connections; the smoke run uses 300).
+IDLE_CONNECTIONS = 8000
 
 
 def log(msg):
@@ -102,6 +108,16 @@ def wait_port(port, timeout=20.0):
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def wait_port_free(port, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                time.sleep(0.05)
+        except OSError:
+            return
 
 
 class Proc:
@@ -170,7 +186,8 @@ master_process on;
 worker_processes 1;
 error_log {d}/{name}-error.log warn;
 pid {d}/{name}.pid;
-events {{ worker_connections 4096; multi_accept on; }}
+worker_rlimit_nofile 20000;
+events {{ worker_connections 10000; multi_accept on; }}
 http {{
     client_body_temp_path {d}/tmp-{name}-body;
     proxy_temp_path {d}/tmp-{name}-proxy;
@@ -216,6 +233,35 @@ def nginx_gateway_conf(d, cert):
         location /gz6/ {{ gzip on; gzip_comp_level 6; gzip_types text/html; gzip_proxied any; proxy_pass http://origin/; }}
     }}
 }}
+"""
+
+
+def haproxy_conf(d, cert):
+    """HAProxy as an operator would run it for this: one thread, TLS 1.2-1.3 without tickets
+    or a session cache (full handshakes, as the others), h2 and HTTP/1.1 by ALPN, keep-alive
+    to the origin. No access log: HAProxy writes one line per request with a system call
+    (stdout or syslog), which the others buffer; leaving it out favours HAProxy."""
+    return f"""
+global
+    nbthread 1
+    maxconn 9000
+    pidfile {d}/haproxy.pid
+    tune.ssl.cachesize 0
+    ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    timeout http-keep-alive 30s
+    http-reuse always
+frontend https
+    bind 127.0.0.1:{HAPROXY_PORT} ssl crt {d}/{cert}.pem alpn h2,http/1.1
+    option forwardfor
+    http-request set-header X-Forwarded-Proto https
+    default_backend origin
+backend origin
+    server origin 127.0.0.1:{ORIGIN_PORT}
 """
 
 
@@ -283,6 +329,8 @@ class Gateways:
         for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-mb-access.log"):
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
+        Path(d, "haproxy.cfg").write_text(haproxy_conf(d, cert))
+        Path(d, f"{cert}.pem").write_bytes(Path(d, f"{cert}.crt").read_bytes() + Path(d, f"{cert}.key").read_bytes())
         Path(d, "sluice.toml").write_text(sluice_conf(d, cert))
         Path(d, "sluice-inline.toml").write_text(sluice_conf(d, cert, "inline", SLUICE_INLINE_PORT, "sluice-inline-access.log"))
         Path(d, "sluice-mb.toml").write_text(sluice_conf(d, cert, "mb", SLUICE_MB_PORT, "sluice-mb-access.log"))
@@ -295,20 +343,30 @@ class Gateways:
         except BaseException:
             self.stop()
             raise
-        self.ports = {"nginx": NGINX_PORT, "sluice": SLUICE_PORT, "sluice-inline": SLUICE_INLINE_PORT,
+        self.ports = {"nginx": NGINX_PORT, "haproxy": HAPROXY_PORT, "sluice": SLUICE_PORT, "sluice-inline": SLUICE_INLINE_PORT,
                       "sluice-mb": SLUICE_MB_PORT}
 
     def _start(self, d):
         specs = [
             ("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], NGINX_PORT),
+            ("haproxy", ["haproxy", "-db", "-f", f"{d}/haproxy.cfg"], HAPROXY_PORT),
             ("sluice", [str(SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file", f"{d}/sluice.pid"], SLUICE_PORT),
             # The same gateway with handshake signatures on the event loop: the engine row.
             ("sluice-inline", [str(SLUICE), "run", "--config", f"{d}/sluice-inline.toml", "--pid-file", f"{d}/sluice-inline.pid"], SLUICE_INLINE_PORT),
             # RSA handshakes signed by the AVX-512 IFMA multi-buffer engine (mb, then pool).
             ("sluice-mb", [str(SLUICE), "run", "--config", f"{d}/sluice-mb.toml", "--pid-file", f"{d}/sluice-mb.pid"], SLUICE_MB_PORT),
         ]
+        self.specs = {name: (argv, port) for name, argv, port in specs}
         for name, argv, port in specs:
             self.procs[name] = Proc(name, argv, GW_CORE, port, f"{d}/{name}.out")
+
+    def restart(self, name):
+        """A fresh process (the memory rows: an allocator's retained free memory from earlier
+        rows would hide what new connections cost)."""
+        self.procs[name].stop()
+        argv, port = self.specs[name]
+        wait_port_free(port)
+        self.procs[name] = Proc(name, argv, GW_CORE, port, f"{self.d}/{name}.out")
 
     def stop(self):
         for p in self.procs.values():
@@ -370,6 +428,122 @@ def h2load(port, duration, path, h1, clients, streams, headers=()):
     return r
 
 
+# ---------------------------------------------------------------- memory per idle connection
+
+def tree_rss_kib(pid):
+    """Resident memory of a process and its direct children (NGINX's workers), KiB."""
+    total = 0
+    for p in [pid] + [int(e) for e in os.listdir("/proc") if e.isdigit() and _ppid(int(e)) == pid]:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def settled_rss_kib(pid, timeout=10.0):
+    """RSS once it stops moving (memory of an earlier row's connections being returned)."""
+    last = tree_rss_kib(pid)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        time.sleep(0.5)
+        now = tree_rss_kib(pid)
+        if abs(now - last) <= max(last // 200, 64):
+            return now
+        last = now
+    return last
+
+
+def _ppid(pid):
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _h2_request(path):
+    """An HTTP/2 client preface, empty SETTINGS and one GET (HPACK literals, no Huffman)."""
+    def lit(index, value):  # literal header field without indexing, indexed name
+        v = value.encode()
+        return bytes([index]) + bytes([len(v)]) + v
+    block = b"\x82\x87" + lit(4, path) + lit(1, "localhost")  # GET, https, :path, :authority
+    frame = lambda ftype, flags, stream, payload: (
+        len(payload).to_bytes(3, "big") + bytes([ftype, flags]) + stream.to_bytes(4, "big") + payload)
+    return b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"") + frame(1, 0x5, 1, block)
+
+
+def _read_response(s, h2):
+    """Reads until one response is complete (its body's last byte)."""
+    buf = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise RuntimeError("connection closed before the response")
+        buf += chunk
+        if not h2:
+            head, sep, body = buf.partition(b"\r\n\r\n")
+            if sep:
+                m = re.search(rb"(?i)content-length: *(\d+)", head)
+                if m and len(body) >= int(m.group(1)):
+                    return
+        else:
+            i = 0
+            while i + 9 <= len(buf):
+                length = int.from_bytes(buf[i:i + 3], "big")
+                ftype, flags, stream = buf[i + 3], buf[i + 4], int.from_bytes(buf[i + 5:i + 9], "big") & 0x7FFFFFFF
+                if i + 9 + length > len(buf):
+                    break
+                if stream == 1 and ftype in (0, 1) and flags & 0x1:
+                    return
+                i += 9 + length
+
+
+def idle_memory(pid, port, n, h2, duration):
+    """RSS growth of a gateway per idle TLS 1.3 keep-alive connection (ECDSA), after one
+    request each, as a site's entrance holds idle mobile connections."""
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.minimum_version = ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+    ctx.set_alpn_protocols(["h2"] if h2 else ["http/1.1"])
+    request = _h2_request("/1k") if h2 else b"GET /1k HTTP/1.1\r\nHost: localhost\r\n\r\n"
+
+    def connect():
+        tcp = socket.create_connection(("127.0.0.1", port))
+        # The request follows the client's Finished: without NODELAY, Nagle holds it for the
+        # server's delayed ACK (40 ms).
+        tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return ctx.wrap_socket(tcp, server_hostname="localhost")
+    # Warm up (the upstream pool, allocator arenas, the first connection's one-off costs).
+    warm = []
+    for _ in range(50):
+        s = connect()
+        s.sendall(request)
+        _read_response(s, h2)
+        warm.append(s)
+    before = settled_rss_kib(pid)
+    conns = []
+    t0 = time.time()
+    try:
+        for _ in range(n):
+            s = connect()
+            s.sendall(request)
+            _read_response(s, h2)
+            conns.append(s)
+        time.sleep(1.0)
+        after = tree_rss_kib(pid)
+    finally:
+        for s in conns + warm:
+            s.close()
+    wall = time.time() - t0
+    per_conn = (after - before) / n
+    return {"value": per_conn, "rss_before_kib": before, "rss_after_kib": after, "connections": n,
+            "loadgen_cpu_s": 0.0, "seconds": wall}
+
+
 # ---------------------------------------------------------------- scenarios
 
 def scenarios(page_len):
@@ -392,6 +566,10 @@ def scenarios(page_len):
                   "run": lambda port, dur, level=level, prefix=prefix: h2load(
                       port, dur, f"/gz{level}/page.html" if port == NGINX_PORT else f"/{prefix}/page.html", True, 16, 1,
                       ["Accept-Encoding: gzip"])})
+    for h2, label in ((False, "HTTP/1.1"), (True, "HTTP/2")):
+        s.append({"name": f"memory per idle TLS 1.3 connection, {label} (RSS growth, {IDLE_CONNECTIONS:,} connections)",
+                  "cert": "ecdsa", "metric": "KiB/conn", "lower_is_better": True, "memory": True,
+                  "run": lambda pid, port, dur, h2=h2: idle_memory(pid, port, IDLE_CONNECTIONS, h2, dur)})
     s.append({"name": "keep-alive p99 ms, no storm (baseline of the next row)", "cert": "rsa", "metric": "p99 ms",
               "lower_is_better": True, "engines": True,
               "run": lambda port, dur: loadgen("latency", port, dur, ["--tls", "1.3", "--path", "/1k", "--keepalive", "4", "--storm", "0"])})
@@ -405,7 +583,13 @@ def measure(gw, origin, which, sc, duration):
     proc = gw.procs[which]
     cpu0, origin0 = proc.cpu(), origin.cpu()
     t0 = time.time()
-    r = sc["run"](gw.ports[which], duration)
+    if sc.get("memory"):
+        gw.restart(which)
+        proc = gw.procs[which]
+        cpu0 = proc.cpu()
+        r = sc["run"](proc.p.pid, gw.ports[which], duration)
+    else:
+        r = sc["run"](gw.ports[which], duration)
     wall = time.time() - t0
     r["gateway_cpu_s"] = proc.cpu() - cpu0
     r["origin_cpu_s"] = origin.cpu() - origin0
@@ -414,7 +598,9 @@ def measure(gw, origin, which, sc, duration):
     r["loadgen_util"] = r["loadgen_cpu_s"] / wall
     # The load core also runs the origin: what it had left decides who was the bottleneck.
     r["load_core_util"] = (r["loadgen_cpu_s"] + r["origin_cpu_s"]) / wall
-    if sc["metric"] == "p99 ms":
+    if sc.get("memory"):
+        pass  # the runner's value: KiB per connection
+    elif sc["metric"] == "p99 ms":
         r["value"] = r["p99_ms"]
     elif sc.get("per_core"):
         # Requests per second per gateway core: what the gateway would serve with a whole
@@ -424,6 +610,9 @@ def measure(gw, origin, which, sc, duration):
         r["value"] = r["rate"]
     if r.get("rate"):
         r["gateway_cpu_s_per_1k"] = r["gateway_cpu_s"] / (r["rate"] * wall / 1000)
+        # µs of gateway CPU (all its threads, user + system) per request or handshake.
+        units = r.get("completed") or r["rate"] * wall
+        r["cpu_us_per_unit"] = r["gateway_cpu_s"] / max(units, 1) * 1e6
     return r
 
 
@@ -450,8 +639,10 @@ def main():
     ap.add_argument("--mb-lanes", choices=["auto", "4", "8"], default="auto",
                     help="lanes per RSA-2048 batch of the `mb` gateway (default: auto, 8)")
     ap.add_argument("--render", metavar="JSON", help="print the table of an earlier run's JSON file and exit")
+    ap.add_argument("--idle-connections", type=int, help="connections of the memory rows (default 8000)")
     args = ap.parse_args()
-    global MB_LANES
+    global MB_LANES, IDLE_CONNECTIONS
+    IDLE_CONNECTIONS = args.idle_connections or (300 if args.smoke else IDLE_CONNECTIONS)
     MB_LANES = args.mb_lanes
     if args.render:
         meta = json.loads(Path(args.render).read_text())
@@ -465,6 +656,9 @@ def main():
     runs = args.runs or runs
     duration = args.duration or duration
 
+    # The memory rows hold thousands of connections open at once.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     d = tempfile.mkdtemp(prefix="sluice-bench-")
     os.chmod(d, 0o755)  # NGINX workers run as nobody and must read the static files
     log(f"bench: working in {d}; gateway core {GW_CORE}, load core {LOAD_CORE}; {runs} run(s) x {duration:g} s")
@@ -482,11 +676,13 @@ def main():
             gw = Gateways(d, cert)
             try:
                 for sc in group:
-                    who_all = ("nginx", "sluice", "sluice-inline") if sc.get("engines") else ("nginx", "sluice")
+                    who_all = ("nginx",) + (() if sc.get("gzip") else ("haproxy",)) + ("sluice",)
+                    if sc.get("engines"):
+                        who_all += ("sluice-inline",)
                     if sc.get("mb") and mb_available():
                         who_all += ("sluice-mb",)
                     row = {"name": sc["name"], "metric": sc["metric"], "runs": {w: [] for w in who_all}}
-                    for i in range(runs):
+                    for i in range(min(runs, 3) if sc.get("memory") else runs):
                         order = who_all if i % 2 == 0 else tuple(reversed(who_all))
                         for which in order:
                             r = measure(gw, origin, which, sc, duration)
@@ -500,6 +696,7 @@ def main():
                         row["resumed_handshakes"] = resumed + gw.resumed_in_logs()
                         row["all_full_handshakes"] = row["resumed_handshakes"] == 0
                     row["lower_is_better"] = sc.get("lower_is_better", False)
+                    row["memory"] = sc.get("memory", False)
                     row["gzip"] = sc.get("gzip", False)
                     results.append(row)
             finally:
@@ -534,12 +731,39 @@ def comparable(row):
     return b["sluice"] <= 1.1 * b["nginx"]
 
 
-def ratio(row, who="sluice"):
-    n = statistics.median(r["value"] for r in row["runs"]["nginx"])
-    s = statistics.median(r["value"] for r in row["runs"][who])
-    if not n or not s or not comparable(row):
-        return None
-    return (n / s) if row["lower_is_better"] else (s / n)
+def med(row, who, key):
+    return statistics.median(r.get(key, 0) for r in row["runs"][who])
+
+
+def ratio_basis(row, who="sluice", ref="nginx"):
+    """(who's advantage over ref, "rate" | "CPU/unit" | "latency"), or (None, why).
+
+    Throughput rows compare rates when both gateways saturated their core; otherwise the load
+    core was the limit and the rates would measure it, so the ratio is ref's CPU per unit over
+    who's. Latency rows compare p99 (ref/who: above 1, who is faster)."""
+    if ref not in row["runs"] or who not in row["runs"]:
+        return None, "not run"
+    if row["lower_is_better"]:
+        n, s = med(row, ref, "value"), med(row, who, "value")
+        return ((n / s) if n and s else None), "latency"
+    if not comparable(row):
+        return None, "not comparable"
+    if row["gzip"] or (med(row, ref, "gateway_util") >= 0.85 and med(row, who, "gateway_util") >= 0.85):
+        n, s = med(row, ref, "value"), med(row, who, "value")
+        return ((s / n) if n and s else None), "rate"
+    n, s = med(row, ref, "cpu_us_per_unit"), med(row, who, "cpu_us_per_unit")
+    return ((n / s) if n and s else None), "CPU/unit"
+
+
+def ratio(row, who="sluice", ref="nginx"):
+    return ratio_basis(row, who, ref)[0]
+
+
+def fmt_ratio(row, who, ref):
+    v, basis = ratio_basis(row, who, ref)
+    if v is None:
+        return "n/a" if basis == "not run" else f"n/a ({basis})"
+    return f"{v:.2f}x" + (" (CPU/unit)" if basis == "CPU/unit" else "")
 
 
 def bound(r):
@@ -551,56 +775,73 @@ def bound(r):
     return " (neither core saturated)"
 
 
+GATEWAYS = (("nginx", "N"), ("haproxy", "H"), ("sluice", "S"))
+
+
 def render(results, runs, duration, cpu, date):
     lines = [
         f"CPU: {cpu}; date: {date[:10]}; gateway on core {GW_CORE}, load generator and origin on core {LOAD_CORE}; "
-        f"median of {runs} run(s) of {duration:g} s, [min-max]",
+        f"median of {runs} run(s) of {duration:g} s, [min-max]. Ratios > 1: Sluice ahead; "
+        "'(CPU/unit)': taken on gateway CPU per request or handshake, as a gateway core was not saturated.",
         "",
-        "| scenario | NGINX | Sluice (engine `pool`) | Sluice/NGINX | gateway CPU (N / S) | load core CPU (N / S) | notes |",
-        "|---|---|---|---|---|---|---|",
+        "| scenario | NGINX | HAProxy | Sluice (engine `pool`) | Sluice/NGINX | Sluice/HAProxy "
+        "| gateway CPU µs per unit (N / H / S) | gateway core (N / H / S) | load core (N / H / S) | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def cell(row, who):
+        if who not in row["runs"]:
+            return "-"
+        s = summarize([r["value"] for r in row["runs"][who]])
+        return f"{fmt(s['median'])} [{fmt(s['min'])}-{fmt(s['max'])}] {row['metric']}"
+
+    def triple(row, key, pct):
+        out = []
+        for who, _ in GATEWAYS:
+            if who not in row["runs"]:
+                out.append("-")
+            else:
+                v = med(row, who, key)
+                out.append(f"{v:.0%}" if pct else fmt(v))
+        return " / ".join(out)
+
     for row in results:
-        cells = []
-        for who in ("nginx", "sluice"):
-            vals = [r["value"] for r in row["runs"][who]]
-            s = summarize(vals)
-            cells.append(f"{fmt(s['median'])} [{fmt(s['min'])}-{fmt(s['max'])}] {row['metric']}")
-        rt = ratio(row)
-        util = lambda who, k: statistics.median(r[k] for r in row["runs"][who])
         notes = []
-        for who in ("nginx", "sluice"):
-            b = bound({k: util(who, k) for k in ("gateway_util", "load_core_util")})
-            if b:
-                notes.append(f"{who}{b}")
+        for who, _ in GATEWAYS:
+            if who in row["runs"] and not row.get("memory"):
+                b = bound({k: med(row, who, k) for k in ("gateway_util", "load_core_util")})
+                if b:
+                    notes.append(f"{who}{b}")
         if row.get("all_full_handshakes") is not None:
             notes.append("all handshakes full" if row["all_full_handshakes"] else f"{row['resumed_handshakes']} RESUMED")
         if row["gzip"]:
             if not comparable(row):
                 notes.append("not comparable: Sluice's responses are over 10% larger")
             for who in ("nginx", "sluice"):
-                bpr = statistics.median(r["bytes_per_response"] for r in row["runs"][who])
-                cpk = statistics.median(r.get("gateway_cpu_s_per_1k", 0) for r in row["runs"][who])
-                rate = statistics.median(r["rate"] for r in row["runs"][who])
-                notes.append(f"{who}: {bpr / 1024:.1f} KiB/resp, {cpk:.3f} CPU-s/1k req, {rate:,.0f} req/s")
-        if row["lower_is_better"]:
-            notes.append("ratio = NGINX/Sluice (lower latency is better)")
+                bpr = med(row, who, "bytes_per_response")
+                rate = med(row, who, "rate")
+                notes.append(f"{who}: {bpr / 1024:.1f} KiB/resp, {rate:,.0f} req/s")
+        if row.get("memory"):
+            notes.append("ratio = other/Sluice (less memory is better)")
+        elif row["lower_is_better"]:
+            notes.append("ratio = other/Sluice (lower latency is better)")
+        cpu_units = "-" if row["lower_is_better"] else triple(row, "cpu_us_per_unit", False)
         lines.append(
-            f"| {row['name']} | {cells[0]} | {cells[1]} | {'n/a' if rt is None else f'{rt:.2f}x'} | "
-            f"{util('nginx', 'gateway_util'):.0%} / {util('sluice', 'gateway_util'):.0%} | "
-            f"{util('nginx', 'load_core_util'):.0%} / {util('sluice', 'load_core_util'):.0%} | {'; '.join(notes)} |")
+            f"| {row['name']} | {cell(row, 'nginx')} | {cell(row, 'haproxy')} | {cell(row, 'sluice')} | "
+            f"{fmt_ratio(row, 'sluice', 'nginx')} | {fmt_ratio(row, 'sluice', 'haproxy')} | {cpu_units} | "
+            f"{triple(row, 'gateway_util', True)} | {triple(row, 'load_core_util', True)} | {'; '.join(notes)} |")
         for who, label in (("sluice-inline", "Sluice engine `inline` (offload work on the event loop)"),
                            ("sluice-mb", f"Sluice engine `mb` (AVX-512 IFMA, mb_lanes = {MB_LANES})")):
             if who not in row["runs"]:
                 continue
-            vals = [r["value"] for r in row["runs"][who]]
-            si = summarize(vals)
-            ri = ratio(row, who)
-            b = bound({k: util(who, k) for k in ("gateway_util", "load_core_util")})
+            si = summarize([r["value"] for r in row["runs"][who]])
+            b = bound({k: med(row, who, k) for k in ("gateway_util", "load_core_util")})
+            per_unit = "-" if row["lower_is_better"] else f"- / - / {fmt(med(row, who, 'cpu_us_per_unit'))}"
             lines.append(
-                f"| ↳ same, {label} | | "
+                f"| ↳ same, {label} | | | "
                 f"{fmt(si['median'])} [{fmt(si['min'])}-{fmt(si['max'])}] {row['metric']} | "
-                f"{'n/a' if ri is None else f'{ri:.2f}x'} | {util(who, 'gateway_util'):.0%} | "
-                f"{util(who, 'load_core_util'):.0%} | {who + b if b else ''} |")
+                f"{fmt_ratio(row, who, 'nginx')} | {fmt_ratio(row, who, 'haproxy')} | {per_unit} | "
+                f"{med(row, who, 'gateway_util'):.0%} | {med(row, who, 'load_core_util'):.0%} | {who + b if b else ''} |")
     return "\n".join(lines)
 
 

@@ -176,7 +176,7 @@ pub(crate) async fn serve(
         let h2 = info.h2;
         // Coalesce hyper's writes (HTTP/2 writes a frame header and its data separately) so
         // that one flush becomes one TLS record and one send(2), not several.
-        let stream = tokio::io::BufWriter::with_capacity(TLS_WRITE_BUFFER, stream);
+        let stream = crate::coalesce::Coalescing::new(stream, TLS_WRITE_BUFFER);
         let io = Watched {
             inner: stream,
             state: state.clone(),

@@ -11,6 +11,7 @@
 mod access_log;
 mod balance;
 mod body;
+mod coalesce;
 mod compression;
 mod conn_pool;
 mod connection;

@@ -1,0 +1,213 @@
+//! A write buffer for TLS client connections that gathers a response's pieces into one TLS
+//! record and one `send(2)`, and holds no memory while the connection is idle.
+//!
+//! hyper writes a response head and its body separately, and h2 a frame header and its
+//! payload; written straight to TLS each piece would be its own record and its own system
+//! call. `tokio::io::BufWriter` gathers them, but allocates its capacity when the connection
+//! opens and keeps it for the connection's life: 16 KiB on every idle keep-alive connection,
+//! which at an entrance holding hundreds of thousands of idle mobile connections is most of
+//! the memory per connection. This one allocates on the first write and frees its buffer
+//! once flushed (an allocation per response costs far less than the syscalls it saves).
+
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Gathers writes up to `cap` bytes; flushes when full, on `poll_flush` and on shutdown.
+pub(crate) struct Coalescing<S> {
+    inner: S,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already written to `inner` (a flush interrupted by `Pending`).
+    written: usize,
+    cap: usize,
+}
+
+impl<S> Coalescing<S> {
+    pub(crate) fn new(inner: S, cap: usize) -> Self {
+        Coalescing {
+            inner,
+            buf: Vec::new(),
+            written: 0,
+            cap,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Bytes this writer holds allocated (0 while idle).
+    #[cfg(test)]
+    pub(crate) fn allocated(&self) -> usize {
+        self.buf.capacity()
+    }
+}
+
+impl<S: AsyncWrite + Unpin> Coalescing<S> {
+    /// Writes out everything buffered, then frees the buffer.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while self.written < self.buf.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.written += n;
+        }
+        self.written = 0;
+        // Freed, not cleared: an idle connection holds no write buffer.
+        self.buf = Vec::new();
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Coalescing<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.poll_write_vectored(cx, &[IoSlice::new(data)])
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if this.buf.len() + total > this.cap && !this.buf.is_empty() {
+            ready!(this.poll_drain(cx))?;
+        }
+        if this.buf.is_empty() && total >= this.cap {
+            // Already a full record's worth: no copy.
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
+            return Pin::new(&mut this.inner).poll_write(cx, first);
+        }
+        let room = this.cap - this.buf.len();
+        if this.buf.capacity() == 0 {
+            this.buf.reserve_exact(this.cap.min(total.max(4096)));
+        }
+        let mut taken = 0;
+        for b in bufs {
+            let n = b.len().min(room - taken);
+            this.buf.extend_from_slice(&b[..n]);
+            taken += n;
+            if taken == room {
+                break;
+            }
+        }
+        Poll::Ready(Ok(taken))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Coalescing<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// Records each write it receives; accepts at most `limit` bytes per write.
+    #[derive(Default)]
+    struct Recorder {
+        writes: Vec<Vec<u8>>,
+        limit: Option<usize>,
+        flushes: usize,
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            data: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            let n = self.limit.map_or(data.len(), |l| l.min(data.len()));
+            self.writes.push(data[..n].to_vec());
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            self.flushes += 1;
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn pieces_go_out_as_one_write_and_the_buffer_is_freed() {
+        let mut w = Coalescing::new(Recorder::default(), 16 * 1024);
+        assert_eq!(w.allocated(), 0, "nothing allocated before the first write");
+        w.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        let n = w
+            .write_vectored(&[IoSlice::new(b"frame head"), IoSlice::new(b"payload")])
+            .await
+            .unwrap();
+        assert_eq!(n, 17, "both slices taken");
+        assert!(w.get_ref().writes.is_empty(), "held until the flush");
+        w.flush().await.unwrap();
+        assert_eq!(
+            w.get_ref().writes,
+            vec![b"HTTP/1.1 200 OK\r\n\r\nframe headpayload".to_vec()]
+        );
+        assert_eq!(w.get_ref().flushes, 1);
+        assert_eq!(w.allocated(), 0, "an idle connection holds no buffer");
+    }
+
+    #[tokio::test]
+    async fn a_full_buffer_is_written_before_more_is_taken_and_big_writes_skip_it() {
+        let mut w = Coalescing::new(Recorder::default(), 8);
+        w.write_all(b"abcde").await.unwrap();
+        w.write_all(b"fghij").await.unwrap(); // 10 > 8: "abcde" goes out first, whole
+        assert_eq!(w.get_ref().writes, vec![b"abcde".to_vec()]);
+        w.flush().await.unwrap();
+        w.write_all(b"0123456789").await.unwrap(); // at least a buffer's worth: direct
+        assert_eq!(
+            w.get_ref().writes,
+            vec![b"abcde".to_vec(), b"fghij".to_vec(), b"0123456789".to_vec()]
+        );
+    }
+
+    #[tokio::test]
+    async fn short_writes_of_the_inner_stream_lose_nothing() {
+        let inner = Recorder {
+            limit: Some(3),
+            ..Default::default()
+        };
+        let mut w = Coalescing::new(inner, 1024);
+        w.write_all(b"hello, ").await.unwrap();
+        w.write_all(b"world").await.unwrap();
+        w.shutdown().await.unwrap();
+        let all: Vec<u8> = w.get_ref().writes.concat();
+        assert_eq!(all, b"hello, world");
+        assert_eq!(w.allocated(), 0);
+    }
+}
