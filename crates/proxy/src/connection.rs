@@ -129,6 +129,61 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
+/// A cleartext client socket that reads what the client already sent before it closes, so the
+/// close is a FIN and not a reset (NGINX's lingering close, without the waiting): a socket
+/// closed with unread bytes sends RST, which can destroy a response still in the client's
+/// receive path (e.g. after an invalid HTTP/2 preface, or a pipelined request on a closing
+/// HTTP/1.1 connection). Bounded and non-blocking: at most 8 reads of what is already there.
+struct Lingering(TcpStream);
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let mut buf = [0u8; 1024];
+        for _ in 0..8 {
+            match self.0.try_read(&mut buf) {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+    }
+}
+
+impl AsyncRead for Lingering {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Lingering {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+}
+
 /// Signals a connection receives from its gateway.
 #[derive(Clone, Debug)]
 pub(crate) struct Signals {
@@ -202,7 +257,7 @@ pub(crate) async fn serve(
         };
         // Prior-knowledge h2 is detected from the preface; until then assume HTTP/1.
         let io = Watched {
-            inner: tcp,
+            inner: Lingering(tcp),
             state: state.clone(),
             http1: cfg.http1,
         };

@@ -399,14 +399,16 @@ async fn shutdown_deadline_closes_what_is_left() {
     );
 }
 
-/// What a server sent on a connection before closing it (bounded read, 5 s).
-async fn read_until_closed<S: tokio::io::AsyncRead + Unpin>(mut s: S) -> Vec<u8> {
+/// What a server sent on a connection before closing it (bounded read, 5 s), and whether it
+/// closed cleanly (FIN, not a reset).
+async fn read_until_closed<S: tokio::io::AsyncRead + Unpin>(mut s: S) -> (Vec<u8>, bool) {
     use tokio::io::AsyncReadExt;
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
         match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return got,
+            Ok(Ok(0)) => return (got, true),
+            Ok(Err(_)) => return (got, false),
             Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
             Err(_) => panic!(
                 "the connection was not closed; got {:?}",
@@ -465,7 +467,7 @@ upstream = "o"
     .unwrap();
     assert!(h.alpn_h2);
     h.stream.write_all(request).await.unwrap();
-    let got = read_until_closed(h.stream).await;
+    let (got, _) = read_until_closed(h.stream).await;
     assert!(
         !got.starts_with(b"HTTP/1"),
         "answered as HTTP/1.1 on an h2 connection: {:?}",
@@ -476,11 +478,15 @@ upstream = "o"
         .await
         .unwrap();
     tcp.write_all(request).await.unwrap();
-    let got = read_until_closed(tcp).await;
+    let (got, clean) = read_until_closed(tcp).await;
     assert!(
         !got.starts_with(b"HTTP/1"),
         "answered as HTTP/1.1 on an HTTP/2-only listener: {:?}",
         String::from_utf8_lossy(&got)
+    );
+    assert!(
+        clean,
+        "closed with a reset: the gateway left the client's bytes unread (lingering close)"
     );
 
     // The same listeners still serve the protocol they speak.
