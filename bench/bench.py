@@ -738,9 +738,10 @@ def med(row, who, key):
 def ratio_basis(row, who="sluice", ref="nginx"):
     """(who's advantage over ref, "rate" | "CPU/unit" | "latency"), or (None, why).
 
-    Throughput rows compare rates when both gateways saturated their core; otherwise the load
-    core was the limit and the rates would measure it, so the ratio is ref's CPU per unit over
-    who's. Latency rows compare p99 (ref/who: above 1, who is faster)."""
+    Throughput rows compare rates when both gateways saturated their core (95%) and neither
+    run's load core did (90%); otherwise the load core was (also) the limit and the rates would
+    measure it, so the ratio is ref's CPU per unit over who's. Latency and memory rows compare
+    the value (ref/who: above 1, who is better)."""
     if ref not in row["runs"] or who not in row["runs"]:
         return None, "not run"
     if row["lower_is_better"]:
@@ -748,7 +749,8 @@ def ratio_basis(row, who="sluice", ref="nginx"):
         return ((n / s) if n and s else None), "latency"
     if not comparable(row):
         return None, "not comparable"
-    if row["gzip"] or (med(row, ref, "gateway_util") >= 0.85 and med(row, who, "gateway_util") >= 0.85):
+    if row["gzip"] or all(med(row, w, "gateway_util") >= 0.95 and med(row, w, "load_core_util") < 0.9
+                          for w in (ref, who)):
         n, s = med(row, ref, "value"), med(row, who, "value")
         return ((s / n) if n and s else None), "rate"
     n, s = med(row, ref, "cpu_us_per_unit"), med(row, who, "cpu_us_per_unit")
@@ -782,7 +784,7 @@ def render(results, runs, duration, cpu, date):
     lines = [
         f"CPU: {cpu}; date: {date[:10]}; gateway on core {GW_CORE}, load generator and origin on core {LOAD_CORE}; "
         f"median of {runs} run(s) of {duration:g} s, [min-max]. Ratios > 1: Sluice ahead; "
-        "'(CPU/unit)': taken on gateway CPU per request or handshake, as a gateway core was not saturated.",
+        "'(CPU/unit)': taken on gateway CPU per request or handshake, as a gateway core was not saturated or a load core was.",
         "",
         "| scenario | NGINX | HAProxy | Sluice (engine `pool`) | Sluice/NGINX | Sluice/HAProxy "
         "| gateway CPU µs per unit (N / H / S) | gateway core (N / H / S) | load core (N / H / S) | notes |",

@@ -288,21 +288,52 @@ impl WakerSlot {
     }
 }
 
-/// A client stream whose polls tell the handshake's private-key operations whom to wake.
+/// A client stream whose polls tell the handshake's private-key operations whom to wake, and
+/// which reads ahead of BoringSSL.
+///
+/// BoringSSL reads a TLS record in two asks, its 5-byte header and then its body, and each
+/// ask was a `recv(2)`: with a request per record, one system call per request more than
+/// needed. Small asks are served from one read of up to [`READ_AHEAD`] bytes into a stack
+/// buffer; what the ask did not take is kept until the next one and freed as soon as it is
+/// consumed, so an idle connection holds nothing. Asks of [`READ_AHEAD`] or more read
+/// straight into BoringSSL's buffer.
 #[derive(Debug)]
 pub struct OffloadIo<S> {
     inner: S,
     slot: Arc<WakerSlot>,
+    /// Bytes read from the socket and not yet asked for.
+    ahead: Vec<u8>,
+    /// How far `ahead` has been consumed.
+    ahead_pos: usize,
 }
+
+/// The most a read ahead of BoringSSL takes from the socket (larger asks go straight through).
+pub(crate) const READ_AHEAD: usize = 4096;
 
 impl<S> OffloadIo<S> {
     pub(crate) fn new(inner: S, slot: Arc<WakerSlot>) -> Self {
-        OffloadIo { inner, slot }
+        OffloadIo {
+            inner,
+            slot,
+            ahead: Vec::new(),
+            ahead_pos: 0,
+        }
     }
 
     /// The wrapped stream.
     pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// Gives what was read ahead to `buf`; frees it once consumed.
+    fn take_ahead(&mut self, buf: &mut ReadBuf<'_>) {
+        let n = (self.ahead.len() - self.ahead_pos).min(buf.remaining());
+        buf.put_slice(&self.ahead[self.ahead_pos..self.ahead_pos + n]);
+        self.ahead_pos += n;
+        if self.ahead_pos == self.ahead.len() {
+            self.ahead = Vec::new();
+            self.ahead_pos = 0;
+        }
     }
 }
 
@@ -313,7 +344,25 @@ impl<S: AsyncRead + Unpin> AsyncRead for OffloadIo<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         self.slot.record(cx);
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let this = &mut *self;
+        if this.ahead_pos < this.ahead.len() {
+            this.take_ahead(buf);
+            return Poll::Ready(Ok(()));
+        }
+        if buf.remaining() >= READ_AHEAD {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        }
+        let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); READ_AHEAD];
+        let mut read = ReadBuf::uninit(&mut stack);
+        std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
+        let got = read.filled();
+        let n = got.len().min(buf.remaining());
+        buf.put_slice(&got[..n]);
+        if n < got.len() {
+            this.ahead = got[n..].to_vec();
+            this.ahead_pos = 0;
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -557,5 +606,84 @@ unsafe extern "C" fn complete_cb(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod read_ahead_tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// Hands out its chunks one per read, counting the reads.
+    struct Chunks {
+        chunks: std::collections::VecDeque<Vec<u8>>,
+        reads: usize,
+    }
+
+    impl AsyncRead for Chunks {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            self.reads += 1;
+            if let Some(mut c) = self.chunks.pop_front() {
+                let n = c.len().min(buf.remaining());
+                buf.put_slice(&c[..n]);
+                if n < c.len() {
+                    self.chunks.push_front(c.split_off(n));
+                }
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn io(chunks: &[&[u8]]) -> OffloadIo<Chunks> {
+        OffloadIo::new(
+            Chunks {
+                chunks: chunks.iter().map(|c| c.to_vec()).collect(),
+                reads: 0,
+            },
+            Arc::new(WakerSlot::default()),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_header_and_body_ask_take_one_read_and_nothing_stays_allocated() {
+        let record: Vec<u8> = (0..300u16).map(|i| i as u8).collect();
+        let mut s = io(&[&record]);
+        let mut header = [0u8; 5];
+        s.read_exact(&mut header).await.unwrap();
+        assert_eq!(header, record[..5]);
+        assert_eq!(s.get_ref().reads, 1);
+        assert_eq!(s.ahead.len() - s.ahead_pos, 295, "the rest is kept");
+        let mut body = vec![0u8; 295];
+        s.read_exact(&mut body).await.unwrap();
+        assert_eq!(body, record[5..]);
+        assert_eq!(s.get_ref().reads, 1, "the body came from the read ahead");
+        assert_eq!(s.ahead.capacity(), 0, "consumed: freed");
+        let mut eof = [0u8; 5];
+        assert_eq!(
+            s.read(&mut eof).await.unwrap(),
+            0,
+            "end of stream passes through"
+        );
+    }
+
+    #[tokio::test]
+    async fn big_asks_bypass_and_every_byte_arrives_in_order() {
+        let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        let mut s = io(&[&big[..3], &big[3..10_000], &big[10_000..]]);
+        let mut got = Vec::new();
+        let mut small = [0u8; 7];
+        let n = s.read(&mut small).await.unwrap();
+        got.extend_from_slice(&small[..n]);
+        let mut large = vec![0u8; READ_AHEAD * 2];
+        while got.len() < big.len() {
+            let n = s.read(&mut large).await.unwrap();
+            assert!(n > 0, "ended early at {}", got.len());
+            got.extend_from_slice(&large[..n]);
+        }
+        assert_eq!(got, big);
     }
 }
