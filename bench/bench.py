@@ -72,25 +72,32 @@ def cpu_model():
 
 # ---------------------------------------------------------------- processes and CPU time
 
-def tree_cpu_seconds(pid):
-    """utime + stime of a process and its direct children (NGINX's workers), all threads."""
-    total = 0
-    pids = [pid]
+def _stat_fields(pid):
+    """The fields of /proc/PID/stat after the command name, or None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def tree_pids(pid):
+    """A process and its direct children (NGINX's workers)."""
+    children = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                pids.append(int(entry))
-    for p in pids:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
+            fields = _stat_fields(entry)
+            if fields and int(fields[1]) == pid:
+                children.append(int(entry))
+    return [pid] + children
+
+
+def tree_cpu_seconds(pid):
+    """utime + stime of a process and its direct children, all threads."""
+    total = 0
+    for p in tree_pids(pid):
+        fields = _stat_fields(p)
+        if fields:
+            total += int(fields[11]) + int(fields[12])
     return total / TICK
 
 
@@ -431,9 +438,9 @@ def h2load(port, duration, path, h1, clients, streams, headers=()):
 # ---------------------------------------------------------------- memory per idle connection
 
 def tree_rss_kib(pid):
-    """Resident memory of a process and its direct children (NGINX's workers), KiB."""
+    """Resident memory of a process and its direct children, KiB."""
     total = 0
-    for p in [pid] + [int(e) for e in os.listdir("/proc") if e.isdigit() and _ppid(int(e)) == pid]:
+    for p in tree_pids(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -454,13 +461,6 @@ def settled_rss_kib(pid, timeout=10.0):
             return now
         last = now
     return last
-
-
-def _ppid(pid):
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
 
 
 def _h2_request(path):
@@ -500,7 +500,7 @@ def _read_response(s, h2):
                 i += 9 + length
 
 
-def idle_memory(pid, port, n, h2, duration):
+def idle_memory(pid, port, n, h2):
     """RSS growth of a gateway per idle TLS 1.3 keep-alive connection (ECDSA), after one
     request each, as a site's entrance holds idle mobile connections."""
     import ssl
@@ -569,7 +569,7 @@ def scenarios(page_len):
     for h2, label in ((False, "HTTP/1.1"), (True, "HTTP/2")):
         s.append({"name": f"memory per idle TLS 1.3 connection, {label} (RSS growth, {IDLE_CONNECTIONS:,} connections)",
                   "cert": "ecdsa", "metric": "KiB/conn", "lower_is_better": True, "memory": True,
-                  "run": lambda pid, port, dur, h2=h2: idle_memory(pid, port, IDLE_CONNECTIONS, h2, dur)})
+                  "run": lambda pid, port, dur, h2=h2: idle_memory(pid, port, IDLE_CONNECTIONS, h2)})
     s.append({"name": "keep-alive p99 ms, no storm (baseline of the next row)", "cert": "rsa", "metric": "p99 ms",
               "lower_is_better": True, "engines": True,
               "run": lambda port, dur: loadgen("latency", port, dur, ["--tls", "1.3", "--path", "/1k", "--keepalive", "4", "--storm", "0"])})
@@ -657,7 +657,7 @@ def main():
     duration = args.duration or duration
 
     # The memory rows hold thousands of connections open at once.
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     d = tempfile.mkdtemp(prefix="sluice-bench-")
     os.chmod(d, 0o755)  # NGINX workers run as nobody and must read the static files
