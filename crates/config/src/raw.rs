@@ -124,8 +124,14 @@ pub struct RawUpstream {
     pub name: Spanned<String>,
     /// The servers.
     pub servers: Spanned<Vec<RawServer>>,
-    /// `"round_robin"`, `"weighted_round_robin"`, `"least_conn"` or `"ip_hash"`.
+    /// `"round_robin"`, `"weighted_round_robin"`, `"least_conn"`, `"ip_hash"`,
+    /// `"consistent_hash"` or `"peak_ewma"`.
     pub balance: Option<Spanned<String>>,
+    /// Key of `consistent_hash`: `"header:NAME"`, `"cookie:NAME"`, `"query:NAME"`, `"uri"` or
+    /// `"client"` (the default).
+    pub hash_on: Option<Spanned<String>>,
+    /// Bounded load of `consistent_hash` (default 1.25; 0 turns the bound off).
+    pub hash_balance_factor: Option<Spanned<f64>>,
     /// `"http1"` or `"h2"` (cleartext HTTP/2 with prior knowledge).
     pub protocol: Option<Spanned<String>>,
     /// `"pass"` (client's Host), `"node"` (server address) or `"rewrite"` (`upstream_host`).

@@ -323,8 +323,31 @@ pub enum Balance {
     WeightedRoundRobin,
     /// The server with the fewest active requests (relative to weight).
     LeastConn,
-    /// A hash of the client address, so a client keeps its server.
+    /// A hash of the client address, so a client keeps its server (NGINX's `ip_hash`: most
+    /// keys move when the group changes).
     IpHash,
+    /// Maglev consistent hashing on [`Upstream::hash_on`], with bounded load: a key keeps its
+    /// server as servers come and go (about 1/N of keys move when one of N leaves), and no
+    /// server takes more than `hash_balance_factor` × its share of the requests in flight.
+    ConsistentHash,
+    /// Power of two choices on peak-EWMA latency × requests in flight (linkerd's balancer):
+    /// steers away from slow servers as well as busy ones.
+    PeakEwma,
+}
+
+/// What a consistent hash is computed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    /// The first value of this request header (name in lower case).
+    Header(String),
+    /// This cookie's value.
+    Cookie(String),
+    /// This query argument's value.
+    Query(String),
+    /// The path and query, as NGINX's `$request_uri`.
+    Uri,
+    /// The client address.
+    Client,
 }
 
 /// Protocol spoken to upstream servers.
@@ -374,6 +397,12 @@ pub struct Upstream {
     pub servers: Vec<UpstreamServer>,
     /// Balancing algorithm.
     pub balance: Balance,
+    /// The key of `balance = "consistent_hash"`; a request without it hashes on the client
+    /// address, so it still keeps a server.
+    pub hash_on: HashKey,
+    /// Bounded load of `consistent_hash`: no server above this × its weighted share of the
+    /// group's requests in flight; `None` when unbounded (`hash_balance_factor = 0`).
+    pub hash_balance_factor: Option<f64>,
     /// Protocol to the servers.
     pub protocol: UpstreamProtocol,
     /// Host header policy.

@@ -1,6 +1,6 @@
 use crate::{
-    Balance, HostPattern, LoadError, PassHost, PathMatch, TlsVersion, UnknownSni, load_str,
-    parse_byte_size, parse_duration,
+    Balance, HashKey, HostPattern, LoadError, PassHost, PathMatch, TlsVersion, UnknownSni,
+    load_str, parse_byte_size, parse_duration,
 };
 use boring::asn1::Asn1Time;
 use boring::ec::{EcGroup, EcKey};
@@ -549,4 +549,79 @@ fn keyless_settings_load_and_a_keyless_certificate_needs_the_engine() {
         .find(|e| e.message.contains("is not host:port"))
         .unwrap_or_else(|| panic!("{errs:#?}"));
     assert_eq!(e.line, line_of(&src, "servers ="));
+}
+
+#[test]
+fn consistent_hash_keys_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "by-user"
+balance = "consistent_hash"
+hash_on = "header:X-User"
+servers = [{ address = "127.0.0.1:9000" }, { address = "127.0.0.1:9001" }]
+[[upstream]]
+name = "by-cookie"
+balance = "consistent_hash"
+hash_on = "cookie:session"
+hash_balance_factor = 0
+servers = [{ address = "127.0.0.1:9000" }]
+[[upstream]]
+name = "default-key"
+balance = "consistent_hash"
+servers = [{ address = "127.0.0.1:9000" }]
+[[upstream]]
+name = "latency"
+balance = "peak_ewma"
+servers = [{ address = "127.0.0.1:9000" }]
+"#;
+    let s = load_str(good, "good.toml", dir.path()).unwrap();
+    let u = |name: &str| s.upstreams.iter().find(|u| u.name == name).unwrap();
+    assert_eq!(u("by-user").hash_on, HashKey::Header("x-user".into()));
+    assert_eq!(u("by-user").hash_balance_factor, Some(1.25));
+    assert_eq!(u("by-cookie").hash_on, HashKey::Cookie("session".into()));
+    assert_eq!(
+        u("by-cookie").hash_balance_factor,
+        None,
+        "0 turns the bound off"
+    );
+    assert_eq!(u("default-key").hash_on, HashKey::Client);
+    assert_eq!(u("latency").balance, Balance::PeakEwma);
+
+    let bad = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "a"
+balance = "consistent_hash"
+hash_on = "header:bad name"
+hash_balance_factor = 0.5
+servers = [{ address = "127.0.0.1:9000" }]
+[[upstream]]
+name = "b"
+hash_on = "uri"
+servers = [{ address = "127.0.0.1:9000" }]
+[[upstream]]
+name = "c"
+balance = "consistent_hashing"
+servers = [{ address = "127.0.0.1:9000" }]
+"#;
+    let errs = errors(bad, dir.path());
+    let at = |needle: &str| {
+        errs.iter()
+            .find(|e| e.line == line_of(bad, needle))
+            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
+    };
+    assert!(at("header:bad name").help.contains("header:NAME"));
+    assert!(at("= 0.5").help.contains("1.0 or more"));
+    assert!(at("hash_on = \"uri\"").help.contains("consistent_hash"));
+    assert!(
+        at("consistent_hashing").message.contains("balance"),
+        "{errs:#?}"
+    );
+    assert_eq!(errs.len(), 4, "{errs:#?}");
 }

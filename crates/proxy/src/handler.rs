@@ -206,9 +206,10 @@ async fn proxy(
         })
     });
 
+    let key = group.hash_key(&parts, conn.peer.ip());
     let mut tried = Vec::with_capacity(2);
     loop {
-        let Some(server) = group.pick(conn.peer.ip(), &tried) else {
+        let Some(server) = group.pick(key, &tried) else {
             return failure(done, Failure::UpstreamConnect);
         };
         tried.push(server.index);
@@ -275,6 +276,8 @@ async fn proxy(
         match result {
             Err(_elapsed) => {
                 group.mark_failed(server.index);
+                // peak_ewma: a server that timed out looks as slow as the timeout.
+                group.observe_latency(server.index, group.config.response_timeout);
                 listener.metrics.upstream_error(1);
                 tracing::warn!(upstream = %group.config.name, %addr, timeout = ?group.config.response_timeout, "upstream response timed out");
                 return failure(done, Failure::UpstreamTimeout);
@@ -307,7 +310,9 @@ async fn proxy(
             }
             Ok(Ok(mut resp)) => {
                 server.server().succeeded();
-                done.entry.upstream_time = Some(sent.elapsed());
+                let upstream_time = sent.elapsed();
+                group.observe_latency(server.index, upstream_time);
+                done.entry.upstream_time = Some(upstream_time);
                 done.entry.status = resp.status().as_u16();
                 let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
                 if let (true, Some(client_upgrade)) = (switching, client_upgrade) {

@@ -1,4 +1,4 @@
-use crate::balance::{Balancer, Server};
+use crate::balance::{Balancer, PickCx, Server, hash_ip};
 use crate::router::Router;
 use http::{HeaderMap, HeaderValue, Method};
 use sluice_config::{Balance, load_str};
@@ -16,12 +16,24 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// A pick as the handler makes it: `ip_hash` keys on the client address.
+fn pick(b: &Balancer, s: &[Server], now_ms: u64, client: IpAddr, tried: &[usize]) -> Option<usize> {
+    let cx = PickCx {
+        now_ms,
+        now_ns: now_ms * 1_000_000,
+        key: hash_ip(client),
+        tried,
+        in_flight: 0,
+    };
+    b.pick(s, &cx)
+}
+
 #[test]
 fn round_robin_takes_turns() {
     let s = servers(&[1, 1, 1]);
-    let b = Balancer::new(Balance::RoundRobin, 3);
+    let b = Balancer::new(Balance::RoundRobin, &s, None);
     let picks: Vec<usize> = (0..6)
-        .map(|_| b.pick(&s, 0, ip("10.0.0.1"), &[]).unwrap())
+        .map(|_| pick(&b, &s, 0, ip("10.0.0.1"), &[]).unwrap())
         .collect();
     assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
 }
@@ -30,9 +42,9 @@ fn round_robin_takes_turns() {
 fn smooth_weighted_round_robin_matches_nginx() {
     // NGINX's documented sequence for weights 5, 1, 1: a a b a c a a.
     let s = servers(&[5, 1, 1]);
-    let b = Balancer::new(Balance::WeightedRoundRobin, 3);
+    let b = Balancer::new(Balance::WeightedRoundRobin, &s, None);
     let picks: Vec<usize> = (0..14)
-        .map(|_| b.pick(&s, 0, ip("10.0.0.1"), &[]).unwrap())
+        .map(|_| pick(&b, &s, 0, ip("10.0.0.1"), &[]).unwrap())
         .collect();
     assert_eq!(picks, [0, 0, 1, 0, 2, 0, 0, 0, 0, 1, 0, 2, 0, 0]);
 }
@@ -40,26 +52,30 @@ fn smooth_weighted_round_robin_matches_nginx() {
 #[test]
 fn least_conn_prefers_the_idlest_relative_to_weight() {
     let s = servers(&[1, 1, 2]);
-    let b = Balancer::new(Balance::LeastConn, 3);
+    let b = Balancer::new(Balance::LeastConn, &s, None);
     s[0].active.store(1, std::sync::atomic::Ordering::Relaxed);
     s[1].active.store(3, std::sync::atomic::Ordering::Relaxed);
     s[2].active.store(3, std::sync::atomic::Ordering::Relaxed);
     // 1/1 < 3/2 < 3/1
-    assert_eq!(b.pick(&s, 0, ip("10.0.0.1"), &[]), Some(0));
+    assert_eq!(pick(&b, &s, 0, ip("10.0.0.1"), &[]), Some(0));
     s[0].active.store(2, std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(b.pick(&s, 0, ip("10.0.0.1"), &[]), Some(2), "3/2 beats 2/1");
+    assert_eq!(
+        pick(&b, &s, 0, ip("10.0.0.1"), &[]),
+        Some(2),
+        "3/2 beats 2/1"
+    );
 }
 
 #[test]
 fn ip_hash_is_sticky_and_spreads() {
     let s = servers(&[1, 1, 1, 1]);
-    let b = Balancer::new(Balance::IpHash, 4);
-    let first = b.pick(&s, 0, ip("192.0.2.7"), &[]).unwrap();
+    let b = Balancer::new(Balance::IpHash, &s, None);
+    let first = pick(&b, &s, 0, ip("192.0.2.7"), &[]).unwrap();
     for _ in 0..10 {
-        assert_eq!(b.pick(&s, 0, ip("192.0.2.7"), &[]), Some(first));
+        assert_eq!(pick(&b, &s, 0, ip("192.0.2.7"), &[]), Some(first));
     }
     let used: std::collections::HashSet<usize> = (0..64)
-        .map(|i| b.pick(&s, 0, ip(&format!("198.51.100.{i}")), &[]).unwrap())
+        .map(|i| pick(&b, &s, 0, ip(&format!("198.51.100.{i}")), &[]).unwrap())
         .collect();
     assert!(
         used.len() > 1,
@@ -70,21 +86,21 @@ fn ip_hash_is_sticky_and_spreads() {
 #[test]
 fn a_failed_server_is_skipped_until_its_fail_timeout_passes() {
     let s = servers(&[1, 1]);
-    let b = Balancer::new(Balance::RoundRobin, 2);
+    let b = Balancer::new(Balance::RoundRobin, &s, None);
     assert!(s[0].failed(1_000, 1, 10_000));
     for _ in 0..6 {
-        assert_eq!(b.pick(&s, 5_000, ip("10.0.0.1"), &[]), Some(1));
+        assert_eq!(pick(&b, &s, 5_000, ip("10.0.0.1"), &[]), Some(1));
     }
     let later: Vec<usize> = (0..4)
-        .map(|_| b.pick(&s, 11_000, ip("10.0.0.1"), &[]).unwrap())
+        .map(|_| pick(&b, &s, 11_000, ip("10.0.0.1"), &[]).unwrap())
         .collect();
     assert!(later.contains(&0), "back after fail_timeout: {later:?}");
     // All down: still tried rather than refusing; tried servers are never repeated.
     s[1].failed(11_000, 1, 10_000);
     s[0].failed(11_000, 1, 10_000);
-    assert!(b.pick(&s, 12_000, ip("10.0.0.1"), &[]).is_some());
-    assert_eq!(b.pick(&s, 12_000, ip("10.0.0.1"), &[0]), Some(1));
-    assert_eq!(b.pick(&s, 12_000, ip("10.0.0.1"), &[0, 1]), None);
+    assert!(pick(&b, &s, 12_000, ip("10.0.0.1"), &[]).is_some());
+    assert_eq!(pick(&b, &s, 12_000, ip("10.0.0.1"), &[0]), Some(1));
+    assert_eq!(pick(&b, &s, 12_000, ip("10.0.0.1"), &[0, 1]), None);
 }
 
 #[test]

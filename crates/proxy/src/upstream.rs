@@ -1,6 +1,6 @@
 //! Upstream groups at run time: servers, balancer, passive health and the pooled client.
 
-use crate::balance::{Balancer, Server};
+use crate::balance::{Balancer, PickCx, Server, hash_ip, hash64};
 use crate::body::{BoxError, ProxyBody};
 use crate::conn_pool::{ConnPool, UpstreamError};
 use http::{Request, Response, Uri};
@@ -8,10 +8,10 @@ use http_body_util::BodyExt as _;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use sluice_config::{Upstream, UpstreamProtocol};
+use sluice_config::{Balance, HashKey, Upstream, UpstreamProtocol};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 /// How a group talks to its servers.
@@ -30,6 +30,8 @@ pub(crate) struct UpstreamGroup {
     balancer: Balancer,
     transport: Transport,
     clock: Instant,
+    /// Requests in flight across the group (the bound of `consistent_hash`).
+    in_flight: AtomicUsize,
 }
 
 impl std::fmt::Debug for UpstreamGroup {
@@ -65,17 +67,18 @@ impl UpstreamGroup {
                 Transport::H2(Box::new(client))
             }
         };
-        let servers = config
+        let servers: Vec<Server> = config
             .servers
             .iter()
-            .map(|s| Server::new(s.address.addr, s.weight.get()))
+            .map(|s| Server::named(s.address.name.clone(), s.address.addr, s.weight.get()))
             .collect();
         UpstreamGroup {
-            balancer: Balancer::new(config.balance, config.servers.len()),
+            balancer: Balancer::new(config.balance, &servers, config.hash_balance_factor),
             servers,
             transport,
             config,
             clock: Instant::now(),
+            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -113,16 +116,51 @@ impl UpstreamGroup {
         self.clock.elapsed().as_millis() as u64
     }
 
-    /// Picks a server not yet tried for this request and counts it active until the guard drops.
-    pub(crate) fn pick(self: &Arc<Self>, client: IpAddr, tried: &[usize]) -> Option<ActiveGuard> {
-        let i = self
-            .balancer
-            .pick(&self.servers, self.now_ms(), client, tried)?;
+    /// The request's balancing key: the client address for `ip_hash`, `hash_on` for
+    /// `consistent_hash` (the client address when the request lacks it), 0 for the others.
+    pub(crate) fn hash_key(&self, req: &http::request::Parts, client: IpAddr) -> u64 {
+        match self.config.balance {
+            Balance::IpHash => hash_ip(client),
+            Balance::ConsistentHash => {
+                let value = match &self.config.hash_on {
+                    HashKey::Client => None,
+                    HashKey::Uri => req.uri.path_and_query().map(|pq| pq.as_str().as_bytes()),
+                    HashKey::Header(name) => req.headers.get(name.as_str()).map(|v| v.as_bytes()),
+                    HashKey::Cookie(name) => cookie(&req.headers, name),
+                    HashKey::Query(name) => req.uri.query().and_then(|q| query_arg(q, name)),
+                };
+                value.map_or_else(|| hash_ip(client), |v| hash64(0, v))
+            }
+            _ => 0,
+        }
+    }
+
+    /// Picks a server not yet tried for this request and counts it active until the guard
+    /// drops. `key` is [`Self::hash_key`]'s.
+    pub(crate) fn pick(self: &Arc<Self>, key: u64, tried: &[usize]) -> Option<ActiveGuard> {
+        let now = self.clock.elapsed();
+        let cx = PickCx {
+            now_ms: now.as_millis() as u64,
+            now_ns: now.as_nanos() as u64,
+            key,
+            tried,
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+        };
+        let i = self.balancer.pick(&self.servers, &cx)?;
         self.servers[i].active.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
         Some(ActiveGuard {
             group: self.clone(),
             index: i,
         })
+    }
+
+    /// Feeds a server's response time to `peak_ewma` (a no-op for the other balancers).
+    pub(crate) fn observe_latency(&self, index: usize, rtt: std::time::Duration) {
+        if self.config.balance == Balance::PeakEwma {
+            let now = self.clock.elapsed().as_nanos() as u64;
+            self.servers[index].observe_latency(now, rtt.as_nanos() as u64);
+        }
     }
 
     pub(crate) fn mark_failed(&self, index: usize) {
@@ -158,5 +196,50 @@ impl ActiveGuard {
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
         self.server().active.fetch_sub(1, Ordering::Relaxed);
+        self.group.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The value of cookie `name` in the request's `Cookie` headers (RFC 6265 §5.4: pairs
+/// separated by `; `).
+fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a [u8]> {
+    headers.get_all(http::header::COOKIE).iter().find_map(|v| {
+        v.as_bytes().split(|&b| b == b';').find_map(|pair| {
+            let pair = pair.trim_ascii_start();
+            let eq = pair.iter().position(|&b| b == b'=')?;
+            (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
+        })
+    })
+}
+
+/// The raw (still percent-encoded) value of query argument `name`.
+fn query_arg<'a>(query: &'a str, name: &str) -> Option<&'a [u8]> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then_some(v.as_bytes())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_and_query_arguments_are_found_by_name() {
+        let mut h = http::HeaderMap::new();
+        h.append(
+            http::header::COOKIE,
+            "a=1; session=abc ;b=2".parse().unwrap(),
+        );
+        h.append(http::header::COOKIE, "late=9".parse().unwrap());
+        assert_eq!(cookie(&h, "session"), Some(&b"abc"[..]));
+        assert_eq!(cookie(&h, "late"), Some(&b"9"[..]));
+        assert_eq!(cookie(&h, "sess"), None, "a prefix is not a name");
+        assert_eq!(
+            query_arg("x=1&user=u%2042&flag", "user"),
+            Some(&b"u%2042"[..])
+        );
+        assert_eq!(query_arg("x=1&flag", "flag"), Some(&b""[..]));
+        assert_eq!(query_arg("x=1", "y"), None);
     }
 }

@@ -63,9 +63,55 @@ impl Cx<'_> {
                     ("weighted_round_robin", Balance::WeightedRoundRobin),
                     ("least_conn", Balance::LeastConn),
                     ("ip_hash", Balance::IpHash),
+                    ("consistent_hash", Balance::ConsistentHash),
+                    ("peak_ewma", Balance::PeakEwma),
                 ],
             )
             .unwrap_or(Balance::RoundRobin);
+        let hashing = balance == Balance::ConsistentHash;
+        let hash_on =
+            match &raw.hash_on {
+                None => HashKey::Client,
+                Some(v) if !hashing => {
+                    self.err_at(
+                    v,
+                    format!(
+                        "upstream `{name}`: hash_on is only used with balance = \"consistent_hash\""
+                    ),
+                    "add balance = \"consistent_hash\" or remove hash_on",
+                );
+                    HashKey::Client
+                }
+                Some(v) => hash_key(v.get_ref()).unwrap_or_else(|| {
+                    self.err_at(
+                    v,
+                    format!("upstream `{name}`: hash_on = \"{}\" is not a hash key", v.get_ref()),
+                    "use \"header:NAME\", \"cookie:NAME\", \"query:NAME\", \"uri\" or \"client\"",
+                );
+                    HashKey::Client
+                }),
+            };
+        let hash_balance_factor = match &raw.hash_balance_factor {
+            None => Some(1.25),
+            Some(v) if !hashing => {
+                self.err_at(
+                    v,
+                    format!("upstream `{name}`: hash_balance_factor is only used with balance = \"consistent_hash\""),
+                    "add balance = \"consistent_hash\" or remove hash_balance_factor",
+                );
+                None
+            }
+            Some(v) if *v.get_ref() == 0.0 => None,
+            Some(v) if v.get_ref().is_finite() && *v.get_ref() >= 1.0 => Some(*v.get_ref()),
+            Some(v) => {
+                self.err_at(
+                    v,
+                    format!("upstream `{name}`: hash_balance_factor = {} would put every server over its bound", v.get_ref()),
+                    "use a factor of 1.0 or more (1.25 lets a server take 25% above its share), or 0 for no bound",
+                );
+                None
+            }
+        };
         let protocol = self
             .choice(
                 raw.protocol.as_ref(),
@@ -133,6 +179,8 @@ impl Cx<'_> {
             name,
             servers,
             balance,
+            hash_on,
+            hash_balance_factor,
             protocol,
             pass_host,
             connect_timeout: self
@@ -151,4 +199,32 @@ impl Cx<'_> {
                 .unwrap_or(Duration::from_secs(60)),
         }
     }
+}
+
+/// Parses `hash_on`: `header:NAME`, `cookie:NAME`, `query:NAME`, `uri` or `client`.
+fn hash_key(text: &str) -> Option<HashKey> {
+    let named = |name: &str| {
+        (!name.is_empty() && !name.contains(char::is_whitespace)).then(|| name.to_string())
+    };
+    Some(match text.split_once(':') {
+        None if text == "uri" => HashKey::Uri,
+        None if text == "client" => HashKey::Client,
+        None => return None,
+        Some(("header", name)) => {
+            http_token(name)?;
+            HashKey::Header(name.to_ascii_lowercase())
+        }
+        Some(("cookie", name)) => HashKey::Cookie(named(name)?),
+        Some(("query", name)) => HashKey::Query(named(name)?),
+        Some(_) => return None,
+    })
+}
+
+/// A header name is an RFC 9110 token.
+fn http_token(name: &str) -> Option<()> {
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    ok.then_some(())
 }

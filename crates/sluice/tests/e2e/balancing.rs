@@ -142,3 +142,72 @@ async fn an_upstream_that_goes_away_mid_run_costs_no_request() {
         "only a serves after b went away: {bodies:?}"
     );
 }
+
+/// One request with a header, on a fresh connection.
+async fn get_with(addr: std::net::SocketAddr, path: &str, header: (&str, &str)) -> Got {
+    let req = http::Request::get(path)
+        .header("host", "x")
+        .header(header.0, header.1)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    http1_send(tokio::net::TcpStream::connect(addr).await.unwrap(), req).await
+}
+
+#[tokio::test]
+async fn consistent_hash_keeps_each_user_on_a_server_and_moves_only_a_stopped_servers_users() {
+    let os = [
+        Origin::start("0").await,
+        Origin::start("1").await,
+        Origin::start("2").await,
+    ];
+    let servers: Vec<String> = os.iter().map(|o| server(o, 1)).collect();
+    let cfg = upstream_cfg("consistent_hash", &servers.join(", "))
+        .replace("servers = [", "hash_on = \"header:X-User\"\nservers = [");
+    let gw = TestGateway::plain(&cfg).await;
+    let addr = gw.addr("http");
+    let mut home = Vec::new();
+    for user in 0..30 {
+        let u = format!("user-{user}");
+        let first = get_with(addr, "/whoami", ("x-user", &u)).await.body;
+        for _ in 0..2 {
+            assert_eq!(
+                get_with(addr, "/whoami", ("x-user", &u)).await.body,
+                first,
+                "{u}"
+            );
+        }
+        home.push(first);
+    }
+    for name in ["0", "1", "2"] {
+        assert!(home.iter().any(|h| h == name), "users spread: {home:?}");
+    }
+
+    os[1].stop();
+    for (user, was) in home.iter().enumerate() {
+        let got = get_with(addr, "/whoami", ("x-user", &format!("user-{user}"))).await;
+        assert_eq!(
+            got.status, 200,
+            "user-{user} is served when their server is gone"
+        );
+        if was == "1" {
+            assert_ne!(got.body, "1");
+        } else {
+            assert_eq!(&got.body, was, "user-{user}'s server is up: they stay");
+        }
+    }
+}
+
+#[tokio::test]
+async fn peak_ewma_steers_away_from_a_slow_server() {
+    let os = [Origin::start("fast").await, Origin::start("slow").await];
+    let servers = format!("{}, {}", server(&os[0], 1), server(&os[1], 1));
+    let gw = TestGateway::plain(&upstream_cfg("peak_ewma", &servers)).await;
+    for _ in 0..20 {
+        let got = http1_get(gw.addr("http"), "x", "/slow_on?who=slow&ms=150").await;
+        assert_eq!(got.status, 200);
+    }
+    // Both start unmeasured and take turns until each has answered once; from then on the
+    // 150 ms server costs a hundred times the fast one.
+    assert!(os[1].hits() <= 2, "slow server got {} of 20", os[1].hits());
+    assert!(os[0].hits() >= 18);
+}

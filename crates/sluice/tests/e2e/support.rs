@@ -130,6 +130,13 @@ async fn origin_respond(
             tokio::time::sleep(Duration::from_millis(param("ms").unwrap_or(1000))).await;
             text(name)
         }
+        // Slow on the origin named in `who` only: one slow server in a group.
+        "/slow_on" => {
+            if query.split('&').any(|kv| kv == format!("who={name}")) {
+                tokio::time::sleep(Duration::from_millis(param("ms").unwrap_or(1000))).await;
+            }
+            text(name)
+        }
         "/upload" => {
             let n = req
                 .into_body()
