@@ -60,12 +60,27 @@ pub(crate) async fn respond(s: &Sources, req: Request<Incoming>, peer: SocketAdd
             {
                 return denied;
             }
+            if let Some(name) = p
+                .strip_prefix("/api/v1/upstreams/")
+                .and_then(|rest| rest.strip_suffix("/health"))
+            {
+                if method != Method::GET {
+                    return not_allowed("GET");
+                }
+                return match crate::health::upstream(s, name) {
+                    Some(doc) => json_reply(StatusCode::OK, &doc),
+                    None => error(
+                        StatusCode::NOT_FOUND,
+                        &format!("no upstream `{name}` is running; GET /api/v1/config lists them"),
+                    ),
+                };
+            }
             objects(s, req).await
         }
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: try /metrics, /status, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME or POST /api/v1/reload\n",
+            "not found: try /metrics, /status, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME, /api/v1/upstreams/NAME/health or POST /api/v1/reload\n",
         ),
     }
 }

@@ -6,6 +6,7 @@
 //! need the bearer token of `[admin] token_file`. It listens on loopback by default.
 
 mod api;
+mod health;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use sluice_compress::{ByteCount, Codec, CompressCounters, SkipReason};
@@ -146,6 +147,7 @@ pub fn metrics(s: &Sources) -> String {
     );
     compression(&mut out, &s.gateway.compressor().counters());
     key_servers(&mut out, &s.gateway.key_offload().key_servers());
+    health::metrics(&mut out, s);
     api::config_metrics(&mut out, s);
     out
 }
@@ -366,6 +368,7 @@ pub fn status(s: &Sources) -> String {
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_s": s.started.elapsed().as_secs(),
         "config": api::config_status(s),
+        "upstreams": health::status(s),
         "tls_handshakes": p.handshakes.iter().flatten().sum::<u64>(),
         "tls_handshake_failures": p.handshake_failures,
         "requests": STATUS_CLASSES.iter().zip(p.requests).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),

@@ -29,9 +29,9 @@ pub use pattern::{HostPattern, normalize_host};
 pub use snapshot::{
     AccessLogFormat, AccessLogTarget, Admin, Balance, Certificate, CompressEngineName,
     CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,
-    DEFAULT_COMPRESS_TYPES, Global, GzipBackend, HashKey, KeyType, KeylessOffload, Listener,
-    LogConfig, Offload, PassHost, PathMatch, Route, ServerAddr, Snapshot, TlsListener, TlsVersion,
-    UnknownSni, Upstream, UpstreamProtocol, UpstreamServer,
+    DEFAULT_COMPRESS_TYPES, Global, GzipBackend, HashKey, HealthCheck, HealthProbe, KeyType,
+    KeylessOffload, Listener, LogConfig, Offload, PassHost, PathMatch, Route, ServerAddr, Snapshot,
+    Sticky, TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol, UpstreamServer,
 };
 pub use units::{parse_byte_size, parse_duration};
 

@@ -16,6 +16,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 mod certificate;
 mod compression;
+mod health;
 mod listener;
 mod offload;
 mod route;

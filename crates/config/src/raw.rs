@@ -150,6 +150,50 @@ pub struct RawUpstream {
     pub keepalive: Option<Spanned<u32>>,
     /// How long a pooled connection may stay idle.
     pub keepalive_timeout: Option<SpannedStr>,
+    /// `[upstream.sticky]`: keep a client on its server with a signed cookie.
+    pub sticky: Option<Spanned<RawSticky>>,
+    /// `[upstream.health_check]`: active checks of every server.
+    pub health_check: Option<Spanned<RawHealthCheck>>,
+}
+
+/// `[upstream.health_check]`: one checker per upstream probes every server.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealthCheck {
+    /// `"http"` (default) or `"tcp"` (connect only).
+    #[serde(rename = "type")]
+    pub kind: Option<Spanned<String>>,
+    /// HTTP: the path requested (default `/`).
+    pub path: Option<Spanned<String>>,
+    /// HTTP: the Host sent (default: the server's address).
+    pub host: Option<Spanned<String>>,
+    /// HTTP: statuses that pass: `"200"`, `"200-399"` or `"2xx"` (default `["200-399"]`).
+    pub statuses: Option<Vec<Spanned<String>>>,
+    /// HTTP: text the body must contain.
+    pub body: Option<Spanned<String>>,
+    /// Time between checks of a server (default 5s).
+    pub interval: Option<SpannedStr>,
+    /// Time allowed for one check (default 2s).
+    pub timeout: Option<SpannedStr>,
+    /// Consecutive passes that bring a down server back (default 2).
+    pub healthy: Option<Spanned<u32>>,
+    /// Consecutive failures that take a server out (default 3).
+    pub unhealthy: Option<Spanned<u32>>,
+}
+
+/// `[upstream.sticky]`: the gateway sets a cookie naming the server it chose, signed so that a
+/// client cannot choose one itself.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSticky {
+    /// The cookie's name (default `sluice_server`).
+    pub cookie: Option<Spanned<String>>,
+    /// The cookie's `Max-Age`; a session cookie when absent.
+    pub max_age: Option<SpannedStr>,
+    /// A file of at least 32 random bytes that signs the cookies: the same file on every
+    /// gateway of a fleet lets any of them honour another's cookie. Absent: a random key per
+    /// process (cookies outlive reloads, not restarts).
+    pub key_file: Option<Spanned<String>>,
 }
 
 /// One server of an upstream group.

@@ -419,6 +419,54 @@ pub struct Upstream {
     pub keepalive: usize,
     /// Idle pooled connection lifetime.
     pub keepalive_timeout: Duration,
+    /// Sticky sessions by a signed cookie.
+    pub sticky: Option<Sticky>,
+    /// Active health checks.
+    pub health_check: Option<HealthCheck>,
+}
+
+/// `[upstream.health_check]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// What a check does.
+    pub probe: HealthProbe,
+    /// Time between checks of one server.
+    pub interval: Duration,
+    /// Deadline of one check.
+    pub timeout: Duration,
+    /// Consecutive passes that bring a down server back.
+    pub healthy: NonZeroU32,
+    /// Consecutive failures that take a server out.
+    pub unhealthy: NonZeroU32,
+}
+
+/// How a server is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthProbe {
+    /// A TCP connection opens.
+    Tcp,
+    /// An HTTP GET answers with an expected status (and body text).
+    Http {
+        /// Path and query requested.
+        path: String,
+        /// Host header; `None`: the server's address.
+        host: Option<String>,
+        /// Passing statuses, as inclusive ranges.
+        statuses: Vec<(u16, u16)>,
+        /// Text the body must contain.
+        body: Option<String>,
+    },
+}
+
+/// `[upstream.sticky]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sticky {
+    /// Cookie name.
+    pub cookie: String,
+    /// `Max-Age`; `None`: a session cookie.
+    pub max_age: Option<Duration>,
+    /// The signing key from `key_file`; `None`: the process's own random key.
+    pub key: Option<Vec<u8>>,
 }
 
 /// How a route matches the path.

@@ -1,6 +1,6 @@
 use crate::{
-    Balance, HashKey, HostPattern, LoadError, PassHost, PathMatch, TlsVersion, UnknownSni,
-    load_str, parse_byte_size, parse_duration,
+    Balance, HashKey, HealthProbe, HostPattern, LoadError, PassHost, PathMatch, TlsVersion,
+    UnknownSni, load_str, parse_byte_size, parse_duration,
 };
 use boring::asn1::Asn1Time;
 use boring::ec::{EcGroup, EcKey};
@@ -624,4 +624,150 @@ servers = [{ address = "127.0.0.1:9000" }]
         "{errs:#?}"
     );
     assert_eq!(errs.len(), 4, "{errs:#?}");
+}
+
+#[test]
+fn sticky_sessions_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("sticky.key"), [9u8; 32]).unwrap();
+    std::fs::write(dir.path().join("short.key"), [9u8; 8]).unwrap();
+    let src = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "shared"
+servers = [{ address = "127.0.0.1:9000" }]
+[upstream.sticky]
+cookie = "app_srv"
+max_age = "2h"
+key_file = "sticky.key"
+[[upstream]]
+name = "defaults"
+servers = [{ address = "127.0.0.1:9000" }]
+[upstream.sticky]
+"#;
+    let s = load_str(src, "good.toml", dir.path()).unwrap();
+    let shared = s.upstreams[0].sticky.as_ref().unwrap();
+    assert_eq!(shared.cookie, "app_srv");
+    assert_eq!(shared.max_age, Some(Duration::from_secs(7200)));
+    assert_eq!(shared.key.as_deref(), Some(&[9u8; 32][..]));
+    let defaults = s.upstreams[1].sticky.as_ref().unwrap();
+    assert_eq!(
+        (
+            defaults.cookie.as_str(),
+            defaults.max_age,
+            defaults.key.as_ref()
+        ),
+        ("sluice_server", None, None)
+    );
+
+    let bad = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "a"
+servers = [{ address = "127.0.0.1:9000" }]
+[upstream.sticky]
+cookie = "bad name;"
+key_file = "short.key"
+[[upstream]]
+name = "b"
+servers = [{ address = "127.0.0.1:9000" }]
+[upstream.sticky]
+key_file = "missing.key"
+"#;
+    let errs = errors(bad, dir.path());
+    let at = |needle: &str| {
+        errs.iter()
+            .find(|e| e.line == line_of(bad, needle))
+            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
+    };
+    assert!(at("bad name;").message.contains("not a cookie name"));
+    assert!(at("short.key").help.contains("head -c 32 /dev/urandom"));
+    assert!(at("missing.key").message.contains("cannot read"));
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+}
+
+#[test]
+fn health_checks_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "web"
+servers = [{ address = "127.0.0.1:9000" }]
+[upstream.health_check]
+path = "/healthz"
+statuses = ["2xx", "301-302", "418"]
+body = "ok"
+interval = "3s"
+timeout = "1s"
+[[upstream]]
+name = "db"
+servers = [{ address = "127.0.0.1:9001" }]
+[upstream.health_check]
+type = "tcp"
+"#;
+    let s = load_str(src, "good.toml", dir.path()).unwrap();
+    let web = s.upstreams[0].health_check.as_ref().unwrap();
+    assert_eq!(
+        web.probe,
+        HealthProbe::Http {
+            path: "/healthz".into(),
+            host: None,
+            statuses: vec![(200, 299), (301, 302), (418, 418)],
+            body: Some("ok".into()),
+        }
+    );
+    assert_eq!(
+        (web.interval, web.timeout),
+        (Duration::from_secs(3), Duration::from_secs(1))
+    );
+    assert_eq!((web.healthy.get(), web.unhealthy.get()), (2, 3), "defaults");
+    assert_eq!(
+        s.upstreams[1].health_check.as_ref().unwrap().probe,
+        HealthProbe::Tcp
+    );
+
+    let bad = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "web"
+servers = [{ address = "127.0.0.1:9000" }]
+[upstream.health_check]
+path = "healthz"
+statuses = ["2xx", "600", "3xx-4xx"]
+interval = "1s"
+timeout = "5s"
+healthy = 0
+[[upstream]]
+name = "db"
+servers = [{ address = "127.0.0.1:9001" }]
+[upstream.health_check]
+type = "tcp"
+path = "/x"
+"#;
+    let errs = errors(bad, dir.path());
+    let at = |needle: &str| {
+        errs.iter()
+            .find(|e| e.line == line_of(bad, needle))
+            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
+    };
+    assert!(at("\"healthz\"").help.contains("/healthz"));
+    assert!(at("\"600\"").message.contains("`600`"), "{errs:#?}");
+    assert!(
+        at("timeout = \"5s\"")
+            .help
+            .contains("shorter than the interval")
+    );
+    assert!(at("healthy = 0").message.contains("at least 1"));
+    assert!(at("path = \"/x\"").help.contains("type = \"http\""));
+    // "600" and "3xx-4xx" share a line: both reported.
+    assert_eq!(errs.len(), 6, "{errs:#?}");
 }

@@ -16,7 +16,8 @@ use maglev::Maglev;
 use sluice_config::Balance;
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::SystemTime;
 
 /// Groups up to this size get an exact scan for `least_conn`; larger ones two samples.
 const SCAN_LIMIT: usize = 16;
@@ -41,6 +42,18 @@ pub(crate) struct Server {
     /// group's clock).
     ewma_ns: AtomicU64,
     ewma_at_ns: AtomicU64,
+    /// The active health checks' verdict (true until checks say otherwise).
+    checked_up: AtomicBool,
+    /// Why the checks last changed their verdict, and when (for the health endpoint).
+    check_detail: Mutex<(String, SystemTime)>,
+}
+
+/// One server's health as the admin API shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerHealth {
+    pub(crate) up: bool,
+    pub(crate) reason: String,
+    pub(crate) since: SystemTime,
 }
 
 impl Server {
@@ -59,11 +72,71 @@ impl Server {
             down_until_ms: AtomicU64::new(0),
             ewma_ns: AtomicU64::new(0f64.to_bits()),
             ewma_at_ns: AtomicU64::new(0),
+            checked_up: AtomicBool::new(true),
+            check_detail: Mutex::new(("in use; not checked yet".into(), SystemTime::now())),
         }
     }
 
     pub(crate) fn available(&self, now_ms: u64) -> bool {
-        self.down_until_ms.load(Ordering::Relaxed) <= now_ms
+        self.checked_up.load(Ordering::Relaxed)
+            && self.down_until_ms.load(Ordering::Relaxed) <= now_ms
+    }
+
+    pub(crate) fn checked_up(&self) -> bool {
+        self.checked_up.load(Ordering::Relaxed)
+    }
+
+    /// The health checker's verdict changed.
+    pub(crate) fn set_checked(&self, up: bool, reason: String) {
+        *self.check_detail.lock().unwrap_or_else(|e| e.into_inner()) = (reason, SystemTime::now());
+        self.checked_up.store(up, Ordering::Relaxed);
+    }
+
+    /// A down server failed another check: keep the latest reason, not the time it went down.
+    pub(crate) fn note_reason(&self, reason: String) {
+        self.check_detail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0 = reason;
+    }
+
+    /// Health for the admin API: active checks first, then passive marks (`max_fails`).
+    /// `fail_timeout_ms` dates a passive mark; `to_system` turns the group's clock into
+    /// wall-clock time.
+    pub(crate) fn health(
+        &self,
+        now_ms: u64,
+        fail_timeout_ms: u64,
+        to_system: impl Fn(u64) -> SystemTime,
+    ) -> ServerHealth {
+        let (reason, since) = self
+            .check_detail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if !self.checked_up() {
+            return ServerHealth {
+                up: false,
+                reason: format!("health check: {reason}"),
+                since,
+            };
+        }
+        let until = self.down_until_ms.load(Ordering::Relaxed);
+        if until > now_ms {
+            return ServerHealth {
+                up: false,
+                reason: format!(
+                    "passive: failed max_fails times; skipped for {} ms more",
+                    until - now_ms
+                ),
+                since: to_system(until.saturating_sub(fail_timeout_ms)),
+            };
+        }
+        ServerHealth {
+            up: true,
+            reason,
+            since,
+        }
     }
 
     /// Records a failure; after `max_fails` of them the server is skipped for `fail_timeout_ms`.

@@ -58,6 +58,8 @@ struct View {
     access_log: AccessLog,
     /// Connections of every listener, current and draining.
     trackers: Vec<TaskTracker>,
+    /// Upstream groups in configuration order (their health).
+    upstreams: Vec<Arc<UpstreamGroup>>,
 }
 
 #[derive(Debug)]
@@ -268,6 +270,16 @@ impl Gateway {
         self.metrics.clone()
     }
 
+    /// Every upstream group's health, in configuration order.
+    pub fn upstream_health(&self) -> Vec<crate::UpstreamHealth> {
+        self.view
+            .load()
+            .upstreams
+            .iter()
+            .map(|g| g.health())
+            .collect()
+    }
+
     /// The TLS private-key offload (its engines' counters).
     pub fn key_offload(&self) -> Arc<KeyOffload> {
         self.view.load().key_offload.clone()
@@ -343,6 +355,12 @@ fn view_of(state: &State) -> View {
         key_offload: state.key_offload.clone(),
         compressor: state.compressor.clone(),
         access_log: state.access_log.clone(),
+        upstreams: state
+            .snapshot
+            .upstreams
+            .iter()
+            .filter_map(|u| state.upstreams.get(&u.name).cloned())
+            .collect(),
         trackers: state
             .listeners
             .iter()
@@ -397,7 +415,9 @@ async fn prepare(
                 }
                 _ => {
                     report.upstreams_new += 1;
-                    Arc::new(UpstreamGroup::new(u.clone()))
+                    let group = Arc::new(UpstreamGroup::new(u.clone()));
+                    crate::health::start(&group);
+                    group
                 }
             };
             upstreams.insert(u.name.clone(), group.clone());

@@ -207,9 +207,10 @@ async fn proxy(
     });
 
     let key = group.hash_key(&parts, conn.peer.ip());
+    let sticky = group.sticky.as_ref().and_then(|s| s.server(&parts.headers));
     let mut tried = Vec::with_capacity(2);
     loop {
-        let Some(server) = group.pick(key, &tried) else {
+        let Some(server) = group.pick(key, &tried, sticky) else {
             return failure(done, Failure::UpstreamConnect);
         };
         tried.push(server.index);
@@ -323,6 +324,15 @@ async fn proxy(
                 }
                 let (mut rparts, rbody) = resp.into_parts();
                 rparts.version = parts.version;
+                // A new session, or one whose server was down: name the server chosen.
+                if let Some(cookies) = &group.sticky
+                    && sticky != Some(server.index)
+                {
+                    rparts.headers.append(
+                        header::SET_COOKIE,
+                        cookies.set_cookie(server.index, listener.tls.is_some()),
+                    );
+                }
                 done._server = Some(server);
                 let rbody =
                     compression::apply(&listener.compressor, &facts, &mut rparts, rbody).await;

@@ -19,8 +19,10 @@ mod error;
 mod forward;
 mod gateway;
 mod handler;
+mod health;
 mod metrics;
 mod router;
+mod sticky;
 mod text;
 mod upstream;
 
@@ -30,6 +32,7 @@ pub use error::ProxyError;
 pub use gateway::{ApplyReport, Gateway};
 pub use metrics::{ProxyMetrics, ProxySnapshot, STATUS_CLASSES, TLS_VERSIONS, UPSTREAM_ERRORS};
 pub use router::Router;
+pub use upstream::{ServerHealthReport, UpstreamHealth};
 
 #[cfg(test)]
 mod tests;

@@ -3,6 +3,7 @@
 use crate::balance::{Balancer, PickCx, Server, hash_ip, hash64};
 use crate::body::{BoxError, ProxyBody};
 use crate::conn_pool::{ConnPool, UpstreamError};
+use crate::sticky::StickyCookies;
 use http::{Request, Response, Uri};
 use http_body_util::BodyExt as _;
 use hyper_util::client::legacy::Client;
@@ -11,8 +12,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use sluice_config::{Balance, HashKey, Upstream, UpstreamProtocol};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Instant, SystemTime};
 
 /// How a group talks to its servers.
 enum Transport {
@@ -32,6 +33,12 @@ pub(crate) struct UpstreamGroup {
     clock: Instant,
     /// Requests in flight across the group (the bound of `consistent_hash`).
     in_flight: AtomicUsize,
+    /// `[upstream.sticky]`.
+    pub(crate) sticky: Option<StickyCookies>,
+    /// Requests sent to a server marked down because none was up (fail open).
+    fail_open: AtomicU64,
+    /// Wall-clock time of `clock`'s start, to date health changes.
+    started: SystemTime,
 }
 
 impl std::fmt::Debug for UpstreamGroup {
@@ -72,13 +79,24 @@ impl UpstreamGroup {
             .iter()
             .map(|s| Server::named(s.address.name.clone(), s.address.addr, s.weight.get()))
             .collect();
+        let sticky = config.sticky.clone().map(|s| {
+            let names: Vec<&str> = config
+                .servers
+                .iter()
+                .map(|s| s.address.name.as_str())
+                .collect();
+            StickyCookies::new(s, &config.name, &names)
+        });
         UpstreamGroup {
+            sticky,
             balancer: Balancer::new(config.balance, &servers, config.hash_balance_factor),
             servers,
             transport,
             config,
             clock: Instant::now(),
+            started: SystemTime::now(),
             in_flight: AtomicUsize::new(0),
+            fail_open: AtomicU64::new(0),
         }
     }
 
@@ -136,8 +154,14 @@ impl UpstreamGroup {
     }
 
     /// Picks a server not yet tried for this request and counts it active until the guard
-    /// drops. `key` is [`Self::hash_key`]'s.
-    pub(crate) fn pick(self: &Arc<Self>, key: u64, tried: &[usize]) -> Option<ActiveGuard> {
+    /// drops. `key` is [`Self::hash_key`]'s; `prefer` the server a sticky cookie names, taken
+    /// when it is up and not yet tried.
+    pub(crate) fn pick(
+        self: &Arc<Self>,
+        key: u64,
+        tried: &[usize],
+        prefer: Option<usize>,
+    ) -> Option<ActiveGuard> {
         let now = self.clock.elapsed();
         let cx = PickCx {
             now_ms: now.as_millis() as u64,
@@ -146,13 +170,46 @@ impl UpstreamGroup {
             tried,
             in_flight: self.in_flight.load(Ordering::Relaxed),
         };
-        let i = self.balancer.pick(&self.servers, &cx)?;
+        let i =
+            match prefer.filter(|&i| !tried.contains(&i) && self.servers[i].available(cx.now_ms)) {
+                Some(i) => i,
+                None => self.balancer.pick(&self.servers, &cx)?,
+            };
+        if !self.servers[i].available(cx.now_ms) {
+            self.fail_open.fetch_add(1, Ordering::Relaxed);
+        }
         self.servers[i].active.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         Some(ActiveGuard {
             group: self.clone(),
             index: i,
         })
+    }
+
+    /// Each server's health, for the admin API, `/status` and `/metrics`.
+    pub(crate) fn health(&self) -> UpstreamHealth {
+        let now_ms = self.now_ms();
+        let fail_timeout_ms = self.config.fail_timeout.as_millis() as u64;
+        let to_system = |ms: u64| self.started + std::time::Duration::from_millis(ms);
+        UpstreamHealth {
+            name: self.config.name.clone(),
+            checked: self.config.health_check.is_some(),
+            fail_open: self.fail_open.load(Ordering::Relaxed),
+            servers: self
+                .servers
+                .iter()
+                .map(|s| {
+                    let h = s.health(now_ms, fail_timeout_ms, to_system);
+                    ServerHealthReport {
+                        address: s.name.clone(),
+                        up: h.up,
+                        reason: h.reason,
+                        since: h.since,
+                        in_flight: s.active.load(Ordering::Relaxed),
+                    }
+                })
+                .collect(),
+        }
     }
 
     /// Feeds a server's response time to `peak_ewma` (a no-op for the other balancers).
@@ -180,6 +237,34 @@ impl UpstreamGroup {
     }
 }
 
+/// An upstream group's health, as the admin listener shows it.
+#[derive(Debug, Clone)]
+pub struct UpstreamHealth {
+    /// The upstream's name.
+    pub name: String,
+    /// Whether active health checks run for it.
+    pub checked: bool,
+    /// Requests sent to a server marked down because none was up.
+    pub fail_open: u64,
+    /// Its servers, in configuration order.
+    pub servers: Vec<ServerHealthReport>,
+}
+
+/// One server's health.
+#[derive(Debug, Clone)]
+pub struct ServerHealthReport {
+    /// The address as configured.
+    pub address: String,
+    /// In use (`"up"`) or skipped (`"down"`).
+    pub up: bool,
+    /// Why: the health check's last result, or the passive mark.
+    pub reason: String,
+    /// When the state last changed.
+    pub since: SystemTime,
+    /// Requests in flight to it.
+    pub in_flight: usize,
+}
+
 /// Holds one server's active-request count up while a request uses it.
 #[derive(Debug)]
 pub(crate) struct ActiveGuard {
@@ -202,7 +287,7 @@ impl Drop for ActiveGuard {
 
 /// The value of cookie `name` in the request's `Cookie` headers (RFC 6265 §5.4: pairs
 /// separated by `; `).
-fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a [u8]> {
+pub(crate) fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a [u8]> {
     headers.get_all(http::header::COOKIE).iter().find_map(|v| {
         v.as_bytes().split(|&b| b == b';').find_map(|pair| {
             let pair = pair.trim_ascii_start();

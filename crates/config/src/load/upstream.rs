@@ -6,6 +6,7 @@ use crate::snapshot::*;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::num::NonZeroU32;
 use std::time::Duration;
+use toml::Spanned;
 
 impl Cx<'_> {
     pub(super) fn upstream(&mut self, raw: &RawUpstream) -> Upstream {
@@ -175,6 +176,11 @@ impl Cx<'_> {
                 NonZeroU32::MIN
             }),
         };
+        let sticky = raw.sticky.as_ref().map(|s| self.sticky(&name, s));
+        let health_check = raw
+            .health_check
+            .as_ref()
+            .map(|h| self.health_check(&name, h));
         Upstream {
             name,
             servers,
@@ -197,6 +203,56 @@ impl Cx<'_> {
             keepalive_timeout: self
                 .duration(raw.keepalive_timeout.as_ref())
                 .unwrap_or(Duration::from_secs(60)),
+            sticky,
+            health_check,
+        }
+    }
+
+    fn sticky(&mut self, upstream: &str, raw: &Spanned<RawSticky>) -> Sticky {
+        let cookie = match &raw.get_ref().cookie {
+            None => "sluice_server".to_string(),
+            Some(c) => {
+                let name = c.get_ref();
+                if !cookie_name(name) {
+                    self.err_at(
+                        c,
+                        format!("upstream `{upstream}`: `{name}` is not a cookie name"),
+                        "use letters, digits and - _ . only, such as \"app_server\"",
+                    );
+                }
+                name.clone()
+            }
+        };
+        let key = raw.get_ref().key_file.as_ref().and_then(|f| {
+            let path = self.path(f.get_ref());
+            match std::fs::read(&path) {
+                Ok(bytes) if bytes.len() >= 32 => Some(bytes),
+                Ok(bytes) => {
+                    self.err_at(
+                        f,
+                        format!(
+                            "upstream `{upstream}`: sticky key_file {} holds {} bytes; 32 or more are needed",
+                            path.display(),
+                            bytes.len()
+                        ),
+                        "make one with: head -c 32 /dev/urandom > sticky.key (the same file on every gateway)",
+                    );
+                    None
+                }
+                Err(e) => {
+                    self.err_at(
+                        f,
+                        format!("upstream `{upstream}`: cannot read sticky key_file {}: {e}", path.display()),
+                        "check the path (relative paths start at the configuration file's folder)",
+                    );
+                    None
+                }
+            }
+        });
+        Sticky {
+            cookie,
+            max_age: self.duration(raw.get_ref().max_age.as_ref()),
+            key,
         }
     }
 }
@@ -227,4 +283,12 @@ fn http_token(name: &str) -> Option<()> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
     ok.then_some(())
+}
+
+/// A cookie name we are willing to set (a conservative subset of RFC 6265's token).
+fn cookie_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }

@@ -211,3 +211,66 @@ async fn peak_ewma_steers_away_from_a_slow_server() {
     assert!(os[1].hits() <= 2, "slow server got {} of 20", os[1].hits());
     assert!(os[0].hits() >= 18);
 }
+
+/// `name=value` of the response's Set-Cookie, if any.
+fn set_cookie(got: &Got) -> Option<String> {
+    got.headers
+        .get(http::header::SET_COOKIE)
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_string())
+}
+
+#[tokio::test]
+async fn a_sticky_cookie_keeps_a_client_on_its_server_and_moves_it_when_the_server_goes() {
+    let os = [
+        Origin::start("0").await,
+        Origin::start("1").await,
+        Origin::start("2").await,
+    ];
+    let servers: Vec<String> = os.iter().map(|o| server(o, 1)).collect();
+    let cfg = upstream_cfg("round_robin", &servers.join(", "))
+        + "[upstream.sticky]\ncookie = \"srv\"\nmax_age = \"1h\"\n";
+    // `[upstream.sticky]` must follow its [[upstream]]: move the route after it.
+    let cfg = cfg.replace("[[route]]\nname = \"all\"\nupstream = \"pool\"\n", "")
+        + "[[route]]\nname = \"all\"\nupstream = \"pool\"\n";
+    let gw = TestGateway::plain(&cfg).await;
+    let addr = gw.addr("http");
+
+    let first = http1_get(addr, "x", "/whoami").await;
+    let cookie = set_cookie(&first).expect("a new session gets a cookie");
+    assert!(cookie.starts_with("srv="));
+    let full = first.headers[http::header::SET_COOKIE].to_str().unwrap();
+    assert!(
+        full.contains("HttpOnly") && full.contains("Max-Age=3600"),
+        "{full}"
+    );
+    for _ in 0..9 {
+        let got = get_with(addr, "/whoami", ("cookie", &cookie)).await;
+        assert_eq!(got.body, first.body, "round robin would have moved it");
+        assert_eq!(set_cookie(&got), None, "a valid cookie is not set again");
+    }
+
+    // A client cannot pick a server: another server's id with this tag is ignored.
+    let other = loop {
+        let got = http1_get(addr, "x", "/whoami").await;
+        if got.body != first.body {
+            break set_cookie(&got).unwrap();
+        }
+    };
+    let (_, tag) = cookie.split_once('.').unwrap();
+    let (other_id, _) = other.split_once('.').unwrap();
+    let forged = get_with(addr, "/whoami", ("cookie", &format!("{other_id}.{tag}"))).await;
+    assert_eq!(forged.status, 200);
+    assert!(set_cookie(&forged).is_some(), "a forged cookie is replaced");
+
+    // Its server goes away: the client moves, and gets a cookie for the new one.
+    let home: usize = first.body.parse().unwrap();
+    os[home].stop();
+    let moved = get_with(addr, "/whoami", ("cookie", &cookie)).await;
+    assert_eq!(moved.status, 200);
+    assert_ne!(moved.body, first.body);
+    let new_cookie = set_cookie(&moved).expect("the new server is named");
+    for _ in 0..4 {
+        let got = get_with(addr, "/whoami", ("cookie", &new_cookie)).await;
+        assert_eq!(got.body, moved.body);
+    }
+}

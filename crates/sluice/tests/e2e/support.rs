@@ -26,6 +26,8 @@ pub struct Origin {
     pub hits: Arc<AtomicUsize>,
     /// Released by a test to let `/hold` finish its body.
     pub release: Arc<Notify>,
+    /// What `/healthz` answers: 200 "ok" while true, 503 otherwise.
+    pub healthy: Arc<std::sync::atomic::AtomicBool>,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -50,7 +52,8 @@ impl Origin {
         let addr = socket.local_addr().unwrap();
         let hits = Arc::new(AtomicUsize::new(0));
         let release = Arc::new(Notify::new());
-        let (h, r) = (hits.clone(), release.clone());
+        let healthy = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (h, r, ok) = (hits.clone(), release.clone(), healthy.clone());
         let (stop, stopped) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             loop {
@@ -60,12 +63,29 @@ impl Origin {
                     _ = stopped_accept.wait_for(|s| *s) => return,
                 };
                 let Ok((tcp, _)) = accepted else { return };
-                let (h, r) = (h.clone(), r.clone());
+                let (h, r, ok) = (h.clone(), r.clone(), ok.clone());
                 let mut stopped_conn = stopped.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        h.fetch_add(1, Ordering::SeqCst);
-                        origin_respond(name, req, r.clone())
+                    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let health = req.uri().path() == "/healthz";
+                        if !health {
+                            h.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let healthy = ok.load(Ordering::SeqCst);
+                        let r = r.clone();
+                        async move {
+                            if health {
+                                let (status, body) = if healthy {
+                                    (200, "ok")
+                                } else {
+                                    (503, "failing")
+                                };
+                                let mut resp = text(body);
+                                *resp.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                                return Ok(resp);
+                            }
+                            origin_respond(name, req, r).await
+                        }
                     });
                     let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                     if h2_only {
@@ -83,6 +103,7 @@ impl Origin {
             addr,
             hits,
             release,
+            healthy,
             stop,
         }
     }
@@ -92,6 +113,7 @@ impl Origin {
         let _ = self.stop.send(true);
     }
 
+    /// Requests served, health checks (`/healthz`) not counted.
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
     }
@@ -346,6 +368,7 @@ pub async fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Handshak
 pub struct Got {
     pub status: u16,
     pub version: http::Version,
+    pub headers: http::HeaderMap,
     pub body: String,
 }
 
@@ -406,6 +429,7 @@ pub async fn collect(resp: Response<Incoming>) -> Got {
     Got {
         status: parts.status.as_u16(),
         version: parts.version,
+        headers: parts.headers,
         body,
     }
 }

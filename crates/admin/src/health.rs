@@ -1,0 +1,123 @@
+//! Upstream health on the admin listener: `GET /api/v1/upstreams/{name}/health`, the
+//! `upstreams` object of `/status` and the `sluice_upstream_*` metrics.
+
+use crate::Sources;
+use serde_json::{Value, json};
+use sluice_proxy::UpstreamHealth;
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// One upstream's health document, or `None` if no upstream has that name.
+pub(crate) fn upstream(s: &Sources, name: &str) -> Option<Value> {
+    let h = s
+        .gateway
+        .upstream_health()
+        .into_iter()
+        .find(|h| h.name == name)?;
+    Some(document(&h))
+}
+
+fn document(h: &UpstreamHealth) -> Value {
+    json!({
+        "upstream": h.name,
+        "health_check": h.checked,
+        "fail_open_requests": h.fail_open,
+        "servers": h.servers.iter().map(|s| json!({
+            "address": s.address,
+            "state": if s.up { "up" } else { "down" },
+            "reason": s.reason,
+            "since": unix_seconds(s.since),
+            "in_flight": s.in_flight,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// `/status`'s summary: servers up and down per upstream (the full list is in the API).
+pub(crate) fn status(s: &Sources) -> Value {
+    Value::Array(
+        s.gateway
+            .upstream_health()
+            .iter()
+            .map(|h| {
+                let up = h.servers.iter().filter(|s| s.up).count();
+                json!({
+                    "name": h.name,
+                    "health_check": h.checked,
+                    "servers_up": up,
+                    "servers_down": h.servers.len() - up,
+                    "fail_open_requests": h.fail_open,
+                    "down": h.servers.iter().filter(|s| !s.up).map(|s| json!({
+                        "address": s.address, "reason": s.reason, "since": unix_seconds(s.since),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// A Prometheus label value.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+pub(crate) fn metrics(out: &mut String, s: &Sources) {
+    let all = s.gateway.upstream_health();
+    if all.is_empty() {
+        return;
+    }
+    crate::family(
+        out,
+        "sluice_upstream_server_up",
+        "gauge",
+        "Whether an upstream server is in use (1) or skipped by health checks or passive marks (0).",
+    );
+    for h in &all {
+        for sv in &h.servers {
+            let _ = writeln!(
+                out,
+                "sluice_upstream_server_up{{upstream=\"{}\",server=\"{}\"}} {}",
+                label(&h.name),
+                label(&sv.address),
+                u8::from(sv.up)
+            );
+        }
+    }
+    crate::family(
+        out,
+        "sluice_upstream_server_in_flight",
+        "gauge",
+        "Requests in flight to an upstream server.",
+    );
+    for h in &all {
+        for sv in &h.servers {
+            let _ = writeln!(
+                out,
+                "sluice_upstream_server_in_flight{{upstream=\"{}\",server=\"{}\"}} {}",
+                label(&h.name),
+                label(&sv.address),
+                sv.in_flight
+            );
+        }
+    }
+    crate::family(
+        out,
+        "sluice_upstream_fail_open_total",
+        "counter",
+        "Requests sent to a server marked down because every server of the upstream was down.",
+    );
+    for h in &all {
+        let _ = writeln!(
+            out,
+            "sluice_upstream_fail_open_total{{upstream=\"{}\"}} {}",
+            label(&h.name),
+            h.fail_open
+        );
+    }
+}

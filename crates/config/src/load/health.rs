@@ -1,0 +1,159 @@
+//! `[upstream.health_check]`: active checks.
+
+use super::Cx;
+use crate::raw::*;
+use crate::snapshot::*;
+use std::num::NonZeroU32;
+use std::time::Duration;
+use toml::Spanned;
+
+impl Cx<'_> {
+    pub(super) fn health_check(
+        &mut self,
+        upstream: &str,
+        raw: &Spanned<RawHealthCheck>,
+    ) -> HealthCheck {
+        let r = raw.get_ref();
+        #[derive(Clone, Copy, PartialEq)]
+        enum Kind {
+            Http,
+            Tcp,
+        }
+        let kind = self
+            .choice(
+                r.kind.as_ref(),
+                "type",
+                &[("http", Kind::Http), ("tcp", Kind::Tcp)],
+            )
+            .unwrap_or(Kind::Http);
+        let probe = match kind {
+            Kind::Tcp => {
+                for (field, set) in [
+                    ("path", r.path.as_ref().map(Spanned::span)),
+                    ("host", r.host.as_ref().map(Spanned::span)),
+                    ("body", r.body.as_ref().map(Spanned::span)),
+                    (
+                        "statuses",
+                        r.statuses
+                            .as_ref()
+                            .and_then(|s| s.first())
+                            .map(Spanned::span),
+                    ),
+                ] {
+                    if let Some(span) = set {
+                        self.err(
+                            span.start,
+                            format!("upstream `{upstream}`: health_check `{field}` is for HTTP checks, and this one is type = \"tcp\""),
+                            format!("remove `{field}`, or use type = \"http\""),
+                        );
+                    }
+                }
+                HealthProbe::Tcp
+            }
+            Kind::Http => {
+                let path = match &r.path {
+                    None => "/".to_string(),
+                    Some(p)
+                        if p.get_ref().starts_with('/')
+                            && !p.get_ref().contains(char::is_whitespace) =>
+                    {
+                        p.get_ref().clone()
+                    }
+                    Some(p) => {
+                        self.err_at(
+                            p,
+                            format!(
+                                "upstream `{upstream}`: health_check path `{}` is not a path",
+                                p.get_ref()
+                            ),
+                            "write it from the root, such as \"/healthz\"",
+                        );
+                        "/".to_string()
+                    }
+                };
+                let statuses = match &r.statuses {
+                    None => vec![(200, 399)],
+                    Some(list) if list.is_empty() => {
+                        self.err_at(
+                            raw,
+                            format!("upstream `{upstream}`: health_check statuses is empty, so no check could pass"),
+                            "list at least one, such as statuses = [\"2xx\"]",
+                        );
+                        vec![(200, 399)]
+                    }
+                    Some(list) => list
+                        .iter()
+                        .filter_map(|s| {
+                            let range = status_range(s.get_ref());
+                            if range.is_none() {
+                                self.err_at(
+                                    s,
+                                    format!("upstream `{upstream}`: `{}` is not a status, range or class", s.get_ref()),
+                                    "use \"200\", \"200-399\" or \"2xx\"",
+                                );
+                            }
+                            range
+                        })
+                        .collect(),
+                };
+                HealthProbe::Http {
+                    path,
+                    host: r.host.as_ref().map(|h| h.get_ref().clone()),
+                    statuses,
+                    body: r.body.as_ref().map(|b| b.get_ref().clone()),
+                }
+            }
+        };
+        let interval = self
+            .duration(r.interval.as_ref())
+            .unwrap_or(Duration::from_secs(5));
+        let timeout = self
+            .duration(r.timeout.as_ref())
+            .unwrap_or(Duration::from_secs(2).min(interval));
+        if let Some(t) = &r.timeout
+            && timeout > interval
+        {
+            self.err_at(
+                t,
+                format!("upstream `{upstream}`: a health check timeout of {timeout:?} is longer than its interval of {interval:?}"),
+                "make the timeout shorter than the interval",
+            );
+        }
+        let mut count = |v: &Option<Spanned<u32>>, field: &str, default: u32| match v {
+            None => NonZeroU32::new(default).expect("defaults are positive"),
+            Some(n) => NonZeroU32::new(*n.get_ref()).unwrap_or_else(|| {
+                self.err_at(
+                    n,
+                    format!("upstream `{upstream}`: health_check `{field}` must be at least 1"),
+                    "use 1 to act on a single check",
+                );
+                NonZeroU32::MIN
+            }),
+        };
+        let healthy = count(&r.healthy, "healthy", 2);
+        let unhealthy = count(&r.unhealthy, "unhealthy", 3);
+        HealthCheck {
+            probe,
+            interval,
+            timeout,
+            healthy,
+            unhealthy,
+        }
+    }
+}
+
+/// `"204"`, `"200-399"` or `"2xx"` as an inclusive range.
+fn status_range(s: &str) -> Option<(u16, u16)> {
+    let code = |t: &str| t.parse::<u16>().ok().filter(|c| (100..=599).contains(c));
+    if let Some(class) = s.strip_suffix("xx") {
+        let c = class.parse::<u16>().ok().filter(|c| (1..=5).contains(c))?;
+        return Some((c * 100, c * 100 + 99));
+    }
+    match s.split_once('-') {
+        Some((a, b)) => {
+            let (a, b) = (code(a.trim())?, code(b.trim())?);
+            (a <= b).then_some((a, b))
+        }
+        None => code(s).map(|c| (c, c)),
+    }
+}

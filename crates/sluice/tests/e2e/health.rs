@@ -1,0 +1,150 @@
+//! Active health checks against real origins that can be told to fail, seen through the
+//! traffic and through the admin listener (`/api/v1/upstreams/NAME/health`, `/status`,
+//! `/metrics`).
+
+use crate::support::*;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+fn config(servers: &[String], check: &str) -> String {
+    format!(
+        r#"
+[log]
+access_log = "off"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "pool"
+fail_timeout = "30s"
+connect_timeout = "1s"
+servers = [{}]
+[upstream.health_check]
+{check}
+[[route]]
+name = "all"
+upstream = "pool"
+"#,
+        servers.join(", ")
+    )
+}
+
+async fn admin_for(gw: &TestGateway) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    sluice_admin::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        sluice_admin::Sources {
+            gateway: gw.gateway().clone(),
+            control: None,
+            started: std::time::Instant::now(),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+async fn health(admin: SocketAddr) -> Value {
+    let got = http1_get(admin, "localhost", "/api/v1/upstreams/pool/health").await;
+    assert_eq!(got.status, 200, "{}", got.body);
+    serde_json::from_str(&got.body).unwrap()
+}
+
+fn up(gw: &TestGateway, server: usize) -> bool {
+    gw.gateway().upstream_health()[0].servers[server].up
+}
+
+#[tokio::test]
+async fn a_server_failing_its_checks_gets_no_traffic_until_it_passes_again() {
+    let a = Origin::start("a").await;
+    let b = Origin::start("b").await;
+    let servers = [
+        format!("{{ address = \"{}\" }}", a.addr),
+        format!("{{ address = \"{}\" }}", b.addr),
+    ];
+    let check = "path = \"/healthz\"\nstatuses = [\"2xx\"]\nbody = \"ok\"\ninterval = \"100ms\"\ntimeout = \"80ms\"\nhealthy = 2\nunhealthy = 2";
+    let gw = TestGateway::plain(&config(&servers, check)).await;
+    let (admin, _task) = admin_for(&gw).await;
+    let addr = gw.addr("http");
+
+    let doc = health(admin).await;
+    assert_eq!(doc["health_check"], true);
+    assert_eq!(doc["servers"][1]["state"], "up");
+
+    b.healthy.store(false, Ordering::SeqCst);
+    wait_until(|| !up(&gw, 1)).await;
+    for _ in 0..20 {
+        let got = http1_get(addr, "x", "/whoami").await;
+        assert_eq!(
+            (got.status, got.body.as_str()),
+            (200, "a"),
+            "b is out of use"
+        );
+    }
+    let doc = health(admin).await;
+    assert_eq!(doc["servers"][0]["state"], "up");
+    assert_eq!(doc["servers"][1]["state"], "down");
+    let reason = doc["servers"][1]["reason"].as_str().unwrap();
+    assert!(reason.contains("status 503"), "{reason}");
+    assert_eq!(doc["servers"][1]["address"], b.addr.to_string());
+
+    let metrics = http1_get(admin, "localhost", "/metrics").await.body;
+    assert!(
+        metrics.contains(&format!(
+            "sluice_upstream_server_up{{upstream=\"pool\",server=\"{}\"}} 0",
+            b.addr
+        )),
+        "{metrics}"
+    );
+    let status: Value =
+        serde_json::from_str(&http1_get(admin, "localhost", "/status").await.body).unwrap();
+    assert_eq!(status["upstreams"][0]["servers_down"], 1);
+
+    b.healthy.store(true, Ordering::SeqCst);
+    wait_until(|| up(&gw, 1)).await;
+    let mut bodies = Vec::new();
+    for _ in 0..10 {
+        bodies.push(http1_get(addr, "x", "/whoami").await.body);
+    }
+    assert!(bodies.iter().any(|b| b == "b"), "b is back: {bodies:?}");
+    assert!(
+        health(admin).await["servers"][1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("passed")
+    );
+}
+
+#[tokio::test]
+async fn a_tcp_check_finds_a_dead_server_before_any_request_does() {
+    let live = Origin::start("live").await;
+    let dead = dead_port().await;
+    let servers = [
+        format!("{{ address = \"{dead}\" }}"),
+        format!("{{ address = \"{}\" }}", live.addr),
+    ];
+    let gw = TestGateway::plain(&config(
+        &servers,
+        "type = \"tcp\"\ninterval = \"100ms\"\nunhealthy = 1",
+    ))
+    .await;
+    let (admin, _task) = admin_for(&gw).await;
+    wait_until(|| !up(&gw, 0)).await;
+    let doc = health(admin).await;
+    let reason = doc["servers"][0]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("health check: connect"), "{reason}");
+    assert_eq!(live.hits(), 0, "no request was needed to find it");
+    for _ in 0..6 {
+        assert_eq!(
+            http1_get(gw.addr("http"), "x", "/whoami").await.body,
+            "live"
+        );
+    }
+    // Every server down: requests still go somewhere (fail open), and that is counted.
+    live.stop();
+    wait_until(|| !up(&gw, 1)).await;
+    let got = http1_get(gw.addr("http"), "x", "/whoami").await;
+    assert_eq!(got.status, 502);
+    assert!(health(admin).await["fail_open_requests"].as_u64().unwrap() >= 1);
+    let unknown = http1_get(admin, "localhost", "/api/v1/upstreams/nosuch/health").await;
+    assert_eq!(unknown.status, 404);
+}
