@@ -27,6 +27,8 @@ fn document(h: &UpstreamHealth) -> Value {
         "upstream": h.name,
         "health_check": h.checked,
         "fail_open_requests": h.fail_open,
+        "ejections": h.ejections,
+        "ejections_capped": h.ejections_capped,
         "servers": h.servers.iter().map(|s| json!({
             "address": s.address,
             "state": if s.up { "up" } else { "down" },
@@ -103,6 +105,21 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
                 label(&h.name),
                 label(&sv.address),
                 sv.in_flight
+            );
+        }
+    }
+    crate::family(
+        out,
+        "sluice_upstream_ejections_total",
+        "counter",
+        "Outlier ejections of upstream servers, by whether max_ejected_percent allowed them.",
+    );
+    for h in &all {
+        for (result, v) in [("ejected", h.ejections), ("capped", h.ejections_capped)] {
+            let _ = writeln!(
+                out,
+                "sluice_upstream_ejections_total{{upstream=\"{}\",result=\"{result}\"}} {v}",
+                label(&h.name)
             );
         }
     }

@@ -154,6 +154,22 @@ pub struct RawUpstream {
     pub sticky: Option<Spanned<RawSticky>>,
     /// `[upstream.health_check]`: active checks of every server.
     pub health_check: Option<Spanned<RawHealthCheck>>,
+    /// `[upstream.outlier]`: eject servers that fail live traffic.
+    pub outlier: Option<Spanned<RawOutlier>>,
+}
+
+/// `[upstream.outlier]`: outlier ejection from live traffic (Envoy's), beside `max_fails`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutlier {
+    /// Consecutive 5xx responses, connect errors or timeouts that eject a server (default 5).
+    pub consecutive_failures: Option<Spanned<u32>>,
+    /// First ejection's length; the n-th lasts n times as long (default 30s).
+    pub base_ejection: Option<SpannedStr>,
+    /// Longest ejection (default 300s).
+    pub max_ejection: Option<SpannedStr>,
+    /// Most of the group ejected at once, in percent (default 50; one server at least).
+    pub max_ejected_percent: Option<Spanned<u32>>,
 }
 
 /// `[upstream.health_check]`: one checker per upstream probes every server.

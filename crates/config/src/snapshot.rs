@@ -423,6 +423,21 @@ pub struct Upstream {
     pub sticky: Option<Sticky>,
     /// Active health checks.
     pub health_check: Option<HealthCheck>,
+    /// Outlier ejection from live traffic.
+    pub outlier: Option<Outlier>,
+}
+
+/// `[upstream.outlier]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outlier {
+    /// Consecutive failures (5xx, connect errors, timeouts) that eject.
+    pub consecutive_failures: NonZeroU32,
+    /// First ejection's length; the n-th is n times as long.
+    pub base_ejection: Duration,
+    /// Cap of an ejection's length.
+    pub max_ejection: Duration,
+    /// Most of the group ejected at once, in percent (one server at least).
+    pub max_ejected_percent: u32,
 }
 
 /// `[upstream.health_check]`.

@@ -771,3 +771,52 @@ path = "/x"
     // "600" and "3xx-4xx" share a line: both reported.
     assert_eq!(errs.len(), 6, "{errs:#?}");
 }
+
+#[test]
+fn outlier_ejection_and_its_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "web"
+servers = [{ address = "127.0.0.1:9000" }]
+[upstream.outlier]
+consecutive_failures = 3
+[[upstream]]
+name = "bad"
+servers = [{ address = "127.0.0.1:9000" }]
+[upstream.outlier]
+consecutive_failures = 0
+base_ejection = "1m"
+max_ejection = "10s"
+max_ejected_percent = 150
+"#;
+    let errs = errors(src, dir.path());
+    let at = |needle: &str| {
+        errs.iter()
+            .find(|e| e.line == line_of(src, needle))
+            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
+    };
+    assert!(
+        at("consecutive_failures = 0")
+            .message
+            .contains("at least 1")
+    );
+    assert!(
+        at("max_ejection = \"10s\"")
+            .help
+            .contains("at least base_ejection")
+    );
+    assert!(at("= 150").message.contains("over 100"));
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+    let good = src.split("[[upstream]]\nname = \"bad\"").next().unwrap();
+    let s = load_str(good, "good.toml", dir.path()).unwrap();
+    let o = s.upstreams[0].outlier.as_ref().unwrap();
+    assert_eq!(o.consecutive_failures.get(), 3);
+    assert_eq!(
+        (o.base_ejection, o.max_ejection, o.max_ejected_percent),
+        (Duration::from_secs(30), Duration::from_secs(300), 50)
+    );
+}

@@ -44,6 +44,8 @@ pub(crate) struct Server {
     ewma_at_ns: AtomicU64,
     /// The active health checks' verdict (true until checks say otherwise).
     checked_up: AtomicBool,
+    /// Outlier ejection from live traffic.
+    pub(crate) outlier: crate::outlier::OutlierState,
     /// Why the checks last changed their verdict, and when (for the health endpoint).
     check_detail: Mutex<(String, SystemTime)>,
 }
@@ -73,6 +75,7 @@ impl Server {
             ewma_ns: AtomicU64::new(0f64.to_bits()),
             ewma_at_ns: AtomicU64::new(0),
             checked_up: AtomicBool::new(true),
+            outlier: Default::default(),
             check_detail: Mutex::new(("in use; not checked yet".into(), SystemTime::now())),
         }
     }
@@ -80,6 +83,7 @@ impl Server {
     pub(crate) fn available(&self, now_ms: u64) -> bool {
         self.checked_up.load(Ordering::Relaxed)
             && self.down_until_ms.load(Ordering::Relaxed) <= now_ms
+            && !self.outlier.ejected(now_ms)
     }
 
     pub(crate) fn checked_up(&self) -> bool {
@@ -119,6 +123,16 @@ impl Server {
                 up: false,
                 reason: format!("health check: {reason}"),
                 since,
+            };
+        }
+        if let Some((at, until, nth)) = self.outlier.current(now_ms) {
+            return ServerHealth {
+                up: false,
+                reason: format!(
+                    "outlier: failed live traffic repeatedly; ejection #{nth}, {} ms more",
+                    until - now_ms
+                ),
+                since: to_system(at),
             };
         }
         let until = self.down_until_ms.load(Ordering::Relaxed);

@@ -277,6 +277,7 @@ async fn proxy(
         match result {
             Err(_elapsed) => {
                 group.mark_failed(server.index);
+                group.outcome(server.index, true);
                 // peak_ewma: a server that timed out looks as slow as the timeout.
                 group.observe_latency(server.index, group.config.response_timeout);
                 listener.metrics.upstream_error(1);
@@ -294,6 +295,7 @@ async fn proxy(
                 if connect {
                     group.mark_failed(server.index);
                 }
+                group.outcome(server.index, true);
                 listener.metrics.upstream_error(if connect { 0 } else { 2 });
                 let another = tried.len() < 2 && tried.len() < group.servers.len();
                 tracing::warn!(upstream = %group.config.name, %addr, error = %ErrorChain(&e), retry = retryable && another, "upstream request failed");
@@ -311,6 +313,7 @@ async fn proxy(
             }
             Ok(Ok(mut resp)) => {
                 server.server().succeeded();
+                group.outcome(server.index, resp.status().is_server_error());
                 let upstream_time = sent.elapsed();
                 group.observe_latency(server.index, upstream_time);
                 done.entry.upstream_time = Some(upstream_time);

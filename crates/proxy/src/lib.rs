@@ -21,6 +21,7 @@ mod gateway;
 mod handler;
 mod health;
 mod metrics;
+mod outlier;
 mod router;
 mod sticky;
 mod text;

@@ -37,6 +37,9 @@ pub(crate) struct UpstreamGroup {
     pub(crate) sticky: Option<StickyCookies>,
     /// Requests sent to a server marked down because none was up (fail open).
     fail_open: AtomicU64,
+    /// Outlier ejections, and those `max_ejected_percent` refused.
+    ejections: AtomicU64,
+    ejections_capped: AtomicU64,
     /// Wall-clock time of `clock`'s start, to date health changes.
     started: SystemTime,
 }
@@ -97,6 +100,8 @@ impl UpstreamGroup {
             started: SystemTime::now(),
             in_flight: AtomicUsize::new(0),
             fail_open: AtomicU64::new(0),
+            ejections: AtomicU64::new(0),
+            ejections_capped: AtomicU64::new(0),
         }
     }
 
@@ -195,6 +200,8 @@ impl UpstreamGroup {
             name: self.config.name.clone(),
             checked: self.config.health_check.is_some(),
             fail_open: self.fail_open.load(Ordering::Relaxed),
+            ejections: self.ejections.load(Ordering::Relaxed),
+            ejections_capped: self.ejections_capped.load(Ordering::Relaxed),
             servers: self
                 .servers
                 .iter()
@@ -218,6 +225,46 @@ impl UpstreamGroup {
             let now = self.clock.elapsed().as_nanos() as u64;
             self.servers[index].observe_latency(now, rtt.as_nanos() as u64);
         }
+    }
+
+    /// Feeds the result of one attempt on server `index` to outlier ejection (a 5xx, a
+    /// connect error, a timeout or a broken response is a failure).
+    pub(crate) fn outcome(&self, index: usize, failed: bool) {
+        let Some(o) = &self.config.outlier else {
+            return;
+        };
+        let server = &self.servers[index];
+        if !server.outlier.record(failed, o.consecutive_failures.get()) {
+            return;
+        }
+        let now = self.now_ms();
+        if server.outlier.ejected(now) {
+            return;
+        }
+        let ejected = self
+            .servers
+            .iter()
+            .filter(|s| s.outlier.ejected(now))
+            .count();
+        if ejected >= crate::outlier::cap(self.servers.len(), o.max_ejected_percent) {
+            self.ejections_capped.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(upstream = %self.config.name, server = %server.addr, ejected, max_ejected_percent = o.max_ejected_percent, "upstream server keeps failing but too many are ejected already; keeping it");
+            return;
+        }
+        let e = server.outlier.eject(
+            now,
+            o.base_ejection.as_millis() as u64,
+            o.max_ejection.as_millis() as u64,
+        );
+        self.ejections.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            upstream = %self.config.name,
+            server = %server.addr,
+            failures = o.consecutive_failures.get(),
+            ejection = e.nth,
+            for_ms = e.duration_ms,
+            "upstream server failed live traffic repeatedly; ejected"
+        );
     }
 
     pub(crate) fn mark_failed(&self, index: usize) {
@@ -246,6 +293,10 @@ pub struct UpstreamHealth {
     pub checked: bool,
     /// Requests sent to a server marked down because none was up.
     pub fail_open: u64,
+    /// Outlier ejections since the group started.
+    pub ejections: u64,
+    /// Ejections `max_ejected_percent` did not allow.
+    pub ejections_capped: u64,
     /// Its servers, in configuration order.
     pub servers: Vec<ServerHealthReport>,
 }

@@ -1,4 +1,5 @@
-//! `[upstream.health_check]`: active checks.
+//! `[upstream.health_check]` (active checks) and `[upstream.outlier]` (ejection from live
+//! traffic).
 
 use super::Cx;
 use crate::raw::*;
@@ -138,6 +139,61 @@ impl Cx<'_> {
             timeout,
             healthy,
             unhealthy,
+        }
+    }
+}
+
+impl Cx<'_> {
+    pub(super) fn outlier(&mut self, upstream: &str, raw: &Spanned<RawOutlier>) -> Outlier {
+        let r = raw.get_ref();
+        let consecutive_failures = match &r.consecutive_failures {
+            None => NonZeroU32::new(5).expect("positive"),
+            Some(n) => NonZeroU32::new(*n.get_ref()).unwrap_or_else(|| {
+                self.err_at(
+                    n,
+                    format!(
+                        "upstream `{upstream}`: outlier consecutive_failures must be at least 1"
+                    ),
+                    "use 5 (Envoy's default), or remove [upstream.outlier]",
+                );
+                NonZeroU32::MIN
+            }),
+        };
+        let base_ejection = self
+            .duration(r.base_ejection.as_ref())
+            .unwrap_or(Duration::from_secs(30));
+        let max_ejection = self
+            .duration(r.max_ejection.as_ref())
+            .unwrap_or(Duration::from_secs(300).max(base_ejection));
+        if let Some(m) = &r.max_ejection
+            && max_ejection < base_ejection
+        {
+            self.err_at(
+                m,
+                format!("upstream `{upstream}`: max_ejection {max_ejection:?} is shorter than base_ejection {base_ejection:?}"),
+                "make max_ejection at least base_ejection",
+            );
+        }
+        let max_ejected_percent = match &r.max_ejected_percent {
+            None => 50,
+            Some(p) if *p.get_ref() <= 100 => *p.get_ref(),
+            Some(p) => {
+                self.err_at(
+                    p,
+                    format!(
+                        "upstream `{upstream}`: max_ejected_percent = {} is over 100",
+                        p.get_ref()
+                    ),
+                    "use a percentage from 0 to 100 (one server can always be ejected)",
+                );
+                50
+            }
+        };
+        Outlier {
+            consecutive_failures,
+            base_ejection,
+            max_ejection,
+            max_ejected_percent,
         }
     }
 }

@@ -181,6 +181,7 @@ impl Cx<'_> {
             .health_check
             .as_ref()
             .map(|h| self.health_check(&name, h));
+        let outlier = raw.outlier.as_ref().map(|o| self.outlier(&name, o));
         Upstream {
             name,
             servers,
@@ -205,6 +206,7 @@ impl Cx<'_> {
                 .unwrap_or(Duration::from_secs(60)),
             sticky,
             health_check,
+            outlier,
         }
     }
 

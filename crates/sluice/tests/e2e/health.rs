@@ -148,3 +148,61 @@ async fn a_tcp_check_finds_a_dead_server_before_any_request_does() {
     let unknown = http1_get(admin, "localhost", "/api/v1/upstreams/nosuch/health").await;
     assert_eq!(unknown.status, 404);
 }
+
+#[tokio::test]
+async fn outlier_ejection_takes_out_a_failing_server_but_never_too_many() {
+    let os = [
+        Origin::start("a").await,
+        Origin::start("b").await,
+        Origin::start("c").await,
+    ];
+    let servers: Vec<String> = os
+        .iter()
+        .map(|o| format!("{{ address = \"{}\" }}", o.addr))
+        .collect();
+    let cfg = config(&servers, "type = \"tcp\"\ninterval = \"60s\"").replace(
+        "[upstream.health_check]\ntype = \"tcp\"\ninterval = \"60s\"",
+        "[upstream.outlier]\nconsecutive_failures = 3\nbase_ejection = \"60s\"\nmax_ejected_percent = 34",
+    );
+    let gw = TestGateway::plain(&cfg).await;
+    let (admin, _task) = admin_for(&gw).await;
+    let addr = gw.addr("http");
+
+    // Round robin: b answers every third request with a 500, three times in a row.
+    let mut statuses = Vec::new();
+    for _ in 0..9 {
+        statuses.push(http1_get(addr, "x", "/fail_on?who=b").await.status);
+    }
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 500).count(),
+        3,
+        "{statuses:?}"
+    );
+    assert!(!up(&gw, 1), "b is ejected");
+    for _ in 0..12 {
+        let got = http1_get(addr, "x", "/fail_on?who=b").await;
+        assert_eq!(got.status, 200, "b gets no traffic: {}", got.body);
+    }
+    let doc = health(admin).await;
+    assert_eq!(doc["servers"][1]["state"], "down");
+    assert!(
+        doc["servers"][1]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("outlier")
+    );
+    assert_eq!(doc["ejections"], 1);
+
+    // c fails too, but one of three (34%) is ejected already: c stays, and that is counted.
+    for _ in 0..8 {
+        http1_get(addr, "x", "/fail_on?who=b,c").await;
+    }
+    assert!(up(&gw, 2), "the cap keeps c in use");
+    let doc = health(admin).await;
+    assert!(doc["ejections_capped"].as_u64().unwrap() >= 1, "{doc}");
+    let metrics = http1_get(admin, "localhost", "/metrics").await.body;
+    assert!(
+        metrics.contains("sluice_upstream_ejections_total{upstream=\"pool\",result=\"ejected\"} 1"),
+        "{metrics}"
+    );
+}

@@ -152,6 +152,20 @@ async fn origin_respond(
             tokio::time::sleep(Duration::from_millis(param("ms").unwrap_or(1000))).await;
             text(name)
         }
+        // 500 from the origins named in `who` (comma-separated), 200 from the others.
+        "/fail_on" => {
+            let who = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("who="))
+                .unwrap_or("");
+            if who.split(',').any(|w| w == name) {
+                let mut resp = text(format!("{name} failing"));
+                *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                resp
+            } else {
+                text(name)
+            }
+        }
         // Slow on the origin named in `who` only: one slow server in a group.
         "/slow_on" => {
             if query.split('&').any(|kv| kv == format!("who={name}")) {
