@@ -178,7 +178,7 @@ def main():
             nginx = B.Proc("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], B.GW_CORE,
                            NGINX_BASE + len(ROWS) - 1, f"{d}/nginx.out")
             procs.append(nginx)
-            sluice = B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml"], B.GW_CORE,
+            sluice = B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file", f"{d}/sluice.pid"], B.GW_CORE,
                             SLUICE_BASE + len(ROWS) - 1, f"{d}/sluice.out")
             procs.append(sluice)
             gateways = {"sluice": (sluice, SLUICE_BASE), "nginx": (nginx, NGINX_BASE)}

@@ -129,6 +129,19 @@ pub fn metrics(s: &Sources) -> String {
     }
     family(
         &mut out,
+        "sluice_upstream_retries_total",
+        "counter",
+        "Retries a route's policy wanted: sent to another server, or refused by the upstream's retry budget.",
+    );
+    for (i, result) in ["sent", "budget_exhausted"].iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "sluice_upstream_retries_total{{result=\"{result}\"}} {}",
+            p.retries[i]
+        );
+    }
+    family(
+        &mut out,
         "sluice_access_log_dropped_total",
         "counter",
         "Access log lines dropped because the sink could not keep up.",

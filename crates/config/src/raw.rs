@@ -156,6 +156,12 @@ pub struct RawUpstream {
     pub health_check: Option<Spanned<RawHealthCheck>>,
     /// `[upstream.outlier]`: eject servers that fail live traffic.
     pub outlier: Option<Spanned<RawOutlier>>,
+    /// Retries to this upstream stay under this percentage of its requests over 10 s
+    /// (default 20).
+    pub retry_budget_percent: Option<Spanned<u32>>,
+    /// Retries allowed beyond the percentage, per second (default 10), so that a quiet
+    /// upstream can still be retried.
+    pub retry_budget_min_per_second: Option<Spanned<u32>>,
 }
 
 /// `[upstream.outlier]`: outlier ejection from live traffic (Envoy's), beside `max_fails`.
@@ -246,6 +252,28 @@ pub struct RawRoute {
     pub upstream: Spanned<String>,
     /// `[route.compression]`: overrides of `[compression]` for this route.
     pub compression: Option<RawCompression>,
+    /// `[route.retry]`: when a failed attempt is sent again to another server.
+    pub retry: Option<Spanned<RawRetry>>,
+}
+
+/// `[route.retry]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    /// Tries in all, the first included (default 2).
+    pub attempts: Option<Spanned<u32>>,
+    /// What is retried: `"connect"`, `"reset"`, `"timeout"`, `"5xx"` (default connect and reset).
+    pub on: Option<Vec<Spanned<String>>>,
+    /// Retry POST, PATCH and the like too (default false); requests with a body never are.
+    pub retry_non_idempotent: Option<Spanned<bool>>,
+    /// Wait before the first retry, doubled for each next one, with full jitter (default 0s).
+    pub backoff: Option<SpannedStr>,
+    /// Longest wait between tries (default 250ms).
+    pub backoff_max: Option<SpannedStr>,
+    /// Deadline of one try for response headers (default: the upstream's response_timeout).
+    pub per_try_timeout: Option<SpannedStr>,
+    /// Deadline of all tries together (default: none beyond the tries' own).
+    pub timeout: Option<SpannedStr>,
 }
 
 /// `[compression]` (defaults for every route) and `[route.compression]` (one route's

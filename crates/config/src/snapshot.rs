@@ -425,6 +425,10 @@ pub struct Upstream {
     pub health_check: Option<HealthCheck>,
     /// Outlier ejection from live traffic.
     pub outlier: Option<Outlier>,
+    /// Retries stay under this percentage of the upstream's requests over 10 s...
+    pub retry_budget_percent: u32,
+    /// ...plus this many per second.
+    pub retry_budget_min_per_second: u32,
 }
 
 /// `[upstream.outlier]`.
@@ -514,6 +518,51 @@ pub struct Route {
     pub upstream: usize,
     /// Response compression for this route (`[compression]` with the route's overrides).
     pub compression: Arc<Compression>,
+    /// When failed attempts are retried.
+    pub retry: RetryPolicy,
+}
+
+/// `[route.retry]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Tries in all, the first included.
+    pub attempts: NonZeroU32,
+    /// Retry when the connection could not be made.
+    pub on_connect: bool,
+    /// Retry when the connection broke before a response.
+    pub on_reset: bool,
+    /// Retry when response headers did not come within the per-try timeout.
+    pub on_timeout: bool,
+    /// Retry on a 5xx response.
+    pub on_5xx: bool,
+    /// Retry non-idempotent methods too (never requests with a body).
+    pub non_idempotent: bool,
+    /// Wait before the first retry (doubled for each next one, full jitter).
+    pub backoff: Duration,
+    /// Cap of that wait.
+    pub backoff_max: Duration,
+    /// Deadline of one try; `None`: the upstream's `response_timeout`.
+    pub per_try_timeout: Option<Duration>,
+    /// Deadline of all tries; `None`: no overall deadline.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for RetryPolicy {
+    /// One retry on connect failure or reset, at once: what Sluice did before `[route.retry]`.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: NonZeroU32::new(2).expect("positive"),
+            on_connect: true,
+            on_reset: true,
+            on_timeout: false,
+            on_5xx: false,
+            non_idempotent: false,
+            backoff: Duration::ZERO,
+            backoff_max: Duration::from_millis(250),
+            per_try_timeout: None,
+            timeout: None,
+        }
+    }
 }
 
 /// A content coding the gateway can produce.

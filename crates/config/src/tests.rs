@@ -820,3 +820,81 @@ max_ejected_percent = 150
         (Duration::from_secs(30), Duration::from_secs(300), 50)
     );
 }
+
+#[test]
+fn retry_policies_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "app"
+retry_budget_percent = 25
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "api"
+path_prefix = "/api/"
+upstream = "app"
+[route.retry]
+attempts = 3
+on = ["connect", "5xx", "timeout"]
+backoff = "25ms"
+per_try_timeout = "2s"
+timeout = "5s"
+[[route]]
+name = "site"
+upstream = "app"
+"#;
+    let s = load_str(src, "good.toml", dir.path()).unwrap();
+    let api = &s.routes.iter().find(|r| r.name == "api").unwrap().retry;
+    assert_eq!(api.attempts.get(), 3);
+    assert!(api.on_connect && api.on_5xx && api.on_timeout && !api.on_reset);
+    assert_eq!(
+        (api.backoff, api.per_try_timeout, api.timeout),
+        (
+            Duration::from_millis(25),
+            Some(Duration::from_secs(2)),
+            Some(Duration::from_secs(5))
+        )
+    );
+    let site = &s.routes.iter().find(|r| r.name == "site").unwrap().retry;
+    assert_eq!(
+        *site,
+        crate::RetryPolicy::default(),
+        "one retry on connect failure or reset"
+    );
+    assert_eq!(
+        (
+            s.upstreams[0].retry_budget_percent,
+            s.upstreams[0].retry_budget_min_per_second
+        ),
+        (25, 10)
+    );
+
+    let bad = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "app"
+retry_budget_percent = 101
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "api"
+upstream = "app"
+[route.retry]
+attempts = 0
+on = ["connect", "4xx"]
+"#;
+    let errs = errors(bad, dir.path());
+    let at = |needle: &str| {
+        errs.iter()
+            .find(|e| e.line == line_of(bad, needle))
+            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
+    };
+    assert!(at("= 101").message.contains("over 100"));
+    assert!(at("attempts = 0").help.contains("1 (no retry) to 10"));
+    assert!(at("\"4xx\"").message.contains("`4xx`"));
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+}

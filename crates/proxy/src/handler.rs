@@ -18,7 +18,7 @@ use http_body::Body as _;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use sluice_config::{Listener, PassHost, UpstreamProtocol};
+use sluice_config::{Listener, PassHost, RetryPolicy, UpstreamProtocol};
 use sluice_tls::TlsInfo;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -161,13 +161,15 @@ pub(crate) async fn handle(
     }
     let group = listener.upstreams[route.upstream].clone();
     let facts = RequestFacts::new(&route.compression, req.method(), req.headers());
-    Ok(proxy(&conn, listener, group, req, host, done, facts).await)
+    Ok(proxy(&conn, listener, group, &route.retry, req, host, done, facts).await)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn proxy(
     conn: &ConnCtx,
     listener: &ListenerCtx,
     group: Arc<UpstreamGroup>,
+    policy: &RetryPolicy,
     mut req: Request<Incoming>,
     host: String,
     mut done: Done,
@@ -181,8 +183,9 @@ async fn proxy(
     let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
     let has_body = !body.is_end_stream();
-    // A request without a body can be sent again; one whose body is streaming cannot.
-    let retryable = is_idempotent(&parts.method) && !has_body;
+    // A request without a body can be sent again; one whose body is streaming cannot (it is
+    // not buffered), whatever the policy says.
+    let retryable = (policy.non_idempotent || is_idempotent(&parts.method)) && !has_body;
     let mut body = Some(LimitedBody::new(
         body,
         listener.config.max_body_bytes,
@@ -206,6 +209,11 @@ async fn proxy(
         })
     });
 
+    group.budget.request(group.now_s());
+    let per_try = policy
+        .per_try_timeout
+        .unwrap_or(group.config.response_timeout);
+    let deadline = policy.timeout.map(|t| Instant::now() + t);
     let key = group.hash_key(&parts, conn.peer.ip());
     let sticky = group.sticky.as_ref().and_then(|s| s.server(&parts.headers));
     let mut tried = Vec::with_capacity(2);
@@ -269,19 +277,38 @@ async fn proxy(
         *up_req.headers_mut() = headers;
 
         let sent = Instant::now();
-        let result = tokio::time::timeout(
-            group.config.response_timeout,
-            group.send(server.index, up_req),
-        )
-        .await;
+        let try_timeout =
+            deadline.map_or(per_try, |d| per_try.min(d.saturating_duration_since(sent)));
+        let result = tokio::time::timeout(try_timeout, group.send(server.index, up_req)).await;
+        // Whether this try's failure may be sent again: the policy wants it, the request can
+        // be repeated, tries and servers are left, the overall deadline has not passed, and
+        // the group's budget has a retry (asked last, so only real candidates spend it).
+        let retry = |wanted: bool| {
+            let left = tried.len() < policy.attempts.get() as usize
+                && tried.len() < group.servers.len()
+                && deadline.is_none_or(|d| Instant::now() < d);
+            if !(wanted && retryable && left) {
+                return false;
+            }
+            let granted = group.budget.try_retry(group.now_s());
+            listener.metrics.retry(granted);
+            granted
+        };
+        let backoff =
+            |n: usize| crate::retry::backoff(policy.backoff, policy.backoff_max, n as u32);
         match result {
             Err(_elapsed) => {
                 group.mark_failed(server.index);
                 group.outcome(server.index, true);
                 // peak_ewma: a server that timed out looks as slow as the timeout.
-                group.observe_latency(server.index, group.config.response_timeout);
+                group.observe_latency(server.index, try_timeout);
                 listener.metrics.upstream_error(1);
-                tracing::warn!(upstream = %group.config.name, %addr, timeout = ?group.config.response_timeout, "upstream response timed out");
+                let again = retry(policy.on_timeout);
+                tracing::warn!(upstream = %group.config.name, %addr, timeout = ?try_timeout, retry = again, "upstream response timed out");
+                if again {
+                    tokio::time::sleep(backoff(tried.len())).await;
+                    continue;
+                }
                 return failure(done, Failure::UpstreamTimeout);
             }
             Ok(Err(e)) => {
@@ -297,9 +324,14 @@ async fn proxy(
                 }
                 group.outcome(server.index, true);
                 listener.metrics.upstream_error(if connect { 0 } else { 2 });
-                let another = tried.len() < 2 && tried.len() < group.servers.len();
-                tracing::warn!(upstream = %group.config.name, %addr, error = %ErrorChain(&e), retry = retryable && another, "upstream request failed");
-                if retryable && another {
+                let again = retry(if connect {
+                    policy.on_connect
+                } else {
+                    policy.on_reset
+                });
+                tracing::warn!(upstream = %group.config.name, %addr, error = %ErrorChain(&e), retry = again, "upstream request failed");
+                if again {
+                    tokio::time::sleep(backoff(tried.len())).await;
                     continue;
                 }
                 return failure(
@@ -314,6 +346,12 @@ async fn proxy(
             Ok(Ok(mut resp)) => {
                 server.server().succeeded();
                 group.outcome(server.index, resp.status().is_server_error());
+                if resp.status().is_server_error() && retry(policy.on_5xx) {
+                    tracing::info!(upstream = %group.config.name, %addr, status = resp.status().as_u16(), "upstream answered 5xx; retrying on another server");
+                    drop(resp);
+                    tokio::time::sleep(backoff(tried.len())).await;
+                    continue;
+                }
                 let upstream_time = sent.elapsed();
                 group.observe_latency(server.index, upstream_time);
                 done.entry.upstream_time = Some(upstream_time);

@@ -17,6 +17,8 @@ pub struct ProxyMetrics {
     handshake_failures: AtomicU64,
     requests: [AtomicU64; 5],
     upstream_errors: [AtomicU64; 3],
+    /// Retries sent, and retries the budget refused.
+    retries: [AtomicU64; 2],
 }
 
 /// A copy of [`ProxyMetrics`].
@@ -30,6 +32,8 @@ pub struct ProxySnapshot {
     pub requests: [u64; 5],
     /// Upstream failures by [`UPSTREAM_ERRORS`] index.
     pub upstream_errors: [u64; 3],
+    /// Retries sent to another server, and retries the retry budget refused.
+    pub retries: [u64; 2],
 }
 
 impl ProxyMetrics {
@@ -53,6 +57,11 @@ impl ProxyMetrics {
         self.upstream_errors[kind].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A retry the policy wanted: sent (`granted`) or refused by the budget.
+    pub(crate) fn retry(&self, granted: bool) {
+        self.retries[usize::from(!granted)].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A copy of the counters.
     pub fn snapshot(&self) -> ProxySnapshot {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -61,6 +70,7 @@ impl ProxyMetrics {
             handshake_failures: l(&self.handshake_failures),
             requests: std::array::from_fn(|i| l(&self.requests[i])),
             upstream_errors: std::array::from_fn(|i| l(&self.upstream_errors[i])),
+            retries: std::array::from_fn(|i| l(&self.retries[i])),
         }
     }
 }

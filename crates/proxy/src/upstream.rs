@@ -37,6 +37,8 @@ pub(crate) struct UpstreamGroup {
     pub(crate) sticky: Option<StickyCookies>,
     /// Requests sent to a server marked down because none was up (fail open).
     fail_open: AtomicU64,
+    /// Retries to this group stay within it.
+    pub(crate) budget: crate::retry::RetryBudget,
     /// Outlier ejections, and those `max_ejected_percent` refused.
     ejections: AtomicU64,
     ejections_capped: AtomicU64,
@@ -90,7 +92,12 @@ impl UpstreamGroup {
                 .collect();
             StickyCookies::new(s, &config.name, &names)
         });
+        let budget = crate::retry::RetryBudget::new(
+            config.retry_budget_percent,
+            config.retry_budget_min_per_second,
+        );
         UpstreamGroup {
+            budget,
             sticky,
             balancer: Balancer::new(config.balance, &servers, config.hash_balance_factor),
             servers,
@@ -133,6 +140,11 @@ impl UpstreamGroup {
                 }
             }
         }
+    }
+
+    /// Whole seconds on the group's clock (the retry budget's).
+    pub(crate) fn now_s(&self) -> u64 {
+        self.clock.elapsed().as_secs()
     }
 
     pub(crate) fn now_ms(&self) -> u64 {

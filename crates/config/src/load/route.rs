@@ -132,10 +132,16 @@ impl Cx<'_> {
                 },
             );
         }
+        let retry = raw
+            .retry
+            .as_ref()
+            .map(|r| self.retry(&name, r))
+            .unwrap_or_default();
         if !ok {
             return None;
         }
         Some(Route {
+            retry,
             name,
             hosts,
             path: path?,
@@ -168,5 +174,62 @@ impl Cx<'_> {
             );
             None
         }
+    }
+}
+
+impl Cx<'_> {
+    /// `[route.retry]`.
+    fn retry(&mut self, route: &str, raw: &toml::Spanned<RawRetry>) -> RetryPolicy {
+        let r = raw.get_ref();
+        let mut p = RetryPolicy::default();
+        if let Some(a) = &r.attempts {
+            match std::num::NonZeroU32::new(*a.get_ref()) {
+                Some(n) if n.get() <= 10 => p.attempts = n,
+                _ => self.err_at(
+                    a,
+                    format!(
+                        "route `{route}`: retry attempts = {} is out of range",
+                        a.get_ref()
+                    ),
+                    "use 1 (no retry) to 10; attempts count the first try",
+                ),
+            }
+        }
+        if let Some(on) = &r.on {
+            p.on_connect = false;
+            p.on_reset = false;
+            for cond in on {
+                match cond.get_ref().as_str() {
+                    "connect" => p.on_connect = true,
+                    "reset" => p.on_reset = true,
+                    "timeout" => p.on_timeout = true,
+                    "5xx" => p.on_5xx = true,
+                    other => self.err_at(
+                        cond,
+                        format!("route `{route}`: retry on `{other}` is not a condition"),
+                        "use \"connect\", \"reset\", \"timeout\" or \"5xx\"",
+                    ),
+                }
+            }
+        }
+        if let Some(v) = &r.retry_non_idempotent {
+            p.non_idempotent = *v.get_ref();
+        }
+        if let Some(b) = &r.backoff {
+            p.backoff = crate::units::parse_duration(b.get_ref()).unwrap_or_else(|e| {
+                self.err_at(
+                    b,
+                    format!("route `{route}`: retry backoff: {e}"),
+                    "use a duration such as \"25ms\", or \"0s\" for none",
+                );
+                p.backoff
+            });
+        }
+        if let Some(m) = self.duration(r.backoff_max.as_ref()) {
+            p.backoff_max = m;
+        }
+        p.per_try_timeout = self.duration(r.per_try_timeout.as_ref());
+        p.timeout = self.duration(r.timeout.as_ref());
+        p
     }
 }

@@ -182,6 +182,25 @@ impl Cx<'_> {
             .as_ref()
             .map(|h| self.health_check(&name, h));
         let outlier = raw.outlier.as_ref().map(|o| self.outlier(&name, o));
+        let retry_budget_percent = match &raw.retry_budget_percent {
+            None => 20,
+            Some(p) if *p.get_ref() <= 100 => *p.get_ref(),
+            Some(p) => {
+                self.err_at(
+                    p,
+                    format!(
+                        "upstream `{name}`: retry_budget_percent = {} is over 100",
+                        p.get_ref()
+                    ),
+                    "use a percentage such as 20 (retries at most a fifth of the requests)",
+                );
+                20
+            }
+        };
+        let retry_budget_min_per_second = raw
+            .retry_budget_min_per_second
+            .as_ref()
+            .map_or(10, |v| *v.get_ref());
         Upstream {
             name,
             servers,
@@ -207,6 +226,8 @@ impl Cx<'_> {
             sticky,
             health_check,
             outlier,
+            retry_budget_percent,
+            retry_budget_min_per_second,
         }
     }
 

@@ -43,6 +43,16 @@ async fn admin_for(gw: &TestGateway) -> (SocketAddr, tokio::task::JoinHandle<()>
     .unwrap()
 }
 
+/// One request with a header, on a fresh connection.
+async fn get_with(addr: SocketAddr, path: &str, header: (&str, &str)) -> Got {
+    let req = http::Request::get(path)
+        .header("host", "x")
+        .header(header.0, header.1)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    http1_send(tokio::net::TcpStream::connect(addr).await.unwrap(), req).await
+}
+
 async fn health(admin: SocketAddr) -> Value {
     let got = http1_get(admin, "localhost", "/api/v1/upstreams/pool/health").await;
     assert_eq!(got.status, 200, "{}", got.body);
@@ -204,5 +214,88 @@ async fn outlier_ejection_takes_out_a_failing_server_but_never_too_many() {
     assert!(
         metrics.contains("sluice_upstream_ejections_total{upstream=\"pool\",result=\"ejected\"} 1"),
         "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn retries_follow_the_route_policy_and_stop_at_the_budget() {
+    let os = [
+        Origin::start("a").await,
+        Origin::start("b").await,
+        Origin::start("c").await,
+    ];
+    let servers: Vec<String> = os
+        .iter()
+        .map(|o| format!("{{ address = \"{}\" }}", o.addr))
+        .collect();
+    let cfg = format!(
+        r#"
+[log]
+access_log = "off"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "pool"
+retry_budget_percent = 10
+retry_budget_min_per_second = 0
+servers = [{}]
+[[route]]
+name = "retry-5xx"
+headers = {{ "x-retry" = "1" }}
+upstream = "pool"
+[route.retry]
+attempts = 3
+on = ["5xx"]
+backoff = "1ms"
+[[route]]
+name = "default"
+upstream = "pool"
+"#,
+        servers.join(", ")
+    );
+    let gw = TestGateway::plain(&cfg).await;
+    let (admin, _task) = admin_for(&gw).await;
+    let addr = gw.addr("http");
+
+    // b answers 500: the route retries 5xx on another server, within the budget (10% of
+    // requests, no minimum). Ten requests buy one retry.
+    let retry = ("x-retry", "1");
+    for _ in 0..9 {
+        get_with(addr, "/fail_on?who=nobody", retry).await;
+    }
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(get_with(addr, "/fail_on?who=b", retry).await.status);
+    }
+    let m = gw.gateway().metrics().snapshot();
+    assert_eq!(m.retries[0], 1, "one retry sent: {:?}", m.retries);
+    let failed = statuses.iter().filter(|&&s| s == 500).count();
+    assert_eq!(
+        m.retries[1] as usize, failed,
+        "every 500 a client saw was a refused retry"
+    );
+
+    // Every server fails: the budget is spent, so no more retries go out (a retry storm
+    // would triple the load); each refusal is counted.
+    for _ in 0..20 {
+        let got = get_with(addr, "/fail_on?who=a,b,c", retry).await;
+        assert_eq!(got.status, 500);
+    }
+    let m = gw.gateway().metrics().snapshot();
+    let sent = m.retries[0];
+    assert!(sent <= 3, "10% of 32 requests: {sent} retries sent");
+    assert!(m.retries[1] >= 15, "refusals counted: {:?}", m.retries);
+    let metrics = http1_get(admin, "localhost", "/metrics").await.body;
+    assert!(metrics.contains("sluice_upstream_retries_total{result=\"budget_exhausted\"}"));
+
+    // The default policy (another route) does not retry a 5xx.
+    let before = os.iter().map(Origin::hits).sum::<usize>();
+    let got = http1_get(addr, "x", "/fail_on?who=a,b,c").await;
+    assert_eq!(got.status, 500);
+    assert_eq!(
+        os.iter().map(Origin::hits).sum::<usize>(),
+        before + 1,
+        "one try only"
     );
 }
