@@ -31,8 +31,8 @@ pub use snapshot::{
     CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,
     DEFAULT_COMPRESS_TYPES, Global, GzipBackend, HashKey, HealthCheck, HealthProbe, KeyType,
     KeylessOffload, Listener, LogConfig, Offload, Outlier, PassHost, PathMatch, RetryPolicy, Route,
-    ServerAddr, Snapshot, Sticky, TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol,
-    UpstreamServer,
+    ServerAddr, Snapshot, Split, Sticky, TlsListener, TlsVersion, UnknownSni, Upstream,
+    UpstreamProtocol, UpstreamServer,
 };
 pub use units::{parse_byte_size, parse_duration};
 

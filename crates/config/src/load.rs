@@ -20,6 +20,7 @@ mod health;
 mod listener;
 mod offload;
 mod route;
+mod split;
 mod upstream;
 
 /// Loads and validates a configuration file. Relative paths inside it are resolved against

@@ -254,6 +254,28 @@ pub struct RawRoute {
     pub compression: Option<RawCompression>,
     /// `[route.retry]`: when a failed attempt is sent again to another server.
     pub retry: Option<Spanned<RawRetry>>,
+    /// `[[route.split]]`: shares of the route's traffic for other upstreams (canary, beta);
+    /// the first that applies wins, the rest goes to `upstream`.
+    pub split: Option<Vec<Spanned<RawSplit>>>,
+    /// What a weighted split hashes, so that a user stays on one side: `"header:NAME"`,
+    /// `"cookie:NAME"`, `"query:NAME"` or `"client"` (default).
+    pub split_on: Option<Spanned<String>>,
+}
+
+/// `[[route.split]]`: one upstream's share of a route, by weight, by match, or both.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSplit {
+    /// The upstream that takes this share.
+    pub upstream: Spanned<String>,
+    /// Percentage of the (matching) requests, e.g. 5 or 0.5; all of them when absent.
+    pub weight: Option<Spanned<f64>>,
+    /// Request headers that must have these values.
+    pub header: Option<BTreeMap<String, Spanned<String>>>,
+    /// Cookies that must have these values.
+    pub cookie: Option<BTreeMap<String, Spanned<String>>>,
+    /// Query arguments that must have these values.
+    pub query: Option<BTreeMap<String, Spanned<String>>>,
 }
 
 /// `[route.retry]`.

@@ -520,6 +520,25 @@ pub struct Route {
     pub compression: Arc<Compression>,
     /// When failed attempts are retried.
     pub retry: RetryPolicy,
+    /// Shares of the traffic for other upstreams, checked in order.
+    pub split: Vec<Split>,
+    /// The key a weighted split hashes (a request without it uses the client address).
+    pub split_on: HashKey,
+}
+
+/// One `[[route.split]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split {
+    /// Index into [`Snapshot::upstreams`].
+    pub upstream: usize,
+    /// Share of the matching requests in basis points (10,000 = all).
+    pub basis_points: u32,
+    /// Headers (names lower-case) that must have these values.
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// Cookies that must have these values.
+    pub cookies: Vec<(String, String)>,
+    /// Query arguments that must have these values (as sent, percent-encoded).
+    pub query: Vec<(String, String)>,
 }
 
 /// `[route.retry]`.

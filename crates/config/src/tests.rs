@@ -898,3 +898,49 @@ on = ["connect", "4xx"]
     assert!(at("\"4xx\"").message.contains("`4xx`"));
     assert_eq!(errs.len(), 3, "{errs:#?}");
 }
+
+#[test]
+fn traffic_splits_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "stable"
+servers = [{ address = "127.0.0.1:9000" }]
+[[upstream]]
+name = "canary"
+servers = [{ address = "127.0.0.1:9001" }]
+[[route]]
+name = "app"
+upstream = "stable"
+split_on = "uri"
+[[route.split]]
+upstream = "canary"
+weight = 60
+[[route.split]]
+upstream = "ghost"
+weight = 50
+[[route.split]]
+upstream = "canary"
+"#;
+    let errs = errors(src, dir.path());
+    let at = |needle: &str| {
+        errs.iter()
+            .find(|e| e.line == line_of(src, needle))
+            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
+    };
+    assert!(at("split_on = \"uri\"").help.contains("cookie:NAME"));
+    assert!(at("\"ghost\"").message.contains("not defined"));
+    assert!(
+        errs.iter()
+            .any(|e| e.message.contains("neither weight nor match")),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter().any(|e| e.message.contains("add up to")),
+        "{errs:#?}"
+    );
+    assert_eq!(errs.len(), 4, "{errs:#?}");
+}

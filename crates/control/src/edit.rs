@@ -275,7 +275,15 @@ pub(crate) fn users(text: &str, kind: Kind, name: &str) -> Vec<String> {
     match kind {
         Kind::Upstream => list("route")
             .iter()
-            .filter(|r| r.get("upstream").and_then(|u| u.as_str()) == Some(name))
+            .filter(|r| {
+                let direct = r.get("upstream").and_then(|u| u.as_str()) == Some(name);
+                // A gray-release share (`[[route.split]]`) uses the upstream too.
+                let split = r.get("split").and_then(|s| s.as_array()).is_some_and(|s| {
+                    s.iter()
+                        .any(|x| x.get("upstream").and_then(|u| u.as_str()) == Some(name))
+                });
+                direct || split
+            })
             .filter_map(|r| name_of(r).map(|n| format!("route `{n}`")))
             .collect(),
         Kind::Certificate => list("listener")
@@ -415,5 +423,31 @@ fn collect_spans(
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upstream_used_only_by_a_split_is_in_use() {
+        let text = r#"
+[[route]]
+name = "app"
+upstream = "stable"
+[[route.split]]
+upstream = "canary"
+weight = 5
+[[route]]
+name = "other"
+upstream = "stable"
+"#;
+        assert_eq!(users(text, Kind::Upstream, "canary"), ["route `app`"]);
+        assert_eq!(
+            users(text, Kind::Upstream, "stable"),
+            ["route `app`", "route `other`"]
+        );
+        assert!(users(text, Kind::Upstream, "unused").is_empty());
     }
 }

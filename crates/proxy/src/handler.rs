@@ -159,7 +159,8 @@ pub(crate) async fn handle(
     if declared.is_some_and(|n| n > listener.config.max_body_bytes) {
         return Ok(failure(done, Failure::BodyTooLarge));
     }
-    let group = listener.upstreams[route.upstream].clone();
+    let upstream = crate::split::upstream_for(route, req.uri(), req.headers(), conn.peer.ip());
+    let group = listener.upstreams[upstream].clone();
     let facts = RequestFacts::new(&route.compression, req.method(), req.headers());
     Ok(proxy(&conn, listener, group, &route.retry, req, host, done, facts).await)
 }

@@ -24,6 +24,7 @@ mod metrics;
 mod outlier;
 mod retry;
 mod router;
+mod split;
 mod sticky;
 mod text;
 mod upstream;

@@ -156,16 +156,8 @@ impl UpstreamGroup {
     pub(crate) fn hash_key(&self, req: &http::request::Parts, client: IpAddr) -> u64 {
         match self.config.balance {
             Balance::IpHash => hash_ip(client),
-            Balance::ConsistentHash => {
-                let value = match &self.config.hash_on {
-                    HashKey::Client => None,
-                    HashKey::Uri => req.uri.path_and_query().map(|pq| pq.as_str().as_bytes()),
-                    HashKey::Header(name) => req.headers.get(name.as_str()).map(|v| v.as_bytes()),
-                    HashKey::Cookie(name) => cookie(&req.headers, name),
-                    HashKey::Query(name) => req.uri.query().and_then(|q| query_arg(q, name)),
-                };
-                value.map_or_else(|| hash_ip(client), |v| hash64(0, v))
-            }
+            Balance::ConsistentHash => key_value(&self.config.hash_on, &req.uri, &req.headers)
+                .map_or_else(|| hash_ip(client), |v| hash64(0, v)),
             _ => 0,
         }
     }
@@ -348,6 +340,22 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// The bytes a [`HashKey`] names in a request; `None` for the client address, or when the
+/// request lacks the header, cookie or argument.
+pub(crate) fn key_value<'a>(
+    key: &HashKey,
+    uri: &'a http::Uri,
+    headers: &'a http::HeaderMap,
+) -> Option<&'a [u8]> {
+    match key {
+        HashKey::Client => None,
+        HashKey::Uri => uri.path_and_query().map(|pq| pq.as_str().as_bytes()),
+        HashKey::Header(name) => headers.get(name.as_str()).map(|v| v.as_bytes()),
+        HashKey::Cookie(name) => cookie(headers, name),
+        HashKey::Query(name) => uri.query().and_then(|q| query_arg(q, name)),
+    }
+}
+
 /// The value of cookie `name` in the request's `Cookie` headers (RFC 6265 §5.4: pairs
 /// separated by `; `).
 pub(crate) fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a [u8]> {
@@ -361,7 +369,7 @@ pub(crate) fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a
 }
 
 /// The raw (still percent-encoded) value of query argument `name`.
-fn query_arg<'a>(query: &'a str, name: &str) -> Option<&'a [u8]> {
+pub(crate) fn query_arg<'a>(query: &'a str, name: &str) -> Option<&'a [u8]> {
     query.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         (k == name).then_some(v.as_bytes())

@@ -132,6 +132,7 @@ impl Cx<'_> {
                 },
             );
         }
+        let (split, split_on) = self.split(raw, upstream_names, &is_broken);
         let retry = raw
             .retry
             .as_ref()
@@ -142,6 +143,8 @@ impl Cx<'_> {
         }
         Some(Route {
             retry,
+            split,
+            split_on,
             name,
             hosts,
             path: path?,

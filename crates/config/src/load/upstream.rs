@@ -281,7 +281,7 @@ impl Cx<'_> {
 }
 
 /// Parses `hash_on`: `header:NAME`, `cookie:NAME`, `query:NAME`, `uri` or `client`.
-fn hash_key(text: &str) -> Option<HashKey> {
+pub(super) fn hash_key(text: &str) -> Option<HashKey> {
     let named = |name: &str| {
         (!name.is_empty() && !name.contains(char::is_whitespace)).then(|| name.to_string())
     };

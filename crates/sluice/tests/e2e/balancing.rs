@@ -274,3 +274,70 @@ async fn a_sticky_cookie_keeps_a_client_on_its_server_and_moves_it_when_the_serv
         assert_eq!(got.body, moved.body);
     }
 }
+
+#[tokio::test]
+async fn a_canary_split_takes_its_share_of_users_and_a_header_picks_the_beta() {
+    let stable = Origin::start("stable").await;
+    let canary = Origin::start("canary").await;
+    let beta = Origin::start("beta").await;
+    let cfg = format!(
+        r#"
+[log]
+access_log = "off"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "stable"
+servers = [{{ address = "{}" }}]
+[[upstream]]
+name = "canary"
+servers = [{{ address = "{}" }}]
+[[upstream]]
+name = "beta"
+servers = [{{ address = "{}" }}]
+[[route]]
+name = "app"
+upstream = "stable"
+split_on = "cookie:uid"
+[[route.split]]
+upstream = "beta"
+header = {{ "x-beta" = "yes" }}
+[[route.split]]
+upstream = "canary"
+weight = 5
+"#,
+        stable.addr, canary.addr, beta.addr
+    );
+    let gw = TestGateway::plain(&cfg).await;
+    let mut sender = http1_sender(gw.addr("http")).await;
+    let mut side = Vec::with_capacity(10_000);
+    for uid in 0..10_000 {
+        let req = http::Request::get("/whoami")
+            .header("host", "x")
+            .header("cookie", format!("uid={uid}"))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let got = collect(sender.send_request(req).await.unwrap()).await;
+        side.push(got.body == "canary");
+    }
+    let to_canary = side.iter().filter(|&&c| c).count();
+    // 500 expected of 10,000; the binomial's standard deviation is about 22.
+    assert!(
+        (400..=600).contains(&to_canary),
+        "{to_canary} of 10,000 users on the canary"
+    );
+    assert_eq!(canary.hits() + stable.hits(), 10_000);
+    // A user keeps their side.
+    for uid in (0..10_000).step_by(97) {
+        let got = get_with(
+            gw.addr("http"),
+            "/whoami",
+            ("cookie", &format!("uid={uid}")),
+        )
+        .await;
+        assert_eq!(got.body == "canary", side[uid], "user {uid}");
+    }
+    let got = get_with(gw.addr("http"), "/whoami", ("x-beta", "yes")).await;
+    assert_eq!(got.body, "beta");
+}
