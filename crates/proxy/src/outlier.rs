@@ -21,6 +21,9 @@ pub(crate) struct OutlierState {
     at_ms: AtomicU64,
     /// Ejections in the current series (the multiplier of `base_ejection`).
     ejections: AtomicU32,
+    /// An ejection ended and its server has not served since: the first success after it
+    /// is logged as the return.
+    returning: std::sync::atomic::AtomicBool,
 }
 
 /// What an ejection was.
@@ -45,6 +48,7 @@ impl OutlierState {
             }
             return false;
         }
+        self.returning.store(false, Ordering::Relaxed);
         self.fails.fetch_add(1, Ordering::Relaxed) + 1 >= threshold
     }
 
@@ -59,7 +63,13 @@ impl OutlierState {
         self.fails.store(0, Ordering::Relaxed);
         self.at_ms.store(now_ms, Ordering::Relaxed);
         self.until_ms.store(now_ms + duration_ms, Ordering::Relaxed);
+        self.returning.store(true, Ordering::Relaxed);
         Ejection { nth, duration_ms }
+    }
+
+    /// After a success: whether this is the first since an ejection ended (log the return).
+    pub(crate) fn returned(&self) -> bool {
+        self.returning.load(Ordering::Relaxed) && self.returning.swap(false, Ordering::Relaxed)
     }
 
     /// The current ejection, for the health endpoint: (began at, ends at, its number).
@@ -107,6 +117,9 @@ mod tests {
             }
         );
         assert!(s.ejected(999) && !s.ejected(1_000));
+        assert!(!s.record(false, 3));
+        assert!(s.returned(), "the first success after an ejection is its return");
+        assert!(!s.returned(), "once");
         assert_eq!(s.current(500), Some((0, 1_000, 1)));
         assert_eq!(s.eject(1_500, base, max).duration_ms, 2_000);
         assert_eq!(s.eject(4_000, base, max).duration_ms, 2_500, "capped");

@@ -239,6 +239,9 @@ impl UpstreamGroup {
         };
         let server = &self.servers[index];
         if !server.outlier.record(failed, o.consecutive_failures.get()) {
+            if !failed && server.outlier.returned() {
+                tracing::info!(upstream = %self.config.name, server = %server.addr, "upstream server is back from ejection and answering");
+            }
             return;
         }
         let now = self.now_ms();
