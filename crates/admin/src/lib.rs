@@ -129,6 +129,13 @@ pub fn metrics(s: &Sources) -> String {
     }
     family(
         &mut out,
+        "sluice_http_denied_total",
+        "counter",
+        "Requests refused with 403 by a listener's or route's allow/deny lists.",
+    );
+    let _ = writeln!(out, "sluice_http_denied_total {}", p.denied);
+    family(
+        &mut out,
         "sluice_upstream_retries_total",
         "counter",
         "Retries a route's policy wanted: sent to another server, or refused by the upstream's retry budget.",

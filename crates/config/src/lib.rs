@@ -15,6 +15,7 @@ mod default;
 mod error;
 mod load;
 mod pattern;
+mod policy;
 pub mod raw;
 mod snapshot;
 mod units;
@@ -26,6 +27,7 @@ pub use default::{
 pub use error::{ConfigError, LoadError};
 pub use load::{load_file, load_file_cached, load_str, load_str_cached};
 pub use pattern::{HostPattern, normalize_host};
+pub use policy::{Acl, Answer, HeaderEdits, IpNet, Part, Rewrite, Template, Var, canonical};
 pub use snapshot::{
     AccessLogFormat, AccessLogTarget, Admin, Balance, Certificate, CompressEngineName,
     CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,

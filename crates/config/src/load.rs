@@ -19,6 +19,7 @@ mod compression;
 mod health;
 mod listener;
 mod offload;
+mod policy;
 mod route;
 mod split;
 mod upstream;

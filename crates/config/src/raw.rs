@@ -72,6 +72,15 @@ pub struct RawListener {
     pub max_body_bytes: Option<Spanned<RawSize>>,
     /// Also send the RFC 7239 `Forwarded` header upstream.
     pub forwarded_header: Option<bool>,
+    /// Peers (CIDRs) whose `X-Forwarded-For` is believed for the client address, and whose
+    /// `X-Request-Id` is kept.
+    pub trusted_proxies: Option<Vec<Spanned<String>>>,
+    /// Client addresses (CIDRs) allowed; everyone when absent.
+    pub allow: Option<Vec<Spanned<String>>>,
+    /// Client addresses (CIDRs) refused with 403; checked before `allow`.
+    pub deny: Option<Vec<Spanned<String>>>,
+    /// Give every request an `X-Request-Id` (default true).
+    pub request_id: Option<Spanned<bool>>,
 }
 
 /// `[listener.tls]`: makes a listener HTTPS.
@@ -248,8 +257,8 @@ pub struct RawRoute {
     pub headers: Option<BTreeMap<String, Spanned<String>>>,
     /// Listener names this route applies to; all when absent.
     pub listeners: Option<Vec<Spanned<String>>>,
-    /// The upstream group that serves the route.
-    pub upstream: Spanned<String>,
+    /// The upstream group that serves the route (not needed with `redirect` or `respond`).
+    pub upstream: Option<Spanned<String>>,
     /// `[route.compression]`: overrides of `[compression]` for this route.
     pub compression: Option<RawCompression>,
     /// `[route.retry]`: when a failed attempt is sent again to another server.
@@ -260,6 +269,66 @@ pub struct RawRoute {
     /// What a weighted split hashes, so that a user stays on one side: `"header:NAME"`,
     /// `"cookie:NAME"`, `"query:NAME"` or `"client"` (default).
     pub split_on: Option<Spanned<String>>,
+    /// Client addresses (CIDRs) allowed on this route; everyone when absent.
+    pub allow: Option<Vec<Spanned<String>>>,
+    /// Client addresses (CIDRs) refused with 403 on this route; checked before `allow`.
+    pub deny: Option<Vec<Spanned<String>>>,
+    /// A path prefix removed before the request goes upstream.
+    pub strip_prefix: Option<Spanned<String>>,
+    /// A regular-expression rewrite of the path sent upstream.
+    pub rewrite: Option<Spanned<RawRewrite>>,
+    /// Answer with a redirect instead of proxying.
+    pub redirect: Option<Spanned<RawRedirect>>,
+    /// Answer with a fixed response instead of proxying.
+    pub respond: Option<Spanned<RawRespond>>,
+    /// Headers set, added or removed on the request sent upstream.
+    pub request_headers: Option<Spanned<RawHeaderEdits>>,
+    /// Headers set, added or removed on the response sent to the client.
+    pub response_headers: Option<Spanned<RawHeaderEdits>>,
+}
+
+/// `rewrite = { regex = "^/old/(.*)$", replacement = "/new/$1" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRewrite {
+    /// Matched against the path.
+    pub regex: Spanned<String>,
+    /// The new path; `$1`, `${name}` are the captures.
+    pub replacement: Spanned<String>,
+}
+
+/// `redirect = { location = "https://$host$request_uri", status = 301 }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedirect {
+    /// The `Location`, with variables.
+    pub location: Spanned<String>,
+    /// 301, 302, 303, 307 or 308 (default 302).
+    pub status: Option<Spanned<u16>>,
+}
+
+/// `respond = { status = 200, body = "ok", content_type = "text/plain" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRespond {
+    /// The status (default 200).
+    pub status: Option<Spanned<u16>>,
+    /// The body, with variables (default empty).
+    pub body: Option<Spanned<String>>,
+    /// The `Content-Type` (default `text/plain; charset=utf-8`).
+    pub content_type: Option<Spanned<String>>,
+}
+
+/// `request_headers` / `response_headers`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderEdits {
+    /// Replace (or create) these headers; values may hold variables.
+    pub set: Option<BTreeMap<String, Spanned<String>>>,
+    /// Append these headers.
+    pub add: Option<BTreeMap<String, Spanned<String>>>,
+    /// Remove these headers.
+    pub remove: Option<Vec<Spanned<String>>>,
 }
 
 /// `[[route.split]]`: one upstream's share of a route, by weight, by match, or both.

@@ -271,6 +271,12 @@ pub struct Listener {
     pub max_body_bytes: u64,
     /// Send RFC 7239 `Forwarded` too.
     pub forwarded_header: bool,
+    /// Peers whose `X-Forwarded-For` and `X-Request-Id` are believed.
+    pub trusted_proxies: Vec<crate::IpNet>,
+    /// Client addresses allowed and refused on this listener.
+    pub acl: crate::Acl,
+    /// Give every request an `X-Request-Id`.
+    pub request_id: bool,
 }
 
 /// The kind of a certificate's key; BoringSSL prefers ECDSA when the client supports it.
@@ -514,8 +520,18 @@ pub struct Route {
     pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
     /// Listener names; empty = all.
     pub listeners: Vec<String>,
-    /// Index into [`Snapshot::upstreams`].
-    pub upstream: usize,
+    /// Index into [`Snapshot::upstreams`]; `None` when the route answers itself.
+    pub upstream: Option<usize>,
+    /// Client addresses allowed and refused on this route.
+    pub acl: crate::Acl,
+    /// The path rewrite before the request goes upstream.
+    pub rewrite: Option<crate::Rewrite>,
+    /// A redirect or fixed response instead of proxying.
+    pub answer: Option<crate::Answer>,
+    /// Header edits of the request sent upstream.
+    pub request_headers: crate::HeaderEdits,
+    /// Header edits of the response.
+    pub response_headers: crate::HeaderEdits,
     /// Response compression for this route (`[compression]` with the route's overrides).
     pub compression: Arc<Compression>,
     /// When failed attempts are retried.

@@ -944,3 +944,71 @@ upstream = "canary"
     );
     assert_eq!(errs.len(), 4, "{errs:#?}");
 }
+
+#[test]
+fn edge_policy_keys_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+trusted_proxies = ["10.0.0.0/8", "2001:db8::1"]
+deny = ["192.0.2.0/24"]
+[[route]]
+name = "go-away"
+hosts = ["old.example.com"]
+redirect = { location = "https://new.example.com$request_uri", status = 308 }
+"#;
+    let s = load_str(src, "good.toml", dir.path()).unwrap();
+    let l = &s.listeners[0];
+    assert_eq!(l.trusted_proxies.len(), 2);
+    assert!(!l.acl.permits("192.0.2.7".parse().unwrap()));
+    assert!(l.request_id, "on by default");
+    assert_eq!(s.routes[0].upstream, None, "a redirect needs no upstream");
+
+    let bad = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+trusted_proxies = ["10.0.0.0/33"]
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "a"
+allow = ["not-an-ip"]
+rewrite = { regex = "([", replacement = "/x" }
+upstream = "o"
+[[route]]
+name = "b"
+redirect = { location = "https://$hostname/", status = 200 }
+[[route]]
+name = "c"
+[[route]]
+name = "d"
+upstream = "o"
+strip_prefix = "api"
+[route.request_headers]
+set = { "connection" = "close" }
+"#;
+    let errs = errors(bad, dir.path());
+    let at = |needle: &str| {
+        errs.iter()
+            .filter(|e| e.line == line_of(bad, needle))
+            .map(|e| format!("{} | {}", e.message, e.help))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        at("10.0.0.0/33").contains("not an address or CIDR"),
+        "{errs:#?}"
+    );
+    assert!(at("not-an-ip").contains("not an address or CIDR"));
+    assert!(at("regex = \"([\"").contains("does not compile"));
+    assert!(at("$hostname").contains("`$hostname` is not a variable"));
+    assert!(at("$hostname").contains("not a redirect"));
+    assert!(at("name = \"c\"").contains("has no upstream"));
+    assert!(at("strip_prefix = \"api\"").contains("not a path prefix"));
+    assert!(at("\"connection\" = \"close\"").contains("hop-by-hop"));
+    assert_eq!(errs.len(), 8, "{errs:#?}");
+}

@@ -81,6 +81,8 @@ pub(crate) struct Entry {
     pub(crate) tls_cipher: String,
     pub(crate) tls_resumed: Option<bool>,
     pub(crate) aborted: bool,
+    /// The request's `X-Request-Id` (empty when the listener gives none).
+    pub(crate) request_id: String,
 }
 
 impl AccessLog {
@@ -232,6 +234,10 @@ fn text_line(e: &Entry) -> String {
         Some(false) => "false",
         None => "-",
     });
+    if !e.request_id.is_empty() {
+        out.push_str(" id=");
+        out.push_str(&e.request_id);
+    }
     if e.aborted {
         out.push_str(" aborted=true");
     }
@@ -259,6 +265,7 @@ fn json_line(e: &Entry) -> String {
         "tls_cipher": (!e.tls_cipher.is_empty()).then_some(&e.tls_cipher),
         "tls_resumed": e.tls_resumed,
         "aborted": e.aborted,
+        "request_id": (!e.request_id.is_empty()).then_some(&e.request_id),
     });
     let mut s = v.to_string();
     s.push('\n');
@@ -289,7 +296,20 @@ mod tests {
             tls_cipher: "TLS_AES_128_GCM_SHA256".into(),
             tls_resumed: Some(false),
             aborted: false,
+            request_id: String::new(),
         }
+    }
+
+    #[test]
+    fn the_request_id_is_logged_when_there_is_one() {
+        let e = Entry {
+            request_id: "0123abcd".into(),
+            ..entry()
+        };
+        assert!(text_line(&e).ends_with(" resumed=false id=0123abcd\n"));
+        let json: serde_json::Value = serde_json::from_str(&json_line(&e)).unwrap();
+        assert_eq!(json["request_id"], "0123abcd");
+        assert!(!text_line(&entry()).contains(" id="));
     }
 
     #[test]

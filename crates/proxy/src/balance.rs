@@ -11,7 +11,7 @@
 mod hash;
 mod maglev;
 
-pub(crate) use hash::{below as random_below, hash_ip, hash64};
+pub(crate) use hash::{below as random_below, hash_ip, hash64, random as random64};
 use maglev::Maglev;
 use sluice_config::Balance;
 use std::net::SocketAddr;

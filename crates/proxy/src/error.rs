@@ -61,6 +61,8 @@ pub(crate) enum Failure {
     UpstreamError,
     /// A server did not send response headers in time (upstream).
     UpstreamTimeout,
+    /// The client's address is not allowed (listener or route `allow`/`deny`).
+    Forbidden,
 }
 
 impl Failure {
@@ -72,6 +74,7 @@ impl Failure {
             Failure::BadRequest => StatusCode::BAD_REQUEST,
             Failure::UpstreamConnect | Failure::UpstreamError => StatusCode::BAD_GATEWAY,
             Failure::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Failure::Forbidden => StatusCode::FORBIDDEN,
         }
     }
 
@@ -84,6 +87,7 @@ impl Failure {
             Failure::UpstreamConnect => "no upstream server could be reached\n",
             Failure::UpstreamError => "the upstream server failed to respond\n",
             Failure::UpstreamTimeout => "the upstream server did not respond in time\n",
+            Failure::Forbidden => "access from this address is not allowed\n",
         }
     }
 }

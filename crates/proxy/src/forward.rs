@@ -56,16 +56,19 @@ pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
         .flatten()
 }
 
-/// Adds X-Forwarded-For (appending to any received), X-Forwarded-Proto, X-Forwarded-Host,
-/// X-Real-IP, and, when enabled, RFC 7239 Forwarded.
+/// Adds X-Forwarded-For (appending the peer to any received), X-Forwarded-Proto,
+/// X-Forwarded-Host, X-Real-IP (the client, which differs from the peer behind trusted
+/// proxies), and, when enabled, RFC 7239 Forwarded (the peer, like X-Forwarded-For).
 pub(crate) fn add_forwarding(
     headers: &mut HeaderMap,
-    client: SocketAddr,
+    peer: SocketAddr,
+    client: std::net::IpAddr,
     https: bool,
     host: &str,
     forwarded: bool,
 ) {
-    let ip = crate::text::ip_string(client.ip());
+    let client = crate::text::ip_string(client);
+    let ip = crate::text::ip_string(peer.ip());
     let xff = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
         Some(prev) if !prev.trim().is_empty() => format!("{prev}, {ip}"),
         _ => ip.clone(),
@@ -78,11 +81,11 @@ pub(crate) fn add_forwarding(
     if let Ok(v) = HeaderValue::from_str(host) {
         headers.insert(X_FORWARDED_HOST, v);
     }
-    if let Ok(v) = HeaderValue::from_str(&ip) {
+    if let Ok(v) = HeaderValue::from_str(&client) {
         headers.insert(X_REAL_IP, v);
     }
     if forwarded {
-        let node = if client.is_ipv6() {
+        let node = if peer.is_ipv6() {
             format!("\"[{ip}]\"")
         } else {
             ip

@@ -8,6 +8,7 @@ use crate::compression::{self, RequestFacts, strengthen_if_none_match};
 use crate::connection::ConnState;
 use crate::error::{Failure, is_caused_by};
 use crate::forward::{add_forwarding, head_size, strip_hop_by_hop, upgrade_protocol};
+use crate::policy;
 use crate::router::Router;
 use crate::upstream::{ActiveGuard, UpstreamGroup};
 use arc_swap::ArcSwap;
@@ -18,9 +19,10 @@ use http_body::Body as _;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use sluice_config::{Listener, PassHost, RetryPolicy, UpstreamProtocol};
+use sluice_config::{Listener, PassHost, Route, UpstreamProtocol};
 use sluice_tls::TlsInfo;
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,6 +62,8 @@ struct Done {
     log: AccessLog,
     state: Arc<ConnState>,
     metrics: Arc<crate::ProxyMetrics>,
+    /// Returned in `X-Request-Id` on every response, errors included.
+    request_id: Option<HeaderValue>,
     _server: Option<ActiveGuard>,
 }
 
@@ -94,11 +98,19 @@ fn is_idempotent(m: &Method) -> bool {
 /// hyper service entry point.
 pub(crate) async fn handle(
     conn: Arc<ConnCtx>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     conn.state.request_started();
     let start = Instant::now();
     let listener = &conn.slot.load_full();
+    let cfg = &listener.config;
+    let client = policy::real_client(conn.peer.ip(), req.headers(), &cfg.trusted_proxies);
+    let request_id = cfg
+        .request_id
+        .then(|| policy::request_id(conn.peer.ip(), req.headers(), &cfg.trusted_proxies));
+    if let Some(id) = &request_id {
+        req.headers_mut().insert(policy::X_REQUEST_ID, id.clone());
+    }
     let host = req
         .uri()
         .authority()
@@ -114,7 +126,17 @@ pub(crate) async fn handle(
     let mut done = Done {
         entry: Entry {
             time: Some(SystemTime::now()),
-            client: Some(conn.peer),
+            // The client behind trusted proxies has no port we know.
+            client: Some(if client == conn.peer.ip() {
+                conn.peer
+            } else {
+                SocketAddr::new(client, 0)
+            }),
+            request_id: request_id
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned(),
             listener: listener.name.clone(),
             host: host.clone(),
             method: req.method().to_string(),
@@ -134,6 +156,7 @@ pub(crate) async fn handle(
         log: listener.access_log.clone(),
         state: conn.state.clone(),
         metrics: listener.metrics.clone(),
+        request_id,
         _server: None,
     };
 
@@ -144,6 +167,10 @@ pub(crate) async fn handle(
         // RFC 9112 §3.2: a server MUST respond 400 to an HTTP/1.1 request without Host.
         return Ok(failure(done, Failure::BadRequest));
     }
+    if !cfg.acl.permits(client) {
+        listener.metrics.denied();
+        return Ok(failure(done, Failure::Forbidden));
+    }
     let Some(route) = listener
         .router
         .find(&host, req.uri().path(), req.method(), req.headers())
@@ -151,6 +178,22 @@ pub(crate) async fn handle(
         return Ok(failure(done, Failure::NoRoute));
     };
     done.entry.route = Some(route.name.clone());
+    if !route.acl.permits(client) {
+        listener.metrics.denied();
+        return Ok(failure(done, Failure::Forbidden));
+    }
+    if let Some(a) = &route.answer {
+        let vars = policy::Vars {
+            host: host_name(&host),
+            uri: req.uri(),
+            https: listener.tls.is_some(),
+            client,
+            request_id: done.request_id.as_ref(),
+        };
+        let (status, mut headers, body) = policy::answer(a, &vars);
+        policy::edit_headers(&route.response_headers, &mut headers, &vars);
+        return Ok(respond(done, status, headers, body));
+    }
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -159,10 +202,48 @@ pub(crate) async fn handle(
     if declared.is_some_and(|n| n > listener.config.max_body_bytes) {
         return Ok(failure(done, Failure::BodyTooLarge));
     }
-    let upstream = crate::split::upstream_for(route, req.uri(), req.headers(), conn.peer.ip());
+    let Some(upstream) = crate::split::upstream_for(route, req.uri(), req.headers(), client) else {
+        return Ok(failure(done, Failure::NoRoute));
+    };
     let group = listener.upstreams[upstream].clone();
     let facts = RequestFacts::new(&route.compression, req.method(), req.headers());
-    Ok(proxy(&conn, listener, group, &route.retry, req, host, done, facts).await)
+    Ok(proxy(
+        &conn, listener, group, route, client, req, host, done, facts,
+    )
+    .await)
+}
+
+/// The host without a port, for `$host`.
+fn host_name(host: &str) -> &str {
+    match host.rsplit_once(':') {
+        Some((h, port))
+            if port.bytes().all(|b| b.is_ascii_digit())
+                && !h.ends_with(']')
+                && !h.contains(':') =>
+        {
+            h
+        }
+        Some((h, port)) if h.ends_with(']') && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+/// A response the gateway makes itself (a route's redirect or fixed response).
+fn respond(
+    mut done: Done,
+    status: StatusCode,
+    headers: http::HeaderMap,
+    body: Bytes,
+) -> Response<ProxyBody> {
+    done.entry.status = status.as_u16();
+    let id = done.request_id.clone();
+    let mut resp = Response::new(TrackedBody::new(Full::new(body), done).boxed());
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    if let Some(id) = id {
+        resp.headers_mut().insert(policy::X_REQUEST_ID, id);
+    }
+    resp
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -170,7 +251,8 @@ async fn proxy(
     conn: &ConnCtx,
     listener: &ListenerCtx,
     group: Arc<UpstreamGroup>,
-    policy: &RetryPolicy,
+    route: &Route,
+    client: IpAddr,
     mut req: Request<Incoming>,
     host: String,
     mut done: Done,
@@ -184,6 +266,7 @@ async fn proxy(
     let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
     let has_body = !body.is_end_stream();
+    let policy = &route.retry;
     // A request without a body can be sent again; one whose body is streaming cannot (it is
     // not buffered), whatever the policy says.
     let retryable = (policy.non_idempotent || is_idempotent(&parts.method)) && !has_body;
@@ -215,7 +298,20 @@ async fn proxy(
         .per_try_timeout
         .unwrap_or(group.config.response_timeout);
     let deadline = policy.timeout.map(|t| Instant::now() + t);
-    let key = group.hash_key(&parts, conn.peer.ip());
+    let key = group.hash_key(&parts, client);
+    // The path sent upstream (the route's rewrite), and what variables stand for.
+    let rewritten = route
+        .rewrite
+        .as_ref()
+        .and_then(|rw| policy::rewrite(rw, &parts.uri));
+    let request_id = done.request_id.clone();
+    let vars = policy::Vars {
+        host: host_name(&host),
+        uri: &parts.uri,
+        https: listener.tls.is_some(),
+        client,
+        request_id: request_id.as_ref(),
+    };
     let sticky = group.sticky.as_ref().and_then(|s| s.server(&parts.headers));
     let mut tried = Vec::with_capacity(2);
     loop {
@@ -251,13 +347,17 @@ async fn proxy(
         add_forwarding(
             &mut headers,
             conn.peer,
+            client,
             listener.tls.is_some(),
             &host,
             listener.config.forwarded_header,
         );
+        if !route.request_headers.is_empty() {
+            policy::edit_headers(&route.request_headers, &mut headers, &vars);
+        }
 
         // Origin-form: the request line carries the path and query only.
-        let uri = match parts.uri.path_and_query() {
+        let uri = match rewritten.as_ref().or(parts.uri.path_and_query()) {
             Some(pq) => Uri::from(pq.clone()),
             None => Uri::from_static("/"),
         };
@@ -366,6 +466,12 @@ async fn proxy(
                 }
                 let (mut rparts, rbody) = resp.into_parts();
                 rparts.version = parts.version;
+                if !route.response_headers.is_empty() {
+                    policy::edit_headers(&route.response_headers, &mut rparts.headers, &vars);
+                }
+                if let Some(id) = &request_id {
+                    rparts.headers.insert(policy::X_REQUEST_ID, id.clone());
+                }
                 // A new session, or one whose server was down: name the server chosen.
                 if let Some(cookies) = &group.sticky
                     && sticky != Some(server.index)
@@ -409,6 +515,7 @@ fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
     let status = why.status();
     done.entry.status = status.as_u16();
     let http1 = done.entry.protocol != "HTTP/2.0";
+    let id = done.request_id.clone();
     let mut resp = Response::new(
         TrackedBody::new(
             Full::new(Bytes::from_static(why.message().as_bytes())),
@@ -422,6 +529,9 @@ fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    if let Some(id) = id {
+        h.insert(policy::X_REQUEST_ID, id);
+    }
     if http1
         && matches!(
             why,

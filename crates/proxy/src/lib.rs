@@ -22,6 +22,7 @@ mod handler;
 mod health;
 mod metrics;
 mod outlier;
+mod policy;
 mod retry;
 mod router;
 mod split;

@@ -19,6 +19,8 @@ pub struct ProxyMetrics {
     upstream_errors: [AtomicU64; 3],
     /// Retries sent, and retries the budget refused.
     retries: [AtomicU64; 2],
+    /// Requests refused by a listener's or route's `allow`/`deny`.
+    denied: AtomicU64,
 }
 
 /// A copy of [`ProxyMetrics`].
@@ -34,6 +36,8 @@ pub struct ProxySnapshot {
     pub upstream_errors: [u64; 3],
     /// Retries sent to another server, and retries the retry budget refused.
     pub retries: [u64; 2],
+    /// Requests refused by `allow`/`deny` (403).
+    pub denied: u64,
 }
 
 impl ProxyMetrics {
@@ -62,6 +66,10 @@ impl ProxyMetrics {
         self.retries[usize::from(!granted)].fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn denied(&self) {
+        self.denied.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A copy of the counters.
     pub fn snapshot(&self) -> ProxySnapshot {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -71,6 +79,7 @@ impl ProxyMetrics {
             requests: std::array::from_fn(|i| l(&self.requests[i])),
             upstream_errors: std::array::from_fn(|i| l(&self.upstream_errors[i])),
             retries: std::array::from_fn(|i| l(&self.retries[i])),
+            denied: l(&self.denied),
         }
     }
 }

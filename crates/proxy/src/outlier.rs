@@ -118,7 +118,10 @@ mod tests {
         );
         assert!(s.ejected(999) && !s.ejected(1_000));
         assert!(!s.record(false, 3));
-        assert!(s.returned(), "the first success after an ejection is its return");
+        assert!(
+            s.returned(),
+            "the first success after an ejection is its return"
+        );
         assert!(!s.returned(), "once");
         assert_eq!(s.current(500), Some((0, 1_000, 1)));
         assert_eq!(s.eject(1_500, base, max).duration_ms, 2_000);

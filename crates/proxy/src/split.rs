@@ -18,13 +18,13 @@ use std::net::IpAddr;
 /// on the same cookie must not line up).
 const SEED: u64 = 0x0073_706c_6974;
 
-/// The upstream index for a request of `route`.
+/// The upstream index for a request of `route` (`None` for a route that answers itself).
 pub(crate) fn upstream_for(
     route: &Route,
     uri: &http::Uri,
     headers: &http::HeaderMap,
     client: IpAddr,
-) -> usize {
+) -> Option<usize> {
     if route.split.is_empty() {
         return route.upstream;
     }
@@ -39,12 +39,12 @@ pub(crate) fn upstream_for(
         let conditional = !(s.headers.is_empty() && s.cookies.is_empty() && s.query.is_empty());
         if conditional {
             if matches(s, uri, headers) && *b.get_or_insert_with(bucket) < s.basis_points {
-                return s.upstream;
+                return Some(s.upstream);
             }
         } else {
             let at = *b.get_or_insert_with(bucket);
             if (taken..taken + s.basis_points).contains(&at) {
-                return s.upstream;
+                return Some(s.upstream);
             }
             taken += s.basis_points;
         }
@@ -113,7 +113,7 @@ split_on = "cookie:uid"
         let r = route("[[route.split]]\nupstream = \"canary\"\nweight = 5");
         let uri: http::Uri = "/".parse().unwrap();
         let to_canary = (0..10_000)
-            .filter(|&u| upstream_for(&r, &uri, &with_cookie(u), CLIENT) == 1)
+            .filter(|&u| upstream_for(&r, &uri, &with_cookie(u), CLIENT) == Some(1))
             .count();
         // 500 expected; a binomial's standard deviation here is about 22.
         assert!(
@@ -131,8 +131,8 @@ split_on = "cookie:uid"
         // Raising it to 10% keeps every 5% user on the canary.
         let r10 = route("[[route.split]]\nupstream = \"canary\"\nweight = 10");
         for u in 0..2_000 {
-            if upstream_for(&r, &uri, &with_cookie(u), CLIENT) == 1 {
-                assert_eq!(upstream_for(&r10, &uri, &with_cookie(u), CLIENT), 1);
+            if upstream_for(&r, &uri, &with_cookie(u), CLIENT) == Some(1) {
+                assert_eq!(upstream_for(&r10, &uri, &with_cookie(u), CLIENT), Some(1));
             }
         }
     }
@@ -149,22 +149,22 @@ split_on = "cookie:uid"
         let header_only: http::Uri = "/p?v=3".parse().unwrap();
         assert_eq!(
             upstream_for(&r, &both, &h, CLIENT),
-            2,
+            Some(2),
             "header and query match: beta"
         );
         assert_ne!(
             upstream_for(&r, &header_only, &h, CLIENT),
-            2,
+            Some(2),
             "every condition must hold"
         );
         let beta_cookie = route("[[route.split]]\nupstream = \"beta\"\ncookie = { uid = \"7\" }");
         assert_eq!(
             upstream_for(&beta_cookie, &header_only, &with_cookie(7), CLIENT),
-            2
+            Some(2)
         );
         assert_eq!(
             upstream_for(&beta_cookie, &header_only, &with_cookie(8), CLIENT),
-            0
+            Some(0)
         );
     }
 }

@@ -69,7 +69,19 @@ impl Cx<'_> {
                 "NGINX's default is 32k",
             );
         }
+        let trusted_proxies = self.cidrs(
+            raw.trusted_proxies.as_ref(),
+            &format!("listener `{name}`: trusted_proxies"),
+        );
+        let acl = self.acl(
+            raw.allow.as_ref(),
+            raw.deny.as_ref(),
+            &format!("listener `{name}`"),
+        );
         let listener = Listener {
+            trusted_proxies,
+            acl,
+            request_id: raw.request_id.as_ref().is_none_or(|v| *v.get_ref()),
             name,
             address: address?,
             h2,

@@ -112,26 +112,60 @@ impl Cx<'_> {
             }
             listeners.push(l.get_ref().clone());
         }
-        let upstream = upstream_names.get(raw.upstream.get_ref()).copied();
-        if upstream.is_none() && !is_broken("upstream", raw.upstream.get_ref()) {
-            let mut known: Vec<&str> = upstream_names.keys().map(String::as_str).collect();
-            known.sort_unstable();
-            self.err_at(
-                &raw.upstream,
-                format!(
-                    "route `{name}` sends to upstream `{}`, which is not defined",
-                    raw.upstream.get_ref()
-                ),
-                if known.is_empty() {
-                    "add an [[upstream]] with that name".to_owned()
-                } else {
-                    format!(
-                        "fix the name or add an [[upstream]] with it (defined: {})",
-                        known.join(", ")
-                    )
-                },
-            );
-        }
+        let answer = self.answer(&name, raw);
+        let upstream = match &raw.upstream {
+            None => {
+                if answer.is_none() {
+                    ok = false;
+                    self.err(
+                        raw.name.span().start,
+                        format!("route `{name}` has no upstream"),
+                        "add upstream = \"NAME\", or answer with redirect = { location = \"…\" } or respond = { status = 200 }",
+                    );
+                }
+                None
+            }
+            Some(u) => {
+                let found = upstream_names.get(u.get_ref()).copied();
+                if found.is_none() && !is_broken("upstream", u.get_ref()) {
+                    let mut known: Vec<&str> = upstream_names.keys().map(String::as_str).collect();
+                    known.sort_unstable();
+                    self.err_at(
+                        u,
+                        format!(
+                            "route `{name}` sends to upstream `{}`, which is not defined",
+                            u.get_ref()
+                        ),
+                        if known.is_empty() {
+                            "add an [[upstream]] with that name".to_owned()
+                        } else {
+                            format!(
+                                "fix the name or add an [[upstream]] with it (defined: {})",
+                                known.join(", ")
+                            )
+                        },
+                    );
+                }
+                if found.is_none() {
+                    ok = false;
+                }
+                found
+            }
+        };
+        let acl = self.acl(
+            raw.allow.as_ref(),
+            raw.deny.as_ref(),
+            &format!("route `{name}`"),
+        );
+        let rewrite = self.rewrite(&name, raw);
+        let request_headers = self.header_edits(
+            raw.request_headers.as_ref(),
+            &format!("route `{name}`: request_headers"),
+        );
+        let response_headers = self.header_edits(
+            raw.response_headers.as_ref(),
+            &format!("route `{name}`: response_headers"),
+        );
         let (split, split_on) = self.split(raw, upstream_names, &is_broken);
         let retry = raw
             .retry
@@ -142,6 +176,11 @@ impl Cx<'_> {
             return None;
         }
         Some(Route {
+            acl,
+            rewrite,
+            answer,
+            request_headers,
+            response_headers,
             retry,
             split,
             split_on,
@@ -151,7 +190,7 @@ impl Cx<'_> {
             methods,
             headers,
             listeners,
-            upstream: upstream?,
+            upstream,
             compression: match &raw.compression {
                 None => compression.clone(),
                 Some(c) => self.compression(

@@ -15,6 +15,7 @@ mod http;
 mod keepalive;
 mod keyless;
 mod offload;
+mod policy;
 mod reload;
 mod routing;
 mod support;

@@ -138,6 +138,12 @@ async fn origin_respond(
     };
     Ok(match path.as_str() {
         "/whoami" => text(name),
+        // The path and query as this origin received them.
+        p if p.starts_with("/echo") => text(
+            req.uri()
+                .path_and_query()
+                .map_or(String::new(), |pq| pq.to_string()),
+        ),
         "/headers" => {
             let map: serde_json::Map<String, serde_json::Value> = req
                 .headers()

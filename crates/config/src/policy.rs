@@ -1,0 +1,239 @@
+//! Edge policy in the snapshot: client address lists, request IDs, path rewrites, redirects,
+//! fixed responses and header edits, with the variables their values may hold.
+
+pub use ipnet::IpNet;
+use std::net::IpAddr;
+
+/// Allow and deny lists of client addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acl {
+    /// Allowed networks; everyone when empty.
+    pub allow: Vec<IpNet>,
+    /// Refused networks; checked first.
+    pub deny: Vec<IpNet>,
+}
+
+impl Acl {
+    /// Whether `ip` may pass. An IPv4-mapped IPv6 address is checked as IPv4.
+    pub fn permits(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        !self.deny.iter().any(|n| n.contains(&ip))
+            && (self.allow.is_empty() || self.allow.iter().any(|n| n.contains(&ip)))
+    }
+
+    /// No list at all: nothing to check per request.
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty()
+    }
+}
+
+/// `::ffff:a.b.c.d` as `a.b.c.d` (dual-stack sockets report IPv4 clients that way).
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// A value with variables: `$host`, `$uri`, `$request_uri`, `$args`, `$scheme`,
+/// `$remote_addr` (the client, after `trusted_proxies`) and `$request_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template(pub Vec<Part>);
+
+/// A piece of a [`Template`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    /// Text as written.
+    Text(String),
+    /// A variable.
+    Var(Var),
+}
+
+/// The variables a [`Template`] may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Var {
+    /// The request's host (without port).
+    Host,
+    /// The path.
+    Uri,
+    /// Path and query as received.
+    RequestUri,
+    /// The query (without `?`).
+    Args,
+    /// `http` or `https`.
+    Scheme,
+    /// The client address.
+    RemoteAddr,
+    /// The request ID.
+    RequestId,
+}
+
+impl Var {
+    /// Every variable with its name.
+    pub const ALL: [(&'static str, Var); 7] = [
+        ("host", Var::Host),
+        ("uri", Var::Uri),
+        ("request_uri", Var::RequestUri),
+        ("args", Var::Args),
+        ("scheme", Var::Scheme),
+        ("remote_addr", Var::RemoteAddr),
+        ("request_id", Var::RequestId),
+    ];
+}
+
+impl Template {
+    /// Parses `$name` variables (`$$` is a `$`); the error names the unknown variable.
+    pub fn parse(text: &str) -> Result<Template, String> {
+        let mut parts = Vec::new();
+        let mut lit = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find('$') {
+            lit.push_str(&rest[..at]);
+            rest = &rest[at + 1..];
+            if let Some(r) = rest.strip_prefix('$') {
+                lit.push('$');
+                rest = r;
+                continue;
+            }
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let name = &rest[..end];
+            let Some(&(_, var)) = Var::ALL.iter().find(|(n, _)| *n == name) else {
+                return Err(format!("`${name}` is not a variable"));
+            };
+            if !lit.is_empty() {
+                parts.push(Part::Text(std::mem::take(&mut lit)));
+            }
+            parts.push(Part::Var(var));
+            rest = &rest[end..];
+        }
+        lit.push_str(rest);
+        if !lit.is_empty() {
+            parts.push(Part::Text(lit));
+        }
+        Ok(Template(parts))
+    }
+
+    /// Whether the value is plain text (no variable to fill in per request).
+    pub fn is_static(&self) -> bool {
+        self.0.iter().all(|p| matches!(p, Part::Text(_)))
+    }
+}
+
+/// A path rewrite before the request goes upstream.
+#[derive(Debug, Clone)]
+pub enum Rewrite {
+    /// Remove this prefix (a path that becomes empty is `/`).
+    StripPrefix(String),
+    /// Replace the path by `replacement` (captures as `$1`, `${name}`) where `regex` matches.
+    Regex {
+        /// Matched against the path.
+        regex: regex::Regex,
+        /// What it becomes.
+        replacement: String,
+    },
+}
+
+impl PartialEq for Rewrite {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Rewrite::StripPrefix(a), Rewrite::StripPrefix(b)) => a == b,
+            (
+                Rewrite::Regex {
+                    regex: a,
+                    replacement: ra,
+                },
+                Rewrite::Regex {
+                    regex: b,
+                    replacement: rb,
+                },
+            ) => a.as_str() == b.as_str() && ra == rb,
+            _ => false,
+        }
+    }
+}
+
+/// What a route answers itself instead of proxying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// A redirect.
+    Redirect {
+        /// 301, 302, 303, 307 or 308.
+        status: u16,
+        /// The `Location`.
+        location: Template,
+    },
+    /// A fixed response.
+    Respond {
+        /// Its status.
+        status: u16,
+        /// Its body.
+        body: Template,
+        /// Its `Content-Type`.
+        content_type: http::HeaderValue,
+    },
+}
+
+/// Headers set, added or removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderEdits {
+    /// Removed first.
+    pub remove: Vec<http::HeaderName>,
+    /// Then replaced or created.
+    pub set: Vec<(http::HeaderName, Template)>,
+    /// Then appended.
+    pub add: Vec<(http::HeaderName, Template)>,
+}
+
+impl HeaderEdits {
+    /// Nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_parse_variables_and_refuse_unknown_ones() {
+        let t = Template::parse("https://$host$request_uri?x=$$1").unwrap();
+        assert_eq!(
+            t.0,
+            [
+                Part::Text("https://".into()),
+                Part::Var(Var::Host),
+                Part::Var(Var::RequestUri),
+                Part::Text("?x=$1".into()),
+            ]
+        );
+        assert!(Template::parse("plain").unwrap().is_static());
+        assert_eq!(
+            Template::parse("$hostname").unwrap_err(),
+            "`$hostname` is not a variable"
+        );
+    }
+
+    #[test]
+    fn acls_deny_first_then_allow_and_see_mapped_ipv4() {
+        let acl = Acl {
+            allow: vec![
+                "10.0.0.0/8".parse().unwrap(),
+                "2001:db8::/32".parse().unwrap(),
+            ],
+            deny: vec!["10.1.0.0/16".parse().unwrap()],
+        };
+        assert!(acl.permits("10.2.3.4".parse().unwrap()));
+        assert!(!acl.permits("10.1.3.4".parse().unwrap()), "deny wins");
+        assert!(!acl.permits("192.0.2.1".parse().unwrap()), "not allowed");
+        assert!(acl.permits("2001:db8::7".parse().unwrap()));
+        assert!(!acl.permits("2001:db9::7".parse().unwrap()));
+        assert!(
+            acl.permits("::ffff:10.2.3.4".parse().unwrap()),
+            "IPv4-mapped"
+        );
+        assert!(Acl::default().permits("192.0.2.1".parse().unwrap()));
+    }
+}
