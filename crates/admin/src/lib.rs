@@ -127,6 +127,44 @@ pub fn metrics(s: &Sources) -> String {
             p.upstream_errors[i]
         );
     }
+    let limits = s.gateway.rate_limits();
+    if !limits.is_empty() {
+        family(
+            &mut out,
+            "sluice_rate_limit_requests_total",
+            "counter",
+            "Requests checked by a route's rate limit: passed, delayed (within the burst, spaced out at the rate) or rejected (429).",
+        );
+        for (route, counts, _) in &limits {
+            for (result, v) in ["passed", "delayed", "rejected"].iter().zip(counts) {
+                let _ = writeln!(
+                    out,
+                    "sluice_rate_limit_requests_total{{route=\"{route}\",result=\"{result}\"}} {v}"
+                );
+            }
+        }
+        family(
+            &mut out,
+            "sluice_rate_limit_fallback_total",
+            "counter",
+            "Shared-limit checks decided locally (rate / expected_gateways) because Redis did not answer in time.",
+        );
+        for (route, _, fell) in &limits {
+            let _ = writeln!(
+                out,
+                "sluice_rate_limit_fallback_total{{route=\"{route}\"}} {fell}"
+            );
+        }
+    }
+    if let Some((_, up)) = s.gateway.rate_limit_redis() {
+        family(
+            &mut out,
+            "sluice_rate_limit_redis_up",
+            "gauge",
+            "Whether the shared rate limits' Redis answers (1) or the local fallback decides (0).",
+        );
+        let _ = writeln!(out, "sluice_rate_limit_redis_up {}", u8::from(up));
+    }
     family(
         &mut out,
         "sluice_http_denied_total",

@@ -27,7 +27,10 @@ pub use default::{
 pub use error::{ConfigError, LoadError};
 pub use load::{load_file, load_file_cached, load_str, load_str_cached};
 pub use pattern::{HostPattern, normalize_host};
-pub use policy::{Acl, Answer, HeaderEdits, IpNet, Part, Rewrite, Template, Var, canonical};
+pub use policy::{
+    Acl, Answer, HeaderEdits, IpNet, Part, RateLimit, RateLimitStore, Rewrite, Template, Var,
+    canonical,
+};
 pub use snapshot::{
     AccessLogFormat, AccessLogTarget, Admin, Balance, Certificate, CompressEngineName,
     CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,

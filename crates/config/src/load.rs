@@ -20,6 +20,7 @@ mod health;
 mod listener;
 mod offload;
 mod policy;
+mod rate_limit;
 mod route;
 mod split;
 mod upstream;
@@ -60,6 +61,7 @@ pub fn load_str_cached(
         base_dir: base_dir.to_path_buf(),
         certs: cache,
         used_certs: Vec::new(),
+        redis_users: Vec::new(),
     };
     let raw = cx.parse(src);
     let snapshot = raw.and_then(|raw| cx.validate(raw, file, src));
@@ -98,12 +100,13 @@ struct RawConfig {
     admin: RawAdmin,
     demo: Option<RawDemo>,
     compression: Option<RawCompression>,
+    rate_limit: Option<RawRateLimitStore>,
     /// Names of entries that failed to parse, by section: references to them are not
     /// reported again as "not defined".
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-const SECTIONS: &str = "[global], [log], [admin], [demo], [offload], [compression], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+const SECTIONS: &str = "[global], [log], [admin], [demo], [offload], [compression], [rate_limit], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -113,6 +116,8 @@ struct Cx<'a> {
     certs: &'a CertCache,
     /// Certificates of this one.
     used_certs: Vec<Arc<Certificate>>,
+    /// Where routes ask for `store = "redis"` (an error without `[rate_limit] redis`).
+    redis_users: Vec<usize>,
 }
 
 impl Cx<'_> {
@@ -156,6 +161,7 @@ impl Cx<'_> {
                 "admin" => raw.admin = self.section(value).unwrap_or_default(),
                 "demo" => raw.demo = self.section(value),
                 "compression" => raw.compression = self.section(value),
+                "rate_limit" => raw.rate_limit = self.section(value),
                 "listener" => raw.listeners = self.array("listener", value, &mut raw.broken),
                 "certificate" => {
                     raw.certificates = self.array("certificate", value, &mut raw.broken)
@@ -220,8 +226,12 @@ impl Cx<'_> {
                         .get("name")
                         .and_then(|n| n.get_ref().as_str())
                         .map(str::to_owned);
+                    let before = self.errors.len();
                     let parsed = self.section(item);
-                    if parsed.is_none() {
+                    // Failed, or parsed without its misspelt keys: either way its mistakes
+                    // are reported, and what follows from them (a reference to it, a
+                    // required key that was misspelt) is not reported again.
+                    if parsed.is_none() || self.errors.len() > before {
                         broken.entry(name).or_default().extend(entry_name);
                     }
                     parsed
@@ -320,6 +330,7 @@ impl Cx<'_> {
             );
         }
 
+        let rate_limit_store = self.rate_limit_store(raw.rate_limit.as_ref());
         let mut route_names = HashMap::new();
         let mut routes = Vec::new();
         for r in &raw.routes {
@@ -335,6 +346,15 @@ impl Cx<'_> {
             }
         }
 
+        if rate_limit_store.redis.is_none() {
+            for at in std::mem::take(&mut self.redis_users) {
+                self.err(
+                    at,
+                    "rate_limit store = \"redis\" but no Redis is configured",
+                    "add [rate_limit] redis = \"redis://127.0.0.1:6379/\", or use store = \"local\"",
+                );
+            }
+        }
         let certificates = certificates.into_iter().collect::<Option<Vec<_>>>()?;
         Some(Snapshot {
             source: file.to_owned(),
@@ -347,6 +367,7 @@ impl Cx<'_> {
             routes,
             offload,
             admin,
+            rate_limit_store,
             demo: raw
                 .demo
                 .as_ref()

@@ -237,3 +237,48 @@ mod tests {
         assert!(Acl::default().permits("192.0.2.1".parse().unwrap()));
     }
 }
+
+/// `[route.rate_limit]`: GCRA, which is NGINX's leaky bucket in another form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateLimit {
+    /// Requests per `window` (the N of `"N/s"`).
+    pub quota: u32,
+    /// The rate's unit: 1 s, 1 min or 1 h.
+    pub window: std::time::Duration,
+    /// Requests beyond the rate still served.
+    pub burst: u32,
+    /// Serve the burst at once (else spaced out at the rate).
+    pub nodelay: bool,
+    /// What is limited; `None`: the route as a whole.
+    pub key: Option<crate::HashKey>,
+    /// Shared through Redis (else this gateway's memory).
+    pub shared: bool,
+}
+
+impl RateLimit {
+    /// Time between two requests at the rate (GCRA's emission interval).
+    pub fn interval(&self) -> std::time::Duration {
+        self.window / self.quota
+    }
+}
+
+/// `[rate_limit]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitStore {
+    /// The Redis URL, if limits are shared.
+    pub redis: Option<String>,
+    /// Longest wait for Redis per request.
+    pub redis_timeout: std::time::Duration,
+    /// Gateways sharing each limit (the fallback's divisor).
+    pub expected_gateways: u32,
+}
+
+impl Default for RateLimitStore {
+    fn default() -> Self {
+        RateLimitStore {
+            redis: None,
+            redis_timeout: std::time::Duration::from_millis(20),
+            expected_gateways: 1,
+        }
+    }
+}

@@ -35,6 +35,8 @@ pub struct Snapshot {
     pub offload: Offload,
     /// The admin listener; `None` when disabled.
     pub admin: Option<Admin>,
+    /// `[rate_limit]`: where shared limits are kept.
+    pub rate_limit_store: crate::RateLimitStore,
     /// Where the built-in demo origin listens (`[demo]`), if anywhere. Started with the
     /// process; a reload does not move it.
     pub demo: Option<SocketAddr>,
@@ -532,6 +534,8 @@ pub struct Route {
     pub request_headers: crate::HeaderEdits,
     /// Header edits of the response.
     pub response_headers: crate::HeaderEdits,
+    /// `[route.rate_limit]`.
+    pub rate_limit: Option<crate::RateLimit>,
     /// Response compression for this route (`[compression]` with the route's overrides).
     pub compression: Arc<Compression>,
     /// When failed attempts are retried.

@@ -1012,3 +1012,63 @@ set = { "connection" = "close" }
     assert!(at("\"connection\" = \"close\"").contains("hop-by-hop"));
     assert_eq!(errs.len(), 8, "{errs:#?}");
 }
+
+#[test]
+fn rate_limits_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[rate_limit]
+redis = "redis://127.0.0.1:6379/"
+expected_gateways = 4
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "api"
+upstream = "o"
+[route.rate_limit]
+rate = "300/m"
+burst = 20
+key = "cookie:session"
+store = "redis"
+"#;
+    let s = load_str(src, "good.toml", dir.path()).unwrap();
+    let rl = s.routes[0].rate_limit.as_ref().unwrap();
+    assert_eq!(
+        (rl.quota, rl.window, rl.burst, rl.nodelay, rl.shared),
+        (300, Duration::from_secs(60), 20, false, true)
+    );
+    assert_eq!(rl.interval(), Duration::from_millis(200));
+    assert_eq!(rl.key, Some(HashKey::Cookie("session".into())));
+    assert_eq!(s.rate_limit_store.expected_gateways, 4);
+
+    let bad = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "a"
+upstream = "o"
+[route.rate_limit]
+rate = "5 per second"
+key = "uri"
+store = "redis"
+"#;
+    let errs = errors(bad, dir.path());
+    let at = |needle: &str| {
+        errs.iter()
+            .filter(|e| e.line == line_of(bad, needle))
+            .map(|e| format!("{} | {}", e.message, e.help))
+            .collect::<String>()
+    };
+    assert!(at("5 per second").contains("\"5/s\""), "{errs:#?}");
+    assert!(at("key = \"uri\"").contains("not a key"));
+    assert!(at("store = \"redis\"").contains("[rate_limit] redis"));
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+}

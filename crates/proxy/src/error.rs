@@ -63,6 +63,8 @@ pub(crate) enum Failure {
     UpstreamTimeout,
     /// The client's address is not allowed (listener or route `allow`/`deny`).
     Forbidden,
+    /// Over the route's rate limit.
+    TooManyRequests,
 }
 
 impl Failure {
@@ -75,6 +77,7 @@ impl Failure {
             Failure::UpstreamConnect | Failure::UpstreamError => StatusCode::BAD_GATEWAY,
             Failure::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Failure::Forbidden => StatusCode::FORBIDDEN,
+            Failure::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -88,6 +91,7 @@ impl Failure {
             Failure::UpstreamError => "the upstream server failed to respond\n",
             Failure::UpstreamTimeout => "the upstream server did not respond in time\n",
             Failure::Forbidden => "access from this address is not allowed\n",
+            Failure::TooManyRequests => "too many requests; see Retry-After\n",
         }
     }
 }

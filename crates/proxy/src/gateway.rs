@@ -22,6 +22,7 @@ use crate::ProxyError;
 use crate::access_log::AccessLog;
 use crate::connection::{Signals, serve};
 use crate::handler::ListenerCtx;
+use crate::rate_limit::{RateLimiter, RedisStore};
 use crate::router::Router;
 use crate::upstream::UpstreamGroup;
 use arc_swap::ArcSwap;
@@ -60,6 +61,8 @@ struct View {
     trackers: Vec<TaskTracker>,
     /// Upstream groups in configuration order (their health).
     upstreams: Vec<Arc<UpstreamGroup>>,
+    limiters: Arc<HashMap<String, Arc<RateLimiter>>>,
+    redis: Option<Arc<RedisStore>>,
 }
 
 #[derive(Debug)]
@@ -75,6 +78,9 @@ struct State {
     compress_config: CompressOffload,
     access_log: AccessLog,
     log_config: LogConfig,
+    /// Rate limiters by route, and the shared store's connection.
+    limiters: Arc<HashMap<String, Arc<RateLimiter>>>,
+    redis: Option<Arc<RedisStore>>,
     stopped: bool,
 }
 
@@ -128,6 +134,8 @@ pub struct ApplyReport {
 /// A change prepared but not yet visible.
 struct Prepared {
     upstreams: HashMap<String, Arc<UpstreamGroup>>,
+    limiters: Arc<HashMap<String, Arc<RateLimiter>>>,
+    redis: Option<Arc<RedisStore>>,
     key_offload: Arc<KeyOffload>,
     key_identity: Vec<u8>,
     compressor: Arc<crate::Compressor>,
@@ -196,6 +204,8 @@ impl Gateway {
             compress_config: compress,
             access_log: access_log.clone(),
             log_config: snapshot.log.clone(),
+            limiters: Arc::new(HashMap::new()),
+            redis: None,
             stopped: false,
         };
         let prepared = prepare(&state, &snapshot, &metrics, inherited).await?;
@@ -268,6 +278,34 @@ impl Gateway {
     /// What the data plane counted.
     pub fn metrics(&self) -> Arc<crate::ProxyMetrics> {
         self.metrics.clone()
+    }
+
+    /// Each rate-limited route's counts: (route, passed, delayed, rejected, decided locally
+    /// because Redis could not answer); sorted by route.
+    pub fn rate_limits(&self) -> Vec<(String, [u64; 3], u64)> {
+        let view = self.view.load();
+        let mut out: Vec<_> = view
+            .limiters
+            .iter()
+            .map(|(name, l)| {
+                (
+                    name.clone(),
+                    std::array::from_fn(|i| l.counts[i].load(std::sync::atomic::Ordering::Relaxed)),
+                    l.fell_back.load(std::sync::atomic::Ordering::Relaxed),
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// The shared rate-limit store: its URL and whether it answers; `None` when not used.
+    pub fn rate_limit_redis(&self) -> Option<(String, bool)> {
+        self.view
+            .load()
+            .redis
+            .as_ref()
+            .map(|r| (r.url().to_string(), r.is_up()))
     }
 
     /// Every upstream group's health, in configuration order.
@@ -355,6 +393,8 @@ fn view_of(state: &State) -> View {
         key_offload: state.key_offload.clone(),
         compressor: state.compressor.clone(),
         access_log: state.access_log.clone(),
+        limiters: state.limiters.clone(),
+        redis: state.redis.clone(),
         upstreams: state
             .snapshot
             .upstreams
@@ -425,6 +465,18 @@ async fn prepare(
         })
         .collect();
 
+    // The shared store: kept while its URL stays; limiters kept while their limit stays.
+    let redis = match &state.redis {
+        Some(r) if Some(r.url()) == snapshot.rate_limit_store.redis.as_deref() => Some(r.clone()),
+        _ => RedisStore::start(&snapshot.rate_limit_store),
+    };
+    let limiters = Arc::new(crate::rate_limit::build(
+        &snapshot.routes,
+        &snapshot.rate_limit_store,
+        redis.as_ref(),
+        &state.limiters,
+    ));
+
     let mut listeners = Vec::with_capacity(snapshot.listeners.len());
     for l in &snapshot.listeners {
         let old = state
@@ -470,6 +522,7 @@ async fn prepare(
             access_log: access_log.clone(),
             metrics: metrics.clone(),
             compressor: compressor.clone(),
+            limiters: limiters.clone(),
         });
         listeners.push((placement, ctx));
     }
@@ -483,6 +536,8 @@ async fn prepare(
     }
     Ok(Prepared {
         upstreams,
+        limiters,
+        redis,
         key_offload,
         key_identity,
         compressor,
@@ -571,6 +626,8 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
     state.listeners = running;
     state.snapshot = snapshot;
     state.upstreams = prepared.upstreams;
+    state.limiters = prepared.limiters;
+    state.redis = prepared.redis;
     state.key_offload = prepared.key_offload;
     state.key_identity = prepared.key_identity;
     state.compressor = prepared.compressor;

@@ -39,6 +39,9 @@ pub(crate) struct ListenerCtx {
     pub(crate) access_log: AccessLog,
     pub(crate) metrics: Arc<crate::ProxyMetrics>,
     pub(crate) compressor: Arc<crate::Compressor>,
+    /// Rate limiters by route name.
+    pub(crate) limiters:
+        Arc<std::collections::HashMap<String, Arc<crate::rate_limit::RateLimiter>>>,
 }
 
 /// One client connection.
@@ -181,6 +184,20 @@ pub(crate) async fn handle(
     if !route.acl.permits(client) {
         listener.metrics.denied();
         return Ok(failure(done, Failure::Forbidden));
+    }
+    if route.rate_limit.is_some()
+        && let Some(limiter) = listener.limiters.get(&route.name)
+    {
+        let key = limiter.key(req.uri(), req.headers(), client);
+        match limiter.check(key).await {
+            crate::rate_limit::Verdict::Pass => {}
+            crate::rate_limit::Verdict::Delay(wait) => tokio::time::sleep(wait).await,
+            crate::rate_limit::Verdict::Reject(retry) => {
+                let mut resp = failure(done, Failure::TooManyRequests);
+                limiter.reject_headers(retry, resp.headers_mut());
+                return Ok(resp);
+            }
+        }
     }
     if let Some(a) = &route.answer {
         let vars = policy::Vars {

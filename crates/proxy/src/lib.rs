@@ -23,6 +23,7 @@ mod health;
 mod metrics;
 mod outlier;
 mod policy;
+mod rate_limit;
 mod retry;
 mod router;
 mod split;

@@ -115,8 +115,9 @@ impl Cx<'_> {
         let answer = self.answer(&name, raw);
         let upstream = match &raw.upstream {
             None => {
-                if answer.is_none() {
-                    ok = false;
+                ok &= answer.is_some();
+                // A route with a misspelt key (`upstrem`) has had that reported already.
+                if answer.is_none() && !is_broken("route", &name) {
                     self.err(
                         raw.name.span().start,
                         format!("route `{name}` has no upstream"),
@@ -152,6 +153,7 @@ impl Cx<'_> {
                 found
             }
         };
+        let rate_limit = raw.rate_limit.as_ref().map(|r| self.rate_limit(&name, r));
         let acl = self.acl(
             raw.allow.as_ref(),
             raw.deny.as_ref(),
@@ -176,6 +178,7 @@ impl Cx<'_> {
             return None;
         }
         Some(Route {
+            rate_limit,
             acl,
             rewrite,
             answer,

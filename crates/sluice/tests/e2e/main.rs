@@ -16,6 +16,7 @@ mod keepalive;
 mod keyless;
 mod offload;
 mod policy;
+mod rate_limit;
 mod reload;
 mod routing;
 mod support;

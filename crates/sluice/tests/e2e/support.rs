@@ -475,3 +475,75 @@ pub async fn wait_until(mut cond: impl FnMut() -> bool) {
     }
     panic!("condition not reached within 10 s");
 }
+
+/// A real redis-server (Debian's, from scripts/deps) on 127.0.0.1 and a free port, in a
+/// temporary folder, stopped by PID when dropped.
+pub struct Redis {
+    pub port: u16,
+    child: Option<std::process::Child>,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    pub async fn start() -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut r = Redis {
+            port,
+            child: None,
+            dir: tempfile::tempdir().unwrap(),
+        };
+        r.restart().await;
+        r
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Starts it (again, on the same port) and waits until it accepts connections.
+    pub async fn restart(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is needed (scripts/deps installs Debian's redis-server)");
+        self.child = Some(child);
+        for _ in 0..250 {
+            if TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("redis-server did not listen on {} within 5 s", self.port);
+    }
+
+    /// Kills it (SIGKILL, by PID) and waits for it to go.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,409 @@
+//! Rate limits (`[route.rate_limit]`): NGINX's `limit_req` as GCRA (the generic cell rate
+//! algorithm: a "theoretical arrival time" per key, the leaky bucket without a counter to
+//! drain). A request is allowed while its key's theoretical arrival time is at most
+//! `burst` intervals ahead of now; it then moves that time one interval on. Without
+//! `nodelay` an allowed request waits until its theoretical time (the burst is spaced out
+//! at the rate, as NGINX queues it); with `nodelay` it goes at once.
+//!
+//! `store = "redis"`: the same algorithm runs in Redis as one script per check (atomic,
+//! Redis's own clock, so gateways' clocks need not agree), on one multiplexed connection
+//! per gateway whose concurrent checks are pipelined. Redis slow (past `redis_timeout`),
+//! down or unreachable: the check falls back to a local limit at `rate /
+//! expected_gateways`, counted, and a background task reconnects with back-off. A request
+//! never fails because Redis did.
+
+use crate::balance::{hash_ip, hash64};
+use sluice_config::{RateLimit, RateLimitStore};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Keys per shard of a local limiter before expired ones are swept.
+const SWEEP_AT: usize = 1 << 16;
+const SHARDS: usize = 16;
+
+/// What a check decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Go now.
+    Pass,
+    /// Go after this wait (within the burst, without `nodelay`).
+    Delay(Duration),
+    /// Over the limit; the key has room again after this long.
+    Reject(Duration),
+}
+
+/// GCRA in this process's memory: theoretical arrival times (ns on `clock`) per key hash.
+#[derive(Debug)]
+struct Gcra {
+    interval_ns: u64,
+    tau_ns: u64,
+    clock: Instant,
+    shards: [Mutex<HashMap<u64, u64>>; SHARDS],
+}
+
+impl Gcra {
+    fn new(interval: Duration, burst: u32) -> Self {
+        let interval_ns = (interval.as_nanos() as u64).max(1);
+        Gcra {
+            interval_ns,
+            tau_ns: interval_ns.saturating_mul(u64::from(burst)),
+            clock: Instant::now(),
+            shards: Default::default(),
+        }
+    }
+
+    /// Ok(wait until the theoretical time) or Err(time until there is room).
+    fn check(&self, key: u64) -> Result<u64, u64> {
+        let now = self.clock.elapsed().as_nanos() as u64;
+        let mut shard = self.shards[(key as usize) % SHARDS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let tat = shard.get(&key).copied().unwrap_or(now).max(now);
+        if tat - now > self.tau_ns {
+            return Err(tat - now - self.tau_ns);
+        }
+        if shard.len() >= SWEEP_AT {
+            // A key whose time has passed is the same as an absent one.
+            shard.retain(|_, t| *t > now);
+        }
+        shard.insert(key, tat + self.interval_ns);
+        Ok(tat - now)
+    }
+}
+
+/// GCRA in Redis: KEYS[1] the key; ARGV interval and tolerance in µs. Returns {1, wait} or
+/// {0, retry after}, in µs.
+const SCRIPT: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local tau = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]))
+if not tat or tat < now then tat = now end
+if tat - now > tau then return {0, tat - now - tau} end
+redis.call('SET', KEYS[1], tat + interval, 'PX', math.floor((tat + interval - now) / 1000) + 1)
+return {1, tat - now}
+"#;
+
+/// The gateway's connection to the shared store.
+pub(crate) struct RedisStore {
+    url: String,
+    client: redis::Client,
+    conn: Mutex<Option<redis::aio::MultiplexedConnection>>,
+    connecting: AtomicBool,
+    up: AtomicBool,
+    timeout: Duration,
+    script: redis::Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("url", &self.url)
+            .field("up", &self.up)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Starts connecting in the background; checks fall back until it is up.
+    pub(crate) fn start(config: &RateLimitStore) -> Option<Arc<RedisStore>> {
+        let url = config.redis.clone()?;
+        let client = match redis::Client::open(url.as_str()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(%url, error = %e, "the rate limits' Redis URL is not usable; shared limits run on the local fallback");
+                return None;
+            }
+        };
+        let store = Arc::new(RedisStore {
+            url,
+            client,
+            conn: Mutex::new(None),
+            connecting: AtomicBool::new(false),
+            up: AtomicBool::new(false),
+            timeout: config.redis_timeout,
+            script: redis::Script::new(SCRIPT),
+        });
+        store.reconnect();
+        Some(store)
+    }
+
+    /// Whether the last exchange with Redis worked.
+    pub(crate) fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn reconnect(self: &Arc<Self>) {
+        if self.connecting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.connecting.store(false, Ordering::Release);
+            return;
+        };
+        let store = Arc::downgrade(self);
+        rt.spawn(async move {
+            let mut wait = Duration::from_millis(100);
+            loop {
+                let Some(s) = store.upgrade() else { return };
+                let attempt = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    s.client.get_multiplexed_async_connection(),
+                )
+                .await;
+                if let Ok(Ok(conn)) = attempt {
+                    *s.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn);
+                    s.up.store(true, Ordering::Relaxed);
+                    s.connecting.store(false, Ordering::Release);
+                    tracing::info!(url = %s.url, "rate limits: Redis is reachable; shared limits apply");
+                    return;
+                }
+                drop(s);
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+        });
+    }
+
+    fn down(self: &Arc<Self>, why: &str) {
+        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        if self.up.swap(false, Ordering::Relaxed) {
+            tracing::warn!(url = %self.url, error = why, "rate limits: Redis failed; limiting locally at rate / expected_gateways until it is back");
+        }
+        self.reconnect();
+    }
+
+    /// One GCRA check in Redis: Some(Ok(wait µs)) / Some(Err(retry µs)), None when Redis
+    /// could not answer in time.
+    async fn check(
+        self: &Arc<Self>,
+        key: &str,
+        interval_us: u64,
+        tau_us: u64,
+    ) -> Option<Result<u64, u64>> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(mut conn) = conn else {
+            self.reconnect();
+            return None;
+        };
+        let mut call = self.script.key(key);
+        call.arg(interval_us).arg(tau_us);
+        match tokio::time::timeout(self.timeout, call.invoke_async::<(i64, i64)>(&mut conn)).await {
+            Ok(Ok((ok, v))) => Some(if ok == 1 {
+                Ok(v.max(0) as u64)
+            } else {
+                Err(v.max(0) as u64)
+            }),
+            Ok(Err(e)) => {
+                self.down(&e.to_string());
+                None
+            }
+            // Slow, not necessarily down: this request decides locally; the connection stays.
+            Err(_) => None,
+        }
+    }
+}
+
+/// One route's limiter.
+#[derive(Debug)]
+pub(crate) struct RateLimiter {
+    pub(crate) config: RateLimit,
+    route: String,
+    /// The limit itself (`store = "local"`), or the fallback at rate / expected gateways.
+    local: Gcra,
+    redis: Option<Arc<RedisStore>>,
+    /// passed, delayed, rejected.
+    pub(crate) counts: [AtomicU64; 3],
+    /// Checks decided locally because Redis could not answer.
+    pub(crate) fell_back: AtomicU64,
+}
+
+impl RateLimiter {
+    pub(crate) fn new(
+        route: &str,
+        config: RateLimit,
+        store: &RateLimitStore,
+        redis: Option<Arc<RedisStore>>,
+    ) -> Self {
+        let redis = if config.shared { redis } else { None };
+        let divisor = if config.shared {
+            store.expected_gateways.max(1)
+        } else {
+            1
+        };
+        RateLimiter {
+            local: Gcra::new(config.interval() * divisor, config.burst),
+            route: route.to_string(),
+            redis,
+            counts: Default::default(),
+            fell_back: AtomicU64::new(0),
+            config,
+        }
+    }
+
+    /// The request's key hash: its client, header, cookie or argument, or the route.
+    pub(crate) fn key(&self, uri: &http::Uri, headers: &http::HeaderMap, client: IpAddr) -> u64 {
+        match &self.config.key {
+            None => 0,
+            Some(k) => crate::upstream::key_value(k, uri, headers)
+                .map_or_else(|| hash_ip(client), |v| hash64(0, v)),
+        }
+    }
+
+    pub(crate) async fn check(&self, key: u64) -> Verdict {
+        let decided = match &self.redis {
+            Some(redis) => {
+                let interval_us = (self.config.interval().as_micros() as u64).max(1);
+                let name = format!("sluice:rl:{}:{key:016x}", self.route);
+                match redis
+                    .check(
+                        &name,
+                        interval_us,
+                        interval_us * u64::from(self.config.burst),
+                    )
+                    .await
+                {
+                    Some(r) => r.map(|w| w * 1_000).map_err(|w| w * 1_000),
+                    None => {
+                        self.fell_back.fetch_add(1, Ordering::Relaxed);
+                        self.local.check(key)
+                    }
+                }
+            }
+            None => self.local.check(key),
+        };
+        let verdict = match decided {
+            Ok(0) => Verdict::Pass,
+            Ok(_) if self.config.nodelay => Verdict::Pass,
+            Ok(wait) => Verdict::Delay(Duration::from_nanos(wait)),
+            Err(retry) => Verdict::Reject(Duration::from_nanos(retry)),
+        };
+        let i = match verdict {
+            Verdict::Pass => 0,
+            Verdict::Delay(_) => 1,
+            Verdict::Reject(_) => 2,
+        };
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        verdict
+    }
+
+    /// The headers of a 429: `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit`
+    /// (draft-ietf-httpapi-ratelimit-headers: quota `q` per window `w` seconds; `r` left now,
+    /// `t` seconds until there is room).
+    pub(crate) fn reject_headers(&self, retry: Duration, headers: &mut http::HeaderMap) {
+        let secs = retry.as_secs() + u64::from(retry.subsec_nanos() > 0);
+        let secs = secs.max(1);
+        let policy = format!(
+            "\"{}\";q={};w={}",
+            self.route,
+            self.config.quota,
+            self.config.window.as_secs()
+        );
+        let now = format!("\"{}\";r=0;t={secs}", self.route);
+        for (name, value) in [
+            ("retry-after", secs.to_string()),
+            ("ratelimit-policy", policy),
+            ("ratelimit", now),
+        ] {
+            if let Ok(v) = http::HeaderValue::from_str(&value) {
+                headers.insert(name, v);
+            }
+        }
+    }
+}
+
+/// The limiters of a configuration, by route name; kept across reloads for routes whose
+/// limit (and store) did not change, so that a reload does not reset every client's
+/// allowance.
+pub(crate) fn build(
+    routes: &[sluice_config::Route],
+    store: &RateLimitStore,
+    redis: Option<&Arc<RedisStore>>,
+    old: &HashMap<String, Arc<RateLimiter>>,
+) -> HashMap<String, Arc<RateLimiter>> {
+    routes
+        .iter()
+        .filter_map(|r| {
+            let cfg = r.rate_limit.clone()?;
+            let kept = old.get(&r.name).filter(|l| {
+                l.config == cfg
+                    && l.redis.as_ref().map(|s| s.url())
+                        == redis.filter(|_| cfg.shared).map(|s| s.url())
+            });
+            let limiter = match kept {
+                Some(l) => l.clone(),
+                None => Arc::new(RateLimiter::new(&r.name, cfg, store, redis.cloned())),
+            };
+            Some((r.name.clone(), limiter))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(quota: u32, burst: u32, nodelay: bool) -> RateLimit {
+        RateLimit {
+            quota,
+            window: Duration::from_secs(1),
+            burst,
+            nodelay,
+            key: None,
+            shared: false,
+        }
+    }
+
+    #[test]
+    fn gcra_allows_the_burst_then_one_per_interval() {
+        let g = Gcra::new(Duration::from_millis(100), 3);
+        // At the same instant: the first plus a burst of 3; the fifth must wait.
+        let results: Vec<bool> = (0..5).map(|_| g.check(7).is_ok()).collect();
+        assert_eq!(results, [true, true, true, true, false]);
+        // Another key is untouched.
+        assert!(g.check(8).is_ok());
+        // The refusal says when there is room: about one interval.
+        let retry = g.check(7).unwrap_err();
+        assert!(retry <= 100_000_000, "{retry}");
+    }
+
+    #[tokio::test]
+    async fn without_nodelay_the_burst_is_spaced_out_and_with_it_goes_at_once() {
+        let store = RateLimitStore::default();
+        let queued = RateLimiter::new("r", limit(10, 2, false), &store, None);
+        assert_eq!(queued.check(1).await, Verdict::Pass);
+        assert!(
+            matches!(queued.check(1).await, Verdict::Delay(d) if d > Duration::from_millis(50))
+        );
+        assert!(
+            matches!(queued.check(1).await, Verdict::Delay(d) if d > Duration::from_millis(150))
+        );
+        assert!(matches!(queued.check(1).await, Verdict::Reject(_)));
+        let at_once = RateLimiter::new("r", limit(10, 2, true), &store, None);
+        let v: Vec<Verdict> =
+            futures_util::future::join_all((0..4).map(|_| at_once.check(1))).await;
+        assert_eq!(&v[..3], [Verdict::Pass; 3]);
+        assert!(matches!(v[3], Verdict::Reject(_)));
+        assert_eq!(at_once.counts[0].load(Ordering::Relaxed), 3);
+        assert_eq!(at_once.counts[2].load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn the_429_headers_name_the_policy_and_the_wait() {
+        let store = RateLimitStore::default();
+        let l = RateLimiter::new("api", limit(5, 0, true), &store, None);
+        let mut h = http::HeaderMap::new();
+        l.reject_headers(Duration::from_millis(1_200), &mut h);
+        assert_eq!(h["retry-after"], "2");
+        assert_eq!(h["ratelimit-policy"], "\"api\";q=5;w=1");
+        assert_eq!(h["ratelimit"], "\"api\";r=0;t=2");
+    }
+}
