@@ -29,6 +29,7 @@ fn document(h: &UpstreamHealth) -> Value {
         "fail_open_requests": h.fail_open,
         "ejections": h.ejections,
         "ejections_capped": h.ejections_capped,
+        "queued": h.queued,
         "servers": h.servers.iter().map(|s| json!({
             "address": s.address,
             "state": if s.up { "up" } else { "down" },

@@ -167,6 +167,19 @@ pub fn metrics(s: &Sources) -> String {
     }
     family(
         &mut out,
+        "sluice_connections_refused_total",
+        "counter",
+        "Connections closed at accept by a listener's max_connections or max_connections_per_client.",
+    );
+    for (i, reason) in ["listener_limit", "client_limit"].iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "sluice_connections_refused_total{{reason=\"{reason}\"}} {}",
+            p.connections_refused[i]
+        );
+    }
+    family(
+        &mut out,
         "sluice_http_denied_total",
         "counter",
         "Requests refused with 403 by a listener's or route's allow/deny lists.",

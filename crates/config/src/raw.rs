@@ -81,6 +81,10 @@ pub struct RawListener {
     pub deny: Option<Vec<Spanned<String>>>,
     /// Give every request an `X-Request-Id` (default true).
     pub request_id: Option<Spanned<bool>>,
+    /// Open connections at most; more are closed at accept (default: no limit).
+    pub max_connections: Option<Spanned<u32>>,
+    /// Open connections per client address at most (default: no limit).
+    pub max_connections_per_client: Option<Spanned<u32>>,
 }
 
 /// `[listener.tls]`: makes a listener HTTPS.
@@ -171,6 +175,12 @@ pub struct RawUpstream {
     /// Retries allowed beyond the percentage, per second (default 10), so that a quiet
     /// upstream can still be retried.
     pub retry_budget_min_per_second: Option<Spanned<u32>>,
+    /// Requests in flight per server at most (NGINX's `max_conns`; default: no limit).
+    pub max_conns: Option<Spanned<u32>>,
+    /// Requests that may wait for a server under `max_conns` (default 0: none wait, 503).
+    pub queue: Option<Spanned<u32>>,
+    /// How long a request may wait in that queue (default 10s), then 503.
+    pub queue_timeout: Option<SpannedStr>,
 }
 
 /// `[upstream.outlier]`: outlier ejection from live traffic (Envoy's), beside `max_fails`.

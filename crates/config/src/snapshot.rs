@@ -279,6 +279,10 @@ pub struct Listener {
     pub acl: crate::Acl,
     /// Give every request an `X-Request-Id`.
     pub request_id: bool,
+    /// Open connections at most.
+    pub max_connections: Option<usize>,
+    /// Open connections per client address at most.
+    pub max_connections_per_client: Option<u32>,
 }
 
 /// The kind of a certificate's key; BoringSSL prefers ECDSA when the client supports it.
@@ -437,6 +441,12 @@ pub struct Upstream {
     pub retry_budget_percent: u32,
     /// ...plus this many per second.
     pub retry_budget_min_per_second: u32,
+    /// Requests in flight per server at most.
+    pub max_conns: Option<usize>,
+    /// Requests that may wait for a server under `max_conns`.
+    pub queue: usize,
+    /// Longest wait in that queue.
+    pub queue_timeout: Duration,
 }
 
 /// `[upstream.outlier]`.

@@ -1072,3 +1072,57 @@ store = "redis"
     assert!(at("store = \"redis\"").contains("[rate_limit] redis"));
     assert_eq!(errs.len(), 3, "{errs:#?}");
 }
+
+#[test]
+fn connection_limits_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+max_connections = 10000
+max_connections_per_client = 0
+[[upstream]]
+name = "o"
+queue = 10
+servers = [{ address = "127.0.0.1:9000" }]
+[[upstream]]
+name = "p"
+max_conns = 100
+queue = 50
+queue_timeout = "3s"
+servers = [{ address = "127.0.0.1:9000" }]
+"#;
+    let errs = errors(src, dir.path());
+    assert!(
+        errs.iter()
+            .any(|e| e.line == line_of(src, "max_connections_per_client = 0")
+                && e.message.contains("refuse everything")),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.line == line_of(src, "queue = 10") && e.help.contains("max_conns")),
+        "{errs:#?}"
+    );
+    assert_eq!(errs.len(), 2, "{errs:#?}");
+    let good = src
+        .replace(
+            "max_connections_per_client = 0",
+            "max_connections_per_client = 64",
+        )
+        .replace("queue = 10\n", "");
+    let s = load_str(&good, "good.toml", dir.path()).unwrap();
+    assert_eq!(
+        (
+            s.listeners[0].max_connections,
+            s.listeners[0].max_connections_per_client
+        ),
+        (Some(10_000), Some(64))
+    );
+    let p = &s.upstreams[1];
+    assert_eq!(
+        (p.max_conns, p.queue, p.queue_timeout),
+        (Some(100), 50, Duration::from_secs(3))
+    );
+}

@@ -65,6 +65,8 @@ pub(crate) enum Failure {
     Forbidden,
     /// Over the route's rate limit.
     TooManyRequests,
+    /// Every upstream server at `max_conns` and the queue full or waited out.
+    ServiceUnavailable,
 }
 
 impl Failure {
@@ -78,6 +80,7 @@ impl Failure {
             Failure::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Failure::Forbidden => StatusCode::FORBIDDEN,
             Failure::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            Failure::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -92,6 +95,7 @@ impl Failure {
             Failure::UpstreamTimeout => "the upstream server did not respond in time\n",
             Failure::Forbidden => "access from this address is not allowed\n",
             Failure::TooManyRequests => "too many requests; see Retry-After\n",
+            Failure::ServiceUnavailable => "every upstream server is busy; try again shortly\n",
         }
     }
 }

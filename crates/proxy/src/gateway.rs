@@ -659,6 +659,7 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
         slot.clone(),
         signals,
         connections.clone(),
+        Arc::new(crate::conn_limit::ConnCounts::default()),
     ));
     RunningListener {
         name,
@@ -678,12 +679,31 @@ async fn accept_loop(
     slot: Arc<ArcSwap<ListenerCtx>>,
     signals: Signals,
     connections: TaskTracker,
+    counts: Arc<crate::conn_limit::ConnCounts>,
 ) {
     loop {
         match socket.accept().await {
             Ok((tcp, peer)) => {
                 let ctx = slot.load_full();
-                connections.spawn(serve(ctx, slot.clone(), tcp, peer, signals.clone()));
+                let cfg = &ctx.config;
+                match counts.admit(
+                    peer.ip(),
+                    cfg.max_connections,
+                    cfg.max_connections_per_client,
+                ) {
+                    Ok(place) => {
+                        let serving = serve(ctx.clone(), slot.clone(), tcp, peer, signals.clone());
+                        connections.spawn(async move {
+                            serving.await;
+                            drop(place);
+                        });
+                    }
+                    Err(why) => {
+                        // Closed at once: no TLS, no read.
+                        ctx.metrics.connection_refused(why);
+                        drop(tcp);
+                    }
+                }
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning; existing connections go on.

@@ -332,8 +332,13 @@ async fn proxy(
     let sticky = group.sticky.as_ref().and_then(|s| s.server(&parts.headers));
     let mut tried = Vec::with_capacity(2);
     loop {
-        let Some(server) = group.pick(key, &tried, sticky) else {
-            return failure(done, Failure::UpstreamConnect);
+        let server = match group.acquire(key, &tried, sticky).await {
+            Ok(s) => s,
+            Err(crate::upstream::Busy::NoServer) => return failure(done, Failure::UpstreamConnect),
+            Err(busy) => {
+                tracing::warn!(upstream = %group.config.name, ?busy, "every upstream server is at max_conns");
+                return failure(done, Failure::ServiceUnavailable);
+            }
         };
         tried.push(server.index);
         let addr = server.server().addr;

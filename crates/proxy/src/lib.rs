@@ -13,6 +13,7 @@ mod balance;
 mod body;
 mod coalesce;
 mod compression;
+mod conn_limit;
 mod conn_pool;
 mod connection;
 mod error;

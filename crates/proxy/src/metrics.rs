@@ -21,6 +21,8 @@ pub struct ProxyMetrics {
     retries: [AtomicU64; 2],
     /// Requests refused by a listener's or route's `allow`/`deny`.
     denied: AtomicU64,
+    /// Connections closed at accept: over `max_connections`, over the per-client limit.
+    refused: [AtomicU64; 2],
 }
 
 /// A copy of [`ProxyMetrics`].
@@ -38,6 +40,8 @@ pub struct ProxySnapshot {
     pub retries: [u64; 2],
     /// Requests refused by `allow`/`deny` (403).
     pub denied: u64,
+    /// Connections closed at accept: by `max_connections`, by `max_connections_per_client`.
+    pub connections_refused: [u64; 2],
 }
 
 impl ProxyMetrics {
@@ -66,6 +70,11 @@ impl ProxyMetrics {
         self.retries[usize::from(!granted)].fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn connection_refused(&self, why: crate::conn_limit::Refusal) {
+        let i = usize::from(why == crate::conn_limit::Refusal::Client);
+        self.refused[i].fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn denied(&self) {
         self.denied.fetch_add(1, Ordering::Relaxed);
     }
@@ -80,6 +89,7 @@ impl ProxyMetrics {
             upstream_errors: std::array::from_fn(|i| l(&self.upstream_errors[i])),
             retries: std::array::from_fn(|i| l(&self.retries[i])),
             denied: l(&self.denied),
+            connections_refused: std::array::from_fn(|i| l(&self.refused[i])),
         }
     }
 }

@@ -44,6 +44,20 @@ pub(crate) struct UpstreamGroup {
     ejections_capped: AtomicU64,
     /// Wall-clock time of `clock`'s start, to date health changes.
     started: SystemTime,
+    /// Requests waiting for a server under `max_conns`, and their wake-up.
+    waiting: AtomicUsize,
+    freed: tokio::sync::Notify,
+}
+
+/// Why no server could be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Busy {
+    /// None left to try (all tried).
+    NoServer,
+    /// Every server at `max_conns` and the queue full.
+    QueueFull,
+    /// Waited `queue_timeout` without a server freeing up.
+    QueueTimeout,
 }
 
 impl std::fmt::Debug for UpstreamGroup {
@@ -105,6 +119,8 @@ impl UpstreamGroup {
             config,
             clock: Instant::now(),
             started: SystemTime::now(),
+            waiting: AtomicUsize::new(0),
+            freed: tokio::sync::Notify::new(),
             in_flight: AtomicUsize::new(0),
             fail_open: AtomicU64::new(0),
             ejections: AtomicU64::new(0),
@@ -171,6 +187,12 @@ impl UpstreamGroup {
         tried: &[usize],
         prefer: Option<usize>,
     ) -> Option<ActiveGuard> {
+        let i = self.choose(key, tried, prefer)?;
+        Some(self.take(i))
+    }
+
+    /// The server a pick would take, without taking it.
+    fn choose(&self, key: u64, tried: &[usize], prefer: Option<usize>) -> Option<usize> {
         let now = self.clock.elapsed();
         let cx = PickCx {
             now_ms: now.as_millis() as u64,
@@ -187,12 +209,77 @@ impl UpstreamGroup {
         if !self.servers[i].available(cx.now_ms) {
             self.fail_open.fetch_add(1, Ordering::Relaxed);
         }
+        Some(i)
+    }
+
+    /// Counts server `i` active until the guard drops.
+    fn take(self: &Arc<Self>, i: usize) -> ActiveGuard {
         self.servers[i].active.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        Some(ActiveGuard {
+        ActiveGuard {
             group: self.clone(),
             index: i,
-        })
+        }
+    }
+
+    /// A server for the request, like [`Self::pick`], but within `max_conns`: when every
+    /// server is at its limit the request waits in the group's queue (at most `queue` of
+    /// them, each at most `queue_timeout`) for one to free up.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        key: u64,
+        tried: &[usize],
+        prefer: Option<usize>,
+    ) -> Result<ActiveGuard, Busy> {
+        let Some(max) = self.config.max_conns else {
+            return self.pick(key, tried, prefer).ok_or(Busy::NoServer);
+        };
+        let deadline = tokio::time::Instant::now() + self.config.queue_timeout;
+        let mut queued = false;
+        let leave = |queued: bool| {
+            if queued {
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+            }
+        };
+        loop {
+            // Registered before looking, so that a server freed in between is not missed.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            // Looked at without taking: a guard taken and dropped here would wake this very
+            // waiter and spin.
+            let Some(chosen) = self.choose(key, tried, prefer) else {
+                leave(queued);
+                return Err(Busy::NoServer);
+            };
+            if self.servers[chosen].active.load(Ordering::Relaxed) < max {
+                leave(queued);
+                return Ok(self.take(chosen));
+            }
+            // The balancer's choice is full: any other usable server under the limit (a
+            // scan, but only while the group is saturated).
+            let now = self.now_ms();
+            let other = (0..self.servers.len()).find(|&i| {
+                !tried.contains(&i)
+                    && self.servers[i].available(now)
+                    && self.servers[i].active.load(Ordering::Relaxed) < max
+            });
+            if let Some(i) = other {
+                leave(queued);
+                return Ok(self.take(i));
+            }
+            if !queued {
+                if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.config.queue {
+                    self.waiting.fetch_sub(1, Ordering::AcqRel);
+                    return Err(Busy::QueueFull);
+                }
+                queued = true;
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                leave(queued);
+                return Err(Busy::QueueTimeout);
+            }
+        }
     }
 
     /// Each server's health, for the admin API, `/status` and `/metrics`.
@@ -206,6 +293,7 @@ impl UpstreamGroup {
             fail_open: self.fail_open.load(Ordering::Relaxed),
             ejections: self.ejections.load(Ordering::Relaxed),
             ejections_capped: self.ejections_capped.load(Ordering::Relaxed),
+            queued: self.waiting.load(Ordering::Relaxed),
             servers: self
                 .servers
                 .iter()
@@ -304,6 +392,8 @@ pub struct UpstreamHealth {
     pub ejections: u64,
     /// Ejections `max_ejected_percent` did not allow.
     pub ejections_capped: u64,
+    /// Requests waiting for a server under `max_conns`.
+    pub queued: usize,
     /// Its servers, in configuration order.
     pub servers: Vec<ServerHealthReport>,
 }
@@ -340,6 +430,9 @@ impl Drop for ActiveGuard {
     fn drop(&mut self) {
         self.server().active.fetch_sub(1, Ordering::Relaxed);
         self.group.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.group.waiting.load(Ordering::Acquire) > 0 {
+            self.group.freed.notify_one();
+        }
     }
 }
 

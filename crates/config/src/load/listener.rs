@@ -82,6 +82,16 @@ impl Cx<'_> {
             trusted_proxies,
             acl,
             request_id: raw.request_id.as_ref().is_none_or(|v| *v.get_ref()),
+            max_connections: self
+                .positive(
+                    raw.max_connections.as_ref(),
+                    &format!("listener `{name}`: max_connections"),
+                )
+                .map(|n| n as usize),
+            max_connections_per_client: self.positive(
+                raw.max_connections_per_client.as_ref(),
+                &format!("listener `{name}`: max_connections_per_client"),
+            ),
             name,
             address: address?,
             h2,

@@ -7,6 +7,20 @@ use std::collections::BTreeMap;
 use toml::Spanned;
 
 impl Cx<'_> {
+    /// A count that must be at least 1 when given.
+    pub(super) fn positive(&mut self, v: Option<&Spanned<u32>>, what: &str) -> Option<u32> {
+        let v = v?;
+        if *v.get_ref() == 0 {
+            self.err_at(
+                v,
+                format!("{what} = 0 would refuse everything"),
+                "use 1 or more, or remove it for no limit",
+            );
+            return None;
+        }
+        Some(*v.get_ref())
+    }
+
     /// A list of CIDRs (a bare address is a /32 or /128).
     pub(super) fn cidrs(&mut self, list: Option<&Vec<Spanned<String>>>, what: &str) -> Vec<IpNet> {
         let mut out = Vec::new();

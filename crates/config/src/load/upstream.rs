@@ -201,7 +201,27 @@ impl Cx<'_> {
             .retry_budget_min_per_second
             .as_ref()
             .map_or(10, |v| *v.get_ref());
+        let max_conns = self
+            .positive(
+                raw.max_conns.as_ref(),
+                &format!("upstream `{name}`: max_conns"),
+            )
+            .map(|n| n as usize);
+        let queue = raw.queue.as_ref().map_or(0, |q| *q.get_ref() as usize);
+        if let (None, Some(q)) = (max_conns, &raw.queue) {
+            self.err_at(
+                q,
+                format!("upstream `{name}`: queue is only used with max_conns"),
+                "add max_conns = N, or remove queue",
+            );
+        }
+        let queue_timeout = self
+            .duration(raw.queue_timeout.as_ref())
+            .unwrap_or(Duration::from_secs(10));
         Upstream {
+            max_conns,
+            queue,
+            queue_timeout,
             name,
             servers,
             balance,

@@ -211,3 +211,106 @@ respond = { status = 200, body = "ok from $host", content_type = "text/plain" }
     assert_eq!(o.hits(), hits, "answered by the gateway");
     assert!(got.headers.contains_key("x-request-id"));
 }
+
+/// Whether the server closed a fresh connection at once (read returns end of stream).
+async fn closed_at_once(addr: std::net::SocketAddr) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 1];
+    matches!(
+        tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut buf)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+#[tokio::test]
+async fn connections_over_the_listener_and_per_client_limits_are_closed_at_accept() {
+    let o = Origin::start("o").await;
+    let gw = TestGateway::plain(&cfg(&o, "max_connections_per_client = 2", "")).await;
+    let addr = gw.addr("http");
+    let mut a = http1_sender::<http_body_util::Full<bytes::Bytes>>(addr).await;
+    let mut b = http1_sender::<http_body_util::Full<bytes::Bytes>>(addr).await;
+    let req = || {
+        http::Request::get("/whoami")
+            .header("host", "x")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap()
+    };
+    assert_eq!(a.send_request(req()).await.unwrap().status(), 200);
+    assert_eq!(b.send_request(req()).await.unwrap().status(), 200);
+    assert!(
+        closed_at_once(addr).await,
+        "a third connection from 127.0.0.1 is closed"
+    );
+    assert_eq!(
+        a.send_request(req()).await.unwrap().status(),
+        200,
+        "the first two go on"
+    );
+    assert_eq!(
+        gw.gateway().metrics().snapshot().connections_refused,
+        [0, 1]
+    );
+    drop(a);
+    // Its slot comes back once the gateway sees it close.
+    let mut ok = false;
+    for _ in 0..100 {
+        let reply = raw_exchange(
+            addr,
+            b"GET /whoami HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+            std::time::Duration::from_secs(2),
+        )
+        .await;
+        if reply.starts_with("HTTP/1.1 200") {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(ok, "a slot freed by a closed connection is reused");
+
+    let gw = TestGateway::plain(&cfg(&o, "max_connections = 1", "")).await;
+    let _held = http1_sender::<http_body_util::Full<bytes::Bytes>>(gw.addr("http")).await;
+    assert!(closed_at_once(gw.addr("http")).await);
+    assert_eq!(
+        gw.gateway().metrics().snapshot().connections_refused,
+        [1, 0]
+    );
+}
+
+#[tokio::test]
+async fn max_conns_queues_then_answers_503() {
+    let o = Origin::start("o").await;
+    let text = cfg(&o, "", "").replace(
+        "servers = [",
+        "max_conns = 1\nqueue = 1\nqueue_timeout = \"2s\"\nservers = [",
+    );
+    let gw = TestGateway::plain(&text).await;
+    let addr = gw.addr("http");
+    let queued = || gw.gateway().upstream_health()[0].queued;
+    // A holds the one connection; B waits in the queue and is served when A ends.
+    let a = tokio::spawn(get(addr, "/slow?ms=600", "x", &[]));
+    wait_until(|| o.hits() == 1).await;
+    let b = tokio::spawn(get(addr, "/whoami", "x", &[]));
+    wait_until(|| queued() == 1).await;
+    // The queue holds one: C is refused at once.
+    let c = get(addr, "/whoami", "x", &[]).await;
+    assert_eq!(c.status, 503);
+    assert_eq!(a.await.unwrap().status, 200);
+    assert_eq!(
+        b.await.unwrap().status,
+        200,
+        "served once A freed the server"
+    );
+    assert_eq!(queued(), 0);
+
+    // A wait longer than queue_timeout ends in 503.
+    let text = text.replace("queue_timeout = \"2s\"", "queue_timeout = \"200ms\"");
+    let gw = TestGateway::plain(&text).await;
+    let addr = gw.addr("http");
+    let hits = o.hits();
+    let a = tokio::spawn(get(addr, "/slow?ms=1500", "x", &[]));
+    wait_until(|| o.hits() == hits + 1).await;
+    assert_eq!(get(addr, "/whoami", "x", &[]).await.status, 503);
+    assert_eq!(a.await.unwrap().status, 200);
+}
