@@ -135,7 +135,7 @@ pub fn metrics(s: &Sources) -> String {
             "counter",
             "Requests checked by a route's rate limit: passed, delayed (within the burst, spaced out at the rate) or rejected (429).",
         );
-        for (route, counts, _) in &limits {
+        for (route, counts, _, _) in &limits {
             for (result, v) in ["passed", "delayed", "rejected"].iter().zip(counts) {
                 let _ = writeln!(
                     out,
@@ -149,10 +149,24 @@ pub fn metrics(s: &Sources) -> String {
             "counter",
             "Shared-limit checks decided locally (rate / expected_gateways) because Redis did not answer in time.",
         );
-        for (route, _, fell) in &limits {
+        for (route, _, fell, _) in &limits {
             let _ = writeln!(
                 out,
                 "sluice_rate_limit_fallback_total{{route=\"{route}\"}} {fell}"
+            );
+        }
+    }
+    if !limits.is_empty() {
+        family(
+            &mut out,
+            "sluice_rate_limit_redis_calls_total",
+            "counter",
+            "Calls to Redis by shared limits (one per lease of nodelay limits, else one per request).",
+        );
+        for (route, _, _, calls) in &limits {
+            let _ = writeln!(
+                out,
+                "sluice_rate_limit_redis_calls_total{{route=\"{route}\"}} {calls}"
             );
         }
     }

@@ -280,9 +280,9 @@ impl Gateway {
         self.metrics.clone()
     }
 
-    /// Each rate-limited route's counts: (route, passed, delayed, rejected, decided locally
-    /// because Redis could not answer); sorted by route.
-    pub fn rate_limits(&self) -> Vec<(String, [u64; 3], u64)> {
+    /// Each rate-limited route's counts: (route, [passed, delayed, rejected], checks decided
+    /// locally because Redis could not answer, calls to Redis); sorted by route.
+    pub fn rate_limits(&self) -> Vec<(String, [u64; 3], u64, u64)> {
         let view = self.view.load();
         let mut out: Vec<_> = view
             .limiters
@@ -292,6 +292,7 @@ impl Gateway {
                     name.clone(),
                     std::array::from_fn(|i| l.counts[i].load(std::sync::atomic::Ordering::Relaxed)),
                     l.fell_back.load(std::sync::atomic::Ordering::Relaxed),
+                    l.redis_calls.load(std::sync::atomic::Ordering::Relaxed),
                 )
             })
             .collect();

@@ -7,7 +7,12 @@
 //!
 //! `store = "redis"`: the same algorithm runs in Redis as one script per check (atomic,
 //! Redis's own clock, so gateways' clocks need not agree), on one multiplexed connection
-//! per gateway whose concurrent checks are pipelined. Redis slow (past `redis_timeout`),
+//! per gateway whose concurrent checks are pipelined. A `nodelay` limit takes a lease: one
+//! call grants up to what the rate brings in 50 ms (at most the gateway's share of the
+//! burst), spent locally until it runs out or lapses; leased requests come out of the
+//! shared allowance, so the fleet never passes more than the limit (a lapsed lease's rest
+//! is lost, so it may pass a little less), and a busy key costs one round trip per lease
+//! instead of one per request. Redis slow (past `redis_timeout`),
 //! down or unreachable: the check falls back to a local limit at `rate /
 //! expected_gateways`, counted, and a background task reconnects with back-off. A request
 //! never fails because Redis did.
@@ -78,6 +83,19 @@ impl Gcra {
     }
 }
 
+/// How long a leased share of a shared limit may be spent before it lapses.
+const LEASE_TTL: Duration = Duration::from_millis(50);
+
+/// Requests a gateway may still pass for a key without asking Redis; or, `refused`, a key
+/// Redis refused, refused here until `until` (its allowance cannot come back sooner: the
+/// theoretical arrival time only moves forward).
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    left: u32,
+    until: Instant,
+    refused: bool,
+}
+
 /// One route's limiter.
 #[derive(Debug)]
 pub(crate) struct RateLimiter {
@@ -90,6 +108,12 @@ pub(crate) struct RateLimiter {
     pub(crate) counts: [AtomicU64; 3],
     /// Checks decided locally because Redis could not answer.
     pub(crate) fell_back: AtomicU64,
+    /// Shared `nodelay` limits: requests taken from Redis ahead, per key (see
+    /// [`RateLimiter::lease_size`]).
+    leases: [Mutex<HashMap<u64, Lease>>; SHARDS],
+    lease_size: u32,
+    /// Calls to Redis (one per lease, or per request when leases are off).
+    pub(crate) redis_calls: AtomicU64,
 }
 
 impl RateLimiter {
@@ -105,7 +129,22 @@ impl RateLimiter {
         } else {
             1
         };
+        // A lease is what the rate brings in LEASE_TTL, at most this gateway's share of the
+        // burst: so it never lets through more than the limit (leased requests come out of
+        // the shared allowance), and one gateway cannot hold all of it. Queued (not
+        // `nodelay`) limits need each request's own wait, so they never lease.
+        let per_ttl = (f64::from(config.quota) * LEASE_TTL.as_secs_f64()
+            / config.window.as_secs_f64()) as u32;
+        let share = (config.burst + 1) / divisor;
+        let lease_size = if config.shared && config.nodelay {
+            per_ttl.min(share).max(1)
+        } else {
+            1
+        };
         RateLimiter {
+            leases: Default::default(),
+            lease_size,
+            redis_calls: AtomicU64::new(0),
             local: Gcra::new(config.interval() * divisor, config.burst),
             route: route.to_string(),
             redis,
@@ -126,24 +165,12 @@ impl RateLimiter {
 
     pub(crate) async fn check(&self, key: u64) -> Verdict {
         let decided = match &self.redis {
-            Some(redis) => {
-                let interval_us = (self.config.interval().as_micros() as u64).max(1);
-                let name = format!("sluice:rl:{}:{key:016x}", self.route);
-                match redis
-                    .check(
-                        &name,
-                        interval_us,
-                        interval_us * u64::from(self.config.burst),
-                    )
-                    .await
-                {
-                    Some(r) => r.map(|w| w * 1_000).map_err(|w| w * 1_000),
-                    None => {
-                        self.fell_back.fetch_add(1, Ordering::Relaxed);
-                        self.local.check(key)
-                    }
-                }
-            }
+            Some(redis) if self.lease_size > 1 => match self.take_leased(key) {
+                Some(Ok(())) => Ok(0),
+                Some(Err(retry)) => Err(retry.as_nanos() as u64),
+                None => self.ask(redis, key).await,
+            },
+            Some(redis) => self.ask(redis, key).await,
             None => self.local.check(key),
         };
         let verdict = match decided {
@@ -159,6 +186,71 @@ impl RateLimiter {
         };
         self.counts[i].fetch_add(1, Ordering::Relaxed);
         verdict
+    }
+
+    /// Asks Redis (a lease of up to `lease_size`), or decides locally when it cannot answer.
+    async fn ask(&self, redis: &Arc<RedisStore>, key: u64) -> Result<u64, u64> {
+        let interval_us = (self.config.interval().as_micros() as u64).max(1);
+        let name = format!("sluice:rl:{}:{key:016x}", self.route);
+        self.redis_calls.fetch_add(1, Ordering::Relaxed);
+        let tau_us = interval_us * u64::from(self.config.burst);
+        match redis
+            .check(&name, interval_us, tau_us, self.lease_size)
+            .await
+        {
+            Some(Ok((granted, wait))) => {
+                if granted > 1 {
+                    self.lease(key, granted - 1, LEASE_TTL, false);
+                }
+                Ok(wait * 1_000)
+            }
+            Some(Err(retry)) => {
+                if self.lease_size > 1 {
+                    self.lease(key, 0, Duration::from_micros(retry), true);
+                }
+                Err(retry * 1_000)
+            }
+            None => {
+                self.fell_back.fetch_add(1, Ordering::Relaxed);
+                self.local.check(key)
+            }
+        }
+    }
+
+    /// Spends one request of the key's lease: Some(Ok) when it had one, Some(Err(wait))
+    /// while Redis's refusal holds, None when Redis must be asked.
+    fn take_leased(&self, key: u64) -> Option<Result<(), Duration>> {
+        let now = Instant::now();
+        let mut map = self.leases[(key as usize) % SHARDS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let l = map.get_mut(&key).filter(|l| l.until > now)?;
+        if l.refused {
+            return Some(Err(l.until - now));
+        }
+        if l.left == 0 {
+            return None;
+        }
+        l.left -= 1;
+        Some(Ok(()))
+    }
+
+    fn lease(&self, key: u64, left: u32, ttl: Duration, refused: bool) {
+        let now = Instant::now();
+        let mut map = self.leases[(key as usize) % SHARDS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if map.len() >= SWEEP_AT {
+            map.retain(|_, l| l.until > now);
+        }
+        map.insert(
+            key,
+            Lease {
+                left,
+                until: now + ttl,
+                refused,
+            },
+        );
     }
 
     /// The headers of a 429: `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit`

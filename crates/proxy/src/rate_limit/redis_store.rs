@@ -7,18 +7,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// GCRA in Redis: KEYS[1] the key; ARGV interval and tolerance in µs. Returns {1, wait} or
-/// {0, retry after}, in µs.
+/// GCRA in Redis, for up to `want` requests at once: KEYS[1] the key; ARGV interval and
+/// tolerance in µs, and `want`. Grants as many as fit now (at least one, or none) and
+/// returns {granted, wait before the first in µs}, or {0, retry after in µs}.
 const SCRIPT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2])
+local want = tonumber(ARGV[3])
 local tat = tonumber(redis.call('GET', KEYS[1]))
 if not tat or tat < now then tat = now end
 if tat - now > tau then return {0, tat - now - tau} end
-redis.call('SET', KEYS[1], tat + interval, 'PX', math.floor((tat + interval - now) / 1000) + 1)
-return {1, tat - now}
+local n = math.min(want, math.floor((tau - (tat - now)) / interval) + 1)
+local new = tat + n * interval
+redis.call('SET', KEYS[1], new, 'PX', math.floor((new - now) / 1000) + 1)
+return {n, tat - now}
 "#;
 
 /// The gateway's connection to the shared store.
@@ -114,24 +118,25 @@ impl RedisStore {
         self.reconnect();
     }
 
-    /// One GCRA check in Redis: Some(Ok(wait µs)) / Some(Err(retry µs)), None when Redis
-    /// could not answer in time.
+    /// One GCRA check in Redis for up to `want` requests: Some(Ok((granted, wait µs))) /
+    /// Some(Err(retry µs)), None when Redis could not answer in time.
     pub(super) async fn check(
         self: &Arc<Self>,
         key: &str,
         interval_us: u64,
         tau_us: u64,
-    ) -> Option<Result<u64, u64>> {
+        want: u32,
+    ) -> Option<Result<(u32, u64), u64>> {
         let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let Some(mut conn) = conn else {
             self.reconnect();
             return None;
         };
         let mut call = self.script.key(key);
-        call.arg(interval_us).arg(tau_us);
+        call.arg(interval_us).arg(tau_us).arg(want);
         match tokio::time::timeout(self.timeout, call.invoke_async::<(i64, i64)>(&mut conn)).await {
-            Ok(Ok((ok, v))) => Some(if ok == 1 {
-                Ok(v.max(0) as u64)
+            Ok(Ok((n, v))) => Some(if n >= 1 {
+                Ok((n as u32, v.max(0) as u64))
             } else {
                 Err(v.max(0) as u64)
             }),
