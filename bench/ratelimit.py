@@ -14,6 +14,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -98,6 +99,10 @@ def h2load(port, duration):
     out, cpu = B.run_load(["h2load", "--h1", "-t", "1", "-c", "32", "-m", "1", "-D", str(max(1, round(duration))),
                            f"http://127.0.0.1:{port}/1k"])
     m = B.H2LOAD_RE["succeeded"].search(out)
+    refused = re.search(r"status codes: \d+ 2xx, \d+ 3xx, (\d+) 4xx", out)
+    if refused and int(refused.group(1)):
+        # The limits are meant never to refuse; a 429 would make the row measure refusals.
+        raise RuntimeError(f"port {port}: {refused.group(1)} requests refused by a limit that should never trigger")
     return int(m.group(1)) if m else 0
 
 

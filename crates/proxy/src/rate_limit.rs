@@ -94,6 +94,23 @@ struct Lease {
     left: u32,
     until: Instant,
     refused: bool,
+    /// One request is fetching the next lease; the others spend what is left meanwhile.
+    fetching: bool,
+}
+
+/// What a key's lease says about one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// Passed on the lease.
+    Pass,
+    /// Passed, and this request fetches the next lease (half of this one is spent).
+    PassAndRefill,
+    /// Refused until Redis's retry time.
+    Refused(Duration),
+    /// No lease: this request fetches one.
+    Fetch,
+    /// The lease is spent and another request is fetching: ask for this one alone.
+    Single,
 }
 
 /// One route's limiter.
@@ -165,12 +182,20 @@ impl RateLimiter {
 
     pub(crate) async fn check(&self, key: u64) -> Verdict {
         let decided = match &self.redis {
-            Some(redis) if self.lease_size > 1 => match self.take_leased(key) {
-                Some(Ok(())) => Ok(0),
-                Some(Err(retry)) => Err(retry.as_nanos() as u64),
-                None => self.ask(redis, key).await,
+            Some(redis) if self.lease_size > 1 => match self.take(key) {
+                Take::Pass => Ok(0),
+                Take::Refused(wait) => Err(wait.as_nanos() as u64),
+                Take::PassAndRefill => {
+                    // This request passed on the lease; the answer only refills it.
+                    let _ = self
+                        .ask(redis, key, self.lease_size, Take::PassAndRefill)
+                        .await;
+                    Ok(0)
+                }
+                Take::Fetch => self.ask(redis, key, self.lease_size, Take::Fetch).await,
+                Take::Single => self.ask(redis, key, 1, Take::Single).await,
             },
-            Some(redis) => self.ask(redis, key).await,
+            Some(redis) => self.ask(redis, key, 1, Take::Single).await,
             None => self.local.check(key),
         };
         let verdict = match decided {
@@ -188,69 +213,114 @@ impl RateLimiter {
         verdict
     }
 
-    /// Asks Redis (a lease of up to `lease_size`), or decides locally when it cannot answer.
-    async fn ask(&self, redis: &Arc<RedisStore>, key: u64) -> Result<u64, u64> {
-        let interval_us = (self.config.interval().as_micros() as u64).max(1);
+    /// Asks Redis for up to `want` requests, or decides locally when it cannot answer. A
+    /// `Fetch` or `PassAndRefill` keeps what this request does not use as the key's lease.
+    async fn ask(
+        &self,
+        redis: &Arc<RedisStore>,
+        key: u64,
+        want: u32,
+        why: Take,
+    ) -> Result<u64, u64> {
+        let interval_us = self.config.interval().as_secs_f64() * 1e6;
         let name = format!("sluice:rl:{}:{key:016x}", self.route);
         self.redis_calls.fetch_add(1, Ordering::Relaxed);
-        let tau_us = interval_us * u64::from(self.config.burst);
-        match redis
-            .check(&name, interval_us, tau_us, self.lease_size)
-            .await
-        {
+        let tau_us = interval_us * f64::from(self.config.burst);
+        let answer = redis.check(&name, interval_us, tau_us, want).await;
+        let leasing = matches!(why, Take::Fetch | Take::PassAndRefill);
+        match answer {
             Some(Ok((granted, wait))) => {
-                if granted > 1 {
-                    self.lease(key, granted - 1, LEASE_TTL, false);
+                if leasing {
+                    let used = u32::from(why == Take::Fetch);
+                    self.settle(key, Some(granted.saturating_sub(used)), LEASE_TTL);
                 }
                 Ok(wait * 1_000)
             }
             Some(Err(retry)) => {
-                if self.lease_size > 1 {
-                    self.lease(key, 0, Duration::from_micros(retry), true);
+                if leasing {
+                    self.settle(key, None, Duration::from_micros(retry));
                 }
                 Err(retry * 1_000)
             }
             None => {
+                if leasing {
+                    self.settle(key, Some(0), Duration::ZERO);
+                }
+                if why == Take::PassAndRefill {
+                    return Ok(0);
+                }
                 self.fell_back.fetch_add(1, Ordering::Relaxed);
                 self.local.check(key)
             }
         }
     }
 
-    /// Spends one request of the key's lease: Some(Ok) when it had one, Some(Err(wait))
-    /// while Redis's refusal holds, None when Redis must be asked.
-    fn take_leased(&self, key: u64) -> Option<Result<(), Duration>> {
-        let now = Instant::now();
-        let mut map = self.leases[(key as usize) % SHARDS]
+    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Lease>> {
+        self.leases[(key as usize) % SHARDS]
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let l = map.get_mut(&key).filter(|l| l.until > now)?;
-        if l.refused {
-            return Some(Err(l.until - now));
-        }
-        if l.left == 0 {
-            return None;
-        }
-        l.left -= 1;
-        Some(Ok(()))
+            .unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lease(&self, key: u64, left: u32, ttl: Duration, refused: bool) {
+    /// What the key's lease says about one more request.
+    fn take(&self, key: u64) -> Take {
         let now = Instant::now();
-        let mut map = self.leases[(key as usize) % SHARDS]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut map = self.shard(key);
         if map.len() >= SWEEP_AT {
-            map.retain(|_, l| l.until > now);
+            map.retain(|_, l| l.until > now || l.fetching);
         }
-        map.insert(
-            key,
-            Lease {
-                left,
-                until: now + ttl,
-                refused,
-            },
-        );
+        let l = map.entry(key).or_insert(Lease {
+            left: 0,
+            until: now,
+            refused: false,
+            fetching: false,
+        });
+        if l.until <= now && !l.fetching {
+            // Lapsed (its rest is lost) or new.
+            l.left = 0;
+            l.refused = false;
+        }
+        if l.refused {
+            return Take::Refused(l.until - now);
+        }
+        if l.left > 0 {
+            l.left -= 1;
+            if l.left < self.lease_size / 2 && !l.fetching {
+                l.fetching = true;
+                return Take::PassAndRefill;
+            }
+            return Take::Pass;
+        }
+        if l.fetching {
+            return Take::Single;
+        }
+        l.fetching = true;
+        Take::Fetch
+    }
+
+    /// Records a fetch's outcome: `Some(n)` more requests leased for `ttl`, or `None`: Redis
+    /// refused the key for `ttl`.
+    fn settle(&self, key: u64, granted: Option<u32>, ttl: Duration) {
+        let now = Instant::now();
+        let mut map = self.shard(key);
+        let l = map.entry(key).or_insert(Lease {
+            left: 0,
+            until: now,
+            refused: false,
+            fetching: false,
+        });
+        l.fetching = false;
+        match granted {
+            Some(n) => {
+                l.left = l.left.saturating_add(n);
+                l.until = now + ttl;
+                l.refused = false;
+            }
+            None => {
+                l.left = 0;
+                l.until = now + ttl;
+                l.refused = true;
+            }
+        }
     }
 
     /// The headers of a 429: `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit`
@@ -352,6 +422,36 @@ mod tests {
         assert!(matches!(v[3], Verdict::Reject(_)));
         assert_eq!(at_once.counts[0].load(Ordering::Relaxed), 3);
         assert_eq!(at_once.counts[2].load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn one_request_fetches_a_lease_while_the_others_spend_it() {
+        let mut cfg = limit(1_000, 99, true);
+        cfg.shared = true;
+        let store = RateLimitStore::default();
+        let l = RateLimiter::new("r", cfg, &store, None);
+        assert_eq!(l.lease_size, 50, "1,000/s x 50 ms, within the burst of 100");
+        assert_eq!(l.take(1), Take::Fetch);
+        assert_eq!(
+            l.take(1),
+            Take::Single,
+            "another request while the first fetches"
+        );
+        l.settle(1, Some(49), LEASE_TTL);
+        let takes: Vec<Take> = (0..49).map(|_| l.take(1)).collect();
+        assert_eq!(
+            takes.iter().filter(|t| **t == Take::PassAndRefill).count(),
+            1,
+            "one refill at half"
+        );
+        assert_eq!(takes.iter().filter(|t| **t == Take::Pass).count(), 48);
+        assert_eq!(l.take(1), Take::Single, "spent while the refill is out");
+        l.settle(1, None, Duration::from_secs(5));
+        assert!(
+            matches!(l.take(1), Take::Refused(_)),
+            "a refusal is remembered"
+        );
+        assert_eq!(l.take(2), Take::Fetch, "keys are apart");
     }
 
     #[test]

@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// GCRA in Redis, for up to `want` requests at once: KEYS[1] the key; ARGV interval and
-/// tolerance in µs, and `want`. Grants as many as fit now (at least one, or none) and
+/// tolerance in µs (fractions allowed: rates above a million a second; times count from
+/// 2023 so that a double keeps them to a fraction of a µs), and `want`. Grants as many as fit now (at least one, or none) and
 /// returns {granted, wait before the first in µs}, or {0, retry after in µs}.
 const SCRIPT: &str = r#"
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
@@ -21,7 +22,7 @@ if not tat or tat < now then tat = now end
 if tat - now > tau then return {0, tat - now - tau} end
 local n = math.min(want, math.floor((tau - (tat - now)) / interval) + 1)
 local new = tat + n * interval
-redis.call('SET', KEYS[1], new, 'PX', math.floor((new - now) / 1000) + 1)
+redis.call('SET', KEYS[1], string.format('%.3f', new), 'PX', math.floor((new - now) / 1000) + 1)
 return {n, tat - now}
 "#;
 
@@ -123,8 +124,8 @@ impl RedisStore {
     pub(super) async fn check(
         self: &Arc<Self>,
         key: &str,
-        interval_us: u64,
-        tau_us: u64,
+        interval_us: f64,
+        tau_us: f64,
         want: u32,
     ) -> Option<Result<(u32, u64), u64>> {
         let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner()).clone();
