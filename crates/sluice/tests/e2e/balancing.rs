@@ -143,16 +143,6 @@ async fn an_upstream_that_goes_away_mid_run_costs_no_request() {
     );
 }
 
-/// One request with a header, on a fresh connection.
-async fn get_with(addr: std::net::SocketAddr, path: &str, header: (&str, &str)) -> Got {
-    let req = http::Request::get(path)
-        .header("host", "x")
-        .header(header.0, header.1)
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .unwrap();
-    http1_send(tokio::net::TcpStream::connect(addr).await.unwrap(), req).await
-}
-
 #[tokio::test]
 async fn consistent_hash_keeps_each_user_on_a_server_and_moves_only_a_stopped_servers_users() {
     let os = [

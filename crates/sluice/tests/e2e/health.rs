@@ -43,16 +43,6 @@ async fn admin_for(gw: &TestGateway) -> (SocketAddr, tokio::task::JoinHandle<()>
     .unwrap()
 }
 
-/// One request with a header, on a fresh connection.
-async fn get_with(addr: SocketAddr, path: &str, header: (&str, &str)) -> Got {
-    let req = http::Request::get(path)
-        .header("host", "x")
-        .header(header.0, header.1)
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .unwrap();
-    http1_send(tokio::net::TcpStream::connect(addr).await.unwrap(), req).await
-}
-
 async fn health(admin: SocketAddr) -> Value {
     let got = http1_get(admin, "localhost", "/api/v1/upstreams/pool/health").await;
     assert_eq!(got.status, 200, "{}", got.body);

@@ -392,6 +392,16 @@ pub struct Got {
     pub body: String,
 }
 
+/// One request with a header, on a fresh connection.
+pub async fn get_with(addr: SocketAddr, path: &str, header: (&str, &str)) -> Got {
+    let req = http::Request::get(path)
+        .header("host", "x")
+        .header(header.0, header.1)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    http1_send(TcpStream::connect(addr).await.unwrap(), req).await
+}
+
 /// One HTTP/1.1 request on a fresh plain connection.
 pub async fn http1_get(addr: SocketAddr, host: &str, path: &str) -> Got {
     let req = Request::get(path)
