@@ -76,7 +76,7 @@ impl Server {
             ewma_at_ns: AtomicU64::new(0),
             checked_up: AtomicBool::new(true),
             outlier: Default::default(),
-            check_detail: Mutex::new(("in use; not checked yet".into(), SystemTime::now())),
+            check_detail: Mutex::new(("in use".into(), SystemTime::now())),
         }
     }
 
