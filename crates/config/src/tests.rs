@@ -139,6 +139,22 @@ fn errors(src: &str, dir: &Path) -> Vec<crate::ConfigError> {
     }
 }
 
+/// The error on `needle`'s line; fails the test, listing every error, when there is none.
+fn error_at<'a>(errs: &'a [crate::ConfigError], src: &str, needle: &str) -> &'a crate::ConfigError {
+    errs.iter()
+        .find(|e| e.line == line_of(src, needle))
+        .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
+}
+
+/// Every error on `needle`'s line, as "message | help" lines (empty when there is none).
+fn said_at(errs: &[crate::ConfigError], src: &str, needle: &str) -> String {
+    errs.iter()
+        .filter(|e| e.line == line_of(src, needle))
+        .map(|e| format!("{} | {}", e.message, e.help))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn line_of(src: &str, needle: &str) -> usize {
     src.lines()
         .position(|l| l.contains(needle))
@@ -611,11 +627,7 @@ balance = "consistent_hashing"
 servers = [{ address = "127.0.0.1:9000" }]
 "#;
     let errs = errors(bad, dir.path());
-    let at = |needle: &str| {
-        errs.iter()
-            .find(|e| e.line == line_of(bad, needle))
-            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
-    };
+    let at = |needle: &str| error_at(&errs, bad, needle);
     assert!(at("header:bad name").help.contains("header:NAME"));
     assert!(at("= 0.5").help.contains("1.0 or more"));
     assert!(at("hash_on = \"uri\"").help.contains("consistent_hash"));
@@ -679,11 +691,7 @@ servers = [{ address = "127.0.0.1:9000" }]
 key_file = "missing.key"
 "#;
     let errs = errors(bad, dir.path());
-    let at = |needle: &str| {
-        errs.iter()
-            .find(|e| e.line == line_of(bad, needle))
-            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
-    };
+    let at = |needle: &str| error_at(&errs, bad, needle);
     assert!(at("bad name;").message.contains("not a cookie name"));
     assert!(at("short.key").help.contains("head -c 32 /dev/urandom"));
     assert!(at("missing.key").message.contains("cannot read"));
@@ -754,11 +762,7 @@ type = "tcp"
 path = "/x"
 "#;
     let errs = errors(bad, dir.path());
-    let at = |needle: &str| {
-        errs.iter()
-            .find(|e| e.line == line_of(bad, needle))
-            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
-    };
+    let at = |needle: &str| error_at(&errs, bad, needle);
     assert!(at("\"healthz\"").help.contains("/healthz"));
     assert!(at("\"600\"").message.contains("`600`"), "{errs:#?}");
     assert!(
@@ -794,11 +798,7 @@ max_ejection = "10s"
 max_ejected_percent = 150
 "#;
     let errs = errors(src, dir.path());
-    let at = |needle: &str| {
-        errs.iter()
-            .find(|e| e.line == line_of(src, needle))
-            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
-    };
+    let at = |needle: &str| error_at(&errs, src, needle);
     assert!(
         at("consecutive_failures = 0")
             .message
@@ -888,11 +888,7 @@ attempts = 0
 on = ["connect", "4xx"]
 "#;
     let errs = errors(bad, dir.path());
-    let at = |needle: &str| {
-        errs.iter()
-            .find(|e| e.line == line_of(bad, needle))
-            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
-    };
+    let at = |needle: &str| error_at(&errs, bad, needle);
     assert!(at("= 101").message.contains("over 100"));
     assert!(at("attempts = 0").help.contains("1 (no retry) to 10"));
     assert!(at("\"4xx\"").message.contains("`4xx`"));
@@ -926,11 +922,7 @@ weight = 50
 upstream = "canary"
 "#;
     let errs = errors(src, dir.path());
-    let at = |needle: &str| {
-        errs.iter()
-            .find(|e| e.line == line_of(src, needle))
-            .unwrap_or_else(|| panic!("no error at `{needle}`: {errs:#?}"))
-    };
+    let at = |needle: &str| error_at(&errs, src, needle);
     assert!(at("split_on = \"uri\"").help.contains("cookie:NAME"));
     assert!(at("\"ghost\"").message.contains("not defined"));
     assert!(
@@ -992,13 +984,7 @@ strip_prefix = "api"
 set = { "connection" = "close" }
 "#;
     let errs = errors(bad, dir.path());
-    let at = |needle: &str| {
-        errs.iter()
-            .filter(|e| e.line == line_of(bad, needle))
-            .map(|e| format!("{} | {}", e.message, e.help))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let at = |needle: &str| said_at(&errs, bad, needle);
     assert!(
         at("10.0.0.0/33").contains("not an address or CIDR"),
         "{errs:#?}"
@@ -1061,12 +1047,7 @@ key = "uri"
 store = "redis"
 "#;
     let errs = errors(bad, dir.path());
-    let at = |needle: &str| {
-        errs.iter()
-            .filter(|e| e.line == line_of(bad, needle))
-            .map(|e| format!("{} | {}", e.message, e.help))
-            .collect::<String>()
-    };
+    let at = |needle: &str| said_at(&errs, bad, needle);
     assert!(at("5 per second").contains("\"5/s\""), "{errs:#?}");
     assert!(at("key = \"uri\"").contains("not a key"));
     assert!(at("store = \"redis\"").contains("[rate_limit] redis"));

@@ -21,7 +21,6 @@ mod redis_store;
 
 pub(crate) use redis_store::RedisStore;
 
-use crate::balance::{hash_ip, hash64};
 use sluice_config::{RateLimit, RateLimitStore};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -175,8 +174,7 @@ impl RateLimiter {
     pub(crate) fn key(&self, uri: &http::Uri, headers: &http::HeaderMap, client: IpAddr) -> u64 {
         match &self.config.key {
             None => 0,
-            Some(k) => crate::upstream::key_value(k, uri, headers)
-                .map_or_else(|| hash_ip(client), |v| hash64(0, v)),
+            Some(k) => crate::upstream::key_hash(k, 0, uri, headers, client),
         }
     }
 

@@ -9,8 +9,7 @@
 //! request to the next, and raising a canary from 5% to 10% keeps the first 5% where they
 //! were.
 
-use crate::balance::{hash_ip, hash64};
-use crate::upstream::{cookie, key_value, query_arg};
+use crate::upstream::{cookie, key_hash, query_arg};
 use sluice_config::{Route, Split};
 use std::net::IpAddr;
 
@@ -29,8 +28,7 @@ pub(crate) fn upstream_for(
         return route.upstream;
     }
     let bucket = || {
-        let h = key_value(&route.split_on, uri, headers)
-            .map_or_else(|| hash_ip(client) ^ SEED, |v| hash64(SEED, v));
+        let h = key_hash(&route.split_on, SEED, uri, headers, client);
         (h % 10_000) as u32
     };
     let mut b = None;

@@ -172,8 +172,9 @@ impl UpstreamGroup {
     pub(crate) fn hash_key(&self, req: &http::request::Parts, client: IpAddr) -> u64 {
         match self.config.balance {
             Balance::IpHash => hash_ip(client),
-            Balance::ConsistentHash => key_value(&self.config.hash_on, &req.uri, &req.headers)
-                .map_or_else(|| hash_ip(client), |v| hash64(0, v)),
+            Balance::ConsistentHash => {
+                key_hash(&self.config.hash_on, 0, &req.uri, &req.headers, client)
+            }
             _ => 0,
         }
     }
@@ -436,9 +437,22 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// The hash of what a [`HashKey`] names in a request, seeded; the client address stands in
+/// for `client` keys and for requests that lack the header, cookie or argument, so such a
+/// request still keeps its place. Balancers, splits and rate limits all key this way.
+pub(crate) fn key_hash(
+    key: &HashKey,
+    seed: u64,
+    uri: &http::Uri,
+    headers: &http::HeaderMap,
+    client: IpAddr,
+) -> u64 {
+    key_value(key, uri, headers).map_or_else(|| hash_ip(client) ^ seed, |v| hash64(seed, v))
+}
+
 /// The bytes a [`HashKey`] names in a request; `None` for the client address, or when the
 /// request lacks the header, cookie or argument.
-pub(crate) fn key_value<'a>(
+fn key_value<'a>(
     key: &HashKey,
     uri: &'a http::Uri,
     headers: &'a http::HeaderMap,
