@@ -21,7 +21,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import tempfile
 import time
@@ -140,9 +139,6 @@ def measure(proc, port, duration, d):
     return r
 
 
-def summary(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
 
 def cell(s, fmt="{:,.0f}"):
     return f"{fmt.format(s['median'])} [{fmt.format(s['min'])}-{fmt.format(s['max'])}]"
@@ -200,12 +196,12 @@ def main():
                 p.stop()
 
     rows = []
-    rr = {who: summary([r["cpu_us_per_req"] for r in results["round robin"][who]]) for who in ("sluice", "nginx")}
+    rr = {who: B.summarize([r["cpu_us_per_req"] for r in results["round robin"][who]]) for who in ("sluice", "nginx")}
     for name, *_ in ROWS:
         row = {"name": name}
         for who in ("sluice", "nginx"):
-            row[who] = {k: summary([r[k] for r in results[name][who]]) for k in ("per_core", "cpu_us_per_req", "rate")}
-        row["ratio"] = summary([s["per_core"] / n["per_core"] for s, n in zip(results[name]["sluice"], results[name]["nginx"])])
+            row[who] = {k: B.summarize([r[k] for r in results[name][who]]) for k in ("per_core", "cpu_us_per_req", "rate")}
+        row["ratio"] = B.summarize([s["per_core"] / n["per_core"] for s, n in zip(results[name]["sluice"], results[name]["nginx"])])
         row["sluice_vs_round_robin_us"] = row["sluice"]["cpu_us_per_req"]["median"] - rr["sluice"]["median"]
         rows.append(row)
 

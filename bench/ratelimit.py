@@ -15,7 +15,6 @@ import datetime
 import json
 import os
 import re
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -118,9 +117,6 @@ def measure(proc, port, duration, redis=None):
     return r
 
 
-def summary(v):
-    return {"median": statistics.median(v), "min": min(v), "max": max(v)}
-
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
@@ -168,7 +164,7 @@ def main():
                 p.stop()
 
     def delta(name, base):
-        return summary([a["cpu_us_per_req"] - b["cpu_us_per_req"] for a, b in zip(rows[name], rows[base])])
+        return B.summarize([a["cpu_us_per_req"] - b["cpu_us_per_req"] for a, b in zip(rows[name], rows[base])])
 
     print("# What a never-triggering rate limit costs per request (keep-alive HTTP/1.1, 1 KiB)\n")
     print(f"CPU: {cpu}. {args.runs} runs x {args.duration:g} s per row, rows alternating; median [min-max]. "
@@ -178,10 +174,10 @@ def main():
     print("|---|---|---|---|")
     f = lambda s: f"{s['median']:.2f} [{s['min']:.2f}-{s['max']:.2f}]"
     for name in rows:
-        cpu_s = summary([r["cpu_us_per_req"] for r in rows[name]])
+        cpu_s = B.summarize([r["cpu_us_per_req"] for r in rows[name]])
         base = "sluice none" if name.startswith("sluice") else "nginx none"
         diff = "—" if name == base else f(delta(name, base))
-        red = f(summary([r["redis_us_per_req"] for r in rows[name]])) if "redis_us_per_req" in rows[name][0] else "—"
+        red = f(B.summarize([r["redis_us_per_req"] for r in rows[name]])) if "redis_us_per_req" in rows[name][0] else "—"
         print(f"| {name} | {f(cpu_s)} | {diff} | {red} |")
     if fallback:
         print(f"\nWarning: Sluice logged {fallback} Redis failures during the run (fallback rows).")
