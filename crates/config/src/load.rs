@@ -342,7 +342,7 @@ impl Cx<'_> {
                 &raw.broken,
                 &compression,
             ) {
-                routes.push(route);
+                routes.push(Arc::new(route));
             }
         }
 

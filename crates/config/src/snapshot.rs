@@ -30,7 +30,7 @@ pub struct Snapshot {
     /// Upstream groups by position; routes refer to them by index.
     pub upstreams: Vec<Arc<Upstream>>,
     /// Routes in file order.
-    pub routes: Vec<Route>,
+    pub routes: Vec<Arc<Route>>,
     /// The offload layer.
     pub offload: Offload,
     /// The admin listener; `None` when disabled.

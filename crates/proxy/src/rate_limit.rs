@@ -350,7 +350,7 @@ impl RateLimiter {
 /// limit (and store) did not change, so that a reload does not reset every client's
 /// allowance.
 pub(crate) fn build(
-    routes: &[sluice_config::Route],
+    routes: &[Arc<sluice_config::Route>],
     store: &RateLimitStore,
     redis: Option<&Arc<RedisStore>>,
     old: &HashMap<String, Arc<RateLimiter>>,

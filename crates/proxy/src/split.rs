@@ -95,6 +95,7 @@ split_on = "cookie:uid"
         load_str(&src, "t.toml", std::path::Path::new("/"))
             .unwrap()
             .routes[0]
+            .as_ref()
             .clone()
     }
 
