@@ -10,7 +10,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
-use sluice_control::{EditError, Kind, ReloadError, Status};
+use sluice_control::{EditError, Kind, ReloadError, SharedObjects, Status};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::SystemTime;
@@ -110,54 +110,28 @@ async fn objects(s: &Sources, req: Request<Incoming>) -> Reply {
         }
         r
     };
+    if let Some(store) = control.shared() {
+        return fleet_objects(store.as_ref(), req).await;
+    }
     if path == "/api/v1/config" {
         return match control.config() {
             Ok(v) => with_etag(json_reply(StatusCode::OK, &v)),
             Err(e) => edit_error(&e),
         };
     }
-    let mut segments = path.trim_start_matches("/api/v1/").splitn(2, '/');
-    let (Some(plural), Some(name)) = (segments.next(), segments.next()) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "use /api/v1/{routes,upstreams,certificates}/NAME",
-        );
+    let (kind, name, if_match) = match object_target(&req) {
+        Ok(t) => t,
+        Err(r) => return *r,
     };
-    let Some(kind) = Kind::from_plural(plural) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            &format!("`{plural}` is not an object kind; use routes, upstreams or certificates"),
-        );
-    };
-    let name = name.to_owned();
-    let if_match = req
-        .headers()
-        .get(header::IF_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
     match req.method().clone() {
         Method::GET => match control.object(kind, &name) {
             Ok(v) => with_etag(json_reply(StatusCode::OK, &v)),
             Err(e) => edit_error(&e),
         },
         Method::PUT => {
-            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                Ok(b) => b.to_bytes(),
-                Err(_) => {
-                    return error(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "the body is over 1 MiB or did not arrive whole",
-                    );
-                }
-            };
-            let body: Value = match serde_json::from_slice(&body) {
-                Ok(v) => v,
-                Err(e) => {
-                    return error(
-                        StatusCode::BAD_REQUEST,
-                        &format!("the body is not JSON: {e}"),
-                    );
-                }
+            let body = match json_body(req).await {
+                Ok(b) => b,
+                Err(r) => return *r,
             };
             match control.put(kind, &name, body, if_match.as_deref()).await {
                 Ok(w) => {
@@ -176,6 +150,110 @@ async fn objects(s: &Sources, req: Request<Incoming>) -> Reply {
                 StatusCode::OK,
                 &json!({ "deleted": name, "revision": revision }),
             )),
+            Err(e) => edit_error(&e),
+        },
+        _ => not_allowed("GET, PUT, DELETE"),
+    }
+}
+
+/// The object a request names, and its `If-Match`.
+fn object_target(req: &Request<Incoming>) -> Result<(Kind, String, Option<String>), Box<Reply>> {
+    let path = req.uri().path();
+    let mut segments = path.trim_start_matches("/api/v1/").splitn(2, '/');
+    let (Some(plural), Some(name)) = (segments.next(), segments.next()) else {
+        return Err(Box::new(error(
+            StatusCode::NOT_FOUND,
+            "use /api/v1/{routes,upstreams,certificates}/NAME",
+        )));
+    };
+    let Some(kind) = Kind::from_plural(plural) else {
+        return Err(Box::new(error(
+            StatusCode::NOT_FOUND,
+            &format!("`{plural}` is not an object kind; use routes, upstreams or certificates"),
+        )));
+    };
+    let if_match = req
+        .headers()
+        .get(header::IF_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    Ok((kind, name.to_owned(), if_match))
+}
+
+/// A PUT's JSON body (at most [`MAX_BODY`]).
+async fn json_body(req: Request<Incoming>) -> Result<Value, Box<Reply>> {
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return Err(Box::new(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the body is over 1 MiB or did not arrive whole",
+            )));
+        }
+    };
+    serde_json::from_slice(&body).map_err(|e| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            &format!("the body is not JSON: {e}"),
+        ))
+    })
+}
+
+/// The same endpoints in fleet mode: objects live in etcd, each with its own `ETag` (its
+/// `mod_revision`); `GET /api/v1/fleet` is the sync's state.
+async fn fleet_objects(store: &dyn SharedObjects, req: Request<Incoming>) -> Reply {
+    let with_etag = |mut r: Reply, tag: &str| {
+        if let Ok(v) = HeaderValue::from_str(tag) {
+            r.headers_mut().insert(header::ETAG, v);
+        }
+        r
+    };
+    match req.uri().path() {
+        "/api/v1/config" => {
+            return match store.config() {
+                Ok(v) => json_reply(StatusCode::OK, &v),
+                Err(e) => edit_error(&e),
+            };
+        }
+        "/api/v1/fleet" => {
+            return match *req.method() {
+                Method::GET => json_reply(StatusCode::OK, &store.status()),
+                _ => not_allowed("GET"),
+            };
+        }
+        _ => {}
+    }
+    let (kind, name, if_match) = match object_target(&req) {
+        Ok(t) => t,
+        Err(r) => return *r,
+    };
+    match req.method().clone() {
+        Method::GET => match store.object(kind, &name) {
+            Ok((v, tag)) => with_etag(json_reply(StatusCode::OK, &v), &tag),
+            Err(e) => edit_error(&e),
+        },
+        Method::PUT => {
+            let body = match json_body(req).await {
+                Ok(b) => b,
+                Err(r) => return *r,
+            };
+            match store.put(kind, &name, body, if_match.as_deref()).await {
+                Ok(w) => {
+                    let status = if w.created {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    };
+                    with_etag(json_reply(status, &w.object), &w.etag)
+                }
+                Err(e) => edit_error(&e),
+            }
+        }
+        Method::DELETE => match store.delete(kind, &name, if_match.as_deref()).await {
+            Ok(revision) => json_reply(
+                StatusCode::OK,
+                &json!({ "deleted": name, "revision": revision }),
+            ),
             Err(e) => edit_error(&e),
         },
         _ => not_allowed("GET, PUT, DELETE"),
@@ -284,6 +362,7 @@ pub(crate) fn config_status(s: &Sources) -> Value {
         reloads_failed,
     } = control.status();
     json!({
+        "fleet": control.shared().map(|f| f.status()),
         "source": source,
         "revision": revision,
         "loaded_at": unix_seconds(loaded_at),
@@ -299,6 +378,9 @@ pub(crate) fn config_status(s: &Sources) -> Value {
 /// The configuration's families in `/metrics`.
 pub(crate) fn config_metrics(out: &mut String, s: &Sources) {
     let Some(control) = &s.control else { return };
+    if let Some(store) = control.shared() {
+        store.metrics(out);
+    }
     let status = control.status();
     let _ = writeln!(
         out,

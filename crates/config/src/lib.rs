@@ -25,7 +25,10 @@ pub use default::{
     DEFAULT_CONFIG_TEMPLATE, DefaultConfigParams, default_config, default_config_text,
 };
 pub use error::{ConfigError, LoadError};
-pub use load::{load_file, load_file_cached, load_str, load_str_cached};
+pub use load::{
+    RouteContext, fleet_source, load_file, load_file_cached, load_route, load_str, load_str_cached,
+    parse_keyring,
+};
 pub use pattern::{HostPattern, normalize_host};
 pub use policy::{
     Acl, Answer, HeaderEdits, IpNet, Part, RateLimit, RateLimitStore, Rewrite, Template, Var,
@@ -34,10 +37,10 @@ pub use policy::{
 pub use snapshot::{
     AccessLogFormat, AccessLogTarget, Admin, Balance, Certificate, CompressEngineName,
     CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,
-    DEFAULT_COMPRESS_TYPES, Global, GzipBackend, HashKey, HealthCheck, HealthProbe, KeyType,
-    KeylessOffload, Listener, LogConfig, Offload, Outlier, PassHost, PathMatch, RetryPolicy, Route,
-    ServerAddr, Snapshot, Split, Sticky, TlsListener, TlsVersion, UnknownSni, Upstream,
-    UpstreamProtocol, UpstreamServer,
+    DEFAULT_COMPRESS_TYPES, FleetSource, Global, GzipBackend, HashKey, HealthCheck, HealthProbe,
+    KeyType, KeylessOffload, Listener, LogConfig, Offload, Outlier, PassHost, PathMatch,
+    RetryPolicy, Route, ServerAddr, Snapshot, Split, Sticky, TlsListener, TlsVersion, UnknownSni,
+    Upstream, UpstreamProtocol, UpstreamServer,
 };
 pub use units::{parse_byte_size, parse_duration};
 

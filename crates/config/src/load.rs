@@ -14,8 +14,11 @@ use std::time::Duration;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
+pub use fleet::{RouteContext, fleet_source, load_route, parse_keyring};
+
 mod certificate;
 mod compression;
+mod fleet;
 mod health;
 mod listener;
 mod offload;
@@ -101,12 +104,13 @@ struct RawConfig {
     demo: Option<RawDemo>,
     compression: Option<RawCompression>,
     rate_limit: Option<RawRateLimitStore>,
+    config: Option<RawConfigSource>,
     /// Names of entries that failed to parse, by section: references to them are not
     /// reported again as "not defined".
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-const SECTIONS: &str = "[global], [log], [admin], [demo], [offload], [compression], [rate_limit], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -162,6 +166,7 @@ impl Cx<'_> {
                 "demo" => raw.demo = self.section(value),
                 "compression" => raw.compression = self.section(value),
                 "rate_limit" => raw.rate_limit = self.section(value),
+                "config" => raw.config = self.section(value),
                 "listener" => raw.listeners = self.array("listener", value, &mut raw.broken),
                 "certificate" => {
                     raw.certificates = self.array("certificate", value, &mut raw.broken)
@@ -355,8 +360,14 @@ impl Cx<'_> {
                 );
             }
         }
+        let fleet = raw
+            .config
+            .as_ref()
+            .and_then(|c| self.fleet_source(c, allow_insecure_keys));
         let certificates = certificates.into_iter().collect::<Option<Vec<_>>>()?;
         Some(Snapshot {
+            compression: compression.clone(),
+            fleet,
             source: file.to_owned(),
             revision: revision(src, &certificates),
             global,

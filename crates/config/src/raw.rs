@@ -50,6 +50,36 @@ pub struct RawDangerous {
     pub allow_insecure_key_permissions: Option<bool>,
 }
 
+/// `[config]`: where the fleet's shared objects come from (fleet mode).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfigSource {
+    /// `"file"` (default: everything in this file) or `"etcd"`.
+    pub source: Option<Spanned<String>>,
+    /// etcd endpoints, `host:port` or `http(s)://host:port`.
+    pub endpoints: Option<Spanned<Vec<String>>>,
+    /// The key prefix of this fleet's objects (default `/sluice`).
+    pub prefix: Option<Spanned<String>>,
+    /// Where the last good set of shared objects is kept, to start while etcd is down.
+    pub cache_file: Option<Spanned<String>>,
+    /// CA certificate (PEM) that etcd's server certificate must chain to (TLS to etcd).
+    pub ca: Option<Spanned<String>>,
+    /// Client certificate (PEM) for etcd's mutual TLS.
+    pub cert: Option<Spanned<String>>,
+    /// The client certificate's private key.
+    pub key: Option<Spanned<String>>,
+    /// etcd user (with `password_file`).
+    pub user: Option<Spanned<String>>,
+    /// File with the etcd user's password (mode 0600).
+    pub password_file: Option<Spanned<String>>,
+    /// Keyring file: `ID HEX32` lines; the first key seals private keys stored in etcd.
+    pub keyring: Option<Spanned<String>>,
+    /// How often the fleet's session ticket key rotates (default 12h).
+    pub ticket_key_rotation: Option<SpannedStr>,
+    /// Deadline of one etcd request (default 5s).
+    pub timeout: Option<SpannedStr>,
+}
+
 /// `[[listener]]`: one socket that accepts client connections.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -40,6 +40,47 @@ pub struct Snapshot {
     /// Where the built-in demo origin listens (`[demo]`), if anywhere. Started with the
     /// process; a reload does not move it.
     pub demo: Option<SocketAddr>,
+    /// `[compression]`: the defaults every route's compression starts from.
+    pub compression: Arc<Compression>,
+    /// `[config] source = "etcd"`: where the fleet's shared objects come from; `None`: this
+    /// file holds everything.
+    pub fleet: Option<FleetSource>,
+}
+
+/// `[config]` of a gateway in fleet mode: its etcd and what it keeps locally.
+#[derive(Clone, PartialEq, Eq)]
+pub struct FleetSource {
+    /// `http://host:port` or `https://host:port`.
+    pub endpoints: Vec<String>,
+    /// Key prefix without a trailing slash (`/sluice`).
+    pub prefix: String,
+    /// The last good set of shared objects, to start from while etcd is down.
+    pub cache_file: Option<PathBuf>,
+    /// CA certificate PEM for etcd over TLS.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate and key PEM for etcd's mutual TLS.
+    pub client_identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// etcd user and password.
+    pub user: Option<(String, String)>,
+    /// Keys that seal private keys stored in etcd: (id, AES-256 key); the first seals.
+    pub keyring: Vec<(String, [u8; 32])>,
+    /// Rotation period of the fleet's shared session ticket key.
+    pub ticket_key_rotation: Duration,
+    /// Deadline of one etcd request.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for FleetSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print passwords or keys.
+        f.debug_struct("FleetSource")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("cache_file", &self.cache_file)
+            .field("tls", &self.ca_pem.is_some())
+            .field("keyring_keys", &self.keyring.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// `[admin]`.

@@ -125,6 +125,8 @@ pub struct Controller {
     /// One change at a time: a reload or an edit reads, validates and applies under it.
     pub(crate) serial: tokio::sync::Mutex<()>,
     status: Mutex<Status>,
+    /// Fleet mode: where the shared objects come from.
+    pub(crate) shared: std::sync::OnceLock<Arc<dyn crate::SharedObjects>>,
     ok: AtomicU64,
     failed: AtomicU64,
 }
@@ -173,6 +175,7 @@ impl Controller {
             target,
             certs,
             serial: tokio::sync::Mutex::new(()),
+            shared: std::sync::OnceLock::new(),
             ok: AtomicU64::new(0),
             failed: AtomicU64::new(0),
         }
@@ -227,7 +230,12 @@ impl Controller {
         let source = self.source();
         let text = source_text(&source).map_err(ReloadError::Read)?;
         let (name, base_dir) = naming(&source);
-        let snapshot = self.validate(text.clone(), name, base_dir).await?;
+        let snapshot = match self.shared() {
+            Some(store) => {
+                crate::shared::compose_blocking(store.clone(), Some(text.clone())).await?
+            }
+            None => self.validate(text.clone(), name, base_dir).await?,
+        };
         let outcome = self.apply(snapshot).await?;
         *self.loaded_text.lock().unwrap_or_else(|e| e.into_inner()) = Some(text_hash(&text));
         Ok(outcome)

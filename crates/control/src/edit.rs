@@ -12,7 +12,7 @@ use std::ops::Range;
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table};
 
 /// The kinds of object the API edits, named as their TOML arrays of tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     /// `[[route]]`.
     Route,
@@ -56,7 +56,8 @@ pub struct EditError {
 }
 
 impl EditError {
-    pub(crate) fn new(status: u16, message: impl Into<String>) -> Self {
+    /// An error without located problems.
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
         EditError {
             status,
             message: message.into(),
@@ -316,8 +317,9 @@ fn parse_mut(text: &str) -> Result<DocumentMut, EditError> {
 }
 
 /// Turns the loader's errors on the edited text into the API's: an error inside object `name`
-/// is named by its JSON path (`servers[0].address`), any other by its file position.
-pub(crate) fn locate(text: &str, kind: Kind, name: &str, errors: &[ConfigError]) -> Vec<Value> {
+/// is named by its JSON path (`servers[0].address`), any other by its file position. Fleet
+/// mode uses it for objects rendered from etcd's JSON.
+pub fn locate(text: &str, kind: Kind, name: &str, errors: &[ConfigError]) -> Vec<Value> {
     let spans = object_spans(text, kind, name);
     let line_starts: Vec<usize> = std::iter::once(0)
         .chain(text.match_indices('\n').map(|(i, _)| i + 1))

@@ -13,12 +13,14 @@
 mod controller;
 mod edit;
 mod edits;
+mod shared;
 
 pub use controller::{
     Controller, Failure, ReloadError, ReloadOutcome, Source, Status, Target, TargetFuture,
 };
-pub use edit::{EditError, Kind};
+pub use edit::{EditError, Kind, locate};
 pub use edits::Written;
+pub use shared::{SharedObjects, StoreFuture, StoredObject};
 
 #[cfg(test)]
 mod tests;

@@ -3,6 +3,7 @@
 
 mod corpus;
 mod demo;
+mod fleet;
 mod instance;
 mod run;
 mod speed;
@@ -82,6 +83,12 @@ enum Command {
         #[arg(long, env = "SLUICE_STATE_DIR")]
         state_dir: Option<PathBuf>,
     },
+    /// Fleet mode: move a file's routes, upstreams, certificates and settings into etcd
+    /// (`push`), or write the fleet's back out as TOML (`pull`).
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// Print the demo origin's ~100 KiB HTML page (the benchmark's compression body).
     DemoPage,
     /// Signatures per second per algorithm and engine, like `openssl speed -async_jobs`;
@@ -121,6 +128,49 @@ enum Command {
             |s: String| s.parse::<usize>().unwrap_or(8)))]
         mb_lanes: Option<usize>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigAction {
+    /// Import FILE's routes, upstreams, certificates (keys sealed with --keyring) and
+    /// [compression]/[rate_limit] into etcd; objects etcd has that FILE lacks are kept.
+    Push {
+        /// Configuration file (TOML); it must pass `sluice check`.
+        file: PathBuf,
+        #[command(flatten)]
+        etcd: EtcdOpts,
+    },
+    /// Write the fleet's objects to a TOML file (certificates as PEM files in certs/ beside it).
+    Pull {
+        /// The TOML file to write.
+        #[arg(long, short)]
+        out: PathBuf,
+        #[command(flatten)]
+        etcd: EtcdOpts,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct EtcdOpts {
+    /// etcd endpoints, comma-separated (host:port or http(s)://host:port).
+    #[arg(long)]
+    etcd: String,
+    /// The fleet's key prefix.
+    #[arg(long, default_value = "/sluice")]
+    prefix: String,
+    /// Keyring file (`ID HEX` lines) that seals and opens private keys.
+    #[arg(long)]
+    keyring: Option<PathBuf>,
+}
+
+impl EtcdOpts {
+    fn args(self) -> fleet::EtcdArgs {
+        fleet::EtcdArgs {
+            endpoints: self.etcd,
+            prefix: self.prefix,
+            keyring: self.keyring,
+        }
+    }
 }
 
 /// The pid file a tool command looks for.
@@ -177,6 +227,12 @@ fn main() -> ExitCode {
 
         Command::Check { config } => return run::check(&config),
         Command::DefaultConfig { state_dir } => run::default_config_file(state_dir),
+        Command::Config {
+            action: ConfigAction::Push { file, etcd },
+        } => fleet::push(&file, &etcd.args()),
+        Command::Config {
+            action: ConfigAction::Pull { out, etcd },
+        } => fleet::pull(&out, &etcd.args()),
         Command::Speed {
             algorithms,
             engine,

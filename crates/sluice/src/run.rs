@@ -229,7 +229,14 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
                 (source, Some(generated))
             }
         };
-        let snapshot = Controller::load(&source, &certs)?;
+        let fleet = match &source {
+            Source::File(path) => crate::fleet::start(path).await?,
+            Source::Text { .. } => None,
+        };
+        let snapshot = match &fleet {
+            Some(f) => crate::fleet::initial(f)?,
+            None => Controller::load(&source, &certs)?,
+        };
         init_tracing(&snapshot.log.level);
         let demo = match snapshot.demo {
             Some(addr) => Some(crate::demo::start(addr).await.with_context(|| {
@@ -258,6 +265,13 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         });
         let control = Arc::new(Controller::new(source, running.clone(), certs, &snapshot));
         let _ = running.control.set(control.clone());
+        if let Some(f) = &fleet {
+            control.set_shared(f.clone());
+            f.spawn(
+                Arc::downgrade(&control),
+                Arc::new(sluice_tls::reread_ticket_key_files),
+            );
+        }
         running.place_admin(&snapshot, admin_socket).await?;
 
         let pid_file = args

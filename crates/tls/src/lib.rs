@@ -23,7 +23,7 @@ pub use error::TlsError;
 pub use info::TlsInfo;
 pub use offload::{KeyOffload, OffloadIo};
 pub use store::CertStore;
-pub use tickets::{TICKET_KEY_LEN, TicketKeys};
+pub use tickets::{TICKET_KEY_LEN, TicketKeys, reread_ticket_key_files};
 
 #[cfg(test)]
 mod tests;

@@ -80,7 +80,11 @@ impl TicketKeys {
             rotating: AtomicBool::new(false),
         };
         ring.reload()?;
-        Ok(Arc::new(ring))
+        let ring = Arc::new(ring);
+        let mut rings = FILE_RINGS.lock().unwrap_or_else(|e| e.into_inner());
+        rings.retain(|w| w.strong_count() > 0);
+        rings.push(Arc::downgrade(&ring));
+        Ok(ring)
     }
 
     fn reload(&self) -> Result<(), TlsError> {
@@ -176,6 +180,27 @@ impl TicketKeys {
             TicketKeyCallbackResult::Success
         } else {
             TicketKeyCallbackResult::DecryptSuccessRenew
+        }
+    }
+}
+
+/// Every live ring read from a key file, for [`reread_ticket_key_files`].
+static FILE_RINGS: std::sync::Mutex<Vec<Weak<TicketKeys>>> = std::sync::Mutex::new(Vec::new());
+
+/// Reads every ring's key file again now, instead of at its next scheduled rotation: fleet
+/// mode calls it when the fleet's keys changed in etcd, so that a gateway starts decrypting
+/// (and, once promoted, encrypting with) a new key at once. A file that fails to read keeps
+/// its ring's keys (logged).
+pub fn reread_ticket_key_files() {
+    let rings: Vec<Arc<TicketKeys>> = FILE_RINGS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for ring in rings {
+        if let Err(e) = ring.reload() {
+            tracing::warn!(error = %e, "re-reading a session ticket key file failed; keeping the current keys");
         }
     }
 }

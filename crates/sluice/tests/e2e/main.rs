@@ -10,6 +10,7 @@ mod admin_api;
 mod balancing;
 mod cli;
 mod compression;
+mod fleet;
 mod health;
 mod http;
 mod keepalive;

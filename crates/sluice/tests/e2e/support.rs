@@ -557,3 +557,103 @@ impl Drop for Redis {
         self.kill();
     }
 }
+
+/// A free TCP port on 127.0.0.1 (bound, then released: a server started right after takes it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A real etcd (Debian's etcd-server, from scripts/deps) on 127.0.0.1 with free ports and a
+/// temporary data directory, stopped by PID when dropped.
+pub struct Etcd {
+    pub port: u16,
+    child: Option<std::process::Child>,
+    dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    pub async fn start() -> Etcd {
+        let mut e = Etcd {
+            port: free_port(),
+            child: None,
+            dir: tempfile::tempdir().unwrap(),
+        };
+        e.restart().await;
+        e
+    }
+
+    /// `host:port` of its client endpoint.
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Starts it (again, on the same data) on its port and waits until it answers.
+    pub async fn restart(&mut self) {
+        self.kill();
+        let peer = free_port();
+        let client = format!("http://127.0.0.1:{}", self.port);
+        let peer = format!("http://127.0.0.1:{peer}");
+        let child = std::process::Command::new("etcd")
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .args(["--name", "default"])
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("default={peer}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("etcd is needed (scripts/deps installs Debian's etcd-server)");
+        self.child = Some(child);
+        for _ in 0..500 {
+            if let Ok(etcd) = sluice_fleet::Etcd::connect_to(&self.endpoint(), "/probe").await
+                && etcd.load_all().await.is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("etcd did not answer on {} within 10 s", self.port);
+    }
+
+    /// The same data on another port (gateways configured with the old one cannot reach it).
+    pub async fn move_to(&mut self, port: u16) {
+        self.port = port;
+        self.restart().await;
+    }
+
+    /// A client for the fleet's prefix.
+    pub async fn client(&self, prefix: &str) -> sluice_fleet::Etcd {
+        sluice_fleet::Etcd::connect_to(&self.endpoint(), prefix)
+            .await
+            .unwrap()
+    }
+
+    /// Kills it (SIGKILL, by PID) and waits for it to go.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,149 @@
+//! `cache_file`: the last good set of the fleet's objects, so that a gateway starts (and
+//! serves what it served) while etcd is down — APISIX cannot start without etcd.
+//!
+//! Written after a configuration applied, at most once a second (a burst of changes is one
+//! write), atomically (temporary file, then rename), mode 0600: it holds sealed private keys.
+
+use crate::objects::{Objects, Slot, Stored};
+use crate::sync::Fleet;
+use serde_json::{Map, Value, json};
+use std::path::Path;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The cache as JSON: `{"prefix", "revision", "objects": {key: {"value", "mod_revision"}}}`.
+pub(crate) fn to_json(objects: &Objects, prefix: &str) -> Value {
+    let mut map = Map::new();
+    for (slot, stored) in &objects.slots {
+        if let Ok(v) = &stored.value {
+            map.insert(
+                slot.key(prefix),
+                json!({ "value": v, "mod_revision": stored.mod_revision }),
+            );
+        }
+    }
+    json!({ "prefix": prefix, "revision": objects.revision, "objects": map })
+}
+
+/// Reads a cache written for `prefix`.
+pub(crate) fn read(path: &Path, prefix: &str) -> Result<Objects, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let v: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("{} is not a Sluice cache file: {e}", path.display()))?;
+    if v.get("prefix").and_then(Value::as_str) != Some(prefix) {
+        return Err(format!(
+            "{} was written for another prefix ({}); delete it or fix [config] prefix",
+            path.display(),
+            v.get("prefix").unwrap_or(&Value::Null)
+        ));
+    }
+    let mut objects = Objects {
+        revision: v.get("revision").and_then(Value::as_i64).unwrap_or(0),
+        ..Objects::default()
+    };
+    for (key, entry) in v
+        .get("objects")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        let Some(slot) = Slot::parse(prefix, key) else {
+            continue;
+        };
+        let Some(value) = entry.get("value") else {
+            continue;
+        };
+        let mod_revision = entry
+            .get("mod_revision")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        objects.slots.insert(
+            slot,
+            Stored {
+                value: Ok(value.clone()),
+                mod_revision,
+            },
+        );
+    }
+    Ok(objects)
+}
+
+/// Writes the cache after changes, at most once a second, until the fleet goes.
+pub(crate) async fn writer(fleet: Weak<Fleet>, dirty: Arc<Notify>) {
+    loop {
+        dirty.notified().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(f) = fleet.upgrade() else { return };
+        let Some(path) = f.source.cache_file.clone() else {
+            return;
+        };
+        let json = {
+            let st = f.lock();
+            to_json(&st.objects, &f.source.prefix)
+        };
+        drop(f);
+        let write = tokio::task::spawn_blocking(move || {
+            let bytes = serde_json::to_vec(&json).map_err(|e| e.to_string())?;
+            crate::compose::write_private(&path, &bytes)
+                .map_err(|e| format!("{}: {e}", path.display()))
+        })
+        .await;
+        match write {
+            Ok(Ok(())) => tracing::debug!("fleet cache file written"),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot write the fleet's cache file; a start without etcd would use an older one")
+            }
+            Err(e) => tracing::error!(error = %e, "the cache writer failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_control::Kind;
+
+    #[test]
+    fn the_cache_round_trips_and_refuses_another_prefix() {
+        let mut o = Objects {
+            revision: 42,
+            ..Objects::default()
+        };
+        o.slots.insert(
+            Slot::Object(Kind::Route, "a".into()),
+            Stored {
+                value: Ok(json!({"upstream": "u"})),
+                mod_revision: 40,
+            },
+        );
+        o.slots.insert(
+            Slot::Settings,
+            Stored {
+                value: Ok(json!({"compression": {}})),
+                mod_revision: 41,
+            },
+        );
+        // Values that are not JSON are not cached (they were refused anyway).
+        o.slots.insert(
+            Slot::Object(Kind::Route, "broken".into()),
+            Stored {
+                value: Err("not JSON".into()),
+                mod_revision: 39,
+            },
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cache.json");
+        std::fs::write(&path, serde_json::to_vec(&to_json(&o, "/p")).unwrap()).unwrap();
+        let back = read(&path, "/p").unwrap();
+        assert_eq!(back.revision, 42);
+        assert_eq!(back.slots.len(), 2);
+        assert_eq!(
+            back.slots[&Slot::Object(Kind::Route, "a".into())],
+            o.slots[&Slot::Object(Kind::Route, "a".into())]
+        );
+        assert!(read(&path, "/q").unwrap_err().contains("another prefix"));
+        std::fs::write(&path, "{").unwrap();
+        assert!(read(&path, "/p").is_err());
+    }
+}
