@@ -6,24 +6,48 @@
 
 use crate::objects::{Objects, Slot, Stored};
 use crate::sync::Fleet;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
 
-/// The cache as JSON: `{"prefix", "revision", "objects": {key: {"value", "mod_revision"}}}`.
-pub(crate) fn to_json(objects: &Objects, prefix: &str) -> Value {
-    let mut map = Map::new();
+/// The cache as JSON text: `{"prefix", "revision", "objects": {key: {"mod_revision",
+/// "value"}}}`, each value the bytes etcd holds (values that are not JSON are left out: they
+/// were refused anyway).
+pub(crate) fn to_json(objects: &Objects, prefix: &str) -> Vec<u8> {
+    let size: usize = objects.slots.values().map(|s| s.raw.len() + 64).sum();
+    let mut out = Vec::with_capacity(size + 128);
+    out.extend_from_slice(
+        format!(
+            "{{\"prefix\":{},\"revision\":{},\"objects\":{{",
+            Value::from(prefix),
+            objects.revision
+        )
+        .as_bytes(),
+    );
+    let mut first = true;
     for (slot, stored) in &objects.slots {
-        if let Ok(v) = &stored.value {
-            map.insert(
-                slot.key(prefix),
-                json!({ "value": v, "mod_revision": stored.mod_revision }),
-            );
+        if stored.value.is_err() {
+            continue;
         }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.extend_from_slice(
+            format!(
+                "{}:{{\"mod_revision\":{},\"value\":",
+                Value::from(slot.key(prefix)),
+                stored.mod_revision
+            )
+            .as_bytes(),
+        );
+        out.extend_from_slice(&stored.raw);
+        out.push(b'}');
     }
-    json!({ "prefix": prefix, "revision": objects.revision, "objects": map })
+    out.extend_from_slice(b"}}");
+    out
 }
 
 /// Reads a cache written for `prefix`.
@@ -58,13 +82,9 @@ pub(crate) fn read(path: &Path, prefix: &str) -> Result<Objects, String> {
             .get("mod_revision")
             .and_then(Value::as_i64)
             .unwrap_or(0);
-        objects.slots.insert(
-            slot,
-            Stored {
-                value: Ok(value.clone()),
-                mod_revision,
-            },
-        );
+        objects
+            .slots
+            .insert(slot, Stored::new(value.clone(), mod_revision));
     }
     Ok(objects)
 }
@@ -78,15 +98,14 @@ pub(crate) async fn writer(fleet: Weak<Fleet>, dirty: Arc<Notify>) {
         let Some(path) = f.source.cache_file.clone() else {
             return;
         };
-        let json = {
-            let st = f.lock();
-            to_json(&st.objects, &f.source.prefix)
-        };
-        drop(f);
+        // Copying 40,000 objects' bytes and writing them is background work: idle priority.
         let write = tokio::task::spawn_blocking(move || {
-            let bytes = serde_json::to_vec(&json).map_err(|e| e.to_string())?;
-            crate::compose::write_private(&path, &bytes)
-                .map_err(|e| format!("{}: {e}", path.display()))
+            sluice_offload::idle::run_idle(|| {
+                let objects = f.lock().objects.clone();
+                let bytes = to_json(&objects, &f.source.prefix);
+                crate::compose::write_private(&path, &bytes)
+                    .map_err(|e| format!("{}: {e}", path.display()))
+            })
         })
         .await;
         match write {
@@ -102,6 +121,7 @@ pub(crate) async fn writer(fleet: Weak<Fleet>, dirty: Arc<Notify>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use sluice_control::Kind;
 
     #[test]
@@ -112,29 +132,18 @@ mod tests {
         };
         o.slots.insert(
             Slot::Object(Kind::Route, "a".into()),
-            Stored {
-                value: Ok(json!({"upstream": "u"})),
-                mod_revision: 40,
-            },
+            Stored::new(json!({"upstream": "u"}), 40),
         );
-        o.slots.insert(
-            Slot::Settings,
-            Stored {
-                value: Ok(json!({"compression": {}})),
-                mod_revision: 41,
-            },
-        );
+        o.slots
+            .insert(Slot::Settings, Stored::new(json!({"compression": {}}), 41));
         // Values that are not JSON are not cached (they were refused anyway).
         o.slots.insert(
             Slot::Object(Kind::Route, "broken".into()),
-            Stored {
-                value: Err("not JSON".into()),
-                mod_revision: 39,
-            },
+            Stored::from_bytes(b"not JSON", 39),
         );
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cache.json");
-        std::fs::write(&path, serde_json::to_vec(&to_json(&o, "/p")).unwrap()).unwrap();
+        std::fs::write(&path, to_json(&o, "/p")).unwrap();
         let back = read(&path, "/p").unwrap();
         assert_eq!(back.revision, 42);
         assert_eq!(back.slots.len(), 2);

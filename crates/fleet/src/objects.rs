@@ -7,6 +7,7 @@
 use serde_json::{Map, Value, json};
 use sluice_control::Kind;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What a key under the prefix holds.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -59,6 +60,9 @@ pub struct Stored {
     pub value: Result<Value, String>,
     /// etcd's `mod_revision` of the key: the object's version (its `ETag`).
     pub mod_revision: i64,
+    /// The bytes as etcd holds them: the cache file is written from these, a copy rather
+    /// than a serialization of 40,000 values.
+    pub raw: Arc<[u8]>,
 }
 
 impl Stored {
@@ -67,6 +71,17 @@ impl Stored {
         Stored {
             value: serde_json::from_slice(bytes).map_err(|e| format!("the value is not JSON: {e}")),
             mod_revision,
+            raw: Arc::from(bytes),
+        }
+    }
+
+    /// A value made here (a cache file's, a test's).
+    pub fn new(value: Value, mod_revision: i64) -> Stored {
+        let raw = Arc::from(value.to_string().into_bytes());
+        Stored {
+            value: Ok(value),
+            mod_revision,
+            raw,
         }
     }
 }
@@ -91,6 +106,13 @@ impl Objects {
                 Slot::Object(_, name) => Some((name.as_str(), v)),
                 _ => None,
             })
+    }
+
+    /// The settings, upstreams and certificates: what the composer's base is built from
+    /// (a range of the map: routes, the bulk, are not visited).
+    pub fn base_slots(&self) -> impl Iterator<Item = (&Slot, &Stored)> {
+        self.slots
+            .range(Slot::Object(Kind::Upstream, String::new())..=Slot::Settings)
     }
 
     /// How many objects of `kind`.
@@ -180,13 +202,8 @@ mod tests {
     fn kinds_are_listed_apart_and_users_of_an_upstream_are_found() {
         let mut o = Objects::default();
         let put = |o: &mut Objects, kind, name: &str, v: Value| {
-            o.slots.insert(
-                Slot::Object(kind, name.into()),
-                Stored {
-                    value: Ok(v),
-                    mod_revision: 1,
-                },
-            );
+            o.slots
+                .insert(Slot::Object(kind, name.into()), Stored::new(v, 1));
         };
         put(&mut o, Kind::Route, "a", json!({"upstream": "u"}));
         put(

@@ -15,15 +15,9 @@ use std::time::Duration;
 const APPLIED_WAIT: Duration = Duration::from_secs(5);
 
 impl SharedObjects for Fleet {
+    /// At idle priority: composing a large table must never delay a request.
     fn compose(&self, local_text: Option<String>) -> Result<Snapshot, ReloadError> {
-        let mut st = self.lock();
-        let State {
-            objects, composer, ..
-        } = &mut *st;
-        if let Some(text) = local_text {
-            composer.set_local(text);
-        }
-        composer.compose(objects)
+        sluice_offload::idle::run_idle(|| self.compose_now(local_text))
     }
 
     fn config(&self) -> Result<Value, EditError> {
@@ -135,7 +129,7 @@ impl SharedObjects for Fleet {
 
     fn metrics(&self, out: &mut String) {
         let st = self.lock();
-        let invalid = st.composer.invalid().len();
+        let invalid = st.invalid.len();
         let _ = writeln!(
             out,
             "# HELP sluice_fleet_etcd_up Whether the gateway is connected to the fleet's etcd (0: serving its last good configuration).\n# TYPE sluice_fleet_etcd_up gauge\nsluice_fleet_etcd_up {}",
@@ -184,9 +178,8 @@ impl SharedObjects for Fleet {
 impl Fleet {
     fn status_of(&self, st: &State) -> Value {
         let invalid: Vec<Value> = st
-            .composer
-            .invalid()
-            .into_iter()
+            .invalid
+            .iter()
             .map(|(key, errors)| json!({ "key": key, "errors": errors }))
             .collect();
         json!({
@@ -206,7 +199,7 @@ impl Fleet {
                 "certificates": st.objects.count(Kind::Certificate),
             },
             "invalid": invalid,
-            "ticket_keys_revision": st.composer.ticket_revision(),
+            "ticket_keys_revision": st.ticket_revision,
             "changes": self.counters.changes.load(Ordering::Relaxed),
             "resyncs": self.counters.resyncs.load(Ordering::Relaxed),
         })
@@ -239,9 +232,7 @@ impl Fleet {
             };
             let context = slot(kind, name).key(&self.source.prefix);
             let sealed = self
-                .lock()
-                .composer
-                .keyring()
+                .keyring
                 .seal(pem.as_bytes(), &context)
                 .map_err(|e| EditError::new(422, e))?;
             map.insert("key_sealed".into(), json!(sealed));
@@ -257,13 +248,11 @@ impl Fleet {
     }
 
     fn check_now(&self, kind: Kind, name: &str, value: &Value) -> Result<(), EditError> {
-        let mut st = self.lock();
-        let State {
-            objects, composer, ..
-        } = &mut *st;
+        let objects = self.lock().objects.clone();
+        let mut composer = self.composer.lock().unwrap_or_else(|e| e.into_inner());
         let result = match kind {
             Kind::Route => composer.check_route_alone(name, value),
-            _ => composer.check_base_object(objects, slot(kind, name), value.clone()),
+            _ => composer.check_base_object(&objects, slot(kind, name), value.clone()),
         };
         result.map_err(|errors| EditError {
             status: 422,

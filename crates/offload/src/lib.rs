@@ -26,6 +26,7 @@ mod breaker;
 mod counters;
 mod dispatcher;
 mod engine;
+pub mod idle;
 mod inline;
 mod pool;
 

@@ -129,6 +129,8 @@ pub struct ApplyReport {
     pub crypto_engines_rebuilt: bool,
     /// Whether the compression engines were rebuilt.
     pub compress_engines_rebuilt: bool,
+    /// Routing tables built (a change that touched no route builds none).
+    pub routers_built: usize,
 }
 
 /// A change prepared but not yet visible.
@@ -478,8 +480,9 @@ async fn prepare(
         &state.limiters,
     ));
 
+    let routers = routers(state, snapshot, &mut report).await?;
     let mut listeners = Vec::with_capacity(snapshot.listeners.len());
-    for l in &snapshot.listeners {
+    for (l, router) in snapshot.listeners.iter().zip(routers) {
         let old = state
             .listeners
             .iter()
@@ -517,7 +520,7 @@ async fn prepare(
         let ctx = Arc::new(ListenerCtx {
             name: Arc::from(l.name.as_str()),
             config: l.clone(),
-            router: Router::new(snapshot, &l.name),
+            router,
             tls,
             upstreams: groups.clone(),
             access_log: access_log.clone(),
@@ -547,6 +550,60 @@ async fn prepare(
         listeners,
         report,
     })
+}
+
+/// Each listener's routing table, in listener order: the old one where its routes are the
+/// same objects (a change elsewhere, an upstream, costs no table), else built once per
+/// distinct route list (listeners that share every route share one table) on a thread at
+/// idle priority, so that tens of thousands of routes never hold up a request.
+async fn routers(
+    state: &State,
+    snapshot: &Arc<Snapshot>,
+    report: &mut ApplyReport,
+) -> Result<Vec<Arc<Router>>, ProxyError> {
+    let mut out: Vec<Arc<Router>> = Vec::with_capacity(snapshot.listeners.len());
+    let mut built: Vec<(Vec<Arc<sluice_config::Route>>, Arc<Router>)> = Vec::new();
+    // The common case, no route tied to a listener: every listener has all the routes, and
+    // the comparison needs no copy of them.
+    let unrestricted = snapshot.routes.iter().all(|r| r.listeners.is_empty());
+    for l in &snapshot.listeners {
+        if unrestricted {
+            let kept = state
+                .listeners
+                .iter()
+                .map(|o| o.ctx.load().router.clone())
+                .chain(out.iter().cloned())
+                .find(|r| r.same_routes(&snapshot.routes));
+            if let Some(r) = kept {
+                out.push(r);
+                continue;
+            }
+        }
+        let routes = Router::routes_for(snapshot, &l.name);
+        let kept = state
+            .listeners
+            .iter()
+            .map(|o| o.ctx.load().router.clone())
+            .chain(built.iter().map(|(_, r)| r.clone()))
+            .find(|r| r.same_routes(&routes));
+        let router = match kept {
+            Some(r) => r,
+            None => {
+                report.routers_built += 1;
+                let list = routes.clone();
+                let build = move || sluice_offload::idle::run_idle(|| Router::from_routes(list));
+                let r = match tokio::task::spawn_blocking(build).await {
+                    Ok(r) => Arc::new(r),
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Err(_) => return Err(ProxyError::Stopped),
+                };
+                built.push((routes, r.clone()));
+                r
+            }
+        };
+        out.push(router);
+    }
+    Ok(out)
 }
 
 /// The TLS acceptor of listener `l`: the old one when nothing it was built from changed,

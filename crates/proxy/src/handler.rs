@@ -33,7 +33,7 @@ use std::time::{Instant, SystemTime};
 pub(crate) struct ListenerCtx {
     pub(crate) name: Arc<str>,
     pub(crate) config: Listener,
-    pub(crate) router: Router,
+    pub(crate) router: Arc<Router>,
     pub(crate) tls: Option<sluice_tls::TlsAcceptor>,
     pub(crate) upstreams: Arc<[Arc<UpstreamGroup>]>,
     pub(crate) access_log: AccessLog,

@@ -38,12 +38,32 @@ struct PathTable {
 impl Router {
     /// Builds the table for `listener` from the routes that apply to it.
     pub fn new(snapshot: &Snapshot, listener: &str) -> Self {
-        let routes: Vec<Arc<Route>> = snapshot
+        Self::from_routes(Self::routes_for(snapshot, listener))
+    }
+
+    /// The routes of `snapshot` that apply to `listener`, in order.
+    pub fn routes_for(snapshot: &Snapshot, listener: &str) -> Vec<Arc<Route>> {
+        snapshot
             .routes
             .iter()
             .filter(|r| r.listeners.is_empty() || r.listeners.iter().any(|l| l == listener))
             .cloned()
-            .collect();
+            .collect()
+    }
+
+    /// Whether this table was built from exactly `routes` (the same objects, in order): a
+    /// reload that changed no route keeps the table instead of building it again.
+    pub fn same_routes(&self, routes: &[Arc<Route>]) -> bool {
+        self.routes.len() == routes.len()
+            && self
+                .routes
+                .iter()
+                .zip(routes)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+
+    /// Builds the table of `routes`, in order.
+    pub fn from_routes(routes: Vec<Arc<Route>>) -> Self {
         let mut router = Router::default();
         for (i, r) in routes.iter().enumerate() {
             let i = u32::try_from(i).expect("fewer than 4 billion routes");

@@ -150,6 +150,9 @@ pub(crate) fn describe(r: &ApplyReport) -> String {
         "upstreams: {} kept, {} new",
         r.upstreams_kept, r.upstreams_new
     ));
+    if r.routers_built > 0 {
+        parts.push(format!("routing tables built: {}", r.routers_built));
+    }
     if r.crypto_engines_rebuilt {
         parts.push("crypto engines rebuilt".to_owned());
     }
