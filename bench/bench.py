@@ -41,6 +41,10 @@ SLUICE_PORT = 18444
 SLUICE_INLINE_PORT = 18445
 SLUICE_MB_PORT = 18446
 HAPROXY_PORT = 18447
+SLUICE_ROUTES_PORT = 18448
+# Prefix routes of the `sluice-routes` gateway (the route-table row): a request's routing
+# cost must follow the request, not the table.
+TABLE_ROUTES = 40000
 # Idle connections of the memory rows (--idle-connections; the smoke run uses 300).
 IDLE_CONNECTIONS = 8000
 
@@ -320,6 +324,14 @@ codecs = ["gzip"]
 """ for prefix, settings in SLUICE_GZIP.items())
 
 
+def sluice_routes_conf(d, cert):
+    """The `pool` gateway with TABLE_ROUTES more prefix routes (`/api/vN/`, each stripping
+    its prefix): the route-table row requests `/api/v7/1k`."""
+    return sluice_conf(d, cert, "pool", SLUICE_ROUTES_PORT, "sluice-routes-access.log") + "".join(
+        f'\n[[route]]\nname = "t{i}"\npath_prefix = "/api/v{i}/"\nstrip_prefix = "/api/v{i}"\nupstream = "origin"\n'
+        for i in range(TABLE_ROUTES))
+
+
 def mb_available():
     """Whether this CPU has AVX-512 IFMA (the mb engine falls through without it)."""
     try:
@@ -333,7 +345,8 @@ class Gateways:
 
     def __init__(self, d, cert):
         self.d = d
-        for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-mb-access.log"):
+        for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-mb-access.log",
+                  "sluice-routes-access.log"):
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
         Path(d, "haproxy.cfg").write_text(haproxy_conf(d, cert))
@@ -341,6 +354,7 @@ class Gateways:
         Path(d, "sluice.toml").write_text(sluice_conf(d, cert))
         Path(d, "sluice-inline.toml").write_text(sluice_conf(d, cert, "inline", SLUICE_INLINE_PORT, "sluice-inline-access.log"))
         Path(d, "sluice-mb.toml").write_text(sluice_conf(d, cert, "mb", SLUICE_MB_PORT, "sluice-mb-access.log"))
+        Path(d, "sluice-routes.toml").write_text(sluice_routes_conf(d, cert))
         # Started one by one: when one fails, the ones already running are stopped (left
         # behind, they would keep the ports, and SO_REUSEPORT would share the next run's
         # traffic with them).
@@ -351,7 +365,7 @@ class Gateways:
             self.stop()
             raise
         self.ports = {"nginx": NGINX_PORT, "haproxy": HAPROXY_PORT, "sluice": SLUICE_PORT, "sluice-inline": SLUICE_INLINE_PORT,
-                      "sluice-mb": SLUICE_MB_PORT}
+                      "sluice-mb": SLUICE_MB_PORT, "sluice-routes": SLUICE_ROUTES_PORT}
 
     def _start(self, d):
         specs = [
@@ -362,6 +376,9 @@ class Gateways:
             ("sluice-inline", [str(SLUICE), "run", "--config", f"{d}/sluice-inline.toml", "--pid-file", f"{d}/sluice-inline.pid"], SLUICE_INLINE_PORT),
             # RSA handshakes signed by the AVX-512 IFMA multi-buffer engine (mb, then pool).
             ("sluice-mb", [str(SLUICE), "run", "--config", f"{d}/sluice-mb.toml", "--pid-file", f"{d}/sluice-mb.pid"], SLUICE_MB_PORT),
+            # The same as `sluice` with 40,000 more prefix routes: the route-table row.
+            ("sluice-routes", [str(SLUICE), "run", "--config", f"{d}/sluice-routes.toml", "--pid-file",
+                               f"{d}/sluice-routes.pid"], SLUICE_ROUTES_PORT),
         ]
         self.specs = {name: (argv, port) for name, argv, port in specs}
         for name, argv, port in specs:
@@ -556,8 +573,9 @@ def scenarios(page_len):
                 "cert": cert, "metric": "conn/s", "full_handshake": True, "engines": True, "mb": cert == "rsa",
                 "run": lambda port, dur, tls=tls: loadgen("handshake", port, dur, ["--tls", tls, "--path", "/1k", "--concurrency", "32"]),
             })
-    s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1", "cert": "rsa", "metric": "req/s",
-              "run": lambda port, dur: h2load(port, dur, "/1k", True, 32, 1)})
+    s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1", "cert": "rsa", "metric": "req/s", "routes": True,
+              "run": lambda port, dur: h2load(port, dur, "/api/v7/1k" if port == SLUICE_ROUTES_PORT else "/1k",
+                                              True, 32, 1)})
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/2", "cert": "rsa", "metric": "req/s",
               "run": lambda port, dur: h2load(port, dur, "/1k", False, 4, 16)})
     for level, prefix, label in ((1, "i1", "Sluice ISA-L 1"), (1, "z1", "Sluice zlib-rs 1"), (6, "z6", "Sluice zlib-rs 6")):
@@ -681,6 +699,8 @@ def main():
                         who_all += ("sluice-inline",)
                     if sc.get("mb") and mb_available():
                         who_all += ("sluice-mb",)
+                    if sc.get("routes"):
+                        who_all += ("sluice-routes",)
                     row = {"name": sc["name"], "metric": sc["metric"], "runs": {w: [] for w in who_all}}
                     for i in range(min(runs, 3) if sc.get("memory") else runs):
                         order = who_all if i % 2 == 0 else tuple(reversed(who_all))
@@ -833,7 +853,8 @@ def render(results, runs, duration, cpu, date):
             f"{fmt_ratio(row, 'sluice', 'nginx')} | {fmt_ratio(row, 'sluice', 'haproxy')} | {cpu_units} | "
             f"{triple(row, 'gateway_util', True)} | {triple(row, 'load_core_util', True)} | {'; '.join(notes)} |")
         for who, label in (("sluice-inline", "Sluice engine `inline` (offload work on the event loop)"),
-                           ("sluice-mb", f"Sluice engine `mb` (AVX-512 IFMA, mb_lanes = {MB_LANES})")):
+                           ("sluice-mb", f"Sluice engine `mb` (AVX-512 IFMA, mb_lanes = {MB_LANES})"),
+                           ("sluice-routes", f"Sluice with {TABLE_ROUTES:,} prefix routes (request on /api/v7/)")):
             if who not in row["runs"]:
                 continue
             si = summarize([r["value"] for r in row["runs"][who]])
@@ -843,8 +864,16 @@ def render(results, runs, duration, cpu, date):
                 f"| ↳ same, {label} | | | "
                 f"{fmt(si['median'])} [{fmt(si['min'])}-{fmt(si['max'])}] {row['metric']} | "
                 f"{fmt_ratio(row, who, 'nginx')} | {fmt_ratio(row, who, 'haproxy')} | {per_unit} | "
-                f"{med(row, who, 'gateway_util'):.0%} | {med(row, who, 'load_core_util'):.0%} | {who + b if b else ''} |")
+                f"{med(row, who, 'gateway_util'):.0%} | {med(row, who, 'load_core_util'):.0%} | "
+                f"{'; '.join(n for n in (who + b if b else '', routes_note(row, who)) if n)} |")
     return "\n".join(lines)
+
+
+def routes_note(row, who):
+    """The route-table row's goal: against the same gateway with one route."""
+    if who != "sluice-routes":
+        return ""
+    return f"Sluice {TABLE_ROUTES:,} routes / one route: {fmt_ratio(row, who, 'sluice')}"
 
 
 def chart(results, title):

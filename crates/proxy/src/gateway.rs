@@ -131,6 +131,8 @@ pub struct ApplyReport {
     pub compress_engines_rebuilt: bool,
     /// Routing tables built (a change that touched no route builds none).
     pub routers_built: usize,
+    /// Routing tables kept with some routes replaced in place (same hosts and paths).
+    pub routers_updated: usize,
 }
 
 /// A change prepared but not yet visible.
@@ -568,14 +570,19 @@ async fn routers(
     let unrestricted = snapshot.routes.iter().all(|r| r.listeners.is_empty());
     for l in &snapshot.listeners {
         if unrestricted {
-            let kept = state
+            let old: Vec<Arc<Router>> = state
                 .listeners
                 .iter()
                 .map(|o| o.ctx.load().router.clone())
                 .chain(out.iter().cloned())
-                .find(|r| r.same_routes(&snapshot.routes));
-            if let Some(r) = kept {
-                out.push(r);
+                .collect();
+            if let Some(r) = old.iter().find(|r| r.same_routes(&snapshot.routes)) {
+                out.push(r.clone());
+                continue;
+            }
+            if let Some(r) = old.iter().find_map(|r| r.updated(&snapshot.routes)) {
+                report.routers_updated += 1;
+                out.push(Arc::new(r));
                 continue;
             }
         }

@@ -232,3 +232,39 @@ fn routing_follows_host_then_path_precedence() {
     let rb = Router::new(&snap, "b");
     assert!(rb.find("unknown.test", "/", &get, &none).is_none());
 }
+
+#[test]
+fn a_route_whose_host_and_path_stay_is_replaced_in_place_and_others_rebuild() {
+    let base = |upstream: &str, prefix: &str| {
+        format!(
+            "[[listener]]\nname = \"a\"\naddress = \"127.0.0.1:0\"\n[[upstream]]\nname = \"u\"\nservers = [{{ address = \"127.0.0.1:9\" }}]\n[[upstream]]\nname = \"v\"\nservers = [{{ address = \"127.0.0.1:10\" }}]\n[[route]]\nname = \"one\"\npath_prefix = \"/one/\"\nupstream = \"u\"\n[[route]]\nname = \"two\"\npath_prefix = \"{prefix}\"\nupstream = \"{upstream}\"\n[[route]]\nname = \"three\"\npath_regex = \"^/t[0-9]+$\"\nupstream = \"u\"\n"
+        )
+    };
+    let load = |t: &str| load_str(t, "r.toml", std::path::Path::new(".")).unwrap();
+    let before = load(&base("u", "/two/"));
+    let router = Router::new(&before, "a");
+    let get = Method::GET;
+    let none = HeaderMap::new();
+    // Route `two` now sends to `v`; `one` and `three` are the same objects.
+    let mut after = load(&base("v", "/two/"));
+    after.routes[0] = before.routes[0].clone();
+    after.routes[2] = before.routes[2].clone();
+    let updated = router
+        .updated(&after.routes)
+        .expect("same hosts and paths: updated");
+    assert!(updated.same_routes(&after.routes));
+    let found = updated.find("x", "/two/y", &get, &none).unwrap();
+    assert_eq!(found.upstream, Some(1), "the new route answers");
+    assert_eq!(
+        updated.find("x", "/t42", &get, &none).unwrap().name,
+        "three"
+    );
+    assert_eq!(
+        router.find("x", "/two/y", &get, &none).unwrap().upstream,
+        Some(0),
+        "the old table is untouched"
+    );
+    // A moved path or a different number of routes needs a new index.
+    assert!(router.updated(&load(&base("u", "/deux/")).routes).is_none());
+    assert!(router.updated(&after.routes[..2]).is_none());
+}

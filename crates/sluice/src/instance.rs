@@ -153,6 +153,9 @@ pub(crate) fn describe(r: &ApplyReport) -> String {
     if r.routers_built > 0 {
         parts.push(format!("routing tables built: {}", r.routers_built));
     }
+    if r.routers_updated > 0 {
+        parts.push(format!("routing tables updated: {}", r.routers_updated));
+    }
     if r.crypto_engines_rebuilt {
         parts.push("crypto engines rebuilt".to_owned());
     }
