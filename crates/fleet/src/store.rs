@@ -144,13 +144,11 @@ impl SharedObjects for Fleet {
             out,
             "# HELP sluice_fleet_objects The fleet's objects in etcd, by kind.\n# TYPE sluice_fleet_objects gauge"
         );
-        for kind in [Kind::Route, Kind::Upstream, Kind::Certificate] {
-            let _ = writeln!(
-                out,
-                "sluice_fleet_objects{{kind=\"{}\"}} {}",
-                kind.table(),
-                st.objects.count(kind)
-            );
+        for (kind, n) in [Kind::Route, Kind::Upstream, Kind::Certificate]
+            .iter()
+            .zip(st.counts)
+        {
+            let _ = writeln!(out, "sluice_fleet_objects{{kind=\"{}\"}} {n}", kind.table());
         }
         let _ = writeln!(
             out,
@@ -194,9 +192,9 @@ impl Fleet {
             "started_from": st.started_from,
             "cache_file": self.source.cache_file.as_ref().map(|p| p.display().to_string()),
             "objects": {
-                "routes": st.objects.count(Kind::Route),
-                "upstreams": st.objects.count(Kind::Upstream),
-                "certificates": st.objects.count(Kind::Certificate),
+                "routes": st.counts[0],
+                "upstreams": st.counts[1],
+                "certificates": st.counts[2],
             },
             "invalid": invalid,
             "ticket_keys_revision": st.ticket_revision,

@@ -555,62 +555,72 @@ async fn prepare(
 }
 
 /// Each listener's routing table, in listener order: the old one where its routes are the
-/// same objects (a change elsewhere, an upstream, costs no table), else built once per
-/// distinct route list (listeners that share every route share one table) on a thread at
-/// idle priority, so that tens of thousands of routes never hold up a request.
+/// same objects (a change elsewhere, an upstream, costs no table), the old index with the
+/// new routes where only what the index does not hold changed, else built once per distinct
+/// route list (listeners that share every route share one table). All of it, comparisons of
+/// tens of thousands of routes included, runs on a thread at idle priority, so that applying
+/// a large table never holds up a request.
 async fn routers(
     state: &State,
     snapshot: &Arc<Snapshot>,
     report: &mut ApplyReport,
 ) -> Result<Vec<Arc<Router>>, ProxyError> {
+    let old: Vec<Arc<Router>> = state
+        .listeners
+        .iter()
+        .map(|o| o.ctx.load().router.clone())
+        .collect();
+    let snapshot = snapshot.clone();
+    let work = move || sluice_offload::idle::run_idle(|| routers_for(&snapshot, old));
+    let (routers, built, updated) = match tokio::task::spawn_blocking(work).await {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => return Err(ProxyError::Stopped),
+    };
+    report.routers_built += built;
+    report.routers_updated += updated;
+    Ok(routers)
+}
+
+/// [`routers`]' work: the tables, and how many were built and updated.
+fn routers_for(snapshot: &Snapshot, mut old: Vec<Arc<Router>>) -> (Vec<Arc<Router>>, usize, usize) {
+    let (mut built, mut updated) = (0, 0);
     let mut out: Vec<Arc<Router>> = Vec::with_capacity(snapshot.listeners.len());
-    let mut built: Vec<(Vec<Arc<sluice_config::Route>>, Arc<Router>)> = Vec::new();
     // The common case, no route tied to a listener: every listener has all the routes, and
-    // the comparison needs no copy of them.
+    // the comparisons need no copy of them.
     let unrestricted = snapshot.routes.iter().all(|r| r.listeners.is_empty());
     for l in &snapshot.listeners {
-        if unrestricted {
-            let old: Vec<Arc<Router>> = state
-                .listeners
-                .iter()
-                .map(|o| o.ctx.load().router.clone())
-                .chain(out.iter().cloned())
-                .collect();
-            if let Some(r) = old.iter().find(|r| r.same_routes(&snapshot.routes)) {
-                out.push(r.clone());
-                continue;
+        let router = if unrestricted {
+            match old.iter().find(|r| r.same_routes(&snapshot.routes)) {
+                Some(r) => r.clone(),
+                None => {
+                    let r = match old.iter().find_map(|r| r.updated(&snapshot.routes)) {
+                        Some(r) => {
+                            updated += 1;
+                            r
+                        }
+                        None => {
+                            built += 1;
+                            Router::from_routes(snapshot.routes.clone())
+                        }
+                    };
+                    Arc::new(r)
+                }
             }
-            if let Some(r) = old.iter().find_map(|r| r.updated(&snapshot.routes)) {
-                report.routers_updated += 1;
-                out.push(Arc::new(r));
-                continue;
-            }
-        }
-        let routes = Router::routes_for(snapshot, &l.name);
-        let kept = state
-            .listeners
-            .iter()
-            .map(|o| o.ctx.load().router.clone())
-            .chain(built.iter().map(|(_, r)| r.clone()))
-            .find(|r| r.same_routes(&routes));
-        let router = match kept {
-            Some(r) => r,
-            None => {
-                report.routers_built += 1;
-                let list = routes.clone();
-                let build = move || sluice_offload::idle::run_idle(|| Router::from_routes(list));
-                let r = match tokio::task::spawn_blocking(build).await {
-                    Ok(r) => Arc::new(r),
-                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                    Err(_) => return Err(ProxyError::Stopped),
-                };
-                built.push((routes, r.clone()));
-                r
+        } else {
+            let routes = Router::routes_for(snapshot, &l.name);
+            match old.iter().find(|r| r.same_routes(&routes)) {
+                Some(r) => r.clone(),
+                None => {
+                    built += 1;
+                    Arc::new(Router::from_routes(routes))
+                }
             }
         };
+        old.push(router.clone());
         out.push(router);
     }
-    Ok(out)
+    (out, built, updated)
 }
 
 /// The TLS acceptor of listener `l`: the old one when nothing it was built from changed,
