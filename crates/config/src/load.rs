@@ -58,14 +58,7 @@ pub fn load_str_cached(
     base_dir: &Path,
     cache: &CertCache,
 ) -> Result<Snapshot, LoadError> {
-    let mut cx = Cx {
-        loc: Locator::new(file, src),
-        errors: Vec::new(),
-        base_dir: base_dir.to_path_buf(),
-        certs: cache,
-        used_certs: Vec::new(),
-        redis_users: Vec::new(),
-    };
+    let mut cx = Cx::new(file, src, base_dir, cache);
     let raw = cx.parse(src);
     let snapshot = raw.and_then(|raw| cx.validate(raw, file, src));
     match snapshot {
@@ -124,7 +117,20 @@ struct Cx<'a> {
     redis_users: Vec<usize>,
 }
 
-impl Cx<'_> {
+impl<'a> Cx<'a> {
+    /// A loader for `src` (named `file` in errors), its relative paths starting at
+    /// `base_dir`, reusing the certificates in `certs`.
+    fn new(file: &'a str, src: &'a str, base_dir: &Path, certs: &'a CertCache) -> Self {
+        Cx {
+            loc: Locator::new(file, src),
+            errors: Vec::new(),
+            base_dir: base_dir.to_path_buf(),
+            certs,
+            used_certs: Vec::new(),
+            redis_users: Vec::new(),
+        }
+    }
+
     pub(super) fn err(
         &mut self,
         offset: usize,

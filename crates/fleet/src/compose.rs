@@ -542,17 +542,14 @@ mod tests {
 
     const LOCAL: &str = "[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n";
 
+    fn composer(dir: &Path) -> Composer {
+        Composer::new("/s", "gw.toml", dir, Keyring::default(), LOCAL.into()).unwrap()
+    }
+
     #[test]
     fn an_invalid_object_is_left_out_alone_and_a_local_error_refuses_everything() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Composer::new(
-            "/s",
-            "gw.toml",
-            dir.path(),
-            Keyring::default(),
-            LOCAL.into(),
-        )
-        .unwrap();
+        let mut c = composer(dir.path());
         let up = |a: &str| json!({"servers": [{"address": a}]});
         let mut o = objects(&[
             (
@@ -625,14 +622,7 @@ mod tests {
     #[test]
     fn certificates_need_their_pem_and_keyring() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Composer::new(
-            "/s",
-            "gw.toml",
-            dir.path(),
-            Keyring::default(),
-            LOCAL.into(),
-        )
-        .unwrap();
+        let mut c = composer(dir.path());
         let o = objects(&[
             (
                 Slot::Object(Kind::Certificate, "paths".into()),

@@ -7,7 +7,7 @@
 
 use super::Cx;
 use crate::cache::CertCache;
-use crate::error::{LoadError, Locator};
+use crate::error::LoadError;
 use crate::raw::RawConfigSource;
 use crate::snapshot::{Compression, FleetSource, Route, Snapshot};
 use std::collections::{HashMap, HashSet};
@@ -258,14 +258,7 @@ pub fn fleet_source(
     base_dir: &Path,
 ) -> Result<Option<FleetSource>, LoadError> {
     let certs = CertCache::new();
-    let mut c = Cx {
-        loc: Locator::new(file, src),
-        errors: Vec::new(),
-        base_dir: base_dir.to_path_buf(),
-        certs: &certs,
-        used_certs: Vec::new(),
-        redis_users: Vec::new(),
-    };
+    let mut c = Cx::new(file, src, base_dir, &certs);
     let allow_insecure = |raw: &super::RawConfig| {
         raw.dangerous
             .allow_insecure_key_permissions
@@ -329,14 +322,7 @@ pub fn load_route(
     cx: &RouteContext,
 ) -> Result<Route, LoadError> {
     let certs = CertCache::new();
-    let mut c = Cx {
-        loc: Locator::new(file, src),
-        errors: Vec::new(),
-        base_dir: base_dir.to_path_buf(),
-        certs: &certs,
-        used_certs: Vec::new(),
-        redis_users: Vec::new(),
-    };
+    let mut c = Cx::new(file, src, base_dir, &certs);
     let route = c.parse(src).and_then(|raw| {
         let only_route = raw.listeners.is_empty()
             && raw.upstreams.is_empty()

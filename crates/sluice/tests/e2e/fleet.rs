@@ -124,6 +124,18 @@ async fn admin(
     http1_send(tokio::net::TcpStream::connect(gw.admin).await.unwrap(), req).await
 }
 
+/// Writes `value` at `key` under the prefix straight to etcd, as any client would.
+async fn etcd_put(client: &sluice_fleet::Etcd, key: &str, value: Value) {
+    client
+        .put_raw(key, value.to_string().as_bytes())
+        .await
+        .unwrap();
+}
+
+async fn put_json(gw: &Gw, path: &str, body: Value) -> Got {
+    admin(gw, "PUT", path, Some(body), None).await
+}
+
 async fn fleet_status(gw: &Gw) -> Value {
     let got = admin(gw, "GET", "/api/v1/fleet", None, None).await;
     assert_eq!(got.status, 200, "{}", got.body);
@@ -159,21 +171,17 @@ async fn two_gateways_share_one_etcd_and_keep_serving_without_it() {
     let b = start_gw(dir.path(), "b", &etcd.endpoint(), "").await;
 
     // A PUT through gateway A's admin API is served by gateway B.
-    let put = admin(
+    let put = put_json(
         &a,
-        "PUT",
         "/api/v1/upstreams/one",
-        Some(json!({"servers": [{"address": a_origin.addr.to_string()}]})),
-        None,
+        json!({"servers": [{"address": a_origin.addr.to_string()}]}),
     )
     .await;
     assert_eq!(put.status, 201, "{}", put.body);
-    let put = admin(
+    let put = put_json(
         &a,
-        "PUT",
         "/api/v1/routes/all",
-        Some(json!({"path_prefix": "/", "upstream": "one"})),
-        None,
+        json!({"path_prefix": "/", "upstream": "one"}),
     )
     .await;
     assert_eq!(put.status, 201, "{}", put.body);
@@ -197,12 +205,10 @@ async fn two_gateways_share_one_etcd_and_keep_serving_without_it() {
     assert_eq!(stale.status, 412, "{}", stale.body);
     assert_eq!(served_by(&a, "/whoami").await, "200 A");
     // An invalid PUT is refused with its located errors, before etcd.
-    let bad = admin(
+    let bad = put_json(
         &b,
-        "PUT",
         "/api/v1/routes/bad",
-        Some(json!({"path_prefix": "/", "upstream": "nope"})),
-        None,
+        json!({"path_prefix": "/", "upstream": "nope"}),
     )
     .await;
     assert_eq!(bad.status, 422, "{}", bad.body);
@@ -218,24 +224,18 @@ async fn two_gateways_share_one_etcd_and_keep_serving_without_it() {
         .await
         .unwrap();
     client.put_raw("routes/notjson", b"{oops").await.unwrap();
-    client
-        .put_raw(
-            "upstreams/two",
-            json!({"servers": [{"address": b_origin.addr.to_string()}]})
-                .to_string()
-                .as_bytes(),
-        )
-        .await
-        .unwrap();
-    client
-        .put_raw(
-            "routes/two",
-            json!({"path_prefix": "/two/", "upstream": "two", "strip_prefix": "/two"})
-                .to_string()
-                .as_bytes(),
-        )
-        .await
-        .unwrap();
+    etcd_put(
+        &client,
+        "upstreams/two",
+        json!({"servers": [{"address": b_origin.addr.to_string()}]}),
+    )
+    .await;
+    etcd_put(
+        &client,
+        "routes/two",
+        json!({"path_prefix": "/two/", "upstream": "two", "strip_prefix": "/two"}),
+    )
+    .await;
     for gw in [&a, &b] {
         eventually("the good route applies", || async {
             served_by(gw, "/two/whoami").await == "200 B"
@@ -272,12 +272,10 @@ async fn two_gateways_share_one_etcd_and_keep_serving_without_it() {
             serde_json::from_str(&http1_get(gw.admin, "x", "/status").await.body).unwrap();
         assert_eq!(status["config"]["fleet"]["etcd"], "down");
     }
-    let refused = admin(
+    let refused = put_json(
         &a,
-        "PUT",
         "/api/v1/routes/all",
-        Some(json!({"path_prefix": "/", "upstream": "two"})),
-        None,
+        json!({"path_prefix": "/", "upstream": "two"}),
     )
     .await;
     assert_eq!(refused.status, 503, "{}", refused.body);
@@ -290,12 +288,10 @@ async fn two_gateways_share_one_etcd_and_keep_serving_without_it() {
         })
         .await;
     }
-    let put = admin(
+    let put = put_json(
         &b,
-        "PUT",
         "/api/v1/routes/all",
-        Some(json!({"path_prefix": "/", "upstream": "two"})),
-        None,
+        json!({"path_prefix": "/", "upstream": "two"}),
     )
     .await;
     assert_eq!(put.status, 200, "{}", put.body);
@@ -523,15 +519,12 @@ async fn a_session_ticket_from_one_gateway_resumes_on_another() {
         format!("[[listener]]\nname = \"https\"\naddress = \"127.0.0.1:{port}\"\n[listener.tls]\n")
     };
     let client = etcd.client("/sluice").await;
-    client
-        .put_raw(
-            "upstreams/o",
-            json!({"servers": [{"address": origin.addr.to_string()}]})
-                .to_string()
-                .as_bytes(),
-        )
-        .await
-        .unwrap();
+    etcd_put(
+        &client,
+        "upstreams/o",
+        json!({"servers": [{"address": origin.addr.to_string()}]}),
+    )
+    .await;
     client
         .put_raw("routes/all", br#"{"path_prefix": "/", "upstream": "o"}"#)
         .await
