@@ -378,6 +378,11 @@ impl Composer {
     /// The fleet's ticket keys as a key file (NGINX's format, which listeners re-read), when
     /// etcd has them and they open.
     fn ticket_file(&mut self, objects: &Objects) -> Option<PathBuf> {
+        // Without a keyring the fleet's keys cannot open: listeners keep their own (said once,
+        // at start).
+        if self.keyring.is_empty() {
+            return None;
+        }
         let stored = objects.slots.get(&Slot::TicketKeys)?;
         if let Some((path, rev)) = &self.tickets
             && *rev == stored.mod_revision
@@ -440,6 +445,25 @@ impl Composer {
                 Some(errors) => Err(errors.clone()),
                 None => Ok(()),
             },
+            Err(e) => Err(vec![json!({ "message": e.to_string() })]),
+        }
+    }
+
+    /// Whether the base still loads without `slot` (a certificate a local listener names, an
+    /// upstream a local route uses): the errors it would cause, as a DELETE's 409.
+    pub(crate) fn check_delete(
+        &mut self,
+        objects: &Objects,
+        slot: &Slot,
+    ) -> Result<(), Vec<Value>> {
+        let mut trial = objects.clone();
+        trial.slots.remove(slot);
+        match self.build_base(&trial) {
+            Ok(_) => Ok(()),
+            Err(ReloadError::Invalid(errors)) => Err(errors
+                .iter()
+                .map(|e| json!({ "file": e.file, "line": e.line, "column": e.column, "message": e.message }))
+                .collect()),
             Err(e) => Err(vec![json!({ "message": e.to_string() })]),
         }
     }

@@ -108,6 +108,24 @@ impl SharedObjects for Fleet {
                     ));
                 }
             }
+            // The local file may name it (a listener's certificate, a local route's upstream).
+            if kind != Kind::Route {
+                let objects = self.lock().objects.clone();
+                let check = tokio::task::block_in_place(|| {
+                    let mut composer = self.composer.lock().unwrap_or_else(|e| e.into_inner());
+                    composer.check_delete(&objects, &slot(kind, name))
+                });
+                if let Err(errors) = check {
+                    return Err(EditError {
+                        status: 409,
+                        message: format!(
+                            "{} `{name}` is in use by this gateway's own file; change it there first",
+                            kind.table()
+                        ),
+                        errors,
+                    });
+                }
+            }
             let etcd = self.client().await.map_err(unreachable)?;
             match etcd
                 .delete_if(&slot(kind, name), expect)

@@ -560,4 +560,15 @@ async fn a_session_ticket_from_one_gateway_resumes_on_another() {
     assert!(!resumed);
     let (resumed, _) = crate::tls::resumable(b_addr, version, ticket).await;
     assert!(resumed, "gateway B resumes gateway A's session");
+    // The HTTPS listeners have no other certificate: deleting it would break their own
+    // files' configuration, so it is refused (and etcd keeps it).
+    let refused = admin(&a, "DELETE", "/api/v1/certificates/site", None, None).await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert!(refused.body.contains("own file"), "{}", refused.body);
+    assert_eq!(
+        admin(&b, "GET", "/api/v1/certificates/site", None, None)
+            .await
+            .status,
+        200
+    );
 }
