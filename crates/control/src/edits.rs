@@ -232,7 +232,8 @@ fn invalid(path: &str, message: &str) -> EditError {
 }
 
 /// Names become file names (`certs/NAME.crt`) and TOML strings: keep them plain.
-fn check_name(name: &str) -> Result<(), EditError> {
+/// Refuses a name an object may not have (the admin API's file edits and fleet mode's).
+pub fn check_name(name: &str) -> Result<(), EditError> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && name

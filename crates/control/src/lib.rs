@@ -19,7 +19,7 @@ pub use controller::{
     Controller, Failure, ReloadError, ReloadOutcome, Source, Status, Target, TargetFuture,
 };
 pub use edit::{EditError, Kind, locate};
-pub use edits::Written;
+pub use edits::{Written, check_name};
 pub use shared::{SharedObjects, StoreFuture, StoredObject};
 
 #[cfg(test)]

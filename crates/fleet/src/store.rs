@@ -6,7 +6,9 @@ use crate::etcd::Write;
 use crate::sync::{Fleet, State, slot, unix};
 use serde_json::{Value, json};
 use sluice_config::Snapshot;
-use sluice_control::{EditError, Kind, ReloadError, SharedObjects, StoreFuture, StoredObject};
+use sluice_control::{
+    EditError, Kind, ReloadError, SharedObjects, StoreFuture, StoredObject, check_name,
+};
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -329,20 +331,6 @@ fn not_found(kind: Kind, name: &str) -> EditError {
         404,
         format!("no {} named `{name}` in the fleet", kind.table()),
     )
-}
-
-fn check_name(name: &str) -> Result<(), EditError> {
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
-        return Err(EditError::new(
-            400,
-            format!("`{name}` is not a valid name; use letters, digits, '-', '_' and '.'"),
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -240,7 +240,8 @@ impl Fleet {
             }
             self.counters.etcd_errors.fetch_add(1, Ordering::Relaxed);
             self.link_down(&e);
-            // Full jitter: a fleet that lost etcd together does not come back in step.
+            // Jittered (half to all of the back-off): a fleet that lost etcd together does not come
+            // back in step.
             let wait = backoff.mul_f64(0.5 + jitter() * 0.5);
             tokio::time::sleep(wait).await;
             backoff = (backoff * 2).min(Duration::from_secs(5));
