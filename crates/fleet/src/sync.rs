@@ -298,7 +298,17 @@ impl Fleet {
                 ));
             }
             let changes = crate::etcd::changes(etcd.prefix(), &resp);
-            let revision = resp.header().map_or(0, |h| h.revision());
+            // What this response proves the gateway has seen: its events' revisions. Not the
+            // header's: a watch's `created` answer carries etcd's current revision even when the
+            // next message cancels the watch as compacted, and a cache written in between would
+            // claim a revision whose changes it never held.
+            let revision = resp
+                .events()
+                .iter()
+                .filter_map(|e| e.kv())
+                .map(|kv| kv.mod_revision())
+                .max()
+                .unwrap_or(0);
             {
                 let mut st = self.lock();
                 let objects = Arc::make_mut(&mut st.objects);

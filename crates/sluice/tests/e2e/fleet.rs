@@ -326,8 +326,7 @@ async fn a_compacted_watch_resyncs_and_a_gateway_starts_from_its_cache_without_e
         .await
         .unwrap();
     let port = etcd.port;
-    let (config, http, admin_addr) = gateway_config(dir.path(), "g", &etcd.endpoint(), "");
-    let g = start_config(config.clone(), http, admin_addr, "g").await;
+    let g = start_gw(dir.path(), "g", &etcd.endpoint(), "").await;
     assert_eq!(served_by(&g, "/whoami").await, "200 A");
 
     // While the gateway cannot reach etcd, the route changes and history is compacted past
@@ -356,9 +355,11 @@ async fn a_compacted_watch_resyncs_and_a_gateway_starts_from_its_cache_without_e
     })
     .await;
 
-    // A start with etcd down serves from the cache file, and says so.
+    // A start with etcd down serves from the cache file, and says so. New ports: the old ones,
+    // released when `g` went, may already belong to another test's server.
     drop(g);
     etcd.kill();
+    let (config, http, admin_addr) = gateway_config(dir.path(), "g", &etcd.endpoint(), "");
     let g = start_config(config, http, admin_addr, "g2").await;
     assert_eq!(served_by(&g, "/whoami").await, "200 B");
     let status = fleet_status(&g).await;
