@@ -34,7 +34,8 @@ pub trait SharedObjects: Send + Sync {
     /// `None`: the text composed last) with the shared objects. Blocking: it may parse
     /// certificates. An object that is invalid alone is left out and reported by the store;
     /// an error is returned only when the local part is wrong.
-    fn compose(&self, local_text: Option<String>) -> Result<Snapshot, ReloadError>;
+    /// Takes the store by `Arc`: the work may run on another thread (at idle priority).
+    fn compose(self: Arc<Self>, local_text: Option<String>) -> Result<Snapshot, ReloadError>;
     /// `GET /api/v1/config`.
     fn config(&self) -> Result<Value, EditError>;
     /// `GET /api/v1/{kind}/{name}`: the object and its `ETag`.

@@ -100,7 +100,7 @@ pub(crate) async fn writer(fleet: Weak<Fleet>, dirty: Arc<Notify>) {
         };
         // Copying 40,000 objects' bytes and writing them is background work: idle priority.
         let write = tokio::task::spawn_blocking(move || {
-            sluice_offload::idle::run_idle(|| {
+            sluice_offload::idle::run_idle(move || {
                 let objects = f.lock().objects.clone();
                 let bytes = to_json(&objects, &f.source.prefix);
                 crate::compose::write_private(&path, &bytes)

@@ -296,7 +296,7 @@ impl Composer {
 
     /// An upstream, a certificate (its PEM written to files first) or the settings as TOML.
     fn render_base_object(&mut self, slot: &Slot, stored: &Stored) -> Result<String, String> {
-        let value = stored.value.as_ref().map_err(Clone::clone)?;
+        let value = stored.json().map_err(Clone::clone)?;
         match slot {
             Slot::Settings => {
                 let Value::Object(map) = value else {
@@ -391,8 +391,7 @@ impl Composer {
         }
         let context = Slot::TicketKeys.key(&self.prefix);
         let keys = stored
-            .value
-            .as_ref()
+            .json()
             .map_err(Clone::clone)
             .and_then(|v| crate::tickets::open(v, &self.keyring, &context));
         match keys {
@@ -476,10 +475,7 @@ fn check_route(
     name: &str,
     stored: &Stored,
 ) -> Result<Arc<Route>, Vec<Value>> {
-    let value = stored
-        .value
-        .as_ref()
-        .map_err(|e| vec![json!({ "message": e })])?;
+    let value = stored.json().map_err(|e| vec![json!({ "message": e })])?;
     let snippet =
         render_table(Kind::Route, name, value).map_err(|e| vec![json!({ "message": e })])?;
     let key = Slot::Object(Kind::Route, name.to_owned()).key(prefix);

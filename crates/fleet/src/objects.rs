@@ -6,7 +6,6 @@
 
 use serde_json::{Map, Value, json};
 use sluice_control::Kind;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// What a key under the prefix holds.
@@ -56,8 +55,9 @@ impl Slot {
 /// One value as read from etcd.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stored {
-    /// The JSON value, or why the bytes are not JSON.
-    pub value: Result<Value, String>,
+    /// The JSON value, or why the bytes are not JSON (shared: the map's nodes are copied
+    /// on change, the values must not be).
+    pub value: Arc<Result<Value, String>>,
     /// etcd's `mod_revision` of the key: the object's version (its `ETag`).
     pub mod_revision: i64,
     /// The bytes as etcd holds them: the cache file is written from these, a copy rather
@@ -69,17 +69,24 @@ impl Stored {
     /// Parses `bytes` as read from etcd.
     pub fn from_bytes(bytes: &[u8], mod_revision: i64) -> Stored {
         Stored {
-            value: serde_json::from_slice(bytes).map_err(|e| format!("the value is not JSON: {e}")),
+            value: Arc::new(
+                serde_json::from_slice(bytes).map_err(|e| format!("the value is not JSON: {e}")),
+            ),
             mod_revision,
             raw: Arc::from(bytes),
         }
+    }
+
+    /// The JSON value, or why the bytes are not JSON.
+    pub fn json(&self) -> Result<&Value, &String> {
+        self.value.as_ref().as_ref()
     }
 
     /// A value made here (a cache file's, a test's).
     pub fn new(value: Value, mod_revision: i64) -> Stored {
         let raw = Arc::from(value.to_string().into_bytes());
         Stored {
-            value: Ok(value),
+            value: Arc::new(Ok(value)),
             mod_revision,
             raw,
         }
@@ -91,8 +98,11 @@ impl Stored {
 pub struct Objects {
     /// The etcd revision this view is at.
     pub revision: i64,
-    /// By slot.
-    pub slots: BTreeMap<Slot, Stored>,
+    /// By slot. A persistent map: a copy is one reference, and a change to a map another
+    /// holder shares copies a path of the tree, not 40,000 values. The watch changes the map
+    /// while the composer (at idle priority) and the cache writer still read the previous one;
+    /// with a `BTreeMap` that was a deep copy of every object on the event loop.
+    pub slots: imbl::OrdMap<Slot, Stored>,
 }
 
 impl Objects {
@@ -124,7 +134,7 @@ impl Objects {
     pub fn routes_using(&self, upstream: &str) -> Vec<String> {
         self.of(Kind::Route)
             .filter(|(_, s)| {
-                let Ok(v) = &s.value else { return false };
+                let Ok(v) = s.json() else { return false };
                 v.get("upstream").and_then(Value::as_str) == Some(upstream)
                     || v.get("split")
                         .and_then(Value::as_array)
@@ -146,7 +156,7 @@ impl Objects {
             let list: Vec<Value> = self
                 .of(kind)
                 .filter_map(|(name, s)| {
-                    let mut v = s.value.clone().ok()?;
+                    let mut v = s.json().ok()?.clone();
                     if let Value::Object(m) = &mut v {
                         m.insert("name".into(), json!(name));
                     }
@@ -157,10 +167,7 @@ impl Objects {
                 out.insert(kind.table().to_owned(), Value::Array(list));
             }
         }
-        if let Some(Stored {
-            value: Ok(Value::Object(settings)),
-            ..
-        }) = self.slots.get(&Slot::Settings)
+        if let Some(Ok(Value::Object(settings))) = self.slots.get(&Slot::Settings).map(Stored::json)
         {
             for (k, v) in settings {
                 out.insert(k.clone(), v.clone());

@@ -40,9 +40,9 @@ async fn step(f: &Fleet, rotation: Duration) -> Result<(), String> {
     let (value, expect) = match current {
         None => (crate::tickets::initial(&keyring, &context, now)?, 0),
         Some(stored) => {
-            let value = stored.value.map_err(|e| format!("{context}: {e}"))?;
+            let value = stored.json().map_err(|e| format!("{context}: {e}"))?;
             match crate::tickets::rotated(
-                &value,
+                value,
                 &keyring,
                 &context,
                 now,

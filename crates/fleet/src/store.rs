@@ -10,6 +10,7 @@ use sluice_control::{
     EditError, Kind, ReloadError, SharedObjects, StoreFuture, StoredObject, check_name,
 };
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -18,8 +19,8 @@ const APPLIED_WAIT: Duration = Duration::from_secs(5);
 
 impl SharedObjects for Fleet {
     /// At idle priority: composing a large table must never delay a request.
-    fn compose(&self, local_text: Option<String>) -> Result<Snapshot, ReloadError> {
-        sluice_offload::idle::run_idle(|| self.compose_now(local_text))
+    fn compose(self: Arc<Self>, local_text: Option<String>) -> Result<Snapshot, ReloadError> {
+        sluice_offload::idle::run_idle(move || self.compose_now(local_text))
     }
 
     fn config(&self) -> Result<Value, EditError> {
@@ -36,7 +37,7 @@ impl SharedObjects for Fleet {
             .slots
             .get(&slot(kind, name))
             .ok_or_else(|| not_found(kind, name))?;
-        let mut value = stored.value.clone().map_err(|e| {
+        let mut value = stored.json().cloned().map_err(|e| {
             EditError::new(
                 500,
                 format!("the stored value is broken: {e}; PUT a good one"),

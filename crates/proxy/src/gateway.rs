@@ -60,7 +60,7 @@ struct View {
     /// Connections of every listener, current and draining.
     trackers: Vec<TaskTracker>,
     /// Upstream groups in configuration order (their health).
-    upstreams: Vec<Arc<UpstreamGroup>>,
+    upstreams: Arc<[Arc<UpstreamGroup>]>,
     limiters: Arc<HashMap<String, Arc<RateLimiter>>>,
     redis: Option<Arc<RedisStore>>,
 }
@@ -71,7 +71,9 @@ struct State {
     listeners: Vec<RunningListener>,
     /// Removed listeners whose connections are still finishing.
     draining: Vec<TaskTracker>,
-    upstreams: HashMap<String, Arc<UpstreamGroup>>,
+    /// Upstream groups by name, and in configuration order.
+    upstreams: Arc<HashMap<String, Arc<UpstreamGroup>>>,
+    groups: Arc<[Arc<UpstreamGroup>]>,
     key_offload: Arc<KeyOffload>,
     key_identity: Vec<u8>,
     compressor: Arc<crate::Compressor>,
@@ -137,7 +139,8 @@ pub struct ApplyReport {
 
 /// A change prepared but not yet visible.
 struct Prepared {
-    upstreams: HashMap<String, Arc<UpstreamGroup>>,
+    upstreams: Arc<HashMap<String, Arc<UpstreamGroup>>>,
+    groups: Arc<[Arc<UpstreamGroup>]>,
     limiters: Arc<HashMap<String, Arc<RateLimiter>>>,
     redis: Option<Arc<RedisStore>>,
     key_offload: Arc<KeyOffload>,
@@ -201,7 +204,8 @@ impl Gateway {
             snapshot: snapshot.clone(),
             listeners: Vec::new(),
             draining: Vec::new(),
-            upstreams: HashMap::new(),
+            upstreams: Default::default(),
+            groups: Arc::new([]),
             key_offload,
             key_identity,
             compressor,
@@ -238,7 +242,9 @@ impl Gateway {
         let prepared = prepare(&state, &snapshot, &self.metrics, Vec::new()).await?;
         let report = prepared.report.clone();
         commit(&mut state, snapshot, prepared);
-        self.view.store(Arc::new(view_of(&state)));
+        // The old view may hold the last reference to the old snapshot: freed at idle too.
+        let old_view = self.view.swap(Arc::new(view_of(&state)));
+        tokio::task::spawn_blocking(move || sluice_offload::idle::run_idle(move || drop(old_view)));
         Ok(report)
     }
 
@@ -400,12 +406,7 @@ fn view_of(state: &State) -> View {
         access_log: state.access_log.clone(),
         limiters: state.limiters.clone(),
         redis: state.redis.clone(),
-        upstreams: state
-            .snapshot
-            .upstreams
-            .iter()
-            .filter_map(|u| state.upstreams.get(&u.name).cloned())
-            .collect(),
+        upstreams: state.groups.clone(),
         trackers: state
             .listeners
             .iter()
@@ -427,14 +428,55 @@ async fn prepare(
     let first = state.listeners.is_empty() && Arc::ptr_eq(&state.snapshot, snapshot);
     let mut report = ApplyReport::default();
 
-    let key_identity = KeyOffload::identity(snapshot);
+    // The shared store: kept while its URL stays; limiters kept while their limit stays.
+    let redis = match &state.redis {
+        Some(r) if Some(r.url()) == snapshot.rate_limit_store.redis.as_deref() => Some(r.clone()),
+        _ => RedisStore::start(&snapshot.rate_limit_store),
+    };
+    // What carries over (engines, upstream groups, rate limiters) is found by passes over
+    // every certificate, upstream and route: with 40,000 routes, milliseconds of pointer
+    // chasing that requests would wait behind on the event loop. At idle priority instead.
+    let (key_identity, compress, kept, limiters) = {
+        let (snapshot, old_groups, old_limiters, redis) = (
+            snapshot.clone(),
+            state.upstreams.clone(),
+            state.limiters.clone(),
+            redis.clone(),
+        );
+        at_idle(move || {
+            let kept: Vec<Option<Arc<UpstreamGroup>>> = snapshot
+                .upstreams
+                .iter()
+                .map(|u| {
+                    // The same object (a fleet change to a route keeps every upstream's
+                    // `Arc`) needs no field-by-field comparison.
+                    old_groups
+                        .get(&u.name)
+                        .filter(|old| Arc::ptr_eq(&old.config, u) || *old.config == **u)
+                        .cloned()
+                })
+                .collect();
+            let limiters = crate::rate_limit::build(
+                &snapshot.routes,
+                &snapshot.rate_limit_store,
+                redis.as_ref(),
+                &old_limiters,
+            );
+            (
+                KeyOffload::identity(&snapshot),
+                compress_config(&snapshot),
+                kept,
+                Arc::new(limiters),
+            )
+        })
+        .await?
+    };
     let key_offload = if first || key_identity == state.key_identity {
         state.key_offload.clone()
     } else {
         report.crypto_engines_rebuilt = true;
         KeyOffload::from_config(snapshot).map_err(ProxyError::Offload)?
     };
-    let compress = compress_config(snapshot);
     let compressor = if first || compress == state.compress_config {
         state.compressor.clone()
     } else {
@@ -448,39 +490,37 @@ async fn prepare(
         open_access_log(&snapshot.log)?
     };
 
-    let mut upstreams = HashMap::new();
-    let groups: Arc<[Arc<UpstreamGroup>]> = snapshot
-        .upstreams
-        .iter()
-        .map(|u| {
-            let group = match state.upstreams.get(&u.name) {
-                Some(old) if *old.config == **u => {
-                    report.upstreams_kept += 1;
-                    old.clone()
-                }
-                _ => {
-                    report.upstreams_new += 1;
-                    let group = Arc::new(UpstreamGroup::new(u.clone()));
-                    crate::health::start(&group);
-                    group
-                }
-            };
-            upstreams.insert(u.name.clone(), group.clone());
-            group
+    let all_kept = kept.iter().all(Option::is_some) && kept.len() == state.upstreams.len();
+    // New groups start here: their health checks are tasks of this runtime.
+    let groups: Arc<[Arc<UpstreamGroup>]> = kept
+        .into_iter()
+        .zip(&snapshot.upstreams)
+        .map(|(kept, u)| match kept {
+            Some(group) => {
+                report.upstreams_kept += 1;
+                group
+            }
+            None => {
+                report.upstreams_new += 1;
+                let group = Arc::new(UpstreamGroup::new(u.clone()));
+                crate::health::start(&group);
+                group
+            }
         })
         .collect();
-
-    // The shared store: kept while its URL stays; limiters kept while their limit stays.
-    let redis = match &state.redis {
-        Some(r) if Some(r.url()) == snapshot.rate_limit_store.redis.as_deref() => Some(r.clone()),
-        _ => RedisStore::start(&snapshot.rate_limit_store),
+    // Every group kept and none removed: the same names, the same map.
+    let upstreams = if all_kept {
+        state.upstreams.clone()
+    } else {
+        Arc::new(
+            snapshot
+                .upstreams
+                .iter()
+                .zip(groups.iter())
+                .map(|(u, g)| (u.name.clone(), g.clone()))
+                .collect(),
+        )
     };
-    let limiters = Arc::new(crate::rate_limit::build(
-        &snapshot.routes,
-        &snapshot.rate_limit_store,
-        redis.as_ref(),
-        &state.limiters,
-    ));
 
     let routers = routers(state, snapshot, &mut report).await?;
     let mut listeners = Vec::with_capacity(snapshot.listeners.len());
@@ -542,6 +582,7 @@ async fn prepare(
     }
     Ok(Prepared {
         upstreams,
+        groups,
         limiters,
         redis,
         key_offload,
@@ -571,15 +612,21 @@ async fn routers(
         .map(|o| o.ctx.load().router.clone())
         .collect();
     let snapshot = snapshot.clone();
-    let work = move || sluice_offload::idle::run_idle(|| routers_for(&snapshot, old));
-    let (routers, built, updated) = match tokio::task::spawn_blocking(work).await {
-        Ok(r) => r,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(_) => return Err(ProxyError::Stopped),
-    };
+    let (routers, built, updated) = at_idle(move || routers_for(&snapshot, old)).await?;
     report.routers_built += built;
     report.routers_updated += updated;
     Ok(routers)
+}
+
+/// Runs `work` at idle priority (see `sluice_offload::idle`) without blocking the event loop.
+async fn at_idle<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ProxyError> {
+    match tokio::task::spawn_blocking(move || sluice_offload::idle::run_idle(work)).await {
+        Ok(r) => Ok(r),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(ProxyError::Stopped),
+    }
 }
 
 /// [`routers`]' work: the tables, and how many were built and updated.
@@ -707,6 +754,7 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
         sluice_offload::idle::run_idle(move || drop((garbage, old_snapshot)));
     });
     state.upstreams = prepared.upstreams;
+    state.groups = prepared.groups;
     state.limiters = prepared.limiters;
     state.redis = prepared.redis;
     state.key_offload = prepared.key_offload;
