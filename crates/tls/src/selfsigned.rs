@@ -88,6 +88,17 @@ pub fn generate(
         .build()
         .map_err(e("extension"))?;
     b.append_extension(&eku).map_err(e("extension"))?;
+    let san = subject_alt_names(hosts)
+        .build(&b.x509v3_context(None, None))
+        .map_err(e("subjectAltName"))?;
+    b.append_extension(&san).map_err(e("extension"))?;
+    b.sign(&key, MessageDigest::sha256())
+        .map_err(e("signing"))?;
+    Ok((b.build(), key))
+}
+
+/// `hosts` (DNS names or IP addresses) as a subjectAltName extension to build.
+pub fn subject_alt_names(hosts: &[&str]) -> SubjectAlternativeName {
     let mut san = SubjectAlternativeName::new();
     for h in hosts {
         if h.parse::<std::net::IpAddr>().is_ok() {
@@ -96,13 +107,7 @@ pub fn generate(
             san.dns(h);
         }
     }
-    let san = san
-        .build(&b.x509v3_context(None, None))
-        .map_err(e("subjectAltName"))?;
-    b.append_extension(&san).map_err(e("extension"))?;
-    b.sign(&key, MessageDigest::sha256())
-        .map_err(e("signing"))?;
-    Ok((b.build(), key))
+    san
 }
 
 /// Writes `stem.crt` (mode 0644) and `stem.key` (mode 0600) into `dir`.

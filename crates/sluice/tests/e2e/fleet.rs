@@ -573,3 +573,96 @@ async fn a_session_ticket_from_one_gateway_resumes_on_another() {
         200
     );
 }
+
+/// etcd over mutual TLS with authentication on: a gateway with the CA, a client certificate
+/// and a user serves and writes the fleet's objects; one with the wrong password refuses to
+/// start and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_reaches_etcd_over_mutual_tls_with_a_user_and_password() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = fleet_dir();
+    let etcd = Etcd::start_tls(dir.path()).await;
+    let origin = Origin::start("A").await;
+    let read = |name: &str| std::fs::read(dir.path().join(name)).unwrap();
+    let tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(read("ca.crt")))
+        .identity(etcd_client::Identity::from_pem(
+            read("client.crt"),
+            read("client.key"),
+        ));
+    let mut client = etcd_client::Client::connect(
+        [etcd.endpoint()],
+        Some(etcd_client::ConnectOptions::new().with_tls(tls)),
+    )
+    .await
+    .unwrap();
+    // etcd's root user needs the root role before authentication can be turned on.
+    let _ = client.role_add("root").await;
+    client.user_add("root", "s3cret", None).await.unwrap();
+    client.user_grant_role("root", "root").await.unwrap();
+    client.auth_enable().await.unwrap();
+
+    let with_credentials = |name: &str, password: &str| {
+        let file = dir.path().join(format!("{name}-password"));
+        std::fs::write(&file, format!("{password}\n")).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let (config, http, admin) = gateway_config(dir.path(), name, &etcd.endpoint(), "");
+        let text = std::fs::read_to_string(&config).unwrap().replace(
+            "timeout = \"2s\"\n",
+            &format!(
+                "timeout = \"2s\"\nca = \"ca.crt\"\ncert = \"client.crt\"\nkey = \"client.key\"\nuser = \"root\"\npassword_file = \"{name}-password\"\n"
+            ),
+        );
+        std::fs::write(&config, text).unwrap();
+        (config, http, admin)
+    };
+
+    let (config, http, admin_addr) = with_credentials("t", "s3cret");
+    let g = start_config(config, http, admin_addr, "t").await;
+    let put = put_json(
+        &g,
+        "/api/v1/upstreams/one",
+        json!({"servers": [{"address": origin.addr.to_string()}]}),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    let put = put_json(
+        &g,
+        "/api/v1/routes/r",
+        json!({"path_prefix": "/", "upstream": "one"}),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    assert_eq!(served_by(&g, "/whoami").await, "200 A");
+    assert_eq!(fleet_status(&g).await["etcd"], "up");
+    // The objects are in etcd, readable only with the credentials.
+    let stored = client.get("/sluice/routes/r", None).await;
+    assert!(stored.is_err(), "a client without a user read the route");
+
+    // The wrong password: no start (and no cache file to start from), with etcd's reason.
+    let (config, _, _) = with_credentials("w", "wrong");
+    let mut bad = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut exited = None;
+    for _ in 0..500 {
+        if let Some(status) = bad.try_wait().unwrap() {
+            exited = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let Some(status) = exited else {
+        let _ = bad.kill();
+        let _ = bad.wait();
+        panic!("a gateway with the wrong etcd password kept running");
+    };
+    assert!(!status.success());
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut bad.stderr.take().unwrap(), &mut log).unwrap();
+    assert!(log.contains("authentication failed"), "{log}");
+}

@@ -681,74 +681,16 @@ async fn tls_1_2_rsa_key_exchange_decrypts_on_the_key_server() {
     );
 }
 
-/// A certificate for `cn` issued by `ca` (or a CA certificate, self-signed, when `ca` is
-/// `None`), written as `stem.crt` and `stem.key`.
-fn issue(dir: &Path, stem: &str, cn: &str, ca: Option<(&X509, &PKey<boring::pkey::Private>)>) {
-    use boring::x509::X509NameBuilder;
-    use boring::x509::extension::{BasicConstraints, ExtendedKeyUsage, KeyUsage};
-    let group = boring::ec::EcGroup::from_curve_name(boring::nid::Nid::X9_62_PRIME256V1).unwrap();
-    let key = PKey::from_ec_key(boring::ec::EcKey::generate(&group).unwrap()).unwrap();
-    let mut name = X509NameBuilder::new().unwrap();
-    name.append_entry_by_nid(boring::nid::Nid::COMMONNAME, cn)
-        .unwrap();
-    let name = name.build();
-    let mut b = X509::builder().unwrap();
-    b.set_version(2).unwrap();
-    let serial = boring::bn::BigNum::from_u32(rand_serial())
-        .unwrap()
-        .to_asn1_integer()
-        .unwrap();
-    b.set_serial_number(&serial).unwrap();
-    b.set_subject_name(&name).unwrap();
-    b.set_issuer_name(ca.map_or(&name, |(c, _)| c.subject_name()))
-        .unwrap();
-    b.set_pubkey(&key).unwrap();
-    b.set_not_before(&boring::asn1::Asn1Time::days_from_now(0).unwrap())
-        .unwrap();
-    b.set_not_after(&boring::asn1::Asn1Time::days_from_now(30).unwrap())
-        .unwrap();
-    if ca.is_none() {
-        b.append_extension(&BasicConstraints::new().critical().ca().build().unwrap())
-            .unwrap();
-        b.append_extension(&KeyUsage::new().critical().key_cert_sign().build().unwrap())
-            .unwrap();
-    } else {
-        b.append_extension(&BasicConstraints::new().critical().build().unwrap())
-            .unwrap();
-        b.append_extension(
-            &KeyUsage::new()
-                .critical()
-                .digital_signature()
-                .build()
-                .unwrap(),
-        )
-        .unwrap();
-        b.append_extension(&ExtendedKeyUsage::new().client_auth().build().unwrap())
-            .unwrap();
-    }
-    b.sign(
-        ca.map_or(&key, |(_, k)| k),
-        boring::hash::MessageDigest::sha256(),
-    )
-    .unwrap();
-    sluice_tls::selfsigned::write_pair(dir, stem, &b.build(), &key).unwrap();
-}
-
-fn rand_serial() -> u32 {
-    static NEXT: AtomicUsize = AtomicUsize::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed) as u32
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateways_with_ca_issued_certificates_are_named_by_their_common_name() {
     let dir = tempfile::tempdir().unwrap();
     write_pki(dir.path());
-    issue(dir.path(), "ca", "Gateways CA", None);
+    issue(dir.path(), "ca", "Gateways CA", None, &[]);
     let ca = cert(dir.path(), "ca");
     let ca_key =
         PKey::private_key_from_pem(&std::fs::read(dir.path().join("ca.key")).unwrap()).unwrap();
-    issue(dir.path(), "edge-1", "edge-1", Some((&ca, &ca_key)));
-    issue(dir.path(), "edge-2", "edge-2", Some((&ca, &ca_key)));
+    issue(dir.path(), "edge-1", "edge-1", Some((&ca, &ca_key)), &[]);
+    issue(dir.path(), "edge-2", "edge-2", Some((&ca, &ca_key)), &[]);
     let text = "listen = \"127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\n\
                 [tls]\ncertificate = \"ks.crt\"\nkey = \"ks.key\"\nclient_ca = \"ca.crt\"\n\
                 [[key]]\nfile = \"site.key\"\nclients = [\"edge-1\"]\n";

@@ -573,6 +573,9 @@ pub struct Etcd {
     pub port: u16,
     child: Option<std::process::Child>,
     dir: tempfile::TempDir,
+    /// Serving TLS only, to clients with a certificate of its CA: the folder with `ca.crt`,
+    /// `etcd.crt`/`.key` (its own) and `client.crt`/`.key` (one it accepts).
+    tls: Option<std::path::PathBuf>,
 }
 
 impl Etcd {
@@ -581,23 +584,82 @@ impl Etcd {
             port: free_port(),
             child: None,
             dir: tempfile::tempdir().unwrap(),
+            tls: None,
         };
         e.restart().await;
         e
     }
 
-    /// `host:port` of its client endpoint.
+    /// An etcd on `https://` that asks every client for a certificate of its own CA; the CA and
+    /// the certificates are written into `pki`.
+    pub async fn start_tls(pki: &Path) -> Etcd {
+        issue(pki, "ca", "etcd test CA", None, &[]);
+        let ca = boring::x509::X509::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap();
+        let ca_key =
+            boring::pkey::PKey::private_key_from_pem(&std::fs::read(pki.join("ca.key")).unwrap())
+                .unwrap();
+        issue(
+            pki,
+            "etcd",
+            "etcd",
+            Some((&ca, &ca_key)),
+            &["127.0.0.1", "localhost"],
+        );
+        issue(pki, "client", "client", Some((&ca, &ca_key)), &[]);
+        let mut e = Etcd {
+            port: free_port(),
+            child: None,
+            dir: tempfile::tempdir().unwrap(),
+            tls: Some(pki.to_path_buf()),
+        };
+        e.restart().await;
+        e
+    }
+
+    /// `host:port` of its client endpoint (`https://host:port` when it serves TLS).
     pub fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        match self.tls {
+            Some(_) => format!("https://127.0.0.1:{}", self.port),
+            None => format!("127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// How a gateway reaches it over TLS with the client certificate (and `user`).
+    pub fn tls_source(&self, user: Option<(&str, &str)>) -> sluice_config::FleetSource {
+        let pki = self.tls.as_ref().expect("an etcd started with start_tls");
+        let read = |name: &str| std::fs::read(pki.join(name)).unwrap();
+        sluice_config::FleetSource {
+            endpoints: vec![self.endpoint()],
+            prefix: "/sluice".into(),
+            cache_file: None,
+            ca_pem: Some(read("ca.crt")),
+            client_identity: Some((read("client.crt"), read("client.key"))),
+            user: user.map(|(u, p)| (u.to_owned(), p.to_owned())),
+            keyring: Vec::new(),
+            ticket_key_rotation: Duration::from_secs(3600),
+            timeout: Duration::from_secs(2),
+        }
     }
 
     /// Starts it (again, on the same data) on its port and waits until it answers.
     pub async fn restart(&mut self) {
         self.kill();
         let peer = free_port();
-        let client = format!("http://127.0.0.1:{}", self.port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", self.port);
         let peer = format!("http://127.0.0.1:{peer}");
-        let child = std::process::Command::new("etcd")
+        let mut command = std::process::Command::new("etcd");
+        if let Some(pki) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(pki.join("etcd.crt"))
+                .arg("--key-file")
+                .arg(pki.join("etcd.key"))
+                .arg("--trusted-ca-file")
+                .arg(pki.join("ca.crt"))
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
             .args(["--name", "default"])
@@ -620,7 +682,11 @@ impl Etcd {
             .expect("etcd is needed (scripts/deps installs Debian's etcd-server)");
         self.child = Some(child);
         for _ in 0..500 {
-            if let Ok(etcd) = sluice_fleet::Etcd::connect_to(&self.endpoint(), "/probe").await
+            let etcd = match &self.tls {
+                Some(_) => sluice_fleet::Etcd::connect(&self.tls_source(None)).await,
+                None => sluice_fleet::Etcd::connect_to(&self.endpoint(), "/probe").await,
+            };
+            if let Ok(etcd) = etcd
                 && etcd.load_all().await.is_ok()
             {
                 return;
@@ -656,4 +722,86 @@ impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A certificate for `cn` issued by `ca` (or a CA certificate, self-signed, when `ca` is
+/// `None`), written as `stem.crt` and `stem.key`. An issued one is for clients and servers
+/// both, with `hosts` (DNS names or IP addresses) as its subject alternative names.
+pub fn issue(
+    dir: &Path,
+    stem: &str,
+    cn: &str,
+    ca: Option<(
+        &boring::x509::X509,
+        &boring::pkey::PKey<boring::pkey::Private>,
+    )>,
+    hosts: &[&str],
+) {
+    use boring::pkey::PKey;
+    use boring::x509::extension::{BasicConstraints, ExtendedKeyUsage, KeyUsage};
+    use boring::x509::{X509, X509NameBuilder};
+    let group = boring::ec::EcGroup::from_curve_name(boring::nid::Nid::X9_62_PRIME256V1).unwrap();
+    let key = PKey::from_ec_key(boring::ec::EcKey::generate(&group).unwrap()).unwrap();
+    let mut name = X509NameBuilder::new().unwrap();
+    name.append_entry_by_nid(boring::nid::Nid::COMMONNAME, cn)
+        .unwrap();
+    let name = name.build();
+    let mut b = X509::builder().unwrap();
+    b.set_version(2).unwrap();
+    let serial = boring::bn::BigNum::from_u32(rand_serial())
+        .unwrap()
+        .to_asn1_integer()
+        .unwrap();
+    b.set_serial_number(&serial).unwrap();
+    b.set_subject_name(&name).unwrap();
+    b.set_issuer_name(ca.map_or(&name, |(c, _)| c.subject_name()))
+        .unwrap();
+    b.set_pubkey(&key).unwrap();
+    b.set_not_before(&boring::asn1::Asn1Time::days_from_now(0).unwrap())
+        .unwrap();
+    b.set_not_after(&boring::asn1::Asn1Time::days_from_now(30).unwrap())
+        .unwrap();
+    if ca.is_none() {
+        b.append_extension(&BasicConstraints::new().critical().ca().build().unwrap())
+            .unwrap();
+        b.append_extension(&KeyUsage::new().critical().key_cert_sign().build().unwrap())
+            .unwrap();
+    } else {
+        b.append_extension(&BasicConstraints::new().critical().build().unwrap())
+            .unwrap();
+        b.append_extension(
+            &KeyUsage::new()
+                .critical()
+                .digital_signature()
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+        b.append_extension(
+            &ExtendedKeyUsage::new()
+                .client_auth()
+                .server_auth()
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+        if !hosts.is_empty() {
+            let ctx = b.x509v3_context(ca.map(|(c, _)| &**c), None);
+            let san = sluice_tls::selfsigned::subject_alt_names(hosts)
+                .build(&ctx)
+                .unwrap();
+            b.append_extension(&san).unwrap();
+        }
+    }
+    b.sign(
+        ca.map_or(&key, |(_, k)| k),
+        boring::hash::MessageDigest::sha256(),
+    )
+    .unwrap();
+    sluice_tls::selfsigned::write_pair(dir, stem, &b.build(), &key).unwrap();
+}
+
+fn rand_serial() -> u32 {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed) as u32
 }
