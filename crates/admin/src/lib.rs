@@ -194,6 +194,32 @@ pub fn metrics(s: &Sources) -> String {
     }
     family(
         &mut out,
+        "sluice_tcp_connections_total",
+        "counter",
+        "Connections of kind = \"tcp\" listeners by outcome: proxied, denied (allow/deny), bad_client_hello (passthrough), no_upstream (a server name no passthrough entry takes), upstream_unavailable (no server could be connected to).",
+    );
+    for (i, outcome) in sluice_proxy::TCP_OUTCOMES.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "sluice_tcp_connections_total{{outcome=\"{outcome}\"}} {}",
+            p.tcp[i]
+        );
+    }
+    family(
+        &mut out,
+        "sluice_proxy_protocol_total",
+        "counter",
+        "Connections of proxy_protocol listeners: header accepted, peer not in trusted_proxies (closed), header malformed or missing (closed), none within header_read_timeout (closed).",
+    );
+    for (i, outcome) in sluice_proxy::PROXY_PROTOCOL_OUTCOMES.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "sluice_proxy_protocol_total{{outcome=\"{outcome}\"}} {}",
+            p.proxy_protocol[i]
+        );
+    }
+    family(
+        &mut out,
         "sluice_http_denied_total",
         "counter",
         "Requests refused with 403 by a listener's or route's allow/deny lists.",

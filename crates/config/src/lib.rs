@@ -38,9 +38,9 @@ pub use snapshot::{
     AccessLogFormat, AccessLogTarget, Admin, Balance, Certificate, CompressEngineName,
     CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,
     DEFAULT_COMPRESS_TYPES, FleetSource, Global, GzipBackend, HashKey, HealthCheck, HealthProbe,
-    KeyType, KeylessOffload, Listener, LogConfig, Offload, Outlier, PassHost, PathMatch,
-    RetryPolicy, Route, ServerAddr, Snapshot, Split, Sticky, TlsListener, TlsVersion, UnknownSni,
-    Upstream, UpstreamProtocol, UpstreamServer,
+    KeyType, KeylessOffload, Listener, ListenerKind, LogConfig, Offload, Outlier, PassHost,
+    PathMatch, ProxyProtocol, RetryPolicy, Route, ServerAddr, Snapshot, Split, Sticky, TcpProxy,
+    TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol, UpstreamServer,
 };
 pub use units::{parse_byte_size, parse_duration};
 

@@ -314,7 +314,13 @@ impl<'a> Cx<'a> {
         let mut listeners = Vec::new();
         for l in &raw.listeners {
             self.unique(&mut listener_names, &l.name, "listener", listeners.len());
-            if let Some(listener) = self.listener(l, &cert_names, &raw.certificates, &raw.broken) {
+            if let Some(listener) = self.listener(
+                l,
+                &cert_names,
+                &raw.certificates,
+                &raw.broken,
+                &upstream_names,
+            ) {
                 // Port 0 asks the OS for a free port, so it can never clash.
                 let clash = (listener.address.port() != 0)
                     .then(|| addresses.insert(listener.address, listener.name.clone()))
@@ -354,6 +360,26 @@ impl<'a> Cx<'a> {
                 &compression,
             ) {
                 routes.push(Arc::new(route));
+            }
+        }
+
+        // A TCP listener sends every connection to its upstream: no route applies there.
+        for r in &raw.routes {
+            for l in r.listeners.iter().flatten() {
+                let tcp = listeners
+                    .iter()
+                    .any(|x| x.name == *l.get_ref() && matches!(x.kind, ListenerKind::Tcp(_)));
+                if tcp {
+                    self.err_at(
+                        l,
+                        format!(
+                            "route `{}` names listener `{}`, a kind = \"tcp\" listener, which does not route requests",
+                            r.name.get_ref(),
+                            l.get_ref()
+                        ),
+                        "remove it from the route's listeners: a TCP listener sends every connection to its upstream",
+                    );
+                }
             }
         }
 

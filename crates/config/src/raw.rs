@@ -115,6 +115,17 @@ pub struct RawListener {
     pub max_connections: Option<Spanned<u32>>,
     /// Open connections per client address at most (default: no limit).
     pub max_connections_per_client: Option<Spanned<u32>>,
+    /// `"http"` (the default) or `"tcp"`: a layer-4 listener that proxies bytes.
+    pub kind: Option<Spanned<String>>,
+    /// A TCP listener's upstream group (for a passthrough listener: server names not listed).
+    pub upstream: Option<Spanned<String>>,
+    /// A TCP listener that routes TLS by the ClientHello's server name without terminating
+    /// it: server name (exact or `*.` wildcard) to upstream group.
+    pub passthrough: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
+    /// A TCP connection with no byte either way for this long is closed (default 10m).
+    pub idle_timeout: Option<SpannedStr>,
+    /// Expect a PROXY protocol header (v1 or v2) from `trusted_proxies` before anything else.
+    pub proxy_protocol: Option<Spanned<bool>>,
 }
 
 /// `[listener.tls]`: makes a listener HTTPS.
@@ -177,6 +188,8 @@ pub struct RawUpstream {
     pub hash_balance_factor: Option<Spanned<f64>>,
     /// `"http1"` or `"h2"` (cleartext HTTP/2 with prior knowledge).
     pub protocol: Option<Spanned<String>>,
+    /// Open each server connection with a PROXY protocol header: `"v1"` or `"v2"`.
+    pub send_proxy_protocol: Option<Spanned<String>>,
     /// `"pass"` (client's Host), `"node"` (server address) or `"rewrite"` (`upstream_host`).
     pub pass_host: Option<Spanned<String>>,
     /// The Host sent when `pass_host = "rewrite"`.

@@ -324,6 +324,43 @@ pub struct Listener {
     pub max_connections: Option<usize>,
     /// Open connections per client address at most.
     pub max_connections_per_client: Option<u32>,
+    /// What the listener speaks: HTTP, or bytes to an upstream group.
+    pub kind: ListenerKind,
+    /// A PROXY protocol header (v1 or v2) from a `trusted_proxies` peer opens every
+    /// connection; its source address is the client's everywhere.
+    pub proxy_protocol: bool,
+}
+
+/// What a listener speaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenerKind {
+    /// HTTP/1.1 and HTTP/2, routed by `[[route]]`.
+    Http,
+    /// Layer 4: each connection's bytes go to a server of an upstream group (after TLS, when
+    /// the listener terminates it).
+    Tcp(TcpProxy),
+}
+
+/// A `kind = "tcp"` listener's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpProxy {
+    /// Index into [`Snapshot::upstreams`]: every connection's group, or, with `passthrough`,
+    /// the group of server names it does not list (`None`: those are closed).
+    pub upstream: Option<usize>,
+    /// TLS passthrough: (server name, index into [`Snapshot::upstreams`]), exact names before
+    /// wildcards; empty when the listener does not read the ClientHello.
+    pub passthrough: Vec<(crate::HostPattern, usize)>,
+    /// A connection with no byte either way for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+/// The PROXY protocol header sent to an upstream's servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocol {
+    /// The text header.
+    V1,
+    /// The binary header.
+    V2,
 }
 
 /// The kind of a certificate's key; BoringSSL prefers ECDSA when the client supports it.
@@ -488,6 +525,9 @@ pub struct Upstream {
     pub queue: usize,
     /// Longest wait in that queue.
     pub queue_timeout: Duration,
+    /// Each new server connection starts with this PROXY protocol header, carrying the
+    /// client's address.
+    pub send_proxy_protocol: Option<ProxyProtocol>,
 }
 
 /// `[upstream.outlier]`.

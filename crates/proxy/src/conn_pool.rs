@@ -76,6 +76,9 @@ impl std::error::Error for UpstreamError {
 struct Idle {
     sender: Sender,
     since: Instant,
+    /// The client connection it belongs to, when it was opened with a PROXY protocol
+    /// header naming that client: then no other client's request may use it.
+    owner: Option<SocketAddr>,
 }
 
 impl Idle {
@@ -92,6 +95,8 @@ pub(crate) struct ConnPool {
     max_idle: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
+    /// `send_proxy_protocol`: each connection starts with this header and serves one client.
+    proxy_protocol: Option<sluice_config::ProxyProtocol>,
     sweeper: std::sync::Once,
 }
 
@@ -110,28 +115,33 @@ impl ConnPool {
         max_idle: usize,
         idle_timeout: Duration,
         connect_timeout: Duration,
+        proxy_protocol: Option<sluice_config::ProxyProtocol>,
     ) -> Self {
         ConnPool {
             idle: (0..servers).map(|_| Mutex::new(Vec::new())).collect(),
             max_idle,
             idle_timeout,
             connect_timeout,
+            proxy_protocol,
             sweeper: std::sync::Once::new(),
         }
     }
 
     /// Sends `req` (origin-form URI, Host set) to server `index` at `addr`, on an idle
-    /// connection if one is alive, else on a new one.
+    /// connection if one is alive, else on a new one. `at` is the client connection the
+    /// request came on (what a PROXY protocol header says).
     pub(crate) async fn send(
         self: &Arc<Self>,
         index: usize,
         addr: SocketAddr,
         mut req: Request<ProxyBody>,
+        at: crate::stream::Addresses,
     ) -> Result<Response<ProxyBody>, UpstreamError> {
+        let owner = self.proxy_protocol.map(|_| at.client);
         // Idle connections first, most recently used first (warm, least likely closed).
-        while let Some(mut sender) = self.checkout(index) {
+        while let Some(mut sender) = self.checkout(index, owner) {
             match sender.try_send_request(req).await {
-                Ok(resp) => return Ok(self.wrap(index, sender, resp)),
+                Ok(resp) => return Ok(self.wrap(index, sender, resp, owner)),
                 Err(mut e) => match e.take_message() {
                     // Never written (the server closed this connection meanwhile): the
                     // request is intact, try the next connection.
@@ -140,25 +150,35 @@ impl ConnPool {
                 },
             }
         }
-        let mut sender = self.connect(addr).await?;
+        let mut sender = self.connect(addr, at).await?;
         match sender.send_request(req).await {
-            Ok(resp) => Ok(self.wrap(index, sender, resp)),
+            Ok(resp) => Ok(self.wrap(index, sender, resp, owner)),
             Err(e) => Err(UpstreamError::request(e.into())),
         }
     }
 
-    fn checkout(&self, index: usize) -> Option<Sender> {
+    fn checkout(&self, index: usize, owner: Option<SocketAddr>) -> Option<Sender> {
         let mut idle = self.idle[index].lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(c) = idle.pop() {
-            if c.usable(self.idle_timeout) {
-                return Some(c.sender);
+        if owner.is_none() {
+            while let Some(c) = idle.pop() {
+                if c.usable(self.idle_timeout) {
+                    return Some(c.sender);
+                }
+                // Closed by the server or idle too long: dropping the sender ends its task.
             }
-            // Closed by the server or idle too long: dropping the sender ends its task.
+            return None;
         }
-        None
+        // Connections that belong to one client each: this client's, if any.
+        idle.retain(|c| c.usable(self.idle_timeout));
+        let i = idle.iter().rposition(|c| c.owner == owner)?;
+        Some(idle.remove(i).sender)
     }
 
-    async fn connect(self: &Arc<Self>, addr: SocketAddr) -> Result<Sender, UpstreamError> {
+    async fn connect(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        at: crate::stream::Addresses,
+    ) -> Result<Sender, UpstreamError> {
         let failed = UpstreamError::connect;
         let tcp =
             match tokio::time::timeout(self.connect_timeout, tokio::net::TcpStream::connect(addr))
@@ -173,6 +193,12 @@ impl ConnPool {
                 }
             };
         let _ = tcp.set_nodelay(true);
+        let mut tcp = tcp;
+        if let Some(v) = self.proxy_protocol {
+            use tokio::io::AsyncWriteExt as _;
+            let header = crate::proxy_protocol::header(v, at.client, at.local);
+            tcp.write_all(&header).await.map_err(|e| failed(e.into()))?;
+        }
         let (sender, conn) = http1::Builder::new()
             .handshake(TokioIo::new(tcp))
             .await
@@ -193,6 +219,7 @@ impl ConnPool {
         index: usize,
         sender: Sender,
         resp: Response<Incoming>,
+        owner: Option<SocketAddr>,
     ) -> Response<ProxyBody> {
         // A 101's connection now belongs to the tunnel; with no idle room, keep nothing.
         let reusable = resp.status() != StatusCode::SWITCHING_PROTOCOLS && self.max_idle > 0;
@@ -203,6 +230,7 @@ impl ConnPool {
                 pool: Arc::downgrade(self),
                 index,
                 sender,
+                owner,
             }),
         };
         if body.body.is_end_stream() {
@@ -212,7 +240,7 @@ impl ConnPool {
         Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
     }
 
-    fn give_back(&self, index: usize, sender: Sender) {
+    fn give_back(&self, index: usize, sender: Sender, owner: Option<SocketAddr>) {
         if sender.is_closed() {
             return;
         }
@@ -221,6 +249,7 @@ impl ConnPool {
             idle.push(Idle {
                 sender,
                 since: Instant::now(),
+                owner,
             });
         }
     }
@@ -249,6 +278,7 @@ struct GiveBack {
     pool: Weak<ConnPool>,
     index: usize,
     sender: Sender,
+    owner: Option<SocketAddr>,
 }
 
 /// A response body that returns its connection to the pool when it has been read to the
@@ -265,7 +295,7 @@ impl PooledBody {
             && let Some(pool) = g.pool.upgrade()
         {
             if g.sender.is_ready() {
-                pool.give_back(g.index, g.sender);
+                pool.give_back(g.index, g.sender, g.owner);
             } else {
                 // The connection task has not yet taken in the end of the response; it
                 // will at its next poll. Rare: wait for it off this path.
@@ -273,7 +303,7 @@ impl PooledBody {
                 tokio::spawn(async move {
                     let ready = tokio::time::timeout(Duration::from_secs(1), sender.ready()).await;
                     if matches!(ready, Ok(Ok(()))) {
-                        pool.give_back(g.index, sender);
+                        pool.give_back(g.index, sender, g.owner);
                     }
                 });
             }

@@ -7,7 +7,6 @@ use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use sluice_tls::TlsInfo;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -202,9 +201,10 @@ pub(crate) async fn serve(
     listener: Arc<ListenerCtx>,
     slot: Arc<ArcSwap<ListenerCtx>>,
     tcp: TcpStream,
-    peer: SocketAddr,
+    at: crate::stream::Addresses,
     signals: Signals,
 ) {
+    let peer = at.client;
     let _ = tcp.set_nodelay(true);
     let state = Arc::new(ConnState::new());
     let cfg = &listener.config;
@@ -241,6 +241,7 @@ pub(crate) async fn serve(
             listener: listener.clone(),
             slot,
             peer,
+            local: at.local,
             tls: Some(info),
             state: state.clone(),
         });
@@ -265,6 +266,7 @@ pub(crate) async fn serve(
             listener: listener.clone(),
             slot,
             peer,
+            local: at.local,
             tls: None,
             state: state.clone(),
         });

@@ -20,7 +20,7 @@
 
 use crate::ProxyError;
 use crate::access_log::AccessLog;
-use crate::connection::{Signals, serve};
+use crate::connection::Signals;
 use crate::handler::ListenerCtx;
 use crate::rate_limit::{RateLimiter, RedisStore};
 use crate::router::Router;
@@ -815,13 +815,49 @@ async fn accept_loop(
             Ok((tcp, peer)) => {
                 let ctx = slot.load_full();
                 let cfg = &ctx.config;
+                if cfg.proxy_protocol {
+                    // Only a trusted balancer may say whose connection this is; anyone else
+                    // is closed before a byte is read.
+                    if !crate::policy::trusted(peer.ip(), &cfg.trusted_proxies) {
+                        ctx.metrics.proxy_protocol(1);
+                        tracing::debug!(listener = %ctx.name, %peer, "PROXY protocol from a peer not in trusted_proxies; closed");
+                        drop(tcp);
+                        continue;
+                    }
+                    let (slot, signals, counts) = (slot.clone(), signals.clone(), counts.clone());
+                    connections.spawn(async move {
+                        let Some((tcp, at)) = read_proxy_header(&ctx, tcp, peer, &signals).await
+                        else {
+                            return;
+                        };
+                        // Connection limits count the client the header names.
+                        let cfg = &ctx.config;
+                        match counts.admit(
+                            at.client.ip(),
+                            cfg.max_connections,
+                            cfg.max_connections_per_client,
+                        ) {
+                            Ok(place) => {
+                                dispatch(ctx, slot, tcp, at, signals).await;
+                                drop(place);
+                            }
+                            Err(why) => ctx.metrics.connection_refused(why),
+                        }
+                    });
+                    continue;
+                }
                 match counts.admit(
                     peer.ip(),
                     cfg.max_connections,
                     cfg.max_connections_per_client,
                 ) {
                     Ok(place) => {
-                        let serving = serve(ctx.clone(), slot.clone(), tcp, peer, signals.clone());
+                        let local = tcp.local_addr().unwrap_or(cfg.address);
+                        let at = crate::stream::Addresses {
+                            client: peer,
+                            local,
+                        };
+                        let serving = dispatch(ctx.clone(), slot.clone(), tcp, at, signals.clone());
                         connections.spawn(async move {
                             serving.await;
                             drop(place);
@@ -841,5 +877,60 @@ async fn accept_loop(
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+}
+
+/// Reads the PROXY protocol header that opens a connection from a trusted balancer: the
+/// client and the address it connected to, or `None` (counted) when the connection closes.
+async fn read_proxy_header(
+    ctx: &ListenerCtx,
+    mut tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    signals: &Signals,
+) -> Option<(tokio::net::TcpStream, crate::stream::Addresses)> {
+    use crate::proxy_protocol::{Origin, Refused};
+    let local = tcp.local_addr().unwrap_or(ctx.config.address);
+    let read = crate::proxy_protocol::read(&mut tcp, ctx.config.header_read_timeout);
+    let origin = tokio::select! {
+        r = read => r,
+        () = signals.force.cancelled() => return None,
+    };
+    let at = match origin {
+        Ok(Origin::Client {
+            source,
+            destination,
+        }) => crate::stream::Addresses {
+            client: SocketAddr::new(sluice_config::canonical(source.ip()), source.port()),
+            local: destination,
+        },
+        // The balancer's own connection (a health check): it is the client.
+        Ok(Origin::Local) => crate::stream::Addresses {
+            client: peer,
+            local,
+        },
+        Err(why) => {
+            ctx.metrics
+                .proxy_protocol(if why == Refused::Malformed { 2 } else { 3 });
+            tracing::debug!(listener = %ctx.name, %peer, ?why, "no valid PROXY protocol header; closed");
+            return None;
+        }
+    };
+    ctx.metrics.proxy_protocol(0);
+    Some((tcp, at))
+}
+
+/// Serves a connection as its listener's kind says.
+async fn dispatch(
+    ctx: Arc<ListenerCtx>,
+    slot: Arc<ArcSwap<ListenerCtx>>,
+    tcp: tokio::net::TcpStream,
+    at: crate::stream::Addresses,
+    signals: Signals,
+) {
+    match ctx.config.kind {
+        sluice_config::ListenerKind::Http => {
+            crate::connection::serve(ctx, slot, tcp, at, signals).await;
+        }
+        sluice_config::ListenerKind::Tcp(_) => crate::stream::serve(ctx, tcp, at, signals).await,
     }
 }

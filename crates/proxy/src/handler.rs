@@ -52,7 +52,10 @@ pub(crate) struct ConnCtx {
     /// The listener as it is now: each request routes by the configuration current when it
     /// arrives.
     pub(crate) slot: Arc<ArcSwap<ListenerCtx>>,
+    /// The client: the TCP peer, or the source a PROXY protocol header named.
     pub(crate) peer: SocketAddr,
+    /// The address the client connected to (the header's destination, if any).
+    pub(crate) local: SocketAddr,
     pub(crate) tls: Option<TlsInfo>,
     pub(crate) state: Arc<ConnState>,
 }
@@ -402,7 +405,18 @@ async fn proxy(
         let sent = Instant::now();
         let try_timeout =
             deadline.map_or(per_try, |d| per_try.min(d.saturating_duration_since(sent)));
-        let result = tokio::time::timeout(try_timeout, group.send(server.index, up_req)).await;
+        let result = tokio::time::timeout(
+            try_timeout,
+            group.send(
+                server.index,
+                up_req,
+                crate::stream::Addresses {
+                    client: conn.peer,
+                    local: conn.local,
+                },
+            ),
+        )
+        .await;
         // Whether this try's failure may be sent again: the policy wants it, the request can
         // be repeated, tries and servers are left, the overall deadline has not passed, and
         // the group's budget has a retry (asked last, so only real candidates spend it).

@@ -48,11 +48,12 @@ async fn run(group: Weak<UpstreamGroup>, check: HealthCheck) {
         ticker.tick().await;
         let Some(g) = group.upgrade() else { return };
         let h2 = g.config.protocol == UpstreamProtocol::H2;
+        let proxy = g.config.send_proxy_protocol;
         let addrs: Vec<SocketAddr> = g.servers.iter().map(|s| s.addr).collect();
         let check_ref = &check;
         let results: Vec<(usize, Result<(), String>)> =
             futures_util::stream::iter(addrs.into_iter().enumerate())
-                .map(|(i, addr)| async move { (i, probe(check_ref, addr, h2).await) })
+                .map(|(i, addr)| async move { (i, probe(check_ref, addr, h2, proxy).await) })
                 .buffer_unordered(CONCURRENCY)
                 .collect()
                 .await;
@@ -100,11 +101,26 @@ impl Streak {
 }
 
 /// One check of one server; the error says what failed.
-async fn probe(check: &HealthCheck, addr: SocketAddr, h2: bool) -> Result<(), String> {
+///
+/// A server that expects the PROXY protocol (`send_proxy_protocol`) gets the header of the
+/// balancer's own connection first (v1 `UNKNOWN`, v2 `LOCAL`), like HAProxy's
+/// `check-send-proxy`: it would close a connection without one.
+async fn probe(
+    check: &HealthCheck,
+    addr: SocketAddr,
+    h2: bool,
+    proxy: Option<sluice_config::ProxyProtocol>,
+) -> Result<(), String> {
     let attempt = async {
-        let tcp = tokio::net::TcpStream::connect(addr)
+        let mut tcp = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect: {e}"))?;
+        if let Some(v) = proxy {
+            use tokio::io::AsyncWriteExt as _;
+            tcp.write_all(&crate::proxy_protocol::local_header(v))
+                .await
+                .map_err(|e| format!("PROXY protocol header: {e}"))?;
+        }
         let HealthProbe::Http {
             path,
             host,

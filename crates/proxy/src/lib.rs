@@ -11,6 +11,7 @@
 mod access_log;
 mod balance;
 mod body;
+mod client_hello;
 mod coalesce;
 mod compression;
 mod conn_limit;
@@ -24,11 +25,13 @@ mod health;
 mod metrics;
 mod outlier;
 mod policy;
+mod proxy_protocol;
 mod rate_limit;
 mod retry;
 mod router;
 mod split;
 mod sticky;
+mod stream;
 mod text;
 mod upstream;
 
@@ -36,7 +39,10 @@ pub use access_log::AccessLog;
 pub use compression::Compressor;
 pub use error::ProxyError;
 pub use gateway::{ApplyReport, Gateway};
-pub use metrics::{ProxyMetrics, ProxySnapshot, STATUS_CLASSES, TLS_VERSIONS, UPSTREAM_ERRORS};
+pub use metrics::{
+    PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, STATUS_CLASSES, TCP_OUTCOMES,
+    TLS_VERSIONS, UPSTREAM_ERRORS,
+};
 pub use router::Router;
 pub use upstream::{ServerHealthReport, UpstreamHealth};
 

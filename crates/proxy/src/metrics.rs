@@ -23,7 +23,28 @@ pub struct ProxyMetrics {
     denied: AtomicU64,
     /// Connections closed at accept: over `max_connections`, over the per-client limit.
     refused: [AtomicU64; 2],
+    /// TCP listeners' connections by [`TCP_OUTCOMES`].
+    tcp: [AtomicU64; 5],
+    /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`].
+    proxy_protocol: [AtomicU64; 4],
 }
+
+/// How a `kind = "tcp"` listener's connection went: proxied to a server; refused by the
+/// listener's `allow`/`deny`; a passthrough ClientHello that was truncated, malformed or
+/// larger than 16 KiB; a server name no `passthrough` entry (and no default `upstream`)
+/// takes; no server of the group could be connected to.
+pub const TCP_OUTCOMES: [&str; 5] = [
+    "proxied",
+    "denied",
+    "bad_client_hello",
+    "no_upstream",
+    "upstream_unavailable",
+];
+
+/// What became of connections on `proxy_protocol` listeners: a header read; a peer outside
+/// `trusted_proxies` (closed without reading); a missing or malformed header; none in
+/// `header_read_timeout`.
+pub const PROXY_PROTOCOL_OUTCOMES: [&str; 4] = ["accepted", "untrusted", "malformed", "timeout"];
 
 /// A copy of [`ProxyMetrics`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,6 +63,10 @@ pub struct ProxySnapshot {
     pub denied: u64,
     /// Connections closed at accept: by `max_connections`, by `max_connections_per_client`.
     pub connections_refused: [u64; 2],
+    /// TCP listeners' connections by [`TCP_OUTCOMES`] index.
+    pub tcp: [u64; 5],
+    /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`] index.
+    pub proxy_protocol: [u64; 4],
 }
 
 impl ProxyMetrics {
@@ -75,6 +100,16 @@ impl ProxyMetrics {
         self.refused[i].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// `outcome` is an index into [`TCP_OUTCOMES`].
+    pub(crate) fn tcp(&self, outcome: usize) {
+        self.tcp[outcome].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `outcome` is an index into [`PROXY_PROTOCOL_OUTCOMES`].
+    pub(crate) fn proxy_protocol(&self, outcome: usize) {
+        self.proxy_protocol[outcome].fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn denied(&self) {
         self.denied.fetch_add(1, Ordering::Relaxed);
     }
@@ -90,6 +125,8 @@ impl ProxyMetrics {
             retries: std::array::from_fn(|i| l(&self.retries[i])),
             denied: l(&self.denied),
             connections_refused: std::array::from_fn(|i| l(&self.refused[i])),
+            tcp: std::array::from_fn(|i| l(&self.tcp[i])),
+            proxy_protocol: std::array::from_fn(|i| l(&self.proxy_protocol[i])),
         }
     }
 }

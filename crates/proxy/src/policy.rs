@@ -11,7 +11,7 @@ use std::net::IpAddr;
 /// The `X-Request-Id` header.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-fn trusted(ip: IpAddr, proxies: &[IpNet]) -> bool {
+pub(crate) fn trusted(ip: IpAddr, proxies: &[IpNet]) -> bool {
     let ip = canonical(ip);
     proxies.iter().any(|n| n.contains(&ip))
 }

@@ -77,6 +77,7 @@ impl UpstreamGroup {
                 config.keepalive,
                 config.keepalive_timeout,
                 config.connect_timeout,
+                config.send_proxy_protocol,
             ))),
             UpstreamProtocol::H2 => {
                 let mut connector = HttpConnector::new();
@@ -133,10 +134,11 @@ impl UpstreamGroup {
         &self,
         index: usize,
         mut req: Request<ProxyBody>,
+        at: crate::stream::Addresses,
     ) -> Result<Response<ProxyBody>, UpstreamError> {
         let addr = self.servers[index].addr;
         match &self.transport {
-            Transport::Http1(pool) => pool.send(index, addr, req).await,
+            Transport::Http1(pool) => pool.send(index, addr, req, at).await,
             Transport::H2(client) => {
                 // hyper-util's client picks its connection by the URI's authority.
                 let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());

@@ -6,6 +6,7 @@ use crate::snapshot::*;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
+use toml::Spanned;
 
 impl Cx<'_> {
     pub(super) fn listener(
@@ -14,8 +15,11 @@ impl Cx<'_> {
         cert_names: &HashMap<String, usize>,
         raw_certs: &[RawCertificate],
         broken: &HashMap<&'static str, HashSet<String>>,
+        upstream_names: &HashMap<String, usize>,
     ) -> Option<Listener> {
         let name = raw.name.get_ref().clone();
+        let kind = self.listener_kind(&name, raw, upstream_names, broken);
+        let proxy_protocol = raw.proxy_protocol.as_ref().is_some_and(|v| *v.get_ref());
         let address = match raw.address.get_ref().parse::<SocketAddr>() {
             Ok(a) => Some(a),
             Err(_) => {
@@ -78,7 +82,18 @@ impl Cx<'_> {
             raw.deny.as_ref(),
             &format!("listener `{name}`"),
         );
+        if let Some(at) = raw.proxy_protocol.as_ref().filter(|v| *v.get_ref())
+            && trusted_proxies.is_empty()
+        {
+            self.err_at(
+                at,
+                format!("listener `{name}`: proxy_protocol = true but no peer may send the header"),
+                "list the load balancers that send it: trusted_proxies = [\"10.0.0.0/8\"] (connections from any other address are closed)",
+            );
+        }
         let listener = Listener {
+            kind: kind?,
+            proxy_protocol,
             trusted_proxies,
             acl,
             request_id: raw.request_id.as_ref().is_none_or(|v| *v.get_ref()),
@@ -114,6 +129,144 @@ impl Cx<'_> {
             });
         }
         Some(listener)
+    }
+
+    /// `kind`, `upstream`, `passthrough` and `idle_timeout`: what a listener speaks.
+    fn listener_kind(
+        &mut self,
+        name: &str,
+        raw: &RawListener,
+        upstream_names: &HashMap<String, usize>,
+        broken: &HashMap<&'static str, HashSet<String>>,
+    ) -> Option<ListenerKind> {
+        #[derive(Clone, Copy)]
+        enum Kind {
+            Http,
+            Tcp,
+        }
+        let kind = self
+            .choice(
+                raw.kind.as_ref(),
+                "kind",
+                &[("http", Kind::Http), ("tcp", Kind::Tcp)],
+            )
+            .unwrap_or(Kind::Http);
+        if let Kind::Http = kind {
+            let tcp_only: [(&str, Option<usize>); 3] = [
+                ("upstream", raw.upstream.as_ref().map(|v| v.span().start)),
+                (
+                    "passthrough",
+                    raw.passthrough.as_ref().map(|v| v.span().start),
+                ),
+                (
+                    "idle_timeout",
+                    raw.idle_timeout.as_ref().map(|v| v.span().start),
+                ),
+            ];
+            for (key, at) in tcp_only {
+                if let Some(at) = at {
+                    self.err(
+                        at,
+                        format!("listener `{name}`: `{key}` is for kind = \"tcp\" listeners; HTTP listeners route by [[route]]"),
+                        "add kind = \"tcp\" to proxy this listener's connections as bytes, or remove it and add a [[route]]",
+                    );
+                }
+            }
+            return Some(ListenerKind::Http);
+        }
+        let mut ok = true;
+        if let Some(p) = &raw.protocols {
+            ok = false;
+            self.err_at(
+                p,
+                format!("listener `{name}`: `protocols` is for HTTP listeners; a TCP listener passes whatever its clients speak"),
+                "remove protocols",
+            );
+        }
+        let group = |cx: &mut Self, at: &Spanned<String>| -> Option<usize> {
+            let found = upstream_names.get(at.get_ref()).copied();
+            if found.is_none()
+                && !broken
+                    .get("upstream")
+                    .is_some_and(|s| s.contains(at.get_ref()))
+            {
+                let mut known: Vec<&str> = upstream_names.keys().map(String::as_str).collect();
+                known.sort_unstable();
+                cx.err_at(
+                    at,
+                    format!(
+                        "listener `{name}` names upstream `{}`, which is not defined",
+                        at.get_ref()
+                    ),
+                    if known.is_empty() {
+                        "define it with [[upstream]] name = \"…\" and servers = [\"10.0.0.1:5432\"]"
+                            .to_owned()
+                    } else {
+                        format!("use one of: {}", known.join(", "))
+                    },
+                );
+            }
+            found
+        };
+        let upstream = match &raw.upstream {
+            Some(u) => {
+                let g = group(self, u);
+                ok &= g.is_some();
+                g
+            }
+            None => None,
+        };
+        let mut passthrough = Vec::new();
+        if let Some(table) = &raw.passthrough {
+            if raw.tls.is_some() {
+                ok = false;
+                self.err_at(
+                    table,
+                    format!("listener `{name}` both terminates TLS ([listener.tls]) and passes it through (passthrough)"),
+                    "keep [listener.tls] to terminate TLS here, or passthrough to let the servers terminate it",
+                );
+            }
+            if table.get_ref().is_empty() {
+                ok = false;
+                self.err_at(
+                    table,
+                    format!("listener `{name}`: passthrough lists no server name"),
+                    "map names to upstreams: passthrough = { \"a.example.com\" = \"origin-a\", \"*.example.org\" = \"origin-b\" }",
+                );
+            }
+            for (host, target) in table.get_ref() {
+                let pattern = match crate::HostPattern::parse(host) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        ok = false;
+                        self.err_at(target, format!("listener `{name}`: passthrough: {e}"), "");
+                        None
+                    }
+                };
+                let g = group(self, target);
+                ok &= g.is_some();
+                if let (Some(p), Some(g)) = (pattern, g) {
+                    passthrough.push((p, g));
+                }
+            }
+            // Exact names first, so that `a.example.com` wins over `*.example.com`.
+            passthrough.sort_by_key(|(p, _)| matches!(p, crate::HostPattern::Wildcard(_)));
+        } else if raw.upstream.is_none() {
+            ok = false;
+            self.err(
+                raw.name.span().start,
+                format!("listener `{name}` is kind = \"tcp\" but has no upstream"),
+                "add upstream = \"NAME\" (an [[upstream]] group), or passthrough = { \"name.example\" = \"NAME\" }",
+            );
+        }
+        let idle_timeout = self
+            .duration(raw.idle_timeout.as_ref())
+            .unwrap_or(Duration::from_secs(600));
+        ok.then_some(ListenerKind::Tcp(TcpProxy {
+            upstream,
+            passthrough,
+            idle_timeout,
+        }))
     }
 
     pub(super) fn listener_tls(

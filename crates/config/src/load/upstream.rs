@@ -218,7 +218,22 @@ impl Cx<'_> {
         let queue_timeout = self
             .duration(raw.queue_timeout.as_ref())
             .unwrap_or(Duration::from_secs(10));
+        let send_proxy_protocol = self.choice(
+            raw.send_proxy_protocol.as_ref(),
+            "send_proxy_protocol",
+            &[("v1", ProxyProtocol::V1), ("v2", ProxyProtocol::V2)],
+        );
+        if let (Some(_), UpstreamProtocol::H2, Some(at)) =
+            (send_proxy_protocol, protocol, &raw.send_proxy_protocol)
+        {
+            self.err_at(
+                at,
+                format!("upstream `{name}`: send_proxy_protocol needs connections of one client each, and protocol = \"h2\" shares each server's connection among all clients"),
+                "use protocol = \"http1\" with send_proxy_protocol, or remove send_proxy_protocol",
+            );
+        }
         Upstream {
+            send_proxy_protocol,
             max_conns,
             queue,
             queue_timeout,

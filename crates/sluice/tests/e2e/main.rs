@@ -15,6 +15,7 @@ mod health;
 mod http;
 mod keepalive;
 mod keyless;
+mod layer4;
 mod offload;
 mod policy;
 mod rate_limit;
