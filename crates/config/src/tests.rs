@@ -14,6 +14,7 @@ use std::time::Duration;
 
 /// Writes `stem.crt` and `stem.key` (mode 0600) with a fresh P-256 key for `host`.
 mod fleet;
+mod layer4;
 mod live;
 
 fn write_cert(dir: &Path, stem: &str, host: &str) {

@@ -1,0 +1,156 @@
+//! `kind = "tcp"` listeners, passthrough, the PROXY protocol: what loads and what is refused.
+
+use super::{errors, said_at};
+use crate::{HostPattern, ListenerKind, ProxyProtocol, load_str};
+use std::time::Duration;
+
+const UPSTREAMS: &str = r#"
+[[upstream]]
+name = "db"
+servers = [{ address = "127.0.0.1:5432" }]
+send_proxy_protocol = "v2"
+[[upstream]]
+name = "b"
+servers = [{ address = "127.0.0.1:8443" }]
+"#;
+
+#[test]
+fn tcp_and_passthrough_listeners_load_with_their_groups() {
+    let src = format!(
+        r#"
+[[listener]]
+name = "db"
+address = "127.0.0.1:5433"
+kind = "tcp"
+upstream = "db"
+idle_timeout = "1h"
+proxy_protocol = true
+trusted_proxies = ["10.0.0.0/8"]
+[[listener]]
+name = "pass"
+address = "127.0.0.1:443"
+kind = "tcp"
+passthrough = {{ "*.example.com" = "b", "a.example.com" = "db" }}
+{UPSTREAMS}"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let s = load_str(&src, "t.toml", dir.path()).unwrap();
+    let ListenerKind::Tcp(db) = &s.listeners[0].kind else {
+        panic!("{:?}", s.listeners[0].kind)
+    };
+    assert_eq!(
+        (db.upstream, db.idle_timeout),
+        (Some(0), Duration::from_secs(3600))
+    );
+    assert!(db.passthrough.is_empty());
+    assert!(s.listeners[0].proxy_protocol);
+    let ListenerKind::Tcp(pass) = &s.listeners[1].kind else {
+        panic!()
+    };
+    assert_eq!(pass.upstream, None);
+    assert_eq!(
+        pass.passthrough,
+        vec![
+            (HostPattern::Exact("a.example.com".into()), 0),
+            (HostPattern::Wildcard("example.com".into()), 1)
+        ],
+        "exact names before wildcards"
+    );
+    assert_eq!(
+        pass.idle_timeout,
+        Duration::from_secs(600),
+        "NGINX's proxy_timeout"
+    );
+    assert!(!s.listeners[1].proxy_protocol);
+    assert_eq!(s.upstreams[0].send_proxy_protocol, Some(ProxyProtocol::V2));
+    assert_eq!(s.upstreams[1].send_proxy_protocol, None);
+}
+
+#[test]
+fn a_broken_layer4_configuration_says_what_to_write() {
+    let src = format!(
+        r#"
+[[listener]]
+name = "no-upstream"
+address = "127.0.0.1:1"
+kind = "tcp"
+[[listener]]
+name = "misspelt"
+address = "127.0.0.1:2"
+kind = "tcp"
+upstream = "dbb"
+[[listener]]
+name = "both"
+address = "127.0.0.1:3"
+kind = "tcp"
+passthrough = {{ "a.test" = "db" }}
+[listener.tls]
+[[listener]]
+name = "http-with-upstream"
+address = "127.0.0.1:4"
+upstream = "b" # on an HTTP listener
+[[listener]]
+name = "untrusting"
+address = "127.0.0.1:5"
+proxy_protocol = true
+[[listener]]
+name = "bad-kind"
+address = "127.0.0.1:6"
+kind = "udp"
+[[upstream]]
+name = "h2"
+servers = [{{ address = "127.0.0.1:9" }}]
+protocol = "h2"
+send_proxy_protocol = "v1"
+[[upstream]]
+name = "v3"
+servers = [{{ address = "127.0.0.1:9" }}]
+send_proxy_protocol = "v3"
+[[listener]]
+name = "fine-tcp"
+address = "127.0.0.1:7"
+kind = "tcp"
+upstream = "b"
+[[route]]
+name = "r"
+listeners = ["fine-tcp"]
+upstream = "h2"
+{UPSTREAMS}"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let errs = errors(&src, dir.path());
+    let at = |needle: &str| said_at(&errs, &src, needle);
+    assert!(
+        at("name = \"no-upstream\"").contains("has no upstream"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("upstream = \"dbb\"").contains("use one of: b, db, h2, v3"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("passthrough = {").contains("both terminates TLS"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("# on an HTTP listener").contains("for kind = \"tcp\" listeners"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("proxy_protocol = true").contains("trusted_proxies = ["),
+        "{errs:#?}"
+    );
+    assert!(at("kind = \"udp\"").contains("\"http\""), "{errs:#?}");
+    assert!(
+        at("send_proxy_protocol = \"v1\"").contains("use protocol = \"http1\""),
+        "{errs:#?}"
+    );
+    assert!(
+        at("send_proxy_protocol = \"v3\"").contains("v2"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("listeners = [\"fine-tcp\"]").contains("does not route requests"),
+        "{errs:#?}"
+    );
+}
