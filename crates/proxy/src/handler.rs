@@ -70,6 +70,8 @@ struct Done {
     metrics: Arc<crate::ProxyMetrics>,
     /// Returned in `X-Request-Id` on every response, errors included.
     request_id: Option<HeaderValue>,
+    /// A gRPC call: the gateway's own failures answer as gRPC errors.
+    grpc: bool,
     _server: Option<ActiveGuard>,
 }
 
@@ -163,6 +165,7 @@ pub(crate) async fn handle(
         state: conn.state.clone(),
         metrics: listener.metrics.clone(),
         request_id,
+        grpc: crate::grpc::is_grpc(req.headers()),
         _server: None,
     };
 
@@ -317,7 +320,18 @@ async fn proxy(
     let per_try = policy
         .per_try_timeout
         .unwrap_or(group.config.response_timeout);
-    let deadline = policy.timeout.map(|t| Instant::now() + t);
+    // The route's overall timeout, and a gRPC call's own deadline, whichever ends first.
+    let now = Instant::now();
+    let deadline = [
+        policy.timeout,
+        done.grpc
+            .then(|| crate::grpc::timeout(&parts.headers))
+            .flatten(),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .map(|t| now + t);
     let key = group.hash_key(&parts, client);
     // The path sent upstream (the route's rewrite), and what variables stand for.
     let rewritten = route
@@ -552,6 +566,16 @@ fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
     done.entry.status = status.as_u16();
     let http1 = done.entry.protocol != "HTTP/2.0";
     let id = done.request_id.clone();
+    if done.grpc {
+        // Trailers-only: the status in the head of an empty 200 (the log keeps the HTTP
+        // status the failure stands for).
+        let mut resp = Response::new(TrackedBody::new(Full::new(Bytes::new()), done).boxed());
+        crate::grpc::error_headers(why, resp.headers_mut());
+        if let Some(id) = id {
+            resp.headers_mut().insert(policy::X_REQUEST_ID, id);
+        }
+        return resp;
+    }
     let mut resp = Response::new(
         TrackedBody::new(
             Full::new(Bytes::from_static(why.message().as_bytes())),

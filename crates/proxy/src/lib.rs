@@ -20,6 +20,7 @@ mod connection;
 mod error;
 mod forward;
 mod gateway;
+mod grpc;
 mod handler;
 mod health;
 mod metrics;

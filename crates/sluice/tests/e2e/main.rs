@@ -11,6 +11,7 @@ mod balancing;
 mod cli;
 mod compression;
 mod fleet;
+mod grpc;
 mod health;
 mod http;
 mod keepalive;
