@@ -22,6 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 mod soak;
+mod tcp;
 
 #[derive(Parser, Debug)]
 #[command(about = "Load generator for Sluice's benchmarks")]
@@ -67,6 +68,34 @@ enum Mode {
         /// How long to serve before exiting, e.g. "10m".
         #[arg(long, value_parser = humantime::parse_duration)]
         duration: Duration,
+    },
+    /// The upstream of `bench/stream`: echoes every byte.
+    Echo {
+        /// Where to listen.
+        #[arg(long)]
+        addr: SocketAddr,
+        /// How long to serve before exiting, e.g. "10m".
+        #[arg(long, value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
+    /// Layer-4 load through a TCP proxy to an echo server: messages back and forth on long
+    /// connections, or (`--per-connection`) one exchange per new connection.
+    Tcp {
+        /// Gateway address.
+        #[arg(long)]
+        addr: SocketAddr,
+        /// How long to run, e.g. "5s".
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Clients at once.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// Bytes per message (each is echoed back).
+        #[arg(long, default_value_t = 65536)]
+        size: usize,
+        /// A new connection per exchange.
+        #[arg(long)]
+        per_connection: bool,
     },
     /// New connection, full handshake, one request, close; as fast as possible.
     Handshake {
@@ -376,6 +405,14 @@ fn main() -> anyhow::Result<()> {
         let result = match cli.mode {
             Mode::Soak { target, mix } => soak::run(target, mix).await?,
             Mode::Origin { addr, duration } => soak::origin(addr, duration).await?,
+            Mode::Echo { addr, duration } => tcp::echo(addr, duration).await?,
+            Mode::Tcp {
+                addr,
+                duration,
+                concurrency,
+                size,
+                per_connection,
+            } => tcp::run(addr, duration, concurrency, size, per_connection).await?,
             Mode::Handshake {
                 target,
                 concurrency,
