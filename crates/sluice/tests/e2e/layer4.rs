@@ -681,3 +681,56 @@ upstream = "v1"
         "another client connection is another source"
     );
 }
+
+/// A server that writes `name` on every connection and then echoes.
+async fn named_echo(name: &'static str) -> SocketAddr {
+    let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = socket.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = tcp.into_split();
+                if w.write_all(name.as_bytes()).await.is_ok() {
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_reload_sends_new_tcp_connections_to_the_new_upstream_and_keeps_open_ones() {
+    let (a, b) = (named_echo("A").await, named_echo("B").await);
+    let config = |server: SocketAddr| {
+        format!(
+            r#"
+[[listener]]
+name = "t"
+address = "127.0.0.1:0"
+kind = "tcp"
+upstream = "u"
+[[upstream]]
+name = "u"
+servers = [{{ address = "{server}" }}]
+"#
+        )
+    };
+    let gw = TestGateway::plain(&config(a)).await;
+    let addr = gw.addr("t");
+    let mut open = TcpStream::connect(addr).await.unwrap();
+    let mut first = [0u8; 1];
+    open.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"A");
+
+    gw.reload(&config(b)).await.unwrap();
+    assert_eq!(gw.addr("t"), addr, "the socket stays");
+    let mut new = TcpStream::connect(addr).await.unwrap();
+    new.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"B", "a new connection goes to the new upstream");
+    // The connection opened before the reload still talks to A.
+    open.write_all(b"still here").await.unwrap();
+    let mut back = [0u8; 10];
+    open.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"still here");
+}
