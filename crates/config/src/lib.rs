@@ -40,7 +40,7 @@ pub use snapshot::{
     DEFAULT_COMPRESS_TYPES, FleetSource, Global, GzipBackend, HashKey, HealthCheck, HealthProbe,
     KeyType, KeylessOffload, Listener, ListenerKind, LogConfig, Offload, Outlier, PassHost,
     PathMatch, ProxyProtocol, RetryPolicy, Route, ServerAddr, Snapshot, Split, Sticky, TcpProxy,
-    TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol, UpstreamServer,
+    TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol, UpstreamServer, UpstreamTls,
 };
 pub use units::{parse_byte_size, parse_duration};
 

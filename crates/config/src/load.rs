@@ -363,6 +363,28 @@ impl<'a> Cx<'a> {
             }
         }
 
+        // Passthrough hands the client's own TLS to the server: wrapping it in TLS again
+        // would reach no server that could read it.
+        for l in &listeners {
+            let raw_l = raw.listeners.iter().find(|r| *r.name.get_ref() == l.name);
+            if let (ListenerKind::Tcp(t), Some(raw_l)) = (&l.kind, raw_l) {
+                for (_, g) in &t.passthrough {
+                    let u = &upstreams[*g];
+                    if u.tls.is_some()
+                        && let Some(at) = &raw_l.passthrough
+                    {
+                        self.err_at(
+                            at,
+                            format!(
+                                "listener `{}` passes TLS through to upstream `{}`, which has [upstream.tls]",
+                                l.name, u.name
+                            ),
+                            "remove [upstream.tls] from that upstream (the client's TLS goes through as it is), or terminate TLS here with [listener.tls]",
+                        );
+                    }
+                }
+            }
+        }
         // A TCP listener sends every connection to its upstream: no route applies there.
         for r in &raw.routes {
             for l in r.listeners.iter().flatten() {

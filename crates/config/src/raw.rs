@@ -170,6 +170,20 @@ pub struct RawCertificate {
     pub offload_engines: Option<Spanned<Vec<String>>>,
 }
 
+/// `[upstream.tls]`: the group's servers speak TLS.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstreamTls {
+    /// SNI, and the name the server's certificate must carry; default: the server's
+    /// address (its IP must then be in the certificate).
+    pub server_name: Option<Spanned<String>>,
+    /// PEM file of the CA certificates that may sign the servers' certificates; default:
+    /// the system's roots.
+    pub ca: Option<Spanned<String>>,
+    /// Check the server's certificate (default true; false only for testing).
+    pub verify: Option<Spanned<bool>>,
+}
+
 /// `[[upstream]]`: a group of servers and how to balance across them.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -190,6 +204,8 @@ pub struct RawUpstream {
     pub protocol: Option<Spanned<String>>,
     /// Open each server connection with a PROXY protocol header: `"v1"` or `"v2"`.
     pub send_proxy_protocol: Option<Spanned<String>>,
+    /// `[upstream.tls]`: TLS to the servers.
+    pub tls: Option<Spanned<RawUpstreamTls>>,
     /// `"pass"` (client's Host), `"node"` (server address) or `"rewrite"` (`upstream_host`).
     pub pass_host: Option<Spanned<String>>,
     /// The Host sent when `pass_host = "rewrite"`.

@@ -528,6 +528,19 @@ pub struct Upstream {
     /// Each new server connection starts with this PROXY protocol header, carrying the
     /// client's address.
     pub send_proxy_protocol: Option<ProxyProtocol>,
+    /// TLS to the servers; `None`: cleartext.
+    pub tls: Option<UpstreamTls>,
+}
+
+/// `[upstream.tls]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// SNI and the name verified in the server's certificate; `None`: the server's IP.
+    pub server_name: Option<String>,
+    /// PEM of the CA certificates trusted for the servers; `None`: the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// Whether the server's certificate is checked at all.
+    pub verify: bool,
 }
 
 /// `[upstream.outlier]`.

@@ -97,6 +97,8 @@ pub(crate) struct ConnPool {
     connect_timeout: Duration,
     /// `send_proxy_protocol`: each connection starts with this header and serves one client.
     proxy_protocol: Option<sluice_config::ProxyProtocol>,
+    /// `[upstream.tls]`.
+    tls: Option<Arc<crate::upstream_tls::UpstreamConnector>>,
     sweeper: std::sync::Once,
 }
 
@@ -116,6 +118,7 @@ impl ConnPool {
         idle_timeout: Duration,
         connect_timeout: Duration,
         proxy_protocol: Option<sluice_config::ProxyProtocol>,
+        tls: Option<Arc<crate::upstream_tls::UpstreamConnector>>,
     ) -> Self {
         ConnPool {
             idle: (0..servers).map(|_| Mutex::new(Vec::new())).collect(),
@@ -123,6 +126,7 @@ impl ConnPool {
             idle_timeout,
             connect_timeout,
             proxy_protocol,
+            tls,
             sweeper: std::sync::Once::new(),
         }
     }
@@ -199,8 +203,11 @@ impl ConnPool {
             let header = crate::proxy_protocol::header(v, at.client, at.local);
             tcp.write_all(&header).await.map_err(|e| failed(e.into()))?;
         }
+        let io = crate::upstream_tls::UpstreamIo::start(self.tls.as_deref(), addr, tcp)
+            .await
+            .map_err(|e| failed(e.into()))?;
         let (sender, conn) = http1::Builder::new()
-            .handshake(TokioIo::new(tcp))
+            .handshake(TokioIo::new(io))
             .await
             .map_err(|e| failed(e.into()))?;
         tokio::spawn(async move {

@@ -49,11 +49,15 @@ async fn run(group: Weak<UpstreamGroup>, check: HealthCheck) {
         let Some(g) = group.upgrade() else { return };
         let h2 = g.config.protocol == UpstreamProtocol::H2;
         let proxy = g.config.send_proxy_protocol;
+        let tls = g.tls.clone();
         let addrs: Vec<SocketAddr> = g.servers.iter().map(|s| s.addr).collect();
         let check_ref = &check;
         let results: Vec<(usize, Result<(), String>)> =
             futures_util::stream::iter(addrs.into_iter().enumerate())
-                .map(|(i, addr)| async move { (i, probe(check_ref, addr, h2, proxy).await) })
+                .map(|(i, addr)| {
+                    let tls = tls.clone();
+                    async move { (i, probe(check_ref, addr, h2, proxy, tls.as_deref()).await) }
+                })
                 .buffer_unordered(CONCURRENCY)
                 .collect()
                 .await;
@@ -110,6 +114,7 @@ async fn probe(
     addr: SocketAddr,
     h2: bool,
     proxy: Option<sluice_config::ProxyProtocol>,
+    tls: Option<&crate::upstream_tls::UpstreamConnector>,
 ) -> Result<(), String> {
     let attempt = async {
         let mut tcp = tokio::net::TcpStream::connect(addr)
@@ -131,6 +136,11 @@ async fn probe(
             return Ok(());
         };
         let _ = tcp.set_nodelay(true);
+        // `[upstream.tls]`: the check speaks TLS, and a server whose certificate fails
+        // verification fails its check.
+        let tcp = crate::upstream_tls::UpstreamIo::start(tls, addr, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
         let authority = host
             .clone()
             .unwrap_or_else(|| crate::text::addr_string(&addr));

@@ -35,6 +35,7 @@ mod sticky;
 mod stream;
 mod text;
 mod upstream;
+mod upstream_tls;
 
 pub use access_log::AccessLog;
 pub use compression::Compressor;

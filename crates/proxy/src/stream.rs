@@ -218,10 +218,10 @@ async fn relay<C>(
             () = signals.force.cancelled() => return,
         };
         let failure = match connected {
-            Ok(Ok(mut up)) => {
+            Ok(Ok(up)) => {
                 let _ = up.set_nodelay(true);
-                match hello_upstream(&mut up, &group, at, replay).await {
-                    Ok(()) => {
+                match hello_upstream(up, &group, addr, at, replay).await {
+                    Ok(up) => {
                         server.server().succeeded();
                         group.outcome(server.index, false);
                         break (up, server);
@@ -248,22 +248,24 @@ async fn relay<C>(
     listener.access_log.log(&log);
 }
 
-/// What a new server connection is sent before the client's bytes.
+/// A new server connection made ready for the client's bytes: the PROXY protocol header
+/// (cleartext, before anything else), TLS (`[upstream.tls]`), and the bytes to replay.
 async fn hello_upstream(
-    up: &mut TcpStream,
+    mut up: TcpStream,
     group: &UpstreamGroup,
+    addr: SocketAddr,
     at: Addresses,
     replay: &[u8],
-) -> std::io::Result<()> {
-    let mut first = Vec::new();
+) -> std::io::Result<crate::upstream_tls::UpstreamIo> {
     if let Some(v) = group.config.send_proxy_protocol {
-        first = crate::proxy_protocol::header(v, at.client, at.local);
+        up.write_all(&crate::proxy_protocol::header(v, at.client, at.local))
+            .await?;
     }
-    first.extend_from_slice(replay);
-    if !first.is_empty() {
-        up.write_all(&first).await?;
+    let mut up = crate::upstream_tls::UpstreamIo::start(group.tls.as_deref(), addr, up).await?;
+    if !replay.is_empty() {
+        up.write_all(replay).await?;
     }
-    Ok(())
+    Ok(up)
 }
 
 /// Copies both ways until both have ended (a half-close is passed on), an error, `idle`

@@ -27,6 +27,8 @@ enum Transport {
 /// One upstream group, shared by every request routed to it.
 pub(crate) struct UpstreamGroup {
     pub(crate) config: Arc<Upstream>,
+    /// `[upstream.tls]`: how connections to the servers start TLS.
+    pub(crate) tls: Option<Arc<crate::upstream_tls::UpstreamConnector>>,
     pub(crate) servers: Vec<Server>,
     balancer: Balancer,
     transport: Transport,
@@ -71,6 +73,22 @@ impl std::fmt::Debug for UpstreamGroup {
 
 impl UpstreamGroup {
     pub(crate) fn new(config: Arc<Upstream>) -> Self {
+        let tls = config.tls.as_ref().map(|t| {
+            Arc::new(
+                crate::upstream_tls::UpstreamConnector::new(t, None).unwrap_or_else(|e| {
+                    // The CA was parsed at load; this is out of memory or the like. Fail
+                    // closed: a connector that trusts nothing refuses every server.
+                    tracing::error!(upstream = %config.name, error = %e, "cannot set up TLS to the upstream; its connections will fail");
+                    let nothing = sluice_config::UpstreamTls {
+                        server_name: None,
+                        ca: None,
+                        verify: true,
+                    };
+                    crate::upstream_tls::UpstreamConnector::new(&nothing, None)
+                        .unwrap_or_else(|_| std::process::abort())
+                }),
+            )
+        });
         let transport = match config.protocol {
             UpstreamProtocol::Http1 => Transport::Http1(Arc::new(ConnPool::new(
                 config.servers.len(),
@@ -78,6 +96,7 @@ impl UpstreamGroup {
                 config.keepalive_timeout,
                 config.connect_timeout,
                 config.send_proxy_protocol,
+                tls.clone(),
             ))),
             UpstreamProtocol::H2 => {
                 let mut connector = HttpConnector::new();
@@ -112,6 +131,7 @@ impl UpstreamGroup {
             config.retry_budget_min_per_second,
         );
         UpstreamGroup {
+            tls,
             budget,
             sticky,
             balancer: Balancer::new(config.balance, &servers, config.hash_balance_factor),

@@ -232,7 +232,16 @@ impl Cx<'_> {
                 "use protocol = \"http1\" with send_proxy_protocol, or remove send_proxy_protocol",
             );
         }
+        let tls = raw.tls.as_ref().and_then(|t| self.upstream_tls(&name, t));
+        if let (Some(_), UpstreamProtocol::H2, Some(at)) = (&tls, protocol, &raw.protocol) {
+            self.err_at(
+                at,
+                format!("upstream `{name}`: TLS to HTTP/2 upstreams is not supported yet"),
+                "use protocol = \"http1\" with [upstream.tls], or cleartext HTTP/2",
+            );
+        }
         Upstream {
+            tls,
             send_proxy_protocol,
             max_conns,
             queue,
@@ -349,4 +358,61 @@ fn cookie_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+impl Cx<'_> {
+    /// `[upstream.tls]`: the CA file is read and checked now, so that a bad one fails the
+    /// load (and a reload keeps the running configuration).
+    fn upstream_tls(&mut self, name: &str, raw: &Spanned<RawUpstreamTls>) -> Option<UpstreamTls> {
+        let t = raw.get_ref();
+        let ca = match &t.ca {
+            None => None,
+            Some(at) => {
+                let path = self.path(at.get_ref());
+                let pem = match std::fs::read(&path) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.err_at(
+                            at,
+                            format!("upstream `{name}`: cannot read CA file {}: {e}", path.display()),
+                            "check the path (relative paths start at the configuration file's directory)",
+                        );
+                        return None;
+                    }
+                };
+                match boring::x509::X509::stack_from_pem(&pem) {
+                    Ok(certs) if !certs.is_empty() => Some(pem),
+                    _ => {
+                        self.err_at(
+                            at,
+                            format!(
+                                "upstream `{name}`: {} holds no PEM certificate",
+                                path.display()
+                            ),
+                            "give a file with one or more -----BEGIN CERTIFICATE----- blocks",
+                        );
+                        return None;
+                    }
+                }
+            }
+        };
+        if let Some(at) = &t.server_name
+            && (at.get_ref().is_empty() || !at.get_ref().bytes().all(|b| b.is_ascii_graphic()))
+        {
+            self.err_at(
+                at,
+                format!(
+                    "upstream `{name}`: server_name `{}` is not a host name",
+                    at.get_ref()
+                ),
+                "write the name the servers' certificates carry, such as \"api.internal\"",
+            );
+            return None;
+        }
+        Some(UpstreamTls {
+            server_name: t.server_name.as_ref().map(|s| s.get_ref().clone()),
+            ca,
+            verify: t.verify.as_ref().is_none_or(|v| *v.get_ref()),
+        })
+    }
 }

@@ -154,3 +154,88 @@ upstream = "h2"
         "{errs:#?}"
     );
 }
+
+#[test]
+fn upstream_tls_loads_its_ca_and_refuses_what_cannot_work() {
+    let dir = tempfile::tempdir().unwrap();
+    super::write_cert(dir.path(), "ca", "ca.test");
+    std::fs::write(dir.path().join("not-pem.txt"), "hello").unwrap();
+    let good = r#"
+[[listener]]
+name = "t"
+address = "127.0.0.1:1"
+kind = "tcp"
+upstream = "s"
+[[upstream]]
+name = "s"
+servers = [{ address = "127.0.0.1:9" }]
+[upstream.tls]
+server_name = "db.internal"
+ca = "ca.crt"
+[[upstream]]
+name = "system-roots"
+servers = [{ address = "127.0.0.1:9" }]
+[upstream.tls]
+verify = false
+"#;
+    let s = load_str(good, "t.toml", dir.path()).unwrap();
+    let tls = s.upstreams[0].tls.as_ref().unwrap();
+    assert_eq!(tls.server_name.as_deref(), Some("db.internal"));
+    assert!(
+        tls.ca
+            .as_ref()
+            .unwrap()
+            .starts_with(b"-----BEGIN CERTIFICATE-----")
+    );
+    assert!(tls.verify);
+    let open = s.upstreams[1].tls.as_ref().unwrap();
+    assert_eq!((open.ca.is_none(), open.verify), (true, false));
+
+    let bad = r#"
+[[listener]]
+name = "pass"
+address = "127.0.0.1:1"
+kind = "tcp"
+passthrough = { "a.test" = "s" }
+[[upstream]]
+name = "s"
+servers = [{ address = "127.0.0.1:9" }]
+[upstream.tls]
+ca = "missing.pem"
+[[upstream]]
+name = "junk"
+servers = [{ address = "127.0.0.1:9" }]
+[upstream.tls]
+ca = "not-pem.txt"
+[[upstream]]
+name = "h2"
+protocol = "h2"
+servers = [{ address = "127.0.0.1:9" }]
+[upstream.tls]
+verify = false
+"#;
+    let errs = errors(bad, dir.path());
+    let at = |needle: &str| said_at(&errs, bad, needle);
+    assert!(
+        at("ca = \"missing.pem\"").contains("cannot read CA file"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("ca = \"not-pem.txt\"").contains("holds no PEM certificate"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("protocol = \"h2\"").contains("TLS to HTTP/2"),
+        "{errs:#?}"
+    );
+    // The passthrough check needs the upstream loaded: with the CA fixed it is the error left.
+    let bad = bad
+        .replace("missing.pem", "ca.crt")
+        .replace("not-pem.txt", "ca.crt");
+    let bad = bad.replace("protocol = \"h2\"\n", "");
+    let errs = errors(&bad, dir.path());
+    assert!(
+        said_at(&errs, &bad, "passthrough = {").contains("which has [upstream.tls]"),
+        "{errs:#?}"
+    );
+}

@@ -47,7 +47,53 @@ async fn echo() -> SocketAddr {
     addr
 }
 
-/// A TLS server for `host` that writes `name` after its handshake and closes.
+/// A certificate for `host` issued by a CA whose certificate `dir/ca.crt` holds.
+fn issued(
+    dir: &std::path::Path,
+    host: &str,
+) -> (
+    boring::x509::X509,
+    boring::pkey::PKey<boring::pkey::Private>,
+) {
+    issue(dir, "ca", "Origins CA", None, &[]);
+    let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
+    let ca = boring::x509::X509::from_pem(&read("ca.crt")).unwrap();
+    let ca_key = boring::pkey::PKey::private_key_from_pem(&read("ca.key")).unwrap();
+    issue(dir, "leaf", host, Some((&ca, &ca_key)), &[host]);
+    (
+        boring::x509::X509::from_pem(&read("leaf.crt")).unwrap(),
+        boring::pkey::PKey::private_key_from_pem(&read("leaf.key")).unwrap(),
+    )
+}
+
+/// A TLS server for `host` (its certificate from `issued`) that writes `name` and closes.
+async fn tls_origin_in(
+    dir: &std::path::Path,
+    host: &'static str,
+    name: &'static str,
+) -> SocketAddr {
+    let (cert, key) = issued(dir, host);
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
+    b.set_certificate(&cert).unwrap();
+    b.set_private_key(&key).unwrap();
+    let acceptor = b.build();
+    let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = socket.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if let Ok(mut s) = tokio_boring::accept(&acceptor, tcp).await {
+                    let _ = s.write_all(name.as_bytes()).await;
+                    let _ = s.shutdown().await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A TLS server for `host` (self-signed) that writes `name` after its handshake and closes.
 async fn tls_origin(host: &'static str, name: &'static str) -> SocketAddr {
     let (cert, key) = generate(KeyKind::EcdsaP256, &[host], 30).unwrap();
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
@@ -733,4 +779,135 @@ servers = [{{ address = "{server}" }}]
     let mut back = [0u8; 10];
     open.read_exact(&mut back).await.unwrap();
     assert_eq!(&back, b"still here");
+}
+
+#[tokio::test]
+async fn a_tcp_listener_reaches_a_tls_upstream_and_verifies_its_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let origin = tls_origin_in(dir.path(), "db.internal", "secure origin").await;
+    let gw = TestGateway::start(
+        &format!(
+            r#"
+[[listener]]
+name = "good"
+address = "127.0.0.1:0"
+kind = "tcp"
+upstream = "good"
+[[listener]]
+name = "wrong-name"
+address = "127.0.0.1:0"
+kind = "tcp"
+upstream = "wrong-name"
+[[listener]]
+name = "unknown-ca"
+address = "127.0.0.1:0"
+kind = "tcp"
+upstream = "unknown-ca"
+[[upstream]]
+name = "good"
+servers = [{{ address = "{origin}" }}]
+[upstream.tls]
+server_name = "db.internal"
+ca = "ca.crt"
+[[upstream]]
+name = "wrong-name"
+servers = [{{ address = "{origin}" }}]
+[upstream.tls]
+server_name = "other.internal"
+ca = "ca.crt"
+[[upstream]]
+name = "unknown-ca"
+servers = [{{ address = "{origin}" }}]
+[upstream.tls]
+server_name = "db.internal"
+"#
+        ),
+        dir,
+    )
+    .await;
+    // The client speaks plain TCP; the gateway speaks TLS to the origin.
+    assert_eq!(exchange(gw.addr("good"), b"").await, "secure origin");
+    // A certificate for another name, or from a CA the gateway does not trust: no server.
+    assert_eq!(exchange(gw.addr("wrong-name"), b"").await, "");
+    assert_eq!(exchange(gw.addr("unknown-ca"), b"").await, "");
+    let m = gw.gateway().metrics();
+    wait_until(|| m.snapshot().tcp[0] == 1 && m.snapshot().tcp[4] == 2).await;
+}
+
+/// An HTTPS origin (hyper over BoringSSL) that answers every request with `name`.
+async fn https_origin(dir: &std::path::Path, host: &'static str, name: &'static str) -> SocketAddr {
+    let (cert, key) = issued(dir, host);
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
+    b.set_certificate(&cert).unwrap();
+    b.set_private_key(&key).unwrap();
+    let acceptor = b.build();
+    let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = socket.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(s) = tokio_boring::accept(&acceptor, tcp).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(
+                    move |req: http::Request<hyper::body::Incoming>| async move {
+                        let body = format!("{name} {}", req.uri().path());
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                            Bytes::from(body),
+                        )))
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn http_routes_reach_tls_upstreams_with_health_checks_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let origin = https_origin(dir.path(), "app.internal", "tls app").await;
+    let gw = TestGateway::start(
+        &format!(
+            r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "app"
+servers = [{{ address = "{origin}" }}]
+[upstream.tls]
+server_name = "app.internal"
+ca = "ca.crt"
+[upstream.health_check]
+interval = "100ms"
+[[route]]
+name = "all"
+upstream = "app"
+"#
+        ),
+        dir,
+    )
+    .await;
+    let addr = gw.addr("http");
+    let mut sender = http1_sender::<Full<Bytes>>(addr).await;
+    for path in ["/a", "/b", "/c"] {
+        let req = http::Request::get(path)
+            .header("host", "x")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let got = collect(sender.send_request(req).await.unwrap()).await;
+        assert_eq!(
+            (got.status, got.body.as_str()),
+            (200, format!("tls app {path}").as_str())
+        );
+    }
+    // Checks over TLS pass (three failures 100 ms apart would have marked it down).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let health = gw.gateway().upstream_health();
+    assert!(health[0].servers[0].up, "{health:?}");
 }
