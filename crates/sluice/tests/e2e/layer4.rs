@@ -316,6 +316,39 @@ servers = [{{ address = "{server}" }}]
 /// Terminates TLS with the gateway's certificates and engine, then passes plain bytes.
 #[tokio::test]
 async fn a_tls_terminating_tcp_listener_signs_its_handshakes_on_the_pool() {
+    let c = tls_terminating(r#"["pool"]"#, 3).await;
+    let (pool, inline) = (&c[0], &c[1]);
+    assert_eq!(
+        (pool.engine.as_str(), pool.submitted),
+        ("pool", 3),
+        "every signature offered to the pool: {c:?}"
+    );
+    // A job that misses the pool's deadline on a loaded machine finishes inline.
+    assert_eq!(pool.completed + inline.completed, 3, "{c:?}");
+}
+
+/// With `mb` first: batches where the CPU has AVX-512 IFMA, else every job passes on to the
+/// pool (`Unsupported`) and the handshakes still succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_terminating_tcp_listener_signs_its_handshakes_on_mb_or_passes_them_on() {
+    let c = tls_terminating(r#"["mb", "pool"]"#, 8).await;
+    let (mb, pool, inline) = (&c[0], &c[1], &c[2]);
+    assert_eq!(mb.engine, "mb", "{c:?}");
+    assert_eq!(mb.completed + pool.completed + inline.completed, 8, "{c:?}");
+    if sluice_crypto::Kernel::detect_lanes(8).is_some() {
+        assert!(mb.completed >= 1, "{c:?}");
+    } else {
+        assert_eq!(
+            mb.fell_back(sluice_offload::FallbackReason::Unsupported),
+            8,
+            "{c:?}"
+        );
+    }
+}
+
+/// `n` TLS connections, one line echoed on each, through a TLS-terminating TCP listener
+/// whose crypto engines are `engines`; the crypto counters after.
+async fn tls_terminating(engines: &str, n: usize) -> Vec<sluice_offload::CountersSnapshot> {
     let server = echo().await;
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "site", KeyKind::Rsa2048, &["db.test"]);
@@ -323,7 +356,7 @@ async fn a_tls_terminating_tcp_listener_signs_its_handshakes_on_the_pool() {
         &format!(
             r#"
 [offload.crypto]
-engines = ["pool"]
+engines = {engines}
 [[listener]]
 name = "tls"
 address = "127.0.0.1:0"
@@ -343,27 +376,32 @@ servers = [{{ address = "{server}" }}]
         dir,
     )
     .await;
-    for i in 0..3 {
-        let mut h = tls_connect(
-            gw.addr("tls"),
-            &ClientOpts {
-                sni: Some("db.test"),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-        assert!(h.key_is_rsa, "the gateway's certificate");
-        let line = format!("line {i}\n");
-        h.stream.write_all(line.as_bytes()).await.unwrap();
-        let mut back = vec![0u8; line.len()];
-        h.stream.read_exact(&mut back).await.unwrap();
-        assert_eq!(back, line.as_bytes());
+    let handshakes = (0..n).map(|i| {
+        let addr = gw.addr("tls");
+        tokio::spawn(async move {
+            let mut h = tls_connect(
+                addr,
+                &ClientOpts {
+                    sni: Some("db.test"),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+            assert!(h.key_is_rsa, "the gateway's certificate");
+            let line = format!("line {i}\n");
+            h.stream.write_all(line.as_bytes()).await.unwrap();
+            let mut back = vec![0u8; line.len()];
+            h.stream.read_exact(&mut back).await.unwrap();
+            assert_eq!(back, line.as_bytes());
+        })
+    });
+    for t in handshakes.collect::<Vec<_>>() {
+        t.await.unwrap();
     }
-    let c = gw.gateway().crypto_counters();
-    assert_eq!((c[0].engine.as_str(), c[0].completed), ("pool", 3), "{c:?}");
     let m = gw.gateway().metrics().snapshot();
-    assert_eq!(m.handshakes[1], [3, 0], "TLS 1.3, none resumed");
+    assert_eq!(m.handshakes[1], [n as u64, 0], "TLS 1.3, none resumed");
+    gw.gateway().crypto_counters()
 }
 
 async fn passthrough_gateway(default: &str) -> (TestGateway, SocketAddr) {
