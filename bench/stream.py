@@ -79,7 +79,7 @@ def haproxy_conf(d):
     return f"""
 global
     nbthread 1
-    maxconn 20000
+    maxconn 9000
     pidfile {d}/haproxy.pid
     tune.ssl.cachesize 0
     ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets
@@ -211,15 +211,15 @@ def main():
                                          "--duration", serve_for], B.LOAD_CORE, ECHO_PORT, f"{d}/echo.out"))
             procs.append(B.Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], B.LOAD_CORE, ORIGIN_PORT,
                                 f"{d}/origin.out"))
-            gw = {
-                "sluice": B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml"], B.GW_CORE,
-                                 PORTS["sluice"][2], f"{d}/sluice.out"),
-                "nginx": B.Proc("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], B.GW_CORE,
-                                PORTS["nginx"][2], f"{d}/nginx.out"),
-                "haproxy": B.Proc("haproxy", ["haproxy", "-f", f"{d}/haproxy.cfg"], B.GW_CORE,
-                                  PORTS["haproxy"][2], f"{d}/haproxy.out"),
+            argv = {
+                "sluice": [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml"],
+                "nginx": ["nginx", "-c", f"{d}/nginx.conf", "-p", d],
+                "haproxy": ["haproxy", "-db", "-f", f"{d}/haproxy.cfg"],
             }
-            procs.extend(gw.values())
+            gw = {}
+            for who in WHO:
+                gw[who] = B.Proc(who, argv[who], B.GW_CORE, PORTS[who][2], f"{d}/{who}.out")
+                procs.append(gw[who])
             for name, listener, mode_args, _unit in ROWS:
                 for who in WHO:
                     measure(gw[who], PORTS[who][listener], mode_args, min(1.0, args.duration))  # warm-up

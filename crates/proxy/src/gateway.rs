@@ -784,6 +784,7 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
         force: force.clone(),
     };
     let accept = tokio::spawn(accept_loop(
+        bound,
         socket,
         slot.clone(),
         signals,
@@ -804,6 +805,7 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
 }
 
 async fn accept_loop(
+    bound: SocketAddr,
     socket: TcpListener,
     slot: Arc<ArcSwap<ListenerCtx>>,
     signals: Signals,
@@ -826,7 +828,8 @@ async fn accept_loop(
                     }
                     let (slot, signals, counts) = (slot.clone(), signals.clone(), counts.clone());
                     connections.spawn(async move {
-                        let Some((tcp, at)) = read_proxy_header(&ctx, tcp, peer, &signals).await
+                        let Some((tcp, at)) =
+                            read_proxy_header(&ctx, tcp, peer, bound, &signals).await
                         else {
                             return;
                         };
@@ -852,7 +855,7 @@ async fn accept_loop(
                     cfg.max_connections_per_client,
                 ) {
                     Ok(place) => {
-                        let local = tcp.local_addr().unwrap_or(cfg.address);
+                        let local = local_addr(&tcp, bound);
                         let at = crate::stream::Addresses {
                             client: peer,
                             local,
@@ -880,16 +883,28 @@ async fn accept_loop(
     }
 }
 
+/// The address a connection came in on: the listener's own when it is bound to one IP (no
+/// system call per connection), else the socket's (a wildcard listener's connections each
+/// have the address of the interface they arrived at).
+fn local_addr(tcp: &tokio::net::TcpStream, bound: SocketAddr) -> SocketAddr {
+    if bound.ip().is_unspecified() {
+        tcp.local_addr().unwrap_or(bound)
+    } else {
+        bound
+    }
+}
+
 /// Reads the PROXY protocol header that opens a connection from a trusted balancer: the
 /// client and the address it connected to, or `None` (counted) when the connection closes.
 async fn read_proxy_header(
     ctx: &ListenerCtx,
     mut tcp: tokio::net::TcpStream,
     peer: SocketAddr,
+    bound: SocketAddr,
     signals: &Signals,
 ) -> Option<(tokio::net::TcpStream, crate::stream::Addresses)> {
     use crate::proxy_protocol::{Origin, Refused};
-    let local = tcp.local_addr().unwrap_or(ctx.config.address);
+    let local = local_addr(&tcp, bound);
     let read = crate::proxy_protocol::read(&mut tcp, ctx.config.header_read_timeout);
     let origin = tokio::select! {
         r = read => r,
