@@ -21,7 +21,7 @@ enum Transport {
     Http1(Arc<ConnPool>),
     /// HTTP/2 with prior knowledge: hyper-util's client, one multiplexed connection per
     /// server.
-    H2(Box<Client<HttpConnector, ProxyBody>>),
+    H2(Box<Client<crate::upstream_tls::H2Connect, ProxyBody>>),
 }
 
 /// One upstream group, shared by every request routed to it.
@@ -73,9 +73,11 @@ impl std::fmt::Debug for UpstreamGroup {
 
 impl UpstreamGroup {
     pub(crate) fn new(config: Arc<Upstream>) -> Self {
+        // HTTP/2 over TLS is chosen by ALPN: offer `h2` (and only that) to h2 groups.
+        let alpn: Option<&[u8]> = (config.protocol == UpstreamProtocol::H2).then_some(b"\x02h2");
         let tls = config.tls.as_ref().map(|t| {
             Arc::new(
-                crate::upstream_tls::UpstreamConnector::new(t, None).unwrap_or_else(|e| {
+                crate::upstream_tls::UpstreamConnector::new(t, alpn).unwrap_or_else(|e| {
                     // The CA was parsed at load; this is out of memory or the like. Fail
                     // closed: a connector that trusts nothing refuses every server.
                     tracing::error!(upstream = %config.name, error = %e, "cannot set up TLS to the upstream; its connections will fail");
@@ -89,6 +91,7 @@ impl UpstreamGroup {
                 }),
             )
         });
+        let h2_tls = tls.clone();
         let transport = match config.protocol {
             UpstreamProtocol::Http1 => Transport::Http1(Arc::new(ConnPool::new(
                 config.servers.len(),
@@ -109,7 +112,10 @@ impl UpstreamGroup {
                     .pool_timer(TokioTimer::new())
                     .timer(TokioTimer::new())
                     .http2_only(true)
-                    .build(connector);
+                    .build(crate::upstream_tls::H2Connect {
+                        http: connector,
+                        tls: h2_tls.clone(),
+                    });
                 Transport::H2(Box::new(client))
             }
         };

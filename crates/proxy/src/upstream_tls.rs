@@ -154,3 +154,40 @@ impl AsyncWrite for UpstreamIo {
         }
     }
 }
+
+impl hyper_util::client::legacy::connect::Connection for UpstreamIo {
+    fn connected(&self) -> hyper_util::client::legacy::connect::Connected {
+        hyper_util::client::legacy::connect::Connected::new()
+    }
+}
+
+/// The connector of HTTP/2 upstream groups (hyper-util's pooled client): TCP by
+/// `HttpConnector` (its connect timeout, `TCP_NODELAY`), then TLS when the group has
+/// `[upstream.tls]` (offering ALPN `h2`).
+#[derive(Clone)]
+pub(crate) struct H2Connect {
+    pub(crate) http: hyper_util::client::legacy::connect::HttpConnector,
+    pub(crate) tls: Option<std::sync::Arc<UpstreamConnector>>,
+}
+
+impl tower_service::Service<http::Uri> for H2Connect {
+    type Response = hyper_util::rt::TokioIo<UpstreamIo>;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let connecting = self.http.call(uri);
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            let tcp = connecting.await?.into_inner();
+            let addr = tcp.peer_addr()?;
+            let io = UpstreamIo::start(tls.as_deref(), addr, tcp).await?;
+            Ok(hyper_util::rt::TokioIo::new(io))
+        })
+    }
+}

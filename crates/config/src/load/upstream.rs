@@ -233,13 +233,6 @@ impl Cx<'_> {
             );
         }
         let tls = raw.tls.as_ref().and_then(|t| self.upstream_tls(&name, t));
-        if let (Some(_), UpstreamProtocol::H2, Some(at)) = (&tls, protocol, &raw.protocol) {
-            self.err_at(
-                at,
-                format!("upstream `{name}`: TLS to HTTP/2 upstreams is not supported yet"),
-                "use protocol = \"http1\" with [upstream.tls], or cleartext HTTP/2",
-            );
-        }
         Upstream {
             tls,
             send_proxy_protocol,

@@ -39,6 +39,10 @@ type Codec = tonic_prost::ProstCodec<Msg, Msg>;
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Status>> + Send>>;
 type MsgStream = Pin<Box<dyn Stream<Item = Result<Msg, Status>> + Send>>;
 
+/// A connection to the test server, cleartext or TLS.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
 /// Unary: echoes the text with `n + 1`; "fail" answers a status with details in trailers,
 /// "slow" waits 5 s (past the test's deadline).
 struct Unary;
@@ -124,12 +128,35 @@ impl tonic::server::StreamingService<Msg> for Chat {
 
 /// A tonic server on a cleartext HTTP/2 socket.
 async fn grpc_server(go: Arc<Notify>) -> SocketAddr {
+    grpc_server_tls(go, None).await
+}
+
+/// The same, over TLS with `acceptor` (ALPN `h2`) when given.
+async fn grpc_server_tls(
+    go: Arc<Notify>,
+    acceptor: Option<boring::ssl::SslAcceptor>,
+) -> SocketAddr {
     let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((tcp, _)) = socket.accept().await {
             let go = go.clone();
+            let acceptor = acceptor.clone();
             tokio::spawn(async move {
+                let io: Box<dyn Io> = match &acceptor {
+                    None => Box::new(tcp),
+                    Some(a) => match tokio_boring::accept(a, tcp).await {
+                        Ok(s) => {
+                            assert_eq!(
+                                s.ssl().selected_alpn_protocol(),
+                                Some(&b"h2"[..]),
+                                "ALPN h2"
+                            );
+                            Box::new(s)
+                        }
+                        Err(_) => return,
+                    },
+                };
                 let svc =
                     hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let go = go.clone();
@@ -146,7 +173,7 @@ async fn grpc_server(go: Arc<Notify>) -> SocketAddr {
                         }
                     });
                 let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tcp), svc)
+                    .serve_connection(TokioIo::new(io), svc)
                     .await;
             });
         }
@@ -346,4 +373,77 @@ async fn a_deadline_and_a_down_upstream_are_grpc_errors_from_the_gateway() {
         m.requests[4], 2,
         "the log and metrics keep the HTTP status (504, 502)"
     );
+}
+
+#[tokio::test]
+async fn calls_reach_a_grpc_server_over_tls_with_alpn_h2() {
+    let dir = tempfile::tempdir().unwrap();
+    issue(dir.path(), "ca", "gRPC origins CA", None, &[]);
+    let read = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
+    let ca = boring::x509::X509::from_pem(&read("ca.crt")).unwrap();
+    let ca_key = boring::pkey::PKey::private_key_from_pem(&read("ca.key")).unwrap();
+    issue(
+        dir.path(),
+        "grpc",
+        "grpc.internal",
+        Some((&ca, &ca_key)),
+        &["grpc.internal"],
+    );
+    let mut b =
+        boring::ssl::SslAcceptor::mozilla_intermediate_v5(boring::ssl::SslMethod::tls()).unwrap();
+    b.set_certificate(&boring::x509::X509::from_pem(&read("grpc.crt")).unwrap())
+        .unwrap();
+    b.set_private_key(&boring::pkey::PKey::private_key_from_pem(&read("grpc.key")).unwrap())
+        .unwrap();
+    b.set_alpn_select_callback(|_, client| {
+        boring::ssl::select_next_proto(b"\x02h2", client).ok_or(boring::ssl::AlpnError::NOACK)
+    });
+    let origin = grpc_server_tls(Arc::new(Notify::new()), Some(b.build())).await;
+    let gw = TestGateway::start(
+        &format!(
+            r#"
+[[listener]]
+name = "grpc"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "echo"
+protocol = "h2"
+servers = [{{ address = "{origin}" }}]
+[upstream.tls]
+server_name = "grpc.internal"
+ca = "ca.crt"
+[upstream.health_check]
+interval = "100ms"
+path = "/healthz"
+statuses = ["2xx", "4xx"]
+[[route]]
+name = "echo"
+upstream = "echo"
+"#
+        ),
+        dir,
+    )
+    .await;
+    let mut c = client(gw.addr("grpc")).await;
+    let r = c
+        .unary(
+            Request::new(msg("over tls", 1)),
+            path("/test.Echo/Unary"),
+            Codec::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.into_inner(), msg("over tls", 2));
+    c.ready().await.unwrap();
+    let up = futures_util::stream::iter((1..=3).map(|i| msg("s", i)));
+    let r = c
+        .client_streaming(Request::new(up), path("/test.Echo/Sum"), Codec::default())
+        .await
+        .unwrap();
+    assert_eq!(r.into_inner(), msg("s,s,s", 6));
+    // Health checks speak HTTP/2 over TLS too (the server answers them; three failures
+    // 100 ms apart would have marked it down by now).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let health = gw.gateway().upstream_health();
+    assert!(health[0].servers[0].up, "{health:?}");
 }
