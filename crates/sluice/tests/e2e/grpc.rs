@@ -196,6 +196,18 @@ fn path(method: &'static str) -> PathAndQuery {
     PathAndQuery::from_static(method)
 }
 
+/// One unary call of `method` with `m`, once the channel is ready.
+async fn unary(
+    c: &mut tonic::client::Grpc<tonic::transport::Channel>,
+    method: &'static str,
+    m: Msg,
+) -> Result<Msg, Status> {
+    c.ready().await.unwrap();
+    c.unary(Request::new(m), path(method), Codec::default())
+        .await
+        .map(Response::into_inner)
+}
+
 async fn gateway(origin: SocketAddr) -> TestGateway {
     let dead = dead_port().await;
     TestGateway::plain(&format!(
@@ -230,24 +242,13 @@ async fn unary_and_streaming_calls_pass_through_with_their_statuses() {
     let gw = gateway(grpc_server(go.clone()).await).await;
     let mut c = client(gw.addr("grpc")).await;
 
-    let r = c
-        .unary(
-            Request::new(msg("hello", 41)),
-            path("/test.Echo/Unary"),
-            Codec::default(),
-        )
+    let r = unary(&mut c, "/test.Echo/Unary", msg("hello", 41))
         .await
         .unwrap();
-    assert_eq!(r.into_inner(), msg("hello", 42));
+    assert_eq!(r, msg("hello", 42));
 
     // The origin's own error status and message come through in the trailers.
-    c.ready().await.unwrap();
-    let e = c
-        .unary(
-            Request::new(msg("fail", 0)),
-            path("/test.Echo/Unary"),
-            Codec::default(),
-        )
+    let e = unary(&mut c, "/test.Echo/Unary", msg("fail", 0))
         .await
         .unwrap_err();
     assert_eq!(
@@ -345,26 +346,14 @@ async fn a_deadline_and_a_down_upstream_are_grpc_errors_from_the_gateway() {
         "DEADLINE_EXCEEDED: {got:?}"
     );
 
-    c.ready().await.unwrap();
-    let e = c
-        .unary(
-            Request::new(msg("x", 0)),
-            path("/test.Down/Unary"),
-            Codec::default(),
-        )
+    let e = unary(&mut c, "/test.Down/Unary", msg("x", 0))
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
     assert!(e.message().contains("no upstream server"), "{e:?}");
 
     // No route: UNIMPLEMENTED, as a gRPC server says for an unknown method.
-    c.ready().await.unwrap();
-    let e = c
-        .unary(
-            Request::new(msg("x", 0)),
-            path("/other.Svc/Call"),
-            Codec::default(),
-        )
+    let e = unary(&mut c, "/other.Svc/Call", msg("x", 0))
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unimplemented, "{e:?}");
@@ -425,15 +414,10 @@ upstream = "echo"
     )
     .await;
     let mut c = client(gw.addr("grpc")).await;
-    let r = c
-        .unary(
-            Request::new(msg("over tls", 1)),
-            path("/test.Echo/Unary"),
-            Codec::default(),
-        )
+    let r = unary(&mut c, "/test.Echo/Unary", msg("over tls", 1))
         .await
         .unwrap();
-    assert_eq!(r.into_inner(), msg("over tls", 2));
+    assert_eq!(r, msg("over tls", 2));
     c.ready().await.unwrap();
     let up = futures_util::stream::iter((1..=3).map(|i| msg("s", i)));
     let r = c

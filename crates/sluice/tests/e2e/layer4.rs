@@ -73,33 +73,27 @@ async fn tls_origin_in(
     name: &'static str,
 ) -> SocketAddr {
     let (cert, key) = issued(dir, host);
-    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
-    b.set_certificate(&cert).unwrap();
-    b.set_private_key(&key).unwrap();
-    let acceptor = b.build();
-    let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = socket.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = socket.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                if let Ok(mut s) = tokio_boring::accept(&acceptor, tcp).await {
-                    let _ = s.write_all(name.as_bytes()).await;
-                    let _ = s.shutdown().await;
-                }
-            });
-        }
-    });
-    addr
+    naming_tls_server(acceptor(&cert, &key), name).await
 }
 
 /// A TLS server for `host` (self-signed) that writes `name` after its handshake and closes.
 async fn tls_origin(host: &'static str, name: &'static str) -> SocketAddr {
     let (cert, key) = generate(KeyKind::EcdsaP256, &[host], 30).unwrap();
+    naming_tls_server(acceptor(&cert, &key), name).await
+}
+
+fn acceptor(
+    cert: &boring::x509::X509,
+    key: &boring::pkey::PKey<boring::pkey::Private>,
+) -> SslAcceptor {
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
-    b.set_certificate(&cert).unwrap();
-    b.set_private_key(&key).unwrap();
-    let acceptor = b.build();
+    b.set_certificate(cert).unwrap();
+    b.set_private_key(key).unwrap();
+    b.build()
+}
+
+/// Serves TLS with `acceptor`: every connection gets `name`, then a close.
+async fn naming_tls_server(acceptor: SslAcceptor, name: &'static str) -> SocketAddr {
     let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
     tokio::spawn(async move {
@@ -875,10 +869,7 @@ server_name = "db.internal"
 /// An HTTPS origin (hyper over BoringSSL) that answers every request with `name`.
 async fn https_origin(dir: &std::path::Path, host: &'static str, name: &'static str) -> SocketAddr {
     let (cert, key) = issued(dir, host);
-    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
-    b.set_certificate(&cert).unwrap();
-    b.set_private_key(&key).unwrap();
-    let acceptor = b.build();
+    let acceptor = acceptor(&cert, &key);
     let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
     tokio::spawn(async move {
