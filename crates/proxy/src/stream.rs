@@ -64,12 +64,8 @@ pub(crate) async fn serve(
         ..Entry::default()
     };
     let start = Instant::now();
-    let finish = |mut log: Entry, status: u16, outcome: usize| {
-        listener.metrics.tcp(outcome);
-        log.status = status;
-        log.duration = start.elapsed();
-        listener.access_log.log(&log);
-    };
+    let finish =
+        |log: Entry, status: u16, outcome: usize| end(&listener, log, start, status, outcome);
     if !listener.config.acl.permits(at.client.ip()) {
         listener.metrics.denied();
         return finish(log, 403, DENIED);
@@ -187,12 +183,7 @@ async fn relay<C>(
 ) where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let key = match group.config.balance {
-        sluice_config::Balance::IpHash | sluice_config::Balance::ConsistentHash => {
-            crate::balance::hash_ip(at.client.ip())
-        }
-        _ => 0,
-    };
+    let key = group.client_key(at.client.ip());
     let mut tried = Vec::with_capacity(2);
     let (upstream, server) = loop {
         let server = match group.acquire(key, &tried, None).await {
@@ -202,11 +193,7 @@ async fn relay<C>(
                     tracing::warn!(upstream = %group.config.name, ?busy, "every upstream server is at max_conns");
                 }
                 log.upstream_time = Some(start.elapsed());
-                listener.metrics.tcp(UNAVAILABLE);
-                log.status = 502;
-                log.duration = start.elapsed();
-                listener.access_log.log(&log);
-                return;
+                return end(listener, log, start, 502, UNAVAILABLE);
             }
         };
         tried.push(server.index);
@@ -240,10 +227,15 @@ async fn relay<C>(
     log.upstream_time = Some(start.elapsed());
     let (sent, received) = splice(client, upstream, proxy.idle_timeout, signals).await;
     drop(server);
-    listener.metrics.tcp(PROXIED);
-    log.status = 200;
     log.bytes_in = sent;
     log.bytes_out = received;
+    end(listener, log, start, 200, PROXIED);
+}
+
+/// A connection's end: counted by outcome, and its access-log line.
+fn end(listener: &ListenerCtx, mut log: Entry, start: Instant, status: u16, outcome: usize) {
+    listener.metrics.tcp(outcome);
+    log.status = status;
     log.duration = start.elapsed();
     listener.access_log.log(&log);
 }

@@ -207,6 +207,16 @@ impl UpstreamGroup {
         }
     }
 
+    /// The balancing key of a layer-4 connection, which has nothing but its client address
+    /// (what a request without its `hash_on` key hashes on, so that an HTTP and a TCP
+    /// listener sharing a group send a client to the same server).
+    pub(crate) fn client_key(&self, client: IpAddr) -> u64 {
+        match self.config.balance {
+            Balance::IpHash | Balance::ConsistentHash => hash_ip(client),
+            _ => 0,
+        }
+    }
+
     /// Picks a server not yet tried for this request and counts it active until the guard
     /// drops. `key` is [`Self::hash_key`]'s; `prefer` the server a sticky cookie names, taken
     /// when it is up and not yet tried.
