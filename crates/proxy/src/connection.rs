@@ -190,6 +190,8 @@ pub(crate) struct Signals {
     pub(crate) draining: watch::Receiver<bool>,
     /// Cancelled when the shutdown deadline has passed: close at once.
     pub(crate) force: CancellationToken,
+    /// The listener's TCP connections' idle timeouts.
+    pub(crate) idle: Arc<crate::idle_sweep::IdleSweep>,
 }
 
 /// Serves one accepted connection to the end.

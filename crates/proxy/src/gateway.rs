@@ -782,6 +782,7 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
     let signals = Signals {
         draining: draining_rx,
         force: force.clone(),
+        idle: Arc::default(),
     };
     let accept = tokio::spawn(accept_loop(
         bound,

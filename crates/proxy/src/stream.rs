@@ -18,7 +18,6 @@ use sluice_tls::TlsInfo;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
@@ -268,33 +267,21 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
 {
-    let clock = Instant::now();
-    let last = Arc::new(AtomicU64::new(0));
-    let mut client = Counted::new(client, clock, last.clone());
-    let mut upstream = Counted::new(upstream, clock, last.clone());
-    let tick = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
-    let mut timer = tokio::time::interval(tick);
-    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let activity = signals.idle.watch(idle);
+    let mut client = Counted::new(client, activity.clone());
+    let mut upstream = Counted::new(upstream, activity.clone());
     {
         let copy =
             tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, BUFFER, BUFFER);
-        tokio::pin!(copy);
-        loop {
-            tokio::select! {
-                r = &mut copy => {
-                    if let Err(e) = r {
-                        tracing::debug!(error = %e, "TCP connection ended with an error");
-                    }
-                    break;
+        tokio::select! {
+            r = copy => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "TCP connection ended with an error");
                 }
-                () = signals.force.cancelled() => break,
-                _ = timer.tick() => {
-                    let quiet = clock.elapsed().saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
-                    if quiet >= idle {
-                        tracing::debug!(?idle, "TCP connection idle; closing it");
-                        break;
-                    }
-                }
+            }
+            () = signals.force.cancelled() => {}
+            () = activity.expired.notified() => {
+                tracing::debug!(?idle, "TCP connection idle; closing it");
             }
         }
     }
@@ -305,22 +292,16 @@ where
 struct Counted<S> {
     inner: S,
     read: u64,
-    clock: Instant,
-    last: Arc<AtomicU64>,
+    activity: Arc<crate::idle_sweep::Activity>,
 }
 
 impl<S> Counted<S> {
-    fn new(inner: S, clock: Instant, last: Arc<AtomicU64>) -> Self {
+    fn new(inner: S, activity: Arc<crate::idle_sweep::Activity>) -> Self {
         Counted {
             inner,
             read: 0,
-            clock,
-            last,
+            activity,
         }
-    }
-    fn touch(&self) {
-        self.last
-            .store(self.clock.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 }
 
@@ -335,7 +316,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
         let n = buf.filled().len() - before;
         if n > 0 {
             self.read += n as u64;
-            self.touch();
+            self.activity.touch();
         }
         polled
     }
@@ -349,7 +330,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.touch();
+            self.activity.touch();
         }
         polled
     }
