@@ -940,3 +940,65 @@ upstream = "app"
     let health = gw.gateway().upstream_health();
     assert!(health[0].servers[0].up, "{health:?}");
 }
+
+#[tokio::test]
+async fn each_tcp_connection_ends_with_one_access_log_line() {
+    let server = echo().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let text = format!(
+        r#"
+[log]
+access_log = "{}"
+[[listener]]
+name = "t"
+address = "127.0.0.1:0"
+kind = "tcp"
+upstream = "e"
+[[listener]]
+name = "pass"
+address = "127.0.0.1:0"
+kind = "tcp"
+passthrough = {{ "a.test" = "e" }}
+[[upstream]]
+name = "e"
+servers = [{{ address = "{server}" }}]
+"#,
+        log.display()
+    );
+    let snapshot = sluice_config::load_str(&text, "t.toml", dir.path()).unwrap();
+    let gw = sluice_proxy::Gateway::start(std::sync::Arc::new(snapshot))
+        .await
+        .unwrap();
+    let mut tcp = TcpStream::connect(gw.local_addr("t").unwrap())
+        .await
+        .unwrap();
+    tcp.write_all(b"ping").await.unwrap();
+    let mut back = [0u8; 4];
+    tcp.read_exact(&mut back).await.unwrap();
+    drop(tcp);
+    assert_eq!(
+        exchange(gw.local_addr("pass").unwrap(), b"not tls").await,
+        ""
+    );
+    let m = gw.metrics();
+    wait_until(|| m.snapshot().tcp[0] == 1 && m.snapshot().tcp[2] == 1).await;
+    gw.access_log().flush();
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let proxied = lines
+        .lines()
+        .find(|l| l.contains(" t \"TCP - tcp\" "))
+        .unwrap_or_else(|| panic!("no line for the proxied connection in:\n{lines}"));
+    assert!(proxied.contains("\" 200 in=4 out=4 "), "{proxied}");
+    assert!(proxied.contains(&format!("upstream={server}")), "{proxied}");
+    let refused = lines
+        .lines()
+        .find(|l| l.contains(" pass \"TCP - tcp\" "))
+        .unwrap_or_else(|| panic!("no line for the refused hello in:\n{lines}"));
+    assert!(refused.contains("\" 400 "), "{refused}");
+    assert_eq!(
+        lines.lines().count(),
+        2,
+        "one line per connection:\n{lines}"
+    );
+}
