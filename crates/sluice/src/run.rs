@@ -279,6 +279,10 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| dir.join("sluice.pid"));
         let instance = Instance::create(&pid_file, inherited.is_upgrade())?;
+        // Every signal the banner names is handled before it is printed: a supervisor (or a
+        // test) that sends one as soon as it reads the banner must not meet the default
+        // action, which for SIGTERM, SIGINT, SIGHUP and SIGUSR2 ends the process at once.
+        let signals = Signals::install()?;
         // Serving: an old process that started this one may stop accepting now.
         inherited.ready();
         banner(
@@ -290,16 +294,24 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             &pid_file,
         );
 
-        let reloads = tokio::spawn(reload_on_hangup(control.clone(), instance.clone()));
+        let Signals {
+            hup,
+            usr2,
+            mut term,
+            mut int,
+        } = signals;
+        let reloads = tokio::spawn(reload_on_hangup(hup, control.clone(), instance.clone()));
         let upgraded = tokio::sync::watch::channel(false);
         let upgrades = tokio::spawn(upgrade_on_usr2(
+            usr2,
             running.clone(),
             pid_file.clone(),
             upgraded.0,
         ));
         let mut upgraded = upgraded.1;
         tokio::select! {
-            r = wait_for_signal() => r?,
+            _ = term.recv() => {}
+            _ = int.recv() => {}
             _ = upgraded.wait_for(|done| *done) => {
                 eprintln!("sluice: the new binary serves; this process stops accepting");
             }
@@ -333,12 +345,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
 /// SIGUSR2: start the binary again with the listening sockets; once it serves, tell the main
 /// task to drain and exit. A failed attempt leaves this process serving.
 async fn upgrade_on_usr2(
+    mut usr2: tokio::signal::unix::Signal,
     running: Arc<Running>,
     pid_file: PathBuf,
     done: tokio::sync::watch::Sender<bool>,
 ) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut usr2 = signal(SignalKind::user_defined2()).context("installing the SIGUSR2 handler")?;
     while usr2.recv().await.is_some() {
         tracing::info!("upgrade requested: starting the new binary with the listening sockets");
         let outcome = crate::upgrade::hand_over(running.listening_fds().await).await;
@@ -357,11 +368,10 @@ async fn upgrade_on_usr2(
 
 /// SIGHUP: reload, and leave the outcome where `sluice reload` looks for it.
 async fn reload_on_hangup(
+    mut hup: tokio::signal::unix::Signal,
     control: Arc<Controller>,
     instance: Option<Arc<Instance>>,
 ) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     while hup.recv().await.is_some() {
         let result = control.reload().await;
         if let Some(instance) = &instance {
@@ -442,13 +452,22 @@ fn banner(
     let _ = std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes());
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// The signals `sluice run` handles, installed together before the banner names them.
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            hup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
+            usr2: signal(SignalKind::user_defined2()).context("installing the SIGUSR2 handler")?,
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
     }
-    Ok(())
 }
