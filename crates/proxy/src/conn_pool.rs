@@ -197,15 +197,15 @@ impl ConnPool {
                 }
             };
         let _ = tcp.set_nodelay(true);
-        let mut tcp = tcp;
-        if let Some(v) = self.proxy_protocol {
-            use tokio::io::AsyncWriteExt as _;
-            let header = crate::proxy_protocol::header(v, at.client, at.local);
-            tcp.write_all(&header).await.map_err(|e| failed(e.into()))?;
-        }
-        let io = crate::upstream_tls::UpstreamIo::start(self.tls.as_deref(), addr, tcp)
-            .await
-            .map_err(|e| failed(e.into()))?;
+        let io = crate::upstream_tls::UpstreamIo::open(
+            tcp,
+            addr,
+            self.proxy_protocol,
+            at,
+            self.tls.as_deref(),
+        )
+        .await
+        .map_err(|e| failed(e.into()))?;
         let (sender, conn) = http1::Builder::new()
             .handshake(TokioIo::new(io))
             .await

@@ -211,25 +211,9 @@ pub(crate) async fn serve(
     let state = Arc::new(ConnState::new());
     let cfg = &listener.config;
     if let Some(acceptor) = &listener.tls {
-        let handshake = tokio::select! {
-            r = tokio::time::timeout(cfg.header_read_timeout, acceptor.accept(tcp)) => r,
-            () = signals.force.cancelled() => return,
+        let Some((stream, info)) = handshake(&listener, acceptor, tcp, peer, &signals).await else {
+            return;
         };
-        let stream = match handshake {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                listener.metrics.handshake_failed();
-                tracing::debug!(listener = %listener.name, %peer, error = %e, "TLS handshake failed");
-                return;
-            }
-            Err(_) => {
-                listener.metrics.handshake_failed();
-                tracing::debug!(listener = %listener.name, %peer, "TLS handshake timed out");
-                return;
-            }
-        };
-        let info = TlsInfo::from_ssl(stream.ssl());
-        listener.metrics.handshake(info.version, info.resumed);
         let h2 = info.h2;
         // Coalesce hyper's writes (HTTP/2 writes a frame header and its data separately) so
         // that one flush becomes one TLS record and one send(2), not several.
@@ -274,6 +258,41 @@ pub(crate) async fn serve(
         });
         run(proto, io, ctx, signals).await;
     }
+}
+
+/// The TLS handshake of a listener's connection (HTTP or TCP), within
+/// `header_read_timeout`, counted; `None` (logged at debug) when it fails, times out, or the
+/// gateway forces its connections closed.
+pub(crate) async fn handshake(
+    listener: &ListenerCtx,
+    acceptor: &sluice_tls::TlsAcceptor,
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+    signals: &Signals,
+) -> Option<(
+    tokio_boring::SslStream<sluice_tls::OffloadIo<TcpStream>>,
+    TlsInfo,
+)> {
+    let accepted = tokio::select! {
+        r = tokio::time::timeout(listener.config.header_read_timeout, acceptor.accept(tcp)) => r,
+        () = signals.force.cancelled() => return None,
+    };
+    let stream = match accepted {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            listener.metrics.handshake_failed();
+            tracing::debug!(listener = %listener.name, %peer, error = %e, "TLS handshake failed");
+            return None;
+        }
+        Err(_) => {
+            listener.metrics.handshake_failed();
+            tracing::debug!(listener = %listener.name, %peer, "TLS handshake timed out");
+            return None;
+        }
+    };
+    let info = TlsInfo::from_ssl(stream.ssl());
+    listener.metrics.handshake(info.version, info.resumed);
+    Some((stream, info))
 }
 
 /// What a connection speaks, when known before its first byte.

@@ -14,7 +14,6 @@ use crate::connection::Signals;
 use crate::handler::ListenerCtx;
 use crate::upstream::UpstreamGroup;
 use sluice_config::TcpProxy;
-use sluice_tls::TlsInfo;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -113,25 +112,11 @@ pub(crate) async fn serve(
     match &listener.tls {
         None => relay(&listener, proxy, group, tcp, &[], at, log, start, &signals).await,
         Some(acceptor) => {
-            let handshake = tokio::select! {
-                r = tokio::time::timeout(deadline, acceptor.accept(tcp)) => r,
-                () = signals.force.cancelled() => return,
+            let Some((stream, info)) =
+                crate::connection::handshake(&listener, acceptor, tcp, at.client, &signals).await
+            else {
+                return;
             };
-            let stream = match handshake {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    listener.metrics.handshake_failed();
-                    tracing::debug!(listener = %listener.name, client = %at.client, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    listener.metrics.handshake_failed();
-                    tracing::debug!(listener = %listener.name, client = %at.client, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let info = TlsInfo::from_ssl(stream.ssl());
-            listener.metrics.handshake(info.version, info.resumed);
             log.protocol = "tls";
             log.tls_version = info.version;
             log.tls_resumed = Some(info.resumed);
@@ -239,20 +224,18 @@ fn end(listener: &ListenerCtx, mut log: Entry, start: Instant, status: u16, outc
     listener.access_log.log(&log);
 }
 
-/// A new server connection made ready for the client's bytes: the PROXY protocol header
-/// (cleartext, before anything else), TLS (`[upstream.tls]`), and the bytes to replay.
+/// A new server connection made ready for the client's bytes: PROXY header and TLS as the
+/// group asks, then the bytes to replay.
 async fn hello_upstream(
-    mut up: TcpStream,
+    up: TcpStream,
     group: &UpstreamGroup,
     addr: SocketAddr,
     at: Addresses,
     replay: &[u8],
 ) -> std::io::Result<crate::upstream_tls::UpstreamIo> {
-    if let Some(v) = group.config.send_proxy_protocol {
-        up.write_all(&crate::proxy_protocol::header(v, at.client, at.local))
-            .await?;
-    }
-    let mut up = crate::upstream_tls::UpstreamIo::start(group.tls.as_deref(), addr, up).await?;
+    let proxy = group.config.send_proxy_protocol;
+    let mut up =
+        crate::upstream_tls::UpstreamIo::open(up, addr, proxy, at, group.tls.as_deref()).await?;
     if !replay.is_empty() {
         up.write_all(replay).await?;
     }

@@ -88,6 +88,23 @@ pub(crate) enum UpstreamIo {
 }
 
 impl UpstreamIo {
+    /// A new server connection made ready for requests or a client's bytes: the PROXY
+    /// protocol header naming the client first (cleartext, as HAProxy sends it), then TLS.
+    pub(crate) async fn open(
+        mut tcp: TcpStream,
+        addr: SocketAddr,
+        proxy: Option<sluice_config::ProxyProtocol>,
+        at: crate::stream::Addresses,
+        tls: Option<&UpstreamConnector>,
+    ) -> std::io::Result<UpstreamIo> {
+        if let Some(v) = proxy {
+            use tokio::io::AsyncWriteExt as _;
+            tcp.write_all(&crate::proxy_protocol::header(v, at.client, at.local))
+                .await?;
+        }
+        Self::start(tls, addr, tcp).await
+    }
+
     /// `tcp`, after a TLS handshake when `tls` is set.
     pub(crate) async fn start(
         tls: Option<&UpstreamConnector>,
