@@ -71,7 +71,11 @@ impl Pool {
     /// or can be started.
     fn submit(&'static self, job: Job) -> Result<(), Job> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.waiting == 0 && st.threads < MAX_THREADS {
+        // A waiting thread is free only if no queued job has claimed it yet: two jobs
+        // submitted before it wakes must not both count on it (they would then run one after
+        // the other on it, and jobs that wait on each other would hang).
+        let free = st.waiting.saturating_sub(st.jobs.len());
+        if free == 0 && st.threads < MAX_THREADS {
             let spawned = std::thread::Builder::new()
                 .name("sluice-idle".into())
                 .spawn(move || self.work());
@@ -147,21 +151,28 @@ mod tests {
     #[test]
     fn jobs_that_wait_on_each_other_do_not_deadlock_the_pool() {
         // Each job waits until all have started: with fewer threads than jobs this hangs.
+        // Several rounds, so that later rounds find threads waiting and submit against them
+        // concurrently (the race where two jobs counted on one waiting thread).
         let n = 4;
-        let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
-        let callers: Vec<_> = (0..n)
-            .map(|i| {
-                let b = barrier.clone();
-                std::thread::spawn(move || {
-                    run_idle(move || {
-                        b.wait();
-                        (i, current_policy())
+        for _round in 0..50 {
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+            let start = std::sync::Arc::new(std::sync::Barrier::new(n));
+            let callers: Vec<_> = (0..n)
+                .map(|i| {
+                    let b = barrier.clone();
+                    let s = start.clone();
+                    std::thread::spawn(move || {
+                        s.wait();
+                        run_idle(move || {
+                            b.wait();
+                            (i, current_policy())
+                        })
                     })
                 })
-            })
-            .collect();
-        for (i, c) in callers.into_iter().enumerate() {
-            assert_eq!(c.join().unwrap(), (i, libc::SCHED_IDLE));
+                .collect();
+            for (i, c) in callers.into_iter().enumerate() {
+                assert_eq!(c.join().unwrap(), (i, libc::SCHED_IDLE));
+            }
         }
     }
 
