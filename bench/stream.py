@@ -64,6 +64,10 @@ pid {d}/nginx.pid;
 worker_rlimit_nofile 20000;
 events {{ worker_connections 10000; multi_accept on; }}
 stream {{
+    # Half-close passed on, as Sluice and HAProxy's mode tcp always do (NGINX's default,
+    # off, closes both sides at the first end of stream: less work, and a client that
+    # half-closes loses the reply).
+    proxy_half_close on;
     upstream echo {{ server 127.0.0.1:{ECHO_PORT}; }}
     upstream origin {{ server 127.0.0.1:{ORIGIN_PORT}; }}
     server {{

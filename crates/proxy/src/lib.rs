@@ -31,6 +31,7 @@ mod proxy_protocol;
 mod rate_limit;
 mod retry;
 mod router;
+mod splice;
 mod split;
 mod sticky;
 mod stream;

@@ -15,15 +15,10 @@ use crate::handler::ListenerCtx;
 use crate::upstream::UpstreamGroup;
 use sluice_config::TcpProxy;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use std::time::{Instant, SystemTime};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-
-/// Bytes buffered per direction while splicing (NGINX's `proxy_buffer_size` is 16k).
-const BUFFER: usize = 16 * 1024;
 
 /// Indexes into [`crate::TCP_OUTCOMES`].
 const PROXIED: usize = 0;
@@ -165,7 +160,7 @@ async fn relay<C>(
     start: Instant,
     signals: &Signals,
 ) where
-    C: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncRead + AsyncWrite + crate::splice::FinOnClose + Unpin,
 {
     let key = group.client_key(at.client.ip());
     let mut tried = Vec::with_capacity(2);
@@ -209,7 +204,8 @@ async fn relay<C>(
         tracing::warn!(upstream = %group.config.name, %addr, error = %failure, "connecting to the upstream server failed");
     };
     log.upstream_time = Some(start.elapsed());
-    let (sent, received) = splice(client, upstream, proxy.idle_timeout, signals).await;
+    let (sent, received) =
+        crate::splice::splice(client, upstream, proxy.idle_timeout, signals).await;
     drop(server);
     log.bytes_in = sent;
     log.bytes_out = received;
@@ -240,87 +236,4 @@ async fn hello_upstream(
         up.write_all(replay).await?;
     }
     Ok(up)
-}
-
-/// Copies both ways until both have ended (a half-close is passed on), an error, `idle`
-/// with no byte either way, or the gateway's forced close. Returns the bytes sent by the
-/// client and by the server.
-async fn splice<C, U>(client: C, upstream: U, idle: Duration, signals: &Signals) -> (u64, u64)
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    U: AsyncRead + AsyncWrite + Unpin,
-{
-    let activity = signals.idle.watch(idle);
-    let mut client = Counted::new(client, activity.clone());
-    let mut upstream = Counted::new(upstream, activity.clone());
-    {
-        let copy =
-            tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, BUFFER, BUFFER);
-        tokio::select! {
-            r = copy => {
-                if let Err(e) = r {
-                    tracing::debug!(error = %e, "TCP connection ended with an error");
-                }
-            }
-            () = signals.force.cancelled() => {}
-            () = activity.expired.notified() => {
-                tracing::debug!(?idle, "TCP connection idle; closing it");
-            }
-        }
-    }
-    (client.read, upstream.read)
-}
-
-/// A stream that counts the bytes read from it and notes when any I/O last moved bytes.
-struct Counted<S> {
-    inner: S,
-    read: u64,
-    activity: Arc<crate::idle_sweep::Activity>,
-}
-
-impl<S> Counted<S> {
-    fn new(inner: S, activity: Arc<crate::idle_sweep::Activity>) -> Self {
-        Counted {
-            inner,
-            read: 0,
-            activity,
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let n = buf.filled().len() - before;
-        if n > 0 {
-            self.read += n as u64;
-            self.activity.touch();
-        }
-        polled
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }
