@@ -34,10 +34,40 @@ fn error(status: StatusCode, message: &str) -> Reply {
     json_reply(status, &json!({ "error": message }))
 }
 
-pub(crate) async fn respond(s: &Sources, req: Request<Incoming>, peer: SocketAddr) -> Reply {
+pub(crate) async fn respond(
+    s: &Sources,
+    history: &crate::stats::History,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Reply {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
     match (&method, path.as_str()) {
+        // The page is public like /metrics; its data, from elsewhere than loopback, needs the
+        // token, which the page asks for.
+        (&Method::GET, "/") => {
+            let mut r = reply(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                crate::stats::PAGE,
+            );
+            r.headers_mut().insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(
+                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'",
+                ),
+            );
+            r
+        }
+        (&Method::GET, "/api/v1/stats") => {
+            if !peer.ip().is_loopback()
+                && let Some(denied) = refuse_unauthorized(s, &req)
+            {
+                return denied;
+            }
+            json_reply(StatusCode::OK, &history.json(s))
+        }
+        (_, "/api/v1/stats") => not_allowed("GET"),
         (&Method::GET, "/metrics") => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -80,7 +110,7 @@ pub(crate) async fn respond(s: &Sources, req: Request<Incoming>, peer: SocketAdd
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: try /metrics, /status, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME, /api/v1/upstreams/NAME/health or POST /api/v1/reload\n",
+            "not found: try / (the dashboard), /metrics, /status, /api/v1/stats, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME, /api/v1/upstreams/NAME/health or POST /api/v1/reload\n",
         ),
     }
 }

@@ -7,6 +7,7 @@
 
 mod api;
 mod health;
+mod stats;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use sluice_compress::{ByteCount, Codec, CompressCounters, SkipReason};
@@ -46,17 +47,23 @@ pub fn serve_on(
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let bound = socket.local_addr()?;
     let sources = Arc::new(sources);
+    let history = Arc::new(stats::History::default());
     let task = tokio::spawn(async move {
+        // The dashboard's sampler lives as long as the listener: aborting this task drops it.
+        let _sampler = AbortOnDrop(tokio::spawn(stats::sample(
+            history.clone(),
+            sources.clone(),
+        )));
         loop {
             let Ok((tcp, peer)) = socket.accept().await else {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             };
-            let sources = sources.clone();
+            let (sources, history) = (sources.clone(), history.clone());
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| {
-                    let sources = sources.clone();
-                    async move { Ok::<_, Infallible>(api::respond(&sources, req, peer).await) }
+                    let (sources, history) = (sources.clone(), history.clone());
+                    async move { Ok::<_, Infallible>(api::respond(&sources, &history, req, peer).await) }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(tcp), svc)
@@ -65,6 +72,15 @@ pub fn serve_on(
         }
     });
     Ok((bound, task))
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -171,6 +171,51 @@ pub struct HistogramSnapshot {
     pub sum: u64,
 }
 
+impl HistogramSnapshot {
+    /// What was observed since `earlier` (a snapshot of the same histogram), bucket by bucket.
+    pub fn since(&self, earlier: &HistogramSnapshot) -> HistogramSnapshot {
+        HistogramSnapshot {
+            bounds: self.bounds,
+            counts: self
+                .counts
+                .iter()
+                .zip(earlier.counts.iter().chain(std::iter::repeat(&0)))
+                .map(|(now, then)| now.saturating_sub(*then))
+                .collect(),
+            sum: self.sum.saturating_sub(earlier.sum),
+        }
+    }
+
+    /// Observations counted.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The `q` quantile (0 to 1), interpolated linearly inside its bucket (Prometheus's
+    /// `histogram_quantile`); `None` when nothing was observed. A quantile in the +Inf
+    /// bucket reads as the last finite bound: the histogram cannot say more.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let total = self.total();
+        if total == 0 {
+            return None;
+        }
+        let rank = q.clamp(0.0, 1.0) * total as f64;
+        let mut below = 0u64;
+        for (i, &n) in self.counts.iter().enumerate() {
+            if n > 0 && (below + n) as f64 >= rank {
+                let Some(&upper) = self.bounds.get(i) else {
+                    return self.bounds.last().map(|&b| b as f64);
+                };
+                let lower = if i == 0 { 0 } else { self.bounds[i - 1] };
+                let within = (rank - below as f64) / n as f64;
+                return Some(lower as f64 + (upper - lower) as f64 * within);
+            }
+            below += n;
+        }
+        self.bounds.last().map(|&b| b as f64)
+    }
+}
+
 impl CountersSnapshot {
     /// Jobs that fell back for `reason`.
     pub fn fell_back(&self, reason: FallbackReason) -> u64 {
@@ -239,5 +284,35 @@ impl EngineCounters {
             latency_us: self.latency_us.snapshot(),
             batch_size: self.batch_size.snapshot(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate_inside_their_bucket_and_deltas_subtract() {
+        let h = Histogram::new(&[10, 20, 40]);
+        assert_eq!(h.snapshot().quantile(0.5), None, "nothing observed");
+        let before = h.snapshot();
+        for v in [1, 2, 3, 4, 15, 16, 17, 18, 30, 1000] {
+            h.observe(v);
+        }
+        let d = h.snapshot().since(&before);
+        assert_eq!(d.counts, vec![4, 4, 1, 1]);
+        assert_eq!(d.total(), 10);
+        // Rank 5 of 10 is the first of the (10, 20] bucket's 4: a quarter into it.
+        assert_eq!(d.quantile(0.5), Some(12.5));
+        // Rank 9 is the only one in (20, 40]: its top.
+        assert_eq!(d.quantile(0.9), Some(40.0));
+        // Rank 9.9 falls in +Inf: the last finite bound.
+        assert_eq!(d.quantile(0.99), Some(40.0));
+        let later = h.snapshot();
+        h.observe(5);
+        let d = h.snapshot().since(&later);
+        assert_eq!(d.counts, vec![1, 0, 0, 0]);
+        assert_eq!(d.sum, 5);
+        assert_eq!(d.quantile(0.99), Some(9.9));
     }
 }

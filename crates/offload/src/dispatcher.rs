@@ -194,6 +194,16 @@ impl<J: Job> Dispatcher<J> {
             .collect()
     }
 
+    /// Whether each engine's breaker is open, in [`Dispatcher::counters`]' order (the
+    /// software engine has none: always false).
+    pub fn breakers_open(&self) -> Vec<bool> {
+        self.chain
+            .iter()
+            .map(|s| s.breaker.is_open())
+            .chain(std::iter::once(false))
+            .collect()
+    }
+
     /// Whether the breaker of the chain engine at `index` is open.
     pub fn breaker_open(&self, index: usize) -> bool {
         self.chain.get(index).is_some_and(|s| s.breaker.is_open())

@@ -83,6 +83,11 @@ impl Compressor {
     pub fn engine_counters(&self) -> Vec<sluice_offload::CountersSnapshot> {
         self.dispatcher.counters()
     }
+
+    /// Whether each chunk engine's breaker is open, in [`Compressor::engine_counters`]' order.
+    pub fn breakers_open(&self) -> Vec<bool> {
+        self.dispatcher.breakers_open()
+    }
 }
 
 /// What the stage needs to know of the request.

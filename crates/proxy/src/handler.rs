@@ -82,7 +82,12 @@ impl OnDone for Done {
         self.entry.duration = self.start.elapsed();
         self.entry.aborted = !complete;
         self.log.log(&self.entry);
-        self.metrics.response(self.entry.status);
+        self.metrics.response(
+            self.entry.status,
+            self.entry.bytes_in,
+            bytes_out,
+            self.entry.duration,
+        );
         self.state.request_finished();
     }
 }

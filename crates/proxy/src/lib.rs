@@ -44,8 +44,8 @@ pub use compression::Compressor;
 pub use error::ProxyError;
 pub use gateway::{ApplyReport, Gateway};
 pub use metrics::{
-    PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, STATUS_CLASSES, TCP_OUTCOMES,
-    TLS_VERSIONS, UPSTREAM_ERRORS,
+    PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, REQUEST_LATENCY_BUCKETS_US,
+    STATUS_CLASSES, TCP_OUTCOMES, TLS_VERSIONS, UPSTREAM_ERRORS,
 };
 pub use router::Router;
 pub use upstream::{ServerHealthReport, UpstreamHealth};

@@ -1,6 +1,7 @@
 //! Counters of the data plane, read by the admin listener's `/metrics` and `/status`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// TLS versions counted separately.
 pub const TLS_VERSIONS: [&str; 2] = ["TLSv1.2", "TLSv1.3"];
@@ -27,6 +28,25 @@ pub struct ProxyMetrics {
     tcp: [AtomicU64; 5],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`].
     proxy_protocol: [AtomicU64; 4],
+    /// HTTP request and response body bytes: from clients, to clients.
+    bytes: [AtomicU64; 2],
+    /// HTTP request latency, first byte of the request to the end of its response.
+    latency: RequestLatency,
+}
+
+/// Buckets of HTTP request latency in microseconds (250 µs to 10 s).
+pub const REQUEST_LATENCY_BUCKETS_US: &[u64] = &[
+    250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 5_000_000, 10_000_000,
+];
+
+#[derive(Debug)]
+struct RequestLatency(sluice_offload::Histogram);
+
+impl Default for RequestLatency {
+    fn default() -> Self {
+        RequestLatency(sluice_offload::Histogram::new(REQUEST_LATENCY_BUCKETS_US))
+    }
 }
 
 /// How a `kind = "tcp"` listener's connection went: proxied to a server; refused by the
@@ -67,6 +87,8 @@ pub struct ProxySnapshot {
     pub tcp: [u64; 5],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`] index.
     pub proxy_protocol: [u64; 4],
+    /// HTTP body bytes from clients and to clients.
+    pub bytes: [u64; 2],
 }
 
 impl ProxyMetrics {
@@ -80,9 +102,18 @@ impl ProxyMetrics {
         self.handshake_failures.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn response(&self, status: u16) {
+    /// A response finished (or was cut): its status, body bytes each way and latency.
+    pub(crate) fn response(&self, status: u16, bytes_in: u64, bytes_out: u64, took: Duration) {
         let class = usize::from(status / 100).clamp(1, 5) - 1;
         self.requests[class].fetch_add(1, Ordering::Relaxed);
+        self.bytes[0].fetch_add(bytes_in, Ordering::Relaxed);
+        self.bytes[1].fetch_add(bytes_out, Ordering::Relaxed);
+        self.latency.0.observe(took.as_micros() as u64);
+    }
+
+    /// HTTP request latency in microseconds, by [`REQUEST_LATENCY_BUCKETS_US`].
+    pub fn latency_us(&self) -> sluice_offload::HistogramSnapshot {
+        self.latency.0.snapshot()
     }
 
     /// `kind` is an index into [`UPSTREAM_ERRORS`].
@@ -127,6 +158,7 @@ impl ProxyMetrics {
             connections_refused: std::array::from_fn(|i| l(&self.refused[i])),
             tcp: std::array::from_fn(|i| l(&self.tcp[i])),
             proxy_protocol: std::array::from_fn(|i| l(&self.proxy_protocol[i])),
+            bytes: std::array::from_fn(|i| l(&self.bytes[i])),
         }
     }
 }

@@ -171,6 +171,11 @@ impl KeyOffload {
     pub fn counters(&self) -> Vec<CountersSnapshot> {
         self.dispatcher.counters()
     }
+
+    /// Whether each crypto engine's breaker is open, in [`KeyOffload::counters`]' order.
+    pub fn breakers_open(&self) -> Vec<bool> {
+        self.dispatcher.breakers_open()
+    }
 }
 
 /// The engines of the chain: `[offload.crypto] engines`, then any other that a certificate's
