@@ -32,6 +32,8 @@ struct Sample {
     cpu_s: Option<f64>,
     /// Each offload engine: its service (`crypto`, `compress`), counters and breaker.
     engines: Vec<(&'static str, CountersSnapshot, bool)>,
+    /// Event-loop CPU the offload engines saved so far, seconds.
+    saved_s: f64,
 }
 
 /// The last [`KEEP`] samples.
@@ -98,6 +100,7 @@ fn take(s: &Sources) -> Sample {
         latency_us: metrics.latency_us(),
         cpu_s: process_cpu_seconds(),
         engines,
+        saved_s: (offload.cpu_saved() + compressor.cpu_saved()).as_secs_f64(),
     }
 }
 
@@ -273,6 +276,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
             "bytes_in": rates(samples, |x| x.proxy.bytes[0] as f64),
             "bytes_out": rates(samples, |x| x.proxy.bytes[1] as f64),
             "cpu": cpu,
+            "cpu_saved": rates(samples, |x| x.saved_s),
             "engine_jobs": engine_jobs,
         },
         "totals": {
@@ -282,7 +286,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
             "bytes_in": now.proxy.bytes[0],
             "bytes_out": now.proxy.bytes[1],
         },
-        "cpu": { "used_s": now.cpu_s },
+        "cpu": { "used_s": now.cpu_s, "saved_s": now.saved_s },
         "engines": engines,
         "compression": compression,
         "upstreams": upstreams,
@@ -307,6 +311,7 @@ mod tests {
             latency_us: h.snapshot(),
             cpu_s: Some(unix / 10.0),
             engines: Vec::new(),
+            saved_s: 0.0,
         }
     }
 

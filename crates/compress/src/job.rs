@@ -52,6 +52,11 @@ impl Job for ChunkJob {
     fn batch_key(&self) -> u64 {
         self.encoding.codec as u64
     }
+
+    fn inline_cost(&self) -> Option<std::time::Duration> {
+        let ns = crate::cost::per_byte_ns(&self.encoding)? * self.input_len() as f64;
+        Some(std::time::Duration::from_nanos(ns as u64))
+    }
 }
 
 /// A compressed chunk and the engine that made it (for the per-engine byte counters).

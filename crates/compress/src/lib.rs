@@ -19,6 +19,7 @@
 //! output. This crate knows nothing of HTTP beyond that header's grammar.
 
 mod codec;
+pub mod cost;
 mod counters;
 mod deflate;
 mod encoder;

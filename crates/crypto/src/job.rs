@@ -336,6 +336,10 @@ impl Job for KeyJob {
             KeyKind::Ed25519 => 3 << 32,
         }
     }
+
+    fn inline_cost(&self) -> Option<std::time::Duration> {
+        crate::cost::inline_cost(self.batch_key())
+    }
 }
 
 /// Primitive then finish: what the software engines (`inline`, `pool`) run.

@@ -18,6 +18,7 @@
 //!
 //! Dependencies point one way: this crate knows the offload layer and nothing of TLS or HTTP.
 
+pub mod cost;
 mod engines;
 mod job;
 mod key;

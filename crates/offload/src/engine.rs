@@ -14,6 +14,12 @@ pub trait Job: Clone + Send + 'static {
     fn batch_key(&self) -> u64 {
         0
     }
+
+    /// What the job would cost on the event loop, as measured on this machine, if known:
+    /// the dispatcher credits it to "CPU saved" when an engine off the event loop ran it.
+    fn inline_cost(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// Why an engine refused a job at once. The dispatcher matches on it exhaustively.

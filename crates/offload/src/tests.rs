@@ -13,6 +13,10 @@ impl Job for Square {
     fn batch_key(&self) -> u64 {
         self.0 % 2
     }
+    /// n µs inline; 0 stands for a job of unknown cost.
+    fn inline_cost(&self) -> Option<Duration> {
+        (self.0 > 0).then(|| Duration::from_micros(self.0))
+    }
 }
 
 fn square(j: &Square) -> Result<u64, EngineError> {
@@ -98,6 +102,24 @@ conformance!(
     pool,
     Arc::new(Pool::new("test-pool", 2, 64, square).unwrap())
 );
+
+#[tokio::test]
+async fn jobs_run_off_the_event_loop_are_credited_with_their_inline_cost_and_others_not() {
+    let pool: Arc<dyn Engine<Square>> = Arc::new(Pool::new("pool", 1, 16, square).unwrap());
+    let d = DispatcherBuilder::new(software()).engine(pool).build();
+    for i in 0..=10 {
+        assert_eq!(d.run(Square(i)).await, Ok(i * i));
+    }
+    assert_eq!(
+        d.cpu_saved(),
+        Duration::from_micros(55),
+        "1 + 2 + ... + 10 µs"
+    );
+    // Only the software engine: nothing was saved, whatever the jobs cost.
+    let inline = DispatcherBuilder::new(software()).build();
+    assert_eq!(inline.run(Square(9)).await, Ok(81));
+    assert_eq!(inline.cpu_saved(), Duration::ZERO);
+}
 
 #[tokio::test]
 async fn pool_rejects_past_capacity_and_the_job_falls_back() {

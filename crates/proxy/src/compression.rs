@@ -84,6 +84,12 @@ impl Compressor {
         self.dispatcher.counters()
     }
 
+    /// The event-loop CPU time offloaded compression would have cost inline (chunks carry
+    /// no measured cost yet: zero until they do).
+    pub fn cpu_saved(&self) -> std::time::Duration {
+        self.dispatcher.cpu_saved()
+    }
+
     /// Whether each chunk engine's breaker is open, in [`Compressor::engine_counters`]' order.
     pub fn breakers_open(&self) -> Vec<bool> {
         self.dispatcher.breakers_open()
@@ -149,6 +155,24 @@ fn codec_of(c: ContentCoding) -> Codec {
         ContentCoding::Gzip => Codec::Gzip,
         ContentCoding::Brotli => Codec::Brotli,
         ContentCoding::Zstd => Codec::Zstd,
+    }
+}
+
+/// Measures, once per process, what each encoding the routes use costs per byte inline.
+pub(crate) fn calibrate(routes: &[Arc<sluice_config::Route>]) {
+    let mut seen: Vec<Encoding> = Vec::new();
+    for route in routes {
+        let settings = &route.compression;
+        if !settings.enabled {
+            continue;
+        }
+        for coding in &settings.codecs {
+            let e = encoding_for(settings, codec_of(*coding));
+            if !seen.contains(&e) {
+                seen.push(e);
+                sluice_compress::cost::calibrate(e);
+            }
+        }
     }
 }
 

@@ -462,6 +462,8 @@ async fn prepare(
                 redis.as_ref(),
                 &old_limiters,
             );
+            // What the routes' encodings cost inline, once each (the dashboard's CPU saved).
+            crate::compression::calibrate(&snapshot.routes);
             (
                 KeyOffload::identity(&snapshot),
                 compress_config(&snapshot),

@@ -91,7 +91,10 @@ pub(crate) fn x509_credential(
         if keyless {
             key = key.with_key_id(key_id(&cert.chain[0])?);
         }
-        crate::offload::attach(&credential, Arc::new(key), engines)?;
+        let key = Arc::new(key);
+        // Once per kind of key: what its signatures cost inline (the dashboard's CPU saved).
+        sluice_crypto::cost::calibrate(&key);
+        crate::offload::attach(&credential, key, engines)?;
         return Ok(credential);
     }
     // SAFETY: both pointers are live for the call; set1 takes its own reference to the key.

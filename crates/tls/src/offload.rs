@@ -172,6 +172,11 @@ impl KeyOffload {
         self.dispatcher.counters()
     }
 
+    /// The event-loop CPU time offloaded private-key operations would have cost inline.
+    pub fn cpu_saved(&self) -> std::time::Duration {
+        self.dispatcher.cpu_saved()
+    }
+
     /// Whether each crypto engine's breaker is open, in [`KeyOffload::counters`]' order.
     pub fn breakers_open(&self) -> Vec<bool> {
         self.dispatcher.breakers_open()

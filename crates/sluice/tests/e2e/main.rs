@@ -10,6 +10,7 @@ mod admin_api;
 mod balancing;
 mod cli;
 mod compression;
+mod dashboard;
 mod fleet;
 mod grpc;
 mod health;

@@ -1,0 +1,85 @@
+//! What a private-key operation costs inline on this machine, for the dashboard's "CPU
+//! saved": each offloaded job is credited with what it would have cost the event loop.
+//!
+//! Measured once per kind of key per process (RSA-2048 signatures cost alike whatever the
+//! key), when the first local key of that kind is loaded: the fastest of a few software
+//! signatures, so a preempted run does not inflate it. Loading runs off the event loop.
+
+use crate::{KeyJob, PrivateKey, VerifyPolicy};
+use sluice_offload::Job as _;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, RwLock};
+use std::time::{Duration, Instant};
+
+/// Inline cost by [`sluice_offload::Job::batch_key`] (the kind and size of the key).
+static COSTS: LazyLock<RwLock<HashMap<u64, Duration>>> = LazyLock::new(Default::default);
+
+/// Signatures timed per kind of key (verified as the default `verify` policy does, as an
+/// inline job would be).
+const RUNS: usize = 5;
+
+/// Measures `key`'s kind unless it is known already. A key that cannot sign here (a
+/// remote-only key) is left out: its jobs are then credited with nothing.
+pub fn calibrate(key: &Arc<PrivateKey>) {
+    let Some(&scheme) = key.schemes().first() else {
+        return;
+    };
+    let Some(job) = KeyJob::sign(key.clone(), scheme, &[0x5a; 32], VerifyPolicy::Rsa) else {
+        return;
+    };
+    let class = job.batch_key();
+    if inline_cost(class).is_some() {
+        return;
+    }
+    let mut best = None::<Duration>;
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        if crate::run(&job).is_err() {
+            return;
+        }
+        let took = start.elapsed();
+        best = Some(best.map_or(took, |b| b.min(took)));
+    }
+    if let Some(best) = best {
+        COSTS
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(class, best);
+    }
+}
+
+/// The measured inline cost of a job of `class`, if its kind was calibrated.
+pub fn inline_cost(class: u64) -> Option<Duration> {
+    COSTS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&class)
+        .copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_is_measured_once_and_jobs_of_it_report_the_cost() {
+        let pkcs8 = crate::tests::boring_key(crate::KeyKind::EcdsaP256)
+            .private_key_to_der_pkcs8()
+            .unwrap();
+        let key = Arc::new(PrivateKey::from_pkcs8(&pkcs8).unwrap());
+        let job = KeyJob::sign(key.clone(), key.schemes()[0], b"m", VerifyPolicy::Rsa).unwrap();
+        assert_eq!(job.inline_cost(), None, "not measured yet");
+        calibrate(&key);
+        let cost = job.inline_cost().expect("the key's kind was measured");
+        assert!(cost > Duration::ZERO);
+        let another = crate::tests::boring_key(crate::KeyKind::EcdsaP256)
+            .private_key_to_der_pkcs8()
+            .unwrap();
+        calibrate(&Arc::new(PrivateKey::from_pkcs8(&another).unwrap()));
+        assert_eq!(
+            job.inline_cost(),
+            Some(cost),
+            "one measurement per kind of key"
+        );
+    }
+}
