@@ -132,6 +132,58 @@ pub fn metrics(s: &Sources) -> String {
     }
     family(
         &mut out,
+        "sluice_http_body_bytes_total",
+        "counter",
+        "HTTP body bytes: received from clients (in), sent to them (out).",
+    );
+    for (i, direction) in ["in", "out"].iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "sluice_http_body_bytes_total{{direction=\"{direction}\"}} {}",
+            p.bytes[i]
+        );
+    }
+    family(
+        &mut out,
+        "sluice_http_request_duration_seconds",
+        "histogram",
+        "HTTP requests from their first byte to the end of their response.",
+    );
+    let latency = s.gateway.metrics().latency_us();
+    let mut cumulative = 0u64;
+    for (bound, n) in latency.bounds.iter().zip(&latency.counts) {
+        cumulative += n;
+        let _ = writeln!(
+            out,
+            "sluice_http_request_duration_seconds_bucket{{le=\"{}\"}} {cumulative}",
+            *bound as f64 / 1e6
+        );
+    }
+    let _ = writeln!(
+        out,
+        "sluice_http_request_duration_seconds_bucket{{le=\"+Inf\"}} {}\nsluice_http_request_duration_seconds_sum {}\nsluice_http_request_duration_seconds_count {}",
+        latency.total(),
+        latency.sum as f64 / 1e6,
+        latency.total()
+    );
+    family(
+        &mut out,
+        "sluice_offload_cpu_saved_seconds_total",
+        "counter",
+        "Event-loop CPU the offload engines saved: each job they ran, at its inline cost measured on this machine.",
+    );
+    for (service, saved) in [
+        ("crypto", s.gateway.key_offload().cpu_saved()),
+        ("compress", s.gateway.compressor().cpu_saved()),
+    ] {
+        let _ = writeln!(
+            out,
+            "sluice_offload_cpu_saved_seconds_total{{service=\"{service}\"}} {}",
+            saved.as_secs_f64()
+        );
+    }
+    family(
+        &mut out,
         "sluice_upstream_errors_total",
         "counter",
         "Upstream attempts that failed, by kind.",

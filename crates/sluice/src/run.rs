@@ -414,7 +414,7 @@ fn banner(
     }
     if let Some(a) = admin {
         out.push_str(&format!(
-            "  admin    http://{a}/metrics (Prometheus) and /status (JSON)\n"
+            "  admin    http://{a}/ (dashboard), /metrics (Prometheus) and /status (JSON)\n"
         ));
         if snapshot.admin.as_ref().is_some_and(|a| a.token.is_some()) {
             out.push_str(&format!(

@@ -68,7 +68,7 @@ fn grouped(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -171,6 +171,24 @@ upstream = "o"
         "offloaded signatures are credited with their inline cost: {}",
         s["cpu"]
     );
+
+    // The same figures in /metrics.
+    let metrics = http1_get(admin, "localhost", "/metrics").await.body;
+    let value = |line: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line))
+            .unwrap_or_else(|| panic!("no {line} in /metrics"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        value("sluice_http_request_duration_seconds_count "),
+        sent as f64
+    );
+    assert!(value("sluice_offload_cpu_saved_seconds_total{service=\"crypto\"} ") > 0.0);
+    assert!(value("sluice_http_body_bytes_total{direction=\"out\"} ") > 0.0);
 
     let url = format!("http://127.0.0.1:{}/", admin.port());
     let (dom, log) = browse(&url, &["--dump-dom".to_owned()]).await;
