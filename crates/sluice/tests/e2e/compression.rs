@@ -671,17 +671,6 @@ async fn compression_counters_are_on_metrics() {
 /// `gzip, deflate, br, zstd` on HTTPS only, hence TLS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headless_chromium_decodes_every_codec() {
-    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| {
-            std::process::Command::new(b)
-                .arg("--version")
-                .output()
-                .is_ok()
-        })
-    else {
-        panic!("headless Chromium is needed: install Debian's `chromium` (scripts/deps does)");
-    };
     let o = case_origin().await;
     for codec in ["zstd", "br", "gzip"] {
         let dir = tempfile::tempdir().unwrap();
@@ -717,32 +706,21 @@ upstream = "o"
             dir,
         )
         .await;
-        let profile = tempfile::tempdir().unwrap();
         let url = format!("https://localhost:{}/app.html", gw.addr("https").port());
-        let mut cmd = tokio::process::Command::new(chromium);
-        cmd.args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--ignore-certificate-errors",
-            "--virtual-time-budget=10000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(["--dump-dom", &url])
-        .env("HOME", profile.path())
-        .kill_on_drop(true);
-        let out = tokio::time::timeout(std::time::Duration::from_secs(90), cmd.output())
-            .await
-            .unwrap_or_else(|_| panic!("chromium did not finish loading {url} in 90 s"))
-            .expect("chromium runs");
-        let dom = String::from_utf8_lossy(&out.stdout);
+        let (dom, stderr) = headless_chromium(
+            &url,
+            &[
+                "--ignore-certificate-errors".to_owned(),
+                "--virtual-time-budget=10000".to_owned(),
+                "--dump-dom".to_owned(),
+            ],
+        )
+        .await;
         let want = format!("LOADED {} whole", page().len());
         assert!(
             dom.contains(&want),
             "{codec}: the page's script did not decode the fetch ({want}); DOM: {dom}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
+            stderr
         );
         let c = gw.gateway().compressor().counters();
         let coded = sluice_compress::Codec::from_token(codec).unwrap();

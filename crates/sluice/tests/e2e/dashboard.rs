@@ -8,48 +8,11 @@ use sluice_tls::selfsigned::KeyKind;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-fn chromium() -> &'static str {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| {
-            std::process::Command::new(b)
-                .arg("--version")
-                .output()
-                .is_ok()
-        })
-        .unwrap_or_else(|| {
-            panic!("headless Chromium is needed: install Debian's `chromium` (scripts/deps does)")
-        })
-}
-
-/// Runs Chromium headless on `url` with `extra` arguments; returns stdout and stderr.
+/// Chromium with enough virtual time for a few of the page's one-second refreshes.
 async fn browse(url: &str, extra: &[String]) -> (String, String) {
-    let profile = tempfile::tempdir().unwrap();
-    let mut cmd = tokio::process::Command::new(chromium());
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--enable-logging=stderr",
-        "--v=0",
-        // Enough virtual time for a few of the page's one-second refreshes.
-        "--virtual-time-budget=3500",
-    ])
-    .arg(format!("--user-data-dir={}", profile.path().display()))
-    .args(extra)
-    .arg(url)
-    .env("HOME", profile.path())
-    .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(90), cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("chromium did not finish loading {url} in 90 s"))
-        .expect("chromium runs");
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut args = vec!["--virtual-time-budget=3500".to_owned()];
+    args.extend_from_slice(extra);
+    headless_chromium(url, &args).await
 }
 
 /// The text of the element with `id` in a dumped DOM.
@@ -114,16 +77,7 @@ upstream = "o"
         dir,
     )
     .await;
-    let (admin, _task) = sluice_admin::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        sluice_admin::Sources {
-            gateway: gw.gateway().clone(),
-            control: None,
-            started: std::time::Instant::now(),
-        },
-    )
-    .await
-    .unwrap();
+    let (admin, _task) = admin_for(&gw).await;
 
     // A little load over a few of the sampler's seconds: full handshakes and a request each.
     let https = gw.addr("https");
@@ -272,16 +226,7 @@ upstream = "o"
         dir,
     )
     .await;
-    let (admin, _task) = sluice_admin::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        sluice_admin::Sources {
-            gateway: gw.gateway().clone(),
-            control: None,
-            started: std::time::Instant::now(),
-        },
-    )
-    .await
-    .unwrap();
+    let (admin, _task) = admin_for(&gw).await;
     let page = http1_get(admin, "localhost", "/").await;
     assert_eq!(page.status, 200);
     assert!(

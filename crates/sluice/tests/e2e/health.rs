@@ -30,19 +30,6 @@ upstream = "pool"
     )
 }
 
-async fn admin_for(gw: &TestGateway) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    sluice_admin::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        sluice_admin::Sources {
-            gateway: gw.gateway().clone(),
-            control: None,
-            started: std::time::Instant::now(),
-        },
-    )
-    .await
-    .unwrap()
-}
-
 async fn health(admin: SocketAddr) -> Value {
     let got = http1_get(admin, "localhost", "/api/v1/upstreams/pool/health").await;
     assert_eq!(got.status, 200, "{}", got.body);

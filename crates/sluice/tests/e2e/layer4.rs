@@ -514,16 +514,7 @@ async fn truncated_garbage_and_oversized_client_hellos_are_closed_and_counted() 
     let h = tls_connect(addr, &ClientOpts::default()).await.unwrap();
     assert_eq!(read_all_tls(h).await, "origin A");
     wait_until(|| m.snapshot().tcp[0] == 1).await;
-    let (admin, _task) = sluice_admin::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        sluice_admin::Sources {
-            gateway: gw.gateway().clone(),
-            control: None,
-            started: std::time::Instant::now(),
-        },
-    )
-    .await
-    .unwrap();
+    let (admin, _task) = admin_for(&gw).await;
     let metrics = http1_get(admin, "localhost", "/metrics").await.body;
     for line in [
         "sluice_tcp_connections_total{outcome=\"proxied\"} 1",

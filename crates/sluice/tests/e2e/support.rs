@@ -805,3 +805,58 @@ fn rand_serial() -> u32 {
     static NEXT: AtomicUsize = AtomicUsize::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed) as u32
 }
+
+/// An admin listener on a free port for `gw` (no controller: reads only).
+pub async fn admin_for(gw: &TestGateway) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    sluice_admin::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        sluice_admin::Sources {
+            gateway: gw.gateway().clone(),
+            control: None,
+            started: std::time::Instant::now(),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// Headless Chromium (Debian's `chromium`, installed by scripts/deps): loads `url` with the
+/// common flags plus `extra`, in a fresh profile; returns stdout and stderr (with
+/// `--enable-logging=stderr`, the page's console lines are marked `:CONSOLE`).
+pub async fn headless_chromium(url: &str, extra: &[String]) -> (String, String) {
+    let chromium = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok()
+        })
+        .unwrap_or_else(|| {
+            panic!("headless Chromium is needed: install Debian's `chromium` (scripts/deps does)")
+        });
+    let profile = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(chromium);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--enable-logging=stderr",
+        "--v=0",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()))
+    .args(extra)
+    .arg(url)
+    .env("HOME", profile.path())
+    .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(90), cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("chromium did not finish loading {url} in 90 s"))
+        .expect("chromium runs");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
