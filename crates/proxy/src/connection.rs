@@ -3,9 +3,8 @@
 
 use crate::handler::{ConnCtx, ListenerCtx, handle};
 use arc_swap::ArcSwap;
-use hyper::server::conn::{http1, http2};
+use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use sluice_tls::TlsInfo;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -238,11 +237,29 @@ pub(crate) async fn serve(
     } else {
         // Cleartext: HTTP/1.1, or HTTP/2 with prior knowledge (h2c), as the listener allows.
         let proto = match (cfg.http1, cfg.h2) {
-            (true, true) => Proto::Detect,
+            (true, true) => {
+                // Prior-knowledge h2 is told by its preface, peeked before anything is read.
+                // A connection that sends nothing is idle: the keep-alive timeout bounds it,
+                // and a drain closes it after the grace a keep-alive connection gets.
+                let grace = DRAIN_IDLE_GRACE.min(cfg.header_read_timeout);
+                let mut draining = signals.draining.clone();
+                let sniffed = tokio::select! {
+                    r = sniff_h2(&tcp, cfg.keepalive_timeout) => r,
+                    () = signals.force.cancelled() => None,
+                    () = async {
+                        let _ = draining.wait_for(|d| *d).await;
+                        tokio::time::sleep(grace).await;
+                    } => None,
+                };
+                match sniffed {
+                    Some(true) => Proto::Http2,
+                    Some(false) => Proto::Http1,
+                    None => return,
+                }
+            }
             (false, true) => Proto::Http2,
             _ => Proto::Http1,
         };
-        // Prior-knowledge h2 is detected from the preface; until then assume HTTP/1.
         let io = Watched {
             inner: Lingering(tcp),
             state: state.clone(),
@@ -300,19 +317,6 @@ pub(crate) async fn handshake(
 enum Proto {
     Http1,
     Http2,
-    /// Cleartext listeners that take both: HTTP/2 when the client opens with the preface.
-    Detect,
-}
-
-fn http1_builder(cfg: &sluice_config::Listener) -> http1::Builder {
-    let mut b = http1::Builder::new();
-    b.timer(TokioTimer::new())
-        .keep_alive(true)
-        // hyper answers 431 itself when a head outgrows this buffer (minimum 8 KiB).
-        .max_buf_size(cfg.max_header_bytes.max(8192))
-        // The head deadline is enforced by `run`, which can tell idle from slow.
-        .header_read_timeout(None);
-    b
 }
 
 fn http2_builder(cfg: &sluice_config::Listener) -> http2::Builder<TokioExecutor> {
@@ -324,73 +328,69 @@ fn http2_builder(cfg: &sluice_config::Listener) -> http2::Builder<TokioExecutor>
     b
 }
 
-/// hyper-util's protocol detection, with the same settings as the two builders above.
-/// (Its `http1_only`/`http2_only` do nothing with upgrades enabled, so connections whose
-/// protocol is known use hyper's own builders instead.)
-fn auto_builder(cfg: &sluice_config::Listener) -> auto::Builder<TokioExecutor> {
-    let mut b = auto::Builder::new(TokioExecutor::new());
-    b.http1()
-        .timer(TokioTimer::new())
-        .keep_alive(true)
-        .max_buf_size(cfg.max_header_bytes.max(8192))
-        .header_read_timeout(None);
-    b.http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(cfg.max_header_bytes as u32);
-    b
-}
-
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The per-connection request handler (`handle` behind `service_fn`).
-trait Service:
-    hyper::service::Service<
-        hyper::Request<hyper::body::Incoming>,
-        Response = hyper::Response<crate::body::ProxyBody>,
-        Error = std::convert::Infallible,
-    >
-{
-}
-
-impl<S> Service for S where
-    S: hyper::service::Service<
-            hyper::Request<hyper::body::Incoming>,
-            Response = hyper::Response<crate::body::ProxyBody>,
-            Error = std::convert::Infallible,
-        >
-{
-}
 
 /// A served HTTP connection of either protocol: polled to the end, or asked to finish its
 /// requests in flight and close.
-enum Served<'a, I, S>
+enum Served<I, S>
 where
-    S: Service,
+    S: hyper::service::HttpService<hyper::body::Incoming>,
 {
-    Http1(Pin<Box<http1::UpgradeableConnection<I, S>>>),
+    /// Sluice's own HTTP/1.1 (`crate::http1`).
+    Http1(
+        Pin<Box<dyn std::future::Future<Output = Result<(), BoxError>> + Send>>,
+        Arc<crate::http1::Shutdown>,
+    ),
     Http2(Pin<Box<http2::Connection<I, S, TokioExecutor>>>),
-    Detect(Pin<Box<auto::UpgradeableConnection<'a, I, S, TokioExecutor>>>),
 }
 
-impl<I, S> Served<'_, I, S>
+impl<I, S> Served<I, S>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    S: Service,
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = crate::body::ProxyBody>,
     S::Future: Send + 'static,
 {
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         match self {
-            Served::Http1(c) => c.as_mut().poll(cx).map_err(Into::into),
+            Served::Http1(c, _) => c.as_mut().poll(cx),
             Served::Http2(c) => c.as_mut().poll(cx).map_err(Into::into),
-            Served::Detect(c) => c.as_mut().poll(cx),
         }
     }
 
     fn graceful_shutdown(&mut self) {
         match self {
-            Served::Http1(c) => c.as_mut().graceful_shutdown(),
+            Served::Http1(_, shutdown) => shutdown.request(),
             Served::Http2(c) => c.as_mut().graceful_shutdown(),
-            Served::Detect(c) => c.as_mut().graceful_shutdown(),
+        }
+    }
+}
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4): how a cleartext client says it speaks h2.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether a cleartext client opens with the HTTP/2 preface, from its first bytes (peeked:
+/// they stay in the socket). `None` when the client sent nothing in time or closed.
+async fn sniff_h2(tcp: &TcpStream, within: Duration) -> Option<bool> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut buf = [0u8; 24];
+    loop {
+        let n = tokio::time::timeout_at(deadline, tcp.peek(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        if buf[..n] != H2_PREFACE[..n] {
+            return Some(false);
+        }
+        if n == H2_PREFACE.len() {
+            return Some(true);
+        }
+        // A preface split across packets: wait for the rest (rare; h2 clients send it whole).
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if tokio::time::Instant::now() >= deadline {
+            return None;
         }
     }
 }
@@ -403,19 +403,18 @@ where
     let cfg = &listener.config;
     let (keepalive, head_timeout) = (cfg.keepalive_timeout, cfg.header_read_timeout);
     let state = ctx.state.clone();
-    let service = hyper::service::service_fn(move |req| handle(ctx.clone(), req));
-    let io = TokioIo::new(io);
-    let detect;
     let mut conn = match proto {
-        Proto::Http1 => Served::Http1(Box::pin(
-            http1_builder(cfg)
-                .serve_connection(io, service)
-                .with_upgrades(),
-        )),
-        Proto::Http2 => Served::Http2(Box::pin(http2_builder(cfg).serve_connection(io, service))),
-        Proto::Detect => {
-            detect = auto_builder(cfg);
-            Served::Detect(Box::pin(detect.serve_connection_with_upgrades(io, service)))
+        Proto::Http1 => {
+            let (fut, shutdown) = crate::http1::serve(io, ctx);
+            Served::Http1(Box::pin(fut), shutdown)
+        }
+        Proto::Http2 => {
+            let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                handle(ctx.clone(), req.map(crate::body::ClientBody::Http2))
+            });
+            Served::Http2(Box::pin(
+                http2_builder(cfg).serve_connection(TokioIo::new(io), service),
+            ))
         }
     };
 

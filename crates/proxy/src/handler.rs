@@ -2,7 +2,8 @@
 
 use crate::access_log::{AccessLog, Entry};
 use crate::body::{
-    BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, OnDone, ProxyBody, TrackedBody,
+    BadRequestBody, BodyTooLarge, ClientBody, GunzipBody, LimitedBody, OnDone, ProxyBody,
+    TrackedBody,
 };
 use crate::compression::{self, RequestFacts, strengthen_if_none_match};
 use crate::connection::ConnState;
@@ -17,7 +18,6 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Empty, Full};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use sluice_config::{Listener, PassHost, Route, UpstreamProtocol};
 use sluice_tls::TlsInfo;
@@ -111,7 +111,7 @@ fn is_idempotent(m: &Method) -> bool {
 /// hyper service entry point.
 pub(crate) async fn handle(
     conn: Arc<ConnCtx>,
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     conn.state.request_started();
     let start = Instant::now();
@@ -281,7 +281,7 @@ async fn proxy(
     group: Arc<UpstreamGroup>,
     route: &Route,
     client: IpAddr,
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
     host: String,
     mut done: Done,
     facts: RequestFacts,
@@ -291,7 +291,9 @@ async fn proxy(
     } else {
         None
     };
-    let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
+    let client_upgrade = upgrade
+        .as_ref()
+        .and_then(|_| req.extensions_mut().remove::<crate::http1::OnUpgrade>());
     let (parts, body) = req.into_parts();
     let has_body = !body.is_end_stream();
     let policy = &route.retry;
@@ -547,18 +549,21 @@ async fn proxy(
 
 /// Copies bytes both ways between an upgraded client connection and upstream connection.
 async fn tunnel(
-    client: hyper::upgrade::OnUpgrade,
+    client: crate::http1::OnUpgrade,
     upstream: hyper::upgrade::OnUpgrade,
     addr: SocketAddr,
 ) {
-    let (client, upstream) = match tokio::try_join!(client, upstream) {
-        Ok(pair) => pair,
+    let upstream = match upstream.await {
+        Ok(u) => u,
         Err(e) => {
             tracing::debug!(%addr, error = %e, "upgrade did not complete");
             return;
         }
     };
-    let mut client = TokioIo::new(client);
+    let Some(mut client) = client.wait().await else {
+        tracing::debug!(%addr, "the client connection did not switch protocols");
+        return;
+    };
     let mut upstream = TokioIo::new(upstream);
     if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
         tracing::debug!(%addr, error = %e, "upgraded connection ended with an error");

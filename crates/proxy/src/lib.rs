@@ -23,6 +23,7 @@ mod gateway;
 mod grpc;
 mod handler;
 mod health;
+mod http1;
 mod idle_sweep;
 mod metrics;
 mod outlier;

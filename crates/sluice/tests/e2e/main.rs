@@ -15,6 +15,7 @@ mod fleet;
 mod grpc;
 mod health;
 mod http;
+mod http1;
 mod keepalive;
 mod keyless;
 mod layer4;

@@ -1,0 +1,439 @@
+//! A request head, parsed in place with `httparse` and checked against RFC 9112's framing
+//! rules at least as strictly as NGINX and HAProxy.
+//!
+//! The head's bytes are split off the connection's read buffer and frozen; the request
+//! target and every header value are slices of that one allocation (`Bytes::slice_ref`), so
+//! nothing is copied but the header names `http::HeaderName` keeps in its own form.
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, StatusCode, Uri, Version};
+
+/// At most this many header fields in a request head (hyper's limit too); more is 431.
+pub(crate) const MAX_HEADERS: usize = 100;
+
+/// How a request's body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// No body: neither Content-Length nor Transfer-Encoding, or `Content-Length: 0`.
+    None,
+    /// `Content-Length: n`, n > 0.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// A parsed request head and what the connection must know about it.
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub(crate) request: Request<()>,
+    pub(crate) framing: Framing,
+    /// The connection may carry another request after this one's response.
+    pub(crate) keep_alive: bool,
+    /// `Expect: 100-continue`: send `100 Continue` before reading the body.
+    pub(crate) expect_continue: bool,
+    /// `Connection: upgrade` with an `Upgrade` header: the connection may switch protocols.
+    pub(crate) upgrade: bool,
+}
+
+/// Why a head was refused, with the status to answer before closing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reject {
+    pub(crate) status: StatusCode,
+    pub(crate) reason: &'static str,
+}
+
+fn reject(status: StatusCode, reason: &'static str) -> Reject {
+    Reject { status, reason }
+}
+
+fn bad(reason: &'static str) -> Reject {
+    reject(StatusCode::BAD_REQUEST, reason)
+}
+
+/// What parsing the start of `buf` found.
+#[derive(Debug)]
+pub(crate) enum Parsed {
+    /// A whole head, removed from the front of `buf`.
+    Head(Box<Head>),
+    /// Not all of it yet.
+    Partial,
+}
+
+/// Parses a request head from the front of `buf`; `max` bounds its size in bytes.
+pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
+    // RFC 9112 §2.2: a server SHOULD ignore at least one empty line before a request line.
+    let leading = buf
+        .iter()
+        .take(4)
+        .take_while(|b| **b == b'\r' || **b == b'\n')
+        .count();
+    if leading > 0 {
+        let _ = buf.split_to(leading);
+    }
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut fields);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() >= max {
+                // Still inside the request line: the target is what is too long.
+                let in_line = !buf.contains(&b'\n');
+                return Err(if in_line {
+                    reject(StatusCode::URI_TOO_LONG, "request target too long")
+                } else {
+                    reject(
+                        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                        "request head too large",
+                    )
+                });
+            }
+            return Ok(Parsed::Partial);
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(reject(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "too many header fields",
+            ));
+        }
+        Err(httparse::Error::Version) => {
+            return Err(reject(
+                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+                "unsupported HTTP version",
+            ));
+        }
+        Err(_) => return Err(bad("malformed request head")),
+    };
+    if len > max {
+        return Err(reject(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "request head too large",
+        ));
+    }
+    let version = match req.version {
+        Some(0) => Version::HTTP_10,
+        Some(1) => Version::HTTP_11,
+        _ => {
+            return Err(reject(
+                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+                "unsupported HTTP version",
+            ));
+        }
+    };
+    let method = req.method.ok_or_else(|| bad("no method"))?;
+    let method = Method::from_bytes(method.as_bytes()).map_err(|_| bad("invalid method"))?;
+    let path = req.path.ok_or_else(|| bad("no request target"))?;
+    let nfields = req.headers.len();
+    // The slices above borrow `buf`; their offsets are kept to cut them from the frozen head.
+    let path_range = range_in(buf, path.as_bytes());
+    let mut ranges = [((0usize, 0usize), (0usize, 0usize)); MAX_HEADERS];
+    for (slot, f) in ranges.iter_mut().zip(req.headers.iter()) {
+        *slot = (range_in(buf, f.name.as_bytes()), range_in(buf, f.value));
+    }
+    let bytes: Bytes = buf.split_to(len).freeze();
+
+    let target = bytes.slice(path_range.0..path_range.1);
+    let uri = request_target(&method, target)?;
+
+    let mut headers = HeaderMap::with_capacity(nfields);
+    let mut facts = Facts::default();
+    for &((n0, n1), (v0, v1)) in &ranges[..nfields] {
+        let name = HeaderName::from_bytes(&bytes[n0..n1]).map_err(|_| bad("invalid field name"))?;
+        let value = HeaderValue::from_maybe_shared(bytes.slice(v0..v1))
+            .map_err(|_| bad("invalid field value"))?;
+        facts.note(&name, &value)?;
+        headers.append(name, value);
+    }
+    let framing = facts.framing(version)?;
+    if method == Method::CONNECT {
+        // Tunnels are not offered (NGINX answers 405 as well).
+        return Err(reject(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "CONNECT is not served",
+        ));
+    }
+    let keep_alive = match version {
+        Version::HTTP_11 => !facts.close,
+        _ => facts.keep_alive && !facts.close,
+    };
+    let upgrade = version == Version::HTTP_11 && facts.upgrade_token && facts.upgrade_header;
+    let expect_continue = version == Version::HTTP_11 && facts.expect_continue;
+
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = version;
+    *request.headers_mut() = headers;
+    Ok(Parsed::Head(Box::new(Head {
+        request,
+        framing,
+        keep_alive,
+        expect_continue,
+        upgrade,
+    })))
+}
+
+/// Where `part` (a slice of `buf`) lies in `buf`.
+fn range_in(buf: &[u8], part: &[u8]) -> (usize, usize) {
+    let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+    (start, start + part.len())
+}
+
+/// The request target (RFC 9112 §3.2): origin form, absolute form, or `*` for OPTIONS.
+fn request_target(method: &Method, target: Bytes) -> Result<Uri, Reject> {
+    let first = target.first().copied();
+    match first {
+        Some(b'/') => {}
+        Some(b'*') if target.len() == 1 && *method == Method::OPTIONS => {}
+        Some(b'*') => return Err(bad("'*' is the target of OPTIONS only")),
+        Some(_) if *method == Method::CONNECT => {}
+        Some(_) => {
+            // Absolute form: a scheme is required (an authority alone is CONNECT's form).
+            let lower = target.to_ascii_lowercase();
+            if !(lower.starts_with(b"http://") || lower.starts_with(b"https://")) {
+                return Err(bad("request target is not origin or absolute form"));
+            }
+        }
+        None => return Err(bad("empty request target")),
+    }
+    Uri::from_maybe_shared(target).map_err(|_| bad("invalid request target"))
+}
+
+/// What the framing and connection headers said, gathered over all fields.
+#[derive(Default)]
+struct Facts {
+    content_length: Option<u64>,
+    chunked: bool,
+    transfer_encoding: bool,
+    hosts: u8,
+    close: bool,
+    keep_alive: bool,
+    upgrade_token: bool,
+    upgrade_header: bool,
+    expect_continue: bool,
+}
+
+impl Facts {
+    fn note(&mut self, name: &HeaderName, value: &HeaderValue) -> Result<(), Reject> {
+        if *name == header::CONTENT_LENGTH {
+            // One field, one value: duplicates (even equal ones, as NGINX) and lists are
+            // refused, so no two parsers on the path can disagree on the length.
+            if self.content_length.is_some() {
+                return Err(bad("more than one Content-Length"));
+            }
+            self.content_length = Some(content_length(value.as_bytes())?);
+        } else if *name == header::TRANSFER_ENCODING {
+            for coding in list(value.as_bytes()) {
+                if self.chunked {
+                    // Nothing may follow `chunked`, and it comes once.
+                    return Err(bad("chunked is not the final transfer coding"));
+                }
+                if coding.eq_ignore_ascii_case(b"chunked") {
+                    self.chunked = true;
+                } else {
+                    return Err(reject(
+                        StatusCode::NOT_IMPLEMENTED,
+                        "transfer coding not implemented",
+                    ));
+                }
+            }
+            self.transfer_encoding = true;
+        } else if *name == header::HOST {
+            self.hosts = self.hosts.saturating_add(1);
+            if self.hosts > 1 {
+                return Err(bad("more than one Host"));
+            }
+        } else if *name == header::CONNECTION {
+            for token in list(value.as_bytes()) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    self.close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    self.keep_alive = true;
+                } else if token.eq_ignore_ascii_case(b"upgrade") {
+                    self.upgrade_token = true;
+                }
+            }
+        } else if *name == header::UPGRADE {
+            self.upgrade_header = true;
+        } else if *name == header::EXPECT {
+            self.expect_continue = value.as_bytes().eq_ignore_ascii_case(b"100-continue");
+        }
+        Ok(())
+    }
+
+    fn framing(&self, version: Version) -> Result<Framing, Reject> {
+        if self.transfer_encoding {
+            if version == Version::HTTP_10 {
+                // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding is faulty framing.
+                return Err(bad("Transfer-Encoding in an HTTP/1.0 request"));
+            }
+            if self.content_length.is_some() {
+                // §6.3: a request smuggling vector; refused rather than guessed.
+                return Err(bad("both Content-Length and Transfer-Encoding"));
+            }
+            if !self.chunked {
+                return Err(bad("Transfer-Encoding without chunked"));
+            }
+            return Ok(Framing::Chunked);
+        }
+        Ok(match self.content_length {
+            None | Some(0) => Framing::None,
+            Some(n) => Framing::Length(n),
+        })
+    }
+}
+
+/// A Content-Length value: 1 to 18 digits, nothing else (no sign, space or list).
+fn content_length(v: &[u8]) -> Result<u64, Reject> {
+    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+        return Err(bad("invalid Content-Length"));
+    }
+    Ok(v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
+/// The non-empty elements of a comma-separated field value, trimmed.
+fn list(v: &[u8]) -> impl Iterator<Item = &[u8]> {
+    v.split(|b| *b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str) -> Result<Head, Reject> {
+        let mut buf = BytesMut::from(raw.as_bytes());
+        match parse(&mut buf, 8192)? {
+            Parsed::Head(h) => Ok(*h),
+            Parsed::Partial => panic!("partial: {raw:?}"),
+        }
+    }
+
+    fn status(raw: &str) -> u16 {
+        match head(raw) {
+            Ok(_) => 0,
+            Err(r) => r.status.as_u16(),
+        }
+    }
+
+    #[test]
+    fn a_simple_head_parses_into_slices_of_the_buffer() {
+        let raw = "GET /a?b=c HTTP/1.1\r\nHost: x\r\nX-One: 1\r\nx-one: 2\r\n\r\nNEXT";
+        let mut buf = BytesMut::from(raw.as_bytes());
+        let Parsed::Head(h) = parse(&mut buf, 8192).unwrap() else {
+            panic!()
+        };
+        assert_eq!(&buf[..], b"NEXT", "the next request's bytes stay");
+        let r = &h.request;
+        assert_eq!(r.method(), Method::GET);
+        assert_eq!(r.uri().path(), "/a");
+        assert_eq!(r.uri().query(), Some("b=c"));
+        assert_eq!(r.version(), Version::HTTP_11);
+        assert_eq!(r.headers()["host"], "x");
+        let ones: Vec<_> = r.headers().get_all("x-one").iter().collect();
+        assert_eq!(ones, ["1", "2"]);
+        assert_eq!(h.framing, Framing::None);
+        assert!(h.keep_alive && !h.upgrade && !h.expect_continue);
+    }
+
+    #[test]
+    fn an_incomplete_head_is_partial_until_the_limit() {
+        let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: x\r\n"[..]);
+        assert!(matches!(parse(&mut buf, 8192), Ok(Parsed::Partial)));
+        let mut buf = BytesMut::from(format!("GET /{} HTTP/1.1", "a".repeat(100)).as_bytes());
+        assert_eq!(parse(&mut buf, 64).unwrap_err().status, 414);
+        let mut buf =
+            BytesMut::from(format!("GET / HTTP/1.1\r\nx: {}", "a".repeat(100)).as_bytes());
+        assert_eq!(parse(&mut buf, 64).unwrap_err().status, 431);
+        let fields: String = (0..101).map(|i| format!("x{i}: 1\r\n")).collect();
+        assert_eq!(status(&format!("GET / HTTP/1.1\r\n{fields}\r\n")), 431);
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let h = head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n").unwrap();
+        assert_eq!(h.framing, Framing::Length(12));
+        let h = head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").unwrap();
+        assert_eq!(h.framing, Framing::None);
+        let h = head("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n").unwrap();
+        assert_eq!(h.framing, Framing::Chunked);
+    }
+
+    #[test]
+    fn smuggling_shapes_are_refused() {
+        for raw in [
+            // Content-Length twice, equal or not, or as a list.
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0x5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            // Both framings.
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            // chunked not last, twice, or in HTTP/1.0.
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+            // Obsolete line folding, whitespace before the colon, bare CR.
+            "GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  folded\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\nX\x01A: 1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\nX-A: \x00\r\n\r\n",
+            // Two Hosts; a target that is neither origin nor absolute form.
+            "GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
+            "GET x/y HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET * HTTP/1.1\r\nHost: x\r\n\r\n",
+            // Request line shapes.
+            "GET  / HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /\r\n\r\n",
+            "GET / FOO/1.1\r\nHost: x\r\n\r\n",
+        ] {
+            let s = status(raw);
+            assert!(s >= 400, "{raw:?} was accepted");
+        }
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n"),
+            501
+        );
+        assert_eq!(status("GET / HTTP/1.2\r\nHost: x\r\n\r\n"), 505);
+        assert_eq!(status("CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n"), 405);
+    }
+
+    #[test]
+    fn connection_tokens_decide_keep_alive_and_upgrade() {
+        assert!(
+            !head("GET / HTTP/1.1\r\nHost: x\r\nConnection: Close\r\n\r\n")
+                .unwrap()
+                .keep_alive
+        );
+        assert!(!head("GET / HTTP/1.0\r\n\r\n").unwrap().keep_alive);
+        assert!(
+            head("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+                .unwrap()
+                .keep_alive
+        );
+        let h = head("GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n").unwrap();
+        assert!(h.upgrade && h.keep_alive);
+        assert!(
+            !head("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n")
+                .unwrap()
+                .upgrade
+        );
+        let h =
+            head("PUT / HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n")
+                .unwrap();
+        assert!(h.expect_continue);
+    }
+
+    #[test]
+    fn leading_empty_lines_and_absolute_targets_are_accepted() {
+        let h = head("\r\nGET http://x/p HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(h.request.uri().path(), "/p");
+        assert_eq!(h.request.uri().host(), Some("x"));
+        let h = head("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(h.request.uri(), "*");
+    }
+}

@@ -1,0 +1,30 @@
+//! Sluice's own HTTP/1.1 server side: the client connection's codec and driver.
+//!
+//! hyper's general-purpose HTTP/1 server kept an 8 KiB read buffer and an 8 KiB write buffer
+//! for each connection's whole life and ran every request through its state machine; a
+//! gateway needs less, and holds many idle connections. Here (after Pingora's `v1` codec and
+//! sozu's buffer pool):
+//! - `head`: request heads parsed in place with `httparse`, the target and header values kept
+//!   as slices of the read buffer, framing checked at least as strictly as NGINX and HAProxy;
+//! - `decode`: Content-Length and chunked bodies decoded from the same buffer without copies;
+//! - `request_body`: the body handed to the upstream side one frame at a time, on demand;
+//! - `response`: the response head encoded into one buffer and sent with the first body bytes;
+//! - `buffers`: read buffers from a per-thread free list, held only while a connection has
+//!   bytes to parse or a request in flight;
+//! - `server`: the connection's loop, with pipelining, `Expect: 100-continue`, upgrades and a
+//!   graceful finish;
+//! - `upgrade`: the stream handed to a WebSocket tunnel after `101`.
+//!
+//! HTTP/2 stays on hyper and h2.
+
+mod buffers;
+mod decode;
+mod head;
+mod request_body;
+mod response;
+mod server;
+mod upgrade;
+
+pub(crate) use request_body::RequestBody;
+pub(crate) use server::{Shutdown, serve};
+pub(crate) use upgrade::OnUpgrade;
