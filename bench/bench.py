@@ -95,14 +95,22 @@ def tree_pids(pid):
     return [pid] + children
 
 
-def tree_cpu_seconds(pid):
-    """utime + stime of a process and its direct children, all threads."""
-    total = 0
+def tree_cpu_split(pid):
+    """(utime, stime) of a process and its direct children, all threads, in seconds: on
+    loopback the kernel's share is about the same for every gateway, so user time is where
+    designs differ."""
+    user = system = 0
     for p in tree_pids(pid):
         fields = _stat_fields(p)
         if fields:
-            total += int(fields[11]) + int(fields[12])
-    return total / TICK
+            user += int(fields[11])
+            system += int(fields[12])
+    return user / TICK, system / TICK
+
+
+def tree_cpu_seconds(pid):
+    """utime + stime of a process and its direct children, all threads."""
+    return sum(tree_cpu_split(pid))
 
 
 def children_cpu():
@@ -146,6 +154,9 @@ class Proc:
 
     def cpu(self):
         return tree_cpu_seconds(self.p.pid)
+
+    def cpu_split(self):
+        return tree_cpu_split(self.p.pid)
 
     def stop(self):
         if self.p.poll() is None:
@@ -600,16 +611,20 @@ def scenarios(page_len):
 def measure(gw, origin, which, sc, duration):
     proc = gw.procs[which]
     cpu0, origin0 = proc.cpu(), origin.cpu()
+    split0 = proc.cpu_split()
     t0 = time.time()
     if sc.get("memory"):
         gw.restart(which)
         proc = gw.procs[which]
         cpu0 = proc.cpu()
+        split0 = proc.cpu_split()
         r = sc["run"](proc.p.pid, gw.ports[which], duration)
     else:
         r = sc["run"](gw.ports[which], duration)
     wall = time.time() - t0
     r["gateway_cpu_s"] = proc.cpu() - cpu0
+    split1 = proc.cpu_split()
+    r["gateway_user_s"], r["gateway_sys_s"] = split1[0] - split0[0], split1[1] - split0[1]
     r["origin_cpu_s"] = origin.cpu() - origin0
     r["wall_s"] = wall
     r["gateway_util"] = r["gateway_cpu_s"] / wall
@@ -631,6 +646,8 @@ def measure(gw, origin, which, sc, duration):
         # µs of gateway CPU (all its threads, user + system) per request or handshake.
         units = r.get("completed") or r["rate"] * wall
         r["cpu_us_per_unit"] = r["gateway_cpu_s"] / max(units, 1) * 1e6
+        r["user_us_per_unit"] = r["gateway_user_s"] / max(units, 1) * 1e6
+        r["sys_us_per_unit"] = r["gateway_sys_s"] / max(units, 1) * 1e6
     return r
 
 
@@ -843,6 +860,10 @@ def render(results, runs, duration, cpu, date):
                 bpr = med(row, who, "bytes_per_response")
                 rate = med(row, who, "rate")
                 notes.append(f"{who}: {bpr / 1024:.1f} KiB/resp, {rate:,.0f} req/s")
+        if not row["lower_is_better"] and all("user_us_per_unit" in r for w in row["runs"].values() for r in w):
+            split = " / ".join(f"{fmt(med(row, w, 'user_us_per_unit'))}+{fmt(med(row, w, 'sys_us_per_unit'))}"
+                               for w, _ in GATEWAYS if w in row["runs"])
+            notes.append(f"user+system µs/unit (N / H / S): {split}")
         if row.get("memory"):
             notes.append("ratio = other/Sluice (less memory is better)")
         elif row["lower_is_better"]:

@@ -198,9 +198,11 @@ fn chunk_size(line: &[u8]) -> Result<u64, BadFraming> {
 mod tests {
     use super::*;
 
-    /// Decodes all of `raw` (fed in pieces of `step` bytes); the data, the trailers, and
-    /// what is left in the buffer.
-    fn run(raw: &[u8], step: usize) -> Result<(Vec<u8>, Option<HeaderMap>, Vec<u8>), BadFraming> {
+    /// The data, the trailers, and what is left in the buffer.
+    type Outcome = (Vec<u8>, Option<HeaderMap>, Vec<u8>);
+
+    /// Decodes all of `raw` (fed in pieces of `step` bytes).
+    fn run(raw: &[u8], step: usize) -> Result<Outcome, BadFraming> {
         let mut d = Decoder::chunked(1024);
         let mut buf = BytesMut::new();
         let mut out = Vec::new();

@@ -60,6 +60,14 @@ pub(crate) enum Parsed {
     Partial,
 }
 
+/// Whether `buf` holds the blank line that ends a head (CRLF CRLF, or LF LF, which httparse
+/// also takes), looking only at what follows `from` (and the 3 bytes before it).
+pub(crate) fn has_end(buf: &[u8], from: usize) -> bool {
+    let start = from.saturating_sub(3);
+    let tail = &buf[start.min(buf.len())..];
+    tail.windows(2).any(|w| w == b"\n\n") || tail.windows(3).any(|w| w == b"\n\r\n")
+}
+
 /// Parses a request head from the front of `buf`; `max` bounds its size in bytes.
 pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
     // RFC 9112 §2.2: a server SHOULD ignore at least one empty line before a request line.
@@ -348,6 +356,17 @@ mod tests {
         assert_eq!(parse(&mut buf, 64).unwrap_err().status, 431);
         let fields: String = (0..101).map(|i| format!("x{i}: 1\r\n")).collect();
         assert_eq!(status(&format!("GET / HTTP/1.1\r\n{fields}\r\n")), 431);
+    }
+
+    #[test]
+    fn the_end_of_a_head_is_found_across_reads() {
+        let raw = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert!(has_end(raw, 0));
+        assert!(!has_end(&raw[..raw.len() - 1], 0));
+        // The blank line split between two reads is still seen.
+        assert!(has_end(raw, raw.len() - 2));
+        assert!(has_end(b"GET / HTTP/1.1\nHost: x\n\n", 20));
+        assert!(!has_end(b"GET / HTTP/1.1\r\nHost: x\r\n", 0));
     }
 
     #[test]

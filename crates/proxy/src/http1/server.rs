@@ -270,11 +270,19 @@ impl<S: Io + 'static> Conn<S> {
     /// The next request head; `None` when the client closed (or the connection was asked to
     /// finish) between requests.
     async fn read_head(&mut self) -> Result<Option<Box<head::Head>>, Reject> {
+        // How far the buffer was searched for the head's end: a head that arrives a byte at a
+        // time is scanned once, not parsed again from its start on every read.
+        let mut scanned = 0;
         loop {
             if let Some(buf) = self.rbuf.as_mut().filter(|b| !b.is_empty()) {
-                match head::parse(buf, self.max_head)? {
-                    Parsed::Head(head) => return Ok(Some(head)),
-                    Parsed::Partial => {}
+                // The first try parses at once (a head usually arrives whole).
+                let ended = scanned == 0 || head::has_end(buf, scanned);
+                scanned = buf.len();
+                if ended || buf.len() >= self.max_head {
+                    match head::parse(buf, self.max_head)? {
+                        Parsed::Head(head) => return Ok(Some(head)),
+                        Parsed::Partial => {}
+                    }
                 }
             }
             let idle = self.rbuf.as_ref().is_none_or(BytesMut::is_empty);
