@@ -5,7 +5,7 @@ use hyper::body::Frame;
 use sluice_tls::selfsigned::KeyKind;
 use std::time::Duration;
 
-fn plain_cfg(listener_extra: &str, upstream_extra: &str, servers: &str) -> String {
+pub(crate) fn plain_cfg(listener_extra: &str, upstream_extra: &str, servers: &str) -> String {
     format!(
         r#"
 [log]
@@ -25,7 +25,7 @@ upstream = "o"
     )
 }
 
-fn one(o: &Origin) -> String {
+pub(crate) fn one(o: &Origin) -> String {
     format!("{{ address = \"{}\" }}", o.addr)
 }
 

@@ -1,28 +1,13 @@
 //! Sluice's own HTTP/1.1 server side on raw sockets: framing, pipelining, `Expect`,
 //! malformed bodies found after the head went upstream, and smuggling shapes.
 
+use crate::http::{one, plain_cfg};
 use crate::support::*;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn gateway(origin: &Origin) -> TestGateway {
-    TestGateway::plain(&format!(
-        r#"
-[log]
-access_log = "off"
-[[listener]]
-name = "http"
-address = "127.0.0.1:0"
-[[upstream]]
-name = "o"
-servers = [{{ address = "{}" }}]
-[[route]]
-name = "all"
-upstream = "o"
-"#,
-        origin.addr
-    ))
-    .await
+    TestGateway::plain(&plain_cfg("", "", &one(origin))).await
 }
 
 const LIMIT: Duration = Duration::from_secs(10);
