@@ -111,6 +111,23 @@ struct Pump {
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 impl Pump {
+    /// A body channel for a request with `length` (if known), and the pump that fills it.
+    fn start(
+        length: Option<u64>,
+        decoder: Decoder,
+        expect_continue: bool,
+    ) -> (Option<Pump>, ClientBody) {
+        let (tx, rx) = request_body::channel(length);
+        let pump = Pump {
+            tx,
+            decoder,
+            expect_continue,
+            continue_written: 0,
+            end: None,
+        };
+        (Some(pump), ClientBody::Http1(rx))
+    }
+
     /// Delivers frames while they are wanted; `Ready` once the body has ended either way.
     /// `may_continue`: no response has started, so `100 Continue` may still be written.
     fn poll<S: Io>(
@@ -350,23 +367,11 @@ impl<S: Io + 'static> Conn<S> {
         let (parts, ()) = request.into_parts();
         let method_head = parts.method == Method::HEAD;
         let version = parts.version;
+        // Requests without a body (most) create no channel and no pump.
         let (mut pump, body) = match framing {
             Framing::None => (None, ClientBody::Empty),
-            Framing::Length(n) => {
-                let (tx, rx) = request_body::channel(Some(n));
-                (
-                    Some(self.pump(tx, Decoder::length(n), expect_continue)),
-                    ClientBody::Http1(rx),
-                )
-            }
-            Framing::Chunked => {
-                let (tx, rx) = request_body::channel(None);
-                let decoder = Decoder::chunked(self.max_head);
-                (
-                    Some(self.pump(tx, decoder, expect_continue)),
-                    ClientBody::Http1(rx),
-                )
-            }
+            Framing::Length(n) => Pump::start(Some(n), Decoder::length(n), expect_continue),
+            Framing::Chunked => Pump::start(None, Decoder::chunked(self.max_head), expect_continue),
         };
         let mut req = Request::from_parts(parts, body);
         let upgrade_tx = upgrade.then(|| {
@@ -441,15 +446,5 @@ impl<S: Io + 'static> Conn<S> {
                 Next::Close
             },
         )
-    }
-
-    fn pump(&self, tx: BodySender, decoder: Decoder, expect_continue: bool) -> Pump {
-        Pump {
-            tx,
-            decoder,
-            expect_continue,
-            continue_written: 0,
-            end: None,
-        }
     }
 }
