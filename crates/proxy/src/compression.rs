@@ -326,6 +326,21 @@ pub(crate) async fn apply(
             return body;
         }
     };
+    // Boxed: most responses are not compressed, and this future is part of every request's
+    // (a KiB that each request's handler future would otherwise carry and copy).
+    Box::pin(compress(compressor, facts, parts, body, codec)).await
+}
+
+/// Compresses a response `decide` chose `codec` for.
+async fn compress(
+    compressor: &Arc<Compressor>,
+    facts: &RequestFacts,
+    parts: &mut http::response::Parts,
+    body: ProxyBody,
+    codec: Codec,
+) -> ProxyBody {
+    let settings = &facts.settings;
+    let counters = &compressor.counters;
     let declared = content_length(&parts.headers);
     let mut body = body;
     let mut head = BytesMut::new();

@@ -1,33 +1,30 @@
 //! Keep-alive HTTP/1.1 connections to one upstream group's servers: a connection is checked
 //! out for one request and given back when that response's body has ended.
 //!
-//! This replaces hyper-util's legacy `Client` for HTTP/1.1 upstreams. That client hashes a
-//! (scheme, authority) key and takes a pool-wide lock per request, and spawns a task per
-//! request that waits for the connection to become idle again before returning it: about 3%
-//! of a compressing gateway's CPU (perf, `bench/run`'s gzip row). Here the idle lists are
-//! per server (the balancer already chose one), and the response body gives its connection
-//! back itself when it ends.
+//! The exchange itself is Sluice's own HTTP/1.1 (`http1::client`), driven by the request's
+//! task: no task per upstream connection, no channel, and no buffer held by an idle
+//! connection. The idle lists are per server (the balancer already chose one), and the
+//! response body gives its connection back itself when it ends.
 //!
 //! What NGINX's `keepalive` does, an operator can expect here: at most `keepalive` idle
 //! connections per server, closed after `keepalive_timeout` idle; a request that meets a
-//! connection the server has just closed is sent again on a fresh one (hyper hands back a
-//! request that was never written, so this is safe for every method); a connection whose
-//! response was not read to the end, or that switched protocols, is never reused.
+//! connection the server has just closed is sent again on a fresh one (when the server closed
+//! it before answering anything and no body was sent, so this is safe for every method); a
+//! connection whose response was not read to the end, whose request was not written whole, or
+//! that switched protocols, is never reused.
 
 use crate::body::{BoxError, ProxyBody};
+use crate::http1::client::{self, Exchange, SendError};
+use crate::upstream_tls::UpstreamIo;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use http_body_util::Empty;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
-
-type Sender = http1::SendRequest<ProxyBody>;
 
 /// Why an upstream request failed: the handler marks a server failed only for `Connect`.
 #[derive(Debug)]
@@ -74,7 +71,7 @@ impl std::error::Error for UpstreamError {
 }
 
 struct Idle {
-    sender: Sender,
+    io: UpstreamIo,
     since: Instant,
     /// The client connection it belongs to, when it was opened with a PROXY protocol
     /// header naming that client: then no other client's request may use it.
@@ -83,8 +80,8 @@ struct Idle {
 
 impl Idle {
     /// Still worth a request: the server has not closed it and it is not idle too long.
-    fn usable(&self, idle_timeout: Duration) -> bool {
-        !self.sender.is_closed() && self.since.elapsed() < idle_timeout
+    fn usable(&mut self, idle_timeout: Duration) -> bool {
+        self.since.elapsed() < idle_timeout && client::still_open(&mut self.io)
     }
 }
 
@@ -138,51 +135,63 @@ impl ConnPool {
         self: &Arc<Self>,
         index: usize,
         addr: SocketAddr,
-        mut req: Request<ProxyBody>,
+        req: Request<ProxyBody>,
         at: crate::stream::Addresses,
     ) -> Result<Response<ProxyBody>, UpstreamError> {
         let owner = self.proxy_protocol.map(|_| at.client);
+        let (parts, body) = req.into_parts();
+        let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let mut body = Some(body);
         // Idle connections first, most recently used first (warm, least likely closed).
-        while let Some(mut sender) = self.checkout(index, owner) {
-            match sender.try_send_request(req).await {
-                Ok(resp) => return Ok(self.wrap(index, sender, resp, owner)),
-                Err(mut e) => match e.take_message() {
-                    // Never written (the server closed this connection meanwhile): the
-                    // request is intact, try the next connection.
-                    Some(back) => req = back,
-                    None => return Err(UpstreamError::request(e.into_error().into())),
-                },
+        while let Some(io) = self.checkout(index, owner) {
+            let body = body.take().unwrap_or_else(empty);
+            let (head, encoding) =
+                client::encode_request(&parts.method, target, &parts.headers, &body);
+            match Exchange::start(io, head, body, encoding, &parts.method, true).await {
+                Ok((head, x)) => return Ok(self.wrap(index, head, x, owner)),
+                // Closed by the server before it read anything, and no body was sent: the
+                // request goes again (an empty body again) on the next connection.
+                Err(SendError::Stale) => {}
+                Err(SendError::Failed(e)) => return Err(UpstreamError::request(e)),
             }
         }
-        let mut sender = self.connect(addr, at).await?;
-        match sender.send_request(req).await {
-            Ok(resp) => Ok(self.wrap(index, sender, resp, owner)),
-            Err(e) => Err(UpstreamError::request(e.into())),
+        // Boxed: connecting (and a TLS handshake) is rare on kept-alive traffic, and its
+        // future would otherwise be part of every request's.
+        let io = Box::pin(self.connect(addr, at)).await?;
+        let body = body.take().unwrap_or_else(empty);
+        let (head, encoding) = client::encode_request(&parts.method, target, &parts.headers, &body);
+        match Exchange::start(io, head, body, encoding, &parts.method, false).await {
+            Ok((head, x)) => Ok(self.wrap(index, head, x, owner)),
+            Err(SendError::Stale) => Err(UpstreamError::request(
+                "the server closed the connection before answering".into(),
+            )),
+            Err(SendError::Failed(e)) => Err(UpstreamError::request(e)),
         }
     }
 
-    fn checkout(&self, index: usize, owner: Option<SocketAddr>) -> Option<Sender> {
+    fn checkout(&self, index: usize, owner: Option<SocketAddr>) -> Option<UpstreamIo> {
         let mut idle = self.idle[index].lock().unwrap_or_else(|e| e.into_inner());
         if owner.is_none() {
-            while let Some(c) = idle.pop() {
+            while let Some(mut c) = idle.pop() {
                 if c.usable(self.idle_timeout) {
-                    return Some(c.sender);
+                    return Some(c.io);
                 }
-                // Closed by the server or idle too long: dropping the sender ends its task.
+                // Closed by the server or idle too long: dropped, which closes it.
             }
             return None;
         }
         // Connections that belong to one client each: this client's, if any.
-        idle.retain(|c| c.usable(self.idle_timeout));
+        let timeout = self.idle_timeout;
+        idle.retain_mut(|c| c.usable(timeout));
         let i = idle.iter().rposition(|c| c.owner == owner)?;
-        Some(idle.remove(i).sender)
+        Some(idle.remove(i).io)
     }
 
     async fn connect(
         self: &Arc<Self>,
         addr: SocketAddr,
         at: crate::stream::Addresses,
-    ) -> Result<Sender, UpstreamError> {
+    ) -> Result<UpstreamIo, UpstreamError> {
         let failed = UpstreamError::connect;
         let tcp =
             match tokio::time::timeout(self.connect_timeout, tokio::net::TcpStream::connect(addr))
@@ -197,64 +206,51 @@ impl ConnPool {
                 }
             };
         let _ = tcp.set_nodelay(true);
-        let io = crate::upstream_tls::UpstreamIo::open(
-            tcp,
-            addr,
-            self.proxy_protocol,
-            at,
-            self.tls.as_deref(),
-        )
-        .await
-        .map_err(|e| failed(e.into()))?;
-        let (sender, conn) = http1::Builder::new()
-            .handshake(TokioIo::new(io))
+        let io = UpstreamIo::open(tcp, addr, self.proxy_protocol, at, self.tls.as_deref())
             .await
             .map_err(|e| failed(e.into()))?;
-        tokio::spawn(async move {
-            // Ends when the server closes, on an error, or once the pool drops the sender.
-            // `with_upgrades`: a 101 response hands the connection to the tunnel.
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(%addr, error = %e, "upstream connection ended with an error");
-            }
-        });
         self.sweeper.call_once(|| self.start_sweeper());
-        Ok(sender)
+        Ok(io)
     }
 
     fn wrap(
         self: &Arc<Self>,
         index: usize,
-        sender: Sender,
-        resp: Response<Incoming>,
+        head: client::ResponseHead,
+        exchange: Exchange<UpstreamIo>,
         owner: Option<SocketAddr>,
     ) -> Response<ProxyBody> {
-        // A 101's connection now belongs to the tunnel; with no idle room, keep nothing.
-        let reusable = resp.status() != StatusCode::SWITCHING_PROTOCOLS && self.max_idle > 0;
-        let (parts, body) = resp.into_parts();
+        let mut resp = Response::new(());
+        *resp.status_mut() = head.status;
+        *resp.version_mut() = head.version;
+        *resp.headers_mut() = head.headers;
+        client::clean_headers(resp.headers_mut());
+        if head.status == StatusCode::SWITCHING_PROTOCOLS {
+            // The connection now belongs to the tunnel.
+            resp.extensions_mut()
+                .insert(UpstreamUpgrade::new(exchange.into_upgraded()));
+            return resp.map(|()| http_body_util::BodyExt::boxed(empty()));
+        }
         let mut body = PooledBody {
-            body,
-            give_back: reusable.then(|| GiveBack {
+            exchange: Some(exchange),
+            give_back: (self.max_idle > 0).then(|| GiveBack {
                 pool: Arc::downgrade(self),
                 index,
-                sender,
                 owner,
             }),
         };
-        if body.body.is_end_stream() {
+        if body.is_end_stream() {
             // Nothing to read (HEAD, 204, 304): the connection is free now.
             body.release();
         }
-        Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
+        resp.map(|()| http_body_util::BodyExt::boxed(body))
     }
 
-    fn give_back(&self, index: usize, sender: Sender, owner: Option<SocketAddr>) {
-        if sender.is_closed() {
-            return;
-        }
+    fn give_back(&self, index: usize, io: UpstreamIo, owner: Option<SocketAddr>) {
         let mut idle = self.idle[index].lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < self.max_idle {
             idle.push(Idle {
-                sender,
+                io,
                 since: Instant::now(),
                 owner,
             });
@@ -274,46 +270,58 @@ impl ConnPool {
                 let Some(pool) = pool.upgrade() else { return };
                 for list in &pool.idle {
                     let mut idle = list.lock().unwrap_or_else(|e| e.into_inner());
-                    idle.retain(|c| c.usable(pool.idle_timeout));
+                    idle.retain_mut(|c| c.usable(pool.idle_timeout));
                 }
             }
         });
     }
 }
 
+fn empty() -> ProxyBody {
+    use http_body_util::BodyExt as _;
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+/// The upstream side of a `101 Switching Protocols`, put in the response's extensions for
+/// the handler's tunnel (extensions must be `Clone + Sync`, hence the shared slot).
+#[derive(Clone)]
+pub(crate) struct UpstreamUpgrade(Arc<Mutex<Option<crate::http1::Upgraded>>>);
+
+impl UpstreamUpgrade {
+    fn new(up: crate::http1::Upgraded) -> Self {
+        UpstreamUpgrade(Arc::new(Mutex::new(Some(up))))
+    }
+
+    /// The upgraded connection (once).
+    pub(crate) fn take(&self) -> Option<crate::http1::Upgraded> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
 struct GiveBack {
     pool: Weak<ConnPool>,
     index: usize,
-    sender: Sender,
     owner: Option<SocketAddr>,
 }
 
 /// A response body that returns its connection to the pool when it has been read to the
-/// end. Dropped earlier, or failed, it drops the connection instead (hyper closes it: the
-/// rest of the response would be in the way of the next one).
+/// end (and the request was written whole). Dropped earlier, or failed, it drops the
+/// connection instead: the rest of the response would be in the way of the next one.
 struct PooledBody {
-    body: Incoming,
+    exchange: Option<Exchange<UpstreamIo>>,
     give_back: Option<GiveBack>,
 }
 
 impl PooledBody {
     fn release(&mut self) {
+        let Some(x) = self.exchange.take() else {
+            return;
+        };
         if let Some(g) = self.give_back.take()
             && let Some(pool) = g.pool.upgrade()
+            && let Some(io) = x.into_reusable()
         {
-            if g.sender.is_ready() {
-                pool.give_back(g.index, g.sender, g.owner);
-            } else {
-                // The connection task has not yet taken in the end of the response; it
-                // will at its next poll. Rare: wait for it off this path.
-                let mut sender = g.sender;
-                tokio::spawn(async move {
-                    let ready = tokio::time::timeout(Duration::from_secs(1), sender.ready()).await;
-                    if matches!(ready, Ok(Ok(()))) {
-                        pool.give_back(g.index, sender, g.owner);
-                    }
-                });
-            }
+            pool.give_back(g.index, io, g.owner);
         }
     }
 }
@@ -326,21 +334,28 @@ impl Body for PooledBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
+        let Some(x) = self.exchange.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let frame = ready!(x.poll_frame(cx));
         match &frame {
-            None => self.release(),
-            Some(Ok(_)) if self.body.is_end_stream() => self.release(),
-            Some(Ok(_)) => {}
-            Some(Err(_)) => self.give_back = None,
+            Some(Ok(_)) if !x.is_end_stream() => {}
+            Some(Err(_)) => {
+                self.give_back = None;
+                self.exchange = None;
+            }
+            _ => self.release(),
         }
-        Poll::Ready(frame.map(|f| f.map_err(BoxError::from)))
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.exchange.as_ref().is_none_or(Exchange::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        self.exchange
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Exchange::size_hint)
     }
 }

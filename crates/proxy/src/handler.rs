@@ -18,7 +18,6 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Empty, Full};
-use hyper_util::rt::TokioIo;
 use sluice_config::{Listener, PassHost, Route, UpstreamProtocol};
 use sluice_tls::TlsInfo;
 use std::convert::Infallible;
@@ -200,7 +199,8 @@ pub(crate) async fn handle(
         && let Some(limiter) = listener.limiters.get(&route.name)
     {
         let key = limiter.key(req.uri(), req.headers(), client);
-        match limiter.check(key).await {
+        // Boxed: only rate-limited routes pay for the (Redis-capable) check's future.
+        match Box::pin(limiter.check(key)).await {
             crate::rate_limit::Verdict::Pass => {}
             crate::rate_limit::Verdict::Delay(wait) => tokio::time::sleep(wait).await,
             crate::rate_limit::Verdict::Reject(retry) => {
@@ -515,8 +515,13 @@ async fn proxy(
                 done.entry.upstream_time = Some(upstream_time);
                 done.entry.status = resp.status().as_u16();
                 let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-                if let (true, Some(client_upgrade)) = (switching, client_upgrade) {
-                    let upstream_upgrade = hyper::upgrade::on(&mut resp);
+                let upstream_upgrade = resp
+                    .extensions_mut()
+                    .remove::<crate::conn_pool::UpstreamUpgrade>()
+                    .and_then(|u| u.take());
+                if let (true, Some(client_upgrade), Some(upstream_upgrade)) =
+                    (switching, client_upgrade, upstream_upgrade)
+                {
                     tokio::spawn(tunnel(client_upgrade, upstream_upgrade, addr));
                 } else {
                     strip_hop_by_hop(resp.headers_mut());
@@ -550,21 +555,13 @@ async fn proxy(
 /// Copies bytes both ways between an upgraded client connection and upstream connection.
 async fn tunnel(
     client: crate::http1::OnUpgrade,
-    upstream: hyper::upgrade::OnUpgrade,
+    mut upstream: crate::http1::Upgraded,
     addr: SocketAddr,
 ) {
-    let upstream = match upstream.await {
-        Ok(u) => u,
-        Err(e) => {
-            tracing::debug!(%addr, error = %e, "upgrade did not complete");
-            return;
-        }
-    };
     let Some(mut client) = client.wait().await else {
         tracing::debug!(%addr, "the client connection did not switch protocols");
         return;
     };
-    let mut upstream = TokioIo::new(upstream);
     if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
         tracing::debug!(%addr, error = %e, "upgraded connection ended with an error");
     }

@@ -149,6 +149,21 @@ impl Decoder {
     }
 }
 
+/// Checks the chunked body bytes that arrived with a request's head, without consuming them:
+/// a body already known to be malformed is refused before anything goes upstream, as NGINX
+/// and HAProxy do when the whole request arrives at once. A body that goes bad later is found
+/// as it streams (`server::Pump`).
+pub(crate) fn check_chunked(buf: &[u8], max_trailers: usize) -> Result<(), BadFraming> {
+    let mut copy = BytesMut::from(buf);
+    let mut decoder = Decoder::chunked(max_trailers);
+    loop {
+        match decoder.decode(&mut copy)? {
+            Decoded::Data(_) | Decoded::Trailers(_) if !decoder.is_done() => {}
+            _ => return Ok(()),
+        }
+    }
+}
+
 /// One CRLF-terminated line off the front of `buf` (without the CRLF), if complete.
 fn line(buf: &mut BytesMut, max: usize) -> Result<Option<BytesMut>, BadFraming> {
     match buf.iter().position(|b| *b == b'\n') {
@@ -197,6 +212,34 @@ fn chunk_size(line: &[u8]) -> Result<u64, BadFraming> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunked_bytes_that_came_with_the_head_are_checked_without_being_taken() {
+        for ok in [
+            &b""[..],
+            b"3\r\nab",
+            b"3\r\nabc\r\n0\r\n\r\nGET / HTTP/1.1\r\n",
+        ] {
+            assert_eq!(
+                check_chunked(ok, 1024),
+                Ok(()),
+                "{:?}",
+                String::from_utf8_lossy(ok)
+            );
+        }
+        for bad in [
+            &b"0x3\r\nabc"[..],
+            b"3\r\nabcX0\r\n\r\n",
+            b"-1\r\n",
+            b" 3\r\nabc\r\n",
+        ] {
+            assert!(
+                check_chunked(bad, 1024).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
 
     /// The data, the trailers, and what is left in the buffer.
     type Outcome = (Vec<u8>, Option<HeaderMap>, Vec<u8>);

@@ -149,6 +149,13 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
         let name = HeaderName::from_bytes(&bytes[n0..n1]).map_err(|_| bad("invalid field name"))?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(v0..v1))
             .map_err(|_| bad("invalid field value"))?;
+        if (name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING)
+            && line_has_tab(&bytes, n1)
+        {
+            // httparse trims tabs around values; NGINX refuses a framing field that has one
+            // ("\tchunked" is 501 there), so no parser behind us can read it differently.
+            return Err(bad("a tab in a framing field"));
+        }
         facts.note(&name, &value)?;
         headers.append(name, value);
     }
@@ -179,6 +186,25 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
         expect_continue,
         upgrade,
     })))
+}
+
+/// Whether the field line whose name ends at `from` has a tab before its end.
+fn line_has_tab(head: &[u8], from: usize) -> bool {
+    head[from..]
+        .iter()
+        .take_while(|b| **b != b'\n' && **b != b'\r')
+        .any(|b| *b == b'\t')
+}
+
+/// Whether `host` is a Host value NGINX would take (`ngx_http_validate_host`): not empty, no
+/// path separator, no control byte or space, no empty label (`..`). Anything else could name
+/// a file path or a different server to a component behind the gateway.
+fn valid_host(host: &[u8]) -> bool {
+    !host.is_empty()
+        && !host.windows(2).any(|w| w == b"..")
+        && host
+            .iter()
+            .all(|&b| b > 0x20 && b != 0x7f && b != b'/' && b != b'\\')
 }
 
 /// Where `part` (a slice of `buf`) lies in `buf`.
@@ -250,6 +276,9 @@ impl Facts {
             self.hosts = self.hosts.saturating_add(1);
             if self.hosts > 1 {
                 return Err(bad("more than one Host"));
+            }
+            if !valid_host(value.as_bytes()) {
+                return Err(bad("invalid Host"));
             }
         } else if *name == header::CONNECTION {
             for token in list(value.as_bytes()) {
@@ -404,6 +433,13 @@ mod tests {
             // Two Hosts; a target that is neither origin nor absolute form.
             "GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
             "GET x/y HTTP/1.1\r\nHost: x\r\n\r\n",
+            // Hosts NGINX refuses; tabs around a framing field's value (NGINX refuses those).
+            "GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a..b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost:\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\tchunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\t\r\n\r\n",
             "GET * HTTP/1.1\r\nHost: x\r\n\r\n",
             // Request line shapes.
             "GET  / HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -418,6 +454,12 @@ mod tests {
             501
         );
         assert_eq!(status("GET / HTTP/1.2\r\nHost: x\r\n\r\n"), 505);
+        // Tabs elsewhere, and the usual Host forms, are fine.
+        assert_eq!(
+            status("GET / HTTP/1.1\r\nHost: a.b:8080\r\nX-A:\t1\r\n\r\n"),
+            0
+        );
+        assert_eq!(status("GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n"), 0);
         assert_eq!(status("CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n"), 405);
     }
 

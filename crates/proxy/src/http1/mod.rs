@@ -13,11 +13,14 @@
 //!   bytes to parse or a request in flight;
 //! - `server`: the connection's loop, with pipelining, `Expect: 100-continue`, upgrades and a
 //!   graceful finish;
-//! - `upgrade`: the stream handed to a WebSocket tunnel after `101`.
+//! - `upgrade`: the stream handed to a WebSocket tunnel after `101`;
+//! - `client`: the upstream side, one request written and its response read on a pooled
+//!   server connection (`conn_pool`), driven by the request's own task.
 //!
 //! HTTP/2 stays on hyper and h2.
 
 mod buffers;
+pub(crate) mod client;
 mod decode;
 mod head;
 mod request_body;
@@ -27,4 +30,4 @@ mod upgrade;
 
 pub(crate) use request_body::RequestBody;
 pub(crate) use server::{Shutdown, serve};
-pub(crate) use upgrade::OnUpgrade;
+pub(crate) use upgrade::{OnUpgrade, Upgraded};

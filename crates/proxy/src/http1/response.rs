@@ -1,7 +1,8 @@
 //! Writing a response to an HTTP/1.1 client: the head encoded straight into one buffer, then
 //! the body framed by Content-Length, chunked or the connection's close, each piece written
 //! with the bytes queued before it in one vectored write (on TLS, `coalesce::Coalescing`
-//! turns the pieces of one flush into one record).
+//! turns the pieces of one flush into one record). `Writer` frames request bodies on their way
+//! upstream the same way (`client`).
 
 use crate::body::ProxyBody;
 use bytes::{Buf, Bytes};
@@ -74,7 +75,7 @@ pub(crate) fn plan(
     }
 }
 
-fn has_token(value: &[u8], token: &[u8]) -> bool {
+pub(super) fn has_token(value: &[u8], token: &[u8]) -> bool {
     value
         .split(|b| *b == b',')
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
@@ -194,6 +195,8 @@ pub(crate) struct Writer {
     encoding: Encoding,
     finished: bool,
     written: Written,
+    /// Why the body failed, for a caller that must answer it (a request body going upstream).
+    error: Option<crate::body::BoxError>,
 }
 
 impl Writer {
@@ -209,6 +212,7 @@ impl Writer {
             encoding,
             finished: empty,
             written: Written::Complete,
+            error: None,
         }
     }
 
@@ -263,12 +267,18 @@ impl Writer {
                     self.finished = true;
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    tracing::debug!(error = %e, "response body failed; cutting the response");
+                    tracing::debug!(error = %e, "body failed; cutting the message");
+                    self.error = Some(e);
                     self.written = Written::Cut;
                     self.finished = true;
                 }
             }
         }
+    }
+
+    /// Why the body failed, once the writer is `Ready` with `Cut`.
+    pub(crate) fn take_error(&mut self) -> Option<crate::body::BoxError> {
+        self.error.take()
     }
 
     fn queue_data(&mut self, mut data: Bytes) {

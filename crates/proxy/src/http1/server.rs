@@ -8,7 +8,7 @@
 //! (see `buffers`).
 
 use super::buffers;
-use super::decode::{Decoded, Decoder};
+use super::decode::{Decoded, Decoder, check_chunked};
 use super::head::{self, Framing, Parsed, Reject};
 use super::request_body::{self, BodySender, Demand};
 use super::response::{self, Writer, Written};
@@ -365,6 +365,17 @@ impl<S: Io + 'static> Conn<S> {
             upgrade,
         } = head;
         let (parts, ()) = request.into_parts();
+        if framing == Framing::Chunked
+            && let Some(buf) = self.rbuf.as_ref().filter(|b| !b.is_empty())
+            && let Err(bad) = check_chunked(buf, self.max_head)
+        {
+            self.refuse(Reject {
+                status: StatusCode::BAD_REQUEST,
+                reason: bad.0,
+            })
+            .await;
+            return Ok(Next::Close);
+        }
         let method_head = parts.method == Method::HEAD;
         let version = parts.version;
         // Requests without a body (most) create no channel and no pump.

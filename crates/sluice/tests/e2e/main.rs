@@ -11,6 +11,7 @@ mod balancing;
 mod cli;
 mod compression;
 mod dashboard;
+mod differential;
 mod fleet;
 mod grpc;
 mod health;
