@@ -821,4 +821,84 @@ mod tests {
         drop(theirs);
         assert!(!still_open(&mut ours));
     }
+
+    /// A deterministic mutation search over response heads (a fuzz smoke that runs in every
+    /// test run): bytes flipped, inserted and removed never panic the parser, and whatever it
+    /// accepts is framed one way only, with no CR, LF or NUL in a value.
+    #[test]
+    fn mutated_response_heads_never_break_the_framing_invariants() {
+        let seeds: [&[u8]; 4] = [
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"HTTP/1.0 204 No Content\r\nconnection: keep-alive\r\n\r\n",
+            b"HTTP/1.1 101 Switching Protocols\r\nupgrade: ws\r\nconnection: upgrade\r\n\r\n",
+        ];
+        let alphabet = b"\r\n :,;\t\x00\x7f\x80aZ01-chunkedcontent-lengthtransfer-encodingclose";
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for i in 0..super::super::fuzz_iterations(20_000) {
+            let mut raw = seeds[i % seeds.len()].to_vec();
+            for _ in 0..=(next() % 4) {
+                let at = (next() as usize) % (raw.len() + 1);
+                let byte = alphabet[(next() as usize) % alphabet.len()];
+                match next() % 3 {
+                    0 if at < raw.len() => raw[at] = byte,
+                    1 if at < raw.len() => {
+                        raw.remove(at);
+                    }
+                    _ => raw.insert(at, byte),
+                }
+            }
+            let mut buf = BytesMut::from(&raw[..]);
+            let Ok(Some(mut head)) = parse_response(&mut buf) else {
+                continue;
+            };
+            let Ok(reading) = framing(&Method::GET, &head) else {
+                continue;
+            };
+            let reuse = keep_alive(&head);
+            clean_headers(&mut head.headers);
+            let h = &head.headers;
+            let codings = h.get_all(header::TRANSFER_ENCODING).iter().count();
+            match reading {
+                Reading::Framed(Decoder::Length(n)) => {
+                    assert_eq!(codings, 0, "{raw:?}");
+                    for v in h.get_all(header::CONTENT_LENGTH) {
+                        assert!(
+                            v.to_str()
+                                .unwrap()
+                                .split(',')
+                                .all(|p| p.trim().parse::<u64>() == Ok(n)),
+                            "{raw:?}"
+                        );
+                    }
+                }
+                Reading::Framed(Decoder::Chunked(..)) => {
+                    assert!(
+                        codings >= 1 && !h.contains_key(header::CONTENT_LENGTH),
+                        "{raw:?}"
+                    );
+                }
+                Reading::UntilClose | Reading::Done => {}
+            }
+            if codings > 0
+                && raw
+                    .windows(15)
+                    .any(|w| w.eq_ignore_ascii_case(b"content-length:"))
+            {
+                assert!(!reuse, "framed twice, yet reused: {raw:?}");
+            }
+            for (_, v) in h {
+                assert!(
+                    !v.as_bytes().iter().any(|b| matches!(b, b'\r' | b'\n' | 0)),
+                    "{raw:?}"
+                );
+            }
+        }
+    }
 }

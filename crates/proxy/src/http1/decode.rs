@@ -341,7 +341,7 @@ mod tests {
             state ^= state << 17;
             state
         };
-        for _ in 0..2_000 {
+        for _ in 0..super::super::fuzz_iterations(2_000) {
             let mut raw = Vec::new();
             let mut want = Vec::new();
             for _ in 0..(next() % 5) {

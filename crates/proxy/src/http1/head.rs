@@ -517,7 +517,7 @@ mod tests {
             state ^= state << 17;
             state
         };
-        for i in 0..20_000 {
+        for i in 0..super::super::fuzz_iterations(20_000) {
             let mut raw = seeds[i % seeds.len()].to_vec();
             for _ in 0..=(next() % 4) {
                 let at = (next() as usize) % (raw.len() + 1);

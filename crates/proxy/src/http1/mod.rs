@@ -31,3 +31,14 @@ mod upgrade;
 pub(crate) use request_body::RequestBody;
 pub(crate) use server::{Shutdown, serve};
 pub(crate) use upgrade::{OnUpgrade, Upgraded};
+
+/// How many inputs the parsers' fuzz smokes try: `default` in every test run, or
+/// `SLUICE_FUZZ_ITERATIONS` for a long run (`SLUICE_FUZZ_ITERATIONS=100000000 cargo test
+/// --release -p sluice-proxy --lib http1::`).
+#[cfg(test)]
+fn fuzz_iterations(default: usize) -> usize {
+    std::env::var("SLUICE_FUZZ_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
