@@ -16,48 +16,6 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body type sent upstream and to clients.
 pub(crate) type ProxyBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 
-/// A client's request body, from whichever protocol carried it.
-pub(crate) enum ClientBody {
-    /// No body (most requests on HTTP/1.1).
-    Empty,
-    /// Read by Sluice's own HTTP/1.1 connection.
-    Http1(crate::http1::RequestBody),
-    /// An HTTP/2 stream's body, from hyper.
-    Http2(hyper::body::Incoming),
-}
-
-impl Body for ClientBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            ClientBody::Empty => Poll::Ready(None),
-            ClientBody::Http1(b) => Pin::new(b).poll_frame(cx),
-            ClientBody::Http2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            ClientBody::Empty => true,
-            ClientBody::Http1(b) => b.is_end_stream(),
-            ClientBody::Http2(b) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            ClientBody::Empty => SizeHint::with_exact(0),
-            ClientBody::Http1(b) => b.size_hint(),
-            ClientBody::Http2(b) => b.size_hint(),
-        }
-    }
-}
-
 /// The request body exceeded the listener's `max_body_bytes`.
 #[derive(Debug, thiserror::Error)]
 #[error("request body exceeds the limit of {limit} bytes")]

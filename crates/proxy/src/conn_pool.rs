@@ -136,7 +136,7 @@ impl ConnPool {
         index: usize,
         addr: SocketAddr,
         req: Request<ProxyBody>,
-        at: crate::stream::Addresses,
+        at: crate::addresses::Addresses,
     ) -> Result<Response<ProxyBody>, UpstreamError> {
         let owner = self.proxy_protocol.map(|_| at.client);
         let (parts, body) = req.into_parts();
@@ -190,7 +190,7 @@ impl ConnPool {
     async fn connect(
         self: &Arc<Self>,
         addr: SocketAddr,
-        at: crate::stream::Addresses,
+        at: crate::addresses::Addresses,
     ) -> Result<UpstreamIo, UpstreamError> {
         let failed = UpstreamError::connect;
         let tcp =

@@ -1,14 +1,16 @@
 //! Serving one client connection: TLS handshake, HTTP/1.1 or HTTP/2 by ALPN, and the
 //! connection's timers (request head deadline, keep-alive idle, graceful shutdown).
 
-use crate::handler::{ConnCtx, ListenerCtx, handle};
+use crate::conn_state::{ConnState, NONE};
+use crate::context::{ConnCtx, ListenerCtx};
+use crate::handler::handle;
 use arc_swap::ArcSwap;
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use sluice_tls::TlsInfo;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -16,68 +18,12 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-const NONE: u64 = u64::MAX;
-
 /// How long a draining gateway waits for the next request on an idle connection before it
 /// closes it (bounded by `header_read_timeout`). See `run`.
 const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
 
 /// Bytes gathered before a TLS write: one full-size TLS record.
 const TLS_WRITE_BUFFER: usize = 16 * 1024;
-
-/// What the connection's timers need to know, updated by the handler and the I/O wrapper.
-#[derive(Debug)]
-pub(crate) struct ConnState {
-    born: Instant,
-    inflight: AtomicUsize,
-    /// Set while the connection drains: a starting request then wakes `run`.
-    draining: AtomicBool,
-    /// Woken when a request starts on a draining connection.
-    request_seen: tokio::sync::Notify,
-    /// When the last request started or finished (ms since `born`).
-    last_request_ms: AtomicU64,
-    /// When the first byte of a not-yet-complete request head arrived (HTTP/1 only).
-    head_started_ms: AtomicU64,
-}
-
-impl ConnState {
-    fn new() -> Self {
-        ConnState {
-            born: Instant::now(),
-            inflight: AtomicUsize::new(0),
-            draining: AtomicBool::new(false),
-            request_seen: tokio::sync::Notify::new(),
-            last_request_ms: AtomicU64::new(0),
-            head_started_ms: AtomicU64::new(NONE),
-        }
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.born.elapsed().as_millis() as u64
-    }
-
-    pub(crate) fn request_started(&self) {
-        self.inflight.fetch_add(1, Ordering::Relaxed);
-        if self.draining.load(Ordering::Relaxed) {
-            self.request_seen.notify_one();
-        }
-        self.head_started_ms.store(NONE, Ordering::Relaxed);
-        self.last_request_ms.store(self.now_ms(), Ordering::Relaxed);
-    }
-
-    pub(crate) fn request_finished(&self) {
-        self.inflight.fetch_sub(1, Ordering::Relaxed);
-        self.last_request_ms.store(self.now_ms(), Ordering::Relaxed);
-    }
-
-    fn bytes_read(&self) {
-        if self.inflight.load(Ordering::Relaxed) == 0
-            && self.head_started_ms.load(Ordering::Relaxed) == NONE
-        {
-            self.head_started_ms.store(self.now_ms(), Ordering::Relaxed);
-        }
-    }
-}
 
 /// Wraps the client stream to notice when a new request head starts arriving.
 struct Watched<S> {
@@ -202,7 +148,7 @@ pub(crate) async fn serve(
     listener: Arc<ListenerCtx>,
     slot: Arc<ArcSwap<ListenerCtx>>,
     tcp: TcpStream,
-    at: crate::stream::Addresses,
+    at: crate::addresses::Addresses,
     signals: Signals,
 ) {
     let peer = at.client;
@@ -410,7 +356,7 @@ where
         }
         Proto::Http2 => {
             let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
-                handle(ctx.clone(), req.map(crate::body::ClientBody::Http2))
+                handle(ctx.clone(), req.map(crate::http1::ClientBody::Http2))
             });
             Served::Http2(Box::pin(
                 http2_builder(cfg).serve_connection(TokioIo::new(io), service),

@@ -21,7 +21,7 @@
 use crate::ProxyError;
 use crate::access_log::AccessLog;
 use crate::connection::Signals;
-use crate::handler::ListenerCtx;
+use crate::context::ListenerCtx;
 use crate::rate_limit::{RateLimiter, RedisStore};
 use crate::router::Router;
 use crate::upstream::UpstreamGroup;
@@ -859,7 +859,7 @@ async fn accept_loop(
                 ) {
                     Ok(place) => {
                         let local = local_addr(&tcp, bound);
-                        let at = crate::stream::Addresses {
+                        let at = crate::addresses::Addresses {
                             client: peer,
                             local,
                         };
@@ -905,7 +905,7 @@ async fn read_proxy_header(
     peer: SocketAddr,
     bound: SocketAddr,
     signals: &Signals,
-) -> Option<(tokio::net::TcpStream, crate::stream::Addresses)> {
+) -> Option<(tokio::net::TcpStream, crate::addresses::Addresses)> {
     use crate::proxy_protocol::{Origin, Refused};
     let local = local_addr(&tcp, bound);
     let read = crate::proxy_protocol::read(&mut tcp, ctx.config.header_read_timeout);
@@ -917,12 +917,12 @@ async fn read_proxy_header(
         Ok(Origin::Client {
             source,
             destination,
-        }) => crate::stream::Addresses {
+        }) => crate::addresses::Addresses {
             client: SocketAddr::new(sluice_config::canonical(source.ip()), source.port()),
             local: destination,
         },
         // The balancer's own connection (a health check): it is the client.
-        Ok(Origin::Local) => crate::stream::Addresses {
+        Ok(Origin::Local) => crate::addresses::Addresses {
             client: peer,
             local,
         },
@@ -942,7 +942,7 @@ async fn dispatch(
     ctx: Arc<ListenerCtx>,
     slot: Arc<ArcSwap<ListenerCtx>>,
     tcp: tokio::net::TcpStream,
-    at: crate::stream::Addresses,
+    at: crate::addresses::Addresses,
     signals: Signals,
 ) {
     match ctx.config.kind {

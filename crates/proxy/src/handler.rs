@@ -2,24 +2,22 @@
 
 use crate::access_log::{AccessLog, Entry};
 use crate::body::{
-    BadRequestBody, BodyTooLarge, ClientBody, GunzipBody, LimitedBody, OnDone, ProxyBody,
-    TrackedBody,
+    BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, OnDone, ProxyBody, TrackedBody,
 };
 use crate::compression::{self, RequestFacts, strengthen_if_none_match};
-use crate::connection::ConnState;
+use crate::conn_state::ConnState;
+use crate::context::{ConnCtx, ListenerCtx};
 use crate::error::{Failure, is_caused_by};
 use crate::forward::{add_forwarding, head_size, strip_hop_by_hop, upgrade_protocol};
+use crate::http1::ClientBody;
 use crate::policy;
-use crate::router::Router;
 use crate::upstream::{ActiveGuard, UpstreamGroup};
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Empty, Full};
-use sluice_config::{Listener, PassHost, Route, UpstreamProtocol};
-use sluice_tls::TlsInfo;
+use sluice_config::{PassHost, Route, UpstreamProtocol};
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::net::SocketAddr;
@@ -27,36 +25,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};
 
-/// Everything a listener's requests share.
-#[derive(Debug)]
-pub(crate) struct ListenerCtx {
-    pub(crate) name: Arc<str>,
-    pub(crate) config: Listener,
-    pub(crate) router: Arc<Router>,
-    pub(crate) tls: Option<sluice_tls::TlsAcceptor>,
-    pub(crate) upstreams: Arc<[Arc<UpstreamGroup>]>,
-    pub(crate) access_log: AccessLog,
-    pub(crate) metrics: Arc<crate::ProxyMetrics>,
-    pub(crate) compressor: Arc<crate::Compressor>,
-    /// Rate limiters by route name.
-    pub(crate) limiters:
-        Arc<std::collections::HashMap<String, Arc<crate::rate_limit::RateLimiter>>>,
-}
+/// Each HTTP/1.1 connection's requests come here (`http1::serve`).
+impl crate::http1::Service for ConnCtx {
+    fn call(self: Arc<Self>, req: Request<ClientBody>) -> crate::http1::Responding {
+        Box::pin(handle(self, req))
+    }
 
-/// One client connection.
-#[derive(Debug)]
-pub(crate) struct ConnCtx {
-    /// The listener as it was when the connection was accepted (timers, TLS).
-    pub(crate) listener: Arc<ListenerCtx>,
-    /// The listener as it is now: each request routes by the configuration current when it
-    /// arrives.
-    pub(crate) slot: Arc<ArcSwap<ListenerCtx>>,
-    /// The client: the TCP peer, or the source a PROXY protocol header named.
-    pub(crate) peer: SocketAddr,
-    /// The address the client connected to (the header's destination, if any).
-    pub(crate) local: SocketAddr,
-    pub(crate) tls: Option<TlsInfo>,
-    pub(crate) state: Arc<ConnState>,
+    fn max_head(&self) -> usize {
+        self.listener.config.max_header_bytes
+    }
 }
 
 /// Finishes a request's bookkeeping when its response body is done or dropped.
@@ -431,7 +408,7 @@ async fn proxy(
             group.send(
                 server.index,
                 up_req,
-                crate::stream::Addresses {
+                crate::addresses::Addresses {
                     client: conn.peer,
                     local: conn.local,
                 },

@@ -9,6 +9,7 @@
 //! ([`Gateway::apply`]) and for a graceful shutdown.
 
 mod access_log;
+mod addresses;
 mod balance;
 mod body;
 mod client_hello;
@@ -16,7 +17,9 @@ mod coalesce;
 mod compression;
 mod conn_limit;
 mod conn_pool;
+mod conn_state;
 mod connection;
+mod context;
 mod error;
 mod forward;
 mod gateway;
@@ -30,6 +33,7 @@ mod outlier;
 mod policy;
 mod proxy_protocol;
 mod rate_limit;
+mod request_key;
 mod retry;
 mod router;
 mod splice;

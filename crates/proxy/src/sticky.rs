@@ -84,7 +84,7 @@ impl StickyCookies {
     /// The server a request's cookie names, if the cookie is ours, intact and names a server
     /// of this group.
     pub(crate) fn server(&self, headers: &http::HeaderMap) -> Option<usize> {
-        let value = crate::upstream::cookie(headers, &self.config.cookie)?;
+        let value = crate::request_key::cookie(headers, &self.config.cookie)?;
         let value = std::str::from_utf8(value).ok()?;
         let (id, tag) = value.split_once('.')?;
         if id.len() != 16 || tag.len() != 16 {

@@ -10,8 +10,9 @@
 //! NGINX's stream `$status` (200 proxied, 400 bad ClientHello, 403 denied, 502 no server).
 
 use crate::access_log::Entry;
+use crate::addresses::Addresses;
 use crate::connection::Signals;
-use crate::handler::ListenerCtx;
+use crate::context::ListenerCtx;
 use crate::upstream::UpstreamGroup;
 use sluice_config::TcpProxy;
 use std::net::SocketAddr;
@@ -26,15 +27,6 @@ const DENIED: usize = 1;
 const BAD_HELLO: usize = 2;
 const NO_UPSTREAM: usize = 3;
 const UNAVAILABLE: usize = 4;
-
-/// Who a connection is from and to, after any PROXY protocol header.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Addresses {
-    /// The client (the header's source when there was one).
-    pub(crate) client: SocketAddr,
-    /// The address it connected to (the header's destination when there was one).
-    pub(crate) local: SocketAddr,
-}
 
 /// Serves one connection of a TCP listener to its end.
 pub(crate) async fn serve(

@@ -94,7 +94,7 @@ impl UpstreamIo {
         mut tcp: TcpStream,
         addr: SocketAddr,
         proxy: Option<sluice_config::ProxyProtocol>,
-        at: crate::stream::Addresses,
+        at: crate::addresses::Addresses,
         tls: Option<&UpstreamConnector>,
     ) -> std::io::Result<UpstreamIo> {
         if let Some(v) = proxy {

@@ -28,8 +28,8 @@ mod response;
 mod server;
 mod upgrade;
 
-pub(crate) use request_body::RequestBody;
-pub(crate) use server::{Shutdown, serve};
+pub(crate) use request_body::ClientBody;
+pub(crate) use server::{Responding, Service, Shutdown, serve};
 pub(crate) use upgrade::{OnUpgrade, Upgraded};
 
 /// How many inputs the parsers' fuzz smokes try: `default` in every test run, or

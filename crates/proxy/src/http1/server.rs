@@ -7,17 +7,18 @@
 //! until the response before it is written. Between requests the connection holds no buffer
 //! (see `buffers`).
 
+use super::ClientBody;
 use super::buffers;
 use super::decode::{Decoded, Decoder, check_chunked};
 use super::head::{self, Framing, Parsed, Reject};
 use super::request_body::{self, BodySender, Demand};
 use super::response::{self, Writer, Written};
 use super::upgrade::{Io, OnUpgrade, Upgraded};
-use crate::body::{BadRequestBody, BoxError, ClientBody};
-use crate::handler::{ConnCtx, handle};
+use crate::body::{BadRequestBody, BoxError, ProxyBody};
 use bytes::{Bytes, BytesMut};
-use http::{Method, Request, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Frame;
+use std::convert::Infallible;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -53,10 +54,24 @@ impl Shutdown {
     }
 }
 
+/// A request's response, on its way: the handler's future, boxed.
+pub(crate) type Responding =
+    Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+
+/// What a connection's requests go to: the proxy's handler, handed in by `connection`, so
+/// that this module knows nothing of routing or upstreams.
+pub(crate) trait Service: Send + Sync + 'static {
+    /// Starts serving `req`. Boxed (the handler's future is several KiB): an idle
+    /// connection's own future stays small.
+    fn call(self: Arc<Self>, req: Request<ClientBody>) -> Responding;
+    /// The largest request head taken (`max_header_bytes`).
+    fn max_head(&self) -> usize;
+}
+
 /// The connection's future (boxed by the caller) and its shutdown handle.
-pub(crate) fn serve<S: Io + 'static>(
+pub(crate) fn serve<S: Io + 'static, C: Service>(
     io: S,
-    ctx: Arc<ConnCtx>,
+    ctx: Arc<C>,
 ) -> (
     impl Future<Output = Result<(), BoxError>> + Send,
     Arc<Shutdown>,
@@ -65,7 +80,7 @@ pub(crate) fn serve<S: Io + 'static>(
     let conn = Conn {
         io,
         rbuf: None,
-        max_head: ctx.listener.config.max_header_bytes,
+        max_head: ctx.max_head(),
         shutdown: shutdown.clone(),
     };
     (conn.run(ctx), shutdown)
@@ -250,7 +265,7 @@ fn poll_read<S: Io>(
 }
 
 impl<S: Io + 'static> Conn<S> {
-    async fn run(mut self, ctx: Arc<ConnCtx>) -> Result<(), BoxError> {
+    async fn run<C: Service>(mut self, ctx: Arc<C>) -> Result<(), BoxError> {
         loop {
             let head = match self.read_head().await {
                 Ok(Some(head)) => head,
@@ -356,7 +371,11 @@ impl<S: Io + 'static> Conn<S> {
     }
 
     /// One request and its response; what the connection does next.
-    async fn exchange(&mut self, ctx: &Arc<ConnCtx>, head: head::Head) -> Result<Next, BoxError> {
+    async fn exchange<C: Service>(
+        &mut self,
+        ctx: &Arc<C>,
+        head: head::Head,
+    ) -> Result<Next, BoxError> {
         let head::Head {
             request,
             framing,
@@ -394,7 +413,7 @@ impl<S: Io + 'static> Conn<S> {
         // The handler runs here; the body is read as the upstream side asks for it. Boxed
         // per request (it is several KiB): an idle connection's future stays small.
         let resp = {
-            let mut fut = Box::pin(handle(ctx.clone(), req));
+            let mut fut = ctx.clone().call(req);
             let (io, rbuf) = (&mut self.io, &mut self.rbuf);
             poll_fn(|cx| {
                 if let Some(p) = pump.as_mut() {

@@ -1,0 +1,62 @@
+//! A client connection's state that its timers (`connection`) read and the handler updates:
+//! requests in flight, when the last one ended, when an incomplete head began.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+/// "Not set" for the millisecond fields.
+pub(crate) const NONE: u64 = u64::MAX;
+
+/// What the connection's timers need to know, updated by the handler and the I/O wrapper.
+#[derive(Debug)]
+pub(crate) struct ConnState {
+    pub(crate) born: Instant,
+    pub(crate) inflight: AtomicUsize,
+    /// Set while the connection drains: a starting request then wakes `run`.
+    pub(crate) draining: AtomicBool,
+    /// Woken when a request starts on a draining connection.
+    pub(crate) request_seen: tokio::sync::Notify,
+    /// When the last request started or finished (ms since `born`).
+    pub(crate) last_request_ms: AtomicU64,
+    /// When the first byte of a not-yet-complete request head arrived (HTTP/1 only).
+    pub(crate) head_started_ms: AtomicU64,
+}
+
+impl ConnState {
+    pub(crate) fn new() -> Self {
+        ConnState {
+            born: Instant::now(),
+            inflight: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+            request_seen: tokio::sync::Notify::new(),
+            last_request_ms: AtomicU64::new(0),
+            head_started_ms: AtomicU64::new(NONE),
+        }
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
+    }
+
+    pub(crate) fn request_started(&self) {
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+        if self.draining.load(Ordering::Relaxed) {
+            self.request_seen.notify_one();
+        }
+        self.head_started_ms.store(NONE, Ordering::Relaxed);
+        self.last_request_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn request_finished(&self) {
+        self.inflight.fetch_sub(1, Ordering::Relaxed);
+        self.last_request_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn bytes_read(&self) {
+        if self.inflight.load(Ordering::Relaxed) == 0
+            && self.head_started_ms.load(Ordering::Relaxed) == NONE
+        {
+            self.head_started_ms.store(self.now_ms(), Ordering::Relaxed);
+        }
+    }
+}

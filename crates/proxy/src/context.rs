@@ -1,0 +1,44 @@
+//! What the requests of one listener, and of one client connection, share: built by the
+//! accept loop (`gateway`), read by both HTTP servers, the handler and the layer-4 relay.
+
+use crate::access_log::AccessLog;
+use crate::conn_state::ConnState;
+use crate::router::Router;
+use crate::upstream::UpstreamGroup;
+use arc_swap::ArcSwap;
+use sluice_config::Listener;
+use sluice_tls::TlsInfo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Everything a listener's requests share.
+#[derive(Debug)]
+pub(crate) struct ListenerCtx {
+    pub(crate) name: Arc<str>,
+    pub(crate) config: Listener,
+    pub(crate) router: Arc<Router>,
+    pub(crate) tls: Option<sluice_tls::TlsAcceptor>,
+    pub(crate) upstreams: Arc<[Arc<UpstreamGroup>]>,
+    pub(crate) access_log: AccessLog,
+    pub(crate) metrics: Arc<crate::ProxyMetrics>,
+    pub(crate) compressor: Arc<crate::Compressor>,
+    /// Rate limiters by route name.
+    pub(crate) limiters:
+        Arc<std::collections::HashMap<String, Arc<crate::rate_limit::RateLimiter>>>,
+}
+
+/// One client connection.
+#[derive(Debug)]
+pub(crate) struct ConnCtx {
+    /// The listener as it was when the connection was accepted (timers, TLS).
+    pub(crate) listener: Arc<ListenerCtx>,
+    /// The listener as it is now: each request routes by the configuration current when it
+    /// arrives.
+    pub(crate) slot: Arc<ArcSwap<ListenerCtx>>,
+    /// The client: the TCP peer, or the source a PROXY protocol header named.
+    pub(crate) peer: SocketAddr,
+    /// The address the client connected to (the header's destination, if any).
+    pub(crate) local: SocketAddr,
+    pub(crate) tls: Option<TlsInfo>,
+    pub(crate) state: Arc<ConnState>,
+}
