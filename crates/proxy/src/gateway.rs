@@ -19,12 +19,12 @@
 //! anything is swapped: a reload either applies whole or changes nothing.
 
 use crate::ProxyError;
-use crate::access_log::AccessLog;
-use crate::connection::Signals;
-use crate::context::ListenerCtx;
-use crate::rate_limit::{RateLimiter, RedisStore};
-use crate::router::Router;
-use crate::upstream::UpstreamGroup;
+use crate::listen::connection::Signals;
+use crate::request::access_log::AccessLog;
+use crate::request::context::ListenerCtx;
+use crate::request::rate_limit::{RateLimiter, RedisStore};
+use crate::request::router::Router;
+use crate::upstreams::upstream::UpstreamGroup;
 use arc_swap::ArcSwap;
 use sluice_config::{CompressOffload, Listener, LogConfig, Snapshot};
 use sluice_tls::{KeyOffload, TlsAcceptor, TlsIdentity};
@@ -456,14 +456,14 @@ async fn prepare(
                         .cloned()
                 })
                 .collect();
-            let limiters = crate::rate_limit::build(
+            let limiters = crate::request::rate_limit::build(
                 &snapshot.routes,
                 &snapshot.rate_limit_store,
                 redis.as_ref(),
                 &old_limiters,
             );
             // What the routes' encodings cost inline, once each (the dashboard's CPU saved).
-            crate::compression::calibrate(&snapshot.routes);
+            crate::request::compression::calibrate(&snapshot.routes);
             (
                 KeyOffload::identity(&snapshot),
                 compress_config(&snapshot),
@@ -505,7 +505,7 @@ async fn prepare(
             None => {
                 report.upstreams_new += 1;
                 let group = Arc::new(UpstreamGroup::new(u.clone()));
-                crate::health::start(&group);
+                crate::upstreams::health::start(&group);
                 group
             }
         })
@@ -792,7 +792,7 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
         slot.clone(),
         signals,
         connections.clone(),
-        Arc::new(crate::conn_limit::ConnCounts::default()),
+        Arc::new(crate::listen::conn_limit::ConnCounts::default()),
     ));
     RunningListener {
         name,
@@ -813,7 +813,7 @@ async fn accept_loop(
     slot: Arc<ArcSwap<ListenerCtx>>,
     signals: Signals,
     connections: TaskTracker,
-    counts: Arc<crate::conn_limit::ConnCounts>,
+    counts: Arc<crate::listen::conn_limit::ConnCounts>,
 ) {
     loop {
         match socket.accept().await {
@@ -823,7 +823,7 @@ async fn accept_loop(
                 if cfg.proxy_protocol {
                     // Only a trusted balancer may say whose connection this is; anyone else
                     // is closed before a byte is read.
-                    if !crate::policy::trusted(peer.ip(), &cfg.trusted_proxies) {
+                    if !crate::request::policy::trusted(peer.ip(), &cfg.trusted_proxies) {
                         ctx.metrics.proxy_protocol(1);
                         tracing::debug!(listener = %ctx.name, %peer, "PROXY protocol from a peer not in trusted_proxies; closed");
                         drop(tcp);
@@ -847,7 +847,9 @@ async fn accept_loop(
                                 dispatch(ctx, slot, tcp, at, signals).await;
                                 drop(place);
                             }
-                            Err(why) => ctx.metrics.connection_refused(why),
+                            Err(why) => ctx.metrics.connection_refused(
+                                why == crate::listen::conn_limit::Refusal::Client,
+                            ),
                         }
                     });
                     continue;
@@ -871,7 +873,8 @@ async fn accept_loop(
                     }
                     Err(why) => {
                         // Closed at once: no TLS, no read.
-                        ctx.metrics.connection_refused(why);
+                        ctx.metrics
+                            .connection_refused(why == crate::listen::conn_limit::Refusal::Client);
                         drop(tcp);
                     }
                 }
@@ -947,8 +950,10 @@ async fn dispatch(
 ) {
     match ctx.config.kind {
         sluice_config::ListenerKind::Http => {
-            crate::connection::serve(ctx, slot, tcp, at, signals).await;
+            crate::listen::connection::serve(ctx, slot, tcp, at, signals).await;
         }
-        sluice_config::ListenerKind::Tcp(_) => crate::stream::serve(ctx, tcp, at, signals).await,
+        sluice_config::ListenerKind::Tcp(_) => {
+            crate::layer4::stream::serve(ctx, tcp, at, signals).await
+        }
     }
 }

@@ -1,5 +1,11 @@
-//! Sluice's data plane: listeners, the hyper HTTP/1.1 and HTTP/2 server, the router, upstream
-//! groups with load balancing and passive health, the proxy handler and the access log.
+//! Sluice's data plane: listeners, Sluice's own HTTP/1.1 and hyper's HTTP/2, the router,
+//! upstream groups with load balancing and health, the proxy handler and the access log.
+//!
+//! Folders by concern, each depending only on those after it: `gateway` (accepting, moving to
+//! a new configuration) → `layer4` (TCP relays) → `listen` (a client connection: TLS, timers,
+//! HTTP/1.1 or HTTP/2) → `request` (the request path) → `upstreams` (groups, balancing,
+//! health, the keep-alive pool) → `http1` (the HTTP/1.1 codec, both sides) → shared leaves
+//! (`body`, `addresses`, `proxy_protocol`, `metrics`, `text`).
 //!
 //! Dependencies point one way: `proxy` reads a [`sluice_config::Snapshot`], asks
 //! `sluice_tls` for handshakes, and knows no offload engine by name.
@@ -8,52 +14,28 @@
 //! returns a [`Gateway`] handle for its addresses, for moving to a new snapshot while serving
 //! ([`Gateway::apply`]) and for a graceful shutdown.
 
-mod access_log;
 mod addresses;
-mod balance;
 mod body;
-mod client_hello;
-mod coalesce;
-mod compression;
-mod conn_limit;
-mod conn_pool;
-mod conn_state;
-mod connection;
-mod context;
-mod error;
-mod forward;
 mod gateway;
-mod grpc;
-mod handler;
-mod health;
 mod http1;
-mod idle_sweep;
+mod layer4;
+mod listen;
 mod metrics;
-mod outlier;
-mod policy;
 mod proxy_protocol;
-mod rate_limit;
-mod request_key;
-mod retry;
-mod router;
-mod splice;
-mod split;
-mod sticky;
-mod stream;
+mod request;
 mod text;
-mod upstream;
-mod upstream_tls;
+mod upstreams;
 
-pub use access_log::AccessLog;
-pub use compression::Compressor;
-pub use error::ProxyError;
 pub use gateway::{ApplyReport, Gateway};
 pub use metrics::{
     PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, REQUEST_LATENCY_BUCKETS_US,
     STATUS_CLASSES, TCP_OUTCOMES, TLS_VERSIONS, UPSTREAM_ERRORS,
 };
-pub use router::Router;
-pub use upstream::{ServerHealthReport, UpstreamHealth};
+pub use request::access_log::AccessLog;
+pub use request::compression::Compressor;
+pub use request::error::ProxyError;
+pub use request::router::Router;
+pub use upstreams::upstream::{ServerHealthReport, UpstreamHealth};
 
 #[cfg(test)]
 mod tests;

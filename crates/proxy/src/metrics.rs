@@ -126,8 +126,9 @@ impl ProxyMetrics {
         self.retries[usize::from(!granted)].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn connection_refused(&self, why: crate::conn_limit::Refusal) {
-        let i = usize::from(why == crate::conn_limit::Refusal::Client);
+    /// A connection refused by a connection limit: the per-client one, or the listener's.
+    pub(crate) fn connection_refused(&self, per_client: bool) {
+        let i = usize::from(per_client);
         self.refused[i].fetch_add(1, Ordering::Relaxed);
     }
 

@@ -1,5 +1,5 @@
-use crate::balance::{Balancer, PickCx, Server, hash_ip};
-use crate::router::Router;
+use crate::request::router::Router;
+use crate::upstreams::balance::{Balancer, PickCx, Server, hash_ip};
 use http::{HeaderMap, HeaderValue, Method};
 use sluice_config::{Balance, load_str};
 use std::net::IpAddr;

@@ -6,8 +6,11 @@
 //! buffer for the read and returns it at once when the read finds nothing (`Pending`), so a
 //! million idle connections share the few buffers of the connections that are busy.
 
+use super::upgrade::Io;
 use bytes::BytesMut;
 use std::cell::RefCell;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// A read buffer's size: a request head of usual size (and the next one pipelined behind it)
 /// fits in one read.
@@ -25,6 +28,21 @@ thread_local! {
 pub(crate) fn take() -> BytesMut {
     FREE.with(|f| f.borrow_mut().pop())
         .unwrap_or_else(|| BytesMut::with_capacity(SIZE))
+}
+
+/// A read with less room than this left in the buffer grows it first.
+const MIN_READ_ROOM: usize = 1024;
+
+/// Reads from `io` into `buf`'s spare room, growing it by `SIZE` when nearly full.
+pub(crate) fn poll_read<S: Io>(
+    io: &mut S,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<std::io::Result<usize>> {
+    if buf.capacity() - buf.len() < MIN_READ_ROOM {
+        buf.reserve(SIZE);
+    }
+    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
 }
 
 /// Gives an empty buffer back. One still shared with bytes handed out (a request's header

@@ -15,8 +15,9 @@
 //! written while the response body is read (a server may answer before it has read all of an
 //! upload, and an echoing server needs both directions at once).
 
-use super::buffers;
+use super::buffers::{self, poll_read};
 use super::decode::{Decoded, Decoder};
+use super::head::range_in;
 use super::response::{Encoding, Writer, Written, has_token};
 use super::upgrade::{Io, Upgraded};
 use crate::body::{BoxError, ProxyBody};
@@ -33,9 +34,6 @@ const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
 /// The most header fields a response head may carry.
 const MAX_RESPONSE_FIELDS: usize = 128;
-
-/// A read with less room than this left in the buffer grows it first.
-const MIN_READ_ROOM: usize = 1024;
 
 /// Why an exchange produced no response.
 #[derive(Debug)]
@@ -354,18 +352,6 @@ fn stale_error(e: &std::io::Error) -> bool {
     )
 }
 
-/// Reads into `buf`'s spare room (growing it when nearly full).
-fn poll_read<S: Io>(
-    io: &mut S,
-    buf: &mut BytesMut,
-    cx: &mut Context<'_>,
-) -> Poll<std::io::Result<usize>> {
-    if buf.capacity() - buf.len() < MIN_READ_ROOM {
-        buf.reserve(buffers::SIZE);
-    }
-    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
-}
-
 /// Whether a pooled idle connection is still open: the server has neither closed it nor
 /// sent anything unasked. Costs no system call while the socket has no event pending.
 pub(crate) fn still_open<S: Io>(io: &mut S) -> bool {
@@ -423,12 +409,6 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
         version,
         headers,
     }))
-}
-
-/// Where `part` (a slice of `buf`) lies in `buf`.
-fn range_in(buf: &[u8], part: &[u8]) -> (usize, usize) {
-    let start = part.as_ptr() as usize - buf.as_ptr() as usize;
-    (start, start + part.len())
 }
 
 /// How the response body is delimited (RFC 9112 §6.3). A `Content-Length` beside a transfer
@@ -806,9 +786,9 @@ mod tests {
         let Err(SendError::Failed(e)) = r else {
             panic!("the upload failed, so must the exchange")
         };
-        assert!(crate::error::is_caused_by::<crate::body::BadRequestBody>(
-            &*e
-        ));
+        assert!(crate::request::error::is_caused_by::<
+            crate::body::BadRequestBody,
+        >(&*e));
     }
 
     #[tokio::test]

@@ -208,7 +208,7 @@ fn valid_host(host: &[u8]) -> bool {
 }
 
 /// Where `part` (a slice of `buf`) lies in `buf`.
-fn range_in(buf: &[u8], part: &[u8]) -> (usize, usize) {
+pub(super) fn range_in(buf: &[u8], part: &[u8]) -> (usize, usize) {
     let start = part.as_ptr() as usize - buf.as_ptr() as usize;
     (start, start + part.len())
 }

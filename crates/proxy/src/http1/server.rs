@@ -8,7 +8,7 @@
 //! (see `buffers`).
 
 use super::ClientBody;
-use super::buffers;
+use super::buffers::{self, poll_read};
 use super::decode::{Decoded, Decoder, check_chunked};
 use super::head::{self, Framing, Parsed, Reject};
 use super::request_body::{self, BodySender, Demand};
@@ -25,9 +25,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 use tokio::io::AsyncWriteExt;
-
-/// A read with less room than this left in the buffer grows it first.
-const MIN_READ_ROOM: usize = 1024;
 
 /// Asks a connection to finish: at once when idle, else after the response in flight (sent
 /// with `Connection: close`).
@@ -250,18 +247,6 @@ impl Pump {
 
 fn io_error(what: &'static str) -> BoxError {
     Box::new(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, what))
-}
-
-/// Reads into `buf`'s spare room (growing it when nearly full).
-fn poll_read<S: Io>(
-    io: &mut S,
-    buf: &mut BytesMut,
-    cx: &mut Context<'_>,
-) -> Poll<std::io::Result<usize>> {
-    if buf.capacity() - buf.len() < MIN_READ_ROOM {
-        buf.reserve(buffers::SIZE);
-    }
-    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
 }
 
 impl<S: Io + 'static> Conn<S> {

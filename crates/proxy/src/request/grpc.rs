@@ -6,7 +6,7 @@
 //! request: bodies stream both ways without buffering, trailers pass through (`TE: trailers`
 //! is kept for the upstream), and `protocol = "h2"` upstreams speak HTTP/2.
 
-use crate::error::Failure;
+use crate::request::error::Failure;
 use http::HeaderMap;
 use http::header::{self, HeaderValue};
 use std::time::Duration;

@@ -1,10 +1,10 @@
 //! What the requests of one listener, and of one client connection, share: built by the
 //! accept loop (`gateway`), read by both HTTP servers, the handler and the layer-4 relay.
 
-use crate::access_log::AccessLog;
-use crate::conn_state::ConnState;
-use crate::router::Router;
-use crate::upstream::UpstreamGroup;
+use crate::request::access_log::AccessLog;
+use crate::request::conn_state::ConnState;
+use crate::request::router::Router;
+use crate::upstreams::upstream::UpstreamGroup;
 use arc_swap::ArcSwap;
 use sluice_config::Listener;
 use sluice_tls::TlsInfo;
@@ -24,7 +24,7 @@ pub(crate) struct ListenerCtx {
     pub(crate) compressor: Arc<crate::Compressor>,
     /// Rate limiters by route name.
     pub(crate) limiters:
-        Arc<std::collections::HashMap<String, Arc<crate::rate_limit::RateLimiter>>>,
+        Arc<std::collections::HashMap<String, Arc<crate::request::rate_limit::RateLimiter>>>,
 }
 
 /// One client connection.

@@ -1,17 +1,17 @@
 //! The proxy handler: one client request in, one response out.
 
-use crate::access_log::{AccessLog, Entry};
 use crate::body::{
     BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, OnDone, ProxyBody, TrackedBody,
 };
-use crate::compression::{self, RequestFacts, strengthen_if_none_match};
-use crate::conn_state::ConnState;
-use crate::context::{ConnCtx, ListenerCtx};
-use crate::error::{Failure, is_caused_by};
-use crate::forward::{add_forwarding, head_size, strip_hop_by_hop, upgrade_protocol};
 use crate::http1::ClientBody;
-use crate::policy;
-use crate::upstream::{ActiveGuard, UpstreamGroup};
+use crate::request::access_log::{AccessLog, Entry};
+use crate::request::compression::{self, RequestFacts, strengthen_if_none_match};
+use crate::request::conn_state::ConnState;
+use crate::request::context::{ConnCtx, ListenerCtx};
+use crate::request::error::{Failure, is_caused_by};
+use crate::request::forward::{add_forwarding, head_size, strip_hop_by_hop, upgrade_protocol};
+use crate::request::policy;
+use crate::upstreams::upstream::{ActiveGuard, UpstreamGroup};
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
@@ -146,7 +146,7 @@ pub(crate) async fn handle(
         state: conn.state.clone(),
         metrics: listener.metrics.clone(),
         request_id,
-        grpc: crate::grpc::is_grpc(req.headers()),
+        grpc: crate::request::grpc::is_grpc(req.headers()),
         _server: None,
     };
 
@@ -178,9 +178,9 @@ pub(crate) async fn handle(
         let key = limiter.key(req.uri(), req.headers(), client);
         // Boxed: only rate-limited routes pay for the (Redis-capable) check's future.
         match Box::pin(limiter.check(key)).await {
-            crate::rate_limit::Verdict::Pass => {}
-            crate::rate_limit::Verdict::Delay(wait) => tokio::time::sleep(wait).await,
-            crate::rate_limit::Verdict::Reject(retry) => {
+            crate::request::rate_limit::Verdict::Pass => {}
+            crate::request::rate_limit::Verdict::Delay(wait) => tokio::time::sleep(wait).await,
+            crate::request::rate_limit::Verdict::Reject(retry) => {
                 let mut resp = failure(done, Failure::TooManyRequests);
                 limiter.reject_headers(retry, resp.headers_mut());
                 return Ok(resp);
@@ -207,7 +207,9 @@ pub(crate) async fn handle(
     if declared.is_some_and(|n| n > listener.config.max_body_bytes) {
         return Ok(failure(done, Failure::BodyTooLarge));
     }
-    let Some(upstream) = crate::split::upstream_for(route, req.uri(), req.headers(), client) else {
+    let Some(upstream) =
+        crate::request::split::upstream_for(route, req.uri(), req.headers(), client)
+    else {
         return Ok(failure(done, Failure::NoRoute));
     };
     let group = listener.upstreams[upstream].clone();
@@ -309,7 +311,7 @@ async fn proxy(
     let deadline = [
         policy.timeout,
         done.grpc
-            .then(|| crate::grpc::timeout(&parts.headers))
+            .then(|| crate::request::grpc::timeout(&parts.headers))
             .flatten(),
     ]
     .into_iter()
@@ -335,7 +337,9 @@ async fn proxy(
     loop {
         let server = match group.acquire(key, &tried, sticky).await {
             Ok(s) => s,
-            Err(crate::upstream::Busy::NoServer) => return failure(done, Failure::UpstreamConnect),
+            Err(crate::upstreams::upstream::Busy::NoServer) => {
+                return failure(done, Failure::UpstreamConnect);
+            }
             Err(busy) => {
                 tracing::warn!(upstream = %group.config.name, ?busy, "every upstream server is at max_conns");
                 return failure(done, Failure::ServiceUnavailable);
@@ -429,8 +433,9 @@ async fn proxy(
             listener.metrics.retry(granted);
             granted
         };
-        let backoff =
-            |n: usize| crate::retry::backoff(policy.backoff, policy.backoff_max, n as u32);
+        let backoff = |n: usize| {
+            crate::upstreams::retry::backoff(policy.backoff, policy.backoff_max, n as u32)
+        };
         match result {
             Err(_elapsed) => {
                 group.mark_failed(server.index);
@@ -494,7 +499,7 @@ async fn proxy(
                 let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
                 let upstream_upgrade = resp
                     .extensions_mut()
-                    .remove::<crate::conn_pool::UpstreamUpgrade>()
+                    .remove::<crate::upstreams::conn_pool::UpstreamUpgrade>()
                     .and_then(|u| u.take());
                 if let (true, Some(client_upgrade), Some(upstream_upgrade)) =
                     (switching, client_upgrade, upstream_upgrade)
@@ -554,7 +559,7 @@ fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
         // Trailers-only: the status in the head of an empty 200 (the log keeps the HTTP
         // status the failure stands for).
         let mut resp = Response::new(TrackedBody::new(Full::new(Bytes::new()), done).boxed());
-        crate::grpc::error_headers(why, resp.headers_mut());
+        crate::request::grpc::error_headers(why, resp.headers_mut());
         if let Some(id) = id {
             resp.headers_mut().insert(policy::X_REQUEST_ID, id);
         }

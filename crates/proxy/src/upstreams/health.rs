@@ -10,7 +10,7 @@
 //! consecutive passes. Each change is logged with its reason and kept for `/status`, the
 //! health endpoint and `/metrics`.
 
-use crate::upstream::UpstreamGroup;
+use crate::upstreams::upstream::UpstreamGroup;
 use bytes::Bytes;
 use futures_util::StreamExt as _;
 use http::{Request, header};
@@ -114,7 +114,7 @@ async fn probe(
     addr: SocketAddr,
     h2: bool,
     proxy: Option<sluice_config::ProxyProtocol>,
-    tls: Option<&crate::upstream_tls::UpstreamConnector>,
+    tls: Option<&crate::upstreams::upstream_tls::UpstreamConnector>,
 ) -> Result<(), String> {
     let attempt = async {
         let mut tcp = tokio::net::TcpStream::connect(addr)
@@ -138,7 +138,7 @@ async fn probe(
         let _ = tcp.set_nodelay(true);
         // `[upstream.tls]`: the check speaks TLS, and a server whose certificate fails
         // verification fails its check.
-        let tcp = crate::upstream_tls::UpstreamIo::start(tls, addr, tcp)
+        let tcp = crate::upstreams::upstream_tls::UpstreamIo::start(tls, addr, tcp)
             .await
             .map_err(|e| e.to_string())?;
         let authority = host

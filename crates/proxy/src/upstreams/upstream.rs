@@ -1,10 +1,10 @@
 //! Upstream groups at run time: servers, balancer, passive health and the pooled client.
 
-use crate::balance::{Balancer, PickCx, Server, hash_ip};
 use crate::body::{BoxError, ProxyBody};
-use crate::conn_pool::{ConnPool, UpstreamError};
-use crate::request_key::key_hash;
-use crate::sticky::StickyCookies;
+use crate::upstreams::balance::{Balancer, PickCx, Server, hash_ip};
+use crate::upstreams::conn_pool::{ConnPool, UpstreamError};
+use crate::upstreams::request_key::key_hash;
+use crate::upstreams::sticky::StickyCookies;
 use http::{Request, Response, Uri};
 use http_body_util::BodyExt as _;
 use hyper_util::client::legacy::Client;
@@ -22,14 +22,14 @@ enum Transport {
     Http1(Arc<ConnPool>),
     /// HTTP/2 with prior knowledge: hyper-util's client, one multiplexed connection per
     /// server.
-    H2(Box<Client<crate::upstream_tls::H2Connect, ProxyBody>>),
+    H2(Box<Client<crate::upstreams::upstream_tls::H2Connect, ProxyBody>>),
 }
 
 /// One upstream group, shared by every request routed to it.
 pub(crate) struct UpstreamGroup {
     pub(crate) config: Arc<Upstream>,
     /// `[upstream.tls]`: how connections to the servers start TLS.
-    pub(crate) tls: Option<Arc<crate::upstream_tls::UpstreamConnector>>,
+    pub(crate) tls: Option<Arc<crate::upstreams::upstream_tls::UpstreamConnector>>,
     pub(crate) servers: Vec<Server>,
     balancer: Balancer,
     transport: Transport,
@@ -41,7 +41,7 @@ pub(crate) struct UpstreamGroup {
     /// Requests sent to a server marked down because none was up (fail open).
     fail_open: AtomicU64,
     /// Retries to this group stay within it.
-    pub(crate) budget: crate::retry::RetryBudget,
+    pub(crate) budget: crate::upstreams::retry::RetryBudget,
     /// Outlier ejections, and those `max_ejected_percent` refused.
     ejections: AtomicU64,
     ejections_capped: AtomicU64,
@@ -78,7 +78,7 @@ impl UpstreamGroup {
         let alpn: Option<&[u8]> = (config.protocol == UpstreamProtocol::H2).then_some(b"\x02h2");
         let tls = config.tls.as_ref().map(|t| {
             Arc::new(
-                crate::upstream_tls::UpstreamConnector::new(t, alpn).unwrap_or_else(|e| {
+                crate::upstreams::upstream_tls::UpstreamConnector::new(t, alpn).unwrap_or_else(|e| {
                     // The CA was parsed at load; this is out of memory or the like. Fail
                     // closed: a connector that trusts nothing refuses every server.
                     tracing::error!(upstream = %config.name, error = %e, "cannot set up TLS to the upstream; its connections will fail");
@@ -87,7 +87,7 @@ impl UpstreamGroup {
                         ca: None,
                         verify: true,
                     };
-                    crate::upstream_tls::UpstreamConnector::new(&nothing, None)
+                    crate::upstreams::upstream_tls::UpstreamConnector::new(&nothing, None)
                         .unwrap_or_else(|_| std::process::abort())
                 }),
             )
@@ -113,7 +113,7 @@ impl UpstreamGroup {
                     .pool_timer(TokioTimer::new())
                     .timer(TokioTimer::new())
                     .http2_only(true)
-                    .build(crate::upstream_tls::H2Connect {
+                    .build(crate::upstreams::upstream_tls::H2Connect {
                         http: connector,
                         tls: h2_tls.clone(),
                     });
@@ -133,7 +133,7 @@ impl UpstreamGroup {
                 .collect();
             StickyCookies::new(s, &config.name, &names)
         });
-        let budget = crate::retry::RetryBudget::new(
+        let budget = crate::upstreams::retry::RetryBudget::new(
             config.retry_budget_percent,
             config.retry_budget_min_per_second,
         );
@@ -381,7 +381,7 @@ impl UpstreamGroup {
             .iter()
             .filter(|s| s.outlier.ejected(now))
             .count();
-        if ejected >= crate::outlier::cap(self.servers.len(), o.max_ejected_percent) {
+        if ejected >= crate::upstreams::outlier::cap(self.servers.len(), o.max_ejected_percent) {
             self.ejections_capped.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(upstream = %self.config.name, server = %server.addr, ejected, max_ejected_percent = o.max_ejected_percent, "upstream server keeps failing but too many are ejected already; keeping it");
             return;

@@ -53,7 +53,10 @@ pub(crate) fn request_id(peer: IpAddr, headers: &HeaderMap, proxies: &[IpNet]) -
     {
         return v.clone();
     }
-    let (a, b) = (crate::balance::random64(), crate::balance::random64());
+    let (a, b) = (
+        crate::upstreams::balance::random64(),
+        crate::upstreams::balance::random64(),
+    );
     let mut buf = [0u8; 32];
     const HEX: &[u8; 16] = b"0123456789abcdef";
     for (i, byte) in a

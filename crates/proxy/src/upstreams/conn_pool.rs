@@ -15,7 +15,7 @@
 
 use crate::body::{BoxError, ProxyBody};
 use crate::http1::client::{self, Exchange, SendError};
-use crate::upstream_tls::UpstreamIo;
+use crate::upstreams::upstream_tls::UpstreamIo;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
@@ -95,7 +95,7 @@ pub(crate) struct ConnPool {
     /// `send_proxy_protocol`: each connection starts with this header and serves one client.
     proxy_protocol: Option<sluice_config::ProxyProtocol>,
     /// `[upstream.tls]`.
-    tls: Option<Arc<crate::upstream_tls::UpstreamConnector>>,
+    tls: Option<Arc<crate::upstreams::upstream_tls::UpstreamConnector>>,
     sweeper: std::sync::Once,
 }
 
@@ -115,7 +115,7 @@ impl ConnPool {
         idle_timeout: Duration,
         connect_timeout: Duration,
         proxy_protocol: Option<sluice_config::ProxyProtocol>,
-        tls: Option<Arc<crate::upstream_tls::UpstreamConnector>>,
+        tls: Option<Arc<crate::upstreams::upstream_tls::UpstreamConnector>>,
     ) -> Self {
         ConnPool {
             idle: (0..servers).map(|_| Mutex::new(Vec::new())).collect(),

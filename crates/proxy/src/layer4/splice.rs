@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::connection::Signals;
+use crate::listen::connection::Signals;
 
 /// Bytes buffered per direction (NGINX's `proxy_buffer_size` is 16k).
 const BUFFER: usize = 16 * 1024;
@@ -73,9 +73,9 @@ impl<S> FinOnClose for tokio_boring::SslStream<S> {
     }
 }
 
-impl FinOnClose for crate::upstream_tls::UpstreamIo {
+impl FinOnClose for crate::upstreams::upstream_tls::UpstreamIo {
     fn fin_on_close(&self) -> bool {
-        matches!(self, crate::upstream_tls::UpstreamIo::Plain(_))
+        matches!(self, crate::upstreams::upstream_tls::UpstreamIo::Plain(_))
     }
 }
 
@@ -202,11 +202,11 @@ impl Half {
 struct Counted<S> {
     inner: S,
     read: u64,
-    activity: Arc<crate::idle_sweep::Activity>,
+    activity: Arc<crate::listen::idle_sweep::Activity>,
 }
 
 impl<S> Counted<S> {
-    fn new(inner: S, activity: Arc<crate::idle_sweep::Activity>) -> Self {
+    fn new(inner: S, activity: Arc<crate::listen::idle_sweep::Activity>) -> Self {
         Counted {
             inner,
             read: 0,

@@ -9,11 +9,11 @@
 //! other direction goes on; each connection ends with one access-log line whose status is
 //! NGINX's stream `$status` (200 proxied, 400 bad ClientHello, 403 denied, 502 no server).
 
-use crate::access_log::Entry;
 use crate::addresses::Addresses;
-use crate::connection::Signals;
-use crate::context::ListenerCtx;
-use crate::upstream::UpstreamGroup;
+use crate::listen::connection::Signals;
+use crate::request::access_log::Entry;
+use crate::request::context::ListenerCtx;
+use crate::upstreams::upstream::UpstreamGroup;
 use sluice_config::TcpProxy;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,7 +59,7 @@ pub(crate) async fn serve(
     if !proxy.passthrough.is_empty() {
         let mut tcp = tcp;
         let hello = tokio::select! {
-            r = tokio::time::timeout(deadline, crate::client_hello::read(&mut tcp)) => r,
+            r = tokio::time::timeout(deadline, crate::layer4::client_hello::read(&mut tcp)) => r,
             () = signals.force.cancelled() => return,
         };
         let hello = match hello {
@@ -100,7 +100,8 @@ pub(crate) async fn serve(
         None => relay(&listener, proxy, group, tcp, &[], at, log, start, &signals).await,
         Some(acceptor) => {
             let Some((stream, info)) =
-                crate::connection::handshake(&listener, acceptor, tcp, at.client, &signals).await
+                crate::listen::connection::handshake(&listener, acceptor, tcp, at.client, &signals)
+                    .await
             else {
                 return;
             };
@@ -152,7 +153,7 @@ async fn relay<C>(
     start: Instant,
     signals: &Signals,
 ) where
-    C: AsyncRead + AsyncWrite + crate::splice::FinOnClose + Unpin,
+    C: AsyncRead + AsyncWrite + crate::layer4::splice::FinOnClose + Unpin,
 {
     let key = group.client_key(at.client.ip());
     let mut tried = Vec::with_capacity(2);
@@ -160,7 +161,7 @@ async fn relay<C>(
         let server = match group.acquire(key, &tried, None).await {
             Ok(s) => s,
             Err(busy) => {
-                if busy != crate::upstream::Busy::NoServer {
+                if busy != crate::upstreams::upstream::Busy::NoServer {
                     tracing::warn!(upstream = %group.config.name, ?busy, "every upstream server is at max_conns");
                 }
                 log.upstream_time = Some(start.elapsed());
@@ -197,7 +198,7 @@ async fn relay<C>(
     };
     log.upstream_time = Some(start.elapsed());
     let (sent, received) =
-        crate::splice::splice(client, upstream, proxy.idle_timeout, signals).await;
+        crate::layer4::splice::splice(client, upstream, proxy.idle_timeout, signals).await;
     drop(server);
     log.bytes_in = sent;
     log.bytes_out = received;
@@ -220,10 +221,11 @@ async fn hello_upstream(
     addr: SocketAddr,
     at: Addresses,
     replay: &[u8],
-) -> std::io::Result<crate::upstream_tls::UpstreamIo> {
+) -> std::io::Result<crate::upstreams::upstream_tls::UpstreamIo> {
     let proxy = group.config.send_proxy_protocol;
     let mut up =
-        crate::upstream_tls::UpstreamIo::open(up, addr, proxy, at, group.tls.as_deref()).await?;
+        crate::upstreams::upstream_tls::UpstreamIo::open(up, addr, proxy, at, group.tls.as_deref())
+            .await?;
     if !replay.is_empty() {
         up.write_all(replay).await?;
     }

@@ -7,7 +7,7 @@
 //! itself to a server of its choosing (a forged or stale cookie is ignored and replaced).
 //! The key is `key_file`'s (shared by a fleet) or one drawn at random once per process.
 
-use crate::balance::hash64;
+use crate::upstreams::balance::hash64;
 use sluice_config::Sticky;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -84,7 +84,7 @@ impl StickyCookies {
     /// The server a request's cookie names, if the cookie is ours, intact and names a server
     /// of this group.
     pub(crate) fn server(&self, headers: &http::HeaderMap) -> Option<usize> {
-        let value = crate::request_key::cookie(headers, &self.config.cookie)?;
+        let value = crate::upstreams::request_key::cookie(headers, &self.config.cookie)?;
         let value = std::str::from_utf8(value).ok()?;
         let (id, tag) = value.split_once('.')?;
         if id.len() != 16 || tag.len() != 16 {

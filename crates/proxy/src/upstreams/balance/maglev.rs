@@ -89,7 +89,7 @@ fn prime_at_least(n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::balance::hash::hash64;
+    use crate::upstreams::balance::hash::hash64;
 
     fn names(n: usize) -> Vec<String> {
         (0..n)

@@ -174,7 +174,7 @@ impl RateLimiter {
     pub(crate) fn key(&self, uri: &http::Uri, headers: &http::HeaderMap, client: IpAddr) -> u64 {
         match &self.config.key {
             None => 0,
-            Some(k) => crate::request_key::key_hash(k, 0, uri, headers, client),
+            Some(k) => crate::upstreams::request_key::key_hash(k, 0, uri, headers, client),
         }
     }
 

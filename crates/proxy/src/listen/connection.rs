@@ -1,9 +1,9 @@
 //! Serving one client connection: TLS handshake, HTTP/1.1 or HTTP/2 by ALPN, and the
 //! connection's timers (request head deadline, keep-alive idle, graceful shutdown).
 
-use crate::conn_state::{ConnState, NONE};
-use crate::context::{ConnCtx, ListenerCtx};
-use crate::handler::handle;
+use crate::request::conn_state::{ConnState, NONE};
+use crate::request::context::{ConnCtx, ListenerCtx};
+use crate::request::handler::handle;
 use arc_swap::ArcSwap;
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -136,7 +136,7 @@ pub(crate) struct Signals {
     /// Cancelled when the shutdown deadline has passed: close at once.
     pub(crate) force: CancellationToken,
     /// The listener's TCP connections' idle timeouts.
-    pub(crate) idle: Arc<crate::idle_sweep::IdleSweep>,
+    pub(crate) idle: Arc<crate::listen::idle_sweep::IdleSweep>,
 }
 
 /// Serves one accepted connection to the end.
@@ -162,7 +162,7 @@ pub(crate) async fn serve(
         let h2 = info.h2;
         // Coalesce hyper's writes (HTTP/2 writes a frame header and its data separately) so
         // that one flush becomes one TLS record and one send(2), not several.
-        let stream = crate::coalesce::Coalescing::new(stream, TLS_WRITE_BUFFER);
+        let stream = crate::listen::coalesce::Coalescing::new(stream, TLS_WRITE_BUFFER);
         let io = Watched {
             inner: stream,
             state: state.clone(),

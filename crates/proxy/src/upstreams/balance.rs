@@ -45,7 +45,7 @@ pub(crate) struct Server {
     /// The active health checks' verdict (true until checks say otherwise).
     checked_up: AtomicBool,
     /// Outlier ejection from live traffic.
-    pub(crate) outlier: crate::outlier::OutlierState,
+    pub(crate) outlier: crate::upstreams::outlier::OutlierState,
     /// Why the checks last changed their verdict, and when (for the health endpoint).
     check_detail: Mutex<(String, SystemTime)>,
 }

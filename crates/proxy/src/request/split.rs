@@ -9,7 +9,7 @@
 //! request to the next, and raising a canary from 5% to 10% keeps the first 5% where they
 //! were.
 
-use crate::request_key::{cookie, key_hash, query_arg};
+use crate::upstreams::request_key::{cookie, key_hash, query_arg};
 use sluice_config::{Route, Split};
 use std::net::IpAddr;
 

@@ -1,0 +1,6 @@
+//! Layer 4: TCP listeners' connections relayed as bytes (`stream`), routed by the ClientHello's
+//! server name where asked (`client_hello`), with `splice(2)` for cleartext relays (`splice`).
+
+pub(crate) mod client_hello;
+pub(crate) mod splice;
+pub(crate) mod stream;
