@@ -1,25 +1,20 @@
 //! The proxy handler: one client request in, one response out.
 
-use crate::body::{
-    BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, OnDone, ProxyBody, TrackedBody,
-};
+use crate::body::{OnDone, ProxyBody, TrackedBody};
 use crate::http1::ClientBody;
 use crate::request::access_log::{AccessLog, Entry};
-use crate::request::compression::{self, RequestFacts, strengthen_if_none_match};
+use crate::request::compression::RequestFacts;
 use crate::request::conn_state::ConnState;
-use crate::request::context::{ConnCtx, ListenerCtx};
-use crate::request::error::{Failure, is_caused_by};
-use crate::request::forward::{add_forwarding, head_size, strip_hop_by_hop, upgrade_protocol};
+use crate::request::context::ConnCtx;
+use crate::request::error::Failure;
+use crate::request::forward::head_size;
 use crate::request::policy;
-use crate::upstreams::upstream::{ActiveGuard, UpstreamGroup};
+use crate::upstreams::upstream::ActiveGuard;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
-use http_body::Body as _;
-use http_body_util::{BodyExt, Empty, Full};
-use sluice_config::{PassHost, Route, UpstreamProtocol};
+use http::{Request, Response, StatusCode, Version};
+use http_body_util::{BodyExt, Full};
 use std::convert::Infallible;
-use std::net::IpAddr;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,18 +32,18 @@ impl crate::http1::Service for ConnCtx {
 }
 
 /// Finishes a request's bookkeeping when its response body is done or dropped.
-struct Done {
-    entry: Entry,
-    start: Instant,
-    bytes_in: Arc<AtomicU64>,
-    log: AccessLog,
-    state: Arc<ConnState>,
-    metrics: Arc<crate::ProxyMetrics>,
+pub(super) struct Done {
+    pub(super) entry: Entry,
+    pub(super) start: Instant,
+    pub(super) bytes_in: Arc<AtomicU64>,
+    pub(super) log: AccessLog,
+    pub(super) state: Arc<ConnState>,
+    pub(super) metrics: Arc<crate::ProxyMetrics>,
     /// Returned in `X-Request-Id` on every response, errors included.
-    request_id: Option<HeaderValue>,
+    pub(super) request_id: Option<HeaderValue>,
     /// A gRPC call: the gateway's own failures answer as gRPC errors.
-    grpc: bool,
-    _server: Option<ActiveGuard>,
+    pub(super) grpc: bool,
+    pub(super) _server: Option<ActiveGuard>,
 }
 
 impl OnDone for Done {
@@ -75,13 +70,6 @@ fn protocol(v: Version) -> &'static str {
         Version::HTTP_09 => "HTTP/0.9",
         _ => "HTTP/1.1",
     }
-}
-
-fn is_idempotent(m: &Method) -> bool {
-    matches!(
-        *m,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
 }
 
 /// hyper service entry point.
@@ -214,14 +202,14 @@ pub(crate) async fn handle(
     };
     let group = listener.upstreams[upstream].clone();
     let facts = RequestFacts::new(&route.compression, req.method(), req.headers());
-    Ok(proxy(
+    Ok(super::proxy::run(
         &conn, listener, group, route, client, req, host, done, facts,
     )
     .await)
 }
 
 /// The host without a port, for `$host`.
-fn host_name(host: &str) -> &str {
+pub(super) fn host_name(host: &str) -> &str {
     match host.rsplit_once(':') {
         Some((h, port))
             if port.bytes().all(|b| b.is_ascii_digit())
@@ -253,304 +241,8 @@ fn respond(
     resp
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn proxy(
-    conn: &ConnCtx,
-    listener: &ListenerCtx,
-    group: Arc<UpstreamGroup>,
-    route: &Route,
-    client: IpAddr,
-    mut req: Request<ClientBody>,
-    host: String,
-    mut done: Done,
-    facts: RequestFacts,
-) -> Response<ProxyBody> {
-    let upgrade = if req.version() == Version::HTTP_11 {
-        upgrade_protocol(req.headers())
-    } else {
-        None
-    };
-    let client_upgrade = upgrade
-        .as_ref()
-        .and_then(|_| req.extensions_mut().remove::<crate::http1::OnUpgrade>());
-    let (parts, body) = req.into_parts();
-    let has_body = !body.is_end_stream();
-    let policy = &route.retry;
-    // A request without a body can be sent again; one whose body is streaming cannot (it is
-    // not buffered), whatever the policy says.
-    let retryable = (policy.non_idempotent || is_idempotent(&parts.method)) && !has_body;
-    let mut body = Some(LimitedBody::new(
-        body,
-        listener.config.max_body_bytes,
-        done.bytes_in.clone(),
-    ));
-    // `decompress_requests`: a gzip upload goes upstream decompressed, within a limit.
-    let gunzip = facts.settings.decompress_requests
-        && has_body
-        && parts
-            .headers
-            .get(header::CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| {
-                let v = v.trim();
-                v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip")
-            });
-    let wants_trailers = parts.headers.get_all(header::TE).iter().any(|v| {
-        v.to_str().is_ok_and(|s| {
-            s.split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
-        })
-    });
-
-    group.budget.request(group.now_s());
-    let per_try = policy
-        .per_try_timeout
-        .unwrap_or(group.config.response_timeout);
-    // The route's overall timeout, and a gRPC call's own deadline, whichever ends first.
-    let now = Instant::now();
-    let deadline = [
-        policy.timeout,
-        done.grpc
-            .then(|| crate::request::grpc::timeout(&parts.headers))
-            .flatten(),
-    ]
-    .into_iter()
-    .flatten()
-    .min()
-    .map(|t| now + t);
-    let key = group.hash_key(&parts, client);
-    // The path sent upstream (the route's rewrite), and what variables stand for.
-    let rewritten = route
-        .rewrite
-        .as_ref()
-        .and_then(|rw| policy::rewrite(rw, &parts.uri));
-    let request_id = done.request_id.clone();
-    let vars = policy::Vars {
-        host: host_name(&host),
-        uri: &parts.uri,
-        https: listener.tls.is_some(),
-        client,
-        request_id: request_id.as_ref(),
-    };
-    let sticky = group.sticky.as_ref().and_then(|s| s.server(&parts.headers));
-    let mut tried = Vec::with_capacity(2);
-    loop {
-        let server = match group.acquire(key, &tried, sticky).await {
-            Ok(s) => s,
-            Err(crate::upstreams::upstream::Busy::NoServer) => {
-                return failure(done, Failure::UpstreamConnect);
-            }
-            Err(busy) => {
-                tracing::warn!(upstream = %group.config.name, ?busy, "every upstream server is at max_conns");
-                return failure(done, Failure::ServiceUnavailable);
-            }
-        };
-        tried.push(server.index);
-        let addr = server.server().addr;
-        done.entry.upstream = Some(addr);
-
-        let mut headers = parts.headers.clone();
-        strip_hop_by_hop(&mut headers);
-        if let Some(proto) = &upgrade {
-            headers.insert(header::UPGRADE, proto.clone());
-            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        }
-        if wants_trailers {
-            headers.insert(header::TE, HeaderValue::from_static("trailers"));
-        }
-        strengthen_if_none_match(&facts.settings, &mut headers);
-        if gunzip {
-            headers.remove(header::CONTENT_ENCODING);
-            headers.remove(header::CONTENT_LENGTH);
-        }
-        let host_value = match &group.config.pass_host {
-            PassHost::Pass => host.clone(),
-            PassHost::Node => crate::text::addr_string(&addr),
-            PassHost::Rewrite(h) => h.clone(),
-        };
-        if let Ok(v) = HeaderValue::from_str(&host_value) {
-            headers.insert(header::HOST, v);
-        }
-        add_forwarding(
-            &mut headers,
-            conn.peer,
-            client,
-            listener.tls.is_some(),
-            &host,
-            listener.config.forwarded_header,
-        );
-        if !route.request_headers.is_empty() {
-            policy::edit_headers(&route.request_headers, &mut headers, &vars);
-        }
-
-        // Origin-form: the request line carries the path and query only.
-        let uri = match rewritten.as_ref().or(parts.uri.path_and_query()) {
-            Some(pq) => Uri::from(pq.clone()),
-            None => Uri::from_static("/"),
-        };
-        let upstream_body: ProxyBody = match body.take() {
-            Some(b) if !retryable && gunzip => {
-                GunzipBody::new(b, facts.settings.max_decompressed_bytes).boxed()
-            }
-            Some(b) if !retryable => b.boxed(),
-            _ => Empty::new().map_err(|never| match never {}).boxed(),
-        };
-        let mut up_req = Request::new(upstream_body);
-        *up_req.method_mut() = parts.method.clone();
-        *up_req.uri_mut() = uri;
-        *up_req.version_mut() = match group.config.protocol {
-            UpstreamProtocol::Http1 => Version::HTTP_11,
-            UpstreamProtocol::H2 => Version::HTTP_2,
-        };
-        *up_req.headers_mut() = headers;
-
-        let sent = Instant::now();
-        let try_timeout =
-            deadline.map_or(per_try, |d| per_try.min(d.saturating_duration_since(sent)));
-        let result = tokio::time::timeout(
-            try_timeout,
-            group.send(
-                server.index,
-                up_req,
-                crate::addresses::Addresses {
-                    client: conn.peer,
-                    local: conn.local,
-                },
-            ),
-        )
-        .await;
-        // Whether this try's failure may be sent again: the policy wants it, the request can
-        // be repeated, tries and servers are left, the overall deadline has not passed, and
-        // the group's budget has a retry (asked last, so only real candidates spend it).
-        let retry = |wanted: bool| {
-            let left = tried.len() < policy.attempts.get() as usize
-                && tried.len() < group.servers.len()
-                && deadline.is_none_or(|d| Instant::now() < d);
-            if !(wanted && retryable && left) {
-                return false;
-            }
-            let granted = group.budget.try_retry(group.now_s());
-            listener.metrics.retry(granted);
-            granted
-        };
-        let backoff = |n: usize| {
-            crate::upstreams::retry::backoff(policy.backoff, policy.backoff_max, n as u32)
-        };
-        match result {
-            Err(_elapsed) => {
-                group.mark_failed(server.index);
-                group.outcome(server.index, true);
-                // peak_ewma: a server that timed out looks as slow as the timeout.
-                group.observe_latency(server.index, try_timeout);
-                listener.metrics.upstream_error(1);
-                let again = retry(policy.on_timeout);
-                tracing::warn!(upstream = %group.config.name, %addr, timeout = ?try_timeout, retry = again, "upstream response timed out");
-                if again {
-                    tokio::time::sleep(backoff(tried.len())).await;
-                    continue;
-                }
-                return failure(done, Failure::UpstreamTimeout);
-            }
-            Ok(Err(e)) => {
-                if is_caused_by::<BodyTooLarge>(&e) {
-                    return failure(done, Failure::BodyTooLarge);
-                }
-                if is_caused_by::<BadRequestBody>(&e) {
-                    return failure(done, Failure::BadRequest);
-                }
-                let connect = e.is_connect();
-                if connect {
-                    group.mark_failed(server.index);
-                }
-                group.outcome(server.index, true);
-                listener.metrics.upstream_error(if connect { 0 } else { 2 });
-                let again = retry(if connect {
-                    policy.on_connect
-                } else {
-                    policy.on_reset
-                });
-                tracing::warn!(upstream = %group.config.name, %addr, error = %ErrorChain(&e), retry = again, "upstream request failed");
-                if again {
-                    tokio::time::sleep(backoff(tried.len())).await;
-                    continue;
-                }
-                return failure(
-                    done,
-                    if connect {
-                        Failure::UpstreamConnect
-                    } else {
-                        Failure::UpstreamError
-                    },
-                );
-            }
-            Ok(Ok(mut resp)) => {
-                server.server().succeeded();
-                group.outcome(server.index, resp.status().is_server_error());
-                if resp.status().is_server_error() && retry(policy.on_5xx) {
-                    tracing::info!(upstream = %group.config.name, %addr, status = resp.status().as_u16(), "upstream answered 5xx; retrying on another server");
-                    drop(resp);
-                    tokio::time::sleep(backoff(tried.len())).await;
-                    continue;
-                }
-                let upstream_time = sent.elapsed();
-                group.observe_latency(server.index, upstream_time);
-                done.entry.upstream_time = Some(upstream_time);
-                done.entry.status = resp.status().as_u16();
-                let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-                let upstream_upgrade = resp
-                    .extensions_mut()
-                    .remove::<crate::upstreams::conn_pool::UpstreamUpgrade>()
-                    .and_then(|u| u.take());
-                if let (true, Some(client_upgrade), Some(upstream_upgrade)) =
-                    (switching, client_upgrade, upstream_upgrade)
-                {
-                    tokio::spawn(tunnel(client_upgrade, upstream_upgrade, addr));
-                } else {
-                    strip_hop_by_hop(resp.headers_mut());
-                }
-                let (mut rparts, rbody) = resp.into_parts();
-                rparts.version = parts.version;
-                if !route.response_headers.is_empty() {
-                    policy::edit_headers(&route.response_headers, &mut rparts.headers, &vars);
-                }
-                if let Some(id) = &request_id {
-                    rparts.headers.insert(policy::X_REQUEST_ID, id.clone());
-                }
-                // A new session, or one whose server was down: name the server chosen.
-                if let Some(cookies) = &group.sticky
-                    && sticky != Some(server.index)
-                {
-                    rparts.headers.append(
-                        header::SET_COOKIE,
-                        cookies.set_cookie(server.index, listener.tls.is_some()),
-                    );
-                }
-                done._server = Some(server);
-                let rbody =
-                    compression::apply(&listener.compressor, &facts, &mut rparts, rbody).await;
-                return Response::from_parts(rparts, TrackedBody::new(rbody, done).boxed());
-            }
-        }
-    }
-}
-
-/// Copies bytes both ways between an upgraded client connection and upstream connection.
-async fn tunnel(
-    client: crate::http1::OnUpgrade,
-    mut upstream: crate::http1::Upgraded,
-    addr: SocketAddr,
-) {
-    let Some(mut client) = client.wait().await else {
-        tracing::debug!(%addr, "the client connection did not switch protocols");
-        return;
-    };
-    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-        tracing::debug!(%addr, error = %e, "upgraded connection ended with an error");
-    }
-}
-
 /// A short response for a request that failed before (or instead of) reaching a server.
-fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
+pub(super) fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
     let status = why.status();
     done.entry.status = status.as_u16();
     let http1 = done.entry.protocol != "HTTP/2.0";
@@ -591,19 +283,4 @@ fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     resp
-}
-
-/// Displays an error with its causes, `a: b: c`.
-struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut cur = self.0.source();
-        while let Some(e) = cur {
-            write!(f, ": {e}")?;
-            cur = e.source();
-        }
-        Ok(())
-    }
 }

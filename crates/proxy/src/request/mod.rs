@@ -1,6 +1,6 @@
 //! The HTTP request path, for both protocols: what a listener's and a connection's requests
-//! share (`context`, `conn_state`), the handler (`handler`: route, policy, proxy with
-//! retries), compression, forwarding headers, edge policy (ACLs, answers, rewrites, rate
+//! share (`context`, `conn_state`), the handler (`handler`: admission, routing, policy),
+//! the proxying of a routed request as named phases with retries (`proxy`), compression, forwarding headers, edge policy (ACLs, answers, rewrites, rate
 //! limits, traffic splits), gRPC, the router, the access log and the failure statuses.
 
 pub(crate) mod access_log;
@@ -12,6 +12,7 @@ pub(crate) mod forward;
 pub(crate) mod grpc;
 pub(crate) mod handler;
 pub(crate) mod policy;
+pub(crate) mod proxy;
 pub(crate) mod rate_limit;
 pub(crate) mod router;
 pub(crate) mod split;

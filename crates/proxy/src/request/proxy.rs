@@ -1,0 +1,507 @@
+//! A routed request sent upstream, as named phases over one request context (after Pingora's
+//! `ProxyHttp` phases and sozu's `HttpContext`):
+//!
+//! 1. `Proxied::new`: everything decided once (upgrade, whether it can be sent again, gzip
+//!    upload, the overall deadline, the balancing key, the rewritten path, the sticky server);
+//! 2. `upstream_peer`: a server from the group's balancer, never one already tried;
+//! 3. `upstream_request`: the request for that server (hop-by-hop headers out, Host,
+//!    forwarding headers, the route's header edits, origin-form target);
+//! 4. `attempt`: one try, within the try's deadline;
+//! 5. `upstream_failed` / `retry_5xx`: whether a failed try goes to another server (the
+//!    route's policy, the group's retry budget, tries and deadline left);
+//! 6. `response_filter`: the response's headers, a WebSocket tunnel after `101`, then
+//!    compression as the response body's filter.
+//!
+//! Retrying is the loop in `run` over phases 2-5: one attempt at a time.
+
+use super::compression::{self, RequestFacts, strengthen_if_none_match};
+use super::context::{ConnCtx, ListenerCtx};
+use super::error::{Failure, is_caused_by};
+use super::forward::{add_forwarding, strip_hop_by_hop, upgrade_protocol};
+use super::handler::{Done, failure, host_name};
+use super::policy;
+use crate::body::{BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, ProxyBody, TrackedBody};
+use crate::http1::ClientBody;
+use crate::upstreams::conn_pool::UpstreamError;
+use crate::upstreams::upstream::{ActiveGuard, Busy, UpstreamGroup};
+use http::header::{self, HeaderValue};
+use http::uri::PathAndQuery;
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Empty};
+use sluice_config::{PassHost, Route, UpstreamProtocol};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Sends a routed request to `group` and returns the response (or the failure's answer).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn run(
+    conn: &ConnCtx,
+    listener: &ListenerCtx,
+    group: Arc<UpstreamGroup>,
+    route: &Route,
+    client: IpAddr,
+    req: Request<ClientBody>,
+    host: String,
+    mut done: Done,
+    facts: RequestFacts,
+) -> Response<ProxyBody> {
+    let mut p = Proxied::new(
+        conn, listener, group, route, client, req, host, &done, facts,
+    );
+    loop {
+        let server = match p.upstream_peer().await {
+            Ok(s) => s,
+            Err(why) => return failure(done, why),
+        };
+        let addr = server.server().addr;
+        done.entry.upstream = Some(addr);
+        let req = p.upstream_request(addr);
+        let sent = Instant::now();
+        let next = match p.attempt(&server, req, sent).await {
+            // (`retry_5xx` also counts the 5xx against the server, once, either way.)
+            Ok(resp) if resp.status().is_server_error() && p.retry_5xx(&server, &resp) => {
+                Next::Retry
+            }
+            Ok(resp) => return p.response_filter(done, server, resp, sent).await,
+            Err(e) => p.upstream_failed(&server, e),
+        };
+        match next {
+            Next::Retry => tokio::time::sleep(p.backoff()).await,
+            Next::Fail(why) => return failure(done, why),
+        }
+    }
+}
+
+/// What a failed attempt leads to.
+enum Next {
+    Retry,
+    Fail(Failure),
+}
+
+/// Why an attempt brought no response.
+enum Attempt {
+    TimedOut(Duration),
+    Failed(UpstreamError),
+}
+
+/// One proxied request's context, decided once and read by every phase.
+struct Proxied<'a> {
+    conn: &'a ConnCtx,
+    listener: &'a ListenerCtx,
+    group: Arc<UpstreamGroup>,
+    route: &'a Route,
+    client: IpAddr,
+    host: String,
+    parts: http::request::Parts,
+    /// The client's body, until an attempt takes it (only the first can: it is streamed).
+    body: Option<LimitedBody<ClientBody>>,
+    facts: RequestFacts,
+    /// An HTTP/1.1 upgrade's protocol, and the client side of it.
+    upgrade: Option<HeaderValue>,
+    client_upgrade: Option<crate::http1::OnUpgrade>,
+    /// No body, and idempotent or the policy allows it: it can be sent again.
+    retryable: bool,
+    /// `decompress_requests` applies: a gzip upload goes upstream decompressed.
+    gunzip: bool,
+    wants_trailers: bool,
+    /// The route's overall timeout or a gRPC call's deadline, whichever ends first.
+    deadline: Option<Instant>,
+    key: u64,
+    rewritten: Option<PathAndQuery>,
+    request_id: Option<HeaderValue>,
+    sticky: Option<usize>,
+    /// Servers tried so far, in order.
+    tried: Vec<usize>,
+}
+
+impl<'a> Proxied<'a> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        conn: &'a ConnCtx,
+        listener: &'a ListenerCtx,
+        group: Arc<UpstreamGroup>,
+        route: &'a Route,
+        client: IpAddr,
+        mut req: Request<ClientBody>,
+        host: String,
+        done: &Done,
+        facts: RequestFacts,
+    ) -> Self {
+        let upgrade = if req.version() == Version::HTTP_11 {
+            upgrade_protocol(req.headers())
+        } else {
+            None
+        };
+        let client_upgrade = upgrade
+            .as_ref()
+            .and_then(|_| req.extensions_mut().remove::<crate::http1::OnUpgrade>());
+        let (parts, body) = req.into_parts();
+        let has_body = !body.is_end_stream();
+        let policy = &route.retry;
+        // A request without a body can be sent again; one whose body is streaming cannot (it
+        // is not buffered), whatever the policy says.
+        let retryable = (policy.non_idempotent || is_idempotent(&parts.method)) && !has_body;
+        let body = Some(LimitedBody::new(
+            body,
+            listener.config.max_body_bytes,
+            done.bytes_in.clone(),
+        ));
+        let gunzip = facts.settings.decompress_requests
+            && has_body
+            && parts
+                .headers
+                .get(header::CONTENT_ENCODING)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| {
+                    let v = v.trim();
+                    v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip")
+                });
+        let wants_trailers = parts.headers.get_all(header::TE).iter().any(|v| {
+            v.to_str().is_ok_and(|s| {
+                s.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+            })
+        });
+        group.budget.request(group.now_s());
+        let now = Instant::now();
+        let deadline = [
+            policy.timeout,
+            done.grpc
+                .then(|| crate::request::grpc::timeout(&parts.headers))
+                .flatten(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|t| now + t);
+        let key = group.hash_key(&parts, client);
+        let rewritten = route
+            .rewrite
+            .as_ref()
+            .and_then(|rw| policy::rewrite(rw, &parts.uri));
+        let sticky = group.sticky.as_ref().and_then(|s| s.server(&parts.headers));
+        Proxied {
+            conn,
+            listener,
+            group,
+            route,
+            client,
+            host,
+            parts,
+            body,
+            facts,
+            upgrade,
+            client_upgrade,
+            retryable,
+            gunzip,
+            wants_trailers,
+            deadline,
+            key,
+            rewritten,
+            request_id: done.request_id.clone(),
+            sticky,
+            tried: Vec::with_capacity(2),
+        }
+    }
+
+    /// What the route's header edits may refer to.
+    fn vars(&self) -> policy::Vars<'_> {
+        policy::Vars {
+            host: host_name(&self.host),
+            uri: &self.parts.uri,
+            https: self.listener.tls.is_some(),
+            client: self.client,
+            request_id: self.request_id.as_ref(),
+        }
+    }
+
+    /// Phase 2: a server not tried yet (the sticky one first).
+    async fn upstream_peer(&mut self) -> Result<ActiveGuard, Failure> {
+        match self.group.acquire(self.key, &self.tried, self.sticky).await {
+            Ok(server) => {
+                self.tried.push(server.index);
+                Ok(server)
+            }
+            Err(Busy::NoServer) => Err(Failure::UpstreamConnect),
+            Err(busy) => {
+                tracing::warn!(upstream = %self.group.config.name, ?busy, "every upstream server is at max_conns");
+                Err(Failure::ServiceUnavailable)
+            }
+        }
+    }
+
+    /// Phase 3: the request for the server at `addr`.
+    fn upstream_request(&mut self, addr: SocketAddr) -> Request<ProxyBody> {
+        let mut headers = self.parts.headers.clone();
+        strip_hop_by_hop(&mut headers);
+        if let Some(proto) = &self.upgrade {
+            headers.insert(header::UPGRADE, proto.clone());
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        if self.wants_trailers {
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+        strengthen_if_none_match(&self.facts.settings, &mut headers);
+        if self.gunzip {
+            headers.remove(header::CONTENT_ENCODING);
+            headers.remove(header::CONTENT_LENGTH);
+        }
+        let host_value = match &self.group.config.pass_host {
+            PassHost::Pass => self.host.clone(),
+            PassHost::Node => crate::text::addr_string(&addr),
+            PassHost::Rewrite(h) => h.clone(),
+        };
+        if let Ok(v) = HeaderValue::from_str(&host_value) {
+            headers.insert(header::HOST, v);
+        }
+        add_forwarding(
+            &mut headers,
+            self.conn.peer,
+            self.client,
+            self.listener.tls.is_some(),
+            &self.host,
+            self.listener.config.forwarded_header,
+        );
+        if !self.route.request_headers.is_empty() {
+            policy::edit_headers(&self.route.request_headers, &mut headers, &self.vars());
+        }
+        // Origin-form: the request line carries the path and query only.
+        let uri = match self.rewritten.as_ref().or(self.parts.uri.path_and_query()) {
+            Some(pq) => Uri::from(pq.clone()),
+            None => Uri::from_static("/"),
+        };
+        let body: ProxyBody = match self.body.take() {
+            Some(b) if !self.retryable && self.gunzip => {
+                GunzipBody::new(b, self.facts.settings.max_decompressed_bytes).boxed()
+            }
+            Some(b) if !self.retryable => b.boxed(),
+            _ => Empty::new().map_err(|never| match never {}).boxed(),
+        };
+        let mut req = Request::new(body);
+        *req.method_mut() = self.parts.method.clone();
+        *req.uri_mut() = uri;
+        *req.version_mut() = match self.group.config.protocol {
+            UpstreamProtocol::Http1 => Version::HTTP_11,
+            UpstreamProtocol::H2 => Version::HTTP_2,
+        };
+        *req.headers_mut() = headers;
+        req
+    }
+
+    /// Phase 4: one try, within the per-try timeout and what is left of the deadline.
+    async fn attempt(
+        &self,
+        server: &ActiveGuard,
+        req: Request<ProxyBody>,
+        sent: Instant,
+    ) -> Result<Response<ProxyBody>, Attempt> {
+        let per_try = self
+            .route
+            .retry
+            .per_try_timeout
+            .unwrap_or(self.group.config.response_timeout);
+        let timeout = self
+            .deadline
+            .map_or(per_try, |d| per_try.min(d.saturating_duration_since(sent)));
+        let at = crate::addresses::Addresses {
+            client: self.conn.peer,
+            local: self.conn.local,
+        };
+        match tokio::time::timeout(timeout, self.group.send(server.index, req, at)).await {
+            Err(_elapsed) => Err(Attempt::TimedOut(timeout)),
+            Ok(Err(e)) => Err(Attempt::Failed(e)),
+            Ok(Ok(resp)) => Ok(resp),
+        }
+    }
+
+    /// Whether a failed try may be sent again: the policy wants it, the request can be
+    /// repeated, tries and servers are left, the overall deadline has not passed, and the
+    /// group's budget has a retry (asked last, so only real candidates spend it).
+    fn may_retry(&self, wanted: bool) -> bool {
+        let policy = &self.route.retry;
+        let left = self.tried.len() < policy.attempts.get() as usize
+            && self.tried.len() < self.group.servers.len()
+            && self.deadline.is_none_or(|d| Instant::now() < d);
+        if !(wanted && self.retryable && left) {
+            return false;
+        }
+        let granted = self.group.budget.try_retry(self.group.now_s());
+        self.listener.metrics.retry(granted);
+        granted
+    }
+
+    /// The wait before the next try.
+    fn backoff(&self) -> Duration {
+        let policy = &self.route.retry;
+        crate::upstreams::retry::backoff(
+            policy.backoff,
+            policy.backoff_max,
+            self.tried.len() as u32,
+        )
+    }
+
+    /// Phase 5, for a try without a response: counted against the server, then another
+    /// server or the failure's answer.
+    fn upstream_failed(&self, server: &ActiveGuard, failed: Attempt) -> Next {
+        let (group, policy) = (&self.group, &self.route.retry);
+        let addr = server.server().addr;
+        match failed {
+            Attempt::TimedOut(timeout) => {
+                group.mark_failed(server.index);
+                group.outcome(server.index, true);
+                // peak_ewma: a server that timed out looks as slow as the timeout.
+                group.observe_latency(server.index, timeout);
+                self.listener.metrics.upstream_error(1);
+                let again = self.may_retry(policy.on_timeout);
+                tracing::warn!(upstream = %group.config.name, %addr, ?timeout, retry = again, "upstream response timed out");
+                if again {
+                    Next::Retry
+                } else {
+                    Next::Fail(Failure::UpstreamTimeout)
+                }
+            }
+            Attempt::Failed(e) => {
+                // The client's own upload failed: its answer, not the server's fault.
+                if is_caused_by::<BodyTooLarge>(&e) {
+                    return Next::Fail(Failure::BodyTooLarge);
+                }
+                if is_caused_by::<BadRequestBody>(&e) {
+                    return Next::Fail(Failure::BadRequest);
+                }
+                let connect = e.is_connect();
+                if connect {
+                    group.mark_failed(server.index);
+                }
+                group.outcome(server.index, true);
+                self.listener
+                    .metrics
+                    .upstream_error(if connect { 0 } else { 2 });
+                let again = self.may_retry(if connect {
+                    policy.on_connect
+                } else {
+                    policy.on_reset
+                });
+                tracing::warn!(upstream = %group.config.name, %addr, error = %ErrorChain(&e), retry = again, "upstream request failed");
+                if again {
+                    Next::Retry
+                } else if connect {
+                    Next::Fail(Failure::UpstreamConnect)
+                } else {
+                    Next::Fail(Failure::UpstreamError)
+                }
+            }
+        }
+    }
+
+    /// Phase 5, for a 5xx: whether it goes to another server instead of to the client.
+    fn retry_5xx(&self, server: &ActiveGuard, resp: &Response<ProxyBody>) -> bool {
+        server.server().succeeded();
+        self.group.outcome(server.index, true);
+        let again = self.may_retry(self.route.retry.on_5xx);
+        if again {
+            tracing::info!(upstream = %self.group.config.name, addr = %server.server().addr, status = resp.status().as_u16(), "upstream answered 5xx; retrying on another server");
+        }
+        again
+    }
+
+    /// Phase 6: the response on its way to the client: accounting, headers, a tunnel after
+    /// `101`, and compression as the body's filter.
+    async fn response_filter(
+        mut self,
+        mut done: Done,
+        server: ActiveGuard,
+        mut resp: Response<ProxyBody>,
+        sent: Instant,
+    ) -> Response<ProxyBody> {
+        let group = &self.group;
+        if !resp.status().is_server_error() {
+            // (A 5xx kept for the client was counted by `retry_5xx`.)
+            server.server().succeeded();
+            group.outcome(server.index, false);
+        }
+        let upstream_time = sent.elapsed();
+        group.observe_latency(server.index, upstream_time);
+        done.entry.upstream_time = Some(upstream_time);
+        done.entry.status = resp.status().as_u16();
+        let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+        let upstream_upgrade = resp
+            .extensions_mut()
+            .remove::<crate::upstreams::conn_pool::UpstreamUpgrade>()
+            .and_then(|u| u.take());
+        if let (true, Some(client_upgrade), Some(upstream_upgrade)) =
+            (switching, self.client_upgrade.take(), upstream_upgrade)
+        {
+            tokio::spawn(tunnel(
+                client_upgrade,
+                upstream_upgrade,
+                server.server().addr,
+            ));
+        } else {
+            strip_hop_by_hop(resp.headers_mut());
+        }
+        let (mut rparts, rbody) = resp.into_parts();
+        rparts.version = self.parts.version;
+        if !self.route.response_headers.is_empty() {
+            policy::edit_headers(
+                &self.route.response_headers,
+                &mut rparts.headers,
+                &self.vars(),
+            );
+        }
+        if let Some(id) = &self.request_id {
+            rparts.headers.insert(policy::X_REQUEST_ID, id.clone());
+        }
+        // A new session, or one whose server was down: name the server chosen.
+        if let Some(cookies) = &group.sticky
+            && self.sticky != Some(server.index)
+        {
+            rparts.headers.append(
+                header::SET_COOKIE,
+                cookies.set_cookie(server.index, self.listener.tls.is_some()),
+            );
+        }
+        done._server = Some(server);
+        let rbody =
+            compression::apply(&self.listener.compressor, &self.facts, &mut rparts, rbody).await;
+        Response::from_parts(rparts, TrackedBody::new(rbody, done).boxed())
+    }
+}
+
+fn is_idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// Copies bytes both ways between an upgraded client connection and upstream connection.
+async fn tunnel(
+    client: crate::http1::OnUpgrade,
+    mut upstream: crate::http1::Upgraded,
+    addr: SocketAddr,
+) {
+    let Some(mut client) = client.wait().await else {
+        tracing::debug!(%addr, "the client connection did not switch protocols");
+        return;
+    };
+    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        tracing::debug!(%addr, error = %e, "upgraded connection ended with an error");
+    }
+}
+
+/// Displays an error with its causes, `a: b: c`.
+struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cur = self.0.source();
+        while let Some(e) = cur {
+            write!(f, ": {e}")?;
+            cur = e.source();
+        }
+        Ok(())
+    }
+}
