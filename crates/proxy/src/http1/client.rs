@@ -814,26 +814,7 @@ mod tests {
             b"HTTP/1.1 101 Switching Protocols\r\nupgrade: ws\r\nconnection: upgrade\r\n\r\n",
         ];
         let alphabet = b"\r\n :,;\t\x00\x7f\x80aZ01-chunkedcontent-lengthtransfer-encodingclose";
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        for i in 0..super::super::fuzz_iterations(20_000) {
-            let mut raw = seeds[i % seeds.len()].to_vec();
-            for _ in 0..=(next() % 4) {
-                let at = (next() as usize) % (raw.len() + 1);
-                let byte = alphabet[(next() as usize) % alphabet.len()];
-                match next() % 3 {
-                    0 if at < raw.len() => raw[at] = byte,
-                    1 if at < raw.len() => {
-                        raw.remove(at);
-                    }
-                    _ => raw.insert(at, byte),
-                }
-            }
+        for raw in super::super::mutated(&seeds, alphabet, 0x2545_f491_4f6c_dd1du64) {
             let mut buf = BytesMut::from(&raw[..]);
             let Ok(Some(mut head)) = parse_response(&mut buf) else {
                 continue;

@@ -510,26 +510,7 @@ mod tests {
             b"GET / HTTP/1.0\r\nConnection: keep-alive, upgrade\r\nUpgrade: ws\r\n\r\n",
         ];
         let alphabet = b"\r\n :,;\t\x00\x7f\x80aZ0-chunkedContent-LengthTransfer-Encoding";
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        for i in 0..super::super::fuzz_iterations(20_000) {
-            let mut raw = seeds[i % seeds.len()].to_vec();
-            for _ in 0..=(next() % 4) {
-                let at = (next() as usize) % (raw.len() + 1);
-                let byte = alphabet[(next() as usize) % alphabet.len()];
-                match next() % 3 {
-                    0 if at < raw.len() => raw[at] = byte,
-                    1 if at < raw.len() => {
-                        raw.remove(at);
-                    }
-                    _ => raw.insert(at, byte),
-                }
-            }
+        for raw in super::super::mutated(&seeds, alphabet, 0x9e37_79b9_7f4a_7c15u64) {
             let mut buf = BytesMut::from(&raw[..]);
             let Ok(Parsed::Head(h)) = parse(&mut buf, 8192) else {
                 continue;

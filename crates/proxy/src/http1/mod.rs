@@ -42,3 +42,40 @@ fn fuzz_iterations(default: usize) -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// A xorshift64 generator: the fuzz smokes' inputs are the same on every run.
+#[cfg(test)]
+fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
+/// Inputs for a parser's fuzz smoke: `seeds` in turn, each with one to four bytes from
+/// `alphabet` flipped in, inserted or removed (`fuzz_iterations(20_000)` of them).
+#[cfg(test)]
+fn mutated<'a>(
+    seeds: &'a [&'a [u8]],
+    alphabet: &'a [u8],
+    state: u64,
+) -> impl Iterator<Item = Vec<u8>> + 'a {
+    let mut next = xorshift(state);
+    (0..fuzz_iterations(20_000)).map(move |i| {
+        let mut raw = seeds[i % seeds.len()].to_vec();
+        for _ in 0..=(next() % 4) {
+            let at = (next() as usize) % (raw.len() + 1);
+            let byte = alphabet[(next() as usize) % alphabet.len()];
+            match next() % 3 {
+                0 if at < raw.len() => raw[at] = byte,
+                1 if at < raw.len() => {
+                    raw.remove(at);
+                }
+                _ => raw.insert(at, byte),
+            }
+        }
+        raw
+    })
+}
