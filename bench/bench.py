@@ -185,6 +185,9 @@ def make_content(d):
     www.mkdir()
     line = b"Sluice benchmark body: 1 KiB of text for keep-alive requests per second.\n"
     (www / "1k").write_bytes((line * 20)[:1024])
+    # Large responses (no compression asked): what moving bytes costs each gateway.
+    (www / "100k").write_bytes((line * 1500)[:100 * 1024])
+    (www / "1m").write_bytes((line * 15000)[:1024 * 1024])
     page = subprocess.run([str(SLUICE), "demo-page"], check=True, capture_output=True).stdout
     (www / "page.html").write_bytes(page)
     # Sluice's compression routes (one per codec setting) by path prefix.
@@ -594,6 +597,10 @@ def scenarios(page_len):
     # connections of 100 req/s each). Compared on CPU per request (no core is saturated).
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1, paced at 3,200 req/s", "cert": "rsa", "metric": "req/s",
               "run": lambda port, dur: h2load(port, dur, "/1k", True, 32, 1, rps=100)})
+    for path, label, clients in (("/100k", "100 KiB", 16), ("/1m", "1 MiB", 8)):
+        s.append({"name": f"large response: {label}, HTTP/1.1 keep-alive, no compression", "cert": "rsa",
+                  "metric": "req/s",
+                  "run": lambda port, dur, path=path, clients=clients: h2load(port, dur, path, True, clients, 1)})
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/2", "cert": "rsa", "metric": "req/s",
               "run": lambda port, dur: h2load(port, dur, "/1k", False, 4, 16)})
     for level, prefix, label in ((1, "i1", "Sluice ISA-L 1"), (1, "z1", "Sluice zlib-rs 1"), (6, "z6", "Sluice zlib-rs 6")):
