@@ -39,7 +39,7 @@ ORIGIN_PORT = 18080
 NGINX_PORT = 18443
 SLUICE_PORT = 18444
 SLUICE_INLINE_PORT = 18445
-SLUICE_MB_PORT = 18446
+SLUICE_POOL_PORT = 18446
 HAPROXY_PORT = 18447
 SLUICE_ROUTES_PORT = 18448
 # Prefix routes of the `sluice-routes` gateway (the route-table row): a request's routing
@@ -290,14 +290,16 @@ backend origin
 """
 
 
-# Lanes per RSA-2048 batch of the `mb` gateway ("auto": the default, 8; --mb-lanes 4|8).
+# Lanes per RSA-2048 batch where `mb` runs ("auto": the default, 8; --mb-lanes 4|8).
 MB_LANES = "auto"
 
 
-def sluice_conf(d, cert, engine="pool", port=SLUICE_PORT, log="sluice-access.log"):
-    engines = {"pool": '["pool"]', "mb": '["mb", "pool"]'}.get(engine, "[]")
-    mb_lanes = f'\nmb_lanes = {MB_LANES if MB_LANES != "auto" else chr(34) + "auto" + chr(34)}' if engine == "mb" else ""
-    compress_engines = '["pool"]' if engine in ("pool", "mb") else "[]"
+def sluice_conf(d, cert, engine="default", port=SLUICE_PORT, log="sluice-access.log"):
+    """engine: "default" (no `engines` line: the chain Sluice chooses at start, as a new
+    user gets it), "pool" (the default before the probe) or "inline" (no offload)."""
+    engines = {"default": "", "pool": 'engines = ["pool"]'}.get(engine, "engines = []")
+    mb_lanes = f'\nmb_lanes = {MB_LANES if MB_LANES != "auto" else chr(34) + "auto" + chr(34)}'
+    compress_engines = '["pool"]' if engine in ("pool", "default") else "[]"
     return f"""
 [global]
 shutdown_timeout = "5s"
@@ -307,7 +309,7 @@ access_log = '{d}/{log}'
 [admin]
 enabled = false
 [offload.crypto]
-engines = {engines}{mb_lanes}
+{engines}{mb_lanes}
 [offload.compress]
 engines = {compress_engines}
 [[listener]]
@@ -339,9 +341,9 @@ codecs = ["gzip"]
 
 
 def sluice_routes_conf(d, cert):
-    """The `pool` gateway with TABLE_ROUTES more prefix routes (`/api/vN/`, each stripping
+    """The default gateway with TABLE_ROUTES more prefix routes (`/api/vN/`, each stripping
     its prefix): the route-table row requests `/api/v7/1k`."""
-    return sluice_conf(d, cert, "pool", SLUICE_ROUTES_PORT, "sluice-routes-access.log") + "".join(
+    return sluice_conf(d, cert, "default", SLUICE_ROUTES_PORT, "sluice-routes-access.log") + "".join(
         f'\n[[route]]\nname = "t{i}"\npath_prefix = "/api/v{i}/"\nstrip_prefix = "/api/v{i}"\nupstream = "origin"\n'
         for i in range(TABLE_ROUTES))
 
@@ -359,7 +361,7 @@ class Gateways:
 
     def __init__(self, d, cert):
         self.d = d
-        for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-mb-access.log",
+        for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-pool-access.log",
                   "sluice-routes-access.log"):
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
@@ -367,7 +369,7 @@ class Gateways:
         Path(d, f"{cert}.pem").write_bytes(Path(d, f"{cert}.crt").read_bytes() + Path(d, f"{cert}.key").read_bytes())
         Path(d, "sluice.toml").write_text(sluice_conf(d, cert))
         Path(d, "sluice-inline.toml").write_text(sluice_conf(d, cert, "inline", SLUICE_INLINE_PORT, "sluice-inline-access.log"))
-        Path(d, "sluice-mb.toml").write_text(sluice_conf(d, cert, "mb", SLUICE_MB_PORT, "sluice-mb-access.log"))
+        Path(d, "sluice-pool.toml").write_text(sluice_conf(d, cert, "pool", SLUICE_POOL_PORT, "sluice-pool-access.log"))
         Path(d, "sluice-routes.toml").write_text(sluice_routes_conf(d, cert))
         # Started one by one: when one fails, the ones already running are stopped (left
         # behind, they would keep the ports, and SO_REUSEPORT would share the next run's
@@ -379,7 +381,7 @@ class Gateways:
             self.stop()
             raise
         self.ports = {"nginx": NGINX_PORT, "haproxy": HAPROXY_PORT, "sluice": SLUICE_PORT, "sluice-inline": SLUICE_INLINE_PORT,
-                      "sluice-mb": SLUICE_MB_PORT, "sluice-routes": SLUICE_ROUTES_PORT}
+                      "sluice-pool": SLUICE_POOL_PORT, "sluice-routes": SLUICE_ROUTES_PORT}
 
     def _start(self, d):
         specs = [
@@ -388,8 +390,8 @@ class Gateways:
             ("sluice", [str(SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file", f"{d}/sluice.pid"], SLUICE_PORT),
             # The same gateway with handshake signatures on the event loop: the engine row.
             ("sluice-inline", [str(SLUICE), "run", "--config", f"{d}/sluice-inline.toml", "--pid-file", f"{d}/sluice-inline.pid"], SLUICE_INLINE_PORT),
-            # RSA handshakes signed by the AVX-512 IFMA multi-buffer engine (mb, then pool).
-            ("sluice-mb", [str(SLUICE), "run", "--config", f"{d}/sluice-mb.toml", "--pid-file", f"{d}/sluice-mb.pid"], SLUICE_MB_PORT),
+            # Signatures on `pool` threads whatever the CPU (the default before the probe).
+            ("sluice-pool", [str(SLUICE), "run", "--config", f"{d}/sluice-pool.toml", "--pid-file", f"{d}/sluice-pool.pid"], SLUICE_POOL_PORT),
             # The same as `sluice` with 40,000 more prefix routes: the route-table row.
             ("sluice-routes", [str(SLUICE), "run", "--config", f"{d}/sluice-routes.toml", "--pid-file",
                                f"{d}/sluice-routes.pid"], SLUICE_ROUTES_PORT),
@@ -417,7 +419,7 @@ class Gateways:
         nginx_log = Path(self.d, "nginx-access.log")
         if nginx_log.exists():
             n += sum(1 for line in nginx_log.read_text().splitlines() if line.split()[1:2] == ["r"])
-        for f in ("sluice-access.log", "sluice-inline-access.log", "sluice-mb-access.log"):
+        for f in ("sluice-access.log", "sluice-inline-access.log", "sluice-pool-access.log"):
             sluice_log = Path(self.d, f)
             if sluice_log.exists():
                 n += sluice_log.read_text().count("resumed=true")
@@ -587,9 +589,17 @@ def scenarios(page_len):
         for tls in ("1.2", "1.3"):
             s.append({
                 "name": f"full handshakes/s, {label}, TLS {tls}",
-                "cert": cert, "metric": "conn/s", "full_handshake": True, "engines": True, "mb": cert == "rsa",
+                "cert": cert, "metric": "conn/s", "full_handshake": True, "engines": True,
                 "run": lambda port, dur, tls=tls: loadgen("handshake", port, dur, ["--tls", tls, "--path", "/1k", "--concurrency", "32"]),
             })
+        # The same key exchange for all: NGINX's OpenSSL 3.0 has no ML-KEM, so with the
+        # client's default offer Sluice (BoringSSL) agrees X25519MLKEM768 and NGINX X25519.
+        s.append({
+            "name": f"full handshakes/s, {label}, TLS 1.3, X25519 offered alone",
+            "cert": cert, "metric": "conn/s", "full_handshake": True, "engines": True,
+            "run": lambda port, dur: loadgen("handshake", port, dur, ["--tls", "1.3", "--groups", "X25519", "--path", "/1k",
+                                                                      "--concurrency", "32"]),
+        })
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1", "cert": "rsa", "metric": "req/s", "routes": True,
               "run": lambda port, dur: h2load(port, dur, "/api/v7/1k" if port == SLUICE_ROUTES_PORT else "/1k",
                                               True, 32, 1)})
@@ -727,9 +737,7 @@ def main():
                 for sc in group:
                     who_all = ("nginx",) + (() if sc.get("gzip") else ("haproxy",)) + ("sluice",)
                     if sc.get("engines"):
-                        who_all += ("sluice-inline",)
-                    if sc.get("mb") and mb_available():
-                        who_all += ("sluice-mb",)
+                        who_all += ("sluice-pool", "sluice-inline")
                     if sc.get("routes"):
                         who_all += ("sluice-routes",)
                     row = {"name": sc["name"], "metric": sc["metric"], "runs": {w: [] for w in who_all}}
@@ -837,7 +845,7 @@ def render(results, runs, duration, cpu, date):
         f"median of {runs} run(s) of {duration:g} s, [min-max]. Ratios > 1: Sluice ahead; "
         "'(CPU/unit)': taken on gateway CPU per request or handshake, as a gateway core was not saturated or a load core was.",
         "",
-        "| scenario | NGINX | HAProxy | Sluice (engine `pool`) | Sluice/NGINX | Sluice/HAProxy "
+        f"| scenario | NGINX | HAProxy | Sluice (default engines: {'mb, pool' if mb_available() else 'pool'}) | Sluice/NGINX | Sluice/HAProxy "
         "| gateway CPU µs per unit (N / H / S) | gateway core (N / H / S) | load core (N / H / S) | notes |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -888,7 +896,7 @@ def render(results, runs, duration, cpu, date):
             f"{fmt_ratio(row, 'sluice', 'nginx')} | {fmt_ratio(row, 'sluice', 'haproxy')} | {cpu_units} | "
             f"{triple(row, 'gateway_util', True)} | {triple(row, 'load_core_util', True)} | {'; '.join(notes)} |")
         for who, label in (("sluice-inline", "Sluice engine `inline` (offload work on the event loop)"),
-                           ("sluice-mb", f"Sluice engine `mb` (AVX-512 IFMA, mb_lanes = {MB_LANES})"),
+                           ("sluice-pool", "Sluice engines = [\"pool\"] (the default before the probe)"),
                            ("sluice-routes", f"Sluice with {TABLE_ROUTES:,} prefix routes (request on /api/v7/)")):
             if who not in row["runs"]:
                 continue

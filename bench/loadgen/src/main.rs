@@ -45,6 +45,10 @@ struct Target {
     /// Request path.
     #[arg(long, default_value = "/")]
     path: String,
+    /// Key-exchange groups to offer, e.g. "X25519" (default: BoringSSL's, the hybrid
+    /// post-quantum X25519MLKEM768 first).
+    #[arg(long)]
+    groups: Option<String>,
     /// How long to run, e.g. "5s".
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     duration: Duration,
@@ -212,8 +216,11 @@ async fn keyless_connection(
     Ok(())
 }
 
-fn connector(tls: &str) -> anyhow::Result<SslConnector> {
+fn connector(tls: &str, groups: Option<&str>) -> anyhow::Result<SslConnector> {
     let mut b = SslConnector::builder(SslMethod::tls())?;
+    if let Some(g) = groups {
+        b.set_curves_list(g)?;
+    }
     b.set_verify(SslVerifyMode::NONE);
     // Every connection must be a full handshake: no client session cache.
     b.set_session_cache_mode(SslSessionCacheMode::OFF);
@@ -417,7 +424,7 @@ fn main() -> anyhow::Result<()> {
                 target,
                 concurrency,
             } => {
-                let connector = Arc::new(connector(&target.tls)?);
+                let connector = Arc::new(connector(&target.tls, target.groups.as_deref())?);
                 let duration = target.duration;
                 let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
                 let t = Arc::new(target);
@@ -514,7 +521,7 @@ fn main() -> anyhow::Result<()> {
                 keepalive,
                 storm: storm_n,
             } => {
-                let connector = Arc::new(connector(&target.tls)?);
+                let connector = Arc::new(connector(&target.tls, target.groups.as_deref())?);
                 let duration = target.duration;
                 let t = Arc::new(target);
                 let storm_task = tokio::spawn(storm(

@@ -117,7 +117,7 @@ pub(crate) async fn run(t: Target, mix: Mix) -> anyhow::Result<Value> {
             mix.streams,
         )));
     }
-    let handshake = Arc::new(crate::connector("1.3")?);
+    let handshake = Arc::new(crate::connector("1.3", None)?);
     tasks.push(tokio::spawn(storm(
         handshake,
         t.clone(),

@@ -527,6 +527,17 @@ fn key_servers(out: &mut String, servers: &[sluice_keyless::ServerStats]) {
     }
 }
 
+/// The private-key engine chain in force, where it came from and why.
+fn crypto_chain(s: &Sources) -> serde_json::Value {
+    let offload = s.gateway.key_offload();
+    let chain = offload.chain();
+    serde_json::json!({
+        "engines": chain.engines.iter().map(|e| sluice_tls::chain::name(*e)).chain(["inline"]).collect::<Vec<_>>(),
+        "origin": chain.origin.as_str(),
+        "why": chain.why,
+    })
+}
+
 /// The JSON status document.
 pub fn status(s: &Sources) -> String {
     let p = s.gateway.metrics().snapshot();
@@ -551,7 +562,7 @@ pub fn status(s: &Sources) -> String {
         "tls_handshakes": p.handshakes.iter().flatten().sum::<u64>(),
         "tls_handshake_failures": p.handshake_failures,
         "requests": STATUS_CLASSES.iter().zip(p.requests).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
-        "offload": { "crypto": engines, "key_servers": s.gateway.key_offload().key_servers().iter().map(|k| serde_json::json!({
+        "offload": { "chain": crypto_chain(s), "crypto": engines, "key_servers": s.gateway.key_offload().key_servers().iter().map(|k| serde_json::json!({
             "server": k.address, "up": k.up, "in_flight": k.in_flight, "ok": k.ok, "failed": k.failed,
         })).collect::<Vec<_>>() },
     })

@@ -296,7 +296,15 @@ impl<'a> Cx<'a> {
             // A certificate that failed keeps its slot (None) so that indexes stay aligned
             // with the file; the load then fails because an error was recorded.
             let remote_ok = c.offload_engines.as_ref().map_or_else(
-                || offload.crypto.engines.contains(&CryptoEngine::Keyless),
+                || {
+                    // A chain chosen at start never includes key servers: they are where
+                    // keys live, a choice the file makes, not a property of the machine.
+                    offload
+                        .crypto
+                        .engines
+                        .as_ref()
+                        .is_some_and(|e| e.contains(&CryptoEngine::Keyless))
+                },
                 |list| list.get_ref().iter().any(|e| e == "keyless"),
             );
             certificates.push(self.certificate(c, allow_insecure_keys, remote_ok));

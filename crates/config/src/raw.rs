@@ -150,6 +150,9 @@ pub struct RawListenerTls {
     pub ticket_key_rotation: Option<SpannedStr>,
     /// Also offer TLS 1.2 RSA key exchange (`TLS_RSA_WITH_AES_*_GCM_*`) for old clients.
     pub rsa_key_exchange: Option<Spanned<bool>>,
+    /// Key-exchange groups in preference order, named as OpenSSL and NGINX's
+    /// `ssl_ecdh_curve` spell them (`X25519MLKEM768`, `X25519`, `P-256`/`prime256v1`, ...).
+    pub groups: Option<Spanned<Vec<String>>>,
 }
 
 /// `[[certificate]]`: a certificate chain and its private key.

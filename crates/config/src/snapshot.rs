@@ -163,8 +163,10 @@ pub enum CryptoEngine {
 /// `[offload.crypto]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CryptoOffload {
-    /// Engines before `inline`, in order.
-    pub engines: Vec<CryptoEngine>,
+    /// Engines before `inline`, in order, as `engines` names them; `None` when the file
+    /// names none and the chain is chosen at start from what the machine offers
+    /// (`sluice_tls::chain`).
+    pub engines: Option<Vec<CryptoEngine>>,
     /// Pool threads; `None`: the CPUs this process may use.
     pub pool_threads: Option<usize>,
     /// Pool capacity; `None`: 64 per thread.
@@ -192,7 +194,7 @@ pub struct CryptoOffload {
 impl Default for CryptoOffload {
     fn default() -> Self {
         CryptoOffload {
-            engines: vec![CryptoEngine::Pool],
+            engines: None,
             pool_threads: None,
             pool_capacity: None,
             deadline: Duration::from_millis(100),
@@ -289,7 +291,25 @@ pub struct TlsListener {
     /// server then decrypts the client's premaster secret with the certificate's key, an
     /// offloaded job like a signature. Off by default: no forward secrecy.
     pub rsa_key_exchange: bool,
+    /// Key-exchange groups in preference order, as BoringSSL names them; `None`: BoringSSL's
+    /// default ([`DEFAULT_GROUPS`]).
+    pub groups: Option<Vec<&'static str>>,
 }
+
+/// BoringSSL's key-exchange groups when `groups` is not set, in its order: the hybrid
+/// post-quantum X25519MLKEM768 first.
+pub const DEFAULT_GROUPS: &[&str] = &["X25519MLKEM768", "X25519", "P-256", "P-384"];
+
+/// Every group `groups` may name: BoringSSL's name, then the other spellings OpenSSL (and so
+/// NGINX's `ssl_ecdh_curve`) accepts for it.
+pub const KNOWN_GROUPS: &[(&str, &[&str])] = &[
+    ("X25519MLKEM768", &[]),
+    ("X25519", &["x25519"]),
+    ("P-256", &["prime256v1", "secp256r1"]),
+    ("P-384", &["secp384r1"]),
+    ("P-521", &["secp521r1"]),
+    ("MLKEM1024", &[]),
+];
 
 /// A socket that accepts client connections.
 #[derive(Debug, Clone)]

@@ -374,7 +374,17 @@ fn offload_settings_load_and_bad_engines_are_named() {
     );
     let s = load_str(&good, "t", dir.path()).unwrap();
     let c = &s.offload.crypto;
-    assert_eq!(c.engines, vec![crate::CryptoEngine::Pool]);
+    assert_eq!(c.engines, Some(vec![crate::CryptoEngine::Pool]));
+    let unset = good.replace("engines = [\"pool\", \"inline\"]\n", "");
+    assert_eq!(
+        load_str(&unset, "t", dir.path())
+            .unwrap()
+            .offload
+            .crypto
+            .engines,
+        None,
+        "no list: chosen at start"
+    );
     assert_eq!(
         (c.pool_threads, c.deadline, c.verify_all),
         (Some(3), Duration::from_millis(20), true)
@@ -468,6 +478,61 @@ fn rsa_key_exchange_is_off_by_default_and_refused_with_tls_1_3_only() {
 }
 
 #[test]
+fn key_exchange_groups_load_in_any_openssl_spelling_and_bad_lists_are_located() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "a", "example.com");
+    let s = load_str(GOOD, "good.toml", dir.path()).unwrap();
+    assert_eq!(
+        s.listeners[0].tls.as_ref().unwrap().groups,
+        None,
+        "BoringSSL's default"
+    );
+
+    let with = |groups: &str| {
+        GOOD.replace(
+            "min_version = \"1.3\"",
+            &format!("min_version = \"1.3\"\ngroups = {groups}"),
+        )
+    };
+    let s = load_str(
+        &with(r#"["x25519", "prime256v1", "secp384r1", "X25519MLKEM768"]"#),
+        "g.toml",
+        dir.path(),
+    )
+    .unwrap();
+    assert_eq!(
+        s.listeners[0].tls.as_ref().unwrap().groups,
+        Some(vec!["X25519", "P-256", "P-384", "X25519MLKEM768"])
+    );
+
+    for (groups, says, help) in [
+        (
+            r#"["X25519", "brainpoolP256r1"]"#,
+            "\"brainpoolP256r1\", which is not a key-exchange group",
+            "\"X25519MLKEM768\"",
+        ),
+        (
+            r#"["P-256", "secp256r1"]"#,
+            "names P-256 twice",
+            "each group once",
+        ),
+        (
+            "[]",
+            "groups is empty",
+            "remove groups for the default (X25519MLKEM768, X25519, P-256, P-384)",
+        ),
+    ] {
+        let src = with(groups);
+        let errs = errors(&src, dir.path());
+        assert_eq!(errs.len(), 1, "{groups}: {errs:#?}");
+        assert!(errs[0].message.contains(says), "{groups}: {errs:#?}");
+        assert!(errs[0].message.contains("listener `"), "{errs:#?}");
+        assert!(errs[0].help.contains(help), "{groups}: {errs:#?}");
+        assert_eq!(errs[0].line, line_of(&src, "groups"), "{groups}");
+    }
+}
+
+#[test]
 fn compression_defaults_overrides_and_errors() {
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "a", "example.com");
@@ -526,7 +591,10 @@ fn keyless_settings_load_and_a_keyless_certificate_needs_the_engine() {
     let s = load_str(&good, "t", dir.path()).unwrap();
     assert_eq!(
         s.offload.crypto.engines,
-        vec![crate::CryptoEngine::Keyless, crate::CryptoEngine::Pool]
+        Some(vec![
+            crate::CryptoEngine::Keyless,
+            crate::CryptoEngine::Pool
+        ])
     );
     let k = s.offload.keyless.as_ref().unwrap();
     assert_eq!(k.servers.len(), 2);

@@ -24,9 +24,7 @@
 //! is process-wide like every engine and outlives configuration reloads of the gateway.
 
 use crate::protocol::{Frame, Message, Status};
-use boring::pkey::{PKey, Private};
 use boring::ssl::{SslConnector, SslMethod, SslVerifyMode, SslVersion};
-use boring::x509::X509;
 use bytes::{Bytes, BytesMut};
 use sluice_crypto::{KeyId, KeyJob, RemoteInput};
 use sluice_offload::{Engine, EngineError, Pending, Reject, completer};
@@ -41,55 +39,6 @@ use tokio::sync::{mpsc, oneshot};
 /// How long a key server that answered `unknown_key` for a key is not asked for it again.
 /// Keys added on a key server are used within this time (at once when it restarts).
 pub const UNKNOWN_KEY_TTL: Duration = Duration::from_secs(10);
-
-/// What happens to a job when no key server could sign it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fallback {
-    /// The next engine of the chain signs it with the local key, when the certificate has one.
-    Local,
-    /// The handshake fails: the gateway never signs with a local key, even if one is
-    /// configured (keys must only ever be used on key servers).
-    None,
-}
-
-/// The `keyless` engine's settings, with certificates and keys already loaded.
-#[derive(Clone)]
-pub struct ClientConfig {
-    /// Key servers, `host:port`.
-    pub servers: Vec<String>,
-    /// The name the key servers' certificates must carry.
-    pub server_name: String,
-    /// Trust anchors for the key servers' certificates: CAs, or the key servers' own
-    /// (self-signed) certificates, which are then pinned.
-    pub ca: Vec<X509>,
-    /// The gateway's client certificate chain, leaf first.
-    pub certificate: Vec<X509>,
-    /// Its key.
-    pub key: PKey<Private>,
-    /// Connections per key server.
-    pub connections: usize,
-    /// How long one attempt on one key server may take.
-    pub timeout: Duration,
-    /// How often each key server is pinged (and closed connections reopened).
-    pub ping_interval: Duration,
-    /// What happens when no key server could sign. The engine itself only fails the job;
-    /// `sluice-tls` applies this when it loads certificates (with `None` it keeps no local
-    /// key, so nothing after the engine can sign).
-    pub fallback: Fallback,
-}
-
-impl std::fmt::Debug for ClientConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientConfig")
-            .field("servers", &self.servers)
-            .field("server_name", &self.server_name)
-            .field("connections", &self.connections)
-            .field("timeout", &self.timeout)
-            .field("ping_interval", &self.ping_interval)
-            .field("fallback", &self.fallback)
-            .finish_non_exhaustive()
-    }
-}
 
 /// A key server as the engine sees it (for `/metrics` and `/status`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,7 +125,13 @@ impl std::fmt::Display for AttemptError {
 impl Keyless {
     /// Starts the engine: its thread, and a health task per key server that connects at
     /// once. Jobs submitted before the first connection is up are rejected as `Down`.
-    pub fn start(config: &ClientConfig) -> Result<Arc<Self>, boring::error::ErrorStack> {
+    ///
+    /// Its settings are `[offload.keyless]` as the configuration loaded them (one struct for
+    /// both: `fallback_local` is applied by `sluice-tls` when it loads certificates, since the
+    /// engine itself only fails a job).
+    pub fn start(
+        config: &sluice_config::KeylessOffload,
+    ) -> Result<Arc<Self>, boring::error::ErrorStack> {
         let mut b = SslConnector::builder(SslMethod::tls())?;
         b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
         if let Some((leaf, rest)) = config.certificate.split_first() {

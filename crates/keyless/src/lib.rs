@@ -9,15 +9,15 @@
 //!   request, failover to the next key server; the offload dispatcher then falls back to the
 //!   local key when the certificate has one.
 //!
-//! Dependencies point one way: this crate knows the offload layer and the crypto jobs, and
-//! nothing of HTTP.
+//! Dependencies point one way: this crate knows the offload layer, the crypto jobs and the
+//! configuration's `[offload.keyless]` settings, and nothing of HTTP.
 
 pub mod client;
 pub mod protocol;
 pub mod server;
 pub mod server_config;
 
-pub use client::{ClientConfig, Fallback, Keyless, ServerStats};
+pub use client::{Keyless, ServerStats};
 pub use server::{KeyServer, ServerError, fingerprint, key_id_of, load_private_key};
 pub use server_config::{ConfigError, ServerConfig};
 

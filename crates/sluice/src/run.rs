@@ -24,6 +24,12 @@ pub(crate) fn check(path: &Path) -> ExitCode {
                 s.upstreams.len(),
                 s.routes.len()
             );
+            let chain = sluice_tls::chain::Chain::of(&s);
+            println!(
+                "private-key engines on this machine: {} ({})",
+                chain.names(),
+                chain.why
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

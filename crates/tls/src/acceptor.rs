@@ -32,6 +32,7 @@ pub struct TlsIdentity {
     versions: (TlsVersion, TlsVersion),
     tickets: (bool, Option<std::path::PathBuf>, std::time::Duration),
     rsa_key_exchange: bool,
+    groups: Option<Vec<&'static str>>,
     alpn: (bool, bool),
 }
 
@@ -51,6 +52,7 @@ impl TlsIdentity {
                 tls.ticket_key_rotation,
             ),
             rsa_key_exchange: tls.rsa_key_exchange,
+            groups: tls.groups.clone(),
             alpn: (listener.h2, listener.http1),
         })
     }
@@ -119,6 +121,12 @@ impl TlsAcceptor {
             )
             .map_err(TlsError::boring("setting the cipher suites"))?;
             b.set_options(SslOptions::CIPHER_SERVER_PREFERENCE);
+        }
+
+        if let Some(groups) = &tls.groups {
+            // Names checked at load against BoringSSL's own table (KNOWN_GROUPS).
+            b.set_curves_list(&groups.join(":"))
+                .map_err(TlsError::boring("setting the key-exchange groups"))?;
         }
 
         // ALPN by server preference: h2, then HTTP/1.1. A client that offers neither goes on

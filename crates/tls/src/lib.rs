@@ -10,6 +10,7 @@
 //! is where the offload layer plugs in.
 
 mod acceptor;
+pub mod chain;
 mod credential;
 mod error;
 mod info;

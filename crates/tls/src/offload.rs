@@ -26,11 +26,8 @@ use boring::ssl::{Ssl, SslCredential, SslCredentialRef, SslRef};
 use boring_sys as ffi;
 use foreign_types::{ForeignType, ForeignTypeRef};
 use futures_util::FutureExt as _;
-use sluice_crypto::{
-    CryptoConfig, EngineKind, KeyJob, PrivateKey, SignatureScheme, VerifyPolicy, build_dispatcher,
-    run,
-};
-use sluice_offload::{BreakerConfig, CountersSnapshot, Dispatcher, EngineError};
+use sluice_crypto::{EngineKind, KeyJob, PrivateKey, SignatureScheme, VerifyPolicy, run};
+use sluice_offload::{CountersSnapshot, Dispatcher, EngineError};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -38,13 +35,17 @@ use std::task::{Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Where private-key operations go: shared by every listener of a gateway.
+///
+/// Built by [`crate::chain`] from the configuration and what the machine offers.
 pub struct KeyOffload {
-    dispatcher: Arc<Dispatcher<KeyJob>>,
+    pub(crate) dispatcher: Arc<Dispatcher<KeyJob>>,
     /// The remote engine, when configured (for its per-server state in `/metrics`).
-    keyless: Option<Arc<sluice_keyless::Keyless>>,
-    verify: VerifyPolicy,
+    pub(crate) keyless: Option<Arc<sluice_keyless::Keyless>>,
+    pub(crate) verify: VerifyPolicy,
     /// No engine but the software one: sign on the spot, without a task.
-    inline_only: bool,
+    pub(crate) inline_only: bool,
+    /// The chain in force and why (for `/status`).
+    pub(crate) chain: crate::chain::Chain,
 }
 
 impl std::fmt::Debug for KeyOffload {
@@ -52,119 +53,20 @@ impl std::fmt::Debug for KeyOffload {
         f.debug_struct("KeyOffload")
             .field("dispatcher", &self.dispatcher)
             .field("verify", &self.verify)
+            .field("chain", &self.chain)
             .finish()
     }
 }
 
 impl KeyOffload {
-    /// Private-key operations through `dispatcher`; `inline_only` when its chain is just the
-    /// software engine.
-    pub fn new(
-        dispatcher: Dispatcher<KeyJob>,
-        verify: VerifyPolicy,
-        inline_only: bool,
-    ) -> Arc<Self> {
-        Arc::new(KeyOffload {
-            dispatcher: Arc::new(dispatcher),
-            keyless: None,
-            verify,
-            inline_only,
-        })
-    }
-
     /// Each key server's state, when the `keyless` engine is configured.
     pub fn key_servers(&self) -> Vec<sluice_keyless::ServerStats> {
         self.keyless.as_ref().map(|k| k.stats()).unwrap_or_default()
     }
 
-    /// Everything the engines [`KeyOffload::from_config`] would build from `snapshot` depend
-    /// on: `[offload.crypto]`, the engines certificates name, and `[offload.keyless]` with its
-    /// files. Engines are process-wide; a reload keeps them while this stays the same.
-    pub fn identity(snapshot: &sluice_config::Snapshot) -> Vec<u8> {
-        let mut h = boring::sha::Sha256::new();
-        h.update(format!("{:?}", snapshot.offload.crypto).as_bytes());
-        h.update(format!("{:?}", chain_engines(snapshot)).as_bytes());
-        if let Some(k) = &snapshot.offload.keyless {
-            // Its Debug leaves out the key material (hashed below) and the ping interval.
-            h.update(format!("{k:?}{:?}", k.ping_interval).as_bytes());
-            for c in k.ca.iter().chain(&k.certificate) {
-                h.update(&c.to_der().unwrap_or_default());
-            }
-            h.update(&k.key.private_key_to_der().unwrap_or_default());
-        }
-        h.finish().to_vec()
-    }
-
-    /// The chain `[offload.crypto]` describes, with every engine that a certificate's own
-    /// `offload_engines` names.
-    pub fn from_config(snapshot: &sluice_config::Snapshot) -> std::io::Result<Arc<Self>> {
-        let c = &snapshot.offload.crypto;
-        let engines = chain_engines(snapshot);
-        let threads = c
-            .pool_threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let config = CryptoConfig {
-            engines,
-            pool_threads: threads,
-            pool_capacity: c.pool_capacity.unwrap_or(64 * threads),
-            deadline: c.deadline,
-            breaker: BreakerConfig {
-                failures: c.breaker_failures,
-                backoff: c.breaker_backoff,
-                max_backoff: c.breaker_backoff.max(std::time::Duration::from_secs(30)),
-            },
-            verify: if c.verify_all {
-                VerifyPolicy::All
-            } else {
-                VerifyPolicy::Rsa
-            },
-            mb: sluice_crypto::MbConfig {
-                max_wait: c.mb_max_wait,
-                capacity: c.mb_capacity,
-                min_batch: c.mb_min_batch,
-                on_worker: c.mb_on_worker,
-                lanes: c.mb_lanes,
-            },
-        };
-        let keyless = match (
-            &snapshot.offload.keyless,
-            config.engines.contains(&EngineKind::Keyless),
-        ) {
-            (Some(k), true) => Some(
-                sluice_keyless::Keyless::start(&sluice_keyless::ClientConfig {
-                    servers: k.servers.clone(),
-                    server_name: k.server_name.clone(),
-                    ca: k.ca.clone(),
-                    certificate: k.certificate.clone(),
-                    key: k.key.clone(),
-                    connections: k.connections,
-                    timeout: k.timeout,
-                    ping_interval: k.ping_interval,
-                    fallback: if k.fallback_local {
-                        sluice_keyless::Fallback::Local
-                    } else {
-                        sluice_keyless::Fallback::None
-                    },
-                })
-                .map_err(|e| std::io::Error::other(format!("starting the keyless engine: {e}")))?,
-            ),
-            _ => None,
-        };
-        let engine = keyless
-            .clone()
-            .map(|k| k as Arc<dyn sluice_offload::Engine<KeyJob>>);
-        let offload = KeyOffload {
-            dispatcher: Arc::new(build_dispatcher(&config, engine)?),
-            keyless,
-            verify: config.verify,
-            inline_only: config.engines.is_empty(),
-        };
-        if let Some(k) = &offload.keyless
-            && !k.wait_up(std::time::Duration::from_secs(2))
-        {
-            tracing::warn!("no key server is up yet; handshakes fall back until one is");
-        }
-        Ok(Arc::new(offload))
+    /// The engine chain in force and why it was chosen.
+    pub fn chain(&self) -> &crate::chain::Chain {
+        &self.chain
     }
 
     /// Counters of every crypto engine.
@@ -181,32 +83,6 @@ impl KeyOffload {
     pub fn breakers_open(&self) -> Vec<bool> {
         self.dispatcher.breakers_open()
     }
-}
-
-/// The engines of the chain: `[offload.crypto] engines`, then any other that a certificate's
-/// own `offload_engines` names.
-fn chain_engines(snapshot: &sluice_config::Snapshot) -> Vec<EngineKind> {
-    let mut engines = engine_kinds(&snapshot.offload.crypto.engines);
-    for cert in &snapshot.certificates {
-        for e in engine_kinds(cert.offload_engines.as_deref().unwrap_or_default()) {
-            if !engines.contains(&e) {
-                engines.push(e);
-            }
-        }
-    }
-    engines
-}
-
-/// Maps configured engine names to the crypto crate's.
-pub(crate) fn engine_kinds(engines: &[sluice_config::CryptoEngine]) -> Vec<EngineKind> {
-    engines
-        .iter()
-        .map(|e| match e {
-            sluice_config::CryptoEngine::Pool => EngineKind::Pool,
-            sluice_config::CryptoEngine::Mb => EngineKind::Mb,
-            sluice_config::CryptoEngine::Keyless => EngineKind::Keyless,
-        })
-        .collect()
 }
 
 /// What a credential's ex_data holds: its key and the engines its jobs may use.

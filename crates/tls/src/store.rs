@@ -42,17 +42,16 @@ impl CertStore {
         let mut credentials = HashMap::new();
         for &i in &order {
             let cert = &snapshot.certificates[i];
-            let engines = cert
-                .offload_engines
-                .as_deref()
-                .unwrap_or(&snapshot.offload.crypto.engines);
             let fallback_local = snapshot
                 .offload
                 .keyless
                 .as_ref()
                 .is_none_or(|k| k.fallback_local);
-            let credential =
-                x509_credential(cert, crate::offload::engine_kinds(engines), fallback_local)?;
+            let credential = x509_credential(
+                cert,
+                crate::chain::certificate_engines(snapshot, cert),
+                fallback_local,
+            )?;
             credentials.insert(i, Arc::new(credential));
         }
         let mut exact: HashMap<String, Vec<Arc<SslCredential>>> = HashMap::new();

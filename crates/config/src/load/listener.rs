@@ -405,6 +405,10 @@ impl Cx<'_> {
             );
             ok = false;
         }
+        let groups = raw.groups.as_ref().and_then(|g| self.groups(g, listener));
+        if raw.groups.is_some() && groups.is_none() {
+            ok = false;
+        }
         if !ok {
             return None;
         }
@@ -418,6 +422,60 @@ impl Cx<'_> {
             ticket_key_file,
             ticket_key_rotation,
             rsa_key_exchange,
+            groups,
         })
+    }
+
+    /// `[listener.tls] groups`: every name known (any spelling OpenSSL accepts, mapped to
+    /// BoringSSL's), none twice, at least one.
+    fn groups(&mut self, list: &Spanned<Vec<String>>, listener: &str) -> Option<Vec<&'static str>> {
+        let known = || {
+            KNOWN_GROUPS
+                .iter()
+                .map(|(n, _)| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if list.get_ref().is_empty() {
+            self.err_at(
+                list,
+                format!(
+                    "listener `{listener}`: groups is empty, so no key exchange could be agreed"
+                ),
+                format!(
+                    "name at least one of {}, or remove groups for the default ({})",
+                    known(),
+                    DEFAULT_GROUPS.join(", ")
+                ),
+            );
+            return None;
+        }
+        let mut out: Vec<&'static str> = Vec::new();
+        let mut ok = true;
+        for name in list.get_ref() {
+            let found = KNOWN_GROUPS.iter().find(|(n, aliases)| {
+                n.eq_ignore_ascii_case(name) || aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+            });
+            match found {
+                Some((n, _)) if out.contains(n) => {
+                    self.err_at(
+                        list,
+                        format!("listener `{listener}`: groups names {n} twice (as \"{name}\")"),
+                        "name each group once, in preference order",
+                    );
+                    ok = false;
+                }
+                Some((n, _)) => out.push(n),
+                None => {
+                    self.err_at(
+                        list,
+                        format!("listener `{listener}`: groups names \"{name}\", which is not a key-exchange group this build has"),
+                        format!("use {} (OpenSSL's spellings prime256v1, secp384r1, ... work too)", known()),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(out)
     }
 }

@@ -34,10 +34,10 @@ impl Cx<'_> {
     pub(super) fn crypto_offload(&mut self, raw: Option<&RawOffloadCrypto>) -> CryptoOffload {
         let d = CryptoOffload::default();
         let Some(raw) = raw else { return d };
-        let engines = raw.engines.as_ref().map_or_else(
-            || d.engines.clone(),
-            |list| self.crypto_engines(list, "[offload.crypto] engines"),
-        );
+        let engines = raw
+            .engines
+            .as_ref()
+            .map(|list| self.crypto_engines(list, "[offload.crypto] engines"));
         let positive = |cx: &mut Self, v: Option<&Spanned<u32>>, key: &str| -> Option<usize> {
             let v = v?;
             if *v.get_ref() == 0 {

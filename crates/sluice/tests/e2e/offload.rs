@@ -363,3 +363,75 @@ async fn mb_handshakes(extra: &str) {
         assert_eq!(mb.fell_back(FallbackReason::Unsupported), 65, "{c:?}");
     }
 }
+
+/// Whether this CPU has what the `mb` engine needs, read from /proc/cpuinfo (independently
+/// of the gateway's own probe).
+pub(crate) fn cpu_has_ifma() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .is_some_and(|l| {
+            let flags: Vec<&str> = l.split_whitespace().collect();
+            flags.contains(&"avx512f") && flags.contains(&"avx512ifma")
+        })
+}
+
+/// With no `engines` line the chain is chosen at start: `mb` then `pool` where the CPU has
+/// AVX-512 IFMA (and RSA handshakes are signed on `mb`), `pool` alone elsewhere; `/status`
+/// says which and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_engines_the_chain_is_chosen_from_the_cpu_and_shown_on_status() {
+    let (gw, _o) = gateway("pool_threads = 1").await;
+    let ifma = cpu_has_ifma();
+    let addr = gw.addr("https");
+    let storm: Vec<_> = (0..16).map(|_| tokio::spawn(one_request(addr))).collect();
+    for t in storm {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    let c = gw.gateway().crypto_counters();
+    let names: Vec<&str> = c.iter().map(|c| c.engine.as_str()).collect();
+    if ifma {
+        assert_eq!(names, ["mb", "pool", "inline"], "{c:?}");
+        assert_eq!(c[0].completed, 16, "RSA signed on mb: {c:?}");
+    } else {
+        assert_eq!(names, ["pool", "inline"], "{c:?}");
+        assert_eq!(c[0].completed, 16, "{c:?}");
+    }
+
+    let (admin, task) = admin_for(&gw).await;
+    let status: serde_json::Value =
+        serde_json::from_str(&http1_get(admin, "admin", "/status").await.body).unwrap();
+    task.abort();
+    let chain = &status["offload"]["chain"];
+    assert_eq!(chain["origin"], "probed", "{chain}");
+    let expect: &[&str] = if ifma {
+        &["mb", "pool", "inline"]
+    } else {
+        &["pool", "inline"]
+    };
+    assert_eq!(chain["engines"], serde_json::json!(expect), "{chain}");
+    let why = chain["why"].as_str().unwrap();
+    assert!(
+        why.contains(if ifma {
+            "has AVX-512 IFMA"
+        } else {
+            "no AVX-512 IFMA"
+        }) && why.contains("1 thread(s)"),
+        "{why}"
+    );
+}
+
+/// A configured list is obeyed as written, even where the probe would choose otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_chain_is_obeyed_and_shown_as_configured() {
+    let (gw, _o) = gateway("engines = [\"pool\"]\npool_threads = 1").await;
+    assert_eq!(one_request(gw.addr("https")).await, 200);
+    let c = gw.gateway().crypto_counters();
+    let names: Vec<&str> = c.iter().map(|c| c.engine.as_str()).collect();
+    assert_eq!(names, ["pool", "inline"], "{c:?}");
+    let offload = gw.gateway().key_offload();
+    let chain = offload.chain();
+    assert_eq!(chain.origin, sluice_tls::chain::Origin::Configured);
+    assert_eq!(chain.names(), "pool, inline");
+}

@@ -303,6 +303,8 @@ pub struct Handshake {
     pub alpn_h2: bool,
     /// The negotiated cipher suite's OpenSSL name.
     pub cipher: String,
+    /// The key-exchange group agreed, as BoringSSL names it.
+    pub group: String,
     /// Filled with the session (ticket) the server issues, once it has arrived.
     pub session: Arc<std::sync::Mutex<Option<boring::ssl::SslSession>>>,
 }
@@ -318,6 +320,8 @@ pub struct ClientOpts {
     pub session: Option<boring::ssl::SslSession>,
     /// TLS 1.2 cipher suites, e.g. "AES128-GCM-SHA256" for an RSA-key-exchange-only client.
     pub ciphers: Option<&'static str>,
+    /// Key-exchange groups offered, e.g. "X25519" (default: BoringSSL's).
+    pub groups: Option<&'static str>,
 }
 
 pub async fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Handshake, String> {
@@ -339,6 +343,9 @@ pub async fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Handshak
     }
     if let Some(c) = opts.ciphers {
         b.set_cipher_list(c).unwrap();
+    }
+    if let Some(g) = opts.groups {
+        b.set_curves_list(g).unwrap();
     }
     let session = Arc::new(std::sync::Mutex::new(None));
     let slot = session.clone();
@@ -378,6 +385,7 @@ pub async fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Handshak
             .current_cipher()
             .map(|c| c.name().to_string())
             .unwrap_or_default(),
+        group: stream.ssl().curve_name().unwrap_or_default().to_owned(),
         stream,
         session,
     })

@@ -375,3 +375,57 @@ upstream = "o"
     assert!(v["duration_ms"].as_f64().is_some() && v["upstream_ms"].as_f64().is_some());
     gw.shutdown(std::time::Duration::from_secs(5)).await;
 }
+
+/// `groups` limits the key exchange: by default the hybrid post-quantum group is agreed with
+/// a client that offers it; a listener set to classic groups agrees one of them (the client's
+/// key share is retried); a client that offers none of a listener's groups is refused.
+#[tokio::test]
+async fn key_exchange_groups_follow_the_listener() {
+    let (default, _o) = tls_gateway("").await;
+    let h = tls_connect(default.addr("https"), &ClientOpts::default())
+        .await
+        .unwrap();
+    assert_eq!(h.group, "X25519MLKEM768");
+    let h = tls_connect(
+        default.addr("https"),
+        &ClientOpts {
+            groups: Some("X25519"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(h.group, "X25519", "a client without ML-KEM still connects");
+
+    // OpenSSL's spellings work; BoringSSL's names are what is agreed.
+    let (classic, _o2) = tls_gateway("groups = [\"secp384r1\", \"prime256v1\"]").await;
+    let addr = classic.addr("https");
+    let h = tls_connect(addr, &ClientOpts::default()).await.unwrap();
+    assert!(
+        ["P-256", "P-384"].contains(&h.group.as_str()),
+        "a classic group, not {}",
+        h.group
+    );
+    assert!(
+        tls_connect(
+            addr,
+            &ClientOpts {
+                groups: Some("X25519:X25519MLKEM768"),
+                ..Default::default()
+            },
+        )
+        .await
+        .is_err(),
+        "no group in common: refused"
+    );
+    let h = tls_connect(
+        addr,
+        &ClientOpts {
+            groups: Some("X25519:P-384"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(h.group, "P-384");
+}

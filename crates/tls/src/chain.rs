@@ -1,0 +1,324 @@
+//! The private-key engine chain: which engines run a handshake's private-key operations, in
+//! which order, and why.
+//!
+//! An `engines` list in `[offload.crypto]` is obeyed as written. Without one, the chain is
+//! chosen at start from what this machine offers, as Tengine and Intel's QAT_Engine detect
+//! their accelerators: `mb` first where the CPU has AVX-512 IFMA (RSA keys signed eight at a
+//! time; it answers "unsupported" for ECDSA and Ed25519 keys, which go on down the chain),
+//! then `pool` (a thread per CPU this process may use), then `inline`, which always ends the
+//! chain. The remote `keyless` engine is never chosen by the probe: where keys live is the
+//! operator's decision, not a property of the machine. A certificate's own
+//! `offload_engines` adds the engines it names that the chain lacks.
+//!
+//! This module is the one place where configuration and probe become the crypto crate's
+//! [`CryptoConfig`] and the engines start; [`crate::offload`] only carries jobs between
+//! BoringSSL and them.
+
+use crate::offload::KeyOffload;
+use sluice_config::{CryptoEngine, CryptoOffload, Snapshot};
+use sluice_crypto::{CryptoConfig, EngineKind, Kernel, MbConfig, VerifyPolicy, build_dispatcher};
+use sluice_offload::BreakerConfig;
+use std::sync::{Arc, LazyLock};
+
+/// What this machine offers the engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// The CPU has AVX-512 F and IFMA, which the `mb` engine's kernel needs.
+    pub ifma: bool,
+    /// CPUs this process may use (its affinity mask and cgroup quota).
+    pub cpus: usize,
+}
+
+impl Probe {
+    /// This machine, probed once per process.
+    pub fn machine() -> Probe {
+        static PROBE: LazyLock<Probe> = LazyLock::new(|| Probe {
+            ifma: Kernel::detect().is_some(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        });
+        *PROBE
+    }
+}
+
+/// Where a chain came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `[offload.crypto] engines`, obeyed as written.
+    Configured,
+    /// Chosen at start from the [`Probe`].
+    Probed,
+}
+
+impl Origin {
+    /// `"configured"` or `"probed"`, as `/status` shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Configured => "configured",
+            Origin::Probed => "probed",
+        }
+    }
+}
+
+/// The engines before `inline`, in order, and why they are these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    /// Tried in this order; `inline` follows them.
+    pub engines: Vec<EngineKind>,
+    /// Configured or probed.
+    pub origin: Origin,
+    /// One sentence for `sluice check`, the start-up log and `/status`.
+    pub why: String,
+}
+
+impl Chain {
+    /// The chain `crypto` asks for on a machine that offers `probe`.
+    pub fn choose(crypto: &CryptoOffload, probe: Probe) -> Chain {
+        let threads = crypto.pool_threads.unwrap_or(probe.cpus);
+        if let Some(list) = &crypto.engines {
+            return Chain {
+                engines: engine_kinds(list),
+                origin: Origin::Configured,
+                why: "as [offload.crypto] engines names them".to_owned(),
+            };
+        }
+        let (engines, why) = if probe.ifma {
+            (
+                vec![EngineKind::Mb, EngineKind::Pool],
+                format!(
+                    "chosen at start: this CPU has AVX-512 IFMA, so RSA keys sign on `mb` (eight at a time) and other keys on `pool` ({threads} thread(s))"
+                ),
+            )
+        } else {
+            (
+                vec![EngineKind::Pool],
+                format!(
+                    "chosen at start: this CPU has no AVX-512 IFMA (no `mb`), so every key signs on `pool` ({threads} thread(s))"
+                ),
+            )
+        };
+        Chain {
+            engines,
+            origin: Origin::Probed,
+            why,
+        }
+    }
+
+    /// The engine names, `inline` last: `"mb, pool, inline"`.
+    pub fn names(&self) -> String {
+        self.engines
+            .iter()
+            .map(|e| name(*e))
+            .chain(["inline"])
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The chain `snapshot` asks for on this machine.
+    pub fn of(snapshot: &Snapshot) -> Chain {
+        Chain::choose(&snapshot.offload.crypto, Probe::machine())
+    }
+}
+
+/// An engine's name as the configuration spells it.
+pub fn name(e: EngineKind) -> &'static str {
+    match e {
+        EngineKind::Pool => "pool",
+        EngineKind::Mb => "mb",
+        EngineKind::Keyless => "keyless",
+    }
+}
+
+/// The engines a certificate's jobs may use: its own `offload_engines`, or the chain's.
+pub(crate) fn certificate_engines(
+    snapshot: &Snapshot,
+    cert: &sluice_config::Certificate,
+) -> Vec<EngineKind> {
+    match &cert.offload_engines {
+        Some(list) => engine_kinds(list),
+        None => Chain::of(snapshot).engines,
+    }
+}
+
+/// The engines to start: the chain's, then any other that a certificate's own
+/// `offload_engines` names.
+fn engines_to_start(snapshot: &Snapshot, chain: &Chain) -> Vec<EngineKind> {
+    let mut engines = chain.engines.clone();
+    for cert in &snapshot.certificates {
+        for e in engine_kinds(cert.offload_engines.as_deref().unwrap_or_default()) {
+            if !engines.contains(&e) {
+                engines.push(e);
+            }
+        }
+    }
+    engines
+}
+
+/// Maps configured engine names to the crypto crate's.
+fn engine_kinds(engines: &[CryptoEngine]) -> Vec<EngineKind> {
+    engines
+        .iter()
+        .map(|e| match e {
+            CryptoEngine::Pool => EngineKind::Pool,
+            CryptoEngine::Mb => EngineKind::Mb,
+            CryptoEngine::Keyless => EngineKind::Keyless,
+        })
+        .collect()
+}
+
+impl KeyOffload {
+    /// Everything the engines [`KeyOffload::from_config`] would build from `snapshot` depend
+    /// on: `[offload.crypto]`, the chain chosen for it, the engines certificates name, and
+    /// `[offload.keyless]` with its files. Engines are process-wide; a reload keeps them
+    /// while this stays the same.
+    pub fn identity(snapshot: &Snapshot) -> Vec<u8> {
+        let mut h = boring::sha::Sha256::new();
+        h.update(format!("{:?}", snapshot.offload.crypto).as_bytes());
+        h.update(format!("{:?}", engines_to_start(snapshot, &Chain::of(snapshot))).as_bytes());
+        if let Some(k) = &snapshot.offload.keyless {
+            // Its Debug leaves out the key material (hashed below) and the ping interval.
+            h.update(format!("{k:?}{:?}", k.ping_interval).as_bytes());
+            for c in k.ca.iter().chain(&k.certificate) {
+                h.update(&c.to_der().unwrap_or_default());
+            }
+            h.update(&k.key.private_key_to_der().unwrap_or_default());
+        }
+        h.finish().to_vec()
+    }
+
+    /// Starts the engines of the chain `snapshot` asks for on this machine, with every
+    /// engine that a certificate's own `offload_engines` names.
+    pub fn from_config(snapshot: &Snapshot) -> std::io::Result<Arc<Self>> {
+        let c = &snapshot.offload.crypto;
+        let chain = Chain::of(snapshot);
+        let threads = c.pool_threads.unwrap_or(Probe::machine().cpus);
+        let config = CryptoConfig {
+            engines: engines_to_start(snapshot, &chain),
+            pool_threads: threads,
+            pool_capacity: c.pool_capacity.unwrap_or(64 * threads),
+            deadline: c.deadline,
+            breaker: BreakerConfig {
+                failures: c.breaker_failures,
+                backoff: c.breaker_backoff,
+                max_backoff: c.breaker_backoff.max(std::time::Duration::from_secs(30)),
+            },
+            verify: if c.verify_all {
+                VerifyPolicy::All
+            } else {
+                VerifyPolicy::Rsa
+            },
+            mb: MbConfig {
+                max_wait: c.mb_max_wait,
+                capacity: c.mb_capacity,
+                min_batch: c.mb_min_batch,
+                on_worker: c.mb_on_worker,
+                lanes: c.mb_lanes,
+            },
+        };
+        let keyless =
+            match (
+                &snapshot.offload.keyless,
+                config.engines.contains(&EngineKind::Keyless),
+            ) {
+                (Some(k), true) => Some(sluice_keyless::Keyless::start(k).map_err(|e| {
+                    std::io::Error::other(format!("starting the keyless engine: {e}"))
+                })?),
+                _ => None,
+            };
+        let engine = keyless
+            .clone()
+            .map(|k| k as Arc<dyn sluice_offload::Engine<sluice_crypto::KeyJob>>);
+        tracing::info!(engines = %chain.names(), "private-key engines: {}", chain.why);
+        let offload = KeyOffload {
+            dispatcher: Arc::new(build_dispatcher(&config, engine)?),
+            keyless,
+            verify: config.verify,
+            inline_only: config.engines.is_empty(),
+            chain,
+        };
+        if let Some(k) = &offload.keyless
+            && !k.wait_up(std::time::Duration::from_secs(2))
+        {
+            tracing::warn!("no key server is up yet; handshakes fall back until one is");
+        }
+        Ok(Arc::new(offload))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crypto(engines: Option<Vec<CryptoEngine>>) -> CryptoOffload {
+        CryptoOffload {
+            engines,
+            ..CryptoOffload::default()
+        }
+    }
+
+    const IFMA: Probe = Probe {
+        ifma: true,
+        cpus: 4,
+    };
+    const NO_IFMA: Probe = Probe {
+        ifma: false,
+        cpus: 4,
+    };
+
+    #[test]
+    fn with_ifma_rsa_goes_to_mb_first_then_pool() {
+        let c = Chain::choose(&crypto(None), IFMA);
+        assert_eq!(c.engines, vec![EngineKind::Mb, EngineKind::Pool]);
+        assert_eq!(c.origin, Origin::Probed);
+        assert_eq!(c.names(), "mb, pool, inline");
+        assert!(c.why.contains("has AVX-512 IFMA"), "{}", c.why);
+        assert!(c.why.contains("4 thread(s)"), "{}", c.why);
+    }
+
+    #[test]
+    fn without_ifma_the_pool_alone() {
+        let c = Chain::choose(&crypto(None), NO_IFMA);
+        assert_eq!(c.engines, vec![EngineKind::Pool]);
+        assert_eq!(c.origin, Origin::Probed);
+        assert!(c.why.contains("no AVX-512 IFMA"), "{}", c.why);
+    }
+
+    #[test]
+    fn pool_threads_from_the_file_are_the_ones_reported() {
+        let mut c = crypto(None);
+        c.pool_threads = Some(2);
+        assert!(Chain::choose(&c, NO_IFMA).why.contains("2 thread(s)"));
+    }
+
+    #[test]
+    fn a_configured_list_is_obeyed_as_written_whatever_the_cpu() {
+        for probe in [IFMA, NO_IFMA] {
+            let c = Chain::choose(&crypto(Some(vec![CryptoEngine::Pool])), probe);
+            assert_eq!(
+                (c.engines, c.origin),
+                (vec![EngineKind::Pool], Origin::Configured)
+            );
+            // `mb` named on a CPU without IFMA stays: it answers "unsupported" and jobs go on.
+            let c = Chain::choose(
+                &crypto(Some(vec![CryptoEngine::Mb, CryptoEngine::Keyless])),
+                probe,
+            );
+            assert_eq!(c.engines, vec![EngineKind::Mb, EngineKind::Keyless]);
+            let c = Chain::choose(&crypto(Some(vec![])), probe);
+            assert_eq!((c.engines.len(), c.names()), (0, "inline".to_owned()));
+        }
+    }
+
+    #[test]
+    fn the_embedded_default_leaves_the_choice_to_the_probe() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = sluice_config::default_config_text(&sluice_config::DefaultConfigParams {
+            state_dir: dir.path(),
+        });
+        let raw: toml::Value = toml::from_str(&text).unwrap();
+        assert!(
+            raw["offload"]["crypto"].get("engines").is_none(),
+            "[offload.crypto] engines must be left to the probe: {:?}",
+            raw["offload"]["crypto"]
+        );
+    }
+}
