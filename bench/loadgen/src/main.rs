@@ -119,6 +119,12 @@ enum Mode {
         /// Connections of the handshake storm in flight at once (0: no storm).
         #[arg(long, default_value_t = 64)]
         storm: usize,
+        /// Requests a second on each keep-alive connection, paced (0: back to back). A
+        /// closed loop makes established traffic take every cycle it is given, so its
+        /// latency and the storm's rate trade against each other; a site's established
+        /// traffic arrives at its own rate.
+        #[arg(long, default_value_t = 0)]
+        rate: u32,
     },
     /// Sign requests to a key server (`sluice-keyserver`), pipelined on a few connections.
     Keyless {
@@ -376,6 +382,7 @@ async fn keepalive_latency(
     connector: Arc<SslConnector>,
     t: Arc<Target>,
     stop: Arc<AtomicBool>,
+    rate: u32,
 ) -> anyhow::Result<Vec<f64>> {
     let s = tls_connect(&connector, &t)
         .await
@@ -383,7 +390,15 @@ async fn keepalive_latency(
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await?;
     tokio::spawn(conn);
     let mut lat = Vec::new();
+    let mut pace = (rate > 0).then(|| {
+        let mut i = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        i
+    });
     while !stop.load(Ordering::Relaxed) {
+        if let Some(p) = &mut pace {
+            p.tick().await;
+        }
         let req = http::Request::get(t.path.as_str())
             .header("host", t.sni.as_str())
             .body(Empty::<Bytes>::new())?;
@@ -520,6 +535,7 @@ fn main() -> anyhow::Result<()> {
                 target,
                 keepalive,
                 storm: storm_n,
+                rate,
             } => {
                 let connector = Arc::new(connector(&target.tls, target.groups.as_deref())?);
                 let duration = target.duration;
@@ -550,6 +566,7 @@ fn main() -> anyhow::Result<()> {
                                     ka_connector.clone(),
                                     ka_target.clone(),
                                     ka_stop.clone(),
+                                    rate,
                                 )));
                             }
                             let mut lat = Vec::new();

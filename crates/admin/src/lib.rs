@@ -117,6 +117,30 @@ pub fn metrics(s: &Sources) -> String {
         "sluice_tls_handshake_failures_total {}",
         p.handshake_failures
     );
+    let hs = s.gateway.handshake_stats();
+    for (name, kind, help, value) in [
+        (
+            "sluice_tls_handshakes_in_progress",
+            "gauge",
+            "TLS handshakes in progress now.",
+            hs.in_progress as u64,
+        ),
+        (
+            "sluice_tls_handshakes_in_progress_limit",
+            "gauge",
+            "The most TLS handshakes in progress at once ([offload.handshakes] max_in_progress); more connections wait in the listen backlog.",
+            hs.limit as u64,
+        ),
+        (
+            "sluice_tls_handshakes_expired_total",
+            "counter",
+            "TLS handshakes dropped unfinished after the listener's header_read_timeout.",
+            hs.expired,
+        ),
+    ] {
+        family(&mut out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
+    }
     family(
         &mut out,
         "sluice_http_requests_total",
@@ -538,6 +562,18 @@ fn crypto_chain(s: &Sources) -> serde_json::Value {
     })
 }
 
+/// Where handshakes run, how many are in progress and how many expired.
+fn handshake_scheduler(s: &Sources) -> serde_json::Value {
+    let hs = s.gateway.handshake_stats();
+    serde_json::json!({
+        "isolated": hs.priority.is_some(),
+        "priority": hs.priority.map(|p| p.describe()),
+        "in_progress": hs.in_progress,
+        "limit": hs.limit,
+        "expired": hs.expired,
+    })
+}
+
 /// The JSON status document.
 pub fn status(s: &Sources) -> String {
     let p = s.gateway.metrics().snapshot();
@@ -561,6 +597,7 @@ pub fn status(s: &Sources) -> String {
         "upstreams": health::status(s),
         "tls_handshakes": p.handshakes.iter().flatten().sum::<u64>(),
         "tls_handshake_failures": p.handshake_failures,
+        "tls_handshake_scheduler": handshake_scheduler(s),
         "requests": STATUS_CLASSES.iter().zip(p.requests).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
         "offload": { "chain": crypto_chain(s), "crypto": engines, "key_servers": s.gateway.key_offload().key_servers().iter().map(|k| serde_json::json!({
             "server": k.address, "up": k.up, "in_flight": k.in_flight, "ok": k.ok, "failed": k.failed,

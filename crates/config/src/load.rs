@@ -281,6 +281,7 @@ impl<'a> Cx<'a> {
                 .keyless
                 .as_ref()
                 .and_then(|k| self.keyless_offload(k, allow_insecure_keys)),
+            handshakes: self.handshakes(raw.offload.handshakes.as_ref()),
         };
         self.check_keyless_wiring(&raw);
         let compression = self.compression(

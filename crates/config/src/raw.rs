@@ -514,6 +514,22 @@ pub struct RawOffload {
     pub compress: Option<RawOffloadCompress>,
     /// `[offload.keyless]`: remote key servers for the `keyless` engine.
     pub keyless: Option<RawOffloadKeyless>,
+    /// `[offload.handshakes]`: TLS handshakes as a class of work below established traffic.
+    pub handshakes: Option<RawOffloadHandshakes>,
+}
+
+/// `[offload.handshakes]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOffloadHandshakes {
+    /// Run TLS handshakes on threads of their own below established connections (default
+    /// true); false: on the event loop, as before.
+    pub isolate: Option<Spanned<bool>>,
+    /// The CPU share (percent, 0-50) handshakes keep on a core that established traffic
+    /// also wants (default 0: only cycles established traffic leaves).
+    pub share_percent: Option<Spanned<u32>>,
+    /// Handshakes in progress at once; more connections wait in the listen backlog.
+    pub max_in_progress: Option<Spanned<u32>>,
 }
 
 /// `[offload.keyless]`.

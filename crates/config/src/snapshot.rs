@@ -111,6 +111,34 @@ pub struct Offload {
     pub compress: CompressOffload,
     /// Remote key servers (the `keyless` engine); `None` when not configured.
     pub keyless: Option<KeylessOffload>,
+    /// How TLS handshakes are scheduled.
+    pub handshakes: Handshakes,
+}
+
+/// `[offload.handshakes]`: TLS handshakes as a class of work of their own, below requests on
+/// established connections (HAProxy's heavy tasklets, done with threads the kernel schedules
+/// at a lower priority).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handshakes {
+    /// Handshakes run on their own threads; `false`: on the event loop with everything else.
+    pub isolate: bool,
+    /// The CPU share, in percent, handshake threads keep on a core that established traffic
+    /// also wants (they take every idle cycle regardless); 0: none, they run only on cycles
+    /// established traffic leaves (`SCHED_IDLE`).
+    pub share_percent: u32,
+    /// Handshakes in progress at once in the gateway; `None`: 128 per CPU. More connections
+    /// wait in the listen backlog, not in the gateway's memory.
+    pub max_in_progress: Option<usize>,
+}
+
+impl Default for Handshakes {
+    fn default() -> Self {
+        Handshakes {
+            isolate: true,
+            share_percent: 0,
+            max_in_progress: None,
+        }
+    }
 }
 
 /// `[offload.keyless]`, files loaded.

@@ -478,6 +478,43 @@ fn rsa_key_exchange_is_off_by_default_and_refused_with_tls_1_3_only() {
 }
 
 #[test]
+fn handshake_scheduling_defaults_settings_and_located_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "a", "example.com");
+    let s = load_str(GOOD, "good.toml", dir.path()).unwrap();
+    assert_eq!(
+        s.offload.handshakes,
+        crate::Handshakes {
+            isolate: true,
+            share_percent: 0,
+            max_in_progress: None
+        },
+        "isolated, idle priority, 128 per CPU"
+    );
+    let set = format!(
+        "{GOOD}\n[offload.handshakes]\nisolate = false\nshare_percent = 25\nmax_in_progress = 64\n"
+    );
+    let h = load_str(&set, "h.toml", dir.path())
+        .unwrap()
+        .offload
+        .handshakes;
+    assert_eq!(
+        (h.isolate, h.share_percent, h.max_in_progress),
+        (false, 25, Some(64))
+    );
+    for (bad, says) in [
+        ("share_percent = 60", "share_percent = 60 is over 50"),
+        ("max_in_progress = 0", "max_in_progress must be at least 1"),
+    ] {
+        let src = format!("{GOOD}\n[offload.handshakes]\n{bad}\n");
+        let errs = errors(&src, dir.path());
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(errs[0].message.contains(says), "{errs:#?}");
+        assert_eq!(errs[0].line, line_of(&src, bad), "{bad}");
+    }
+}
+
+#[test]
 fn key_exchange_groups_load_in_any_openssl_spelling_and_bad_lists_are_located() {
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "a", "example.com");

@@ -20,6 +20,7 @@
 
 use crate::ProxyError;
 use crate::listen::connection::Signals;
+use crate::listen::handshakes::{HandshakeScheduler, HandshakeStats};
 use crate::request::access_log::AccessLog;
 use crate::request::context::ListenerCtx;
 use crate::request::rate_limit::{RateLimiter, RedisStore};
@@ -55,6 +56,7 @@ struct View {
     snapshot: Arc<Snapshot>,
     addresses: Vec<(String, SocketAddr)>,
     key_offload: Arc<KeyOffload>,
+    handshakes: Arc<HandshakeScheduler>,
     compressor: Arc<crate::Compressor>,
     access_log: AccessLog,
     /// Connections of every listener, current and draining.
@@ -76,6 +78,8 @@ struct State {
     groups: Arc<[Arc<UpstreamGroup>]>,
     key_offload: Arc<KeyOffload>,
     key_identity: Vec<u8>,
+    /// Where handshakes run; replaced when `[offload.handshakes]` changes.
+    handshakes: Arc<HandshakeScheduler>,
     compressor: Arc<crate::Compressor>,
     compress_config: CompressOffload,
     access_log: AccessLog,
@@ -145,6 +149,7 @@ struct Prepared {
     redis: Option<Arc<RedisStore>>,
     key_offload: Arc<KeyOffload>,
     key_identity: Vec<u8>,
+    handshakes: Arc<HandshakeScheduler>,
     compressor: Arc<crate::Compressor>,
     compress_config: CompressOffload,
     access_log: AccessLog,
@@ -208,6 +213,8 @@ impl Gateway {
             groups: Arc::new([]),
             key_offload,
             key_identity,
+            handshakes: HandshakeScheduler::start(&snapshot.offload.handshakes)
+                .map_err(ProxyError::Offload)?,
             compressor,
             compress_config: compress,
             access_log: access_log.clone(),
@@ -334,6 +341,11 @@ impl Gateway {
         self.view.load().key_offload.clone()
     }
 
+    /// Handshakes in progress, their limit, the expired, and the handshake threads' nice.
+    pub fn handshake_stats(&self) -> HandshakeStats {
+        self.view.load().handshakes.stats()
+    }
+
     /// What the TLS private-key engines did.
     pub fn crypto_counters(&self) -> Vec<sluice_offload::CountersSnapshot> {
         self.view.load().key_offload.counters()
@@ -402,6 +414,7 @@ fn view_of(state: &State) -> View {
             .map(|l| (l.name.clone(), l.bound))
             .collect(),
         key_offload: state.key_offload.clone(),
+        handshakes: state.handshakes.clone(),
         compressor: state.compressor.clone(),
         access_log: state.access_log.clone(),
         limiters: state.limiters.clone(),
@@ -478,6 +491,13 @@ async fn prepare(
     } else {
         report.crypto_engines_rebuilt = true;
         KeyOffload::from_config(snapshot).map_err(ProxyError::Offload)?
+    };
+    // A new scheduler for new connections; handshakes in progress finish on the old one,
+    // which goes when the last of them does.
+    let handshakes = if state.snapshot.offload.handshakes == snapshot.offload.handshakes {
+        state.handshakes.clone()
+    } else {
+        HandshakeScheduler::start(&snapshot.offload.handshakes).map_err(ProxyError::Offload)?
     };
     let compressor = if first || compress == state.compress_config {
         state.compressor.clone()
@@ -566,6 +586,7 @@ async fn prepare(
             config: l.clone(),
             router,
             tls,
+            handshakes: handshakes.clone(),
             upstreams: groups.clone(),
             access_log: access_log.clone(),
             metrics: metrics.clone(),
@@ -589,6 +610,7 @@ async fn prepare(
         redis,
         key_offload,
         key_identity,
+        handshakes,
         compressor,
         compress_config: compress,
         access_log,
@@ -760,6 +782,7 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
     state.limiters = prepared.limiters;
     state.redis = prepared.redis;
     state.key_offload = prepared.key_offload;
+    state.handshakes = prepared.handshakes;
     state.key_identity = prepared.key_identity;
     state.compressor = prepared.compressor;
     state.compress_config = prepared.compress_config;
@@ -786,7 +809,7 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
         force: force.clone(),
         idle: Arc::default(),
     };
-    let accept = tokio::spawn(accept_loop(
+    let accept = tokio::spawn(crate::accept::accept_loop(
         bound,
         socket,
         slot.clone(),
@@ -804,156 +827,5 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
         draining,
         force,
         connections,
-    }
-}
-
-async fn accept_loop(
-    bound: SocketAddr,
-    socket: TcpListener,
-    slot: Arc<ArcSwap<ListenerCtx>>,
-    signals: Signals,
-    connections: TaskTracker,
-    counts: Arc<crate::listen::conn_limit::ConnCounts>,
-) {
-    loop {
-        match socket.accept().await {
-            Ok((tcp, peer)) => {
-                let ctx = slot.load_full();
-                let cfg = &ctx.config;
-                if cfg.proxy_protocol {
-                    // Only a trusted balancer may say whose connection this is; anyone else
-                    // is closed before a byte is read.
-                    if !crate::request::policy::trusted(peer.ip(), &cfg.trusted_proxies) {
-                        ctx.metrics.proxy_protocol(1);
-                        tracing::debug!(listener = %ctx.name, %peer, "PROXY protocol from a peer not in trusted_proxies; closed");
-                        drop(tcp);
-                        continue;
-                    }
-                    let (slot, signals, counts) = (slot.clone(), signals.clone(), counts.clone());
-                    connections.spawn(async move {
-                        let Some((tcp, at)) =
-                            read_proxy_header(&ctx, tcp, peer, bound, &signals).await
-                        else {
-                            return;
-                        };
-                        // Connection limits count the client the header names.
-                        let cfg = &ctx.config;
-                        match counts.admit(
-                            at.client.ip(),
-                            cfg.max_connections,
-                            cfg.max_connections_per_client,
-                        ) {
-                            Ok(place) => {
-                                dispatch(ctx, slot, tcp, at, signals).await;
-                                drop(place);
-                            }
-                            Err(why) => ctx.metrics.connection_refused(
-                                why == crate::listen::conn_limit::Refusal::Client,
-                            ),
-                        }
-                    });
-                    continue;
-                }
-                match counts.admit(
-                    peer.ip(),
-                    cfg.max_connections,
-                    cfg.max_connections_per_client,
-                ) {
-                    Ok(place) => {
-                        let local = local_addr(&tcp, bound);
-                        let at = crate::addresses::Addresses {
-                            client: peer,
-                            local,
-                        };
-                        let serving = dispatch(ctx.clone(), slot.clone(), tcp, at, signals.clone());
-                        connections.spawn(async move {
-                            serving.await;
-                            drop(place);
-                        });
-                    }
-                    Err(why) => {
-                        // Closed at once: no TLS, no read.
-                        ctx.metrics
-                            .connection_refused(why == crate::listen::conn_limit::Refusal::Client);
-                        drop(tcp);
-                    }
-                }
-            }
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning; existing connections go on.
-                let name = slot.load().name.clone();
-                tracing::warn!(listener = %name, error = %e, "accept failed; retrying shortly");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
-
-/// The address a connection came in on: the listener's own when it is bound to one IP (no
-/// system call per connection), else the socket's (a wildcard listener's connections each
-/// have the address of the interface they arrived at).
-fn local_addr(tcp: &tokio::net::TcpStream, bound: SocketAddr) -> SocketAddr {
-    if bound.ip().is_unspecified() {
-        tcp.local_addr().unwrap_or(bound)
-    } else {
-        bound
-    }
-}
-
-/// Reads the PROXY protocol header that opens a connection from a trusted balancer: the
-/// client and the address it connected to, or `None` (counted) when the connection closes.
-async fn read_proxy_header(
-    ctx: &ListenerCtx,
-    mut tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
-    bound: SocketAddr,
-    signals: &Signals,
-) -> Option<(tokio::net::TcpStream, crate::addresses::Addresses)> {
-    use crate::proxy_protocol::{Origin, Refused};
-    let local = local_addr(&tcp, bound);
-    let read = crate::proxy_protocol::read(&mut tcp, ctx.config.header_read_timeout);
-    let origin = tokio::select! {
-        r = read => r,
-        () = signals.force.cancelled() => return None,
-    };
-    let at = match origin {
-        Ok(Origin::Client {
-            source,
-            destination,
-        }) => crate::addresses::Addresses {
-            client: SocketAddr::new(sluice_config::canonical(source.ip()), source.port()),
-            local: destination,
-        },
-        // The balancer's own connection (a health check): it is the client.
-        Ok(Origin::Local) => crate::addresses::Addresses {
-            client: peer,
-            local,
-        },
-        Err(why) => {
-            ctx.metrics
-                .proxy_protocol(if why == Refused::Malformed { 2 } else { 3 });
-            tracing::debug!(listener = %ctx.name, %peer, ?why, "no valid PROXY protocol header; closed");
-            return None;
-        }
-    };
-    ctx.metrics.proxy_protocol(0);
-    Some((tcp, at))
-}
-
-/// Serves a connection as its listener's kind says.
-async fn dispatch(
-    ctx: Arc<ListenerCtx>,
-    slot: Arc<ArcSwap<ListenerCtx>>,
-    tcp: tokio::net::TcpStream,
-    at: crate::addresses::Addresses,
-    signals: Signals,
-) {
-    match ctx.config.kind {
-        sluice_config::ListenerKind::Http => {
-            crate::listen::connection::serve(ctx, slot, tcp, at, signals).await;
-        }
-        sluice_config::ListenerKind::Tcp(_) => {
-            crate::layer4::stream::serve(ctx, tcp, at, signals).await
-        }
     }
 }

@@ -1,8 +1,8 @@
 //! Sluice's data plane: listeners, Sluice's own HTTP/1.1 and hyper's HTTP/2, the router,
 //! upstream groups with load balancing and health, the proxy handler and the access log.
 //!
-//! Folders by concern, each depending only on those after it: `gateway` (accepting, moving to
-//! a new configuration) → `layer4` (TCP relays) → `listen` (a client connection: TLS, timers,
+//! Folders by concern, each depending only on those after it: `gateway` (binding, moving to
+//! a new configuration) → `accept` (a listener's accept loop) → `layer4` (TCP relays) → `listen` (a client connection: TLS, timers,
 //! HTTP/1.1 or HTTP/2) → `request` (the request path) → `upstreams` (groups, balancing,
 //! health, the keep-alive pool) → `http1` (the HTTP/1.1 codec, both sides) → shared leaves
 //! (`body`, `addresses`, `proxy_protocol`, `metrics`, `text`).
@@ -14,6 +14,7 @@
 //! returns a [`Gateway`] handle for its addresses, for moving to a new snapshot while serving
 //! ([`Gateway::apply`]) and for a graceful shutdown.
 
+mod accept;
 mod addresses;
 mod body;
 mod gateway;
@@ -27,6 +28,7 @@ mod text;
 mod upstreams;
 
 pub use gateway::{ApplyReport, Gateway};
+pub use listen::handshakes::{HandshakeScheduler, HandshakeStats, Priority};
 pub use metrics::{
     PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, REQUEST_LATENCY_BUCKETS_US,
     STATUS_CLASSES, TCP_OUTCOMES, TLS_VERSIONS, UPSTREAM_ERRORS,

@@ -5,8 +5,12 @@
 //! chosen at start from what this machine offers, as Tengine and Intel's QAT_Engine detect
 //! their accelerators: `mb` first where the CPU has AVX-512 IFMA (RSA keys signed eight at a
 //! time; it answers "unsupported" for ECDSA and Ed25519 keys, which go on down the chain),
-//! then `pool` (a thread per CPU this process may use), then `inline`, which always ends the
-//! chain. The remote `keyless` engine is never chosen by the probe: where keys live is the
+//! then `inline`, which always ends the chain. Where handshakes run on threads of their own
+//! (`[offload.handshakes] isolate`, the default), those threads, one per CPU at a lower
+//! priority, are already what the `pool` engine was for: a signature there never holds up the
+//! event loop, and signing on the spot saves the hand-off (10% more RSA handshakes a second
+//! on one core, `bench/run`). Where handshakes share the event loop, `pool` (a thread per
+//! CPU) comes before `inline`, as before. The remote `keyless` engine is never chosen by the probe: where keys live is the
 //! operator's decision, not a property of the machine. A certificate's own
 //! `offload_engines` adds the engines it names that the chain lacks.
 //!
@@ -71,8 +75,9 @@ pub struct Chain {
 }
 
 impl Chain {
-    /// The chain `crypto` asks for on a machine that offers `probe`.
-    pub fn choose(crypto: &CryptoOffload, probe: Probe) -> Chain {
+    /// The chain `crypto` asks for on a machine that offers `probe`, with handshakes on
+    /// threads of their own (`isolated`) or on the event loop.
+    pub fn choose(crypto: &CryptoOffload, isolated: bool, probe: Probe) -> Chain {
         let threads = crypto.pool_threads.unwrap_or(probe.cpus);
         if let Some(list) = &crypto.engines {
             return Chain {
@@ -81,21 +86,36 @@ impl Chain {
                 why: "as [offload.crypto] engines names them".to_owned(),
             };
         }
-        let (engines, why) = if probe.ifma {
-            (
-                vec![EngineKind::Mb, EngineKind::Pool],
-                format!(
-                    "chosen at start: this CPU has AVX-512 IFMA, so RSA keys sign on `mb` (eight at a time) and other keys on `pool` ({threads} thread(s))"
-                ),
+        let cpu = if probe.ifma {
+            "this CPU has AVX-512 IFMA, so RSA keys sign on `mb` (eight at a time)"
+        } else {
+            "this CPU has no AVX-512 IFMA (no `mb`)"
+        };
+        let mut engines = Vec::new();
+        if probe.ifma {
+            engines.push(EngineKind::Mb);
+        }
+        let rest = if isolated {
+            format!(
+                "{} on the handshake threads (one per CPU, below established traffic)",
+                if probe.ifma {
+                    "other keys sign"
+                } else {
+                    "every key signs"
+                }
             )
         } else {
-            (
-                vec![EngineKind::Pool],
-                format!(
-                    "chosen at start: this CPU has no AVX-512 IFMA (no `mb`), so every key signs on `pool` ({threads} thread(s))"
-                ),
+            engines.push(EngineKind::Pool);
+            format!(
+                "{} on `pool` ({threads} thread(s))",
+                if probe.ifma {
+                    "other keys"
+                } else {
+                    "every key signs"
+                }
             )
         };
+        let why = format!("chosen at start: {cpu}; {rest}");
         Chain {
             engines,
             origin: Origin::Probed,
@@ -115,7 +135,11 @@ impl Chain {
 
     /// The chain `snapshot` asks for on this machine.
     pub fn of(snapshot: &Snapshot) -> Chain {
-        Chain::choose(&snapshot.offload.crypto, Probe::machine())
+        Chain::choose(
+            &snapshot.offload.crypto,
+            snapshot.offload.handshakes.isolate,
+            Probe::machine(),
+        )
     }
 }
 
@@ -265,34 +289,49 @@ mod tests {
     };
 
     #[test]
-    fn with_ifma_rsa_goes_to_mb_first_then_pool() {
-        let c = Chain::choose(&crypto(None), IFMA);
-        assert_eq!(c.engines, vec![EngineKind::Mb, EngineKind::Pool]);
+    fn with_ifma_rsa_goes_to_mb_first() {
+        let c = Chain::choose(&crypto(None), true, IFMA);
+        assert_eq!(c.engines, vec![EngineKind::Mb]);
         assert_eq!(c.origin, Origin::Probed);
-        assert_eq!(c.names(), "mb, pool, inline");
+        assert_eq!(c.names(), "mb, inline");
         assert!(c.why.contains("has AVX-512 IFMA"), "{}", c.why);
+        assert!(c.why.contains("handshake threads"), "{}", c.why);
+        // Handshakes on the event loop: the pool keeps signatures off it.
+        let c = Chain::choose(&crypto(None), false, IFMA);
+        assert_eq!(c.engines, vec![EngineKind::Mb, EngineKind::Pool]);
         assert!(c.why.contains("4 thread(s)"), "{}", c.why);
     }
 
     #[test]
-    fn without_ifma_the_pool_alone() {
-        let c = Chain::choose(&crypto(None), NO_IFMA);
+    fn without_ifma_the_handshake_threads_or_the_pool() {
+        let c = Chain::choose(&crypto(None), true, NO_IFMA);
+        assert_eq!((c.engines.len(), c.names()), (0, "inline".to_owned()));
+        assert!(c.why.contains("no AVX-512 IFMA"), "{}", c.why);
+        let c = Chain::choose(&crypto(None), false, NO_IFMA);
         assert_eq!(c.engines, vec![EngineKind::Pool]);
         assert_eq!(c.origin, Origin::Probed);
-        assert!(c.why.contains("no AVX-512 IFMA"), "{}", c.why);
     }
 
     #[test]
     fn pool_threads_from_the_file_are_the_ones_reported() {
         let mut c = crypto(None);
         c.pool_threads = Some(2);
-        assert!(Chain::choose(&c, NO_IFMA).why.contains("2 thread(s)"));
+        assert!(
+            Chain::choose(&c, false, NO_IFMA)
+                .why
+                .contains("2 thread(s)")
+        );
     }
 
     #[test]
     fn a_configured_list_is_obeyed_as_written_whatever_the_cpu() {
-        for probe in [IFMA, NO_IFMA] {
-            let c = Chain::choose(&crypto(Some(vec![CryptoEngine::Pool])), probe);
+        for (probe, isolated) in [
+            (IFMA, true),
+            (NO_IFMA, true),
+            (IFMA, false),
+            (NO_IFMA, false),
+        ] {
+            let c = Chain::choose(&crypto(Some(vec![CryptoEngine::Pool])), isolated, probe);
             assert_eq!(
                 (c.engines, c.origin),
                 (vec![EngineKind::Pool], Origin::Configured)
@@ -300,10 +339,11 @@ mod tests {
             // `mb` named on a CPU without IFMA stays: it answers "unsupported" and jobs go on.
             let c = Chain::choose(
                 &crypto(Some(vec![CryptoEngine::Mb, CryptoEngine::Keyless])),
+                isolated,
                 probe,
             );
             assert_eq!(c.engines, vec![EngineKind::Mb, EngineKind::Keyless]);
-            let c = Chain::choose(&crypto(Some(vec![])), probe);
+            let c = Chain::choose(&crypto(Some(vec![])), isolated, probe);
             assert_eq!((c.engines.len(), c.names()), (0, "inline".to_owned()));
         }
     }

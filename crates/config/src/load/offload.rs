@@ -31,6 +31,40 @@ impl Cx<'_> {
         engines
     }
 
+    pub(super) fn handshakes(&mut self, raw: Option<&RawOffloadHandshakes>) -> Handshakes {
+        let d = Handshakes::default();
+        let Some(raw) = raw else { return d };
+        let share_percent = match &raw.share_percent {
+            Some(v) if *v.get_ref() > 50 => {
+                self.err_at(
+                    v,
+                    format!("[offload.handshakes] share_percent = {} is over 50", v.get_ref()),
+                    "use 0 (the default: handshakes run only on cycles established traffic leaves) or a share such as 10 (a tenth of a busy core kept for handshakes)",
+                );
+                d.share_percent
+            }
+            Some(v) => *v.get_ref(),
+            None => d.share_percent,
+        };
+        let max_in_progress = match &raw.max_in_progress {
+            Some(v) if *v.get_ref() == 0 => {
+                self.err_at(
+                    v,
+                    "[offload.handshakes] max_in_progress must be at least 1",
+                    "remove it for the default (128 per CPU)",
+                );
+                None
+            }
+            Some(v) => Some(*v.get_ref() as usize),
+            None => None,
+        };
+        Handshakes {
+            isolate: raw.isolate.as_ref().map_or(d.isolate, |v| *v.get_ref()),
+            share_percent,
+            max_in_progress,
+        }
+    }
+
     pub(super) fn crypto_offload(&mut self, raw: Option<&RawOffloadCrypto>) -> CryptoOffload {
         let d = CryptoOffload::default();
         let Some(raw) = raw else { return d };

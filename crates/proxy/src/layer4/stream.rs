@@ -34,6 +34,7 @@ pub(crate) async fn serve(
     tcp: TcpStream,
     at: Addresses,
     signals: Signals,
+    permit: Option<crate::listen::handshakes::HandshakePermit>,
 ) {
     let sluice_config::ListenerKind::Tcp(proxy) = &listener.config.kind else {
         return;
@@ -99,9 +100,10 @@ pub(crate) async fn serve(
     match &listener.tls {
         None => relay(&listener, proxy, group, tcp, &[], at, log, start, &signals).await,
         Some(acceptor) => {
-            let Some((stream, info)) =
-                crate::listen::connection::handshake(&listener, acceptor, tcp, at.client, &signals)
-                    .await
+            let Some((stream, info)) = crate::listen::connection::handshake(
+                &listener, acceptor, tcp, at.client, &signals, permit,
+            )
+            .await
             else {
                 return;
             };

@@ -150,13 +150,16 @@ pub(crate) async fn serve(
     tcp: TcpStream,
     at: crate::addresses::Addresses,
     signals: Signals,
+    permit: Option<crate::listen::handshakes::HandshakePermit>,
 ) {
     let peer = at.client;
     let _ = tcp.set_nodelay(true);
     let state = Arc::new(ConnState::new());
     let cfg = &listener.config;
     if let Some(acceptor) = &listener.tls {
-        let Some((stream, info)) = handshake(&listener, acceptor, tcp, peer, &signals).await else {
+        let Some((stream, info)) =
+            handshake(&listener, acceptor, tcp, peer, &signals, permit).await
+        else {
             return;
         };
         let h2 = info.h2;
@@ -223,23 +226,28 @@ pub(crate) async fn serve(
     }
 }
 
-/// The TLS handshake of a listener's connection (HTTP or TCP), within
-/// `header_read_timeout`, counted; `None` (logged at debug) when it fails, times out, or the
-/// gateway forces its connections closed.
+/// The TLS handshake of a listener's connection (HTTP or TCP), on the handshake scheduler's
+/// threads, within `header_read_timeout`, counted; `None` (logged at debug) when it fails,
+/// times out, or the gateway forces its connections closed. `permit`, the connection's place
+/// among the handshakes in progress, is given back when the handshake ends.
 pub(crate) async fn handshake(
     listener: &ListenerCtx,
     acceptor: &sluice_tls::TlsAcceptor,
     tcp: TcpStream,
     peer: std::net::SocketAddr,
     signals: &Signals,
+    permit: Option<crate::listen::handshakes::HandshakePermit>,
 ) -> Option<(
     tokio_boring::SslStream<sluice_tls::OffloadIo<TcpStream>>,
     TlsInfo,
 )> {
+    let (acceptor, deadline) = (acceptor.clone(), listener.config.header_read_timeout);
+    let accepting = async move { tokio::time::timeout(deadline, acceptor.accept(tcp)).await };
     let accepted = tokio::select! {
-        r = tokio::time::timeout(listener.config.header_read_timeout, acceptor.accept(tcp)) => r,
+        r = listener.handshakes.run(accepting) => r?,
         () = signals.force.cancelled() => return None,
     };
+    drop(permit);
     let stream = match accepted {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -249,6 +257,7 @@ pub(crate) async fn handshake(
         }
         Err(_) => {
             listener.metrics.handshake_failed();
+            listener.handshakes.expired();
             tracing::debug!(listener = %listener.name, %peer, "TLS handshake timed out");
             return None;
         }

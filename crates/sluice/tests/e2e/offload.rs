@@ -377,49 +377,71 @@ pub(crate) fn cpu_has_ifma() -> bool {
         })
 }
 
-/// With no `engines` line the chain is chosen at start: `mb` then `pool` where the CPU has
-/// AVX-512 IFMA (and RSA handshakes are signed on `mb`), `pool` alone elsewhere; `/status`
-/// says which and why.
+/// With no `engines` line the chain is chosen at start: `mb` first where the CPU has AVX-512
+/// IFMA (RSA handshakes signed on it), then, with handshakes on threads of their own (the
+/// default), nothing but `inline` on those threads; with handshakes on the event loop, `pool`
+/// before `inline`. `/status` says which and why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_engines_the_chain_is_chosen_from_the_cpu_and_shown_on_status() {
-    let (gw, _o) = gateway("pool_threads = 1").await;
     let ifma = cpu_has_ifma();
-    let addr = gw.addr("https");
-    let storm: Vec<_> = (0..16).map(|_| tokio::spawn(one_request(addr))).collect();
-    for t in storm {
-        assert_eq!(t.await.unwrap(), 200);
-    }
-    let c = gw.gateway().crypto_counters();
-    let names: Vec<&str> = c.iter().map(|c| c.engine.as_str()).collect();
-    if ifma {
-        assert_eq!(names, ["mb", "pool", "inline"], "{c:?}");
-        assert_eq!(c[0].completed, 16, "RSA signed on mb: {c:?}");
-    } else {
-        assert_eq!(names, ["pool", "inline"], "{c:?}");
-        assert_eq!(c[0].completed, 16, "{c:?}");
-    }
-
-    let (admin, task) = admin_for(&gw).await;
-    let status: serde_json::Value =
-        serde_json::from_str(&http1_get(admin, "admin", "/status").await.body).unwrap();
-    task.abort();
-    let chain = &status["offload"]["chain"];
-    assert_eq!(chain["origin"], "probed", "{chain}");
-    let expect: &[&str] = if ifma {
-        &["mb", "pool", "inline"]
-    } else {
-        &["pool", "inline"]
-    };
-    assert_eq!(chain["engines"], serde_json::json!(expect), "{chain}");
-    let why = chain["why"].as_str().unwrap();
-    assert!(
-        why.contains(if ifma {
-            "has AVX-512 IFMA"
+    for isolated in [true, false] {
+        let crypto = if isolated {
+            "pool_threads = 1".to_owned()
         } else {
-            "no AVX-512 IFMA"
-        }) && why.contains("1 thread(s)"),
-        "{why}"
-    );
+            "pool_threads = 1\ndeadline = \"30s\"\n[offload.handshakes]\nisolate = false".to_owned()
+        };
+        let (gw, _o) = gateway(&crypto).await;
+        let addr = gw.addr("https");
+        let storm: Vec<_> = (0..16).map(|_| tokio::spawn(one_request(addr))).collect();
+        for t in storm {
+            assert_eq!(t.await.unwrap(), 200);
+        }
+        let mut expect = Vec::new();
+        if ifma {
+            expect.push("mb");
+        }
+        if !isolated {
+            expect.push("pool");
+        }
+        expect.push("inline");
+        let c = gw.gateway().crypto_counters();
+        let names: Vec<&str> = c.iter().map(|c| c.engine.as_str()).collect();
+        assert_eq!(names, expect, "isolated {isolated}: {c:?}");
+        assert_eq!(
+            c[0].completed, 16,
+            "RSA signed on the chain's first engine: {c:?}"
+        );
+        assert_eq!(gw.gateway().handshake_stats().priority.is_some(), isolated);
+
+        let (admin, task) = admin_for(&gw).await;
+        let status: serde_json::Value =
+            serde_json::from_str(&http1_get(admin, "admin", "/status").await.body).unwrap();
+        task.abort();
+        let chain = &status["offload"]["chain"];
+        assert_eq!(chain["origin"], "probed", "{chain}");
+        assert_eq!(chain["engines"], serde_json::json!(expect), "{chain}");
+        let why = chain["why"].as_str().unwrap();
+        assert!(
+            why.contains(if ifma {
+                "has AVX-512 IFMA"
+            } else {
+                "no AVX-512 IFMA"
+            }),
+            "{why}"
+        );
+        assert!(
+            why.contains(if isolated {
+                "handshake threads"
+            } else {
+                "1 thread(s)"
+            }),
+            "{why}"
+        );
+        assert_eq!(
+            status["tls_handshake_scheduler"]["isolated"], isolated,
+            "{status}"
+        );
+    }
 }
 
 /// A configured list is obeyed as written, even where the probe would choose otherwise.
@@ -434,4 +456,67 @@ async fn a_configured_chain_is_obeyed_and_shown_as_configured() {
     let chain = offload.chain();
     assert_eq!(chain.origin, sluice_tls::chain::Origin::Configured);
     assert_eq!(chain.names(), "pool, inline");
+}
+
+/// `max_in_progress` bounds the handshakes in progress: with one place, a client that opens a
+/// connection and sends nothing holds it until the listener's `header_read_timeout` drops it
+/// (counted as expired); a second client waits in the listen backlog meanwhile, not refused,
+/// and completes once the place is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_handshake_holds_its_place_until_it_expires_while_others_wait_in_the_backlog() {
+    let origin = Origin::start("o").await;
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "rsa", KeyKind::Rsa2048, &["a.test"]);
+    let cfg = format!(
+        r#"
+[log]
+access_log = "off"
+[offload.handshakes]
+max_in_progress = 1
+[[listener]]
+name = "https"
+address = "127.0.0.1:0"
+header_read_timeout = "1s"
+[listener.tls]
+session_tickets = false
+[[certificate]]
+name = "rsa"
+cert = "rsa.crt"
+key = "rsa.key"
+[[upstream]]
+name = "o"
+servers = [{{ address = "{}" }}]
+[[route]]
+name = "all"
+upstream = "o"
+"#,
+        origin.addr
+    );
+    let gw = TestGateway::start(&cfg, dir).await;
+    let addr = gw.addr("https");
+    let stats = || gw.gateway().handshake_stats();
+    assert_eq!(stats().limit, 1);
+    // (A readiness probe of the test harness may still be finishing its handshake.)
+    wait_until(|| stats().in_progress == 0).await;
+    let expired_before = stats().expired;
+
+    // Connects and says nothing: accepted, and holds the only place.
+    let silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    wait_until(|| stats().in_progress == 1).await;
+    // A real client meanwhile: its connection completes in the kernel's backlog and its
+    // handshake starts only when the silent one expires.
+    let waiting = tokio::spawn(one_request(addr));
+    assert_eq!(
+        waiting.await.unwrap(),
+        200,
+        "served once the place was free"
+    );
+    assert_eq!(
+        stats().expired,
+        expired_before + 1,
+        "the silent handshake expired: {:?}",
+        stats()
+    );
+    assert_eq!(stats().in_progress, 0);
+    drop(silent);
 }

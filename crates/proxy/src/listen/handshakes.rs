@@ -1,0 +1,370 @@
+//! TLS handshakes as a class of work of their own, below requests on established
+//! connections.
+//!
+//! Under a storm of new RSA connections, requests on connections already open used to wait
+//! behind handshake work on the event loop: the private-key operation (even offloaded, its
+//! pool thread shares the core and holds it for its time slice) and the handshake's own
+//! steps (key exchange, HKDF, record set-up, 0.1-0.3 ms each). Measured on one core, keep-alive
+//! p99 went from 0.6 ms idle to 7-8 ms (31x in the worst run); a cap on handshakes in
+//! progress alone got it to 4-5 ms, a lower-priority pool alone made it worse (starved jobs
+//! fell back onto the event loop). HAProxy runs handshakes as "heavy" tasklets with a
+//! budget of their own per loop turn for the same reason.
+//!
+//! Here the whole handshake (the TLS state machine and every private-key job it starts)
+//! runs on a runtime of its own whose threads the kernel schedules below the serving ones.
+//! By default (`share_percent = 0`) they are `SCHED_IDLE`: a serving thread that wakes
+//! preempts them at once (the kernel's wake-up path always prefers a normal task over an
+//! idle-policy one), and they run on every cycle established traffic leaves, so a storm with
+//! little else to do runs at full speed. Measured on one core with established traffic at
+//! 1,000 req/s (`bench/run`): keep-alive p99 0.60 ms under an RSA storm (0.25 idle) at 0.98x
+//! the storm rate of handshakes on the event loop; at a nice offset instead (`share_percent =
+//! 10`: nice +10, a tenth of a contended core guaranteed to handshakes) p99 was 1.99 ms,
+//! because EEVDF lets a running task finish its slice before a waking one of higher weight
+//! preempts it. An operator who must keep new connections flowing while established
+//! traffic saturates every core sets a share; the default keeps established requests first.
+//! The connection's socket stays
+//! registered with the serving runtime's reactor (its readiness wakes the handshake task
+//! across runtimes), so the established connection comes back to the serving task as it is.
+//!
+//! A bounded number of handshakes are in progress at once: the accept loop of a TLS listener
+//! takes a permit before it accepts, so a storm larger than that waits in the kernel's listen
+//! backlog, not in the gateway's memory; a handshake still unfinished after the listener's
+//! `header_read_timeout` is dropped and counted as expired.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Where TLS handshakes run, and how many at once.
+#[derive(Debug)]
+pub struct HandshakeScheduler {
+    /// The handshake threads; `None` when `isolate = false` (handshakes on the event loop).
+    runtime: Option<tokio::runtime::Runtime>,
+    permits: Arc<Semaphore>,
+    limit: usize,
+    priority: Priority,
+    expired: AtomicU64,
+}
+
+/// How the handshake threads sit below the serving ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// `SCHED_IDLE`: only cycles the serving threads leave (`share_percent = 0`).
+    Idle,
+    /// This many nice levels below the serving threads: the kernel keeps them about the
+    /// configured share of a contended core.
+    Nice(i32),
+}
+
+impl Priority {
+    /// `"idle"` or `"nice+N"`, as `/status` shows it.
+    pub fn describe(self) -> String {
+        match self {
+            Priority::Idle => "idle".to_owned(),
+            Priority::Nice(n) => format!("nice+{n}"),
+        }
+    }
+}
+
+/// A place among the handshakes in progress; given back when dropped.
+pub(crate) type HandshakePermit = OwnedSemaphorePermit;
+
+/// The handshake scheduler's figures for `/metrics` and `/status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandshakeStats {
+    /// Handshakes in progress now.
+    pub in_progress: usize,
+    /// The most at once.
+    pub limit: usize,
+    /// Handshakes dropped because they were not finished within the listener's
+    /// `header_read_timeout`.
+    pub expired: u64,
+    /// How the handshake threads sit below the serving ones; `None` when handshakes run on
+    /// the event loop.
+    pub priority: Option<Priority>,
+}
+
+impl HandshakeScheduler {
+    /// Starts the handshake threads `config` asks for (one per CPU this process may use).
+    pub fn start(config: &sluice_config::Handshakes) -> std::io::Result<Arc<Self>> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let priority = match config.share_percent {
+            0 => Priority::Idle,
+            p => Priority::Nice(nice_for_share(p)),
+        };
+        let runtime = if config.isolate {
+            Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(cpus)
+                    .thread_name("sluice-handshake")
+                    .on_thread_start(move || lower_priority(priority))
+                    .enable_all()
+                    .build()?,
+            )
+        } else {
+            None
+        };
+        let limit = config.max_in_progress.unwrap_or(128 * cpus);
+        Ok(Arc::new(HandshakeScheduler {
+            runtime,
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+            priority,
+            expired: AtomicU64::new(0),
+        }))
+    }
+
+    /// Waits until there is a place among the handshakes in progress, without taking it (the
+    /// accept loop calls it before it accepts, so that a storm waits in the listen backlog).
+    pub(crate) async fn room(&self) {
+        drop(self.permit().await);
+    }
+
+    /// Takes a place among the handshakes in progress, waiting for one.
+    pub(crate) async fn permit(&self) -> HandshakePermit {
+        self.permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the handshake semaphore is never closed")
+    }
+
+    /// Runs `handshake` on the handshake threads (or here, when handshakes are not
+    /// isolated) and returns what it returned; `None` when the scheduler is shutting down.
+    /// Dropping the returned future abandons the handshake.
+    pub(crate) async fn run<F>(&self, handshake: F) -> Option<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let Some(rt) = &self.runtime else {
+            return Some(handshake.await);
+        };
+        let mut task = AbortOnDrop(rt.spawn(handshake));
+        (&mut task.0).await.ok()
+    }
+
+    /// Counts a handshake dropped for taking longer than its deadline.
+    pub(crate) fn expired(&self) {
+        self.expired.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Figures for `/metrics` and `/status`.
+    pub fn stats(&self) -> HandshakeStats {
+        HandshakeStats {
+            in_progress: self.limit - self.permits.available_permits(),
+            limit: self.limit,
+            expired: self.expired.load(Ordering::Relaxed),
+            priority: self.runtime.as_ref().map(|_| self.priority),
+        }
+    }
+}
+
+impl Drop for HandshakeScheduler {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks until its tasks end, which must not happen inside
+        // another runtime's task (where the gateway may be dropped).
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Aborts the handshake task when the connection that waits for it goes away.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The nice value whose CFS weight gives a thread about `percent` of a core against one
+/// thread at nice 0 (weights from the kernel's `sched_prio_to_weight`).
+pub(crate) fn nice_for_share(percent: u32) -> i32 {
+    const WEIGHTS: [u32; 20] = [
+        1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15,
+    ];
+    let share = |w: u32| f64::from(w) * 100.0 / f64::from(1024 + w);
+    let want = f64::from(percent);
+    (0..20)
+        .min_by(|&a, &b| {
+            (share(WEIGHTS[a]) - want)
+                .abs()
+                .total_cmp(&(share(WEIGHTS[b]) - want).abs())
+        })
+        .map_or(10, |n| n as i32)
+}
+
+/// Moves the calling thread below the serving threads: to `SCHED_IDLE`, or `by` nice levels
+/// below where it is (at most 19; Linux keeps a nice value per thread), so that the share
+/// holds whatever nice the process runs at. Lowering a priority needs no privilege; a
+/// failure leaves the thread as it was, logged.
+#[expect(
+    unsafe_code,
+    reason = "sched_setscheduler(2) and setpriority(2) for the calling thread"
+)]
+fn lower_priority(priority: Priority) {
+    let rc = match priority {
+        Priority::Idle => {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: pid 0 is the calling thread; `param` is a live sched_param.
+            unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) }
+        }
+        Priority::Nice(by) => {
+            let nice = (current_nice() + by).min(19);
+            // SAFETY: gettid and setpriority take no pointers; they act on the calling
+            // thread only.
+            unsafe {
+                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                libc::setpriority(libc::PRIO_PROCESS, tid, nice)
+            }
+        }
+    };
+    if rc != 0 {
+        tracing::warn!(
+            priority = %priority.describe(),
+            error = %std::io::Error::last_os_error(),
+            "could not lower a handshake thread's priority; handshakes compete with established traffic"
+        );
+    }
+}
+
+/// The calling thread's scheduling policy (tests).
+#[cfg(test)]
+#[expect(unsafe_code, reason = "sched_getscheduler(2) for the calling thread")]
+fn current_policy() -> i32 {
+    // SAFETY: pid 0 is the calling thread.
+    unsafe { libc::sched_getscheduler(0) }
+}
+
+/// The calling thread's nice value.
+#[expect(unsafe_code, reason = "getpriority(2) for the calling thread")]
+fn current_nice() -> i32 {
+    // SAFETY: as in `lower_priority`.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::getpriority(libc::PRIO_PROCESS, tid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_map_to_the_nice_values_the_kernel_weighs_that_way() {
+        assert_eq!(nice_for_share(50), 0);
+        assert_eq!(nice_for_share(25), 5);
+        assert_eq!(nice_for_share(10), 10);
+        assert_eq!(nice_for_share(5), 13);
+        assert_eq!(nice_for_share(1), 19);
+    }
+
+    /// Where `run` ran: thread, its name, nice value and scheduling policy.
+    async fn where_it_ran(
+        s: &HandshakeScheduler,
+    ) -> (std::thread::ThreadId, Option<String>, i32, i32) {
+        s.run(async {
+            let t = std::thread::current();
+            (
+                t.id(),
+                t.name().map(str::to_owned),
+                current_nice(),
+                current_policy(),
+            )
+        })
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn by_default_handshakes_run_on_idle_policy_threads_of_their_own() {
+        let s = HandshakeScheduler::start(&sluice_config::Handshakes::default()).unwrap();
+        let (thread, name, _, policy) = where_it_ran(&s).await;
+        assert_ne!(
+            thread,
+            std::thread::current().id(),
+            "not on the caller's thread"
+        );
+        assert_eq!(name.as_deref(), Some("sluice-handshake"));
+        assert_eq!(policy, libc::SCHED_IDLE);
+        assert_eq!(
+            current_policy(),
+            libc::SCHED_OTHER,
+            "the caller is untouched"
+        );
+        assert_eq!(s.stats().priority, Some(Priority::Idle));
+    }
+
+    #[tokio::test]
+    async fn a_share_puts_them_nice_levels_below_the_caller() {
+        let s = HandshakeScheduler::start(&sluice_config::Handshakes {
+            isolate: true,
+            share_percent: 10,
+            max_in_progress: Some(2),
+        })
+        .unwrap();
+        let (_, _, nice, policy) = where_it_ran(&s).await;
+        assert_eq!(policy, libc::SCHED_OTHER);
+        assert_eq!(
+            nice,
+            (current_nice() + 10).min(19),
+            "ten nice levels below the caller's priority"
+        );
+        assert_eq!(s.stats().priority, Some(Priority::Nice(10)));
+    }
+
+    #[tokio::test]
+    async fn permits_bound_the_handshakes_in_progress() {
+        let s = HandshakeScheduler::start(&sluice_config::Handshakes {
+            isolate: false,
+            share_percent: 10,
+            max_in_progress: Some(2),
+        })
+        .unwrap();
+        let a = s.permit().await;
+        let _b = s.permit().await;
+        assert_eq!(s.stats().in_progress, 2);
+        let third = tokio::time::timeout(std::time::Duration::from_millis(50), s.permit()).await;
+        assert!(third.is_err(), "a third waits");
+        drop(a);
+        let _c = s.permit().await;
+        assert_eq!((s.stats().in_progress, s.stats().limit), (2, 2));
+        // Not isolated: the handshake runs on the caller's thread.
+        let here = std::thread::current().id();
+        assert_eq!(
+            s.run(async { std::thread::current().id() }).await,
+            Some(here)
+        );
+        assert_eq!(s.stats().priority, None);
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_handshake_is_aborted() {
+        let s = HandshakeScheduler::start(&sluice_config::Handshakes::default()).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for SetOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let guard = SetOnDrop(dropped.clone());
+        let pending = s.run(async move {
+            let _guard = guard;
+            let _ = rx.await;
+        });
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(20), pending).await;
+        for _ in 0..100 {
+            if dropped.load(Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(dropped.load(Ordering::SeqCst), "the task was aborted");
+        drop(tx);
+    }
+}
