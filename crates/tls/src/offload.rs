@@ -211,6 +211,12 @@ impl<S> OffloadIo<S> {
         &self.inner
     }
 
+    /// The wrapped stream, to change how it is driven (not to read or write it: bytes read
+    /// ahead are here).
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
     /// Gives what was read ahead to `buf`; frees it once consumed.
     fn take_ahead(&mut self, buf: &mut ReadBuf<'_>) {
         let n = (self.ahead.len() - self.ahead_pos).min(buf.remaining());

@@ -238,18 +238,35 @@ pub(crate) async fn handshake(
     signals: &Signals,
     permit: Option<crate::listen::handshakes::HandshakePermit>,
 ) -> Option<(
-    tokio_boring::SslStream<sluice_tls::OffloadIo<TcpStream>>,
+    tokio_boring::SslStream<sluice_tls::OffloadIo<crate::listen::handshakes::Homed>>,
     TlsInfo,
 )> {
     let (acceptor, deadline) = (acceptor.clone(), listener.config.header_read_timeout);
-    let accepting = async move { tokio::time::timeout(deadline, acceptor.accept(tcp)).await };
+    let isolated = listener.handshakes.stats().priority.is_some();
+    let accepting = async move {
+        let mut tcp = crate::listen::handshakes::Homed::new(tcp);
+        if isolated {
+            tcp.rehome()
+                .map_err(
+                    |e| tracing::debug!(error = %e, "moving a socket to the handshake threads"),
+                )
+                .ok()?;
+        }
+        Some(tokio::time::timeout(deadline, acceptor.accept(tcp)).await)
+    };
     let accepted = tokio::select! {
-        r = listener.handshakes.run(accepting) => r?,
+        r = listener.handshakes.run(accepting) => r??,
         () = signals.force.cancelled() => return None,
     };
     drop(permit);
     let stream = match accepted {
-        Ok(Ok(s)) => s,
+        Ok(Ok(mut s)) => {
+            if isolated && let Err(e) = s.get_mut().get_mut().rehome() {
+                tracing::debug!(listener = %listener.name, %peer, error = %e, "moving a socket back from the handshake threads");
+                return None;
+            }
+            s
+        }
         Ok(Err(e)) => {
             listener.metrics.handshake_failed();
             tracing::debug!(listener = %listener.name, %peer, error = %e, "TLS handshake failed");
