@@ -135,7 +135,7 @@ impl Default for Handshakes {
     fn default() -> Self {
         Handshakes {
             isolate: true,
-            share_percent: 0,
+            share_percent: 1,
             max_in_progress: None,
         }
     }

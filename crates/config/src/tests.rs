@@ -486,10 +486,10 @@ fn handshake_scheduling_defaults_settings_and_located_errors() {
         s.offload.handshakes,
         crate::Handshakes {
             isolate: true,
-            share_percent: 0,
+            share_percent: 1,
             max_in_progress: None
         },
-        "isolated, idle priority, 128 per CPU"
+        "isolated, nice +19, 128 per CPU"
     );
     let set = format!(
         "{GOOD}\n[offload.handshakes]\nisolate = false\nshare_percent = 25\nmax_in_progress = 64\n"

@@ -12,16 +12,16 @@
 //!
 //! Here the whole handshake (the TLS state machine and every private-key job it starts)
 //! runs on a runtime of its own whose threads the kernel schedules below the serving ones.
-//! By default (`share_percent = 0`) they are `SCHED_IDLE`: a serving thread that wakes
-//! preempts them at once (the kernel's wake-up path always prefers a normal task over an
-//! idle-policy one), and they run on every cycle established traffic leaves, so a storm with
-//! little else to do runs at full speed. Measured on one core with established traffic at
-//! 1,000 req/s (`bench/run`): keep-alive p99 0.60 ms under an RSA storm (0.25 idle) at 0.98x
-//! the storm rate of handshakes on the event loop; at a nice offset instead (`share_percent =
-//! 10`: nice +10, a tenth of a contended core guaranteed to handshakes) p99 was 1.99 ms,
-//! because EEVDF lets a running task finish its slice before a waking one of higher weight
-//! preempts it. An operator who must keep new connections flowing while established
-//! traffic saturates every core sets a share; the default keeps established requests first.
+//! By default (`share_percent = 1`) they sit 19 nice levels below (weight 15 against 1024):
+//! a serving thread that wakes preempts them almost at once, they run on every cycle
+//! established traffic leaves, so a storm with little else to do runs at full speed, and they
+//! keep about 1.4% of a contended core, so that new connections still make progress when
+//! something else saturates the host. `SCHED_IDLE` (`share_percent = 0`) measured the same
+//! p99 on one core with established traffic at 1,000 req/s (0.54-0.60 ms under an RSA storm,
+//! 0.23 idle) but gives no share at all: during a CI run that compiled beside the benchmark,
+//! its handshakes stalled for minutes. A larger share costs p99: at nice +10
+//! (`share_percent = 10`) 1.99 ms, because EEVDF lets a running task of that weight finish
+//! more of its slice before a waking one preempts it.
 //! The connection's socket moves to the handshake runtime's reactor for the handshake and
 //! back after it ([`Homed`], two `epoll_ctl(2)` each way): left on the serving reactor, each
 //! readiness event crossed threads (the serving thread woke the handshake thread), which
@@ -355,8 +355,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn by_default_handshakes_run_on_idle_policy_threads_of_their_own() {
-        let s = HandshakeScheduler::start(&sluice_config::Handshakes::default()).unwrap();
+    async fn share_zero_runs_handshakes_on_idle_policy_threads_of_their_own() {
+        let s = HandshakeScheduler::start(&sluice_config::Handshakes {
+            share_percent: 0,
+            ..Default::default()
+        })
+        .unwrap();
         let (thread, name, _, policy) = where_it_ran(&s).await;
         assert_ne!(
             thread,
