@@ -171,7 +171,7 @@ async fn dispatch(
     tcp: tokio::net::TcpStream,
     at: crate::addresses::Addresses,
     signals: Signals,
-    permit: Option<crate::listen::handshakes::HandshakePermit>,
+    permit: Option<crate::handshakes::HandshakePermit>,
 ) {
     match ctx.config.kind {
         sluice_config::ListenerKind::Http => {

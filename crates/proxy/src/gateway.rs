@@ -19,8 +19,8 @@
 //! anything is swapped: a reload either applies whole or changes nothing.
 
 use crate::ProxyError;
+use crate::handshakes::{HandshakeScheduler, HandshakeStats};
 use crate::listen::connection::Signals;
-use crate::listen::handshakes::{HandshakeScheduler, HandshakeStats};
 use crate::request::access_log::AccessLog;
 use crate::request::context::ListenerCtx;
 use crate::request::rate_limit::{RateLimiter, RedisStore};

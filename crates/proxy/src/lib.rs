@@ -5,7 +5,8 @@
 //! a new configuration) → `accept` (a listener's accept loop) → `layer4` (TCP relays) → `listen` (a client connection: TLS, timers,
 //! HTTP/1.1 or HTTP/2) → `request` (the request path) → `upstreams` (groups, balancing,
 //! health, the keep-alive pool) → `http1` (the HTTP/1.1 codec, both sides) → shared leaves
-//! (`body`, `addresses`, `proxy_protocol`, `metrics`, `text`).
+//! (`body`, `addresses`, `proxy_protocol`, `metrics`, `text`, `handshakes`: where TLS
+//! handshakes run).
 //!
 //! Dependencies point one way: `proxy` reads a [`sluice_config::Snapshot`], asks
 //! `sluice_tls` for handshakes, and knows no offload engine by name.
@@ -18,6 +19,7 @@ mod accept;
 mod addresses;
 mod body;
 mod gateway;
+mod handshakes;
 mod http1;
 mod layer4;
 mod listen;
@@ -28,7 +30,7 @@ mod text;
 mod upstreams;
 
 pub use gateway::{ApplyReport, Gateway};
-pub use listen::handshakes::{HandshakeScheduler, HandshakeStats, Priority};
+pub use handshakes::{HandshakeScheduler, HandshakeStats, Priority};
 pub use metrics::{
     PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, REQUEST_LATENCY_BUCKETS_US,
     STATUS_CLASSES, TCP_OUTCOMES, TLS_VERSIONS, UPSTREAM_ERRORS,

@@ -12,6 +12,7 @@
 mod acceptor;
 pub mod chain;
 mod credential;
+mod engines;
 mod error;
 mod info;
 mod offload;

@@ -34,7 +34,7 @@ pub(crate) async fn serve(
     tcp: TcpStream,
     at: Addresses,
     signals: Signals,
-    permit: Option<crate::listen::handshakes::HandshakePermit>,
+    permit: Option<crate::handshakes::HandshakePermit>,
 ) {
     let sluice_config::ListenerKind::Tcp(proxy) = &listener.config.kind else {
         return;

@@ -150,7 +150,7 @@ pub(crate) async fn serve(
     tcp: TcpStream,
     at: crate::addresses::Addresses,
     signals: Signals,
-    permit: Option<crate::listen::handshakes::HandshakePermit>,
+    permit: Option<crate::handshakes::HandshakePermit>,
 ) {
     let peer = at.client;
     let _ = tcp.set_nodelay(true);
@@ -236,15 +236,15 @@ pub(crate) async fn handshake(
     tcp: TcpStream,
     peer: std::net::SocketAddr,
     signals: &Signals,
-    permit: Option<crate::listen::handshakes::HandshakePermit>,
+    permit: Option<crate::handshakes::HandshakePermit>,
 ) -> Option<(
-    tokio_boring::SslStream<sluice_tls::OffloadIo<crate::listen::handshakes::Homed>>,
+    tokio_boring::SslStream<sluice_tls::OffloadIo<crate::handshakes::Homed>>,
     TlsInfo,
 )> {
     let (acceptor, deadline) = (acceptor.clone(), listener.config.header_read_timeout);
     let isolated = listener.handshakes.stats().priority.is_some();
     let accepting = async move {
-        let mut tcp = crate::listen::handshakes::Homed::new(tcp);
+        let mut tcp = crate::handshakes::Homed::new(tcp);
         if isolated {
             tcp.rehome()
                 .map_err(

@@ -1,6 +1,5 @@
 //! A client connection once accepted: TLS, the choice of HTTP/1.1 or HTTP/2, the connection's
-//! timers and graceful end (`connection`), TLS handshakes below established traffic
-//! (`handshakes`), the idle sweep of a listener's TCP relays
+//! timers and graceful end (`connection`), the idle sweep of a listener's TCP relays
 //! (`idle_sweep`), connection limits (`conn_limit`) and TLS write coalescing (`coalesce`).
 //! Accepting itself, and moving to a new configuration, is `gateway`'s, one level up: it hands
 //! each connection here or to `layer4`.
@@ -8,5 +7,4 @@
 pub(crate) mod coalesce;
 pub(crate) mod conn_limit;
 pub(crate) mod connection;
-pub(crate) mod handshakes;
 pub(crate) mod idle_sweep;

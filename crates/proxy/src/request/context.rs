@@ -19,7 +19,7 @@ pub(crate) struct ListenerCtx {
     pub(crate) router: Arc<Router>,
     pub(crate) tls: Option<sluice_tls::TlsAcceptor>,
     /// Where TLS handshakes run and how many at once (one for the gateway).
-    pub(crate) handshakes: Arc<crate::listen::handshakes::HandshakeScheduler>,
+    pub(crate) handshakes: Arc<crate::handshakes::HandshakeScheduler>,
     pub(crate) upstreams: Arc<[Arc<UpstreamGroup>]>,
     pub(crate) access_log: AccessLog,
     pub(crate) metrics: Arc<crate::ProxyMetrics>,
