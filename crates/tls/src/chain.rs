@@ -14,8 +14,8 @@
 //! operator's decision, not a property of the machine. A certificate's own
 //! `offload_engines` adds the engines it names that the chain lacks.
 //!
-//! This module decides the chain; [`crate::engines`] turns it and the configuration into the
-//! crypto crate's `CryptoConfig` and starts the engines; [`crate::offload`] only carries jobs
+//! This module decides the chain; `engines.rs` turns it and the configuration into the
+//! crypto crate's `CryptoConfig` and starts the engines; `offload.rs` only carries jobs
 //! between BoringSSL and them.
 
 use sluice_config::{CryptoEngine, CryptoOffload, Snapshot};

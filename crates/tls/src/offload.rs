@@ -36,7 +36,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Where private-key operations go: shared by every listener of a gateway.
 ///
-/// Built by [`crate::chain`] from the configuration and what the machine offers.
+/// Built by `KeyOffload::from_config` (engines.rs) from the chain and the configuration.
 pub struct KeyOffload {
     pub(crate) dispatcher: Arc<Dispatcher<KeyJob>>,
     /// The remote engine, when configured (for its per-server state in `/metrics`).
