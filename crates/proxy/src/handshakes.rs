@@ -146,6 +146,11 @@ impl HandshakeScheduler {
         (&mut task.0).await.ok()
     }
 
+    /// Whether handshakes run on threads of their own (else on the caller's).
+    pub(crate) fn isolated(&self) -> bool {
+        self.runtime.is_some()
+    }
+
     /// Counts a handshake dropped for taking longer than its deadline.
     pub(crate) fn expired(&self) {
         self.expired.fetch_add(1, Ordering::Relaxed);
@@ -157,7 +162,7 @@ impl HandshakeScheduler {
             in_progress: self.limit - self.permits.available_permits(),
             limit: self.limit,
             expired: self.expired.load(Ordering::Relaxed),
-            priority: self.runtime.as_ref().map(|_| self.priority),
+            priority: self.isolated().then_some(self.priority),
         }
     }
 }

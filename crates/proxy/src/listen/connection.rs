@@ -242,7 +242,7 @@ pub(crate) async fn handshake(
     TlsInfo,
 )> {
     let (acceptor, deadline) = (acceptor.clone(), listener.config.header_read_timeout);
-    let isolated = listener.handshakes.stats().priority.is_some();
+    let isolated = listener.handshakes.isolated();
     let accepting = async move {
         let mut tcp = crate::handshakes::Homed::new(tcp);
         if isolated {
