@@ -71,11 +71,10 @@ def keyless_gateway_conf(d, cert):
     """The inline gateway's configuration with the key moved to the key server."""
     text = B.sluice_conf(d, cert, "inline", KEYLESS_PORT, "sluice-keyless-access.log")
     crypto = "[offload.crypto]\nengines = []\n"
-    assert crypto in text
-    text = text.replace(crypto, f"""[offload.crypto]
-engines = ["keyless"]
-deadline = "2s"
-[offload.keyless]
+    compress = "[offload.compress]\n"
+    assert crypto in text and compress in text
+    text = text.replace(crypto, '[offload.crypto]\nengines = ["keyless"]\ndeadline = "2s"\n', 1)
+    text = text.replace(compress, f"""[offload.keyless]
 servers = ["127.0.0.1:{KS_PORT}"]
 server_name = "localhost"
 ca = '{d}/ks.crt'
@@ -84,6 +83,7 @@ key = '{d}/gw.key'
 connections = 2
 timeout = "1s"
 fallback = "none"
+[offload.compress]
 """, 1)
     key_line = f"key = '{d}/{cert}.key'\n"
     assert key_line in text
