@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import sitemix
+
 ROOT = Path(__file__).resolve().parent.parent
 SLUICE = ROOT / "target" / "release" / "sluice"
 LOADGEN = ROOT / "target" / "release" / "sluice-loadgen"
@@ -47,6 +49,8 @@ SLUICE_ROUTES_PORT = 18448
 TABLE_ROUTES = 40000
 # Idle connections of the memory rows (--idle-connections; the smoke run uses 300).
 IDLE_CONNECTIONS = 8000
+# Idle connections the site mix holds open.
+SITE_MIX_IDLE = sitemix.IDLE
 
 
 def log(msg):
@@ -188,6 +192,8 @@ def make_content(d):
     # Large responses (no compression asked): what moving bytes costs each gateway.
     (www / "100k").write_bytes((line * 1500)[:100 * 1024])
     (www / "1m").write_bytes((line * 15000)[:1024 * 1024])
+    # The site mix's incompressible response (an image: random bytes).
+    (www / "img.jpg").write_bytes(os.urandom(16 * 1024))
     page = subprocess.run([str(SLUICE), "demo-page"], check=True, capture_output=True).stdout
     (www / "page.html").write_bytes(page)
     # Sluice's compression routes (one per codec setting) by path prefix.
@@ -226,7 +232,7 @@ http {{
 def nginx_origin_conf(d):
     return NGINX_COMMON.format(d=d, name="origin") + f"""
     access_log off;
-    types {{ text/html html; }}
+    types {{ text/html html; image/jpeg jpg; }}
     default_type text/plain;
     server {{
         listen 127.0.0.1:{ORIGIN_PORT} reuseport backlog=4096;
@@ -236,17 +242,23 @@ def nginx_origin_conf(d):
 """
 
 
+# The certificates a gateway serves: one for the handshake rows; both for the site mix (ECDSA
+# to clients that offer it, else RSA), with session tickets.
+CERTS = {"rsa": ("rsa",), "ecdsa": ("ecdsa",), "mix": ("rsa", "ecdsa")}
+
+
 def nginx_gateway_conf(d, cert):
+    certificates = " ".join(f"ssl_certificate {d}/{c}.crt; ssl_certificate_key {d}/{c}.key;" for c in CERTS[cert])
+    tickets = "on" if cert == "mix" else "off"
     return NGINX_COMMON.format(d=d, name="nginx") + f"""
     log_format bench '$ssl_protocol $ssl_session_reused $status';
     access_log {d}/nginx-access.log bench buffer=256k;
     upstream origin {{ server 127.0.0.1:{ORIGIN_PORT}; keepalive 64; }}
     server {{
         listen 127.0.0.1:{NGINX_PORT} ssl http2 backlog=4096;
-        ssl_certificate {d}/{cert}.crt;
-        ssl_certificate_key {d}/{cert}.key;
+        {certificates}
         ssl_protocols TLSv1.2 TLSv1.3;
-        ssl_session_tickets off;
+        ssl_session_tickets {tickets};
         ssl_session_cache off;
         proxy_http_version 1.1;
         proxy_set_header Connection "";
@@ -263,16 +275,17 @@ def nginx_gateway_conf(d, cert):
 
 def haproxy_conf(d, cert):
     """HAProxy as an operator would run it for this: one thread, TLS 1.2-1.3 without tickets
-    or a session cache (full handshakes, as the others), h2 and HTTP/1.1 by ALPN, keep-alive
-    to the origin. No access log: HAProxy writes one line per request with a system call
-    (stdout or syslog), which the others buffer; leaving it out favours HAProxy."""
+    or a session cache (full handshakes, as the others; the site mix: with tickets), h2 and
+    HTTP/1.1 by ALPN, keep-alive to the origin, gzip (level 1, HAProxy's default) for HTML.
+    No access log: HAProxy writes one line per request with a system call (stdout or
+    syslog), which the others buffer; leaving it out favours HAProxy."""
     return f"""
 global
     nbthread 1
     maxconn 9000
     pidfile {d}/haproxy.pid
     tune.ssl.cachesize 0
-    ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets
+    ssl-default-bind-options ssl-min-ver TLSv1.2{"" if cert == "mix" else " no-tls-tickets"}
 defaults
     mode http
     timeout connect 5s
@@ -281,9 +294,13 @@ defaults
     timeout http-keep-alive 30s
     http-reuse always
 frontend https
-    bind 127.0.0.1:{HAPROXY_PORT} ssl crt {d}/{cert}.pem alpn h2,http/1.1
+    bind 127.0.0.1:{HAPROXY_PORT} ssl {" ".join(f"crt {d}/{c}.pem" for c in CERTS[cert])} alpn h2,http/1.1
     option forwardfor
     http-request set-header X-Forwarded-Proto https
+    # The site mix's compressed pages (/gz1/, as NGINX's location): gzip, level 1.
+    http-request replace-path ^/gz1/(.*) /\\1
+    compression algo gzip
+    compression type text/html
     default_backend origin
 backend origin
     server origin 127.0.0.1:{ORIGIN_PORT}
@@ -302,6 +319,8 @@ def sluice_conf(d, cert, engine="default", port=SLUICE_PORT, log="sluice-access.
     mb_lanes = f'\nmb_lanes = {MB_LANES if MB_LANES != "auto" else chr(34) + "auto" + chr(34)}'
     compress_engines = '["pool"]' if engine in ("pool", "default") else "[]"
     handshakes = "" if engine == "default" else "\n[offload.handshakes]\nisolate = false"
+    certificates = "".join(f"[[certificate]]\nname = \"{c}\"\ncert = '{d}/{c}.crt'\nkey = '{d}/{c}.key'\n"
+                           for c in CERTS[cert])
     return f"""
 [global]
 shutdown_timeout = "5s"
@@ -318,12 +337,8 @@ engines = {compress_engines}{handshakes}
 name = "https"
 address = "127.0.0.1:{port}"
 [listener.tls]
-session_tickets = false
-[[certificate]]
-name = "{cert}"
-cert = '{d}/{cert}.crt'
-key = '{d}/{cert}.key'
-[[upstream]]
+session_tickets = {"true" if cert == "mix" else "false"}
+{certificates}[[upstream]]
 name = "origin"
 keepalive = 64
 servers = [{{ address = "127.0.0.1:{ORIGIN_PORT}" }}]
@@ -339,7 +354,16 @@ upstream = "origin"
 enabled = true
 codecs = ["gzip"]
 {settings}
-""" for prefix, settings in SLUICE_GZIP.items())
+""" for prefix, settings in SLUICE_GZIP.items()) + """
+[[route]]
+name = "gz1"
+path_prefix = "/gz1/"
+strip_prefix = "/gz1"
+upstream = "origin"
+[route.compression]
+enabled = true
+codecs = ["gzip"]
+"""
 
 
 def sluice_routes_conf(d, cert):
@@ -368,7 +392,8 @@ class Gateways:
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
         Path(d, "haproxy.cfg").write_text(haproxy_conf(d, cert))
-        Path(d, f"{cert}.pem").write_bytes(Path(d, f"{cert}.crt").read_bytes() + Path(d, f"{cert}.key").read_bytes())
+        for c in CERTS[cert]:
+            Path(d, f"{c}.pem").write_bytes(Path(d, f"{c}.crt").read_bytes() + Path(d, f"{c}.key").read_bytes())
         Path(d, "sluice.toml").write_text(sluice_conf(d, cert))
         Path(d, "sluice-inline.toml").write_text(sluice_conf(d, cert, "inline", SLUICE_INLINE_PORT, "sluice-inline-access.log"))
         Path(d, "sluice-pool.toml").write_text(sluice_conf(d, cert, "pool", SLUICE_POOL_PORT, "sluice-pool-access.log"))
@@ -635,6 +660,11 @@ def scenarios(page_len):
               "metric": "p99 ms", "lower_is_better": True, "engines": True,
               "run": lambda port, dur: loadgen("latency", port, dur, ["--tls", "1.3", "--path", "/1k", "--keepalive", "4",
                                                                      "--rate", "250", "--storm", "32"])})
+    # The headline: a site's usual traffic at a fixed offered load (see sitemix.py).
+    s.append({"name": "site mix: gateway CPU per 1,000 requests at a fixed offered load", "cert": "mix",
+              "metric": "CPU ms/1k req", "lower_is_better": True, "engines": True, "site_mix": True,
+              "run": lambda proc, origin, port, dur: sitemix.run(LOADGEN, LOAD_CORE, tree_cpu_split, proc, origin, port,
+                                                                 dur, SITE_MIX_IDLE)})
     return s
 
 
@@ -649,20 +679,26 @@ def measure(gw, origin, which, sc, duration):
         cpu0 = proc.cpu()
         split0 = proc.cpu_split()
         r = sc["run"](proc.p.pid, gw.ports[which], duration)
+    elif sc.get("site_mix"):
+        # CPU read over the measured window only, by the runner.
+        r = sc["run"](proc, origin, gw.ports[which], duration)
     else:
         r = sc["run"](gw.ports[which], duration)
-    wall = time.time() - t0
-    r["gateway_cpu_s"] = proc.cpu() - cpu0
-    split1 = proc.cpu_split()
-    r["gateway_user_s"], r["gateway_sys_s"] = split1[0] - split0[0], split1[1] - split0[1]
-    r["origin_cpu_s"] = origin.cpu() - origin0
-    r["wall_s"] = wall
+    if sc.get("site_mix"):
+        wall = r["wall_s"]
+    else:
+        wall = time.time() - t0
+        r["gateway_cpu_s"] = proc.cpu() - cpu0
+        split1 = proc.cpu_split()
+        r["gateway_user_s"], r["gateway_sys_s"] = split1[0] - split0[0], split1[1] - split0[1]
+        r["origin_cpu_s"] = origin.cpu() - origin0
+        r["wall_s"] = wall
     r["gateway_util"] = r["gateway_cpu_s"] / wall
     r["loadgen_util"] = r["loadgen_cpu_s"] / wall
     # The load core also runs the origin: what it had left decides who was the bottleneck.
     r["load_core_util"] = (r["loadgen_cpu_s"] + r["origin_cpu_s"]) / wall
-    if sc.get("memory"):
-        pass  # the runner's value: KiB per connection
+    if sc.get("memory") or sc.get("site_mix"):
+        pass  # the runner's value: KiB per connection, or CPU ms per 1,000 requests
     elif sc["metric"] == "p99 ms":
         r["value"] = r["p99_ms"]
     elif sc.get("per_core"):
@@ -706,8 +742,9 @@ def main():
     ap.add_argument("--render", metavar="JSON", help="print the table of an earlier run's JSON file and exit")
     ap.add_argument("--idle-connections", type=int, help="connections of the memory rows (default 8000)")
     args = ap.parse_args()
-    global MB_LANES, IDLE_CONNECTIONS
+    global MB_LANES, IDLE_CONNECTIONS, SITE_MIX_IDLE
     IDLE_CONNECTIONS = args.idle_connections or (300 if args.smoke else IDLE_CONNECTIONS)
+    SITE_MIX_IDLE = sitemix.SMOKE_IDLE if args.smoke else sitemix.IDLE
     MB_LANES = args.mb_lanes
     if args.render:
         meta = json.loads(Path(args.render).read_text())
@@ -734,7 +771,7 @@ def main():
     results = []
     try:
         all_sc = [s for s in scenarios(page_len) if not args.only or args.only in s["name"]]
-        for cert in ("rsa", "ecdsa"):
+        for cert in ("rsa", "ecdsa", "mix"):
             group = [s for s in all_sc if s["cert"] == cert]
             if not group:
                 continue
@@ -762,6 +799,7 @@ def main():
                         row["all_full_handshakes"] = row["resumed_handshakes"] == 0
                     row["lower_is_better"] = sc.get("lower_is_better", False)
                     row["memory"] = sc.get("memory", False)
+                    row["site_mix"] = sc.get("site_mix", False)
                     row["gzip"] = sc.get("gzip", False)
                     results.append(row)
             finally:
@@ -851,7 +889,8 @@ def render(results, runs, duration, cpu, date):
         f"median of {runs} run(s) of {duration:g} s, [min-max]. Ratios > 1: Sluice ahead; "
         "'(CPU/unit)': taken on gateway CPU per request or handshake, as a gateway core was not saturated or a load core was.",
         "",
-        f"| scenario | NGINX | HAProxy | Sluice (default engines: {'mb, pool' if mb_available() else 'pool'}) | Sluice/NGINX | Sluice/HAProxy "
+        f"| scenario | NGINX | HAProxy | Sluice (default: handshakes on threads of their own, signatures "
+        f"{'on mb' if mb_available() else 'inline there'}) | Sluice/NGINX | Sluice/HAProxy "
         "| gateway CPU µs per unit (N / H / S) | gateway core (N / H / S) | load core (N / H / S) | notes |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -896,11 +935,15 @@ def render(results, runs, duration, cpu, date):
                 r.get("storm_completed") for w in row["runs"].values() for r in w):
             notes.append("storm handshakes/s (N / H / S): " + " / ".join(
                 fmt(med(row, w, "storm_rate")) for w, _ in GATEWAYS if w in row["runs"]))
-        if row.get("memory"):
+        if row.get("site_mix"):
+            notes.append(f"mix: {sitemix.MIX_STATED}")
+            notes += sitemix.notes(row, GATEWAYS)
+            notes.append("ratio = other/Sluice (less CPU is better)")
+        elif row.get("memory"):
             notes.append("ratio = other/Sluice (less memory is better)")
         elif row["lower_is_better"]:
             notes.append("ratio = other/Sluice (lower latency is better)")
-        cpu_units = "-" if row["lower_is_better"] else triple(row, "cpu_us_per_unit", False)
+        cpu_units = triple(row, "cpu_us_per_unit", False) if row.get("site_mix") or not row["lower_is_better"] else "-"
         lines.append(
             f"| {row['name']} | {cell(row, 'nginx')} | {cell(row, 'haproxy')} | {cell(row, 'sluice')} | "
             f"{fmt_ratio(row, 'sluice', 'nginx')} | {fmt_ratio(row, 'sluice', 'haproxy')} | {cpu_units} | "
@@ -912,7 +955,7 @@ def render(results, runs, duration, cpu, date):
                 continue
             si = summarize([r["value"] for r in row["runs"][who]])
             b = bound({k: med(row, who, k) for k in ("gateway_util", "load_core_util")})
-            per_unit = "-" if row["lower_is_better"] else f"- / - / {fmt(med(row, who, 'cpu_us_per_unit'))}"
+            per_unit = "-" if row["lower_is_better"] and not row.get("site_mix") else f"- / - / {fmt(med(row, who, 'cpu_us_per_unit'))}"
             lines.append(
                 f"| ↳ same, {label} | | | "
                 f"{fmt(si['median'])} [{fmt(si['min'])}-{fmt(si['max'])}] {row['metric']} | "

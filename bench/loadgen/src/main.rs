@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod mix;
 mod soak;
 mod tcp;
 
@@ -63,6 +64,16 @@ enum Mode {
         target: Target,
         #[command(flatten)]
         mix: soak::Mix,
+    },
+    /// A site's entrance at a fixed offered load (`bench/run`'s "site mix"): paced
+    /// requests on established HTTP/1.1 and HTTP/2 connections, new connections (some
+    /// resumed, RSA and ECDSA), idle connections held open. `--duration` is the measured
+    /// window, after the idle connections are open and a warm-up.
+    Mix {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        mix: mix::SiteMix,
     },
     /// The upstream `soak` needs: `/ws` (echo), `/sse` (an event every 100 ms), else 1 KiB.
     Origin {
@@ -426,6 +437,7 @@ fn main() -> anyhow::Result<()> {
         let start = Instant::now();
         let result = match cli.mode {
             Mode::Soak { target, mix } => soak::run(target, mix).await?,
+            Mode::Mix { target, mix } => mix::run(target, mix).await?,
             Mode::Origin { addr, duration } => soak::origin(addr, duration).await?,
             Mode::Echo { addr, duration } => tcp::echo(addr, duration).await?,
             Mode::Tcp {

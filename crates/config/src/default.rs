@@ -25,9 +25,9 @@ address = "127.0.0.1:9901"   # /metrics (Prometheus) and /status (JSON)
 token_file = '{state_dir}/admin.token'   # admin API writes need it as a bearer token (generated on first start)
 
 [offload.crypto]
-# engines = ["mb", "pool"]    # unset: chosen at start (`mb` first where the CPU has AVX-512
-                              # IFMA, then `pool` threads; "inline" ends the chain); `sluice
-                              # check` and /status say which and why
+# engines = ["mb"]            # unset: chosen at start (`mb` where the CPU has AVX-512 IFMA;
+                              # else signatures run on the handshake threads of
+                              # [offload.handshakes]); `sluice check` and /status say which and why
 
 [offload.compress]
 engines = ["pool"]            # response compression chunks on dedicated threads
