@@ -270,7 +270,13 @@ impl<S: Io> Exchange<S> {
                 }
             }
             let buf = self.buf.as_mut().expect("checked above");
-            match poll_read(&mut self.io, buf, cx) {
+            let read = match self.reading {
+                Reading::Framed(Decoder::Length(n)) => {
+                    buffers::poll_read_body(&mut self.io, buf, n, cx)
+                }
+                _ => poll_read(&mut self.io, buf, cx),
+            };
+            match read {
                 Poll::Ready(Ok(0)) => {
                     if matches!(self.reading, Reading::UntilClose) {
                         self.reading = Reading::Done;
