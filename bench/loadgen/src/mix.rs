@@ -17,8 +17,8 @@
 use crate::{Counters, Target, percentile};
 use anyhow::{Context as _, bail};
 use boring::ssl::{
-    SslConnector, SslMethod, SslSession, SslSessionCacheMode, SslSignatureAlgorithm,
-    SslVerifyMode, SslVersion,
+    SslConnector, SslMethod, SslSession, SslSessionCacheMode, SslSignatureAlgorithm, SslVerifyMode,
+    SslVersion,
 };
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -109,7 +109,10 @@ impl Window {
     }
 }
 
-fn connector(alpn: &[u8], sigalgs: Option<&[SslSignatureAlgorithm]>) -> anyhow::Result<SslConnector> {
+fn connector(
+    alpn: &[u8],
+    sigalgs: Option<&[SslSignatureAlgorithm]>,
+) -> anyhow::Result<SslConnector> {
     let mut b = SslConnector::builder(SslMethod::tls())?;
     b.set_verify(SslVerifyMode::NONE);
     b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
@@ -160,7 +163,12 @@ impl Kind {
         let mut cfg = self.connector.configure()?;
         cfg.set_verify_hostname(false);
         let ticket = resume
-            .then(|| self.session.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .then(|| {
+                self.session
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone()
+            })
             .flatten();
         if let Some(s) = &ticket {
             // SAFETY: the session came from this kind's own connector (its new-session
@@ -244,7 +252,12 @@ async fn http1(
         tokio::time::sleep_until(due).await;
         let result = async {
             sender.ready().await?;
-            check(sender.send_request(request(&path_of(&mix, &t, k), &t)?).await).await
+            check(
+                sender
+                    .send_request(request(&path_of(&mix, &t, k), &t)?)
+                    .await,
+            )
+            .await
         }
         .await;
         if w.counts(due) {
@@ -286,7 +299,11 @@ async fn http2(
             break;
         }
         tokio::time::sleep_until(due).await;
-        let (mut sender, req, e) = (sender.clone(), request(&path_of(&mix, &t, k), &t)?, e.clone());
+        let (mut sender, req, e) = (
+            sender.clone(),
+            request(&path_of(&mix, &t, k), &t)?,
+            e.clone(),
+        );
         streams.spawn(async move {
             let result = check(sender.send_request(req).await).await;
             if w.counts(due) {
@@ -372,8 +389,7 @@ async fn new_connections(
         let (t, kinds, c) = (t.clone(), kinds.clone(), c.clone());
         tasks.spawn(async move {
             let k = &kinds[kind];
-            let result =
-                tokio::time::timeout(Duration::from_secs(10), k.connect(&t, resume)).await;
+            let result = tokio::time::timeout(Duration::from_secs(10), k.connect(&t, resume)).await;
             if !w.counts(due) {
                 return;
             }
@@ -425,8 +441,9 @@ pub(crate) async fn run(t: Target, mix: SiteMix) -> anyhow::Result<Value> {
     // not time queued behind the client's own handshake crypto.
     let est = Arc::new(Established::default());
     let (et, em, ee) = (t.clone(), mix.clone(), est.clone());
-    let established = std::thread::Builder::new().name("established".into()).spawn(
-        move || -> anyhow::Result<()> {
+    let established = std::thread::Builder::new()
+        .name("established".into())
+        .spawn(move || -> anyhow::Result<()> {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -469,8 +486,7 @@ pub(crate) async fn run(t: Target, mix: SiteMix) -> anyhow::Result<Value> {
                 }
                 anyhow::Ok(())
             })
-        },
-    )?;
+        })?;
     crate::lower_priority();
     let fresh = Arc::new(Counters::default());
     let news = tokio::spawn(new_connections(
@@ -498,8 +514,8 @@ pub(crate) async fn run(t: Target, mix: SiteMix) -> anyhow::Result<Value> {
     let established_ok = est.c.ok.load(Ordering::Relaxed);
     let new_ok = fresh.ok.load(Ordering::Relaxed);
     let failed = est.c.failed.load(Ordering::Relaxed) + fresh.failed.load(Ordering::Relaxed);
-    let offered_established = f64::from(mix.http1_rate) * mix.http1 as f64
-        + f64::from(mix.http2_rate) * mix.http2 as f64;
+    let offered_established =
+        f64::from(mix.http1_rate) * mix.http1 as f64 + f64::from(mix.http2_rate) * mix.http2 as f64;
     Ok(json!({
         "mode": "mix",
         "seconds": seconds,
