@@ -21,6 +21,9 @@ mod body;
 mod gateway;
 mod handshakes;
 mod http1;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use http1::fuzz;
 mod layer4;
 mod listen;
 mod metrics;

@@ -149,6 +149,83 @@ impl Decoder {
     }
 }
 
+/// What a chunked decoder made of a body: its data, how it ended (with or without trailers,
+/// or malformed; `None`: waiting for more), and the bytes it used.
+#[cfg(any(test, feature = "fuzzing"))]
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    data: Vec<u8>,
+    ended: Option<Result<bool, ()>>,
+    used: usize,
+}
+
+/// Decodes `raw` as a chunked body given `step` bytes at a time (0: all at once).
+#[cfg(any(test, feature = "fuzzing"))]
+fn decode_in_steps(raw: &[u8], step: usize) -> Outcome {
+    let mut decoder = Decoder::chunked(8192);
+    let mut buf = BytesMut::new();
+    let (mut fed, mut data, mut trailers) = (0, Vec::new(), false);
+    loop {
+        match decoder.decode(&mut buf) {
+            Ok(Decoded::Data(d)) => {
+                assert!(!d.is_empty(), "an empty data piece: {raw:?}");
+                data.extend_from_slice(&d);
+            }
+            Ok(Decoded::Trailers(_)) => trailers = true,
+            Ok(Decoded::End) => {
+                assert!(decoder.is_done(), "{raw:?}");
+                let used = fed - buf.len();
+                return Outcome {
+                    data,
+                    ended: Some(Ok(trailers)),
+                    used,
+                };
+            }
+            Ok(Decoded::NeedMore) if fed == raw.len() => {
+                let used = fed - buf.len();
+                return Outcome {
+                    data,
+                    ended: None,
+                    used,
+                };
+            }
+            Ok(Decoded::NeedMore) => {
+                let end = if step == 0 {
+                    raw.len()
+                } else {
+                    (fed + step).min(raw.len())
+                };
+                buf.extend_from_slice(&raw[fed..end]);
+                fed = end;
+            }
+            Err(_) => {
+                return Outcome {
+                    data,
+                    ended: Some(Err(())),
+                    used: 0,
+                };
+            }
+        }
+    }
+}
+
+/// Decodes `raw` as a chunked body all at once and a byte at a time, and panics unless both
+/// give the same data, the same verdict (ended, malformed, or waiting for more) and use the
+/// same bytes: a body split anywhere by the network must mean the same thing. A malformed
+/// body may have given some data a byte at a time before the fault showed. The fuzz smoke
+/// in the tests and `crates/proxy/fuzz` (libFuzzer) run it.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn check_invariants(raw: &[u8]) {
+    let whole = decode_in_steps(raw, 0);
+    assert!(whole.data.len() <= raw.len(), "{raw:?}");
+    let bytewise = decode_in_steps(raw, 1);
+    if whole.ended == Some(Err(())) {
+        assert_eq!(bytewise.ended, Some(Err(())), "{raw:?}");
+    } else {
+        assert_eq!(whole, bytewise, "{raw:?}");
+    }
+}
+
 /// Checks the chunked body bytes that arrived with a request's head, without consuming them:
 /// a body already known to be malformed is refused before anything goes upstream, as NGINX
 /// and HAProxy do when the whole request arrives at once. A body that goes bad later is found
@@ -328,6 +405,28 @@ mod tests {
         assert!(d.is_done());
         assert_eq!(d.decode(&mut buf).unwrap(), Decoded::End);
         assert_eq!(&buf[..], b"GET");
+    }
+
+    /// Mutated chunked bodies (sizes, extensions, trailers, the next request behind), bytes
+    /// flipped, inserted and removed: decoded whole and a byte at a time, the same.
+    #[test]
+    fn mutated_chunked_bodies_decode_the_same_whole_and_byte_by_byte() {
+        let seeds: [&[u8]; 4] = [
+            b"5\r\nhello\r\n0\r\n\r\nGET",
+            b"3;ext=\"v\"\r\nabc\r\n10\r\n0123456789abcdef\r\n0\r\nX-T: 1\r\n\r\n",
+            b"1\r\nx\r\n0\r\n",
+            b"ffffffffffffffff\r\n",
+        ];
+        let alphabet = b"\r\n ;=\"\t\x000129afAFxX-:";
+        for raw in super::super::mutated(&seeds, alphabet, 0x853c_49e6_748f_ea9bu64) {
+            check_invariants(&raw);
+        }
+        // Not vacuous: a whole body ends with its data and leaves the next request alone.
+        let whole = decode_in_steps(b"5\r\nhello\r\n0\r\n\r\nGET", 0);
+        assert_eq!(whole.data, b"hello");
+        assert_eq!((whole.ended, whole.used), (Some(Ok(false)), 15));
+        let half = decode_in_steps(b"5\r\nhel", 0);
+        assert_eq!((half.data.as_slice(), half.ended), (&b"hel"[..], None));
     }
 
     /// Random chunked bodies, split at random points: the same data and trailers as when fed

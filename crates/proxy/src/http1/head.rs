@@ -188,6 +188,42 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
     })))
 }
 
+/// Parses `raw` as pipelined request heads, one after another, and panics if what the parser
+/// accepts breaks an invariant the proxy relies on: a head is taken whole and only from what
+/// was there; framed one way only (one Content-Length equal to the length, or a
+/// Transfer-Encoding and no Content-Length); one Host at most; no CR, LF or NUL in a value.
+/// The fuzz smoke below and `crates/proxy/fuzz` (libFuzzer) run it.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn check_invariants(raw: &[u8]) {
+    let mut buf = BytesMut::from(raw);
+    while !buf.is_empty() {
+        let before = buf.len();
+        let Ok(Parsed::Head(h)) = parse(&mut buf, 8192) else {
+            return;
+        };
+        assert!(buf.len() < before, "a head consumed nothing: {raw:?}");
+        let headers = h.request.headers();
+        let lengths = headers.get_all(header::CONTENT_LENGTH).iter().count();
+        let codings = headers.get_all(header::TRANSFER_ENCODING).iter().count();
+        match h.framing {
+            Framing::Chunked => assert!(lengths == 0 && codings >= 1, "{raw:?}"),
+            Framing::Length(n) => {
+                assert!(lengths == 1 && codings == 0, "{raw:?}");
+                let v = headers[header::CONTENT_LENGTH].to_str().ok();
+                assert_eq!(v.and_then(|v| v.parse().ok()), Some(n), "{raw:?}");
+            }
+            Framing::None => assert!(lengths <= 1 && codings == 0, "{raw:?}"),
+        }
+        assert!(headers.get_all(header::HOST).iter().count() <= 1, "{raw:?}");
+        for (_, v) in headers {
+            assert!(
+                !v.as_bytes().iter().any(|b| matches!(b, b'\r' | b'\n' | 0)),
+                "{raw:?}"
+            );
+        }
+    }
+}
+
 /// Whether the field line whose name ends at `from` has a tab before its end.
 fn line_has_tab(head: &[u8], from: usize) -> bool {
     head[from..]
@@ -500,7 +536,8 @@ mod tests {
 
     /// A deterministic mutation search (a fuzz smoke that runs in every test run): heads
     /// built from valid requests with bytes flipped, inserted and removed never panic the
-    /// parser, and whatever it accepts keeps the framing invariants the proxy relies on.
+    /// parser, and whatever it accepts keeps the framing invariants the proxy relies on
+    /// (`check_invariants`, which `crates/proxy/fuzz` runs under libFuzzer).
     #[test]
     fn mutated_heads_never_break_the_framing_invariants() {
         let seeds: [&[u8]; 4] = [
@@ -511,25 +548,7 @@ mod tests {
         ];
         let alphabet = b"\r\n :,;\t\x00\x7f\x80aZ0-chunkedContent-LengthTransfer-Encoding";
         for raw in super::super::mutated(&seeds, alphabet, 0x9e37_79b9_7f4a_7c15u64) {
-            let mut buf = BytesMut::from(&raw[..]);
-            let Ok(Parsed::Head(h)) = parse(&mut buf, 8192) else {
-                continue;
-            };
-            let headers = h.request.headers();
-            let lengths = headers.get_all(header::CONTENT_LENGTH).iter().count();
-            let codings = headers.get_all(header::TRANSFER_ENCODING).iter().count();
-            match h.framing {
-                Framing::Chunked => assert!(lengths == 0 && codings >= 1, "{raw:?}"),
-                Framing::Length(_) => assert!(lengths == 1 && codings == 0, "{raw:?}"),
-                Framing::None => assert!(lengths <= 1 && codings == 0, "{raw:?}"),
-            }
-            assert!(headers.get_all(header::HOST).iter().count() <= 1, "{raw:?}");
-            for (_, v) in headers {
-                assert!(
-                    !v.as_bytes().iter().any(|b| matches!(b, b'\r' | b'\n' | 0)),
-                    "{raw:?}"
-                );
-            }
+            check_invariants(&raw);
         }
     }
 }

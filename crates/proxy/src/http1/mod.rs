@@ -22,6 +22,8 @@
 mod buffers;
 pub(crate) mod client;
 mod decode;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 mod head;
 mod request_body;
 mod response;
