@@ -267,6 +267,16 @@ async fn tls_connect(
 async fn one_connection(connector: &SslConnector, t: &Target) -> anyhow::Result<bool> {
     let mut s = tls_connect(connector, t).await?;
     let resumed = s.ssl().session_reused();
+    request_and_close(&mut s, t).await?;
+    Ok(resumed)
+}
+
+/// `GET t.path` with `Connection: close` on a new connection, read to its end: a 200 or an
+/// error.
+async fn request_and_close(
+    s: &mut tokio_boring::SslStream<TcpStream>,
+    t: &Target,
+) -> anyhow::Result<()> {
     let req = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
         t.path, t.sni
@@ -283,7 +293,7 @@ async fn one_connection(connector: &SslConnector, t: &Target) -> anyhow::Result<
             String::from_utf8_lossy(&buf[..buf.len().min(80)])
         );
     }
-    Ok(resumed)
+    Ok(())
 }
 
 #[derive(Default)]

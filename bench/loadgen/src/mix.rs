@@ -28,7 +28,6 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 /// The mix. Defaults: 3,200 established requests a second (half on 16 HTTP/1.1
@@ -180,23 +179,9 @@ impl Kind {
         }
         let mut s = tokio_boring::connect(cfg, &t.sni, tcp).await?;
         let resumed = s.ssl().session_reused();
-        let req = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            t.path, t.sni
-        );
-        s.write_all(req.as_bytes()).await?;
-        let mut buf = Vec::with_capacity(4096);
-        s.read_to_end(&mut buf).await.or_else(|e| {
-            // Some servers close without close_notify after Connection: close.
-            if buf.is_empty() { Err(e) } else { Ok(0) }
-        })?;
-        if !buf.starts_with(b"HTTP/1.1 200") {
-            bail!(
-                "{} connection: unexpected response {:?}",
-                self.name,
-                String::from_utf8_lossy(&buf[..buf.len().min(80)])
-            );
-        }
+        crate::request_and_close(&mut s, t)
+            .await
+            .with_context(|| format!("{} connection", self.name))?;
         Ok(resumed)
     }
 }
@@ -411,6 +396,12 @@ async fn new_connections(
     while tasks.join_next().await.is_some() {}
 }
 
+/// Where the `i`th of `n` connections paced at `rate` starts within one period, so that
+/// their requests interleave instead of arriving together.
+fn phase(i: usize, n: usize, rate: u32) -> Duration {
+    Duration::from_secs_f64(i as f64 / n as f64 / f64::from(rate.max(1)))
+}
+
 fn mark(what: &str) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{what}");
@@ -452,11 +443,8 @@ pub(crate) async fn run(t: Target, mix: SiteMix) -> anyhow::Result<Value> {
                 let c2 = Arc::new(connector(b"\x02h2", None)?);
                 let now = Instant::now();
                 let mut tasks = Vec::new();
-                // Connections start spread over one period so that their requests interleave.
                 for i in 0..em.http1 {
-                    let phase = Duration::from_secs_f64(
-                        i as f64 / em.http1 as f64 / f64::from(em.http1_rate.max(1)),
-                    );
+                    let phase = phase(i, em.http1, em.http1_rate);
                     tasks.push(tokio::spawn(http1(
                         c1.clone(),
                         et.clone(),
@@ -467,9 +455,7 @@ pub(crate) async fn run(t: Target, mix: SiteMix) -> anyhow::Result<Value> {
                     )));
                 }
                 for i in 0..em.http2 {
-                    let phase = Duration::from_secs_f64(
-                        i as f64 / em.http2 as f64 / f64::from(em.http2_rate.max(1)),
-                    );
+                    let phase = phase(i, em.http2, em.http2_rate);
                     tasks.push(tokio::spawn(http2(
                         c2.clone(),
                         et.clone(),
