@@ -390,10 +390,13 @@ where
         }
     };
 
+    // Keep-alive and header-read timeouts: the listener's sweep wakes this connection only
+    // when one is due (a timer per connection cost every idle connection a wake-up a
+    // second). While draining, a tick of our own re-checks the drain's grace.
+    signals.idle.watch_http(&state, keepalive, head_timeout);
     let tick =
         (keepalive.min(head_timeout) / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-    let mut timer = tokio::time::interval(tick);
-    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut drain_timer: Option<tokio::time::Interval> = None;
     // Draining (shutdown, a removed listener, a binary upgrade) must not close a keep-alive
     // connection at the moment its client sends the next request on it (the request would
     // fail: the classic keep-alive race). So a draining connection is closed while a request
@@ -419,6 +422,10 @@ where
             if state.inflight.load(Ordering::Relaxed) != 0 || idle >= idle_grace {
                 closing = true;
                 conn.graceful_shutdown();
+            } else if drain_timer.is_none() {
+                let mut t = tokio::time::interval(tick);
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                drain_timer = Some(t);
             }
         }
         tokio::select! {
@@ -436,8 +443,10 @@ where
                 }
             }
             () = state.request_seen.notified(), if drain_since.is_some() && !closing => {}
-            _ = timer.tick(), if !closing => {
-                if drain_since.is_some() || state.inflight.load(Ordering::Relaxed) != 0 {
+            _ = async { drain_timer.as_mut().expect("armed while draining").tick().await },
+                if drain_timer.is_some() && !closing => {}
+            () = state.due.notified(), if !closing && drain_since.is_none() => {
+                if state.inflight.load(Ordering::Relaxed) != 0 {
                     continue;
                 }
                 let now = state.now_ms();

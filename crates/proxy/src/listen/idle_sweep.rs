@@ -1,5 +1,12 @@
-//! Idle timeouts of a listener's TCP connections, kept by one sweeping task per listener
-//! instead of a timer per connection.
+//! Idle timeouts of a listener's TCP connections, and the keep-alive and header-read
+//! timeouts of its HTTP connections, kept by one sweeping task per listener instead of a
+//! timer per connection.
+//!
+//! HTTP connections had an `interval` each (a tick a second): every tick woke the
+//! connection's task, polled the connection and re-armed the timer, ~7 µs per idle
+//! connection per second (2,000 idle connections: 4% more CPU per request on the site mix;
+//! NGINX: nothing). The sweep reads each connection's `ConnState` and wakes only those whose
+//! deadline passed.
 //!
 //! Why: registering a tokio timer while the worker is busy (not parked) makes the time
 //! driver unpark itself, an `eventfd` write and a spurious wake-up per registration; a
@@ -8,6 +15,7 @@
 //! connections whose last byte is older than their `idle_timeout`. The price is precision:
 //! a connection closes up to a quarter of its `idle_timeout` (at most 1 s) late.
 
+use crate::request::conn_state::ConnState;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -32,11 +40,20 @@ impl Activity {
     }
 }
 
+/// An HTTP connection's timeouts, read from its state.
+#[derive(Debug)]
+struct HttpWatch {
+    state: Weak<ConnState>,
+    keepalive_ms: u64,
+    head_ms: u64,
+}
+
 /// A listener's open TCP connections, swept for idleness.
 #[derive(Debug)]
 pub(crate) struct IdleSweep {
     clock: Instant,
     conns: Mutex<Vec<Weak<Activity>>>,
+    http: Mutex<Vec<HttpWatch>>,
     /// The shortest `idle_timeout` seen, which sets the sweep's period.
     tick_ms: AtomicU64,
     started: std::sync::Once,
@@ -47,6 +64,7 @@ impl Default for IdleSweep {
         IdleSweep {
             clock: Instant::now(),
             conns: Mutex::new(Vec::new()),
+            http: Mutex::new(Vec::new()),
             tick_ms: AtomicU64::new(1000),
             started: std::sync::Once::new(),
         }
@@ -65,17 +83,44 @@ impl IdleSweep {
             expired: Notify::new(),
             clock: self.clock,
         });
-        self.tick_ms
-            .fetch_min((idle_ms / 4).clamp(10, 1000), Ordering::Relaxed);
         self.conns
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::downgrade(&activity));
+        self.start(idle_ms);
+        activity
+    }
+
+    /// Watches an HTTP connection: `state.due` is notified (each sweep, until it closes or
+    /// moves again) once a request head has been arriving for `head`, or no request has
+    /// been in flight for `keepalive` (`ConnState::timed_out`). As precise as `watch`.
+    pub(crate) fn watch_http(
+        self: &Arc<Self>,
+        state: &Arc<ConnState>,
+        keepalive: Duration,
+        head: Duration,
+    ) {
+        let keepalive_ms = keepalive.as_millis().max(1) as u64;
+        let head_ms = head.as_millis().max(1) as u64;
+        self.http
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(HttpWatch {
+                state: Arc::downgrade(state),
+                keepalive_ms,
+                head_ms,
+            });
+        self.start(keepalive_ms.min(head_ms));
+    }
+
+    /// Sweeps at least every quarter of `timeout_ms` (10 ms to 1 s), from the first watch on.
+    fn start(self: &Arc<Self>, timeout_ms: u64) {
+        self.tick_ms
+            .fetch_min((timeout_ms / 4).clamp(10, 1000), Ordering::Relaxed);
         let me = Arc::downgrade(self);
         self.started.call_once(|| {
             tokio::spawn(sweep(me));
         });
-        activity
     }
 }
 
@@ -98,6 +143,18 @@ async fn sweep(sweep: Weak<IdleSweep>) {
                     false
                 }
                 Some(_) => true,
+            });
+        s.http
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|w| match w.state.upgrade() {
+                None => false,
+                Some(state) => {
+                    if state.timed_out(w.keepalive_ms, w.head_ms) {
+                        state.due.notify_one();
+                    }
+                    true
+                }
             });
     }
 }
@@ -136,6 +193,41 @@ mod tests {
             .collect();
         assert_eq!(live.len(), 1);
         assert!(Arc::ptr_eq(&live[0], &busy));
+    }
+
+    #[tokio::test]
+    async fn http_connections_are_woken_only_when_a_timeout_is_due() {
+        let sweep = Arc::new(IdleSweep::default());
+        let (idle, busy, slow) = (
+            Arc::new(ConnState::new()),
+            Arc::new(ConnState::new()),
+            Arc::new(ConnState::new()),
+        );
+        for s in [&idle, &busy, &slow] {
+            sweep.watch_http(s, Duration::from_millis(150), Duration::from_millis(50));
+        }
+        busy.request_started();
+        slow.bytes_read(); // a head began arriving and never ended
+        tokio::select! {
+            () = slow.due.notified() => {}
+            () = idle.due.notified() => panic!("keep-alive (150 ms) before the head timeout (50 ms)"),
+        }
+        idle.due.notified().await;
+        // A request in flight is never timed out; its connection is still watched.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!busy.timed_out(150, 50));
+        tokio::select! {
+            biased;
+            () = busy.due.notified() => panic!("woken with a request in flight"),
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        drop((idle, slow));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            sweep.http.lock().unwrap().len(),
+            1,
+            "closed ones leave the list"
+        );
     }
 
     #[tokio::test]

@@ -20,6 +20,8 @@ pub(crate) struct ConnState {
     pub(crate) last_request_ms: AtomicU64,
     /// When the first byte of a not-yet-complete request head arrived (HTTP/1 only).
     pub(crate) head_started_ms: AtomicU64,
+    /// Notified by the listener's sweep (`listen::idle_sweep`) when a timeout is due.
+    pub(crate) due: tokio::sync::Notify,
 }
 
 impl ConnState {
@@ -31,6 +33,23 @@ impl ConnState {
             request_seen: tokio::sync::Notify::new(),
             last_request_ms: AtomicU64::new(0),
             head_started_ms: AtomicU64::new(NONE),
+            due: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Whether a timeout is due: a request head arriving for `head_ms` or more, or no
+    /// request for `keepalive_ms` with none in flight. A draining connection's end is the
+    /// drain's business.
+    pub(crate) fn timed_out(&self, keepalive_ms: u64, head_ms: u64) -> bool {
+        if self.inflight.load(Ordering::Relaxed) != 0 || self.draining.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = self.now_ms();
+        let head = self.head_started_ms.load(Ordering::Relaxed);
+        if head != NONE {
+            now.saturating_sub(head) >= head_ms
+        } else {
+            now.saturating_sub(self.last_request_ms.load(Ordering::Relaxed)) >= keepalive_ms
         }
     }
 
