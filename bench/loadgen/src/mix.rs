@@ -95,6 +95,24 @@ struct Established {
     lat: Mutex<Vec<f64>>,
 }
 
+impl Established {
+    /// Counts a request that was due at `due`, if that was inside the window: its latency
+    /// from then, or its failure (`proto` names it).
+    fn record(&self, w: &Window, due: Instant, result: anyhow::Result<()>, proto: &str) {
+        if !w.counts(due) {
+            return;
+        }
+        match result {
+            Ok(()) => {
+                self.c.ok.fetch_add(1, Ordering::Relaxed);
+                let ms = due.elapsed().as_secs_f64() * 1e3;
+                self.lat.lock().unwrap_or_else(|e| e.into_inner()).push(ms);
+            }
+            Err(err) => self.c.fail(format!("{proto}: {err:#}")),
+        }
+    }
+}
+
 /// The measured window: requests due before `start` are warm-up, none is due after `end`.
 #[derive(Clone, Copy)]
 struct Window {
@@ -227,8 +245,7 @@ async fn http1(
     let s = open(&connector, &t).await.context("HTTP/1.1 connection")?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await?;
     tokio::spawn(conn);
-    let period = Duration::from_secs_f64(1.0 / f64::from(mix.http1_rate.max(1)));
-    let mut mine = Vec::new();
+    let period = period(mix.http1_rate);
     for k in 0u64.. {
         let due = first + period * u32::try_from(k)?;
         if due >= w.end {
@@ -245,20 +262,11 @@ async fn http1(
             .await
         }
         .await;
-        if w.counts(due) {
-            match result {
-                Ok(()) => {
-                    e.c.ok.fetch_add(1, Ordering::Relaxed);
-                    mine.push(due.elapsed().as_secs_f64() * 1e3);
-                }
-                Err(err) => e.c.fail(format!("HTTP/1.1: {err:#}")),
-            }
-        }
+        e.record(&w, due, result, "HTTP/1.1");
         if sender.is_closed() {
             break;
         }
     }
-    e.lat.lock().unwrap_or_else(|e| e.into_inner()).extend(mine);
     Ok(())
 }
 
@@ -276,7 +284,7 @@ async fn http2(
     let (sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s)).await?;
     tokio::spawn(conn);
-    let period = Duration::from_secs_f64(1.0 / f64::from(mix.http2_rate.max(1)));
+    let period = period(mix.http2_rate);
     let mut streams = tokio::task::JoinSet::new();
     for k in 0u64.. {
         let due = first + period * u32::try_from(k)?;
@@ -291,16 +299,7 @@ async fn http2(
         );
         streams.spawn(async move {
             let result = check(sender.send_request(req).await).await;
-            if w.counts(due) {
-                match result {
-                    Ok(()) => {
-                        e.c.ok.fetch_add(1, Ordering::Relaxed);
-                        let ms = due.elapsed().as_secs_f64() * 1e3;
-                        e.lat.lock().unwrap_or_else(|e| e.into_inner()).push(ms);
-                    }
-                    Err(err) => e.c.fail(format!("HTTP/2: {err:#}")),
-                }
-            }
+            e.record(&w, due, result, "HTTP/2");
         });
         // Reap finished streams as we go (the set would otherwise hold every one).
         while streams.try_join_next().is_some() {}
@@ -352,7 +351,7 @@ async fn new_connections(
     kinds: Arc<[Kind; 2]>,
     c: Arc<Counters>,
 ) {
-    let period = Duration::from_secs_f64(1.0 / f64::from(mix.new_rate.max(1)));
+    let period = period(mix.new_rate);
     let first = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let (mut fulls, mut resumes) = (0u64, 0u64);
@@ -396,10 +395,15 @@ async fn new_connections(
     while tasks.join_next().await.is_some() {}
 }
 
+/// The time between two requests at `rate` a second.
+fn period(rate: u32) -> Duration {
+    Duration::from_secs_f64(1.0 / f64::from(rate.max(1)))
+}
+
 /// Where the `i`th of `n` connections paced at `rate` starts within one period, so that
 /// their requests interleave instead of arriving together.
 fn phase(i: usize, n: usize, rate: u32) -> Duration {
-    Duration::from_secs_f64(i as f64 / n as f64 / f64::from(rate.max(1)))
+    period(rate).mul_f64(i as f64 / n as f64)
 }
 
 fn mark(what: &str) {

@@ -1,7 +1,7 @@
 //! Serving one client connection: TLS handshake, HTTP/1.1 or HTTP/2 by ALPN, and the
 //! connection's timers (request head deadline, keep-alive idle, graceful shutdown).
 
-use crate::request::conn_state::{ConnState, NONE};
+use crate::request::conn_state::{ConnState, Timeout};
 use crate::request::context::{ConnCtx, ListenerCtx};
 use crate::request::handler::handle;
 use arc_swap::ArcSwap;
@@ -446,19 +446,16 @@ where
             _ = async { drain_timer.as_mut().expect("armed while draining").tick().await },
                 if drain_timer.is_some() && !closing => {}
             () = state.due.notified(), if !closing && drain_since.is_none() => {
-                if state.inflight.load(Ordering::Relaxed) != 0 {
-                    continue;
-                }
-                let now = state.now_ms();
-                let head = state.head_started_ms.load(Ordering::Relaxed);
-                if head != NONE {
-                    if now.saturating_sub(head) >= head_timeout.as_millis() as u64 {
+                match state.timeout(keepalive.as_millis() as u64, head_timeout.as_millis() as u64) {
+                    Some(Timeout::Head) => {
                         tracing::debug!("request head not received in time; closing the connection");
                         return;
                     }
-                } else if now.saturating_sub(state.last_request_ms.load(Ordering::Relaxed)) >= keepalive.as_millis() as u64 {
-                    closing = true;
-                    conn.graceful_shutdown();
+                    Some(Timeout::KeepAlive) => {
+                        closing = true;
+                        conn.graceful_shutdown();
+                    }
+                    None => {}
                 }
             }
         }

@@ -7,6 +7,15 @@ use std::time::Instant;
 /// "Not set" for the millisecond fields.
 pub(crate) const NONE: u64 = u64::MAX;
 
+/// Which of a connection's timeouts is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timeout {
+    /// A request head has been arriving for too long: close.
+    Head,
+    /// No request for the keep-alive time: close gracefully.
+    KeepAlive,
+}
+
 /// What the connection's timers need to know, updated by the handler and the I/O wrapper.
 #[derive(Debug)]
 pub(crate) struct ConnState {
@@ -37,20 +46,27 @@ impl ConnState {
         }
     }
 
-    /// Whether a timeout is due: a request head arriving for `head_ms` or more, or no
-    /// request for `keepalive_ms` with none in flight. A draining connection's end is the
-    /// drain's business.
-    pub(crate) fn timed_out(&self, keepalive_ms: u64, head_ms: u64) -> bool {
+    /// The timeout that is due, if any: a request head arriving for `head_ms` or more, or
+    /// no request for `keepalive_ms` with none in flight. A draining connection's end is the
+    /// drain's business. The sweep asks this to wake the connection, and the connection
+    /// again to act (the state may have moved in between).
+    pub(crate) fn timeout(&self, keepalive_ms: u64, head_ms: u64) -> Option<Timeout> {
         if self.inflight.load(Ordering::Relaxed) != 0 || self.draining.load(Ordering::Relaxed) {
-            return false;
+            return None;
         }
         let now = self.now_ms();
         let head = self.head_started_ms.load(Ordering::Relaxed);
         if head != NONE {
-            now.saturating_sub(head) >= head_ms
+            (now.saturating_sub(head) >= head_ms).then_some(Timeout::Head)
         } else {
-            now.saturating_sub(self.last_request_ms.load(Ordering::Relaxed)) >= keepalive_ms
+            let idle = now.saturating_sub(self.last_request_ms.load(Ordering::Relaxed));
+            (idle >= keepalive_ms).then_some(Timeout::KeepAlive)
         }
+    }
+
+    /// Whether [`ConnState::timeout`] finds one due.
+    pub(crate) fn timed_out(&self, keepalive_ms: u64, head_ms: u64) -> bool {
+        self.timeout(keepalive_ms, head_ms).is_some()
     }
 
     pub(crate) fn now_ms(&self) -> u64 {
