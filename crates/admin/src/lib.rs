@@ -262,14 +262,25 @@ pub fn metrics(s: &Sources) -> String {
             );
         }
     }
-    if let Some((_, up)) = s.gateway.rate_limit_redis() {
+    if let Some(store) = s.gateway.rate_limit_redis() {
         family(
             &mut out,
             "sluice_rate_limit_redis_up",
             "gauge",
             "Whether the shared rate limits' Redis answers (1) or the local fallback decides (0).",
         );
-        let _ = writeln!(out, "sluice_rate_limit_redis_up {}", u8::from(up));
+        let _ = writeln!(out, "sluice_rate_limit_redis_up {}", u8::from(store.up));
+        family(
+            &mut out,
+            "sluice_rate_limit_redis_outages_total",
+            "counter",
+            "Times the shared rate limits' Redis became unreachable (a failed first connection included); each began a stretch of local fallback.",
+        );
+        let _ = writeln!(
+            out,
+            "sluice_rate_limit_redis_outages_total {}",
+            store.outages
+        );
     }
     family(
         &mut out,
@@ -574,6 +585,20 @@ fn handshake_scheduler(s: &Sources) -> serde_json::Value {
     })
 }
 
+/// The shared rate limits' Redis for `/status` and the dashboard: its URL (no password),
+/// TLS, whether it answers, its outages, and the checks decided locally meanwhile; `null`
+/// when no limit is shared.
+fn rate_limit_store(s: &Sources) -> serde_json::Value {
+    let Some(store) = s.gateway.rate_limit_redis() else {
+        return serde_json::Value::Null;
+    };
+    let fallback: u64 = s.gateway.rate_limits().iter().map(|l| l.2).sum();
+    serde_json::json!({
+        "url": store.url, "tls": store.tls, "up": store.up, "outages": store.outages,
+        "fallback_total": fallback,
+    })
+}
+
 /// The JSON status document.
 pub fn status(s: &Sources) -> String {
     let p = s.gateway.metrics().snapshot();
@@ -598,6 +623,7 @@ pub fn status(s: &Sources) -> String {
         "tls_handshakes": p.handshakes.iter().flatten().sum::<u64>(),
         "tls_handshake_failures": p.handshake_failures,
         "tls_handshake_scheduler": handshake_scheduler(s),
+        "rate_limit_store": rate_limit_store(s),
         "requests": STATUS_CLASSES.iter().zip(p.requests).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
         "offload": { "chain": crypto_chain(s), "crypto": engines, "key_servers": s.gateway.key_offload().key_servers().iter().map(|k| serde_json::json!({
             "server": k.address, "up": k.up, "in_flight": k.in_flight, "ok": k.ok, "failed": k.failed,

@@ -292,6 +292,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
         "compression": compression,
         "upstreams": upstreams,
         "key_servers": key_servers,
+        "rate_limit_store": crate::rate_limit_store(s),
     })
 }
 

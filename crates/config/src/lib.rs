@@ -31,8 +31,8 @@ pub use load::{
 };
 pub use pattern::{HostPattern, normalize_host};
 pub use policy::{
-    Acl, Answer, HeaderEdits, IpNet, Part, RateLimit, RateLimitStore, Rewrite, Template, Var,
-    canonical,
+    Acl, Answer, HeaderEdits, IpNet, Part, RateLimit, RateLimitStore, RedisTls, Rewrite, Template,
+    Var, canonical,
 };
 pub use snapshot::{
     AccessLogFormat, AccessLogTarget, Admin, Balance, Certificate, CompressEngineName,

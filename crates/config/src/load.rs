@@ -356,7 +356,7 @@ impl<'a> Cx<'a> {
             );
         }
 
-        let rate_limit_store = self.rate_limit_store(raw.rate_limit.as_ref());
+        let rate_limit_store = self.rate_limit_store(raw.rate_limit.as_ref(), allow_insecure_keys);
         let mut route_names = HashMap::new();
         let mut routes = Vec::new();
         for r in &raw.routes {

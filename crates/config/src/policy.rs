@@ -267,6 +267,8 @@ impl RateLimit {
 pub struct RateLimitStore {
     /// The Redis URL, if limits are shared.
     pub redis: Option<String>,
+    /// TLS to Redis: set for a `rediss://` URL.
+    pub redis_tls: Option<RedisTls>,
     /// Longest wait for Redis per request.
     pub redis_timeout: std::time::Duration,
     /// Gateways sharing each limit (the fallback's divisor).
@@ -277,8 +279,53 @@ impl Default for RateLimitStore {
     fn default() -> Self {
         RateLimitStore {
             redis: None,
+            redis_tls: None,
             redis_timeout: std::time::Duration::from_millis(20),
             expected_gateways: 1,
         }
+    }
+}
+
+/// TLS to the shared rate limits' Redis (`rediss://`), files loaded. Redis's certificate is
+/// always verified: against `ca`, or the system's roots when `ca` is empty.
+#[derive(Clone)]
+pub struct RedisTls {
+    /// Trust anchors for Redis's certificate; empty: the system's roots.
+    pub ca: Vec<boring::x509::X509>,
+    /// This gateway's client certificate chain and its key, for a Redis that asks for one.
+    pub client: Option<(
+        Vec<boring::x509::X509>,
+        boring::pkey::PKey<boring::pkey::Private>,
+    )>,
+}
+
+impl RedisTls {
+    /// The DER of everything it holds, to tell whether a reload changed it.
+    fn der(&self) -> Vec<Vec<u8>> {
+        let mut out: Vec<Vec<u8>> = self.ca.iter().filter_map(|c| c.to_der().ok()).collect();
+        if let Some((chain, key)) = &self.client {
+            out.push(b"client".to_vec());
+            out.extend(chain.iter().filter_map(|c| c.to_der().ok()));
+            out.extend(key.private_key_to_der().ok());
+        }
+        out
+    }
+}
+
+impl PartialEq for RedisTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.der() == other.der()
+    }
+}
+
+impl Eq for RedisTls {}
+
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print key material.
+        f.debug_struct("RedisTls")
+            .field("ca", &self.ca.len())
+            .field("client_certificate", &self.client.is_some())
+            .finish()
     }
 }

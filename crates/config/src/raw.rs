@@ -382,8 +382,16 @@ pub struct RawRateLimit {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRateLimitStore {
-    /// `redis://host:port/` (optionally `redis://:password@host:port/db`).
+    /// `redis://host:port/` (optionally `redis://:password@host:port/db`), or `rediss://`
+    /// for TLS.
     pub redis: Option<Spanned<String>>,
+    /// `rediss://`: PEM of the CA certificates Redis's certificate must chain to (default:
+    /// the system's roots).
+    pub redis_ca: Option<Spanned<String>>,
+    /// `rediss://`: this gateway's client certificate, leaf first (Redis `tls-auth-clients`).
+    pub redis_certificate: Option<Spanned<String>>,
+    /// `rediss://`: its key.
+    pub redis_key: Option<Spanned<String>>,
     /// Longest wait for Redis before the local fallback decides (default 20ms).
     pub redis_timeout: Option<SpannedStr>,
     /// Gateways sharing the limits: the local fallback allows `rate / expected_gateways`

@@ -1107,6 +1107,109 @@ set = { "connection" = "close" }
 }
 
 #[test]
+fn shared_limits_over_tls_load_their_files_and_every_url_the_gateway_cannot_serve_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "ca", "redis.internal");
+    write_cert(dir.path(), "gw", "gw.internal");
+    write_cert(dir.path(), "other", "other.internal");
+    let tail = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "api"
+upstream = "o"
+[route.rate_limit]
+rate = "5/s"
+store = "redis"
+"#;
+    let good = format!(
+        "[rate_limit]\nredis = \"rediss://:pw@redis.internal:6380/2\"\nredis_ca = \"ca.crt\"\nredis_certificate = \"gw.crt\"\nredis_key = \"gw.key\"\n{tail}"
+    );
+    let s = load_str(&good, "good.toml", dir.path()).unwrap();
+    let tls = s
+        .rate_limit_store
+        .redis_tls
+        .as_ref()
+        .expect("rediss:// has TLS");
+    assert_eq!(tls.ca.len(), 1);
+    assert!(tls.client.is_some());
+    assert!(
+        !format!("{tls:?}").contains("BEGIN"),
+        "no key material in Debug"
+    );
+    // The system's roots when no CA is given; no TLS for redis://.
+    let roots = format!("[rate_limit]\nredis = \"rediss://redis.internal/\"\n{tail}");
+    let s = load_str(&roots, "good.toml", dir.path()).unwrap();
+    assert!(s.rate_limit_store.redis_tls.as_ref().unwrap().ca.is_empty());
+    let plain = format!("[rate_limit]\nredis = \"redis://127.0.0.1:6379/\"\n{tail}");
+    assert!(
+        load_str(&plain, "good.toml", dir.path())
+            .unwrap()
+            .rate_limit_store
+            .redis_tls
+            .is_none()
+    );
+
+    for (store, needle, says) in [
+        (
+            "redis = \"rediss://127.0.0.1:6380/#insecure\"",
+            "#insecure",
+            "always makes",
+        ),
+        (
+            "redis = \"redis+unix:///run/redis.sock\"",
+            "redis+unix",
+            "is not served",
+        ),
+        (
+            "redis = \"valkeys://127.0.0.1/\"",
+            "valkeys",
+            "is not served",
+        ),
+        ("redis = \"redis:///0\"", "redis:///0", "names no host"),
+        (
+            "redis = \"redis://127.0.0.1:6379/zero\"",
+            "zero",
+            "is not a number",
+        ),
+        (
+            "redis = \"redis://127.0.0.1:99999/\"",
+            "99999",
+            "is not a URL",
+        ),
+        (
+            "redis = \"redis://127.0.0.1/\"\nredis_ca = \"ca.crt\"",
+            "redis_ca",
+            "the redis URL is not rediss://",
+        ),
+        (
+            "redis = \"rediss://127.0.0.1/\"\nredis_certificate = \"gw.crt\"",
+            "redis_certificate",
+            "go together",
+        ),
+        (
+            "redis = \"rediss://127.0.0.1/\"\nredis_certificate = \"gw.crt\"\nredis_key = \"other.key\"",
+            "redis_key",
+            "does not belong",
+        ),
+        (
+            "redis = \"rediss://127.0.0.1/\"\nredis_ca = \"missing.crt\"",
+            "missing.crt",
+            "cannot read",
+        ),
+    ] {
+        let src = format!("[rate_limit]\n{store}\n{tail}");
+        let errs = errors(&src, dir.path());
+        let said = said_at(&errs, &src, needle);
+        assert!(said.contains(says), "{store}: {errs:#?}");
+    }
+}
+
+#[test]
 fn rate_limits_and_their_mistakes() {
     let dir = tempfile::tempdir().unwrap();
     let src = r#"

@@ -116,6 +116,20 @@ impl RunningListener {
     }
 }
 
+/// The shared rate limits' Redis, as `/status`, `/metrics` and the dashboard show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedStore {
+    /// Its URL, any password replaced by `***`.
+    pub url: String,
+    /// Whether it is reached over TLS (`rediss://`).
+    pub tls: bool,
+    /// Whether it answers; while not, shared limits decide locally at rate /
+    /// `expected_gateways`.
+    pub up: bool,
+    /// Times it became unreachable (the first failed connection at start included).
+    pub outages: u64,
+}
+
 /// What a successful [`Gateway::apply`] changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ApplyReport {
@@ -317,13 +331,14 @@ impl Gateway {
         out
     }
 
-    /// The shared rate-limit store: its URL and whether it answers; `None` when not used.
-    pub fn rate_limit_redis(&self) -> Option<(String, bool)> {
-        self.view
-            .load()
-            .redis
-            .as_ref()
-            .map(|r| (r.url().to_string(), r.is_up()))
+    /// The shared rate-limit store as `/status` shows it; `None` when not used.
+    pub fn rate_limit_redis(&self) -> Option<SharedStore> {
+        self.view.load().redis.as_ref().map(|r| SharedStore {
+            url: r.shown_url().to_owned(),
+            tls: r.tls(),
+            up: r.is_up(),
+            outages: r.outages(),
+        })
     }
 
     /// Every upstream group's health, in configuration order.
@@ -441,9 +456,9 @@ async fn prepare(
     let first = state.listeners.is_empty() && Arc::ptr_eq(&state.snapshot, snapshot);
     let mut report = ApplyReport::default();
 
-    // The shared store: kept while its URL stays; limiters kept while their limit stays.
+    // The shared store: kept while its URL and TLS stay; limiters kept while their limit stays.
     let redis = match &state.redis {
-        Some(r) if Some(r.url()) == snapshot.rate_limit_store.redis.as_deref() => Some(r.clone()),
+        Some(r) if r.serves(&snapshot.rate_limit_store) => Some(r.clone()),
         _ => RedisStore::start(&snapshot.rate_limit_store),
     };
     // What carries over (engines, upstream groups, rate limiters) is found by passes over

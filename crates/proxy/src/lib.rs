@@ -32,7 +32,7 @@ mod request;
 mod text;
 mod upstreams;
 
-pub use gateway::{ApplyReport, Gateway};
+pub use gateway::{ApplyReport, Gateway, SharedStore};
 pub use handshakes::{HandshakeScheduler, HandshakeStats, Priority};
 pub use metrics::{
     PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, REQUEST_LATENCY_BUCKETS_US,

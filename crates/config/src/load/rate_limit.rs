@@ -1,7 +1,7 @@
 //! `[route.rate_limit]` and `[rate_limit]`.
 
 use super::Cx;
-use crate::policy::{RateLimit, RateLimitStore};
+use crate::policy::{RateLimit, RateLimitStore, RedisTls};
 use crate::raw::*;
 use std::time::Duration;
 use toml::Spanned;
@@ -63,24 +63,29 @@ impl Cx<'_> {
         }
     }
 
-    pub(super) fn rate_limit_store(&mut self, raw: Option<&RawRateLimitStore>) -> RateLimitStore {
+    pub(super) fn rate_limit_store(
+        &mut self,
+        raw: Option<&RawRateLimitStore>,
+        allow_insecure: bool,
+    ) -> RateLimitStore {
         let mut store = RateLimitStore::default();
         let Some(raw) = raw else {
             return store;
         };
-        if let Some(url) = &raw.redis {
-            let ok =
-                url.get_ref().starts_with("redis://") || url.get_ref().starts_with("rediss://");
-            if ok {
-                store.redis = Some(url.get_ref().clone());
-            } else {
-                self.err_at(
-                    url,
-                    format!("[rate_limit] redis `{}` is not a Redis URL", url.get_ref()),
-                    "write it as \"redis://127.0.0.1:6379/\"",
-                );
-            }
-        }
+        let tls = match &raw.redis {
+            Some(url) => match redis_url(url.get_ref()) {
+                Ok(tls) => {
+                    store.redis = Some(url.get_ref().clone());
+                    tls
+                }
+                Err((problem, fix)) => {
+                    self.err_at(url, format!("[rate_limit] redis: {problem}"), fix);
+                    false
+                }
+            },
+            None => false,
+        };
+        store.redis_tls = self.redis_tls(raw, tls, allow_insecure);
         if let Some(t) = self.duration(raw.redis_timeout.as_ref()) {
             store.redis_timeout = t;
         }
@@ -97,6 +102,107 @@ impl Cx<'_> {
         }
         store
     }
+}
+
+impl Cx<'_> {
+    /// `redis_ca`, `redis_certificate` and `redis_key`, which only a `rediss://` URL uses.
+    fn redis_tls(
+        &mut self,
+        raw: &RawRateLimitStore,
+        tls: bool,
+        allow_insecure: bool,
+    ) -> Option<RedisTls> {
+        let files = [&raw.redis_ca, &raw.redis_certificate, &raw.redis_key];
+        if !tls {
+            if let Some(at) = files.into_iter().flatten().next() {
+                self.err_at(
+                    at,
+                    "[rate_limit]: redis_ca, redis_certificate and redis_key are for TLS, and the redis URL is not rediss://",
+                    "write the URL as rediss://host:port/ to reach Redis over TLS, or remove these settings",
+                );
+            }
+            return None;
+        }
+        let ca = match &raw.redis_ca {
+            Some(at) => self.pem_certificates(
+                at,
+                "[rate_limit] redis_ca",
+                "the CA certificates Redis's certificate chains to",
+            )?,
+            None => Vec::new(),
+        };
+        let client = match (&raw.redis_certificate, &raw.redis_key) {
+            (None, None) => None,
+            (Some(at), None) | (None, Some(at)) => {
+                self.err_at(
+                    at,
+                    "[rate_limit]: redis_certificate and redis_key go together",
+                    "give both (a client certificate for a Redis with tls-auth-clients) or neither",
+                );
+                return None;
+            }
+            (Some(cert_at), Some(key_at)) => {
+                let chain = self.pem_certificates(
+                    cert_at,
+                    "[rate_limit] redis_certificate",
+                    "this gateway's client certificate, leaf first",
+                );
+                let path = self.path(key_at.get_ref());
+                let key = self.private_key("[rate_limit] redis_key", key_at, &path, allow_insecure);
+                let (chain, key) = (chain?, key?);
+                let matches = chain[0]
+                    .public_key()
+                    .map(|pk| pk.public_eq(&key))
+                    .unwrap_or(false);
+                if !matches {
+                    self.err_at(
+                        key_at,
+                        "[rate_limit]: redis_key does not belong to redis_certificate",
+                        "give the key the client certificate was issued for",
+                    );
+                    return None;
+                }
+                Some((chain, key))
+            }
+        };
+        Some(RedisTls { ca, client })
+    }
+}
+
+/// Checks a Redis URL as the gateway will use it: `redis://` or `rediss://` (TLS), a host, a
+/// port, a database number. Returns whether it asks for TLS, or what is wrong and the fix.
+fn redis_url(text: &str) -> Result<bool, (String, &'static str)> {
+    const FIX: &str =
+        "write it as \"redis://[:password@]host:port/[db]\" or \"rediss://…\" for TLS";
+    let url = url::Url::parse(text).map_err(|e| (format!("`{text}` is not a URL: {e}"), FIX))?;
+    let tls = match url.scheme() {
+        "redis" => false,
+        "rediss" => true,
+        other => {
+            return Err((
+                format!("`{other}://` is not served: shared limits reach Redis over TCP"),
+                FIX,
+            ));
+        }
+    };
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err((format!("`{text}` names no host"), FIX));
+    }
+    let db = url.path().trim_matches('/');
+    if !db.is_empty() && db.parse::<i64>().is_err() {
+        return Err((format!("database `{db}` is not a number"), FIX));
+    }
+    match url.fragment() {
+        None => {}
+        Some("insecure") => {
+            return Err((
+                "`#insecure` would turn off the check of Redis's certificate, which Sluice always makes".to_owned(),
+                "remove `#insecure`; give the CA that issued Redis's certificate as redis_ca",
+            ));
+        }
+        Some(other) => return Err((format!("`#{other}` means nothing in a Redis URL"), FIX)),
+    }
+    Ok(tls)
 }
 
 /// `"N/s"`, `"N/m"`, `"N/h"` (also `sec`, `min`, `hour`).

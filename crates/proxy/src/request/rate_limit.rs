@@ -361,8 +361,11 @@ pub(crate) fn build(
             let cfg = r.rate_limit.clone()?;
             let kept = old.get(&r.name).filter(|l| {
                 l.config == cfg
-                    && l.redis.as_ref().map(|s| s.url())
-                        == redis.filter(|_| cfg.shared).map(|s| s.url())
+                    && match (&l.redis, redis.filter(|_| cfg.shared)) {
+                        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                        (None, None) => true,
+                        _ => false,
+                    }
             });
             let limiter = match kept {
                 Some(l) => l.clone(),

@@ -168,8 +168,8 @@ async fn two_gateways_share_a_limit_through_redis_and_survive_it_dying() {
     let a = TestGateway::plain(&text).await;
     let b = TestGateway::plain(&text).await;
     wait_until(|| {
-        a.gateway().rate_limit_redis().is_some_and(|r| r.1)
-            && b.gateway().rate_limit_redis().is_some_and(|r| r.1)
+        a.gateway().rate_limit_redis().is_some_and(|r| r.up)
+            && b.gateway().rate_limit_redis().is_some_and(|r| r.up)
     })
     .await;
 
@@ -199,13 +199,13 @@ async fn two_gateways_share_a_limit_through_redis_and_survive_it_dying() {
     close_to(passed, 100.0, elapsed, 20);
     let fell = a.gateway().rate_limits()[0].2 + b.gateway().rate_limits()[0].2;
     assert!(fell > 0, "fallbacks counted");
-    assert!(!a.gateway().rate_limit_redis().unwrap().1);
+    assert!(!a.gateway().rate_limit_redis().unwrap().up);
 
     // Redis back: shared again.
     redis.restart().await;
     wait_until(|| {
-        a.gateway().rate_limit_redis().is_some_and(|r| r.1)
-            && b.gateway().rate_limit_redis().is_some_and(|r| r.1)
+        a.gateway().rate_limit_redis().is_some_and(|r| r.up)
+            && b.gateway().rate_limit_redis().is_some_and(|r| r.up)
     })
     .await;
     let before = a.gateway().rate_limits()[0].2 + b.gateway().rate_limits()[0].2;
@@ -216,4 +216,121 @@ async fn two_gateways_share_a_limit_through_redis_and_survive_it_dying() {
         before,
         "decided in Redis again"
     );
+}
+
+/// A `[rate_limit]` table for a TLS Redis: its URL, the CA, and a client certificate from
+/// `client_stem` in `pki` (none when `None`).
+fn tls_store(redis: &Redis, ca: &std::path::Path, client: Option<&std::path::Path>) -> String {
+    let mut t = format!(
+        "[rate_limit]\nredis = \"{}\"\nredis_timeout = \"200ms\"\nredis_ca = \"{}\"\n",
+        redis.url(),
+        ca.display()
+    );
+    if let Some(pki) = client {
+        t += &format!(
+            "redis_certificate = \"{}\"\nredis_key = \"{}\"\n",
+            pki.join("client.crt").display(),
+            pki.join("client.key").display()
+        );
+    }
+    t
+}
+
+#[tokio::test]
+async fn a_limit_is_shared_through_redis_over_tls_and_a_redis_it_cannot_trust_is_never_used() {
+    let pki = tempfile::tempdir().unwrap();
+    let redis = Redis::start_tls(pki.path()).await;
+    let o = Origin::start("o").await;
+    let limit = "rate = \"100/s\"\nburst = 10\nnodelay = true\nkey = \"route\"\nstore = \"redis\"";
+    // Two gateways with the CA and a client certificate Redis accepts.
+    let text = cfg(
+        &o,
+        limit,
+        &tls_store(&redis, &pki.path().join("ca.crt"), Some(pki.path())),
+    );
+    let a = TestGateway::plain(&text).await;
+    let b = TestGateway::plain(&text).await;
+    wait_until(|| {
+        a.gateway().rate_limit_redis().is_some_and(|r| r.up)
+            && b.gateway().rate_limit_redis().is_some_and(|r| r.up)
+    })
+    .await;
+    let store = a.gateway().rate_limit_redis().unwrap();
+    assert!(store.tls, "{store:?}");
+    assert_eq!(store.outages, 0);
+    let (passed, elapsed) = hammer(
+        &[a.addr("http"), b.addr("http")],
+        Duration::from_millis(1_500),
+    )
+    .await;
+    close_to(passed, 100.0, elapsed, 10);
+    assert_eq!(
+        a.gateway().rate_limits()[0].2 + b.gateway().rate_limits()[0].2,
+        0,
+        "decided in Redis, over TLS"
+    );
+    assert!(a.gateway().rate_limits()[0].3 > 0, "Redis was asked");
+
+    // A gateway that trusts another CA refuses Redis's certificate: it never shares the
+    // limit, limits locally (counted), and says so once, on /status too.
+    let other = tempfile::tempdir().unwrap();
+    write_cert(
+        other.path(),
+        "stranger",
+        sluice_tls::selfsigned::KeyKind::EcdsaP256,
+        &["127.0.0.1"],
+    );
+    let text = cfg(
+        &o,
+        limit,
+        &tls_store(&redis, &other.path().join("stranger.crt"), Some(pki.path())),
+    );
+    let c = TestGateway::plain(&text).await;
+    wait_until(|| {
+        c.gateway()
+            .rate_limit_redis()
+            .is_some_and(|r| r.outages == 1)
+    })
+    .await;
+    let got = burst(c.addr("http"), 3, &[]).await;
+    assert!(
+        got.iter().all(|g| g.status == 200),
+        "the local fallback decides"
+    );
+    assert!(c.gateway().rate_limits()[0].2 > 0, "fallbacks counted");
+    let (admin, task) = admin_for(&c).await;
+    let status: serde_json::Value =
+        serde_json::from_str(&http1_get(admin, "admin", "/status").await.body).unwrap();
+    let metrics = http1_get(admin, "admin", "/metrics").await.body;
+    task.abort();
+    let shown = &status["rate_limit_store"];
+    assert_eq!(shown["up"], false, "{shown}");
+    assert_eq!(shown["tls"], true, "{shown}");
+    assert_eq!(shown["outages"], 1, "{shown}");
+    assert!(shown["fallback_total"].as_u64().unwrap() > 0, "{shown}");
+    assert!(
+        metrics.contains("sluice_rate_limit_redis_up 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_rate_limit_redis_outages_total 1"),
+        "{metrics}"
+    );
+    assert!(!c.gateway().rate_limit_redis().unwrap().up);
+
+    // Without a client certificate, Redis (tls-auth-clients yes) refuses the gateway.
+    let text = cfg(
+        &o,
+        limit,
+        &tls_store(&redis, &pki.path().join("ca.crt"), None),
+    );
+    let d = TestGateway::plain(&text).await;
+    wait_until(|| {
+        d.gateway()
+            .rate_limit_redis()
+            .is_some_and(|r| r.outages == 1)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!d.gateway().rate_limit_redis().unwrap().up);
 }

@@ -500,6 +500,9 @@ pub struct Redis {
     pub port: u16,
     child: Option<std::process::Child>,
     dir: tempfile::TempDir,
+    /// Serving TLS only, to clients with a certificate of its CA: the folder with `ca.crt`,
+    /// `redis.crt`/`.key` (its own) and `client.crt`/`.key` (one it accepts).
+    tls: Option<std::path::PathBuf>,
 }
 
 impl Redis {
@@ -514,28 +517,58 @@ impl Redis {
             port,
             child: None,
             dir: tempfile::tempdir().unwrap(),
+            tls: None,
+        };
+        r.restart().await;
+        r
+    }
+
+    /// A Redis on TLS only (`--tls-port`, its cleartext port off) that asks every client for
+    /// a certificate of its own CA; the CA and the certificates are written into `pki`.
+    pub async fn start_tls(pki: &Path) -> Redis {
+        issue(pki, "ca", "redis test CA", None, &[]);
+        let ca = boring::x509::X509::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap();
+        let ca_key =
+            boring::pkey::PKey::private_key_from_pem(&std::fs::read(pki.join("ca.key")).unwrap())
+                .unwrap();
+        issue(pki, "redis", "redis", Some((&ca, &ca_key)), &["127.0.0.1"]);
+        issue(pki, "client", "client", Some((&ca, &ca_key)), &[]);
+        let mut r = Redis {
+            port: free_port(),
+            child: None,
+            dir: tempfile::tempdir().unwrap(),
+            tls: Some(pki.to_path_buf()),
         };
         r.restart().await;
         r
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
     /// Starts it (again, on the same port) and waits until it accepts connections.
     pub async fn restart(&mut self) {
-        let child = std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+        let mut command = std::process::Command::new("redis-server");
+        match &self.tls {
+            None => command.args(["--port", &self.port.to_string()]),
+            Some(pki) => command
+                .args(["--port", "0", "--tls-port", &self.port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(pki.join("redis.crt"))
+                .arg("--tls-key-file")
+                .arg(pki.join("redis.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(pki.join("ca.crt"))
+                .args(["--tls-auth-clients", "yes"]),
+        };
+        let child = command
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(std::process::Stdio::null())
