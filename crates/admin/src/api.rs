@@ -1,8 +1,11 @@
 //! Routing of the admin listener and the admin API (`/api/v1/…`).
 //!
-//! Reads (`/metrics`, `/status`) are open, as the listener is on loopback by default. Writes
-//! need `Authorization: Bearer <token>` with the token of `[admin] token_file`; without a
-//! configured token no write endpoint exists (404 says how to enable them).
+//! Reads (`/metrics`, `/status`, the dashboard's data, `GET /api/v1/…`) are open to loopback
+//! and to `[admin] read_networks`; from elsewhere they need `Authorization: Bearer` with the
+//! read token (`read_token_file`) or the write token. The dashboard page itself (`/`) is
+//! static and holds no data: anyone who reaches the listener gets it, and it asks for a token
+//! for its data. Writes need the token of `[admin] token_file`; without a configured token no
+//! write endpoint exists (404 says how to enable them).
 
 use crate::Sources;
 use bytes::Bytes;
@@ -59,14 +62,12 @@ pub(crate) async fn respond(
             );
             r
         }
-        (&Method::GET, "/api/v1/stats") => {
-            if !peer.ip().is_loopback()
-                && let Some(denied) = refuse_unauthorized(s, &req)
-            {
-                return denied;
-            }
-            json_reply(StatusCode::OK, &history.json(s))
+        (&Method::GET, "/api/v1/stats" | "/metrics" | "/status")
+            if let Some(denied) = refuse_read(s, &req, peer) =>
+        {
+            denied
         }
+        (&Method::GET, "/api/v1/stats") => json_reply(StatusCode::OK, &history.json(s)),
         (_, "/api/v1/stats") => not_allowed("GET"),
         (&Method::GET, "/metrics") => reply(
             StatusCode::OK,
@@ -83,11 +84,13 @@ pub(crate) async fn respond(
         (_, "/api/v1/reload") => not_allowed("POST"),
         (_, "/api/v1/config") if method != Method::GET => not_allowed("GET"),
         (_, p) if p.starts_with("/api/v1/") => {
-            // Reads are open on loopback, like /metrics; from elsewhere they need the token.
             let write = method != Method::GET && method != Method::HEAD;
-            if (write || !peer.ip().is_loopback())
-                && let Some(denied) = refuse_unauthorized(s, &req)
-            {
+            let denied = if write {
+                refuse_unauthorized(s, &req)
+            } else {
+                refuse_read(s, &req, peer)
+            };
+            if let Some(denied) = denied {
                 return denied;
             }
             if let Some(name) = p
@@ -295,6 +298,83 @@ fn edit_error(e: &EditError) -> Reply {
     json_reply(status, &json!({ "error": e.message, "errors": e.errors }))
 }
 
+/// Who may read, as `read_access` decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    Allowed,
+    /// A token would do: 401.
+    NeedsToken,
+    /// No token is configured and the peer is not in `read_networks`: 403.
+    Refused,
+}
+
+/// Whether `peer` may read: loopback and `read_networks` always; anyone else with the read
+/// token or the write token.
+fn read_access(
+    admin: Option<&sluice_config::Admin>,
+    peer: std::net::IpAddr,
+    bearer: Option<&str>,
+) -> Read {
+    let peer = sluice_config::canonical(peer);
+    if peer.is_loopback() {
+        return Read::Allowed;
+    }
+    let Some(admin) = admin else {
+        return Read::Refused;
+    };
+    if admin.read_networks.iter().any(|n| n.contains(&peer)) {
+        return Read::Allowed;
+    }
+    let tokens: Vec<&str> = [admin.read_token.as_deref(), admin.token.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    if tokens.is_empty() {
+        return Read::Refused;
+    }
+    let matches = |t: &&str| bearer.is_some_and(|b| constant_time_eq(b.as_bytes(), t.as_bytes()));
+    if tokens.iter().any(matches) {
+        Read::Allowed
+    } else {
+        Read::NeedsToken
+    }
+}
+
+/// `None` when the request may read, else the response to send.
+fn refuse_read(s: &Sources, req: &Request<Incoming>, peer: SocketAddr) -> Option<Reply> {
+    let snapshot = s.gateway.snapshot();
+    match read_access(snapshot.admin.as_ref(), peer.ip(), bearer(req)) {
+        Read::Allowed => None,
+        Read::Refused => Some(error(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "reads from {} are not allowed: add its network to [admin] read_networks, or set [admin] read_token_file and send `Authorization: Bearer <token>`",
+                peer.ip()
+            ),
+        )),
+        Read::NeedsToken => {
+            let mut r = error(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong token: reads from outside [admin] read_networks need `Authorization: Bearer <token>` with the token in [admin] read_token_file or token_file",
+            );
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"sluice admin\""),
+            );
+            Some(r)
+        }
+    }
+}
+
+/// The bearer token a request carries.
+fn bearer(req: &Request<Incoming>) -> Option<&str> {
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
 /// Checks the bearer token: `None` when the request may write, else the response to send.
 fn refuse_unauthorized(s: &Sources, req: &Request<Incoming>) -> Option<Reply> {
     let snapshot = s.gateway.snapshot();
@@ -304,12 +384,7 @@ fn refuse_unauthorized(s: &Sources, req: &Request<Incoming>) -> Option<Reply> {
             "admin API writes are disabled: set [admin] token_file to a file (mode 0600) holding a token",
         ));
     };
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+    let given = bearer(req);
     if given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
         return None;
     }
@@ -435,7 +510,68 @@ pub(crate) fn config_metrics(out: &mut String, s: &Sources) {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::{Read, constant_time_eq, read_access};
+
+    fn admin(
+        token: Option<&str>,
+        read_token: Option<&str>,
+        networks: &[&str],
+    ) -> sluice_config::Admin {
+        sluice_config::Admin {
+            address: "0.0.0.0:9901".parse().unwrap(),
+            token: token.map(str::to_owned),
+            read_token: read_token.map(str::to_owned),
+            read_networks: networks.iter().map(|n| n.parse().unwrap()).collect(),
+            tls: None,
+        }
+    }
+
+    #[test]
+    fn reads_from_off_loopback_need_an_allowed_network_or_a_token() {
+        let far = "203.0.113.9".parse().unwrap();
+        let near = "10.1.2.3".parse().unwrap();
+        let both = admin(
+            Some("w".repeat(16).as_str()),
+            Some("r".repeat(16).as_str()),
+            &["10.0.0.0/8"],
+        );
+        let (w, r) = ("w".repeat(16), "r".repeat(16));
+        // Loopback (v4, v6 and v4-mapped) and the listed networks read without a token.
+        for ip in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
+            assert_eq!(
+                read_access(Some(&both), ip.parse().unwrap(), None),
+                Read::Allowed,
+                "{ip}"
+            );
+        }
+        assert_eq!(read_access(Some(&both), near, None), Read::Allowed);
+        assert_eq!(
+            read_access(Some(&both), "::ffff:10.9.9.9".parse().unwrap(), None),
+            Read::Allowed
+        );
+        // Elsewhere: either token, whole.
+        assert_eq!(read_access(Some(&both), far, None), Read::NeedsToken);
+        assert_eq!(read_access(Some(&both), far, Some(&r)), Read::Allowed);
+        assert_eq!(read_access(Some(&both), far, Some(&w)), Read::Allowed);
+        assert_eq!(
+            read_access(Some(&both), far, Some(&r[1..])),
+            Read::NeedsToken
+        );
+        // No token configured at all: refused, not "try a token".
+        let none = admin(None, None, &[]);
+        assert_eq!(
+            read_access(Some(&none), far, Some("anything-at-all!")),
+            Read::Refused
+        );
+        assert_eq!(read_access(None, far, None), Read::Refused);
+        // Only the write token: it reads too.
+        let write_only = admin(Some(&w), None, &[]);
+        assert_eq!(read_access(Some(&write_only), far, Some(&w)), Read::Allowed);
+        assert_eq!(
+            read_access(Some(&write_only), far, Some(&r)),
+            Read::NeedsToken
+        );
+    }
 
     #[test]
     fn tokens_compare_whole() {

@@ -3,7 +3,10 @@
 //!
 //! It reads counters that the data plane and the offload engines keep. Changes go through
 //! `sluice-control` (the same validation and reload path as SIGHUP), never around it, and
-//! need the bearer token of `[admin] token_file`. It listens on loopback by default.
+//! need the bearer token of `[admin] token_file`. It listens on loopback by default; off
+//! loopback it serves HTTPS (`[admin.tls]`, optionally asking for client certificates) unless
+//! the operator wrote `insecure = true`, and reads from elsewhere need `read_networks` or a
+//! token (see `api::may_read`).
 
 mod api;
 mod health;
@@ -31,7 +34,8 @@ pub struct Sources {
     pub started: Instant,
 }
 
-/// Binds `addr` and serves until the returned task is aborted. Returns the bound address.
+/// Binds `addr` and serves cleartext until the returned task is aborted. Returns the bound
+/// address.
 pub async fn serve(
     addr: SocketAddr,
     sources: Sources,
@@ -40,7 +44,39 @@ pub async fn serve(
     serve_on(socket, sources)
 }
 
-/// Serves on a socket already bound (one inherited across a binary upgrade).
+/// How long a client has to finish its TLS handshake with the admin listener.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The admin listener's HTTPS settings: its certificate and, with `client_ca`, client
+/// certificates required and verified against those CAs.
+pub fn acceptor(
+    tls: &sluice_config::AdminTls,
+) -> Result<boring::ssl::SslAcceptor, boring::error::ErrorStack> {
+    use boring::ssl::{SslAcceptor, SslMethod, SslVerifyMode};
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls())?;
+    b.set_certificate(&tls.certificate[0])?;
+    for c in &tls.certificate[1..] {
+        b.add_extra_chain_cert(c.clone())?;
+    }
+    b.set_private_key(&tls.key)?;
+    b.check_private_key()?;
+    b.set_alpn_protos(b"\x02h2\x08http/1.1")?;
+    b.set_alpn_select_callback(|_, client| {
+        boring::ssl::select_next_proto(b"\x02h2\x08http/1.1", client)
+            .ok_or(boring::ssl::AlpnError::NOACK)
+    });
+    if !tls.client_ca.is_empty() {
+        for ca in &tls.client_ca {
+            b.cert_store_mut().add_cert(ca.clone())?;
+        }
+        b.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
+    }
+    Ok(b.build())
+}
+
+/// Serves on a socket already bound (one inherited across a binary upgrade): HTTPS when the
+/// running configuration has `[admin.tls]`, else cleartext. Read at each connection, so that a
+/// reload that renews the certificate (or adds TLS) applies without a new socket.
 pub fn serve_on(
     socket: tokio::net::TcpListener,
     sources: Sources,
@@ -54,9 +90,13 @@ pub fn serve_on(
             history.clone(),
             sources.clone(),
         )));
+        let mut tls = CurrentTls::default();
         loop {
             let Ok((tcp, peer)) = socket.accept().await else {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            };
+            let Ok(tls) = tls.for_config(&sources) else {
                 continue;
             };
             let (sources, history) = (sources.clone(), history.clone());
@@ -65,13 +105,65 @@ pub fn serve_on(
                     let (sources, history) = (sources.clone(), history.clone());
                     async move { Ok::<_, Infallible>(api::respond(&sources, &history, req, peer).await) }
                 });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tcp), svc)
-                    .await;
+                let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                match tls {
+                    None => {
+                        let _ = http.serve_connection(TokioIo::new(tcp), svc).await;
+                    }
+                    Some(acceptor) => {
+                        let handshake = tokio_boring::accept(&acceptor, tcp);
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                            Ok(Ok(stream)) => {
+                                let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+                            }
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "admin listener: TLS handshake failed");
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "admin listener: TLS handshake timed out");
+                            }
+                        }
+                    }
+                }
             });
         }
     });
     Ok((bound, task))
+}
+
+/// The acceptor for the running `[admin.tls]`, rebuilt when a reload changes it.
+#[derive(Default)]
+struct CurrentTls(Option<(sluice_config::AdminTls, Arc<boring::ssl::SslAcceptor>)>);
+
+impl CurrentTls {
+    /// The acceptor the running configuration asks for (`None`: cleartext); `Err` (logged)
+    /// when its settings cannot make one, and the connection is closed.
+    fn for_config(
+        &mut self,
+        sources: &Sources,
+    ) -> Result<Option<Arc<boring::ssl::SslAcceptor>>, ()> {
+        let snapshot = sources.gateway.snapshot();
+        let Some(want) = snapshot.admin.as_ref().and_then(|a| a.tls.as_ref()) else {
+            self.0 = None;
+            return Ok(None);
+        };
+        if let Some((have, acceptor)) = &self.0
+            && have == want
+        {
+            return Ok(Some(acceptor.clone()));
+        }
+        match acceptor(want) {
+            Ok(a) => {
+                let a = Arc::new(a);
+                self.0 = Some((want.clone(), a.clone()));
+                Ok(Some(a))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "admin listener: [admin.tls] cannot make a TLS acceptor; connection closed");
+                Err(())
+            }
+        }
+    }
 }
 
 /// Aborts a task when dropped.

@@ -35,7 +35,7 @@ pub use policy::{
     Var, canonical,
 };
 pub use snapshot::{
-    AccessLogFormat, AccessLogTarget, Admin, Balance, Certificate, CompressEngineName,
+    AccessLogFormat, AccessLogTarget, Admin, AdminTls, Balance, Certificate, CompressEngineName,
     CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,
     DEFAULT_COMPRESS_TYPES, DEFAULT_GROUPS, FleetSource, Global, GzipBackend, Handshakes, HashKey,
     HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType, KeylessOffload, Listener, ListenerKind,

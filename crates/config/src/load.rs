@@ -73,12 +73,16 @@ pub fn load_str_cached(
     }
 }
 
-/// A short content hash of a configuration: its text and its certificates' bytes.
-fn revision(src: &str, certificates: &[Arc<Certificate>]) -> String {
+/// A short content hash of a configuration: its text, its certificates' bytes and those of
+/// every other file it names (`files`).
+fn revision(src: &str, certificates: &[Arc<Certificate>], files: &[[u8; 32]]) -> String {
     let mut h = boring::sha::Sha256::new();
     h.update(src.as_bytes());
     for c in certificates {
         h.update(&c.fingerprint);
+    }
+    for f in files {
+        h.update(f);
     }
     h.finish()[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -115,6 +119,9 @@ struct Cx<'a> {
     used_certs: Vec<Arc<Certificate>>,
     /// Where routes ask for `store = "redis"` (an error without `[rate_limit] redis`).
     redis_users: Vec<usize>,
+    /// SHA-256 of every other file read (keys, CAs, client certificates, tokens), so that the
+    /// revision changes when one of them is replaced and a reload applies it.
+    files: Vec<[u8; 32]>,
 }
 
 impl<'a> Cx<'a> {
@@ -128,7 +135,18 @@ impl<'a> Cx<'a> {
             certs,
             used_certs: Vec::new(),
             redis_users: Vec::new(),
+            files: Vec::new(),
         }
+    }
+
+    /// Reads a file the configuration names, counting its bytes into the revision.
+    fn read_file(&mut self, path: &Path) -> std::io::Result<Vec<u8>> {
+        let bytes = std::fs::read(path)?;
+        let mut h = boring::sha::Sha256::new();
+        h.update(path.as_os_str().as_encoded_bytes());
+        h.update(&bytes);
+        self.files.push(h.finish());
+        Ok(bytes)
     }
 
     pub(super) fn err(
@@ -432,7 +450,7 @@ impl<'a> Cx<'a> {
             compression: compression.clone(),
             fleet,
             source: file.to_owned(),
-            revision: revision(src, &certificates),
+            revision: revision(src, &certificates, &self.files),
             global,
             log,
             listeners,
@@ -483,31 +501,102 @@ impl<'a> Cx<'a> {
                 }
             },
         };
-        let token = match &raw.token_file {
-            None => None,
-            Some(at) => {
-                let path = self.path(at.get_ref());
-                let bytes = self.key_file("[admin] token_file", at, &path, allow_insecure)?;
-                let token = String::from_utf8_lossy(&bytes).trim().to_owned();
-                if token.len() < 16 || token.chars().any(|c| !c.is_ascii_graphic()) {
-                    self.err_at(
-                        at,
-                        format!(
-                            "[admin] token_file {} must hold one token of at least 16 printable characters",
-                            path.display()
-                        ),
-                        format!(
-                            "write a random one: `openssl rand -hex 32 > {}; chmod 600 {}`",
-                            path.display(),
-                            path.display()
-                        ),
-                    );
-                    return None;
-                }
-                Some(token)
-            }
+        let token = raw
+            .token_file
+            .as_ref()
+            .and_then(|at| self.token_file("[admin] token_file", at, allow_insecure));
+        let read_token = raw
+            .read_token_file
+            .as_ref()
+            .and_then(|at| self.token_file("[admin] read_token_file", at, allow_insecure));
+        let read_networks = self.cidrs(raw.read_networks.as_ref(), "[admin] read_networks");
+        let tls = raw
+            .tls
+            .as_ref()
+            .and_then(|t| self.admin_tls(t, allow_insecure));
+        let insecure = raw.insecure.as_ref().is_some_and(|i| *i.get_ref());
+        if !address.ip().is_loopback() && raw.tls.is_none() && !insecure {
+            let at = raw.address.as_ref().map_or(0, |a| a.span().start);
+            self.err(
+                at,
+                format!(
+                    "[admin] address {address} is off loopback and the admin listener has no TLS: its token, /metrics and /status would cross the network in clear"
+                ),
+                "add [admin.tls] with certificate and key (and client_ca to ask for client certificates), or write insecure = true in [admin] if the network is one you trust",
+            );
+        }
+        Some(Admin {
+            address,
+            token,
+            read_token,
+            read_networks,
+            tls,
+        })
+    }
+
+    /// A token file: mode 0600 and one token of at least 16 printable characters.
+    fn token_file(
+        &mut self,
+        what: &str,
+        at: &Spanned<String>,
+        allow_insecure: bool,
+    ) -> Option<String> {
+        let path = self.path(at.get_ref());
+        let bytes = self.key_file(what, at, &path, allow_insecure)?;
+        let token = String::from_utf8_lossy(&bytes).trim().to_owned();
+        if token.len() < 16 || token.chars().any(|c| !c.is_ascii_graphic()) {
+            self.err_at(
+                at,
+                format!(
+                    "{what} {} must hold one token of at least 16 printable characters",
+                    path.display()
+                ),
+                format!(
+                    "write a random one: `openssl rand -hex 32 > {}; chmod 600 {}`",
+                    path.display(),
+                    path.display()
+                ),
+            );
+            return None;
+        }
+        Some(token)
+    }
+
+    /// `[admin.tls]`: the chain, its key (which must match), the client CAs.
+    fn admin_tls(&mut self, raw: &RawAdminTls, allow_insecure: bool) -> Option<AdminTls> {
+        let certificate = self.pem_certificates(
+            &raw.certificate,
+            "[admin.tls] certificate",
+            "the admin listener's certificate, leaf first",
+        );
+        let path = self.path(raw.key.get_ref());
+        let key = self.private_key("[admin.tls] key", &raw.key, &path, allow_insecure);
+        let client_ca = match &raw.client_ca {
+            Some(at) => self.pem_certificates(
+                at,
+                "[admin.tls] client_ca",
+                "the CAs that issue the operators' client certificates",
+            ),
+            None => Some(Vec::new()),
         };
-        Some(Admin { address, token })
+        let (certificate, key, client_ca) = (certificate?, key?, client_ca?);
+        let matches = certificate[0]
+            .public_key()
+            .map(|pk| pk.public_eq(&key))
+            .unwrap_or(false);
+        if !matches {
+            self.err_at(
+                &raw.key,
+                "[admin.tls]: key does not belong to certificate",
+                "give the key the certificate was issued for",
+            );
+            return None;
+        }
+        Some(AdminTls {
+            certificate,
+            key,
+            client_ca,
+        })
     }
 
     fn unique(

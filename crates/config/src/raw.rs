@@ -627,6 +627,27 @@ pub struct RawAdmin {
     /// File holding the bearer token that admin API writes need (mode 0600). Without it the
     /// admin listener only reads.
     pub token_file: Option<Spanned<String>>,
+    /// File holding a token that only reads (`/metrics`, `/status`, the dashboard's data,
+    /// `GET /api/v1/…`) from clients off loopback and outside `read_networks` (mode 0600).
+    pub read_token_file: Option<Spanned<String>>,
+    /// Networks whose clients read without a token (loopback always does).
+    pub read_networks: Option<Vec<Spanned<String>>>,
+    /// Serve an address off loopback without TLS (the token and `/status` in clear).
+    pub insecure: Option<Spanned<bool>>,
+    /// HTTPS for the admin listener.
+    pub tls: Option<RawAdminTls>,
+}
+
+/// `[admin.tls]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdminTls {
+    /// PEM certificate chain, leaf first.
+    pub certificate: Spanned<String>,
+    /// Its key (mode 0600).
+    pub key: Spanned<String>,
+    /// CAs whose client certificates are required (mutual TLS); unset: none asked for.
+    pub client_ca: Option<Spanned<String>>,
 }
 
 /// `[demo]`: the built-in demo origin, for trying Sluice out.

@@ -90,15 +90,64 @@ pub struct Admin {
     pub address: SocketAddr,
     /// The bearer token writes need; `None`: the admin API only reads.
     pub token: Option<String>,
+    /// A bearer token that only reads.
+    pub read_token: Option<String>,
+    /// Clients that read without a token, besides loopback.
+    pub read_networks: Vec<crate::IpNet>,
+    /// HTTPS; `None`: cleartext (loopback, or `insecure = true`).
+    pub tls: Option<AdminTls>,
 }
 
 impl std::fmt::Debug for Admin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print the token.
+        // Never print a token.
         f.debug_struct("Admin")
             .field("address", &self.address)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("read_token", &self.read_token.as_ref().map(|_| "<set>"))
+            .field("read_networks", &self.read_networks)
+            .field("tls", &self.tls)
             .finish()
+    }
+}
+
+/// `[admin.tls]`, files loaded.
+#[derive(Clone)]
+pub struct AdminTls {
+    /// The listener's certificate chain, leaf first.
+    pub certificate: Vec<X509>,
+    /// Its key.
+    pub key: PKey<Private>,
+    /// CAs whose client certificates are required; empty: none asked for.
+    pub client_ca: Vec<X509>,
+}
+
+impl AdminTls {
+    /// The DER of everything it holds, to tell whether a reload changed it.
+    fn der(&self) -> Vec<Vec<u8>> {
+        let certs = self.certificate.iter().chain(&self.client_ca);
+        let mut out: Vec<Vec<u8>> = certs.filter_map(|c| c.to_der().ok()).collect();
+        out.push(self.client_ca.len().to_le_bytes().to_vec());
+        out.extend(self.key.private_key_to_der().ok());
+        out
+    }
+}
+
+impl PartialEq for AdminTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.der() == other.der()
+    }
+}
+
+impl Eq for AdminTls {}
+
+impl std::fmt::Debug for AdminTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print key material.
+        f.debug_struct("AdminTls")
+            .field("certificate", &self.certificate.len())
+            .field("client_ca", &self.client_ca.len())
+            .finish_non_exhaustive()
     }
 }
 

@@ -1107,6 +1107,76 @@ set = { "connection" = "close" }
 }
 
 #[test]
+fn an_admin_listener_off_loopback_needs_tls_or_an_explicit_insecure_and_its_files_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "admin", "admin.internal");
+    write_cert(dir.path(), "ops-ca", "ops-ca");
+    write_cert(dir.path(), "other", "other");
+    write_secret(&dir.path().join("read.token"), "read-0123456789abcdef\n");
+    write_secret(&dir.path().join("short.token"), "short\n");
+    let listener = "[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n";
+    let good = format!(
+        "[admin]\naddress = \"0.0.0.0:9901\"\nread_token_file = \"read.token\"\nread_networks = [\"10.0.0.0/8\", \"192.0.2.7\"]\n[admin.tls]\ncertificate = \"admin.crt\"\nkey = \"admin.key\"\nclient_ca = \"ops-ca.crt\"\n{listener}"
+    );
+    let s = load_str(&good, "good.toml", dir.path()).unwrap();
+    let admin = s.admin.as_ref().unwrap();
+    assert_eq!(admin.read_token.as_deref(), Some("read-0123456789abcdef"));
+    assert_eq!(admin.read_networks.len(), 2);
+    let tls = admin.tls.as_ref().unwrap();
+    assert_eq!((tls.certificate.len(), tls.client_ca.len()), (1, 1));
+    assert!(
+        !format!("{admin:?}").contains("read-0123"),
+        "no token in Debug"
+    );
+    // Off loopback in clear only when the operator says so.
+    let insecure = format!("[admin]\naddress = \"0.0.0.0:9901\"\ninsecure = true\n{listener}");
+    assert!(
+        load_str(&insecure, "good.toml", dir.path())
+            .unwrap()
+            .admin
+            .unwrap()
+            .tls
+            .is_none()
+    );
+    let loopback = format!("[admin]\naddress = \"[::1]:9901\"\n{listener}");
+    assert!(load_str(&loopback, "good.toml", dir.path()).is_ok());
+
+    for (admin, needle, says) in [
+        ("address = \"0.0.0.0:9901\"", "0.0.0.0:9901", "in clear"),
+        (
+            "address = \"10.0.0.5:9901\"\ninsecure = false",
+            "10.0.0.5",
+            "add [admin.tls]",
+        ),
+        (
+            "read_networks = [\"10.0.0.0/33\"]",
+            "10.0.0.0/33",
+            "not an address or CIDR",
+        ),
+        (
+            "read_token_file = \"short.token\"",
+            "short.token",
+            "at least 16",
+        ),
+        (
+            "[admin.tls]\ncertificate = \"admin.crt\"\nkey = \"other.key\"",
+            "other.key",
+            "does not belong",
+        ),
+        (
+            "[admin.tls]\ncertificate = \"admin.crt\"\nkey = \"admin.key\"\nclient_ca = \"none.crt\"",
+            "none.crt",
+            "cannot read",
+        ),
+    ] {
+        let src = format!("[admin]\n{admin}\n{listener}");
+        let errs = errors(&src, dir.path());
+        let said = said_at(&errs, &src, needle);
+        assert!(said.contains(says), "{admin}: {errs:#?}");
+    }
+}
+
+#[test]
 fn shared_limits_over_tls_load_their_files_and_every_url_the_gateway_cannot_serve_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "ca", "redis.internal");
@@ -1176,10 +1246,11 @@ store = "redis"
             "zero",
             "is not a number",
         ),
+        ("redis = \"redis://127.0.0.1:99999/\"", "99999", "not a URL"),
         (
-            "redis = \"redis://127.0.0.1:99999/\"",
-            "99999",
-            "is not a URL",
+            "redis = \"redis://:s3cret@127.0.0.1:99999/\"",
+            "s3cret",
+            "not a URL",
         ),
         (
             "redis = \"redis://127.0.0.1/\"\nredis_ca = \"ca.crt\"",
@@ -1206,6 +1277,10 @@ store = "redis"
         let errs = errors(&src, dir.path());
         let said = said_at(&errs, &src, needle);
         assert!(said.contains(says), "{store}: {errs:#?}");
+        assert!(
+            !said.contains("s3cret"),
+            "an error repeats a password: {said}"
+        );
     }
 }
 

@@ -419,12 +419,17 @@ fn banner(
         out.push_str(&format!("  {name:<8} {scheme}://{addr}/  ({protos})\n"));
     }
     if let Some(a) = admin {
+        let scheme = if snapshot.admin.as_ref().is_some_and(|a| a.tls.is_some()) {
+            "https"
+        } else {
+            "http"
+        };
         out.push_str(&format!(
-            "  admin    http://{a}/ (dashboard), /metrics (Prometheus) and /status (JSON)\n"
+            "  admin    {scheme}://{a}/ (dashboard), /metrics (Prometheus) and /status (JSON)\n"
         ));
         if snapshot.admin.as_ref().is_some_and(|a| a.token.is_some()) {
             out.push_str(&format!(
-                "           admin API (http://{a}/api/v1/config, /api/v1/routes/NAME, POST /api/v1/reload): writes take the bearer token in {}\n",
+                "           admin API ({scheme}://{a}/api/v1/config, /api/v1/routes/NAME, POST /api/v1/reload): writes take the bearer token in {}\n",
                 embedded.map_or_else(
                     || "[admin] token_file".to_owned(),
                     |(dir, _)| dir.join("admin.token").display().to_string()

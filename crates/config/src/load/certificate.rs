@@ -258,7 +258,7 @@ impl Cx<'_> {
             }
         }
         let _ = (meta, allow_insecure);
-        match std::fs::read(path) {
+        match self.read_file(path) {
             Ok(p) => Some(p),
             Err(e) => {
                 self.err_at(

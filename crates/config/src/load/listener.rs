@@ -375,7 +375,7 @@ impl Cx<'_> {
         }
         let ticket_key_file = raw.ticket_key_file.as_ref().and_then(|f| {
             let path = self.path(f.get_ref());
-            match std::fs::read(&path) {
+            match self.read_file(&path) {
                 Ok(bytes) if !bytes.is_empty() && bytes.len() % 80 == 0 => Some(path),
                 Ok(bytes) => {
                     self.err_at(f, format!("listener `{listener}`: ticket key file {} is {} bytes, not a multiple of 80", path.display(), bytes.len()), "write one or more 80-byte keys, newest first, e.g. `openssl rand 80 > ticket.key` (NGINX's format)");

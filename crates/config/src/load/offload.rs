@@ -243,7 +243,7 @@ impl Cx<'_> {
         what: &str,
     ) -> Option<Vec<X509>> {
         let path = self.path(at.get_ref());
-        match std::fs::read(&path) {
+        match self.read_file(&path) {
             Err(e) => {
                 self.err_at(
                     at,

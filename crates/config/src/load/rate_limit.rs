@@ -174,7 +174,8 @@ impl Cx<'_> {
 fn redis_url(text: &str) -> Result<bool, (String, &'static str)> {
     const FIX: &str =
         "write it as \"redis://[:password@]host:port/[db]\" or \"rediss://…\" for TLS";
-    let url = url::Url::parse(text).map_err(|e| (format!("`{text}` is not a URL: {e}"), FIX))?;
+    // Errors show on /status: they never repeat the URL, which may carry a password.
+    let url = url::Url::parse(text).map_err(|e| (format!("not a URL: {e}"), FIX))?;
     let tls = match url.scheme() {
         "redis" => false,
         "rediss" => true,
@@ -186,7 +187,7 @@ fn redis_url(text: &str) -> Result<bool, (String, &'static str)> {
         }
     };
     if url.host_str().is_none_or(str::is_empty) {
-        return Err((format!("`{text}` names no host"), FIX));
+        return Err(("the URL names no host".to_owned(), FIX));
     }
     let db = url.path().trim_matches('/');
     if !db.is_empty() && db.parse::<i64>().is_err() {

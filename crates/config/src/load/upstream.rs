@@ -285,7 +285,7 @@ impl Cx<'_> {
         };
         let key = raw.get_ref().key_file.as_ref().and_then(|f| {
             let path = self.path(f.get_ref());
-            match std::fs::read(&path) {
+            match self.read_file(&path) {
                 Ok(bytes) if bytes.len() >= 32 => Some(bytes),
                 Ok(bytes) => {
                     self.err_at(
@@ -362,7 +362,7 @@ impl Cx<'_> {
             None => None,
             Some(at) => {
                 let path = self.path(at.get_ref());
-                let pem = match std::fs::read(&path) {
+                let pem = match self.read_file(&path) {
                     Ok(p) => p,
                     Err(e) => {
                         self.err_at(

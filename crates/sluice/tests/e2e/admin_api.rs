@@ -447,3 +447,148 @@ async fn the_first_edit_of_an_in_memory_configuration_saves_it_to_its_autosave_f
         .await;
     assert_eq!(status, 412);
 }
+
+/// A CA in `pki` and, issued by it, `stem`.crt/.key for 127.0.0.1 (server and client use).
+fn pki_issue(pki: &std::path::Path, stem: &str) {
+    if !pki.join("ca.crt").exists() {
+        issue(pki, "ca", "admin test CA", None, &[]);
+    }
+    let ca = boring::x509::X509::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap();
+    let key = boring::pkey::PKey::private_key_from_pem(&std::fs::read(pki.join("ca.key")).unwrap())
+        .unwrap();
+    issue(pki, stem, stem, Some((&ca, &key)), &["127.0.0.1"]);
+}
+
+/// One HTTPS request to the admin listener, verifying its certificate against `pki`'s CA and
+/// presenting `pki`/`client`.crt when given: (status, body, the serial of the certificate the
+/// listener presented), or the error the client saw.
+async fn https_call(
+    addr: SocketAddr,
+    pki: &std::path::Path,
+    client: Option<&str>,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String, Vec<u8>), String> {
+    use boring::ssl::{SslConnector, SslMethod};
+    let mut b = SslConnector::builder(SslMethod::tls()).unwrap();
+    b.set_ca_file(pki.join("ca.crt")).unwrap();
+    if let Some(stem) = client {
+        b.set_certificate_chain_file(pki.join(format!("{stem}.crt")))
+            .unwrap();
+        b.set_private_key_file(
+            pki.join(format!("{stem}.key")),
+            boring::ssl::SslFiletype::PEM,
+        )
+        .unwrap();
+    }
+    let config = b.build().configure().unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let tls = tokio_boring::connect(config, "127.0.0.1", tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let serial = tls
+        .ssl()
+        .peer_certificate()
+        .unwrap()
+        .serial_number()
+        .to_bn()
+        .unwrap()
+        .to_vec();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "admin");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let resp = sender
+        .send_request(req.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .map_err(|e| e.to_string())?;
+    let got = collect(resp).await;
+    Ok((got.status, got.body, serial))
+}
+
+#[tokio::test]
+async fn the_admin_listener_serves_https_to_clients_with_certificates_and_follows_a_renewed_one() {
+    let o = Origin::start("o").await;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    std::fs::create_dir(&pki).unwrap();
+    pki_issue(&pki, "admin");
+    pki_issue(&pki, "operator");
+    let text = config(&o).replace(
+        "token_file = \"admin.token\"\n",
+        "token_file = \"admin.token\"\n[admin.tls]\ncertificate = \"pki/admin.crt\"\nkey = \"pki/admin.key\"\nclient_ca = \"pki/ca.crt\"\n",
+    );
+    let m = Managed::start(dir, &text).await;
+
+    // An operator with a certificate of the CA reads and writes over HTTPS.
+    let (status, body, first) = https_call(m.admin, &pki, Some("operator"), "GET", "/status", None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["config"].is_object(), "{v}");
+    let (status, body, _) = https_call(
+        m.admin,
+        &pki,
+        Some("operator"),
+        "POST",
+        "/api/v1/reload",
+        Some(TOKEN),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+
+    // Without a client certificate: no answer (the handshake or the first read fails).
+    let refused = https_call(m.admin, &pki, None, "GET", "/status", None).await;
+    assert!(refused.is_err(), "answered without a client certificate");
+    // Cleartext to the HTTPS port: no HTTP answer.
+    let tcp = tokio::net::TcpStream::connect(m.admin).await.unwrap();
+    let plain = async {
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+        tokio::spawn(conn);
+        let req = http::Request::get("/status")
+            .header("host", "admin")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        sender.send_request(req).await
+    };
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_secs(15), plain)
+            .await
+            .is_ok_and(|r| r.is_err()),
+        "cleartext HTTP got an answer from the HTTPS admin listener"
+    );
+
+    // A renewed certificate in place, and a reload: the next connection gets it, on the
+    // same socket.
+    pki_issue(&pki, "admin");
+    let (status, body, _) = https_call(
+        m.admin,
+        &pki,
+        Some("operator"),
+        "POST",
+        "/api/v1/reload",
+        Some(TOKEN),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, _, renewed) = https_call(m.admin, &pki, Some("operator"), "GET", "/metrics", None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_ne!(renewed, first, "the renewed certificate is served");
+}
