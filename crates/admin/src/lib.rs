@@ -9,6 +9,7 @@
 //! token (see `api::may_read`).
 
 mod api;
+pub mod build_label;
 mod health;
 mod stats;
 
@@ -709,6 +710,7 @@ pub fn status(s: &Sources) -> String {
         .collect();
     serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
+        "build": build_label::label(),
         "uptime_s": s.started.elapsed().as_secs(),
         "config": api::config_status(s),
         "upstreams": health::status(s),

@@ -264,6 +264,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
     let cpu = rates(samples, |x| x.cpu_s.unwrap_or(0.0));
     json!({
         "version": env!("CARGO_PKG_VERSION"),
+        "build": crate::build_label::label(),
         "uptime_s": s.started.elapsed().as_secs(),
         "interval_s": PERIOD.as_secs_f64(),
         "config": crate::api::config_status(s),

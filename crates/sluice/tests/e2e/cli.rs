@@ -141,7 +141,16 @@ impl Drop for Running {
 }
 
 fn start(config: &std::path::Path, pid_file: &std::path::Path) -> Running {
-    let mut child = sluice()
+    start_from(sluice(), config, pid_file)
+}
+
+/// `sluice run` from the binary `command` runs.
+fn start_from(
+    mut command: Command,
+    config: &std::path::Path,
+    pid_file: &std::path::Path,
+) -> Running {
+    let mut child = command
         .args(["run", "--config"])
         .arg(config)
         .arg("--pid-file")
@@ -390,8 +399,35 @@ fn alive(pid: u32) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// A copy of this build's binary at `to` whose build label (`/status` `build`) reads `label`:
+/// the bytes after the marker rewritten in place, as a packager stamps a build.
+fn stamped_copy(to: &std::path::Path, label: &str) {
+    use sluice_admin::build_label::{LABEL_LEN, MARKER};
+    use std::os::unix::fs::PermissionsExt;
+    let mut bytes = std::fs::read(env!("CARGO_BIN_EXE_sluice")).unwrap();
+    let at = bytes
+        .windows(MARKER.len())
+        .position(|w| w == MARKER)
+        .expect("the binary carries its build label")
+        + MARKER.len();
+    assert!(label.len() < LABEL_LEN);
+    let slot = &mut bytes[at..at + LABEL_LEN];
+    slot.fill(0);
+    slot[..label.len()].copy_from_slice(label.as_bytes());
+    std::fs::write(to, bytes).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The build label `/status` reports on `admin`.
+fn build_of(rt: &tokio::runtime::Runtime, admin: std::net::SocketAddr) -> String {
+    let status = rt.block_on(crate::support::http1_get(admin, "admin", "/status"));
+    assert_eq!(status.status, 200);
+    let v: serde_json::Value = serde_json::from_str(&status.body).unwrap();
+    v["build"].as_str().unwrap().to_owned()
+}
+
 #[test]
-fn upgrade_hands_the_sockets_to_the_new_binary_without_failing_a_request() {
+fn upgrade_replaces_the_binary_on_disk_and_hands_the_sockets_to_it_without_failing_a_request() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -404,8 +440,13 @@ fn upgrade_hands_the_sockets_to_the_new_binary_without_failing_a_request() {
     );
     std::fs::write(&path, &config).unwrap();
     let pid_file = dir.path().join("sluice.pid");
-    let mut gw = start(&path, &pid_file);
+    // The gateway runs from a binary of its own in the test's folder, which the upgrade
+    // replaces on disk as a package upgrade does.
+    let bin = dir.path().join("sluice");
+    stamped_copy(&bin, "before-upgrade");
+    let mut gw = start_from(Command::new(&bin), &path, &pid_file);
     let old_pid = gw.child.id();
+    assert_eq!(build_of(&rt, gw.admin), "before-upgrade");
 
     // Load: a new connection per request, for as long as the upgrade takes.
     let (ok, failed, stop) = (
@@ -448,6 +489,11 @@ fn upgrade_hands_the_sockets_to_the_new_binary_without_failing_a_request() {
         ok.load(Ordering::SeqCst) >= 20
     }));
 
+    // The new version lands next to the old and is renamed over it: the running process's
+    // /proc/self/exe now reads "… (deleted)", and the upgrade must start the new file.
+    let staged = dir.path().join("sluice.new");
+    stamped_copy(&staged, "after-upgrade");
+    std::fs::rename(&staged, &bin).unwrap();
     let out = sluice()
         .args(["upgrade", "--pid-file"])
         .arg(&pid_file)
@@ -480,8 +526,11 @@ fn upgrade_hands_the_sockets_to_the_new_binary_without_failing_a_request() {
         0,
         "no request failed across the upgrade"
     );
-    let status = rt.block_on(crate::support::http1_get(gw.admin, "admin", "/status"));
-    assert_eq!(status.status, 200, "the admin listener was handed over too");
+    assert_eq!(
+        build_of(&rt, gw.admin),
+        "after-upgrade",
+        "the new binary serves, on the admin listener handed over too"
+    );
 
     // A new binary that cannot start (its configuration is broken) leaves this one serving.
     std::fs::write(&path, format!("{config}bogus = 1\n")).unwrap();
