@@ -22,8 +22,25 @@ pub(crate) fn upstream(s: &Sources, name: &str) -> Option<Value> {
     Some(document(&h))
 }
 
+/// What following DNS shows: each name's addresses, lookups, failures, changes.
+fn dns(h: &UpstreamHealth) -> Value {
+    h.dns.as_ref().map_or(Value::Null, |d| {
+        json!({
+            "names": d.names.iter().map(|(n, a)| json!({
+                "name": n,
+                "addresses": a.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "lookups": d.lookups,
+            "failures": d.failures,
+            "changes": d.changes,
+            "last_error": d.last_error,
+        })
+    })
+}
+
 fn document(h: &UpstreamHealth) -> Value {
     json!({
+        "dns": dns(h),
         "upstream": h.name,
         "health_check": h.checked,
         "fail_open_requests": h.fail_open,
@@ -54,6 +71,7 @@ pub(crate) fn status(s: &Sources) -> Value {
                     "servers_up": up,
                     "servers_down": h.servers.len() - up,
                     "fail_open_requests": h.fail_open,
+                    "dns": dns(h),
                     "down": h.servers.iter().filter(|s| !s.up).map(|s| json!({
                         "address": s.address, "reason": s.reason, "since": unix_seconds(s.since),
                     })).collect::<Vec<_>>(),
@@ -137,5 +155,41 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
             label(&h.name),
             h.fail_open
         );
+    }
+    if all.iter().any(|h| h.dns.is_some()) {
+        crate::family(
+            out,
+            "sluice_upstream_dns_lookups_total",
+            "counter",
+            "DNS lookups of upstream servers with resolve = true, by result (a failure keeps the last good addresses).",
+        );
+        for h in &all {
+            let Some(d) = &h.dns else { continue };
+            for (result, v) in [
+                ("ok", d.lookups - d.failures.min(d.lookups)),
+                ("failed", d.failures),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "sluice_upstream_dns_lookups_total{{upstream=\"{}\",result=\"{result}\"}} {v}",
+                    label(&h.name)
+                );
+            }
+        }
+        crate::family(
+            out,
+            "sluice_upstream_dns_changes_total",
+            "counter",
+            "Times DNS changed an upstream's servers.",
+        );
+        for h in &all {
+            let Some(d) = &h.dns else { continue };
+            let _ = writeln!(
+                out,
+                "sluice_upstream_dns_changes_total{{upstream=\"{}\"}} {}",
+                label(&h.name),
+                d.changes
+            );
+        }
     }
 }

@@ -37,11 +37,11 @@ pub use policy::{
 pub use snapshot::{
     AccessLogFormat, AccessLogTarget, Admin, AdminTls, Balance, Certificate, CompressEngineName,
     CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,
-    DEFAULT_COMPRESS_TYPES, DEFAULT_GROUPS, FleetSource, Global, GzipBackend, Handshakes, HashKey,
-    HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType, KeylessOffload, Listener, ListenerKind,
-    LogConfig, Offload, Outlier, PassHost, PathMatch, ProxyProtocol, RetryPolicy, Route,
-    ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion, UnknownSni, Upstream,
-    UpstreamProtocol, UpstreamServer, UpstreamTls,
+    DEFAULT_COMPRESS_TYPES, DEFAULT_GROUPS, DnsResolver, FleetSource, Global, GzipBackend,
+    Handshakes, HashKey, HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType, KeylessOffload, Listener,
+    ListenerKind, LogConfig, Offload, Outlier, PassHost, PathMatch, ProxyProtocol, RetryPolicy,
+    Route, ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion, UnknownSni,
+    Upstream, UpstreamProtocol, UpstreamServer, UpstreamTls,
 };
 pub use units::{parse_byte_size, parse_duration};
 

@@ -101,13 +101,14 @@ struct RawConfig {
     demo: Option<RawDemo>,
     compression: Option<RawCompression>,
     rate_limit: Option<RawRateLimitStore>,
+    resolver: RawResolver,
     config: Option<RawConfigSource>,
     /// Names of entries that failed to parse, by section: references to them are not
     /// reported again as "not defined".
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [resolver], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -190,6 +191,7 @@ impl<'a> Cx<'a> {
                 "demo" => raw.demo = self.section(value),
                 "compression" => raw.compression = self.section(value),
                 "rate_limit" => raw.rate_limit = self.section(value),
+                "resolver" => raw.resolver = self.section(value).unwrap_or_default(),
                 "config" => raw.config = self.section(value),
                 "listener" => raw.listeners = self.array("listener", value, &mut raw.broken),
                 "certificate" => {
@@ -460,6 +462,7 @@ impl<'a> Cx<'a> {
             offload,
             admin,
             rate_limit_store,
+            resolver: self.resolver(&raw.resolver),
             demo: raw
                 .demo
                 .as_ref()

@@ -30,6 +30,20 @@ pub struct RawGlobal {
     pub shutdown_timeout: Option<SpannedStr>,
 }
 
+/// `[resolver]`: the DNS servers and timing of upstreams with `resolve = true`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawResolver {
+    /// `ip:port` (or `ip`, port 53) of each DNS server; default: `/etc/resolv.conf`'s.
+    pub servers: Option<Spanned<Vec<String>>>,
+    /// Never re-resolve sooner than this, whatever the TTL says.
+    pub min_ttl: Option<SpannedStr>,
+    /// Re-resolve at least this often, whatever the TTL says.
+    pub max_ttl: Option<SpannedStr>,
+    /// Deadline of one resolution.
+    pub timeout: Option<SpannedStr>,
+}
+
 /// `[log]`: diagnostics and the access log.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -303,10 +317,12 @@ pub struct RawSticky {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawServer {
-    /// `host:port`; names are resolved once at load.
+    /// `host:port`; names are resolved once at load unless `resolve`.
     pub address: Spanned<String>,
     /// Relative share of requests for weighted balancing (default 1).
     pub weight: Option<Spanned<u32>>,
+    /// Follow the name in DNS: every A/AAAA record a server, re-resolved in the background.
+    pub resolve: Option<Spanned<bool>>,
 }
 
 /// `[[route]]`: which requests go to which upstream.

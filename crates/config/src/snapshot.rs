@@ -37,6 +37,8 @@ pub struct Snapshot {
     pub admin: Option<Admin>,
     /// `[rate_limit]`: where shared limits are kept.
     pub rate_limit_store: crate::RateLimitStore,
+    /// `[resolver]`: DNS for upstream servers with `resolve = true`.
+    pub resolver: DnsResolver,
     /// Where the built-in demo origin listens (`[demo]`), if anywhere. Started with the
     /// process; a reload does not move it.
     pub demo: Option<SocketAddr>,
@@ -562,7 +564,8 @@ pub enum PassHost {
 pub struct ServerAddr {
     /// As written in the file (for logs).
     pub name: String,
-    /// Resolved at load.
+    /// Resolved at load; for a `resolve` server, `0.0.0.0` and its port (the gateway puts
+    /// one server per resolved address in its place).
     pub addr: SocketAddr,
 }
 
@@ -573,6 +576,46 @@ pub struct UpstreamServer {
     pub address: ServerAddr,
     /// Relative weight (≥ 1).
     pub weight: NonZeroU32,
+    /// `resolve = true`: `address.name` is `host:port`, followed in DNS by the gateway.
+    pub resolve: bool,
+}
+
+impl UpstreamServer {
+    /// The `host` and port of a `resolve` server.
+    pub fn dns_name(&self) -> Option<(&str, u16)> {
+        if !self.resolve {
+            return None;
+        }
+        let (host, port) = self.address.name.rsplit_once(':')?;
+        Some((
+            host.trim_start_matches('[').trim_end_matches(']'),
+            port.parse().ok()?,
+        ))
+    }
+}
+
+/// `[resolver]`: how upstreams with `resolve = true` are looked up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsResolver {
+    /// DNS servers; empty: those of `/etc/resolv.conf`.
+    pub servers: Vec<SocketAddr>,
+    /// Lower bound of the time between two resolutions of a name.
+    pub min_ttl: Duration,
+    /// Upper bound of it (a name is looked up again at least this often).
+    pub max_ttl: Duration,
+    /// Deadline of one resolution.
+    pub timeout: Duration,
+}
+
+impl Default for DnsResolver {
+    fn default() -> Self {
+        DnsResolver {
+            servers: Vec::new(),
+            min_ttl: Duration::from_secs(1),
+            max_ttl: Duration::from_secs(60),
+            timeout: Duration::from_secs(5),
+        }
+    }
 }
 
 /// A group of servers.

@@ -25,7 +25,7 @@ use crate::request::access_log::AccessLog;
 use crate::request::context::ListenerCtx;
 use crate::request::rate_limit::{RateLimiter, RedisStore};
 use crate::request::router::Router;
-use crate::upstreams::upstream::UpstreamGroup;
+use crate::upstreams::dns::{Resolver, UpstreamSlot};
 use arc_swap::ArcSwap;
 use sluice_config::{CompressOffload, Listener, LogConfig, Snapshot};
 use sluice_tls::{KeyOffload, TlsAcceptor, TlsIdentity};
@@ -62,7 +62,7 @@ struct View {
     /// Connections of every listener, current and draining.
     trackers: Vec<TaskTracker>,
     /// Upstream groups in configuration order (their health).
-    upstreams: Arc<[Arc<UpstreamGroup>]>,
+    upstreams: Arc<[Arc<UpstreamSlot>]>,
     limiters: Arc<HashMap<String, Arc<RateLimiter>>>,
     redis: Option<Arc<RedisStore>>,
 }
@@ -74,8 +74,10 @@ struct State {
     /// Removed listeners whose connections are still finishing.
     draining: Vec<TaskTracker>,
     /// Upstream groups by name, and in configuration order.
-    upstreams: Arc<HashMap<String, Arc<UpstreamGroup>>>,
-    groups: Arc<[Arc<UpstreamGroup>]>,
+    upstreams: Arc<HashMap<String, Arc<UpstreamSlot>>>,
+    groups: Arc<[Arc<UpstreamSlot>]>,
+    /// `[resolver]`'s, while some server follows DNS.
+    resolver: Option<Arc<Resolver>>,
     key_offload: Arc<KeyOffload>,
     key_identity: Vec<u8>,
     /// Where handshakes run; replaced when `[offload.handshakes]` changes.
@@ -157,8 +159,9 @@ pub struct ApplyReport {
 
 /// A change prepared but not yet visible.
 struct Prepared {
-    upstreams: Arc<HashMap<String, Arc<UpstreamGroup>>>,
-    groups: Arc<[Arc<UpstreamGroup>]>,
+    upstreams: Arc<HashMap<String, Arc<UpstreamSlot>>>,
+    groups: Arc<[Arc<UpstreamSlot>]>,
+    resolver: Option<Arc<Resolver>>,
     limiters: Arc<HashMap<String, Arc<RateLimiter>>>,
     redis: Option<Arc<RedisStore>>,
     key_offload: Arc<KeyOffload>,
@@ -225,6 +228,7 @@ impl Gateway {
             draining: Vec::new(),
             upstreams: Default::default(),
             groups: Arc::new([]),
+            resolver: None,
             key_offload,
             key_identity,
             handshakes: HandshakeScheduler::start(&snapshot.offload.handshakes)
@@ -347,7 +351,11 @@ impl Gateway {
             .load()
             .upstreams
             .iter()
-            .map(|g| g.health())
+            .map(|slot| {
+                let mut h = slot.group().health();
+                h.dns = slot.dns_report();
+                h
+            })
             .collect()
     }
 
@@ -472,7 +480,7 @@ async fn prepare(
             redis.clone(),
         );
         at_idle(move || {
-            let kept: Vec<Option<Arc<UpstreamGroup>>> = snapshot
+            let kept: Vec<Option<Arc<UpstreamSlot>>> = snapshot
                 .upstreams
                 .iter()
                 .map(|u| {
@@ -480,7 +488,7 @@ async fn prepare(
                     // `Arc`) needs no field-by-field comparison.
                     old_groups
                         .get(&u.name)
-                        .filter(|old| Arc::ptr_eq(&old.config, u) || *old.config == **u)
+                        .filter(|old| old.serves(u, &snapshot.resolver))
                         .cloned()
                 })
                 .collect();
@@ -528,23 +536,35 @@ async fn prepare(
     };
 
     let all_kept = kept.iter().all(Option::is_some) && kept.len() == state.upstreams.len();
-    // New groups start here: their health checks are tasks of this runtime.
-    let groups: Arc<[Arc<UpstreamGroup>]> = kept
-        .into_iter()
-        .zip(&snapshot.upstreams)
-        .map(|(kept, u)| match kept {
-            Some(group) => {
+    // The DNS resolver: the running one while `[resolver]` stays, none while no server
+    // follows a name.
+    let follows = snapshot
+        .upstreams
+        .iter()
+        .any(|u| u.servers.iter().any(|s| s.resolve));
+    let resolver = match &state.resolver {
+        _ if !follows => None,
+        Some(r) if r.config == snapshot.resolver => Some(r.clone()),
+        _ => Some(Arc::new(
+            Resolver::new(&snapshot.resolver).map_err(ProxyError::Resolver)?,
+        )),
+    };
+    // New groups start here: their health checks and DNS lookups are tasks of this runtime.
+    let mut groups: Vec<Arc<UpstreamSlot>> = Vec::with_capacity(kept.len());
+    for (kept, u) in kept.into_iter().zip(&snapshot.upstreams) {
+        match kept {
+            Some(slot) => {
                 report.upstreams_kept += 1;
-                group
+                groups.push(slot);
             }
             None => {
                 report.upstreams_new += 1;
-                let group = Arc::new(UpstreamGroup::new(u.clone()));
-                crate::upstreams::health::start(&group);
-                group
+                let seed = state.upstreams.get(&u.name).map(Arc::as_ref);
+                groups.push(UpstreamSlot::start(u.clone(), resolver.as_ref(), seed).await);
             }
-        })
-        .collect();
+        }
+    }
+    let groups: Arc<[Arc<UpstreamSlot>]> = groups.into();
     // Every group kept and none removed: the same names, the same map.
     let upstreams = if all_kept {
         state.upstreams.clone()
@@ -621,6 +641,7 @@ async fn prepare(
     Ok(Prepared {
         upstreams,
         groups,
+        resolver,
         limiters,
         redis,
         key_offload,
@@ -794,6 +815,7 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
     });
     state.upstreams = prepared.upstreams;
     state.groups = prepared.groups;
+    state.resolver = prepared.resolver;
     state.limiters = prepared.limiters;
     state.redis = prepared.redis;
     state.key_offload = prepared.key_offload;

@@ -21,18 +21,40 @@ impl Cx<'_> {
         }
         for s in raw.servers.get_ref() {
             let text = s.address.get_ref();
+            let resolve = s.resolve.as_ref().is_some_and(|r| *r.get_ref());
             let addr = match text.parse::<SocketAddr>() {
-                Ok(a) => Some(a),
+                Ok(a) => {
+                    if let Some(r) = s.resolve.as_ref().filter(|_| resolve) {
+                        self.err_at(
+                            r,
+                            format!("upstream `{name}`: server `{text}` is an address, there is no name to resolve"),
+                            "remove resolve = true, or give the server's DNS name: \"app.internal:8080\"",
+                        );
+                    }
+                    Some(a)
+                }
+                // Followed by the gateway: not looked up here, where a DNS server of
+                // `[resolver]` may not be the system's.
+                Err(_) if resolve => {
+                    dns_name(text).map(|(_, port)| SocketAddr::from(([0, 0, 0, 0], port)))
+                }
                 Err(_) if text.contains(':') => {
                     text.to_socket_addrs().ok().and_then(|mut a| a.next())
                 }
                 Err(_) => None,
             };
             let Some(addr) = addr else {
+                let fix = if resolve {
+                    "write it as \"app.internal:8080\": a DNS name and a port"
+                } else {
+                    "write it as \"10.0.0.5:8080\" or \"app.internal:8080\" (names are resolved when the configuration loads; add resolve = true to follow a name in DNS)"
+                };
                 self.err_at(
                     &s.address,
-                    format!("upstream `{name}`: server address `{text}` is not a reachable host:port"),
-                    "write it as \"10.0.0.5:8080\" or \"app.internal:8080\" (names are resolved when the configuration loads)",
+                    format!(
+                        "upstream `{name}`: server address `{text}` is not a reachable host:port"
+                    ),
+                    fix,
                 );
                 continue;
             };
@@ -53,6 +75,7 @@ impl Cx<'_> {
                     addr,
                 },
                 weight,
+                resolve,
             });
         }
         let balance = self
@@ -407,5 +430,74 @@ impl Cx<'_> {
             ca,
             verify: t.verify.as_ref().is_none_or(|v| *v.get_ref()),
         })
+    }
+}
+
+/// The host and port of `host:port`, when the host could be a DNS name.
+fn dns_name(text: &str) -> Option<(&str, u16)> {
+    let (host, port) = text.rsplit_once(':')?;
+    let port: u16 = port.parse().ok().filter(|&p| p != 0)?;
+    let ok = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    ok.then_some((host, port))
+}
+
+impl Cx<'_> {
+    /// `[resolver]`.
+    pub(super) fn resolver(&mut self, raw: &RawResolver) -> DnsResolver {
+        let defaults = DnsResolver::default();
+        let mut servers = Vec::new();
+        if let Some(list) = &raw.servers {
+            for text in list.get_ref() {
+                let addr = text.parse::<SocketAddr>().or_else(|_| {
+                    text.parse::<std::net::IpAddr>()
+                        .map(|ip| SocketAddr::new(ip, 53))
+                });
+                match addr {
+                    Ok(a) => servers.push(a),
+                    Err(_) => self.err_at(
+                        list,
+                        format!("[resolver] server `{text}` is not an IP address"),
+                        "write each as \"10.0.0.2\" or \"10.0.0.2:53\" (a DNS server is reached by address)",
+                    ),
+                }
+            }
+            if list.get_ref().is_empty() {
+                self.err_at(
+                    list,
+                    "[resolver] servers is empty",
+                    "name at least one DNS server, or remove servers to use /etc/resolv.conf's",
+                );
+            }
+        }
+        let min_ttl = self
+            .duration(raw.min_ttl.as_ref())
+            .unwrap_or(defaults.min_ttl);
+        let max_ttl = self
+            .duration(raw.max_ttl.as_ref())
+            .unwrap_or(defaults.max_ttl);
+        if min_ttl > max_ttl
+            && let Some(at) = raw.min_ttl.as_ref().or(raw.max_ttl.as_ref())
+        {
+            self.err_at(
+                at,
+                format!("[resolver] min_ttl ({min_ttl:?}) is above max_ttl ({max_ttl:?})"),
+                "make min_ttl the shorter: names are looked up again between the two, as their TTL says",
+            );
+        }
+        DnsResolver {
+            servers,
+            min_ttl,
+            max_ttl,
+            timeout: self
+                .duration(raw.timeout.as_ref())
+                .unwrap_or(defaults.timeout),
+        }
     }
 }

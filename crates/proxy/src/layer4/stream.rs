@@ -80,7 +80,7 @@ pub(crate) async fn serve(
             tracing::debug!(listener = %listener.name, client = %at.client, server_name = %log.host, "no passthrough upstream for this server name");
             return finish(log, 502, NO_UPSTREAM);
         };
-        let group = listener.upstreams[group].clone();
+        let group = listener.upstreams[group].group();
         return relay(
             &listener,
             proxy,
@@ -94,7 +94,7 @@ pub(crate) async fn serve(
         )
         .await;
     }
-    let Some(group) = proxy.upstream.map(|i| listener.upstreams[i].clone()) else {
+    let Some(group) = proxy.upstream.map(|i| listener.upstreams[i].group()) else {
         return finish(log, 502, NO_UPSTREAM);
     };
     match &listener.tls {

@@ -4,7 +4,7 @@
 use crate::request::access_log::AccessLog;
 use crate::request::conn_state::ConnState;
 use crate::request::router::Router;
-use crate::upstreams::upstream::UpstreamGroup;
+use crate::upstreams::dns::UpstreamSlot;
 use arc_swap::ArcSwap;
 use sluice_config::Listener;
 use sluice_tls::TlsInfo;
@@ -20,7 +20,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) tls: Option<sluice_tls::TlsAcceptor>,
     /// Where TLS handshakes run and how many at once (one for the gateway).
     pub(crate) handshakes: Arc<crate::handshakes::HandshakeScheduler>,
-    pub(crate) upstreams: Arc<[Arc<UpstreamGroup>]>,
+    /// Upstream groups by index (a route's `upstream`), each as it serves now.
+    pub(crate) upstreams: Arc<[Arc<UpstreamSlot>]>,
     pub(crate) access_log: AccessLog,
     pub(crate) metrics: Arc<crate::ProxyMetrics>,
     pub(crate) compressor: Arc<crate::Compressor>,

@@ -29,6 +29,9 @@ pub enum ProxyError {
     /// The offload engines could not start (threads).
     #[error("cannot start the offload engines: {0}")]
     Offload(#[source] std::io::Error),
+    /// The DNS resolver of `[resolver]` could not be set up.
+    #[error("{0}")]
+    Resolver(String),
     /// The gateway is shutting down and takes no new configuration.
     #[error("the gateway is shutting down")]
     Stopped,

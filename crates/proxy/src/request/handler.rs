@@ -200,7 +200,7 @@ pub(crate) async fn handle(
     else {
         return Ok(failure(done, Failure::NoRoute));
     };
-    let group = listener.upstreams[upstream].clone();
+    let group = listener.upstreams[upstream].group();
     let facts = RequestFacts::new(&route.compression, req.method(), req.headers());
     Ok(super::proxy::run(
         &conn, listener, group, route, client, req, host, done, facts,

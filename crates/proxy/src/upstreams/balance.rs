@@ -86,6 +86,27 @@ impl Server {
             && !self.outlier.ejected(now_ms)
     }
 
+    /// Takes over what `old` (the same address in the group a DNS change replaced) knew;
+    /// not its requests in flight, which end on `old`.
+    pub(crate) fn carry_from(&self, old: &Server) {
+        let copy = |to: &AtomicU64, from: &AtomicU64| {
+            to.store(from.load(Ordering::Relaxed), Ordering::Relaxed)
+        };
+        self.fails
+            .store(old.fails.load(Ordering::Relaxed), Ordering::Relaxed);
+        copy(&self.down_until_ms, &old.down_until_ms);
+        copy(&self.ewma_ns, &old.ewma_ns);
+        copy(&self.ewma_at_ns, &old.ewma_at_ns);
+        self.checked_up.store(old.checked_up(), Ordering::Relaxed);
+        self.outlier.carry_from(&old.outlier);
+        let detail = old
+            .check_detail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        *self.check_detail.lock().unwrap_or_else(|e| e.into_inner()) = detail;
+    }
+
     pub(crate) fn checked_up(&self) -> bool {
         self.checked_up.load(Ordering::Relaxed)
     }
@@ -269,6 +290,9 @@ impl Balancer {
     /// skipped while any other is left; when all are down one is tried anyway.
     pub(crate) fn pick(&self, servers: &[Server], cx: &PickCx<'_>) -> Option<usize> {
         let n = servers.len();
+        if n == 0 {
+            return None;
+        }
         let picked = match self {
             Balancer::RoundRobin(next) => {
                 let start = next.fetch_add(1, Ordering::Relaxed);

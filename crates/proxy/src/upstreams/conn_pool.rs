@@ -128,6 +128,17 @@ impl ConnPool {
         }
     }
 
+    /// Takes the idle connections `from` holds for its server `index` as server `to`'s (the
+    /// same address in the group a DNS change built).
+    pub(crate) fn adopt(&self, to: usize, from: &ConnPool, index: usize) {
+        let taken =
+            std::mem::take(&mut *from.idle[index].lock().unwrap_or_else(|e| e.into_inner()));
+        self.idle[to]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(taken);
+    }
+
     /// Sends `req` (origin-form URI, Host set) to server `index` at `addr`, on an idle
     /// connection if one is alive, else on a new one. `at` is the client connection the
     /// request came on (what a PROXY protocol header says).

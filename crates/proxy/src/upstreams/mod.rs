@@ -1,9 +1,10 @@
 //! Upstream groups and their policy: the group and its servers (`upstream`), balancing,
-//! passive and active health, outlier ejection, retries, sticky sessions, request keys, the
+//! passive and active health, servers that follow DNS (`dns`), outlier ejection, retries, sticky sessions, request keys, the
 //! HTTP/1.1 keep-alive pool (`conn_pool`) and TLS to servers (`upstream_tls`).
 
 pub(crate) mod balance;
 pub(crate) mod conn_pool;
+pub(crate) mod dns;
 pub(crate) mod health;
 pub(crate) mod outlier;
 pub(crate) mod request_key;

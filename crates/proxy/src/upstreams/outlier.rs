@@ -35,6 +35,16 @@ pub(crate) struct Ejection {
 }
 
 impl OutlierState {
+    /// Takes over `old`'s state (the same server in a group a DNS change replaced).
+    pub(crate) fn carry_from(&self, old: &OutlierState) {
+        let r = Ordering::Relaxed;
+        self.fails.store(old.fails.load(r), r);
+        self.until_ms.store(old.until_ms.load(r), r);
+        self.at_ms.store(old.at_ms.load(r), r);
+        self.ejections.store(old.ejections.load(r), r);
+        self.returning.store(old.returning.load(r), r);
+    }
+
     pub(crate) fn ejected(&self, now_ms: u64) -> bool {
         self.until_ms.load(Ordering::Relaxed) > now_ms
     }

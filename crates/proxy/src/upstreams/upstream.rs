@@ -73,7 +73,10 @@ impl std::fmt::Debug for UpstreamGroup {
 }
 
 impl UpstreamGroup {
-    pub(crate) fn new(config: Arc<Upstream>) -> Self {
+    /// The group of `config`. With `old` (the group a DNS change replaces), what servers at
+    /// the same address knew carries over: passive health, outlier ejection, latency, active
+    /// checks' verdict and idle connections; and the HTTP/2 client with its connections.
+    pub(crate) fn new(config: Arc<Upstream>, old: Option<&UpstreamGroup>) -> Self {
         // HTTP/2 over TLS is chosen by ALPN: offer `h2` (and only that) to h2 groups.
         let alpn: Option<&[u8]> = (config.protocol == UpstreamProtocol::H2).then_some(b"\x02h2");
         let tls = config.tls.as_ref().map(|t| {
@@ -92,39 +95,59 @@ impl UpstreamGroup {
                 }),
             )
         });
+        // The same definition but for servers: the same TLS to them.
+        let tls = match old {
+            Some(o) => o.tls.clone(),
+            None => tls,
+        };
         let h2_tls = tls.clone();
-        let transport = match config.protocol {
-            UpstreamProtocol::Http1 => Transport::Http1(Arc::new(ConnPool::new(
-                config.servers.len(),
-                config.keepalive,
-                config.keepalive_timeout,
-                config.connect_timeout,
-                config.send_proxy_protocol,
-                tls.clone(),
-            ))),
-            UpstreamProtocol::H2 => {
-                let mut connector = HttpConnector::new();
-                connector.set_connect_timeout(Some(config.connect_timeout));
-                connector.set_nodelay(true);
-                connector.enforce_http(true);
-                let client = Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(config.keepalive_timeout)
-                    .pool_max_idle_per_host(config.keepalive)
-                    .pool_timer(TokioTimer::new())
-                    .timer(TokioTimer::new())
-                    .http2_only(true)
-                    .build(crate::upstreams::upstream_tls::H2Connect {
-                        http: connector,
-                        tls: h2_tls.clone(),
-                    });
-                Transport::H2(Box::new(client))
-            }
+        let transport = match (config.protocol, old.map(|o| &o.transport)) {
+            (UpstreamProtocol::H2, Some(Transport::H2(client))) => Transport::H2(client.clone()),
+            (protocol, _) => match protocol {
+                UpstreamProtocol::Http1 => Transport::Http1(Arc::new(ConnPool::new(
+                    config.servers.len(),
+                    config.keepalive,
+                    config.keepalive_timeout,
+                    config.connect_timeout,
+                    config.send_proxy_protocol,
+                    tls.clone(),
+                ))),
+                UpstreamProtocol::H2 => {
+                    let mut connector = HttpConnector::new();
+                    connector.set_connect_timeout(Some(config.connect_timeout));
+                    connector.set_nodelay(true);
+                    connector.enforce_http(true);
+                    let client = Client::builder(TokioExecutor::new())
+                        .pool_idle_timeout(config.keepalive_timeout)
+                        .pool_max_idle_per_host(config.keepalive)
+                        .pool_timer(TokioTimer::new())
+                        .timer(TokioTimer::new())
+                        .http2_only(true)
+                        .build(crate::upstreams::upstream_tls::H2Connect {
+                            http: connector,
+                            tls: h2_tls.clone(),
+                        });
+                    Transport::H2(Box::new(client))
+                }
+            },
         };
         let servers: Vec<Server> = config
             .servers
             .iter()
             .map(|s| Server::named(s.address.name.clone(), s.address.addr, s.weight.get()))
             .collect();
+        if let Some(old) = old {
+            for (i, s) in servers.iter().enumerate() {
+                let Some(j) = old.servers.iter().position(|o| o.addr == s.addr) else {
+                    continue;
+                };
+                s.carry_from(&old.servers[j]);
+                if let (Transport::Http1(to), Transport::Http1(from)) = (&transport, &old.transport)
+                {
+                    to.adopt(i, from, j);
+                }
+            }
+        }
         let sticky = config.sticky.clone().map(|s| {
             let names: Vec<&str> = config
                 .servers
@@ -145,14 +168,15 @@ impl UpstreamGroup {
             servers,
             transport,
             config,
-            clock: Instant::now(),
-            started: SystemTime::now(),
+            // Servers' times are on the group's clock: the one they carried over from.
+            clock: old.map_or_else(Instant::now, |o| o.clock),
+            started: old.map_or_else(SystemTime::now, |o| o.started),
             waiting: AtomicUsize::new(0),
             freed: tokio::sync::Notify::new(),
             in_flight: AtomicUsize::new(0),
-            fail_open: AtomicU64::new(0),
-            ejections: AtomicU64::new(0),
-            ejections_capped: AtomicU64::new(0),
+            fail_open: count_of(old, |o| &o.fail_open),
+            ejections: count_of(old, |o| &o.ejections),
+            ejections_capped: count_of(old, |o| &o.ejections_capped),
         }
     }
 
@@ -233,6 +257,10 @@ impl UpstreamGroup {
 
     /// The server a pick would take, without taking it.
     fn choose(&self, key: u64, tried: &[usize], prefer: Option<usize>) -> Option<usize> {
+        // A group whose only servers follow a name that never resolved.
+        if self.servers.is_empty() {
+            return None;
+        }
         let now = self.clock.elapsed();
         let cx = PickCx {
             now_ms: now.as_millis() as u64,
@@ -348,6 +376,7 @@ impl UpstreamGroup {
                     }
                 })
                 .collect(),
+            dns: None,
         }
     }
 
@@ -419,6 +448,11 @@ impl UpstreamGroup {
     }
 }
 
+/// A group's counter carried over from the group it replaces.
+fn count_of(old: Option<&UpstreamGroup>, c: impl Fn(&UpstreamGroup) -> &AtomicU64) -> AtomicU64 {
+    AtomicU64::new(old.map_or(0, |o| c(o).load(Ordering::Relaxed)))
+}
+
 /// An upstream group's health, as the admin listener shows it.
 #[derive(Debug, Clone)]
 pub struct UpstreamHealth {
@@ -434,8 +468,10 @@ pub struct UpstreamHealth {
     pub ejections_capped: u64,
     /// Requests waiting for a server under `max_conns`.
     pub queued: usize,
-    /// Its servers, in configuration order.
+    /// Its servers, in configuration order (a name that follows DNS: one per address).
     pub servers: Vec<ServerHealthReport>,
+    /// Following DNS, when a server has `resolve = true`.
+    pub dns: Option<crate::upstreams::dns::DnsReport>,
 }
 
 /// One server's health.

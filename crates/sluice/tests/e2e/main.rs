@@ -12,6 +12,7 @@ mod cli;
 mod compression;
 mod dashboard;
 mod differential;
+mod dns;
 mod fleet;
 mod grpc;
 mod health;

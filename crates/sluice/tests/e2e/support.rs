@@ -39,16 +39,22 @@ impl Drop for Origin {
 
 impl Origin {
     pub async fn start(name: &'static str) -> Origin {
-        Self::start_with(name, false).await
+        Self::start_with(name, false, "127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// An origin on `at` (another loopback address, a chosen port); `None` if it is taken.
+    pub async fn start_on(name: &'static str, at: SocketAddr) -> Option<Origin> {
+        TcpListener::bind(at).await.ok()?;
+        Some(Self::start_with(name, false, at).await)
     }
 
     /// An origin that speaks cleartext HTTP/2 only (prior knowledge).
     pub async fn start_h2(name: &'static str) -> Origin {
-        Self::start_with(name, true).await
+        Self::start_with(name, true, "127.0.0.1:0".parse().unwrap()).await
     }
 
-    async fn start_with(name: &'static str, h2_only: bool) -> Origin {
-        let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    async fn start_with(name: &'static str, h2_only: bool, at: SocketAddr) -> Origin {
+        let socket = TcpListener::bind(at).await.unwrap();
         let addr = socket.local_addr().unwrap();
         let hits = Arc::new(AtomicUsize::new(0));
         let release = Arc::new(Notify::new());

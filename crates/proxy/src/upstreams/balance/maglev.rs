@@ -22,6 +22,13 @@ impl Maglev {
     /// Builds the table for servers `(name, weight)`. A server with weight w takes w turns
     /// per round of the fill, so it ends up with w shares of the slots.
     pub(crate) fn new(servers: &[(&str, u32)]) -> Self {
+        // No server (a name that never resolved): nothing to fill; never looked up, since a
+        // group without servers picks none.
+        if servers.is_empty() {
+            return Maglev {
+                slots: Box::new([0]),
+            };
+        }
         let m = prime_at_least((servers.len() * 100).next_power_of_two().max(1 << 16)) as u64;
         let mut offset = Vec::with_capacity(servers.len());
         let mut skip = Vec::with_capacity(servers.len());
