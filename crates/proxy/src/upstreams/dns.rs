@@ -158,18 +158,31 @@ impl UpstreamSlot {
         seed: Option<&UpstreamSlot>,
     ) -> Arc<UpstreamSlot> {
         let follows = base.servers.iter().any(|s| s.resolve);
+        // What the replaced slot knew and counted carries on (counters stay monotonic).
+        let before = seed.and_then(|s| s.dns.as_ref());
+        let count = |c: fn(&Follow) -> &AtomicU64| {
+            AtomicU64::new(before.map_or(0, |f| c(f).load(Ordering::Relaxed)))
+        };
         let dns = match resolver {
             Some(r) if follows => Some(Follow {
                 resolver: r.clone(),
+                // The names this definition still follows.
                 resolved: Mutex::new(
-                    seed.and_then(|s| s.dns.as_ref())
+                    before
                         .map(|f| lock(&f.resolved).clone())
-                        .unwrap_or_default(),
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|(name, _)| {
+                            base.servers
+                                .iter()
+                                .any(|s| s.resolve && s.address.name == *name)
+                        })
+                        .collect(),
                 ),
-                lookups: AtomicU64::new(0),
-                failures: AtomicU64::new(0),
-                changes: AtomicU64::new(0),
-                last_error: Mutex::new(None),
+                lookups: count(|f| &f.lookups),
+                failures: count(|f| &f.failures),
+                changes: count(|f| &f.changes),
+                last_error: Mutex::new(before.and_then(|f| lock(&f.last_error).clone())),
             }),
             _ => None,
         };

@@ -135,7 +135,7 @@ async fn servers_follow_dns_as_records_are_added_and_removed_without_failing_a_r
     const NAME: &str = "app.sluice.test";
     let (port, [a, b, c]) = three_origins().await;
     let mut dns = Dnsmasq::start(&[(NAME, ip(2)), (NAME, ip(3))]).await;
-    let gw = TestGateway::plain(&format!(
+    let config = format!(
         r#"
 [log]
 access_log = "off"
@@ -155,8 +155,8 @@ name = "all"
 upstream = "app"
 "#,
         dns = dns.port
-    ))
-    .await;
+    );
+    let gw = TestGateway::plain(&config).await;
     // Both records, each a server of its own, resolved before the first request.
     assert_eq!(
         addresses(&gw),
@@ -226,6 +226,21 @@ upstream = "app"
     let served = ok.load(Ordering::Relaxed);
     wait_until(|| ok.load(Ordering::Relaxed) > served + 200).await;
     assert_eq!(addresses(&gw).len(), 2, "the last good set is kept");
+
+    // A reload that changes the upstream builds a new group from the addresses the old one
+    // had: no lookup (DNS is down) and no request lost.
+    let report = gw
+        .reload(&config.replace("name = \"app\"\n", "name = \"app\"\nmax_fails = 3\n"))
+        .await
+        .unwrap();
+    assert_eq!(report.upstreams_new, 1);
+    assert_eq!(
+        addresses(&gw).len(),
+        2,
+        "the new group starts from the last good set"
+    );
+    let served = ok.load(Ordering::Relaxed);
+    wait_until(|| ok.load(Ordering::Relaxed) > served + 200).await;
 
     stop.store(true, Ordering::Relaxed);
     for c in clients {
