@@ -29,7 +29,7 @@ mod scheme;
 pub use engines::{CryptoConfig, EngineKind, VerifyPolicy, build_dispatcher};
 pub use job::{KeyJob, OperationKind, RemoteInput, run};
 pub use key::{KeyError, KeyId, KeyKind, PrivateKey};
-pub use mb::{Kernel, Mb, MbConfig};
+pub use mb::{Kernel, Mb, MbConfig, ct};
 pub use scheme::SignatureScheme;
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! see `run.rs` for start-up and shutdown and `demo.rs` for the built-in demo origin.
 
 mod corpus;
+mod ct;
 mod demo;
 mod fleet;
 mod instance;
@@ -91,6 +92,25 @@ enum Command {
     },
     /// Print the demo origin's ~100 KiB HTML page (the benchmark's compression body).
     DemoPage,
+    /// dudect on the mb kernel: do RSA-2048 batches take the same time whatever the private
+    /// keys? Welch's t between a fixed key and random keys (fails at |t| >= 4.5).
+    CtCheck {
+        /// auto (IFMA where the CPU has it), ifma, ifma4 or portable.
+        #[arg(long, default_value = "auto")]
+        kernel: String,
+        /// How long to measure (dudect wants ~10^6 batches for a verdict).
+        #[arg(long, default_value_t = 60.0)]
+        seconds: f64,
+        /// At most this many batches.
+        #[arg(long, default_value_t = 100_000_000)]
+        max_samples: usize,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Print the result without failing on it (smoke runs too short for a verdict).
+        #[arg(long)]
+        report_only: bool,
+    },
     /// Signatures per second per algorithm and engine, like `openssl speed -async_jobs`;
     /// gzip, br and zstd: compression MB/s and ratio on a bundled corpus.
     Speed {
@@ -256,6 +276,13 @@ fn main() -> ExitCode {
             backend,
             mb_lanes,
         }),
+        Command::CtCheck {
+            kernel,
+            seconds,
+            max_samples,
+            json,
+            report_only,
+        } => ct::run(&kernel, seconds, max_samples, json, report_only),
         Command::DemoPage => {
             use std::io::Write;
             std::io::stdout()

@@ -20,8 +20,9 @@
 //! memcheck with the primes, their constants, the exponent windows, `q^-1` and the blinding
 //! pair marked undefined, so a branch or an address computed from them fails the run. It
 //! caught LLVM compiling the portable masked select into a branch on the window (the mask
-//! now goes through `black_box`). Valgrind cannot run AVX-512, so the IFMA lane type is
-//! covered by construction: its selects and subtractions are mask-register blends.
+//! now goes through `black_box`). Valgrind cannot run AVX-512: the IFMA kernels' time is
+//! measured instead, by dudect ([`ct`]: Welch's t between batches with a fixed key and with
+//! random keys, `sluice ct-check`, `bench/ct`; a smoke run in CI).
 //!
 //! **Where batches run**: by default on the event-loop worker that submits a batch's eighth
 //! job (a partial batch: on the submitter's runtime once its other ready tasks have run),
@@ -39,6 +40,7 @@
 //! every machine; on machines with IFMA the tests also compare both bit for bit.
 
 pub(crate) mod arith;
+pub mod ct;
 pub(crate) mod key;
 pub(crate) mod lanes;
 pub(crate) mod pad;
