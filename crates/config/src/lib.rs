@@ -17,6 +17,7 @@ mod load;
 mod pattern;
 mod policy;
 pub mod raw;
+mod resolver;
 mod snapshot;
 mod units;
 
@@ -34,14 +35,15 @@ pub use policy::{
     Acl, Answer, HeaderEdits, IpNet, Part, RateLimit, RateLimitStore, RedisTls, Rewrite, Template,
     Var, canonical,
 };
+pub use resolver::DnsResolver;
 pub use snapshot::{
     AccessLogFormat, AccessLogTarget, Admin, AdminTls, Balance, Certificate, CompressEngineName,
     CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,
-    DEFAULT_COMPRESS_TYPES, DEFAULT_GROUPS, DnsResolver, FleetSource, Global, GzipBackend,
-    Handshakes, HashKey, HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType, KeylessOffload, Listener,
-    ListenerKind, LogConfig, Offload, Outlier, PassHost, PathMatch, ProxyProtocol, RetryPolicy,
-    Route, ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion, UnknownSni,
-    Upstream, UpstreamProtocol, UpstreamServer, UpstreamTls,
+    DEFAULT_COMPRESS_TYPES, DEFAULT_GROUPS, FleetSource, Global, GzipBackend, Handshakes, HashKey,
+    HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType, KeylessOffload, Listener, ListenerKind,
+    LogConfig, Offload, Outlier, PassHost, PathMatch, ProxyProtocol, RetryPolicy, Route,
+    ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion, UnknownSni, Upstream,
+    UpstreamProtocol, UpstreamServer, UpstreamTls,
 };
 pub use units::{parse_byte_size, parse_duration};
 

@@ -1,6 +1,7 @@
 //! The validated, immutable configuration that the data plane reads.
 
 use crate::HostPattern;
+use crate::resolver::DnsResolver;
 use boring::pkey::{PKey, Private};
 use boring::x509::X509;
 use regex::Regex;
@@ -591,30 +592,6 @@ impl UpstreamServer {
             host.trim_start_matches('[').trim_end_matches(']'),
             port.parse().ok()?,
         ))
-    }
-}
-
-/// `[resolver]`: how upstreams with `resolve = true` are looked up.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DnsResolver {
-    /// DNS servers; empty: those of `/etc/resolv.conf`.
-    pub servers: Vec<SocketAddr>,
-    /// Lower bound of the time between two resolutions of a name.
-    pub min_ttl: Duration,
-    /// Upper bound of it (a name is looked up again at least this often).
-    pub max_ttl: Duration,
-    /// Deadline of one resolution.
-    pub timeout: Duration,
-}
-
-impl Default for DnsResolver {
-    fn default() -> Self {
-        DnsResolver {
-            servers: Vec::new(),
-            min_ttl: Duration::from_secs(1),
-            max_ttl: Duration::from_secs(60),
-            timeout: Duration::from_secs(5),
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! `[[upstream]]`: servers, balancing and timeouts.
 
 use super::Cx;
+use crate::DnsResolver;
 use crate::raw::*;
 use crate::snapshot::*;
 use std::net::{SocketAddr, ToSocketAddrs};

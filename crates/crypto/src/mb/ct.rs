@@ -146,6 +146,19 @@ struct Lane {
     holds: usize,
 }
 
+/// `width` lanes' buffers, allocated once (holding the fixed key to start with).
+fn lanes_for(m: &Material, width: usize) -> Vec<Lane> {
+    let (key, cs, blinding) = &m.keys[0];
+    (0..width)
+        .map(|_| Lane {
+            key: copy_of(&mb(key).limbs),
+            c: cs[0].clone(),
+            blinding: blinding.clone(),
+            holds: 0,
+        })
+        .collect()
+}
+
 /// Fills every lane for one measurement of `class` (false: fixed key).
 fn prepare(lanes: &mut [Lane], m: &Material, random: bool, rng: &mut Rng) {
     for lane in lanes {
@@ -223,15 +236,7 @@ pub fn measure(
     } else {
         kernel.lanes(2048)
     };
-    let first = mb(&m.keys[0].0);
-    let mut lanes: Vec<Lane> = (0..width)
-        .map(|_| Lane {
-            key: copy_of(&first.limbs),
-            c: m.keys[0].1[0].clone(),
-            blinding: m.keys[0].2.clone(),
-            holds: 0,
-        })
-        .collect();
+    let mut lanes = lanes_for(&m, width);
     let mut samples: Vec<(bool, f64)> = Vec::new();
     // Warm-up: caches, frequency, the branch predictors.
     for i in 0..16 {
@@ -321,15 +326,7 @@ mod tests {
             })
             .collect();
         let m = material(&keys, 2, &mut rng).unwrap();
-        let first = mb(&m.keys[0].0);
-        let mut lanes: Vec<Lane> = (0..4)
-            .map(|_| Lane {
-                key: copy_of(&first.limbs),
-                c: m.keys[0].1[0].clone(),
-                blinding: m.keys[0].2.clone(),
-                holds: 0,
-            })
-            .collect();
+        let mut lanes = lanes_for(&m, 4);
         let mut held = std::collections::HashSet::new();
         for round in 0..6 {
             let random = round % 2 == 1;
