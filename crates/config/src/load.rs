@@ -73,6 +73,12 @@ pub fn load_str_cached(
     }
 }
 
+/// Whether `key` is the private half of `leaf`'s public key (a certificate and a key given
+/// as a pair: TLS listeners, the admin listener, key servers' and Redis's client certificates).
+fn key_belongs(leaf: &boring::x509::X509, key: &boring::pkey::PKey<boring::pkey::Private>) -> bool {
+    leaf.public_key().is_ok_and(|pk| pk.public_eq(key))
+}
+
 /// A short content hash of a configuration: its text, its certificates' bytes and those of
 /// every other file it names (`files`).
 fn revision(src: &str, certificates: &[Arc<Certificate>], files: &[[u8; 32]]) -> String {
@@ -583,10 +589,7 @@ impl<'a> Cx<'a> {
             None => Some(Vec::new()),
         };
         let (certificate, key, client_ca) = (certificate?, key?, client_ca?);
-        let matches = certificate[0]
-            .public_key()
-            .map(|pk| pk.public_eq(&key))
-            .unwrap_or(false);
+        let matches = key_belongs(&certificate[0], &key);
         if !matches {
             self.err_at(
                 &raw.key,

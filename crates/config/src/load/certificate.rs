@@ -1,7 +1,7 @@
 //! `[[certificate]]`: reading certificate chains and private keys, and checking that they
 //! belong together, are strong enough and are not exposed to other users.
 
-use super::Cx;
+use super::{Cx, key_belongs};
 use crate::pattern::HostPattern;
 use crate::raw::*;
 use crate::snapshot::*;
@@ -117,10 +117,7 @@ impl Cx<'_> {
         };
 
         let leaf = &chain[0];
-        let matches = leaf
-            .public_key()
-            .map(|pk| pk.public_eq(&key))
-            .unwrap_or(false);
+        let matches = key_belongs(leaf, &key);
         if !matches {
             self.err_at(
                 key_span,

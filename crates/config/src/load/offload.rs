@@ -1,6 +1,6 @@
 //! `[offload]`: the crypto and compression engine chains and the key servers.
 
-use super::{Cx, RawConfig};
+use super::{Cx, RawConfig, key_belongs};
 use crate::raw::*;
 use crate::snapshot::*;
 use boring::x509::X509;
@@ -187,10 +187,7 @@ impl Cx<'_> {
         let key_path = self.path(raw.key.get_ref());
         let key = self.private_key("[offload.keyless]", &raw.key, &key_path, allow_insecure);
         let (ca, certificate, key) = (ca?, certificate?, key?);
-        let matches = certificate[0]
-            .public_key()
-            .map(|pk| pk.public_eq(&key))
-            .unwrap_or(false);
+        let matches = key_belongs(&certificate[0], &key);
         if !matches {
             self.err_at(
                 &raw.key,

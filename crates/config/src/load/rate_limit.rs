@@ -1,6 +1,6 @@
 //! `[route.rate_limit]` and `[rate_limit]`.
 
-use super::Cx;
+use super::{Cx, key_belongs};
 use crate::policy::{RateLimit, RateLimitStore, RedisTls};
 use crate::raw::*;
 use std::time::Duration;
@@ -150,10 +150,7 @@ impl Cx<'_> {
                 let path = self.path(key_at.get_ref());
                 let key = self.private_key("[rate_limit] redis_key", key_at, &path, allow_insecure);
                 let (chain, key) = (chain?, key?);
-                let matches = chain[0]
-                    .public_key()
-                    .map(|pk| pk.public_eq(&key))
-                    .unwrap_or(false);
+                let matches = key_belongs(&chain[0], &key);
                 if !matches {
                     self.err_at(
                         key_at,

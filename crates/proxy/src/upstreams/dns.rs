@@ -190,12 +190,12 @@ impl UpstreamSlot {
             .as_ref()
             .map_or(Duration::ZERO, |f| f.resolver.config.min_ttl);
         if let Some(f) = &dns {
-            let unseeded: Vec<&UpstreamServer> = base
+            // A name the replaced slot did not have is looked up before serving.
+            let unseeded = base
                 .servers
                 .iter()
-                .filter(|s| s.resolve && !lock(&f.resolved).contains_key(&s.address.name))
-                .collect();
-            if !unseeded.is_empty() {
+                .any(|s| s.resolve && !lock(&f.resolved).contains_key(&s.address.name));
+            if unseeded {
                 next = f.refresh(&base).await;
             }
         }
