@@ -33,8 +33,11 @@ from pathlib import Path
 import sitemix
 
 ROOT = Path(__file__).resolve().parent.parent
-SLUICE = ROOT / "target" / "release" / "sluice"
-LOADGEN = ROOT / "target" / "release" / "sluice-loadgen"
+# Where cargo put the release binaries: CARGO_TARGET_DIR when set (CI keeps its build outside
+# the checkout), relative to the repository root as cargo reads it there.
+RELEASE = ROOT / os.environ.get("CARGO_TARGET_DIR", "target") / "release"
+SLUICE = RELEASE / "sluice"
+LOADGEN = RELEASE / "sluice-loadgen"
 TICK = os.sysconf("SC_CLK_TCK")
 
 ORIGIN_PORT = 18080

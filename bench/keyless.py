@@ -26,7 +26,7 @@ from pathlib import Path
 
 import bench as B
 
-KEYSERVER = B.ROOT / "target" / "release" / "sluice-keyserver"
+KEYSERVER = B.RELEASE / "sluice-keyserver"
 KS_PORT, KS_METRICS = 18450, 18451
 INLINE_PORT, KEYLESS_PORT = 18445, 18447
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SLUICE = ROOT / "target" / "release" / "sluice"
+SLUICE = ROOT / os.environ.get("CARGO_TARGET_DIR", "target") / "release" / "sluice"
 ALGORITHMS = ["rsa2048", "rsa3072", "rsa4096", "ecdsap256", "ecdsap384", "ed25519"]
 
 

@@ -7,37 +7,93 @@ use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Channel, Full, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd as _, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 type Body = BoxBody<Bytes, Infallible>;
 
-/// Starts the origin on `addr` (`[demo] address`) and returns where it listens.
-pub(crate) async fn start(addr: SocketAddr) -> std::io::Result<SocketAddr> {
-    let socket = tokio::net::TcpListener::bind(addr).await?;
+/// The running demo origin. An upgrade hands its listening socket to the new process with the
+/// gateway's (the demo's port is fixed in the default configuration, so the new process could
+/// not bind it again while this one holds it); then [`Demo::stop`] closes this process's copy
+/// and lets its connections finish, so every new connection reaches the new process's origin.
+pub(crate) struct Demo {
+    /// Where it listens.
+    pub(crate) addr: SocketAddr,
+    fd: RawFd,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the origin on `addr` (`[demo] address`), on `inherited` when an upgrade handed over
+/// a socket bound there, and returns where it listens.
+pub(crate) async fn start(
+    addr: SocketAddr,
+    inherited: Option<std::net::TcpListener>,
+) -> std::io::Result<Demo> {
+    let inherited = inherited.filter(|s| s.local_addr().is_ok_and(|a| a == addr));
+    let socket = match inherited {
+        Some(s) => {
+            s.set_nonblocking(true)?;
+            tokio::net::TcpListener::from_std(s)?
+        }
+        None => tokio::net::TcpListener::bind(addr).await?,
+    };
     let addr = socket.local_addr()?;
+    let fd = socket.as_raw_fd();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let served = Arc::new(AtomicU64::new(0));
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
+        let graceful = GracefulShutdown::new();
+        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         loop {
-            let Ok((tcp, _)) = socket.accept().await else {
-                continue;
+            let tcp = tokio::select! {
+                accepted = socket.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(_) => continue,
+                },
+                _ = stopped.wait_for(|s| *s) => break,
             };
             let served = served.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let n = served.fetch_add(1, Ordering::Relaxed) + 1;
-                    async move { Ok::<_, Infallible>(respond(req, n)) }
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tcp), service)
-                    .await;
+            let service = hyper::service::service_fn(move |req| {
+                let n = served.fetch_add(1, Ordering::Relaxed) + 1;
+                async move { Ok::<_, Infallible>(respond(req, n)) }
             });
+            let conn = builder
+                .serve_connection(TokioIo::new(tcp), service)
+                .into_owned();
+            tokio::spawn(graceful.watch(conn));
         }
+        // Closes this process's copy of the socket: whatever connects now reaches the process
+        // that holds the other copy.
+        drop(socket);
+        // Idle keep-alive connections close now, busy ones after their response (with
+        // `Connection: close`), so the gateway that uses them retries on a fresh one.
+        graceful.shutdown().await;
     });
-    Ok(addr)
+    Ok(Demo {
+        addr,
+        fd,
+        stop,
+        task,
+    })
+}
+
+impl Demo {
+    /// The listening socket, to hand over in an upgrade.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    /// Stops accepting and waits (at most `grace`) for the connections in progress to finish.
+    pub(crate) async fn stop(self, grace: Duration) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(grace, self.task).await;
+    }
 }
 
 fn full(content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {

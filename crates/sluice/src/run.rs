@@ -64,6 +64,8 @@ struct Running {
     admin: Mutex<Option<AdminTask>>,
     control: OnceLock<Arc<Controller>>,
     started: Instant,
+    /// The demo origin's listening socket (open until `Demo::stop`), for a binary upgrade.
+    demo_fd: Option<std::os::fd::RawFd>,
 }
 
 struct AdminTask {
@@ -149,6 +151,9 @@ impl Running {
             .as_ref()
         {
             fds.push((crate::upgrade::ADMIN.to_owned(), a.fd));
+        }
+        if let Some(fd) = self.demo_fd {
+            fds.push((crate::upgrade::DEMO.to_owned(), fd));
         }
         fds
     }
@@ -245,9 +250,13 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         init_tracing(&snapshot.log.level);
         let demo = match snapshot.demo {
-            Some(addr) => Some(crate::demo::start(addr).await.with_context(|| {
-                format!("starting the demo origin on {addr}; change or remove [demo]")
-            })?),
+            Some(addr) => Some(
+                crate::demo::start(addr, inherited.take(crate::upgrade::DEMO))
+                    .await
+                    .with_context(|| {
+                        format!("starting the demo origin on {addr}; change or remove [demo]")
+                    })?,
+            ),
             None => None,
         };
         let snapshot = Arc::new(snapshot);
@@ -268,6 +277,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             admin: Mutex::new(None),
             control: OnceLock::new(),
             started: Instant::now(),
+            demo_fd: demo.as_ref().map(crate::demo::Demo::fd),
         });
         let control = Arc::new(Controller::new(source, running.clone(), certs, &snapshot));
         let _ = running.control.set(control.clone());
@@ -294,7 +304,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         banner(
             &snapshot,
             &gateway,
-            demo,
+            demo.as_ref().map(|d| d.addr),
             embedded.map(|generated| (dir.as_path(), generated)),
             running.admin_address(),
             &pid_file,
@@ -315,16 +325,24 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             upgraded.0,
         ));
         let mut upgraded = upgraded.1;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        let handed_over = tokio::select! {
+            _ = term.recv() => false,
+            _ = int.recv() => false,
             _ = upgraded.wait_for(|done| *done) => {
                 eprintln!("sluice: the new binary serves; this process stops accepting");
+                true
             }
-        }
+        };
         reloads.abort();
         upgrades.abort();
         let shutdown_timeout = gateway.snapshot().global.shutdown_timeout;
+        // After an upgrade the new process's demo origin takes every new connection at once
+        // (this one's requests in flight finish on the connections they have); on a plain
+        // stop it serves until the gateway has drained, since draining requests still need it.
+        let (demo_now, demo_later) = match demo {
+            Some(d) if handed_over => (Some(tokio::spawn(d.stop(shutdown_timeout))), None),
+            other => (None, other),
+        };
         eprintln!(
             "sluice: shutting down; in-flight requests have {}s to finish",
             shutdown_timeout.as_secs_f32()
@@ -339,6 +357,12 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             .take()
         {
             admin.task.abort();
+        }
+        if let Some(demo) = demo_later {
+            demo.stop(shutdown_timeout).await;
+        }
+        if let Some(stopping) = demo_now {
+            let _ = stopping.await;
         }
         if let Some(instance) = &instance {
             instance.remove();

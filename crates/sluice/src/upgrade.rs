@@ -1,6 +1,6 @@
 //! Binary upgrade without dropping a connection, NGINX's USR2 way: the running process
 //! starts the binary now at its path with the same arguments, handing over its listening
-//! sockets as inherited descriptors (named in `SLUICE_LISTEN_FDS`). The new process serves on
+//! sockets as inherited descriptors (named in `SLUICE_LISTEN_FDS`; the admin listener's and the demo origin's too). The new process serves on
 //! them and, once ready, writes `ready` to a pipe (`SLUICE_READY_FD`); then the old one stops
 //! accepting, drains within `shutdown_timeout` and exits. Both accept from the same sockets in
 //! between, so no connection attempt is refused. A new binary that fails to start (bad
@@ -21,6 +21,8 @@ const LISTEN_FDS: &str = "SLUICE_LISTEN_FDS";
 const READY_FD: &str = "SLUICE_READY_FD";
 /// The name the admin listener's socket is handed over under.
 pub(crate) const ADMIN: &str = "@admin";
+/// The name the demo origin's socket is handed over under.
+pub(crate) const DEMO: &str = "@demo";
 /// How long the new binary may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 

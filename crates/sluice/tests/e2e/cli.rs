@@ -380,7 +380,7 @@ fn pid_in(pid_file: &std::path::Path) -> Option<u32> {
 
 /// Stops a gateway that is not our child (an upgrade's new process) when the test ends,
 /// passed or not.
-struct StopOnDrop(u32);
+pub(super) struct StopOnDrop(pub(super) u32);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
@@ -391,7 +391,7 @@ impl Drop for StopOnDrop {
     }
 }
 
-fn alive(pid: u32) -> bool {
+pub(super) fn alive(pid: u32) -> bool {
     Command::new("kill")
         .args(["-0", &pid.to_string()])
         .stderr(Stdio::null())

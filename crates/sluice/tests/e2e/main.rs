@@ -8,6 +8,7 @@
 
 mod admin_api;
 mod balancing;
+mod banner;
 mod cli;
 mod compression;
 mod dashboard;
