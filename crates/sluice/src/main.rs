@@ -7,6 +7,7 @@ mod demo;
 mod fleet;
 mod instance;
 mod run;
+mod service;
 mod speed;
 mod speed_compress;
 mod upgrade;
@@ -92,6 +93,17 @@ enum Command {
     },
     /// Print the demo origin's ~100 KiB HTML page (the benchmark's compression body).
     DemoPage,
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish or powershell),
+    /// e.g. `sluice completions bash > /etc/bash_completion.d/sluice`.
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (sluice.1, and sluice-run.1 and so on for each command) into DIR.
+    Manpages {
+        /// The directory to write them to (made if missing).
+        dir: PathBuf,
+    },
     /// dudect on the mb kernel: do RSA-2048 batches take the same time whatever the private
     /// keys? Welch's t between a fixed key and random keys (fails at |t| >= 4.5).
     CtCheck {
@@ -214,6 +226,16 @@ fn exit_code(result: anyhow::Result<bool>) -> ExitCode {
     }
 }
 
+/// `sluice manpages DIR`: one page for the program and one per command, from the same
+/// definitions as `--help`, so they cannot drift.
+fn manpages(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let command = <Cli as clap::CommandFactory>::command().name("sluice");
+    clap_mangen::generate_to(command, dir)
+        .with_context(|| format!("writing man pages into {}", dir.display()))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command.unwrap_or(Command::Run {
@@ -283,6 +305,16 @@ fn main() -> ExitCode {
             json,
             report_only,
         } => ct::run(&kernel, seconds, max_samples, json, report_only),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "sluice",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        Command::Manpages { dir } => manpages(&dir),
         Command::DemoPage => {
             use std::io::Write;
             std::io::stdout()

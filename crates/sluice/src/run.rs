@@ -300,7 +300,9 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         // action, which for SIGTERM, SIGINT, SIGHUP and SIGUSR2 ends the process at once.
         let signals = Signals::install()?;
         // Serving: an old process that started this one may stop accepting now.
+        let after_upgrade = inherited.is_upgrade();
         inherited.ready();
+        crate::service::ready(after_upgrade, &format!("serving {}", snapshot.source));
         banner(
             &snapshot,
             &gateway,
@@ -336,6 +338,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         reloads.abort();
         upgrades.abort();
         let shutdown_timeout = gateway.snapshot().global.shutdown_timeout;
+        // Not after an upgrade: the service goes on in the new process (which is the main
+        // one now), and systemd hears every process of the unit.
+        if !handed_over {
+            crate::service::stopping("draining");
+        }
         // After an upgrade the new process's demo origin takes every new connection at once
         // (this one's requests in flight finish on the connections they have); on a plain
         // stop it serves until the gateway has drained, since draining requests still need it.
@@ -403,7 +410,12 @@ async fn reload_on_hangup(
     instance: Option<Arc<Instance>>,
 ) -> anyhow::Result<()> {
     while hup.recv().await.is_some() {
+        crate::service::reloading();
         let result = control.reload().await;
+        crate::service::reloaded(match &result {
+            Ok(_) => "reloaded",
+            Err(_) => "reload refused; the previous configuration serves",
+        });
         if let Some(instance) = &instance {
             instance.record(&ReloadRecord::of(&result));
         }

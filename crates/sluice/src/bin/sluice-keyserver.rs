@@ -27,6 +27,9 @@ struct Cli {
     /// Check the configuration and exit.
     #[arg(long)]
     check: bool,
+    /// Write this program's man page (sluice-keyserver.1) into DIR and exit.
+    #[arg(long, value_name = "DIR")]
+    manpage: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,12 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Some(dir) = &cli.manpage {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let command = <Cli as clap::CommandFactory>::command().name("sluice-keyserver");
+        return clap_mangen::generate_to(command, dir)
+            .with_context(|| format!("writing the man page into {}", dir.display()));
+    }
     let config = match &cli.config {
         Some(path) => ServerConfig::load(path)?,
         None => demo_config(

@@ -1,7 +1,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-fn sluice() -> Command {
+pub(super) fn sluice() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
 }
 
@@ -126,10 +126,10 @@ fn run_serves_a_config_file_and_exits_0_on_sigterm() {
 }
 
 /// A `sluice run` child and the addresses its banner printed.
-struct Running {
-    child: std::process::Child,
-    http: std::net::SocketAddr,
-    admin: std::net::SocketAddr,
+pub(super) struct Running {
+    pub(super) child: std::process::Child,
+    pub(super) http: std::net::SocketAddr,
+    pub(super) admin: std::net::SocketAddr,
 }
 
 impl Drop for Running {
@@ -145,7 +145,7 @@ fn start(config: &std::path::Path, pid_file: &std::path::Path) -> Running {
 }
 
 /// `sluice run` from the binary `command` runs.
-fn start_from(
+pub(super) fn start_from(
     mut command: Command,
     config: &std::path::Path,
     pid_file: &std::path::Path,
@@ -374,7 +374,7 @@ fn default_config_writes_a_file_that_checks_as_it_is() {
     assert!(dir.path().join("admin.token").exists());
 }
 
-fn pid_in(pid_file: &std::path::Path) -> Option<u32> {
+pub(super) fn pid_in(pid_file: &std::path::Path) -> Option<u32> {
     std::fs::read_to_string(pid_file).ok()?.trim().parse().ok()
 }
 
@@ -555,4 +555,74 @@ fn upgrade_replaces_the_binary_on_disk_and_hands_the_sockets_to_it_without_faili
             .success()
     );
     rt.block_on(crate::support::wait_until(|| !alive(new_pid)));
+}
+
+#[test]
+fn completions_load_in_bash_and_complete_a_command_and_the_man_pages_name_each_option() {
+    let out = sluice().args(["completions", "bash"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("sluice.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+    // What bash does on `sluice upg<TAB>` and `sluice run --pid<TAB>`.
+    let complete = |line: &str| {
+        let words: Vec<&str> = line.split(' ').collect();
+        let program = format!(
+            "source '{}'; COMP_WORDS=({}); COMP_CWORD={}; COMP_LINE='{line}'; COMP_POINT={}; _sluice sluice '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display(),
+            words.join(" "),
+            words.len() - 1,
+            line.len(),
+            words[words.len() - 1],
+            words[words.len() - 2],
+        );
+        let out = Command::new("bash")
+            .args(["-c", &program])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(complete("sluice upg").trim(), "upgrade");
+    assert!(
+        complete("sluice run --pid")
+            .lines()
+            .any(|l| l == "--pid-file"),
+        "{}",
+        complete("sluice run --pid")
+    );
+
+    let man = dir.path().join("man");
+    let out = sluice().arg("manpages").arg(&man).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    for command in ["run", "reload", "upgrade", "check", "completions"] {
+        let page = std::fs::read_to_string(man.join(format!("sluice-{command}.1")))
+            .unwrap_or_else(|e| panic!("sluice-{command}.1: {e}"));
+        assert!(
+            page.starts_with(&format!(
+                ".ie \\n(.g .ds Aq \\(aq\n.el .ds Aq '\n.TH sluice-{command} 1"
+            )),
+            "{page}"
+        );
+    }
+    let run = std::fs::read_to_string(man.join("sluice-run.1")).unwrap();
+    assert!(run.contains("\\-\\-pid\\-file"), "{run}");
+    let top = std::fs::read_to_string(man.join("sluice.1")).unwrap();
+    assert!(top.contains("sluice\\-upgrade(1)"), "{top}");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-keyserver"))
+        .arg("--manpage")
+        .arg(&man)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        std::fs::read_to_string(man.join("sluice-keyserver.1"))
+            .unwrap()
+            .contains("\\-\\-config")
+    );
 }

@@ -27,5 +27,6 @@ mod policy;
 mod rate_limit;
 mod reload;
 mod routing;
+mod service;
 mod support;
 mod tls;
