@@ -491,12 +491,39 @@ fn banner(
         out.push_str("  try: curl -k https://127.0.0.1:8443/\n");
     }
     out.push_str(&format!(
-        "Reload with: kill -HUP {pid} (or sluice reload --pid-file {0}); upgrade the binary with: sluice upgrade --pid-file {0}\nStop with Ctrl-C, or: kill -TERM {pid}\n",
+        "Reload with: kill -HUP {pid} (or {sluice} reload --pid-file {0}); upgrade the binary with: {sluice} upgrade --pid-file {0}\nStop with Ctrl-C, or: kill -TERM {pid}\n",
         pid_file.display(),
-        pid = std::process::id()
+        pid = std::process::id(),
+        sluice = self_command(),
     ));
     // Not print!: a closed stdout (a supervisor that stopped reading) must not panic.
     let _ = std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes());
+}
+
+/// How a shell reaches this binary: `sluice` where the PATH finds this very file, else its
+/// full path (`scripts/run` runs target/release/sluice, which no PATH names), so that the
+/// commands the banner prints work when pasted.
+fn self_command() -> String {
+    let Ok(exe) = std::env::current_exe() else {
+        return "sluice".to_owned();
+    };
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::canonicalize(dir.join("sluice"))
+                .is_ok_and(|found| std::fs::canonicalize(&exe).is_ok_and(|me| me == found))
+        })
+    });
+    let path = exe.display().to_string();
+    if on_path {
+        "sluice".to_owned()
+    } else if path
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/._-+".contains(&b))
+    {
+        path
+    } else {
+        format!("'{}'", path.replace('\'', "'\\''"))
+    }
 }
 
 /// The signals `sluice run` handles, installed together before the banner names them.
