@@ -1,0 +1,352 @@
+//! Edge policy, the admin listener, shared and local rate limits and connection limits, and their mistakes.
+
+use super::*;
+
+#[test]
+fn edge_policy_keys_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+trusted_proxies = ["10.0.0.0/8", "2001:db8::1"]
+deny = ["192.0.2.0/24"]
+[[route]]
+name = "go-away"
+hosts = ["old.example.com"]
+redirect = { location = "https://new.example.com$request_uri", status = 308 }
+"#;
+    let s = load_str(src, "good.toml", dir.path()).unwrap();
+    let l = &s.listeners[0];
+    assert_eq!(l.trusted_proxies.len(), 2);
+    assert!(!l.acl.permits("192.0.2.7".parse().unwrap()));
+    assert!(l.request_id, "on by default");
+    assert_eq!(s.routes[0].upstream, None, "a redirect needs no upstream");
+
+    let bad = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+trusted_proxies = ["10.0.0.0/33"]
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "a"
+allow = ["not-an-ip"]
+rewrite = { regex = "([", replacement = "/x" }
+upstream = "o"
+[[route]]
+name = "b"
+redirect = { location = "https://$hostname/", status = 200 }
+[[route]]
+name = "c"
+[[route]]
+name = "d"
+upstream = "o"
+strip_prefix = "api"
+[route.request_headers]
+set = { "connection" = "close" }
+"#;
+    let errs = errors(bad, dir.path());
+    let at = |needle: &str| said_at(&errs, bad, needle);
+    assert!(
+        at("10.0.0.0/33").contains("not an address or CIDR"),
+        "{errs:#?}"
+    );
+    assert!(at("not-an-ip").contains("not an address or CIDR"));
+    assert!(at("regex = \"([\"").contains("does not compile"));
+    assert!(at("$hostname").contains("`$hostname` is not a variable"));
+    assert!(at("$hostname").contains("not a redirect"));
+    assert!(at("name = \"c\"").contains("has no upstream"));
+    assert!(at("strip_prefix = \"api\"").contains("not a path prefix"));
+    assert!(at("\"connection\" = \"close\"").contains("hop-by-hop"));
+    assert_eq!(errs.len(), 8, "{errs:#?}");
+}
+
+#[test]
+fn an_admin_listener_off_loopback_needs_tls_or_an_explicit_insecure_and_its_files_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "admin", "admin.internal");
+    write_cert(dir.path(), "ops-ca", "ops-ca");
+    write_cert(dir.path(), "other", "other");
+    write_secret(&dir.path().join("read.token"), "read-0123456789abcdef\n");
+    write_secret(&dir.path().join("short.token"), "short\n");
+    let listener = "[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n";
+    let good = format!(
+        "[admin]\naddress = \"0.0.0.0:9901\"\nread_token_file = \"read.token\"\nread_networks = [\"10.0.0.0/8\", \"192.0.2.7\"]\n[admin.tls]\ncertificate = \"admin.crt\"\nkey = \"admin.key\"\nclient_ca = \"ops-ca.crt\"\n{listener}"
+    );
+    let s = load_str(&good, "good.toml", dir.path()).unwrap();
+    let admin = s.admin.as_ref().unwrap();
+    assert_eq!(admin.read_token.as_deref(), Some("read-0123456789abcdef"));
+    assert_eq!(admin.read_networks.len(), 2);
+    let tls = admin.tls.as_ref().unwrap();
+    assert_eq!((tls.certificate.len(), tls.client_ca.len()), (1, 1));
+    assert!(
+        !format!("{admin:?}").contains("read-0123"),
+        "no token in Debug"
+    );
+    // Off loopback in clear only when the operator says so.
+    let insecure = format!("[admin]\naddress = \"0.0.0.0:9901\"\ninsecure = true\n{listener}");
+    assert!(
+        load_str(&insecure, "good.toml", dir.path())
+            .unwrap()
+            .admin
+            .unwrap()
+            .tls
+            .is_none()
+    );
+    let loopback = format!("[admin]\naddress = \"[::1]:9901\"\n{listener}");
+    assert!(load_str(&loopback, "good.toml", dir.path()).is_ok());
+
+    for (admin, needle, says) in [
+        ("address = \"0.0.0.0:9901\"", "0.0.0.0:9901", "in clear"),
+        (
+            "address = \"10.0.0.5:9901\"\ninsecure = false",
+            "10.0.0.5",
+            "add [admin.tls]",
+        ),
+        (
+            "read_networks = [\"10.0.0.0/33\"]",
+            "10.0.0.0/33",
+            "not an address or CIDR",
+        ),
+        (
+            "read_token_file = \"short.token\"",
+            "short.token",
+            "at least 16",
+        ),
+        (
+            "[admin.tls]\ncertificate = \"admin.crt\"\nkey = \"other.key\"",
+            "other.key",
+            "does not belong",
+        ),
+        (
+            "[admin.tls]\ncertificate = \"admin.crt\"\nkey = \"admin.key\"\nclient_ca = \"none.crt\"",
+            "none.crt",
+            "cannot read",
+        ),
+    ] {
+        let src = format!("[admin]\n{admin}\n{listener}");
+        let errs = errors(&src, dir.path());
+        let said = said_at(&errs, &src, needle);
+        assert!(said.contains(says), "{admin}: {errs:#?}");
+    }
+}
+
+#[test]
+fn shared_limits_over_tls_load_their_files_and_every_url_the_gateway_cannot_serve_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "ca", "redis.internal");
+    write_cert(dir.path(), "gw", "gw.internal");
+    write_cert(dir.path(), "other", "other.internal");
+    let tail = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "api"
+upstream = "o"
+[route.rate_limit]
+rate = "5/s"
+store = "redis"
+"#;
+    let good = format!(
+        "[rate_limit]\nredis = \"rediss://:pw@redis.internal:6380/2\"\nredis_ca = \"ca.crt\"\nredis_certificate = \"gw.crt\"\nredis_key = \"gw.key\"\n{tail}"
+    );
+    let s = load_str(&good, "good.toml", dir.path()).unwrap();
+    let tls = s
+        .rate_limit_store
+        .redis_tls
+        .as_ref()
+        .expect("rediss:// has TLS");
+    assert_eq!(tls.ca.len(), 1);
+    assert!(tls.client.is_some());
+    assert!(
+        !format!("{tls:?}").contains("BEGIN"),
+        "no key material in Debug"
+    );
+    // The system's roots when no CA is given; no TLS for redis://.
+    let roots = format!("[rate_limit]\nredis = \"rediss://redis.internal/\"\n{tail}");
+    let s = load_str(&roots, "good.toml", dir.path()).unwrap();
+    assert!(s.rate_limit_store.redis_tls.as_ref().unwrap().ca.is_empty());
+    let plain = format!("[rate_limit]\nredis = \"redis://127.0.0.1:6379/\"\n{tail}");
+    assert!(
+        load_str(&plain, "good.toml", dir.path())
+            .unwrap()
+            .rate_limit_store
+            .redis_tls
+            .is_none()
+    );
+
+    for (store, needle, says) in [
+        (
+            "redis = \"rediss://127.0.0.1:6380/#insecure\"",
+            "#insecure",
+            "always makes",
+        ),
+        (
+            "redis = \"redis+unix:///run/redis.sock\"",
+            "redis+unix",
+            "is not served",
+        ),
+        (
+            "redis = \"valkeys://127.0.0.1/\"",
+            "valkeys",
+            "is not served",
+        ),
+        ("redis = \"redis:///0\"", "redis:///0", "names no host"),
+        (
+            "redis = \"redis://127.0.0.1:6379/zero\"",
+            "zero",
+            "is not a number",
+        ),
+        ("redis = \"redis://127.0.0.1:99999/\"", "99999", "not a URL"),
+        (
+            "redis = \"redis://:s3cret@127.0.0.1:99999/\"",
+            "s3cret",
+            "not a URL",
+        ),
+        (
+            "redis = \"redis://127.0.0.1/\"\nredis_ca = \"ca.crt\"",
+            "redis_ca",
+            "the redis URL is not rediss://",
+        ),
+        (
+            "redis = \"rediss://127.0.0.1/\"\nredis_certificate = \"gw.crt\"",
+            "redis_certificate",
+            "go together",
+        ),
+        (
+            "redis = \"rediss://127.0.0.1/\"\nredis_certificate = \"gw.crt\"\nredis_key = \"other.key\"",
+            "redis_key",
+            "does not belong",
+        ),
+        (
+            "redis = \"rediss://127.0.0.1/\"\nredis_ca = \"missing.crt\"",
+            "missing.crt",
+            "cannot read",
+        ),
+    ] {
+        let src = format!("[rate_limit]\n{store}\n{tail}");
+        let errs = errors(&src, dir.path());
+        let said = said_at(&errs, &src, needle);
+        assert!(said.contains(says), "{store}: {errs:#?}");
+        assert!(
+            !said.contains("s3cret"),
+            "an error repeats a password: {said}"
+        );
+    }
+}
+
+#[test]
+fn rate_limits_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[rate_limit]
+redis = "redis://127.0.0.1:6379/"
+expected_gateways = 4
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "api"
+upstream = "o"
+[route.rate_limit]
+rate = "300/m"
+burst = 20
+key = "cookie:session"
+store = "redis"
+"#;
+    let s = load_str(src, "good.toml", dir.path()).unwrap();
+    let rl = s.routes[0].rate_limit.as_ref().unwrap();
+    assert_eq!(
+        (rl.quota, rl.window, rl.burst, rl.nodelay, rl.shared),
+        (300, Duration::from_secs(60), 20, false, true)
+    );
+    assert_eq!(rl.interval(), Duration::from_millis(200));
+    assert_eq!(rl.key, Some(HashKey::Cookie("session".into())));
+    assert_eq!(s.rate_limit_store.expected_gateways, 4);
+
+    let bad = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "a"
+upstream = "o"
+[route.rate_limit]
+rate = "5 per second"
+key = "uri"
+store = "redis"
+"#;
+    let errs = errors(bad, dir.path());
+    let at = |needle: &str| said_at(&errs, bad, needle);
+    assert!(at("5 per second").contains("\"5/s\""), "{errs:#?}");
+    assert!(at("key = \"uri\"").contains("not a key"));
+    assert!(at("store = \"redis\"").contains("[rate_limit] redis"));
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+}
+
+#[test]
+fn connection_limits_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+max_connections = 10000
+max_connections_per_client = 0
+[[upstream]]
+name = "o"
+queue = 10
+servers = [{ address = "127.0.0.1:9000" }]
+[[upstream]]
+name = "p"
+max_conns = 100
+queue = 50
+queue_timeout = "3s"
+servers = [{ address = "127.0.0.1:9000" }]
+"#;
+    let errs = errors(src, dir.path());
+    assert!(
+        errs.iter()
+            .any(|e| e.line == line_of(src, "max_connections_per_client = 0")
+                && e.message.contains("refuse everything")),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.line == line_of(src, "queue = 10") && e.help.contains("max_conns")),
+        "{errs:#?}"
+    );
+    assert_eq!(errs.len(), 2, "{errs:#?}");
+    let good = src
+        .replace(
+            "max_connections_per_client = 0",
+            "max_connections_per_client = 64",
+        )
+        .replace("queue = 10\n", "");
+    let s = load_str(&good, "good.toml", dir.path()).unwrap();
+    assert_eq!(
+        (
+            s.listeners[0].max_connections,
+            s.listeners[0].max_connections_per_client
+        ),
+        (Some(10_000), Some(64))
+    );
+    let p = &s.upstreams[1];
+    assert_eq!(
+        (p.max_conns, p.queue, p.queue_timeout),
+        (Some(100), 50, Duration::from_secs(3))
+    );
+}
