@@ -323,6 +323,9 @@ pub struct RawServer {
     pub weight: Option<Spanned<u32>>,
     /// Follow the name in DNS: every A/AAAA record a server, re-resolved in the background.
     pub resolve: Option<Spanned<bool>>,
+    /// With `resolve`: follow the name's SRV records for this service instead (NGINX Plus's
+    /// `service=`): `http` asks for `_http._tcp.<address>`; a name with a dot as it is.
+    pub service: Option<Spanned<String>>,
 }
 
 /// `[[route]]`: which requests go to which upstream.

@@ -579,12 +579,15 @@ pub struct UpstreamServer {
     pub weight: NonZeroU32,
     /// `resolve = true`: `address.name` is `host:port`, followed in DNS by the gateway.
     pub resolve: bool,
+    /// `resolve` with `service`: `address.name` is the SRV name (`_http._tcp.app.internal`),
+    /// whose records (of the lowest priority) give the servers, ports and weights.
+    pub srv: bool,
 }
 
 impl UpstreamServer {
-    /// The `host` and port of a `resolve` server.
+    /// The `host` and port of a `resolve` server that follows A/AAAA records.
     pub fn dns_name(&self) -> Option<(&str, u16)> {
-        if !self.resolve {
+        if !self.resolve || self.srv {
             return None;
         }
         let (host, port) = self.address.name.rsplit_once(':')?;

@@ -23,6 +23,12 @@ impl Cx<'_> {
         for s in raw.servers.get_ref() {
             let text = s.address.get_ref();
             let resolve = s.resolve.as_ref().is_some_and(|r| *r.get_ref());
+            if let Some(service) = &s.service {
+                if let Some(server) = self.srv_server(&name, s, service, resolve) {
+                    servers.push(server);
+                }
+                continue;
+            }
             let addr = match text.parse::<SocketAddr>() {
                 Ok(a) => {
                     if let Some(r) = s.resolve.as_ref().filter(|_| resolve) {
@@ -77,6 +83,7 @@ impl Cx<'_> {
                 },
                 weight,
                 resolve,
+                srv: false,
             });
         }
         let balance = self
@@ -450,6 +457,74 @@ fn dns_name(text: &str) -> Option<(&str, u16)> {
 }
 
 impl Cx<'_> {
+    /// A server that follows SRV records: `{ address = "app.internal", service = "http",
+    /// resolve = true }`. Its weight multiplies the records' own.
+    fn srv_server(
+        &mut self,
+        upstream: &str,
+        s: &RawServer,
+        service: &Spanned<String>,
+        resolve: bool,
+    ) -> Option<UpstreamServer> {
+        let text = s.address.get_ref();
+        let service_text = service.get_ref();
+        if !resolve {
+            self.err_at(
+                service,
+                format!("upstream `{upstream}`: service `{service_text}` needs resolve = true"),
+                "add resolve = true: SRV records are followed in DNS by the gateway",
+            );
+            return None;
+        }
+        if text.contains(':') || text.parse::<std::net::IpAddr>().is_ok() || text.is_empty() {
+            self.err_at(
+                &s.address,
+                format!("upstream `{upstream}`: with service, `{text}` must be a DNS name without a port"),
+                "write the domain only, as address = \"app.internal\": the SRV records give the ports",
+            );
+            return None;
+        }
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if !service_text.split('.').all(label_ok) {
+            self.err_at(
+                service,
+                format!("upstream `{upstream}`: service `{service_text}` is not a DNS service name"),
+                "write a service such as \"http\" (asks for _http._tcp.NAME) or a full \"_grpc._tcp\"",
+            );
+            return None;
+        }
+        // NGINX Plus's rule: a service without a dot is a name under _tcp.
+        let name = if service_text.contains('.') {
+            format!("{service_text}.{text}")
+        } else {
+            format!("_{service_text}._tcp.{text}")
+        };
+        let weight = match &s.weight {
+            None => NonZeroU32::MIN,
+            Some(w) => NonZeroU32::new(*w.get_ref()).unwrap_or_else(|| {
+                self.err_at(
+                    w,
+                    format!("upstream `{upstream}`: weight 0 would never be chosen"),
+                    "use a weight of 1 or more (it multiplies the SRV records' weights), or remove the server",
+                );
+                NonZeroU32::MIN
+            }),
+        };
+        Some(UpstreamServer {
+            address: ServerAddr {
+                name,
+                addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            },
+            weight,
+            resolve: true,
+            srv: true,
+        })
+    }
+
     /// `[resolver]`.
     pub(super) fn resolver(&mut self, raw: &RawResolver) -> DnsResolver {
         let defaults = DnsResolver::default();

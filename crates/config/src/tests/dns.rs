@@ -91,3 +91,67 @@ upstream = "app"
         "{errs:#?}"
     );
 }
+
+#[test]
+fn an_srv_server_names_its_service_and_every_mistake_is_located() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "app"
+servers = [
+  { address = "grpc.example", service = "_grpc._tcp", resolve = true },
+  { address = "web.example", service = "http", resolve = true },
+]
+[[upstream]]
+name = "broken"
+servers = [
+  { address = "a.example", service = "needs-resolve" },
+  { address = "b.example:8080", service = "has-port", resolve = true },
+  { address = "c.example", service = "bad service!", resolve = true },
+  { address = "d.example", service = "zero", resolve = true, weight = 0 },
+]
+[[route]]
+name = "all"
+upstream = "app"
+"#;
+    let errs = errors(src, dir.path());
+    assert!(
+        said_at(&errs, src, "\"needs-resolve\"").contains("needs resolve = true"),
+        "{errs:#?}"
+    );
+    assert!(
+        said_at(&errs, src, "\"b.example:8080\"").contains("without a port"),
+        "{errs:#?}"
+    );
+    assert!(
+        said_at(&errs, src, "\"bad service!\"").contains("not a DNS service name"),
+        "{errs:#?}"
+    );
+    assert!(
+        said_at(&errs, src, "weight = 0").contains("never be chosen"),
+        "{errs:#?}"
+    );
+    assert_eq!(errs.len(), 4, "{errs:#?}");
+    let (good, _) = src.split_once("[[upstream]]\nname = \"broken\"").unwrap();
+    let s = load_str(
+        &format!("{good}[[route]]\nname = \"all\"\nupstream = \"app\"\n"),
+        "t.toml",
+        dir.path(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<(&str, bool, bool)> = s.upstreams[0]
+        .servers
+        .iter()
+        .map(|x| (x.address.name.as_str(), x.resolve, x.srv))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            ("_grpc._tcp.grpc.example", true, true),
+            ("_http._tcp.web.example", true, true)
+        ]
+    );
+}

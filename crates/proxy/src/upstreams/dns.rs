@@ -22,9 +22,17 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use sluice_config::{DnsResolver, ServerAddr, Upstream, UpstreamServer};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+/// One address a followed name has now; an SRV record also gives it a weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Found {
+    pub(crate) addr: SocketAddr,
+    pub(crate) weight: Option<NonZeroU32>,
+}
 
 /// The resolver of `[resolver]`, shared by every slot built under that configuration.
 pub(crate) struct Resolver {
@@ -78,6 +86,58 @@ impl Resolver {
         })
     }
 
+    /// The servers an SRV name gives: each target of the lowest priority present, at the
+    /// record's port and weight (RFC 2782's order: higher priorities are backups, which the
+    /// group's own retries and passive health play the part of), and how long the answers hold.
+    async fn lookup_srv(&self, name: &str) -> Result<(Vec<Found>, Duration), String> {
+        use hickory_resolver::proto::rr::RData;
+        let fqdn = if name.ends_with('.') {
+            name.to_owned()
+        } else {
+            format!("{name}.")
+        };
+        let answer = tokio::time::timeout(self.config.timeout, self.inner.srv_lookup(fqdn))
+            .await
+            .map_err(|_| format!("no answer within {:?}", self.config.timeout))?
+            .map_err(|e| e.to_string())?;
+        let mut ttl = answer
+            .valid_until()
+            .saturating_duration_since(Instant::now());
+        let records: Vec<_> = answer
+            .answers()
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::SRV(srv) if !srv.target.is_root() => Some(srv.clone()),
+                _ => None,
+            })
+            .collect();
+        let Some(best) = records.iter().map(|r| r.priority).min() else {
+            return Err("the name has no SRV record".into());
+        };
+        let mut found = Vec::new();
+        let mut failed = None;
+        for r in records.iter().filter(|r| r.priority == best) {
+            let weight = NonZeroU32::new(u32::from(r.weight)).unwrap_or(NonZeroU32::MIN);
+            match self.lookup(&r.target.to_utf8(), r.port).await {
+                Ok((addrs, t)) => {
+                    ttl = ttl.min(t);
+                    found.extend(addrs.into_iter().map(|addr| Found {
+                        addr,
+                        weight: Some(weight),
+                    }));
+                }
+                Err(e) => failed = Some(format!("target {}: {e}", r.target)),
+            }
+        }
+        // A target that does not resolve leaves the others serving; none at all is a failure.
+        if found.is_empty() {
+            return Err(failed.unwrap_or_else(|| "no target resolved".into()));
+        }
+        found.sort();
+        found.dedup_by_key(|f| f.addr);
+        Ok((found, ttl))
+    }
+
     /// Every address of `host` with `port`, sorted, and how long the answer holds.
     async fn lookup(&self, host: &str, port: u16) -> Result<(Vec<SocketAddr>, Duration), String> {
         // A trailing dot: the name as written, not tried under the search domains first.
@@ -126,7 +186,7 @@ impl std::fmt::Debug for UpstreamSlot {
 struct Follow {
     resolver: Arc<Resolver>,
     /// The last good addresses of each name (`host:port` as configured).
-    resolved: Mutex<BTreeMap<String, Vec<SocketAddr>>>,
+    resolved: Mutex<BTreeMap<String, Vec<Found>>>,
     lookups: AtomicU64,
     failures: AtomicU64,
     changes: AtomicU64,
@@ -238,7 +298,7 @@ impl UpstreamSlot {
         Some(DnsReport {
             names: lock(&f.resolved)
                 .iter()
-                .map(|(n, a)| (n.clone(), a.clone()))
+                .map(|(n, a)| (n.clone(), a.iter().map(|f| f.addr).collect()))
                 .collect(),
             lookups: f.lookups.load(Ordering::Relaxed),
             failures: f.failures.load(Ordering::Relaxed),
@@ -281,18 +341,30 @@ impl Follow {
         let mut failed = None;
         let mut seen = Vec::new();
         for s in &base.servers {
-            let Some((host, port)) = s.dns_name() else {
-                continue;
-            };
-            if seen.contains(&&s.address.name) {
+            if !s.resolve || seen.contains(&&s.address.name) {
                 continue;
             }
             seen.push(&s.address.name);
-            self.lookups.fetch_add(1, Ordering::Relaxed);
-            match self.resolver.lookup(host, port).await {
-                Ok((addrs, ttl)) => {
+            let answer = if s.srv {
+                self.lookups.fetch_add(1, Ordering::Relaxed);
+                self.resolver.lookup_srv(&s.address.name).await
+            } else {
+                let Some((host, port)) = s.dns_name() else {
+                    continue;
+                };
+                self.lookups.fetch_add(1, Ordering::Relaxed);
+                self.resolver.lookup(host, port).await.map(|(addrs, ttl)| {
+                    let found = addrs
+                        .into_iter()
+                        .map(|addr| Found { addr, weight: None })
+                        .collect();
+                    (found, ttl)
+                })
+            };
+            match answer {
+                Ok((found, ttl)) => {
                     next = next.min(ttl.clamp(bounds.0, bounds.1));
-                    lock(&self.resolved).insert(s.address.name.clone(), addrs);
+                    lock(&self.resolved).insert(s.address.name.clone(), found);
                 }
                 Err(e) => {
                     self.failures.fetch_add(1, Ordering::Relaxed);
@@ -329,22 +401,26 @@ async fn follow(slot: Weak<UpstreamSlot>, mut wait: Duration) {
 }
 
 /// `base` with each `resolve` server replaced by one server per address it has now (none
-/// while a name has never resolved).
-pub(crate) fn expand(base: &Upstream, resolved: &BTreeMap<String, Vec<SocketAddr>>) -> Upstream {
+/// while a name has never resolved); an SRV record's weight times the server's own.
+pub(crate) fn expand(base: &Upstream, resolved: &BTreeMap<String, Vec<Found>>) -> Upstream {
     let mut servers = Vec::with_capacity(base.servers.len());
     for s in &base.servers {
         if !s.resolve {
             servers.push(s.clone());
             continue;
         }
-        for a in resolved.get(&s.address.name).into_iter().flatten() {
+        for found in resolved.get(&s.address.name).into_iter().flatten() {
+            let a = found.addr;
             servers.push(UpstreamServer {
                 address: ServerAddr {
                     name: format!("{} ({a})", s.address.name),
-                    addr: *a,
+                    addr: a,
                 },
-                weight: s.weight,
+                weight: found
+                    .weight
+                    .map_or(s.weight, |w| w.saturating_mul(s.weight)),
                 resolve: false,
+                srv: false,
             });
         }
     }
@@ -356,11 +432,11 @@ pub(crate) fn expand(base: &Upstream, resolved: &BTreeMap<String, Vec<SocketAddr
 
 /// Addresses in `after` and not `before`, and the other way round.
 fn diff(
-    before: &BTreeMap<String, Vec<SocketAddr>>,
-    after: &BTreeMap<String, Vec<SocketAddr>>,
+    before: &BTreeMap<String, Vec<Found>>,
+    after: &BTreeMap<String, Vec<Found>>,
 ) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
-    let all = |m: &BTreeMap<String, Vec<SocketAddr>>| -> Vec<SocketAddr> {
-        m.values().flatten().copied().collect()
+    let all = |m: &BTreeMap<String, Vec<Found>>| -> Vec<SocketAddr> {
+        m.values().flatten().map(|f| f.addr).collect()
     };
     let (b, a) = (all(before), all(after));
     (
@@ -377,6 +453,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    /// Addresses as an A/AAAA lookup finds them (no weight of their own).
+    fn plain(addrs: &[SocketAddr]) -> Vec<Found> {
+        addrs
+            .iter()
+            .map(|&addr| Found { addr, weight: None })
+            .collect()
+    }
+
     fn base() -> Upstream {
         let snapshot = sluice_config::load_str(
             "[[listener]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n[[upstream]]\nname = \"u\"\nservers = [{ address = \"app.example:8080\", resolve = true, weight = 3 }, { address = \"127.0.0.1:9000\" }]\n[[route]]\nname = \"r\"\nupstream = \"u\"\n",
@@ -392,7 +476,7 @@ mod tests {
         let base = base();
         let a: SocketAddr = "10.0.0.1:8080".parse().unwrap();
         let b: SocketAddr = "10.0.0.2:8080".parse().unwrap();
-        let resolved = BTreeMap::from([("app.example:8080".to_owned(), vec![a, b])]);
+        let resolved = BTreeMap::from([("app.example:8080".to_owned(), plain(&[a, b]))]);
         let u = expand(&base, &resolved);
         let got: Vec<(SocketAddr, u32, bool)> = u
             .servers
@@ -423,14 +507,14 @@ mod tests {
             "10.0.0.2:8080".parse().unwrap(),
             "10.0.0.3:8080".parse().unwrap(),
         );
-        let before = BTreeMap::from([("app.example:8080".to_owned(), vec![a, b])]);
+        let before = BTreeMap::from([("app.example:8080".to_owned(), plain(&[a, b]))]);
         let old = UpstreamGroup::new(Arc::new(expand(&base, &before)), None);
         // b fails (max_fails defaults to 1) and is skipped for fail_timeout.
         old.mark_failed(1);
         let now = old.now_ms();
         assert!(!old.servers[1].available(now));
         old.mark_failed(0);
-        let after = BTreeMap::from([("app.example:8080".to_owned(), vec![b, c])]);
+        let after = BTreeMap::from([("app.example:8080".to_owned(), plain(&[b, c]))]);
         let new = UpstreamGroup::new(Arc::new(expand(&base, &after)), Some(&old));
         let now = new.now_ms();
         let state: Vec<(SocketAddr, bool)> = new
@@ -454,9 +538,45 @@ mod tests {
         let a: SocketAddr = "10.0.0.1:1".parse().unwrap();
         let b: SocketAddr = "10.0.0.2:1".parse().unwrap();
         let c: SocketAddr = "10.0.0.3:1".parse().unwrap();
-        let before = BTreeMap::from([("n:1".to_owned(), vec![a, b])]);
-        let after = BTreeMap::from([("n:1".to_owned(), vec![b, c])]);
+        let before = BTreeMap::from([("n:1".to_owned(), plain(&[a, b]))]);
+        let after = BTreeMap::from([("n:1".to_owned(), plain(&[b, c]))]);
         assert_eq!(diff(&before, &after), (vec![c], vec![a]));
+    }
+
+    #[test]
+    fn srv_records_give_the_ports_and_their_weights_times_the_servers_own() {
+        let snapshot = sluice_config::load_str(
+            "[[listener]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n[[upstream]]\nname = \"u\"\nservers = [{ address = \"app.example\", service = \"http\", resolve = true, weight = 2 }]\n[[route]]\nname = \"r\"\nupstream = \"u\"\n",
+            "test.toml",
+            std::path::Path::new("."),
+        )
+        .expect("valid");
+        let base = (*snapshot.upstreams[0]).clone();
+        assert_eq!(base.servers[0].address.name, "_http._tcp.app.example");
+        assert_eq!(base.servers[0].dns_name(), None, "not an A/AAAA name");
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:8001".parse().unwrap(),
+            "10.0.0.2:8002".parse().unwrap(),
+        );
+        let resolved = BTreeMap::from([(
+            "_http._tcp.app.example".to_owned(),
+            vec![
+                Found {
+                    addr: a,
+                    weight: NonZeroU32::new(10),
+                },
+                Found {
+                    addr: b,
+                    weight: NonZeroU32::new(30),
+                },
+            ],
+        )]);
+        let got: Vec<(SocketAddr, u32)> = expand(&base, &resolved)
+            .servers
+            .iter()
+            .map(|s| (s.address.addr, s.weight.get()))
+            .collect();
+        assert_eq!(got, vec![(a, 20), (b, 60)]);
     }
 
     #[test]

@@ -18,6 +18,11 @@ struct Dnsmasq {
 
 impl Dnsmasq {
     async fn start(records: &[(&str, IpAddr)]) -> Dnsmasq {
+        Dnsmasq::start_with(records, &[]).await
+    }
+
+    /// With more of dnsmasq's options (`--srv-host=…`: SRV records, fixed for its life).
+    async fn start_with(records: &[(&str, IpAddr)], extra: &[String]) -> Dnsmasq {
         let dir = tempfile::tempdir().unwrap();
         // dnsmasq started by root reads the file again as `nobody`.
         use std::os::unix::fs::PermissionsExt as _;
@@ -52,6 +57,7 @@ impl Dnsmasq {
                 "--local-ttl=1",
             ])
             .arg(format!("--port={}", d.port))
+            .args(extra)
             .args(["--pid-file=", "--log-facility=-"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -304,4 +310,91 @@ upstream = "app"
                 .is_some_and(|e| e.contains("missing.sluice.test")),
         "{d:?}"
     );
+}
+
+#[tokio::test]
+async fn srv_records_give_the_servers_their_ports_and_weights_and_their_targets_are_followed() {
+    const SERVICE: &str = "_http._tcp.web.sluice.test";
+    // a on 127.0.0.2:p1, b on 127.0.0.3:p2, and c on 127.0.0.4:p2, where b's name moves.
+    let (p1, p2, [a, b, c]) = 'found: {
+        for _ in 0..20 {
+            let (p1, p2) = (free_port(), free_port());
+            let (Some(a), Some(b), Some(c)) = (
+                Origin::start_on("a", SocketAddr::from(([127, 0, 0, 2], p1))).await,
+                Origin::start_on("b", SocketAddr::from(([127, 0, 0, 3], p2))).await,
+                Origin::start_on("c", SocketAddr::from(([127, 0, 0, 4], p2))).await,
+            ) else {
+                continue;
+            };
+            break 'found (p1, p2, [a, b, c]);
+        }
+        panic!("no free ports on 127.0.0.2-4");
+    };
+    let dns = Dnsmasq::start_with(
+        &[
+            ("a.sluice.test", ip(2)),
+            ("b.sluice.test", ip(3)),
+            ("backup.sluice.test", ip(5)),
+        ],
+        &[
+            format!("--srv-host={SERVICE},a.sluice.test,{p1},0,1"),
+            format!("--srv-host={SERVICE},b.sluice.test,{p2},0,3"),
+            // A higher priority number: a backup, not served while priority 0 answers.
+            format!("--srv-host={SERVICE},backup.sluice.test,{p1},1,1"),
+        ],
+    )
+    .await;
+    let config = format!(
+        r#"
+[log]
+access_log = "off"
+[resolver]
+servers = ["127.0.0.1:{dns}"]
+min_ttl = "100ms"
+max_ttl = "300ms"
+timeout = "1s"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "web"
+balance = "weighted_round_robin"
+servers = [{{ address = "web.sluice.test", service = "http", resolve = true }}]
+[[route]]
+name = "all"
+upstream = "web"
+"#,
+        dns = dns.port
+    );
+    let gw = TestGateway::plain(&config).await;
+    assert_eq!(
+        addresses(&gw),
+        [
+            format!("{SERVICE} (127.0.0.2:{p1})"),
+            format!("{SERVICE} (127.0.0.3:{p2})")
+        ],
+        "the lowest priority's targets at their records' ports"
+    );
+    let addr = gw.addr("http");
+    for _ in 0..40 {
+        assert_eq!(http1_get(addr, "x", "/whoami").await.status, 200);
+    }
+    assert_eq!((a.hits(), b.hits()), (10, 30), "SRV weights 1 and 3");
+
+    // A target's own A record changes: followed like any name.
+    dns.set(&[
+        ("a.sluice.test", ip(2)),
+        ("b.sluice.test", ip(4)),
+        ("backup.sluice.test", ip(5)),
+    ]);
+    let want = format!("{SERVICE} (127.0.0.4:{p2})");
+    wait_until(|| addresses(&gw).contains(&want)).await;
+    for _ in 0..8 {
+        assert_eq!(http1_get(addr, "x", "/whoami").await.status, 200);
+    }
+    assert!(c.hits() > 0, "the moved target serves");
+    let report = gw.gateway().upstream_health();
+    let dns_report = report[0].dns.as_ref().expect("the group follows DNS");
+    assert!(dns_report.changes >= 1);
+    assert_eq!(dns_report.names[0].0, SERVICE);
 }
