@@ -19,13 +19,18 @@ type Body = BoxBody<Bytes, Infallible>;
 
 /// The running demo origin. An upgrade hands its listening socket to the new process with the
 /// gateway's (the demo's port is fixed in the default configuration, so the new process could
-/// not bind it again while this one holds it); then [`Demo::stop`] closes this process's copy
-/// and lets its connections finish, so every new connection reaches the new process's origin.
+/// not bind it again while this one holds it); then [`Demo::stop_accepting`] closes this
+/// process's copy, so every new connection reaches the new process's origin, and
+/// [`Demo::stop`], once this process's gateway has drained, closes the connections it still
+/// has. Closing them earlier would race a gateway that has just connected and is sending its
+/// first request (hyper closes a connection that has not read one yet at once); a reused one
+/// is safe, since a gateway retries a request on a kept-alive connection that turns out closed.
 pub(crate) struct Demo {
     /// Where it listens.
     pub(crate) addr: SocketAddr,
     fd: RawFd,
-    stop: tokio::sync::watch::Sender<bool>,
+    /// Running, then no longer accepting, then closing its connections.
+    stage: tokio::sync::watch::Sender<Stage>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -45,7 +50,7 @@ pub(crate) async fn start(
     };
     let addr = socket.local_addr()?;
     let fd = socket.as_raw_fd();
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let (stage, mut stages) = tokio::sync::watch::channel(Stage::Serving);
     let served = Arc::new(AtomicU64::new(0));
     let task = tokio::spawn(async move {
         let graceful = GracefulShutdown::new();
@@ -56,7 +61,7 @@ pub(crate) async fn start(
                     Ok((tcp, _)) => tcp,
                     Err(_) => continue,
                 },
-                _ = stopped.wait_for(|s| *s) => break,
+                _ = stages.wait_for(|s| *s != Stage::Serving) => break,
             };
             let served = served.clone();
             let service = hyper::service::service_fn(move |req| {
@@ -71,6 +76,7 @@ pub(crate) async fn start(
         // Closes this process's copy of the socket: whatever connects now reaches the process
         // that holds the other copy.
         drop(socket);
+        let _ = stages.wait_for(|s| *s == Stage::Closing).await;
         // Idle keep-alive connections close now, busy ones after their response (with
         // `Connection: close`), so the gateway that uses them retries on a fresh one.
         graceful.shutdown().await;
@@ -78,9 +84,16 @@ pub(crate) async fn start(
     Ok(Demo {
         addr,
         fd,
-        stop,
+        stage,
         task,
     })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Serving,
+    NotAccepting,
+    Closing,
 }
 
 impl Demo {
@@ -89,9 +102,21 @@ impl Demo {
         self.fd
     }
 
-    /// Stops accepting and waits (at most `grace`) for the connections in progress to finish.
+    /// Closes this process's copy of the listening socket; its connections go on.
+    pub(crate) fn stop_accepting(&self) {
+        self.stage.send_if_modified(|s| {
+            let change = *s == Stage::Serving;
+            if change {
+                *s = Stage::NotAccepting;
+            }
+            change
+        });
+    }
+
+    /// Stops accepting, closes the connections (idle ones at once, busy ones after their
+    /// response) and waits for them, at most `grace`.
     pub(crate) async fn stop(self, grace: Duration) {
-        let _ = self.stop.send(true);
+        let _ = self.stage.send(Stage::Closing);
         let _ = tokio::time::timeout(grace, self.task).await;
     }
 }

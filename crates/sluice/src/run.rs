@@ -64,7 +64,7 @@ struct Running {
     admin: Mutex<Option<AdminTask>>,
     control: OnceLock<Arc<Controller>>,
     started: Instant,
-    /// The demo origin's listening socket (open until `Demo::stop`), for a binary upgrade.
+    /// The demo origin's listening socket (open until it stops accepting), for a binary upgrade.
     demo_fd: Option<std::os::fd::RawFd>,
 }
 
@@ -343,17 +343,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         if !handed_over {
             crate::service::stopping("draining");
         }
-        // After an upgrade the new process's demo origin takes every new connection at once
-        // (this one's requests in flight finish on the connections they have); on a plain
-        // stop it serves until the gateway has drained, since draining requests still need it.
-        let (demo_now, demo_later) = match demo {
-            Some(d) if handed_over => (Some(tokio::spawn(d.stop(shutdown_timeout))), None),
-            other => (None, other),
-        };
-        eprintln!(
-            "sluice: shutting down; in-flight requests have {}s to finish",
-            shutdown_timeout.as_secs_f32()
-        );
+        // After an upgrade the new process's demo origin takes every new connection at once;
+        // this one's connections close only after the gateway has drained (see `Demo`).
+        if let Some(d) = demo.as_ref().filter(|_| handed_over) {
+            d.stop_accepting();
+        }
         if !gateway.shutdown(shutdown_timeout).await {
             eprintln!("sluice: some requests did not finish in time and were closed");
         }
@@ -365,11 +359,8 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         {
             admin.task.abort();
         }
-        if let Some(demo) = demo_later {
+        if let Some(demo) = demo {
             demo.stop(shutdown_timeout).await;
-        }
-        if let Some(stopping) = demo_now {
-            let _ = stopping.await;
         }
         if let Some(instance) = &instance {
             instance.remove();

@@ -126,7 +126,7 @@ fn every_command_the_banner_prints_works_on_the_embedded_default_under_load() {
         .args(["run", "--state-dir"])
         .arg(dir.path())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
         .spawn()
         .unwrap();
     let _stop_first = crate::cli::StopOnDrop(child.id());
@@ -170,12 +170,19 @@ fn every_command_the_banner_prints_works_on_the_embedded_default_under_load() {
                         if s.load(Ordering::SeqCst) {
                             break;
                         }
-                        if demo_status().await.is_some_and(|got| {
-                            got.status == 200 && got.body.contains("sluice-demo-origin")
-                        }) {
-                            o.fetch_add(1, Ordering::SeqCst);
-                        } else {
-                            f.fetch_add(1, Ordering::SeqCst);
+                        match demo_status().await {
+                            Some(got)
+                                if got.status == 200 && got.body.contains("sluice-demo-origin") =>
+                            {
+                                o.fetch_add(1, Ordering::SeqCst);
+                            }
+                            other => {
+                                f.fetch_add(1, Ordering::SeqCst);
+                                eprintln!(
+                                    "failed request: {:?}",
+                                    other.map(|g| (g.status, g.body))
+                                );
+                            }
                         }
                     }
                 });
@@ -250,8 +257,9 @@ fn every_command_the_banner_prints_works_on_the_embedded_default_under_load() {
     assert_eq!(
         failed.load(Ordering::SeqCst),
         0,
-        "no request failed across reloads and the upgrade ({} served)",
-        ok.load(Ordering::SeqCst)
+        "no request failed across reloads and the upgrade ({} served); the gateways said: {}",
+        ok.load(Ordering::SeqCst),
+        std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default()
     );
     assert!(
         String::from_utf8_lossy(&sh(&command_in(&banner, "try: ", None)).stdout)
