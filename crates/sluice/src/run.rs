@@ -338,6 +338,10 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         reloads.abort();
         upgrades.abort();
         let shutdown_timeout = gateway.snapshot().global.shutdown_timeout;
+        eprintln!(
+            "sluice: shutting down; in-flight requests have {}s to finish",
+            shutdown_timeout.as_secs_f32()
+        );
         // Not after an upgrade: the service goes on in the new process (which is the main
         // one now), and systemd hears every process of the unit.
         if !handed_over {
@@ -498,11 +502,10 @@ fn self_command() -> String {
     let Ok(exe) = std::env::current_exe() else {
         return "sluice".to_owned();
     };
+    let me = std::fs::canonicalize(&exe).ok();
     let on_path = std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            std::fs::canonicalize(dir.join("sluice"))
-                .is_ok_and(|found| std::fs::canonicalize(&exe).is_ok_and(|me| me == found))
-        })
+        std::env::split_paths(&path)
+            .any(|dir| std::fs::canonicalize(dir.join("sluice")).ok() == me && me.is_some())
     });
     let path = exe.display().to_string();
     if on_path {

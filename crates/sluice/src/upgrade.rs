@@ -1,7 +1,7 @@
 //! Binary upgrade without dropping a connection, NGINX's USR2 way: the running process
 //! starts the binary now at its path with the same arguments, handing over its listening
-//! sockets as inherited descriptors (named in `SLUICE_LISTEN_FDS`; the admin listener's and the demo origin's too). The new process serves on
-//! them and, once ready, writes `ready` to a pipe (`SLUICE_READY_FD`); then the old one stops
+//! sockets as inherited descriptors (named in `SLUICE_LISTEN_FDS`; the admin listener's and
+//! the demo origin's too). The new process serves on them and, once ready, writes `ready` to a pipe (`SLUICE_READY_FD`); then the old one stops
 //! accepting, drains within `shutdown_timeout` and exits. Both accept from the same sockets in
 //! between, so no connection attempt is refused. A new binary that fails to start (bad
 //! configuration, crash) closes the pipe without `ready`: the old one keeps serving and says

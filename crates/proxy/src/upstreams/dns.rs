@@ -345,21 +345,20 @@ impl Follow {
                 continue;
             }
             seen.push(&s.address.name);
-            let answer = if s.srv {
-                self.lookups.fetch_add(1, Ordering::Relaxed);
-                self.resolver.lookup_srv(&s.address.name).await
-            } else {
-                let Some((host, port)) = s.dns_name() else {
-                    continue;
-                };
-                self.lookups.fetch_add(1, Ordering::Relaxed);
-                self.resolver.lookup(host, port).await.map(|(addrs, ttl)| {
+            let name = s.dns_name();
+            if !s.srv && name.is_none() {
+                continue;
+            }
+            self.lookups.fetch_add(1, Ordering::Relaxed);
+            let answer = match name {
+                None => self.resolver.lookup_srv(&s.address.name).await,
+                Some((host, port)) => self.resolver.lookup(host, port).await.map(|(addrs, ttl)| {
                     let found = addrs
                         .into_iter()
                         .map(|addr| Found { addr, weight: None })
                         .collect();
                     (found, ttl)
-                })
+                }),
             };
             match answer {
                 Ok((found, ttl)) => {
