@@ -10,6 +10,7 @@
 
 mod api;
 pub mod build_label;
+mod certificates;
 mod health;
 mod stats;
 
@@ -455,6 +456,7 @@ pub fn metrics(s: &Sources) -> String {
     compression(&mut out, &s.gateway.compressor().counters());
     key_servers(&mut out, &s.gateway.key_offload().key_servers());
     health::metrics(&mut out, s);
+    certificates::metrics(&mut out);
     api::config_metrics(&mut out, s);
     out
 }
@@ -714,6 +716,7 @@ pub fn status(s: &Sources) -> String {
         "uptime_s": s.started.elapsed().as_secs(),
         "config": api::config_status(s),
         "upstreams": health::status(s),
+        "acme": certificates::status(),
         "tls_handshakes": p.handshakes.iter().flatten().sum::<u64>(),
         "tls_handshake_failures": p.handshake_failures,
         "tls_handshake_scheduler": handshake_scheduler(s),

@@ -293,6 +293,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
         "compression": compression,
         "upstreams": upstreams,
         "key_servers": key_servers,
+        "acme": crate::certificates::status(),
         "rate_limit_store": crate::rate_limit_store(s),
     })
 }

@@ -10,6 +10,7 @@
 //! serving. It parses certificates and keys (with BoringSSL) only to check them at load time
 //! and to hand them, already parsed, to the TLS layer.
 
+mod acme;
 mod cache;
 mod default;
 mod error;
@@ -18,9 +19,11 @@ mod pattern;
 mod policy;
 pub mod raw;
 mod resolver;
+pub mod selfsigned;
 mod snapshot;
 mod units;
 
+pub use acme::{AcmeChallenge, AcmeKeyType, AcmeOrder, AcmeSettings, LETS_ENCRYPT};
 pub use cache::CertCache;
 pub use default::{
     DEFAULT_CONFIG_TEMPLATE, DefaultConfigParams, default_config, default_config_text,

@@ -16,6 +16,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 pub use fleet::{RouteContext, fleet_source, load_route, parse_keyring};
 
+mod acme;
 mod certificate;
 mod compression;
 mod fleet;
@@ -109,12 +110,13 @@ struct RawConfig {
     rate_limit: Option<RawRateLimitStore>,
     resolver: RawResolver,
     config: Option<RawConfigSource>,
+    acme: Option<RawAcme>,
     /// Names of entries that failed to parse, by section: references to them are not
     /// reported again as "not defined".
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [resolver], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [resolver], [acme], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -199,6 +201,7 @@ impl<'a> Cx<'a> {
                 "rate_limit" => raw.rate_limit = self.section(value),
                 "resolver" => raw.resolver = self.section(value).unwrap_or_default(),
                 "config" => raw.config = self.section(value),
+                "acme" => raw.acme = self.section(value),
                 "listener" => raw.listeners = self.array("listener", value, &mut raw.broken),
                 "certificate" => {
                     raw.certificates = self.array("certificate", value, &mut raw.broken)
@@ -316,6 +319,7 @@ impl<'a> Cx<'a> {
             "[compression]",
         );
 
+        let acme = self.acme_settings(raw.acme.as_ref());
         let mut cert_names = HashMap::new();
         let mut certificates = Vec::new();
         for c in &raw.certificates {
@@ -334,7 +338,12 @@ impl<'a> Cx<'a> {
                 },
                 |list| list.get_ref().iter().any(|e| e == "keyless"),
             );
-            certificates.push(self.certificate(c, allow_insecure_keys, remote_ok));
+            certificates.push(match &c.acme {
+                Some(a) => {
+                    self.acme_certificate(c, a, raw.acme.as_ref(), &acme, allow_insecure_keys)
+                }
+                None => self.certificate(c, allow_insecure_keys, remote_ok),
+            });
         }
 
         let mut upstream_names = HashMap::new();
@@ -453,6 +462,16 @@ impl<'a> Cx<'a> {
             .config
             .as_ref()
             .and_then(|c| self.fleet_source(c, allow_insecure_keys));
+        self.check_acme_listeners(&raw.certificates, &certificates, &listeners);
+        if fleet.is_some()
+            && let Some(at) = raw.certificates.iter().find_map(|c| c.acme.as_ref())
+        {
+            self.err_at(
+                at,
+                "ACME certificates are not supported in fleet mode yet: every gateway would order on its own and answer only its own challenges",
+                "issue the certificate outside the fleet (or on one gateway out of fleet mode) and store it with the admin API, which every gateway serves through etcd",
+            );
+        }
         let certificates = certificates.into_iter().collect::<Option<Vec<_>>>()?;
         Some(Snapshot {
             compression: compression.clone(),
@@ -468,6 +487,7 @@ impl<'a> Cx<'a> {
             offload,
             admin,
             rate_limit_store,
+            acme,
             resolver: self.resolver(&raw.resolver),
             demo: raw
                 .demo

@@ -175,8 +175,8 @@ pub struct RawListenerTls {
 pub struct RawCertificate {
     /// Unique name, used by listeners.
     pub name: Spanned<String>,
-    /// PEM file: the leaf certificate first, then intermediates.
-    pub cert: Spanned<String>,
+    /// PEM file: the leaf certificate first, then intermediates. Absent with `acme`.
+    pub cert: Option<Spanned<String>>,
     /// PEM file with the private key (mode 0600 or stricter). Omitted: the key lives on key
     /// servers only, and the certificate's engines must include `"keyless"`.
     pub key: Option<Spanned<String>>,
@@ -185,6 +185,54 @@ pub struct RawCertificate {
     pub hosts: Option<Vec<Spanned<String>>>,
     /// This certificate's private-key engines, instead of `[offload.crypto] engines`.
     pub offload_engines: Option<Spanned<Vec<String>>>,
+    /// Obtained and renewed from an ACME CA instead of read from `cert`/`key`.
+    pub acme: Option<Spanned<RawCertAcme>>,
+}
+
+/// `acme = { names = [...], ... }` of a `[[certificate]]`: what to order; unset fields come
+/// from `[acme]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertAcme {
+    /// The DNS names the certificate is for (the first is its subject).
+    pub names: Spanned<Vec<String>>,
+    /// The CA's ACME directory URL.
+    pub directory: Option<Spanned<String>>,
+    /// Contact address given to the CA.
+    pub email: Option<Spanned<String>>,
+    /// `"http-01"` or `"tls-alpn-01"`.
+    pub challenge: Option<Spanned<String>>,
+    /// PEM file of the CA that the ACME server's own HTTPS certificate chains to.
+    pub ca: Option<Spanned<String>>,
+    /// Renew this long before the certificate expires.
+    pub renew_before: Option<SpannedStr>,
+    /// `"ecdsa"` (P-256) or `"rsa"` (2048 bits).
+    pub key_type: Option<Spanned<String>>,
+}
+
+/// `[acme]`: where ACME accounts and certificates are kept, and the defaults of every
+/// certificate's `acme = { ... }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcme {
+    /// Directory of accounts and certificates (default `acme` beside the configuration file).
+    pub storage: Option<Spanned<String>>,
+    /// Default ACME directory URL (Let's Encrypt's production one).
+    pub directory: Option<Spanned<String>>,
+    /// Default contact address.
+    pub email: Option<Spanned<String>>,
+    /// Default challenge.
+    pub challenge: Option<Spanned<String>>,
+    /// Default CA for the ACME server's HTTPS certificate.
+    pub ca: Option<Spanned<String>>,
+    /// Default renewal margin (30 days).
+    pub renew_before: Option<SpannedStr>,
+    /// Default key type.
+    pub key_type: Option<Spanned<String>>,
+    /// First wait after a failed order; doubled after each failure.
+    pub retry_min: Option<SpannedStr>,
+    /// Longest wait between failed orders.
+    pub retry_max: Option<SpannedStr>,
 }
 
 /// `[upstream.tls]`: the group's servers speak TLS.

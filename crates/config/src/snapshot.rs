@@ -48,6 +48,8 @@ pub struct Snapshot {
     /// `[config] source = "etcd"`: where the fleet's shared objects come from; `None`: this
     /// file holds everything.
     pub fleet: Option<FleetSource>,
+    /// `[acme]`: where ACME certificates are kept and how failed orders are retried.
+    pub acme: crate::AcmeSettings,
 }
 
 /// `[config]` of a gateway in fleet mode: its etcd and what it keeps locally.
@@ -491,6 +493,11 @@ pub struct Certificate {
     /// SHA-256 of its settings and its files' bytes: equal fingerprints are the same
     /// certificate, so a reload may keep what was built from it.
     pub fingerprint: [u8; 32],
+    /// Issued and renewed by an ACME CA (`acme = { ... }`): the chain and key above are what
+    /// its storage held at load.
+    pub acme: Option<Arc<crate::AcmeOrder>>,
+    /// A self-signed stand-in, served until the CA issues the real certificate (ACME only).
+    pub placeholder: bool,
 }
 
 impl std::fmt::Debug for Certificate {

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Writes `stem.crt` and `stem.key` (mode 0600) with a fresh P-256 key for `host`.
+mod acme;
 mod dns;
 mod fleet;
 mod layer4;

@@ -66,6 +66,8 @@ struct Running {
     started: Instant,
     /// The demo origin's listening socket (open until it stops accepting), for a binary upgrade.
     demo_fd: Option<std::os::fd::RawFd>,
+    /// The ACME certificates' renewal tasks, following each applied configuration.
+    acme: Mutex<sluice_acme::Manager>,
 }
 
 struct AdminTask {
@@ -178,6 +180,10 @@ impl Target for Running {
             if let Err(e) = self.place_admin(&snapshot, None).await {
                 tracing::error!(error = %format!("{e:#}"), "the admin listener stays where it was");
             }
+            self.acme
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .update(&snapshot);
             Ok(crate::instance::describe(&report))
         })
     }
@@ -278,6 +284,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             control: OnceLock::new(),
             started: Instant::now(),
             demo_fd: demo.as_ref().map(crate::demo::Demo::fd),
+            acme: Mutex::new(sluice_acme::Manager::start(&snapshot)),
         });
         let control = Arc::new(Controller::new(source, running.clone(), certs, &snapshot));
         let _ = running.control.set(control.clone());
@@ -337,6 +344,12 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         reloads.abort();
         upgrades.abort();
+        // Orders stop here: after an upgrade the new process renews (from the same storage).
+        running
+            .acme
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stop();
         let shutdown_timeout = gateway.snapshot().global.shutdown_timeout;
         eprintln!(
             "sluice: shutting down; in-flight requests have {}s to finish",

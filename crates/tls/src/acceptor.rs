@@ -1,9 +1,10 @@
+use crate::live::{ACME_TLS_ALPN, live};
 use crate::offload::{ConnOffload, WakerSlot};
 use crate::tickets::callback_for;
 use crate::{CertStore, KeyOffload, OffloadIo, TicketKeys, TlsError};
 use boring::ssl::{
-    AlpnError, NameType, SelectCertError, Ssl, SslAcceptor, SslMethod, SslOptions,
-    SslSessionCacheMode, SslVersion,
+    AlpnError, ClientHello, ExtensionType, NameType, SelectCertError, Ssl, SslAcceptor, SslMethod,
+    SslOptions, SslSessionCacheMode, SslVersion,
 };
 use sluice_config::{Listener, Snapshot, TlsVersion, UnknownSni};
 use std::sync::Arc;
@@ -130,10 +131,18 @@ impl TlsAcceptor {
         }
 
         // ALPN by server preference: h2, then HTTP/1.1. A client that offers neither goes on
-        // without ALPN, which means HTTP/1.1.
+        // without ALPN, which means HTTP/1.1. An ACME CA validating TLS-ALPN-01 offers only
+        // acme-tls/1, and gets it while a challenge for the name is published.
         let (offer_h2, offer_h1) = (listener.h2, listener.http1);
-        b.set_alpn_select_callback(move |_, client| {
+        b.set_alpn_select_callback(move |ssl, client| {
             let offered = |want: &[u8]| alpn_protocols(client).find(|p| *p == want);
+            if let Some(p) = offered(ACME_TLS_ALPN)
+                && ssl
+                    .servername(NameType::HOST_NAME)
+                    .is_some_and(|n| live().alpn_challenge(n).is_some())
+            {
+                return Ok(p);
+            }
             if offer_h2 && let Some(p) = offered(b"h2") {
                 return Ok(p);
             }
@@ -148,6 +157,12 @@ impl TlsAcceptor {
         let reject_unknown = tls.unknown_sni == UnknownSni::Reject;
         let sni_store = store.clone();
         b.set_select_certificate_callback(move |mut hello| {
+            if let Some(challenge) = acme_challenge(&hello) {
+                return hello
+                    .ssl_mut()
+                    .add_credential(&challenge)
+                    .map_err(|_| SelectCertError::ERROR);
+            }
             let set = match hello
                 .servername(NameType::HOST_NAME)
                 .map(|n| sni_store.lookup(n))
@@ -156,10 +171,10 @@ impl TlsAcceptor {
                 _ if reject_unknown => return Err(SelectCertError::ERROR),
                 _ => sni_store.default_set(),
             };
-            for credential in set {
+            for slot in set {
                 hello
                     .ssl_mut()
-                    .add_credential(credential)
+                    .add_credential(&slot.load())
                     .map_err(|_| SelectCertError::ERROR)?;
             }
             Ok(())
@@ -262,6 +277,16 @@ impl<S: std::fmt::Debug> std::fmt::Display for AcceptError<S> {
             AcceptError::Handshake(e) => write!(f, "{e}"),
         }
     }
+}
+
+/// The TLS-ALPN-01 challenge certificate to answer `hello` with: the client offers
+/// `acme-tls/1` and a challenge for its SNI name is published.
+fn acme_challenge(hello: &ClientHello<'_>) -> Option<Arc<boring::ssl::SslCredential>> {
+    let ext = hello.get_extension(ExtensionType::APPLICATION_LAYER_PROTOCOL_NEGOTIATION)?;
+    // The extension holds a 2-byte length, then the wire-format list.
+    let list = ext.get(2..)?;
+    alpn_protocols(list).find(|p| *p == ACME_TLS_ALPN)?;
+    live().alpn_challenge(hello.servername(NameType::HOST_NAME)?)
 }
 
 /// Iterates the protocol names of an ALPN wire-format list (length-prefixed strings).

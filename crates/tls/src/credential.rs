@@ -6,23 +6,87 @@
 use crate::TlsError;
 use boring::error::ErrorStack;
 use boring::ssl::SslCredential;
-use foreign_types::ForeignType;
+use foreign_types::{ForeignType, ForeignTypeRef};
 use sluice_config::Certificate;
 use sluice_crypto::{EngineKind, KeyKind, PrivateKey};
 use std::sync::Arc;
 
-/// Builds a credential holding `cert`'s chain and private key.
-#[expect(
-    unsafe_code,
-    reason = "boring 5 has no safe constructor for X.509 credentials"
-)]
-pub(crate) fn x509_credential(
+/// Builds a credential holding `cert`'s chain and private key, its private-key operations on
+/// `engines` (BoringSSL's own when the key is not one the crypto crate signs with).
+pub fn x509_credential(
     cert: &Certificate,
     engines: Vec<EngineKind>,
     fallback_local: bool,
 ) -> Result<SslCredential, TlsError> {
-    let ders = cert
-        .chain
+    let credential = chain_credential(&cert.chain)?;
+    // With the keyless engine the key gets its id on key servers (from the certificate, so
+    // a certificate without a key file works); without a local key, or with fallback "none",
+    // only the public half is kept.
+    let keyless = engines.contains(&EngineKind::Keyless);
+    let local = cert.key.as_ref().filter(|_| !keyless || fallback_local);
+    let Some(local) = local else {
+        let key = remote_key(&cert.chain[0])?;
+        crate::offload::attach(&credential, Arc::new(key), engines)?;
+        return Ok(credential);
+    };
+    // The key goes to the offload layer's engines when the crypto crate can sign with it
+    // (every key the configuration accepts); BoringSSL keeps it otherwise.
+    let pkcs8 = local
+        .private_key_to_der_pkcs8()
+        .map_err(TlsError::boring("encoding a private key"))?;
+    if let Ok(mut key) = PrivateKey::from_pkcs8(&pkcs8) {
+        if keyless {
+            key = key.with_key_id(key_id(&cert.chain[0])?);
+        }
+        let key = Arc::new(key);
+        // Once per kind of key: what its signatures cost inline (the dashboard's CPU saved).
+        sluice_crypto::cost::calibrate(&key);
+        crate::offload::attach(&credential, key, engines)?;
+        return Ok(credential);
+    }
+    set_key(&credential, local)?;
+    Ok(credential)
+}
+
+/// A credential for `chain` whose key BoringSSL holds and signs with on the calling thread:
+/// for certificates that serve a few handshakes only, such as an ACME challenge's.
+pub fn inline_credential(
+    chain: &[boring::x509::X509],
+    key: &boring::pkey::PKeyRef<boring::pkey::Private>,
+) -> Result<SslCredential, TlsError> {
+    let credential = chain_credential(chain)?;
+    set_key(&credential, key)?;
+    Ok(credential)
+}
+
+/// Gives `credential` its private key, which BoringSSL then signs with.
+#[expect(
+    unsafe_code,
+    reason = "boring 5 has no safe setter for X.509 credentials' keys"
+)]
+fn set_key(
+    credential: &SslCredential,
+    key: &boring::pkey::PKeyRef<boring::pkey::Private>,
+) -> Result<(), TlsError> {
+    // SAFETY: both pointers are live for the call; set1 takes its own reference to the key.
+    let key_ok =
+        unsafe { boring_sys::SSL_CREDENTIAL_set1_private_key(credential.as_ptr(), key.as_ptr()) };
+    if key_ok != 1 {
+        return Err(TlsError::Boring {
+            context: "setting a private key",
+            source: ErrorStack::get(),
+        });
+    }
+    Ok(())
+}
+
+/// A credential holding `chain` and no key yet.
+#[expect(
+    unsafe_code,
+    reason = "boring 5 has no safe constructor for X.509 credentials"
+)]
+fn chain_credential(chain: &[boring::x509::X509]) -> Result<SslCredential, TlsError> {
+    let ders = chain
         .iter()
         .map(|x| x.to_der())
         .collect::<Result<Vec<_>, _>>()
@@ -69,40 +133,6 @@ pub(crate) fn x509_credential(
     if chain_ok != 1 {
         return Err(TlsError::Boring {
             context: "setting a certificate chain",
-            source: ErrorStack::get(),
-        });
-    }
-    // With the keyless engine the key gets its id on key servers (from the certificate, so
-    // a certificate without a key file works); without a local key, or with fallback "none",
-    // only the public half is kept.
-    let keyless = engines.contains(&EngineKind::Keyless);
-    let local = cert.key.as_ref().filter(|_| !keyless || fallback_local);
-    let Some(local) = local else {
-        let key = remote_key(&cert.chain[0])?;
-        crate::offload::attach(&credential, Arc::new(key), engines)?;
-        return Ok(credential);
-    };
-    // The key goes to the offload layer's engines when the crypto crate can sign with it
-    // (every key the configuration accepts); BoringSSL keeps it otherwise.
-    let pkcs8 = local
-        .private_key_to_der_pkcs8()
-        .map_err(TlsError::boring("encoding a private key"))?;
-    if let Ok(mut key) = PrivateKey::from_pkcs8(&pkcs8) {
-        if keyless {
-            key = key.with_key_id(key_id(&cert.chain[0])?);
-        }
-        let key = Arc::new(key);
-        // Once per kind of key: what its signatures cost inline (the dashboard's CPU saved).
-        sluice_crypto::cost::calibrate(&key);
-        crate::offload::attach(&credential, key, engines)?;
-        return Ok(credential);
-    }
-    // SAFETY: both pointers are live for the call; set1 takes its own reference to the key.
-    let key_ok =
-        unsafe { boring_sys::SSL_CREDENTIAL_set1_private_key(credential.as_ptr(), local.as_ptr()) };
-    if key_ok != 1 {
-        return Err(TlsError::Boring {
-            context: "setting a private key",
             source: ErrorStack::get(),
         });
     }

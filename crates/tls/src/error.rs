@@ -36,7 +36,8 @@ pub enum TlsError {
 }
 
 impl TlsError {
-    pub(crate) fn boring(context: &'static str) -> impl FnOnce(boring::error::ErrorStack) -> Self {
+    /// Wraps a BoringSSL error with what was being done.
+    pub fn boring(context: &'static str) -> impl FnOnce(boring::error::ErrorStack) -> Self {
         move |source| TlsError::Boring { context, source }
     }
 }

@@ -15,14 +15,17 @@ mod credential;
 mod engines;
 mod error;
 mod info;
+pub mod live;
 mod offload;
 pub mod selfsigned;
 mod store;
 mod tickets;
 
 pub use acceptor::{AcceptError, TlsAcceptor, TlsIdentity};
+pub use credential::{inline_credential, x509_credential};
 pub use error::TlsError;
 pub use info::TlsInfo;
+pub use live::{AcmeStatus, Slot, live};
 pub use offload::{KeyOffload, OffloadIo};
 pub use store::CertStore;
 pub use tickets::{TICKET_KEY_LEN, TicketKeys, reread_ticket_key_files};

@@ -2,27 +2,12 @@
 
 use crate::TlsError;
 use boring::asn1::Asn1Time;
-use boring::bn::{BigNum, MsbOption};
-use boring::ec::{EcGroup, EcKey};
-use boring::hash::MessageDigest;
-use boring::nid::Nid;
 use boring::pkey::{PKey, Private};
-use boring::rsa::Rsa;
-use boring::x509::extension::{
-    BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
-};
-use boring::x509::{X509, X509NameBuilder};
+use boring::x509::X509;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Key kinds a self-signed certificate can have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyKind {
-    /// RSA-2048.
-    Rsa2048,
-    /// ECDSA P-256.
-    EcdsaP256,
-}
+pub use sluice_config::selfsigned::{KeyKind, subject_alt_names};
 
 /// Generates a key and a self-signed certificate for `hosts` (DNS names or IP addresses),
 /// valid from yesterday for `days` days.
@@ -31,83 +16,8 @@ pub fn generate(
     hosts: &[&str],
     days: u32,
 ) -> Result<(X509, PKey<Private>), TlsError> {
-    let e = TlsError::boring;
-    let key = match kind {
-        KeyKind::Rsa2048 => {
-            PKey::from_rsa(Rsa::generate(2048).map_err(e("generating an RSA key"))?)
-        }
-        KeyKind::EcdsaP256 => {
-            let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).map_err(e("P-256"))?;
-            PKey::from_ec_key(EcKey::generate(&group).map_err(e("generating an ECDSA key"))?)
-        }
-    }
-    .map_err(e("wrapping the key"))?;
-
-    let mut name = X509NameBuilder::new().map_err(e("name"))?;
-    name.append_entry_by_nid(
-        Nid::COMMONNAME,
-        hosts.first().copied().unwrap_or("localhost"),
-    )
-    .map_err(e("name"))?;
-    name.append_entry_by_nid(Nid::ORGANIZATIONNAME, "Sluice self-signed")
-        .map_err(e("name"))?;
-    let name = name.build();
-
-    let mut b = X509::builder().map_err(e("certificate"))?;
-    b.set_version(2).map_err(e("version"))?;
-    let mut serial = BigNum::new().map_err(e("serial"))?;
-    serial
-        .rand(127, MsbOption::MAYBE_ZERO, false)
-        .map_err(e("serial"))?;
-    let serial = serial.to_asn1_integer().map_err(e("serial"))?;
-    b.set_serial_number(&serial).map_err(e("serial"))?;
-    b.set_subject_name(&name).map_err(e("subject"))?;
-    b.set_issuer_name(&name).map_err(e("issuer"))?;
-    b.set_pubkey(&key).map_err(e("public key"))?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let not_before = Asn1Time::from_unix(now - 86_400).map_err(e("validity"))?;
-    let not_after = Asn1Time::days_from_now(days).map_err(e("validity"))?;
-    b.set_not_before(&not_before).map_err(e("validity"))?;
-    b.set_not_after(&not_after).map_err(e("validity"))?;
-    let basic = BasicConstraints::new()
-        .critical()
-        .build()
-        .map_err(e("extension"))?;
-    b.append_extension(&basic).map_err(e("extension"))?;
-    let mut usage = KeyUsage::new();
-    usage.critical().digital_signature();
-    if kind == KeyKind::Rsa2048 {
-        usage.key_encipherment();
-    }
-    let usage = usage.build().map_err(e("extension"))?;
-    b.append_extension(&usage).map_err(e("extension"))?;
-    let eku = ExtendedKeyUsage::new()
-        .server_auth()
-        .build()
-        .map_err(e("extension"))?;
-    b.append_extension(&eku).map_err(e("extension"))?;
-    let san = subject_alt_names(hosts)
-        .build(&b.x509v3_context(None, None))
-        .map_err(e("subjectAltName"))?;
-    b.append_extension(&san).map_err(e("extension"))?;
-    b.sign(&key, MessageDigest::sha256())
-        .map_err(e("signing"))?;
-    Ok((b.build(), key))
-}
-
-/// `hosts` (DNS names or IP addresses) as a subjectAltName extension to build.
-pub fn subject_alt_names(hosts: &[&str]) -> SubjectAlternativeName {
-    let mut san = SubjectAlternativeName::new();
-    for h in hosts {
-        if h.parse::<std::net::IpAddr>().is_ok() {
-            san.ip(h);
-        } else {
-            san.dns(h);
-        }
-    }
-    san
+    sluice_config::selfsigned::generate(kind, hosts, days, "Sluice self-signed")
+        .map_err(TlsError::boring("generating a self-signed certificate"))
 }
 
 /// Writes `stem.crt` (mode 0644) and `stem.key` (mode 0600) into `dir`.

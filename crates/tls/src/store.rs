@@ -1,19 +1,20 @@
 use crate::TlsError;
 use crate::credential::x509_credential;
-use boring::ssl::SslCredential;
+use crate::live::{Slot, SlotKey, live};
 use sluice_config::{HostPattern, KeyType, Snapshot, TlsListener, normalize_host};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The credentials a listener serves, indexed by host name.
+/// The credentials a listener serves, indexed by host name, each in a [`Slot`] (read once
+/// per handshake; an ACME certificate's is swapped when the CA issues).
 ///
 /// Several certificates may serve one name (typically an RSA and an ECDSA one); they form a
 /// *set*, ordered ECDSA, Ed25519, RSA, and BoringSSL takes the first the client supports.
 pub struct CertStore {
-    exact: HashMap<String, Vec<Arc<SslCredential>>>,
+    exact: HashMap<String, Vec<Arc<Slot>>>,
     /// Keyed by the suffix after `*.`.
-    wildcard: HashMap<String, Vec<Arc<SslCredential>>>,
-    default: Vec<Arc<SslCredential>>,
+    wildcard: HashMap<String, Vec<Arc<Slot>>>,
+    default: Vec<Arc<Slot>>,
 }
 
 impl std::fmt::Debug for CertStore {
@@ -47,15 +48,26 @@ impl CertStore {
                 .keyless
                 .as_ref()
                 .is_none_or(|k| k.fallback_local);
-            let credential = x509_credential(
-                cert,
-                crate::chain::certificate_engines(snapshot, cert),
-                fallback_local,
-            )?;
-            credentials.insert(i, Arc::new(credential));
+            let engines = crate::chain::certificate_engines(snapshot, cert);
+            let slot = match &cert.acme {
+                // Shared with the ACME manager, which swaps in what the CA issues.
+                Some(order) => live().acme_slot(
+                    &cert.name,
+                    SlotKey {
+                        names: order.names.clone(),
+                        engines: engines.clone(),
+                        fallback_local,
+                    },
+                    &cert.chain[0],
+                    cert.placeholder,
+                    || x509_credential(cert, engines.clone(), fallback_local),
+                )?,
+                None => Arc::new(Slot::new(x509_credential(cert, engines, fallback_local)?)),
+            };
+            credentials.insert(i, slot);
         }
-        let mut exact: HashMap<String, Vec<Arc<SslCredential>>> = HashMap::new();
-        let mut wildcard: HashMap<String, Vec<Arc<SslCredential>>> = HashMap::new();
+        let mut exact: HashMap<String, Vec<Arc<Slot>>> = HashMap::new();
+        let mut wildcard: HashMap<String, Vec<Arc<Slot>>> = HashMap::new();
         for &i in &order {
             for host in &snapshot.certificates[i].hosts {
                 let (map, key) = match host {
@@ -82,7 +94,7 @@ impl CertStore {
     }
 
     /// The credential set for an SNI name: exact match, then the wildcard one label up.
-    pub fn lookup(&self, sni: &str) -> Option<&[Arc<SslCredential>]> {
+    pub fn lookup(&self, sni: &str) -> Option<&[Arc<Slot>]> {
         let host = normalize_host(sni);
         if let Some(set) = self.exact.get(&host) {
             return Some(set);
@@ -92,7 +104,7 @@ impl CertStore {
     }
 
     /// The set served when SNI is absent or unknown (and the listener allows it).
-    pub fn default_set(&self) -> &[Arc<SslCredential>] {
+    pub fn default_set(&self) -> &[Arc<Slot>] {
         &self.default
     }
 }

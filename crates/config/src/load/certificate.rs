@@ -23,13 +23,21 @@ impl Cx<'_> {
         allow_insecure_keys: bool,
         remote_ok: bool,
     ) -> Option<Arc<Certificate>> {
-        let cert_path = self.path(raw.cert.get_ref());
         let name = raw.name.get_ref();
+        let Some(cert_at) = &raw.cert else {
+            self.err_at(
+                &raw.name,
+                format!("certificate `{name}` has no `cert`"),
+                "give `cert = \"site.crt\"` (PEM, leaf first) and `key = \"site.key\"`, or have a CA issue it with `acme = { names = [\"example.com\"] }`",
+            );
+            return None;
+        };
+        let cert_path = self.path(cert_at.get_ref());
 
         let cert_pem = match std::fs::read(&cert_path) {
             Err(e) => {
                 self.err_at(
-                    &raw.cert,
+                    cert_at,
                     format!("certificate `{name}`: cannot read {}: {e}", cert_path.display()),
                     "check the path (relative paths start at the configuration file's directory) and that Sluice may read it",
                 );
@@ -69,7 +77,7 @@ impl Cx<'_> {
             Ok(chain) if !chain.is_empty() => chain,
             _ => {
                 self.err_at(
-                    &raw.cert,
+                    cert_at,
                     format!("certificate `{name}`: {} holds no PEM certificate", cert_path.display()),
                     "give a PEM file that starts with -----BEGIN CERTIFICATE-----, leaf first, then intermediates",
                 );
@@ -85,15 +93,15 @@ impl Cx<'_> {
                 Ok(k) => k,
                 Err(_) => {
                     self.err_at(
-                        &raw.cert,
+                        cert_at,
                         format!("certificate `{name}`: cannot read its public key"),
                         "use an RSA, ECDSA (P-256, P-384) or Ed25519 certificate",
                     );
                     return None;
                 }
             };
-            let key_type = self.key_type(name, &raw.cert, public.id(), public.bits())?;
-            let hosts = self.certificate_hosts(raw, &chain[0]);
+            let key_type = self.key_type(name, cert_at, public.id(), public.bits())?;
+            let hosts = self.certificate_hosts(raw, cert_at, &chain[0]);
             return Some(self.keep_certificate(Certificate {
                 name: name.clone(),
                 chain,
@@ -102,6 +110,8 @@ impl Cx<'_> {
                 hosts,
                 offload_engines,
                 fingerprint,
+                acme: None,
+                placeholder: false,
             }));
         };
         let key = match PKey::private_key_from_pem(&key_pem) {
@@ -131,7 +141,7 @@ impl Cx<'_> {
             return None;
         }
         let key_type = self.key_type(name, key_span, key.id(), key.bits())?;
-        let hosts = self.certificate_hosts(raw, leaf);
+        let hosts = self.certificate_hosts(raw, cert_at, leaf);
         Some(self.keep_certificate(Certificate {
             name: name.clone(),
             chain,
@@ -140,10 +150,12 @@ impl Cx<'_> {
             hosts,
             offload_engines,
             fingerprint,
+            acme: None,
+            placeholder: false,
         }))
     }
 
-    fn keep_certificate(&mut self, c: Certificate) -> Arc<Certificate> {
+    pub(super) fn keep_certificate(&mut self, c: Certificate) -> Arc<Certificate> {
         let c = Arc::new(c);
         self.used_certs.push(c.clone());
         c
@@ -184,6 +196,7 @@ impl Cx<'_> {
     pub(super) fn certificate_hosts(
         &mut self,
         raw: &RawCertificate,
+        cert_at: &Spanned<String>,
         leaf: &X509,
     ) -> Vec<HostPattern> {
         let name = raw.name.get_ref();
@@ -202,7 +215,7 @@ impl Cx<'_> {
                 let hosts = certificate_names(leaf);
                 if hosts.is_empty() {
                     self.err_at(
-                        &raw.cert,
+                        cert_at,
                         format!(
                             "certificate `{name}` names no host (no subjectAltName or common name)"
                         ),

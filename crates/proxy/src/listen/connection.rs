@@ -281,6 +281,13 @@ pub(crate) async fn handshake(
     };
     let info = TlsInfo::from_ssl(stream.ssl());
     listener.metrics.handshake(info.version, info.resumed);
+    if stream.ssl().selected_alpn_protocol() == Some(sluice_tls::live::ACME_TLS_ALPN) {
+        // An ACME CA's TLS-ALPN-01 validation: the handshake was the answer (RFC 8737 §3).
+        tracing::info!(listener = %listener.name, %peer, "answered an ACME tls-alpn-01 validation");
+        let mut stream = stream;
+        let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
+        return None;
+    }
     Some((stream, info))
 }
 

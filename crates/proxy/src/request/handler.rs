@@ -145,6 +145,22 @@ pub(crate) async fn handle(
         // RFC 9112 §3.2: a server MUST respond 400 to an HTTP/1.1 request without Host.
         return Ok(failure(done, Failure::BadRequest));
     }
+    // An ACME CA's HTTP-01 validation: answered before routes and ACLs (a CA's validation
+    // servers are anywhere), only for a token the ACME manager has published.
+    if req
+        .uri()
+        .path()
+        .starts_with(sluice_tls::live::HTTP01_PREFIX)
+        && matches!(*req.method(), http::Method::GET | http::Method::HEAD)
+        && let Some(answer) = sluice_tls::live().http_answer(req.uri().path())
+    {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/octet-stream"),
+        );
+        return Ok(respond(done, StatusCode::OK, headers, Bytes::from(answer)));
+    }
     if !cfg.acl.permits(client) {
         listener.metrics.denied();
         return Ok(failure(done, Failure::Forbidden));

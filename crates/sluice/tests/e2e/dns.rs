@@ -9,15 +9,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// dnsmasq answering for the names of a hosts file (TTL 1 s), and nothing else.
-struct Dnsmasq {
-    port: u16,
+pub(crate) struct Dnsmasq {
+    pub(crate) port: u16,
     hosts: PathBuf,
     child: Option<std::process::Child>,
     _dir: tempfile::TempDir,
 }
 
 impl Dnsmasq {
-    async fn start(records: &[(&str, IpAddr)]) -> Dnsmasq {
+    pub(crate) async fn start(records: &[(&str, IpAddr)]) -> Dnsmasq {
         Dnsmasq::start_with(records, &[]).await
     }
 

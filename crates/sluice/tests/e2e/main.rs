@@ -6,6 +6,7 @@
     reason = "test support items are shared between test modules"
 )]
 
+mod acme;
 mod admin_api;
 mod balancing;
 mod banner;

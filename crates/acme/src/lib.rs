@@ -1,0 +1,257 @@
+//! Certificates that renew themselves: `[[certificate]] acme = { names = [...] }` ordered
+//! from an ACME CA (RFC 8555) and renewed before they expire, in the background.
+//!
+//! One task per ACME certificate waits until its certificate is due (a placeholder at once,
+//! an issued one `renew_before` its expiry), orders (challenges answered by the gateway's own
+//! listeners: HTTP-01 by plain-HTTP ones, TLS-ALPN-01 by TLS ones), stores the result with
+//! mode 0600 and swaps it into every listener that serves it ([`sluice_tls::live`]): no
+//! reload, and the next handshake serves it. A failed order is logged, counted, shown on
+//! `/status`, and retried with exponential back-off while the old certificate serves.
+//!
+//! The ACME protocol itself is `instant-acme`'s; keys and CSRs are BoringSSL's, as for every
+//! other certificate.
+
+mod challenge;
+mod order;
+mod storage;
+
+use sluice_config::{AcmeOrder, Certificate, Snapshot};
+use sluice_tls::{AcmeStatus, live};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// The ACME certificates of the configuration in force, each with its task.
+pub struct Manager {
+    workers: HashMap<String, Worker>,
+}
+
+struct Worker {
+    order: AcmeOrder,
+    task: JoinHandle<()>,
+}
+
+impl Manager {
+    /// Starts a task for each ACME certificate of `snapshot` (none: nothing runs).
+    pub fn start(snapshot: &Snapshot) -> Self {
+        let mut m = Manager {
+            workers: HashMap::new(),
+        };
+        m.update(snapshot);
+        m
+    }
+
+    /// Follows a new configuration: a certificate whose order changed starts over, one that
+    /// is gone stops, one that is unchanged goes on undisturbed.
+    pub fn update(&mut self, snapshot: &Snapshot) {
+        let wanted: HashMap<&str, &Arc<Certificate>> = snapshot
+            .certificates
+            .iter()
+            .filter(|c| c.acme.is_some())
+            .map(|c| (c.name.as_str(), c))
+            .collect();
+        self.workers.retain(|name, w| {
+            let keep = wanted
+                .get(name.as_str())
+                .and_then(|c| c.acme.as_deref())
+                .is_some_and(|o| *o == w.order);
+            if !keep {
+                w.task.abort();
+            }
+            keep
+        });
+        for (name, cert) in wanted {
+            if self.workers.contains_key(name) {
+                continue;
+            }
+            let order = cert.acme.as_deref().cloned().expect("filtered above");
+            let task = tokio::spawn(renew(cert.clone()));
+            self.workers.insert(name.to_owned(), Worker { order, task });
+        }
+        let names: Vec<String> = self.workers.keys().cloned().collect();
+        live().retain_status(&|n| names.iter().any(|k| k == n));
+    }
+
+    /// Stops every task (the process is stopping, or a new one took over).
+    pub fn stop(&mut self) {
+        for (_, w) in self.workers.drain() {
+            w.task.abort();
+        }
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One certificate's life: wait until due, order, install; on failure back off and retry.
+async fn renew(cert: Arc<Certificate>) {
+    let order = cert.acme.as_deref().cloned().expect("an ACME certificate");
+    let name = cert.name.clone();
+    let mut status = AcmeStatus {
+        names: order.names.clone(),
+        challenge: order.challenge.as_str(),
+        ..AcmeStatus::default()
+    };
+    // What serves now: the placeholder, or what storage held at load.
+    let mut validity = (!cert.placeholder)
+        .then(|| validity(&cert.chain[0]))
+        .flatten();
+    let mut expiry = validity.map(|(_, until)| until);
+    loop {
+        let due = validity.map_or(0, |v| due(v, order.renew_before));
+        status.state = if expiry.is_some() {
+            "issued"
+        } else {
+            "placeholder"
+        };
+        status.not_after = expiry;
+        status.next_attempt = Some(due.max(storage::now()));
+        live().set_status(&name, status.clone());
+        if due > storage::now() {
+            tracing::info!(certificate = %name, renew_in_s = due - storage::now(), "ACME certificate is valid; renewal scheduled");
+        }
+        while due > storage::now() {
+            sleep_secs(due - storage::now()).await;
+        }
+
+        status.state = "ordering";
+        live().set_status(&name, status.clone());
+        tracing::info!(certificate = %name, names = ?order.names, challenge = order.challenge.as_str(), directory = %order.directory, "ordering an ACME certificate");
+        match order::run(&order)
+            .await
+            .and_then(|issued| install(&name, issued))
+        {
+            Ok(valid) => {
+                let not_after = valid.1;
+                validity = Some(valid);
+                status.issued += 1;
+                status.consecutive_failures = 0;
+                status.last_error = None;
+                status.last_issued = Some(storage::now());
+                expiry = Some(not_after);
+                tracing::info!(certificate = %name, not_after, "ACME certificate issued and in force");
+            }
+            Err(e) => {
+                status.failures += 1;
+                status.consecutive_failures += 1;
+                status.last_error = Some(e.clone());
+                let back_off = back_off(&order, status.consecutive_failures);
+                status.state = "retrying";
+                status.next_attempt = Some(storage::now() + back_off.as_secs() as i64);
+                live().set_status(&name, status.clone());
+                tracing::warn!(certificate = %name, error = %e, retry_in_s = back_off.as_secs_f64(), "ACME order failed; the certificate in force keeps serving");
+                tokio::time::sleep(back_off).await;
+            }
+        }
+    }
+}
+
+/// A certificate's validity, from and until (Unix seconds).
+fn validity(leaf: &boring::x509::X509Ref) -> Option<(i64, i64)> {
+    Some((
+        storage::unix(leaf.not_before())?,
+        storage::unix(leaf.not_after())?,
+    ))
+}
+
+/// When a certificate valid over `(from, until)` is renewed: `renew_before` its expiry, but
+/// never in the first two thirds of its life, so that a short-lived certificate (Let's
+/// Encrypt's six-day ones, a test CA's minutes) is not ordered again in a loop.
+fn due((from, until): (i64, i64), renew_before: Duration) -> i64 {
+    let margin = (renew_before.as_secs() as i64).min((until - from) / 3);
+    until - margin
+}
+
+/// Puts an issued certificate in force; returns its validity.
+fn install(name: &str, issued: order::Issued) -> Result<(i64, i64), String> {
+    let leaf = issued.chain[0].clone();
+    let valid = validity(&leaf).ok_or("the certificate has no readable validity")?;
+    let key_type = match issued.key.id() {
+        boring::pkey::Id::RSA => sluice_config::KeyType::Rsa(issued.key.bits()),
+        _ => sluice_config::KeyType::Ecdsa(issued.key.bits()),
+    };
+    let cert = Certificate {
+        name: name.to_owned(),
+        chain: issued.chain,
+        key: Some(issued.key),
+        key_type,
+        hosts: Vec::new(),
+        offload_engines: None,
+        fingerprint: [0; 32],
+        acme: None,
+        placeholder: false,
+    };
+    let served = live()
+        .install(name, &leaf, |engines, fallback| {
+            sluice_tls::x509_credential(&cert, engines.to_vec(), fallback)
+        })
+        .map_err(|e| format!("putting the certificate in force: {e}"))?;
+    if !served {
+        tracing::info!(certificate = %name, "no listener serves this certificate; it is stored for the next load");
+    }
+    Ok(valid)
+}
+
+/// The wait after the `failures`-th failure in a row: `retry_min` doubled each time, at most
+/// `retry_max`.
+fn back_off(order: &AcmeOrder, failures: u32) -> Duration {
+    let s = &order.settings;
+    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
+    s.retry_min.saturating_mul(factor).min(s.retry_max)
+}
+
+/// Sleeps `secs` seconds, in steps of at most a day (a timer set a year out is fine, but
+/// the wall clock may jump; re-checking daily keeps renewal on time).
+async fn sleep_secs(secs: i64) {
+    let step = secs.clamp(0, 86_400) as u64;
+    tokio::time::sleep(Duration::from_secs(step)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_is_due_renew_before_expiry_but_never_in_the_first_two_thirds_of_life() {
+        let day = 86_400;
+        // 90 days, renew 30 days before: day 60.
+        assert_eq!(
+            due((0, 90 * day), Duration::from_secs(30 * day as u64)),
+            60 * day
+        );
+        // 90 days, renew 7 days before: day 83.
+        assert_eq!(
+            due((0, 90 * day), Duration::from_secs(7 * day as u64)),
+            83 * day
+        );
+        // A six-day certificate with the 30-day default: day 4, not at once.
+        assert_eq!(
+            due((0, 6 * day), Duration::from_secs(30 * day as u64)),
+            4 * day
+        );
+    }
+
+    #[test]
+    fn back_off_doubles_from_retry_min_up_to_retry_max() {
+        let mut order = AcmeOrder {
+            directory: "https://ca/dir".into(),
+            email: None,
+            names: vec!["a.example".into()],
+            challenge: sluice_config::AcmeChallenge::Http01,
+            ca_file: None,
+            renew_before: Duration::from_secs(1),
+            key_type: sluice_config::AcmeKeyType::EcdsaP256,
+            dir: "/tmp/x".into(),
+            settings: sluice_config::AcmeSettings::default(),
+        };
+        order.settings.retry_min = Duration::from_secs(60);
+        order.settings.retry_max = Duration::from_secs(3600);
+        let waits: Vec<u64> = (1..=8).map(|n| back_off(&order, n).as_secs()).collect();
+        assert_eq!(waits, [60, 120, 240, 480, 960, 1920, 3600, 3600]);
+        assert_eq!(back_off(&order, u32::MAX).as_secs(), 3600);
+    }
+}

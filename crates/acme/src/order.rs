@@ -1,0 +1,225 @@
+//! One ACME order, start to finish: the account, the challenges answered by this gateway's
+//! own listeners, a key and CSR made here, and the issued chain checked and stored.
+
+use crate::challenge::{Published, publish_http, publish_tls_alpn};
+use crate::storage::{account_path, write_private};
+use boring::hash::MessageDigest;
+use boring::pkey::{PKey, Private};
+use boring::stack::Stack;
+use boring::x509::extension::SubjectAlternativeName;
+use boring::x509::{X509, X509NameBuilder, X509ReqBuilder};
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus, RetryPolicy,
+};
+use sluice_config::selfsigned::{KeyKind, new_key};
+use sluice_config::{AcmeChallenge, AcmeKeyType, AcmeOrder};
+use std::time::Duration;
+
+/// A certificate the CA issued, as stored.
+pub(crate) struct Issued {
+    pub(crate) chain: Vec<X509>,
+    pub(crate) key: PKey<Private>,
+}
+
+/// Why an order failed, in words an operator can act on.
+pub(crate) type OrderError = String;
+
+/// How long the CA may take to validate, and then to issue.
+const POLL: RetryPolicy = RetryPolicy::new()
+    .initial_delay(Duration::from_millis(250))
+    .backoff(1.5)
+    .timeout(Duration::from_secs(120));
+
+/// Runs one order for `order`'s names and stores the result; the certificate is not yet in
+/// force (the caller installs it).
+pub(crate) async fn run(order: &AcmeOrder) -> Result<Issued, OrderError> {
+    let account = account(order).await?;
+    let identifiers: Vec<Identifier> = order.names.iter().cloned().map(Identifier::Dns).collect();
+    let mut acme_order = account
+        .new_order(&NewOrder::new(&identifiers))
+        .await
+        .map_err(|e| format!("creating the order: {e}"))?;
+
+    // Each answer stays published until the order is over, then is withdrawn (dropped).
+    let mut published: Vec<Published> = Vec::new();
+    let kind = match order.challenge {
+        AcmeChallenge::Http01 => ChallengeType::Http01,
+        AcmeChallenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+    };
+    let mut authorizations = acme_order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz.map_err(|e| format!("reading an authorization: {e}"))?;
+        match authz.status {
+            AuthorizationStatus::Pending => {}
+            // Validated recently for this account: nothing to answer.
+            AuthorizationStatus::Valid => continue,
+            other => return Err(format!("an authorization is {other:?}")),
+        }
+        let mut challenge = authz.challenge(kind.clone()).ok_or_else(|| {
+            format!(
+                "the CA offers no {} challenge for a name; try the other challenge",
+                order.challenge.as_str()
+            )
+        })?;
+        let host = match challenge.identifier().identifier {
+            Identifier::Dns(d) => d.clone(),
+            other => return Err(format!("unexpected identifier {other:?}")),
+        };
+        let key_authorization = challenge.key_authorization();
+        published.push(match order.challenge {
+            AcmeChallenge::Http01 => publish_http(&challenge.token, key_authorization.as_str()),
+            AcmeChallenge::TlsAlpn01 => {
+                publish_tls_alpn(&host, key_authorization.digest().as_ref())
+                    .map_err(|e| format!("{e}"))?
+            }
+        });
+        challenge
+            .set_ready()
+            .await
+            .map_err(|e| format!("answering the challenge for {host}: {e}"))?;
+    }
+
+    let status = acme_order
+        .poll_ready(&POLL)
+        .await
+        .map_err(|e| format!("waiting for validation: {e}"))?;
+    if status != OrderStatus::Ready {
+        return Err(validation_failure(&mut acme_order).await);
+    }
+    drop(published);
+
+    let key = new_key(match order.key_type {
+        AcmeKeyType::EcdsaP256 => KeyKind::EcdsaP256,
+        AcmeKeyType::Rsa2048 => KeyKind::Rsa2048,
+    })
+    .map_err(|e| format!("generating the certificate's key: {e}"))?;
+    let csr = csr(&order.names, &key).map_err(|e| format!("making the CSR: {e}"))?;
+    acme_order
+        .finalize_csr(&csr)
+        .await
+        .map_err(|e| format!("finalizing the order: {e}"))?;
+    let pem = acme_order
+        .poll_certificate(&POLL)
+        .await
+        .map_err(|e| format!("downloading the certificate: {e}"))?;
+    let chain = X509::stack_from_pem(pem.as_bytes())
+        .ok()
+        .filter(|c| !c.is_empty())
+        .ok_or("the CA sent no PEM certificate")?;
+    if !chain[0].public_key().is_ok_and(|pk| pk.public_eq(&key)) {
+        return Err("the CA's certificate is not for the key this order sent".into());
+    }
+    let key_pem = key
+        .private_key_to_pem_pkcs8()
+        .map_err(|e| format!("encoding the key: {e}"))?;
+    // The key first: a certificate on disk always has its key beside it.
+    write_private(&order.key_path(), &key_pem)
+        .and_then(|()| write_private(&order.cert_path(), pem.as_bytes()))
+        .map_err(|e| format!("storing the certificate in {}: {e}", order.dir.display()))?;
+    Ok(Issued { chain, key })
+}
+
+/// What the CA said about the failed validations of an order that went invalid.
+async fn validation_failure(order: &mut instant_acme::Order) -> OrderError {
+    let mut reasons = Vec::new();
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let Ok(authz) = authz else { continue };
+        for c in &authz.challenges {
+            if let Some(e) = &c.error {
+                reasons.push(e.to_string());
+            }
+        }
+    }
+    if reasons.is_empty() {
+        "the CA did not validate the names (no reason given)".into()
+    } else {
+        format!("the CA could not validate: {}", reasons.join("; "))
+    }
+}
+
+/// The account for `order`'s CA: from storage, or created there (mode 0600).
+async fn account(order: &AcmeOrder) -> Result<Account, OrderError> {
+    let builder = || match &order.ca_file {
+        Some(ca) => Account::builder_with_root(ca)
+            .map_err(|e| format!("reading the CA file {}: {e}", ca.display())),
+        None => Account::builder().map_err(|e| format!("setting up HTTPS to the CA: {e}")),
+    };
+    let path = account_path(&order.settings.storage, &order.directory);
+    if let Ok(json) = std::fs::read(&path) {
+        match serde_json::from_slice::<AccountCredentials>(&json) {
+            Ok(credentials) => {
+                return builder()?
+                    .from_credentials(credentials)
+                    .await
+                    .map_err(|e| format!("restoring the account from {}: {e}", path.display()));
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "unreadable ACME account; creating another")
+            }
+        }
+    }
+    let contact = order.email.as_ref().map(|e| format!("mailto:{e}"));
+    let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
+    let (account, credentials) = builder()?
+        .create(
+            &NewAccount {
+                contact: &contact,
+                terms_of_service_agreed: true,
+                only_return_existing: false,
+            },
+            order.directory.clone(),
+            None,
+        )
+        .await
+        .map_err(|e| format!("creating an account at {}: {e}", order.directory))?;
+    let json = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
+    write_private(&path, &json)
+        .map_err(|e| format!("storing the account in {}: {e}", path.display()))?;
+    tracing::info!(directory = %order.directory, id = %account.id(), "created an ACME account");
+    Ok(account)
+}
+
+/// A CSR (DER) for `names` with `key`: the first name as subject, all of them as
+/// subjectAltNames (what CAs read).
+fn csr(names: &[String], key: &PKey<Private>) -> Result<Vec<u8>, boring::error::ErrorStack> {
+    let mut b = X509ReqBuilder::new()?;
+    let mut subject = X509NameBuilder::new()?;
+    subject.append_entry_by_nid(boring::nid::Nid::COMMONNAME, &names[0])?;
+    b.set_subject_name(&subject.build())?;
+    b.set_pubkey(key)?;
+    let mut san = SubjectAlternativeName::new();
+    for n in names {
+        san.dns(n);
+    }
+    let san = san.build(&b.x509v3_context(None))?;
+    let mut extensions = Stack::new()?;
+    extensions.push(san)?;
+    b.add_extensions(&extensions)?;
+    b.sign(key, MessageDigest::sha256())?;
+    b.build().to_der()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_csr_names_every_name_and_is_signed_by_the_key() {
+        let key = new_key(KeyKind::EcdsaP256).unwrap();
+        let names = vec!["a.example".to_owned(), "www.a.example".to_owned()];
+        let der = csr(&names, &key).unwrap();
+        let req = boring::x509::X509Req::from_der(&der).unwrap();
+        assert!(req.verify(&key).unwrap());
+        let text = format!("{:?}", req.extensions().unwrap().len());
+        assert_eq!(text, "1");
+        // The SAN extension's DER holds both names.
+        for n in &names {
+            assert!(
+                der.windows(n.len()).any(|w| w == n.as_bytes()),
+                "{n} missing"
+            );
+        }
+    }
+}

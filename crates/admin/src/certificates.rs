@@ -1,0 +1,82 @@
+//! ACME certificates on `/status`, `/api/v1/stats` (the dashboard) and `/metrics`: what each
+//! serves (placeholder or issued, until when), when it is next ordered, and how its orders
+//! went.
+
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+
+/// One entry per ACME certificate, by name.
+pub(crate) fn status() -> Value {
+    Value::Array(
+        sluice_tls::live()
+            .statuses()
+            .into_iter()
+            .map(|(name, s)| {
+                json!({
+                    "certificate": name, "names": s.names, "state": s.state,
+                    "challenge": s.challenge, "not_after": s.not_after,
+                    "next_attempt": s.next_attempt, "issued": s.issued, "failures": s.failures,
+                    "consecutive_failures": s.consecutive_failures, "last_error": s.last_error,
+                    "last_issued": s.last_issued,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// A Prometheus label value.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+pub(crate) fn metrics(out: &mut String) {
+    let all = sluice_tls::live().statuses();
+    if all.is_empty() {
+        return;
+    }
+    crate::family(
+        out,
+        "sluice_acme_orders_total",
+        "counter",
+        "ACME orders by outcome (issued: the certificate is in force).",
+    );
+    for (name, s) in &all {
+        for (result, n) in [("issued", s.issued), ("failed", s.failures)] {
+            let _ = writeln!(
+                out,
+                "sluice_acme_orders_total{{certificate=\"{}\",result=\"{result}\"}} {n}",
+                label(name)
+            );
+        }
+    }
+    crate::family(
+        out,
+        "sluice_acme_placeholder",
+        "gauge",
+        "1 while an ACME certificate's self-signed placeholder serves (no certificate from the CA yet).",
+    );
+    for (name, s) in &all {
+        let _ = writeln!(
+            out,
+            "sluice_acme_placeholder{{certificate=\"{}\"}} {}",
+            label(name),
+            u8::from(s.not_after.is_none())
+        );
+    }
+    crate::family(
+        out,
+        "sluice_acme_certificate_expiry_timestamp_seconds",
+        "gauge",
+        "When the ACME certificate in force expires (Unix time).",
+    );
+    for (name, s) in all.iter().filter(|(_, s)| s.not_after.is_some()) {
+        let _ = writeln!(
+            out,
+            "sluice_acme_certificate_expiry_timestamp_seconds{{certificate=\"{}\"}} {}",
+            label(name),
+            s.not_after.unwrap_or_default()
+        );
+    }
+}

@@ -1,0 +1,583 @@
+//! Certificates from an ACME CA, against Pebble (Let's Encrypt's ACME test server, a Go
+//! module that `scripts/deps` builds) with dnsmasq resolving the test names to 127.0.0.1:
+//! the real `sluice run` binary orders, answers HTTP-01 on its HTTP listener and TLS-ALPN-01
+//! on its TLS listener, stores, serves, renews, and survives the CA refusing.
+
+use crate::dns::Dnsmasq;
+use crate::support::*;
+use sluice_tls::selfsigned::KeyKind;
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Where `scripts/deps` puts the Go tools it builds (`SLUICE_TOOLS` overrides).
+fn tool(name: &str) -> PathBuf {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let dir = var("SLUICE_TOOLS")
+        .or_else(|| var("XDG_CACHE_HOME").map(|c| c.join("sluice/bin")))
+        .or_else(|| var("HOME").map(|h| h.join(".cache/sluice/bin")))
+        .unwrap_or_default();
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/deps, which builds {name} (a Go module) into ~/.cache/sluice/bin",
+        path.display()
+    );
+    path
+}
+
+/// Pebble on 127.0.0.1, validating against the given challenge ports through `dns`.
+struct Pebble {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Pebble {
+    async fn start(dns: u16, http_port: u16, tls_port: u16, validity_s: u64) -> Pebble {
+        let dir = tempfile::tempdir().unwrap();
+        write_cert(
+            dir.path(),
+            "pebble",
+            KeyKind::EcdsaP256,
+            &["127.0.0.1", "localhost"],
+        );
+        let port = free_port();
+        let config = serde_json::json!({ "pebble": {
+            "listenAddress": format!("127.0.0.1:{port}"),
+            "managementListenAddress": format!("127.0.0.1:{}", free_port()),
+            "certificate": dir.path().join("pebble.crt"),
+            "privateKey": dir.path().join("pebble.key"),
+            "httpPort": http_port,
+            "tlsPort": tls_port,
+            "ocspResponderURL": "",
+            "externalAccountBindingRequired": false,
+            "retryAfter": { "authz": 1, "order": 1 },
+            "profiles": { "default": { "description": "test", "validityPeriod": validity_s } },
+        }});
+        let config_path = dir.path().join("pebble.json");
+        std::fs::write(&config_path, config.to_string()).unwrap();
+        let log = std::fs::File::create(dir.path().join("pebble.log")).unwrap();
+        let child = Command::new(tool("pebble"))
+            .arg("-config")
+            .arg(&config_path)
+            .arg("-dnsserver")
+            .arg(format!("127.0.0.1:{dns}"))
+            // Validate at once, and refuse 20% of good nonces (the client must retry them).
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .env("PEBBLE_WFE_NONCEREJECT", "20")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("pebble starts");
+        let p = Pebble { child, port, dir };
+        for _ in 0..250 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return p;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("pebble did not listen within 5 s:\n{}", p.log());
+    }
+
+    fn directory(&self) -> String {
+        format!("https://127.0.0.1:{}/dir", self.port)
+    }
+
+    fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("pebble.crt")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("pebble.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `sluice run` on a configuration file, stopped (by PID) when dropped.
+struct Gw {
+    child: Child,
+    admin: SocketAddr,
+    stderr: PathBuf,
+}
+
+impl Gw {
+    fn start(dir: &Path, config: &str) -> Gw {
+        let path = dir.join("gw.toml");
+        std::fs::write(&path, config).unwrap();
+        let stderr = dir.join("gw.stderr");
+        let mut child = crate::cli::sluice()
+            .args(["run", "--config"])
+            .arg(&path)
+            .arg("--pid-file")
+            .arg(dir.join("gw.pid"))
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut admin = None;
+        for line in lines.by_ref().take(20) {
+            let line = line.unwrap();
+            if line.trim_start().starts_with("admin ") {
+                admin = line
+                    .split("http://")
+                    .nth(1)
+                    .and_then(|r| r.split('/').next())
+                    .and_then(|a| a.parse().ok());
+            }
+            if line.starts_with("Stop with") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        Gw {
+            child,
+            admin: admin.unwrap_or_else(|| {
+                panic!(
+                    "no admin line; stderr:\n{}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                )
+            }),
+            stderr,
+        }
+    }
+
+    async fn status(&self) -> serde_json::Value {
+        let got = http1_get(self.admin, "x", "/status").await;
+        serde_json::from_str(&got.body).unwrap()
+    }
+
+    async fn acme(&self, name: &str) -> serde_json::Value {
+        let s = self.status().await;
+        s["acme"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["certificate"] == name).cloned())
+            .unwrap_or_default()
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn reload(&self) {
+        let sent = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+}
+
+impl Drop for Gw {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a new handshake for `sni` is served: (issuer common name or organization, serial).
+async fn served(addr: SocketAddr, sni: &'static str) -> (String, String) {
+    let h = tls_connect(
+        addr,
+        &ClientOpts {
+            sni: Some(sni),
+            ..ClientOpts::default()
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("handshake for {sni}: {e}"));
+    let cert = h.stream.ssl().peer_certificate().unwrap();
+    let issuer = cert
+        .issuer_name()
+        .entries()
+        .map(|e| {
+            e.data()
+                .as_utf8()
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let serial = cert
+        .serial_number()
+        .to_bn()
+        .unwrap()
+        .to_hex_str()
+        .unwrap()
+        .to_string();
+    (issuer, serial)
+}
+
+/// Keep-alive HTTPS requests on one connection plus a new connection every 50 ms, until
+/// stopped: (requests that succeeded, requests or handshakes that failed).
+struct Load {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicUsize>,
+    failed: Arc<AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(addr: SocketAddr, sni: &'static str) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicUsize::new(0));
+        let failed = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for keep_alive in [true, false] {
+            let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+            tasks.push(tokio::spawn(async move {
+                let deadline = Instant::now() + Duration::from_secs(120);
+                let mut sender = None;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    if sender.is_none() {
+                        let opts = ClientOpts {
+                            sni: Some(sni),
+                            ..ClientOpts::default()
+                        };
+                        match tls_connect(addr, &opts).await {
+                            Ok(h) => {
+                                let io = hyper_util::rt::TokioIo::new(h.stream);
+                                let (s, conn) =
+                                    hyper::client::conn::http1::handshake(io).await.unwrap();
+                                tokio::spawn(conn);
+                                sender = Some(s);
+                            }
+                            Err(_) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                        }
+                    }
+                    let s: &mut hyper::client::conn::http1::SendRequest<_> =
+                        sender.as_mut().unwrap();
+                    let req = http::Request::get("/")
+                        .header("host", sni)
+                        .body(http_body_util::Empty::<bytes::Bytes>::new())
+                        .unwrap();
+                    match s.send_request(req).await {
+                        Ok(r) if r.status() == 200 => {
+                            let _ = http_body_util::BodyExt::collect(r.into_body()).await;
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            sender = None;
+                        }
+                    }
+                    if !keep_alive {
+                        sender = None;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }));
+        }
+        Load {
+            stop,
+            ok,
+            failed,
+            tasks,
+        }
+    }
+
+    async fn finish(self) -> (usize, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Waits (up to `limit`) until `f` says yes; panics with `what` otherwise.
+async fn until<F, Fut>(limit: Duration, what: impl Fn() -> String, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{}", what());
+}
+
+fn config(
+    dir: &Path,
+    pebble: &Pebble,
+    http: u16,
+    https: u16,
+    origin: SocketAddr,
+    acme: &str,
+) -> String {
+    format!(
+        r#"
+[log]
+access_log = "off"
+[admin]
+address = "127.0.0.1:0"
+[acme]
+storage = "{storage}"
+directory = "{directory}"
+ca = "{ca}"
+email = "ops@acme.test"
+retry_min = "500ms"
+retry_max = "2s"
+[[listener]]
+name = "http"
+address = "127.0.0.1:{http}"
+[[listener]]
+name = "https"
+address = "127.0.0.1:{https}"
+[listener.tls]
+certificates = ["site"]
+[[certificate]]
+name = "site"
+acme = {acme}
+[[upstream]]
+name = "origin"
+servers = [{{ address = "{origin}" }}]
+[[route]]
+name = "all"
+upstream = "origin"
+"#,
+        storage = dir.join("acme").display(),
+        directory = pebble.directory(),
+        ca = pebble.ca_file().display(),
+    )
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn loopback() -> IpAddr {
+    IpAddr::from([127, 0, 0, 1])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn http01_issues_renews_and_survives_a_reload_without_a_failed_request() {
+    let dns = Dnsmasq::start(&[("a.acme.test", loopback()), ("www.acme.test", loopback())]).await;
+    let (http, https) = (free_port(), free_port());
+    // Pebble's certificates last 40 s; renew_before 30 s renews ~10 s after each issue.
+    let pebble = Pebble::start(dns.port, http, https, 40).await;
+    let origin = Origin::start("origin").await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(
+        dir.path(),
+        &pebble,
+        http,
+        https,
+        origin.addr,
+        r#"{ names = ["a.acme.test", "www.acme.test"], renew_before = "30s" }"#,
+    );
+    let gw = Gw::start(dir.path(), &text);
+    let addr = SocketAddr::from(([127, 0, 0, 1], https));
+    let load = Load::start(addr, "a.acme.test");
+
+    // Issued: a new handshake gets Pebble's certificate, and /status says so.
+    let report = || format!("gateway:\n{}\npebble:\n{}", gw.stderr(), pebble.log());
+    until(Duration::from_secs(60), report, || async {
+        served(addr, "a.acme.test").await.0.contains("Pebble")
+    })
+    .await;
+    let (_, first_serial) = served(addr, "www.acme.test").await;
+    let seen_at = unix_now();
+    let status = gw.acme("site").await;
+    assert_eq!(status["state"], "issued", "{status}");
+    assert_eq!(status["challenge"], "http-01");
+    assert!(status["issued"].as_u64() >= Some(1), "{status}");
+    let issued_at = status["last_issued"].as_i64().unwrap();
+    assert!(
+        seen_at >= issued_at,
+        "served before it was issued? {status}"
+    );
+    println!(
+        "first handshake with the issued certificate seen within {} s of issuance (1 s resolution)",
+        seen_at - issued_at
+    );
+
+    // Stored with mode 0600, account and certificate, in a 0700 directory.
+    let storage = dir.path().join("acme");
+    assert_eq!(mode(&storage.join("site/key.pem")), 0o600);
+    assert_eq!(mode(&storage.join("site/cert.pem")), 0o600);
+    assert_eq!(mode(&storage.join("site")), 0o700);
+    let accounts: Vec<_> = std::fs::read_dir(storage.join("accounts"))
+        .unwrap()
+        .collect();
+    assert_eq!(accounts.len(), 1);
+    assert_eq!(mode(&accounts[0].as_ref().unwrap().path()), 0o600);
+
+    // A reload reads the same certificate from storage and keeps serving it.
+    gw.reload();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (issuer, serial) = served(addr, "a.acme.test").await;
+    assert!(issuer.contains("Pebble"), "{issuer}");
+    let renewed_already = serial != first_serial;
+
+    // Renewed in the background ~10 s later: a new serial, counted.
+    until(
+        Duration::from_secs(60),
+        || format!("no renewal: {}", gw.stderr()),
+        || async { renewed_already || served(addr, "a.acme.test").await.1 != first_serial },
+    )
+    .await;
+    let status = gw.acme("site").await;
+    assert!(status["issued"].as_u64() >= Some(2), "{status}");
+    // Pebble refused a fifth of the nonces; the client retried them within each order.
+    assert_eq!(status["failures"], 0, "{status}\n{}", gw.stderr());
+    assert!(
+        pebble.log().contains("reject 20% of good nonces"),
+        "{}",
+        pebble.log()
+    );
+    let metrics = http1_get(gw.admin, "x", "/metrics").await.body;
+    assert!(
+        metrics.contains("sluice_acme_orders_total{certificate=\"site\",result=\"issued\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("sluice_acme_placeholder{certificate=\"site\"} 0"));
+
+    let (ok, failed) = load.finish().await;
+    assert!(ok > 50, "the load ran: {ok} requests");
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} requests failed during issuance and renewal",
+        ok + failed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_alpn01_is_answered_by_the_tls_listener() {
+    let dns = Dnsmasq::start(&[("alpn.acme.test", loopback())]).await;
+    let (http, https) = (free_port(), free_port());
+    let pebble = Pebble::start(dns.port, http, https, 3600).await;
+    let origin = Origin::start("origin").await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(
+        dir.path(),
+        &pebble,
+        http,
+        https,
+        origin.addr,
+        r#"{ names = ["alpn.acme.test"], challenge = "tls-alpn-01", key_type = "rsa" }"#,
+    );
+    let gw = Gw::start(dir.path(), &text);
+    let addr = SocketAddr::from(([127, 0, 0, 1], https));
+    // Before the CA issues: the self-signed placeholder serves the name.
+    let (issuer, _) = served(addr, "alpn.acme.test").await;
+    assert!(
+        issuer.contains("Pebble") || issuer.contains("Sluice placeholder"),
+        "{issuer}"
+    );
+    let report = || format!("gateway:\n{}\npebble:\n{}", gw.stderr(), pebble.log());
+    until(Duration::from_secs(60), report, || async {
+        served(addr, "alpn.acme.test").await.0.contains("Pebble")
+    })
+    .await;
+    let h = tls_connect(
+        addr,
+        &ClientOpts {
+            sni: Some("alpn.acme.test"),
+            ..ClientOpts::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(h.key_is_rsa, "key_type = \"rsa\" orders an RSA certificate");
+    let status = gw.acme("site").await;
+    assert_eq!(status["challenge"], "tls-alpn-01");
+    assert_eq!(status["state"], "issued", "{status}");
+    // Pebble validated over TLS: the gateway logged answering it.
+    assert!(gw.stderr().contains("tls-alpn-01"), "{}", gw.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_order_is_retried_counted_and_shown_while_the_placeholder_serves() {
+    let dns = Dnsmasq::start(&[("fail.acme.test", loopback())]).await;
+    let (http, https) = (free_port(), free_port());
+    // Pebble validates HTTP-01 on a port where nothing listens: every order fails.
+    let pebble = Pebble::start(dns.port, free_port(), https, 3600).await;
+    let origin = Origin::start("origin").await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(
+        dir.path(),
+        &pebble,
+        http,
+        https,
+        origin.addr,
+        r#"{ names = ["fail.acme.test"] }"#,
+    );
+    let gw = Gw::start(dir.path(), &text);
+    let addr = SocketAddr::from(([127, 0, 0, 1], https));
+    let report = || format!("gateway:\n{}\npebble:\n{}", gw.stderr(), pebble.log());
+    until(Duration::from_secs(60), report, || async {
+        gw.acme("site").await["failures"].as_u64() >= Some(2)
+    })
+    .await;
+    let status = gw.acme("site").await;
+    // Retried with back-off, the CA's reason shown, and the placeholder still serving.
+    assert_eq!(status["issued"], 0, "{status}");
+    assert_eq!(status["not_after"], serde_json::Value::Null);
+    let why = status["last_error"].as_str().unwrap_or_default().to_owned();
+    assert!(why.contains("validat"), "{status}");
+    let (issuer, _) = served(addr, "fail.acme.test").await;
+    assert!(issuer.contains("Sluice placeholder"), "{issuer}");
+    let got = http1_get(
+        SocketAddr::from(([127, 0, 0, 1], http)),
+        "fail.acme.test",
+        "/",
+    )
+    .await;
+    assert_eq!(got.status, 200, "plain HTTP keeps serving");
+    let metrics = http1_get(gw.admin, "x", "/metrics").await.body;
+    assert!(
+        metrics.contains("sluice_acme_placeholder{certificate=\"site\"} 1"),
+        "{metrics}"
+    );
+    let failed_line = metrics
+        .lines()
+        .find(|l| l.starts_with("sluice_acme_orders_total{certificate=\"site\",result=\"failed\"}"))
+        .unwrap_or_default();
+    let failed: u64 = failed_line
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(failed >= 2, "{metrics}");
+    assert!(gw.stderr().contains("ACME order failed"), "{}", gw.stderr());
+}

@@ -1,0 +1,244 @@
+//! Credentials that change while listeners serve: ACME certificates that a CA issues and
+//! renews, and the answers to its challenges.
+//!
+//! Every certificate a listener serves sits in a [`Slot`] that a handshake reads once. A
+//! slot of an ACME certificate is shared, through the process-wide [`live`] registry, by
+//! every listener (and every reload's new store) that serves the certificate, so that the
+//! ACME manager puts a renewed certificate in force by swapping one pointer: no reload, no
+//! rebuilt acceptor, and the next handshake serves it. The registry is process-wide because
+//! a certificate's name is: the manager and the stores meet there across reloads without
+//! either holding the other.
+
+use arc_swap::ArcSwap;
+use boring::ssl::SslCredential;
+use boring::x509::X509;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+
+/// One certificate's credential as handshakes read it; swapped when the certificate changes.
+pub struct Slot {
+    credential: ArcSwap<SslCredential>,
+}
+
+impl Slot {
+    /// A slot holding `credential`.
+    pub fn new(credential: SslCredential) -> Self {
+        Slot {
+            credential: ArcSwap::from_pointee(credential),
+        }
+    }
+
+    /// The credential in force now.
+    pub fn load(&self) -> arc_swap::Guard<Arc<SslCredential>> {
+        self.credential.load()
+    }
+
+    fn store(&self, credential: SslCredential) {
+        self.credential.store(Arc::new(credential));
+    }
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Slot")
+    }
+}
+
+/// What an ACME certificate's slot was built with: a store built with other settings (a
+/// changed engine list, other names) gets a slot of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlotKey {
+    pub(crate) names: Vec<String>,
+    pub(crate) engines: Vec<sluice_crypto::EngineKind>,
+    pub(crate) fallback_local: bool,
+}
+
+struct AcmeSlot {
+    key: SlotKey,
+    slot: Weak<Slot>,
+    /// The leaf in force, to tell a newer certificate from an older one.
+    leaf: X509,
+    placeholder: bool,
+}
+
+/// Where an ACME certificate stands, for `/status`, `/metrics` and the dashboard.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct AcmeStatus {
+    /// The DNS names ordered.
+    pub names: Vec<String>,
+    /// `"placeholder"` (self-signed, waiting for the CA), `"issued"`, `"ordering"` or
+    /// `"retrying"`.
+    pub state: &'static str,
+    /// The challenge used.
+    pub challenge: &'static str,
+    /// The served certificate's expiry (Unix seconds); none for the placeholder.
+    pub not_after: Option<i64>,
+    /// When the next order starts (Unix seconds).
+    pub next_attempt: Option<i64>,
+    /// Orders that ended with a certificate.
+    pub issued: u64,
+    /// Orders that failed.
+    pub failures: u64,
+    /// Failures since the last certificate (the back-off's exponent).
+    pub consecutive_failures: u32,
+    /// The last failure, as the CA or the network said it.
+    pub last_error: Option<String>,
+    /// When the last certificate went into force (Unix seconds).
+    pub last_issued: Option<i64>,
+}
+
+/// The process-wide registry: ACME certificates' slots and status, and challenge answers.
+#[derive(Default)]
+pub struct Live {
+    acme: Mutex<HashMap<String, AcmeSlot>>,
+    status: Mutex<BTreeMap<String, AcmeStatus>>,
+    /// TLS-ALPN-01: host name → the challenge certificate to serve to `acme-tls/1`.
+    alpn: RwLock<HashMap<String, Arc<SslCredential>>>,
+    /// HTTP-01: token → key authorization.
+    http: RwLock<HashMap<String, String>>,
+}
+
+/// The registry.
+pub fn live() -> &'static Live {
+    static LIVE: OnceLock<Live> = OnceLock::new();
+    LIVE.get_or_init(Live::default)
+}
+
+impl Live {
+    /// The slot a store serves ACME certificate `name` from: the shared one when it was built
+    /// with the same settings and holds a certificate at least as new as `leaf`, else a new
+    /// one holding `build()`'s credential, which becomes the shared one.
+    pub(crate) fn acme_slot(
+        &self,
+        name: &str,
+        key: SlotKey,
+        leaf: &X509,
+        placeholder: bool,
+        build: impl FnOnce() -> Result<SslCredential, crate::TlsError>,
+    ) -> Result<Arc<Slot>, crate::TlsError> {
+        let mut acme = self.acme.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = acme.get(name)
+            && held.key == key
+            && let Some(slot) = held.slot.upgrade()
+        {
+            let newer = placeholder && !held.placeholder
+                || (placeholder == held.placeholder && held.leaf.not_after() >= leaf.not_after());
+            if newer {
+                return Ok(slot);
+            }
+        }
+        let slot = Arc::new(Slot::new(build()?));
+        acme.insert(
+            name.to_owned(),
+            AcmeSlot {
+                key,
+                slot: Arc::downgrade(&slot),
+                leaf: leaf.clone(),
+                placeholder,
+            },
+        );
+        Ok(slot)
+    }
+
+    /// Puts a newly issued certificate for ACME certificate `name` in force in every store
+    /// that serves it; `build` makes its credential with the engines the slot was built with.
+    /// Returns whether any listener serves it (false: the next reload's stores take it from
+    /// storage).
+    pub fn install(
+        &self,
+        name: &str,
+        leaf: &X509,
+        build: impl FnOnce(&[sluice_crypto::EngineKind], bool) -> Result<SslCredential, crate::TlsError>,
+    ) -> Result<bool, crate::TlsError> {
+        let mut acme = self.acme.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(held) = acme.get_mut(name) else {
+            return Ok(false);
+        };
+        let Some(slot) = held.slot.upgrade() else {
+            return Ok(false);
+        };
+        slot.store(build(&held.key.engines, held.key.fallback_local)?);
+        held.leaf = leaf.clone();
+        held.placeholder = false;
+        Ok(true)
+    }
+
+    /// Records where ACME certificate `name` stands.
+    pub fn set_status(&self, name: &str, status: AcmeStatus) {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), status);
+    }
+
+    /// Forgets certificates no longer configured.
+    pub fn retain_status(&self, keep: &dyn Fn(&str) -> bool) {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|name, _| keep(name));
+    }
+
+    /// Every ACME certificate's status, by name.
+    pub fn statuses(&self) -> BTreeMap<String, AcmeStatus> {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Serves `credential` to a TLS-ALPN-01 validation of `host` until withdrawn.
+    pub fn publish_alpn(&self, host: &str, credential: SslCredential) {
+        self.alpn
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(host.to_ascii_lowercase(), Arc::new(credential));
+    }
+
+    /// Stops answering TLS-ALPN-01 for `host`.
+    pub fn withdraw_alpn(&self, host: &str) {
+        self.alpn
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&host.to_ascii_lowercase());
+    }
+
+    /// The TLS-ALPN-01 challenge certificate for `host`, while one is published.
+    pub fn alpn_challenge(&self, host: &str) -> Option<Arc<SslCredential>> {
+        let alpn = self.alpn.read().unwrap_or_else(|e| e.into_inner());
+        if alpn.is_empty() {
+            return None;
+        }
+        alpn.get(&host.to_ascii_lowercase()).cloned()
+    }
+
+    /// Answers `GET /.well-known/acme-challenge/<token>` with `key_authorization` until
+    /// withdrawn.
+    pub fn publish_http(&self, token: &str, key_authorization: &str) {
+        self.http
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(token.to_owned(), key_authorization.to_owned());
+    }
+
+    /// Stops answering HTTP-01 for `token`.
+    pub fn withdraw_http(&self, token: &str) {
+        self.http
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(token);
+    }
+
+    /// The key authorization for an HTTP-01 request path, if it asks for a published token.
+    pub fn http_answer(&self, path: &str) -> Option<String> {
+        let token = path.strip_prefix(HTTP01_PREFIX)?;
+        let http = self.http.read().unwrap_or_else(|e| e.into_inner());
+        http.get(token).cloned()
+    }
+}
+
+/// Where HTTP-01 tokens are asked for (RFC 8555 §8.3).
+pub const HTTP01_PREFIX: &str = "/.well-known/acme-challenge/";
+
+/// The ALPN protocol of TLS-ALPN-01 validations (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
