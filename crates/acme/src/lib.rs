@@ -184,6 +184,7 @@ fn install(name: &str, issued: order::Issued) -> Result<(i64, i64), String> {
         fingerprint: [0; 32],
         acme: None,
         placeholder: false,
+        ocsp: false,
     };
     let served = live()
         .install(name, &leaf, |engines, fallback| {

@@ -1,6 +1,7 @@
-//! ACME certificates on `/status`, `/api/v1/stats` (the dashboard) and `/metrics`: what each
-//! serves (placeholder or issued, until when), when it is next ordered, and how its orders
-//! went.
+//! ACME certificates and OCSP stapling on `/status`, `/api/v1/stats` (the dashboard) and
+//! `/metrics`: what each ACME certificate serves (placeholder or issued, until when), when it
+//! is next ordered and how its orders went; whether each stapling certificate carries a
+//! current staple, and how its fetches went.
 
 use serde_json::{Value, json};
 use std::fmt::Write as _;
@@ -24,6 +25,24 @@ pub(crate) fn status() -> Value {
     )
 }
 
+/// One entry per certificate that staples, by name.
+pub(crate) fn ocsp_status() -> Value {
+    Value::Array(
+        sluice_tls::live()
+            .ocsp_statuses()
+            .into_iter()
+            .map(|(name, s)| {
+                json!({
+                    "certificate": name, "responder": s.responder, "state": s.state,
+                    "stapled": s.stapled, "this_update": s.this_update,
+                    "next_update": s.next_update, "next_fetch": s.next_fetch,
+                    "fetched": s.fetched, "failures": s.failures, "last_error": s.last_error,
+                })
+            })
+            .collect(),
+    )
+}
+
 /// A Prometheus label value.
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -32,6 +51,7 @@ fn label(v: &str) -> String {
 }
 
 pub(crate) fn metrics(out: &mut String) {
+    ocsp_metrics(out);
     let all = sluice_tls::live().statuses();
     if all.is_empty() {
         return;
@@ -78,5 +98,41 @@ pub(crate) fn metrics(out: &mut String) {
             label(name),
             s.not_after.unwrap_or_default()
         );
+    }
+}
+
+fn ocsp_metrics(out: &mut String) {
+    let all = sluice_tls::live().ocsp_statuses();
+    if all.is_empty() {
+        return;
+    }
+    crate::family(
+        out,
+        "sluice_ocsp_stapled",
+        "gauge",
+        "1 while a certificate's handshakes carry a current OCSP response.",
+    );
+    for (name, s) in &all {
+        let _ = writeln!(
+            out,
+            "sluice_ocsp_stapled{{certificate=\"{}\"}} {}",
+            label(name),
+            u8::from(s.stapled)
+        );
+    }
+    crate::family(
+        out,
+        "sluice_ocsp_fetches_total",
+        "counter",
+        "OCSP fetches by outcome (ok: a response for this certificate, whatever its status).",
+    );
+    for (name, s) in &all {
+        for (result, n) in [("ok", s.fetched), ("failed", s.failures)] {
+            let _ = writeln!(
+                out,
+                "sluice_ocsp_fetches_total{{certificate=\"{}\",result=\"{result}\"}} {n}",
+                label(name)
+            );
+        }
     }
 }

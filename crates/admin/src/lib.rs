@@ -717,6 +717,7 @@ pub fn status(s: &Sources) -> String {
         "config": api::config_status(s),
         "upstreams": health::status(s),
         "acme": certificates::status(),
+        "ocsp": certificates::ocsp_status(),
         "tls_handshakes": p.handshakes.iter().flatten().sum::<u64>(),
         "tls_handshake_failures": p.handshake_failures,
         "tls_handshake_scheduler": handshake_scheduler(s),

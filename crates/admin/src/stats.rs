@@ -294,6 +294,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
         "upstreams": upstreams,
         "key_servers": key_servers,
         "acme": crate::certificates::status(),
+        "ocsp": crate::certificates::ocsp_status(),
         "rate_limit_store": crate::rate_limit_store(s),
     })
 }

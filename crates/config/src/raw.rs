@@ -187,6 +187,9 @@ pub struct RawCertificate {
     pub offload_engines: Option<Spanned<Vec<String>>>,
     /// Obtained and renewed from an ACME CA instead of read from `cert`/`key`.
     pub acme: Option<Spanned<RawCertAcme>>,
+    /// `"auto"` (default: staple the issuer's OCSP response when the certificate names a
+    /// responder) or `"off"`.
+    pub ocsp: Option<Spanned<String>>,
 }
 
 /// `acme = { names = [...], ... }` of a `[[certificate]]`: what to order; unset fields come

@@ -498,6 +498,8 @@ pub struct Certificate {
     pub acme: Option<Arc<crate::AcmeOrder>>,
     /// A self-signed stand-in, served until the CA issues the real certificate (ACME only).
     pub placeholder: bool,
+    /// Staple its issuer's OCSP response (`ocsp = "auto"`, the default).
+    pub ocsp: bool,
 }
 
 impl std::fmt::Debug for Certificate {

@@ -68,6 +68,8 @@ struct Running {
     demo_fd: Option<std::os::fd::RawFd>,
     /// The ACME certificates' renewal tasks, following each applied configuration.
     acme: Mutex<sluice_acme::Manager>,
+    /// The OCSP stapling tasks, likewise.
+    ocsp: Mutex<sluice_tls::ocsp::Stapler>,
 }
 
 struct AdminTask {
@@ -184,6 +186,10 @@ impl Target for Running {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .update(&snapshot);
+            self.ocsp
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .update(&snapshot);
             Ok(crate::instance::describe(&report))
         })
     }
@@ -285,6 +291,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             started: Instant::now(),
             demo_fd: demo.as_ref().map(crate::demo::Demo::fd),
             acme: Mutex::new(sluice_acme::Manager::start(&snapshot)),
+            ocsp: Mutex::new(sluice_tls::ocsp::Stapler::start(&snapshot)),
         });
         let control = Arc::new(Controller::new(source, running.clone(), certs, &snapshot));
         let _ = running.control.set(control.clone());
@@ -347,6 +354,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         // Orders stop here: after an upgrade the new process renews (from the same storage).
         running
             .acme
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stop();
+        running
+            .ocsp
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .stop();

@@ -59,6 +59,38 @@ pub fn inline_credential(
     Ok(credential)
 }
 
+/// Staples `response` (a DER OCSP response) to every handshake `credential` serves to a
+/// client that asks for status.
+#[expect(
+    unsafe_code,
+    reason = "boring 5 has no safe setter for a credential's OCSP response"
+)]
+pub(crate) fn set_ocsp_response(
+    credential: &SslCredential,
+    response: &[u8],
+) -> Result<(), TlsError> {
+    // SAFETY: CRYPTO_BUFFER_new copies `len` bytes from a valid slice (null pool: unpooled);
+    // set1 takes its own reference, so ours is released right after.
+    let ok = unsafe {
+        let buffer =
+            boring_sys::CRYPTO_BUFFER_new(response.as_ptr(), response.len(), std::ptr::null_mut());
+        if buffer.is_null() {
+            0
+        } else {
+            let ok = boring_sys::SSL_CREDENTIAL_set1_ocsp_response(credential.as_ptr(), buffer);
+            boring_sys::CRYPTO_BUFFER_free(buffer);
+            ok
+        }
+    };
+    if ok != 1 {
+        return Err(TlsError::Boring {
+            context: "stapling an OCSP response",
+            source: ErrorStack::get(),
+        });
+    }
+    Ok(())
+}
+
 /// Gives `credential` its private key, which BoringSSL then signs with.
 #[expect(
     unsafe_code,

@@ -87,9 +87,44 @@ pub struct AcmeStatus {
     pub last_issued: Option<i64>,
 }
 
-/// The process-wide registry: ACME certificates' slots and status, and challenge answers.
+/// Where a certificate's OCSP stapling stands, for `/status`, `/metrics` and the dashboard.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct OcspStatus {
+    /// The responder asked (the certificate's AIA OCSP URL).
+    pub responder: String,
+    /// `"pending"` (first fetch under way), `"good"`, `"revoked"`, `"unknown"`, or
+    /// `"failing"` (no current response: nothing stapled).
+    pub state: &'static str,
+    /// Whether handshakes carry a staple now.
+    pub stapled: bool,
+    /// The stapled response's thisUpdate and nextUpdate (Unix seconds).
+    pub this_update: Option<i64>,
+    /// See `this_update`.
+    pub next_update: Option<i64>,
+    /// When the next fetch starts (Unix seconds).
+    pub next_fetch: Option<i64>,
+    /// Fetches that brought a usable response.
+    pub fetched: u64,
+    /// Fetches that failed.
+    pub failures: u64,
+    /// The last failure.
+    pub last_error: Option<String>,
+}
+
+/// The stores' slots of one certificate that staples, and its current staple.
+struct Stapled {
+    cert: Arc<sluice_config::Certificate>,
+    slots: Vec<(Weak<Slot>, Vec<sluice_crypto::EngineKind>, bool)>,
+    staple: Option<Arc<Vec<u8>>>,
+}
+
+/// The process-wide registry: ACME certificates' slots and status, stapling certificates'
+/// slots and staples, and challenge answers.
 #[derive(Default)]
 pub struct Live {
+    /// Certificate fingerprint → its stapling slots.
+    stapled: Mutex<HashMap<[u8; 32], Stapled>>,
+    ocsp_status: Mutex<BTreeMap<String, OcspStatus>>,
     acme: Mutex<HashMap<String, AcmeSlot>>,
     status: Mutex<BTreeMap<String, AcmeStatus>>,
     /// TLS-ALPN-01: host name → the challenge certificate to serve to `acme-tls/1`.
@@ -161,6 +196,83 @@ impl Live {
         held.leaf = leaf.clone();
         held.placeholder = false;
         Ok(true)
+    }
+
+    /// A slot for `cert`, whose OCSP response is stapled: built with the current staple, and
+    /// rebuilt whenever [`Live::staple`] brings another.
+    pub(crate) fn stapled_slot(
+        &self,
+        cert: &Arc<sluice_config::Certificate>,
+        engines: Vec<sluice_crypto::EngineKind>,
+        fallback_local: bool,
+    ) -> Result<Arc<Slot>, crate::TlsError> {
+        let mut stapled = self.stapled.lock().unwrap_or_else(|e| e.into_inner());
+        stapled.retain(|_, s| s.slots.iter().any(|(w, ..)| w.strong_count() > 0));
+        let entry = stapled.entry(cert.fingerprint).or_insert_with(|| Stapled {
+            cert: cert.clone(),
+            slots: Vec::new(),
+            staple: None,
+        });
+        let credential = crate::credential::x509_credential(cert, engines.clone(), fallback_local)?;
+        if let Some(staple) = &entry.staple {
+            crate::credential::set_ocsp_response(&credential, staple)?;
+        }
+        let slot = Arc::new(Slot::new(credential));
+        entry
+            .slots
+            .push((Arc::downgrade(&slot), engines, fallback_local));
+        Ok(slot)
+    }
+
+    /// Staples `response` (or, with `None`, nothing) to every handshake of the certificate
+    /// with `fingerprint`, in every store serving it. Returns how many slots now carry it.
+    pub fn staple(
+        &self,
+        fingerprint: &[u8; 32],
+        response: Option<Vec<u8>>,
+    ) -> Result<usize, crate::TlsError> {
+        let mut stapled = self.stapled.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(entry) = stapled.get_mut(fingerprint) else {
+            return Ok(0);
+        };
+        entry.staple = response.map(Arc::new);
+        entry.slots.retain(|(w, ..)| w.strong_count() > 0);
+        let mut n = 0;
+        for (slot, engines, fallback) in &entry.slots {
+            let Some(slot) = slot.upgrade() else { continue };
+            let credential =
+                crate::credential::x509_credential(&entry.cert, engines.clone(), *fallback)?;
+            if let Some(staple) = &entry.staple {
+                crate::credential::set_ocsp_response(&credential, staple)?;
+            }
+            slot.store(credential);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Records where certificate `name`'s stapling stands.
+    pub fn set_ocsp_status(&self, name: &str, status: OcspStatus) {
+        self.ocsp_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), status);
+    }
+
+    /// Forgets the stapling status of certificates no longer stapled.
+    pub fn retain_ocsp_status(&self, keep: &dyn Fn(&str) -> bool) {
+        self.ocsp_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|name, _| keep(name));
+    }
+
+    /// Every stapling certificate's status, by name.
+    pub fn ocsp_statuses(&self) -> BTreeMap<String, OcspStatus> {
+        self.ocsp_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Records where ACME certificate `name` stands.

@@ -62,6 +62,10 @@ impl CertStore {
                     cert.placeholder,
                     || x509_credential(cert, engines.clone(), fallback_local),
                 )?,
+                // Rebuilt with each OCSP response the stapler fetches.
+                None if crate::ocsp::staples(cert) => {
+                    live().stapled_slot(cert, engines, fallback_local)?
+                }
                 None => Arc::new(Slot::new(x509_credential(cert, engines, fallback_local)?)),
             };
             credentials.insert(i, slot);

@@ -77,6 +77,7 @@ impl Cx<'_> {
             );
             return None;
         }
+        let ocsp = self.ocsp_setting(raw);
         let order = self.acme_order(name, acme, defaults, settings)?;
         let order = Arc::new(order);
         let offload_engines = raw.offload_engines.as_ref().map(|list| {
@@ -106,6 +107,7 @@ impl Cx<'_> {
             if let Some((cert_pem, key_pem)) = stored
                 && let Some(c) = self.stored_acme_certificate(
                     raw,
+                    ocsp,
                     &order,
                     &cert_pem,
                     &key_pem,
@@ -154,12 +156,18 @@ impl Cx<'_> {
             fingerprint,
             acme: Some(order),
             placeholder: true,
+            ocsp,
         }))
     }
 
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one call site; each is what the entry says"
+    )]
     fn stored_acme_certificate(
         &mut self,
         raw: &RawCertificate,
+        ocsp: bool,
         order: &Arc<AcmeOrder>,
         cert_pem: &[u8],
         key_pem: &[u8],
@@ -206,6 +214,7 @@ impl Cx<'_> {
             fingerprint,
             acme: Some(order.clone()),
             placeholder: false,
+            ocsp,
         }))
     }
 
@@ -427,6 +436,11 @@ fn acme_fingerprint(
     field(raw.name.get_ref().as_bytes());
     // Every setting of the order: a changed one is a different certificate entry.
     field(format!("{order:?}").as_bytes());
+    field(
+        raw.ocsp
+            .as_ref()
+            .map_or(b"auto".as_slice(), |o| o.get_ref().as_bytes()),
+    );
     match files {
         Some((cert, key)) => {
             field(cert);

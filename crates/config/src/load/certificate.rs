@@ -33,6 +33,7 @@ impl Cx<'_> {
             return None;
         };
         let cert_path = self.path(cert_at.get_ref());
+        let ocsp = self.ocsp_setting(raw);
 
         let cert_pem = match std::fs::read(&cert_path) {
             Err(e) => {
@@ -112,6 +113,7 @@ impl Cx<'_> {
                 fingerprint,
                 acme: None,
                 placeholder: false,
+                ocsp,
             }));
         };
         let key = match PKey::private_key_from_pem(&key_pem) {
@@ -152,7 +154,27 @@ impl Cx<'_> {
             fingerprint,
             acme: None,
             placeholder: false,
+            ocsp,
         }))
+    }
+
+    /// `ocsp = "auto" | "off"` (default auto).
+    pub(super) fn ocsp_setting(&mut self, raw: &RawCertificate) -> bool {
+        match raw.ocsp.as_ref().map(|o| (o, o.get_ref().as_str())) {
+            None | Some((_, "auto")) => true,
+            Some((_, "off")) => false,
+            Some((at, other)) => {
+                self.err_at(
+                    at,
+                    format!(
+                        "certificate `{}`: unknown ocsp `{other}`",
+                        raw.name.get_ref()
+                    ),
+                    "use \"auto\" (staple when the certificate names an OCSP responder) or \"off\"",
+                );
+                false
+            }
+        }
     }
 
     pub(super) fn keep_certificate(&mut self, c: Certificate) -> Arc<Certificate> {
@@ -321,6 +343,11 @@ fn certificate_fingerprint(raw: &RawCertificate, cert: &[u8], key: Option<&[u8]>
     for e in raw.offload_engines.iter().flat_map(|l| l.get_ref()) {
         field(e.as_bytes());
     }
+    field(
+        raw.ocsp
+            .as_ref()
+            .map_or(b"auto".as_slice(), |o| o.get_ref().as_bytes()),
+    );
     h.finish()
 }
 

@@ -112,14 +112,14 @@ impl Drop for Pebble {
 }
 
 /// `sluice run` on a configuration file, stopped (by PID) when dropped.
-struct Gw {
+pub(crate) struct Gw {
     child: Child,
-    admin: SocketAddr,
+    pub(crate) admin: SocketAddr,
     stderr: PathBuf,
 }
 
 impl Gw {
-    fn start(dir: &Path, config: &str) -> Gw {
+    pub(crate) fn start(dir: &Path, config: &str) -> Gw {
         let path = dir.join("gw.toml");
         std::fs::write(&path, config).unwrap();
         let stderr = dir.join("gw.stderr");
@@ -160,7 +160,7 @@ impl Gw {
         }
     }
 
-    async fn status(&self) -> serde_json::Value {
+    pub(crate) async fn status(&self) -> serde_json::Value {
         let got = http1_get(self.admin, "x", "/status").await;
         serde_json::from_str(&got.body).unwrap()
     }
@@ -173,11 +173,11 @@ impl Gw {
             .unwrap_or_default()
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
-    fn reload(&self) {
+    pub(crate) fn reload(&self) {
         let sent = Command::new("kill")
             .args(["-HUP", &self.child.id().to_string()])
             .status()
@@ -312,7 +312,7 @@ impl Load {
 }
 
 /// Waits (up to `limit`) until `f` says yes; panics with `what` otherwise.
-async fn until<F, Fut>(limit: Duration, what: impl Fn() -> String, mut f: F)
+pub(crate) async fn until<F, Fut>(limit: Duration, what: impl Fn() -> String, mut f: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,

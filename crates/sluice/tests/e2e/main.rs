@@ -23,6 +23,7 @@ mod http1;
 mod keepalive;
 mod keyless;
 mod layer4;
+mod ocsp;
 mod offload;
 mod policy;
 mod rate_limit;
