@@ -65,6 +65,16 @@ name = "localhost-rsa"
 cert = '{state_dir}/localhost-rsa.crt'
 key = '{state_dir}/localhost-rsa.key'
 
+# A certificate from an ACME CA (Let's Encrypt by default), ordered at start and renewed
+# before it expires: uncomment, name your host, listen on port 80 (http-01) or 443
+# (tls-alpn-01) on a public address, and add "site" to [listener.tls] certificates.
+# [acme]
+# storage = '{state_dir}/acme'     # accounts and certificates (0600); must be writable
+# email = "ops@example.com"
+# [[certificate]]
+# name = "site"
+# acme = { names = ["example.com", "www.example.com"] }
+
 [demo]                        # the built-in demo origin: / (page), /api/status, /headers, /stream
 address = "127.0.0.1:8081"    # remove [demo] and point the upstream at your own servers
 

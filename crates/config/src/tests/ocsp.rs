@@ -13,8 +13,14 @@ fn ocsp_is_auto_by_default_can_be_turned_off_and_a_typo_is_named() {
     assert!(!s.certificates[0].ocsp);
     // A changed setting is a different certificate (a reload rebuilds what staples).
     let auto = load_str(base, "t", dir.path()).unwrap();
-    assert_ne!(s.certificates[0].fingerprint, auto.certificates[0].fingerprint);
+    assert_ne!(
+        s.certificates[0].fingerprint,
+        auto.certificates[0].fingerprint
+    );
     let typo = format!("{base}ocsp = \"on\"\n");
     let errs = errors(&typo, dir.path());
-    assert!(said_at(&errs, &typo, "ocsp = ").contains("unknown ocsp"), "{errs:#?}");
+    assert!(
+        said_at(&errs, &typo, "ocsp = ").contains("unknown ocsp"),
+        "{errs:#?}"
+    );
 }

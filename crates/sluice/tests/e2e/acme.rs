@@ -581,3 +581,48 @@ async fn a_refused_order_is_retried_counted_and_shown_while_the_placeholder_serv
     assert!(failed >= 2, "{metrics}");
     assert!(gw.stderr().contains("ACME order failed"), "{}", gw.stderr());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_renewal_keeps_the_issued_certificate_serving() {
+    let dns = Dnsmasq::start(&[("keep.acme.test", loopback())]).await;
+    let (http, https) = (free_port(), free_port());
+    // 30-second certificates: renewal is due 10 s before expiry (a third of the life).
+    let mut pebble = Pebble::start(dns.port, http, https, 30).await;
+    let origin = Origin::start("origin").await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(
+        dir.path(),
+        &pebble,
+        http,
+        https,
+        origin.addr,
+        r#"{ names = ["keep.acme.test"] }"#,
+    );
+    let gw = Gw::start(dir.path(), &text);
+    let addr = SocketAddr::from(([127, 0, 0, 1], https));
+    let report = || format!("gateway:\n{}\npebble:\n{}", gw.stderr(), pebble.log());
+    until(Duration::from_secs(60), report, || async {
+        served(addr, "keep.acme.test").await.0.contains("Pebble")
+    })
+    .await;
+    let (_, serial) = served(addr, "keep.acme.test").await;
+    // The CA goes away before the renewal is due.
+    let _ = pebble.child.kill();
+    let _ = pebble.child.wait();
+    until(
+        Duration::from_secs(60),
+        || format!("no failed renewal: {}", gw.stderr()),
+        || async { gw.acme("site").await["failures"].as_u64() >= Some(1) },
+    )
+    .await;
+    let status = gw.acme("site").await;
+    assert_eq!(status["state"], "retrying", "{status}");
+    assert_eq!(status["issued"], 1, "{status}");
+    assert!(status["not_after"].as_i64().is_some(), "{status}");
+    let (issuer, now_serial) = served(addr, "keep.acme.test").await;
+    assert!(issuer.contains("Pebble"), "{issuer}");
+    assert_eq!(
+        now_serial, serial,
+        "the issued certificate keeps serving while renewal fails"
+    );
+}
