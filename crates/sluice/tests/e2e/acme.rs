@@ -388,31 +388,76 @@ fn loopback() -> IpAddr {
     IpAddr::from([127, 0, 0, 1])
 }
 
+/// Everything one ACME test runs: dnsmasq resolving `hosts` to 127.0.0.1, Pebble issuing
+/// `validity_s`-second certificates, an origin, and `sluice run` with one ACME certificate
+/// `site` (`acme`, the certificate's inline table) served on an HTTPS listener.
+struct Scene {
+    gw: Gw,
+    pebble: Pebble,
+    /// The gateway's HTTPS and HTTP listeners.
+    https: SocketAddr,
+    http: SocketAddr,
+    _dns: Dnsmasq,
+    _origin: Origin,
+    _dir: tempfile::TempDir,
+}
+
+impl Scene {
+    /// `http01_elsewhere`: Pebble validates HTTP-01 on a port nothing listens on.
+    async fn start(hosts: &[&str], validity_s: u64, acme: &str, http01_elsewhere: bool) -> Scene {
+        let records: Vec<(&str, IpAddr)> = hosts.iter().map(|h| (*h, loopback())).collect();
+        let dns = Dnsmasq::start(&records).await;
+        let (http, https) = (free_port(), free_port());
+        let http01 = if http01_elsewhere { free_port() } else { http };
+        let pebble = Pebble::start(dns.port, http01, https, validity_s).await;
+        let origin = Origin::start("origin").await;
+        let dir = tempfile::tempdir().unwrap();
+        let text = config(dir.path(), &pebble, http, https, origin.addr, acme);
+        let gw = Gw::start(dir.path(), &text);
+        Scene {
+            gw,
+            pebble,
+            https: SocketAddr::from(([127, 0, 0, 1], https)),
+            http: SocketAddr::from(([127, 0, 0, 1], http)),
+            _dns: dns,
+            _origin: origin,
+            _dir: dir,
+        }
+    }
+
+    /// The gateway's and Pebble's logs, for a failure's message.
+    fn report(&self) -> String {
+        format!(
+            "gateway:\n{}\npebble:\n{}",
+            self.gw.stderr(),
+            self.pebble.log()
+        )
+    }
+
+    fn storage(&self) -> PathBuf {
+        self._dir.path().join("acme")
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn http01_issues_renews_and_survives_a_reload_without_a_failed_request() {
-    let dns = Dnsmasq::start(&[("a.acme.test", loopback()), ("www.acme.test", loopback())]).await;
-    let (http, https) = (free_port(), free_port());
-    // Pebble's certificates last 40 s; renew_before 30 s renews ~10 s after each issue.
-    let pebble = Pebble::start(dns.port, http, https, 40).await;
-    let origin = Origin::start("origin").await;
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(
-        dir.path(),
-        &pebble,
-        http,
-        https,
-        origin.addr,
+    // Pebble's certificates last 40 s; renew_before 30 s is capped at a third of the life.
+    let scene = Scene::start(
+        &["a.acme.test", "www.acme.test"],
+        40,
         r#"{ names = ["a.acme.test", "www.acme.test"], renew_before = "30s" }"#,
-    );
-    let gw = Gw::start(dir.path(), &text);
-    let addr = SocketAddr::from(([127, 0, 0, 1], https));
+        false,
+    )
+    .await;
+    let (gw, pebble, addr) = (&scene.gw, &scene.pebble, scene.https);
     let load = Load::start(addr, "a.acme.test");
 
     // Issued: a new handshake gets Pebble's certificate, and /status says so.
-    let report = || format!("gateway:\n{}\npebble:\n{}", gw.stderr(), pebble.log());
-    until(Duration::from_secs(60), report, || async {
-        served(addr, "a.acme.test").await.0.contains("Pebble")
-    })
+    until(
+        Duration::from_secs(60),
+        || scene.report(),
+        || async { served(addr, "a.acme.test").await.0.contains("Pebble") },
+    )
     .await;
     let (_, first_serial) = served(addr, "www.acme.test").await;
     let seen_at = unix_now();
@@ -431,7 +476,7 @@ async fn http01_issues_renews_and_survives_a_reload_without_a_failed_request() {
     );
 
     // Stored with mode 0600, account and certificate, in a 0700 directory.
-    let storage = dir.path().join("acme");
+    let storage = scene.storage();
     assert_eq!(mode(&storage.join("site/key.pem")), 0o600);
     assert_eq!(mode(&storage.join("site/cert.pem")), 0o600);
     assert_eq!(mode(&storage.join("site")), 0o700);
@@ -483,31 +528,25 @@ async fn http01_issues_renews_and_survives_a_reload_without_a_failed_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tls_alpn01_is_answered_by_the_tls_listener() {
-    let dns = Dnsmasq::start(&[("alpn.acme.test", loopback())]).await;
-    let (http, https) = (free_port(), free_port());
-    let pebble = Pebble::start(dns.port, http, https, 3600).await;
-    let origin = Origin::start("origin").await;
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(
-        dir.path(),
-        &pebble,
-        http,
-        https,
-        origin.addr,
+    let scene = Scene::start(
+        &["alpn.acme.test"],
+        3600,
         r#"{ names = ["alpn.acme.test"], challenge = "tls-alpn-01", key_type = "rsa" }"#,
-    );
-    let gw = Gw::start(dir.path(), &text);
-    let addr = SocketAddr::from(([127, 0, 0, 1], https));
+        false,
+    )
+    .await;
+    let (gw, addr) = (&scene.gw, scene.https);
     // Before the CA issues: the self-signed placeholder serves the name.
     let (issuer, _) = served(addr, "alpn.acme.test").await;
     assert!(
         issuer.contains("Pebble") || issuer.contains("Sluice placeholder"),
         "{issuer}"
     );
-    let report = || format!("gateway:\n{}\npebble:\n{}", gw.stderr(), pebble.log());
-    until(Duration::from_secs(60), report, || async {
-        served(addr, "alpn.acme.test").await.0.contains("Pebble")
-    })
+    until(
+        Duration::from_secs(60),
+        || scene.report(),
+        || async { served(addr, "alpn.acme.test").await.0.contains("Pebble") },
+    )
     .await;
     let h = tls_connect(
         addr,
@@ -528,26 +567,20 @@ async fn tls_alpn01_is_answered_by_the_tls_listener() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refused_order_is_retried_counted_and_shown_while_the_placeholder_serves() {
-    let dns = Dnsmasq::start(&[("fail.acme.test", loopback())]).await;
-    let (http, https) = (free_port(), free_port());
     // Pebble validates HTTP-01 on a port where nothing listens: every order fails.
-    let pebble = Pebble::start(dns.port, free_port(), https, 3600).await;
-    let origin = Origin::start("origin").await;
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(
-        dir.path(),
-        &pebble,
-        http,
-        https,
-        origin.addr,
+    let scene = Scene::start(
+        &["fail.acme.test"],
+        3600,
         r#"{ names = ["fail.acme.test"] }"#,
-    );
-    let gw = Gw::start(dir.path(), &text);
-    let addr = SocketAddr::from(([127, 0, 0, 1], https));
-    let report = || format!("gateway:\n{}\npebble:\n{}", gw.stderr(), pebble.log());
-    until(Duration::from_secs(60), report, || async {
-        gw.acme("site").await["failures"].as_u64() >= Some(2)
-    })
+        true,
+    )
+    .await;
+    let (gw, addr) = (&scene.gw, scene.https);
+    until(
+        Duration::from_secs(60),
+        || scene.report(),
+        || async { gw.acme("site").await["failures"].as_u64() >= Some(2) },
+    )
     .await;
     let status = gw.acme("site").await;
     // Retried with back-off, the CA's reason shown, and the placeholder still serving.
@@ -557,12 +590,7 @@ async fn a_refused_order_is_retried_counted_and_shown_while_the_placeholder_serv
     assert!(why.contains("validat"), "{status}");
     let (issuer, _) = served(addr, "fail.acme.test").await;
     assert!(issuer.contains("Sluice placeholder"), "{issuer}");
-    let got = http1_get(
-        SocketAddr::from(([127, 0, 0, 1], http)),
-        "fail.acme.test",
-        "/",
-    )
-    .await;
+    let got = http1_get(scene.http, "fail.acme.test", "/").await;
     assert_eq!(got.status, 200, "plain HTTP keeps serving");
     let metrics = http1_get(gw.admin, "x", "/metrics").await.body;
     assert!(
@@ -584,31 +612,26 @@ async fn a_refused_order_is_retried_counted_and_shown_while_the_placeholder_serv
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_renewal_keeps_the_issued_certificate_serving() {
-    let dns = Dnsmasq::start(&[("keep.acme.test", loopback())]).await;
-    let (http, https) = (free_port(), free_port());
     // 30-second certificates: renewal is due 10 s before expiry (a third of the life).
-    let mut pebble = Pebble::start(dns.port, http, https, 30).await;
-    let origin = Origin::start("origin").await;
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(
-        dir.path(),
-        &pebble,
-        http,
-        https,
-        origin.addr,
+    let mut scene = Scene::start(
+        &["keep.acme.test"],
+        30,
         r#"{ names = ["keep.acme.test"] }"#,
-    );
-    let gw = Gw::start(dir.path(), &text);
-    let addr = SocketAddr::from(([127, 0, 0, 1], https));
-    let report = || format!("gateway:\n{}\npebble:\n{}", gw.stderr(), pebble.log());
-    until(Duration::from_secs(60), report, || async {
-        served(addr, "keep.acme.test").await.0.contains("Pebble")
-    })
+        false,
+    )
+    .await;
+    let addr = scene.https;
+    until(
+        Duration::from_secs(60),
+        || scene.report(),
+        || async { served(addr, "keep.acme.test").await.0.contains("Pebble") },
+    )
     .await;
     let (_, serial) = served(addr, "keep.acme.test").await;
     // The CA goes away before the renewal is due.
-    let _ = pebble.child.kill();
-    let _ = pebble.child.wait();
+    let _ = scene.pebble.child.kill();
+    let _ = scene.pebble.child.wait();
+    let gw = &scene.gw;
     until(
         Duration::from_secs(60),
         || format!("no failed renewal: {}", gw.stderr()),
