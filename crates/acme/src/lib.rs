@@ -12,9 +12,11 @@
 //! other certificate.
 
 mod challenge;
+mod fleet;
 mod order;
 mod storage;
 
+pub use fleet::{Answer, BoxFuture, Coordinator, Orders, Shared, Turn, adopt, answer, withdraw};
 use sluice_config::{AcmeOrder, Certificate, Snapshot};
 use sluice_tls::{AcmeStatus, live};
 use std::collections::HashMap;
@@ -25,6 +27,11 @@ use tokio::task::JoinHandle;
 /// The ACME certificates of the configuration in force, each with its task.
 pub struct Manager {
     workers: HashMap<String, Worker>,
+    /// Tasks that live as long as the manager (the fleet's follower).
+    companions: Vec<JoinHandle<()>>,
+    /// In a fleet: who orders. `None`: this gateway orders alone.
+    coordinator: Option<Arc<dyn Coordinator>>,
+    orders: Orders,
 }
 
 struct Worker {
@@ -33,13 +40,22 @@ struct Worker {
 }
 
 impl Manager {
-    /// Starts a task for each ACME certificate of `snapshot` (none: nothing runs).
-    pub fn start(snapshot: &Snapshot) -> Self {
+    /// Starts a task for each ACME certificate of `snapshot` (none: nothing runs); with a
+    /// `coordinator`, a certificate is ordered only while this gateway holds the fleet's turn.
+    pub fn start(snapshot: &Snapshot, coordinator: Option<Arc<dyn Coordinator>>) -> Self {
         let mut m = Manager {
             workers: HashMap::new(),
+            companions: Vec::new(),
+            coordinator,
+            orders: Orders::default(),
         };
         m.update(snapshot);
         m
+    }
+
+    /// The orders in force, for [`adopt`]ing what another gateway of the fleet obtained.
+    pub fn orders(&self) -> Orders {
+        self.orders.clone()
     }
 
     /// Follows a new configuration: a certificate whose order changed starts over, one that
@@ -61,20 +77,39 @@ impl Manager {
             }
             keep
         });
+        // Before any task starts: a task's first move may be to adopt the fleet's certificate.
+        self.orders.set(
+            wanted
+                .iter()
+                .filter_map(|(n, c)| Some(((*n).to_owned(), c.acme.as_deref()?.clone())))
+                .collect(),
+        );
         for (name, cert) in wanted {
             if self.workers.contains_key(name) {
                 continue;
             }
             let order = cert.acme.as_deref().cloned().expect("filtered above");
-            let task = tokio::spawn(renew(cert.clone()));
+            let task = tokio::spawn(renew(
+                cert.clone(),
+                self.coordinator.clone(),
+                self.orders.clone(),
+            ));
             self.workers.insert(name.to_owned(), Worker { order, task });
         }
         let names: Vec<String> = self.workers.keys().cloned().collect();
         live().retain_status(&|n| names.iter().any(|k| k == n));
     }
 
+    /// Runs `task` for as long as this manager (stopped with it).
+    pub fn keep(&mut self, task: JoinHandle<()>) {
+        self.companions.push(task);
+    }
+
     /// Stops every task (the process is stopping, or a new one took over).
     pub fn stop(&mut self) {
+        for t in self.companions.drain(..) {
+            t.abort();
+        }
         for (_, w) in self.workers.drain() {
             w.task.abort();
         }
@@ -88,7 +123,7 @@ impl Drop for Manager {
 }
 
 /// One certificate's life: wait until due, order, install; on failure back off and retry.
-async fn renew(cert: Arc<Certificate>) {
+async fn renew(cert: Arc<Certificate>, coordinator: Option<Arc<dyn Coordinator>>, orders: Orders) {
     let order = cert.acme.as_deref().cloned().expect("an ACME certificate");
     let name = cert.name.clone();
     let mut status = AcmeStatus {
@@ -96,62 +131,105 @@ async fn renew(cert: Arc<Certificate>) {
         challenge: order.challenge.as_str(),
         ..AcmeStatus::default()
     };
-    // What serves now: the placeholder, or what storage held at load.
-    let mut validity = (!cert.placeholder)
+    let loaded = (!cert.placeholder)
         .then(|| validity(&cert.chain[0]))
         .flatten();
-    let mut expiry = validity.map(|(_, until)| until);
+    let mut announced = None;
     loop {
-        let due = validity.map_or(0, |v| due(v, order.renew_before));
-        status.state = if expiry.is_some() {
-            "issued"
-        } else {
-            "placeholder"
-        };
-        status.not_after = expiry;
-        status.next_attempt = Some(due.max(storage::now()));
-        live().set_status(&name, status.clone());
-        if due > storage::now() {
-            tracing::info!(certificate = %name, renew_in_s = due - storage::now(), "ACME certificate is valid; renewal scheduled");
+        // What serves now: what storage holds (this gateway's last order, or what another
+        // gateway of the fleet obtained), else what the configuration loaded.
+        let valid = storage::stored_validity(&order).or(loaded);
+        let due = valid.map_or(0, |v| due(v, order.renew_before));
+        let now = storage::now();
+        if due > now {
+            status.state = "issued";
+            status.not_after = valid.map(|v| v.1);
+            status.next_attempt = Some(due);
+            live().set_status(&name, status.clone());
+            if announced != Some(due) {
+                announced = Some(due);
+                tracing::info!(certificate = %name, renew_in_s = due - now, "ACME certificate is valid; renewal scheduled");
+            }
+            // A minute at a time: in a fleet, another gateway may renew it meanwhile.
+            tokio::time::sleep(Duration::from_secs((due - now).clamp(1, 60) as u64)).await;
+            continue;
         }
-        while due > storage::now() {
-            sleep_secs(due - storage::now()).await;
-        }
+        status.not_after = valid.map(|v| v.1);
 
+        // Due. In a fleet, a newer certificate the fleet already holds is taken instead (a
+        // gateway that joined, or whose configuration just gained this certificate); then
+        // only the gateway holding the turn orders, the others wait for its certificate.
+        if let Some(c) = &coordinator {
+            let taken = c.shared(&name).await.and_then(|shared| match shared {
+                Some((chain, key)) => adopt(&orders, &name, &chain, &key),
+                None => Ok(false),
+            });
+            match taken {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(certificate = %name, error = %e, "cannot take the fleet's certificate; ordering")
+                }
+            }
+        }
+        let turn = match &coordinator {
+            None => None,
+            Some(c) => match c.acquire(&name).await {
+                Ok(Some(turn)) => Some(turn),
+                Ok(None) => {
+                    status.state = "waiting";
+                    live().set_status(&name, status.clone());
+                    tracing::debug!(certificate = %name, "another gateway of the fleet is ordering this certificate");
+                    tokio::time::sleep(order.settings.retry_min).await;
+                    continue;
+                }
+                Err(e) => {
+                    failed(
+                        &name,
+                        &order,
+                        &mut status,
+                        format!("taking the fleet's turn: {e}"),
+                    )
+                    .await;
+                    continue;
+                }
+            },
+        };
         status.state = "ordering";
         live().set_status(&name, status.clone());
         tracing::info!(certificate = %name, names = ?order.names, challenge = order.challenge.as_str(), directory = %order.directory, "ordering an ACME certificate");
-        match order::run(&order)
+        let outcome = order::run(&order, turn.as_deref())
             .await
-            .and_then(|issued| install(&name, issued))
-        {
-            Ok(valid) => {
-                let not_after = valid.1;
-                validity = Some(valid);
+            .and_then(|issued| install(&name, issued));
+        drop(turn);
+        match outcome {
+            Ok((_, not_after)) => {
                 status.issued += 1;
                 status.consecutive_failures = 0;
                 status.last_error = None;
                 status.last_issued = Some(storage::now());
-                expiry = Some(not_after);
                 tracing::info!(certificate = %name, not_after, "ACME certificate issued and in force");
             }
-            Err(e) => {
-                status.failures += 1;
-                status.consecutive_failures += 1;
-                status.last_error = Some(e.clone());
-                let back_off = back_off(&order, status.consecutive_failures);
-                status.state = "retrying";
-                status.next_attempt = Some(storage::now() + back_off.as_secs() as i64);
-                live().set_status(&name, status.clone());
-                tracing::warn!(certificate = %name, error = %e, retry_in_s = back_off.as_secs_f64(), "ACME order failed; the certificate in force keeps serving");
-                tokio::time::sleep(back_off).await;
-            }
+            Err(e) => failed(&name, &order, &mut status, e).await,
         }
     }
 }
 
+/// A failed order (or turn): counted, shown, logged, then the back-off.
+async fn failed(name: &str, order: &AcmeOrder, status: &mut AcmeStatus, error: String) {
+    status.failures += 1;
+    status.consecutive_failures += 1;
+    status.last_error = Some(error.clone());
+    let back_off = back_off(order, status.consecutive_failures);
+    status.state = "retrying";
+    status.next_attempt = Some(storage::now() + back_off.as_secs() as i64);
+    live().set_status(name, status.clone());
+    tracing::warn!(certificate = %name, error = %error, retry_in_s = back_off.as_secs_f64(), "ACME order failed; the certificate in force keeps serving");
+    tokio::time::sleep(back_off).await;
+}
+
 /// A certificate's validity, from and until (Unix seconds).
-fn validity(leaf: &boring::x509::X509Ref) -> Option<(i64, i64)> {
+pub(crate) fn validity(leaf: &boring::x509::X509Ref) -> Option<(i64, i64)> {
     Some((
         storage::unix(leaf.not_before())?,
         storage::unix(leaf.not_after())?,
@@ -167,7 +245,7 @@ fn due((from, until): (i64, i64), renew_before: Duration) -> i64 {
 }
 
 /// Puts an issued certificate in force; returns its validity.
-fn install(name: &str, issued: order::Issued) -> Result<(i64, i64), String> {
+pub(crate) fn install(name: &str, issued: order::Issued) -> Result<(i64, i64), String> {
     let leaf = issued.chain[0].clone();
     let valid = validity(&leaf).ok_or("the certificate has no readable validity")?;
     let key_type = match issued.key.id() {
@@ -203,13 +281,6 @@ fn back_off(order: &AcmeOrder, failures: u32) -> Duration {
     let s = &order.settings;
     let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
     s.retry_min.saturating_mul(factor).min(s.retry_max)
-}
-
-/// Sleeps `secs` seconds, in steps of at most a day (a timer set a year out is fine, but
-/// the wall clock may jump; re-checking daily keeps renewal on time).
-async fn sleep_secs(secs: i64) {
-    let step = secs.clamp(0, 86_400) as u64;
-    tokio::time::sleep(Duration::from_secs(step)).await;
 }
 
 #[cfg(test)]

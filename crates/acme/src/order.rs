@@ -2,6 +2,7 @@
 //! own listeners, a key and CSR made here, and the issued chain checked and stored.
 
 use crate::challenge::{Published, publish_http, publish_tls_alpn};
+use crate::fleet::{Answer, Turn};
 use crate::storage::{account_path, write_private};
 use boring::hash::MessageDigest;
 use boring::pkey::{PKey, Private};
@@ -32,8 +33,9 @@ const POLL: RetryPolicy = RetryPolicy::new()
     .timeout(Duration::from_secs(120));
 
 /// Runs one order for `order`'s names and stores the result; the certificate is not yet in
-/// force (the caller installs it).
-pub(crate) async fn run(order: &AcmeOrder) -> Result<Issued, OrderError> {
+/// force (the caller installs it). In a fleet, `turn` has every gateway answer the
+/// challenges and, at the end, take the certificate.
+pub(crate) async fn run(order: &AcmeOrder, turn: Option<&dyn Turn>) -> Result<Issued, OrderError> {
     let account = account(order).await?;
     let identifiers: Vec<Identifier> = order.names.iter().cloned().map(Identifier::Dns).collect();
     let mut acme_order = account
@@ -67,13 +69,30 @@ pub(crate) async fn run(order: &AcmeOrder) -> Result<Issued, OrderError> {
             other => return Err(format!("unexpected identifier {other:?}")),
         };
         let key_authorization = challenge.key_authorization();
-        published.push(match order.challenge {
-            AcmeChallenge::Http01 => publish_http(&challenge.token, key_authorization.as_str()),
-            AcmeChallenge::TlsAlpn01 => {
-                publish_tls_alpn(&host, key_authorization.digest().as_ref())
-                    .map_err(|e| format!("{e}"))?
+        let answer = match order.challenge {
+            AcmeChallenge::Http01 => Answer::Http {
+                token: challenge.token.clone(),
+                key_authorization: key_authorization.as_str().to_owned(),
+            },
+            AcmeChallenge::TlsAlpn01 => Answer::TlsAlpn {
+                host: host.clone(),
+                digest: key_authorization.digest().as_ref().to_vec(),
+            },
+        };
+        published.push(match &answer {
+            Answer::Http {
+                token,
+                key_authorization,
+            } => publish_http(token, key_authorization),
+            Answer::TlsAlpn { host, digest } => {
+                publish_tls_alpn(host, digest).map_err(|e| format!("{e}"))?
             }
         });
+        if let Some(turn) = turn {
+            turn.publish(&answer)
+                .await
+                .map_err(|e| format!("giving the fleet the challenge answer for {host}: {e}"))?;
+        }
         challenge
             .set_ready()
             .await
@@ -117,6 +136,12 @@ pub(crate) async fn run(order: &AcmeOrder) -> Result<Issued, OrderError> {
     write_private(&order.key_path(), &key_pem)
         .and_then(|()| write_private(&order.cert_path(), pem.as_bytes()))
         .map_err(|e| format!("storing the certificate in {}: {e}", order.dir.display()))?;
+    if let Some(turn) = turn
+        && let Err(e) = turn.share(&pem, &key_pem).await
+    {
+        // In force here; the other gateways order it themselves when they find it due.
+        tracing::warn!(names = ?order.names, error = %e, "could not give the fleet the new certificate");
+    }
     Ok(Issued { chain, key })
 }
 

@@ -35,6 +35,29 @@ pub(crate) fn account_path(storage: &Path, directory: &str) -> PathBuf {
     storage.join("accounts").join(format!("{id}.json"))
 }
 
+/// Whether `leaf` names every one of `names` (its DNS subjectAltNames).
+pub(crate) fn covers(leaf: &boring::x509::X509Ref, names: &[String]) -> bool {
+    let Some(sans) = leaf.subject_alt_names() else {
+        return false;
+    };
+    let dns: Vec<String> = sans
+        .iter()
+        .filter_map(|n| n.dnsname().map(str::to_ascii_lowercase))
+        .collect();
+    names.iter().all(|n| dns.iter().any(|d| d == n))
+}
+
+/// The validity of the certificate storage holds for `order`, if it holds one for its names.
+pub(crate) fn stored_validity(order: &sluice_config::AcmeOrder) -> Option<(i64, i64)> {
+    let pem = std::fs::read(order.cert_path()).ok()?;
+    let leaf = boring::x509::X509::stack_from_pem(&pem)
+        .ok()?
+        .into_iter()
+        .next()?;
+    covers(&leaf, &order.names).then_some(())?;
+    crate::validity(&leaf)
+}
+
 /// `t` as Unix seconds.
 pub(crate) fn unix(t: &boring::asn1::Asn1TimeRef) -> Option<i64> {
     let epoch = boring::asn1::Asn1Time::from_unix(0).ok()?;

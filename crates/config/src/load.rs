@@ -463,13 +463,13 @@ impl<'a> Cx<'a> {
             .as_ref()
             .and_then(|c| self.fleet_source(c, allow_insecure_keys));
         self.check_acme_listeners(&raw.certificates, &certificates, &listeners);
-        if fleet.is_some()
+        if fleet.as_ref().is_some_and(|f| f.keyring.is_empty())
             && let Some(at) = raw.certificates.iter().find_map(|c| c.acme.as_ref())
         {
             self.err_at(
                 at,
-                "ACME certificates are not supported in fleet mode yet: every gateway would order on its own and answer only its own challenges",
-                "issue the certificate outside the fleet (or on one gateway out of fleet mode) and store it with the admin API, which every gateway serves through etcd",
+                "an ACME certificate in fleet mode needs [config] keyring: the gateway that orders shares the key with the others through etcd, sealed",
+                "add keyring = [...] to [config] (the same keys on every gateway), as for certificates stored in etcd",
             );
         }
         let certificates = certificates.into_iter().collect::<Option<Vec<_>>>()?;

@@ -15,7 +15,7 @@ const PAGE: i64 = 1000;
 /// A connection to the fleet's etcd, scoped to its prefix.
 #[derive(Clone)]
 pub struct Etcd {
-    client: Client,
+    pub(crate) client: Client,
     prefix: String,
     timeout: Duration,
 }
@@ -103,7 +103,7 @@ impl Etcd {
         &self.prefix
     }
 
-    async fn timed<T>(
+    pub(crate) async fn timed<T>(
         &self,
         what: &str,
         f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,

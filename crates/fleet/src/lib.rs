@@ -13,6 +13,7 @@
 //! Dependencies point one way: this crate knows `sluice-config` (to validate) and
 //! `sluice-control` (to apply through the controller), nothing of serving.
 
+pub mod acme;
 mod cache;
 mod compose;
 pub mod etcd;

@@ -290,7 +290,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             control: OnceLock::new(),
             started: Instant::now(),
             demo_fd: demo.as_ref().map(crate::demo::Demo::fd),
-            acme: Mutex::new(sluice_acme::Manager::start(&snapshot)),
+            acme: Mutex::new(acme_manager(&snapshot, fleet.as_deref()).await),
             ocsp: Mutex::new(sluice_tls::ocsp::Stapler::start(&snapshot)),
         });
         let control = Arc::new(Controller::new(source, running.clone(), certs, &snapshot));
@@ -397,6 +397,33 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         eprintln!("sluice: stopped");
         Ok(())
     })
+}
+
+/// The ACME manager: alone, or, in fleet mode, taking turns through etcd and following what
+/// the other gateways' orders publish. A fleet whose etcd cannot be reached now orders alone
+/// (logged): a certificate must not expire because etcd was down at start.
+async fn acme_manager(
+    snapshot: &Snapshot,
+    fleet: Option<&sluice_fleet::Fleet>,
+) -> sluice_acme::Manager {
+    let Some(fleet) = fleet else {
+        return sluice_acme::Manager::start(snapshot, None);
+    };
+    let coordinator = match fleet.acme_coordinator().await {
+        Ok(c) => Some(Arc::new(c) as Arc<dyn sluice_acme::Coordinator>),
+        Err(e) => {
+            tracing::warn!(error = %e, "fleet mode: etcd unreachable; ACME certificates are ordered by this gateway alone");
+            None
+        }
+    };
+    let mut manager = sluice_acme::Manager::start(snapshot, coordinator);
+    match fleet.follow_acme(manager.orders()).await {
+        Ok(task) => manager.keep(task),
+        Err(e) => {
+            tracing::warn!(error = %e, "fleet mode: not following other gateways' ACME orders")
+        }
+    }
+    manager
 }
 
 /// SIGUSR2: start the binary again with the listening sockets; once it serves, tell the main

@@ -138,3 +138,23 @@ fn a_route_alone_is_checked_against_the_configuration_it_joins() {
             .contains("no Redis")
     );
 }
+
+#[test]
+fn an_acme_certificate_in_fleet_mode_needs_the_keyring_that_seals_its_shared_key() {
+    let dir = tempfile::tempdir().unwrap();
+    write_secret(
+        &dir.path().join("ring"),
+        &format!("k1 {}\n", "ab".repeat(32)),
+    );
+    let cert = "[[certificate]]\nname = \"site\"\nacme = { names = [\"a.example\"] }\n";
+    let with = format!(
+        "[config]\nsource = \"etcd\"\nendpoints = [\"127.0.0.1:2379\"]\nkeyring = \"ring\"\n{LISTENER}{cert}"
+    );
+    assert!(load_str(&with, "gw.toml", dir.path()).is_ok());
+    let without = with.replace("keyring = \"ring\"\n", "");
+    let errs = errors(&without, dir.path());
+    assert!(
+        said_at(&errs, &without, "acme = {").contains("needs [config] keyring"),
+        "{errs:#?}"
+    );
+}
