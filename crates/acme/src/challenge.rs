@@ -2,6 +2,7 @@
 //! that the gateway's HTTP listeners serve, or a TLS-ALPN-01 certificate that its TLS
 //! listeners serve to `acme-tls/1`. Withdrawn when the order ends, however it ends.
 
+use crate::fleet::Answer;
 use boring::error::ErrorStack;
 use boring::hash::MessageDigest;
 use boring::x509::X509Extension;
@@ -12,42 +13,46 @@ use sluice_tls::live;
 const ACME_IDENTIFIER_OID: &str = "1.3.6.1.5.5.7.1.31";
 
 /// One published answer; withdrawn when dropped.
-pub(crate) enum Published {
-    Http { token: String },
-    TlsAlpn { host: String },
-}
+pub(crate) struct Published(Answer);
 
 impl Drop for Published {
     fn drop(&mut self) {
-        match self {
-            Published::Http { token } => live().withdraw_http(token),
-            Published::TlsAlpn { host } => live().withdraw_alpn(host),
+        withdraw(&self.0);
+    }
+}
+
+/// Publishes `answer` on this gateway until the guard is dropped.
+pub(crate) fn publish(answer: &Answer) -> Result<Published, String> {
+    self::answer(answer)?;
+    Ok(Published(answer.clone()))
+}
+
+/// Gives `answer` on this gateway: an HTTP-01 key authorization, or a TLS-ALPN-01 challenge
+/// certificate for the host carrying the digest. Also how a fleet's gateways give the
+/// answers of an order another gateway placed.
+pub fn answer(answer: &Answer) -> Result<(), String> {
+    match answer {
+        Answer::Http {
+            token,
+            key_authorization,
+        } => live().publish_http(token, key_authorization),
+        Answer::TlsAlpn { host, digest } => {
+            let (cert, key) = challenge_certificate(host, digest)
+                .map_err(|e| format!("making a tls-alpn-01 certificate: {e}"))?;
+            let credential =
+                sluice_tls::inline_credential(&[cert], &key).map_err(|e| e.to_string())?;
+            live().publish_alpn(host, credential);
         }
     }
+    Ok(())
 }
 
-/// Publishes the HTTP-01 answer for `token`.
-pub(crate) fn publish_http(token: &str, key_authorization: &str) -> Published {
-    live().publish_http(token, key_authorization);
-    Published::Http {
-        token: token.to_owned(),
+/// Stops giving `answer`.
+pub fn withdraw(answer: &Answer) {
+    match answer {
+        Answer::Http { token, .. } => live().withdraw_http(token),
+        Answer::TlsAlpn { host, .. } => live().withdraw_alpn(host),
     }
-}
-
-/// Publishes the TLS-ALPN-01 answer for `host`: a self-signed certificate for it carrying
-/// the SHA-256 of the key authorization in a critical `acmeIdentifier` extension.
-pub(crate) fn publish_tls_alpn(
-    host: &str,
-    digest: &[u8],
-) -> Result<Published, sluice_tls::TlsError> {
-    let (cert, key) = challenge_certificate(host, digest).map_err(sluice_tls::TlsError::boring(
-        "making a tls-alpn-01 certificate",
-    ))?;
-    let credential = sluice_tls::inline_credential(&[cert], &key)?;
-    live().publish_alpn(host, credential);
-    Ok(Published::TlsAlpn {
-        host: host.to_owned(),
-    })
 }
 
 /// The certificate a TLS-ALPN-01 validation of `host` must see (RFC 8737 §3).
@@ -116,7 +121,11 @@ mod tests {
 
     #[test]
     fn a_published_answer_is_withdrawn_when_dropped() {
-        let p = publish_http("tok-123", "tok-123.thumb");
+        let p = publish(&Answer::Http {
+            token: "tok-123".into(),
+            key_authorization: "tok-123.thumb".into(),
+        })
+        .unwrap();
         assert_eq!(
             live()
                 .http_answer("/.well-known/acme-challenge/tok-123")
@@ -133,7 +142,11 @@ mod tests {
             None
         );
 
-        let p = publish_tls_alpn("b.example", &[7u8; 32]).unwrap();
+        let p = publish(&Answer::TlsAlpn {
+            host: "b.example".into(),
+            digest: vec![7u8; 32],
+        })
+        .unwrap();
         assert!(live().alpn_challenge("B.example").is_some());
         drop(p);
         assert!(live().alpn_challenge("b.example").is_none());

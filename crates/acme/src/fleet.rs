@@ -4,12 +4,12 @@
 //!
 //! This crate knows no etcd: the fleet crate implements [`Coordinator`] on its etcd (a lease
 //! held while ordering, challenge answers under that lease, the certificate sealed with the
-//! fleet's keyring) and calls [`answer`], [`withdraw`] and [`adopt`] with what it watches.
+//! fleet's keyring) and calls [`crate::answer`], [`crate::withdraw`] and [`adopt`] with what
+//! it watches.
 
 use crate::storage::write_private;
 use boring::x509::X509;
 use sluice_config::AcmeOrder;
-use sluice_tls::live;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -65,35 +65,6 @@ pub trait Turn: Send + Sync {
         chain_pem: &'a str,
         key_pem: &'a [u8],
     ) -> BoxFuture<'a, Result<(), String>>;
-}
-
-/// Gives `answer` on this gateway (one another gateway's order published).
-pub fn answer(answer: &Answer) -> Result<(), String> {
-    match answer {
-        Answer::Http {
-            token,
-            key_authorization,
-        } => {
-            live().publish_http(token, key_authorization);
-            Ok(())
-        }
-        Answer::TlsAlpn { host, digest } => {
-            let (cert, key) = crate::challenge::challenge_certificate(host, digest)
-                .map_err(|e| format!("making a tls-alpn-01 certificate: {e}"))?;
-            let credential =
-                sluice_tls::inline_credential(&[cert], &key).map_err(|e| e.to_string())?;
-            live().publish_alpn(host, credential);
-            Ok(())
-        }
-    }
-}
-
-/// Stops giving an answer another gateway's order published.
-pub fn withdraw(answer: &Answer) {
-    match answer {
-        Answer::Http { token, .. } => live().withdraw_http(token),
-        Answer::TlsAlpn { host, .. } => live().withdraw_alpn(host),
-    }
 }
 
 /// The ACME orders of the configuration in force, by certificate name: where an adopted

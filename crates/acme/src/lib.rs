@@ -16,7 +16,8 @@ mod fleet;
 mod order;
 mod storage;
 
-pub use fleet::{Answer, BoxFuture, Coordinator, Orders, Shared, Turn, adopt, answer, withdraw};
+pub use challenge::{answer, withdraw};
+pub use fleet::{Answer, BoxFuture, Coordinator, Orders, Shared, Turn, adopt};
 use sluice_config::{AcmeOrder, Certificate, Snapshot};
 use sluice_tls::{AcmeStatus, live};
 use std::collections::HashMap;

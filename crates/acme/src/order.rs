@@ -1,7 +1,7 @@
 //! One ACME order, start to finish: the account, the challenges answered by this gateway's
 //! own listeners, a key and CSR made here, and the issued chain checked and stored.
 
-use crate::challenge::{Published, publish_http, publish_tls_alpn};
+use crate::challenge::{Published, publish};
 use crate::fleet::{Answer, Turn};
 use crate::storage::{account_path, write_private};
 use boring::hash::MessageDigest;
@@ -79,15 +79,7 @@ pub(crate) async fn run(order: &AcmeOrder, turn: Option<&dyn Turn>) -> Result<Is
                 digest: key_authorization.digest().as_ref().to_vec(),
             },
         };
-        published.push(match &answer {
-            Answer::Http {
-                token,
-                key_authorization,
-            } => publish_http(token, key_authorization),
-            Answer::TlsAlpn { host, digest } => {
-                publish_tls_alpn(host, digest).map_err(|e| format!("{e}"))?
-            }
-        });
+        published.push(publish(&answer)?);
         if let Some(turn) = turn {
             turn.publish(&answer)
                 .await

@@ -360,19 +360,6 @@ impl Cx<'_> {
         })
     }
 
-    /// The hosts a certificate's `hosts = [...]` lists.
-    fn certificate_hosts_listed(&mut self, raw: &RawCertificate) -> Vec<HostPattern> {
-        let name = raw.name.get_ref();
-        let mut hosts = Vec::new();
-        for h in raw.hosts.iter().flatten() {
-            match HostPattern::parse(h.get_ref()) {
-                Ok(p) => hosts.push(p),
-                Err(e) => self.err_at(h, format!("certificate `{name}`: {e}"), ""),
-            }
-        }
-        hosts
-    }
-
     /// Each ACME certificate's challenge must have a listener to answer it.
     pub(super) fn check_acme_listeners(
         &mut self,

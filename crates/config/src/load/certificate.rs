@@ -223,16 +223,7 @@ impl Cx<'_> {
     ) -> Vec<HostPattern> {
         let name = raw.name.get_ref();
         match &raw.hosts {
-            Some(list) => {
-                let mut hosts = Vec::new();
-                for h in list {
-                    match HostPattern::parse(h.get_ref()) {
-                        Ok(p) => hosts.push(p),
-                        Err(e) => self.err_at(h, format!("certificate `{name}`: {e}"), ""),
-                    }
-                }
-                hosts
-            }
+            Some(_) => self.certificate_hosts_listed(raw),
             None => {
                 let hosts = certificate_names(leaf);
                 if hosts.is_empty() {
@@ -247,6 +238,19 @@ impl Cx<'_> {
                 hosts
             }
         }
+    }
+
+    /// The hosts a certificate's `hosts = [...]` lists.
+    pub(super) fn certificate_hosts_listed(&mut self, raw: &RawCertificate) -> Vec<HostPattern> {
+        let name = raw.name.get_ref();
+        let mut hosts = Vec::new();
+        for h in raw.hosts.iter().flatten() {
+            match HostPattern::parse(h.get_ref()) {
+                Ok(p) => hosts.push(p),
+                Err(e) => self.err_at(h, format!("certificate `{name}`: {e}"), ""),
+            }
+        }
+        hosts
     }
 
     /// Reads the private key file at `path` for `what` (a certificate's name), refusing a
