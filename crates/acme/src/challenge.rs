@@ -2,7 +2,6 @@
 //! that the gateway's HTTP listeners serve, or a TLS-ALPN-01 certificate that its TLS
 //! listeners serve to `acme-tls/1`. Withdrawn when the order ends, however it ends.
 
-use crate::fleet::Answer;
 use boring::error::ErrorStack;
 use boring::hash::MessageDigest;
 use boring::x509::X509Extension;
@@ -11,6 +10,25 @@ use sluice_tls::live;
 
 /// The OID of the `acmeIdentifier` extension (RFC 8737 §3).
 const ACME_IDENTIFIER_OID: &str = "1.3.6.1.5.5.7.1.31";
+
+/// A challenge answer: what this gateway (and, in a fleet, every gateway) gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// HTTP-01: serve `key_authorization` at `/.well-known/acme-challenge/<token>`.
+    Http {
+        /// The challenge's token.
+        token: String,
+        /// What to answer.
+        key_authorization: String,
+    },
+    /// TLS-ALPN-01: serve `host` a challenge certificate carrying `digest`.
+    TlsAlpn {
+        /// The name validated.
+        host: String,
+        /// SHA-256 of the key authorization.
+        digest: Vec<u8>,
+    },
+}
 
 /// One published answer; withdrawn when dropped.
 pub(crate) struct Published(Answer);

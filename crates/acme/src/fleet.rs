@@ -7,7 +7,8 @@
 //! fleet's keyring) and calls [`crate::answer`], [`crate::withdraw`] and [`adopt`] with what
 //! it watches.
 
-use crate::storage::write_private;
+use crate::challenge::Answer;
+use crate::storage::{Issued, write_private};
 use boring::x509::X509;
 use sluice_config::AcmeOrder;
 use std::collections::HashMap;
@@ -20,25 +21,6 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A certificate as the fleet shares it: its chain (PEM) and its key (PEM, unsealed).
 pub type Shared = (String, Vec<u8>);
-
-/// A challenge answer, as every gateway of a fleet must give it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
-    /// HTTP-01: serve `key_authorization` at `/.well-known/acme-challenge/<token>`.
-    Http {
-        /// The challenge's token.
-        token: String,
-        /// What to answer.
-        key_authorization: String,
-    },
-    /// TLS-ALPN-01: serve `host` a challenge certificate carrying `digest`.
-    TlsAlpn {
-        /// The name validated.
-        host: String,
-        /// SHA-256 of the key authorization.
-        digest: Vec<u8>,
-    },
-}
 
 /// Where the gateways of a fleet agree on who orders a certificate.
 pub trait Coordinator: Send + Sync + 'static {
@@ -113,7 +95,7 @@ pub fn adopt(orders: &Orders, name: &str, chain_pem: &str, key_pem: &[u8]) -> Re
     write_private(&order.key_path(), key_pem)
         .and_then(|()| write_private(&order.cert_path(), chain_pem.as_bytes()))
         .map_err(|e| format!("storing in {}: {e}", order.dir.display()))?;
-    crate::install(name, crate::order::Issued { chain, key })?;
+    crate::install(name, Issued { chain, key })?;
     tracing::info!(certificate = %name, not_after = offered.1, "took the ACME certificate another gateway of the fleet obtained");
     Ok(true)
 }

@@ -16,8 +16,8 @@ mod fleet;
 mod order;
 mod storage;
 
-pub use challenge::{answer, withdraw};
-pub use fleet::{Answer, BoxFuture, Coordinator, Orders, Shared, Turn, adopt};
+pub use challenge::{Answer, answer, withdraw};
+pub use fleet::{BoxFuture, Coordinator, Orders, Shared, Turn, adopt};
 use sluice_config::{AcmeOrder, Certificate, Snapshot};
 use sluice_tls::{AcmeStatus, live};
 use std::collections::HashMap;
@@ -246,7 +246,7 @@ fn due((from, until): (i64, i64), renew_before: Duration) -> i64 {
 }
 
 /// Puts an issued certificate in force; returns its validity.
-pub(crate) fn install(name: &str, issued: order::Issued) -> Result<(i64, i64), String> {
+pub(crate) fn install(name: &str, issued: storage::Issued) -> Result<(i64, i64), String> {
     let leaf = issued.chain[0].clone();
     let valid = validity(&leaf).ok_or("the certificate has no readable validity")?;
     let key_type = match issued.key.id() {

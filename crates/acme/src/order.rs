@@ -1,9 +1,10 @@
 //! One ACME order, start to finish: the account, the challenges answered by this gateway's
 //! own listeners, a key and CSR made here, and the issued chain checked and stored.
 
+use crate::challenge::Answer;
 use crate::challenge::{Published, publish};
-use crate::fleet::{Answer, Turn};
-use crate::storage::{account_path, write_private};
+use crate::fleet::Turn;
+use crate::storage::{Issued, account_path, write_private};
 use boring::hash::MessageDigest;
 use boring::pkey::{PKey, Private};
 use boring::stack::Stack;
@@ -16,12 +17,6 @@ use instant_acme::{
 use sluice_config::selfsigned::{KeyKind, new_key};
 use sluice_config::{AcmeChallenge, AcmeKeyType, AcmeOrder};
 use std::time::Duration;
-
-/// A certificate the CA issued, as stored.
-pub(crate) struct Issued {
-    pub(crate) chain: Vec<X509>,
-    pub(crate) key: PKey<Private>,
-}
 
 /// Why an order failed, in words an operator can act on.
 pub(crate) type OrderError = String;

@@ -1,8 +1,16 @@
 //! What an ACME certificate leaves on disk: its account's credentials and its certificate
 //! and key, each written whole (a temporary file renamed over the old one) with mode 0600.
 
+use boring::pkey::{PKey, Private};
+use boring::x509::X509;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// A certificate the CA issued, as stored.
+pub(crate) struct Issued {
+    pub(crate) chain: Vec<X509>,
+    pub(crate) key: PKey<Private>,
+}
 
 /// Writes `bytes` to `path` with `mode`, atomically: a reader sees the old file or the new
 /// one, never half of either.
