@@ -127,6 +127,9 @@ pub(crate) struct Exchange<S> {
     reading: Reading,
     /// The server keeps the connection open after this response.
     keep_alive: bool,
+    /// The request body failed after the response began: the server waits for the rest of
+    /// a body that will never come, so what it has not sent yet never will be either.
+    upload_failed: Option<BoxError>,
 }
 
 impl<S: Io> Exchange<S> {
@@ -146,6 +149,7 @@ impl<S: Io> Exchange<S> {
             buf: Some(buffers::take()),
             writer: Some(Writer::new(head, body, encoding)),
             request_complete: false,
+            upload_failed: None,
             reading: Reading::Done,
             keep_alive: false,
         };
@@ -229,6 +233,7 @@ impl<S: Io> Exchange<S> {
             // A request body still streaming goes on while the response is read.
             if let Err(e) = self.poll_request(cx) {
                 tracing::debug!(error = %e, "the request body failed after the response began");
+                self.upload_failed = Some(e);
             }
             let Some(buf) = self.buf.as_mut() else {
                 return Poll::Ready(None);
@@ -268,6 +273,13 @@ impl<S: Io> Exchange<S> {
                         return Poll::Ready(Some(Ok(Frame::data(buf.split().freeze()))));
                     }
                 }
+            }
+            if let Some(e) = self.upload_failed.take() {
+                // What was already read has been delivered; waiting for more would wait for
+                // ever (hyper aborts the connection here too). The response ends in an error,
+                // so the client's connection closes instead of hanging.
+                self.fail();
+                return Poll::Ready(Some(Err(e)));
             }
             let buf = self.buf.as_mut().expect("checked above");
             let read = match self.reading {
@@ -835,6 +847,53 @@ mod tests {
         assert!(x.into_reusable().is_none(), "the upload never finished");
         drop(release);
         srv.await.unwrap();
+    }
+
+    /// A server that answered at once and streams its answer as the upload arrives (an echo):
+    /// when the upload fails midway, the response ends in that error instead of waiting for
+    /// the rest of a body that will never come (this hung the gzip-bomb e2e test).
+    #[tokio::test]
+    async fn an_upload_failing_after_the_response_began_ends_the_response() {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let srv = tokio::spawn(server(
+            theirs,
+            "abc",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n",
+        ));
+        let (fail, failed) = tokio::sync::oneshot::channel::<()>();
+        let first = futures_util::stream::iter([Ok::<_, BoxError>(Frame::data(
+            Bytes::from_static(b"abc"),
+        ))]);
+        let rest = futures_util::stream::once(async move {
+            let _ = failed.await;
+            Err::<Frame<Bytes>, BoxError>(Box::new(crate::body::BodyTooLarge { limit: 3 }))
+        });
+        let body = StreamBody::new(futures_util::StreamExt::chain(first, rest)).boxed();
+        let (head, enc) = encode_request(&Method::POST, "/", &HeaderMap::new(), &body);
+        let (resp, mut x) = Exchange::start(ours, head, body, enc, &Method::POST, false)
+            .await
+            .map_err(|e| format!("{e:?}"))
+            .unwrap();
+        assert_eq!(resp.status, StatusCode::OK);
+        let f = std::future::poll_fn(|cx| x.poll_frame(cx))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            f.data_ref().unwrap(),
+            "abc",
+            "what the server sent is delivered"
+        );
+        let _server_side = srv.await.unwrap(); // open, and silent from here on
+        drop(fail);
+        let end = std::future::poll_fn(|cx| x.poll_frame(cx)).await;
+        let Some(Err(e)) = end else {
+            panic!("the response must end in the upload's error, got {end:?}")
+        };
+        assert!(crate::request::error::is_caused_by::<
+            crate::body::BodyTooLarge,
+        >(&*e));
+        assert!(x.into_reusable().is_none());
     }
 
     #[tokio::test]

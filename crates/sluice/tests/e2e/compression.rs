@@ -58,7 +58,7 @@ async fn case_origin() -> CaseOrigin {
                 let svc =
                     hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let (ne, page) = (ne.clone(), page.clone());
-                        async move { Ok::<_, Infallible>(respond(req, ne, page)) }
+                        async move { Ok::<_, Infallible>(respond(req, ne, page).await) }
                     });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(tcp), svc)
@@ -73,37 +73,36 @@ fn full(b: impl Into<Bytes>) -> OBody {
     Full::new(b.into()).boxed()
 }
 
-fn respond(
+async fn respond(
     req: http::Request<hyper::body::Incoming>,
     ne: Arc<Notify>,
     page: Bytes,
 ) -> http::Response<OBody> {
     let path = req.uri().path().to_owned();
     if path == "/upload" {
-        // Echo what arrived: the Content-Encoding header, the body's length and first bytes.
+        // Echo what arrived: the Content-Encoding header, the body's length and first bytes,
+        // answered once the whole body is in (an answer begun before the upload failed would
+        // make the gateway's 413 a race; the gateway's side of that race is a unit test in
+        // `http1::client`).
         let ce = req
             .headers()
             .get("content-encoding")
             .map(|v| v.to_str().unwrap_or("").to_owned())
             .unwrap_or_else(|| "none".into());
-        let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
-        tokio::spawn(async move {
-            let text = match req.into_body().collect().await {
-                Ok(b) => {
-                    let b = b.to_bytes();
-                    format!(
-                        "{ce} {} {}",
-                        b.len(),
-                        String::from_utf8_lossy(&b[..b.len().min(16)])
-                    )
-                }
-                Err(e) => format!("error {e}"),
-            };
-            let _ = tx.send(Ok(Frame::data(Bytes::from(text)))).await;
-        });
+        let text = match req.into_body().collect().await {
+            Ok(b) => {
+                let b = b.to_bytes();
+                format!(
+                    "{ce} {} {}",
+                    b.len(),
+                    String::from_utf8_lossy(&b[..b.len().min(16)])
+                )
+            }
+            Err(e) => format!("error {e}"),
+        };
         return http::Response::builder()
             .header("content-type", "application/octet-stream")
-            .body(StreamBody::new(tokio_stream_from(rx)).boxed())
+            .body(full(text))
             .unwrap();
     }
     let b = http::Response::builder();
@@ -490,12 +489,32 @@ async fn the_default_inline_threshold_follows_the_codec() {
             page()[..100_000],
             "{settings}"
         );
+        // The choice is what was handed to the pool: a job the pool accepted may still run
+        // inline when it misses its deadline on a loaded machine (counted as a fallback), so
+        // the bytes' engine is no proof of the choice, the pool's submissions are.
+        let text = sluice_admin::metrics(&sluice_admin::Sources {
+            gateway: gw.gateway().clone(),
+            control: None,
+            started: std::time::Instant::now(),
+        });
+        let submitted: u64 = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(
+                    "sluice_offload_jobs_submitted_total{service=\"compress\",engine=\"pool\"} ",
+                )
+            })
+            .map_or(0, |v| v.parse().unwrap());
         let c = gw.gateway().compressor().counters().bytes();
-        let used: Vec<_> = c.iter().filter(|b| b.bytes_in > 0).collect();
-        assert!(
-            !used.is_empty() && used.iter().all(|b| b.engine == engine),
-            "{settings}: want every byte on `{engine}`: {c:?}"
-        );
+        if engine == "pool" {
+            assert!(
+                submitted >= 1,
+                "{settings}: nothing went to the pool: {c:?}"
+            );
+        } else {
+            assert_eq!(submitted, 0, "{settings}: want it inline: {c:?}");
+            assert!(c.iter().all(|b| b.bytes_in == 0 || b.engine == "inline"));
+        }
     }
 }
 
@@ -577,7 +596,6 @@ async fn upload(addr: SocketAddr, body: Vec<u8>) -> (u16, String) {
 /// `decompress_requests`: a gzip upload reaches the origin decompressed; a bomb gets 413 and
 /// a broken stream 400; with the switch off the body passes as sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "hangs in about 1 run in 4 at the 413 for a gzip bomb (the gateway answers mid-body and neither reads on nor closes); 0 in 14 at 0fb4a20, 1 in 14 at b129852, 4 in 14 at 2d976bc; see the 2026-11-25 closing note. Run with --ignored"]
 async fn gzip_uploads_are_decompressed_within_a_limit() {
     let o = case_origin().await;
     let data: Vec<u8> = b"upload line of text\n".repeat(5000); // 100,000 bytes
