@@ -417,6 +417,32 @@ pub fn metrics(s: &Sources) -> String {
     }
     family(
         &mut out,
+        "sluice_quic_handshakes_total",
+        "counter",
+        "QUIC (HTTP/3) handshakes completed, by whether the session was resumed; also counted in sluice_tls_handshakes_total.",
+    );
+    for (i, resumed) in ["false", "true"].iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "sluice_quic_handshakes_total{{resumed=\"{resumed}\"}} {}",
+            p.quic_handshakes[i]
+        );
+    }
+    family(
+        &mut out,
+        "sluice_quic_packets_dropped_total",
+        "counter",
+        "QUIC datagrams dropped by the endpoint: unparsable, unknown_connection (not an Initial, for no connection), bad_initial (under 1200 bytes or a short connection ID), queue_full (the connection's queue), accept_failed.",
+    );
+    for (i, reason) in sluice_proxy::QUIC_DROPPED.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "sluice_quic_packets_dropped_total{{reason=\"{reason}\"}} {}",
+            p.quic_dropped[i]
+        );
+    }
+    family(
+        &mut out,
         "sluice_http_denied_total",
         "counter",
         "Requests refused with 403 by a listener's or route's allow/deny lists.",

@@ -8,7 +8,8 @@ use std::path::Path;
 /// `sluice default-config` prints the filled-in result, which runs as it is and is a good
 /// starting point for a real file.
 pub const DEFAULT_CONFIG_TEMPLATE: &str = r#"# Sluice's embedded default configuration.
-# HTTPS on 127.0.0.1:8443 (HTTP/2 and HTTP/1.1) and HTTP on 127.0.0.1:8080, both proxying to
+# HTTPS on 127.0.0.1:8443 (HTTP/2 and HTTP/1.1 over TCP, HTTP/3 over QUIC on UDP 8443) and
+# HTTP on 127.0.0.1:8080, both proxying to
 # a demo origin inside the same process ([demo]). Certificates are self-signed for localhost
 # and 127.0.0.1 and were generated on first start.
 
@@ -43,6 +44,7 @@ min_length = 256
 name = "https"
 address = "127.0.0.1:8443"
 protocols = ["h2", "http/1.1"]
+http3 = true                  # HTTP/3 on UDP 127.0.0.1:8443, advertised by Alt-Svc
 
 [listener.tls]
 # BoringSSL serves ECDSA to clients that support it and RSA to the others.

@@ -116,6 +116,8 @@ pub struct RawListener {
     pub max_body_bytes: Option<Spanned<RawSize>>,
     /// Also send the RFC 7239 `Forwarded` header upstream.
     pub forwarded_header: Option<bool>,
+    /// Serve HTTP/3 over QUIC on the same address (UDP), beside HTTPS.
+    pub http3: Option<Spanned<bool>>,
     /// Peers (CIDRs) whose `X-Forwarded-For` is believed for the client address, and whose
     /// `X-Request-Id` is kept.
     pub trusted_proxies: Option<Vec<Spanned<String>>>,

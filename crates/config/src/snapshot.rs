@@ -416,6 +416,9 @@ pub struct Listener {
     pub max_body_bytes: u64,
     /// Send RFC 7239 `Forwarded` too.
     pub forwarded_header: bool,
+    /// Also serve HTTP/3 over QUIC on the same address and port (UDP); TLS listeners of
+    /// kind HTTP only. TCP responses then advertise it with `Alt-Svc`.
+    pub http3: bool,
     /// Peers whose `X-Forwarded-For` and `X-Request-Id` are believed.
     pub trusted_proxies: Vec<crate::IpNet>,
     /// Client addresses allowed and refused on this listener.

@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -104,6 +104,8 @@ struct RunningListener {
     /// The listener's current context; the accept loop and every request read it.
     ctx: Arc<ArcSwap<ListenerCtx>>,
     accept: JoinHandle<()>,
+    /// The QUIC endpoint of an `http3` listener (its connections are in `connections`).
+    quic: Option<JoinHandle<()>>,
     draining: watch::Sender<bool>,
     force: CancellationToken,
     connections: TaskTracker,
@@ -113,6 +115,9 @@ impl RunningListener {
     /// Stops accepting (the socket closes) and asks every connection to finish gracefully.
     fn stop_accepting(&self) {
         self.accept.abort();
+        if let Some(q) = &self.quic {
+            q.abort();
+        }
         let _ = self.draining.send(true);
         self.connections.close();
     }
@@ -177,8 +182,10 @@ struct Prepared {
 }
 
 enum Placement {
-    Keep(usize),
-    Bind(TcpListener),
+    /// The running listener at this index, and a UDP socket when HTTP/3 starts on it now.
+    Keep(usize, Option<UdpSocket>),
+    /// A new listener's socket, and its UDP socket when it serves HTTP/3.
+    Bind(TcpListener, Option<UdpSocket>),
 }
 
 /// The compression engines `snapshot` needs: none when no route compresses.
@@ -588,8 +595,25 @@ async fn prepare(
             .position(|o| o.name == l.name && o.configured == l.address);
         let old_ctx = old.map(|i| state.listeners[i].ctx.load_full());
         let tls = tls_for(snapshot, l, &key_offload, old_ctx.as_deref(), &mut report)?;
+        let bind_udp = |at: SocketAddr| async move {
+            UdpSocket::bind(at)
+                .await
+                .map_err(|source| ProxyError::Bind {
+                    listener: l.name.clone(),
+                    address: at,
+                    source,
+                })
+        };
         let placement = match old {
-            Some(i) => Placement::Keep(i),
+            Some(i) => {
+                let running = &state.listeners[i];
+                let udp = if l.http3 && running.quic.is_none() {
+                    Some(bind_udp(running.bound).await?)
+                } else {
+                    None
+                };
+                Placement::Keep(i, udp)
+            }
             None => {
                 let bind_error = |source| ProxyError::Bind {
                     listener: l.name.clone(),
@@ -610,10 +634,15 @@ async fn prepare(
                     }
                     None => TcpListener::bind(l.address).await.map_err(bind_error)?,
                 };
+                // HTTP/3 on the same port number as the TCP socket (a port 0 resolved).
+                let udp = match (l.http3, socket.local_addr()) {
+                    (true, Ok(at)) => Some(bind_udp(at).await?),
+                    _ => None,
+                };
                 if !first {
                     report.listeners_added.push(l.name.clone());
                 }
-                Placement::Bind(socket)
+                Placement::Bind(socket, udp)
             }
         };
         let ctx = Arc::new(ListenerCtx {
@@ -631,9 +660,9 @@ async fn prepare(
         listeners.push((placement, ctx));
     }
     for old in &state.listeners {
-        let kept = listeners
-            .iter()
-            .any(|(p, _)| matches!(p, Placement::Keep(i) if state.listeners[*i].name == old.name));
+        let kept = listeners.iter().any(
+            |(p, _)| matches!(p, Placement::Keep(i, _) if state.listeners[*i].name == old.name),
+        );
         if !kept {
             report.listeners_removed.push(old.name.clone());
         }
@@ -783,14 +812,29 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
             );
         }
         match placement {
-            Placement::Keep(i) => {
-                let l = old[i]
+            Placement::Keep(i, udp) => {
+                let mut l = old[i]
                     .take()
                     .expect("each old listener is kept at most once");
+                if !ctx.config.http3
+                    && let Some(q) = l.quic.take()
+                {
+                    // HTTP/3 switched off: no new QUIC connections; those open finish.
+                    q.abort();
+                }
                 garbage.push(l.ctx.swap(ctx));
+                if let Some(udp) = udp {
+                    l.quic = Some(spawn_quic(udp, &l));
+                }
                 running.push(l);
             }
-            Placement::Bind(socket) => running.push(spawn_listener(socket, ctx)),
+            Placement::Bind(socket, udp) => {
+                let mut l = spawn_listener(socket, ctx);
+                if let Some(udp) = udp {
+                    l.quic = Some(spawn_quic(udp, &l));
+                }
+                running.push(l);
+            }
         }
     }
     for l in old.into_iter().flatten() {
@@ -861,8 +905,26 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
         bound,
         ctx: slot,
         accept,
+        quic: None,
         draining,
         force,
         connections,
     }
+}
+
+/// Starts the QUIC endpoint of `l` on `udp`: its connections share the listener's context,
+/// drain and deadline.
+fn spawn_quic(udp: UdpSocket, l: &RunningListener) -> JoinHandle<()> {
+    let signals = Signals {
+        draining: l.draining.subscribe(),
+        force: l.force.clone(),
+        idle: Arc::default(),
+    };
+    tracing::info!(listener = %l.name, address = %l.bound, "serving HTTP/3 (QUIC) on UDP");
+    tokio::spawn(crate::http3::run(
+        Arc::new(udp),
+        l.ctx.clone(),
+        signals,
+        l.connections.clone(),
+    ))
 }

@@ -21,6 +21,7 @@ mod body;
 mod gateway;
 mod handshakes;
 mod http1;
+mod http3;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub use http1::fuzz;
@@ -35,7 +36,7 @@ mod upstreams;
 pub use gateway::{ApplyReport, Gateway, SharedStore};
 pub use handshakes::{HandshakeScheduler, HandshakeStats, Priority};
 pub use metrics::{
-    PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, REQUEST_LATENCY_BUCKETS_US,
+    PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, QUIC_DROPPED, REQUEST_LATENCY_BUCKETS_US,
     STATUS_CLASSES, TCP_OUTCOMES, TLS_VERSIONS, UPSTREAM_ERRORS,
 };
 pub use request::access_log::AccessLog;

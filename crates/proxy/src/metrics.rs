@@ -30,6 +30,10 @@ pub struct ProxyMetrics {
     proxy_protocol: [AtomicU64; 4],
     /// HTTP request and response body bytes: from clients, to clients.
     bytes: [AtomicU64; 2],
+    /// QUIC handshakes completed: full, resumed (also in `handshakes`).
+    quic_handshakes: [AtomicU64; 2],
+    /// QUIC datagrams dropped by [`QUIC_DROPPED`].
+    quic_dropped: [AtomicU64; 5],
     /// HTTP request latency, first byte of the request to the end of its response.
     latency: RequestLatency,
 }
@@ -89,7 +93,14 @@ pub struct ProxySnapshot {
     pub proxy_protocol: [u64; 4],
     /// HTTP body bytes from clients and to clients.
     pub bytes: [u64; 2],
+    /// QUIC handshakes completed, not resumed / resumed (counted in `handshakes` too).
+    pub quic_handshakes: [u64; 2],
+    /// QUIC datagrams dropped, by [`QUIC_DROPPED`] index.
+    pub quic_dropped: [u64; 5],
 }
+
+/// Why the QUIC endpoint dropped a datagram.
+pub const QUIC_DROPPED: [&str; 5] = crate::http3::Dropped::NAMES;
 
 impl ProxyMetrics {
     pub(crate) fn handshake(&self, version: &str, resumed: bool) {
@@ -142,6 +153,16 @@ impl ProxyMetrics {
         self.proxy_protocol[outcome].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A QUIC handshake completed (counted with the TCP ones and on its own).
+    pub(crate) fn quic_handshake(&self, resumed: bool) {
+        self.handshake("TLSv1.3", resumed);
+        self.quic_handshakes[usize::from(resumed)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn quic_dropped(&self, why: crate::http3::Dropped) {
+        self.quic_dropped[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn denied(&self) {
         self.denied.fetch_add(1, Ordering::Relaxed);
     }
@@ -160,6 +181,8 @@ impl ProxyMetrics {
             tcp: std::array::from_fn(|i| l(&self.tcp[i])),
             proxy_protocol: std::array::from_fn(|i| l(&self.proxy_protocol[i])),
             bytes: std::array::from_fn(|i| l(&self.bytes[i])),
+            quic_handshakes: std::array::from_fn(|i| l(&self.quic_handshakes[i])),
+            quic_dropped: std::array::from_fn(|i| l(&self.quic_dropped[i])),
         }
     }
 }

@@ -15,10 +15,12 @@ use tokio_boring::{HandshakeError, SslStream};
 #[derive(Clone)]
 pub struct TlsAcceptor {
     inner: Arc<SslAcceptor>,
-    store: Arc<CertStore>,
-    tickets: Option<Arc<TicketKeys>>,
+    pub(crate) store: Arc<CertStore>,
+    pub(crate) tickets: Option<Arc<TicketKeys>>,
     offload: Arc<KeyOffload>,
     identity: TlsIdentity,
+    /// The listener's TLS settings (for the QUIC context, built from the same).
+    pub(crate) settings: Arc<sluice_config::TlsListener>,
 }
 
 /// Everything an acceptor is built from, so that a reload can tell whether a listener's
@@ -152,33 +154,11 @@ impl TlsAcceptor {
             Err(AlpnError::NOACK)
         });
 
-        // SNI: add the credential set for the name; BoringSSL picks the first one the client's
-        // signature algorithms and cipher suites allow.
-        let reject_unknown = tls.unknown_sni == UnknownSni::Reject;
-        let sni_store = store.clone();
-        b.set_select_certificate_callback(move |mut hello| {
-            if let Some(challenge) = acme_challenge(&hello) {
-                return hello
-                    .ssl_mut()
-                    .add_credential(&challenge)
-                    .map_err(|_| SelectCertError::ERROR);
-            }
-            let set = match hello
-                .servername(NameType::HOST_NAME)
-                .map(|n| sni_store.lookup(n))
-            {
-                Some(Some(set)) => set,
-                _ if reject_unknown => return Err(SelectCertError::ERROR),
-                _ => sni_store.default_set(),
-            };
-            for slot in set {
-                hello
-                    .ssl_mut()
-                    .add_credential(&slot.load())
-                    .map_err(|_| SelectCertError::ERROR)?;
-            }
-            Ok(())
-        });
+        b.set_select_certificate_callback(select_certificate(
+            store.clone(),
+            tls.unknown_sni == UnknownSni::Reject,
+            false,
+        ));
 
         // Resumption is by tickets only: a server-side session cache does not scale across
         // instances, tickets with a shared key file do.
@@ -204,6 +184,7 @@ impl TlsAcceptor {
             tickets,
             offload,
             identity,
+            settings: Arc::new(tls.clone()),
         })
     }
 
@@ -253,7 +234,7 @@ impl TlsAcceptor {
     unsafe_code,
     reason = "boring marks the ticket key callback setter unsafe"
 )]
-fn set_ticket_callback(b: &mut boring::ssl::SslAcceptorBuilder, ring: Arc<TicketKeys>) {
+pub(crate) fn set_ticket_callback(b: &mut boring::ssl::SslContextBuilder, ring: Arc<TicketKeys>) {
     // SAFETY: the callback (TicketKeys::callback) writes a 16-byte key name, fills the IV from
     // BoringSSL's CSPRNG, and initialises both the cipher context (AES-256-CBC, 32-byte key,
     // 16-byte IV) and the HMAC context (SHA-256) before returning Success, as the contract of
@@ -276,6 +257,43 @@ impl<S: std::fmt::Debug> std::fmt::Display for AcceptError<S> {
             AcceptError::Setup(e) => write!(f, "TLS setup failed: {e}"),
             AcceptError::Handshake(e) => write!(f, "{e}"),
         }
+    }
+}
+
+/// The early callback of every handshake: adds the credential set for the client's SNI name
+/// (BoringSSL picks the first one the client's signature algorithms and cipher suites
+/// allow), the default set for an unknown name unless `reject_unknown`, or the TLS-ALPN-01
+/// challenge certificate. `quic`: first puts the QUIC connection's offload state on the SSL
+/// (see `quic`), which quiche created without us.
+pub(crate) fn select_certificate(
+    store: Arc<CertStore>,
+    reject_unknown: bool,
+    quic: bool,
+) -> impl Fn(ClientHello<'_>) -> Result<(), SelectCertError> + Send + Sync + 'static {
+    move |mut hello| {
+        if quic {
+            crate::quic::attach_current(hello.ssl_mut());
+        } else if let Some(challenge) = acme_challenge(&hello) {
+            return hello
+                .ssl_mut()
+                .add_credential(&challenge)
+                .map_err(|_| SelectCertError::ERROR);
+        }
+        let set = match hello
+            .servername(NameType::HOST_NAME)
+            .map(|n| store.lookup(n))
+        {
+            Some(Some(set)) => set,
+            _ if reject_unknown => return Err(SelectCertError::ERROR),
+            _ => store.default_set(),
+        };
+        for slot in set {
+            hello
+                .ssl_mut()
+                .add_credential(&slot.load())
+                .map_err(|_| SelectCertError::ERROR)?;
+        }
+        Ok(())
     }
 }
 

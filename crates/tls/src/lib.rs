@@ -18,6 +18,7 @@ mod info;
 pub mod live;
 pub mod ocsp;
 mod offload;
+mod quic;
 pub mod selfsigned;
 mod store;
 mod tickets;
@@ -28,6 +29,7 @@ pub use error::TlsError;
 pub use info::TlsInfo;
 pub use live::{AcmeStatus, OcspStatus, Slot, live};
 pub use offload::{KeyOffload, OffloadIo};
+pub use quic::QuicHandshake;
 pub use store::CertStore;
 pub use tickets::{TICKET_KEY_LEN, TicketKeys, reread_ticket_key_files};
 

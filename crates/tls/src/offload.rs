@@ -152,7 +152,7 @@ pub(crate) struct WakerSlot {
 }
 
 impl WakerSlot {
-    fn record(&self, cx: &Context<'_>) {
+    pub(crate) fn record(&self, cx: &Context<'_>) {
         if self.handshake_done.load(Ordering::Relaxed) {
             return;
         }

@@ -91,7 +91,24 @@ impl Cx<'_> {
                 "list the load balancers that send it: trusted_proxies = [\"10.0.0.0/8\"] (connections from any other address are closed)",
             );
         }
+        let http3 = raw.http3.as_ref().is_some_and(|v| *v.get_ref());
+        if let Some(at) = raw.http3.as_ref().filter(|v| *v.get_ref()) {
+            if raw.tls.is_none() {
+                self.err_at(
+                    at,
+                    format!("listener `{name}`: http3 = true needs TLS (QUIC is always encrypted)"),
+                    "add a [listener.tls] section with its certificates, or remove http3",
+                );
+            } else if kind.as_ref().is_some_and(|k| *k != ListenerKind::Http) {
+                self.err_at(
+                    at,
+                    format!("listener `{name}`: http3 = true on a kind = \"tcp\" listener"),
+                    "HTTP/3 is served by HTTP listeners; remove http3 here",
+                );
+            }
+        }
         let listener = Listener {
+            http3,
             kind: kind?,
             proxy_protocol,
             trusted_proxies,

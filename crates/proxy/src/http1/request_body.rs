@@ -202,7 +202,8 @@ impl Body for RequestBody {
 pub(crate) enum ClientBody {
     /// No body (most requests on HTTP/1.1).
     Empty,
-    /// Read by Sluice's own HTTP/1.1 connection.
+    /// Read by Sluice's own HTTP/1.1 connection, or by an HTTP/3 connection's task (the same
+    /// demand-driven channel).
     Http1(RequestBody),
     /// An HTTP/2 stream's body, from hyper.
     Http2(hyper::body::Incoming),

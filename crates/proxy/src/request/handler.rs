@@ -66,14 +66,30 @@ impl OnDone for Done {
 fn protocol(v: Version) -> &'static str {
     match v {
         Version::HTTP_2 => "HTTP/2.0",
+        Version::HTTP_3 => "HTTP/3.0",
         Version::HTTP_10 => "HTTP/1.0",
         Version::HTTP_09 => "HTTP/0.9",
         _ => "HTTP/1.1",
     }
 }
 
-/// hyper service entry point.
+/// The entry point of every request, whichever protocol brought it.
 pub(crate) async fn handle(
+    conn: Arc<ConnCtx>,
+    req: Request<ClientBody>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    // A listener that also serves HTTP/3 says so on its TCP responses (RFC 9114 §3.1.1),
+    // for the port the client reached (the UDP socket has the same).
+    let alt_svc = (conn.listener.config.http3 && req.version() != Version::HTTP_3)
+        .then(|| HeaderValue::from_str(&format!("h3=\":{}\"; ma=86400", conn.local.port())));
+    let mut resp = serve(conn, req).await?;
+    if let Some(Ok(v)) = alt_svc {
+        resp.headers_mut().entry(header::ALT_SVC).or_insert(v);
+    }
+    Ok(resp)
+}
+
+async fn serve(
     conn: Arc<ConnCtx>,
     mut req: Request<ClientBody>,
 ) -> Result<Response<ProxyBody>, Infallible> {
@@ -261,7 +277,7 @@ fn respond(
 pub(super) fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
     let status = why.status();
     done.entry.status = status.as_u16();
-    let http1 = done.entry.protocol != "HTTP/2.0";
+    let http1 = done.entry.protocol.starts_with("HTTP/1");
     let id = done.request_id.clone();
     if done.grpc {
         // Trailers-only: the status in the head of an empty 200 (the log keeps the HTTP
