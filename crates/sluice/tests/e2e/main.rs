@@ -20,6 +20,7 @@ mod grpc;
 mod health;
 mod http;
 mod http1;
+mod http3;
 mod keepalive;
 mod keyless;
 mod layer4;

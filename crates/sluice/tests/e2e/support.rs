@@ -185,6 +185,11 @@ async fn origin_respond(
             }
             text(name)
         }
+        // `n` bytes of a repeating pattern (a large body).
+        "/bytes" => {
+            let n = param("n").unwrap_or(0) as usize;
+            text((0..n).map(|i| b"0123456789abcdef"[i % 16]).collect::<Vec<u8>>())
+        }
         "/upload" => {
             let n = req
                 .into_body()
@@ -254,15 +259,28 @@ pub struct TestGateway {
 
 impl TestGateway {
     pub async fn start(toml: &str, dir: tempfile::TempDir) -> TestGateway {
+        Self::start_inner(toml, dir, false).await
+    }
+
+    /// Like [`TestGateway::start`], with the access log `[log]` asks for (`start` discards it).
+    pub async fn start_logged(toml: &str, dir: tempfile::TempDir) -> TestGateway {
+        Self::start_inner(toml, dir, true).await
+    }
+
+    async fn start_inner(toml: &str, dir: tempfile::TempDir, logged: bool) -> TestGateway {
         let text = toml.replace("{dir}", &dir.path().display().to_string());
         let certs = sluice_config::CertCache::new();
         let snapshot = Arc::new(
             load_str_cached(&text, "test.toml", dir.path(), &certs)
                 .unwrap_or_else(|e| panic!("{e}")),
         );
-        let gateway = Gateway::start_with_log(snapshot, AccessLog::off())
-            .await
-            .unwrap();
+        let gateway = if logged {
+            Gateway::start(snapshot).await.unwrap()
+        } else {
+            Gateway::start_with_log(snapshot, AccessLog::off())
+                .await
+                .unwrap()
+        };
         TestGateway {
             gateway: Some(Arc::new(gateway)),
             _dir: dir,

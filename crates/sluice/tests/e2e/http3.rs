@@ -1,0 +1,270 @@
+//! HTTP/3 over QUIC (`http3 = true`): real clients (ngtcp2's example client from Debian's
+//! `ngtcp2-client`, headless Chromium) against the gateway's UDP socket, the handshake's
+//! signature on the offload engines.
+
+use crate::support::*;
+use sluice_tls::selfsigned::KeyKind;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// A gateway for a.test with `http3 = true`, signing on `engines`, its access log in the
+/// gateway's directory (`access.log`).
+async fn gateway(engines: &str) -> (TestGateway, Origin) {
+    let origin = Origin::start("o").await;
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "site", KeyKind::EcdsaP256, &["a.test"]);
+    let log = dir.path().join("access.log");
+    let cfg = format!(
+        r#"
+[log]
+access_log = '{}'
+[offload.crypto]
+engines = {engines}
+deadline = "30s"
+[[listener]]
+name = "https"
+address = "127.0.0.1:0"
+http3 = true
+[listener.tls]
+certificates = ["site"]
+[[certificate]]
+name = "site"
+cert = "site.crt"
+key = "site.key"
+[[upstream]]
+name = "o"
+servers = [{{ address = "{}" }}]
+[[route]]
+name = "all"
+upstream = "o"
+"#,
+        log.display(),
+        origin.addr
+    );
+    (TestGateway::start_logged(&cfg, dir).await, origin)
+}
+
+/// What ngtcp2's client did: its exit status, its output, and the bodies it saved.
+struct H3Run {
+    ok: bool,
+    output: String,
+    saved: tempfile::TempDir,
+}
+
+impl H3Run {
+    fn body(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.saved.path().join(name))
+            .unwrap_or_else(|e| panic!("no body saved as {name} ({e}):\n{}", self.output))
+    }
+}
+
+/// Fetches `paths` from `addr` over HTTP/3 on one connection (SNI a.test), with `extra`
+/// options (such as `-m POST -d FILE`); each body is saved under its path's last segment.
+async fn h3(addr: SocketAddr, paths: &[&str], extra: &[&str]) -> H3Run {
+    let saved = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new("gtlsclient");
+    cmd.args(["--quiet", "--exit-on-all-streams-close", "--sni=a.test"])
+        .arg(format!("--download={}", saved.path().display()))
+        .args(["--timeout=10s", "--handshake-timeout=10s"])
+        .args(extra)
+        .arg(addr.ip().to_string())
+        .arg(addr.port().to_string());
+    for p in paths {
+        cmd.arg(format!("https://a.test:{}{p}", addr.port()));
+    }
+    cmd.kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("ngtcp2's client finished within 60 s")
+        .expect("gtlsclient runs (Debian's ngtcp2-client; scripts/deps installs it)");
+    H3Run {
+        ok: out.status.success(),
+        output: format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        saved,
+    }
+}
+
+fn access_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("access.log")).unwrap_or_default()
+}
+
+/// Pages, a 1 MB body and a 300 KB upload over HTTP/3 through the same routes as HTTPS; the
+/// QUIC handshakes sign on the pool engine; the access log says HTTP/3.0; the TCP side
+/// advertises HTTP/3 with Alt-Svc on the same port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http3_serves_pages_bodies_and_uploads_after_an_offloaded_handshake() {
+    let (gw, _o) = gateway("[\"pool\"]").await;
+    let addr = gw.addr("https");
+
+    let run = h3(addr, &["/whoami", "/bytes?n=1000000"], &[]).await;
+    assert!(run.ok, "{}", run.output);
+    assert_eq!(run.body("whoami"), b"o");
+    let big = run.body("bytes?n=1000000");
+    assert_eq!(big.len(), 1_000_000);
+    assert!(big.chunks(16).all(|c| c == &b"0123456789abcdef"[..c.len()]));
+
+    let upload = gw.dir().join("upload.bin");
+    std::fs::write(&upload, vec![7u8; 300 * 1024]).unwrap();
+    let run = h3(
+        addr,
+        &["/upload"],
+        &["-m", "POST", "-d", upload.to_str().unwrap()],
+    )
+    .await;
+    assert!(run.ok, "{}", run.output);
+    assert_eq!(run.body("upload"), b"o got 307200 bytes");
+
+    // Both handshakes signed on the pool: the offload layer served QUIC as it serves TCP.
+    let pool = gw
+        .gateway()
+        .crypto_counters()
+        .into_iter()
+        .find(|c| c.engine == "pool")
+        .unwrap();
+    assert!(pool.completed >= 2, "{pool:?}");
+    assert_eq!(pool.in_flight, 0);
+    let m = gw.gateway().metrics().snapshot();
+    assert!(m.quic_handshakes[0] >= 2, "{m:?}");
+
+    let mut log = String::new();
+    for _ in 0..500 {
+        log = access_log(gw.dir());
+        if log.lines().count() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for want in [
+        "\"GET /whoami HTTP/3.0\" 200",
+        "\"GET /bytes?n=1000000 HTTP/3.0\" 200",
+        "\"POST /upload HTTP/3.0\" 200",
+    ] {
+        assert!(log.contains(want), "missing {want} in:\n{log}");
+    }
+
+    // Over TCP, the same listener points at its UDP side.
+    let h = tls_connect(
+        addr,
+        &ClientOpts {
+            sni: Some("a.test"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let got = http1_send(
+        h.stream,
+        http::Request::get("/whoami")
+            .header("host", "a.test")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        got.headers.get("alt-svc").and_then(|v| v.to_str().ok()),
+        Some(format!("h3=\":{}\"; ma=86400", addr.port()).as_str())
+    );
+}
+
+/// Datagrams that are no QUIC a gateway would accept (garbage, truncated headers, packets
+/// for no connection, Initials too short to be a client's first) are dropped and counted,
+/// and the listener goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_datagrams_are_dropped_counted_and_harmless() {
+    let (gw, _o) = gateway("[\"pool\"]").await;
+    let addr = gw.addr("https");
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut next = 0x9e37_79b9_7f4a_7c15u64;
+    let mut noise = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                next ^= next << 13;
+                next ^= next >> 7;
+                next ^= next << 17;
+                next as u8
+            })
+            .collect()
+    };
+    // A long header (0xc0: Initial, version 1) with a destination ID length past the end.
+    let truncated = vec![0xc0, 0, 0, 0, 1, 20, 1, 2];
+    // A short header (0x40) for a connection nobody opened.
+    let mut unknown = vec![0x40];
+    unknown.extend(noise(60));
+    // A well-formed Initial header in a 200-byte datagram: too short for a client's first.
+    let mut short_initial = vec![0xc0, 0, 0, 0, 1, 8];
+    short_initial.extend(noise(8));
+    short_initial.push(8);
+    short_initial.extend(noise(8));
+    short_initial.extend(vec![0u8; 200 - short_initial.len()]);
+    let mut corpus = vec![vec![], vec![0xc0], truncated, unknown, short_initial];
+    for n in [1, 5, 40, 1200, 1500] {
+        for _ in 0..20 {
+            corpus.push(noise(n));
+        }
+    }
+    for d in &corpus {
+        sock.send_to(d, addr).await.unwrap();
+    }
+    let dropped = || gw.gateway().metrics().snapshot().quic_dropped;
+    wait_until(|| dropped().iter().sum::<u64>() >= 60).await;
+    let d = dropped();
+    let names = sluice_proxy::QUIC_DROPPED;
+    let at = |name: &str| d[names.iter().position(|n| *n == name).unwrap()];
+    assert!(at("unparsable") >= 1, "{d:?}");
+    assert!(at("unknown_connection") >= 1, "{d:?}");
+    assert!(at("bad_initial") >= 1, "{d:?}");
+    assert_eq!(at("accept_failed"), 0, "{d:?}");
+    assert_eq!(gw.gateway().metrics().snapshot().quic_handshakes, [0, 0]);
+
+    let run = h3(addr, &["/whoami"], &[]).await;
+    assert!(run.ok, "{}", run.output);
+    assert_eq!(run.body("whoami"), b"o");
+}
+
+/// Headless Chromium loads a page over QUIC (forced on for the origin, the test
+/// certificate's key trusted by its hash), and the access log shows it came over HTTP/3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_loads_a_page_over_http3() {
+    let (gw, _o) = gateway("[\"pool\"]").await;
+    let port = gw.addr("https").port();
+    let pem = std::fs::read(gw.dir().join("site.crt")).unwrap();
+    let spki = boring::x509::X509::from_pem(&pem)
+        .unwrap()
+        .public_key()
+        .unwrap()
+        .public_key_to_der()
+        .unwrap();
+    let hash = boring::hash::hash(boring::hash::MessageDigest::sha256(), &spki).unwrap();
+    let (dom, log) = headless_chromium(
+        &format!("https://a.test:{port}/echo/from-chromium"),
+        &[
+            "--dump-dom".to_owned(),
+            "--enable-quic".to_owned(),
+            format!("--origin-to-force-quic-on=a.test:{port}"),
+            "--host-resolver-rules=MAP a.test 127.0.0.1".to_owned(),
+            format!(
+                "--ignore-certificate-errors-spki-list={}",
+                boring::base64::encode_block(&hash)
+            ),
+        ],
+    )
+    .await;
+    assert!(dom.contains("/echo/from-chromium"), "{dom}\n{log}");
+    let mut access = String::new();
+    for _ in 0..500 {
+        access = access_log(gw.dir());
+        if access.contains("/echo/from-chromium") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        access.contains("\"GET /echo/from-chromium HTTP/3.0\" 200"),
+        "{access}"
+    );
+}
