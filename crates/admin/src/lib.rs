@@ -432,7 +432,7 @@ pub fn metrics(s: &Sources) -> String {
         &mut out,
         "sluice_quic_packets_dropped_total",
         "counter",
-        "QUIC datagrams dropped by the endpoint: unparsable, unknown_connection (not an Initial, for no connection), bad_initial (under 1200 bytes or a short connection ID), queue_full (the connection's queue), accept_failed.",
+        "QUIC datagrams dropped by the endpoint: unparsable, unknown_connection (not an Initial, for no connection), bad_initial (under 1200 bytes or a short connection ID), queue_full (the connection's queue), accept_failed, draining (a new connection while the listener drains).",
     );
     for (i, reason) in sluice_proxy::QUIC_DROPPED.iter().enumerate() {
         let _ = writeln!(

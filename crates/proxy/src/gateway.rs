@@ -104,7 +104,8 @@ struct RunningListener {
     /// The listener's current context; the accept loop and every request read it.
     ctx: Arc<ArcSwap<ListenerCtx>>,
     accept: JoinHandle<()>,
-    /// The QUIC endpoint of an `http3` listener (its connections are in `connections`).
+    /// The QUIC endpoint of an `http3` listener (its connections are in `connections`);
+    /// it ends by itself once the listener drains and its last connection is done.
     quic: Option<JoinHandle<()>>,
     draining: watch::Sender<bool>,
     force: CancellationToken,
@@ -114,10 +115,9 @@ struct RunningListener {
 impl RunningListener {
     /// Stops accepting (the socket closes) and asks every connection to finish gracefully.
     fn stop_accepting(&self) {
+        // The QUIC endpoint sees the drain itself: it takes no new connection and ends
+        // when its last one has.
         self.accept.abort();
-        if let Some(q) = &self.quic {
-            q.abort();
-        }
         let _ = self.draining.send(true);
         self.connections.close();
     }
@@ -595,20 +595,18 @@ async fn prepare(
             .position(|o| o.name == l.name && o.configured == l.address);
         let old_ctx = old.map(|i| state.listeners[i].ctx.load_full());
         let tls = tls_for(snapshot, l, &key_offload, old_ctx.as_deref(), &mut report)?;
-        let bind_udp = |at: SocketAddr| async move {
-            UdpSocket::bind(at)
-                .await
-                .map_err(|source| ProxyError::Bind {
-                    listener: l.name.clone(),
-                    address: at,
-                    source,
-                })
+        let bind_udp = |at: SocketAddr| {
+            crate::http3::bind(at).map_err(|source| ProxyError::Bind {
+                listener: l.name.clone(),
+                address: at,
+                source,
+            })
         };
         let placement = match old {
             Some(i) => {
                 let running = &state.listeners[i];
                 let udp = if l.http3 && running.quic.is_none() {
-                    Some(bind_udp(running.bound).await?)
+                    Some(bind_udp(running.bound)?)
                 } else {
                     None
                 };
@@ -636,7 +634,7 @@ async fn prepare(
                 };
                 // HTTP/3 on the same port number as the TCP socket (a port 0 resolved).
                 let udp = match (l.http3, socket.local_addr()) {
-                    (true, Ok(at)) => Some(bind_udp(at).await?),
+                    (true, Ok(at)) => Some(bind_udp(at)?),
                     _ => None,
                 };
                 if !first {

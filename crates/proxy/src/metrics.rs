@@ -33,7 +33,7 @@ pub struct ProxyMetrics {
     /// QUIC handshakes completed: full, resumed (also in `handshakes`).
     quic_handshakes: [AtomicU64; 2],
     /// QUIC datagrams dropped by [`QUIC_DROPPED`].
-    quic_dropped: [AtomicU64; 5],
+    quic_dropped: [AtomicU64; 6],
     /// HTTP request latency, first byte of the request to the end of its response.
     latency: RequestLatency,
 }
@@ -96,11 +96,11 @@ pub struct ProxySnapshot {
     /// QUIC handshakes completed, not resumed / resumed (counted in `handshakes` too).
     pub quic_handshakes: [u64; 2],
     /// QUIC datagrams dropped, by [`QUIC_DROPPED`] index.
-    pub quic_dropped: [u64; 5],
+    pub quic_dropped: [u64; 6],
 }
 
 /// Why the QUIC endpoint dropped a datagram.
-pub const QUIC_DROPPED: [&str; 5] = crate::http3::Dropped::NAMES;
+pub const QUIC_DROPPED: [&str; 6] = crate::http3::Dropped::NAMES;
 
 impl ProxyMetrics {
     pub(crate) fn handshake(&self, version: &str, resumed: bool) {

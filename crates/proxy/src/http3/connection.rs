@@ -121,6 +121,7 @@ pub(crate) async fn serve(setup: Setup) {
         upload_buf: vec![0; UPLOAD_CHUNK],
         goaway: false,
         highest_stream: None,
+        unacked: Vec::new(),
     };
     let mut draining = signals.draining.clone();
     loop {
@@ -162,6 +163,9 @@ struct Driver {
     /// A GOAWAY was sent: no new requests; the connection closes when the last one ends.
     goaway: bool,
     highest_stream: Option<u64>,
+    /// Streams answered whose last bytes the client may not have acknowledged yet: a close
+    /// before they are would discard them (quiche sends nothing but the close after it).
+    unacked: Vec<u64>,
 }
 
 impl Driver {
@@ -197,7 +201,22 @@ impl Driver {
                 break;
             }
         }
-        if self.goaway && self.streams.is_empty() && self.requests.is_empty() {
+        if self.goaway || self.unacked.len() > 64 {
+            // quiche collects a stream once both sides have ended it and every byte sent on
+            // it is acknowledged; then asking for its capacity says it is unknown.
+            let conn = &mut self.conn;
+            self.unacked.retain(|&id| {
+                !matches!(
+                    conn.stream_capacity(id),
+                    Err(quiche::Error::InvalidStreamState(_))
+                )
+            });
+        }
+        if self.goaway
+            && self.streams.is_empty()
+            && self.requests.is_empty()
+            && self.unacked.is_empty()
+        {
             self.close(H3_NO_ERROR);
         }
         self.flush(cx);
@@ -557,6 +576,7 @@ impl Driver {
         }
         for id in finished {
             self.streams.remove(&id);
+            self.unacked.push(id);
         }
         moved
     }

@@ -39,20 +39,39 @@ pub(crate) enum Dropped {
     QueueFull = 3,
     /// quiche refused to create the connection.
     AcceptFailed = 4,
+    /// A new connection while the listener drains (shutdown, upgrade, removal).
+    Draining = 5,
 }
 
 impl Dropped {
     /// Label values, by discriminant.
-    pub(crate) const NAMES: [&'static str; 5] = [
+    pub(crate) const NAMES: [&'static str; 6] = [
         "unparsable",
         "unknown_connection",
         "bad_initial",
         "queue_full",
         "accept_failed",
+        "draining",
     ];
 }
 
-/// Reads `socket` until the task is aborted; `slot` holds the listener's current context.
+/// A listener's UDP socket on `at`, with `SO_REUSEPORT`: `sluice upgrade` starts the new
+/// process while the old one still holds the port (TCP listeners are handed over; a UDP
+/// socket is bound anew beside the old one, which closes when the old process stops
+/// accepting). A large receive buffer absorbs bursts of Initials.
+pub(crate) fn bind(at: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(at), Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_port(true)?;
+    let _ = s.set_recv_buffer_size(4 << 20);
+    s.set_nonblocking(true)?;
+    s.bind(&at.into())?;
+    UdpSocket::from_std(s.into())
+}
+
+/// Reads `socket` until the task is aborted, or, once the listener drains, until its last
+/// connection has finished (each sends GOAWAY and closes when its requests are done); `slot`
+/// holds the listener's current context.
 pub(crate) async fn run(
     socket: Arc<UdpSocket>,
     slot: Arc<ArcSwap<ListenerCtx>>,
@@ -68,7 +87,12 @@ pub(crate) async fn run(
     let mut config: Option<(Arc<ListenerCtx>, quiche::Config)> = None;
     let mut buf = vec![0u8; 65_535];
     let mut reply = vec![0u8; 1_350];
+    let mut draining = signals.draining.clone();
+    let mut drain = *draining.borrow();
     loop {
+        if drain && routes.is_empty() {
+            return;
+        }
         let (len, from) = tokio::select! {
             r = socket.recv_from(&mut buf) => match r {
                 Ok(r) => r,
@@ -82,6 +106,10 @@ pub(crate) async fn run(
                 for id in ids {
                     routes.remove(&id);
                 }
+                continue;
+            }
+            changed = draining.changed(), if !drain => {
+                drain = changed.is_err() || *draining.borrow();
                 continue;
             }
         };
@@ -115,6 +143,10 @@ pub(crate) async fn run(
             {
                 let _ = socket.try_send_to(&reply[..n], from);
             }
+            continue;
+        }
+        if drain {
+            ctx.metrics.quic_dropped(Dropped::Draining);
             continue;
         }
         if len < MIN_INITIAL || hdr.dcid.len() < 8 {

@@ -11,6 +11,12 @@ use std::time::Duration;
 /// A gateway for a.test with `http3 = true`, signing on `engines`, its access log in the
 /// gateway's directory (`access.log`).
 async fn gateway(engines: &str) -> (TestGateway, Origin) {
+    let (gw, o, _) = gateway_config(engines).await;
+    (gw, o)
+}
+
+/// [`gateway`], with its configuration text (for a reload).
+async fn gateway_config(engines: &str) -> (TestGateway, Origin, String) {
     let origin = Origin::start("o").await;
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "site", KeyKind::EcdsaP256, &["a.test"]);
@@ -42,7 +48,7 @@ upstream = "o"
         log.display(),
         origin.addr
     );
-    (TestGateway::start_logged(&cfg, dir).await, origin)
+    (TestGateway::start_logged(&cfg, dir).await, origin, cfg)
 }
 
 /// What ngtcp2's client did: its exit status, its output, and the bodies it saved.
@@ -266,5 +272,63 @@ async fn chromium_loads_a_page_over_http3() {
     assert!(
         access.contains("\"GET /echo/from-chromium HTTP/3.0\" 200"),
         "{access}"
+    );
+}
+
+/// A reload keeps QUIC connections: a request in flight across it completes, and new
+/// connections come in after it, on the same UDP socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_quic_connections_and_their_requests() {
+    let (gw, o, text) = gateway_config("[\"pool\"]").await;
+    let addr = gw.addr("https");
+    let slow = tokio::spawn(async move { h3(addr, &["/slow?ms=1500"], &[]).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.reload(&text.replace("[[route]]\nname = \"all\"", "[[route]]\nname = \"all2\""))
+        .await
+        .unwrap();
+    let run = slow.await.unwrap();
+    assert!(run.ok, "{}", run.output);
+    assert_eq!(run.body("slow?ms=1500"), b"o");
+    let run = h3(addr, &["/whoami"], &[]).await;
+    assert!(run.ok, "{}", run.output);
+    assert_eq!(run.body("whoami"), b"o");
+    drop(o);
+}
+
+/// A graceful shutdown lets a request in flight on a QUIC connection finish (GOAWAY, then the
+/// connection closes) and takes no new QUIC connection meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_shutdown_drains_quic_connections() {
+    let (gw, _o) = gateway("[\"pool\"]").await;
+    let addr = gw.addr("https");
+    let slow = tokio::spawn(async move { h3(addr, &["/slow?ms=1500"], &[]).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let g = gw.gateway().clone();
+    let shutdown = tokio::spawn(async move { g.shutdown(Duration::from_secs(20)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let late = h3(
+        addr,
+        &["/whoami"],
+        &["--handshake-timeout=1s", "--timeout=2s"],
+    )
+    .await;
+    // (ngtcp2's client exits 0 after a handshake timeout: what it saved tells.)
+    assert!(
+        !late.saved.path().join("whoami").exists(),
+        "a new connection while draining: {}",
+        late.output
+    );
+    let run = slow.await.unwrap();
+    assert!(run.ok, "{}", run.output);
+    assert_eq!(run.body("slow?ms=1500"), b"o", "{}", run.output);
+    assert!(shutdown.await.unwrap(), "every connection finished in time");
+    let d = gw.gateway().metrics().snapshot().quic_dropped;
+    let draining = sluice_proxy::QUIC_DROPPED
+        .iter()
+        .position(|n| *n == "draining")
+        .unwrap();
+    assert!(
+        d[draining] >= 1,
+        "the late Initial counted as draining: {d:?}"
     );
 }

@@ -188,7 +188,11 @@ async fn origin_respond(
         // `n` bytes of a repeating pattern (a large body).
         "/bytes" => {
             let n = param("n").unwrap_or(0) as usize;
-            text((0..n).map(|i| b"0123456789abcdef"[i % 16]).collect::<Vec<u8>>())
+            text(
+                (0..n)
+                    .map(|i| b"0123456789abcdef"[i % 16])
+                    .collect::<Vec<u8>>(),
+            )
         }
         "/upload" => {
             let n = req
