@@ -356,6 +356,11 @@ fn the_embedded_default_is_valid() {
     assert_eq!(s.upstreams[0].servers[0].address.addr, s.demo.unwrap());
     assert_eq!(s.listeners.len(), 2);
     assert_eq!(s.listeners[0].address.port(), 8443);
+    assert!(
+        s.listeners[0].http3,
+        "the default serves HTTP/3 beside HTTPS"
+    );
+    assert!(!s.listeners[1].http3);
     let admin = s.admin.as_ref().unwrap();
     assert_eq!(
         admin.token.as_deref(),
@@ -368,4 +373,60 @@ fn write_secret(path: &std::path::Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, text).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// `http3 = true` needs TLS and an HTTP listener; each refusal names its line and the fix.
+#[test]
+fn http3_is_refused_where_it_cannot_be_served() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "a", "example.com");
+    let src = r#"
+[[listener]]
+name = "plain"
+address = "127.0.0.1:8080"
+http3 = true # plain
+
+[[listener]]
+name = "l4"
+address = "127.0.0.1:8444"
+kind = "tcp"
+upstream = "app"
+http3 = true # l4
+[listener.tls]
+certificates = ["a"]
+
+[[listener]]
+name = "https"
+address = "127.0.0.1:8443"
+http3 = true # fine
+[listener.tls]
+certificates = ["a"]
+
+[[certificate]]
+name = "a"
+cert = "a.crt"
+key = "a.key"
+
+[[upstream]]
+name = "app"
+servers = [{ address = "127.0.0.1:9001" }]
+"#;
+    let errs = errors(src, dir.path());
+    assert!(
+        said_at(&errs, src, "# plain").contains("needs TLS"),
+        "{errs:#?}"
+    );
+    assert!(
+        said_at(&errs, src, "# l4").contains("kind = \"tcp\""),
+        "{errs:#?}"
+    );
+    assert_eq!(said_at(&errs, src, "# fine"), "");
+    let ok = src
+        .replace("http3 = true # plain", "")
+        .replace("http3 = true # l4", "");
+    let s = load_str(&ok, "ok.toml", dir.path()).unwrap();
+    assert_eq!(
+        s.listeners.iter().map(|l| l.http3).collect::<Vec<_>>(),
+        vec![false, false, true]
+    );
 }

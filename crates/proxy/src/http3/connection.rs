@@ -322,13 +322,9 @@ impl Driver {
                 }
                 Ok((id, h3::Event::Reset(code))) => {
                     moved = true;
-                    if let Some(mut s) = self.streams.remove(&id) {
-                        if let Some(tx) = s.upload.take() {
-                            tx.send(Some(Err(format!(
-                                "the client reset the stream (code {code:#x})"
-                            )
-                            .into())));
-                        }
+                    if let Some(tx) = self.streams.remove(&id).and_then(|mut s| s.upload.take()) {
+                        let why = format!("the client reset the stream (code {code:#x})");
+                        tx.send(Some(Err(why.into())));
                     }
                     let _ = self.conn.stream_shutdown(
                         id,
