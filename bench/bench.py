@@ -339,6 +339,7 @@ engines = {compress_engines}{handshakes}
 [[listener]]
 name = "https"
 address = "127.0.0.1:{port}"
+http3 = true
 [listener.tls]
 session_tickets = {"true" if cert == "mix" else "false"}
 {certificates}[[upstream]]
@@ -630,6 +631,13 @@ def scenarios(page_len):
             "run": lambda port, dur: loadgen("handshake", port, dur, ["--tls", "1.3", "--groups", "X25519", "--path", "/1k",
                                                                       "--concurrency", "32"]),
         })
+    # QUIC full handshakes (Sluice only, see the HTTP/3 row), beside the TCP rows above.
+    for cert, label in (("rsa", "RSA-2048"), ("ecdsa", "ECDSA P-256")):
+        s.append({
+            "name": f"full handshakes/s, {label}, QUIC (HTTP/3)",
+            "cert": cert, "metric": "conn/s", "full_handshake": True, "engines": True, "quic": True,
+            "run": lambda port, dur: loadgen("quic-handshake", port, dur, ["--path", "/1k", "--concurrency", "32"]),
+        })
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1", "cert": "rsa", "metric": "req/s", "routes": True,
               "run": lambda port, dur: h2load(port, dur, "/api/v7/1k" if port == SLUICE_ROUTES_PORT else "/1k",
                                               True, 32, 1)})
@@ -643,6 +651,11 @@ def scenarios(page_len):
                   "run": lambda port, dur, path=path, clients=clients: h2load(port, dur, path, True, clients, 1)})
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/2", "cert": "rsa", "metric": "req/s",
               "run": lambda port, dur: h2load(port, dur, "/1k", False, 4, 16)})
+    # HTTP/3 (Sluice only: Debian's NGINX 1.22 and HAProxy 2.6 are built without QUIC). The
+    # same 4 connections x 16 streams as the HTTP/2 row above, to compare CPU per request.
+    s.append({"name": "keep-alive req/s, 1 KiB, HTTP/3 (QUIC)", "cert": "rsa", "metric": "req/s", "quic": True,
+              "run": lambda port, dur: loadgen("quic-requests", port, dur, ["--path", "/1k", "--connections", "4",
+                                                                          "--streams", "16"])})
     for level, prefix, label in ((1, "i1", "Sluice ISA-L 1"), (1, "z1", "Sluice zlib-rs 1"), (6, "z6", "Sluice zlib-rs 6")):
         s.append({"name": f"gzip {page_len // 1024} KiB HTML, req/s per gateway core: NGINX zlib {level} vs {label}",
                   "cert": "rsa", "metric": "req/s/core", "gzip": True, "engines": True, "per_core": True,
@@ -739,7 +752,7 @@ def main():
     ap.add_argument("--runs", type=int)
     ap.add_argument("--duration", type=float)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--only", help="run only scenarios whose name contains this text")
+    ap.add_argument("--only", help="run only scenarios whose name contains this text (alternatives separated by |)")
     ap.add_argument("--mb-lanes", choices=["auto", "4", "8"], default="auto",
                     help="lanes per RSA-2048 batch of the `mb` gateway (default: auto, 8)")
     ap.add_argument("--render", metavar="JSON", help="print the table of an earlier run's JSON file and exit")
@@ -773,7 +786,8 @@ def main():
     origin = Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], LOAD_CORE, ORIGIN_PORT, f"{d}/origin.out")
     results = []
     try:
-        all_sc = [s for s in scenarios(page_len) if not args.only or args.only in s["name"]]
+        wanted = args.only.split("|") if args.only else None
+        all_sc = [s for s in scenarios(page_len) if not wanted or any(w in s["name"] for w in wanted)]
         for cert in ("rsa", "ecdsa", "mix"):
             group = [s for s in all_sc if s["cert"] == cert]
             if not group:
@@ -782,6 +796,8 @@ def main():
             try:
                 for sc in group:
                     who_all = ("nginx",) + (() if sc.get("gzip") else ("haproxy",)) + ("sluice",)
+                    if sc.get("quic"):
+                        who_all = ("sluice",)
                     if sc.get("engines"):
                         who_all += ("sluice-pool", "sluice-inline")
                     if sc.get("routes"):

@@ -22,6 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 mod mix;
+mod quic;
 mod soak;
 mod tcp;
 
@@ -119,6 +120,25 @@ enum Mode {
         /// Connections in flight at once.
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
+    },
+    /// HTTP/3: new QUIC connection, full handshake, one request, close; as fast as possible.
+    QuicHandshake {
+        #[command(flatten)]
+        target: Target,
+        /// Connections in flight at once.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+    },
+    /// HTTP/3 requests on established QUIC connections, `--streams` in flight on each.
+    QuicRequests {
+        #[command(flatten)]
+        target: Target,
+        /// Connections.
+        #[arg(long, default_value_t = 4)]
+        connections: usize,
+        /// Requests in flight per connection.
+        #[arg(long, default_value_t = 16)]
+        streams: usize,
     },
     /// Keep-alive request latency while a handshake storm runs.
     Latency {
@@ -391,6 +411,21 @@ fn lower_priority() -> &'static str {
     "nice 10"
 }
 
+/// The JSON line of a QUIC mode.
+fn quic_result(mode: &str, counters: &Counters, start: Instant) -> serde_json::Value {
+    let elapsed = start.elapsed().as_secs_f64();
+    let ok = counters.ok.load(Ordering::Relaxed);
+    serde_json::json!({
+        "mode": mode,
+        "completed": ok,
+        "failed": counters.failed.load(Ordering::Relaxed),
+        "resumed": counters.resumed.load(Ordering::Relaxed),
+        "first_error": counters.first_error(),
+        "seconds": elapsed,
+        "rate": ok as f64 / elapsed,
+    })
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -564,6 +599,38 @@ fn main() -> anyhow::Result<()> {
                     "p50_ms": percentile(&l, 0.5),
                     "p99_ms": percentile(&l, 0.99),
                 })
+            }
+            Mode::QuicHandshake {
+                target,
+                concurrency,
+            } => {
+                quic::handshakes(
+                    target.addr,
+                    target.sni,
+                    target.path,
+                    concurrency,
+                    target.duration,
+                    counters.clone(),
+                )
+                .await?;
+                quic_result("quic-handshake", &counters, start)
+            }
+            Mode::QuicRequests {
+                target,
+                connections,
+                streams,
+            } => {
+                quic::requests(
+                    target.addr,
+                    target.sni,
+                    target.path,
+                    connections,
+                    streams,
+                    target.duration,
+                    counters.clone(),
+                )
+                .await?;
+                quic_result("quic-requests", &counters, start)
             }
             Mode::Latency {
                 target,
