@@ -44,7 +44,11 @@ fn config() -> anyhow::Result<quiche::Config> {
 
 impl Client {
     /// Connects and completes the handshake and HTTP/3's setup.
-    async fn connect(addr: SocketAddr, sni: &str, cfg: &mut quiche::Config) -> anyhow::Result<Client> {
+    async fn connect(
+        addr: SocketAddr,
+        sni: &str,
+        cfg: &mut quiche::Config,
+    ) -> anyhow::Result<Client> {
         let socket = UdpSocket::bind("127.0.0.1:0").await?;
         socket.connect(addr).await?;
         let mut scid = [0u8; 16];
@@ -61,7 +65,10 @@ impl Client {
         while !c.conn.is_established() {
             c.io().await?;
         }
-        c.h3 = Some(h3::Connection::with_transport(&mut c.conn, &h3::Config::new()?)?);
+        c.h3 = Some(h3::Connection::with_transport(
+            &mut c.conn,
+            &h3::Config::new()?,
+        )?);
         Ok(c)
     }
 
@@ -118,7 +125,11 @@ impl Client {
     }
 
     /// HTTP/3 events: the status of each stream that finished.
-    fn events(&mut self, statuses: &mut HashMap<u64, u16>, done: &mut Vec<(u64, u16)>) -> anyhow::Result<()> {
+    fn events(
+        &mut self,
+        statuses: &mut HashMap<u64, u16>,
+        done: &mut Vec<(u64, u16)>,
+    ) -> anyhow::Result<()> {
         let h3 = self.h3.as_mut().context("HTTP/3 not set up")?;
         loop {
             match h3.poll(&mut self.conn) {
@@ -130,7 +141,9 @@ impl Client {
                         .unwrap_or(0);
                     statuses.insert(id, status);
                 }
-                Ok((id, h3::Event::Data)) => while h3.recv_body(&mut self.conn, id, &mut self.buf).is_ok() {},
+                Ok((id, h3::Event::Data)) => {
+                    while h3.recv_body(&mut self.conn, id, &mut self.buf).is_ok() {}
+                }
                 Ok((id, h3::Event::Finished)) => done.push((id, statuses.remove(&id).unwrap_or(0))),
                 Ok((id, h3::Event::Reset(code))) => bail!("stream {id} reset ({code:#x})"),
                 Ok(_) => {}
@@ -147,7 +160,12 @@ impl Client {
 }
 
 /// One full handshake and one request.
-async fn one(addr: SocketAddr, sni: &str, path: &str, cfg: &mut quiche::Config) -> anyhow::Result<bool> {
+async fn one(
+    addr: SocketAddr,
+    sni: &str,
+    path: &str,
+    cfg: &mut quiche::Config,
+) -> anyhow::Result<bool> {
     let mut c = Client::connect(addr, sni, cfg).await?;
     let resumed = c.conn.is_resumed();
     let id = c.get(sni, path)?;
@@ -178,11 +196,17 @@ pub(crate) async fn handshakes(
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (sni, path, stop, counters) = (sni.clone(), path.clone(), stop.clone(), counters.clone());
+        let (sni, path, stop, counters) =
+            (sni.clone(), path.clone(), stop.clone(), counters.clone());
         let mut cfg = config()?;
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                match tokio::time::timeout(Duration::from_secs(10), one(addr, &sni, &path, &mut cfg)).await {
+                match tokio::time::timeout(
+                    Duration::from_secs(10),
+                    one(addr, &sni, &path, &mut cfg),
+                )
+                .await
+                {
                     Ok(Ok(resumed)) => {
                         counters.ok.fetch_add(1, Ordering::Relaxed);
                         if resumed {

@@ -1,9 +1,11 @@
-//! Sluice's data plane: listeners, Sluice's own HTTP/1.1 and hyper's HTTP/2, the router,
+//! Sluice's data plane: listeners, Sluice's own HTTP/1.1, hyper's HTTP/2 and quiche's HTTP/3,
+//! the router,
 //! upstream groups with load balancing and health, the proxy handler and the access log.
 //!
 //! Folders by concern, each depending only on those after it: `gateway` (binding, moving to
-//! a new configuration) → `accept` (a listener's accept loop) → `layer4` (TCP relays) → `listen` (a client connection: TLS, timers,
-//! HTTP/1.1 or HTTP/2) → `request` (the request path) → `upstreams` (groups, balancing,
+//! a new configuration) → `accept` (a listener's accept loop) → `layer4` (TCP relays) →
+//! `http3` (a listener's QUIC endpoint and its connections) → `listen` (a client connection:
+//! TLS, timers, HTTP/1.1 or HTTP/2) → `request` (the request path) → `upstreams` (groups, balancing,
 //! health, the keep-alive pool) → `http1` (the HTTP/1.1 codec, both sides) → shared leaves
 //! (`body`, `addresses`, `proxy_protocol`, `metrics`, `text`, `handshakes`: where TLS
 //! handshakes run).

@@ -100,7 +100,36 @@ pub struct ProxySnapshot {
 }
 
 /// Why the QUIC endpoint dropped a datagram.
-pub const QUIC_DROPPED: [&str; 6] = crate::http3::Dropped::NAMES;
+pub const QUIC_DROPPED: [&str; 6] = QuicDropped::NAMES;
+
+/// Why a datagram was dropped, for the `sluice_quic_packets_dropped_total` counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QuicDropped {
+    /// Not a QUIC packet header.
+    Unparsable = 0,
+    /// A short-header or non-Initial packet for no connection of ours.
+    UnknownConnection = 1,
+    /// A client's first Initial under 1200 bytes, or with a destination ID under 8 bytes.
+    BadInitial = 2,
+    /// The connection's queue was full.
+    QueueFull = 3,
+    /// quiche refused to create the connection.
+    AcceptFailed = 4,
+    /// A new connection while the listener drains (shutdown, upgrade, removal).
+    Draining = 5,
+}
+
+impl QuicDropped {
+    /// Label values, by discriminant.
+    pub(crate) const NAMES: [&'static str; 6] = [
+        "unparsable",
+        "unknown_connection",
+        "bad_initial",
+        "queue_full",
+        "accept_failed",
+        "draining",
+    ];
+}
 
 impl ProxyMetrics {
     pub(crate) fn handshake(&self, version: &str, resumed: bool) {
@@ -159,7 +188,7 @@ impl ProxyMetrics {
         self.quic_handshakes[usize::from(resumed)].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn quic_dropped(&self, why: crate::http3::Dropped) {
+    pub(crate) fn quic_dropped(&self, why: QuicDropped) {
         self.quic_dropped[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 

@@ -499,7 +499,12 @@ fn banner(
             (None, true, false) => ("http", "HTTP/2 with prior knowledge"),
             (None, _, _) => ("http", "HTTP/1.1"),
         };
-        out.push_str(&format!("  {name:<8} {scheme}://{addr}/  ({protos})\n"));
+        let h3 = if l.http3 {
+            format!("; HTTP/3 on UDP {}", addr.port())
+        } else {
+            String::new()
+        };
+        out.push_str(&format!("  {name:<8} {scheme}://{addr}/  ({protos}{h3})\n"));
     }
     if let Some(a) = admin {
         let scheme = if snapshot.admin.as_ref().is_some_and(|a| a.tls.is_some()) {

@@ -272,7 +272,7 @@ pub(crate) fn select_certificate(
 ) -> impl Fn(ClientHello<'_>) -> Result<(), SelectCertError> + Send + Sync + 'static {
     move |mut hello| {
         if quic {
-            crate::quic::attach_current(hello.ssl_mut());
+            crate::offload::attach_current(hello.ssl_mut());
         } else if let Some(challenge) = acme_challenge(&hello) {
             return hello
                 .ssl_mut()

@@ -28,6 +28,7 @@ use foreign_types::{ForeignType, ForeignTypeRef};
 use futures_util::FutureExt as _;
 use sluice_crypto::{EngineKind, KeyJob, PrivateKey, SignatureScheme, VerifyPolicy, run};
 use sluice_offload::{CountersSnapshot, Dispatcher, EngineError};
+use std::cell::RefCell;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -142,6 +143,23 @@ pub(crate) fn attach(
         });
     }
     Ok(())
+}
+
+thread_local! {
+    /// The QUIC connection whose call into quiche is running on this thread.
+    pub(crate) static CURRENT_QUIC: RefCell<Option<(Arc<KeyOffload>, Arc<WakerSlot>)>> = const { RefCell::new(None) };
+}
+
+/// Called from the select-certificate callback of a QUIC context: the connection that
+/// entered on this thread gets its offload state. Without one (a call into quiche not
+/// entered), the private-key method fails the handshake rather than sign on the event loop
+/// unseen.
+pub(crate) fn attach_current(ssl: &mut SslRef) {
+    if let Some((offload, slot)) = CURRENT_QUIC.with(|c| c.borrow().clone()) {
+        ssl.set_ex_data(ConnOffload::index(), ConnOffload::new(offload, slot));
+    } else {
+        tracing::error!("a QUIC handshake began outside QuicHandshake::enter");
+    }
 }
 
 /// Records the waker of the task that polls the connection, until the handshake is done.

@@ -15,20 +15,12 @@
 //! whose `ConnOffload` aborts the job.
 
 use crate::acceptor::select_certificate;
-use crate::offload::{ConnOffload, WakerSlot};
+use crate::offload::{CURRENT_QUIC, WakerSlot};
 use crate::{KeyOffload, TlsAcceptor, TlsError};
-use boring::ssl::{
-    SslContextBuilder, SslMethod, SslOptions, SslRef, SslSessionCacheMode, SslVersion,
-};
+use boring::ssl::{SslContextBuilder, SslMethod, SslOptions, SslSessionCacheMode, SslVersion};
 use sluice_config::UnknownSni;
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::task::Context;
-
-thread_local! {
-    /// The QUIC connection whose call into quiche is running on this thread.
-    static CURRENT: RefCell<Option<(Arc<KeyOffload>, Arc<WakerSlot>)>> = const { RefCell::new(None) };
-}
 
 /// One QUIC connection's side of its handshake's private-key operation.
 #[derive(Debug)]
@@ -57,10 +49,10 @@ impl QuicHandshake {
         struct Leave;
         impl Drop for Leave {
             fn drop(&mut self) {
-                CURRENT.with(|c| c.borrow_mut().take());
+                CURRENT_QUIC.with(|c| c.borrow_mut().take());
             }
         }
-        CURRENT.with(|c| *c.borrow_mut() = Some((self.offload.clone(), self.slot.clone())));
+        CURRENT_QUIC.with(|c| *c.borrow_mut() = Some((self.offload.clone(), self.slot.clone())));
         let _leave = Leave;
         f()
     }
@@ -68,18 +60,6 @@ impl QuicHandshake {
     /// The handshake is over: no waker is kept any more.
     pub fn done(&self) {
         self.slot.handshake_done();
-    }
-}
-
-/// Called from the select-certificate callback of a QUIC context: the connection that
-/// entered on this thread gets its offload state. Without one (a call into quiche not
-/// entered), the private-key method fails the handshake rather than sign on the event loop
-/// unseen.
-pub(crate) fn attach_current(ssl: &mut SslRef) {
-    if let Some((offload, slot)) = CURRENT.with(|c| c.borrow().clone()) {
-        ssl.set_ex_data(ConnOffload::index(), ConnOffload::new(offload, slot));
-    } else {
-        tracing::error!("a QUIC handshake began outside QuicHandshake::enter");
     }
 }
 

@@ -6,6 +6,7 @@
 
 use super::connection::{self, Datagram, Setup};
 use crate::listen::connection::Signals;
+use crate::metrics::QuicDropped as Dropped;
 use crate::request::context::ListenerCtx;
 use arc_swap::ArcSwap;
 use quiche::ConnectionId;
@@ -25,35 +26,6 @@ const MIN_INITIAL: usize = 1200;
 /// Datagrams queued for one connection before more are dropped (the client sends them
 /// again: QUIC's own recovery).
 const QUEUE: usize = 256;
-
-/// Why a datagram was dropped, for the `sluice_quic_packets_dropped_total` counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dropped {
-    /// Not a QUIC packet header.
-    Unparsable = 0,
-    /// A short-header or non-Initial packet for no connection of ours.
-    UnknownConnection = 1,
-    /// A client's first Initial under 1200 bytes, or with a destination ID under 8 bytes.
-    BadInitial = 2,
-    /// The connection's queue was full.
-    QueueFull = 3,
-    /// quiche refused to create the connection.
-    AcceptFailed = 4,
-    /// A new connection while the listener drains (shutdown, upgrade, removal).
-    Draining = 5,
-}
-
-impl Dropped {
-    /// Label values, by discriminant.
-    pub(crate) const NAMES: [&'static str; 6] = [
-        "unparsable",
-        "unknown_connection",
-        "bad_initial",
-        "queue_full",
-        "accept_failed",
-        "draining",
-    ];
-}
 
 /// A listener's UDP socket on `at`, with `SO_REUSEPORT`: `sluice upgrade` starts the new
 /// process while the old one still holds the port (TCP listeners are handed over; a UDP

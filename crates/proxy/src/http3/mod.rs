@@ -21,4 +21,4 @@ mod connection;
 mod endpoint;
 mod message;
 
-pub(crate) use endpoint::{Dropped, bind, run};
+pub(crate) use endpoint::{bind, run};

@@ -52,14 +52,14 @@ upstream = "o"
 }
 
 /// What ngtcp2's client did: its exit status, its output, and the bodies it saved.
-struct H3Run {
-    ok: bool,
-    output: String,
-    saved: tempfile::TempDir,
+pub(crate) struct H3Run {
+    pub(crate) ok: bool,
+    pub(crate) output: String,
+    pub(crate) saved: tempfile::TempDir,
 }
 
 impl H3Run {
-    fn body(&self, name: &str) -> Vec<u8> {
+    pub(crate) fn body(&self, name: &str) -> Vec<u8> {
         std::fs::read(self.saved.path().join(name))
             .unwrap_or_else(|e| panic!("no body saved as {name} ({e}):\n{}", self.output))
     }
@@ -67,7 +67,7 @@ impl H3Run {
 
 /// Fetches `paths` from `addr` over HTTP/3 on one connection (SNI a.test), with `extra`
 /// options (such as `-m POST -d FILE`); each body is saved under its path's last segment.
-async fn h3(addr: SocketAddr, paths: &[&str], extra: &[&str]) -> H3Run {
+pub(crate) async fn h3(addr: SocketAddr, paths: &[&str], extra: &[&str]) -> H3Run {
     let saved = tempfile::tempdir().unwrap();
     let mut cmd = tokio::process::Command::new("gtlsclient");
     cmd.args(["--quiet", "--exit-on-all-streams-close", "--sni=a.test"])

@@ -183,15 +183,16 @@ async fn keyless_gateway(
     key_line: &str,
     fallback: &str,
 ) -> (TestGateway, Origin) {
-    keyless_gateway_with(dir, servers, key_line, fallback, "").await
+    keyless_gateway_with(dir, servers, key_line, fallback, "", "").await
 }
 
-/// The same with extra `[listener.tls]` settings.
+/// The same with extra `[[listener]]` and `[listener.tls]` settings.
 async fn keyless_gateway_with(
     dir: tempfile::TempDir,
     servers: &[SocketAddr],
     key_line: &str,
     fallback: &str,
+    listener: &str,
     listener_tls: &str,
 ) -> (TestGateway, Origin) {
     let origin = Origin::start("o").await;
@@ -216,6 +217,7 @@ fallback = "{fallback}"
 [[listener]]
 name = "https"
 address = "127.0.0.1:0"
+{listener}
 [listener.tls]
 session_tickets = false
 {listener_tls}
@@ -650,7 +652,8 @@ async fn tls_1_2_rsa_key_exchange_decrypts_on_the_key_server() {
     let dir = tempfile::tempdir().unwrap();
     write_pki(dir.path());
     let (ks, ks_metrics) = in_process_keyserver(dir.path(), &["site"]).await;
-    let (gw, _o) = keyless_gateway_with(dir, &[ks], "", "none", "rsa_key_exchange = true").await;
+    let (gw, _o) =
+        keyless_gateway_with(dir, &[ks], "", "none", "", "rsa_key_exchange = true").await;
     let offload = gw.gateway().key_offload();
     wait_for("key server up", || {
         offload.key_servers().iter().all(|s| s.up)
@@ -722,4 +725,86 @@ async fn gateways_with_ca_issued_certificates_are_named_by_their_common_name() {
         Ok(mut s) => exchange(&mut s, &sign).await.is_err(),
     };
     assert!(refused);
+}
+
+/// QUIC handshakes on key servers: signed there; a stalled key server only delays them; a
+/// client that leaves while its signature is on a stalled key server aborts the job when its
+/// connection is dropped (nothing left in flight, before the key server's own timeout); a
+/// dead key server falls back to the local key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_handshakes_sign_on_key_servers_wait_for_a_slow_one_abort_and_fall_back() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pki(dir.path());
+    let mut a = KeyServerProcess::start(dir.path(), "a", &["site"]).await;
+    let (gw, _o) = keyless_gateway_with(
+        dir,
+        &[a.listen],
+        "key = \"site.key\"",
+        "local",
+        "http3 = true\nheader_read_timeout = \"1500ms\"",
+        "",
+    )
+    .await;
+    let offload = gw.gateway().key_offload();
+    wait_for("key server up", || {
+        offload.key_servers().iter().all(|s| s.up)
+    })
+    .await;
+    let addr = gw.addr("https");
+    let keyless = |gw: &TestGateway| gw.gateway().crypto_counters()[0].clone();
+
+    let run = crate::http3::h3(addr, &["/whoami"], &[]).await;
+    assert_eq!(run.body("whoami"), b"o", "{}", run.output);
+    assert_eq!(keyless(&gw).completed, 1, "{:?}", keyless(&gw));
+
+    // Stalled for 700 ms: the handshake waits, then completes on the key server.
+    let pid = a.child.id().to_string();
+    let signal = |sig: &str| {
+        assert!(
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    let slow = tokio::spawn(async move { crate::http3::h3(addr, &["/whoami"], &[]).await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    signal("-CONT");
+    let run = slow.await.unwrap();
+    assert_eq!(run.body("whoami"), b"o", "{}", run.output);
+    assert_eq!(keyless(&gw).completed, 2, "{:?}", keyless(&gw));
+
+    // Stalled again, and the client gives up: the job is in flight until the gateway drops
+    // the connection (on the client's close, or at the 1.5 s handshake deadline), which
+    // aborts it before the key server's 2 s timeout would have failed it over: nothing
+    // failed or fell back.
+    let before = keyless(&gw);
+    signal("-STOP");
+    let gone = crate::http3::h3(addr, &["/whoami"], &["--handshake-timeout=500ms"]).await;
+    assert!(!gone.saved.path().join("whoami").exists());
+    wait_for("the abandoned job in flight", || {
+        keyless(&gw).in_flight == 1
+    })
+    .await;
+    wait_for("the job aborted with its connection", || {
+        keyless(&gw).in_flight == 0
+    })
+    .await;
+    let after = keyless(&gw);
+    assert_eq!(
+        (after.completed, after.failed, after.fell_back),
+        (before.completed, before.failed, before.fell_back),
+        "aborted, not failed over: {after:?}"
+    );
+    signal("-CONT");
+
+    // Dead: the local key signs.
+    a.kill();
+    let run = crate::http3::h3(addr, &["/whoami"], &[]).await;
+    assert_eq!(run.body("whoami"), b"o", "{}", run.output);
+    let c = gw.gateway().crypto_counters();
+    assert!(c[1].completed >= 1, "the local key signed: {c:?}");
+    assert_eq!(c.iter().map(|c| c.in_flight).sum::<i64>(), 0, "{c:?}");
 }
