@@ -430,9 +430,16 @@ pub fn metrics(s: &Sources) -> String {
     }
     family(
         &mut out,
+        "sluice_quic_retries_total",
+        "counter",
+        "QUIC Retry packets sent: new connections asked to prove their address (quic_retry).",
+    );
+    let _ = writeln!(out, "sluice_quic_retries_total {}", p.quic_retries);
+    family(
+        &mut out,
         "sluice_quic_packets_dropped_total",
         "counter",
-        "QUIC datagrams dropped by the endpoint: unparsable, unknown_connection (not an Initial, for no connection), bad_initial (under 1200 bytes or a short connection ID), queue_full (the connection's queue), accept_failed, draining (a new connection while the listener drains).",
+        "QUIC datagrams dropped by the endpoint: unparsable, unknown_connection (not an Initial, for no connection), bad_initial (under 1200 bytes or a short connection ID), queue_full (the connection's queue), accept_failed, draining (a new connection while the listener drains), bad_token (an Initial whose token is not our Retry's while address validation is required).",
     );
     for (i, reason) in sluice_proxy::QUIC_DROPPED.iter().enumerate() {
         let _ = writeln!(

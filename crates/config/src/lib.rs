@@ -44,9 +44,9 @@ pub use snapshot::{
     CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,
     DEFAULT_COMPRESS_TYPES, DEFAULT_GROUPS, FleetSource, Global, GzipBackend, Handshakes, HashKey,
     HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType, KeylessOffload, Listener, ListenerKind,
-    LogConfig, Offload, Outlier, PassHost, PathMatch, ProxyProtocol, RetryPolicy, Route,
-    ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion, UnknownSni, Upstream,
-    UpstreamProtocol, UpstreamServer, UpstreamTls,
+    LogConfig, Offload, Outlier, PassHost, PathMatch, ProxyProtocol, QuicRetry, QuicSettings,
+    RetryPolicy, Route, ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion,
+    UnknownSni, Upstream, UpstreamProtocol, UpstreamServer, UpstreamTls,
 };
 pub use units::{parse_byte_size, parse_duration};
 

@@ -118,6 +118,12 @@ pub struct RawListener {
     pub forwarded_header: Option<bool>,
     /// Serve HTTP/3 over QUIC on the same address (UDP), beside HTTPS.
     pub http3: Option<Spanned<bool>>,
+    /// QUIC address validation: `"auto"`, `"always"` or `"off"`.
+    pub quic_retry: Option<Spanned<String>>,
+    /// A QUIC connection with nothing sent either way for this long is closed.
+    pub quic_idle_timeout: Option<SpannedStr>,
+    /// Requests (bidirectional streams) a QUIC client may have open at once.
+    pub quic_max_streams: Option<Spanned<u32>>,
     /// Peers (CIDRs) whose `X-Forwarded-For` is believed for the client address, and whose
     /// `X-Request-Id` is kept.
     pub trusted_proxies: Option<Vec<Spanned<String>>>,

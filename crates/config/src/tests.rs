@@ -430,3 +430,56 @@ servers = [{ address = "127.0.0.1:9001" }]
         vec![false, false, true]
     );
 }
+
+/// QUIC settings: defaults (retry only under a flood, the keep-alive timeout as the idle
+/// timeout, 100 streams), explicit values, and refusals with their line.
+#[test]
+fn quic_settings_load_with_defaults_and_refuse_bad_values() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "a", "example.com");
+    let listener = |extra: &str| {
+        format!(
+            r#"
+[[listener]]
+name = "https"
+address = "127.0.0.1:8443"
+http3 = true
+keepalive_timeout = "20s"
+{extra}
+[listener.tls]
+certificates = ["a"]
+
+[[certificate]]
+name = "a"
+cert = "a.crt"
+key = "a.key"
+"#
+        )
+    };
+    let s = load_str(&listener(""), "q.toml", dir.path()).unwrap();
+    let q = s.listeners[0].quic;
+    assert_eq!(q.retry, crate::QuicRetry::Auto);
+    assert_eq!(
+        q.idle_timeout,
+        Duration::from_secs(20),
+        "the keep-alive timeout"
+    );
+    assert_eq!(q.max_streams, 100);
+    let src =
+        listener("quic_retry = \"always\"\nquic_idle_timeout = \"5s\"\nquic_max_streams = 16");
+    let q = load_str(&src, "q.toml", dir.path()).unwrap().listeners[0].quic;
+    assert_eq!(
+        (q.retry, q.idle_timeout, q.max_streams),
+        (crate::QuicRetry::Always, Duration::from_secs(5), 16)
+    );
+    let src = listener("quic_retry = \"sometimes\" # retry\nquic_max_streams = 0 # streams");
+    let errs = errors(&src, dir.path());
+    assert!(
+        said_at(&errs, &src, "# retry").contains("always"),
+        "{errs:#?}"
+    );
+    assert!(
+        said_at(&errs, &src, "# streams").contains("quic_max_streams"),
+        "{errs:#?}"
+    );
+}

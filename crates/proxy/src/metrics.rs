@@ -33,7 +33,9 @@ pub struct ProxyMetrics {
     /// QUIC handshakes completed: full, resumed (also in `handshakes`).
     quic_handshakes: [AtomicU64; 2],
     /// QUIC datagrams dropped by [`QUIC_DROPPED`].
-    quic_dropped: [AtomicU64; 6],
+    quic_dropped: [AtomicU64; 7],
+    /// Retry packets sent (address validation).
+    quic_retries: AtomicU64,
     /// HTTP request latency, first byte of the request to the end of its response.
     latency: RequestLatency,
 }
@@ -96,11 +98,13 @@ pub struct ProxySnapshot {
     /// QUIC handshakes completed, not resumed / resumed (counted in `handshakes` too).
     pub quic_handshakes: [u64; 2],
     /// QUIC datagrams dropped, by [`QUIC_DROPPED`] index.
-    pub quic_dropped: [u64; 6],
+    pub quic_dropped: [u64; 7],
+    /// Retry packets sent (QUIC address validation).
+    pub quic_retries: u64,
 }
 
 /// Why the QUIC endpoint dropped a datagram.
-pub const QUIC_DROPPED: [&str; 6] = QuicDropped::NAMES;
+pub const QUIC_DROPPED: [&str; 7] = QuicDropped::NAMES;
 
 /// Why a datagram was dropped, for the `sluice_quic_packets_dropped_total` counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,17 +121,21 @@ pub(crate) enum QuicDropped {
     AcceptFailed = 4,
     /// A new connection while the listener drains (shutdown, upgrade, removal).
     Draining = 5,
+    /// An Initial whose token is not one of our Retry tokens (forged, expired, for another
+    /// address) while address validation is required.
+    BadToken = 6,
 }
 
 impl QuicDropped {
     /// Label values, by discriminant.
-    pub(crate) const NAMES: [&'static str; 6] = [
+    pub(crate) const NAMES: [&'static str; 7] = [
         "unparsable",
         "unknown_connection",
         "bad_initial",
         "queue_full",
         "accept_failed",
         "draining",
+        "bad_token",
     ];
 }
 
@@ -188,6 +196,10 @@ impl ProxyMetrics {
         self.quic_handshakes[usize::from(resumed)].fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn quic_retry(&self) {
+        self.quic_retries.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn quic_dropped(&self, why: QuicDropped) {
         self.quic_dropped[why as usize].fetch_add(1, Ordering::Relaxed);
     }
@@ -212,6 +224,7 @@ impl ProxyMetrics {
             bytes: std::array::from_fn(|i| l(&self.bytes[i])),
             quic_handshakes: std::array::from_fn(|i| l(&self.quic_handshakes[i])),
             quic_dropped: std::array::from_fn(|i| l(&self.quic_dropped[i])),
+            quic_retries: l(&self.quic_retries),
         }
     }
 }

@@ -107,8 +107,34 @@ impl Cx<'_> {
                 );
             }
         }
+        let keepalive_timeout = self
+            .duration(raw.keepalive_timeout.as_ref())
+            .unwrap_or(Duration::from_secs(75));
+        let quic = QuicSettings {
+            retry: self
+                .choice(
+                    raw.quic_retry.as_ref(),
+                    "quic_retry",
+                    &[
+                        ("auto", QuicRetry::Auto),
+                        ("always", QuicRetry::Always),
+                        ("off", QuicRetry::Off),
+                    ],
+                )
+                .unwrap_or(QuicRetry::Auto),
+            idle_timeout: self
+                .duration(raw.quic_idle_timeout.as_ref())
+                .unwrap_or(keepalive_timeout),
+            max_streams: self
+                .positive(
+                    raw.quic_max_streams.as_ref(),
+                    &format!("listener `{name}`: quic_max_streams"),
+                )
+                .unwrap_or(100),
+        };
         let listener = Listener {
             http3,
+            quic,
             kind: kind?,
             proxy_protocol,
             trusted_proxies,
@@ -131,9 +157,7 @@ impl Cx<'_> {
             header_read_timeout: self
                 .duration(raw.header_read_timeout.as_ref())
                 .unwrap_or(Duration::from_secs(30)),
-            keepalive_timeout: self
-                .duration(raw.keepalive_timeout.as_ref())
-                .unwrap_or(Duration::from_secs(75)),
+            keepalive_timeout,
             max_header_bytes: max_header_bytes as usize,
             max_body_bytes: self.size(raw.max_body_bytes.as_ref()).unwrap_or(10 << 20),
             forwarded_header: raw.forwarded_header.unwrap_or(false),

@@ -43,6 +43,8 @@ pub(crate) struct Datagram {
 pub(crate) struct Setup {
     pub(crate) conn: quiche::Connection,
     pub(crate) handshake: QuicHandshake,
+    /// Its place among the listener's handshakes in progress (for `quic_retry = "auto"`).
+    pub(crate) half_open: super::endpoint::HalfOpen,
     pub(crate) datagrams: mpsc::Receiver<Datagram>,
     pub(crate) socket: Arc<UdpSocket>,
     pub(crate) local: SocketAddr,
@@ -92,6 +94,7 @@ pub(crate) async fn serve(setup: Setup) {
     let Setup {
         conn,
         handshake,
+        half_open,
         datagrams,
         socket,
         local,
@@ -105,6 +108,7 @@ pub(crate) async fn serve(setup: Setup) {
         conn,
         h3: None,
         handshake,
+        half_open,
         datagrams,
         socket,
         local,
@@ -144,6 +148,7 @@ struct Driver {
     conn: quiche::Connection,
     h3: Option<h3::Connection>,
     handshake: QuicHandshake,
+    half_open: super::endpoint::HalfOpen,
     datagrams: mpsc::Receiver<Datagram>,
     socket: Arc<UdpSocket>,
     local: SocketAddr,
@@ -256,6 +261,7 @@ impl Driver {
     /// The handshake finished: HTTP/3 starts.
     fn established(&mut self) {
         self.handshake.done();
+        self.half_open.done();
         let resumed = self.conn.is_resumed();
         self.listener.metrics.quic_handshake(resumed);
         let mut config = match h3::Config::new() {

@@ -10,9 +10,13 @@ use crate::metrics::QuicDropped as Dropped;
 use crate::request::context::ListenerCtx;
 use arc_swap::ArcSwap;
 use quiche::ConnectionId;
+use sluice_config::QuicRetry;
 use sluice_tls::QuicHandshake;
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
@@ -26,6 +30,92 @@ const MIN_INITIAL: usize = 1200;
 /// Datagrams queued for one connection before more are dropped (the client sends them
 /// again: QUIC's own recovery).
 const QUEUE: usize = 256;
+
+/// How long a Retry token is good for: the client echoes it at once, a round trip later.
+const TOKEN_LIFETIME: Duration = Duration::from_secs(30);
+
+/// Retry tokens (RFC 9000 §8.1.2): the time, the connection ID the client first chose, and an
+/// HMAC-SHA256 over them and the client's address under a key of this endpoint's own. Only a
+/// client that received our Retry at the address it sends from can present one, and only
+/// for a while; the original connection ID comes back from it, so the server keeps no
+/// state for a client it asked to retry.
+struct Tokens {
+    key: ring::hmac::Key,
+}
+
+impl Tokens {
+    fn new() -> Tokens {
+        let mut key = [0u8; 32];
+        boring::rand::rand_bytes(&mut key).expect("BoringSSL's random generator");
+        Tokens {
+            key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key),
+        }
+    }
+
+    fn now() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    }
+
+    /// What the HMAC covers: the client's address, then the token's body.
+    fn signed(peer: SocketAddr, body: &[u8]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(18 + body.len());
+        match peer.ip() {
+            std::net::IpAddr::V4(a) => v.extend_from_slice(&a.octets()),
+            std::net::IpAddr::V6(a) => v.extend_from_slice(&a.octets()),
+        }
+        v.extend_from_slice(&peer.port().to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    fn mint(&self, peer: SocketAddr, odcid: &[u8]) -> Vec<u8> {
+        let mut t = Vec::with_capacity(9 + odcid.len() + 32);
+        t.extend_from_slice(&Self::now().to_be_bytes());
+        t.push(odcid.len() as u8);
+        t.extend_from_slice(odcid);
+        let tag = ring::hmac::sign(&self.key, &Self::signed(peer, &t));
+        t.extend_from_slice(tag.as_ref());
+        t
+    }
+
+    /// The original destination connection ID a valid token carries.
+    fn validate(&self, peer: SocketAddr, token: &[u8]) -> Option<ConnectionId<'static>> {
+        let body_len = token.len().checked_sub(32)?;
+        let (body, tag) = token.split_at(body_len);
+        ring::hmac::verify(&self.key, &Self::signed(peer, body), tag).ok()?;
+        let minted = u64::from_be_bytes(body.get(..8)?.try_into().ok()?);
+        let n = *body.get(8)? as usize;
+        let odcid = body.get(9..)?;
+        let age = Self::now().checked_sub(minted)?;
+        (odcid.len() == n && age <= TOKEN_LIFETIME.as_secs())
+            .then(|| ConnectionId::from_vec(odcid.to_vec()))
+    }
+}
+
+/// Counts a connection among the handshakes in progress until it is established or gone.
+pub(crate) struct HalfOpen(Option<Arc<AtomicUsize>>);
+
+impl HalfOpen {
+    fn new(count: &Arc<AtomicUsize>) -> HalfOpen {
+        count.fetch_add(1, Ordering::Relaxed);
+        HalfOpen(Some(count.clone()))
+    }
+
+    /// The handshake finished.
+    pub(crate) fn done(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for HalfOpen {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
 
 /// A listener's UDP socket on `at`, with `SO_REUSEPORT`: `sluice upgrade` starts the new
 /// process while the old one still holds the port (TCP listeners are handed over; a UDP
@@ -55,6 +145,8 @@ pub(crate) async fn run(
     };
     let mut routes: HashMap<ConnectionId<'static>, mpsc::Sender<Datagram>> = HashMap::new();
     let (gone_tx, mut gone_rx) = mpsc::unbounded_channel::<Vec<ConnectionId<'static>>>();
+    let tokens = Tokens::new();
+    let half_open = Arc::new(AtomicUsize::new(0));
     // quiche's configuration, rebuilt when the listener's context changes (a reload).
     let mut config: Option<(Arc<ListenerCtx>, quiche::Config)> = None;
     let mut buf = vec![0u8; 65_535];
@@ -140,10 +232,51 @@ pub(crate) async fn run(
                 }
             },
         };
-        let mut scid = [0u8; CID_LEN];
-        boring::rand::rand_bytes(&mut scid).expect("BoringSSL's random generator");
-        let scid = ConnectionId::from_vec(scid.to_vec());
-        let conn = match quiche::accept(&scid, None, local, from, cfg) {
+        let quic = current.config.quic;
+        let must_retry = match quic.retry {
+            QuicRetry::Always => true,
+            QuicRetry::Off => false,
+            QuicRetry::Auto => half_open.load(Ordering::Relaxed) > QuicRetry::AUTO_THRESHOLD,
+        };
+        let presented = hdr.token.as_deref().filter(|t| !t.is_empty());
+        let odcid = presented.and_then(|t| tokens.validate(from, t));
+        if must_retry && odcid.is_none() {
+            if presented.is_some() {
+                // A client may follow one Retry only: a second would strand it.
+                ctx.metrics.quic_dropped(Dropped::BadToken);
+                continue;
+            }
+            // Address validation: a Retry costs one small packet and no state; the
+            // handshake is spent only on a client that echoes the token from its address.
+            let token = tokens.mint(from, &hdr.dcid);
+            let new_scid = random_cid();
+            match quiche::retry(
+                &hdr.scid,
+                &hdr.dcid,
+                &new_scid,
+                &token,
+                hdr.version,
+                &mut reply,
+            ) {
+                Ok(n) => {
+                    let _ = socket.try_send_to(&reply[..n], from);
+                    ctx.metrics.quic_retry();
+                }
+                Err(e) => tracing::debug!(%from, error = %e, "QUIC Retry not written"),
+            }
+            continue;
+        }
+        // After a Retry the client's destination ID is the one our Retry chose (ours to
+        // keep); else a fresh one.
+        let scid = match &odcid {
+            Some(_) if hdr.dcid.len() == CID_LEN => hdr.dcid.clone().into_owned(),
+            Some(_) => {
+                ctx.metrics.quic_dropped(Dropped::BadToken);
+                continue;
+            }
+            None => random_cid(),
+        };
+        let conn = match quiche::accept(&scid, odcid.as_ref(), local, from, cfg) {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!(%from, error = %e, "QUIC connection not accepted");
@@ -157,13 +290,17 @@ pub(crate) async fn run(
             from,
         });
         // The client's Initials go on using the ID it chose until it hears ours.
-        let ids = vec![scid.clone(), hdr.dcid.clone().into_owned()];
+        let mut ids = vec![scid.clone()];
+        if hdr.dcid != scid {
+            ids.push(hdr.dcid.clone().into_owned());
+        }
         for id in &ids {
             routes.insert(id.clone(), tx.clone());
         }
         let setup = Setup {
             conn,
             handshake: QuicHandshake::new(tls),
+            half_open: HalfOpen::new(&half_open),
             datagrams: rx,
             socket: socket.clone(),
             local,
@@ -180,8 +317,15 @@ pub(crate) async fn run(
     }
 }
 
+/// A connection ID of our own.
+fn random_cid() -> ConnectionId<'static> {
+    let mut id = [0u8; CID_LEN];
+    boring::rand::rand_bytes(&mut id).expect("BoringSSL's random generator");
+    ConnectionId::from_vec(id.to_vec())
+}
+
 /// quiche's settings for `listener`: its TLS context (certificates, SNI, tickets, offload),
-/// ALPN `h3`, the keep-alive timeout as QUIC's idle timeout, and stream limits.
+/// ALPN `h3`, and its QUIC settings (idle timeout, stream limit).
 fn quic_config(listener: &ListenerCtx) -> Result<quiche::Config, String> {
     let tls = listener
         .tls
@@ -193,16 +337,81 @@ fn quic_config(listener: &ListenerCtx) -> Result<quiche::Config, String> {
         .map_err(|e| e.to_string())?;
     c.set_application_protos(quiche::h3::APPLICATION_PROTOCOL)
         .map_err(|e| e.to_string())?;
-    let cfg = &listener.config;
-    c.set_max_idle_timeout(cfg.keepalive_timeout.as_millis() as u64);
+    let quic = &listener.config.quic;
+    c.set_max_idle_timeout(quic.idle_timeout.as_millis() as u64);
     c.set_max_recv_udp_payload_size(65_527);
     c.set_max_send_udp_payload_size(1_350);
     c.set_initial_max_data(10 << 20);
     c.set_initial_max_stream_data_bidi_local(1 << 20);
     c.set_initial_max_stream_data_bidi_remote(1 << 20);
     c.set_initial_max_stream_data_uni(1 << 20);
-    c.set_initial_max_streams_bidi(100);
+    c.set_initial_max_streams_bidi(u64::from(quic.max_streams));
     c.set_initial_max_streams_uni(16);
     c.set_disable_active_migration(true);
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(port: u16) -> SocketAddr {
+        SocketAddr::from(([192, 0, 2, 7], port))
+    }
+
+    #[test]
+    fn a_token_is_good_only_from_its_address_untampered_and_in_time() {
+        let t = Tokens::new();
+        let odcid = [9u8; 12];
+        let token = t.mint(peer(4433), &odcid);
+        assert_eq!(t.validate(peer(4433), &token).unwrap().as_ref(), &odcid[..]);
+        assert!(t.validate(peer(4434), &token).is_none(), "another port");
+        assert!(
+            t.validate(SocketAddr::from(([192, 0, 2, 8], 4433)), &token)
+                .is_none(),
+            "another address"
+        );
+        for i in 0..token.len() {
+            let mut bad = token.clone();
+            bad[i] ^= 1;
+            assert!(t.validate(peer(4433), &bad).is_none(), "byte {i} flipped");
+        }
+        assert!(t.validate(peer(4433), &token[..token.len() - 1]).is_none());
+        assert!(t.validate(peer(4433), &[]).is_none());
+        assert!(
+            Tokens::new().validate(peer(4433), &token).is_none(),
+            "another endpoint's key (another process)"
+        );
+    }
+
+    #[test]
+    fn an_old_token_is_refused() {
+        let t = Tokens::new();
+        // A token minted TOKEN_LIFETIME + 1 s ago, signed properly.
+        let mut body = (Tokens::now() - TOKEN_LIFETIME.as_secs() - 1)
+            .to_be_bytes()
+            .to_vec();
+        body.push(4);
+        body.extend_from_slice(&[1, 2, 3, 4]);
+        let tag = ring::hmac::sign(&t.key, &Tokens::signed(peer(1), &body));
+        body.extend_from_slice(tag.as_ref());
+        assert!(t.validate(peer(1), &body).is_none());
+        // The same minted now is good.
+        let fresh = t.mint(peer(1), &[1, 2, 3, 4]);
+        assert!(t.validate(peer(1), &fresh).is_some());
+    }
+
+    #[test]
+    fn half_open_counts_until_done_or_dropped() {
+        let n = Arc::new(AtomicUsize::new(0));
+        let mut a = HalfOpen::new(&n);
+        let b = HalfOpen::new(&n);
+        assert_eq!(n.load(Ordering::Relaxed), 2);
+        a.done();
+        a.done();
+        assert_eq!(n.load(Ordering::Relaxed), 1, "done once only");
+        drop(b);
+        drop(a);
+        assert_eq!(n.load(Ordering::Relaxed), 0);
+    }
 }

@@ -17,6 +17,11 @@ async fn gateway(engines: &str) -> (TestGateway, Origin) {
 
 /// [`gateway`], with its configuration text (for a reload).
 async fn gateway_config(engines: &str) -> (TestGateway, Origin, String) {
+    gateway_with(engines, "").await
+}
+
+/// [`gateway_config`] with more `[[listener]]` settings.
+async fn gateway_with(engines: &str, listener: &str) -> (TestGateway, Origin, String) {
     let origin = Origin::start("o").await;
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "site", KeyKind::EcdsaP256, &["a.test"]);
@@ -32,6 +37,7 @@ deadline = "30s"
 name = "https"
 address = "127.0.0.1:0"
 http3 = true
+{listener}
 [listener.tls]
 certificates = ["site"]
 [[certificate]]
@@ -331,4 +337,18 @@ async fn a_graceful_shutdown_drains_quic_connections() {
         d[draining] >= 1,
         "the late Initial counted as draining: {d:?}"
     );
+}
+
+/// `quic_retry = "always"`: every new connection first gets a Retry and must echo its token
+/// from its address; ngtcp2's client does, and is served after one Retry and one handshake.
+/// (Forged, expired and misaddressed tokens: `http3::endpoint`'s unit tests.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_retry_validates_addresses_before_any_handshake() {
+    let (gw, _o, _) = gateway_with("[\"pool\"]", "quic_retry = \"always\"").await;
+    let addr = gw.addr("https");
+    let run = h3(addr, &["/whoami"], &[]).await;
+    assert_eq!(run.body("whoami"), b"o", "{}", run.output);
+    let m = gw.gateway().metrics().snapshot();
+    assert_eq!(m.quic_retries, 1, "{m:?}");
+    assert_eq!(m.quic_handshakes, [1, 0]);
 }
