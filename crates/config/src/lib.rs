@@ -17,6 +17,7 @@ mod error;
 mod load;
 mod pattern;
 mod policy;
+mod quic;
 pub mod raw;
 mod resolver;
 pub mod selfsigned;
@@ -38,15 +39,16 @@ pub use policy::{
     Acl, Answer, HeaderEdits, IpNet, Part, RateLimit, RateLimitStore, RedisTls, Rewrite, Template,
     Var, canonical,
 };
+pub use quic::{QuicRetry, QuicSettings};
 pub use resolver::DnsResolver;
 pub use snapshot::{
     AccessLogFormat, AccessLogTarget, Admin, AdminTls, Balance, Certificate, CompressEngineName,
     CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,
     DEFAULT_COMPRESS_TYPES, DEFAULT_GROUPS, FleetSource, Global, GzipBackend, Handshakes, HashKey,
     HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType, KeylessOffload, Listener, ListenerKind,
-    LogConfig, Offload, Outlier, PassHost, PathMatch, ProxyProtocol, QuicRetry, QuicSettings,
-    RetryPolicy, Route, ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion,
-    UnknownSni, Upstream, UpstreamProtocol, UpstreamServer, UpstreamTls,
+    LogConfig, Offload, Outlier, PassHost, PathMatch, ProxyProtocol, RetryPolicy, Route,
+    ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion, UnknownSni, Upstream,
+    UpstreamProtocol, UpstreamServer, UpstreamTls,
 };
 pub use units::{parse_byte_size, parse_duration};
 

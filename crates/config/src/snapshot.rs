@@ -420,7 +420,7 @@ pub struct Listener {
     /// kind HTTP only. TCP responses then advertise it with `Alt-Svc`.
     pub http3: bool,
     /// QUIC's own settings (used when `http3`).
-    pub quic: QuicSettings,
+    pub quic: crate::quic::QuicSettings,
     /// Peers whose `X-Forwarded-For` and `X-Request-Id` are believed.
     pub trusted_proxies: Vec<crate::IpNet>,
     /// Client addresses allowed and refused on this listener.
@@ -436,36 +436,6 @@ pub struct Listener {
     /// A PROXY protocol header (v1 or v2) from a `trusted_proxies` peer opens every
     /// connection; its source address is the client's everywhere.
     pub proxy_protocol: bool,
-}
-
-/// A listener's QUIC settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuicSettings {
-    /// When a new connection must first prove its address (a Retry round trip).
-    pub retry: QuicRetry,
-    /// Idle timeout (QUIC's `max_idle_timeout`); default: the listener's `keepalive_timeout`.
-    pub idle_timeout: Duration,
-    /// Bidirectional streams (requests) a client may have open at once.
-    pub max_streams: u32,
-}
-
-/// QUIC address validation (RFC 9000 §8.1): a Retry packet makes the client echo a token,
-/// proving it receives at the address it claims before the server spends a handshake on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuicRetry {
-    /// Only while more than [`QuicRetry::AUTO_THRESHOLD`] handshakes are in progress (a
-    /// flood of Initials): one round trip more for everyone then, none otherwise (HAProxy's
-    /// `tune.quic.retry-threshold`).
-    Auto,
-    /// Every new connection (NGINX's `quic_retry on`).
-    Always,
-    /// Never.
-    Off,
-}
-
-impl QuicRetry {
-    /// Handshakes in progress on a listener above which `auto` asks for a Retry.
-    pub const AUTO_THRESHOLD: usize = 100;
 }
 
 /// What a listener speaks.

@@ -1,6 +1,7 @@
 //! `[[listener]]` and `[listener.tls]`.
 
 use super::Cx;
+use crate::quic::{QuicRetry, QuicSettings};
 use crate::raw::*;
 use crate::snapshot::*;
 use std::collections::{HashMap, HashSet};
