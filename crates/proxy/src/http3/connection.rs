@@ -388,16 +388,11 @@ impl Driver {
             Err(message::Malformed(why)) => {
                 tracing::debug!(peer = %self.peer, why, "malformed HTTP/3 request");
                 stream.upload = None;
-                stream.head = Some((
-                    message::response_head(
-                        &Response::builder()
-                            .status(StatusCode::BAD_REQUEST)
-                            .header("content-type", "text/plain; charset=utf-8")
-                            .body(())
-                            .expect("a static response"),
-                    ),
-                    false,
-                ));
+                let head = vec![
+                    Header::new(b":status", StatusCode::BAD_REQUEST.as_str().as_bytes()),
+                    Header::new(b"content-type", b"text/plain; charset=utf-8"),
+                ];
+                stream.head = Some((head, false));
                 stream.pending = Bytes::from(format!("bad request: {why}\n"));
                 stream.end = Some(None);
             }
@@ -459,7 +454,7 @@ impl Driver {
             let Some(s) = self.streams.get_mut(&id) else {
                 continue; // reset meanwhile
             };
-            let head = message::response_head(&resp);
+            let head = message::response_head(resp.status(), resp.headers());
             let body = resp.into_body();
             let empty = body.is_end_stream();
             s.head = Some((head, empty));

@@ -2,7 +2,7 @@
 //! the HTTP/2 server checks its own (hyper/h2): a malformed request is refused, not guessed.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Response, Uri, Version};
+use http::{Method, Request, StatusCode, Uri, Version};
 use quiche::h3::{Header, NameValue};
 
 /// Why a request's header section was refused (answered 400, RFC 9114 §4.1.2).
@@ -92,19 +92,15 @@ pub(crate) fn request<B>(list: &[Header], body: B) -> Result<Request<B>, Malform
 
 /// The header section of `resp`: `:status`, then its fields less the connection-specific
 /// ones (an upstream's HTTP/1.1 `Connection` or `Transfer-Encoding` never reaches the client).
-pub(crate) fn response_head<B>(resp: &Response<B>) -> Vec<Header> {
-    let mut out = Vec::with_capacity(resp.headers().len() + 1);
-    out.push(Header::new(b":status", resp.status().as_str().as_bytes()));
-    for (name, value) in resp.headers() {
-        if CONNECTION_SPECIFIC.contains(name) {
-            continue;
-        }
-        out.push(Header::new(name.as_str().as_bytes(), value.as_bytes()));
-    }
+pub(crate) fn response_head(status: StatusCode, headers: &HeaderMap) -> Vec<Header> {
+    let mut out = Vec::with_capacity(headers.len() + 1);
+    out.push(Header::new(b":status", status.as_str().as_bytes()));
+    out.extend(fields(headers));
     out
 }
 
-/// The header section of trailers.
+/// A header section's fields (a response head's after `:status`, or trailers), less the
+/// connection-specific ones.
 pub(crate) fn fields(map: &HeaderMap) -> Vec<Header> {
     map.iter()
         .filter(|(n, _)| !CONNECTION_SPECIFIC.contains(n))
@@ -192,14 +188,14 @@ mod tests {
 
     #[test]
     fn response_heads_drop_connection_specific_fields() {
-        let resp = Response::builder()
+        let resp = http::Response::builder()
             .status(404)
             .header("content-type", "text/plain")
             .header("connection", "close")
             .header("transfer-encoding", "chunked")
             .body(())
             .unwrap();
-        let head = response_head(&resp);
+        let head = response_head(resp.status(), resp.headers());
         let names: Vec<_> = head.iter().map(|h| h.name().to_vec()).collect();
         assert_eq!(names, vec![b":status".to_vec(), b"content-type".to_vec()]);
         assert_eq!(head[0].value(), b"404");
