@@ -37,6 +37,7 @@ mod upstreams;
 
 pub use gateway::{ApplyReport, Gateway, SharedStore};
 pub use handshakes::{HandshakeScheduler, HandshakeStats, Priority};
+pub use http3::set_generation as set_quic_generation;
 pub use metrics::{
     PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, QUIC_DROPPED, REQUEST_LATENCY_BUCKETS_US,
     STATUS_CLASSES, TCP_OUTCOMES, TLS_VERSIONS, UPSTREAM_ERRORS,

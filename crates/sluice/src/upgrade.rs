@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 const LISTEN_FDS: &str = "SLUICE_LISTEN_FDS";
 /// The write end of the readiness pipe.
 const READY_FD: &str = "SLUICE_READY_FD";
+/// How many upgrades led to this process (0 for one started by hand): QUIC connection IDs
+/// carry its lowest bit, so that datagrams find their process while two share a UDP port.
+const GENERATION: &str = "SLUICE_GENERATION";
 /// The name the admin listener's socket is handed over under.
 pub(crate) const ADMIN: &str = "@admin";
 /// The name the demo origin's socket is handed over under.
@@ -32,7 +35,12 @@ pub(crate) struct Inherited {
     /// Listening sockets by listener name.
     pub(crate) sockets: Vec<(String, std::net::TcpListener)>,
     ready: Option<OwnedFd>,
+    /// `SLUICE_GENERATION`.
+    pub(crate) generation: u32,
 }
+
+/// This process's generation, once read from the environment (the next one is one more).
+static THIS_GENERATION: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 impl Inherited {
     /// Takes the sockets and the readiness pipe named in the environment (and removes the
@@ -57,6 +65,14 @@ impl Inherited {
                 .with_context(|| format!("{READY_FD} is not a descriptor"))?;
             out.ready = Some(owned_fd(fd)?);
         }
+        if let Some(g) = std::env::var_os(GENERATION) {
+            out.generation = g
+                .to_string_lossy()
+                .parse()
+                .with_context(|| format!("{GENERATION} is not a number"))?;
+        }
+        THIS_GENERATION.store(out.generation, std::sync::atomic::Ordering::Relaxed);
+        sluice_proxy::set_quic_generation(out.generation);
         // SAFETY (of the environment change): called at start, before this process starts
         // any thread that reads the environment.
         unsafe_env_remove();
@@ -90,6 +106,7 @@ fn unsafe_env_remove() {
     unsafe {
         std::env::remove_var(LISTEN_FDS);
         std::env::remove_var(READY_FD);
+        std::env::remove_var(GENERATION);
     }
 }
 
@@ -157,6 +174,10 @@ pub(crate) async fn hand_over(sockets: Vec<(String, RawFd)>) -> anyhow::Result<u
         .args(std::env::args_os().skip(1))
         .env(LISTEN_FDS, names.join(","))
         .env(READY_FD, writer_fd.as_raw_fd().to_string())
+        .env(
+            GENERATION,
+            (THIS_GENERATION.load(std::sync::atomic::Ordering::Relaxed) + 1).to_string(),
+        )
         .spawn()
         .context("starting the new binary")?;
     // Only the child holds the write end and the duplicates now: EOF on the pipe means it

@@ -89,6 +89,15 @@ struct Stream {
     responded: bool,
 }
 
+/// The buffer request bodies are read into, made when a stream first has body bytes: most
+/// requests have none, and an idle connection should not hold 16 KiB for them.
+fn upload_buf(buf: &mut Vec<u8>) -> &mut [u8] {
+    if buf.is_empty() {
+        buf.resize(UPLOAD_CHUNK, 0);
+    }
+    buf
+}
+
 /// Serves the connection to its end.
 pub(crate) async fn serve(setup: Setup) {
     let Setup {
@@ -122,7 +131,7 @@ pub(crate) async fn serve(setup: Setup) {
         streams: HashMap::new(),
         out: vec![0; MAX_DATAGRAM],
         unsent: None,
-        upload_buf: vec![0; UPLOAD_CHUNK],
+        upload_buf: Vec::new(),
         goaway: false,
         highest_stream: None,
         unacked: Vec::new(),
@@ -313,10 +322,8 @@ impl Driver {
                         Some(s) if s.upload.is_some() => s.readable = true,
                         // Nobody wants these bytes (the handler answered already).
                         _ => {
-                            while h3
-                                .recv_body(&mut self.conn, id, &mut self.upload_buf)
-                                .is_ok()
-                            {}
+                            let buf = upload_buf(&mut self.upload_buf);
+                            while h3.recv_body(&mut self.conn, id, buf).is_ok() {}
                         }
                     }
                 }
@@ -419,12 +426,11 @@ impl Driver {
                         moved = true;
                     }
                     Demand::Frame if s.readable => {
-                        match h3.recv_body(&mut self.conn, id, &mut self.upload_buf) {
+                        let buf = upload_buf(&mut self.upload_buf);
+                        match h3.recv_body(&mut self.conn, id, buf) {
                             Ok(n) => {
                                 moved = true;
-                                tx.send(Some(Ok(Frame::data(Bytes::copy_from_slice(
-                                    &self.upload_buf[..n],
-                                )))));
+                                tx.send(Some(Ok(Frame::data(Bytes::copy_from_slice(&buf[..n])))));
                             }
                             Err(h3::Error::Done) => s.readable = false,
                             Err(e) => {
@@ -574,6 +580,10 @@ impl Driver {
         for id in finished {
             self.streams.remove(&id);
             self.unacked.push(id);
+        }
+        if self.streams.is_empty() && !self.upload_buf.is_empty() {
+            // An idle connection holds no read buffer (NGINX frees its buffers the same way).
+            self.upload_buf = Vec::new();
         }
         moved
     }

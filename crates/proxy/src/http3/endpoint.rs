@@ -5,6 +5,7 @@
 //! never answered with more than it carried.
 
 use super::connection::{self, Datagram, Setup};
+use super::steering::{self, CID_LEN};
 use crate::listen::connection::Signals;
 use crate::metrics::QuicDropped as Dropped;
 use crate::request::context::ListenerCtx;
@@ -20,9 +21,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
-
-/// The length of the connection IDs this side chooses.
-const CID_LEN: usize = 16;
 
 /// The smallest UDP payload that may carry a client's first Initial (RFC 9000 §14.1).
 const MIN_INITIAL: usize = 1200;
@@ -119,8 +117,10 @@ impl Drop for HalfOpen {
 
 /// A listener's UDP socket on `at`, with `SO_REUSEPORT`: `sluice upgrade` starts the new
 /// process while the old one still holds the port (TCP listeners are handed over; a UDP
-/// socket is bound anew beside the old one, which closes when the old process stops
-/// accepting). A large receive buffer absorbs bursts of Initials.
+/// socket is bound anew beside the old one, which closes when the old process's last QUIC
+/// connection has ended), and the group's selector (`steering`) keeps each connection's
+/// datagrams with the process that accepted it. A large receive buffer absorbs bursts of
+/// Initials.
 pub(crate) fn bind(at: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(Domain::for_address(at), Type::DGRAM, Some(Protocol::UDP))?;
@@ -128,6 +128,7 @@ pub(crate) fn bind(at: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
     let _ = s.set_recv_buffer_size(4 << 20);
     s.set_nonblocking(true)?;
     s.bind(&at.into())?;
+    steering::attach(&s)?;
     UdpSocket::from_std(s.into())
 }
 
@@ -249,7 +250,7 @@ pub(crate) async fn run(
             // Address validation: a Retry costs one small packet and no state; the
             // handshake is spent only on a client that echoes the token from its address.
             let token = tokens.mint(from, &hdr.dcid);
-            let new_scid = random_cid();
+            let new_scid = steering::new_cid();
             match quiche::retry(
                 &hdr.scid,
                 &hdr.dcid,
@@ -274,7 +275,7 @@ pub(crate) async fn run(
                 ctx.metrics.quic_dropped(Dropped::BadToken);
                 continue;
             }
-            None => random_cid(),
+            None => steering::new_cid(),
         };
         let conn = match quiche::accept(&scid, odcid.as_ref(), local, from, cfg) {
             Ok(c) => c,
@@ -315,13 +316,6 @@ pub(crate) async fn run(
             let _ = gone.send(ids);
         });
     }
-}
-
-/// A connection ID of our own.
-fn random_cid() -> ConnectionId<'static> {
-    let mut id = [0u8; CID_LEN];
-    boring::rand::rand_bytes(&mut id).expect("BoringSSL's random generator");
-    ConnectionId::from_vec(id.to_vec())
 }
 
 /// quiche's settings for `listener`: its TLS context (certificates, SNI, tickets, offload),

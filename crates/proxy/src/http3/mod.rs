@@ -5,7 +5,9 @@
 //!   counted;
 //! - `connection`: one connection's task, which drives quiche and HTTP/3 and runs each
 //!   request through the same handler as HTTP/1.1 and HTTP/2;
-//! - `message`: header sections to and from `http` types, checked strictly.
+//! - `message`: header sections to and from `http` types, checked strictly;
+//! - `steering`: connection IDs that name their process, and the kernel-side selector that
+//!   keeps each connection's datagrams with its process while `sluice upgrade` runs two.
 //!
 //! Why quiche directly and not `tokio-quiche`: tokio-quiche (0.20) brings Cloudflare's
 //! `foundations` telemetry stack and runs each connection in its own worker behind an
@@ -20,5 +22,7 @@
 mod connection;
 mod endpoint;
 mod message;
+mod steering;
 
 pub(crate) use endpoint::{bind, run};
+pub use steering::set_generation;

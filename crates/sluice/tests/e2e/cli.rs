@@ -164,7 +164,7 @@ pub(super) fn start_from(
     for line in stdout.by_ref().take(12) {
         let line = line.unwrap();
         let addr = || {
-            line.split("http://")
+            line.split("://")
                 .nth(1)
                 .and_then(|r| r.split('/').next())
                 .and_then(|a| a.parse().ok())

@@ -352,3 +352,101 @@ async fn quic_retry_validates_addresses_before_any_handshake() {
     assert_eq!(m.quic_retries, 1, "{m:?}");
     assert_eq!(m.quic_handshakes, [1, 0]);
 }
+
+/// `sluice upgrade` while QUIC connections download: each connection's datagrams keep
+/// reaching the old process (the downloads need the client's flow-control credit throughout,
+/// so a connection whose packets went to the new process would stall), and new connections
+/// reach the new process (the old one, draining, takes none). Six of each: with the kernel's
+/// hash alone about half of each would go to the wrong process.
+#[test]
+fn an_upgrade_keeps_quic_connections_with_the_old_process_and_new_ones_go_to_the_new() {
+    use crate::cli;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let origin = rt.block_on(Origin::start("o"));
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "site", KeyKind::EcdsaP256, &["a.test"]);
+    let config = format!(
+        r#"
+[log]
+access_log = "off"
+[admin]
+address = "127.0.0.1:0"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+http3 = true
+[listener.tls]
+certificates = ["site"]
+[[certificate]]
+name = "site"
+cert = "site.crt"
+key = "site.key"
+[[upstream]]
+name = "o"
+servers = [{{ address = "{}" }}]
+[[route]]
+name = "all"
+upstream = "o"
+"#,
+        origin.addr
+    );
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, config).unwrap();
+    let pid_file = dir.path().join("sluice.pid");
+    let mut gw = cli::start_from(cli::sluice(), &path, &pid_file);
+    let addr = gw.http;
+    const DRIP: &str = "/drip?n=40&ms=100";
+    let drips: Vec<_> = (0..6)
+        .map(|_| {
+            rt.spawn(h3(
+                addr,
+                &[DRIP],
+                &["--max-data=16K", "--max-stream-data-bidi-local=16K"],
+            ))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+    let out = cli::sluice()
+        .args(["upgrade", "--pid-file"])
+        .arg(&pid_file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let new_pid = cli::pid_in(&pid_file).expect("the new process wrote the pid file");
+    let _stop_new = cli::StopOnDrop(new_pid);
+    for i in 0..6 {
+        let run = rt.block_on(h3(
+            addr,
+            &["/whoami"],
+            &["--handshake-timeout=3s", "--timeout=5s"],
+        ));
+        assert!(
+            run.saved.path().join("whoami").exists(),
+            "new connection {i} after the upgrade was not served: {}",
+            run.output
+        );
+        assert_eq!(run.body("whoami"), b"o");
+    }
+    let whole: Vec<u8> = (0..40).flat_map(|i| drip_chunk(i).to_vec()).collect();
+    for (i, d) in drips.into_iter().enumerate() {
+        let run = rt.block_on(d).unwrap();
+        assert!(run.ok, "download {i}: {}", run.output);
+        assert!(
+            run.body(&DRIP[1..]) == whole,
+            "download {i} across the upgrade is whole: {}",
+            run.output
+        );
+    }
+    assert_eq!(
+        gw.child.wait().unwrap().code(),
+        Some(0),
+        "the old process drained its QUIC connections and exited"
+    );
+    drop(origin);
+}

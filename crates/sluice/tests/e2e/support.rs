@@ -203,6 +203,20 @@ async fn origin_respond(
                 .unwrap_or(0);
             text(format!("{name} got {n} bytes"))
         }
+        // `n` chunks of 2 KiB, one every `ms` milliseconds: a download that lasts.
+        "/drip" => {
+            let (n, ms) = (param("n").unwrap_or(10), param("ms").unwrap_or(100));
+            let (mut tx, body) = http_body_util::Channel::<Bytes, Infallible>::new(2);
+            tokio::spawn(async move {
+                for i in 0..n {
+                    if tx.send_data(drip_chunk(i)).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+            });
+            Response::new(body.boxed())
+        }
         "/hold" => {
             // First chunk now, the rest only when the test says so.
             let (mut tx, body) = http_body_util::Channel::<Bytes, Infallible>::new(2);
@@ -215,6 +229,12 @@ async fn origin_respond(
         }
         _ => text(format!("{name} {path}")),
     })
+}
+
+/// Chunk `i` of the origin's `/drip` (2 KiB of the chunk's number, so a lost or repeated
+/// chunk shows).
+pub fn drip_chunk(i: u64) -> Bytes {
+    Bytes::from(vec![b'a' + (i % 26) as u8; 2048])
 }
 
 /// A WebSocket echo server (raw TCP + tungstenite), as an upstream.
