@@ -430,6 +430,13 @@ pub fn metrics(s: &Sources) -> String {
     }
     family(
         &mut out,
+        "sluice_quic_connections_open",
+        "gauge",
+        "QUIC (HTTP/3) connections open now, handshakes in progress included.",
+    );
+    let _ = writeln!(out, "sluice_quic_connections_open {}", p.quic_open);
+    family(
+        &mut out,
         "sluice_quic_retries_total",
         "counter",
         "QUIC Retry packets sent: new connections asked to prove their address (quic_retry).",
@@ -727,6 +734,29 @@ fn rate_limit_store(s: &Sources) -> serde_json::Value {
     })
 }
 
+/// Each listener as it is bound: its address (a port 0 resolved), what it speaks, and the
+/// UDP address of its HTTP/3 endpoint (the same port number).
+fn listeners(s: &Sources) -> Vec<serde_json::Value> {
+    let snapshot = s.gateway.snapshot();
+    s.gateway
+        .addresses()
+        .into_iter()
+        .map(|(name, bound)| {
+            let l = snapshot.listeners.iter().find(|l| l.name == name);
+            let kind = l.map(|l| match l.kind {
+                sluice_config::ListenerKind::Http => "http",
+                sluice_config::ListenerKind::Tcp(_) => "tcp",
+            });
+            let tls = l.is_some_and(|l| l.tls.is_some());
+            let http3 = l.is_some_and(|l| l.http3);
+            serde_json::json!({
+                "name": name, "address": bound.to_string(), "kind": kind, "tls": tls,
+                "http3": http3.then(|| format!("udp://{bound}")),
+            })
+        })
+        .collect()
+}
+
 /// The JSON status document.
 pub fn status(s: &Sources) -> String {
     let p = s.gateway.metrics().snapshot();
@@ -754,6 +784,13 @@ pub fn status(s: &Sources) -> String {
         "tls_handshakes": p.handshakes.iter().flatten().sum::<u64>(),
         "tls_handshake_failures": p.handshake_failures,
         "tls_handshake_scheduler": handshake_scheduler(s),
+        "listeners": listeners(s),
+        "quic": {
+            "connections_open": p.quic_open,
+            "handshakes": { "full": p.quic_handshakes[0], "resumed": p.quic_handshakes[1] },
+            "retries": p.quic_retries,
+            "dropped": sluice_proxy::QUIC_DROPPED.iter().zip(p.quic_dropped).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
+        },
         "rate_limit_store": rate_limit_store(s),
         "requests": STATUS_CLASSES.iter().zip(p.requests).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
         "offload": { "chain": crypto_chain(s), "crypto": engines, "key_servers": s.gateway.key_offload().key_servers().iter().map(|k| serde_json::json!({

@@ -273,6 +273,8 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
             "requests": requests,
             "handshakes": handshakes,
             "handshake_failures": rates(samples, |x| x.proxy.handshake_failures as f64),
+            // Counted in `handshakes` (TLSv1.3) too: the share that came over QUIC.
+            "quic_handshakes": rates(samples, |x| x.proxy.quic_handshakes.iter().sum::<u64>() as f64),
             "latency_p50_ms": latency_ms(samples, 0.5),
             "latency_p99_ms": latency_ms(samples, 0.99),
             "bytes_in": rates(samples, |x| x.proxy.bytes[0] as f64),
@@ -285,6 +287,8 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
             "requests": now.proxy.requests.iter().sum::<u64>(),
             "handshakes": now.proxy.handshakes.iter().flatten().sum::<u64>(),
             "handshake_failures": now.proxy.handshake_failures,
+            "quic_handshakes": now.proxy.quic_handshakes.iter().sum::<u64>(),
+            "quic_connections_open": now.proxy.quic_open,
             "bytes_in": now.proxy.bytes[0],
             "bytes_out": now.proxy.bytes[1],
         },

@@ -1,5 +1,6 @@
 //! Counters of the data plane, read by the admin listener's `/metrics` and `/status`.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -36,6 +37,8 @@ pub struct ProxyMetrics {
     quic_dropped: [AtomicU64; 7],
     /// Retry packets sent (address validation).
     quic_retries: AtomicU64,
+    /// QUIC connections open now (a gauge), handshakes in progress included.
+    quic_open: AtomicU64,
     /// HTTP request latency, first byte of the request to the end of its response.
     latency: RequestLatency,
 }
@@ -101,6 +104,17 @@ pub struct ProxySnapshot {
     pub quic_dropped: [u64; 7],
     /// Retry packets sent (QUIC address validation).
     pub quic_retries: u64,
+    /// QUIC connections open now, handshakes in progress included.
+    pub quic_open: u64,
+}
+
+/// One open QUIC connection in the `quic_open` gauge, until dropped.
+pub(crate) struct QuicOpen(Arc<ProxyMetrics>);
+
+impl Drop for QuicOpen {
+    fn drop(&mut self) {
+        self.0.quic_open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Why the QUIC endpoint dropped a datagram.
@@ -196,6 +210,12 @@ impl ProxyMetrics {
         self.quic_handshakes[usize::from(resumed)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A QUIC connection opened; it counts as open until the guard is dropped.
+    pub(crate) fn quic_opened(self: &Arc<Self>) -> QuicOpen {
+        self.quic_open.fetch_add(1, Ordering::Relaxed);
+        QuicOpen(self.clone())
+    }
+
     pub(crate) fn quic_retry(&self) {
         self.quic_retries.fetch_add(1, Ordering::Relaxed);
     }
@@ -225,6 +245,7 @@ impl ProxyMetrics {
             quic_handshakes: std::array::from_fn(|i| l(&self.quic_handshakes[i])),
             quic_dropped: std::array::from_fn(|i| l(&self.quic_dropped[i])),
             quic_retries: l(&self.quic_retries),
+            quic_open: l(&self.quic_open),
         }
     }
 }

@@ -113,6 +113,7 @@ pub(crate) async fn serve(setup: Setup) {
         signals,
     } = setup;
     let deadline = Instant::now() + listener.config.header_read_timeout;
+    let _open = listener.metrics.quic_opened();
     let mut driver = Driver {
         conn,
         h3: None,

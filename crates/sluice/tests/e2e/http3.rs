@@ -450,3 +450,64 @@ upstream = "o"
     );
     drop(origin);
 }
+
+/// The QUIC side is visible where an operator looks: `/status` lists the listener with its
+/// UDP address and counts QUIC connections and handshakes, `/metrics` has the open gauge, the
+/// dashboard's data has the QUIC share of handshakes; the gauge falls back to 0 when the
+/// connection ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quic_side_shows_on_status_metrics_and_the_dashboard() {
+    let (gw, _o) = gateway("[\"pool\"]").await;
+    let addr = gw.addr("https");
+    let (admin, _task) = admin_for(&gw).await;
+    let status = || async move {
+        let got = http1_get(admin, "admin", "/status").await;
+        assert_eq!(got.status, 200);
+        serde_json::from_str::<serde_json::Value>(&got.body).unwrap()
+    };
+    let s = status().await;
+    assert_eq!(s["listeners"][0]["name"], "https");
+    assert_eq!(s["listeners"][0]["kind"], "http");
+    assert_eq!(s["listeners"][0]["tls"], true);
+    assert_eq!(s["listeners"][0]["http3"], format!("udp://{addr}"));
+    assert_eq!(s["quic"]["connections_open"], 0);
+
+    let download = tokio::spawn(async move { h3(addr, &["/drip?n=20&ms=100"], &[]).await });
+    let mut open = serde_json::Value::Null;
+    for _ in 0..200 {
+        open = status().await["quic"]["connections_open"].clone();
+        if open == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(open, 1, "the download's connection counted as open");
+    let run = download.await.unwrap();
+    assert!(run.ok, "{}", run.output);
+
+    let mut s = serde_json::Value::Null;
+    for _ in 0..500 {
+        s = status().await;
+        if s["quic"]["connections_open"] == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(s["quic"]["connections_open"], 0, "{s}");
+    assert_eq!(s["quic"]["handshakes"]["full"], 1, "{s}");
+    assert_eq!(s["quic"]["dropped"]["unparsable"], 0, "{s}");
+    let metrics = http1_get(admin, "admin", "/metrics").await.body;
+    assert!(
+        metrics.contains("\nsluice_quic_connections_open 0\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_quic_handshakes_total{resumed=\"false\"} 1\n"),
+        "{metrics}"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&http1_get(admin, "admin", "/api/v1/stats").await.body).unwrap();
+    assert_eq!(stats["totals"]["quic_handshakes"], 1, "{stats}");
+    assert_eq!(stats["totals"]["quic_connections_open"], 0, "{stats}");
+    assert!(stats["series"]["quic_handshakes"].is_array(), "{stats}");
+}
