@@ -14,26 +14,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Where `scripts/deps` puts the Go tools it builds (`SLUICE_TOOLS` overrides).
-fn tool(name: &str) -> PathBuf {
-    let var = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    let dir = var("SLUICE_TOOLS")
-        .or_else(|| var("XDG_CACHE_HOME").map(|c| c.join("sluice/bin")))
-        .or_else(|| var("HOME").map(|h| h.join(".cache/sluice/bin")))
-        .unwrap_or_default();
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/deps, which builds {name} (a Go module) into ~/.cache/sluice/bin",
-        path.display()
-    );
-    path
-}
-
 /// Pebble on 127.0.0.1, validating against the given challenge ports through `dns`.
 struct Pebble {
     child: Child,

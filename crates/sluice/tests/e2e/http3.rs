@@ -511,3 +511,49 @@ async fn the_quic_side_shows_on_status_metrics_and_the_dashboard() {
     assert_eq!(stats["totals"]["quic_connections_open"], 0, "{stats}");
     assert!(stats["series"]["quic_handshakes"].is_array(), "{stats}");
 }
+
+/// A second, independent HTTP/3 stack: aioquic (PyPI; `crates/sluice/tests/e2e/h3client.py`)
+/// sends a page, a 1 MB body and a 300 KB upload at once on one connection (three streams in
+/// flight together) and gets each whole, with ALPN h3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aioquic_fetches_pages_bodies_and_uploads_on_concurrent_streams() {
+    let (gw, _o) = gateway("[\"pool\"]").await;
+    let addr = gw.addr("https");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/h3client.py");
+    let out = tokio::process::Command::new(tool("aioquic/bin/python3"))
+        .arg(script)
+        .args(["--sni", "a.test", "--port", &addr.port().to_string()])
+        .args(["/whoami", "/bytes?n=1000000", "POST:/upload:307200"])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("aioquic's client finished")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(lines[0]["alpn"], "h3");
+    assert_eq!(lines[1]["status"], 200);
+    assert_eq!(lines[1]["body"], "o");
+    assert_eq!(lines[2]["status"], 200);
+    assert_eq!(lines[2]["body_len"], 1_000_000);
+    let pattern: Vec<u8> = (0..1_000_000)
+        .map(|i| b"0123456789abcdef"[i % 16])
+        .collect();
+    let digest = boring::hash::hash(boring::hash::MessageDigest::sha256(), &pattern).unwrap();
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(lines[2]["sha256"], hex);
+    assert_eq!(lines[3]["status"], 200);
+    assert_eq!(lines[3]["body"], "o got 307200 bytes");
+    let m = gw.gateway().metrics().snapshot();
+    assert_eq!(m.quic_handshakes, [1, 0], "one connection for all three");
+}

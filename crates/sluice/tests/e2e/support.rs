@@ -949,3 +949,24 @@ pub async fn headless_chromium(url: &str, extra: &[String]) -> (String, String) 
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A tool `scripts/deps` builds or installs into its cache (`SLUICE_TOOLS` overrides): the Go
+/// tools, and aioquic's virtual environment (`aioquic/bin/python3`).
+pub fn tool(name: &str) -> std::path::PathBuf {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    let dir = var("SLUICE_TOOLS")
+        .or_else(|| var("XDG_CACHE_HOME").map(|c| c.join("sluice/bin")))
+        .or_else(|| var("HOME").map(|h| h.join(".cache/sluice/bin")))
+        .unwrap_or_default();
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/deps, which puts {name} into ~/.cache/sluice/bin",
+        path.display()
+    );
+    path
+}
