@@ -110,6 +110,9 @@ struct RunningListener {
     draining: watch::Sender<bool>,
     force: CancellationToken,
     connections: TaskTracker,
+    /// Open connections against `max_connections` and `max_connections_per_client`, TCP and
+    /// QUIC together.
+    counts: Arc<crate::listen::conn_limit::ConnCounts>,
 }
 
 impl RunningListener {
@@ -880,6 +883,7 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
     let (draining, draining_rx) = watch::channel(false);
     let force = CancellationToken::new();
     let connections = TaskTracker::new();
+    let counts = Arc::new(crate::listen::conn_limit::ConnCounts::default());
     let name = ctx.name.to_string();
     let configured = ctx.config.address;
     let slot = Arc::new(ArcSwap::new(ctx));
@@ -894,7 +898,7 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
         slot.clone(),
         signals,
         connections.clone(),
-        Arc::new(crate::listen::conn_limit::ConnCounts::default()),
+        counts.clone(),
     ));
     RunningListener {
         name,
@@ -907,6 +911,7 @@ fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener
         draining,
         force,
         connections,
+        counts,
     }
 }
 
@@ -924,5 +929,6 @@ fn spawn_quic(udp: UdpSocket, l: &RunningListener) -> JoinHandle<()> {
         l.ctx.clone(),
         signals,
         l.connections.clone(),
+        l.counts.clone(),
     ))
 }

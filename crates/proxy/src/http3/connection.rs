@@ -45,6 +45,8 @@ pub(crate) struct Setup {
     pub(crate) handshake: QuicHandshake,
     /// Its place among the listener's handshakes in progress (for `quic_retry = "auto"`).
     pub(crate) half_open: super::endpoint::HalfOpen,
+    /// Its place under the listener's connection limits, given back when it ends.
+    pub(crate) place: crate::listen::conn_limit::ConnSlot,
     pub(crate) datagrams: mpsc::Receiver<Datagram>,
     pub(crate) socket: Arc<UdpSocket>,
     pub(crate) local: SocketAddr,
@@ -104,6 +106,7 @@ pub(crate) async fn serve(setup: Setup) {
         conn,
         handshake,
         half_open,
+        place: _place,
         datagrams,
         socket,
         local,

@@ -6,6 +6,7 @@
 
 use super::connection::{self, Datagram, Setup};
 use super::steering::{self, CID_LEN};
+use crate::listen::conn_limit::{ConnCounts, Refusal};
 use crate::listen::connection::Signals;
 use crate::metrics::QuicDropped as Dropped;
 use crate::request::context::ListenerCtx;
@@ -140,6 +141,7 @@ pub(crate) async fn run(
     slot: Arc<ArcSwap<ListenerCtx>>,
     signals: Signals,
     connections: TaskTracker,
+    counts: Arc<ConnCounts>,
 ) {
     let Ok(local) = socket.local_addr() else {
         return;
@@ -277,6 +279,20 @@ pub(crate) async fn run(
             }
             None => steering::new_cid(),
         };
+        // The listener's connection limits, QUIC and TCP together; over them, the client's
+        // Initial is dropped (it tries again, or falls back to TCP).
+        let cfg_limits = &current.config;
+        let place = match counts.admit(
+            from.ip(),
+            cfg_limits.max_connections,
+            cfg_limits.max_connections_per_client,
+        ) {
+            Ok(p) => p,
+            Err(why) => {
+                ctx.metrics.connection_refused(why == Refusal::Client);
+                continue;
+            }
+        };
         let conn = match quiche::accept(&scid, odcid.as_ref(), local, from, cfg) {
             Ok(c) => c,
             Err(e) => {
@@ -302,6 +318,7 @@ pub(crate) async fn run(
             conn,
             handshake: QuicHandshake::new(tls),
             half_open: HalfOpen::new(&half_open),
+            place,
             datagrams: rx,
             socket: socket.clone(),
             local,

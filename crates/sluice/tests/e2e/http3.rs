@@ -557,3 +557,47 @@ async fn aioquic_fetches_pages_bodies_and_uploads_on_concurrent_streams() {
     let m = gw.gateway().metrics().snapshot();
     assert_eq!(m.quic_handshakes, [1, 0], "one connection for all three");
 }
+
+/// `max_connections` counts QUIC connections with TCP ones: while a QUIC connection holds
+/// the only place, a second QUIC connection and a TCP one are refused and counted; once it
+/// ends, QUIC is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_counts_quic_and_tcp_together() {
+    let (gw, _o, _) = gateway_with("[\"pool\"]", "max_connections = 1").await;
+    let addr = gw.addr("https");
+    let download = tokio::spawn(async move { h3(addr, &["/drip?n=20&ms=100"], &[]).await });
+    let metrics = gw.gateway().metrics();
+    wait_until(|| metrics.snapshot().quic_open == 1).await;
+
+    let late = h3(
+        addr,
+        &["/whoami"],
+        &["--handshake-timeout=1s", "--timeout=2s"],
+    )
+    .await;
+    assert!(
+        !late.saved.path().join("whoami").exists(),
+        "a second connection over max_connections: {}",
+        late.output
+    );
+    let tcp = tls_connect(
+        addr,
+        &ClientOpts {
+            sni: Some("a.test"),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(tcp.is_err(), "a TCP connection while QUIC holds the place");
+    assert!(
+        metrics.snapshot().connections_refused[0] >= 2,
+        "{:?}",
+        metrics.snapshot()
+    );
+
+    let run = download.await.unwrap();
+    assert!(run.ok, "{}", run.output);
+    wait_until(|| metrics.snapshot().quic_open == 0).await;
+    let run = h3(addr, &["/whoami"], &[]).await;
+    assert_eq!(run.body("whoami"), b"o", "{}", run.output);
+}
