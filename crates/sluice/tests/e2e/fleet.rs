@@ -504,8 +504,10 @@ enabled = true
     assert!(String::from_utf8_lossy(&failed.stderr).contains("keyring"));
 }
 
+/// The fleet's ticket keys: a session from gateway A resumes on gateway B, over TCP and over
+/// QUIC (`http3 = true` in each machine's file; routes and certificates from etcd).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_ticket_from_one_gateway_resumes_on_another() {
+async fn a_session_ticket_from_one_gateway_resumes_on_another_over_tcp_and_quic() {
     let etcd = Etcd::start().await;
     let origin = Origin::start("A").await;
     let dir = fleet_dir();
@@ -517,7 +519,9 @@ async fn a_session_ticket_from_one_gateway_resumes_on_another() {
     );
     // The certificate goes into etcd through the admin API of a gateway (key sealed).
     let https = |port: u16| {
-        format!("[[listener]]\nname = \"https\"\naddress = \"127.0.0.1:{port}\"\n[listener.tls]\n")
+        format!(
+            "[[listener]]\nname = \"https\"\naddress = \"127.0.0.1:{port}\"\nhttp3 = true\n[listener.tls]\n"
+        )
     };
     let client = etcd.client("/sluice").await;
     etcd_put(
@@ -561,6 +565,21 @@ async fn a_session_ticket_from_one_gateway_resumes_on_another() {
     assert!(!resumed);
     let (resumed, _) = crate::tls::resumable(b_addr, version, ticket).await;
     assert!(resumed, "gateway B resumes gateway A's session");
+    // Over QUIC too: the fleet's ticket keys are in the HTTP/3 side's TLS context, and the
+    // route from etcd serves HTTP/3.
+    let session = dir.path().join("quic.session");
+    let resume = [format!("--session-file={}", session.display())];
+    let resume: Vec<&str> = resume.iter().map(String::as_str).collect();
+    let run = crate::http3::h3(a_addr, &["/whoami"], &resume).await;
+    assert_eq!(run.body("whoami"), b"A", "{}", run.output);
+    assert!(session.exists(), "gateway A sent a ticket over QUIC");
+    let run = crate::http3::h3(b_addr, &["/whoami"], &resume).await;
+    assert_eq!(run.body("whoami"), b"A", "{}", run.output);
+    let metrics = admin(&b, "GET", "/metrics", None, None).await.body;
+    assert!(
+        metrics.contains("sluice_quic_handshakes_total{resumed=\"true\"} 1\n"),
+        "gateway B resumed gateway A's QUIC session:\n{metrics}"
+    );
     // The HTTPS listeners have no other certificate: deleting it would break their own
     // files' configuration, so it is refused (and etcd keeps it).
     let refused = admin(&a, "DELETE", "/api/v1/certificates/site", None, None).await;
