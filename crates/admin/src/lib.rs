@@ -189,15 +189,26 @@ pub fn metrics(s: &Sources) -> String {
         &mut out,
         "sluice_tls_handshakes_total",
         "counter",
-        "Completed TLS handshakes.",
+        "Completed TLS handshakes, by version, resumption and transport (quic: HTTP/3, always TLSv1.3).",
     );
     for (v, version) in TLS_VERSIONS.iter().enumerate() {
         for (r, resumed) in ["false", "true"].iter().enumerate() {
+            let quic = if *version == "TLSv1.3" {
+                p.quic_handshakes[r]
+            } else {
+                0
+            };
             let _ = writeln!(
                 out,
-                "sluice_tls_handshakes_total{{version=\"{version}\",resumed=\"{resumed}\"}} {}",
-                p.handshakes[v][r]
+                "sluice_tls_handshakes_total{{version=\"{version}\",resumed=\"{resumed}\",transport=\"tcp\"}} {}",
+                p.handshakes[v][r].saturating_sub(quic)
             );
+            if *version == "TLSv1.3" {
+                let _ = writeln!(
+                    out,
+                    "sluice_tls_handshakes_total{{version=\"{version}\",resumed=\"{resumed}\",transport=\"quic\"}} {quic}"
+                );
+            }
         }
     }
     family(
@@ -419,7 +430,7 @@ pub fn metrics(s: &Sources) -> String {
         &mut out,
         "sluice_quic_handshakes_total",
         "counter",
-        "QUIC (HTTP/3) handshakes completed, by whether the session was resumed; also counted in sluice_tls_handshakes_total.",
+        "QUIC (HTTP/3) handshakes completed, by whether the session was resumed; also in sluice_tls_handshakes_total{transport=\"quic\"}.",
     );
     for (i, resumed) in ["false", "true"].iter().enumerate() {
         let _ = writeln!(

@@ -501,10 +501,13 @@ async fn the_quic_side_shows_on_status_metrics_and_the_dashboard() {
         metrics.contains("\nsluice_quic_connections_open 0\n"),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("sluice_quic_handshakes_total{resumed=\"false\"} 1\n"),
-        "{metrics}"
-    );
+    for line in [
+        "sluice_quic_handshakes_total{resumed=\"false\"} 1\n",
+        "sluice_tls_handshakes_total{version=\"TLSv1.3\",resumed=\"false\",transport=\"quic\"} 1\n",
+        "sluice_tls_handshakes_total{version=\"TLSv1.3\",resumed=\"false\",transport=\"tcp\"} 0\n",
+    ] {
+        assert!(metrics.contains(line), "no {line} in:\n{metrics}");
+    }
     let stats: serde_json::Value =
         serde_json::from_str(&http1_get(admin, "admin", "/api/v1/stats").await.body).unwrap();
     assert_eq!(stats["totals"]["quic_handshakes"], 1, "{stats}");
