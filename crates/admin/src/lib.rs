@@ -11,6 +11,7 @@
 mod api;
 pub mod build_label;
 mod certificates;
+mod config_state;
 mod health;
 mod stats;
 
@@ -508,7 +509,7 @@ pub fn metrics(s: &Sources) -> String {
     key_servers(&mut out, &s.gateway.key_offload().key_servers());
     health::metrics(&mut out, s);
     certificates::metrics(&mut out);
-    api::config_metrics(&mut out, s);
+    config_state::config_metrics(&mut out, s);
     out
 }
 
@@ -788,7 +789,7 @@ pub fn status(s: &Sources) -> String {
         "version": env!("CARGO_PKG_VERSION"),
         "build": build_label::label(),
         "uptime_s": s.started.elapsed().as_secs(),
-        "config": api::config_status(s),
+        "config": config_state::config_status(s),
         "upstreams": health::status(s),
         "acme": certificates::status(),
         "ocsp": certificates::ocsp_status(),

@@ -267,7 +267,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
         "build": crate::build_label::label(),
         "uptime_s": s.started.elapsed().as_secs(),
         "interval_s": PERIOD.as_secs_f64(),
-        "config": crate::api::config_status(s),
+        "config": crate::config_state::config_status(s),
         "series": {
             "t": t,
             "requests": requests,

@@ -1,8 +1,8 @@
 //! Reload orchestration: read the source, validate, apply, remember the outcome.
 
-use sluice_config::{
-    CertCache, ConfigError, LoadError, Snapshot, load_file_cached, load_str_cached,
-};
+use crate::outcome::{ReloadError, ReloadOutcome};
+use crate::shared::{SharedObjects, compose_blocking};
+use sluice_config::{CertCache, LoadError, Snapshot, load_file_cached, load_str_cached};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -51,42 +51,6 @@ impl Source {
     }
 }
 
-/// Why a reload did not apply.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum ReloadError {
-    /// The configuration has errors; each is located in its source.
-    #[error("{} error(s) in the configuration; the running configuration is unchanged", .0.len())]
-    Invalid(Vec<ConfigError>),
-    /// The configuration file could not be read.
-    #[error("{0}; the running configuration is unchanged")]
-    Read(String),
-    /// The configuration is valid but the gateway could not apply it.
-    #[error("{0}; the running configuration is unchanged")]
-    Apply(String),
-}
-
-impl ReloadError {
-    /// The located errors (empty for a read or apply failure).
-    pub fn errors(&self) -> &[ConfigError] {
-        match self {
-            ReloadError::Invalid(e) => e,
-            _ => &[],
-        }
-    }
-}
-
-/// A reload that applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReloadOutcome {
-    /// The revision now serving.
-    pub revision: String,
-    /// The revision before.
-    pub previous: String,
-    /// What the data plane changed.
-    pub summary: String,
-}
-
 /// The last reload attempt that failed.
 #[derive(Debug, Clone)]
 pub struct Failure {
@@ -126,7 +90,7 @@ pub struct Controller {
     pub(crate) serial: tokio::sync::Mutex<()>,
     status: Mutex<Status>,
     /// Fleet mode: where the shared objects come from.
-    pub(crate) shared: std::sync::OnceLock<Arc<dyn crate::SharedObjects>>,
+    pub(crate) shared: std::sync::OnceLock<Arc<dyn SharedObjects>>,
     ok: AtomicU64,
     failed: AtomicU64,
 }
@@ -231,9 +195,7 @@ impl Controller {
         let text = source_text(&source).map_err(ReloadError::Read)?;
         let (name, base_dir) = naming(&source);
         let snapshot = match self.shared() {
-            Some(store) => {
-                crate::shared::compose_blocking(store.clone(), Some(text.clone())).await?
-            }
+            Some(store) => compose_blocking(store.clone(), Some(text.clone())).await?,
             None => self.validate(text.clone(), name, base_dir).await?,
         };
         let outcome = self.apply(snapshot).await?;
@@ -322,4 +284,34 @@ pub(crate) fn text_hash(text: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     text.hash(&mut h);
     h.finish()
+}
+
+/// Fleet mode: the store of the shared objects.
+impl Controller {
+    /// Makes `store` the source of the shared objects from now on (fleet mode).
+    pub fn set_shared(&self, store: Arc<dyn SharedObjects>) {
+        let _ = self.shared.set(store);
+    }
+
+    /// The shared objects' store, in fleet mode.
+    pub fn shared(&self) -> Option<&Arc<dyn SharedObjects>> {
+        self.shared.get()
+    }
+
+    /// Composes the configuration again from the store's current objects and applies it: what
+    /// the store calls after a change arrived. Serialized with reloads and edits.
+    pub async fn refresh(&self) -> Result<ReloadOutcome, ReloadError> {
+        let _serial = self.serial.lock().await;
+        let result = async {
+            let store = self
+                .shared()
+                .cloned()
+                .ok_or_else(|| ReloadError::Read("no shared store in this gateway".into()))?;
+            let snapshot = compose_blocking(store, None).await?;
+            self.apply(snapshot).await
+        }
+        .await;
+        self.record(&result);
+        result
+    }
 }

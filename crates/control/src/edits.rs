@@ -1,9 +1,9 @@
 //! [`Controller`]'s edit operations: read, put and delete one object of the configuration,
 //! with optimistic concurrency on the running revision.
 
-use crate::controller::{Controller, naming, source_text, text_hash};
+use crate::controller::{Controller, Source, naming, source_text, text_hash};
 use crate::edit::{self, EditError, Kind};
-use crate::{ReloadError, Source};
+use crate::outcome::ReloadError;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 

@@ -13,13 +13,13 @@
 mod controller;
 mod edit;
 mod edits;
+mod outcome;
 mod shared;
 
-pub use controller::{
-    Controller, Failure, ReloadError, ReloadOutcome, Source, Status, Target, TargetFuture,
-};
+pub use controller::{Controller, Failure, Source, Status, Target, TargetFuture};
 pub use edit::{EditError, Kind, locate};
 pub use edits::{Written, check_name};
+pub use outcome::{ReloadError, ReloadOutcome};
 pub use shared::{SharedObjects, StoreFuture, StoredObject};
 
 #[cfg(test)]

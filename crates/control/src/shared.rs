@@ -5,9 +5,8 @@
 //! still serializes every change: a reload of the local file and a change from the store both
 //! compose under its lock, so one can never overwrite the other with an older view.
 
-use crate::controller::Controller;
 use crate::edit::{EditError, Kind};
-use crate::{ReloadError, ReloadOutcome};
+use crate::outcome::ReloadError;
 use serde_json::Value;
 use sluice_config::Snapshot;
 use std::future::Future;
@@ -59,35 +58,6 @@ pub trait SharedObjects: Send + Sync {
     fn status(&self) -> Value;
     /// The store's families in `/metrics`.
     fn metrics(&self, out: &mut String);
-}
-
-impl Controller {
-    /// Makes `store` the source of the shared objects from now on (fleet mode).
-    pub fn set_shared(&self, store: Arc<dyn SharedObjects>) {
-        let _ = self.shared.set(store);
-    }
-
-    /// The shared objects' store, in fleet mode.
-    pub fn shared(&self) -> Option<&Arc<dyn SharedObjects>> {
-        self.shared.get()
-    }
-
-    /// Composes the configuration again from the store's current objects and applies it: what
-    /// the store calls after a change arrived. Serialized with reloads and edits.
-    pub async fn refresh(&self) -> Result<ReloadOutcome, ReloadError> {
-        let _serial = self.serial.lock().await;
-        let result = async {
-            let store = self
-                .shared()
-                .cloned()
-                .ok_or_else(|| ReloadError::Read("no shared store in this gateway".into()))?;
-            let snapshot = compose_blocking(store, None).await?;
-            self.apply(snapshot).await
-        }
-        .await;
-        self.record(&result);
-        result
-    }
 }
 
 /// [`SharedObjects::compose`] on a blocking thread.

@@ -5,9 +5,9 @@
 //! write), atomically (temporary file, then rename), mode 0600: it holds sealed private keys.
 
 use crate::objects::{Objects, Slot, Stored};
-use crate::sync::Fleet;
 use serde_json::Value;
 use std::path::Path;
+use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -89,20 +89,29 @@ pub(crate) fn read(path: &Path, prefix: &str) -> Result<Objects, String> {
     Ok(objects)
 }
 
+/// What the cache writer reads from the fleet (implemented by `sync::Fleet`; a trait so that
+/// this module does not depend on the one that starts it).
+pub(crate) trait Cached: Send + Sync + 'static {
+    /// The cache file and the prefix, `None` without `cache_file`.
+    fn cache_target(&self) -> Option<(PathBuf, String)>;
+    /// A copy of the objects now serving.
+    fn objects(&self) -> Arc<Objects>;
+}
+
 /// Writes the cache after changes, at most once a second, until the fleet goes.
-pub(crate) async fn writer(fleet: Weak<Fleet>, dirty: Arc<Notify>) {
+pub(crate) async fn writer<F: Cached>(fleet: Weak<F>, dirty: Arc<Notify>) {
     loop {
         dirty.notified().await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let Some(f) = fleet.upgrade() else { return };
-        let Some(path) = f.source.cache_file.clone() else {
+        let Some((path, prefix)) = f.cache_target() else {
             return;
         };
         // Copying 40,000 objects' bytes and writing them is background work: idle priority.
         let write = tokio::task::spawn_blocking(move || {
             sluice_offload::idle::run_idle(move || {
-                let objects = f.lock().objects.clone();
-                let bytes = to_json(&objects, &f.source.prefix);
+                let objects = f.objects();
+                let bytes = to_json(&objects, &prefix);
                 crate::compose::write_private(&path, &bytes)
                     .map_err(|e| format!("{}: {e}", path.display()))
             })

@@ -397,3 +397,36 @@ pub(crate) fn unix(t: SystemTime) -> f64 {
 pub(crate) fn slot(kind: sluice_control::Kind, name: &str) -> Slot {
     Slot::Object(kind, name.to_owned())
 }
+
+impl crate::cache::Cached for Fleet {
+    fn cache_target(&self) -> Option<(std::path::PathBuf, String)> {
+        let path = self.source.cache_file.clone()?;
+        Some((path, self.source.prefix.clone()))
+    }
+
+    fn objects(&self) -> Arc<Objects> {
+        self.lock().objects.clone()
+    }
+}
+
+impl crate::rotation::Rotated for Fleet {
+    fn rotation(&self) -> Duration {
+        self.source.ticket_key_rotation
+    }
+
+    fn keyring(&self) -> Keyring {
+        Keyring::new(self.source.keyring.clone())
+    }
+
+    fn prefix(&self) -> &str {
+        &self.source.prefix
+    }
+
+    fn ticket_keys(&self) -> Option<crate::objects::Stored> {
+        self.lock().objects.slots.get(&Slot::TicketKeys).cloned()
+    }
+
+    async fn client(&self) -> Result<Etcd, String> {
+        Fleet::client(self).await
+    }
+}

@@ -46,7 +46,7 @@ pub use request::access_log::AccessLog;
 pub use request::compression::Compressor;
 pub use request::error::ProxyError;
 pub use request::router::Router;
-pub use upstreams::dns::DnsReport;
+pub use upstreams::upstream::DnsReport;
 pub use upstreams::upstream::{ServerHealthReport, UpstreamHealth};
 
 #[cfg(test)]

@@ -9,7 +9,6 @@ mod instance;
 mod run;
 mod service;
 mod speed;
-mod speed_compress;
 mod upgrade;
 
 use clap::{Parser, Subcommand};

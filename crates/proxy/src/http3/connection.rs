@@ -26,6 +26,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::UdpSocket;
@@ -44,7 +45,7 @@ pub(crate) struct Setup {
     pub(crate) conn: quiche::Connection,
     pub(crate) handshake: QuicHandshake,
     /// Its place among the listener's handshakes in progress (for `quic_retry = "auto"`).
-    pub(crate) half_open: super::endpoint::HalfOpen,
+    pub(crate) half_open: HalfOpen,
     /// Its place under the listener's connection limits, given back when it ends.
     pub(crate) place: crate::listen::conn_limit::ConnSlot,
     pub(crate) datagrams: mpsc::Receiver<Datagram>,
@@ -54,6 +55,29 @@ pub(crate) struct Setup {
     pub(crate) listener: Arc<ListenerCtx>,
     pub(crate) slot: Arc<ArcSwap<ListenerCtx>>,
     pub(crate) signals: Signals,
+}
+
+/// Counts a connection among the handshakes in progress until it is established or gone.
+pub(crate) struct HalfOpen(Option<Arc<AtomicUsize>>);
+
+impl HalfOpen {
+    pub(crate) fn new(count: &Arc<AtomicUsize>) -> HalfOpen {
+        count.fetch_add(1, Ordering::Relaxed);
+        HalfOpen(Some(count.clone()))
+    }
+
+    /// The handshake finished.
+    pub(crate) fn done(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for HalfOpen {
+    fn drop(&mut self) {
+        self.done();
+    }
 }
 
 /// HTTP/3 error codes (RFC 9114 §8.1).
@@ -161,7 +185,7 @@ struct Driver {
     conn: quiche::Connection,
     h3: Option<h3::Connection>,
     handshake: QuicHandshake,
-    half_open: super::endpoint::HalfOpen,
+    half_open: HalfOpen,
     datagrams: mpsc::Receiver<Datagram>,
     socket: Arc<UdpSocket>,
     local: SocketAddr,
@@ -647,5 +671,24 @@ impl Driver {
     fn close(&mut self, code: u64) {
         let app = self.h3.is_some();
         let _ = self.conn.close(app, code, b"");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_open_counts_until_done_or_dropped() {
+        let n = Arc::new(AtomicUsize::new(0));
+        let mut a = HalfOpen::new(&n);
+        let b = HalfOpen::new(&n);
+        assert_eq!(n.load(Ordering::Relaxed), 2);
+        a.done();
+        a.done();
+        assert_eq!(n.load(Ordering::Relaxed), 1, "done once only");
+        drop(b);
+        drop(a);
+        assert_eq!(n.load(Ordering::Relaxed), 0);
     }
 }

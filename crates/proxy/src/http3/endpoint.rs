@@ -4,7 +4,7 @@
 //! Initial too short to be one, a connection whose queue is full) is dropped and counted,
 //! never answered with more than it carried.
 
-use super::connection::{self, Datagram, Setup};
+use super::connection::{self, Datagram, HalfOpen, Setup};
 use super::steering::{self, CID_LEN};
 use crate::listen::conn_limit::{ConnCounts, Refusal};
 use crate::listen::connection::Signals;
@@ -90,29 +90,6 @@ impl Tokens {
         let age = Self::now().checked_sub(minted)?;
         (odcid.len() == n && age <= TOKEN_LIFETIME.as_secs())
             .then(|| ConnectionId::from_vec(odcid.to_vec()))
-    }
-}
-
-/// Counts a connection among the handshakes in progress until it is established or gone.
-pub(crate) struct HalfOpen(Option<Arc<AtomicUsize>>);
-
-impl HalfOpen {
-    fn new(count: &Arc<AtomicUsize>) -> HalfOpen {
-        count.fetch_add(1, Ordering::Relaxed);
-        HalfOpen(Some(count.clone()))
-    }
-
-    /// The handshake finished.
-    pub(crate) fn done(&mut self) {
-        if let Some(c) = self.0.take() {
-            c.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for HalfOpen {
-    fn drop(&mut self) {
-        self.done();
     }
 }
 
@@ -414,19 +391,5 @@ mod tests {
         // The same minted now is good.
         let fresh = t.mint(peer(1), &[1, 2, 3, 4]);
         assert!(t.validate(peer(1), &fresh).is_some());
-    }
-
-    #[test]
-    fn half_open_counts_until_done_or_dropped() {
-        let n = Arc::new(AtomicUsize::new(0));
-        let mut a = HalfOpen::new(&n);
-        let b = HalfOpen::new(&n);
-        assert_eq!(n.load(Ordering::Relaxed), 2);
-        a.done();
-        a.done();
-        assert_eq!(n.load(Ordering::Relaxed), 1, "done once only");
-        drop(b);
-        drop(a);
-        assert_eq!(n.load(Ordering::Relaxed), 0);
     }
 }

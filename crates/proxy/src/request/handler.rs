@@ -1,15 +1,14 @@
 //! The proxy handler: one client request in, one response out.
 
-use crate::body::{OnDone, ProxyBody, TrackedBody};
+use crate::body::{ProxyBody, TrackedBody};
 use crate::http1::ClientBody;
-use crate::request::access_log::{AccessLog, Entry};
+use crate::request::access_log::Entry;
 use crate::request::compression::RequestFacts;
-use crate::request::conn_state::ConnState;
 use crate::request::context::ConnCtx;
+use crate::request::done::{Done, failure};
 use crate::request::error::Failure;
 use crate::request::forward::head_size;
 use crate::request::policy;
-use crate::upstreams::upstream::ActiveGuard;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
@@ -17,7 +16,7 @@ use http_body_util::{BodyExt, Full};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Instant, SystemTime};
 
 /// Each HTTP/1.1 connection's requests come here (`http1::serve`).
@@ -28,38 +27,6 @@ impl crate::http1::Service for ConnCtx {
 
     fn max_head(&self) -> usize {
         self.listener.config.max_header_bytes
-    }
-}
-
-/// Finishes a request's bookkeeping when its response body is done or dropped.
-pub(super) struct Done {
-    pub(super) entry: Entry,
-    pub(super) start: Instant,
-    pub(super) bytes_in: Arc<AtomicU64>,
-    pub(super) log: AccessLog,
-    pub(super) state: Arc<ConnState>,
-    pub(super) metrics: Arc<crate::ProxyMetrics>,
-    /// Returned in `X-Request-Id` on every response, errors included.
-    pub(super) request_id: Option<HeaderValue>,
-    /// A gRPC call: the gateway's own failures answer as gRPC errors.
-    pub(super) grpc: bool,
-    pub(super) _server: Option<ActiveGuard>,
-}
-
-impl OnDone for Done {
-    fn done(&mut self, bytes_out: u64, complete: bool) {
-        self.entry.bytes_out = bytes_out;
-        self.entry.bytes_in = self.bytes_in.load(Ordering::Relaxed);
-        self.entry.duration = self.start.elapsed();
-        self.entry.aborted = !complete;
-        self.log.log(&self.entry);
-        self.metrics.response(
-            self.entry.status,
-            self.entry.bytes_in,
-            bytes_out,
-            self.entry.duration,
-        );
-        self.state.request_finished();
     }
 }
 
@@ -209,7 +176,7 @@ async fn serve(
     }
     if let Some(a) = &route.answer {
         let vars = policy::Vars {
-            host: host_name(&host),
+            host: policy::host_name(&host),
             uri: req.uri(),
             https: listener.tls.is_some(),
             client,
@@ -240,21 +207,6 @@ async fn serve(
     .await)
 }
 
-/// The host without a port, for `$host`.
-pub(super) fn host_name(host: &str) -> &str {
-    match host.rsplit_once(':') {
-        Some((h, port))
-            if port.bytes().all(|b| b.is_ascii_digit())
-                && !h.ends_with(']')
-                && !h.contains(':') =>
-        {
-            h
-        }
-        Some((h, port)) if h.ends_with(']') && port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => host,
-    }
-}
-
 /// A response the gateway makes itself (a route's redirect or fixed response).
 fn respond(
     mut done: Done,
@@ -269,50 +221,6 @@ fn respond(
     *resp.headers_mut() = headers;
     if let Some(id) = id {
         resp.headers_mut().insert(policy::X_REQUEST_ID, id);
-    }
-    resp
-}
-
-/// A short response for a request that failed before (or instead of) reaching a server.
-pub(super) fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
-    let status = why.status();
-    done.entry.status = status.as_u16();
-    let http1 = done.entry.protocol.starts_with("HTTP/1");
-    let id = done.request_id.clone();
-    if done.grpc {
-        // Trailers-only: the status in the head of an empty 200 (the log keeps the HTTP
-        // status the failure stands for).
-        let mut resp = Response::new(TrackedBody::new(Full::new(Bytes::new()), done).boxed());
-        crate::request::grpc::error_headers(why, resp.headers_mut());
-        if let Some(id) = id {
-            resp.headers_mut().insert(policy::X_REQUEST_ID, id);
-        }
-        return resp;
-    }
-    let mut resp = Response::new(
-        TrackedBody::new(
-            Full::new(Bytes::from_static(why.message().as_bytes())),
-            done,
-        )
-        .boxed(),
-    );
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    if let Some(id) = id {
-        h.insert(policy::X_REQUEST_ID, id);
-    }
-    if http1
-        && matches!(
-            why,
-            Failure::HeadersTooLarge | Failure::BodyTooLarge | Failure::BadRequest
-        )
-    {
-        // The rest of the request was not read; do not try to reuse the connection.
-        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     resp
 }

@@ -1,5 +1,5 @@
 //! The HTTP request path, for both protocols: what a listener's and a connection's requests
-//! share (`context`, `conn_state`), the handler (`handler`: admission, routing, policy),
+//! share (`context`, `conn_state`, and `done`: a request's end, logged and counted), the handler (`handler`: admission, routing, policy),
 //! the proxying of a routed request as named phases with retries (`proxy`), compression, forwarding headers, edge policy (ACLs, answers, rewrites, rate
 //! limits, traffic splits), gRPC, the router, the access log and the failure statuses.
 
@@ -7,6 +7,7 @@ pub(crate) mod access_log;
 pub(crate) mod compression;
 pub(crate) mod conn_state;
 pub(crate) mod context;
+pub(crate) mod done;
 pub(crate) mod error;
 pub(crate) mod forward;
 pub(crate) mod grpc;

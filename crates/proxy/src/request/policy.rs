@@ -193,6 +193,21 @@ pub(crate) fn answer(a: &Answer, v: &Vars<'_>) -> (http::StatusCode, HeaderMap, 
     }
 }
 
+/// The host without a port, for `$host`.
+pub(crate) fn host_name(host: &str) -> &str {
+    match host.rsplit_once(':') {
+        Some((h, port))
+            if port.bytes().all(|b| b.is_ascii_digit())
+                && !h.ends_with(']')
+                && !h.contains(':') =>
+        {
+            h
+        }
+        Some((h, port)) if h.ends_with(']') && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

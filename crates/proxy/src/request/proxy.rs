@@ -16,9 +16,9 @@
 
 use super::compression::{self, RequestFacts, strengthen_if_none_match};
 use super::context::{ConnCtx, ListenerCtx};
+use super::done::{Done, failure};
 use super::error::{Failure, is_caused_by};
 use super::forward::{add_forwarding, strip_hop_by_hop, upgrade_protocol};
-use super::handler::{Done, failure, host_name};
 use super::policy;
 use crate::body::{BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, ProxyBody, TrackedBody};
 use crate::http1::ClientBody;
@@ -209,7 +209,7 @@ impl<'a> Proxied<'a> {
     /// What the route's header edits may refer to.
     fn vars(&self) -> policy::Vars<'_> {
         policy::Vars {
-            host: host_name(&self.host),
+            host: policy::host_name(&self.host),
             uri: &self.parts.uri,
             https: self.listener.tls.is_some(),
             client: self.client,

@@ -14,7 +14,7 @@
 //! The lookups use hickory's resolver (`[resolver] servers`, or `/etc/resolv.conf`'s), not
 //! the system's `getaddrinfo`: that one blocks a thread and hides the TTL.
 
-use crate::upstreams::upstream::UpstreamGroup;
+use crate::upstreams::upstream::{DnsReport, UpstreamGroup};
 use arc_swap::ArcSwap;
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{NameServerConfig, ResolverConfig};
@@ -191,21 +191,6 @@ struct Follow {
     failures: AtomicU64,
     changes: AtomicU64,
     last_error: Mutex<Option<String>>,
-}
-
-/// What `/status` and `/metrics` show of a group that follows DNS.
-#[derive(Debug, Clone, Default)]
-pub struct DnsReport {
-    /// Each followed name and its addresses now.
-    pub names: Vec<(String, Vec<SocketAddr>)>,
-    /// Lookups done.
-    pub lookups: u64,
-    /// Lookups that failed (the last good addresses kept).
-    pub failures: u64,
-    /// Times the group's servers changed.
-    pub changes: u64,
-    /// The last failure, if the last lookup of some name failed.
-    pub last_error: Option<String>,
 }
 
 impl UpstreamSlot {

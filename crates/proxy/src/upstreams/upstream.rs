@@ -471,7 +471,22 @@ pub struct UpstreamHealth {
     /// Its servers, in configuration order (a name that follows DNS: one per address).
     pub servers: Vec<ServerHealthReport>,
     /// Following DNS, when a server has `resolve = true`.
-    pub dns: Option<crate::upstreams::dns::DnsReport>,
+    pub dns: Option<DnsReport>,
+}
+
+/// What `/status` and `/metrics` show of a group that follows DNS.
+#[derive(Debug, Clone, Default)]
+pub struct DnsReport {
+    /// Each followed name and its addresses now.
+    pub names: Vec<(String, Vec<std::net::SocketAddr>)>,
+    /// Lookups done.
+    pub lookups: u64,
+    /// Lookups that failed (the last good addresses kept).
+    pub failures: u64,
+    /// Times the group's servers changed.
+    pub changes: u64,
+    /// The last failure, if the last lookup of some name failed.
+    pub last_error: Option<String>,
 }
 
 /// One server's health.

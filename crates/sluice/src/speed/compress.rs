@@ -1,7 +1,7 @@
 //! `sluice speed gzip|br|zstd`: compression throughput and ratio on the bundled corpus,
 //! through the same chunk jobs and engines the gateway uses.
 
-use crate::speed::SpeedArgs;
+use super::args::SpeedArgs;
 use anyhow::bail;
 use sluice_compress::{
     BodyEncoder, Codec, CompressConfig, CompressEngine, Encoding, GzipBackend, build_dispatcher,

@@ -1,8 +1,8 @@
-//! `sluice speed`: signatures per second of each algorithm on each engine, like
-//! `openssl speed -async_jobs` (and, for `gzip`, `br` and `zstd`, compression throughput:
-//! see `speed_compress`). `--engine boringssl` measures BoringSSL's own signing on the
+//! `sluice speed rsa2048 …`: signatures per second of each algorithm on each engine, like
+//! `openssl speed -async_jobs`. `--engine boringssl` measures BoringSSL's own signing on the
 //! caller, the reference the software engines replaced.
 
+use super::args::SpeedArgs;
 use anyhow::{Context as _, bail};
 use boring::pkey::{Id, PKey, Private};
 use sluice_crypto::{
@@ -11,24 +11,6 @@ use sluice_crypto::{
 use sluice_offload::{Dispatcher, DispatcherBuilder, Inline};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What `sluice speed` was asked.
-#[derive(Debug, Clone)]
-pub(crate) struct SpeedArgs {
-    pub(crate) algorithms: Vec<String>,
-    pub(crate) engine: String,
-    pub(crate) jobs: usize,
-    pub(crate) seconds: f64,
-    pub(crate) threads: Option<usize>,
-    pub(crate) verify: String,
-    pub(crate) json: bool,
-    /// Compression level (gzip, br, zstd).
-    pub(crate) level: Option<u32>,
-    /// gzip backend: isal or zlib-rs.
-    pub(crate) backend: String,
-    /// Lanes per RSA-2048 mb batch (4 or 8); `None`: the default (8).
-    pub(crate) mb_lanes: Option<usize>,
-}
 
 const ALGORITHMS: [&str; 6] = [
     "rsa2048",
@@ -172,27 +154,13 @@ async fn through(
     Ok(summarize(lat, start.elapsed().as_secs_f64()))
 }
 
-/// Runs `sluice speed`.
-pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
-    let algorithms: Vec<String> = if args.algorithms.is_empty() {
+/// Signatures per second of each of `algorithms` (all of them when empty).
+pub(crate) fn run(args: &SpeedArgs, algorithms: Vec<String>) -> anyhow::Result<()> {
+    let algorithms: Vec<String> = if algorithms.is_empty() {
         ALGORITHMS.iter().map(|s| s.to_string()).collect()
     } else {
-        args.algorithms.clone()
+        algorithms
     };
-    let (codecs, algorithms): (Vec<String>, Vec<String>) = algorithms
-        .into_iter()
-        .partition(|a| crate::speed_compress::is_codec(a));
-    if !codecs.is_empty() {
-        if !args.json {
-            crate::speed_compress::header();
-        }
-        for c in &codecs {
-            crate::speed_compress::run(c, &args)?;
-        }
-        if algorithms.is_empty() {
-            return Ok(());
-        }
-    }
     let verify = match args.verify.as_str() {
         "all" => VerifyPolicy::All,
         "rsa" => VerifyPolicy::Rsa,
@@ -259,7 +227,7 @@ pub(crate) fn run(args: SpeedArgs) -> anyhow::Result<()> {
                     }
                 };
                 let dispatcher = Arc::new(dispatcher);
-                let mut r = rt.block_on(through(dispatcher.clone(), key, scheme, &args, verify))?;
+                let mut r = rt.block_on(through(dispatcher.clone(), key, scheme, args, verify))?;
                 let first = &dispatcher.counters()[0];
                 if first.engine != "inline" {
                     r.fell_back = sluice_offload::FallbackReason::ALL

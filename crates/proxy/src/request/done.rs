@@ -1,0 +1,93 @@
+//! The end of a request: its bookkeeping (access log line, metrics, the connection's count)
+//! when its response body is done or dropped, and the gateway's own short answer when it
+//! failed before reaching a server. Shared by the handler and the proxying phases.
+
+use crate::body::{OnDone, ProxyBody, TrackedBody};
+use crate::request::access_log::{AccessLog, Entry};
+use crate::request::conn_state::ConnState;
+use crate::request::error::Failure;
+use crate::request::policy;
+use crate::upstreams::upstream::ActiveGuard;
+use bytes::Bytes;
+use http::Response;
+use http::header::{self, HeaderValue};
+use http_body_util::{BodyExt, Full};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Finishes a request's bookkeeping when its response body is done or dropped.
+pub(crate) struct Done {
+    pub(crate) entry: Entry,
+    pub(crate) start: Instant,
+    pub(crate) bytes_in: Arc<AtomicU64>,
+    pub(crate) log: AccessLog,
+    pub(crate) state: Arc<ConnState>,
+    pub(crate) metrics: Arc<crate::ProxyMetrics>,
+    /// Returned in `X-Request-Id` on every response, errors included.
+    pub(crate) request_id: Option<HeaderValue>,
+    /// A gRPC call: the gateway's own failures answer as gRPC errors.
+    pub(crate) grpc: bool,
+    pub(crate) _server: Option<ActiveGuard>,
+}
+
+impl OnDone for Done {
+    fn done(&mut self, bytes_out: u64, complete: bool) {
+        self.entry.bytes_out = bytes_out;
+        self.entry.bytes_in = self.bytes_in.load(Ordering::Relaxed);
+        self.entry.duration = self.start.elapsed();
+        self.entry.aborted = !complete;
+        self.log.log(&self.entry);
+        self.metrics.response(
+            self.entry.status,
+            self.entry.bytes_in,
+            bytes_out,
+            self.entry.duration,
+        );
+        self.state.request_finished();
+    }
+}
+
+/// A short response for a request that failed before (or instead of) reaching a server.
+pub(crate) fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
+    let status = why.status();
+    done.entry.status = status.as_u16();
+    let http1 = done.entry.protocol.starts_with("HTTP/1");
+    let id = done.request_id.clone();
+    if done.grpc {
+        // Trailers-only: the status in the head of an empty 200 (the log keeps the HTTP
+        // status the failure stands for).
+        let mut resp = Response::new(TrackedBody::new(Full::new(Bytes::new()), done).boxed());
+        crate::request::grpc::error_headers(why, resp.headers_mut());
+        if let Some(id) = id {
+            resp.headers_mut().insert(policy::X_REQUEST_ID, id);
+        }
+        return resp;
+    }
+    let mut resp = Response::new(
+        TrackedBody::new(
+            Full::new(Bytes::from_static(why.message().as_bytes())),
+            done,
+        )
+        .boxed(),
+    );
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let Some(id) = id {
+        h.insert(policy::X_REQUEST_ID, id);
+    }
+    if http1
+        && matches!(
+            why,
+            Failure::HeadersTooLarge | Failure::BodyTooLarge | Failure::BadRequest
+        )
+    {
+        // The rest of the request was not read; do not try to reuse the connection.
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
