@@ -26,15 +26,22 @@ async fn gateway_with(engines: &str, listener: &str) -> (TestGateway, Origin, St
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "site", KeyKind::EcdsaP256, &["a.test"]);
     let log = dir.path().join("access.log");
-    let cfg = format!(
-        r#"
-[log]
-access_log = '{}'
-[offload.crypto]
-engines = {engines}
-deadline = "30s"
+    let top = format!(
+        "[log]\naccess_log = '{}'\n[offload.crypto]\nengines = {engines}\ndeadline = \"30s\"\n",
+        log.display()
+    );
+    let cfg = site_config(&top, "https", listener, origin.addr);
+    (TestGateway::start_logged(&cfg, dir).await, origin, cfg)
+}
+
+/// A configuration serving a.test (certificate `site.crt` in the configuration's folder)
+/// over HTTPS and HTTP/3 on listener `name` (port 0) with `listener`'s extra settings, every
+/// request to `origin`; `top` comes first ([log], [admin], [offload]).
+fn site_config(top: &str, name: &str, listener: &str, origin: SocketAddr) -> String {
+    format!(
+        r#"{top}
 [[listener]]
-name = "https"
+name = "{name}"
 address = "127.0.0.1:0"
 http3 = true
 {listener}
@@ -46,15 +53,12 @@ cert = "site.crt"
 key = "site.key"
 [[upstream]]
 name = "o"
-servers = [{{ address = "{}" }}]
+servers = [{{ address = "{origin}" }}]
 [[route]]
 name = "all"
 upstream = "o"
-"#,
-        log.display(),
-        origin.addr
-    );
-    (TestGateway::start_logged(&cfg, dir).await, origin, cfg)
+"#
+    )
 }
 
 /// What ngtcp2's client did: its exit status, its output, and the bodies it saved.
@@ -365,30 +369,11 @@ fn an_upgrade_keeps_quic_connections_with_the_old_process_and_new_ones_go_to_the
     let origin = rt.block_on(Origin::start("o"));
     let dir = tempfile::tempdir().unwrap();
     write_cert(dir.path(), "site", KeyKind::EcdsaP256, &["a.test"]);
-    let config = format!(
-        r#"
-[log]
-access_log = "off"
-[admin]
-address = "127.0.0.1:0"
-[[listener]]
-name = "http"
-address = "127.0.0.1:0"
-http3 = true
-[listener.tls]
-certificates = ["site"]
-[[certificate]]
-name = "site"
-cert = "site.crt"
-key = "site.key"
-[[upstream]]
-name = "o"
-servers = [{{ address = "{}" }}]
-[[route]]
-name = "all"
-upstream = "o"
-"#,
-        origin.addr
+    let config = site_config(
+        "[log]\naccess_log = \"off\"\n[admin]\naddress = \"127.0.0.1:0\"\n",
+        "http",
+        "",
+        origin.addr,
     );
     let path = dir.path().join("gw.toml");
     std::fs::write(&path, config).unwrap();
