@@ -106,7 +106,10 @@ pub(crate) fn bind(at: std::net::SocketAddr) -> std::io::Result<UdpSocket> {
     let _ = s.set_recv_buffer_size(4 << 20);
     s.set_nonblocking(true)?;
     s.bind(&at.into())?;
-    steering::attach(&s)?;
+    if let Err(e) = steering::attach(&s) {
+        // Only an upgrade needs it: serve without, and say what it costs.
+        tracing::warn!(address = %at, error = %e, "cannot install the QUIC steering program; while `sluice upgrade` runs two processes, some QUIC connections may stall");
+    }
     UdpSocket::from_std(s.into())
 }
 
