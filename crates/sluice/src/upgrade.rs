@@ -5,7 +5,9 @@
 //! accepting, drains within `shutdown_timeout` and exits. Both accept from the same sockets in
 //! between, so no connection attempt is refused. A new binary that fails to start (bad
 //! configuration, crash) closes the pipe without `ready`: the old one keeps serving and says
-//! why. `sluice upgrade` sends SIGUSR2 and waits for the outcome, written beside the pid file
+//! why. The child also gets `SLUICE_GENERATION` (one more than ours): QUIC connection IDs
+//! carry its lowest bit, so that each process keeps its own QUIC connections on the shared
+//! UDP port (see `sluice_proxy`'s `http3::steering`). `sluice upgrade` sends SIGUSR2 and waits for the outcome, written beside the pid file
 //! (`<pid file>.upgrade`).
 
 use anyhow::{Context as _, bail};
@@ -35,8 +37,6 @@ pub(crate) struct Inherited {
     /// Listening sockets by listener name.
     pub(crate) sockets: Vec<(String, std::net::TcpListener)>,
     ready: Option<OwnedFd>,
-    /// `SLUICE_GENERATION`.
-    pub(crate) generation: u32,
 }
 
 /// This process's generation, once read from the environment (the next one is one more).
@@ -65,14 +65,15 @@ impl Inherited {
                 .with_context(|| format!("{READY_FD} is not a descriptor"))?;
             out.ready = Some(owned_fd(fd)?);
         }
-        if let Some(g) = std::env::var_os(GENERATION) {
-            out.generation = g
+        let generation = match std::env::var_os(GENERATION) {
+            Some(g) => g
                 .to_string_lossy()
                 .parse()
-                .with_context(|| format!("{GENERATION} is not a number"))?;
-        }
-        THIS_GENERATION.store(out.generation, std::sync::atomic::Ordering::Relaxed);
-        sluice_proxy::set_quic_generation(out.generation);
+                .with_context(|| format!("{GENERATION} is not a number"))?,
+            None => 0,
+        };
+        THIS_GENERATION.store(generation, std::sync::atomic::Ordering::Relaxed);
+        sluice_proxy::set_quic_generation(generation);
         // SAFETY (of the environment change): called at start, before this process starts
         // any thread that reads the environment.
         unsafe_env_remove();
