@@ -567,6 +567,39 @@ def _read_response(s, h2):
                 i += 9 + length
 
 
+def idle_memory_quic(pid, port, n):
+    """RSS growth of a gateway per idle HTTP/3 connection (ECDSA), after one request each:
+    `sluice-loadgen quic-idle` opens them, says so, and holds them while RSS is read."""
+    def held(count, hold):
+        p = subprocess.Popen(["taskset", "-c", LOAD_CORE, str(LOADGEN), "quic-idle", "--addr", f"127.0.0.1:{port}",
+                              "--sni", "localhost", "--path", "/1k", "--connections", str(count),
+                              "--duration", f"{hold}s"], stdout=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        if not line:
+            p.wait()
+            raise RuntimeError("sluice-loadgen quic-idle exited without opening its connections")
+        return p, json.loads(line)
+    # Warm up (the upstream pool, allocator arenas, the first connections' one-off costs).
+    warm, _ = held(50, 600)
+    try:
+        before = settled_rss_kib(pid)
+        t0 = time.time()
+        p, r = held(n, 600)
+        try:
+            if r["completed"] != n:
+                raise RuntimeError(f"quic-idle opened {r['completed']} of {n}: {r.get('first_error')}")
+            time.sleep(1.0)
+            after = tree_rss_kib(pid)
+        finally:
+            p.kill()
+            p.wait()
+    finally:
+        warm.kill()
+        warm.wait()
+    return {"value": (after - before) / n, "rss_before_kib": before, "rss_after_kib": after, "connections": n,
+            "loadgen_cpu_s": r.get("loadgen_cpu_s", 0.0), "seconds": time.time() - t0}
+
+
 def idle_memory(pid, port, n, h2):
     """RSS growth of a gateway per idle TLS 1.3 keep-alive connection (ECDSA), after one
     request each, as a site's entrance holds idle mobile connections."""
@@ -666,6 +699,10 @@ def scenarios(page_len):
         s.append({"name": f"memory per idle TLS 1.3 connection, {label} (RSS growth, {IDLE_CONNECTIONS:,} connections)",
                   "cert": "ecdsa", "metric": "KiB/conn", "lower_is_better": True, "memory": True,
                   "run": lambda pid, port, dur, h2=h2: idle_memory(pid, port, IDLE_CONNECTIONS, h2)})
+    # The same over HTTP/3 (Sluice only, as every QUIC row), beside the TCP rows above.
+    s.append({"name": f"memory per idle HTTP/3 (QUIC) connection (RSS growth, {IDLE_CONNECTIONS:,} connections)",
+              "cert": "ecdsa", "metric": "KiB/conn", "lower_is_better": True, "memory": True, "quic": True,
+              "run": lambda pid, port, dur: idle_memory_quic(pid, port, IDLE_CONNECTIONS)})
     # Established traffic at its own pace (4 connections x 250 req/s): a closed loop would take
     # every cycle the gateway gives it, trading its latency against the storm's rate.
     s.append({"name": "keep-alive p99 ms, 1,000 req/s, no storm (baseline of the next row)", "cert": "rsa", "metric": "p99 ms",

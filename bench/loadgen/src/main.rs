@@ -140,6 +140,16 @@ enum Mode {
         #[arg(long, default_value_t = 16)]
         streams: usize,
     },
+    /// HTTP/3 connections held idle (`bench/run`'s memory row): opens `--connections`, one
+    /// request each, prints its JSON line once all are open, then holds them for
+    /// `--duration` without a sound (no close) and exits.
+    QuicIdle {
+        #[command(flatten)]
+        target: Target,
+        /// Connections to open and hold.
+        #[arg(long, default_value_t = 1000)]
+        connections: usize,
+    },
     /// Keep-alive request latency while a handshake storm runs.
     Latency {
         #[command(flatten)]
@@ -631,6 +641,22 @@ fn main() -> anyhow::Result<()> {
                 )
                 .await?;
                 quic_result("quic-requests", &counters, start)
+            }
+            Mode::QuicIdle {
+                target,
+                connections,
+            } => {
+                let held =
+                    quic::idle(target.addr, &target.sni, &target.path, connections, &counters)
+                        .await?;
+                // A line now (the benchmark measures while the connections are held), and
+                // the usual one at the end.
+                let line = quic_result("quic-idle", &counters, start);
+                println!("{line}");
+                std::io::Write::flush(&mut std::io::stdout())?;
+                tokio::time::sleep(target.duration).await;
+                drop(held);
+                line
             }
             Mode::Latency {
                 target,

@@ -184,6 +184,39 @@ async fn one(
     Ok(resumed)
 }
 
+/// `quic-idle`: `n` connections opened one after another, one request each (its answer read
+/// and acknowledged), then kept: only quiche's connection and the socket, no buffers.
+pub(crate) async fn idle(
+    addr: SocketAddr,
+    sni: &str,
+    path: &str,
+    n: usize,
+    counters: &Counters,
+) -> anyhow::Result<Vec<(quiche::Connection, UdpSocket)>> {
+    let mut cfg = config()?;
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut c = Client::connect(addr, sni, &mut cfg).await?;
+        let id = c.get(sni, path)?;
+        let (mut statuses, mut done) = (HashMap::new(), Vec::new());
+        loop {
+            c.events(&mut statuses, &mut done)?;
+            if let Some(&(_, status)) = done.iter().find(|(d, _)| *d == id) {
+                if status != 200 {
+                    bail!("status {status}");
+                }
+                break;
+            }
+            c.io().await?;
+        }
+        // Acknowledge what arrived, so that the server has nothing left to resend.
+        c.flush().await?;
+        counters.ok.fetch_add(1, Ordering::Relaxed);
+        held.push((c.conn, c.socket));
+    }
+    Ok(held)
+}
+
 /// `quic-handshake`.
 pub(crate) async fn handshakes(
     addr: SocketAddr,
