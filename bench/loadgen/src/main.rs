@@ -646,9 +646,14 @@ fn main() -> anyhow::Result<()> {
                 target,
                 connections,
             } => {
-                let held =
-                    quic::idle(target.addr, &target.sni, &target.path, connections, &counters)
-                        .await?;
+                let held = quic::idle(
+                    target.addr,
+                    &target.sni,
+                    &target.path,
+                    connections,
+                    &counters,
+                )
+                .await?;
                 // A line now (the benchmark measures while the connections are held), and
                 // the usual one at the end.
                 let line = quic_result("quic-idle", &counters, start);
