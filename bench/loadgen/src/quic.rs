@@ -124,6 +124,22 @@ impl Client {
         Ok(h3.send_request(&mut self.conn, &req, true)?)
     }
 
+    /// One GET, waited for until its stream finishes; an error unless it was a 200.
+    async fn fetch(&mut self, sni: &str, path: &str) -> anyhow::Result<()> {
+        let id = self.get(sni, path)?;
+        let (mut statuses, mut done) = (HashMap::new(), Vec::new());
+        loop {
+            self.events(&mut statuses, &mut done)?;
+            if let Some(&(_, status)) = done.iter().find(|(d, _)| *d == id) {
+                if status != 200 {
+                    bail!("status {status}");
+                }
+                return Ok(());
+            }
+            self.io().await?;
+        }
+    }
+
     /// HTTP/3 events: the status of each stream that finished.
     fn events(
         &mut self,
@@ -168,18 +184,7 @@ async fn one(
 ) -> anyhow::Result<bool> {
     let mut c = Client::connect(addr, sni, cfg).await?;
     let resumed = c.conn.is_resumed();
-    let id = c.get(sni, path)?;
-    let (mut statuses, mut done) = (HashMap::new(), Vec::new());
-    loop {
-        c.events(&mut statuses, &mut done)?;
-        if let Some(&(_, status)) = done.iter().find(|(d, _)| *d == id) {
-            if status != 200 {
-                bail!("status {status}");
-            }
-            break;
-        }
-        c.io().await?;
-    }
+    c.fetch(sni, path).await?;
     c.close().await;
     Ok(resumed)
 }
@@ -197,18 +202,7 @@ pub(crate) async fn idle(
     let mut held = Vec::with_capacity(n);
     for _ in 0..n {
         let mut c = Client::connect(addr, sni, &mut cfg).await?;
-        let id = c.get(sni, path)?;
-        let (mut statuses, mut done) = (HashMap::new(), Vec::new());
-        loop {
-            c.events(&mut statuses, &mut done)?;
-            if let Some(&(_, status)) = done.iter().find(|(d, _)| *d == id) {
-                if status != 200 {
-                    bail!("status {status}");
-                }
-                break;
-            }
-            c.io().await?;
-        }
+        c.fetch(sni, path).await?;
         // Acknowledge what arrived, so that the server has nothing left to resend.
         c.flush().await?;
         counters.ok.fetch_add(1, Ordering::Relaxed);
