@@ -196,6 +196,15 @@ fn reload_cmd(pid_file: &std::path::Path) -> std::process::Output {
         .unwrap()
 }
 
+/// `sluice upgrade --pid-file PID_FILE`, run to its end.
+pub(super) fn upgrade_cmd(pid_file: &std::path::Path) -> std::process::Output {
+    sluice()
+        .args(["upgrade", "--pid-file"])
+        .arg(pid_file)
+        .output()
+        .unwrap()
+}
+
 async fn post_reload(admin: std::net::SocketAddr, token: Option<&str>) -> crate::support::Got {
     let mut req = http::Request::post("/api/v1/reload").header("host", "admin");
     if let Some(t) = token {
@@ -494,11 +503,7 @@ fn upgrade_replaces_the_binary_on_disk_and_hands_the_sockets_to_it_without_faili
     let staged = dir.path().join("sluice.new");
     stamped_copy(&staged, "after-upgrade");
     std::fs::rename(&staged, &bin).unwrap();
-    let out = sluice()
-        .args(["upgrade", "--pid-file"])
-        .arg(&pid_file)
-        .output()
-        .unwrap();
+    let out = upgrade_cmd(&pid_file);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -534,11 +539,7 @@ fn upgrade_replaces_the_binary_on_disk_and_hands_the_sockets_to_it_without_faili
 
     // A new binary that cannot start (its configuration is broken) leaves this one serving.
     std::fs::write(&path, format!("{config}bogus = 1\n")).unwrap();
-    let out = sluice()
-        .args(["upgrade", "--pid-file"])
-        .arg(&pid_file)
-        .output()
-        .unwrap();
+    let out = upgrade_cmd(&pid_file);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("exited before it was ready"), "{stderr}");

@@ -74,11 +74,7 @@ fn a_notify_unit_hears_ready_reloading_the_new_main_pid_after_an_upgrade_and_sto
 
     // A binary upgrade: the new process names itself the main one, and the old one, which
     // drains and exits, never says STOPPING (systemd would stop the service).
-    let out = crate::cli::sluice()
-        .args(["upgrade", "--pid-file"])
-        .arg(&pid_file)
-        .output()
-        .unwrap();
+    let out = crate::cli::upgrade_cmd(&pid_file);
     assert_eq!(
         out.status.code(),
         Some(0),
