@@ -1,7 +1,7 @@
 //! HTTP caching for Sluice (RFC 9111), as a shared cache at a site's entrance.
 //!
-//! This crate holds the rules, apart from storage and the proxy: each is a pure function of
-//! header maps and times, so that every directive is tested on its own.
+//! The rules are pure functions of header maps and times, so that every directive is tested
+//! on its own; the store holds entries; the proxy (not yet wired) decides with both.
 //!
 //! - `directives`: `Cache-Control` parsed (requests and responses);
 //! - `freshness`: what may be stored (`storable`), for how long (`lifetime`), how old it is
@@ -9,13 +9,17 @@
 //!   or revalidate first, with or without `stale-if-error`);
 //! - `conditional`: a client's `If-None-Match` / `If-Modified-Since` answered from the
 //!   store, revalidation upstream, and a 304 merged into the stored head;
+//! - `store`: entries with their encoded variants, bounded by bytes (moka's W-TinyLFU, so
+//!   a scan cannot flush what is hit), purged by key or prefix;
 //! - `vary`: the secondary key from the request fields a response's `Vary` names (without
 //!   `Accept-Encoding`: the cache keeps the encoded variants of an entry itself).
 
 pub mod conditional;
 pub mod directives;
 pub mod freshness;
+pub mod store;
 pub mod vary;
 
 pub use directives::CacheControl;
 pub use freshness::{NotStored, Serve, StorePolicy, Timing, lifetime, serve, storable};
+pub use store::{Entry, Store};

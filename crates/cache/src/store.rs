@@ -1,0 +1,357 @@
+//! The in-memory store: entries by key, bounded by bytes, shared by every route that caches.
+//!
+//! An entry is one response (status, head, freshness) with every encoding of its body made
+//! so far: identity first, then gzip, br or zstd as requests asked for them. Its weight is
+//! the bytes of its head and all its bodies, so the bound holds whatever the variants.
+//! Adding a variant replaces the entry with one more body (weights are taken at insertion).
+//!
+//! moka's W-TinyLFU admits a new entry only when it is likelier to be asked for again than
+//! the one it would evict: a scan of URLs seen once cannot flush the pages that are hit.
+//!
+//! Keys: the primary key is method class, authority and path with query; a response with
+//! `Vary` adds the secondary key of the request fields it names (`vary`), and the store
+//! remembers per primary key which fields those are.
+
+use crate::freshness::Timing;
+use crate::vary;
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use moka::sync::Cache;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The bytes an entry costs beyond its bodies and header bytes (the structures around them).
+const ENTRY_OVERHEAD: u64 = 512;
+
+/// One stored response and its encoded variants.
+#[derive(Debug)]
+pub struct Entry {
+    /// The response status.
+    pub status: StatusCode,
+    /// The response head as stored (updated by revalidation).
+    pub headers: HeaderMap,
+    /// When it was fetched (its age derives from it).
+    pub timing: Timing,
+    /// How long it is fresh.
+    pub lifetime: Duration,
+    /// Its bodies by content-coding token: `identity` first, then those made since.
+    pub variants: Vec<(&'static str, Bytes)>,
+}
+
+impl Entry {
+    /// The body in `coding`, if made.
+    pub fn variant(&self, coding: &str) -> Option<&Bytes> {
+        self.variants
+            .iter()
+            .find(|(c, _)| *c == coding)
+            .map(|(_, b)| b)
+    }
+
+    /// What the entry weighs against the store's bound.
+    pub fn weight(&self) -> u64 {
+        let head: usize = self
+            .headers
+            .iter()
+            .map(|(k, v)| k.as_str().len() + v.len() + 4)
+            .sum();
+        let bodies: usize = self.variants.iter().map(|(_, b)| b.len()).sum();
+        ENTRY_OVERHEAD + head as u64 + bodies as u64
+    }
+}
+
+/// The store.
+#[derive(Clone)]
+pub struct Store {
+    entries: Cache<String, Arc<Entry>>,
+    /// Per primary key, the request fields its responses vary on.
+    vary: Cache<String, Arc<Vec<String>>>,
+    max_bytes: u64,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("max_bytes", &self.max_bytes)
+            .field("entries", &self.entries.entry_count())
+            .finish()
+    }
+}
+
+impl Store {
+    /// A store of at most `max_bytes` (entries larger than an eighth of it are not stored:
+    /// one object must not empty the cache).
+    pub fn new(max_bytes: u64) -> Store {
+        Store {
+            entries: Cache::builder()
+                .max_capacity(max_bytes)
+                .weigher(|_, e: &Arc<Entry>| u32::try_from(e.weight()).unwrap_or(u32::MAX))
+                .support_invalidation_closures()
+                .build(),
+            vary: Cache::builder()
+                .max_capacity(100_000)
+                .support_invalidation_closures()
+                .build(),
+            max_bytes,
+        }
+    }
+
+    /// The largest entry stored.
+    pub fn max_entry(&self) -> u64 {
+        self.max_bytes / 8
+    }
+
+    /// The primary key of a request: GET and HEAD share entries (a HEAD is answered from a
+    /// GET's), by authority and path with query.
+    pub fn primary_key(authority: &str, path_and_query: &str) -> String {
+        let mut k = String::with_capacity(authority.len() + path_and_query.len() + 1);
+        k.push_str(&authority.to_ascii_lowercase());
+        k.push_str(path_and_query);
+        k
+    }
+
+    fn full_key(primary: &str, fields: &[String], request: &HeaderMap) -> String {
+        if fields.is_empty() {
+            return primary.to_owned();
+        }
+        format!("{primary}\0{}", vary::key(fields, request))
+    }
+
+    /// The entry that answers `request` under `primary`, if stored.
+    pub fn lookup(&self, primary: &str, request: &HeaderMap) -> Option<Arc<Entry>> {
+        let fields = self.vary.get(primary);
+        let fields = fields.as_deref().map_or(&[][..], Vec::as_slice);
+        self.entries.get(&Self::full_key(primary, fields, request))
+    }
+
+    /// Stores `entry` for `request` under `primary`. `false` when it is too large, or its
+    /// `Vary` is `*`.
+    pub fn insert(&self, primary: &str, request: &HeaderMap, entry: Entry) -> bool {
+        if entry.weight() > self.max_entry() {
+            return false;
+        }
+        let Some(fields) = vary::fields(&entry.headers) else {
+            return false;
+        };
+        let key = Self::full_key(primary, &fields, request);
+        if fields.is_empty() {
+            self.vary.invalidate(primary);
+        } else {
+            self.vary.insert(primary.to_owned(), Arc::new(fields));
+        }
+        self.entries.insert(key, Arc::new(entry));
+        true
+    }
+
+    /// Adds the body in `coding` to the entry stored for `request` under `primary`, if that
+    /// entry is still `current` (not replaced or revalidated meanwhile).
+    pub fn add_variant(
+        &self,
+        primary: &str,
+        request: &HeaderMap,
+        current: &Arc<Entry>,
+        coding: &'static str,
+        body: Bytes,
+    ) -> bool {
+        let fields = self.vary.get(primary);
+        let fields = fields.as_deref().map_or(&[][..], Vec::as_slice);
+        let key = Self::full_key(primary, fields, request);
+        match self.entries.get(&key) {
+            Some(e) if Arc::ptr_eq(&e, current) => {
+                let mut variants = current.variants.clone();
+                variants.retain(|(c, _)| *c != coding);
+                variants.push((coding, body));
+                let next = Entry {
+                    status: current.status,
+                    headers: current.headers.clone(),
+                    timing: current.timing,
+                    lifetime: current.lifetime,
+                    variants,
+                };
+                if next.weight() > self.max_entry() {
+                    return false;
+                }
+                self.entries.insert(key, Arc::new(next));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Removes every entry whose primary key is `primary`.
+    pub fn purge(&self, primary: &str) {
+        let p = primary.to_owned();
+        let with_vary = format!("{primary}\0");
+        let _ = self
+            .entries
+            .invalidate_entries_if(move |k, _| *k == p || k.starts_with(&with_vary));
+        self.vary.invalidate(primary);
+    }
+
+    /// Removes every entry whose primary key starts with `prefix`.
+    pub fn purge_prefix(&self, prefix: &str) {
+        let p = prefix.to_owned();
+        let _ = self
+            .entries
+            .invalidate_entries_if(move |k, _| k.starts_with(&p));
+        let p = prefix.to_owned();
+        let _ = self
+            .vary
+            .invalidate_entries_if(move |k, _| k.starts_with(&p));
+    }
+
+    /// The bytes stored now (after pending evictions ran).
+    pub fn bytes(&self) -> u64 {
+        self.entries.run_pending_tasks();
+        self.entries.weighted_size()
+    }
+
+    /// Entries stored now.
+    pub fn len(&self) -> u64 {
+        self.entries.run_pending_tasks();
+        self.entries.entry_count()
+    }
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use std::time::SystemTime;
+
+    fn entry(body: usize, headers: &[(&'static str, &'static str)]) -> Entry {
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        let now = SystemTime::now();
+        Entry {
+            status: StatusCode::OK,
+            headers: h,
+            timing: Timing::new(now, now, &HeaderMap::new()),
+            lifetime: Duration::from_secs(60),
+            variants: vec![("identity", Bytes::from(vec![b'x'; body]))],
+        }
+    }
+
+    fn req(fields: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in fields {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn entries_are_found_by_key_and_vary() {
+        let s = Store::new(10 << 20);
+        let k = Store::primary_key("A.test", "/p?q=1");
+        assert_eq!(k, "a.test/p?q=1");
+        assert!(s.insert(&k, &req(&[]), entry(10, &[])));
+        assert!(s.lookup(&k, &req(&[("accept-language", "de")])).is_some());
+        // The same URL varying on Accept-Language: one entry per language.
+        let v = Store::primary_key("a.test", "/v");
+        let vary = [("vary", "Accept-Language, Accept-Encoding")];
+        assert!(s.insert(&v, &req(&[("accept-language", "en")]), entry(1, &vary)));
+        assert!(s.insert(&v, &req(&[("accept-language", "fr")]), entry(2, &vary)));
+        let en = s.lookup(
+            &v,
+            &req(&[("accept-language", "en"), ("accept-encoding", "gzip")]),
+        );
+        assert_eq!(en.unwrap().variant("identity").unwrap().len(), 1);
+        assert_eq!(
+            s.lookup(&v, &req(&[("accept-language", "fr")]))
+                .unwrap()
+                .variants[0]
+                .1
+                .len(),
+            2
+        );
+        assert!(s.lookup(&v, &req(&[("accept-language", "de")])).is_none());
+        assert!(
+            !s.insert(&v, &req(&[]), entry(1, &[("vary", "*")])),
+            "Vary: * is not stored"
+        );
+    }
+
+    #[test]
+    fn variants_join_their_entry_unless_it_changed() {
+        let s = Store::new(10 << 20);
+        let k = Store::primary_key("a.test", "/page");
+        s.insert(&k, &req(&[]), entry(1000, &[]));
+        let e = s.lookup(&k, &req(&[])).unwrap();
+        assert!(s.add_variant(&k, &req(&[]), &e, "gzip", Bytes::from_static(b"gz")));
+        let e2 = s.lookup(&k, &req(&[])).unwrap();
+        assert_eq!(e2.variant("gzip").unwrap().as_ref(), b"gz");
+        assert_eq!(e2.variant("identity").unwrap().len(), 1000);
+        assert!(
+            !s.add_variant(&k, &req(&[]), &e, "br", Bytes::from_static(b"br")),
+            "made from a replaced entry"
+        );
+        assert!(s.add_variant(&k, &req(&[]), &e2, "gzip", Bytes::from_static(b"g2")));
+        let e3 = s.lookup(&k, &req(&[])).unwrap();
+        assert_eq!(e3.variants.len(), 2, "a variant replaced, not added twice");
+        assert_eq!(e3.weight(), e2.weight());
+    }
+
+    #[test]
+    fn purge_by_key_and_prefix() {
+        let s = Store::new(10 << 20);
+        for p in ["/a/1", "/a/2", "/b/1"] {
+            s.insert(&Store::primary_key("a.test", p), &req(&[]), entry(1, &[]));
+        }
+        let v = Store::primary_key("a.test", "/a/v");
+        s.insert(&v, &req(&[("x-d", "1")]), entry(1, &[("vary", "x-d")]));
+        s.purge(&Store::primary_key("a.test", "/a/1"));
+        assert!(
+            s.lookup(&Store::primary_key("a.test", "/a/1"), &req(&[]))
+                .is_none()
+        );
+        assert!(
+            s.lookup(&Store::primary_key("a.test", "/a/2"), &req(&[]))
+                .is_some()
+        );
+        s.purge_prefix("a.test/a/");
+        assert!(
+            s.lookup(&Store::primary_key("a.test", "/a/2"), &req(&[]))
+                .is_none()
+        );
+        assert!(s.lookup(&v, &req(&[("x-d", "1")])).is_none());
+        assert!(
+            s.lookup(&Store::primary_key("a.test", "/b/1"), &req(&[]))
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn the_bound_holds_under_a_scan_and_hot_entries_survive_it() {
+        let bound = 4 << 20;
+        let s = Store::new(bound);
+        assert!(
+            !s.insert("big", &req(&[]), entry(bound as usize / 4, &[])),
+            "over an eighth"
+        );
+        let hot = Store::primary_key("a.test", "/hot");
+        s.insert(&hot, &req(&[]), entry(8 << 10, &[]));
+        for _ in 0..50 {
+            assert!(s.lookup(&hot, &req(&[])).is_some());
+        }
+        for i in 0..100_000 {
+            let k = Store::primary_key("a.test", &format!("/scan/{i}"));
+            s.insert(&k, &req(&[]), entry(1 << 10, &[]));
+            if i % 1000 == 0 {
+                let _ = s.lookup(&hot, &req(&[]));
+            }
+        }
+        assert!(s.bytes() <= bound, "{} > {bound}", s.bytes());
+        assert!(s.len() > 100, "the store is used: {}", s.len());
+        assert!(
+            s.lookup(&hot, &req(&[])).is_some(),
+            "the scan did not flush the hot page"
+        );
+    }
+}
