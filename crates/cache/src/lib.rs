@@ -7,6 +7,7 @@
 //! - `freshness`: what may be stored (`storable`), for how long (`lifetime`), how old it is
 //!   (`Timing`) and what a request may be given (`serve`: fresh, stale while revalidating,
 //!   or revalidate first, with or without `stale-if-error`);
+//! - `collapse`: concurrent misses of one key make one upstream fetch;
 //! - `conditional`: a client's `If-None-Match` / `If-Modified-Since` answered from the
 //!   store, revalidation upstream, and a 304 merged into the stored head;
 //! - `store`: entries with their encoded variants, bounded by bytes (moka's W-TinyLFU, so
@@ -14,12 +15,14 @@
 //! - `vary`: the secondary key from the request fields a response's `Vary` names (without
 //!   `Accept-Encoding`: the cache keeps the encoded variants of an entry itself).
 
+pub mod collapse;
 pub mod conditional;
 pub mod directives;
 pub mod freshness;
 pub mod store;
 pub mod vary;
 
+pub use collapse::{Collapser, Turn};
 pub use directives::CacheControl;
 pub use freshness::{NotStored, Serve, StorePolicy, Timing, lifetime, serve, storable};
 pub use store::{Entry, Store};
