@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use sluice_control::{EditError, Kind, ReloadError, SharedObjects};
 use std::net::SocketAddr;
 
-type Reply = Response<Full<Bytes>>;
+pub(crate) type Reply = Response<Full<Bytes>>;
 
 fn reply(status: StatusCode, ctype: &'static str, body: impl Into<Bytes>) -> Reply {
     let mut r = Response::new(Full::new(body.into()));
@@ -26,12 +26,12 @@ fn reply(status: StatusCode, ctype: &'static str, body: impl Into<Bytes>) -> Rep
     r
 }
 
-fn json_reply(status: StatusCode, body: &Value) -> Reply {
+pub(crate) fn json_reply(status: StatusCode, body: &Value) -> Reply {
     reply(status, "application/json", format!("{body}\n"))
 }
 
 /// An API error: `{"error": message}` with its status.
-fn error(status: StatusCode, message: &str) -> Reply {
+pub(crate) fn error(status: StatusCode, message: &str) -> Reply {
     json_reply(status, &json!({ "error": message }))
 }
 
@@ -80,6 +80,13 @@ pub(crate) async fn respond(
             reload(s).await
         }
         (_, "/api/v1/reload") => not_allowed("POST"),
+        (&Method::POST, "/api/v1/cache/purge") => {
+            if let Some(denied) = refuse_unauthorized(s, &req) {
+                return denied;
+            }
+            crate::cache::purge(s, req).await
+        }
+        (_, "/api/v1/cache/purge") => not_allowed("POST"),
         (_, "/api/v1/config") if method != Method::GET => not_allowed("GET"),
         (_, p) if p.starts_with("/api/v1/") => {
             let write = method != Method::GET && method != Method::HEAD;
@@ -111,7 +118,7 @@ pub(crate) async fn respond(
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: try / (the dashboard), /metrics, /status, /api/v1/stats, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME, /api/v1/upstreams/NAME/health or POST /api/v1/reload\n",
+            "not found: try / (the dashboard), /metrics, /status, /api/v1/stats, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME, /api/v1/upstreams/NAME/health, POST /api/v1/reload or POST /api/v1/cache/purge\n",
         ),
     }
 }
@@ -212,7 +219,7 @@ fn object_target(req: &Request<Incoming>) -> Result<(Kind, String, Option<String
 }
 
 /// A PUT's JSON body (at most [`MAX_BODY`]).
-async fn json_body(req: Request<Incoming>) -> Result<Value, Box<Reply>> {
+pub(crate) async fn json_body(req: Request<Incoming>) -> Result<Value, Box<Reply>> {
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {

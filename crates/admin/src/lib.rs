@@ -10,6 +10,7 @@
 
 mod api;
 pub mod build_label;
+mod cache;
 mod certificates;
 mod config_state;
 mod health;
@@ -506,6 +507,7 @@ pub fn metrics(s: &Sources) -> String {
         ],
     );
     compression(&mut out, &s.gateway.compressor().counters());
+    cache::metrics(&mut out, s);
     key_servers(&mut out, &s.gateway.key_offload().key_servers());
     health::metrics(&mut out, s);
     certificates::metrics(&mut out);
@@ -804,6 +806,7 @@ pub fn status(s: &Sources) -> String {
             "dropped": sluice_proxy::QUIC_DROPPED.iter().zip(p.quic_dropped).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
         },
         "rate_limit_store": rate_limit_store(s),
+        "cache": cache::status(s),
         "requests": STATUS_CLASSES.iter().zip(p.requests).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
         "offload": { "chain": crypto_chain(s), "crypto": engines, "key_servers": s.gateway.key_offload().key_servers().iter().map(|k| serde_json::json!({
             "server": k.address, "up": k.up, "in_flight": k.in_flight, "ok": k.ok, "failed": k.failed,

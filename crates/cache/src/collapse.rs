@@ -63,6 +63,22 @@ impl Collapser {
             .len()
     }
 
+    /// The lead of `key`'s fetch if nobody has it, without waiting (a background
+    /// revalidation: one is enough, the others are not started).
+    pub fn try_lead(self: &Arc<Self>, key: &str) -> Option<Leader> {
+        let mut map = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        if map.contains_key(key) {
+            return None;
+        }
+        let (tx, rx) = watch::channel(false);
+        map.insert(key.to_owned(), rx);
+        Some(Leader {
+            key: key.to_owned(),
+            done: tx,
+            collapser: self.clone(),
+        })
+    }
+
     /// The turn of a miss of `key`: lead its fetch, or wait (at most `wait`) for the one
     /// in flight.
     pub async fn turn(self: &Arc<Self>, key: &str, wait: Duration) -> Turn {
@@ -158,5 +174,14 @@ mod tests {
             c.turn("other", Duration::from_millis(30)).await,
             Turn::Lead(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn only_one_may_lead_without_waiting() {
+        let c = Collapser::new();
+        let first = c.try_lead("k").expect("nobody leads yet");
+        assert!(c.try_lead("k").is_none());
+        drop(first);
+        assert!(c.try_lead("k").is_some());
     }
 }

@@ -50,6 +50,9 @@ pub enum NotStored {
     /// No lifetime of any kind (explicit, heuristic or the route's) and nothing to
     /// revalidate with: storing it would only ever miss.
     NoLifetime,
+    /// The origin sent it encoded though the cache asked for identity (the entry keeps the
+    /// identity body and makes the encodings itself). Not returned by [`storable`].
+    Encoded,
 }
 
 impl NotStored {
@@ -64,6 +67,7 @@ impl NotStored {
             NotStored::SetCookie => "set_cookie",
             NotStored::VaryStar => "vary_star",
             NotStored::NoLifetime => "no_lifetime",
+            NotStored::Encoded => "encoded",
         }
     }
 }

@@ -7,6 +7,7 @@
 //! - `freshness`: what may be stored (`storable`), for how long (`lifetime`), how old it is
 //!   (`Timing`) and what a request may be given (`serve`: fresh, stale while revalidating,
 //!   or revalidate first, with or without `stale-if-error`);
+//! - `counters`: what the cache did (outcomes, bytes per coding, upgrades, CPU saved);
 //! - `collapse`: concurrent misses of one key make one upstream fetch;
 //! - `conditional`: a client's `If-None-Match` / `If-Modified-Since` answered from the
 //!   store, revalidation upstream, and a 304 merged into the stored head;
@@ -17,12 +18,14 @@
 
 pub mod collapse;
 pub mod conditional;
+pub mod counters;
 pub mod directives;
 pub mod freshness;
 pub mod store;
 pub mod vary;
 
 pub use collapse::{Collapser, Turn};
+pub use counters::{CacheCounters, CacheSnapshot, Outcome};
 pub use directives::CacheControl;
 pub use freshness::{NotStored, Serve, StorePolicy, Timing, lifetime, serve, storable};
-pub use store::{Entry, Store};
+pub use store::{Entry, Store, Variant};

@@ -18,10 +18,57 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use moka::sync::Cache;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 /// The bytes an entry costs beyond its bodies and header bytes (the structures around them).
 const ENTRY_OVERHEAD: u64 = 512;
+
+/// How long a key whose response could not be stored is passed straight upstream, without
+/// collapsing its concurrent misses (Varnish's hit-for-pass): collapsing them would send
+/// them upstream one after another.
+const PASS_FOR: Duration = Duration::from_secs(60);
+
+/// One body of an entry: identity, or an encoding of it.
+#[derive(Debug)]
+pub struct Variant {
+    /// Its content-coding token (`identity`, `gzip`, `br`, `zstd`).
+    pub coding: &'static str,
+    /// The bytes sent.
+    pub body: Bytes,
+    /// Made at the codec's best level (the background upgrade's work): not upgraded again.
+    pub best: bool,
+    /// Times served since it was made (what decides its upgrade).
+    pub hits: AtomicU32,
+}
+
+impl Variant {
+    /// A variant not served yet.
+    pub fn new(coding: &'static str, body: Bytes, best: bool) -> Variant {
+        Variant {
+            coding,
+            body,
+            best,
+            hits: AtomicU32::new(0),
+        }
+    }
+
+    /// Counts one serving; returns the count with it.
+    pub fn hit(&self) -> u32 {
+        self.hits.fetch_add(1, Ordering::Relaxed).saturating_add(1)
+    }
+}
+
+impl Clone for Variant {
+    fn clone(&self) -> Variant {
+        Variant {
+            coding: self.coding,
+            body: self.body.clone(),
+            best: self.best,
+            hits: AtomicU32::new(self.hits.load(Ordering::Relaxed)),
+        }
+    }
+}
 
 /// One stored response and its encoded variants.
 #[derive(Debug)]
@@ -34,17 +81,44 @@ pub struct Entry {
     pub timing: Timing,
     /// How long it is fresh.
     pub lifetime: Duration,
-    /// Its bodies by content-coding token: `identity` first, then those made since.
-    pub variants: Vec<(&'static str, Bytes)>,
+    /// Its bodies: `identity` first, then the encodings made since.
+    pub variants: Vec<Variant>,
 }
 
 impl Entry {
-    /// The body in `coding`, if made.
-    pub fn variant(&self, coding: &str) -> Option<&Bytes> {
-        self.variants
-            .iter()
-            .find(|(c, _)| *c == coding)
-            .map(|(_, b)| b)
+    /// The variant in `coding`, if made.
+    pub fn variant(&self, coding: &str) -> Option<&Variant> {
+        self.variants.iter().find(|v| v.coding == coding)
+    }
+
+    /// The identity body.
+    pub fn identity(&self) -> &Bytes {
+        self.variant("identity").map_or(&EMPTY, |v| &v.body)
+    }
+
+    /// This entry with `variant` added (or replacing the one in its coding).
+    fn with_variant(&self, variant: Variant) -> Entry {
+        let mut variants = self.variants.clone();
+        variants.retain(|v| v.coding != variant.coding);
+        variants.push(variant);
+        Entry {
+            status: self.status,
+            headers: self.headers.clone(),
+            timing: self.timing,
+            lifetime: self.lifetime,
+            variants,
+        }
+    }
+
+    /// This entry's bodies under a renewed head and freshness (a revalidation's 304).
+    pub fn renewed(&self, headers: HeaderMap, timing: Timing, lifetime: Duration) -> Entry {
+        Entry {
+            status: self.status,
+            headers,
+            timing,
+            lifetime,
+            variants: self.variants.clone(),
+        }
     }
 
     /// What the entry weighs against the store's bound.
@@ -54,7 +128,7 @@ impl Entry {
             .iter()
             .map(|(k, v)| k.as_str().len() + v.len() + 4)
             .sum();
-        let bodies: usize = self.variants.iter().map(|(_, b)| b.len()).sum();
+        let bodies: usize = self.variants.iter().map(|v| v.body.len()).sum();
         ENTRY_OVERHEAD + head as u64 + bodies as u64
     }
 }
@@ -65,8 +139,12 @@ pub struct Store {
     entries: Cache<String, Arc<Entry>>,
     /// Per primary key, the request fields its responses vary on.
     vary: Cache<String, Arc<Vec<String>>>,
+    /// Primary keys whose last response could not be stored (`PASS_FOR`).
+    pass: Cache<String, ()>,
     max_bytes: u64,
 }
+
+static EMPTY: Bytes = Bytes::from_static(b"");
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -90,6 +168,10 @@ impl Store {
             vary: Cache::builder()
                 .max_capacity(100_000)
                 .support_invalidation_closures()
+                .build(),
+            pass: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(PASS_FOR)
                 .build(),
             max_bytes,
         }
@@ -118,9 +200,7 @@ impl Store {
 
     /// The entry that answers `request` under `primary`, if stored.
     pub fn lookup(&self, primary: &str, request: &HeaderMap) -> Option<Arc<Entry>> {
-        let fields = self.vary.get(primary);
-        let fields = fields.as_deref().map_or(&[][..], Vec::as_slice);
-        self.entries.get(&Self::full_key(primary, fields, request))
+        self.entries.get(&self.key_of(primary, request))
     }
 
     /// Stores `entry` for `request` under `primary`. `false` when it is too large, or its
@@ -133,6 +213,7 @@ impl Store {
             return false;
         };
         let key = Self::full_key(primary, &fields, request);
+        self.pass.invalidate(primary);
         if fields.is_empty() {
             self.vary.invalidate(primary);
         } else {
@@ -142,31 +223,20 @@ impl Store {
         true
     }
 
-    /// Adds the body in `coding` to the entry stored for `request` under `primary`, if that
-    /// entry is still `current` (not replaced or revalidated meanwhile).
+    /// Adds `variant` to the entry stored for `request` under `primary` (replacing the one
+    /// in its coding), if that entry is still `current` (not replaced or revalidated
+    /// meanwhile). `false` when it was, or the entry would grow past the largest stored.
     pub fn add_variant(
         &self,
         primary: &str,
         request: &HeaderMap,
         current: &Arc<Entry>,
-        coding: &'static str,
-        body: Bytes,
+        variant: Variant,
     ) -> bool {
-        let fields = self.vary.get(primary);
-        let fields = fields.as_deref().map_or(&[][..], Vec::as_slice);
-        let key = Self::full_key(primary, fields, request);
+        let key = self.key_of(primary, request);
         match self.entries.get(&key) {
             Some(e) if Arc::ptr_eq(&e, current) => {
-                let mut variants = current.variants.clone();
-                variants.retain(|(c, _)| *c != coding);
-                variants.push((coding, body));
-                let next = Entry {
-                    status: current.status,
-                    headers: current.headers.clone(),
-                    timing: current.timing,
-                    lifetime: current.lifetime,
-                    variants,
-                };
+                let next = current.with_variant(variant);
                 if next.weight() > self.max_entry() {
                     return false;
                 }
@@ -177,6 +247,43 @@ impl Store {
         }
     }
 
+    /// Replaces the entry stored for `request` under `primary` with `next` (the same
+    /// response renewed by a 304), if it is still `current`.
+    pub fn renew(
+        &self,
+        primary: &str,
+        request: &HeaderMap,
+        current: &Arc<Entry>,
+        next: Entry,
+    ) -> Option<Arc<Entry>> {
+        let key = self.key_of(primary, request);
+        match self.entries.get(&key) {
+            Some(e) if Arc::ptr_eq(&e, current) => {
+                let next = Arc::new(next);
+                self.entries.insert(key, next.clone());
+                Some(next)
+            }
+            _ => None,
+        }
+    }
+
+    fn key_of(&self, primary: &str, request: &HeaderMap) -> String {
+        let fields = self.vary.get(primary);
+        let fields = fields.as_deref().map_or(&[][..], Vec::as_slice);
+        Self::full_key(primary, fields, request)
+    }
+
+    /// Remembers that `primary`'s response could not be stored: its misses go upstream
+    /// side by side for a while instead of waiting for each other.
+    pub fn mark_pass(&self, primary: &str) {
+        self.pass.insert(primary.to_owned(), ());
+    }
+
+    /// Whether `primary` is passed (`mark_pass`, not stored since).
+    pub fn is_pass(&self, primary: &str) -> bool {
+        self.pass.contains_key(primary)
+    }
+
     /// Removes every entry whose primary key is `primary`.
     pub fn purge(&self, primary: &str) {
         let p = primary.to_owned();
@@ -185,6 +292,7 @@ impl Store {
             .entries
             .invalidate_entries_if(move |k, _| *k == p || k.starts_with(&with_vary));
         self.vary.invalidate(primary);
+        self.pass.invalidate(primary);
     }
 
     /// Removes every entry whose primary key starts with `prefix`.
@@ -234,7 +342,11 @@ mod tests {
             headers: h,
             timing: Timing::new(now, now, &HeaderMap::new()),
             lifetime: Duration::from_secs(60),
-            variants: vec![("identity", Bytes::from(vec![b'x'; body]))],
+            variants: vec![Variant::new(
+                "identity",
+                Bytes::from(vec![b'x'; body]),
+                false,
+            )],
         }
     }
 
@@ -262,12 +374,11 @@ mod tests {
             &v,
             &req(&[("accept-language", "en"), ("accept-encoding", "gzip")]),
         );
-        assert_eq!(en.unwrap().variant("identity").unwrap().len(), 1);
+        assert_eq!(en.unwrap().identity().len(), 1);
         assert_eq!(
             s.lookup(&v, &req(&[("accept-language", "fr")]))
                 .unwrap()
-                .variants[0]
-                .1
+                .identity()
                 .len(),
             2
         );
@@ -284,18 +395,46 @@ mod tests {
         let k = Store::primary_key("a.test", "/page");
         s.insert(&k, &req(&[]), entry(1000, &[]));
         let e = s.lookup(&k, &req(&[])).unwrap();
-        assert!(s.add_variant(&k, &req(&[]), &e, "gzip", Bytes::from_static(b"gz")));
+        let v = |c, b: &'static [u8]| Variant::new(c, Bytes::from_static(b), false);
+        assert!(s.add_variant(&k, &req(&[]), &e, v("gzip", b"gz")));
         let e2 = s.lookup(&k, &req(&[])).unwrap();
-        assert_eq!(e2.variant("gzip").unwrap().as_ref(), b"gz");
-        assert_eq!(e2.variant("identity").unwrap().len(), 1000);
+        assert_eq!(e2.variant("gzip").unwrap().body.as_ref(), b"gz");
+        assert_eq!(e2.identity().len(), 1000);
         assert!(
-            !s.add_variant(&k, &req(&[]), &e, "br", Bytes::from_static(b"br")),
+            !s.add_variant(&k, &req(&[]), &e, v("br", b"br")),
             "made from a replaced entry"
         );
-        assert!(s.add_variant(&k, &req(&[]), &e2, "gzip", Bytes::from_static(b"g2")));
+        e2.variant("gzip").unwrap().hit();
+        assert!(s.add_variant(&k, &req(&[]), &e2, v("gzip", b"g2")));
         let e3 = s.lookup(&k, &req(&[])).unwrap();
         assert_eq!(e3.variants.len(), 2, "a variant replaced, not added twice");
         assert_eq!(e3.weight(), e2.weight());
+        assert_eq!(
+            e3.variant("identity").unwrap().hits.load(Ordering::Relaxed),
+            0,
+            "the others keep their counts"
+        );
+        // A 304 renews the head and keeps the bodies; a renewal of a stale copy is refused.
+        let renewed = e3.renewed(HeaderMap::new(), e3.timing, Duration::from_secs(5));
+        let r = s.renew(&k, &req(&[]), &e3, renewed).unwrap();
+        assert_eq!(r.variants.len(), 2);
+        assert_eq!(r.lifetime, Duration::from_secs(5));
+        let again = e3.renewed(HeaderMap::new(), e3.timing, Duration::from_secs(9));
+        assert!(s.renew(&k, &req(&[]), &e3, again).is_none());
+    }
+
+    #[test]
+    fn a_passed_key_stays_passed_until_stored_or_purged() {
+        let s = Store::new(10 << 20);
+        let k = Store::primary_key("a.test", "/p");
+        assert!(!s.is_pass(&k));
+        s.mark_pass(&k);
+        assert!(s.is_pass(&k));
+        s.insert(&k, &req(&[]), entry(1, &[]));
+        assert!(!s.is_pass(&k), "stored since");
+        s.mark_pass(&k);
+        s.purge(&k);
+        assert!(!s.is_pass(&k), "purged");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 pub use fleet::{RouteContext, fleet_source, load_route, parse_keyring};
 
 mod acme;
+mod cache;
 mod certificate;
 mod compression;
 mod fleet;
@@ -108,6 +109,7 @@ struct RawConfig {
     demo: Option<RawDemo>,
     compression: Option<RawCompression>,
     rate_limit: Option<RawRateLimitStore>,
+    cache: Option<RawCache>,
     resolver: RawResolver,
     config: Option<RawConfigSource>,
     acme: Option<RawAcme>,
@@ -116,7 +118,7 @@ struct RawConfig {
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [resolver], [acme], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [cache], [resolver], [acme], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -199,6 +201,7 @@ impl<'a> Cx<'a> {
                 "demo" => raw.demo = self.section(value),
                 "compression" => raw.compression = self.section(value),
                 "rate_limit" => raw.rate_limit = self.section(value),
+                "cache" => raw.cache = self.section(value),
                 "resolver" => raw.resolver = self.section(value).unwrap_or_default(),
                 "config" => raw.config = self.section(value),
                 "acme" => raw.acme = self.section(value),
@@ -487,6 +490,7 @@ impl<'a> Cx<'a> {
             offload,
             admin,
             rate_limit_store,
+            cache: self.cache_settings(raw.cache.as_ref()),
             acme,
             resolver: self.resolver(&raw.resolver),
             demo: raw

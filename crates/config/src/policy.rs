@@ -1,8 +1,10 @@
 //! Edge policy in the snapshot: client address lists, request IDs, path rewrites, redirects,
-//! fixed responses and header edits, with the variables their values may hold.
+//! fixed responses and header edits, with the variables their values may hold; rate limits and
+//! response caching.
 
 pub use ipnet::IpNet;
 use std::net::IpAddr;
+use std::time::Duration;
 
 /// Allow and deny lists of client addresses.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -327,5 +329,51 @@ impl std::fmt::Debug for RedisTls {
             .field("ca", &self.ca.len())
             .field("client_certificate", &self.client.is_some())
             .finish()
+    }
+}
+
+/// `[route.cache]`: how a route's responses are cached (RFC 9111 with these choices).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteCache {
+    /// Lifetime of responses without one of their own (`None`: heuristics only).
+    pub default_ttl: Option<Duration>,
+    /// Store responses to requests with `Authorization`.
+    pub allow_authorization: bool,
+    /// Store responses that set cookies.
+    pub allow_set_cookie: bool,
+    /// How long a miss waits for another's fetch of the same key.
+    pub lock_timeout: Duration,
+    /// Hits after which a compressed variant is upgraded to its codec's best level (0:
+    /// never).
+    pub upgrade_after: u32,
+    /// The header saying how the request was answered (`None`: not sent).
+    pub status_header: Option<http::HeaderName>,
+}
+
+impl Default for RouteCache {
+    fn default() -> Self {
+        RouteCache {
+            default_ttl: None,
+            allow_authorization: false,
+            allow_set_cookie: false,
+            lock_timeout: Duration::from_secs(5),
+            upgrade_after: 16,
+            status_header: Some(http::HeaderName::from_static("x-cache")),
+        }
+    }
+}
+
+/// `[cache]`: the store every route that caches shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSettings {
+    /// Its bound in bytes.
+    pub max_size: u64,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        CacheSettings {
+            max_size: 256 << 20,
+        }
     }
 }

@@ -437,6 +437,40 @@ pub struct RawRoute {
     pub response_headers: Option<Spanned<RawHeaderEdits>>,
     /// `[route.rate_limit]`: requests per second per client (or key), with a burst.
     pub rate_limit: Option<Spanned<RawRateLimit>>,
+    /// `[route.cache]`: store responses (and their encoded variants) in the shared cache;
+    /// an empty table caches with the defaults.
+    pub cache: Option<Spanned<RawRouteCache>>,
+}
+
+/// `[route.cache]`: RFC 9111 caching of this route's responses.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRouteCache {
+    /// Lifetime of responses that give none (no `max-age`, `s-maxage` or `Expires`);
+    /// default: RFC 9111's heuristic (10% of the time since `Last-Modified`) or none.
+    pub default_ttl: Option<SpannedStr>,
+    /// Store responses to requests with `Authorization` (default false: only when the
+    /// response says `public`, `s-maxage` or `must-revalidate`).
+    pub allow_authorization: Option<Spanned<bool>>,
+    /// Store responses that set cookies (default false).
+    pub allow_set_cookie: Option<Spanned<bool>>,
+    /// How long concurrent misses of one key wait for the first one's fetch before they go
+    /// upstream themselves (NGINX's `proxy_cache_lock_timeout`; default 5s).
+    pub lock_timeout: Option<SpannedStr>,
+    /// Re-encode a compressed variant at its codec's best level in the background after
+    /// it was served this many times (default 16; 0 never).
+    pub upgrade_after: Option<Spanned<u32>>,
+    /// The response header that says how the request was answered (`HIT`, `MISS`, …);
+    /// default `X-Cache`, `""` for none.
+    pub status_header: Option<Spanned<String>>,
+}
+
+/// `[cache]`: the response cache every `[route.cache]` shares.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCache {
+    /// The most bytes the stored responses and their variants take (default 256m).
+    pub max_size: Option<Spanned<RawSize>>,
 }
 
 /// `[route.rate_limit]`: NGINX's `limit_req` (rate and burst, delayed or `nodelay`).

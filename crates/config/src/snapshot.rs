@@ -38,6 +38,8 @@ pub struct Snapshot {
     pub admin: Option<Admin>,
     /// `[rate_limit]`: where shared limits are kept.
     pub rate_limit_store: crate::RateLimitStore,
+    /// `[cache]`: the response store the routes with `[route.cache]` share.
+    pub cache: crate::CacheSettings,
     /// `[resolver]`: DNS for upstream servers with `resolve = true`.
     pub resolver: DnsResolver,
     /// Where the built-in demo origin listens (`[demo]`), if anywhere. Started with the
@@ -774,6 +776,8 @@ pub struct Route {
     pub response_headers: crate::HeaderEdits,
     /// `[route.rate_limit]`.
     pub rate_limit: Option<crate::RateLimit>,
+    /// `[route.cache]`: responses stored in the shared cache.
+    pub cache: Option<Arc<crate::RouteCache>>,
     /// Response compression for this route (`[compression]` with the route's overrides).
     pub compression: Arc<Compression>,
     /// When failed attempts are retried.

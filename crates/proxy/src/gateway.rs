@@ -58,6 +58,7 @@ struct View {
     key_offload: Arc<KeyOffload>,
     handshakes: Arc<HandshakeScheduler>,
     compressor: Arc<crate::Compressor>,
+    cache: Arc<crate::ResponseCache>,
     access_log: AccessLog,
     /// Connections of every listener, current and draining.
     trackers: Vec<TaskTracker>,
@@ -84,6 +85,8 @@ struct State {
     handshakes: Arc<HandshakeScheduler>,
     compressor: Arc<crate::Compressor>,
     compress_config: CompressOffload,
+    /// The response cache; rebuilt (empty) only when `[cache]` changes.
+    cache: Arc<crate::ResponseCache>,
     access_log: AccessLog,
     log_config: LogConfig,
     /// Rate limiters by route, and the shared store's connection.
@@ -177,6 +180,7 @@ struct Prepared {
     handshakes: Arc<HandshakeScheduler>,
     compressor: Arc<crate::Compressor>,
     compress_config: CompressOffload,
+    cache: Arc<crate::ResponseCache>,
     access_log: AccessLog,
     /// Per listener of the new snapshot: an index into the old listeners to keep, or a new
     /// socket; and its new context.
@@ -245,6 +249,8 @@ impl Gateway {
                 .map_err(ProxyError::Offload)?,
             compressor,
             compress_config: compress,
+            cache: crate::ResponseCache::new(&snapshot.cache, Default::default())
+                .map_err(ProxyError::Offload)?,
             access_log: access_log.clone(),
             log_config: snapshot.log.clone(),
             limiters: Arc::new(HashMap::new()),
@@ -389,6 +395,11 @@ impl Gateway {
         self.view.load().compressor.clone()
     }
 
+    /// The response cache (its counters, size and purges).
+    pub fn cache(&self) -> Arc<crate::ResponseCache> {
+        self.view.load().cache.clone()
+    }
+
     /// The access log sink.
     pub fn access_log(&self) -> AccessLog {
         self.view.load().access_log.clone()
@@ -449,6 +460,7 @@ fn view_of(state: &State) -> View {
         key_offload: state.key_offload.clone(),
         handshakes: state.handshakes.clone(),
         compressor: state.compressor.clone(),
+        cache: state.cache.clone(),
         access_log: state.access_log.clone(),
         limiters: state.limiters.clone(),
         redis: state.redis.clone(),
@@ -537,6 +549,12 @@ async fn prepare(
     } else {
         report.compress_engines_rebuilt = true;
         crate::Compressor::from_config(&compress, state.compressor.counters())
+            .map_err(ProxyError::Offload)?
+    };
+    let cache = if *state.cache.settings() == snapshot.cache {
+        state.cache.clone()
+    } else {
+        crate::ResponseCache::new(&snapshot.cache, state.cache.counters())
             .map_err(ProxyError::Offload)?
     };
     let access_log = if first || snapshot.log == state.log_config {
@@ -656,6 +674,7 @@ async fn prepare(
             access_log: access_log.clone(),
             metrics: metrics.clone(),
             compressor: compressor.clone(),
+            cache: cache.clone(),
             limiters: limiters.clone(),
         });
         listeners.push((placement, ctx));
@@ -679,6 +698,7 @@ async fn prepare(
         handshakes,
         compressor,
         compress_config: compress,
+        cache,
         access_log,
         listeners,
         report,
@@ -868,6 +888,7 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
     state.key_identity = prepared.key_identity;
     state.compressor = prepared.compressor;
     state.compress_config = prepared.compress_config;
+    state.cache = prepared.cache;
     // `prepare` kept the old sink when `[log]` did not change.
     state.access_log = prepared.access_log;
     state.log_config = state.snapshot.log.clone();

@@ -43,6 +43,7 @@ pub use metrics::{
     STATUS_CLASSES, TCP_OUTCOMES, TLS_VERSIONS, UPSTREAM_ERRORS,
 };
 pub use request::access_log::AccessLog;
+pub use request::cache::ResponseCache;
 pub use request::compression::Compressor;
 pub use request::error::ProxyError;
 pub use request::router::Router;

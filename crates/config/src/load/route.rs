@@ -154,6 +154,16 @@ impl Cx<'_> {
             }
         };
         let rate_limit = raw.rate_limit.as_ref().map(|r| self.rate_limit(&name, r));
+        let cache = raw.cache.as_ref().map(|c| {
+            if raw.upstream.is_none() {
+                self.err_at(
+                    c,
+                    format!("route `{name}` has [route.cache] but no upstream"),
+                    "caching stores upstream responses: remove [route.cache] from a route that answers itself",
+                );
+            }
+            Arc::new(self.route_cache(&name, c))
+        });
         let acl = self.acl(
             raw.allow.as_ref(),
             raw.deny.as_ref(),
@@ -179,6 +189,7 @@ impl Cx<'_> {
         }
         Some(Route {
             rate_limit,
+            cache,
             acl,
             rewrite,
             answer,

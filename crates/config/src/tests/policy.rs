@@ -350,3 +350,96 @@ servers = [{ address = "127.0.0.1:9000" }]
         (Some(100), 50, Duration::from_secs(3))
     );
 }
+
+#[test]
+fn route_caches_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = r#"
+[cache]
+max_size = "64m"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "defaults"
+upstream = "o"
+[route.cache]
+[[route]]
+name = "chosen"
+upstream = "o"
+[route.cache]
+default_ttl = "5m"
+allow_set_cookie = true
+lock_timeout = "2s"
+upgrade_after = 0
+status_header = ""
+[[route]]
+name = "uncached"
+upstream = "o"
+"#;
+    let s = load_str(good, "good.toml", dir.path()).unwrap();
+    assert_eq!(s.cache.max_size, 64 << 20);
+    let d = s.routes[0].cache.as_deref().expect("an empty table caches");
+    assert_eq!(*d, crate::RouteCache::default());
+    assert_eq!(
+        d.status_header.as_ref().map(|h| h.as_str()),
+        Some("x-cache")
+    );
+    let c = s.routes[1].cache.as_deref().unwrap();
+    assert_eq!(c.default_ttl, Some(Duration::from_secs(300)));
+    assert!(c.allow_set_cookie && !c.allow_authorization);
+    assert_eq!(
+        (c.lock_timeout, c.upgrade_after),
+        (Duration::from_secs(2), 0)
+    );
+    assert_eq!(c.status_header, None);
+    assert!(s.routes[2].cache.is_none());
+    let unset = load_str(
+        "[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n",
+        "none.toml",
+        dir.path(),
+    )
+    .unwrap();
+    assert_eq!(unset.cache.max_size, 256 << 20);
+
+    let bad = r#"
+[cache]
+max_size = "100k"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "a"
+upstream = "o"
+[route.cache]
+default_ttl = "soon"
+status_header = "X Cache"
+[[route]]
+name = "b"
+respond = { status = 200 }
+[route.cache]
+[[route]]
+name = "c"
+upstream = "o"
+[route.cache]
+max_age = 5
+"#;
+    let errs = errors(bad, dir.path());
+    let at = |needle: &str| said_at(&errs, bad, needle);
+    assert!(at("\"100k\"").contains("too small"), "{errs:#?}");
+    assert!(at("\"soon\"").contains("soon"), "{errs:#?}");
+    assert!(at("\"X Cache\"").contains("not a header name"), "{errs:#?}");
+    assert!(at("max_age").contains("unknown field"), "{errs:#?}");
+    assert!(
+        errs.iter()
+            .any(|e| e.to_string().contains("[route.cache] but no upstream")),
+        "{errs:#?}"
+    );
+    assert_eq!(errs.len(), 5, "{errs:#?}");
+}

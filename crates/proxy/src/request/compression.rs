@@ -150,7 +150,7 @@ pub(crate) fn strengthen_if_none_match(settings: &Compression, headers: &mut Hea
     }
 }
 
-fn codec_of(c: ContentCoding) -> Codec {
+pub(crate) fn codec_of(c: ContentCoding) -> Codec {
     match c {
         ContentCoding::Gzip => Codec::Gzip,
         ContentCoding::Brotli => Codec::Brotli,
@@ -176,7 +176,7 @@ pub(crate) fn calibrate(routes: &[Arc<sluice_config::Route>]) {
     }
 }
 
-fn encoding_for(settings: &Compression, codec: Codec) -> Encoding {
+pub(crate) fn encoding_for(settings: &Compression, codec: Codec) -> Encoding {
     Encoding {
         codec,
         level: match codec {
@@ -192,7 +192,7 @@ fn encoding_for(settings: &Compression, codec: Codec) -> Encoding {
     }
 }
 
-fn add_vary(headers: &mut HeaderMap) {
+pub(crate) fn add_vary(headers: &mut HeaderMap) {
     let present = headers.get_all(header::VARY).iter().any(|v| {
         v.to_str().is_ok_and(|s| {
             s.split(',').any(|t| {
@@ -206,7 +206,7 @@ fn add_vary(headers: &mut HeaderMap) {
     }
 }
 
-fn weaken_etag(headers: &mut HeaderMap) {
+pub(crate) fn weaken_etag(headers: &mut HeaderMap) {
     if let Some(v) = headers.get(header::ETAG)
         && v.as_bytes().starts_with(b"\"")
         && let Ok(weak) = HeaderValue::from_bytes(&[b"W/", v.as_bytes()].concat())
@@ -216,7 +216,7 @@ fn weaken_etag(headers: &mut HeaderMap) {
 }
 
 /// The decision for one response, from everything but the body.
-fn decide(
+pub(crate) fn decide(
     facts: &RequestFacts,
     status: StatusCode,
     headers: &HeaderMap,
@@ -449,6 +449,34 @@ async fn compress(
     }
     tokio::spawn(pump.run(body, pending, ended, trailers, tx));
     rx.boxed()
+}
+
+/// Compresses a whole body in `encoding` (the cache's variants): on the spot up to the
+/// encoding's inline threshold, else on the dispatcher's engines; counted as a chunk.
+pub(crate) async fn compress_whole(
+    compressor: &Compressor,
+    encoding: Encoding,
+    sw_threshold: Option<u64>,
+    body: Bytes,
+) -> Result<Bytes, String> {
+    let len = body.len() as u64;
+    let mut enc = BodyEncoder::new(encoding);
+    let job = enc.job(body, true);
+    let inline = len <= sw_threshold.unwrap_or_else(|| encoding.default_sw_threshold());
+    let out = if inline {
+        compress_chunk(&job, "inline").map_err(|e| e.to_string())?
+    } else {
+        compressor
+            .dispatcher
+            .run(job)
+            .await
+            .map_err(|e| e.to_string())?
+    };
+    compressor.counters.compressed(encoding.codec);
+    compressor
+        .counters
+        .chunk(encoding.codec, out.engine, len as usize, out.bytes.len());
+    Ok(enc.frame(out.bytes, true))
 }
 
 fn rebuilt(data: Bytes, trailers: Option<HeaderMap>) -> ProxyBody {

@@ -25,6 +25,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) access_log: AccessLog,
     pub(crate) metrics: Arc<crate::ProxyMetrics>,
     pub(crate) compressor: Arc<crate::Compressor>,
+    /// The response cache every route with `[route.cache]` shares.
+    pub(crate) cache: Arc<crate::request::cache::ResponseCache>,
     /// Rate limiters by route name.
     pub(crate) limiters:
         Arc<std::collections::HashMap<String, Arc<crate::request::rate_limit::RateLimiter>>>,

@@ -3,6 +3,7 @@
 use crate::body::{ProxyBody, TrackedBody};
 use crate::http1::ClientBody;
 use crate::request::access_log::Entry;
+use crate::request::cache;
 use crate::request::compression::RequestFacts;
 use crate::request::context::ConnCtx;
 use crate::request::done::{Done, failure};
@@ -201,10 +202,61 @@ async fn serve(
     };
     let group = listener.upstreams[upstream].group();
     let facts = RequestFacts::new(&route.compression, req.method(), req.headers());
+    let mut fetch = None;
+    if let Some(settings) = &route.cache {
+        let request_id = done.request_id.clone();
+        let serving = cache::Serving {
+            cache: &listener.cache,
+            settings,
+            host_key: &host,
+            compressor: &listener.compressor,
+            facts: &facts,
+            method: req.method(),
+            request: req.headers(),
+            route,
+            vars: policy::Vars {
+                host: policy::host_name(&host),
+                uri: req.uri(),
+                https: listener.tls.is_some(),
+                client,
+                request_id: request_id.as_ref(),
+            },
+        };
+        match cache::lookup(serving, &req, done).await {
+            cache::Lookup::Answered(resp, refresh) => {
+                if let Some(refresh) = refresh {
+                    spawn_refresh(&conn, &req, refresh);
+                }
+                return Ok(resp);
+            }
+            cache::Lookup::Fetch(f, d) => {
+                fetch = Some(f);
+                done = d;
+            }
+        }
+    }
     Ok(super::proxy::run(
-        &conn, listener, group, route, client, req, host, done, facts,
+        &conn, listener, group, route, client, req, host, done, facts, fetch,
     )
     .await)
+}
+
+/// Revalidates a stale entry in the background (`stale-while-revalidate`): the request again,
+/// as a GET through the whole path (routing, limits, the access log), marked so that the
+/// cache goes upstream with the entry's validators instead of answering it.
+fn spawn_refresh(conn: &Arc<ConnCtx>, req: &Request<ClientBody>, refresh: cache::Refresh) {
+    let mut again = Request::new(ClientBody::Empty);
+    *again.method_mut() = http::Method::GET;
+    *again.uri_mut() = req.uri().clone();
+    *again.version_mut() = req.version();
+    *again.headers_mut() = req.headers().clone();
+    again.extensions_mut().insert(refresh);
+    let conn = conn.clone();
+    tokio::spawn(async move {
+        let Ok(resp) = crate::http1::Service::call(conn, again).await;
+        // Read to its end: the entry is stored as the body ends.
+        let _ = resp.into_body().collect().await;
+    });
 }
 
 /// A response the gateway makes itself (a route's redirect or fixed response).

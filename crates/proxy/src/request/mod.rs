@@ -1,9 +1,11 @@
 //! The HTTP request path, for both protocols: what a listener's and a connection's requests
 //! share (`context`, `conn_state`, and `done`: a request's end, logged and counted), the handler (`handler`: admission, routing, policy),
-//! the proxying of a routed request as named phases with retries (`proxy`), compression, forwarding headers, edge policy (ACLs, answers, rewrites, rate
+//! the proxying of a routed request as named phases with retries (`proxy`), the response
+//! cache (`cache`: a phase before `proxy`), compression, forwarding headers, edge policy (ACLs, answers, rewrites, rate
 //! limits, traffic splits), gRPC, the router, the access log and the failure statuses.
 
 pub(crate) mod access_log;
+pub(crate) mod cache;
 pub(crate) mod compression;
 pub(crate) mod conn_state;
 pub(crate) mod context;

@@ -13,7 +13,13 @@
 //!    compression as the response body's filter.
 //!
 //! Retrying is the loop in `run` over phases 2-5: one attempt at a time.
+//!
+//! On a route with `[route.cache]`, the cache's lookup phase (`cache::lookup`) ran before and
+//! handed a [`Fetch`]: it edits the request in phase 3 and decides in phase 6 whether the
+//! response is stored, renews a stored one (304), or is replaced by a stale entry
+//! (`stale-if-error`, also when every try failed).
 
+use super::cache::{self, Fetch, Filtered, Serving};
 use super::compression::{self, RequestFacts, strengthen_if_none_match};
 use super::context::{ConnCtx, ListenerCtx};
 use super::done::{Done, failure};
@@ -46,14 +52,15 @@ pub(super) async fn run(
     host: String,
     mut done: Done,
     facts: RequestFacts,
+    cache: Option<Box<Fetch>>,
 ) -> Response<ProxyBody> {
     let mut p = Proxied::new(
-        conn, listener, group, route, client, req, host, &done, facts,
+        conn, listener, group, route, client, req, host, &done, facts, cache,
     );
     loop {
         let server = match p.upstream_peer().await {
             Ok(s) => s,
-            Err(why) => return failure(done, why),
+            Err(why) => return p.fail(done, why).await,
         };
         let addr = server.server().addr;
         done.entry.upstream = Some(addr);
@@ -69,7 +76,7 @@ pub(super) async fn run(
         };
         match next {
             Next::Retry => tokio::time::sleep(p.backoff()).await,
-            Next::Fail(why) => return failure(done, why),
+            Next::Fail(why) => return p.fail(done, why).await,
         }
     }
 }
@@ -114,6 +121,8 @@ struct Proxied<'a> {
     sticky: Option<usize>,
     /// Servers tried so far, in order.
     tried: Vec<usize>,
+    /// The cache's part in this request (a route with `[route.cache]`).
+    cache: Option<Box<Fetch>>,
 }
 
 impl<'a> Proxied<'a> {
@@ -128,6 +137,7 @@ impl<'a> Proxied<'a> {
         host: String,
         done: &Done,
         facts: RequestFacts,
+        cache: Option<Box<Fetch>>,
     ) -> Self {
         let upgrade = if req.version() == Version::HTTP_11 {
             upgrade_protocol(req.headers())
@@ -203,7 +213,33 @@ impl<'a> Proxied<'a> {
             request_id: done.request_id.clone(),
             sticky,
             tried: Vec::with_capacity(2),
+            cache,
         }
+    }
+
+    /// What answering from the cache needs (`None` on a route without `[route.cache]`).
+    fn serving(&self) -> Option<Serving<'_>> {
+        Some(Serving {
+            cache: &self.listener.cache,
+            settings: self.route.cache.as_ref()?,
+            host_key: &self.host,
+            compressor: &self.listener.compressor,
+            facts: &self.facts,
+            method: &self.parts.method,
+            request: &self.parts.headers,
+            route: self.route,
+            vars: self.vars(),
+        })
+    }
+
+    /// The answer when no server gave a response: a stale entry where `stale-if-error`
+    /// allows it, else the failure's.
+    async fn fail(&mut self, done: Done, why: Failure) -> Response<ProxyBody> {
+        let stale = self.cache.as_mut().and_then(|f| f.on_failure());
+        if let (Some(entry), Some(s)) = (stale, self.serving()) {
+            return cache::respond(&s, entry, sluice_cache::Outcome::Stale, done).await;
+        }
+        failure(done, why)
     }
 
     /// What the route's header edits may refer to.
@@ -244,6 +280,9 @@ impl<'a> Proxied<'a> {
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
         strengthen_if_none_match(&self.facts.settings, &mut headers);
+        if let Some(fetch) = &self.cache {
+            fetch.edit_request(&mut headers);
+        }
         if self.gunzip {
             headers.remove(header::CONTENT_ENCODING);
             headers.remove(header::CONTENT_LENGTH);
@@ -443,6 +482,23 @@ impl<'a> Proxied<'a> {
         }
         let (mut rparts, rbody) = resp.into_parts();
         rparts.version = self.parts.version;
+        let mut cache_status = None;
+        let rbody = match self.cache.take() {
+            None => rbody,
+            Some(fetch) => match fetch.on_response(rparts.status, &rparts.headers, rbody) {
+                Filtered::Pass(body, named) => {
+                    cache_status = named;
+                    body
+                }
+                Filtered::FromStore(entry, outcome) => {
+                    done._server = Some(server);
+                    if let Some(s) = self.serving() {
+                        return cache::respond(&s, entry, outcome, done).await;
+                    }
+                    unreachable!("a fetch exists only on a route with [route.cache]")
+                }
+            },
+        };
         if !self.route.response_headers.is_empty() {
             policy::edit_headers(
                 &self.route.response_headers,
@@ -452,6 +508,11 @@ impl<'a> Proxied<'a> {
         }
         if let Some(id) = &self.request_id {
             rparts.headers.insert(policy::X_REQUEST_ID, id.clone());
+        }
+        if let Some((name, outcome)) = cache_status {
+            rparts
+                .headers
+                .insert(name, HeaderValue::from_static(outcome.as_str()));
         }
         // A new session, or one whose server was down: name the server chosen.
         if let Some(cookies) = &group.sticky

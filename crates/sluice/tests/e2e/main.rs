@@ -10,6 +10,7 @@ mod acme;
 mod admin_api;
 mod balancing;
 mod banner;
+mod cache;
 mod cli;
 mod compression;
 mod dashboard;

@@ -1,0 +1,70 @@
+//! `[route.cache]` and `[cache]`.
+
+use super::Cx;
+use crate::policy::{CacheSettings, RouteCache};
+use crate::raw::*;
+use toml::Spanned;
+
+/// The smallest `[cache] max_size`: below it every page of a site is larger than the
+/// largest entry stored (an eighth of the bound).
+const MIN_SIZE: u64 = 1 << 20;
+
+impl Cx<'_> {
+    pub(super) fn route_cache(&mut self, route: &str, raw: &Spanned<RawRouteCache>) -> RouteCache {
+        let r = raw.get_ref();
+        let mut c = RouteCache {
+            default_ttl: self.duration(r.default_ttl.as_ref()),
+            allow_authorization: r.allow_authorization.as_ref().is_some_and(|b| *b.get_ref()),
+            allow_set_cookie: r.allow_set_cookie.as_ref().is_some_and(|b| *b.get_ref()),
+            ..RouteCache::default()
+        };
+        if let Some(t) = self.duration(r.lock_timeout.as_ref()) {
+            c.lock_timeout = t;
+        }
+        if let Some(n) = &r.upgrade_after {
+            c.upgrade_after = *n.get_ref();
+        }
+        if let Some(h) = &r.status_header {
+            let text = h.get_ref();
+            c.status_header = if text.is_empty() {
+                None
+            } else {
+                match http::HeaderName::from_bytes(text.as_bytes()) {
+                    Ok(name) => Some(name),
+                    Err(_) => {
+                        self.err_at(
+                            h,
+                            format!(
+                                "route `{route}`: cache status_header `{text}` is not a header name"
+                            ),
+                            "use letters, digits and '-' (such as \"X-Cache\"), or \"\" for none",
+                        );
+                        None
+                    }
+                }
+            };
+        }
+        c
+    }
+
+    pub(super) fn cache_settings(&mut self, raw: Option<&RawCache>) -> CacheSettings {
+        let mut s = CacheSettings::default();
+        let Some(raw) = raw else {
+            return s;
+        };
+        if let Some(n) = self.size(raw.max_size.as_ref()) {
+            if n < MIN_SIZE {
+                if let Some(at) = &raw.max_size {
+                    self.err_at(
+                        at,
+                        format!("[cache] max_size of {n} bytes is too small"),
+                        "give it at least \"1m\" (an entry may take an eighth of it)",
+                    );
+                }
+            } else {
+                s.max_size = n;
+            }
+        }
+        s
+    }
+}

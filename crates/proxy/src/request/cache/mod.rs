@@ -1,0 +1,386 @@
+//! The response cache as a phase of the request path (RFC 9111; its rules are in
+//! `sluice-cache`): before a request goes upstream, `lookup` answers it from the store
+//! (fresh, or stale while a background fetch revalidates it) or hands the proxy phases a
+//! [`Fetch`], which edits the upstream request (identity, the stored entry's validators)
+//! and decides on the response: stored as it streams to the client (`capture`), a 304 that
+//! renews the stored entry, or a failure answered with a stale entry (`stale-if-error`).
+//!
+//! Entries hold the identity body; `respond` makes each encoding the first time a client
+//! asks for it (on the compression engines, once: concurrent first requests collapse) and
+//! keeps it in the entry, and `upgrade` re-encodes variants served often at their codec's
+//! best level in the background.
+
+mod capture;
+mod respond;
+pub(crate) mod upgrade;
+
+pub(crate) use respond::{Serving, respond};
+
+use crate::body::ProxyBody;
+use crate::request::done::Done;
+use capture::{Capture, CaptureBody};
+use http::header::{self, HeaderMap, HeaderName};
+use http::{Method, Request, Response, StatusCode};
+use sluice_cache::collapse::Leader;
+use sluice_cache::{
+    CacheCounters, CacheSnapshot, Collapser, Entry, NotStored, Outcome, Serve, Store, StorePolicy,
+    Timing, Turn,
+};
+use sluice_config::{CacheSettings, RouteCache};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// How many times a collapsed miss looks the store up again before it fetches on its own.
+const RETRIES: usize = 3;
+
+/// The gateway's response cache: one store, bounded by `[cache] max_size`, for every route
+/// with `[route.cache]`; kept across reloads while the bound stays.
+#[derive(Debug)]
+pub struct ResponseCache {
+    pub(crate) store: Store,
+    pub(crate) collapser: Arc<Collapser>,
+    pub(crate) counters: Arc<CacheCounters>,
+    pub(crate) upgrader: upgrade::Upgrader,
+    settings: CacheSettings,
+}
+
+impl ResponseCache {
+    /// A cache as `settings` describe, counting into `counters` (kept when a reload
+    /// rebuilds the store).
+    pub fn new(
+        settings: &CacheSettings,
+        counters: Arc<CacheCounters>,
+    ) -> std::io::Result<Arc<ResponseCache>> {
+        Ok(Arc::new(ResponseCache {
+            store: Store::new(settings.max_size),
+            collapser: Collapser::new(),
+            upgrader: upgrade::Upgrader::start(counters.clone())?,
+            counters,
+            settings: *settings,
+        }))
+    }
+
+    /// The settings it was built with.
+    pub fn settings(&self) -> &CacheSettings {
+        &self.settings
+    }
+
+    /// Its counters (shared with a rebuilt cache).
+    pub fn counters(&self) -> Arc<CacheCounters> {
+        self.counters.clone()
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> CacheSnapshot {
+        self.counters.snapshot()
+    }
+
+    /// Bytes stored now.
+    pub fn bytes(&self) -> u64 {
+        self.store.bytes()
+    }
+
+    /// Entries stored now.
+    pub fn entries(&self) -> u64 {
+        self.store.len()
+    }
+
+    /// Removes the entries of `host` and `path` (with its query, as requested), or every
+    /// entry under `path` as a prefix.
+    pub fn purge(&self, host: &str, path: &str, prefix: bool) {
+        let key = Store::primary_key(host, path);
+        if prefix {
+            self.store.purge_prefix(&key);
+        } else {
+            self.store.purge(&key);
+        }
+        self.counters
+            .purges
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A request extension: this request is a background revalidation (stale-while-revalidate),
+/// holding the lead of its key's refresh.
+#[derive(Clone)]
+pub(crate) struct Refresh(Arc<Mutex<Option<Leader>>>);
+
+/// What the lookup phase decided.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned once per request and taken apart at once; boxing `Done` would allocate on every miss"
+)]
+pub(crate) enum Lookup {
+    /// Answered from the store; with a refresh to start in the background when stale.
+    Answered(Response<ProxyBody>, Option<Refresh>),
+    /// Go upstream with this fetch.
+    Fetch(Box<Fetch>, Done),
+}
+
+/// The lookup phase for a request on a route with `[route.cache]`.
+pub(crate) async fn lookup(
+    serving: Serving<'_>,
+    req: &Request<crate::http1::ClientBody>,
+    done: Done,
+) -> Lookup {
+    let cache = serving.cache;
+    let method = req.method();
+    let headers = req.headers();
+    let primary = Store::primary_key(
+        serving.host_key,
+        req.uri().path_and_query().map_or("/", |p| p.as_str()),
+    );
+    let mut fetch = Fetch {
+        cache: cache.clone(),
+        settings: serving.settings.clone(),
+        primary,
+        request: headers.clone(),
+        method: method.clone(),
+        store: *method == Method::GET,
+        invalidate: !matches!(
+            *method,
+            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+        ),
+        stale: None,
+        stale_if_error: false,
+        leader: None,
+        request_time: SystemTime::now(),
+    };
+    // Ranges are passed through whole (the store answers whole responses only).
+    let range = headers.contains_key(header::RANGE);
+    if !matches!(*method, Method::GET | Method::HEAD) || range {
+        fetch.store = false;
+        return Lookup::Fetch(Box::new(fetch), done);
+    }
+    if let Some(refresh) = req.extensions().get::<Refresh>() {
+        // A background revalidation: straight upstream with the stored entry's validators.
+        fetch.leader = refresh.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        fetch.stale = cache.store.lookup(&fetch.primary, headers);
+        return Lookup::Fetch(Box::new(fetch), done);
+    }
+    for _ in 0..RETRIES {
+        if let Some(entry) = cache.store.lookup(&fetch.primary, headers) {
+            let age = entry.timing.age(SystemTime::now());
+            match sluice_cache::serve(headers, &entry.headers, entry.lifetime, age) {
+                Serve::Fresh => {
+                    return Lookup::Answered(
+                        respond(&serving, entry, Outcome::Hit, done).await,
+                        None,
+                    );
+                }
+                Serve::StaleWhileRevalidate => {
+                    let refresh = cache
+                        .collapser
+                        .try_lead(&format!("refresh\0{}", fetch.primary))
+                        .map(|l| Refresh(Arc::new(Mutex::new(Some(l)))));
+                    return Lookup::Answered(
+                        respond(&serving, entry, Outcome::Stale, done).await,
+                        refresh,
+                    );
+                }
+                Serve::Revalidate { stale_if_error } => {
+                    fetch.stale = Some(entry);
+                    fetch.stale_if_error = stale_if_error;
+                }
+            }
+        }
+        if cache.store.is_pass(&fetch.primary) || method == Method::HEAD && fetch.stale.is_none() {
+            // A HEAD miss goes upstream as it is and is not stored (it has no body to keep).
+            fetch.store &= method == Method::GET;
+            return Lookup::Fetch(Box::new(fetch), done);
+        }
+        match cache
+            .collapser
+            .turn(&fetch.primary, serving.settings.lock_timeout)
+            .await
+        {
+            Turn::Lead(leader) => {
+                fetch.leader = Some(leader);
+                return Lookup::Fetch(Box::new(fetch), done);
+            }
+            Turn::Alone => return Lookup::Fetch(Box::new(fetch), done),
+            Turn::Retry => {
+                cache
+                    .counters
+                    .collapsed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                fetch.stale = None;
+                fetch.stale_if_error = false;
+            }
+        }
+    }
+    Lookup::Fetch(Box::new(fetch), done)
+}
+
+/// A request of a caching route on its way upstream.
+pub(crate) struct Fetch {
+    cache: Arc<ResponseCache>,
+    settings: Arc<RouteCache>,
+    primary: String,
+    /// The client's request headers (the Vary key and the storing rules read them).
+    request: HeaderMap,
+    method: Method,
+    /// Its response may be stored (a GET without Range).
+    store: bool,
+    /// An unsafe method: a success invalidates the stored entry (RFC 9111 §4.4).
+    invalidate: bool,
+    /// The stored entry this revalidates.
+    stale: Option<Arc<Entry>>,
+    /// The stale entry may answer when upstream fails.
+    stale_if_error: bool,
+    /// The lead of this key's collapsed fetch: dropped when the entry is stored or not.
+    leader: Option<Leader>,
+    request_time: SystemTime,
+}
+
+/// What a [`Fetch`] made of the upstream's response.
+pub(crate) enum Filtered {
+    /// The response goes to the client (stored as it streams, if it may be), with the
+    /// status header to add.
+    Pass(ProxyBody, Option<(HeaderName, Outcome)>),
+    /// Answer from this stored entry instead (a 304 renewed it; or stale-if-error).
+    FromStore(Arc<Entry>, Outcome),
+}
+
+/// Request headers a cache sends upstream on its own behalf, not the client's.
+const CLIENT_CONDITIONALS: [HeaderName; 4] = [
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_MATCH,
+    header::IF_UNMODIFIED_SINCE,
+];
+
+impl Fetch {
+    /// The upstream request's headers: a stored response is fetched whole and in identity
+    /// (the cache makes the encodings), revalidated with the stored validators.
+    pub(crate) fn edit_request(&self, headers: &mut HeaderMap) {
+        if !self.store {
+            return;
+        }
+        headers.remove(header::ACCEPT_ENCODING);
+        for h in &CLIENT_CONDITIONALS {
+            headers.remove(h);
+        }
+        if let Some(stale) = &self.stale {
+            for (name, value) in sluice_cache::conditional::revalidation_headers(&stale.headers) {
+                headers.insert(name, value);
+            }
+        }
+    }
+
+    /// A failure with no response: the stale entry, where `stale-if-error` allows it.
+    pub(crate) fn on_failure(&mut self) -> Option<Arc<Entry>> {
+        if self.stale_if_error {
+            self.stale.take()
+        } else {
+            None
+        }
+    }
+
+    /// Decides on the upstream's response (its head after hop-by-hop headers went).
+    pub(crate) fn on_response(
+        mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        body: ProxyBody,
+    ) -> Filtered {
+        let counters = &self.cache.counters;
+        let store = &self.cache.store;
+        let named = |o: Outcome| self.settings.status_header.clone().map(|h| (h, o));
+        if self.invalidate {
+            if status.is_success() || status.is_redirection() {
+                store.purge(&self.primary);
+            }
+            counters.outcome(Outcome::Bypass);
+            return Filtered::Pass(body, named(Outcome::Bypass));
+        }
+        if !self.store {
+            counters.outcome(Outcome::Bypass);
+            return Filtered::Pass(body, named(Outcome::Bypass));
+        }
+        let response_time = SystemTime::now();
+        if let Some(stale) = self.stale.take() {
+            if status == StatusCode::NOT_MODIFIED
+                && sluice_cache::conditional::validates(&stale.headers, headers)
+            {
+                let mut merged = stale.headers.clone();
+                sluice_cache::conditional::update_from_304(&mut merged, headers);
+                let timing = Timing::new(self.request_time, response_time, headers);
+                let lifetime =
+                    sluice_cache::lifetime(stale.status, &merged, self.settings.default_ttl);
+                let renewed = stale.renewed(merged, timing, lifetime);
+                let entry = store
+                    .renew(&self.primary, &self.request, &stale, renewed)
+                    .unwrap_or(stale);
+                return Filtered::FromStore(entry, Outcome::Revalidated);
+            }
+            if status.is_server_error() && self.stale_if_error {
+                return Filtered::FromStore(stale, Outcome::Stale);
+            }
+            self.stale_if_error = false;
+            // A new response replaces the stale one (stored below, or gone).
+            store.purge(&self.primary);
+            counters.outcome(Outcome::Expired);
+            return self.store_or_pass(status, headers, body, response_time, Outcome::Expired);
+        }
+        counters.outcome(Outcome::Miss);
+        self.store_or_pass(status, headers, body, response_time, Outcome::Miss)
+    }
+
+    fn store_or_pass(
+        mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        body: ProxyBody,
+        response_time: SystemTime,
+        outcome: Outcome,
+    ) -> Filtered {
+        let named = self.settings.status_header.clone().map(|h| (h, outcome));
+        let policy = StorePolicy {
+            allow_authorization: self.settings.allow_authorization,
+            allow_set_cookie: self.settings.allow_set_cookie,
+            default_ttl: self.settings.default_ttl,
+        };
+        let verdict = sluice_cache::storable(&self.method, &self.request, status, headers, &policy)
+            .and_then(|()| {
+                // An origin that encoded anyway (it was asked for identity): not stored, as
+                // the entry's identity body would not be identity.
+                match headers
+                    .get(header::CONTENT_ENCODING)
+                    .and_then(|v| v.to_str().ok())
+                {
+                    Some(v) if !v.trim().eq_ignore_ascii_case("identity") => {
+                        Err(NotStored::Encoded)
+                    }
+                    _ => Ok(()),
+                }
+            });
+        if let Err(why) = verdict {
+            self.cache.counters.not_stored(why);
+            // What the response says holds for every request of the key: pass it for a
+            // while. What this request said (its method, Authorization, no-store) does not.
+            let request_said = matches!(why, NotStored::Method | NotStored::Authorization)
+                || why == NotStored::NoStore
+                    && sluice_cache::CacheControl::parse(&self.request).no_store;
+            if !request_said {
+                self.cache.store.mark_pass(&self.primary);
+            }
+            return Filtered::Pass(body, named);
+        }
+        let capture = Capture {
+            store: self.cache.store.clone(),
+            counters: self.cache.counters.clone(),
+            primary: std::mem::take(&mut self.primary),
+            request: std::mem::take(&mut self.request),
+            status,
+            headers: headers.clone(),
+            timing: Timing::new(self.request_time, response_time, headers),
+            lifetime: sluice_cache::lifetime(status, headers, self.settings.default_ttl),
+            leader: self.leader.take(),
+            segments: Vec::new(),
+            size: 0,
+        };
+        use http_body_util::BodyExt as _;
+        Filtered::Pass(CaptureBody::new(body, capture).boxed(), named)
+    }
+}

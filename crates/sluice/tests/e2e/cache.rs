@@ -1,0 +1,715 @@
+//! The response cache (`[route.cache]`) end to end: a real origin behind the gateway, every
+//! Cache-Control rule that decides storing and serving, revalidation, collapsing, encoded
+//! variants and their background upgrade, purge through the admin API, the bound.
+
+use crate::support::*;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::io::Read as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use tokio::net::TcpListener;
+
+type OBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn page() -> Vec<u8> {
+    let mut s = String::from("<!doctype html><html><body>\n");
+    let mut i = 7u64;
+    while s.len() < 100_000 {
+        i = i
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        s.push_str(&format!(
+            "<div class=\"row r{}\"><a href=\"/item/{}\">Item {}</a> costs {}.{:02}</div>\n",
+            i >> 61,
+            i >> 40,
+            i >> 50,
+            i >> 56,
+            (i >> 30) % 100
+        ));
+    }
+    s.push_str("</body></html>\n");
+    s.into_bytes()
+}
+
+/// An origin whose paths each show one caching rule. It counts requests per path (with
+/// query), keeps the conditional headers it was sent, and can change its version (ETag) or
+/// fail with 500.
+#[derive(Clone)]
+struct CacheOrigin {
+    addr: SocketAddr,
+    hits: Arc<Mutex<HashMap<String, u64>>>,
+    conditionals: Arc<Mutex<Vec<String>>>,
+    version: Arc<AtomicU64>,
+    failing: Arc<AtomicBool>,
+}
+
+impl CacheOrigin {
+    async fn start() -> CacheOrigin {
+        let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let o = CacheOrigin {
+            addr: socket.local_addr().unwrap(),
+            hits: Default::default(),
+            conditionals: Default::default(),
+            version: Arc::new(AtomicU64::new(1)),
+            failing: Arc::new(AtomicBool::new(false)),
+        };
+        let page = Bytes::from(page());
+        let state = o.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = socket.accept().await else {
+                    return;
+                };
+                let (state, page) = (state.clone(), page.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(
+                        move |req: http::Request<hyper::body::Incoming>| {
+                            let (state, page) = (state.clone(), page.clone());
+                            async move { Ok::<_, Infallible>(state.respond(req, page).await) }
+                        },
+                    );
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .await;
+                });
+            }
+        });
+        o
+    }
+
+    fn hits(&self, path: &str) -> u64 {
+        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+
+    async fn respond(
+        &self,
+        req: http::Request<hyper::body::Incoming>,
+        page: Bytes,
+    ) -> http::Response<OBody> {
+        let target = req.uri().path_and_query().unwrap().as_str().to_owned();
+        let path = req.uri().path().to_owned();
+        let n = {
+            let mut h = self.hits.lock().unwrap();
+            let n = h.entry(target).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let inm = req
+            .headers()
+            .get("if-none-match")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if let Some(v) = &inm {
+            self.conditionals
+                .lock()
+                .unwrap()
+                .push(format!("{path} {v}"));
+        }
+        let version = self.version.load(Ordering::SeqCst);
+        let etag = format!("\"v{version}\"");
+        let full = |b: Bytes| Full::new(b).boxed();
+        let text = |cc: &str, body: String| {
+            http::Response::builder()
+                .header("content-type", "text/plain")
+                .header("cache-control", cc)
+                .body(full(Bytes::from(body)))
+                .unwrap()
+        };
+        let revalidates = |cc: &str, body: String| {
+            if inm.as_deref() == Some(etag.as_str()) {
+                return http::Response::builder()
+                    .status(304)
+                    .header("etag", etag.as_str())
+                    .header("cache-control", cc)
+                    .body(full(Bytes::new()))
+                    .unwrap();
+            }
+            http::Response::builder()
+                .header("content-type", "text/plain")
+                .header("etag", etag.as_str())
+                .header("cache-control", cc)
+                .body(full(Bytes::from(body)))
+                .unwrap()
+        };
+        if self.failing.load(Ordering::SeqCst) && path != "/fresh" {
+            return http::Response::builder()
+                .status(500)
+                .body(full(Bytes::from_static(b"origin down")))
+                .unwrap();
+        }
+        match path.as_str() {
+            "/fresh" | "/scan" => text("max-age=60", format!("{path} {n}")),
+            "/no-store" => text("no-store", format!("no-store {n}")),
+            "/private" => text("private, max-age=60", format!("private {n}")),
+            "/s-maxage" => text("s-maxage=60, max-age=0", format!("s-maxage {n}")),
+            "/auth" => text("max-age=60", format!("auth {n}")),
+            "/auth-public" => text("public, max-age=60", format!("auth-public {n}")),
+            "/cookie" => {
+                let mut r = text("max-age=60", format!("cookie {n}"));
+                r.headers_mut().insert("set-cookie", "s=1".parse().unwrap());
+                r
+            }
+            "/expires" => {
+                let when = SystemTime::now() + Duration::from_secs(120);
+                let mut r = text("public", format!("expires {n}"));
+                r.headers_mut().remove("cache-control");
+                r.headers_mut()
+                    .insert("expires", httpdate::fmt_http_date(when).parse().unwrap());
+                r
+            }
+            "/expired" => {
+                let mut r = text("public", format!("expired {n}"));
+                r.headers_mut().remove("cache-control");
+                r.headers_mut().insert("expires", "0".parse().unwrap());
+                r
+            }
+            "/no-cache" => revalidates("no-cache", format!("no-cache v{version} {n}")),
+            "/short" => revalidates("max-age=1", format!("short v{version} {n}")),
+            "/swr" => text("max-age=1, stale-while-revalidate=30", format!("swr {n}")),
+            "/sie" => text("max-age=1, stale-if-error=60", format!("sie {n}")),
+            "/must" => text(
+                "max-age=1, must-revalidate, stale-if-error=60",
+                format!("must {n}"),
+            ),
+            "/vary" => {
+                let lang = req
+                    .headers()
+                    .get("accept-language")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("none")
+                    .to_owned();
+                let mut r = text("max-age=60", format!("lang {lang} {n}"));
+                r.headers_mut()
+                    .insert("vary", "Accept-Language".parse().unwrap());
+                r
+            }
+            "/vary-star" => {
+                let mut r = text("max-age=60", format!("star {n}"));
+                r.headers_mut().insert("vary", "*".parse().unwrap());
+                r
+            }
+            "/slow" => {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                text("max-age=60", format!("slow {n}"))
+            }
+            "/page.html" => http::Response::builder()
+                .header("content-type", "text/html; charset=utf-8")
+                .header("cache-control", "max-age=600")
+                .header("etag", "\"p1\"")
+                .body(full(page))
+                .unwrap(),
+            _ => http::Response::builder()
+                .status(404)
+                .body(full(Bytes::from_static(b"no such case")))
+                .unwrap(),
+        }
+    }
+}
+
+const TOKEN: &str = "cache-test-token-0123456789abcdef";
+
+async fn gateway(origin: SocketAddr, extra: &str) -> TestGateway {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("admin.token");
+    std::fs::write(&token, TOKEN).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    TestGateway::start(
+        &format!(
+            r#"
+[log]
+access_log = "off"
+[admin]
+address = "127.0.0.1:0"
+token_file = "admin.token"
+[offload.compress]
+engines = ["pool"]
+[compression]
+enabled = true
+codecs = ["br", "zstd", "gzip"]
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{{ address = "{origin}" }}]
+[[route]]
+name = "cached"
+upstream = "o"
+[route.cache]
+upgrade_after = 3
+{extra}
+"#
+        ),
+        dir,
+    )
+    .await
+}
+
+struct Fetched {
+    status: u16,
+    headers: http::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Fetched {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn x_cache(&self) -> &str {
+        self.header("x-cache").unwrap_or("(none)")
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body decoded as its Content-Encoding says.
+    fn decoded(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self.header("content-encoding") {
+            None => out = self.body.clone(),
+            Some("gzip") => {
+                flate2::read::GzDecoder::new(&self.body[..])
+                    .read_to_end(&mut out)
+                    .unwrap();
+            }
+            Some("zstd") => out = zstd::stream::decode_all(&self.body[..]).unwrap(),
+            Some("br") => {
+                brotli_decompressor::Decompressor::new(&self.body[..], 4096)
+                    .read_to_end(&mut out)
+                    .unwrap();
+            }
+            Some(other) => panic!("unexpected content-encoding {other}"),
+        }
+        out
+    }
+}
+
+async fn fetch_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Fetched {
+    let mut sender = http1_sender::<Full<Bytes>>(addr).await;
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "t.test");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = sender
+        .send_request(req.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    Fetched {
+        status,
+        headers,
+        body,
+    }
+}
+
+async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Fetched {
+    fetch_with(addr, "GET", path, headers).await
+}
+
+/// Each directive: what is stored and served again, and what always goes upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_cache_control_rule_decides_what_is_stored() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "").await;
+    let at = gw.addr("http");
+    // Stored and served again: max-age, s-maxage, Expires, public with Authorization.
+    for (path, auth) in [
+        ("/fresh", false),
+        ("/s-maxage", false),
+        ("/expires", false),
+        ("/auth-public", true),
+    ] {
+        let h: &[(&str, &str)] = if auth {
+            &[("authorization", "Bearer x")]
+        } else {
+            &[]
+        };
+        let first = get(at, path, h).await;
+        assert_eq!((first.status, first.x_cache()), (200, "MISS"), "{path}");
+        let second = get(at, path, h).await;
+        assert_eq!(second.x_cache(), "HIT", "{path}");
+        assert_eq!(second.body, first.body, "{path}: the stored body");
+        assert!(second.header("age").is_some(), "{path}: Age on a hit");
+        assert_eq!(o.hits(path), 1, "{path}: one upstream request");
+    }
+    // Never stored: no-store, private, Set-Cookie, Authorization without public, Vary: *,
+    // an Expires in the past, and a request's own no-store.
+    for (path, h) in [
+        ("/no-store", None),
+        ("/private", None),
+        ("/cookie", None),
+        ("/auth", Some(("authorization", "Bearer x"))),
+        ("/vary-star", None),
+        ("/expired", None),
+    ] {
+        let h: Vec<(&str, &str)> = h.into_iter().collect();
+        for _ in 0..2 {
+            let f = get(at, path, &h).await;
+            assert_eq!(f.status, 200, "{path}");
+            assert_ne!(f.x_cache(), "HIT", "{path}");
+        }
+        assert_eq!(o.hits(path), 2, "{path}: both went upstream");
+    }
+    let nostore = [("cache-control", "no-store")];
+    let _ = get(at, "/fresh?request-no-store", &nostore).await;
+    let again = get(at, "/fresh?request-no-store", &[]).await;
+    assert_eq!(again.x_cache(), "MISS", "a request's no-store kept it out");
+    // A request's no-cache: revalidated (the origin has no validator: fetched again).
+    let f = get(at, "/fresh", &[("cache-control", "no-cache")]).await;
+    assert_ne!(f.x_cache(), "HIT");
+    assert_eq!(o.hits("/fresh"), 2);
+    // A request's max-age=0 likewise; then the stored copy serves the others again.
+    let _ = get(at, "/fresh", &[("cache-control", "max-age=0")]).await;
+    assert_eq!(o.hits("/fresh"), 3);
+    assert_eq!(get(at, "/fresh", &[]).await.x_cache(), "HIT");
+    let c = gw.gateway().cache().snapshot();
+    for reason in [
+        "no_store",
+        "private",
+        "set_cookie",
+        "authorization",
+        "vary_star",
+    ] {
+        assert!(
+            c.not_stored.iter().any(|(r, n)| *r == reason && *n >= 1),
+            "{reason} counted: {:?}",
+            c.not_stored
+        );
+    }
+    // An unsafe method that succeeds invalidates the stored URL (RFC 9111 §4.4).
+    let _ = fetch_with(at, "POST", "/fresh", &[]).await;
+    assert_eq!(get(at, "/fresh", &[]).await.x_cache(), "MISS");
+}
+
+/// A stale entry is revalidated with its ETag: a 304 renews it (the body is not sent
+/// again); a changed ETag replaces it. `no-cache` revalidates every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revalidation_with_304_and_with_a_changed_etag() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "").await;
+    let at = gw.addr("http");
+    let first = get(at, "/short", &[]).await;
+    assert_eq!(first.text(), "short v1 1");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let renewed = get(at, "/short", &[]).await;
+    assert_eq!(renewed.x_cache(), "REVALIDATED");
+    assert_eq!(
+        renewed.text(),
+        "short v1 1",
+        "the stored body, renewed by the 304"
+    );
+    assert!(
+        o.conditionals
+            .lock()
+            .unwrap()
+            .contains(&"/short \"v1\"".to_owned()),
+        "the gateway sent the stored ETag: {:?}",
+        o.conditionals.lock().unwrap()
+    );
+    o.version.store(2, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let changed = get(at, "/short", &[]).await;
+    assert_eq!(changed.x_cache(), "EXPIRED");
+    assert_eq!(changed.text(), "short v2 3");
+    // no-cache: stored, but every request revalidates (304 while the version holds).
+    let a = get(at, "/no-cache", &[]).await;
+    let b = get(at, "/no-cache", &[]).await;
+    assert_eq!((a.x_cache(), b.x_cache()), ("MISS", "REVALIDATED"));
+    assert_eq!(b.text(), a.text());
+    assert_eq!(o.hits("/no-cache"), 2);
+}
+
+/// A client's own conditional request is answered 304 from the store, for the identity
+/// body's ETag and for the weakened one of an encoded variant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_conditionals_are_answered_from_the_store() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "").await;
+    let at = gw.addr("http");
+    let _ = get(at, "/page.html", &[]).await;
+    let plain = get(at, "/page.html", &[("if-none-match", "\"p1\"")]).await;
+    assert_eq!((plain.status, plain.x_cache()), (304, "HIT"));
+    assert!(plain.body.is_empty());
+    assert_eq!(plain.header("etag"), Some("\"p1\""));
+    let br = get(at, "/page.html", &[("accept-encoding", "br")]).await;
+    let weak = br.header("etag").unwrap().to_owned();
+    assert_eq!(weak, "W/\"p1\"");
+    let again = get(
+        at,
+        "/page.html",
+        &[("accept-encoding", "br"), ("if-none-match", weak.as_str())],
+    )
+    .await;
+    assert_eq!(again.status, 304);
+    let other = get(at, "/page.html", &[("if-none-match", "\"zz\"")]).await;
+    assert_eq!(other.status, 200);
+    assert_eq!(o.hits("/page.html"), 1);
+    assert!(gw.gateway().cache().snapshot().not_modified >= 2);
+}
+
+/// stale-while-revalidate serves the stale copy and refreshes it in the background;
+/// stale-if-error serves it while the origin fails, unless must-revalidate forbids it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_while_revalidate_and_stale_if_error() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "").await;
+    let at = gw.addr("http");
+    for path in ["/swr", "/sie", "/must"] {
+        assert_eq!(get(at, path, &[]).await.x_cache(), "MISS");
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let stale = get(at, "/swr", &[]).await;
+    assert_eq!((stale.x_cache(), stale.text().as_str()), ("STALE", "swr 1"));
+    wait_until(|| o.hits("/swr") == 2).await;
+    // The refresh stored the new response.
+    let mut refreshed = String::new();
+    for _ in 0..50 {
+        refreshed = get(at, "/swr", &[]).await.text();
+        if refreshed == "swr 2" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(refreshed, "swr 2");
+    o.failing.store(true, Ordering::SeqCst);
+    let sie = get(at, "/sie", &[]).await;
+    assert_eq!(
+        (sie.status, sie.x_cache(), sie.text().as_str()),
+        (200, "STALE", "sie 1")
+    );
+    let must = get(at, "/must", &[]).await;
+    assert_eq!(
+        must.status, 500,
+        "must-revalidate: the origin's error, not the stale copy"
+    );
+    // A dead origin (no response at all) is an error too.
+    o.failing.store(false, Ordering::SeqCst);
+}
+
+/// Vary: one entry per value of the named request header; Accept-Encoding is not part of
+/// the key (the entry holds the encodings).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vary_keys_by_the_named_request_headers() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "").await;
+    let at = gw.addr("http");
+    let en = get(at, "/vary", &[("accept-language", "en")]).await;
+    let fr = get(at, "/vary", &[("accept-language", "fr")]).await;
+    assert_eq!(
+        (en.text().as_str(), fr.text().as_str()),
+        ("lang en 1", "lang fr 2")
+    );
+    let en2 = get(
+        at,
+        "/vary",
+        &[("accept-language", "en"), ("accept-encoding", "gzip")],
+    )
+    .await;
+    assert_eq!(en2.x_cache(), "HIT");
+    assert_eq!(en2.text(), "lang en 1");
+    let fr2 = get(at, "/vary", &[("accept-language", "fr")]).await;
+    assert_eq!((fr2.x_cache(), fr2.text().as_str()), ("HIT", "lang fr 2"));
+    assert_eq!(o.hits("/vary"), 2);
+}
+
+/// 100 concurrent misses of one URL make one upstream request; all get its body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_misses_make_one_upstream_request() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "").await;
+    let at = gw.addr("http");
+    let tasks: Vec<_> = (0..100)
+        .map(|_| tokio::spawn(async move { get(at, "/slow", &[]).await.text() }))
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), "slow 1");
+    }
+    assert_eq!(o.hits("/slow"), 1);
+    assert!(gw.gateway().cache().snapshot().collapsed >= 1);
+}
+
+/// Each encoding is made once, on its first request, and kept; one served often is
+/// upgraded in the background to its codec's best level: smaller, decoding to the origin's
+/// bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn variants_are_made_once_and_upgraded_in_the_background() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "").await;
+    let at = gw.addr("http");
+    let cache = gw.gateway().cache();
+    let want = page();
+    let first = get(at, "/page.html", &[("accept-encoding", "br")]).await;
+    assert_eq!(first.x_cache(), "MISS");
+    assert_eq!(first.decoded(), want, "the miss, compressed on its way");
+    let mut sizes = HashMap::new();
+    for coding in ["br", "gzip", "zstd"] {
+        let f = get(at, "/page.html", &[("accept-encoding", coding)]).await;
+        assert_eq!(
+            (f.x_cache(), f.header("content-encoding")),
+            ("HIT", Some(coding))
+        );
+        assert_eq!(f.decoded(), want, "{coding}");
+        assert_eq!(
+            f.header("content-length"),
+            Some(f.body.len().to_string().as_str())
+        );
+        sizes.insert(coding, f.body.len());
+    }
+    let made = cache.snapshot().variants_made;
+    assert_eq!(
+        made,
+        vec![("identity", 0), ("gzip", 1), ("br", 1), ("zstd", 1)]
+    );
+    // Served again: the same variant, not made again.
+    for _ in 0..3 {
+        let f = get(at, "/page.html", &[("accept-encoding", "br")]).await;
+        assert_eq!(f.body.len(), sizes["br"]);
+    }
+    assert_eq!(cache.snapshot().variants_made, made);
+    // The third serving queued the upgrade; the idle thread does it.
+    wait_until(|| cache.snapshot().upgrades.contains(&("br", 1))).await;
+    let upgraded = get(at, "/page.html", &[("accept-encoding", "br")]).await;
+    assert!(
+        upgraded.body.len() < sizes["br"],
+        "brotli 11 ({}) is smaller than the route's level ({})",
+        upgraded.body.len(),
+        sizes["br"]
+    );
+    assert_eq!(upgraded.decoded(), want);
+    let identity = get(at, "/page.html", &[]).await;
+    assert_eq!(
+        (identity.x_cache(), identity.body.len()),
+        ("HIT", want.len())
+    );
+    let head = fetch_with(at, "HEAD", "/page.html", &[("accept-encoding", "gzip")]).await;
+    assert_eq!((head.status, head.x_cache()), (200, "HIT"));
+    assert!(head.body.is_empty());
+    assert_eq!(head.header("content-encoding"), Some("gzip"));
+    assert_eq!(o.hits("/page.html"), 1);
+    let s = cache.snapshot();
+    assert!(
+        s.cpu_saved_s > 0.0,
+        "hits on stored variants count as CPU saved"
+    );
+    assert!(s.served_bytes.iter().any(|(c, n)| *c == "br" && *n > 0));
+}
+
+/// Purge through the admin API: one URL (every variant of it), or a prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_by_key_and_by_prefix_through_the_admin_api() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "").await;
+    let at = gw.addr("http");
+    let (admin, _task) = admin_for(&gw).await;
+    for p in ["/fresh", "/fresh?a", "/fresh?b", "/expires"] {
+        let _ = get(at, p, &[]).await;
+        assert_eq!(get(at, p, &[]).await.x_cache(), "HIT", "{p}");
+    }
+    let purge = |body: serde_json::Value, token: &'static str| async move {
+        let tcp = tokio::net::TcpStream::connect(admin).await.unwrap();
+        let (mut s, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let req = http::Request::post("/api/v1/cache/purge")
+            .header("host", "admin")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        collect(s.send_request(req).await.unwrap()).await
+    };
+    let denied = purge(
+        serde_json::json!({"host": "t.test", "path": "/fresh"}),
+        "wrong-token-0123456789abcdef",
+    )
+    .await;
+    assert_eq!(denied.status, 401);
+    let bad = purge(serde_json::json!({"host": "t.test"}), TOKEN).await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let ok = purge(
+        serde_json::json!({"host": "t.test", "path": "/fresh"}),
+        TOKEN,
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(get(at, "/fresh", &[]).await.x_cache(), "MISS");
+    assert_eq!(
+        get(at, "/fresh?a", &[]).await.x_cache(),
+        "HIT",
+        "another URL stays"
+    );
+    let ok = purge(
+        serde_json::json!({"host": "t.test", "prefix": "/fresh?"}),
+        TOKEN,
+    )
+    .await;
+    assert_eq!(ok.status, 200);
+    assert_eq!(get(at, "/fresh?a", &[]).await.x_cache(), "MISS");
+    assert_eq!(get(at, "/fresh?b", &[]).await.x_cache(), "MISS");
+    assert_eq!(get(at, "/expires", &[]).await.x_cache(), "HIT");
+    let metrics = sluice_admin::metrics(&sluice_admin::Sources {
+        gateway: gw.gateway().clone(),
+        control: None,
+        started: std::time::Instant::now(),
+    });
+    for line in [
+        "sluice_cache_purges_total 2",
+        "sluice_cache_requests_total{outcome=\"hit\"} ",
+        "sluice_cache_max_bytes 268435456",
+    ] {
+        assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
+    }
+}
+
+/// A scan of distinct URLs through the gateway: the store's bytes never pass the bound,
+/// and a page hit all along survives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bound_holds_under_a_scan() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "[cache]\nmax_size = \"1m\"").await;
+    let at = gw.addr("http");
+    let cache = gw.gateway().cache();
+    let _ = get(at, "/page.html", &[]).await;
+    let mut sender = http1_sender::<Full<Bytes>>(at).await;
+    for i in 0..3000 {
+        let req = http::Request::get(format!("/scan?{i}"))
+            .header("host", "t.test")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        sender.ready().await.unwrap();
+        let _ = collect(sender.send_request(req).await.unwrap()).await;
+        if i % 100 == 0 {
+            let _ = get(at, "/page.html", &[]).await;
+            assert!(cache.bytes() <= 1 << 20, "{} bytes at {i}", cache.bytes());
+        }
+    }
+    assert!(cache.bytes() <= 1 << 20);
+    assert!(cache.entries() > 10);
+    assert_eq!(get(at, "/page.html", &[]).await.x_cache(), "HIT");
+    assert_eq!(o.hits("/page.html"), 1);
+}
