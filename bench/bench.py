@@ -203,6 +203,9 @@ def make_content(d):
     for prefix in SLUICE_GZIP:
         (www / prefix).mkdir()
         (www / prefix / "page.html").write_bytes(page)
+    # The cache rows' page: the origin marks it cacheable for 10 minutes.
+    (www / "cached").mkdir()
+    (www / "cached" / "page.html").write_bytes(page)
     return len(page)
 
 
@@ -240,6 +243,7 @@ def nginx_origin_conf(d):
     server {{
         listen 127.0.0.1:{ORIGIN_PORT} reuseport backlog=4096;
         root {d}/www;
+        location /cached/ {{ expires 10m; }}
     }}
 }}
 """
@@ -257,6 +261,7 @@ def nginx_gateway_conf(d, cert):
     log_format bench '$ssl_protocol $ssl_session_reused $status';
     access_log {d}/nginx-access.log bench buffer=256k;
     upstream origin {{ server 127.0.0.1:{ORIGIN_PORT}; keepalive 64; }}
+    proxy_cache_path {d}/nginx-cache levels=1:2 keys_zone=pages:10m max_size=256m;
     server {{
         listen 127.0.0.1:{NGINX_PORT} ssl http2 backlog=4096;
         {certificates}
@@ -271,6 +276,9 @@ def nginx_gateway_conf(d, cert):
         location / {{ proxy_pass http://origin; }}
         location /gz1/ {{ gzip on; gzip_comp_level 1; gzip_types text/html; gzip_proxied any; proxy_pass http://origin/; }}
         location /gz6/ {{ gzip on; gzip_comp_level 6; gzip_types text/html; gzip_proxied any; proxy_pass http://origin/; }}
+        # The cache rows: proxy_cache keeps the origin's bytes and gzip compresses every hit.
+        location /cc1/ {{ proxy_cache pages; gzip on; gzip_comp_level 1; gzip_types text/html; gzip_proxied any; proxy_pass http://origin/cached/; }}
+        location /cc6/ {{ proxy_cache pages; gzip on; gzip_comp_level 6; gzip_types text/html; gzip_proxied any; proxy_pass http://origin/cached/; }}
     }}
 }}
 """
@@ -367,6 +375,15 @@ upstream = "origin"
 [route.compression]
 enabled = true
 codecs = ["gzip"]
+
+[[route]]
+name = "cached"
+path_prefix = "/cached/"
+upstream = "origin"
+[route.compression]
+enabled = true
+codecs = ["br", "zstd", "gzip"]
+[route.cache]
 """
 
 
@@ -695,6 +712,17 @@ def scenarios(page_len):
                   "run": lambda port, dur, level=level, prefix=prefix: h2load(
                       port, dur, f"/gz{level}/page.html" if port == NGINX_PORT else f"/{prefix}/page.html", True, 16, 1,
                       ["Accept-Encoding: gzip"])})
+    # The response cache: hits on a cacheable page. NGINX's proxy_cache stores the origin's
+    # bytes and gzips each hit; Sluice's keeps each encoding, made once and upgraded to the
+    # codec's best level after `upgrade_after` hits. "br, gzip" is what browsers send: NGINX
+    # (no brotli module in Debian's) answers gzip, Sluice brotli.
+    for level, ae in ((1, "gzip"), (6, "gzip"), (6, "br, gzip")):
+        s.append({"name": f"cached {page_len // 1024} KiB HTML, Accept-Encoding: {ae}, req/s per gateway core: "
+                          f"NGINX proxy_cache + gzip {level} vs Sluice cache",
+                  "cert": "rsa", "metric": "req/s/core", "gzip": True, "cache": True, "per_core": True,
+                  "run": lambda port, dur, level=level, ae=ae: h2load(
+                      port, dur, f"/cc{level}/page.html" if port == NGINX_PORT else "/cached/page.html", True, 16, 1,
+                      [f"Accept-Encoding: {ae}"])})
     for h2, label in ((False, "HTTP/1.1"), (True, "HTTP/2")):
         s.append({"name": f"memory per idle TLS 1.3 connection, {label} (RSS growth, {IDLE_CONNECTIONS:,} connections)",
                   "cert": "ecdsa", "metric": "KiB/conn", "lower_is_better": True, "memory": True,
@@ -857,6 +885,7 @@ def main():
                     row["memory"] = sc.get("memory", False)
                     row["site_mix"] = sc.get("site_mix", False)
                     row["gzip"] = sc.get("gzip", False)
+                    row["cache"] = sc.get("cache", False)
                     results.append(row)
             finally:
                 gw.stop()
@@ -979,6 +1008,8 @@ def render(results, runs, duration, cpu, date):
         if row["gzip"]:
             if not comparable(row):
                 notes.append("not comparable: Sluice's responses are over 10% larger")
+            if row.get("cache"):
+                notes.append(f"bytes per response Sluice/NGINX: {med(row, 'sluice', 'bytes_per_response') / max(med(row, 'nginx', 'bytes_per_response'), 1):.2f}")
             for who in ("nginx", "sluice"):
                 bpr = med(row, who, "bytes_per_response")
                 rate = med(row, who, "rate")

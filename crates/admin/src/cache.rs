@@ -132,12 +132,17 @@ pub(crate) fn status(s: &Sources) -> Value {
         "upgrades": map(&c.upgrades),
         "collapsed": c.collapsed,
         "cpu_saved_s": c.cpu_saved_s,
+        "disk": cache.disk().map(|(d, dropped)| json!({
+            "bytes": d.bytes, "max_bytes": d.max_bytes, "entries": d.entries,
+            "reads": d.reads, "writes": d.writes, "corrupt": d.corrupt, "dropped": dropped,
+        })),
     })
 }
 
 /// `POST /api/v1/cache/purge` with `{"host": "example.com", "path": "/page?x=1"}` (one URL,
 /// every variant and Vary entry of it) or `{"host": "example.com", "prefix": "/static/"}`
-/// (every URL under it; `"prefix": "/"` empties the host).
+/// (every URL under it; `"prefix": "/"` empties the host). In fleet mode it reaches every
+/// gateway through etcd; with etcd away it fails (503) and purges nothing.
 pub(crate) async fn purge(s: &Sources, req: Request<Incoming>) -> Reply {
     let body = match json_body(req).await {
         Ok(b) => b,
@@ -163,9 +168,21 @@ pub(crate) async fn purge(s: &Sources, req: Request<Incoming>) -> Reply {
             "\"host\" is the request's Host (with its port if not 80/443) and the path starts with /",
         );
     }
-    s.gateway.cache().purge(host, path, prefix);
+    // In a fleet, every gateway (this one too) purges when the purge arrives through etcd;
+    // this one also purges now, so that its next answer is already without it.
+    let fleet = match s.control.as_ref().and_then(|c| c.shared()) {
+        Some(store) => match store.purge_cache(host, path, prefix).await {
+            Ok(()) => true,
+            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.message),
+        },
+        None => false,
+    };
+    s.gateway.cache().purge_requested(host, path, prefix);
     json_reply(
         StatusCode::OK,
-        &json!({ "result": "ok", "host": host, if prefix { "prefix" } else { "path" }: path }),
+        &json!({
+            "result": "ok", "host": host, if prefix { "prefix" } else { "path" }: path,
+            "fleet": fleet,
+        }),
     )
 }

@@ -295,6 +295,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
         "cpu": { "used_s": now.cpu_s, "saved_s": now.saved_s },
         "engines": engines,
         "compression": compression,
+        "cache": crate::cache::status(s),
         "upstreams": upstreams,
         "key_servers": key_servers,
         "acme": crate::certificates::status(),

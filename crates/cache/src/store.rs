@@ -12,13 +12,15 @@
 //! `Vary` adds the secondary key of the request fields it names (`vary`), and the store
 //! remembers per primary key which fields those are.
 
+use crate::disk::DiskTier;
 use crate::freshness::Timing;
 use crate::vary;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use moka::sync::Cache;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 use std::time::Duration;
 
 /// The bytes an entry costs beyond its bodies and header bytes (the structures around them).
@@ -91,6 +93,13 @@ impl Entry {
         self.variants.iter().find(|v| v.coding == coding)
     }
 
+    /// Whether `other` is this response (its identity body the very same bytes), maybe with
+    /// other variants or a renewed head.
+    pub fn same_response(&self, other: &Entry) -> bool {
+        let (a, b) = (self.identity(), other.identity());
+        a.as_ptr() == b.as_ptr() && a.len() == b.len()
+    }
+
     /// The identity body.
     pub fn identity(&self) -> &Bytes {
         self.variant("identity").map_or(&EMPTY, |v| &v.body)
@@ -142,6 +151,28 @@ pub struct Store {
     /// Primary keys whose last response could not be stored (`PASS_FOR`).
     pass: Cache<String, ()>,
     max_bytes: u64,
+    /// The disk tier, if configured, and the queue of its writer thread (writes and purges
+    /// in the order they happened, so a purge is never undone by an earlier write).
+    disk: Option<Arc<DiskTier>>,
+    writer: Option<SyncSender<DiskOp>>,
+    /// Disk operations dropped because the writer's queue was full.
+    disk_dropped: Arc<AtomicU64>,
+}
+
+/// Entries queued for the disk writer at most.
+const DISK_QUEUE: usize = 1024;
+
+enum DiskOp {
+    Write {
+        key: String,
+        primary: String,
+        vary: Vec<String>,
+        entry: Arc<Entry>,
+    },
+    Purge {
+        primary: String,
+        prefix: bool,
+    },
 }
 
 static EMPTY: Bytes = Bytes::from_static(b"");
@@ -159,7 +190,51 @@ impl Store {
     /// A store of at most `max_bytes` (entries larger than an eighth of it are not stored:
     /// one object must not empty the cache).
     pub fn new(max_bytes: u64) -> Store {
+        Store::build(max_bytes, None, None)
+    }
+
+    /// A store of at most `max_bytes` in memory with a disk tier at `dir` of at most
+    /// `disk_bytes` (what a previous run left there is served again), written by a thread
+    /// of its own.
+    pub fn with_disk(
+        max_bytes: u64,
+        dir: &std::path::Path,
+        disk_bytes: u64,
+    ) -> std::io::Result<Store> {
+        let disk = Arc::new(DiskTier::open(dir, disk_bytes)?);
+        let (tx, rx) = sync_channel::<DiskOp>(DISK_QUEUE);
+        let writer = disk.clone();
+        std::thread::Builder::new()
+            .name("sluice-cache-disk".into())
+            .spawn(move || {
+                while let Ok(op) = rx.recv() {
+                    match op {
+                        DiskOp::Write {
+                            key,
+                            primary,
+                            vary,
+                            entry,
+                        } => {
+                            if let Err(e) = writer.write(&key, &primary, &vary, &entry) {
+                                tracing::warn!(error = %e, "the cache could not write an entry to disk");
+                            }
+                        }
+                        DiskOp::Purge { primary, prefix } => writer.purge(&primary, prefix),
+                    }
+                }
+            })?;
+        Ok(Store::build(max_bytes, Some(disk), Some(tx)))
+    }
+
+    fn build(
+        max_bytes: u64,
+        disk: Option<Arc<DiskTier>>,
+        writer: Option<SyncSender<DiskOp>>,
+    ) -> Store {
         Store {
+            disk,
+            writer,
+            disk_dropped: Arc::new(AtomicU64::new(0)),
             entries: Cache::builder()
                 .max_capacity(max_bytes)
                 .weigher(|_, e: &Arc<Entry>| u32::try_from(e.weight()).unwrap_or(u32::MAX))
@@ -219,13 +294,16 @@ impl Store {
         } else {
             self.vary.insert(primary.to_owned(), Arc::new(fields));
         }
-        self.entries.insert(key, Arc::new(entry));
+        let entry = Arc::new(entry);
+        self.write_through(&key, primary, &entry);
+        self.entries.insert(key, entry);
         true
     }
 
     /// Adds `variant` to the entry stored for `request` under `primary` (replacing the one
-    /// in its coding), if that entry is still `current` (not replaced or revalidated
-    /// meanwhile). `false` when it was, or the entry would grow past the largest stored.
+    /// in its coding), if that entry is still the response `current` is: the same identity
+    /// bytes, whatever variants were added or revalidations renewed it meanwhile. `false`
+    /// when a new response replaced it, or the entry would grow past the largest stored.
     pub fn add_variant(
         &self,
         primary: &str,
@@ -235,20 +313,23 @@ impl Store {
     ) -> bool {
         let key = self.key_of(primary, request);
         match self.entries.get(&key) {
-            Some(e) if Arc::ptr_eq(&e, current) => {
-                let next = current.with_variant(variant);
+            Some(e) if e.same_response(current) => {
+                let next = e.with_variant(variant);
                 if next.weight() > self.max_entry() {
                     return false;
                 }
-                self.entries.insert(key, Arc::new(next));
+                let next = Arc::new(next);
+                self.write_through(&key, primary, &next);
+                self.entries.insert(key, next);
                 true
             }
             _ => false,
         }
     }
 
-    /// Replaces the entry stored for `request` under `primary` with `next` (the same
-    /// response renewed by a 304), if it is still `current`.
+    /// Renews the entry stored for `request` under `primary` with `next`'s head, timing and
+    /// lifetime (a 304 for `current`), keeping the variants it has now, if it is still the
+    /// response `current` is.
     pub fn renew(
         &self,
         primary: &str,
@@ -258,8 +339,9 @@ impl Store {
     ) -> Option<Arc<Entry>> {
         let key = self.key_of(primary, request);
         match self.entries.get(&key) {
-            Some(e) if Arc::ptr_eq(&e, current) => {
-                let next = Arc::new(next);
+            Some(e) if e.same_response(current) => {
+                let next = Arc::new(e.renewed(next.headers, next.timing, next.lifetime));
+                self.write_through(&key, primary, &next);
                 self.entries.insert(key, next.clone());
                 Some(next)
             }
@@ -268,9 +350,73 @@ impl Store {
     }
 
     fn key_of(&self, primary: &str, request: &HeaderMap) -> String {
-        let fields = self.vary.get(primary);
+        let fields = self.vary.get(primary).or_else(|| {
+            self.disk
+                .as_ref()
+                .and_then(|d| d.vary(primary))
+                .map(Arc::new)
+        });
         let fields = fields.as_deref().map_or(&[][..], Vec::as_slice);
         Self::full_key(primary, fields, request)
+    }
+
+    fn to_disk(&self, op: DiskOp) {
+        if let Some(w) = &self.writer
+            && let Err(TrySendError::Full(_)) = w.try_send(op)
+        {
+            self.disk_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn write_through(&self, key: &str, primary: &str, entry: &Arc<Entry>) {
+        if self.writer.is_some() {
+            let vary = self
+                .vary
+                .get(primary)
+                .map(|v| (*v).clone())
+                .unwrap_or_default();
+            self.to_disk(DiskOp::Write {
+                key: key.to_owned(),
+                primary: primary.to_owned(),
+                vary,
+                entry: entry.clone(),
+            });
+        }
+    }
+
+    /// The key under which the disk tier holds what answers `request` under `primary`, if
+    /// it does (then [`Store::load`] it, off the event loop).
+    pub fn on_disk(&self, primary: &str, request: &HeaderMap) -> Option<String> {
+        let disk = self.disk.as_ref()?;
+        let key = self.key_of(primary, request);
+        disk.contains(&key).then_some(key)
+    }
+
+    /// Reads `key`'s entry from the disk tier into memory and returns it. Blocking: call it
+    /// from a blocking task.
+    pub fn load(&self, key: &str, primary: &str) -> Option<Arc<Entry>> {
+        let entry = self.disk.as_ref()?.read(key)?;
+        if entry.weight() > self.max_entry() {
+            return None;
+        }
+        if let Some(fields) = vary::fields(&entry.headers)
+            && !fields.is_empty()
+        {
+            self.vary.insert(primary.to_owned(), Arc::new(fields));
+        }
+        let entry = Arc::new(entry);
+        self.entries.insert(key.to_owned(), entry.clone());
+        Some(entry)
+    }
+
+    /// The disk tier, if configured.
+    pub fn disk(&self) -> Option<&Arc<DiskTier>> {
+        self.disk.as_ref()
+    }
+
+    /// Disk writes and purges dropped because the writer's queue was full.
+    pub fn disk_dropped(&self) -> u64 {
+        self.disk_dropped.load(Ordering::Relaxed)
     }
 
     /// Remembers that `primary`'s response could not be stored: its misses go upstream
@@ -293,6 +439,10 @@ impl Store {
             .invalidate_entries_if(move |k, _| *k == p || k.starts_with(&with_vary));
         self.vary.invalidate(primary);
         self.pass.invalidate(primary);
+        self.to_disk(DiskOp::Purge {
+            primary: primary.to_owned(),
+            prefix: false,
+        });
     }
 
     /// Removes every entry whose primary key starts with `prefix`.
@@ -305,6 +455,10 @@ impl Store {
         let _ = self
             .vary
             .invalidate_entries_if(move |k, _| k.starts_with(&p));
+        self.to_disk(DiskOp::Purge {
+            primary: prefix.to_owned(),
+            prefix: true,
+        });
     }
 
     /// The bytes stored now (after pending evictions ran).
@@ -401,24 +555,35 @@ mod tests {
         assert_eq!(e2.variant("gzip").unwrap().body.as_ref(), b"gz");
         assert_eq!(e2.identity().len(), 1000);
         assert!(
-            !s.add_variant(&k, &req(&[]), &e, v("br", b"br")),
-            "made from a replaced entry"
+            s.add_variant(&k, &req(&[]), &e, v("zstd", b"zs")),
+            "made from the same response before the gzip variant joined it"
         );
-        e2.variant("gzip").unwrap().hit();
-        assert!(s.add_variant(&k, &req(&[]), &e2, v("gzip", b"g2")));
+        let e2 = s.lookup(&k, &req(&[])).unwrap();
+        assert_eq!(e2.variants.len(), 3, "the gzip variant is kept");
+        s.insert(&k, &req(&[]), entry(1000, &[]));
+        assert!(
+            !s.add_variant(&k, &req(&[]), &e, v("br", b"br")),
+            "made from a response since replaced"
+        );
+        let fresh = s.lookup(&k, &req(&[])).unwrap();
+        fresh.variant("identity").unwrap().hit();
+        assert!(s.add_variant(&k, &req(&[]), &fresh, v("gzip", b"g1")));
+        assert!(s.add_variant(&k, &req(&[]), &fresh, v("gzip", b"g2")));
         let e3 = s.lookup(&k, &req(&[])).unwrap();
         assert_eq!(e3.variants.len(), 2, "a variant replaced, not added twice");
-        assert_eq!(e3.weight(), e2.weight());
+        assert_eq!(e3.variant("gzip").unwrap().body.as_ref(), b"g2");
         assert_eq!(
             e3.variant("identity").unwrap().hits.load(Ordering::Relaxed),
-            0,
+            1,
             "the others keep their counts"
         );
-        // A 304 renews the head and keeps the bodies; a renewal of a stale copy is refused.
-        let renewed = e3.renewed(HeaderMap::new(), e3.timing, Duration::from_secs(5));
-        let r = s.renew(&k, &req(&[]), &e3, renewed).unwrap();
+        // A 304 renews the head and keeps the bodies, those added since the revalidation
+        // began included; once a new response replaced the entry, a renewal is refused.
+        let renewed = fresh.renewed(HeaderMap::new(), fresh.timing, Duration::from_secs(5));
+        let r = s.renew(&k, &req(&[]), &fresh, renewed).unwrap();
         assert_eq!(r.variants.len(), 2);
         assert_eq!(r.lifetime, Duration::from_secs(5));
+        s.insert(&k, &req(&[]), entry(10, &[]));
         let again = e3.renewed(HeaderMap::new(), e3.timing, Duration::from_secs(9));
         assert!(s.renew(&k, &req(&[]), &e3, again).is_none());
     }

@@ -364,16 +364,19 @@ impl Default for RouteCache {
 }
 
 /// `[cache]`: the store every route that caches shares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheSettings {
     /// Its bound in bytes.
     pub max_size: u64,
+    /// `[cache.disk]`: the directory of the disk tier and its bound in bytes.
+    pub disk: Option<(std::path::PathBuf, u64)>,
 }
 
 impl Default for CacheSettings {
     fn default() -> Self {
         CacheSettings {
             max_size: 256 << 20,
+            disk: None,
         }
     }
 }

@@ -471,6 +471,18 @@ pub struct RawRouteCache {
 pub struct RawCache {
     /// The most bytes the stored responses and their variants take (default 256m).
     pub max_size: Option<Spanned<RawSize>>,
+    /// `[cache.disk]`: a second tier on disk that survives restarts.
+    pub disk: Option<Spanned<RawCacheDisk>>,
+}
+
+/// `[cache.disk]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCacheDisk {
+    /// The directory (created, mode 0700; relative to the configuration file).
+    pub path: Spanned<String>,
+    /// The most bytes its files take (default 1g).
+    pub max_size: Option<Spanned<RawSize>>,
 }
 
 /// `[route.rate_limit]`: NGINX's `limit_req` (rate and burst, delayed or `nodelay`).

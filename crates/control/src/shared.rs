@@ -54,6 +54,10 @@ pub trait SharedObjects: Send + Sync {
         name: &'a str,
         if_match: Option<&'a str>,
     ) -> StoreFuture<'a, String>;
+    /// Purges `host` and `path` (or every URL under `path` with `prefix`) from the cache of
+    /// every gateway that shares these objects.
+    fn purge_cache<'a>(&'a self, host: &'a str, path: &'a str, prefix: bool)
+    -> StoreFuture<'a, ()>;
     /// The `fleet` object of `/status`.
     fn status(&self) -> Value;
     /// The store's families in `/metrics`.

@@ -8,7 +8,7 @@
 //! etcd is away and can start from `cache_file` without it. The admin API writes to etcd
 //! ([`store`]), so any gateway changes the fleet. Private keys stored in etcd are sealed with
 //! the gateways' keyring ([`keyring`]); the fleet's session ticket keys rotate in etcd
-//! (`tickets`, `rotation`).
+//! (`tickets`, `rotation`). Cache purges go to every gateway through etcd ([`purge`]).
 //!
 //! Dependencies point one way: this crate knows `sluice-config` (to validate) and
 //! `sluice-control` (to apply through the controller), nothing of serving.
@@ -20,6 +20,7 @@ pub mod etcd;
 pub mod keyring;
 mod migrate;
 pub mod objects;
+pub mod purge;
 mod rotation;
 pub mod store;
 pub mod sync;

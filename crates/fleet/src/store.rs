@@ -84,6 +84,22 @@ impl SharedObjects for Fleet {
         })
     }
 
+    fn purge_cache<'a>(
+        &'a self,
+        host: &'a str,
+        path: &'a str,
+        prefix: bool,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let purge = crate::purge::Purge {
+                host: host.to_owned(),
+                path: path.to_owned(),
+                prefix,
+            };
+            self.purge(&purge).await.map_err(unreachable)
+        })
+    }
+
     fn delete<'a>(
         &'a self,
         kind: Kind,

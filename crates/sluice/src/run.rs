@@ -297,6 +297,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         let _ = running.control.set(control.clone());
         if let Some(f) = &fleet {
             control.set_shared(f.clone());
+            let purged = gateway.clone();
+            // Detached: it follows etcd for as long as the process runs.
+            drop(f.follow_purges(Arc::new(move |host, path, prefix| {
+                purged.cache().purge(host, path, prefix);
+            })));
             f.spawn(
                 Arc::downgrade(&control),
                 Arc::new(sluice_tls::reread_ticket_key_files),

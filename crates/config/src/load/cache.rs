@@ -65,6 +65,27 @@ impl Cx<'_> {
                 s.max_size = n;
             }
         }
+        if let Some(d) = &raw.disk {
+            let d = d.get_ref();
+            let max = self.size(d.max_size.as_ref()).unwrap_or(1 << 30);
+            if max < MIN_SIZE
+                && let Some(at) = &d.max_size
+            {
+                self.err_at(
+                    at,
+                    format!("[cache.disk] max_size of {max} bytes is too small"),
+                    "give it at least \"1m\"",
+                );
+            }
+            if d.path.get_ref().is_empty() {
+                self.err_at(
+                    &d.path,
+                    "[cache.disk] path is empty",
+                    "name a directory, such as \"/var/cache/sluice\"",
+                );
+            }
+            s.disk = Some((self.base_dir.join(d.path.get_ref()), max));
+        }
         s
     }
 }

@@ -713,3 +713,60 @@ async fn the_bound_holds_under_a_scan() {
     assert_eq!(get(at, "/page.html", &[]).await.x_cache(), "HIT");
     assert_eq!(o.hits("/page.html"), 1);
 }
+
+/// `[cache.disk]`: a gateway started again on the same directory serves what the first one
+/// stored, encoded variants included, without going upstream; a purge removes it from disk
+/// too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_disk_tier_serves_across_a_restart() {
+    let o = CacheOrigin::start().await;
+    let disk = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "[cache.disk]\npath = \"{}\"\nmax_size = \"64m\"",
+        disk.path().display()
+    );
+    let want = page();
+    {
+        let gw = gateway(o.addr, &extra).await;
+        let at = gw.addr("http");
+        let _ = get(at, "/page.html", &[]).await;
+        let br = get(at, "/page.html", &[("accept-encoding", "br")]).await;
+        assert_eq!(br.x_cache(), "HIT");
+        let _ = get(at, "/fresh", &[]).await;
+        let cache = gw.gateway().cache();
+        // Written by the disk thread: the page with its br variant, and /fresh.
+        wait_until(|| {
+            cache
+                .disk()
+                .is_some_and(|(d, _)| d.writes >= 3 && d.entries == 2)
+        })
+        .await;
+    }
+    let gw = gateway(o.addr, &extra).await;
+    let at = gw.addr("http");
+    let br = get(at, "/page.html", &[("accept-encoding", "br")]).await;
+    assert_eq!(br.x_cache(), "HIT", "served from disk after the restart");
+    assert_eq!(br.decoded(), want);
+    let identity = get(at, "/page.html", &[]).await;
+    assert_eq!(identity.body, want);
+    assert_eq!(get(at, "/fresh", &[]).await.text(), "/fresh 1");
+    assert_eq!(o.hits("/page.html"), 1);
+    assert_eq!(o.hits("/fresh"), 1);
+    let cache = gw.gateway().cache();
+    assert_eq!(
+        gw.gateway().cache().snapshot().variants_made[2],
+        ("br", 0),
+        "not made again"
+    );
+    assert!(cache.disk().unwrap().0.reads >= 2);
+    cache.purge_requested("t.test", "/fresh", false);
+    wait_until(|| cache.disk().is_some_and(|(d, _)| d.entries == 1)).await;
+    drop(gw);
+    let gw = gateway(o.addr, &extra).await;
+    assert_eq!(
+        get(gw.addr("http"), "/fresh", &[]).await.x_cache(),
+        "MISS",
+        "purged from disk"
+    );
+    assert_eq!(o.hits("/fresh"), 2);
+}

@@ -71,6 +71,8 @@ servers = [{{ address = "{origin}" }}]
 [[route]]
 name = "all"
 upstream = "o"
+[route.cache]
+default_ttl = "1m"
 "#,
             origin = o.addr
         ),
@@ -79,7 +81,8 @@ upstream = "o"
     .await;
     let (admin, _task) = admin_for(&gw).await;
 
-    // A little load over a few of the sampler's seconds: full handshakes and a request each.
+    // A little load over a few of the sampler's seconds: full handshakes and a request each
+    // (the first goes upstream, the cache answers the others).
     let https = gw.addr("https");
     let until = tokio::time::Instant::now() + Duration::from_millis(2500);
     let mut sent = 0u64;
@@ -155,6 +158,17 @@ upstream = "o"
     );
     // The numbers are the endpoint's, written as the page writes them.
     assert_eq!(text_of(&dom, "hs-total"), grouped(sent));
+    let ratio = 100.0 * (sent - 1) as f64 / sent as f64;
+    assert_eq!(
+        text_of(&dom, "cache-ratio"),
+        format!("{ratio:.1}%"),
+        "the cache's hit ratio"
+    );
+    assert!(
+        text_of(&dom, "cache-bytes").ends_with(" / 256 MiB · 1 entries"),
+        "{}",
+        text_of(&dom, "cache-bytes")
+    );
     assert!(dom.contains("<td>pool</td>"), "{dom}");
     assert!(
         dom.contains(&format!("<td class=\"n\">{}</td>", grouped(sent))),

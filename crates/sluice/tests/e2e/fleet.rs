@@ -685,3 +685,72 @@ async fn a_gateway_reaches_etcd_over_mutual_tls_with_a_user_and_password() {
     std::io::Read::read_to_string(&mut bad.stderr.take().unwrap(), &mut log).unwrap();
     assert!(log.contains("authentication failed"), "{log}");
 }
+
+/// A cache purge through one gateway's admin API empties that URL on every gateway of the
+/// fleet, through etcd; the other URLs stay cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_purge_through_one_gateway_reaches_every_gateway() {
+    let etcd = Etcd::start().await;
+    let origin = Origin::start("A").await;
+    let dir = fleet_dir();
+    let a = start_gw(dir.path(), "a", &etcd.endpoint(), "").await;
+    let b = start_gw(dir.path(), "b", &etcd.endpoint(), "").await;
+    let put = put_json(
+        &a,
+        "/api/v1/upstreams/one",
+        json!({"servers": [{"address": origin.addr.to_string()}]}),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    let put = put_json(
+        &a,
+        "/api/v1/routes/all",
+        json!({"path_prefix": "/", "upstream": "one", "cache": {"default_ttl": "10m"}}),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    let x_cache = |gw: &Gw, path: &'static str| {
+        let at = gw.http;
+        async move {
+            let got = http1_get(at, "x", path).await;
+            assert_eq!(got.status, 200, "{}", got.body);
+            got.headers
+                .get("x-cache")
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default()
+        }
+    };
+    for gw in [&a, &b] {
+        eventually("the cached route applies", || async {
+            x_cache(gw, "/whoami?warm").await == "HIT"
+        })
+        .await;
+        for path in ["/whoami?p", "/whoami?keep"] {
+            let _ = x_cache(gw, path).await;
+            assert_eq!(x_cache(gw, path).await, "HIT");
+        }
+    }
+    let purged = admin(
+        &b,
+        "POST",
+        "/api/v1/cache/purge",
+        Some(json!({"host": "x", "path": "/whoami?p"})),
+        None,
+    )
+    .await;
+    assert_eq!(purged.status, 200, "{}", purged.body);
+    assert!(purged.body.contains("\"fleet\":true"), "{}", purged.body);
+    // The gateway that took it purged at once; the other when etcd tells it.
+    assert_eq!(x_cache(&b, "/whoami?p").await, "MISS");
+    eventually("A purged the URL too", || async {
+        x_cache(&a, "/whoami?p").await == "MISS"
+    })
+    .await;
+    for gw in [&a, &b] {
+        assert_eq!(
+            x_cache(gw, "/whoami?keep").await,
+            "HIT",
+            "another URL stays"
+        );
+    }
+}

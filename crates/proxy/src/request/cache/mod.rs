@@ -51,12 +51,24 @@ impl ResponseCache {
         settings: &CacheSettings,
         counters: Arc<CacheCounters>,
     ) -> std::io::Result<Arc<ResponseCache>> {
+        let store = match &settings.disk {
+            None => Store::new(settings.max_size),
+            Some((dir, bytes)) => Store::with_disk(settings.max_size, dir, *bytes).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "[cache.disk] path {}: {e}; give a directory this user may create and write",
+                        dir.display()
+                    ),
+                )
+            })?,
+        };
         Ok(Arc::new(ResponseCache {
-            store: Store::new(settings.max_size),
+            store,
             collapser: Collapser::new(),
             upgrader: upgrade::Upgrader::start(counters.clone())?,
             counters,
-            settings: *settings,
+            settings: settings.clone(),
         }))
     }
 
@@ -85,8 +97,14 @@ impl ResponseCache {
         self.store.len()
     }
 
+    /// The disk tier's size and counters, and the operations its writer dropped (`None`
+    /// without `[cache.disk]`).
+    pub fn disk(&self) -> Option<(sluice_cache::disk::DiskStats, u64)> {
+        Some((self.store.disk()?.stats(), self.store.disk_dropped()))
+    }
+
     /// Removes the entries of `host` and `path` (with its query, as requested), or every
-    /// entry under `path` as a prefix.
+    /// entry under `path` as a prefix (a purge another gateway of the fleet took).
     pub fn purge(&self, host: &str, path: &str, prefix: bool) {
         let key = Store::primary_key(host, path);
         if prefix {
@@ -94,6 +112,11 @@ impl ResponseCache {
         } else {
             self.store.purge(&key);
         }
+    }
+
+    /// [`ResponseCache::purge`] for a request this gateway's admin API took (counted).
+    pub fn purge_requested(&self, host: &str, path: &str, prefix: bool) {
+        self.purge(host, path, prefix);
         self.counters
             .purges
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -159,7 +182,7 @@ pub(crate) async fn lookup(
         return Lookup::Fetch(Box::new(fetch), done);
     }
     for _ in 0..RETRIES {
-        if let Some(entry) = cache.store.lookup(&fetch.primary, headers) {
+        if let Some(entry) = find(cache, &fetch.primary, headers).await {
             let age = entry.timing.age(SystemTime::now());
             match sluice_cache::serve(headers, &entry.headers, entry.lifetime, age) {
                 Serve::Fresh => {
@@ -210,6 +233,25 @@ pub(crate) async fn lookup(
         }
     }
     Lookup::Fetch(Box::new(fetch), done)
+}
+
+/// The entry for `request` under `primary`: from memory, else from the disk tier (read on a
+/// blocking thread, then kept in memory).
+async fn find(
+    cache: &Arc<ResponseCache>,
+    primary: &str,
+    request: &HeaderMap,
+) -> Option<Arc<Entry>> {
+    if let Some(e) = cache.store.lookup(primary, request) {
+        return Some(e);
+    }
+    let key = cache.store.on_disk(primary, request)?;
+    let store = cache.store.clone();
+    let primary = primary.to_owned();
+    tokio::task::spawn_blocking(move || store.load(&key, &primary))
+        .await
+        .ok()
+        .flatten()
 }
 
 /// A request of a caching route on its way upstream.
