@@ -198,6 +198,18 @@ impl CacheOrigin {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 text("max-age=60", format!("slow {n}"))
             }
+            "/app.html" => http::Response::builder()
+                .header("content-type", "text/html; charset=utf-8")
+                .header("cache-control", "no-store")
+                .body(full(Bytes::from(format!(
+                    "<!doctype html><html><body><div id=\"result\">pending</div>\
+                     <script>fetch('/page.html').then(r => r.text()).then(t => {{\
+                       document.getElementById('result').textContent = 'LOADED ' + t.length + ' ' + (t.endsWith('</body></html>\\n') ? 'whole' : 'cut');\
+                     }}).catch(e => {{ document.getElementById('result').textContent = 'ERROR ' + e; }});</script>\
+                     <!-- {} --></body></html>",
+                    "padding ".repeat(200)
+                ))))
+                .unwrap(),
             "/page.html" => http::Response::builder()
                 .header("content-type", "text/html; charset=utf-8")
                 .header("cache-control", "max-age=600")
@@ -769,4 +781,75 @@ async fn the_disk_tier_serves_across_a_restart() {
         "purged from disk"
     );
     assert_eq!(o.hits("/fresh"), 2);
+}
+
+/// A real browser loads a page whose script fetches the cached page, twice (two browser
+/// runs, no browser cache between them): the second is served from the gateway's cache in
+/// the encoding Chromium asked for, and decodes to the whole page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headless_chromium_loads_a_page_from_the_cache() {
+    use sluice_tls::selfsigned::KeyKind;
+    let o = CacheOrigin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "local", KeyKind::EcdsaP256, &["localhost"]);
+    let gw = TestGateway::start(
+        &format!(
+            r#"
+[log]
+access_log = "off"
+[offload.compress]
+engines = ["pool"]
+[[listener]]
+name = "https"
+address = "127.0.0.1:0"
+[listener.tls]
+[[certificate]]
+name = "local"
+cert = "local.crt"
+key = "local.key"
+[[upstream]]
+name = "o"
+servers = [{{ address = "{origin}" }}]
+[[route]]
+name = "all"
+upstream = "o"
+[route.compression]
+enabled = true
+codecs = ["br", "zstd", "gzip"]
+[route.cache]
+"#,
+            origin = o.addr
+        ),
+        dir,
+    )
+    .await;
+    let url = format!("https://localhost:{}/app.html", gw.addr("https").port());
+    let want = format!("LOADED {} whole", page().len());
+    for load in 1..=2 {
+        let (dom, stderr) = headless_chromium(
+            &url,
+            &[
+                "--ignore-certificate-errors".to_owned(),
+                "--virtual-time-budget=10000".to_owned(),
+                "--dump-dom".to_owned(),
+            ],
+        )
+        .await;
+        assert!(dom.contains(&want), "load {load}: {dom}\nstderr: {stderr}");
+    }
+    assert_eq!(
+        o.hits("/page.html"),
+        1,
+        "the second load came from the cache"
+    );
+    assert_eq!(o.hits("/app.html"), 2, "no-store: never cached");
+    let c = gw.gateway().cache().snapshot();
+    assert!(c.count("HIT") >= 1, "{c:?}");
+    let encoded: u64 = c
+        .served_bytes
+        .iter()
+        .filter(|(k, _)| *k != "identity")
+        .map(|(_, n)| n)
+        .sum();
+    assert!(encoded > 0, "Chromium got an encoded variant: {c:?}");
 }
