@@ -39,17 +39,15 @@ impl Capture {
     /// Stores the entry (identity body only: variants are made on the first request for
     /// each encoding).
     fn finish(mut self) {
-        let body = match self.segments.len() {
-            0 => Bytes::new(),
-            1 => self.segments.pop().unwrap_or_default(),
-            _ => {
-                let mut all = BytesMut::with_capacity(self.size as usize);
-                for s in &self.segments {
-                    all.extend_from_slice(s);
-                }
-                all.freeze()
-            }
-        };
+        // Copied once into a buffer of its own size: the upstream's pieces may be slices
+        // of larger read buffers, which the store would otherwise keep whole while weighing
+        // only the slices.
+        let mut all = BytesMut::with_capacity(self.size as usize);
+        for s in &self.segments {
+            all.extend_from_slice(s);
+        }
+        self.segments.clear();
+        let body = all.freeze();
         let entry = Entry {
             status: self.status,
             headers: std::mem::take(&mut self.headers),
@@ -247,6 +245,30 @@ mod tests {
         assert_eq!(got.len(), 200 << 10, "the client still gets all of it");
         assert!(store.lookup(&key, &HeaderMap::new()).is_none());
         assert_eq!(counters.not_stored_body.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_slice_of_a_larger_buffer_is_stored_at_its_own_size() {
+        let store = Store::new(8 << 20);
+        let counters = Arc::new(CacheCounters::default());
+        let read_buffer = Bytes::from(vec![b'r'; 64 << 10]);
+        let body = chunks(vec![Ok(Frame::data(read_buffer.slice(..100)))]);
+        let _ = CaptureBody::new(body, capture(&store, &counters))
+            .collect()
+            .await
+            .unwrap();
+        let e = store
+            .lookup(&Store::primary_key("a.test", "/x"), &HeaderMap::new())
+            .unwrap();
+        assert_eq!(e.identity().len(), 100);
+        let (stored, buffer) = (
+            e.identity().as_ptr() as usize,
+            read_buffer.as_ptr() as usize,
+        );
+        assert!(
+            stored < buffer || stored >= buffer + (64 << 10),
+            "the entry does not point into the 64 KiB read buffer"
+        );
     }
 
     #[tokio::test]

@@ -169,9 +169,10 @@ pub(crate) async fn lookup(
         leader: None,
         request_time: SystemTime::now(),
     };
-    // Ranges are passed through whole (the store answers whole responses only).
-    let range = headers.contains_key(header::RANGE);
-    if !matches!(*method, Method::GET | Method::HEAD) || range {
+    // Ranges and protocol upgrades (WebSocket) pass straight through: the store answers
+    // whole responses only.
+    let through = headers.contains_key(header::RANGE) || headers.contains_key(header::UPGRADE);
+    if !matches!(*method, Method::GET | Method::HEAD) || through {
         fetch.store = false;
         return Lookup::Fetch(Box::new(fetch), done);
     }
