@@ -101,17 +101,7 @@ pub fn update_from_304(stored: &mut HeaderMap, not_modified: &HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn h(fields: &[(&str, &str)]) -> HeaderMap {
-        let mut m = HeaderMap::new();
-        for (k, v) in fields {
-            m.append(
-                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        m
-    }
+    use crate::test_headers as h;
 
     #[test]
     fn clients_get_304_when_their_validators_match() {

@@ -286,18 +286,7 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
-
-    fn h(fields: &[(&str, &str)]) -> HeaderMap {
-        let mut m = HeaderMap::new();
-        for (k, v) in fields {
-            m.append(
-                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        m
-    }
+    use crate::test_headers as h;
 
     fn ok(req: &[(&str, &str)], status: u16, resp: &[(&str, &str)]) -> Result<(), NotStored> {
         storable(

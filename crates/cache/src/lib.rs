@@ -31,3 +31,16 @@ pub use counters::{CacheCounters, CacheSnapshot, Outcome};
 pub use directives::CacheControl;
 pub use freshness::{NotStored, Serve, StorePolicy, Timing, lifetime, serve, storable};
 pub use store::{Entry, Store, Variant};
+
+/// A header map from `(name, value)` pairs (the rules' tests).
+#[cfg(test)]
+pub(crate) fn test_headers(fields: &[(&str, &str)]) -> http::HeaderMap {
+    let mut m = http::HeaderMap::new();
+    for (k, v) in fields {
+        m.append(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            http::HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    m
+}

@@ -57,18 +57,7 @@ pub fn key(fields: &[String], request: &HeaderMap) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
-
-    fn h(fields: &[(&str, &str)]) -> HeaderMap {
-        let mut m = HeaderMap::new();
-        for (k, v) in fields {
-            m.append(
-                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        m
-    }
+    use crate::test_headers as h;
 
     #[test]
     fn vary_lists_fields_without_accept_encoding_and_star_never_matches() {

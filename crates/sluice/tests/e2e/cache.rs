@@ -8,7 +8,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::io::Read as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,23 +17,7 @@ use tokio::net::TcpListener;
 type OBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 fn page() -> Vec<u8> {
-    let mut s = String::from("<!doctype html><html><body>\n");
-    let mut i = 7u64;
-    while s.len() < 100_000 {
-        i = i
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        s.push_str(&format!(
-            "<div class=\"row r{}\"><a href=\"/item/{}\">Item {}</a> costs {}.{:02}</div>\n",
-            i >> 61,
-            i >> 40,
-            i >> 50,
-            i >> 56,
-            (i >> 30) % 100
-        ));
-    }
-    s.push_str("</body></html>\n");
-    s.into_bytes()
+    html_page(100_000)
 }
 
 /// An origin whose paths each show one caching rule. It counts requests per path (with
@@ -285,23 +268,7 @@ impl Fetched {
 
     /// The body decoded as its Content-Encoding says.
     fn decoded(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        match self.header("content-encoding") {
-            None => out = self.body.clone(),
-            Some("gzip") => {
-                flate2::read::GzDecoder::new(&self.body[..])
-                    .read_to_end(&mut out)
-                    .unwrap();
-            }
-            Some("zstd") => out = zstd::stream::decode_all(&self.body[..]).unwrap(),
-            Some("br") => {
-                brotli_decompressor::Decompressor::new(&self.body[..], 4096)
-                    .read_to_end(&mut out)
-                    .unwrap();
-            }
-            Some(other) => panic!("unexpected content-encoding {other}"),
-        }
-        out
+        decode_body(self.header("content-encoding"), &self.body)
     }
 }
 

@@ -7,7 +7,6 @@ use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use sluice_tls::selfsigned::KeyKind;
 use std::convert::Infallible;
-use std::io::Read as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -16,23 +15,7 @@ use tokio::sync::{Notify, mpsc};
 type OBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 fn page() -> Vec<u8> {
-    let mut s = String::from("<!doctype html><html><body>\n");
-    let mut i = 0u64;
-    while s.len() < 150_000 {
-        i = i
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        s.push_str(&format!(
-            "<div class=\"row r{}\"><a href=\"/item/{}\">Item {}</a> costs {}.{:02}</div>\n",
-            i >> 61,
-            i >> 40,
-            i >> 50,
-            i >> 56,
-            (i >> 30) % 100
-        ));
-    }
-    s.push_str("</body></html>\n");
-    s.into_bytes()
+    html_page(150_000)
 }
 
 /// An origin with one path per case. `/sse` sends an event each time `next_event` is
@@ -275,24 +258,7 @@ async fn fetch(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Fetche
 }
 
 fn decode(encoding: Option<&str>, data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    match encoding {
-        None => out = data.to_vec(),
-        Some("gzip") => {
-            // One member: GzDecoder stops after the first, like some browsers.
-            flate2::read::GzDecoder::new(data)
-                .read_to_end(&mut out)
-                .unwrap();
-        }
-        Some("zstd") => out = zstd::stream::decode_all(data).unwrap(),
-        Some("br") => {
-            brotli_decompressor::Decompressor::new(data, 4096)
-                .read_to_end(&mut out)
-                .unwrap();
-        }
-        Some(other) => panic!("unexpected content-encoding {other}"),
-    }
-    out
+    decode_body(encoding, data)
 }
 
 fn header<'a>(f: &'a Fetched, name: &str) -> Option<&'a str> {

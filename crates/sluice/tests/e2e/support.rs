@@ -970,3 +970,48 @@ pub fn tool(name: &str) -> std::path::PathBuf {
     );
     path
 }
+
+/// HTML of at least `len` bytes: rows of markup with numbers that vary, so that it
+/// compresses about as a page does (the compression and cache tests' page).
+pub fn html_page(len: usize) -> Vec<u8> {
+    let mut s = String::from("<!doctype html><html><body>\n");
+    let mut i = 0u64;
+    while s.len() < len {
+        i = i
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        s.push_str(&format!(
+            "<div class=\"row r{}\"><a href=\"/item/{}\">Item {}</a> costs {}.{:02}</div>\n",
+            i >> 61,
+            i >> 40,
+            i >> 50,
+            i >> 56,
+            (i >> 30) % 100
+        ));
+    }
+    s.push_str("</body></html>\n");
+    s.into_bytes()
+}
+
+/// A response body decoded as its `Content-Encoding` says (`None`: as it is).
+pub fn decode_body(encoding: Option<&str>, data: &[u8]) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    match encoding {
+        None => out = data.to_vec(),
+        Some("gzip") => {
+            // One member: GzDecoder stops after the first, like some browsers.
+            flate2::read::GzDecoder::new(data)
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        Some("zstd") => out = zstd::stream::decode_all(data).unwrap(),
+        Some("br") => {
+            brotli_decompressor::Decompressor::new(data, 4096)
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        Some(other) => panic!("unexpected content-encoding {other}"),
+    }
+    out
+}
