@@ -97,6 +97,11 @@ impl Entry {
     /// other variants or a renewed head.
     pub fn same_response(&self, other: &Entry) -> bool {
         let (a, b) = (self.identity(), other.identity());
+        if a.is_empty() && b.is_empty() {
+            // Empty bodies share one static buffer: tell them apart by what they said.
+            return self.status == other.status
+                && self.timing.response_time == other.timing.response_time;
+        }
         a.as_ptr() == b.as_ptr() && a.len() == b.len()
     }
 
@@ -586,6 +591,20 @@ mod tests {
         s.insert(&k, &req(&[]), entry(10, &[]));
         let again = e3.renewed(HeaderMap::new(), e3.timing, Duration::from_secs(9));
         assert!(s.renew(&k, &req(&[]), &e3, again).is_none());
+    }
+
+    #[test]
+    fn empty_responses_are_told_apart_though_they_share_a_buffer() {
+        let a = entry(0, &[("etag", "\"a\"")]);
+        let mut b = entry(0, &[("etag", "\"b\"")]);
+        b.timing.response_time += Duration::from_millis(1);
+        assert!(a.same_response(&a));
+        assert!(
+            !a.same_response(&b),
+            "a later empty response is another response"
+        );
+        let (x, y) = (entry(10, &[]), entry(10, &[]));
+        assert!(!x.same_response(&y), "equal bytes, different responses");
     }
 
     #[test]
