@@ -744,15 +744,15 @@ async fn a_cache_purge_through_one_gateway_reaches_every_gateway() {
     assert_eq!(purged.status, 200, "{}", purged.body);
     assert!(purged.body.contains("\"fleet\":true"), "{}", purged.body);
     // The gateway that took it purged at once; the other when etcd tells it.
-    assert_eq!(x_cache(&b, "/whoami?p").await, "MISS");
+    assert_eq!(x_cache(&b, "/whoami?p").await, "200 MISS");
     eventually("A purged the URL too", || async {
-        x_cache(&a, "/whoami?p").await == "MISS"
+        x_cache(&a, "/whoami?p").await == "200 MISS"
     })
     .await;
     for gw in [&a, &b] {
         assert_eq!(
             x_cache(gw, "/whoami?keep").await,
-            "HIT",
+            "200 HIT",
             "another URL stays"
         );
     }
