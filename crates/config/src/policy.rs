@@ -370,6 +370,8 @@ pub struct CacheSettings {
     pub max_size: u64,
     /// `[cache.disk]`: the directory of the disk tier and its bound in bytes.
     pub disk: Option<(std::path::PathBuf, u64)>,
+    /// The share of a busy core the background upgrades may take, in percent.
+    pub upgrade_share_percent: u32,
 }
 
 impl Default for CacheSettings {
@@ -377,6 +379,7 @@ impl Default for CacheSettings {
         CacheSettings {
             max_size: 256 << 20,
             disk: None,
+            upgrade_share_percent: 1,
         }
     }
 }

@@ -471,6 +471,9 @@ pub struct RawRouteCache {
 pub struct RawCache {
     /// The most bytes the stored responses and their variants take (default 256m).
     pub max_size: Option<Spanned<RawSize>>,
+    /// The share of a busy core the background upgrades may take, in percent (1-100,
+    /// default 1: nice 19); an idle core they take whole.
+    pub upgrade_share_percent: Option<Spanned<u32>>,
     /// `[cache.disk]`: a second tier on disk that survives restarts.
     pub disk: Option<Spanned<RawCacheDisk>>,
 }

@@ -285,7 +285,7 @@ pub(crate) fn nice_for_share(percent: u32) -> i32 {
     unsafe_code,
     reason = "sched_setscheduler(2) and setpriority(2) for the calling thread"
 )]
-fn lower_priority(priority: Priority) {
+pub(crate) fn lower_priority(priority: Priority) {
     let rc = match priority {
         Priority::Idle => {
             let param = libc::sched_param { sched_priority: 0 };
@@ -306,7 +306,7 @@ fn lower_priority(priority: Priority) {
         tracing::warn!(
             priority = %priority.describe(),
             error = %std::io::Error::last_os_error(),
-            "could not lower a handshake thread's priority; handshakes compete with established traffic"
+            "could not lower a background thread's priority; its work competes with established traffic"
         );
     }
 }

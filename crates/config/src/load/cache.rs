@@ -65,6 +65,17 @@ impl Cx<'_> {
                 s.max_size = n;
             }
         }
+        if let Some(p) = &raw.upgrade_share_percent {
+            if (1..=100).contains(p.get_ref()) {
+                s.upgrade_share_percent = *p.get_ref();
+            } else {
+                self.err_at(
+                    p,
+                    format!("[cache] upgrade_share_percent {} is not 1 to 100", p.get_ref()),
+                    "give the percent of a busy core upgrades may take, such as 1 (the default) or 10",
+                );
+            }
+        }
         if let Some(d) = &raw.disk {
             let d = d.get_ref();
             let max = self.size(d.max_size.as_ref()).unwrap_or(1 << 30);

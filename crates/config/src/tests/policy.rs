@@ -357,6 +357,7 @@ fn route_caches_and_their_mistakes() {
     let good = r#"
 [cache]
 max_size = "64m"
+upgrade_share_percent = 10
 [[listener]]
 name = "http"
 address = "127.0.0.1:0"
@@ -382,6 +383,7 @@ upstream = "o"
 "#;
     let s = load_str(good, "good.toml", dir.path()).unwrap();
     assert_eq!(s.cache.max_size, 64 << 20);
+    assert_eq!(s.cache.upgrade_share_percent, 10);
     let d = s.routes[0].cache.as_deref().expect("an empty table caches");
     assert_eq!(*d, crate::RouteCache::default());
     assert_eq!(
@@ -408,6 +410,7 @@ upstream = "o"
     let bad = r#"
 [cache]
 max_size = "100k"
+upgrade_share_percent = 0
 [[listener]]
 name = "http"
 address = "127.0.0.1:0"
@@ -433,6 +436,10 @@ max_age = 5
     let errs = errors(bad, dir.path());
     let at = |needle: &str| said_at(&errs, bad, needle);
     assert!(at("\"100k\"").contains("too small"), "{errs:#?}");
+    assert!(
+        at("upgrade_share_percent = 0").contains("not 1 to 100"),
+        "{errs:#?}"
+    );
     assert!(at("\"soon\"").contains("soon"), "{errs:#?}");
     assert!(at("\"X Cache\"").contains("not a header name"), "{errs:#?}");
     assert!(at("max_age").contains("unknown field"), "{errs:#?}");
@@ -441,5 +448,5 @@ max_age = 5
             .any(|e| e.to_string().contains("[route.cache] but no upstream")),
         "{errs:#?}"
     );
-    assert_eq!(errs.len(), 5, "{errs:#?}");
+    assert_eq!(errs.len(), 6, "{errs:#?}");
 }

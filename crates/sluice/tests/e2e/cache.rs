@@ -538,7 +538,9 @@ async fn a_hundred_concurrent_misses_make_one_upstream_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn variants_are_made_once_and_upgraded_in_the_background() {
     let o = CacheOrigin::start().await;
-    let gw = gateway(o.addr, "").await;
+    // Upgrades as fast as serving (nice 0): the default's 1% of a busy core could take
+    // minutes while CI runs tests side by side.
+    let gw = gateway(o.addr, "[cache]\nupgrade_share_percent = 100").await;
     let at = gw.addr("http");
     let cache = gw.gateway().cache();
     let want = page();
@@ -570,8 +572,8 @@ async fn variants_are_made_once_and_upgraded_in_the_background() {
         assert_eq!(f.body.len(), sizes["br"]);
     }
     assert_eq!(cache.snapshot().variants_made, made);
-    // The third serving queued the upgrade; the idle thread does it.
-    wait_until(|| cache.snapshot().upgrades.contains(&("br", 1))).await;
+    // The third serving queued the upgrade; the upgrade thread does it.
+    wait_until_within(60, || cache.snapshot().upgrades.contains(&("br", 1))).await;
     let upgraded = get(at, "/page.html", &[("accept-encoding", "br")]).await;
     assert!(
         upgraded.body.len() < sizes["br"],

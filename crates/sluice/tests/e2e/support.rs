@@ -532,14 +532,20 @@ pub async fn raw_exchange(addr: SocketAddr, bytes: &[u8], limit: Duration) -> St
 }
 
 /// Polls `cond` every 20 ms; panics after 10 s (a bound, not a timing assertion).
-pub async fn wait_until(mut cond: impl FnMut() -> bool) {
-    for _ in 0..500 {
+pub async fn wait_until(cond: impl FnMut() -> bool) {
+    wait_until_within(10, cond).await;
+}
+
+/// [`wait_until`] with a bound of `secs` seconds, for work that runs at a low priority and
+/// may wait long on a busy machine (CI runs tests side by side).
+pub async fn wait_until_within(secs: u64, mut cond: impl FnMut() -> bool) {
+    for _ in 0..secs * 50 {
         if cond() {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    panic!("condition not reached within 10 s");
+    panic!("condition not reached within {secs} s");
 }
 
 /// A real redis-server (Debian's, from scripts/deps) on 127.0.0.1 and a free port, in a

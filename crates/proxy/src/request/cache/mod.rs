@@ -66,7 +66,7 @@ impl ResponseCache {
         Ok(Arc::new(ResponseCache {
             store,
             collapser: Collapser::new(),
-            upgrader: upgrade::Upgrader::start(counters.clone())?,
+            upgrader: upgrade::Upgrader::start(counters.clone(), settings.upgrade_share_percent)?,
             counters,
             settings: settings.clone(),
         }))

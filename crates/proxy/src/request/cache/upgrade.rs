@@ -2,12 +2,14 @@
 //! best level (gzip 9 with zlib-rs, brotli 11, zstd 19), and later hits get the smaller
 //! bytes.
 //!
-//! The work runs on one thread of its own under `SCHED_IDLE`, not on the offload pool: the
-//! pool's threads serve handshakes and compression that requests wait for, while an
-//! upgrade is wanted only when a core has nothing better to do. `SCHED_IDLE` gives it exactly
-//! that (the kernel runs it only when no normal thread wants the core), so the event loop and
-//! the pool never wait behind a brotli-11 pass. The queue is bounded; an upgrade that finds
-//! it full is dropped, counted, and asked for again `upgrade_after` hits later.
+//! The work runs on one thread of its own 19 nice levels below the serving threads by
+//! default (`[cache] upgrade_share_percent = 1`), not on the offload pool: the pool's threads serve handshakes and compression that requests wait
+//! for, while an upgrade can wait. At nice 19 the kernel gives it about 1.5% of a core the
+//! event loop wants (CFS weight 15 against 1024) and all of an idle one, so the event loop
+//! barely notices a brotli-11 pass and a gateway whose cores are always busy still upgrades,
+//! slowly. (`SCHED_IDLE`, tried first, starved it outright on saturated cores: upgrades never
+//! came.) The queue is bounded; an upgrade that finds it full is dropped, counted, and asked
+//! for again `upgrade_after` hits later.
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -53,13 +55,17 @@ pub(crate) fn best(codec: Codec) -> Encoding {
 }
 
 impl Upgrader {
-    /// Starts the upgrade thread.
-    pub(crate) fn start(counters: Arc<CacheCounters>) -> std::io::Result<Upgrader> {
+    /// Starts the upgrade thread, with `share_percent` of a busy core.
+    pub(crate) fn start(
+        counters: Arc<CacheCounters>,
+        share_percent: u32,
+    ) -> std::io::Result<Upgrader> {
         let (tx, rx) = sync_channel(QUEUE);
         let thread_counters = counters.clone();
+        let nice = crate::handshakes::nice_for_share(share_percent);
         std::thread::Builder::new()
             .name("sluice-cache-upgrade".into())
-            .spawn(move || run(rx, thread_counters))?;
+            .spawn(move || run(rx, thread_counters, nice))?;
         Ok(Upgrader { tx, counters })
     }
 
@@ -76,11 +82,9 @@ impl Upgrader {
     }
 }
 
-fn run(rx: Receiver<Job>, counters: Arc<CacheCounters>) {
-    if !sluice_offload::idle::lower_to_idle() {
-        tracing::warn!(
-            "the kernel refused SCHED_IDLE for the cache's upgrade thread; it runs at the normal priority"
-        );
+fn run(rx: Receiver<Job>, counters: Arc<CacheCounters>, nice: i32) {
+    if nice > 0 {
+        crate::handshakes::lower_priority(crate::handshakes::Priority::Nice(nice));
     }
     while let Ok(job) = rx.recv() {
         upgrade(job, &counters);
@@ -124,6 +128,36 @@ mod tests {
     use super::*;
     use sluice_cache::Timing;
     use std::time::{Duration, SystemTime};
+
+    /// The nice value of this process's thread named `comm` (truncated to 15 bytes, as the
+    /// kernel keeps it), from /proc.
+    fn nice_of(comm: &str) -> Option<i64> {
+        for task in std::fs::read_dir("/proc/self/task").ok()? {
+            let dir = task.ok()?.path();
+            if std::fs::read_to_string(dir.join("comm")).ok()?.trim() == comm {
+                let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+                // Fields after the parenthesised name: state is field 3, nice field 19.
+                let rest = &stat[stat.rfind(')')? + 2..];
+                return rest.split(' ').nth(16)?.parse().ok();
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_upgrade_thread_runs_nice_by_its_share() {
+        let counters = Arc::new(CacheCounters::default());
+        let _u = Upgrader::start(counters, 1).unwrap();
+        let mut nice = None;
+        for _ in 0..200 {
+            nice = nice_of("sluice-cache-up");
+            if nice == Some(19) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(nice, Some(19), "1% of a busy core is nice 19");
+    }
 
     #[test]
     fn an_upgraded_variant_is_smaller_and_decodes_to_the_same_bytes() {
