@@ -84,7 +84,7 @@ pub(crate) async fn respond(
             if let Some(denied) = refuse_unauthorized(s, &req) {
                 return denied;
             }
-            crate::cache::purge(s, req).await
+            purge_cache(s, req).await
         }
         (_, "/api/v1/cache/purge") => not_allowed("POST"),
         (_, "/api/v1/config") if method != Method::GET => not_allowed("GET"),
@@ -438,6 +438,54 @@ async fn reload(s: &Sources) -> Reply {
             json_reply(status, &crate::config_state::reload_error_json(&e))
         }
     }
+}
+
+/// `POST /api/v1/cache/purge` with `{"host": "example.com", "path": "/page?x=1"}` (one URL,
+/// every variant and Vary entry of it) or `{"host": "example.com", "prefix": "/static/"}`
+/// (every URL under it; `"prefix": "/"` empties the host). In fleet mode it reaches every
+/// gateway through etcd; with etcd away it fails (503) and purges nothing.
+async fn purge_cache(s: &Sources, req: Request<Incoming>) -> Reply {
+    let body = match json_body(req).await {
+        Ok(b) => b,
+        Err(r) => return *r,
+    };
+    let host = body.get("host").and_then(Value::as_str).unwrap_or("");
+    let (path, prefix) = match (
+        body.get("path").and_then(Value::as_str),
+        body.get("prefix").and_then(Value::as_str),
+    ) {
+        (Some(p), None) => (p, false),
+        (None, Some(p)) => (p, true),
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "give \"host\" and one of \"path\" (one URL, with its query) or \"prefix\" (every URL under it)",
+            );
+        }
+    };
+    if host.is_empty() || !path.starts_with('/') {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "\"host\" is the request's Host (with its port if not 80/443) and the path starts with /",
+        );
+    }
+    // In a fleet, every gateway (this one too) purges when the purge arrives through etcd;
+    // this one also purges now, so that its next answer is already without it.
+    let fleet = match s.control.as_ref().and_then(|c| c.shared()) {
+        Some(store) => match store.purge_cache(host, path, prefix).await {
+            Ok(()) => true,
+            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.message),
+        },
+        None => false,
+    };
+    s.gateway.cache().purge_requested(host, path, prefix);
+    json_reply(
+        StatusCode::OK,
+        &json!({
+            "result": "ok", "host": host, if prefix { "prefix" } else { "path" }: path,
+            "fleet": fleet,
+        }),
+    )
 }
 
 #[cfg(test)]

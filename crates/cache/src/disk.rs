@@ -12,8 +12,8 @@
 //! Every call here blocks on the file system: the store calls it from its writer thread and
 //! from blocking tasks, never from the event loop.
 
+use crate::entry::{Entry, Variant};
 use crate::freshness::Timing;
-use crate::store::{Entry, Variant};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use std::collections::HashMap;

@@ -13,6 +13,7 @@
 //!   store, revalidation upstream, and a 304 merged into the stored head;
 //! - `store`: entries with their encoded variants, bounded by bytes (moka's W-TinyLFU, so
 //!   a scan cannot flush what is hit), purged by key or prefix;
+//! - `entry`: one stored response with its variants;
 //! - `disk`: the optional disk tier (files written whole, an LRU bound, read back at start);
 //! - `vary`: the secondary key from the request fields a response's `Vary` names (without
 //!   `Accept-Encoding`: the cache keeps the encoded variants of an entry itself).
@@ -22,6 +23,7 @@ pub mod conditional;
 pub mod counters;
 pub mod directives;
 pub mod disk;
+pub mod entry;
 pub mod freshness;
 pub mod store;
 pub mod vary;
