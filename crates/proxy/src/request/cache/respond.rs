@@ -89,7 +89,7 @@ pub(crate) async fn respond(
     let not_modified = sluice_cache::conditional::not_modified(s.method, s.request, &headers);
     let status = if not_modified {
         counters.not_modified.fetch_add(1, Ordering::Relaxed);
-        headers.retain_fields(&NOT_MODIFIED_FIELDS);
+        headers = only_fields(&headers, &NOT_MODIFIED_FIELDS);
         StatusCode::NOT_MODIFIED
     } else {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
@@ -120,21 +120,15 @@ pub(crate) async fn respond(
     resp
 }
 
-/// A trait of `HeaderMap` the 304 needs: keep only some fields.
-trait RetainFields {
-    fn retain_fields(&mut self, keep: &[header::HeaderName]);
-}
-
-impl RetainFields for HeaderMap {
-    fn retain_fields(&mut self, keep: &[header::HeaderName]) {
-        let mut kept = HeaderMap::new();
-        for name in keep {
-            for v in self.get_all(name) {
-                kept.append(name.clone(), v.clone());
-            }
+/// Only the fields of `headers` named in `keep`.
+fn only_fields(headers: &HeaderMap, keep: &[header::HeaderName]) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    for name in keep {
+        for v in headers.get_all(name) {
+            kept.append(name.clone(), v.clone());
         }
-        *self = kept;
     }
+    kept
 }
 
 fn identity(entry: &Arc<Entry>) -> Bytes {
