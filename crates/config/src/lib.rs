@@ -36,8 +36,8 @@ pub use load::{
 };
 pub use pattern::{HostPattern, normalize_host};
 pub use policy::{
-    Acl, Answer, CacheSettings, HeaderEdits, IpNet, Part, RateLimit, RateLimitStore, RedisTls,
-    Rewrite, RouteCache, Template, Var, canonical,
+    Acl, Answer, CacheSettings, HeaderEdits, IpNet, Mirror, Part, RateLimit, RateLimitStore,
+    RedisTls, Rewrite, RouteCache, Template, Var, canonical,
 };
 pub use quic::{QuicRetry, QuicSettings};
 pub use resolver::DnsResolver;

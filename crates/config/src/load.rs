@@ -23,6 +23,7 @@ mod compression;
 mod fleet;
 mod health;
 mod listener;
+mod mirror;
 mod offload;
 mod policy;
 mod rate_limit;

@@ -383,3 +383,24 @@ impl Default for CacheSettings {
         }
     }
 }
+
+/// `[[route.mirror]]`: where copies of a share of a route's requests go.
+#[derive(Debug, Clone)]
+pub struct Mirror {
+    /// Index into the snapshot's upstreams.
+    pub upstream: usize,
+    /// Its name (metrics).
+    pub upstream_name: String,
+    /// Share of the matching requests copied, in millionths (1,000,000 = all).
+    pub per_million: u32,
+    /// Headers (names lower-case) that must have these values.
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// Largest request body copied.
+    pub body_limit: u64,
+    /// A copy's deadline, its response read to the end.
+    pub timeout: Duration,
+    /// Copies in flight at most.
+    pub max_in_flight: u32,
+    /// Edits of the copies' headers.
+    pub request_headers: HeaderEdits,
+}

@@ -440,6 +440,31 @@ pub struct RawRoute {
     /// `[route.cache]`: store responses (and their encoded variants) in the shared cache;
     /// an empty table caches with the defaults.
     pub cache: Option<Spanned<RawRouteCache>>,
+    /// `[[route.mirror]]`: copies of a share of the requests for other upstreams, whose
+    /// answers are read and discarded (shadow testing).
+    pub mirror: Option<Vec<Spanned<RawMirror>>>,
+}
+
+/// `[[route.mirror]]`: NGINX's `mirror`, Envoy's request mirror policy.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMirror {
+    /// The upstream group the copies go to.
+    pub upstream: Spanned<String>,
+    /// Percentage of the (matching) requests copied, e.g. 10 or 0.5 (default 100): a hash of
+    /// the request ID, so the same requests every time.
+    pub percent: Option<Spanned<f64>>,
+    /// Request headers that must have these values for a request to be copied.
+    pub header: Option<BTreeMap<String, Spanned<String>>>,
+    /// Largest request body copied (default 1m); a request with a larger one is not copied
+    /// (counted).
+    pub body_limit: Option<Spanned<RawSize>>,
+    /// How long a copy may take, its response read to the end (default 1s).
+    pub timeout: Option<SpannedStr>,
+    /// Copies in flight to this mirror at most (default 64); beyond it they are skipped.
+    pub max_in_flight: Option<Spanned<u32>>,
+    /// Headers set, added or removed on the copies (such as a marker header).
+    pub request_headers: Option<Spanned<RawHeaderEdits>>,
 }
 
 /// `[route.cache]`: RFC 9111 caching of this route's responses.

@@ -778,6 +778,8 @@ pub struct Route {
     pub rate_limit: Option<crate::RateLimit>,
     /// `[route.cache]`: responses stored in the shared cache.
     pub cache: Option<Arc<crate::RouteCache>>,
+    /// `[[route.mirror]]`: copies of requests for other upstreams.
+    pub mirrors: Vec<crate::Mirror>,
     /// Response compression for this route (`[compression]` with the route's overrides).
     pub compression: Arc<Compression>,
     /// When failed attempts are retried.

@@ -41,6 +41,8 @@ pub struct ProxyMetrics {
     quic_open: AtomicU64,
     /// HTTP request latency, first byte of the request to the end of its response.
     latency: RequestLatency,
+    /// Each route's mirrors, by route and mirror upstream (kept across reloads).
+    mirrors: std::sync::Mutex<Vec<(String, String, Arc<crate::request::mirror::MirrorState>)>>,
 }
 
 /// Buckets of HTTP request latency in microseconds (250 µs to 10 s).
@@ -154,6 +156,31 @@ impl QuicDropped {
 }
 
 impl ProxyMetrics {
+    /// The state of `route`'s mirror to `upstream` (made on first use).
+    pub(crate) fn mirror(
+        &self,
+        route: &str,
+        upstream: &str,
+    ) -> Arc<crate::request::mirror::MirrorState> {
+        let mut all = self.mirrors.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, s)) = all.iter().find(|(r, u, _)| r == route && u == upstream) {
+            return s.clone();
+        }
+        let s = Arc::new(crate::request::mirror::MirrorState::default());
+        all.push((route.to_owned(), upstream.to_owned(), s.clone()));
+        s
+    }
+
+    /// Every mirror's counters, in the order they were first used.
+    pub fn mirrors(&self) -> Vec<crate::request::mirror::MirrorSnapshot> {
+        self.mirrors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(r, u, s)| s.snapshot(r, u))
+            .collect()
+    }
+
     pub(crate) fn handshake(&self, version: &str, resumed: bool) {
         if let Some(v) = TLS_VERSIONS.iter().position(|x| *x == version) {
             self.handshakes[v][usize::from(resumed)].fetch_add(1, Ordering::Relaxed);

@@ -179,6 +179,7 @@ impl Cx<'_> {
             &format!("route `{name}`: response_headers"),
         );
         let (split, split_on) = self.split(raw, upstream_names, &is_broken);
+        let mirrors = self.mirrors(raw, upstream_names, &is_broken);
         let retry = raw
             .retry
             .as_ref()
@@ -190,6 +191,7 @@ impl Cx<'_> {
         Some(Route {
             rate_limit,
             cache,
+            mirrors,
             acl,
             rewrite,
             answer,

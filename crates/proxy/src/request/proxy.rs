@@ -25,6 +25,7 @@ use super::context::{ConnCtx, ListenerCtx};
 use super::done::{Done, failure};
 use super::error::{Failure, is_caused_by};
 use super::forward::{add_forwarding, strip_hop_by_hop, upgrade_protocol};
+use super::mirror::{self, MirrorState, Teed};
 use super::policy;
 use crate::body::{BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, ProxyBody, TrackedBody};
 use crate::http1::ClientBody;
@@ -102,8 +103,11 @@ struct Proxied<'a> {
     client: IpAddr,
     host: String,
     parts: http::request::Parts,
-    /// The client's body, until an attempt takes it (only the first can: it is streamed).
-    body: Option<LimitedBody<ClientBody>>,
+    /// The client's body, until an attempt takes it (only the first can: it is streamed);
+    /// teed where a mirror copies it.
+    body: Option<LimitedBody<Teed<ClientBody>>>,
+    /// The mirrors this request was copied to (their primary-side counts).
+    mirrored: Vec<Arc<MirrorState>>,
     facts: RequestFacts,
     /// An HTTP/1.1 upgrade's protocol, and the client side of it.
     upgrade: Option<HeaderValue>,
@@ -153,6 +157,20 @@ impl<'a> Proxied<'a> {
         // A request without a body can be sent again; one whose body is streaming cannot (it
         // is not buffered), whatever the policy says.
         let retryable = (policy.non_idempotent || is_idempotent(&parts.method)) && !has_body;
+        let (body, mirrored) = if route.mirrors.is_empty() {
+            (Teed::plain(body), Vec::new())
+        } else {
+            let copying = mirror::Copying {
+                conn,
+                listener,
+                route,
+                parts: &parts,
+                host: &host,
+                client,
+                request_id: done.request_id.as_ref(),
+            };
+            mirror::start(&copying, body, has_body)
+        };
         let body = Some(LimitedBody::new(
             body,
             listener.config.max_body_bytes,
@@ -214,6 +232,7 @@ impl<'a> Proxied<'a> {
             sticky,
             tried: Vec::with_capacity(2),
             cache,
+            mirrored,
         }
     }
 
@@ -235,6 +254,9 @@ impl<'a> Proxied<'a> {
     /// The answer when no server gave a response: a stale entry where `stale-if-error`
     /// allows it, else the failure's.
     async fn fail(&mut self, done: Done, why: Failure) -> Response<ProxyBody> {
+        for m in &self.mirrored {
+            m.primary(why.status(), done.start.elapsed());
+        }
         let stale = self.cache.as_mut().and_then(|f| f.on_failure());
         if let (Some(entry), Some(s)) = (stale, self.serving()) {
             return cache::respond(&s, entry, sluice_cache::Outcome::Stale, done).await;
@@ -462,6 +484,9 @@ impl<'a> Proxied<'a> {
         }
         let upstream_time = sent.elapsed();
         group.observe_latency(server.index, upstream_time);
+        for m in &self.mirrored {
+            m.primary(resp.status(), upstream_time);
+        }
         done.entry.upstream_time = Some(upstream_time);
         done.entry.status = resp.status().as_u16();
         let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;

@@ -1,0 +1,428 @@
+//! Traffic mirroring (`[[route.mirror]]`): a copy of a share of a route's requests goes to
+//! another upstream, its response is read and discarded, and the client never waits for it.
+//!
+//! - Sampling is a hash of the request ID (the same requests every time; a retry of a request
+//!   with the same ID is mirrored again or not, alike), after the mirror's header match.
+//! - A copy is a task of its own with its own deadline; the client's request, and the next
+//!   request on its keep-alive connection, do not wait for it (NGINX's `mirror` does).
+//! - A request body is copied as it streams to the primary (`Teed`): never buffered beyond
+//!   `body_limit`, never slowing the primary. A larger body, or one that did not arrive whole,
+//!   is not mirrored, and counted.
+//! - Each mirror has its own limit of copies in flight; past it, copies are skipped and
+//!   counted. Nothing is queued without bound and nothing is dropped silently.
+//! - Both sides are counted per route and mirror: the mirror's status classes and latency,
+//!   and the primary's for the same requests: the comparison a shadow test is for.
+
+use crate::addresses::Addresses;
+use crate::body::BoxError;
+use crate::request::context::{ConnCtx, ListenerCtx};
+use crate::request::forward::{add_forwarding, strip_hop_by_hop};
+use crate::request::policy;
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Method, Request, StatusCode, Uri, Version};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Full};
+use pin_project_lite::pin_project;
+use sluice_config::{Mirror, Route, UpstreamProtocol};
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Why a sampled request was not mirrored, in metrics.
+pub const MIRROR_SKIPS: [&str; 4] = ["busy", "body_too_large", "body_incomplete", "no_server"];
+/// Why a copy that was sent failed.
+pub const MIRROR_FAILURES: [&str; 2] = ["timeout", "error"];
+/// The two sides compared.
+pub const MIRROR_SIDES: [&str; 2] = ["mirror", "primary"];
+
+const BUSY: usize = 0;
+const TOO_LARGE: usize = 1;
+const INCOMPLETE: usize = 2;
+const NO_SERVER: usize = 3;
+const MIRROR: usize = 0;
+const PRIMARY: usize = 1;
+
+/// One route's mirror: its limit and counters (kept across reloads by route and upstream).
+#[derive(Debug, Default)]
+pub(crate) struct MirrorState {
+    in_flight: AtomicU32,
+    sent: AtomicU64,
+    skipped: [AtomicU64; 4],
+    failed: [AtomicU64; 2],
+    /// [side][status class 1xx..5xx]
+    classes: [[AtomicU64; 5]; 2],
+    /// [side]: latency sum (µs) and count.
+    latency_us: [AtomicU64; 2],
+    latency_n: [AtomicU64; 2],
+}
+
+/// A mirror's counters at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MirrorSnapshot {
+    /// The route.
+    pub route: String,
+    /// The mirror's upstream.
+    pub upstream: String,
+    /// Copies in flight now.
+    pub in_flight: u32,
+    /// Copies sent.
+    pub sent: u64,
+    /// Sampled requests not mirrored, by [`MIRROR_SKIPS`].
+    pub skipped: [u64; 4],
+    /// Copies that failed, by [`MIRROR_FAILURES`].
+    pub failed: [u64; 2],
+    /// Responses by side ([`MIRROR_SIDES`]) and status class.
+    pub classes: [[u64; 5]; 2],
+    /// Latency sum in µs and count, by side.
+    pub latency_us: [u64; 2],
+    /// Responses timed, by side.
+    pub latency_n: [u64; 2],
+}
+
+impl MirrorState {
+    fn skip(&self, why: usize) {
+        self.skipped[why].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn response(&self, side: usize, status: StatusCode, took: Duration) {
+        let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
+        self.classes[side][class].fetch_add(1, Ordering::Relaxed);
+        self.latency_us[side].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.latency_n[side].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts the primary's answer to a request that was mirrored.
+    pub(crate) fn primary(&self, status: StatusCode, took: Duration) {
+        self.response(PRIMARY, status, took);
+    }
+
+    pub(crate) fn snapshot(&self, route: &str, upstream: &str) -> MirrorSnapshot {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        MirrorSnapshot {
+            route: route.to_owned(),
+            upstream: upstream.to_owned(),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            sent: load(&self.sent),
+            skipped: self.skipped.each_ref().map(load),
+            failed: self.failed.each_ref().map(load),
+            classes: self.classes.each_ref().map(|c| c.each_ref().map(load)),
+            latency_us: self.latency_us.each_ref().map(load),
+            latency_n: self.latency_n.each_ref().map(load),
+        }
+    }
+}
+
+/// A copy's slot among its mirror's `max_in_flight`, given back when the copy ends.
+struct Slot(Arc<MirrorState>);
+
+impl Slot {
+    fn take(state: &Arc<MirrorState>, max: u32) -> Option<Slot> {
+        state
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(state.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// FNV-1a of the request ID: the sampling hash.
+fn sample_point(id: Option<&HeaderValue>) -> u32 {
+    let bytes = match id {
+        Some(v) => v.as_bytes().to_vec(),
+        None => {
+            let mut b = [0u8; 8];
+            let _ = boring::rand::rand_bytes(&mut b);
+            b.to_vec()
+        }
+    };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % 1_000_000) as u32
+}
+
+/// What the copies of one request need of it.
+pub(crate) struct Copying<'a> {
+    pub(crate) conn: &'a ConnCtx,
+    pub(crate) listener: &'a ListenerCtx,
+    pub(crate) route: &'a Route,
+    pub(crate) parts: &'a http::request::Parts,
+    pub(crate) host: &'a str,
+    pub(crate) client: IpAddr,
+    pub(crate) request_id: Option<&'a HeaderValue>,
+}
+
+/// Starts the copies of a request whose route mirrors: returns the body for the primary (a
+/// tee when a copy needs it) and the mirrors it was copied to (for the primary's counts).
+pub(crate) fn start<B>(c: &Copying<'_>, body: B, has_body: bool) -> (Teed<B>, Vec<Arc<MirrorState>>) {
+    let mut tee = Tee::default();
+    let mut mirrored = Vec::new();
+    let point = sample_point(c.request_id);
+    let declared = c
+        .parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    for m in &c.route.mirrors {
+        if point >= m.per_million
+            || !m
+                .headers
+                .iter()
+                .all(|(k, v)| c.parts.headers.get_all(k).iter().any(|x| x == v))
+        {
+            continue;
+        }
+        let state = c.listener.metrics.mirror(&c.route.name, &m.upstream_name);
+        if has_body && declared.is_some_and(|n| n > m.body_limit) {
+            state.skip(TOO_LARGE);
+            continue;
+        }
+        let Some(slot) = Slot::take(&state, m.max_in_flight) else {
+            state.skip(BUSY);
+            continue;
+        };
+        let source = if has_body {
+            let (tx, rx) = oneshot::channel();
+            tee.copies.push((tx, state.clone(), m.body_limit));
+            BodySource::Pending(rx)
+        } else {
+            BodySource::Ready(Bytes::new())
+        };
+        let request = copy_request(c, m);
+        let group = c.listener.upstreams[m.upstream].group();
+        let at = Addresses {
+            client: c.conn.peer,
+            local: c.conn.local,
+        };
+        let key = group.hash_key(c.parts, c.client);
+        tokio::spawn(send(slot, group, request, source, m.timeout, at, key));
+        mirrored.push(state);
+    }
+    let tee = (!tee.copies.is_empty()).then_some(tee);
+    (Teed { inner: body, tee }, mirrored)
+}
+
+/// The head of a copy: the client's request as the primary's would be, Host kept (a
+/// `-shadow` suffix breaks virtual hosts: envoy#9094), hop-by-hop headers out, forwarding
+/// headers in, the mirror's own header edits.
+fn copy_request(c: &Copying<'_>, m: &Mirror) -> http::request::Parts {
+    let mut headers = c.parts.headers.clone();
+    strip_hop_by_hop(&mut headers);
+    add_forwarding(
+        &mut headers,
+        c.conn.peer,
+        c.client,
+        c.listener.tls.is_some(),
+        c.host,
+        c.listener.config.forwarded_header,
+    );
+    if !m.request_headers.is_empty() {
+        let vars = policy::Vars {
+            host: policy::host_name(c.host),
+            uri: &c.parts.uri,
+            https: c.listener.tls.is_some(),
+            client: c.client,
+            request_id: c.request_id,
+        };
+        policy::edit_headers(&m.request_headers, &mut headers, &vars);
+    }
+    let mut req = Request::new(());
+    *req.method_mut() = c.parts.method.clone();
+    *req.uri_mut() = c
+        .parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
+    *req.headers_mut() = headers;
+    req.into_parts().0
+}
+
+enum BodySource {
+    Ready(Bytes),
+    /// The tee's copy; a closed channel means the body was too large or did not arrive
+    /// whole (the tee counted which).
+    Pending(oneshot::Receiver<Bytes>),
+}
+
+/// One copy: wait for its body, send it, read the answer to its end, count.
+async fn send(
+    slot: Slot,
+    group: Arc<crate::upstreams::upstream::UpstreamGroup>,
+    head: http::request::Parts,
+    body: BodySource,
+    timeout: Duration,
+    at: Addresses,
+    key: u64,
+) {
+    let state = slot.0.clone();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let body = match body {
+        BodySource::Ready(b) => b,
+        BodySource::Pending(rx) => match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(_)) => return,
+            Err(_) => {
+                state.failed[0].fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        },
+    };
+    let server = match group.acquire(key, &[], None).await {
+        Ok(s) => s,
+        Err(_) => {
+            state.skip(NO_SERVER);
+            return;
+        }
+    };
+    let mut req = Request::from_parts(head, Full::new(body).map_err(|never| match never {}).boxed());
+    *req.version_mut() = match group.config.protocol {
+        UpstreamProtocol::Http1 => Version::HTTP_11,
+        UpstreamProtocol::H2 => Version::HTTP_2,
+    };
+    if *req.method() == Method::GET && req.body().is_end_stream() {
+        req.headers_mut().remove(http::header::CONTENT_LENGTH);
+    }
+    state.sent.fetch_add(1, Ordering::Relaxed);
+    let started = Instant::now();
+    let exchange = async {
+        let resp = group.send(server.index, req, at).await.map_err(drop)?;
+        let status = resp.status();
+        // Read to the end (and dropped): the connection goes back to the pool.
+        resp.into_body().collect().await.map_err(drop)?;
+        Ok::<_, ()>(status)
+    };
+    match tokio::time::timeout_at(deadline, exchange).await {
+        Ok(Ok(status)) => state.response(MIRROR, status, started.elapsed()),
+        Ok(Err(_)) => {
+            state.failed[1].fetch_add(1, Ordering::Relaxed);
+        }
+        Err(_) => {
+            state.failed[0].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    drop(server);
+    drop(slot);
+}
+
+/// The copies waiting for a request body.
+#[derive(Default)]
+struct Tee {
+    copies: Vec<(oneshot::Sender<Bytes>, Arc<MirrorState>, u64)>,
+    segments: Vec<Bytes>,
+    size: u64,
+}
+
+impl Tee {
+    fn data(&mut self, data: &Bytes) {
+        self.size += data.len() as u64;
+        let size = self.size;
+        self.copies.retain(|(_, state, limit)| {
+            let keep = size <= *limit;
+            if !keep {
+                state.skip(TOO_LARGE);
+            }
+            keep
+        });
+        if !self.copies.is_empty() {
+            self.segments.push(data.clone());
+        }
+    }
+
+    fn finish(&mut self) {
+        let mut all = BytesMut::with_capacity(self.size as usize);
+        for s in self.segments.drain(..) {
+            all.extend_from_slice(&s);
+        }
+        let body = all.freeze();
+        for (tx, _, _) in self.copies.drain(..) {
+            let _ = tx.send(body.clone());
+        }
+    }
+}
+
+impl Drop for Tee {
+    fn drop(&mut self) {
+        // Still waiting: the body failed or the primary dropped it before its end.
+        for (_, state, _) in self.copies.drain(..) {
+            state.skip(INCOMPLETE);
+        }
+    }
+}
+
+pin_project! {
+    /// A request body that gives mirrors a copy as it streams to the primary.
+    pub(crate) struct Teed<B> {
+        #[pin]
+        inner: B,
+        tee: Option<Tee>,
+    }
+}
+
+impl<B> Teed<B> {
+    /// `inner` without copies.
+    pub(crate) fn plain(inner: B) -> Teed<B> {
+        Teed { inner, tee: None }
+    }
+}
+
+impl<B> Body for Teed<B>
+where
+    B: Body<Data = Bytes, Error = BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut this = self.project();
+        let frame = ready!(this.inner.as_mut().poll_frame(cx));
+        if let Some(tee) = this.tee.as_mut() {
+            match &frame {
+                Some(Ok(f)) => match f.data_ref() {
+                    Some(d) => tee.data(d),
+                    // Trailers: the body is whole (the copy goes without them).
+                    None => tee.finish(),
+                },
+                Some(Err(_)) => {
+                    this.tee.take();
+                }
+                None => tee.finish(),
+            }
+            if this.inner.is_end_stream()
+                && let Some(tee) = this.tee.as_mut()
+            {
+                tee.finish();
+            }
+            if this.tee.as_ref().is_some_and(|t| t.copies.is_empty()) {
+                this.tee.take();
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
