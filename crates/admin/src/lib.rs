@@ -14,6 +14,7 @@ mod cache;
 mod certificates;
 mod config_state;
 mod health;
+mod mirror;
 mod stats;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -508,6 +509,7 @@ pub fn metrics(s: &Sources) -> String {
     );
     compression(&mut out, &s.gateway.compressor().counters());
     cache::metrics(&mut out, s);
+    mirror::metrics(&mut out, s);
     key_servers(&mut out, &s.gateway.key_offload().key_servers());
     health::metrics(&mut out, s);
     certificates::metrics(&mut out);
@@ -807,6 +809,7 @@ pub fn status(s: &Sources) -> String {
         },
         "rate_limit_store": rate_limit_store(s),
         "cache": cache::status(s),
+        "mirrors": mirror::status(s),
         "requests": STATUS_CLASSES.iter().zip(p.requests).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
         "offload": { "chain": crypto_chain(s), "crypto": engines, "key_servers": s.gateway.key_offload().key_servers().iter().map(|k| serde_json::json!({
             "server": k.address, "up": k.up, "in_flight": k.in_flight, "ok": k.ok, "failed": k.failed,

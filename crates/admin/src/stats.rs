@@ -296,6 +296,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
         "engines": engines,
         "compression": compression,
         "cache": crate::cache::status(s),
+        "mirrors": crate::mirror::status(s),
         "upstreams": upstreams,
         "key_servers": key_servers,
         "acme": crate::certificates::status(),

@@ -44,9 +44,9 @@ pub use metrics::{
 };
 pub use request::access_log::AccessLog;
 pub use request::cache::ResponseCache;
-pub use request::mirror::{MIRROR_FAILURES, MIRROR_SIDES, MIRROR_SKIPS, MirrorSnapshot};
 pub use request::compression::Compressor;
 pub use request::error::ProxyError;
+pub use request::mirror::{MIRROR_FAILURES, MIRROR_SIDES, MIRROR_SKIPS, MirrorSnapshot};
 pub use request::router::Router;
 pub use upstreams::upstream::DnsReport;
 pub use upstreams::upstream::{ServerHealthReport, UpstreamHealth};

@@ -41,7 +41,10 @@ impl Cx<'_> {
                 Some(p) => {
                     self.err_at(
                         p,
-                        format!("route `{route}`: mirror percent {} is not a percentage", p.get_ref()),
+                        format!(
+                            "route `{route}`: mirror percent {} is not a percentage",
+                            p.get_ref()
+                        ),
                         "use 0 to 100, fractions allowed (such as 0.5)",
                     );
                     0

@@ -450,3 +450,79 @@ max_age = 5
     );
     assert_eq!(errs.len(), 6, "{errs:#?}");
 }
+
+#[test]
+fn route_mirrors_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[upstream]]
+name = "shadow"
+servers = [{ address = "127.0.0.1:9001" }]
+[[route]]
+name = "a"
+upstream = "o"
+[[route.mirror]]
+upstream = "shadow"
+[[route.mirror]]
+upstream = "o"
+percent = 0.5
+header = { "x-beta" = "1" }
+body_limit = "64k"
+timeout = "250ms"
+max_in_flight = 8
+request_headers = { set = { "x-shadow" = "1" } }
+"#;
+    let s = load_str(good, "good.toml", dir.path()).unwrap();
+    let m = &s.routes[0].mirrors;
+    assert_eq!(m.len(), 2);
+    assert_eq!(
+        (m[0].upstream, m[0].per_million, m[0].body_limit),
+        (1, 1_000_000, 1 << 20)
+    );
+    assert_eq!(
+        (m[0].timeout, m[0].max_in_flight),
+        (Duration::from_secs(1), 64)
+    );
+    assert_eq!(
+        (m[1].upstream_name.as_str(), m[1].per_million),
+        ("o", 5_000)
+    );
+    assert_eq!(m[1].headers.len(), 1);
+    assert_eq!(
+        (m[1].body_limit, m[1].timeout, m[1].max_in_flight),
+        (64 << 10, Duration::from_millis(250), 8)
+    );
+    assert!(!m[1].request_headers.is_empty());
+
+    let bad = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "a"
+upstream = "o"
+[[route.mirror]]
+upstream = "nope"
+[[route.mirror]]
+upstream = "o"
+percent = 150
+max_in_flight = 0
+timeout = "soon"
+"#;
+    let errs = errors(bad, dir.path());
+    let at = |needle: &str| said_at(&errs, bad, needle);
+    assert!(at("\"nope\"").contains("not defined"), "{errs:#?}");
+    assert!(at("150").contains("not a percentage"), "{errs:#?}");
+    assert!(at("max_in_flight = 0").contains("at least 1"), "{errs:#?}");
+    assert!(at("\"soon\"").contains("soon"), "{errs:#?}");
+    assert_eq!(errs.len(), 4, "{errs:#?}");
+}

@@ -139,17 +139,13 @@ impl Drop for Slot {
 
 /// FNV-1a of the request ID: the sampling hash.
 fn sample_point(id: Option<&HeaderValue>) -> u32 {
-    let bytes = match id {
-        Some(v) => v.as_bytes().to_vec(),
-        None => {
-            let mut b = [0u8; 8];
-            let _ = boring::rand::rand_bytes(&mut b);
-            b.to_vec()
-        }
+    let Some(id) = id else {
+        // No request ID (`request_id = false`): a random draw.
+        return (crate::upstreams::balance::random64() % 1_000_000) as u32;
     };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(b);
+    for b in id.as_bytes() {
+        h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     (h % 1_000_000) as u32
@@ -168,7 +164,11 @@ pub(crate) struct Copying<'a> {
 
 /// Starts the copies of a request whose route mirrors: returns the body for the primary (a
 /// tee when a copy needs it) and the mirrors it was copied to (for the primary's counts).
-pub(crate) fn start<B>(c: &Copying<'_>, body: B, has_body: bool) -> (Teed<B>, Vec<Arc<MirrorState>>) {
+pub(crate) fn start<B>(
+    c: &Copying<'_>,
+    body: B,
+    has_body: bool,
+) -> (Teed<B>, Vec<Arc<MirrorState>>) {
     let mut tee = Tee::default();
     let mut mirrored = Vec::new();
     let point = sample_point(c.request_id);
@@ -289,7 +289,10 @@ async fn send(
             return;
         }
     };
-    let mut req = Request::from_parts(head, Full::new(body).map_err(|never| match never {}).boxed());
+    let mut req = Request::from_parts(
+        head,
+        Full::new(body).map_err(|never| match never {}).boxed(),
+    );
     *req.version_mut() = match group.config.protocol {
         UpstreamProtocol::Http1 => Version::HTTP_11,
         UpstreamProtocol::H2 => Version::HTTP_2,
@@ -425,4 +428,3 @@ where
         self.inner.size_hint()
     }
 }
-

@@ -73,6 +73,8 @@ name = "all"
 upstream = "o"
 [route.cache]
 default_ttl = "1m"
+[[route.mirror]]
+upstream = "o"
 "#,
             origin = o.addr
         ),
@@ -158,6 +160,12 @@ default_ttl = "1m"
     );
     // The numbers are the endpoint's, written as the page writes them.
     assert_eq!(text_of(&dom, "hs-total"), grouped(sent));
+    // Every request went to the mirror too (the cache answers before proxying, so only the
+    // first, which went upstream).
+    assert!(
+        dom.contains("<td>all</td><td>o</td><td class=\"n\">1</td>"),
+        "the mirror's row: {dom}"
+    );
     let ratio = 100.0 * (sent - 1) as f64 / sent as f64;
     assert_eq!(
         text_of(&dom, "cache-ratio"),
