@@ -47,6 +47,11 @@ SLUICE_INLINE_PORT = 18445
 SLUICE_POOL_PORT = 18446
 HAPROXY_PORT = 18447
 SLUICE_ROUTES_PORT = 18448
+SLUICE_MIRROR_PORT = 18449
+# The mirror rows: a second origin (the same NGINX on another port) that receives 10% of the
+# requests, and a listener that accepts connections into its backlog and never answers.
+MIRROR_ORIGIN_PORT = 18081
+STALLED_PORT = 18082
 # Prefix routes of the `sluice-routes` gateway (the route-table row): a request's routing
 # cost must follow the request, not the table.
 TABLE_ROUTES = 40000
@@ -242,6 +247,7 @@ def nginx_origin_conf(d):
     default_type text/plain;
     server {{
         listen 127.0.0.1:{ORIGIN_PORT} reuseport backlog=4096;
+        listen 127.0.0.1:{MIRROR_ORIGIN_PORT} reuseport backlog=4096;
         root {d}/www;
         location /cached/ {{ expires 10m; }}
     }}
@@ -395,6 +401,33 @@ def sluice_routes_conf(d, cert):
         for i in range(TABLE_ROUTES))
 
 
+def sluice_mirror_conf(d, cert):
+    """The default gateway mirroring 10% of every request to a second origin, and all of
+    `/stalled/` to a listener that never answers (the mirror rows)."""
+    base = sluice_conf(d, cert, "default", SLUICE_MIRROR_PORT, "sluice-mirror-access.log")
+    # Route order: the prefix route must come before the catch-all one.
+    stalled = f"""
+[[upstream]]
+name = "shadow"
+keepalive = 64
+servers = [{{ address = "127.0.0.1:{MIRROR_ORIGIN_PORT}" }}]
+[[upstream]]
+name = "stalled"
+servers = [{{ address = "127.0.0.1:{STALLED_PORT}" }}]
+[[route]]
+name = "stalled"
+path_prefix = "/stalled/"
+strip_prefix = "/stalled"
+upstream = "origin"
+[[route.mirror]]
+upstream = "stalled"
+percent = 100
+"""
+    head, all_route = base.split('[[route]]\nname = "all"', 1)
+    return head + stalled + '[[route]]\nname = "all"' + all_route.replace(
+        'upstream = "origin"\n', 'upstream = "origin"\n[[route.mirror]]\nupstream = "shadow"\npercent = 10\n', 1)
+
+
 def mb_available():
     """Whether this CPU has AVX-512 IFMA (the mb engine falls through without it)."""
     try:
@@ -409,7 +442,7 @@ class Gateways:
     def __init__(self, d, cert):
         self.d = d
         for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-pool-access.log",
-                  "sluice-routes-access.log"):
+                  "sluice-routes-access.log", "sluice-mirror-access.log"):
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
         Path(d, "haproxy.cfg").write_text(haproxy_conf(d, cert))
@@ -419,6 +452,7 @@ class Gateways:
         Path(d, "sluice-inline.toml").write_text(sluice_conf(d, cert, "inline", SLUICE_INLINE_PORT, "sluice-inline-access.log"))
         Path(d, "sluice-pool.toml").write_text(sluice_conf(d, cert, "pool", SLUICE_POOL_PORT, "sluice-pool-access.log"))
         Path(d, "sluice-routes.toml").write_text(sluice_routes_conf(d, cert))
+        Path(d, "sluice-mirror.toml").write_text(sluice_mirror_conf(d, cert))
         # Started one by one: when one fails, the ones already running are stopped (left
         # behind, they would keep the ports, and SO_REUSEPORT would share the next run's
         # traffic with them).
@@ -429,7 +463,8 @@ class Gateways:
             self.stop()
             raise
         self.ports = {"nginx": NGINX_PORT, "haproxy": HAPROXY_PORT, "sluice": SLUICE_PORT, "sluice-inline": SLUICE_INLINE_PORT,
-                      "sluice-pool": SLUICE_POOL_PORT, "sluice-routes": SLUICE_ROUTES_PORT}
+                      "sluice-pool": SLUICE_POOL_PORT, "sluice-routes": SLUICE_ROUTES_PORT,
+                      "sluice-mirror": SLUICE_MIRROR_PORT}
 
     def _start(self, d):
         specs = [
@@ -443,6 +478,9 @@ class Gateways:
             # The same as `sluice` with 40,000 more prefix routes: the route-table row.
             ("sluice-routes", [str(SLUICE), "run", "--config", f"{d}/sluice-routes.toml", "--pid-file",
                                f"{d}/sluice-routes.pid"], SLUICE_ROUTES_PORT),
+            # The same mirroring 10% of its requests, or all of /stalled/ (the mirror rows).
+            ("sluice-mirror", [str(SLUICE), "run", "--config", f"{d}/sluice-mirror.toml", "--pid-file",
+                               f"{d}/sluice-mirror.pid"], SLUICE_MIRROR_PORT),
         ]
         self.specs = {name: (argv, port) for name, argv, port in specs}
         for name, argv, port in specs:
@@ -691,6 +729,17 @@ def scenarios(page_len):
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1", "cert": "rsa", "metric": "req/s", "routes": True,
               "run": lambda port, dur: h2load(port, dur, "/api/v7/1k" if port == SLUICE_ROUTES_PORT else "/1k",
                                               True, 32, 1)})
+    # Mirroring's cost (Sluice against itself): 10% of the requests copied to a second origin
+    # (the copy is a second upstream request, so ~10% more CPU is the floor), and the p99 at a
+    # fixed rate while every request's copy goes to an upstream that never answers.
+    s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1, 10% mirrored to a second origin (Sluice without / with)",
+              "cert": "rsa", "metric": "req/s", "mirror": True,
+              "run": lambda port, dur: h2load(port, dur, "/1k", True, 32, 1)})
+    s.append({"name": "keep-alive p99 ms, 1,000 req/s, every request mirrored to a stalled upstream (Sluice without / with)",
+              "cert": "rsa", "metric": "p99 ms", "lower_is_better": True, "mirror": True,
+              "run": lambda port, dur: loadgen("latency", port, dur, [
+                  "--tls", "1.3", "--path", "/stalled/1k" if port == SLUICE_MIRROR_PORT else "/1k",
+                  "--keepalive", "4", "--rate", "250", "--storm", "0"])})
     # A site's usual day: a moderate, fixed rate, where each request is its own wake-up (32
     # connections of 100 req/s each). Compared on CPU per request (no core is saturated).
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1, paced at 3,200 req/s", "cert": "rsa", "metric": "req/s",
@@ -849,6 +898,11 @@ def main():
     page_len = make_content(d)
     Path(d, "origin.conf").write_text(nginx_origin_conf(d))
     origin = Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], LOAD_CORE, ORIGIN_PORT, f"{d}/origin.out")
+    # The stalled mirror upstream: connections land in the backlog and are never accepted.
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    stalled.bind(("127.0.0.1", STALLED_PORT))
+    stalled.listen(4096)
     results = []
     try:
         wanted = args.only.split("|") if args.only else None
@@ -867,6 +921,8 @@ def main():
                         who_all += ("sluice-pool", "sluice-inline")
                     if sc.get("routes"):
                         who_all += ("sluice-routes",)
+                    if sc.get("mirror"):
+                        who_all = ("sluice", "sluice-mirror")
                     row = {"name": sc["name"], "metric": sc["metric"], "runs": {w: [] for w in who_all}}
                     for i in range(min(runs, 3) if sc.get("memory") else runs):
                         order = who_all if i % 2 == 0 else tuple(reversed(who_all))
@@ -891,6 +947,7 @@ def main():
                 gw.stop()
     finally:
         origin.stop()
+        stalled.close()
 
     report = render(results, runs, duration, cpu_model(), datetime.date.today().isoformat())
     print(report)
@@ -1037,7 +1094,8 @@ def render(results, runs, duration, cpu, date):
             f"{triple(row, 'gateway_util', True)} | {triple(row, 'load_core_util', True)} | {'; '.join(notes)} |")
         for who, label in (("sluice-inline", "Sluice engines = [], handshakes on the event loop (no offload)"),
                            ("sluice-pool", "Sluice engines = [\"pool\"], handshakes on the event loop (the default before)"),
-                           ("sluice-routes", f"Sluice with {TABLE_ROUTES:,} prefix routes (request on /api/v7/)")):
+                           ("sluice-routes", f"Sluice with {TABLE_ROUTES:,} prefix routes (request on /api/v7/)"),
+                           ("sluice-mirror", "Sluice mirroring (10% to a second origin; all of /stalled/ to a stalled one)")):
             if who not in row["runs"]:
                 continue
             si = summarize([r["value"] for r in row["runs"][who]])
@@ -1048,7 +1106,7 @@ def render(results, runs, duration, cpu, date):
                 f"{fmt(si['median'])} [{fmt(si['min'])}-{fmt(si['max'])}] {row['metric']} | "
                 f"{fmt_ratio(row, who, 'nginx')} | {fmt_ratio(row, who, 'haproxy')} | {per_unit} | "
                 f"{med(row, who, 'gateway_util'):.0%} | {med(row, who, 'load_core_util'):.0%} | "
-                f"{'; '.join(n for n in (who + b if b else '', routes_note(row, who), storm_note(row, who)) if n)} |")
+                f"{'; '.join(n for n in (who + b if b else '', routes_note(row, who), mirror_note(row, who), storm_note(row, who)) if n)} |")
     return "\n".join(lines)
 
 
@@ -1065,6 +1123,17 @@ def routes_note(row, who):
     if who != "sluice-routes":
         return ""
     return f"Sluice {TABLE_ROUTES:,} routes / one route: {fmt_ratio(row, who, 'sluice')}"
+
+
+def mirror_note(row, who):
+    """The mirror rows' goals, against the same gateway without a mirror: CPU per primary
+    request (at most 12% more), or the p99 (unmoved)."""
+    if who != "sluice-mirror" or "sluice" not in row["runs"]:
+        return ""
+    if row["lower_is_better"]:
+        return f"p99 with / without: {med(row, who, 'value') / max(med(row, 'sluice', 'value'), 1e-9):.2f}x"
+    more = med(row, who, "cpu_us_per_unit") / max(med(row, "sluice", "cpu_us_per_unit"), 1e-9) - 1
+    return f"CPU per request with / without: {more:+.1%}"
 
 
 def chart(results, title):

@@ -157,7 +157,8 @@ impl<'a> Proxied<'a> {
         // A request without a body can be sent again; one whose body is streaming cannot (it
         // is not buffered), whatever the policy says.
         let retryable = (policy.non_idempotent || is_idempotent(&parts.method)) && !has_body;
-        let (body, mirrored) = if route.mirrors.is_empty() {
+        // An upgrade (WebSocket) is not copied: a copy cannot hold the conversation after it.
+        let (body, mirrored) = if route.mirrors.is_empty() || upgrade.is_some() {
             (Teed::plain(body), Vec::new())
         } else {
             let copying = mirror::Copying {
