@@ -278,12 +278,15 @@ pub(crate) fn users(text: &str, kind: Kind, name: &str) -> Vec<String> {
             .iter()
             .filter(|r| {
                 let direct = r.get("upstream").and_then(|u| u.as_str()) == Some(name);
-                // A gray-release share (`[[route.split]]`) uses the upstream too.
-                let split = r.get("split").and_then(|s| s.as_array()).is_some_and(|s| {
-                    s.iter()
-                        .any(|x| x.get("upstream").and_then(|u| u.as_str()) == Some(name))
-                });
-                direct || split
+                // A gray-release share (`[[route.split]]`) or a mirror (`[[route.mirror]]`)
+                // uses the upstream too.
+                let in_list = |key: &str| {
+                    r.get(key).and_then(|s| s.as_array()).is_some_and(|s| {
+                        s.iter()
+                            .any(|x| x.get("upstream").and_then(|u| u.as_str()) == Some(name))
+                    })
+                };
+                direct || in_list("split") || in_list("mirror")
             })
             .filter_map(|r| name_of(r).map(|n| format!("route `{n}`")))
             .collect(),
@@ -433,7 +436,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_upstream_used_only_by_a_split_is_in_use() {
+    fn an_upstream_used_only_by_a_split_or_a_mirror_is_in_use() {
         let text = r#"
 [[route]]
 name = "app"
@@ -444,8 +447,11 @@ weight = 5
 [[route]]
 name = "other"
 upstream = "stable"
+[[route.mirror]]
+upstream = "shadow"
 "#;
         assert_eq!(users(text, Kind::Upstream, "canary"), ["route `app`"]);
+        assert_eq!(users(text, Kind::Upstream, "shadow"), ["route `other`"]);
         assert_eq!(
             users(text, Kind::Upstream, "stable"),
             ["route `app`", "route `other`"]

@@ -130,19 +130,20 @@ impl Objects {
         self.of(kind).count()
     }
 
-    /// The names of routes whose `upstream` (or a split's) is `upstream`.
+    /// The names of routes whose `upstream` (or a split's, or a mirror's) is `upstream`.
     pub fn routes_using(&self, upstream: &str) -> Vec<String> {
         self.of(Kind::Route)
             .filter(|(_, s)| {
                 let Ok(v) = s.json() else { return false };
+                let in_list = |key: &str| {
+                    v.get(key).and_then(Value::as_array).is_some_and(|list| {
+                        list.iter()
+                            .any(|s| s.get("upstream").and_then(Value::as_str) == Some(upstream))
+                    })
+                };
                 v.get("upstream").and_then(Value::as_str) == Some(upstream)
-                    || v.get("split")
-                        .and_then(Value::as_array)
-                        .is_some_and(|splits| {
-                            splits.iter().any(|s| {
-                                s.get("upstream").and_then(Value::as_str) == Some(upstream)
-                            })
-                        })
+                    || in_list("split")
+                    || in_list("mirror")
             })
             .map(|(n, _)| format!("route `{n}`"))
             .collect()
@@ -220,11 +221,20 @@ mod tests {
             json!({"upstream": "v", "split": [{"upstream": "u", "weight": 5}]}),
         );
         put(&mut o, Kind::Route, "c", json!({"upstream": "v"}));
+        put(
+            &mut o,
+            Kind::Route,
+            "d",
+            json!({"upstream": "v", "mirror": [{"upstream": "u", "percent": 10}]}),
+        );
         put(&mut o, Kind::Upstream, "u", json!({"servers": []}));
-        assert_eq!(o.count(Kind::Route), 3);
+        assert_eq!(o.count(Kind::Route), 4);
         assert_eq!(o.count(Kind::Upstream), 1);
         assert_eq!(o.count(Kind::Certificate), 0);
-        assert_eq!(o.routes_using("u"), vec!["route `a`", "route `b`"]);
+        assert_eq!(
+            o.routes_using("u"),
+            vec!["route `a`", "route `b`", "route `d`"]
+        );
         let tables = o.as_tables();
         assert_eq!(tables["route"][1]["name"], "b");
     }
