@@ -514,15 +514,30 @@ class Gateways:
 
 # ---------------------------------------------------------------- load generators
 
-def run_load(argv):
-    """Runs a load generator on the load core; returns (stdout, its CPU seconds)."""
+class LoadHung(Exception):
+    """A load generator ran well past its duration (once, h2load -D 1 kept 5 of its 32
+    connections busy for minutes): it was killed; the run is tried again."""
+
+
+def run_load(argv, duration=270):
+    """Runs a load generator on the load core; returns (stdout, its CPU seconds). Killed, and
+    LoadHung raised, when it runs 30 s past its duration (by default, 5 minutes in all)."""
     c0 = children_cpu()
-    out = subprocess.run(["taskset", "-c", LOAD_CORE] + argv, check=True, capture_output=True, text=True).stdout
+    p = subprocess.Popen(["taskset", "-c", LOAD_CORE] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=duration + 30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise LoadHung(f"{' '.join(argv)} ran {duration + 30:g} s; killed")
+    if p.returncode != 0:
+        raise subprocess.CalledProcessError(p.returncode, argv, out, err)
     return out, children_cpu() - c0
 
 
 def loadgen(mode, port, duration, extra):
-    out, cpu = run_load([str(LOADGEN), mode, "--addr", f"127.0.0.1:{port}", "--duration", f"{duration}s", *extra])
+    out, cpu = run_load([str(LOADGEN), mode, "--addr", f"127.0.0.1:{port}", "--duration", f"{duration}s", *extra],
+                        duration)
     r = json.loads(out)
     r["loadgen_cpu_s"] = cpu
     return r
@@ -545,7 +560,7 @@ def h2load(port, duration, path, h1, clients, streams, headers=(), rps=None):
     for h in headers:
         argv += ["-H", h]
     argv.append(f"https://127.0.0.1:{port}{path}")
-    out, cpu = run_load(argv)
+    out, cpu = run_load(argv, max(1, round(duration)))
     r = {"loadgen_cpu_s": cpu}
     m = H2LOAD_RE["rate"].search(out)
     r["rate"] = float(m.group(1)) if m else 0.0
@@ -927,7 +942,11 @@ def main():
                     for i in range(min(runs, 3) if sc.get("memory") else runs):
                         order = who_all if i % 2 == 0 else tuple(reversed(who_all))
                         for which in order:
-                            r = measure(gw, origin, which, sc, duration)
+                            try:
+                                r = measure(gw, origin, which, sc, duration)
+                            except LoadHung as e:
+                                log(f"  {sc['name']} [{which} run {i + 1}]: {e}; once more")
+                                r = measure(gw, origin, which, sc, duration)
                             row["runs"][which].append(r)
                             log(f"  {sc['name']} [{which} run {i + 1}]: {fmt(r['value'])} {sc['metric']}, "
                                 f"gateway CPU {r['gateway_util']:.0%}, load core CPU {r['load_core_util']:.0%} "
