@@ -52,6 +52,12 @@ SLUICE_MIRROR_PORT = 18449
 # requests, and a listener that accepts connections into its backlog and never answers.
 MIRROR_ORIGIN_PORT = 18081
 STALLED_PORT = 18082
+# The tracing rows: the same gateway with [tracing] at 1% and at 100%, exporting to a Jaeger
+# (built by scripts/deps) on the load core.
+SLUICE_TRACE1_PORT = 18450
+SLUICE_TRACE100_PORT = 18451
+JAEGER_OTLP_PORT = 18317
+JAEGER_QUERY_PORT = 18686
 # Prefix routes of the `sluice-routes` gateway (the route-table row): a request's routing
 # cost must follow the request, not the table.
 TABLE_ROUTES = 40000
@@ -428,6 +434,61 @@ percent = 100
         'upstream = "origin"\n', 'upstream = "origin"\n[[route.mirror]]\nupstream = "shadow"\npercent = 10\n', 1)
 
 
+def sluice_traced_conf(d, cert, percent, port):
+    """The default gateway with [tracing] sampling `percent` of its requests (the tracing rows)."""
+    name = f"sluice-trace{percent}"
+    return f"""
+[tracing]
+endpoint = "http://127.0.0.1:{JAEGER_OTLP_PORT}"
+sample_percent = {percent}
+""" + sluice_conf(d, cert, "default", port, f"{name}-access.log")
+
+
+JAEGER_CONF = """
+service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+extensions:
+  jaeger_query:
+    storage:
+      traces: mem
+    http:
+      endpoint: 127.0.0.1:{query}
+    grpc:
+      endpoint: 127.0.0.1:{query_grpc}
+  jaeger_storage:
+    backends:
+      mem:
+        memory:
+          max_traces: 20000
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:{otlp}
+processors:
+  batch:
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: mem
+"""
+
+
+def jaeger_path():
+    tools = os.environ.get("SLUICE_TOOLS") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sluice", "bin")
+    return Path(tools, "jaeger")
+
+
 def mb_available():
     """Whether this CPU has AVX-512 IFMA (the mb engine falls through without it)."""
     try:
@@ -442,7 +503,8 @@ class Gateways:
     def __init__(self, d, cert):
         self.d = d
         for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-pool-access.log",
-                  "sluice-routes-access.log", "sluice-mirror-access.log"):
+                  "sluice-routes-access.log", "sluice-mirror-access.log", "sluice-trace1-access.log",
+                  "sluice-trace100-access.log"):
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
         Path(d, "haproxy.cfg").write_text(haproxy_conf(d, cert))
@@ -453,6 +515,8 @@ class Gateways:
         Path(d, "sluice-pool.toml").write_text(sluice_conf(d, cert, "pool", SLUICE_POOL_PORT, "sluice-pool-access.log"))
         Path(d, "sluice-routes.toml").write_text(sluice_routes_conf(d, cert))
         Path(d, "sluice-mirror.toml").write_text(sluice_mirror_conf(d, cert))
+        Path(d, "sluice-trace1.toml").write_text(sluice_traced_conf(d, cert, 1, SLUICE_TRACE1_PORT))
+        Path(d, "sluice-trace100.toml").write_text(sluice_traced_conf(d, cert, 100, SLUICE_TRACE100_PORT))
         # Started one by one: when one fails, the ones already running are stopped (left
         # behind, they would keep the ports, and SO_REUSEPORT would share the next run's
         # traffic with them).
@@ -464,7 +528,8 @@ class Gateways:
             raise
         self.ports = {"nginx": NGINX_PORT, "haproxy": HAPROXY_PORT, "sluice": SLUICE_PORT, "sluice-inline": SLUICE_INLINE_PORT,
                       "sluice-pool": SLUICE_POOL_PORT, "sluice-routes": SLUICE_ROUTES_PORT,
-                      "sluice-mirror": SLUICE_MIRROR_PORT}
+                      "sluice-mirror": SLUICE_MIRROR_PORT, "sluice-trace1": SLUICE_TRACE1_PORT,
+                      "sluice-trace100": SLUICE_TRACE100_PORT}
 
     def _start(self, d):
         specs = [
@@ -481,6 +546,11 @@ class Gateways:
             # The same mirroring 10% of its requests, or all of /stalled/ (the mirror rows).
             ("sluice-mirror", [str(SLUICE), "run", "--config", f"{d}/sluice-mirror.toml", "--pid-file",
                                f"{d}/sluice-mirror.pid"], SLUICE_MIRROR_PORT),
+            # The same with [tracing] at 1% and 100% (the tracing rows).
+            ("sluice-trace1", [str(SLUICE), "run", "--config", f"{d}/sluice-trace1.toml", "--pid-file",
+                               f"{d}/sluice-trace1.pid"], SLUICE_TRACE1_PORT),
+            ("sluice-trace100", [str(SLUICE), "run", "--config", f"{d}/sluice-trace100.toml", "--pid-file",
+                                 f"{d}/sluice-trace100.pid"], SLUICE_TRACE100_PORT),
         ]
         self.specs = {name: (argv, port) for name, argv, port in specs}
         for name, argv, port in specs:
@@ -755,6 +825,11 @@ def scenarios(page_len):
               "run": lambda port, dur: loadgen("latency", port, dur, [
                   "--tls", "1.3", "--path", "/stalled/1k" if port == SLUICE_MIRROR_PORT else "/1k",
                   "--keepalive", "4", "--rate", "250", "--storm", "0"])})
+    # Tracing's cost (Sluice against itself): a SERVER span per request and a CLIENT span per
+    # upstream attempt, at 1% and 100% sampling, exported to Jaeger (on the load core).
+    s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1, traced at 1% and 100% (Sluice without / with)",
+              "cert": "rsa", "metric": "req/s", "traced": True,
+              "run": lambda port, dur: h2load(port, dur, "/1k", True, 32, 1)})
     # A site's usual day: a moderate, fixed rate, where each request is its own wake-up (32
     # connections of 100 req/s each). Compared on CPU per request (no core is saturated).
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1, paced at 3,200 req/s", "cert": "rsa", "metric": "req/s",
@@ -913,6 +988,13 @@ def main():
     page_len = make_content(d)
     Path(d, "origin.conf").write_text(nginx_origin_conf(d))
     origin = Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], LOAD_CORE, ORIGIN_PORT, f"{d}/origin.out")
+    # The tracing rows' collector: Jaeger on the load core, as a site's would be elsewhere.
+    jaeger = None
+    if jaeger_path().exists():
+        Path(d, "jaeger.yaml").write_text(JAEGER_CONF.format(otlp=JAEGER_OTLP_PORT, query=JAEGER_QUERY_PORT,
+                                                             query_grpc=JAEGER_QUERY_PORT + 1))
+        jaeger = Proc("jaeger", [str(jaeger_path()), "--config", f"{d}/jaeger.yaml"], LOAD_CORE, JAEGER_OTLP_PORT,
+                      f"{d}/jaeger.out")
     # The stalled mirror upstream: connections land in the backlog and are never accepted.
     stalled = socket.socket()
     stalled.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -938,6 +1020,8 @@ def main():
                         who_all += ("sluice-routes",)
                     if sc.get("mirror"):
                         who_all = ("sluice", "sluice-mirror")
+                    if sc.get("traced"):
+                        who_all = ("sluice", "sluice-trace1", "sluice-trace100")
                     row = {"name": sc["name"], "metric": sc["metric"], "runs": {w: [] for w in who_all}}
                     for i in range(min(runs, 3) if sc.get("memory") else runs):
                         order = who_all if i % 2 == 0 else tuple(reversed(who_all))
@@ -967,6 +1051,8 @@ def main():
     finally:
         origin.stop()
         stalled.close()
+        if jaeger:
+            jaeger.stop()
 
     report = render(results, runs, duration, cpu_model(), datetime.date.today().isoformat())
     print(report)
@@ -1114,7 +1200,9 @@ def render(results, runs, duration, cpu, date):
         for who, label in (("sluice-inline", "Sluice engines = [], handshakes on the event loop (no offload)"),
                            ("sluice-pool", "Sluice engines = [\"pool\"], handshakes on the event loop (the default before)"),
                            ("sluice-routes", f"Sluice with {TABLE_ROUTES:,} prefix routes (request on /api/v7/)"),
-                           ("sluice-mirror", "Sluice mirroring (10% to a second origin; all of /stalled/ to a stalled one)")):
+                           ("sluice-mirror", "Sluice mirroring (10% to a second origin; all of /stalled/ to a stalled one)"),
+                           ("sluice-trace1", "Sluice [tracing] sample_percent = 1"),
+                           ("sluice-trace100", "Sluice [tracing] sample_percent = 100")):
             if who not in row["runs"]:
                 continue
             si = summarize([r["value"] for r in row["runs"][who]])
@@ -1145,9 +1233,10 @@ def routes_note(row, who):
 
 
 def mirror_note(row, who):
-    """The mirror rows' goals, against the same gateway without a mirror: CPU per primary
-    request (at most 12% more), or the p99 (unmoved)."""
-    if who != "sluice-mirror" or "sluice" not in row["runs"]:
+    """The mirror and tracing rows' goals, against the same gateway without: CPU per
+    primary request (mirroring 10%: at most 12% more; tracing 1%: 3%, 100%: 15%), or the p99
+    (unmoved)."""
+    if who not in ("sluice-mirror", "sluice-trace1", "sluice-trace100") or "sluice" not in row["runs"]:
         return ""
     if row["lower_is_better"]:
         return f"p99 with / without: {med(row, who, 'value') / max(med(row, 'sluice', 'value'), 1e-9):.2f}x"

@@ -16,6 +16,7 @@ mod config_state;
 mod health;
 mod mirror;
 mod stats;
+mod tracing_export;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use sluice_compress::{ByteCount, Codec, CompressCounters, SkipReason};
@@ -510,6 +511,7 @@ pub fn metrics(s: &Sources) -> String {
     compression(&mut out, &s.gateway.compressor().counters());
     cache::metrics(&mut out, s);
     mirror::metrics(&mut out, s);
+    tracing_export::metrics(&mut out, s);
     key_servers(&mut out, &s.gateway.key_offload().key_servers());
     health::metrics(&mut out, s);
     certificates::metrics(&mut out);
@@ -810,6 +812,7 @@ pub fn status(s: &Sources) -> String {
         "rate_limit_store": rate_limit_store(s),
         "cache": cache::status(s),
         "mirrors": mirror::status(s),
+        "tracing": tracing_export::status(s),
         "requests": STATUS_CLASSES.iter().zip(p.requests).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
         "offload": { "chain": crypto_chain(s), "crypto": engines, "key_servers": s.gateway.key_offload().key_servers().iter().map(|k| serde_json::json!({
             "server": k.address, "up": k.up, "in_flight": k.in_flight, "ok": k.ok, "failed": k.failed,

@@ -12,6 +12,7 @@
 
 mod acme;
 mod cache;
+mod compression;
 mod default;
 mod error;
 mod load;
@@ -22,10 +23,15 @@ pub mod raw;
 mod resolver;
 pub mod selfsigned;
 mod snapshot;
+mod tracing;
 mod units;
 
 pub use acme::{AcmeChallenge, AcmeKeyType, AcmeOrder, AcmeSettings, LETS_ENCRYPT};
 pub use cache::CertCache;
+pub use compression::{
+    CompressEngineName, CompressOffload, Compression, ContentCoding, DEFAULT_COMPRESS_TYPES,
+    GzipBackend,
+};
 pub use default::{
     DEFAULT_CONFIG_TEMPLATE, DefaultConfigParams, default_config, default_config_text,
 };
@@ -42,14 +48,14 @@ pub use policy::{
 pub use quic::{QuicRetry, QuicSettings};
 pub use resolver::DnsResolver;
 pub use snapshot::{
-    AccessLogFormat, AccessLogTarget, Admin, AdminTls, Balance, Certificate, CompressEngineName,
-    CompressOffload, Compression, ContentCoding, CryptoEngine, CryptoOffload,
-    DEFAULT_COMPRESS_TYPES, DEFAULT_GROUPS, FleetSource, Global, GzipBackend, Handshakes, HashKey,
-    HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType, KeylessOffload, Listener, ListenerKind,
-    LogConfig, Offload, Outlier, PassHost, PathMatch, ProxyProtocol, RetryPolicy, Route,
-    ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion, UnknownSni, Upstream,
-    UpstreamProtocol, UpstreamServer, UpstreamTls,
+    AccessLogFormat, AccessLogTarget, Admin, AdminTls, Balance, Certificate, CryptoEngine,
+    CryptoOffload, DEFAULT_GROUPS, FleetSource, Global, Handshakes, HashKey, HealthCheck,
+    HealthProbe, KNOWN_GROUPS, KeyType, KeylessOffload, Listener, ListenerKind, LogConfig, Offload,
+    Outlier, PassHost, PathMatch, ProxyProtocol, RetryPolicy, Route, ServerAddr, Snapshot, Split,
+    Sticky, TcpProxy, TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol,
+    UpstreamServer, UpstreamTls,
 };
+pub use tracing::TracingSettings;
 pub use units::{parse_byte_size, parse_duration};
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Parsing and validation: raw TOML → [`Snapshot`], collecting every error on the way.
 
 use crate::cache::CertCache;
+use crate::compression::Compression;
 use crate::error::{ConfigError, LoadError, Locator};
 use crate::raw::*;
 use crate::snapshot::*;
@@ -29,6 +30,7 @@ mod policy;
 mod rate_limit;
 mod route;
 mod split;
+mod tracing;
 mod upstream;
 
 /// Loads and validates a configuration file. Relative paths inside it are resolved against
@@ -111,6 +113,7 @@ struct RawConfig {
     compression: Option<RawCompression>,
     rate_limit: Option<RawRateLimitStore>,
     cache: Option<RawCache>,
+    tracing: Option<RawTracing>,
     resolver: RawResolver,
     config: Option<RawConfigSource>,
     acme: Option<RawAcme>,
@@ -119,7 +122,7 @@ struct RawConfig {
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [cache], [resolver], [acme], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [cache], [tracing], [resolver], [acme], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -203,6 +206,7 @@ impl<'a> Cx<'a> {
                 "compression" => raw.compression = self.section(value),
                 "rate_limit" => raw.rate_limit = self.section(value),
                 "cache" => raw.cache = self.section(value),
+                "tracing" => raw.tracing = self.section(value),
                 "resolver" => raw.resolver = self.section(value).unwrap_or_default(),
                 "config" => raw.config = self.section(value),
                 "acme" => raw.acme = self.section(value),
@@ -492,6 +496,7 @@ impl<'a> Cx<'a> {
             admin,
             rate_limit_store,
             cache: self.cache_settings(raw.cache.as_ref()),
+            tracing: raw.tracing.as_ref().and_then(|t| self.tracing(t)),
             acme,
             resolver: self.resolver(&raw.resolver),
             demo: raw

@@ -503,6 +503,25 @@ pub struct RawCache {
     pub disk: Option<Spanned<RawCacheDisk>>,
 }
 
+/// `[tracing]`: OpenTelemetry spans to a collector.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTracing {
+    /// The collector's OTLP/gRPC address, `http://host:4317`.
+    pub endpoint: Spanned<String>,
+    /// `service.name` of the spans (default "sluice").
+    pub service_name: Option<Spanned<String>>,
+    /// Percentage of traces started here (requests without a sampled parent), 0-100,
+    /// fractions allowed (default 1); a parent's decision is followed.
+    pub sample_percent: Option<Spanned<f64>>,
+    /// Spans waiting for export at most (default 8192); beyond, dropped and counted.
+    pub queue: Option<Spanned<u32>>,
+    /// Deadline of one export (default 5s).
+    pub export_timeout: Option<SpannedStr>,
+    /// The operator's trace UI, `{trace_id}` replaced (the dashboard links trace IDs to it).
+    pub trace_url: Option<Spanned<String>>,
+}
+
 /// `[cache.disk]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

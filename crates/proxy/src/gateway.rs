@@ -59,6 +59,8 @@ struct View {
     handshakes: Arc<HandshakeScheduler>,
     compressor: Arc<crate::Compressor>,
     cache: Arc<crate::ResponseCache>,
+    tracer: Option<Arc<sluice_trace::Tracer>>,
+    trace_counters: Arc<sluice_trace::Counters>,
     access_log: AccessLog,
     /// Connections of every listener, current and draining.
     trackers: Vec<TaskTracker>,
@@ -87,6 +89,10 @@ struct State {
     compress_config: CompressOffload,
     /// The response cache; rebuilt (empty) only when `[cache]` changes.
     cache: Arc<crate::ResponseCache>,
+    /// `[tracing]`'s exporter; started again only when `[tracing]` changes.
+    tracer: Option<Arc<sluice_trace::Tracer>>,
+    /// Its counters, kept across such changes.
+    trace_counters: Arc<sluice_trace::Counters>,
     access_log: AccessLog,
     log_config: LogConfig,
     /// Rate limiters by route, and the shared store's connection.
@@ -181,6 +187,7 @@ struct Prepared {
     compressor: Arc<crate::Compressor>,
     compress_config: CompressOffload,
     cache: Arc<crate::ResponseCache>,
+    tracer: Option<Arc<sluice_trace::Tracer>>,
     access_log: AccessLog,
     /// Per listener of the new snapshot: an index into the old listeners to keep, or a new
     /// socket; and its new context.
@@ -251,6 +258,8 @@ impl Gateway {
             compress_config: compress,
             cache: crate::ResponseCache::new(&snapshot.cache, Default::default())
                 .map_err(ProxyError::Offload)?,
+            tracer: None,
+            trace_counters: Default::default(),
             access_log: access_log.clone(),
             log_config: snapshot.log.clone(),
             limiters: Arc::new(HashMap::new()),
@@ -400,6 +409,16 @@ impl Gateway {
         self.view.load().cache.clone()
     }
 
+    /// What became of the spans `[tracing]` recorded (kept across reloads).
+    pub fn trace_counters(&self) -> Arc<sluice_trace::Counters> {
+        self.view.load().trace_counters.clone()
+    }
+
+    /// `[tracing]` in force, if any (tests flush it).
+    pub fn tracer(&self) -> Option<Arc<sluice_trace::Tracer>> {
+        self.view.load().tracer.clone()
+    }
+
     /// The access log sink.
     pub fn access_log(&self) -> AccessLog {
         self.view.load().access_log.clone()
@@ -461,6 +480,8 @@ fn view_of(state: &State) -> View {
         handshakes: state.handshakes.clone(),
         compressor: state.compressor.clone(),
         cache: state.cache.clone(),
+        tracer: state.tracer.clone(),
+        trace_counters: state.trace_counters.clone(),
         access_log: state.access_log.clone(),
         limiters: state.limiters.clone(),
         redis: state.redis.clone(),
@@ -556,6 +577,14 @@ async fn prepare(
     } else {
         crate::ResponseCache::new(&snapshot.cache, state.cache.counters())
             .map_err(ProxyError::Offload)?
+    };
+    let tracer = match (&state.tracer, &snapshot.tracing) {
+        (_, None) => None,
+        (Some(t), Some(s)) if t.settings() == s => Some(t.clone()),
+        (_, Some(s)) => Some(Arc::new(
+            sluice_trace::Tracer::start(s, state.trace_counters.clone())
+                .map_err(ProxyError::Tracing)?,
+        )),
     };
     let access_log = if first || snapshot.log == state.log_config {
         state.access_log.clone()
@@ -675,6 +704,7 @@ async fn prepare(
             metrics: metrics.clone(),
             compressor: compressor.clone(),
             cache: cache.clone(),
+            tracer: tracer.clone(),
             limiters: limiters.clone(),
         });
         listeners.push((placement, ctx));
@@ -699,6 +729,7 @@ async fn prepare(
         compressor,
         compress_config: compress,
         cache,
+        tracer,
         access_log,
         listeners,
         report,
@@ -889,6 +920,7 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
     state.compressor = prepared.compressor;
     state.compress_config = prepared.compress_config;
     state.cache = prepared.cache;
+    state.tracer = prepared.tracer;
     // `prepare` kept the old sink when `[log]` did not change.
     state.access_log = prepared.access_log;
     state.log_config = state.snapshot.log.clone();

@@ -13,6 +13,11 @@ pub struct TlsInfo {
     pub sni: Option<String>,
     /// Whether ALPN chose HTTP/2.
     pub h2: bool,
+    /// When the handshake began and how long it took (TCP listeners; the trace's handshake
+    /// span).
+    pub handshake: Option<(std::time::SystemTime, std::time::Duration)>,
+    /// Whether it ran on the handshake threads (`[offload.handshakes] isolate`).
+    pub isolated: bool,
 }
 
 impl TlsInfo {
@@ -29,6 +34,8 @@ impl TlsInfo {
                 .servername(boring::ssl::NameType::HOST_NAME)
                 .map(str::to_owned),
             h2: ssl.selected_alpn_protocol() == Some(b"h2"),
+            handshake: None,
+            isolated: false,
         }
     }
 }

@@ -1,8 +1,8 @@
 //! `[compression]` and `[route.compression]`: a route's compression settings over the defaults.
 
 use super::Cx;
+use crate::compression::*;
 use crate::raw::*;
-use crate::snapshot::*;
 use std::sync::Arc;
 use toml::Spanned;
 

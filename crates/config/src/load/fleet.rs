@@ -7,9 +7,10 @@
 
 use super::Cx;
 use crate::cache::CertCache;
+use crate::compression::Compression;
 use crate::error::LoadError;
 use crate::raw::RawConfigSource;
-use crate::snapshot::{Compression, FleetSource, Route, Snapshot};
+use crate::snapshot::{FleetSource, Route, Snapshot};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;

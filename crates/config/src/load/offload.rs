@@ -1,6 +1,7 @@
 //! `[offload]`: the crypto and compression engine chains and the key servers.
 
 use super::{Cx, RawConfig, key_belongs};
+use crate::compression::*;
 use crate::raw::*;
 use crate::snapshot::*;
 use boring::x509::X509;

@@ -1,6 +1,7 @@
 //! `[[route]]`: matching rules and the upstream they send to.
 
 use super::Cx;
+use crate::compression::*;
 use crate::pattern::HostPattern;
 use crate::raw::*;
 use crate::snapshot::*;

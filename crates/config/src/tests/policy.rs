@@ -526,3 +526,56 @@ timeout = "soon"
     assert!(at("\"soon\"").contains("soon"), "{errs:#?}");
     assert_eq!(errs.len(), 4, "{errs:#?}");
 }
+
+#[test]
+fn tracing_settings_and_their_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "a"
+upstream = "o"
+"#;
+    let s = load_str(base, "none.toml", dir.path()).unwrap();
+    assert!(s.tracing.is_none());
+    let good = format!(
+        "{base}[tracing]\nendpoint = \"http://127.0.0.1:4317/\"\nsample_percent = 0.5\nqueue = 100\nexport_timeout = \"2s\"\ntrace_url = \"http://jaeger:16686/trace/{{trace_id}}\"\n"
+    );
+    let t = load_str(&good, "good.toml", dir.path())
+        .unwrap()
+        .tracing
+        .unwrap();
+    assert_eq!(t.endpoint, "http://127.0.0.1:4317");
+    assert_eq!((t.sample_ratio, t.queue), (0.005, 100));
+    assert_eq!(t.export_timeout, Duration::from_secs(2));
+    assert_eq!(t.service_name, "sluice");
+    let defaults = format!("{base}[tracing]\nendpoint = \"http://otel:4317\"\n");
+    let t = load_str(&defaults, "d.toml", dir.path())
+        .unwrap()
+        .tracing
+        .unwrap();
+    assert_eq!((t.sample_ratio, t.queue, t.trace_url), (0.01, 8192, None));
+
+    let bad = format!(
+        "{base}[tracing]\nendpoint = \"otel:4317\"\nsample_percent = 101\nqueue = 0\ntrace_url = \"http://jaeger/\"\nservice_name = \"\"\n"
+    );
+    let errs = errors(&bad, dir.path());
+    let at = |needle: &str| said_at(&errs, &bad, needle);
+    assert!(at("\"otel:4317\"").contains("http://"), "{errs:#?}");
+    assert_eq!(errs.len(), 1, "a bad endpoint stops there: {errs:#?}");
+    let bad = bad.replace("\"otel:4317\"", "\"http://otel:4317\"");
+    let errs = errors(&bad, dir.path());
+    let at = |needle: &str| said_at(&errs, &bad, needle);
+    assert!(at("101").contains("not a percentage"), "{errs:#?}");
+    assert!(at("queue = 0").contains("at least one"), "{errs:#?}");
+    assert!(at("\"http://jaeger/\"").contains("{trace_id}"), "{errs:#?}");
+    assert!(at("service_name = \"\"").contains("empty"), "{errs:#?}");
+    assert_eq!(errs.len(), 4, "{errs:#?}");
+    let unknown = format!("{base}[tracing]\nendpoint = \"http://otel:4317\"\nratio = 1\n");
+    assert!(!errors(&unknown, dir.path()).is_empty());
+}

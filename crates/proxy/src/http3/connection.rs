@@ -330,6 +330,8 @@ impl Driver {
                 resumed,
                 sni: self.conn.server_name().map(str::to_owned),
                 h2: false,
+                handshake: None,
+                isolated: false,
             }),
             state,
         }));

@@ -243,6 +243,7 @@ pub(crate) async fn handshake(
 )> {
     let (acceptor, deadline) = (acceptor.clone(), listener.config.header_read_timeout);
     let isolated = listener.handshakes.isolated();
+    let began = (std::time::SystemTime::now(), std::time::Instant::now());
     let accepting = async move {
         let mut tcp = crate::handshakes::Homed::new(tcp);
         if isolated {
@@ -279,7 +280,9 @@ pub(crate) async fn handshake(
             return None;
         }
     };
-    let info = TlsInfo::from_ssl(stream.ssl());
+    let mut info = TlsInfo::from_ssl(stream.ssl());
+    info.handshake = Some((began.0, began.1.elapsed()));
+    info.isolated = isolated;
     listener.metrics.handshake(info.version, info.resumed);
     if stream.ssl().selected_alpn_protocol() == Some(sluice_tls::live::ACME_TLS_ALPN) {
         // An ACME CA's TLS-ALPN-01 validation: the handshake was the answer (RFC 8737 §3).

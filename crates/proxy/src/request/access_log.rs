@@ -83,6 +83,8 @@ pub(crate) struct Entry {
     pub(crate) aborted: bool,
     /// The request's `X-Request-Id` (empty when the listener gives none).
     pub(crate) request_id: String,
+    /// Its trace and span IDs (`[tracing]` on).
+    pub(crate) trace: Option<(u128, u64)>,
 }
 
 impl AccessLog {
@@ -238,6 +240,12 @@ fn text_line(e: &Entry) -> String {
         out.push_str(" id=");
         out.push_str(&e.request_id);
     }
+    if let Some((trace, span)) = e.trace {
+        out.push_str(" trace_id=");
+        out.push_str(&sluice_trace::hex(trace, 32));
+        out.push_str(" span_id=");
+        out.push_str(&sluice_trace::hex(u128::from(span), 16));
+    }
     if e.aborted {
         out.push_str(" aborted=true");
     }
@@ -266,6 +274,8 @@ fn json_line(e: &Entry) -> String {
         "tls_resumed": e.tls_resumed,
         "aborted": e.aborted,
         "request_id": (!e.request_id.is_empty()).then_some(&e.request_id),
+        "trace_id": e.trace.map(|(t, _)| sluice_trace::hex(t, 32)),
+        "span_id": e.trace.map(|(_, s)| sluice_trace::hex(u128::from(s), 16)),
     });
     let mut s = v.to_string();
     s.push('\n');
@@ -297,7 +307,23 @@ mod tests {
             tls_resumed: Some(false),
             aborted: false,
             request_id: String::new(),
+            trace: None,
         }
+    }
+
+    #[test]
+    fn trace_and_span_ids_are_logged_when_tracing_gives_them() {
+        let mut e = entry();
+        assert!(json_line(&e).contains("\"trace_id\":null"));
+        assert!(!text_line(&e).contains("trace_id="));
+        e.trace = Some((0x4bf92f3577b34da6a3ce929d0e0e4736, 0xab));
+        let json: serde_json::Value = serde_json::from_str(&json_line(&e)).unwrap();
+        assert_eq!(json["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(json["span_id"], "00000000000000ab");
+        assert!(
+            text_line(&e)
+                .contains(" trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=00000000000000ab")
+        );
     }
 
     #[test]

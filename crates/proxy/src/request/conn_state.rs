@@ -23,6 +23,9 @@ pub(crate) struct ConnState {
     pub(crate) inflight: AtomicUsize,
     /// Set while the connection drains: a starting request then wakes `run`.
     pub(crate) draining: AtomicBool,
+    /// Its TLS handshake went into a trace already (`[tracing]`: on the first sampled
+    /// request only).
+    pub(crate) handshake_traced: AtomicBool,
     /// Woken when a request starts on a draining connection.
     pub(crate) request_seen: tokio::sync::Notify,
     /// When the last request started or finished (ms since `born`).
@@ -39,6 +42,7 @@ impl ConnState {
             born: Instant::now(),
             inflight: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
+            handshake_traced: AtomicBool::new(false),
             request_seen: tokio::sync::Notify::new(),
             last_request_ms: AtomicU64::new(0),
             head_started_ms: AtomicU64::new(NONE),

@@ -27,6 +27,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) compressor: Arc<crate::Compressor>,
     /// The response cache every route with `[route.cache]` shares.
     pub(crate) cache: Arc<crate::request::cache::ResponseCache>,
+    /// `[tracing]`, if on: every request gets a span (recorded when sampled).
+    pub(crate) tracer: Option<Arc<sluice_trace::Tracer>>,
     /// Rate limiters by route name.
     pub(crate) limiters:
         Arc<std::collections::HashMap<String, Arc<crate::request::rate_limit::RateLimiter>>>,

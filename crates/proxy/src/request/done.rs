@@ -29,6 +29,8 @@ pub(crate) struct Done {
     /// A gRPC call: the gateway's own failures answer as gRPC errors.
     pub(crate) grpc: bool,
     pub(crate) _server: Option<ActiveGuard>,
+    /// The request's span (`[tracing]`), ended with the response.
+    pub(crate) trace: Option<Box<sluice_trace::RequestSpan>>,
 }
 
 impl OnDone for Done {
@@ -37,6 +39,9 @@ impl OnDone for Done {
         self.entry.bytes_in = self.bytes_in.load(Ordering::Relaxed);
         self.entry.duration = self.start.elapsed();
         self.entry.aborted = !complete;
+        if let Some(span) = self.trace.take() {
+            span.end(self.entry.status, std::time::SystemTime::now());
+        }
         self.log.log(&self.entry);
         self.metrics.response(
             self.entry.status,

@@ -29,6 +29,9 @@ pub enum ProxyError {
     /// The offload engines could not start (threads).
     #[error("cannot start the offload engines: {0}")]
     Offload(#[source] std::io::Error),
+    /// `[tracing]`'s exporter could not be built.
+    #[error("cannot start tracing: {0}")]
+    Tracing(String),
     /// The DNS resolver of `[resolver]` could not be set up.
     #[error("{0}")]
     Resolver(String),

@@ -120,7 +120,13 @@ async fn serve(
         request_id,
         grpc: crate::request::grpc::is_grpc(req.headers()),
         _server: None,
+        trace: None,
     };
+    if let Some(tracer) = &listener.tracer {
+        let span = crate::request::trace::server_span(tracer, &conn, &req, &host, client, &done);
+        done.entry.trace = Some(span.ids());
+        done.trace = Some(Box::new(span));
+    }
 
     if head_size(req.method(), req.uri(), req.headers()) > listener.config.max_header_bytes {
         return Ok(failure(done, Failure::HeadersTooLarge));
@@ -156,6 +162,9 @@ async fn serve(
         return Ok(failure(done, Failure::NoRoute));
     };
     done.entry.route = Some(route.name.clone());
+    if let Some(span) = &mut done.trace {
+        crate::request::trace::routed(span, req.method(), &route.name);
+    }
     if !route.acl.permits(client) {
         listener.metrics.denied();
         return Ok(failure(done, Failure::Forbidden));

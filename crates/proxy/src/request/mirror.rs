@@ -160,6 +160,8 @@ pub(crate) struct Copying<'a> {
     pub(crate) host: &'a str,
     pub(crate) client: IpAddr,
     pub(crate) request_id: Option<&'a HeaderValue>,
+    /// The request's span (`[tracing]`): each copy is a `mirror` span under it.
+    pub(crate) trace: Option<&'a sluice_trace::RequestSpan>,
 }
 
 /// Starts the copies of a request whose route mirrors: returns the body for the primary (a
@@ -203,14 +205,28 @@ pub(crate) fn start<B>(
         } else {
             BodySource::Ready(Bytes::new())
         };
-        let request = copy_request(c, m);
+        let mut request = copy_request(c, m);
+        let span = c.trace.and_then(|t| {
+            let mut s = t.child("mirror", sluice_trace::SpanKind::Client, None)?;
+            s.set([
+                sluice_trace::KeyValue::new("sluice.upstream", m.upstream_name.clone()),
+                sluice_trace::KeyValue::new(
+                    "http.request.method",
+                    c.parts.method.as_str().to_owned(),
+                ),
+            ]);
+            Some(s)
+        });
+        if let Some(t) = c.trace {
+            t.inject(span.as_ref(), &mut request.headers);
+        }
         let group = c.listener.upstreams[m.upstream].group();
         let at = Addresses {
             client: c.conn.peer,
             local: c.conn.local,
         };
         let key = group.hash_key(c.parts, c.client);
-        tokio::spawn(send(slot, group, request, source, m.timeout, at, key));
+        tokio::spawn(send(slot, group, request, source, m.timeout, at, key, span));
         mirrored.push(state);
     }
     let tee = (!tee.copies.is_empty()).then_some(tee);
@@ -260,6 +276,7 @@ enum BodySource {
 }
 
 /// One copy: wait for its body, send it, read the answer to its end, count.
+#[allow(clippy::too_many_arguments)]
 async fn send(
     slot: Slot,
     group: Arc<crate::upstreams::upstream::UpstreamGroup>,
@@ -268,6 +285,7 @@ async fn send(
     timeout: Duration,
     at: Addresses,
     key: u64,
+    span: Option<sluice_trace::ChildSpan>,
 ) {
     let state = slot.0.clone();
     let deadline = tokio::time::Instant::now() + timeout;
@@ -275,10 +293,10 @@ async fn send(
         BodySource::Ready(b) => b,
         BodySource::Pending(rx) => match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(b)) => b,
-            Ok(Err(_)) => return,
+            Ok(Err(_)) => return super::trace::attempt_done(span, Err("body_not_copied")),
             Err(_) => {
                 state.failed[0].fetch_add(1, Ordering::Relaxed);
-                return;
+                return super::trace::attempt_done(span, Err("timeout"));
             }
         },
     };
@@ -286,7 +304,7 @@ async fn send(
         Ok(s) => s,
         Err(_) => {
             state.skip(NO_SERVER);
-            return;
+            return super::trace::attempt_done(span, Err("no_server"));
         }
     };
     let mut req = Request::from_parts(
@@ -310,12 +328,17 @@ async fn send(
         Ok::<_, ()>(status)
     };
     match tokio::time::timeout_at(deadline, exchange).await {
-        Ok(Ok(status)) => state.response(MIRROR, status, started.elapsed()),
+        Ok(Ok(status)) => {
+            state.response(MIRROR, status, started.elapsed());
+            super::trace::attempt_done(span, Ok(status.as_u16()));
+        }
         Ok(Err(_)) => {
             state.failed[1].fetch_add(1, Ordering::Relaxed);
+            super::trace::attempt_done(span, Err("upstream_error"));
         }
         Err(_) => {
             state.failed[0].fetch_add(1, Ordering::Relaxed);
+            super::trace::attempt_done(span, Err("timeout"));
         }
     }
     drop(server);

@@ -20,3 +20,4 @@ pub(crate) mod proxy;
 pub(crate) mod rate_limit;
 pub(crate) mod router;
 pub(crate) mod split;
+pub(crate) mod trace;

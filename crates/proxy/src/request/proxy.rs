@@ -65,15 +65,33 @@ pub(super) async fn run(
         };
         let addr = server.server().addr;
         done.entry.upstream = Some(addr);
-        let req = p.upstream_request(addr);
+        let mut req = p.upstream_request(addr);
+        let span = super::trace::attempt(
+            done.trace.as_deref(),
+            req.method(),
+            &p.group.config.name,
+            addr,
+            p.tried.len(),
+        );
+        if let Some(t) = &done.trace {
+            // The next hop's parent: this attempt's span (or the request's, not sampled).
+            t.inject(span.as_ref(), req.headers_mut());
+        }
         let sent = Instant::now();
         let next = match p.attempt(&server, req, sent).await {
             // (`retry_5xx` also counts the 5xx against the server, once, either way.)
             Ok(resp) if resp.status().is_server_error() && p.retry_5xx(&server, &resp) => {
+                super::trace::attempt_done(span, Ok(resp.status().as_u16()));
                 Next::Retry
             }
-            Ok(resp) => return p.response_filter(done, server, resp, sent).await,
-            Err(e) => p.upstream_failed(&server, e),
+            Ok(resp) => {
+                super::trace::attempt_done(span, Ok(resp.status().as_u16()));
+                return p.response_filter(done, server, resp, sent).await;
+            }
+            Err(e) => {
+                super::trace::attempt_done(span, Err(e.kind()));
+                p.upstream_failed(&server, e)
+            }
         };
         match next {
             Next::Retry => tokio::time::sleep(p.backoff()).await,
@@ -92,6 +110,16 @@ enum Next {
 enum Attempt {
     TimedOut(Duration),
     Failed(UpstreamError),
+}
+
+impl Attempt {
+    /// Its `error.type` in a trace.
+    fn kind(&self) -> &'static str {
+        match self {
+            Attempt::TimedOut(_) => "timeout",
+            Attempt::Failed(_) => "upstream_error",
+        }
+    }
 }
 
 /// One proxied request's context, decided once and read by every phase.
@@ -169,6 +197,7 @@ impl<'a> Proxied<'a> {
                 host: &host,
                 client,
                 request_id: done.request_id.as_ref(),
+                trace: done.trace.as_deref(),
             };
             mirror::start(&copying, body, has_body)
         };

@@ -35,3 +35,4 @@ mod routing;
 mod service;
 mod support;
 mod tls;
+mod tracing;

@@ -1,0 +1,77 @@
+//! `[tracing]`.
+
+use super::Cx;
+use crate::TracingSettings;
+use crate::raw::RawTracing;
+
+impl Cx<'_> {
+    pub(super) fn tracing(&mut self, raw: &RawTracing) -> Option<TracingSettings> {
+        let mut s = TracingSettings::default();
+        let endpoint = raw.endpoint.get_ref();
+        match endpoint.parse::<http::Uri>() {
+            Ok(u)
+                if matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some() =>
+            {
+                s.endpoint = endpoint.trim_end_matches('/').to_owned();
+            }
+            _ => {
+                self.err_at(
+                    &raw.endpoint,
+                    format!(
+                        "[tracing] endpoint `{endpoint}` is not an http:// or https:// address"
+                    ),
+                    "give the collector's OTLP/gRPC address, such as \"http://127.0.0.1:4317\"",
+                );
+                return None;
+            }
+        }
+        if let Some(name) = &raw.service_name {
+            if name.get_ref().is_empty() {
+                self.err_at(
+                    name,
+                    "[tracing] service_name is empty".to_owned(),
+                    "name the service the spans belong to, such as \"sluice\"",
+                );
+            }
+            s.service_name = name.get_ref().clone();
+        }
+        if let Some(p) = &raw.sample_percent {
+            if (0.0..=100.0).contains(p.get_ref()) {
+                s.sample_ratio = p.get_ref() / 100.0;
+            } else {
+                self.err_at(
+                    p,
+                    format!(
+                        "[tracing] sample_percent {} is not a percentage",
+                        p.get_ref()
+                    ),
+                    "use 0 to 100, fractions allowed (such as 0.5)",
+                );
+            }
+        }
+        if let Some(q) = &raw.queue {
+            if *q.get_ref() == 0 {
+                self.err_at(
+                    q,
+                    "[tracing] queue must hold at least one span".to_owned(),
+                    "give the most spans waiting for export, such as 8192",
+                );
+            }
+            s.queue = (*q.get_ref()).max(1) as usize;
+        }
+        if let Some(t) = self.duration(raw.export_timeout.as_ref()) {
+            s.export_timeout = t;
+        }
+        if let Some(u) = &raw.trace_url {
+            if !u.get_ref().contains("{trace_id}") {
+                self.err_at(
+                    u,
+                    "[tracing] trace_url has no {trace_id} in it".to_owned(),
+                    "give your trace UI's address of one trace, such as \"http://jaeger:16686/trace/{trace_id}\"",
+                );
+            }
+            s.trace_url = Some(u.get_ref().clone());
+        }
+        Some(s)
+    }
+}
