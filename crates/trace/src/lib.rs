@@ -4,10 +4,11 @@
 //! gets the context with the gateway's span as parent. Spans leave through a bounded queue to
 //! an OpenTelemetry collector over OTLP/gRPC.
 //!
-//! The OpenTelemetry SDK records the spans and decides sampling (parent-based: a caller's
-//! decision is followed; a trace started here is kept at `sample_ratio`, by trace ID). A
-//! request that is not sampled gets a span ID and the context passed on, and nothing else:
-//! no attributes are built, no child spans made, nothing queued.
+//! Sampling is decided here, before the SDK is asked for anything (parent-based: a caller's
+//! decision is followed; a trace started here is kept at `sample_ratio`, by trace ID, as
+//! OpenTelemetry's `TraceIdRatioBased` does). A request that is not sampled gets a span ID
+//! and the context passed on, and nothing else: no SDK span, no attributes, no child spans,
+//! nothing queued. A sampled one is recorded by the OpenTelemetry SDK.
 
 mod export;
 pub mod propagation;
@@ -23,9 +24,12 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, trace::Span as _};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanExporter as _};
+use opentelemetry_sdk::trace::{
+    IdGenerator, RandomIdGenerator, Sampler, SdkTracer, SdkTracerProvider, SpanExporter as _,
+};
 use sluice_config::TracingSettings;
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -33,6 +37,7 @@ use std::time::SystemTime;
 pub struct Tracer {
     provider: SdkTracerProvider,
     tracer: SdkTracer,
+    ids: RandomIdGenerator,
     settings: TracingSettings,
     counters: Arc<Counters>,
 }
@@ -71,15 +76,17 @@ impl Tracer {
         let queue = export::Queue::start(exporter, settings.queue, runtime, counters.clone());
         let provider = SdkTracerProvider::builder()
             .with_span_processor(queue)
-            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                settings.sample_ratio,
-            ))))
+            // The decision is made in `server` (a root span reaches the SDK only when kept);
+            // children follow their recorded parent.
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
+            .with_id_generator(PresetIds::default())
             .with_resource(resource)
             .build();
         let tracer = provider.tracer("sluice");
         Ok(Tracer {
             provider,
             tracer,
+            ids: RandomIdGenerator::default(),
             settings: settings.clone(),
             counters,
         })
@@ -111,40 +118,56 @@ impl Tracer {
     ) -> RequestSpan {
         let parent = propagation::extract(headers);
         let b3 = parent.is_some_and(|p| p.format == propagation::Format::B3);
-        let cx = match parent {
-            Some(p) => {
-                // B3 may defer the decision to us: then the ratio decides, by trace ID, as
-                // it does for a trace started here.
-                let sampled = p.sampled.unwrap_or_else(|| self.ratio_keeps(p.trace_id));
-                let flags = if sampled {
-                    TraceFlags::SAMPLED
-                } else {
-                    TraceFlags::default()
-                };
-                Context::new().with_remote_span_context(SpanContext::new(
-                    TraceId::from(p.trace_id),
-                    SpanId::from(p.span_id),
-                    flags,
-                    true,
-                    TraceState::NONE,
-                ))
+        let (trace_id, sampled) = match parent {
+            // B3 may defer the decision to us: then the ratio decides, as for a new trace.
+            Some(p) => (
+                p.trace_id,
+                p.sampled.unwrap_or_else(|| self.ratio_keeps(p.trace_id)),
+            ),
+            None => {
+                let t = u128::from_be_bytes(self.ids.new_trace_id().to_bytes());
+                (t, self.ratio_keeps(t))
             }
-            None => Context::new(),
+        };
+        if !sampled {
+            return RequestSpan {
+                span: None,
+                tracer: None,
+                trace_id,
+                span_id: u64::from_be_bytes(self.ids.new_span_id().to_bytes()),
+                sampled: false,
+                b3,
+            };
+        }
+        let cx = match parent {
+            Some(p) => Context::new().with_remote_span_context(SpanContext::new(
+                TraceId::from(trace_id),
+                SpanId::from(p.span_id),
+                TraceFlags::SAMPLED,
+                true,
+                TraceState::NONE,
+            )),
+            None => {
+                // A root span: the SDK takes the trace ID the ratio was applied to.
+                PRESET_TRACE_ID.with(|c| c.set(Some(trace_id)));
+                Context::new()
+            }
         };
         let span = self
             .tracer
-            .span_builder(Cow::Owned(method.to_owned()))
+            .span_builder(method_name(method))
             .with_kind(SpanKind::Server)
             .with_start_time(start)
             .start_with_context(&self.tracer, &cx);
+        PRESET_TRACE_ID.with(|c| c.set(None));
         let sc = span.span_context();
         RequestSpan {
             trace_id: u128::from_be_bytes(sc.trace_id().to_bytes()),
             span_id: u64::from_be_bytes(sc.span_id().to_bytes()),
-            sampled: sc.is_sampled(),
+            sampled: true,
             b3,
-            tracer: span.is_recording().then(|| self.tracer.clone()),
-            span,
+            tracer: Some(self.tracer.clone()),
+            span: Some(span),
         }
     }
 
@@ -163,9 +186,43 @@ impl Drop for Tracer {
     }
 }
 
+thread_local! {
+    /// The trace ID `Tracer::server` chose for a root span, for the SDK to take.
+    static PRESET_TRACE_ID: Cell<Option<u128>> = const { Cell::new(None) };
+}
+
+/// The SDK's ID generator, except that a root span's trace ID is the one `Tracer::server`
+/// already applied the ratio to (set just before, on the same thread, taken once).
+#[derive(Debug, Default)]
+struct PresetIds(RandomIdGenerator);
+
+impl IdGenerator for PresetIds {
+    fn new_trace_id(&self) -> TraceId {
+        PRESET_TRACE_ID
+            .with(Cell::take)
+            .map_or_else(|| self.0.new_trace_id(), TraceId::from)
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        self.0.new_span_id()
+    }
+}
+
+/// A span name without an allocation for the usual methods.
+fn method_name(method: &str) -> Cow<'static, str> {
+    const KNOWN: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE",
+    ];
+    KNOWN
+        .iter()
+        .find(|m| **m == method)
+        .map_or_else(|| Cow::Owned(method.to_owned()), |m| Cow::Borrowed(*m))
+}
+
 /// A request's SERVER span, and the context it hands on.
 pub struct RequestSpan {
-    span: opentelemetry_sdk::trace::Span,
+    /// The SDK's span; `None` when the request is not sampled (nothing recorded).
+    span: Option<opentelemetry_sdk::trace::Span>,
     /// For child spans; `None` when the request is not sampled.
     tracer: Option<SdkTracer>,
     trace_id: u128,
@@ -198,15 +255,15 @@ impl RequestSpan {
 
     /// Sets attributes (ignored unless recording).
     pub fn set(&mut self, attributes: impl IntoIterator<Item = KeyValue>) {
-        if self.is_recording() {
-            self.span.set_attributes(attributes);
+        if let Some(s) = &mut self.span {
+            s.set_attributes(attributes);
         }
     }
 
     /// Renames the span (`{method} {route}` once the route is known).
     pub fn rename(&mut self, name: String) {
-        if self.is_recording() {
-            self.span.update_name(name);
+        if let Some(s) = &mut self.span {
+            s.update_name(name);
         }
     }
 
@@ -218,8 +275,8 @@ impl RequestSpan {
         kind: SpanKind,
         start: Option<SystemTime>,
     ) -> Option<ChildSpan> {
-        let tracer = self.tracer.as_ref()?;
-        let cx = Context::new().with_remote_span_context(self.span.span_context().clone());
+        let (tracer, span) = (self.tracer.as_ref()?, self.span.as_ref()?);
+        let cx = Context::new().with_remote_span_context(span.span_context().clone());
         let mut b = tracer.span_builder(name).with_kind(kind);
         if let Some(t) = start {
             b = b.with_start_time(t);
@@ -238,20 +295,17 @@ impl RequestSpan {
 
     /// Ends the span with the response's status (5xx: an error, as semantic conventions
     /// say for a server span).
-    pub fn end(mut self, status: u16, at: SystemTime) {
-        if !self.is_recording() {
-            return;
-        }
-        self.span.set_attribute(KeyValue::new(
+    pub fn end(self, status: u16, at: SystemTime) {
+        let Some(mut span) = self.span else { return };
+        span.set_attribute(KeyValue::new(
             "http.response.status_code",
             i64::from(status),
         ));
         if status >= 500 {
-            self.span
-                .set_attribute(KeyValue::new("error.type", status.to_string()));
-            self.span.set_status(Status::error(""));
+            span.set_attribute(KeyValue::new("error.type", status.to_string()));
+            span.set_status(Status::error(""));
         }
-        self.span.end_with_timestamp(at);
+        span.end_with_timestamp(at);
     }
 }
 
@@ -291,7 +345,79 @@ impl ChildSpan {
 
 /// Lower-case hex of a trace ID (32 digits) or span ID (16), as the access log writes them.
 pub fn hex(id: u128, digits: usize) -> String {
+    let mut s = String::with_capacity(digits);
+    push_hex(&mut s, id, digits);
+    s
+}
+
+/// [`hex`] appended to `out`, without a `String` of its own.
+pub fn push_hex(out: &mut String, id: u128, digits: usize) {
+    let digits = digits.min(32);
     let mut buf = [0u8; 32];
     propagation::write_hex(&mut buf[32 - digits..], id);
-    String::from_utf8_lossy(&buf[32 - digits..]).into_owned()
+    // Hex digits only: always ASCII.
+    out.push_str(std::str::from_utf8(&buf[32 - digits..]).unwrap_or_default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracer(ratio: f64) -> Tracer {
+        let settings = TracingSettings {
+            // Nothing listens there: exports fail (counted), which these tests do not look at.
+            endpoint: "http://127.0.0.1:9".into(),
+            sample_ratio: ratio,
+            ..TracingSettings::default()
+        };
+        Tracer::start(&settings, Arc::default()).unwrap()
+    }
+
+    fn with(traceparent: &str) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        h.insert("traceparent", traceparent.parse().unwrap());
+        h
+    }
+
+    #[tokio::test]
+    async fn a_callers_decision_is_followed_and_new_traces_are_kept_by_their_id() {
+        let none = tracer(0.0);
+        let now = SystemTime::now();
+        let root = none.server(&http::HeaderMap::new(), "GET", now);
+        assert!(!root.is_recording());
+        assert!(root.child("x", SpanKind::Internal, None).is_none());
+        let mut h = http::HeaderMap::new();
+        root.inject(None, &mut h);
+        assert!(h["traceparent"].to_str().unwrap().ends_with("-00"));
+        // A sampled caller is followed even at 0%, in its trace.
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let joined = none.server(&with(tp), "GET", now);
+        assert!(joined.is_recording());
+        assert_eq!(joined.ids().0, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert_ne!(joined.ids().1, 0x00f067aa0ba902b7);
+        let child = joined.child("upstream", SpanKind::Client, None).unwrap();
+        let mut h = http::HeaderMap::new();
+        joined.inject(Some(&child), &mut h);
+        assert_eq!(
+            h["traceparent"].to_str().unwrap(),
+            format!(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-{}-01",
+                hex(u128::from(child.span_id()), 16)
+            )
+        );
+        // And an unsampled caller even at 100%.
+        let all = tracer(1.0);
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        assert!(!all.server(&with(tp), "GET", now).is_recording());
+        // At 50%, about half of the new traces are kept, and exactly those whose ID the
+        // ratio keeps: the SDK recorded the trace ID the decision was made on.
+        let half = tracer(0.5);
+        let mut kept = 0;
+        for _ in 0..2000 {
+            let s = half.server(&http::HeaderMap::new(), "POST", now);
+            assert_eq!(s.is_recording(), half.ratio_keeps(s.ids().0));
+            kept += usize::from(s.is_recording());
+        }
+        assert!((800..=1200).contains(&kept), "{kept} of 2000 kept at 50%");
+    }
 }

@@ -242,9 +242,9 @@ fn text_line(e: &Entry) -> String {
     }
     if let Some((trace, span)) = e.trace {
         out.push_str(" trace_id=");
-        out.push_str(&sluice_trace::hex(trace, 32));
+        sluice_trace::push_hex(&mut out, trace, 32);
         out.push_str(" span_id=");
-        out.push_str(&sluice_trace::hex(u128::from(span), 16));
+        sluice_trace::push_hex(&mut out, u128::from(span), 16);
     }
     if e.aborted {
         out.push_str(" aborted=true");
