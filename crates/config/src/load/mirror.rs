@@ -50,20 +50,7 @@ impl Cx<'_> {
                     0
                 }
             };
-            let mut headers = Vec::new();
-            for (k, v) in r.header.iter().flatten() {
-                match (
-                    http::HeaderName::from_bytes(k.as_bytes()),
-                    http::HeaderValue::from_str(v.get_ref()),
-                ) {
-                    (Ok(n), Ok(v)) => headers.push((n, v)),
-                    _ => self.err_at(
-                        v,
-                        format!("route `{route}`: mirror header `{k}` is not a valid header name and value"),
-                        "use a header name of letters, digits and '-' and a printable value",
-                    ),
-                }
-            }
+            let headers = self.header_match(route, "mirror", r.header.as_ref());
             let max_in_flight = match &r.max_in_flight {
                 None => MAX_IN_FLIGHT,
                 Some(n) if *n.get_ref() > 0 => *n.get_ref(),

@@ -227,3 +227,32 @@ fn hop_by_hop(n: &http::HeaderName) -> bool {
         || n.as_str() == "keep-alive"
         || n.as_str() == "proxy-connection"
 }
+
+impl Cx<'_> {
+    /// A `header = { name = value }` match (`[[route.split]]`, `[[route.mirror]]`): each pair
+    /// as a header name and value, or an error at the value.
+    pub(super) fn header_match(
+        &mut self,
+        route: &str,
+        what: &str,
+        raw: Option<&std::collections::BTreeMap<String, toml::Spanned<String>>>,
+    ) -> Vec<(http::HeaderName, http::HeaderValue)> {
+        let mut headers = Vec::new();
+        for (k, v) in raw.into_iter().flatten() {
+            match (
+                http::HeaderName::from_bytes(k.as_bytes()),
+                http::HeaderValue::from_str(v.get_ref()),
+            ) {
+                (Ok(n), Ok(v)) => headers.push((n, v)),
+                _ => self.err_at(
+                    v,
+                    format!(
+                        "route `{route}`: {what} header `{k}` is not a valid header name and value"
+                    ),
+                    "use a header name of letters, digits and '-' and a printable value",
+                ),
+            }
+        }
+        headers
+    }
+}

@@ -73,20 +73,7 @@ impl Cx<'_> {
                     );
                 }
             }
-            let mut headers = Vec::new();
-            for (k, v) in r.header.iter().flatten() {
-                match (
-                    http::HeaderName::from_bytes(k.as_bytes()),
-                    http::HeaderValue::from_str(v.get_ref()),
-                ) {
-                    (Ok(n), Ok(v)) => headers.push((n, v)),
-                    _ => self.err_at(
-                        v,
-                        format!("route `{route}`: split header `{k}` is not a valid header name and value"),
-                        "use a header name of letters, digits and '-' and a printable value",
-                    ),
-                }
-            }
+            let headers = self.header_match(route, "split", r.header.as_ref());
             let pairs = |m: &Option<BTreeMap<String, Spanned<String>>>| -> Vec<(String, String)> {
                 m.iter()
                     .flatten()
