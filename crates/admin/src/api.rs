@@ -60,13 +60,15 @@ pub(crate) async fn respond(
             );
             r
         }
-        (&Method::GET, "/api/v1/stats" | "/metrics" | "/status")
+        (&Method::GET, "/api/v1/stats" | "/api/v1/requests" | "/metrics" | "/status")
             if let Some(denied) = refuse_read(s, &req, peer) =>
         {
             denied
         }
         (&Method::GET, "/api/v1/stats") => json_reply(StatusCode::OK, &history.json(s)),
         (_, "/api/v1/stats") => not_allowed("GET"),
+        (&Method::GET, "/api/v1/requests") => crate::requests::search(s, req.uri().query()),
+        (_, "/api/v1/requests") => not_allowed("GET"),
         (&Method::GET, "/metrics") => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -118,7 +120,7 @@ pub(crate) async fn respond(
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: try / (the dashboard), /metrics, /status, /api/v1/stats, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME, /api/v1/upstreams/NAME/health, POST /api/v1/reload or POST /api/v1/cache/purge\n",
+            "not found: try / (the dashboard), /metrics, /status, /api/v1/stats, /api/v1/requests, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME, /api/v1/upstreams/NAME/health, POST /api/v1/reload or POST /api/v1/cache/purge\n",
         ),
     }
 }

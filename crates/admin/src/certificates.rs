@@ -43,12 +43,7 @@ pub(crate) fn ocsp_status() -> Value {
     )
 }
 
-/// A Prometheus label value.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
+use crate::label;
 
 pub(crate) fn metrics(out: &mut String) {
     ocsp_metrics(out);

@@ -81,12 +81,7 @@ pub(crate) fn status(s: &Sources) -> Value {
     )
 }
 
-/// A Prometheus label value.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
+use crate::label;
 
 pub(crate) fn metrics(out: &mut String, s: &Sources) {
     let all = s.gateway.upstream_health();

@@ -15,6 +15,7 @@ mod certificates;
 mod config_state;
 mod health;
 mod mirror;
+mod requests;
 mod stats;
 mod tracing_export;
 
@@ -179,6 +180,13 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// A Prometheus label value.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -512,6 +520,7 @@ pub fn metrics(s: &Sources) -> String {
     cache::metrics(&mut out, s);
     mirror::metrics(&mut out, s);
     tracing_export::metrics(&mut out, s);
+    requests::metrics(&mut out, s);
     key_servers(&mut out, &s.gateway.key_offload().key_servers());
     health::metrics(&mut out, s);
     certificates::metrics(&mut out);
@@ -813,6 +822,8 @@ pub fn status(s: &Sources) -> String {
         "cache": cache::status(s),
         "mirrors": mirror::status(s),
         "tracing": tracing_export::status(s),
+        "log_shipping": requests::shipping_status(s),
+        "request_log": requests::request_log_status(s),
         "requests": STATUS_CLASSES.iter().zip(p.requests).map(|(k, v)| ((*k).to_owned(), v.into())).collect::<serde_json::Map<_, _>>(),
         "offload": { "chain": crypto_chain(s), "crypto": engines, "key_servers": s.gateway.key_offload().key_servers().iter().map(|k| serde_json::json!({
             "server": k.address, "up": k.up, "in_flight": k.in_flight, "ok": k.ok, "failed": k.failed,

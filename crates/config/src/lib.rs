@@ -16,6 +16,7 @@ mod compression;
 mod default;
 mod error;
 mod load;
+mod logging;
 mod pattern;
 mod policy;
 mod quic;
@@ -40,6 +41,10 @@ pub use load::{
     RouteContext, fleet_source, load_file, load_file_cached, load_route, load_str, load_str_cached,
     parse_keyring,
 };
+pub use logging::{
+    AccessLogFormat, AccessLogTarget, DEFAULT_REQUEST_LOG_BYTES, HttpLogFormat, LogConfig, LogShip,
+    SYSLOG_FACILITIES, ShipSink,
+};
 pub use pattern::{HostPattern, normalize_host};
 pub use policy::{
     Acl, Answer, CacheSettings, HeaderEdits, IpNet, Mirror, Part, RateLimit, RateLimitStore,
@@ -48,12 +53,11 @@ pub use policy::{
 pub use quic::{QuicRetry, QuicSettings};
 pub use resolver::DnsResolver;
 pub use snapshot::{
-    AccessLogFormat, AccessLogTarget, Admin, AdminTls, Balance, Certificate, CryptoEngine,
-    CryptoOffload, DEFAULT_GROUPS, FleetSource, Global, Handshakes, HashKey, HealthCheck,
-    HealthProbe, KNOWN_GROUPS, KeyType, KeylessOffload, Listener, ListenerKind, LogConfig, Offload,
-    Outlier, PassHost, PathMatch, ProxyProtocol, RetryPolicy, Route, ServerAddr, Snapshot, Split,
-    Sticky, TcpProxy, TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol,
-    UpstreamServer, UpstreamTls,
+    Admin, AdminTls, Balance, Certificate, CryptoEngine, CryptoOffload, DEFAULT_GROUPS,
+    FleetSource, Global, Handshakes, HashKey, HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType,
+    KeylessOffload, Listener, ListenerKind, Offload, Outlier, PassHost, PathMatch, ProxyProtocol,
+    RetryPolicy, Route, ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion,
+    UnknownSni, Upstream, UpstreamProtocol, UpstreamServer, UpstreamTls,
 };
 pub use tracing::TracingSettings;
 pub use units::{parse_byte_size, parse_duration};

@@ -3,6 +3,7 @@
 use crate::cache::CertCache;
 use crate::compression::Compression;
 use crate::error::{ConfigError, LoadError, Locator};
+use crate::logging::{AccessLogFormat, AccessLogTarget, DEFAULT_REQUEST_LOG_BYTES, LogConfig};
 use crate::raw::*;
 use crate::snapshot::*;
 use crate::units::{parse_byte_size, parse_duration};
@@ -24,6 +25,7 @@ mod compression;
 mod fleet;
 mod health;
 mod listener;
+mod log_ship;
 mod mirror;
 mod offload;
 mod policy;
@@ -754,6 +756,9 @@ impl<'a> Cx<'a> {
                 ],
             )
             .unwrap_or(AccessLogFormat::Text);
+        let request_log_bytes = self
+            .size(raw.request_log.as_ref())
+            .map_or(DEFAULT_REQUEST_LOG_BYTES, |n| n as usize);
         LogConfig {
             level: raw
                 .level
@@ -761,6 +766,8 @@ impl<'a> Cx<'a> {
                 .map_or_else(|| "info".to_owned(), |l| l.get_ref().clone()),
             access_log,
             access_format,
+            request_log_bytes,
+            ship: self.log_shippers(raw.ship.as_deref().unwrap_or_default()),
         }
     }
 }

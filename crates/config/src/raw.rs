@@ -54,6 +54,40 @@ pub struct RawLog {
     pub access_log: Option<Spanned<String>>,
     /// `"text"` or `"json"`.
     pub access_format: Option<Spanned<String>>,
+    /// Memory for the most recent requests that `/api/v1/requests` searches (default 8m);
+    /// 0 keeps none.
+    pub request_log: Option<Spanned<RawSize>>,
+    /// `[[log.ship]]`: log stores and syslog servers that receive every access log line.
+    pub ship: Option<Vec<RawLogShip>>,
+}
+
+/// `[[log.ship]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLogShip {
+    /// Its name in metrics and `/status` (default `ship-N`).
+    pub name: Option<Spanned<String>>,
+    /// `http://host:port/path` (batches POSTed), `udp://host:port` or `tcp://host:port`
+    /// (syslog, RFC 5424).
+    pub url: Spanned<String>,
+    /// HTTP only: `"json_lines"` (default) or `"elasticsearch"` (the `_bulk` API).
+    pub format: Option<Spanned<String>>,
+    /// `format = "elasticsearch"`: the index (default "sluice").
+    pub index: Option<Spanned<String>>,
+    /// HTTP only: headers sent with every batch.
+    pub headers: Option<BTreeMap<String, Spanned<String>>>,
+    /// Syslog only: the facility (default "local0").
+    pub facility: Option<Spanned<String>>,
+    /// Syslog only: APP-NAME (default "sluice").
+    pub app_name: Option<Spanned<String>>,
+    /// Bytes waiting to be sent at most (default 8m); beyond, lines are dropped and counted.
+    pub queue: Option<Spanned<RawSize>>,
+    /// Lines in one HTTP batch at most (default 1000).
+    pub batch: Option<Spanned<u32>>,
+    /// Longest a line waits for its batch to fill (default 1s).
+    pub flush: Option<SpannedStr>,
+    /// Deadline of one send (default 5s).
+    pub timeout: Option<SpannedStr>,
 }
 
 /// `[dangerous]`: switches that weaken security, kept apart so they stand out in review.

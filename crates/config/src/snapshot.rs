@@ -1,6 +1,7 @@
 //! The validated, immutable configuration that the data plane reads.
 
 use crate::HostPattern;
+use crate::LogConfig;
 use crate::compression::{CompressOffload, Compression};
 use crate::resolver::DnsResolver;
 use boring::pkey::{PKey, Private};
@@ -303,39 +304,6 @@ impl Default for CryptoOffload {
 pub struct Global {
     /// Deadline for in-flight requests after SIGTERM/SIGINT.
     pub shutdown_timeout: Duration,
-}
-
-/// Where access log lines go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AccessLogTarget {
-    /// No access log.
-    Off,
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-    /// Appended to this file.
-    File(PathBuf),
-}
-
-/// Access log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AccessLogFormat {
-    /// `key=value` pairs, one line per request.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// Logging settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LogConfig {
-    /// tracing filter directive.
-    pub level: String,
-    /// Where the access log goes.
-    pub access_log: AccessLogTarget,
-    /// Its format.
-    pub access_format: AccessLogFormat,
 }
 
 /// A TLS protocol version Sluice accepts.

@@ -18,6 +18,7 @@ mod dns;
 mod fleet;
 mod layer4;
 mod live;
+mod logging;
 mod ocsp;
 mod offload;
 mod policy;

@@ -19,9 +19,9 @@
 //! anything is swapped: a reload either applies whole or changes nothing.
 
 use crate::ProxyError;
+use crate::access_log::AccessLog;
 use crate::handshakes::{HandshakeScheduler, HandshakeStats};
 use crate::listen::connection::Signals;
-use crate::request::access_log::AccessLog;
 use crate::request::context::ListenerCtx;
 use crate::request::rate_limit::{RateLimiter, RedisStore};
 use crate::request::router::Router;
@@ -589,7 +589,13 @@ async fn prepare(
     let access_log = if first || snapshot.log == state.log_config {
         state.access_log.clone()
     } else {
-        open_access_log(&snapshot.log)?
+        state
+            .access_log
+            .reopen(&snapshot.log)
+            .map_err(|source| ProxyError::AccessLog {
+                path: format!("{:?}", snapshot.log.access_log),
+                source,
+            })?
     };
 
     let all_kept = kept.iter().all(Option::is_some) && kept.len() == state.upstreams.len();

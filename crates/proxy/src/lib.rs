@@ -18,6 +18,7 @@
 //! ([`Gateway::apply`]) and for a graceful shutdown.
 
 mod accept;
+mod access_log;
 mod addresses;
 mod body;
 mod gateway;
@@ -35,6 +36,9 @@ mod request;
 mod text;
 mod upstreams;
 
+pub use access_log::{
+    AccessLog, Query as RequestQuery, RequestLog, RequestLogStats, ShipperSnapshot,
+};
 pub use gateway::{ApplyReport, Gateway, SharedStore};
 pub use handshakes::{HandshakeScheduler, HandshakeStats, Priority};
 pub use http3::set_generation as set_quic_generation;
@@ -42,7 +46,6 @@ pub use metrics::{
     PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, QUIC_DROPPED, REQUEST_LATENCY_BUCKETS_US,
     STATUS_CLASSES, TCP_OUTCOMES, TLS_VERSIONS, UPSTREAM_ERRORS,
 };
-pub use request::access_log::AccessLog;
 pub use request::cache::ResponseCache;
 pub use request::compression::Compressor;
 pub use request::error::ProxyError;

@@ -9,9 +9,9 @@
 //! other direction goes on; each connection ends with one access-log line whose status is
 //! NGINX's stream `$status` (200 proxied, 400 bad ClientHello, 403 denied, 502 no server).
 
+use crate::access_log::Entry;
 use crate::addresses::Addresses;
 use crate::listen::connection::Signals;
-use crate::request::access_log::Entry;
 use crate::request::context::ListenerCtx;
 use crate::upstreams::upstream::UpstreamGroup;
 use sluice_config::TcpProxy;
@@ -212,7 +212,7 @@ fn end(listener: &ListenerCtx, mut log: Entry, start: Instant, status: u16, outc
     listener.metrics.tcp(outcome);
     log.status = status;
     log.duration = start.elapsed();
-    listener.access_log.log(&log);
+    listener.access_log.log(log);
 }
 
 /// A new server connection made ready for the client's bytes: PROXY header and TLS as the

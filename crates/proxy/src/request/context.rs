@@ -1,7 +1,7 @@
 //! What the requests of one listener, and of one client connection, share: built by the
 //! accept loop (`gateway`), read by both HTTP servers, the handler and the layer-4 relay.
 
-use crate::request::access_log::AccessLog;
+use crate::access_log::AccessLog;
 use crate::request::conn_state::ConnState;
 use crate::request::router::Router;
 use crate::upstreams::dns::UpstreamSlot;

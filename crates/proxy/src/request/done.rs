@@ -2,8 +2,8 @@
 //! when its response body is done or dropped, and the gateway's own short answer when it
 //! failed before reaching a server. Shared by the handler and the proxying phases.
 
+use crate::access_log::{AccessLog, Entry};
 use crate::body::{OnDone, ProxyBody, TrackedBody};
-use crate::request::access_log::{AccessLog, Entry};
 use crate::request::conn_state::ConnState;
 use crate::request::error::Failure;
 use crate::request::policy;
@@ -42,13 +42,13 @@ impl OnDone for Done {
         if let Some(span) = self.trace.take() {
             span.end(self.entry.status, std::time::SystemTime::now());
         }
-        self.log.log(&self.entry);
         self.metrics.response(
             self.entry.status,
             self.entry.bytes_in,
             bytes_out,
             self.entry.duration,
         );
+        self.log.log(std::mem::take(&mut self.entry));
         self.state.request_finished();
     }
 }

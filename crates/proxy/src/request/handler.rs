@@ -1,8 +1,8 @@
 //! The proxy handler: one client request in, one response out.
 
+use crate::access_log::Entry;
 use crate::body::{ProxyBody, TrackedBody};
 use crate::http1::ClientBody;
-use crate::request::access_log::Entry;
 use crate::request::cache;
 use crate::request::compression::RequestFacts;
 use crate::request::context::ConnCtx;

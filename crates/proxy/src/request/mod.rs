@@ -4,7 +4,6 @@
 //! cache (`cache`: a phase before `proxy`), compression, forwarding headers, edge policy (ACLs, answers, rewrites, rate
 //! limits, traffic splits), gRPC, the router, the access log and the failure statuses.
 
-pub(crate) mod access_log;
 pub(crate) mod cache;
 pub(crate) mod compression;
 pub(crate) mod conn_state;

@@ -1,64 +1,11 @@
-//! One line per request, buffered like NGINX's `access_log … buffer=`: lines are appended to
-//! a shared buffer and written by a dedicated thread when 64 KiB have gathered or 200 ms have
-//! passed, so that the event loop never waits on a disk or a pipe and the writer does not wake
-//! per request. A buffer that grows past 8 MiB (a stuck sink) drops lines and counts them.
+//! One request's access log entry and its two line formats: `key=value` text and JSON (the
+//! JSON is also what shippers send and what `/api/v1/requests` answers with).
 
 use crate::text::{push_addr, push_u64};
-use sluice_config::{AccessLogFormat, AccessLogTarget, LogConfig};
 use std::fmt::Write as _;
-use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-
-/// Gathered bytes that wake the writer early.
-const FLUSH_AT: usize = 64 * 1024;
-/// Longest a line waits before it is written.
-const FLUSH_EVERY: Duration = Duration::from_millis(200);
-/// Pending bytes beyond which new lines are dropped.
-const MAX_PENDING: usize = 8 << 20;
-
-/// The access log sink. Cloning shares it.
-#[derive(Clone, Debug)]
-pub struct AccessLog {
-    inner: Option<Arc<Inner>>,
-    format: AccessLogFormat,
-}
-
-struct Inner {
-    pending: Mutex<Vec<u8>>,
-    wake: Condvar,
-    sink: Mutex<Box<dyn Write + Send>>,
-    dropped: AtomicU64,
-}
-
-impl std::fmt::Debug for Inner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inner")
-            .field("dropped", &self.dropped)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Inner {
-    /// Writes out whatever is pending.
-    fn flush(&self) {
-        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut sink = self.sink.lock().unwrap_or_else(|e| e.into_inner());
-        if !batch.is_empty() {
-            let _ = sink.write_all(&batch);
-        }
-        let _ = sink.flush();
-    }
-}
-
-impl Drop for Inner {
-    /// A sink replaced by a reload (or the last one, at exit) writes out what it holds.
-    fn drop(&mut self) {
-        self.flush();
-    }
-}
 
 /// What is logged about one request.
 #[derive(Debug, Default)]
@@ -87,86 +34,6 @@ pub(crate) struct Entry {
     pub(crate) trace: Option<(u128, u64)>,
 }
 
-impl AccessLog {
-    /// Opens the sink described by `config` and starts its writer thread.
-    pub fn open(config: &LogConfig) -> std::io::Result<Self> {
-        let sink: Box<dyn Write + Send> = match &config.access_log {
-            AccessLogTarget::Off => return Ok(Self::off()),
-            AccessLogTarget::Stdout => Box::new(std::io::stdout()),
-            AccessLogTarget::Stderr => Box::new(std::io::stderr()),
-            AccessLogTarget::File(path) => Box::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)?,
-            ),
-        };
-        let inner = Arc::new(Inner {
-            pending: Mutex::new(Vec::with_capacity(FLUSH_AT * 2)),
-            wake: Condvar::new(),
-            sink: Mutex::new(sink),
-            dropped: AtomicU64::new(0),
-        });
-        let weak = Arc::downgrade(&inner);
-        std::thread::Builder::new()
-            .name("sluice-access-log".into())
-            .spawn(move || {
-                while let Some(inner) = weak.upgrade() {
-                    {
-                        let pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
-                        if pending.len() < FLUSH_AT {
-                            let _ = inner.wake.wait_timeout(pending, FLUSH_EVERY);
-                        }
-                    }
-                    inner.flush();
-                }
-            })?;
-        Ok(AccessLog {
-            inner: Some(inner),
-            format: config.access_format,
-        })
-    }
-
-    /// A sink that discards everything.
-    pub fn off() -> Self {
-        AccessLog {
-            inner: None,
-            format: AccessLogFormat::Text,
-        }
-    }
-
-    /// Lines dropped because the sink could not keep up.
-    pub fn dropped(&self) -> u64 {
-        self.inner
-            .as_ref()
-            .map_or(0, |i| i.dropped.load(Ordering::Relaxed))
-    }
-
-    /// Writes out every line logged so far (at shutdown).
-    pub fn flush(&self) {
-        if let Some(inner) = &self.inner {
-            inner.flush();
-        }
-    }
-
-    pub(crate) fn log(&self, e: &Entry) {
-        let Some(inner) = &self.inner else { return };
-        let line = match self.format {
-            AccessLogFormat::Text => text_line(e),
-            AccessLogFormat::Json => json_line(e),
-        };
-        let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if pending.len() + line.len() > MAX_PENDING {
-            inner.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        pending.extend_from_slice(line.as_bytes());
-        if pending.len() >= FLUSH_AT {
-            inner.wake.notify_one();
-        }
-    }
-}
-
 /// `d` in milliseconds with three decimals (microseconds, rounded), in integers: `{:.3}` on
 /// a float went through the float formatter's exact mode (grisu, falling back to dragon).
 fn push_ms(out: &mut String, d: Duration) {
@@ -188,7 +55,7 @@ fn time(e: &Entry) -> humantime::Rfc3339Timestamp {
 }
 
 /// The text line, written piece by piece into one buffer (no temporary strings).
-fn text_line(e: &Entry) -> String {
+pub(crate) fn text_line(e: &Entry) -> String {
     let mut out = String::with_capacity(192 + e.path.len() + e.host.len());
     let _ = write!(out, "{}", time(e));
     out.push(' ');
@@ -253,33 +120,131 @@ fn text_line(e: &Entry) -> String {
     out
 }
 
-fn json_line(e: &Entry) -> String {
-    let v = serde_json::json!({
-        "time": time(e).to_string(),
-        "client": e.client.map(|c| c.to_string()),
-        "listener": &*e.listener,
-        "host": e.host,
-        "method": e.method,
-        "path": e.path,
-        "protocol": e.protocol,
-        "status": e.status,
-        "bytes_in": e.bytes_in,
-        "bytes_out": e.bytes_out,
-        "duration_ms": e.duration.as_secs_f64() * 1000.0,
-        "route": e.route,
-        "upstream": e.upstream.map(|u| u.to_string()),
-        "upstream_ms": e.upstream_time.map(|d| d.as_secs_f64() * 1000.0),
-        "tls_version": (!e.tls_version.is_empty()).then_some(e.tls_version),
-        "tls_cipher": (!e.tls_cipher.is_empty()).then_some(&e.tls_cipher),
-        "tls_resumed": e.tls_resumed,
-        "aborted": e.aborted,
-        "request_id": (!e.request_id.is_empty()).then_some(&e.request_id),
-        "trace_id": e.trace.map(|(t, _)| sluice_trace::hex(t, 32)),
-        "span_id": e.trace.map(|(_, s)| sluice_trace::hex(u128::from(s), 16)),
+/// The JSON line: written by hand in a fixed order, `time` first (an Elasticsearch shipper
+/// renames it to `@timestamp` in place), without building a `serde_json::Value` per request.
+pub(crate) fn json_line(e: &Entry) -> String {
+    let mut out = String::with_capacity(384 + e.path.len() + e.host.len());
+    out.push_str("{\"time\":\"");
+    let _ = write!(out, "{}", time(e));
+    out.push_str("\",\"client\":");
+    match &e.client {
+        Some(c) => {
+            out.push('"');
+            push_addr(&mut out, c);
+            out.push('"');
+        }
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"listener\":");
+    push_json_str(&mut out, &e.listener);
+    out.push_str(",\"host\":");
+    push_json_str(&mut out, &e.host);
+    out.push_str(",\"method\":");
+    push_json_str(&mut out, &e.method);
+    out.push_str(",\"path\":");
+    push_json_str(&mut out, &e.path);
+    out.push_str(",\"protocol\":");
+    push_json_str(&mut out, e.protocol);
+    out.push_str(",\"status\":");
+    push_u64(&mut out, u64::from(e.status));
+    out.push_str(",\"bytes_in\":");
+    push_u64(&mut out, e.bytes_in);
+    out.push_str(",\"bytes_out\":");
+    push_u64(&mut out, e.bytes_out);
+    out.push_str(",\"duration_ms\":");
+    push_ms(&mut out, e.duration);
+    out.push_str(",\"route\":");
+    push_json_opt(&mut out, e.route.as_deref());
+    out.push_str(",\"upstream\":");
+    match &e.upstream {
+        Some(u) => {
+            out.push('"');
+            push_addr(&mut out, u);
+            out.push('"');
+        }
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"upstream_ms\":");
+    match e.upstream_time {
+        Some(d) => push_ms(&mut out, d),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"tls_version\":");
+    push_json_opt(&mut out, Some(e.tls_version).filter(|v| !v.is_empty()));
+    out.push_str(",\"tls_cipher\":");
+    push_json_opt(
+        &mut out,
+        Some(e.tls_cipher.as_str()).filter(|v| !v.is_empty()),
+    );
+    out.push_str(",\"tls_resumed\":");
+    out.push_str(match e.tls_resumed {
+        Some(true) => "true",
+        Some(false) => "false",
+        None => "null",
     });
-    let mut s = v.to_string();
-    s.push('\n');
-    s
+    out.push_str(",\"aborted\":");
+    out.push_str(if e.aborted { "true" } else { "false" });
+    out.push_str(",\"request_id\":");
+    push_json_opt(
+        &mut out,
+        Some(e.request_id.as_str()).filter(|v| !v.is_empty()),
+    );
+    match e.trace {
+        Some((trace, span)) => {
+            out.push_str(",\"trace_id\":\"");
+            sluice_trace::push_hex(&mut out, trace, 32);
+            out.push_str("\",\"span_id\":\"");
+            sluice_trace::push_hex(&mut out, u128::from(span), 16);
+            out.push_str("\"}\n");
+        }
+        None => out.push_str(",\"trace_id\":null,\"span_id\":null}\n"),
+    }
+    out
+}
+
+fn push_json_opt(out: &mut String, s: Option<&str>) {
+    match s {
+        Some(s) => push_json_str(out, s),
+        None => out.push_str("null"),
+    }
+}
+
+/// `s` as a JSON string: quotes, backslashes and control characters escaped (RFC 8259 §7).
+fn push_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    let mut plain = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let esc = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1f | 0x7f => "",
+            _ => continue,
+        };
+        out.push_str(&s[plain..i]);
+        if esc.is_empty() {
+            let _ = write!(out, "\\u{b:04x}");
+        } else {
+            out.push_str(esc);
+        }
+        plain = i + 1;
+    }
+    out.push_str(&s[plain..]);
+    out.push('"');
+}
+
+impl Entry {
+    /// Memory the entry holds on the heap (what the request log counts besides its slot).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.host.capacity()
+            + self.method.capacity()
+            + self.path.capacity()
+            + self.route.as_ref().map_or(0, String::capacity)
+            + self.tls_cipher.capacity()
+            + self.request_id.capacity()
+    }
 }
 
 #[cfg(test)]
@@ -324,6 +289,31 @@ mod tests {
             text_line(&e)
                 .contains(" trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=00000000000000ab")
         );
+    }
+
+    #[test]
+    fn json_lines_parse_and_escape_what_json_must_escape() {
+        let e = Entry {
+            listener: "a\"b\\c".into(),
+            path: "/p?q=\u{1}\t\r\n\u{7f}é".into(),
+            route: None,
+            upstream_time: None,
+            ..entry()
+        };
+        let line = json_line(&e);
+        assert!(line.starts_with("{\"time\":\"2025-11-23T00:00:00.123Z\","));
+        assert!(line.ends_with("}\n") && !line[..line.len() - 1].contains('\n'));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["listener"], "a\"b\\c");
+        assert_eq!(v["path"], "/p?q=\u{1}\t\r\n\u{7f}é");
+        assert_eq!(v["status"], 200);
+        assert_eq!(v["bytes_out"], 18_446_744_073_709_551_615u64);
+        assert_eq!(v["duration_ms"], 1.235);
+        assert_eq!(v["upstream_ms"], serde_json::Value::Null);
+        assert_eq!(v["route"], serde_json::Value::Null);
+        assert_eq!(v["client"], "10.0.255.7:54321");
+        assert_eq!(v["tls_resumed"], false);
+        assert_eq!(v.as_object().unwrap().len(), 21);
     }
 
     #[test]

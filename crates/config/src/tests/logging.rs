@@ -1,0 +1,151 @@
+use super::{errors, said_at};
+use crate::{DEFAULT_REQUEST_LOG_BYTES, HttpLogFormat, ShipSink, load_str};
+use std::time::Duration;
+
+const BASE: &str = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "a"
+upstream = "o"
+"#;
+
+#[test]
+fn log_shippers_and_the_request_log_load_with_their_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = load_str(BASE, "none.toml", dir.path()).unwrap();
+    assert!(s.log.ship.is_empty());
+    assert_eq!(s.log.request_log_bytes, DEFAULT_REQUEST_LOG_BYTES);
+    let text = format!(
+        r#"{BASE}
+[log]
+request_log = "1m"
+[[log.ship]]
+name = "store"
+url = "http://127.0.0.1:9428/insert/jsonline?_time_field=time"
+headers = {{ Authorization = "Bearer x" }}
+batch = 500
+flush = "250ms"
+[[log.ship]]
+url = "http://es:9200/_bulk"
+format = "elasticsearch"
+index = "sluice-access"
+queue = "1m"
+[[log.ship]]
+name = "syslog"
+url = "tcp://127.0.0.1:601"
+facility = "local3"
+app_name = "edge"
+"#
+    );
+    let log = load_str(&text, "good.toml", dir.path()).unwrap().log;
+    assert_eq!(log.request_log_bytes, 1 << 20);
+    assert_eq!(log.ship.len(), 3);
+    let store = &log.ship[0];
+    assert_eq!(store.name, "store");
+    assert_eq!((store.batch_lines, store.queue_bytes), (500, 8 << 20));
+    assert_eq!(store.flush_every, Duration::from_millis(250));
+    assert_eq!(store.timeout, Duration::from_secs(5));
+    match &store.sink {
+        ShipSink::Http {
+            url,
+            format,
+            headers,
+        } => {
+            assert_eq!(
+                url.path_and_query().unwrap(),
+                "/insert/jsonline?_time_field=time"
+            );
+            assert_eq!(*format, HttpLogFormat::JsonLines);
+            assert_eq!(
+                headers,
+                &[("Authorization".to_owned(), "Bearer x".to_owned())]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(log.ship[1].name, "ship-2");
+    assert_eq!(log.ship[1].queue_bytes, 1 << 20);
+    assert!(matches!(
+        &log.ship[1].sink,
+        ShipSink::Http { format: HttpLogFormat::Elasticsearch { index }, .. } if index == "sluice-access"
+    ));
+    assert_eq!(
+        log.ship[2].sink,
+        ShipSink::Syslog {
+            address: "127.0.0.1:601".parse().unwrap(),
+            tcp: true,
+            facility: 19,
+            app_name: "edge".into(),
+        }
+    );
+    let off = format!("{BASE}[log]\nrequest_log = 0\n");
+    assert_eq!(
+        load_str(&off, "off.toml", dir.path())
+            .unwrap()
+            .log
+            .request_log_bytes,
+        0
+    );
+}
+
+#[test]
+fn log_shipper_mistakes_are_named_where_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = format!(
+        r#"{BASE}
+[[log.ship]]
+name = "a"
+url = "ftp://logs:21"
+[[log.ship]]
+name = "a"
+url = "http://127.0.0.1:9428/x"
+format = "gelf"
+[[log.ship]]
+name = "s"
+url = "udp://logs.example:514"
+[[log.ship]]
+name = "t"
+url = "udp://127.0.0.1:514"
+facility = "local9"
+index = "x"
+[[log.ship]]
+name = "h"
+url = "http://127.0.0.1:9428/x"
+facility = "local0"
+batch = 0
+"#
+    );
+    let errs = errors(&bad, dir.path());
+    let at = |needle: &str| said_at(&errs, &bad, needle);
+    assert!(
+        at("\"ftp://logs:21\"").contains("neither http://"),
+        "{errs:#?}"
+    );
+    assert!(at("\"gelf\"").contains("not known"), "{errs:#?}");
+    assert!(
+        errs.iter().any(|e| e.to_string().contains("used twice")),
+        "{errs:#?}"
+    );
+    assert!(
+        at("\"udp://logs.example:514\"").contains("IP address"),
+        "{errs:#?}"
+    );
+    assert!(at("\"local9\"").contains("not known"), "{errs:#?}");
+    assert!(
+        errs.iter()
+            .any(|e| e.to_string().contains("`index` is for HTTP")),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.to_string().contains("`facility` is for syslog")),
+        "{errs:#?}"
+    );
+    assert!(at("batch = 0").contains("at least one"), "{errs:#?}");
+    assert_eq!(errs.len(), 8, "{errs:#?}");
+}

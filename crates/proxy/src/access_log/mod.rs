@@ -1,0 +1,213 @@
+//! The access log: one entry per request (and per layer-4 connection), which goes
+//! - to the file, stdout or stderr, buffered like NGINX's `access_log … buffer=`: lines are
+//!   appended to a shared buffer and written by a dedicated thread when 64 KiB have gathered
+//!   or 200 ms have passed, so that the event loop never waits on a disk or a pipe and the
+//!   writer does not wake per request; a buffer that grows past 8 MiB (a stuck sink) drops
+//!   lines and counts them;
+//! - as JSON to each `[[log.ship]]` (a log store over HTTP, or syslog), through a bounded
+//!   queue of its own ([`ship`]);
+//! - into the in-memory request log that `/api/v1/requests` searches ([`recent`]).
+
+mod entry;
+pub(crate) mod recent;
+mod ship;
+
+pub(crate) use entry::Entry;
+pub use recent::{Query, RequestLog, RequestLogStats};
+pub use ship::ShipperSnapshot;
+
+use sluice_config::{AccessLogFormat, AccessLogTarget, LogConfig};
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Gathered bytes that wake the writer early.
+const FLUSH_AT: usize = 64 * 1024;
+/// Longest a line waits before it is written.
+const FLUSH_EVERY: Duration = Duration::from_millis(200);
+/// Pending bytes beyond which new lines are dropped.
+const MAX_PENDING: usize = 8 << 20;
+
+/// The access log sink. Cloning shares it.
+#[derive(Clone, Debug)]
+pub struct AccessLog {
+    file: Option<Arc<FileSink>>,
+    format: AccessLogFormat,
+    ship: Option<Arc<ship::Shipping>>,
+    recent: Arc<RequestLog>,
+}
+
+/// The file (or stdout/stderr) and its writer thread.
+struct FileSink {
+    pending: Mutex<Vec<u8>>,
+    wake: Condvar,
+    sink: Mutex<Box<dyn Write + Send>>,
+    dropped: AtomicU64,
+}
+
+impl std::fmt::Debug for FileSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSink")
+            .field("dropped", &self.dropped)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileSink {
+    fn open(target: &AccessLogTarget) -> std::io::Result<Option<Arc<Self>>> {
+        let sink: Box<dyn Write + Send> = match target {
+            AccessLogTarget::Off => return Ok(None),
+            AccessLogTarget::Stdout => Box::new(std::io::stdout()),
+            AccessLogTarget::Stderr => Box::new(std::io::stderr()),
+            AccessLogTarget::File(path) => Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            ),
+        };
+        let file = Arc::new(FileSink {
+            pending: Mutex::new(Vec::with_capacity(FLUSH_AT * 2)),
+            wake: Condvar::new(),
+            sink: Mutex::new(sink),
+            dropped: AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&file);
+        std::thread::Builder::new()
+            .name("sluice-access-log".into())
+            .spawn(move || {
+                while let Some(file) = weak.upgrade() {
+                    {
+                        let pending = file.pending.lock().unwrap_or_else(|e| e.into_inner());
+                        if pending.len() < FLUSH_AT {
+                            let _ = file.wake.wait_timeout(pending, FLUSH_EVERY);
+                        }
+                    }
+                    file.flush();
+                }
+            })?;
+        Ok(Some(file))
+    }
+
+    /// Writes out whatever is pending.
+    fn flush(&self) {
+        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut sink = self.sink.lock().unwrap_or_else(|e| e.into_inner());
+        if !batch.is_empty() {
+            let _ = sink.write_all(&batch);
+        }
+        let _ = sink.flush();
+    }
+
+    fn write(&self, line: &str) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.len() + line.len() > MAX_PENDING {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        pending.extend_from_slice(line.as_bytes());
+        if pending.len() >= FLUSH_AT {
+            self.wake.notify_one();
+        }
+    }
+}
+
+impl Drop for FileSink {
+    /// A sink replaced by a reload (or the last one, at exit) writes out what it holds.
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+impl AccessLog {
+    /// Opens the sinks described by `config` and starts their threads, with a request log
+    /// of its own.
+    pub fn open(config: &LogConfig) -> std::io::Result<Self> {
+        Self::open_with(config, Arc::new(RequestLog::new(config.request_log_bytes)))
+    }
+
+    /// The sinks of `config` (a reload changed `[log]`), keeping this log's recent requests
+    /// (resized to the new bound).
+    pub fn reopen(&self, config: &LogConfig) -> std::io::Result<Self> {
+        self.recent.set_budget(config.request_log_bytes);
+        let ship = match &self.ship {
+            Some(s) if s.settings() == config.ship.as_slice() => Some(s.clone()),
+            _ => ship::Shipping::start(&config.ship)?,
+        };
+        Ok(AccessLog {
+            file: FileSink::open(&config.access_log)?,
+            format: config.access_format,
+            ship,
+            recent: self.recent.clone(),
+        })
+    }
+
+    fn open_with(config: &LogConfig, recent: Arc<RequestLog>) -> std::io::Result<Self> {
+        Ok(AccessLog {
+            file: FileSink::open(&config.access_log)?,
+            format: config.access_format,
+            ship: ship::Shipping::start(&config.ship)?,
+            recent,
+        })
+    }
+
+    /// A sink that discards everything.
+    pub fn off() -> Self {
+        AccessLog {
+            file: None,
+            format: AccessLogFormat::Text,
+            ship: None,
+            recent: Arc::new(RequestLog::new(0)),
+        }
+    }
+
+    /// Lines dropped because the file sink could not keep up.
+    pub fn dropped(&self) -> u64 {
+        self.file
+            .as_ref()
+            .map_or(0, |f| f.dropped.load(Ordering::Relaxed))
+    }
+
+    /// The recent requests kept in memory.
+    pub fn recent(&self) -> &RequestLog {
+        &self.recent
+    }
+
+    /// Each shipper's counters, in configuration order.
+    pub fn shippers(&self) -> Vec<ShipperSnapshot> {
+        self.ship
+            .as_ref()
+            .map(|s| s.snapshots())
+            .unwrap_or_default()
+    }
+
+    /// Writes out every line logged so far (at shutdown); shippers get up to two seconds to
+    /// send theirs.
+    pub fn flush(&self) {
+        const WAIT: Duration = Duration::from_secs(2);
+        if let Some(file) = &self.file {
+            file.flush();
+        }
+        if let Some(ship) = &self.ship {
+            ship.drain(WAIT);
+        }
+    }
+
+    /// Logs `e`: its line to the file and the shippers, the entry itself to the request log.
+    pub(crate) fn log(&self, e: Entry) {
+        let json = (self.ship.is_some()
+            || (self.file.is_some() && self.format == AccessLogFormat::Json))
+            .then(|| entry::json_line(&e));
+        if let Some(file) = &self.file {
+            match (&json, self.format) {
+                (Some(j), AccessLogFormat::Json) => file.write(j),
+                _ => file.write(&entry::text_line(&e)),
+            }
+        }
+        if let (Some(ship), Some(json)) = (&self.ship, &json) {
+            ship.push(&e, json);
+        }
+        self.recent.push(e);
+    }
+}
