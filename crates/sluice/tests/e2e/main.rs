@@ -25,6 +25,7 @@ mod http3;
 mod keepalive;
 mod keyless;
 mod layer4;
+mod logs;
 mod mirror;
 mod ocsp;
 mod offload;

@@ -1,0 +1,425 @@
+//! The access log beyond the file, end to end: lines shipped to a real searchable store
+//! (VictoriaLogs, built by `scripts/deps`) over HTTP as JSON lines and as an Elasticsearch
+//! `_bulk` body, and to its syslog listeners over UDP and TCP, then found by a LogsQL query;
+//! the store down and back (requests never wait, drops counted, shipping resumes); and the
+//! in-memory request log on the admin API.
+
+use crate::support::*;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+/// A VictoriaLogs on 127.0.0.1: HTTP (ingest and LogsQL queries) and syslog over UDP and TCP.
+struct Store {
+    child: Option<Child>,
+    http: SocketAddr,
+    syslog: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Store {
+    async fn start() -> Store {
+        let mut s = Store {
+            child: None,
+            http: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+            syslog: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        s.run().await;
+        s
+    }
+
+    /// Starts (or restarts) it on the same ports and data.
+    async fn run(&mut self) {
+        let syslog = format!("127.0.0.1:{}", self.syslog);
+        let child = std::process::Command::new(tool("victoria-logs"))
+            .arg(format!("-httpListenAddr={}", self.http))
+            .arg(format!(
+                "-storageDataPath={}",
+                self.dir.path().join("data").display()
+            ))
+            .arg(format!("-syslog.listenAddr.udp={syslog}"))
+            .arg(format!("-syslog.listenAddr.tcp={syslog}"))
+            .arg("-loggerLevel=WARN")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.path().join("vl.log")).unwrap())
+            .spawn()
+            .expect("VictoriaLogs starts");
+        self.child = Some(child);
+        for _ in 0..300 {
+            if tokio::net::TcpStream::connect(self.http).await.is_ok()
+                && tokio::net::TcpStream::connect(&syslog).await.is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("VictoriaLogs did not listen within 30 s");
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The rows a LogsQL query finds.
+    async fn query(&self, logsql: &str) -> Vec<Value> {
+        let q: String = url_encode(logsql);
+        let got = http1_get(
+            self.http,
+            "vl",
+            &format!("/select/logsql/query?query={q}&limit=1000"),
+        )
+        .await;
+        assert_eq!(got.status, 200, "{}", got.body);
+        got.body
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Waits up to 20 s for a query to find `want` rows (ingestion is visible within about a
+    /// second).
+    async fn find(&self, logsql: &str, want: usize) -> Vec<Value> {
+        let mut rows = Vec::new();
+        for _ in 0..200 {
+            rows = self.query(logsql).await;
+            if rows.len() >= want {
+                return rows;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "`{logsql}` found {} rows, not {want}: {rows:#?}",
+            rows.len()
+        );
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn shippers(store: &Store) -> String {
+    format!(
+        r#"
+[[log.ship]]
+name = "lines"
+url = "http://{http}/insert/jsonline?_time_field=time&_msg_field=path&_stream_fields=listener"
+headers = {{ "VL-Extra-Fields" = "via=lines" }}
+flush = "100ms"
+[[log.ship]]
+name = "bulk"
+url = "http://{http}/insert/elasticsearch/_bulk?_msg_field=path"
+format = "elasticsearch"
+index = "sluice-access"
+headers = {{ "VL-Extra-Fields" = "via=bulk" }}
+flush = "100ms"
+[[log.ship]]
+name = "syslog-udp"
+url = "udp://127.0.0.1:{syslog}"
+app_name = "sluice-udp"
+flush = "100ms"
+[[log.ship]]
+name = "syslog-tcp"
+url = "tcp://127.0.0.1:{syslog}"
+app_name = "sluice-tcp"
+facility = "local3"
+flush = "100ms"
+"#,
+        http = store.http,
+        syslog = store.syslog
+    )
+}
+
+async fn gateway(origin: SocketAddr, log: &str) -> TestGateway {
+    TestGateway::start_logged(
+        &format!(
+            r#"
+[log]
+access_log = "off"
+{log}
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{{ address = "{origin}" }}]
+[[upstream]]
+name = "gone"
+servers = [{{ address = "{gone}" }}]
+[[route]]
+name = "broken"
+path_prefix = "/broken"
+upstream = "gone"
+[[route]]
+name = "all"
+upstream = "o"
+"#,
+            gone = dead_port().await,
+        ),
+        tempfile::tempdir().unwrap(),
+    )
+    .await
+}
+
+fn shipper<'a>(status: &'a Value, name: &str) -> &'a Value {
+    status["log_shipping"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no shipper {name}: {status:#}"))
+}
+
+async fn status(admin: SocketAddr) -> Value {
+    serde_json::from_str(&http1_get(admin, "admin", "/status").await.body).unwrap()
+}
+
+/// Every shipper's lines are in the store and found by what they say: JSON lines and bulk
+/// with their fields (status, route, the request's path), syslog with its RFC 5424 header.
+#[tokio::test]
+async fn access_log_lines_reach_a_log_store_over_http_bulk_and_syslog() {
+    let store = Store::start().await;
+    let origin = Origin::start("o").await;
+    let gw = gateway(origin.addr, &shippers(&store)).await;
+    let (admin, _admin_task) = admin_for(&gw).await;
+    let at = gw.addr("http");
+    for i in 0..5 {
+        assert_eq!(
+            http1_get(at, "shop.test", &format!("/echo/shipped-{i}"))
+                .await
+                .status,
+            200
+        );
+    }
+    assert_eq!(
+        http1_get(at, "shop.test", "/broken/shipped-fail")
+            .await
+            .status,
+        502
+    );
+
+    for via in ["lines", "bulk"] {
+        let rows = store
+            .find(&format!("via:{via} AND _msg:~\"shipped\""), 6)
+            .await;
+        assert_eq!(rows.len(), 6, "{rows:#?}");
+        let failed: Vec<&Value> = rows.iter().filter(|r| r["status"] == "502").collect();
+        assert_eq!(failed.len(), 1, "{rows:#?}");
+        assert_eq!(failed[0]["route"], "broken");
+        assert_eq!(failed[0]["_msg"], "/broken/shipped-fail");
+        assert_eq!(failed[0]["host"], "shop.test");
+        assert_eq!(failed[0]["listener"], "http");
+        assert!(
+            failed[0]["request_id"]
+                .as_str()
+                .is_some_and(|id| id.len() == 32)
+        );
+    }
+    // Bulk lines carry their time as @timestamp (what Elasticsearch sorts by).
+    let bulk = store.query("via:bulk AND status:502").await;
+    assert!(
+        bulk[0]["@timestamp"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{bulk:#?}"
+    );
+    assert!(bulk[0].get("time").is_none(), "{bulk:#?}");
+
+    for (app, facility) in [("sluice-udp", "16"), ("sluice-tcp", "19")] {
+        let rows = store
+            .find(&format!("app_name:{app} AND \"shipped\""), 6)
+            .await;
+        assert_eq!(rows.len(), 6, "{rows:#?}");
+        let failed: Vec<&Value> = rows
+            .iter()
+            .filter(|r| r["_msg"].as_str().unwrap().contains("shipped-fail"))
+            .collect();
+        assert_eq!(failed.len(), 1, "{rows:#?}");
+        // 5xx is a warning (severity 4); the message is the JSON line.
+        assert_eq!(failed[0]["severity"], "4", "{rows:#?}");
+        assert_eq!(failed[0]["facility"], facility, "{rows:#?}");
+        assert_eq!(failed[0]["msg_id"], "access");
+        let line: Value = serde_json::from_str(failed[0]["_msg"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            (line["status"].as_u64(), line["route"].as_str()),
+            (Some(502), Some("broken"))
+        );
+        let ok = rows
+            .iter()
+            .find(|r| !r["_msg"].as_str().unwrap().contains("fail"))
+            .unwrap();
+        assert_eq!(ok["severity"], "6");
+    }
+
+    let st = status(admin).await;
+    for name in ["lines", "bulk", "syslog-udp", "syslog-tcp"] {
+        let sh = shipper(&st, name);
+        assert_eq!(sh["sent"], 6, "{sh:#}");
+        assert_eq!(
+            (sh["dropped"].as_u64(), sh["rejected"].as_u64()),
+            (Some(0), Some(0)),
+            "{sh:#}"
+        );
+    }
+    let metrics = http1_get(admin, "admin", "/metrics").await.body;
+    assert!(
+        metrics.contains("sluice_log_ship_lines_total{shipper=\"bulk\",outcome=\"sent\"} 6"),
+        "{metrics}"
+    );
+}
+
+/// The store stops: requests are answered as before, sends fail and are counted, lines past
+/// the queue are dropped and counted; the store comes back on the same address and the lines
+/// logged since reach it.
+#[tokio::test]
+async fn a_log_store_down_and_back_costs_no_request_and_shipping_resumes() {
+    let mut store = Store::start().await;
+    let origin = Origin::start("o").await;
+    let gw = gateway(
+        origin.addr,
+        &format!(
+            r#"
+[[log.ship]]
+name = "lines"
+url = "http://{}/insert/jsonline?_time_field=time&_msg_field=path"
+flush = "50ms"
+queue = "64k"
+timeout = "1s"
+"#,
+            store.http
+        ),
+    )
+    .await;
+    let (admin, _admin_task) = admin_for(&gw).await;
+    let at = gw.addr("http");
+    assert_eq!(http1_get(at, "shop.test", "/echo/before").await.status, 200);
+    store.find("_msg:\"/echo/before\"", 1).await;
+
+    store.stop();
+    // More lines than the 64 KiB queue holds (each is about 450 bytes): all answered.
+    let mut sender = http1_sender(at).await;
+    for i in 0..400 {
+        let req = http::Request::get(format!("/echo/while-down-{i}"))
+            .header("host", "shop.test")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        sender.ready().await.unwrap();
+        let got = collect(sender.send_request(req).await.unwrap()).await;
+        assert_eq!(got.status, 200);
+    }
+    let mut down = Value::Null;
+    for _ in 0..100 {
+        down = shipper(&status(admin).await, "lines").clone();
+        if down["failures"].as_u64() > Some(0) && down["dropped"].as_u64() > Some(0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(down["failures"].as_u64() > Some(0), "{down:#}");
+    assert!(down["dropped"].as_u64() > Some(0), "{down:#}");
+    assert!(down["last_error"].as_str().is_some(), "{down:#}");
+    assert!(down["queued_bytes"].as_u64() <= Some(64 * 1024), "{down:#}");
+
+    store.run().await;
+    assert_eq!(http1_get(at, "shop.test", "/echo/after").await.status, 200);
+    // Back-off is at most a few seconds this early; then the held batch and the rest go.
+    store.find("_msg:\"/echo/after\"", 1).await;
+    let kept = store.find("_msg:~\"while-down\"", 1).await.len();
+    let up = shipper(&status(admin).await, "lines").clone();
+    assert_eq!(
+        up["sent"].as_u64().unwrap() + up["dropped"].as_u64().unwrap(),
+        402,
+        "every line is either sent or counted as dropped: {up:#}"
+    );
+    assert!(
+        kept >= 1 && (kept as u64) < 400,
+        "{kept} of 400 kept: {up:#}"
+    );
+}
+
+/// `/api/v1/requests` answers from memory: by status class, route, time and request ID,
+/// slowest first; the bound holds under a flood of requests.
+#[tokio::test]
+async fn recent_requests_are_searchable_on_the_admin_api_within_their_bound() {
+    let origin = Origin::start("o").await;
+    let gw = gateway(origin.addr, "request_log = \"256k\"").await;
+    let (admin, _admin_task) = admin_for(&gw).await;
+    let at = gw.addr("http");
+    assert_eq!(http1_get(at, "shop.test", "/slow?ms=300").await.status, 200);
+    for i in 0..20 {
+        assert_eq!(
+            http1_get(at, "shop.test", &format!("/echo/{i}"))
+                .await
+                .status,
+            200
+        );
+    }
+    for _ in 0..3 {
+        assert_eq!(http1_get(at, "shop.test", "/broken/x").await.status, 502);
+    }
+    let api = |q: &'static str| async move {
+        let got = http1_get(admin, "admin", &format!("/api/v1/requests?{q}")).await;
+        let v: Value = serde_json::from_str(&got.body).unwrap();
+        (got.status, v)
+    };
+    let (code, v) = api("status=5xx&route=broken&since=1m").await;
+    assert_eq!(code, 200);
+    assert_eq!(v["matched"], 3, "{v:#}");
+    assert!(
+        v["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["status"] == 502 && r["path"] == "/broken/x")
+    );
+    let (_, v) = api("sort=slowest&limit=1").await;
+    assert_eq!(v["requests"][0]["path"], "/slow?ms=300", "{v:#}");
+    assert!(v["requests"][0]["duration_ms"].as_f64() >= Some(300.0));
+    let (_, v) = api("route=all&limit=2").await;
+    assert_eq!(v["matched"], 21);
+    assert_eq!(v["requests"][0]["path"], "/echo/19", "newest first: {v:#}");
+    let id = v["requests"][0]["request_id"].as_str().unwrap().to_owned();
+    let got = http1_get(admin, "admin", &format!("/api/v1/requests?request_id={id}")).await;
+    assert!(got.body.contains("\"matched\":1"), "{}", got.body);
+    let (code, v) = api("status=5x").await;
+    assert_eq!(code, 400);
+    assert!(v["error"].as_str().unwrap().contains("status"), "{v:#}");
+
+    // A flood: far more requests than 256 KiB holds; the newest are kept, within the bound.
+    let mut sender = http1_sender(at).await;
+    for i in 0..3000 {
+        let req = http::Request::get(format!("/echo/flood-{i}"))
+            .header("host", "shop.test")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        sender.ready().await.unwrap();
+        assert_eq!(
+            collect(sender.send_request(req).await.unwrap())
+                .await
+                .status,
+            200
+        );
+    }
+    let rl = status(admin).await["request_log"].clone();
+    assert!(rl["bytes"].as_u64() <= Some(256 * 1024), "{rl:#}");
+    assert!(rl["evicted_total"].as_u64() > Some(0), "{rl:#}");
+    let (_, v) = api("limit=1").await;
+    assert_eq!(v["requests"][0]["path"], "/echo/flood-2999");
+}
