@@ -297,6 +297,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
         "compression": compression,
         "cache": crate::cache::status(s),
         "mirrors": crate::mirror::status(s),
+        "trace_url": s.gateway.snapshot().tracing.as_ref().and_then(|t| t.trace_url.clone()),
         "upstreams": upstreams,
         "key_servers": key_servers,
         "acme": crate::certificates::status(),

@@ -423,3 +423,77 @@ async fn recent_requests_are_searchable_on_the_admin_api_within_their_bound() {
     let (_, v) = api("limit=1").await;
     assert_eq!(v["requests"][0]["path"], "/echo/flood-2999");
 }
+
+/// The dashboard's "Recent requests" view in headless Chromium: the filters from the page's
+/// address, the rows the API answered, and trace IDs linked to the trace UI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_lists_recent_requests_with_filters_and_trace_links() {
+    let origin = Origin::start("o").await;
+    // Spans go nowhere (no collector listens): the trace IDs are what is shown.
+    let gw = gateway(
+        origin.addr,
+        &format!(
+            "[tracing]\nendpoint = \"http://{}\"\nsample_percent = 100\ntrace_url = \"http://traces.example/trace/{{trace_id}}\"",
+            dead_port().await
+        ),
+    )
+    .await;
+    let (admin, _admin_task) = admin_for(&gw).await;
+    let at = gw.addr("http");
+    for i in 0..4 {
+        assert_eq!(
+            http1_get(at, "shop.test", &format!("/echo/fine-{i}"))
+                .await
+                .status,
+            200
+        );
+    }
+    for _ in 0..2 {
+        assert_eq!(
+            http1_get(at, "shop.test", "/broken/dashboard").await.status,
+            502
+        );
+    }
+    let api: Value = serde_json::from_str(
+        &http1_get(admin, "admin", "/api/v1/requests?status=5xx")
+            .await
+            .body,
+    )
+    .unwrap();
+    let trace = api["requests"][0]["trace_id"].as_str().unwrap().to_owned();
+
+    let url = format!("http://127.0.0.1:{}/?status=5xx&route=broken", admin.port());
+    let (dom, log) = headless_chromium(
+        &url,
+        &[
+            "--virtual-time-budget=3500".to_owned(),
+            "--dump-dom".to_owned(),
+        ],
+    )
+    .await;
+    let console: Vec<&str> = log.lines().filter(|l| l.contains(":CONSOLE")).collect();
+    assert!(console.is_empty(), "the page logged or threw: {console:#?}");
+    let table = &dom[dom.find("id=\"requests\"").expect("the requests table")..];
+    let table = &table[..table.find("</table>").unwrap()];
+    assert_eq!(
+        table.matches(">/broken/dashboard</td>").count(),
+        2,
+        "{table}"
+    );
+    assert!(!table.contains("/echo/fine"), "filtered by status: {table}");
+    assert!(
+        table.contains(&format!("href=\"http://traces.example/trace/{trace}\"")),
+        "{table}"
+    );
+    assert!(dom.contains("2 matching of 6 kept"), "{dom}");
+    // And unfiltered, every request is listed.
+    let (dom, _) = headless_chromium(
+        &format!("http://127.0.0.1:{}/?since=", admin.port()),
+        &[
+            "--virtual-time-budget=3500".to_owned(),
+            "--dump-dom".to_owned(),
+        ],
+    )
+    .await;
+    assert!(dom.contains("6 matching of 6 kept"), "{dom}");
+}
