@@ -56,6 +56,10 @@ STALLED_PORT = 18082
 # (built by scripts/deps) on the load core.
 SLUICE_TRACE1_PORT = 18450
 SLUICE_TRACE100_PORT = 18451
+# The request-log row: the same gateway with `[log] request_log = 0` (the baseline keeps the
+# default 8 MiB of recent requests; its admin listener answers how much it holds).
+SLUICE_NOLOG_PORT = 18452
+SLUICE_ADMIN_PORT = 18901
 JAEGER_OTLP_PORT = 18317
 JAEGER_QUERY_PORT = 18686
 # Prefix routes of the `sluice-routes` gateway (the route-table row): a request's routing
@@ -334,7 +338,7 @@ backend origin
 MB_LANES = "auto"
 
 
-def sluice_conf(d, cert, engine="default", port=SLUICE_PORT, log="sluice-access.log"):
+def sluice_conf(d, cert, engine="default", port=SLUICE_PORT, log="sluice-access.log", request_log=None, admin=None):
     """engine: "default" (no `engines` line and handshakes on threads of their own: what a
     new user gets), "pool" (the default before this round: signatures on `pool` threads,
     handshakes on the event loop) or "inline" (everything on the event loop)."""
@@ -344,14 +348,16 @@ def sluice_conf(d, cert, engine="default", port=SLUICE_PORT, log="sluice-access.
     handshakes = "" if engine == "default" else "\n[offload.handshakes]\nisolate = false"
     certificates = "".join(f"[[certificate]]\nname = \"{c}\"\ncert = '{d}/{c}.crt'\nkey = '{d}/{c}.key'\n"
                            for c in CERTS[cert])
+    request_log = "" if request_log is None else f"\nrequest_log = {request_log}"
+    admin = "enabled = false" if admin is None else f'address = "127.0.0.1:{admin}"'
     return f"""
 [global]
 shutdown_timeout = "5s"
 [log]
 level = "warn"
-access_log = '{d}/{log}'
+access_log = '{d}/{log}'{request_log}
 [admin]
-enabled = false
+{admin}
 [offload.crypto]
 {engines}{mb_lanes}
 [offload.compress]
@@ -504,13 +510,15 @@ class Gateways:
         self.d = d
         for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-pool-access.log",
                   "sluice-routes-access.log", "sluice-mirror-access.log", "sluice-trace1-access.log",
-                  "sluice-trace100-access.log"):
+                  "sluice-trace100-access.log", "sluice-nolog-access.log"):
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
         Path(d, "haproxy.cfg").write_text(haproxy_conf(d, cert))
         for c in CERTS[cert]:
             Path(d, f"{c}.pem").write_bytes(Path(d, f"{c}.crt").read_bytes() + Path(d, f"{c}.key").read_bytes())
-        Path(d, "sluice.toml").write_text(sluice_conf(d, cert))
+        Path(d, "sluice.toml").write_text(sluice_conf(d, cert, admin=SLUICE_ADMIN_PORT))
+        Path(d, "sluice-nolog.toml").write_text(
+            sluice_conf(d, cert, "default", SLUICE_NOLOG_PORT, "sluice-nolog-access.log", request_log=0))
         Path(d, "sluice-inline.toml").write_text(sluice_conf(d, cert, "inline", SLUICE_INLINE_PORT, "sluice-inline-access.log"))
         Path(d, "sluice-pool.toml").write_text(sluice_conf(d, cert, "pool", SLUICE_POOL_PORT, "sluice-pool-access.log"))
         Path(d, "sluice-routes.toml").write_text(sluice_routes_conf(d, cert))
@@ -529,7 +537,7 @@ class Gateways:
         self.ports = {"nginx": NGINX_PORT, "haproxy": HAPROXY_PORT, "sluice": SLUICE_PORT, "sluice-inline": SLUICE_INLINE_PORT,
                       "sluice-pool": SLUICE_POOL_PORT, "sluice-routes": SLUICE_ROUTES_PORT,
                       "sluice-mirror": SLUICE_MIRROR_PORT, "sluice-trace1": SLUICE_TRACE1_PORT,
-                      "sluice-trace100": SLUICE_TRACE100_PORT}
+                      "sluice-trace100": SLUICE_TRACE100_PORT, "sluice-nolog": SLUICE_NOLOG_PORT}
 
     def _start(self, d):
         specs = [
@@ -551,6 +559,9 @@ class Gateways:
                                f"{d}/sluice-trace1.pid"], SLUICE_TRACE1_PORT),
             ("sluice-trace100", [str(SLUICE), "run", "--config", f"{d}/sluice-trace100.toml", "--pid-file",
                                  f"{d}/sluice-trace100.pid"], SLUICE_TRACE100_PORT),
+            # The same without the in-memory request log (the request-log row).
+            ("sluice-nolog", [str(SLUICE), "run", "--config", f"{d}/sluice-nolog.toml", "--pid-file",
+                              f"{d}/sluice-nolog.pid"], SLUICE_NOLOG_PORT),
         ]
         self.specs = {name: (argv, port) for name, argv, port in specs}
         for name, argv, port in specs:
@@ -834,6 +845,12 @@ def scenarios(page_len):
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1, traced at 1% and 100% (Sluice without / with)",
               "cert": "rsa", "metric": "req/s", "traced": True,
               "run": lambda port, dur: h2load(port, dur, "/1k", True, 32, 1)})
+    # The in-memory request log's cost (Sluice against itself): every request's entry kept in
+    # 8 MiB (the default) or none; after the runs, the baseline's /status says how much it holds
+    # (the bound under this flood).
+    s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1, request log off / on (Sluice)",
+              "cert": "rsa", "metric": "req/s", "request_log": True,
+              "run": lambda port, dur: h2load(port, dur, "/1k", True, 32, 1)})
     # A site's usual day: a moderate, fixed rate, where each request is its own wake-up (32
     # connections of 100 req/s each). Compared on CPU per request (no core is saturated).
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/1.1, paced at 3,200 req/s", "cert": "rsa", "metric": "req/s",
@@ -1026,6 +1043,8 @@ def main():
                         who_all = ("sluice", "sluice-mirror")
                     if sc.get("traced"):
                         who_all = ("sluice", "sluice-trace1", "sluice-trace100")
+                    if sc.get("request_log"):
+                        who_all = ("sluice", "sluice-nolog")
                     row = {"name": sc["name"], "metric": sc["metric"], "runs": {w: [] for w in who_all}}
                     for i in range(min(runs, 3) if sc.get("memory") else runs):
                         order = who_all if i % 2 == 0 else tuple(reversed(who_all))
@@ -1047,6 +1066,8 @@ def main():
                         resumed = sum(r.get("resumed", 0) for w in row["runs"].values() for r in w)
                         row["resumed_handshakes"] = resumed + gw.resumed_in_logs()
                         row["all_full_handshakes"] = row["resumed_handshakes"] == 0
+                    if sc.get("request_log"):
+                        row["request_log"] = request_log_held()
                     row["lower_is_better"] = sc.get("lower_is_better", False)
                     row["memory"] = sc.get("memory", False)
                     row["site_mix"] = sc.get("site_mix", False)
@@ -1209,7 +1230,8 @@ def render(results, runs, duration, cpu, date):
                            ("sluice-routes", f"Sluice with {TABLE_ROUTES:,} prefix routes (request on /api/v7/)"),
                            ("sluice-mirror", "Sluice mirroring (10% to a second origin; all of /stalled/ to a stalled one)"),
                            ("sluice-trace1", "Sluice [tracing] sample_percent = 1"),
-                           ("sluice-trace100", "Sluice [tracing] sample_percent = 100")):
+                           ("sluice-trace100", "Sluice [tracing] sample_percent = 100"),
+                           ("sluice-nolog", "Sluice [log] request_log = 0 (no request log)")):
             if who not in row["runs"]:
                 continue
             si = summarize([r["value"] for r in row["runs"][who]])
@@ -1239,10 +1261,23 @@ def routes_note(row, who):
     return f"Sluice {TABLE_ROUTES:,} routes / one route: {fmt_ratio(row, who, 'sluice')}"
 
 
+def request_log_held():
+    """The baseline gateway's request log after the flood (`/status`'s `request_log`)."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{SLUICE_ADMIN_PORT}/status", timeout=10) as r:
+        return json.loads(r.read())["request_log"]
+
+
 def mirror_note(row, who):
     """The mirror and tracing rows' goals, against the same gateway without: CPU per
     primary request (mirroring 10%: at most 12% more; tracing 1%: 3%, 100%: 15%), or the p99
     (unmoved)."""
+    if who == "sluice-nolog" and "sluice" in row["runs"]:
+        more = med(row, "sluice", "cpu_us_per_unit") / max(med(row, who, "cpu_us_per_unit"), 1e-9) - 1
+        held = row.get("request_log") or {}
+        bound = (f"; after the runs it held {held['entries']:,} requests in {held['bytes']:,} of "
+                 f"{held['budget']:,} bytes ({held['evicted_total']:,} evicted)") if held else ""
+        return f"CPU per request with the request log / without: {more:+.1%}{bound}"
     if who not in ("sluice-mirror", "sluice-trace1", "sluice-trace100") or "sluice" not in row["runs"]:
         return ""
     if row["lower_is_better"]:

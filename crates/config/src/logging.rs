@@ -68,12 +68,15 @@ pub struct LogShip {
 pub enum ShipSink {
     /// POSTed in batches to an HTTP endpoint.
     Http {
-        /// `http://host:port/path?query`.
+        /// `http://` or `https://host:port/path?query`.
         url: http::Uri,
         /// The body's shape.
         format: HttpLogFormat,
         /// Headers sent with every batch (such as `Authorization`).
         headers: Vec<(String, String)>,
+        /// `https://`: PEM of the CA certificates trusted for the store (`None`: the
+        /// system's roots).
+        ca: Option<Vec<u8>>,
     },
     /// RFC 5424 messages to a syslog server.
     Syslog {

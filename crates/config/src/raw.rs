@@ -67,7 +67,7 @@ pub struct RawLog {
 pub struct RawLogShip {
     /// Its name in metrics and `/status` (default `ship-N`).
     pub name: Option<Spanned<String>>,
-    /// `http://host:port/path` (batches POSTed), `udp://host:port` or `tcp://host:port`
+    /// `http(s)://host:port/path` (batches POSTed), `udp://host:port` or `tcp://host:port`
     /// (syslog, RFC 5424).
     pub url: Spanned<String>,
     /// HTTP only: `"json_lines"` (default) or `"elasticsearch"` (the `_bulk` API).
@@ -76,6 +76,8 @@ pub struct RawLogShip {
     pub index: Option<Spanned<String>>,
     /// HTTP only: headers sent with every batch.
     pub headers: Option<BTreeMap<String, Spanned<String>>>,
+    /// `https://` only: a PEM file of the CAs trusted for the store (default: the system's).
+    pub ca: Option<SpannedStr>,
     /// Syslog only: the facility (default "local0").
     pub facility: Option<Spanned<String>>,
     /// Syslog only: APP-NAME (default "sluice").

@@ -35,13 +35,13 @@ impl Cx<'_> {
         let url = r.url.get_ref();
         let scheme = url.split_once("://").map(|(s, _)| s);
         let sink = match scheme {
-            Some("http") => self.http_sink(r)?,
+            Some("http" | "https") => self.http_sink(r, scheme == Some("https"))?,
             Some("udp" | "tcp") => self.syslog_sink(r, scheme == Some("tcp"))?,
             _ => {
                 self.err_at(
                     &r.url,
-                    format!("[[log.ship]] url `{url}` is neither http:// nor udp:// or tcp://"),
-                    "use \"http://host:port/path\" for a log store (batches of JSON lines), or \
+                    format!("[[log.ship]] url `{url}` is neither http(s):// nor udp:// or tcp://"),
+                    "use \"http://host:port/path\" (or https://) for a log store (batches of JSON lines), or \
                      \"udp://ip:port\" / \"tcp://ip:port\" for a syslog server",
                 );
                 return None;
@@ -53,6 +53,7 @@ impl Cx<'_> {
                 ("index", r.index.is_some()),
                 ("headers", r.headers.is_some()),
                 ("batch", r.batch.is_some()),
+                ("ca", r.ca.is_some()),
             ] {
                 if given {
                     self.err_at(
@@ -99,14 +100,14 @@ impl Cx<'_> {
         })
     }
 
-    fn http_sink(&mut self, r: &RawLogShip) -> Option<ShipSink> {
+    fn http_sink(&mut self, r: &RawLogShip, https: bool) -> Option<ShipSink> {
         let url = match r.url.get_ref().parse::<http::Uri>() {
             Ok(u) if u.authority().is_some() && u.port_u16() != Some(0) => u,
             _ => {
                 self.err_at(
                     &r.url,
                     format!("[[log.ship]] url `{}` is not an address", r.url.get_ref()),
-                    "write it as \"http://host:port/path?query\"",
+                    "write it as \"http://host:port/path?query\" (or https://)",
                 );
                 return None;
             }
@@ -168,10 +169,23 @@ impl Cx<'_> {
                 );
             }
         }
+        let ca = match &r.ca {
+            Some(at) if !https => {
+                self.err_at(
+                    at,
+                    "[[log.ship]] `ca` is for https:// stores",
+                    "remove it, or ship to an https:// url",
+                );
+                None
+            }
+            Some(at) => Some(self.ca_pem("[[log.ship]]", at)?),
+            None => None,
+        };
         Some(ShipSink::Http {
             url,
             format,
             headers,
+            ca,
         })
     }
 

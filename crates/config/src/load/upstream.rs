@@ -385,40 +385,41 @@ fn cookie_name(name: &str) -> bool {
 }
 
 impl Cx<'_> {
+    /// A CA file's PEM, read and checked now (for `what`, such as "upstream `api`"), so that a
+    /// bad one fails the load and a reload keeps the running configuration.
+    pub(super) fn ca_pem(&mut self, what: &str, at: &SpannedStr) -> Option<Vec<u8>> {
+        let path = self.path(at.get_ref());
+        let pem = match self.read_file(&path) {
+            Ok(p) => p,
+            Err(e) => {
+                self.err_at(
+                    at,
+                    format!("{what}: cannot read CA file {}: {e}", path.display()),
+                    "check the path (relative paths start at the configuration file's directory)",
+                );
+                return None;
+            }
+        };
+        match boring::x509::X509::stack_from_pem(&pem) {
+            Ok(certs) if !certs.is_empty() => Some(pem),
+            _ => {
+                self.err_at(
+                    at,
+                    format!("{what}: {} holds no PEM certificate", path.display()),
+                    "give a file with one or more -----BEGIN CERTIFICATE----- blocks",
+                );
+                None
+            }
+        }
+    }
+
     /// `[upstream.tls]`: the CA file is read and checked now, so that a bad one fails the
     /// load (and a reload keeps the running configuration).
     fn upstream_tls(&mut self, name: &str, raw: &Spanned<RawUpstreamTls>) -> Option<UpstreamTls> {
         let t = raw.get_ref();
         let ca = match &t.ca {
             None => None,
-            Some(at) => {
-                let path = self.path(at.get_ref());
-                let pem = match self.read_file(&path) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        self.err_at(
-                            at,
-                            format!("upstream `{name}`: cannot read CA file {}: {e}", path.display()),
-                            "check the path (relative paths start at the configuration file's directory)",
-                        );
-                        return None;
-                    }
-                };
-                match boring::x509::X509::stack_from_pem(&pem) {
-                    Ok(certs) if !certs.is_empty() => Some(pem),
-                    _ => {
-                        self.err_at(
-                            at,
-                            format!(
-                                "upstream `{name}`: {} holds no PEM certificate",
-                                path.display()
-                            ),
-                            "give a file with one or more -----BEGIN CERTIFICATE----- blocks",
-                        );
-                        return None;
-                    }
-                }
-            }
+            Some(at) => Some(self.ca_pem(&format!("upstream `{name}`"), at)?),
         };
         if let Some(at) = &t.server_name
             && (at.get_ref().is_empty() || !at.get_ref().bytes().all(|b| b.is_ascii_graphic()))

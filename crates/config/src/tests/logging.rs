@@ -55,7 +55,9 @@ app_name = "edge"
             url,
             format,
             headers,
+            ca,
         } => {
+            assert!(ca.is_none());
             assert_eq!(
                 url.path_and_query().unwrap(),
                 "/insert/jsonline?_time_field=time"
@@ -118,12 +120,17 @@ name = "h"
 url = "http://127.0.0.1:9428/x"
 facility = "local0"
 batch = 0
+ca = "ca.pem"
+[[log.ship]]
+name = "missing-ca"
+url = "https://logs.example/_bulk"
+ca = "nothere.pem"
 "#
     );
     let errs = errors(&bad, dir.path());
     let at = |needle: &str| said_at(&errs, &bad, needle);
     assert!(
-        at("\"ftp://logs:21\"").contains("neither http://"),
+        at("\"ftp://logs:21\"").contains("neither http(s)://"),
         "{errs:#?}"
     );
     assert!(at("\"gelf\"").contains("not known"), "{errs:#?}");
@@ -147,5 +154,10 @@ batch = 0
         "{errs:#?}"
     );
     assert!(at("batch = 0").contains("at least one"), "{errs:#?}");
-    assert_eq!(errs.len(), 8, "{errs:#?}");
+    assert!(at("\"ca.pem\"").contains("for https://"), "{errs:#?}");
+    assert!(
+        at("\"nothere.pem\"").contains("cannot read CA file"),
+        "{errs:#?}"
+    );
+    assert_eq!(errs.len(), 10, "{errs:#?}");
 }

@@ -235,18 +235,6 @@ fn push_json_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
-impl Entry {
-    /// Memory the entry holds on the heap (what the request log counts besides its slot).
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.host.capacity()
-            + self.method.capacity()
-            + self.path.capacity()
-            + self.route.as_ref().map_or(0, String::capacity)
-            + self.tls_cipher.capacity()
-            + self.request_id.capacity()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -194,7 +194,7 @@ impl AccessLog {
         }
     }
 
-    /// Logs `e`: its line to the file and the shippers, the entry itself to the request log.
+    /// Logs `e`: its line to the file and the shippers, a copy into the request log.
     pub(crate) fn log(&self, e: Entry) {
         let json = (self.ship.is_some()
             || (self.file.is_some() && self.format == AccessLogFormat::Json))
@@ -208,6 +208,6 @@ impl AccessLog {
         if let (Some(ship), Some(json)) = (&self.ship, &json) {
             ship.push(&e, json);
         }
-        self.recent.push(e);
+        self.recent.push(&e);
     }
 }

@@ -14,6 +14,8 @@ use std::time::Duration;
 struct Store {
     child: Option<Child>,
     http: SocketAddr,
+    /// An HTTPS listener beside the plain one (`start_tls`), with its certificate's stem.
+    https: Option<(SocketAddr, String)>,
     syslog: u16,
     dir: tempfile::TempDir,
 }
@@ -23,6 +25,7 @@ impl Store {
         let mut s = Store {
             child: None,
             http: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+            https: None,
             syslog: free_port(),
             dir: tempfile::tempdir().unwrap(),
         };
@@ -30,11 +33,51 @@ impl Store {
         s
     }
 
+    /// Also serving HTTPS, with a certificate for `localhost` issued by `{dir}/ca.crt`.
+    async fn start_tls() -> Store {
+        let mut s = Store {
+            child: None,
+            http: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+            https: Some((
+                format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+                "vl".into(),
+            )),
+            syslog: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        // A CA (`ca.crt`, what the shipper trusts) and the store's certificate from it.
+        let dir = s.dir.path();
+        issue(dir, "ca", "log store test CA", None, &[]);
+        let ca = boring::x509::X509::from_pem(&std::fs::read(dir.join("ca.crt")).unwrap()).unwrap();
+        let key =
+            boring::pkey::PKey::private_key_from_pem(&std::fs::read(dir.join("ca.key")).unwrap())
+                .unwrap();
+        issue(dir, "vl", "localhost", Some((&ca, &key)), &["localhost"]);
+        s.run().await;
+        s
+    }
+
     /// Starts (or restarts) it on the same ports and data.
     async fn run(&mut self) {
         let syslog = format!("127.0.0.1:{}", self.syslog);
-        let child = std::process::Command::new(tool("victoria-logs"))
-            .arg(format!("-httpListenAddr={}", self.http))
+        let mut cmd = std::process::Command::new(tool("victoria-logs"));
+        match &self.https {
+            None => cmd.arg(format!("-httpListenAddr={}", self.http)),
+            Some((at, stem)) => {
+                let file = |ext: &str| {
+                    self.dir
+                        .path()
+                        .join(format!("{stem}.{ext}"))
+                        .display()
+                        .to_string()
+                };
+                cmd.arg(format!("-httpListenAddr={},{at}", self.http))
+                    .arg("-tls=false,true")
+                    .arg(format!("-tlsCertFile=,{}", file("crt")))
+                    .arg(format!("-tlsKeyFile=,{}", file("key")))
+            }
+        };
+        let child = cmd
             .arg(format!(
                 "-storageDataPath={}",
                 self.dir.path().join("data").display()
@@ -50,6 +93,10 @@ impl Store {
         for _ in 0..300 {
             if tokio::net::TcpStream::connect(self.http).await.is_ok()
                 && tokio::net::TcpStream::connect(&syslog).await.is_ok()
+                && match &self.https {
+                    Some((at, _)) => tokio::net::TcpStream::connect(at).await.is_ok(),
+                    None => true,
+                }
             {
                 return;
             }
@@ -285,6 +332,66 @@ async fn access_log_lines_reach_a_log_store_over_http_bulk_and_syslog() {
     );
 }
 
+/// HTTPS to the store: its certificate checked against `ca` (and its name); without the CA,
+/// every send fails verification and is counted, and the requests are answered all the same.
+#[tokio::test]
+async fn lines_go_to_an_https_store_that_proves_itself() {
+    let store = Store::start_tls().await;
+    let (https, _) = store.https.clone().unwrap();
+    let ca = store.dir.path().join("ca.crt");
+    let origin = Origin::start("o").await;
+    let gw = gateway(
+        origin.addr,
+        &format!(
+            r#"
+[[log.ship]]
+name = "trusted"
+url = "https://localhost:{port}/insert/jsonline?_time_field=time&_msg_field=path"
+ca = "{ca}"
+headers = {{ "VL-Extra-Fields" = "via=https" }}
+flush = "100ms"
+[[log.ship]]
+name = "untrusted"
+url = "https://localhost:{port}/insert/jsonline?_time_field=time&_msg_field=path"
+headers = {{ "VL-Extra-Fields" = "via=unverified" }}
+flush = "100ms"
+"#,
+            port = https.port(),
+            ca = ca.display()
+        ),
+    )
+    .await;
+    let (admin, _admin_task) = admin_for(&gw).await;
+    assert_eq!(
+        http1_get(gw.addr("http"), "shop.test", "/echo/over-tls")
+            .await
+            .status,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    eprintln!("DEBUG {:#}", shipper(&status(admin).await, "trusted"));
+    let rows = store.find("via:https AND _msg:\"/echo/over-tls\"", 1).await;
+    assert_eq!(rows[0]["status"], "200", "{rows:#?}");
+    let mut untrusted = Value::Null;
+    for _ in 0..100 {
+        untrusted = shipper(&status(admin).await, "untrusted").clone();
+        if untrusted["failures"].as_u64() > Some(0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(untrusted["failures"].as_u64() > Some(0), "{untrusted:#}");
+    assert!(
+        untrusted["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("certificate"),
+        "{untrusted:#}"
+    );
+    assert_eq!(untrusted["sent"], 0);
+    assert!(store.query("via:unverified").await.is_empty());
+}
+
 /// The store stops: requests are answered as before, sends fail and are counted, lines past
 /// the queue are dropped and counted; the store comes back on the same address and the lines
 /// logged since reach it.
@@ -338,8 +445,22 @@ timeout = "1s"
     assert!(down["queued_bytes"].as_u64() <= Some(64 * 1024), "{down:#}");
 
     store.run().await;
+    // The next try comes within the back-off (at most 30 s): the held batch and the queue go.
+    let restarted = std::time::Instant::now();
+    let mut up = Value::Null;
+    while restarted.elapsed() < Duration::from_secs(45) {
+        up = shipper(&status(admin).await, "lines").clone();
+        if up["queued_bytes"] == 0 && up["last_error"].is_null() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        up["last_error"].is_null(),
+        "not shipping since the store came back: {up:#}"
+    );
+    // Lines logged now find an empty queue (while it was full, they were dropped).
     assert_eq!(http1_get(at, "shop.test", "/echo/after").await.status, 200);
-    // Back-off is at most a few seconds this early; then the held batch and the rest go.
     store.find("_msg:\"/echo/after\"", 1).await;
     let kept = store.find("_msg:~\"while-down\"", 1).await.len();
     let up = shipper(&status(admin).await, "lines").clone();

@@ -1,14 +1,16 @@
 //! The HTTP shipper: a batch is one POST, of JSON lines or an Elasticsearch `_bulk` body,
-//! over a connection kept between batches.
+//! over a connection kept between batches; `https://` verifies the store's certificate
+//! (against `ca`, or the system's roots) and its name, through the upstreams' connector.
 
 use super::{Batch, Sent};
+use crate::upstreams::upstream_tls::{UpstreamConnector, UpstreamIo};
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, USER_AGENT};
 use http::{HeaderName, HeaderValue, Request, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use sluice_config::HttpLogFormat;
+use sluice_config::{HttpLogFormat, UpstreamTls};
 use std::time::Duration;
 
 /// The most of an answer read (a bulk answer lists every item).
@@ -16,6 +18,8 @@ const MAX_ANSWER: usize = 8 << 20;
 
 pub(crate) struct Client {
     url: Uri,
+    /// `https://`: the connector, or why it could not be built.
+    tls: Option<Result<UpstreamConnector, String>>,
     format: HttpLogFormat,
     headers: Vec<(HeaderName, HeaderValue)>,
     timeout: Duration,
@@ -27,9 +31,20 @@ impl Client {
         url: Uri,
         format: HttpLogFormat,
         headers: &[(String, String)],
+        ca: Option<&[u8]>,
         timeout: Duration,
     ) -> Self {
+        let tls = (url.scheme_str() == Some("https")).then(|| {
+            let cfg = UpstreamTls {
+                server_name: url.host().map(str::to_owned),
+                ca: ca.map(<[u8]>::to_vec),
+                verify: true,
+            };
+            UpstreamConnector::new(&cfg, Some(b"\x08http/1.1"))
+                .map_err(|e| format!("setting up TLS to {url}: {e}"))
+        });
         Client {
+            tls,
             url,
             format,
             // Checked when the configuration was loaded.
@@ -92,12 +107,26 @@ impl Client {
     async fn post(&mut self, body: Bytes) -> Result<(http::StatusCode, Bytes), String> {
         let authority = self.url.authority().ok_or("the url has no host")?.clone();
         if self.conn.as_ref().is_none_or(SendRequest::is_closed) {
-            let port = self.url.port_u16().unwrap_or(80);
+            let default_port = if self.tls.is_some() { 443 } else { 80 };
+            let port = self.url.port_u16().unwrap_or(default_port);
             let tcp = tokio::net::TcpStream::connect((authority.host(), port))
                 .await
                 .map_err(|e| format!("connecting to {authority}: {e}"))?;
             let _ = tcp.set_nodelay(true);
-            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            let io = match &self.tls {
+                None => UpstreamIo::Plain(tcp),
+                Some(Err(why)) => return Err(why.clone()),
+                Some(Ok(connector)) => {
+                    let peer = tcp.peer_addr().map_err(|e| e.to_string())?;
+                    UpstreamIo::Tls(Box::new(
+                        connector
+                            .connect(peer, tcp)
+                            .await
+                            .map_err(|e| e.to_string())?,
+                    ))
+                }
+            };
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
                 .await
                 .map_err(|e| format!("HTTP to {authority}: {e}"))?;
             tokio::spawn(async move {

@@ -347,10 +347,12 @@ async fn run(s: Arc<Shipper>) {
             url,
             format,
             headers,
+            ca,
         } => Sink::Http(http::Client::new(
             url.clone(),
             format.clone(),
             headers,
+            ca.as_deref(),
             s.settings.timeout,
         )),
         ShipSink::Syslog { address, tcp, .. } => {
