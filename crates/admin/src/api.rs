@@ -67,7 +67,7 @@ pub(crate) async fn respond(
         }
         (&Method::GET, "/api/v1/stats") => json_reply(StatusCode::OK, &history.json(s)),
         (_, "/api/v1/stats") => not_allowed("GET"),
-        (&Method::GET, "/api/v1/requests") => crate::requests::search(s, req.uri().query()),
+        (&Method::GET, "/api/v1/requests") => crate::requests::answer(s, &req).await,
         (_, "/api/v1/requests") => not_allowed("GET"),
         (&Method::GET, "/metrics") => reply(
             StatusCode::OK,

@@ -58,6 +58,9 @@ pub trait SharedObjects: Send + Sync {
     /// every gateway that shares these objects.
     fn purge_cache<'a>(&'a self, host: &'a str, path: &'a str, prefix: bool)
     -> StoreFuture<'a, ()>;
+    /// The gateways that share these objects and announced their admin listener:
+    /// `(name, admin URL)` each (this one included).
+    fn members(&self) -> StoreFuture<'_, Vec<(String, String)>>;
     /// The `fleet` object of `/status`.
     fn status(&self) -> Value;
     /// The store's families in `/metrics`.

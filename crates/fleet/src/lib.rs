@@ -18,6 +18,7 @@ mod cache;
 mod compose;
 pub mod etcd;
 pub mod keyring;
+pub mod members;
 mod migrate;
 pub mod objects;
 pub mod purge;

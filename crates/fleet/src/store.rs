@@ -84,6 +84,19 @@ impl SharedObjects for Fleet {
         })
     }
 
+    fn members(&self) -> StoreFuture<'_, Vec<(String, String)>> {
+        Box::pin(async move {
+            Ok(Fleet::members(self)
+                .await
+                .map_err(|e| {
+                    EditError::new(503, format!("{e}: the fleet's gateways cannot be listed"))
+                })?
+                .into_iter()
+                .map(|m| (m.name, m.admin))
+                .collect())
+        })
+    }
+
     fn purge_cache<'a>(
         &'a self,
         host: &'a str,

@@ -49,6 +49,27 @@ pub(crate) fn initial(fleet: &Fleet) -> anyhow::Result<Snapshot> {
     })
 }
 
+/// How this gateway announces itself to the fleet: `host:port` as its name (unique where
+/// several share a host) and its admin listener's URL (the host name stands for an address
+/// that listens on every interface).
+pub(crate) fn member(admin: std::net::SocketAddr, tls: bool) -> (String, String) {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    let scheme = if tls { "https" } else { "http" };
+    let reach = if admin.ip().is_unspecified() {
+        format!("{host}:{}", admin.port())
+    } else {
+        admin.to_string()
+    };
+    (
+        format!("{host}:{}", admin.port()),
+        format!("{scheme}://{reach}"),
+    )
+}
+
 /// What `sluice config push|pull` connect with.
 pub(crate) struct EtcdArgs {
     pub(crate) endpoints: String,

@@ -308,6 +308,12 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             );
         }
         running.place_admin(&snapshot, admin_socket).await?;
+        if let (Some(f), Some(at)) = (&fleet, running.admin_address()) {
+            // So that another gateway's admin API can ask this one (the fleet's request log).
+            let tls = snapshot.admin.as_ref().is_some_and(|a| a.tls.is_some());
+            let (name, url) = crate::fleet::member(at, tls);
+            drop(f.announce(name, url));
+        }
 
         let pid_file = args
             .pid_file

@@ -757,3 +757,119 @@ async fn a_cache_purge_through_one_gateway_reaches_every_gateway() {
         );
     }
 }
+
+/// `GET /api/v1/requests?fleet=1` on one gateway asks every gateway etcd knows of and merges
+/// their recent requests, each marked with its gateway; one that is down is named, not hidden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_log_of_every_gateway_is_searched_through_one() {
+    let etcd = Etcd::start().await;
+    let origin = Origin::start("A").await;
+    let dir = fleet_dir();
+    let a = start_gw(dir.path(), "a", &etcd.endpoint(), "").await;
+    let b = start_gw(dir.path(), "b", &etcd.endpoint(), "").await;
+    let put = put_json(
+        &a,
+        "/api/v1/upstreams/one",
+        json!({"servers": [{"address": origin.addr.to_string()}]}),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    let put = put_json(
+        &a,
+        "/api/v1/routes/all",
+        json!({"path_prefix": "/", "upstream": "one"}),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    for (gw, tag) in [(&a, "on-a"), (&b, "on-b")] {
+        eventually("the route applies", || async {
+            served_by(gw, "/whoami").await == "200 A"
+        })
+        .await;
+        for _ in 0..3 {
+            assert_eq!(
+                served_by(gw, &format!("/echo/{tag}")).await,
+                format!("200 /echo/{tag}")
+            );
+        }
+    }
+    let search = |gw: &Gw, q: &'static str| {
+        let gw_admin = gw.admin;
+        async move {
+            let got = http1_send(
+                tokio::net::TcpStream::connect(gw_admin).await.unwrap(),
+                http::Request::get(format!("/api/v1/requests?{q}"))
+                    .header("host", "admin")
+                    .header("authorization", format!("Bearer {TOKEN}"))
+                    .body(Full::new(Bytes::new()))
+                    .unwrap(),
+            )
+            .await;
+            (
+                got.status,
+                serde_json::from_str::<Value>(&got.body).unwrap(),
+            )
+        }
+    };
+    // Both gateways announce themselves within a moment of starting.
+    let mut merged = Value::Null;
+    for _ in 0..100 {
+        let (status, v) = search(&b, "fleet=1&path=/echo/").await;
+        assert_eq!(status, 200, "{v:#}");
+        merged = v;
+        if merged["gateways"].as_array().map(Vec::len) == Some(2) && merged["matched"] == 6 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(merged["matched"], 6, "{merged:#}");
+    let rows = merged["requests"].as_array().unwrap();
+    assert_eq!(rows.len(), 6);
+    let by_gateway = |tag: &str| -> Vec<String> {
+        rows.iter()
+            .filter(|r| r["path"] == format!("/echo/{tag}"))
+            .map(|r| r["gateway"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (on_a, on_b) = (by_gateway("on-a"), by_gateway("on-b"));
+    assert_eq!((on_a.len(), on_b.len()), (3, 3), "{merged:#}");
+    assert!(
+        on_a.iter()
+            .all(|g| g.ends_with(&format!(":{}", a.admin.port()))),
+        "{merged:#}"
+    );
+    assert!(
+        on_b.iter()
+            .all(|g| g.ends_with(&format!(":{}", b.admin.port()))),
+        "{merged:#}"
+    );
+    // Newest first across gateways: B's requests came last.
+    assert_eq!(rows[0]["path"], "/echo/on-b");
+    // Without fleet=1, a gateway answers for itself.
+    let (_, own) = search(&a, "path=/echo/").await;
+    assert_eq!(own["matched"], 3, "{own:#}");
+    let (status, bad) = search(&a, "fleet=1&status=9").await;
+    assert_eq!(status, 400, "{bad:#}");
+
+    // B stops: A still answers, naming B as unreachable until its lease ends.
+    let b_admin = b.admin;
+    drop(b);
+    let (status, v) = search(&a, "fleet=1&path=/echo/").await;
+    assert_eq!(status, 200);
+    assert_eq!(v["matched"], 3, "{v:#}");
+    let gateways = v["gateways"].as_array().unwrap();
+    let gone = gateways.iter().find(|g| {
+        g["admin"]
+            .as_str()
+            .unwrap()
+            .ends_with(&b_admin.port().to_string())
+    });
+    // Its key lives as long as its lease (15 s): it is listed, with why it did not answer.
+    let gone = gone.unwrap_or_else(|| panic!("B is still listed: {v:#}"));
+    assert!(
+        gone["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("connecting")),
+        "{v:#}"
+    );
+}

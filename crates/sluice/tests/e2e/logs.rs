@@ -519,6 +519,9 @@ async fn recent_requests_are_searchable_on_the_admin_api_within_their_bound() {
     let id = v["requests"][0]["request_id"].as_str().unwrap().to_owned();
     let got = http1_get(admin, "admin", &format!("/api/v1/requests?request_id={id}")).await;
     assert!(got.body.contains("\"matched\":1"), "{}", got.body);
+    let (code, v) = api("fleet=1").await;
+    assert_eq!(code, 400, "not in fleet mode: {v:#}");
+    assert!(v["error"].as_str().unwrap().contains("fleet mode"), "{v:#}");
     let (code, v) = api("status=5x").await;
     assert_eq!(code, 400);
     assert!(v["error"].as_str().unwrap().contains("status"), "{v:#}");
