@@ -121,15 +121,47 @@ fn reason(r: Reject) -> FallbackReason {
     }
 }
 
+/// What became of one job, for a trace: the engine that ran it, how long it was there (its
+/// queue and its work), and the engines it fell back from, and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobTrace {
+    /// The engine that completed (or last failed) the job.
+    pub engine: String,
+    /// From its submission to that engine to the result.
+    pub at_engine: Duration,
+    /// Engines passed over before it, in chain order.
+    pub fallbacks: Vec<(String, FallbackReason)>,
+}
+
 impl<J: Job> Dispatcher<J> {
     /// Runs `job` on the first engine that accepts and completes it in time; the software
     /// engine runs it when every other engine refused, failed or was too slow. Dropping the
     /// returned future abandons the job cleanly.
     pub async fn run(&self, job: J) -> Result<J::Output, EngineError> {
+        self.dispatch(job, None).await
+    }
+
+    /// [`Dispatcher::run`], telling `trace` which engine ran the job, for how long, and
+    /// what it fell back from (a handshake's span shows it).
+    pub async fn run_traced(&self, job: J, trace: &mut JobTrace) -> Result<J::Output, EngineError> {
+        self.dispatch(job, Some(trace)).await
+    }
+
+    async fn dispatch(
+        &self,
+        job: J,
+        mut trace: Option<&mut JobTrace>,
+    ) -> Result<J::Output, EngineError> {
+        let mut fell_back = |slot: &Slot<J>, why: FallbackReason| {
+            slot.counters.fell_back(why);
+            if let Some(t) = trace.as_deref_mut() {
+                t.fallbacks.push((slot.engine.name().to_owned(), why));
+            }
+        };
         for slot in &self.chain {
             let admission = slot.breaker.admit(Instant::now());
             if admission == Admission::Deny {
-                slot.counters.fell_back(FallbackReason::Down);
+                fell_back(slot, FallbackReason::Down);
                 continue;
             }
             let pending = match slot.engine.submit(job.clone()) {
@@ -138,7 +170,7 @@ impl<J: Job> Dispatcher<J> {
                     if admission == Admission::Probe {
                         slot.breaker.probe_not_sent(Instant::now());
                     }
-                    slot.counters.fell_back(reason(r));
+                    fell_back(slot, reason(r));
                     continue;
                 }
             };
@@ -152,6 +184,10 @@ impl<J: Job> Dispatcher<J> {
                 Ok(Ok(out)) => {
                     guard.resolve();
                     slot.counters.completed(start.elapsed());
+                    if let Some(t) = trace {
+                        t.engine = slot.engine.name().to_owned();
+                        t.at_engine = start.elapsed();
+                    }
                     slot.breaker.success();
                     if let Some(cost) = job.inline_cost() {
                         self.saved_ns
@@ -163,14 +199,14 @@ impl<J: Job> Dispatcher<J> {
                     guard.resolve();
                     slot.counters.failed();
                     slot.breaker.failure(Instant::now());
-                    slot.counters.fell_back(FallbackReason::Error);
+                    fell_back(slot, FallbackReason::Error);
                 }
                 Err(_elapsed) => {
                     // The engine may still answer; nobody listens any more.
                     guard.resolve();
                     slot.counters.failed();
                     slot.breaker.failure(Instant::now());
-                    slot.counters.fell_back(FallbackReason::Deadline);
+                    fell_back(slot, FallbackReason::Deadline);
                 }
             }
         }
@@ -189,6 +225,10 @@ impl<J: Job> Dispatcher<J> {
         match &result {
             Ok(_) => s.counters.completed(start.elapsed()),
             Err(_) => s.counters.failed(),
+        }
+        if let Some(t) = trace {
+            t.engine = s.engine.name().to_owned();
+            t.at_engine = start.elapsed();
         }
         result
     }

@@ -36,7 +36,7 @@ pub use counters::{
     BATCH_BUCKETS, CountersSnapshot, EngineCounters, FallbackReason, FlushReason, Histogram,
     HistogramSnapshot, LATENCY_BUCKETS_US,
 };
-pub use dispatcher::{Dispatcher, DispatcherBuilder};
+pub use dispatcher::{Dispatcher, DispatcherBuilder, JobTrace};
 pub use engine::{Engine, EngineError, Job, Pending, Reject, completer};
 pub use inline::Inline;
 pub use pool::Pool;

@@ -311,6 +311,33 @@ async fn busy_engines_pass_the_job_down_the_chain() {
 }
 
 #[tokio::test]
+async fn a_traced_job_tells_which_engine_ran_it_and_what_it_fell_back_from() {
+    let busy = Scripted::new(&[], Step::Busy);
+    let hangs = Scripted::new(&[Step::Hang], Step::Ok);
+    let d = DispatcherBuilder::new(software())
+        .engine(busy.clone())
+        .engine(hangs.clone())
+        .deadline(Duration::from_millis(20))
+        .build();
+    let mut t = JobTrace::default();
+    assert_eq!(d.run_traced(Square(6), &mut t).await, Ok(36));
+    assert_eq!(t.engine, "inline");
+    assert_eq!(
+        t.fallbacks,
+        [
+            ("scripted".to_owned(), FallbackReason::Busy),
+            ("scripted".to_owned(), FallbackReason::Deadline)
+        ]
+    );
+    // The second time the hanging engine answers: no fallback but the busy one.
+    let mut t = JobTrace::default();
+    assert_eq!(d.run_traced(Square(7), &mut t).await, Ok(49));
+    assert_eq!(t.engine, "scripted");
+    assert_eq!(t.fallbacks, [("scripted".to_owned(), FallbackReason::Busy)]);
+    assert!(t.at_engine < Duration::from_secs(1));
+}
+
+#[tokio::test]
 async fn a_missed_deadline_moves_the_job_on() {
     let engine = Scripted::new(&[Step::Hang], Step::Ok);
     let d = DispatcherBuilder::new(software())

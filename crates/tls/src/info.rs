@@ -18,6 +18,8 @@ pub struct TlsInfo {
     pub handshake: Option<(std::time::SystemTime, std::time::Duration)>,
     /// Whether it ran on the handshake threads (`[offload.handshakes] isolate`).
     pub isolated: bool,
+    /// Its private-key operation (a full handshake with a local or keyless key).
+    pub key_operation: Option<crate::offload::KeyOperation>,
 }
 
 impl TlsInfo {
@@ -36,6 +38,9 @@ impl TlsInfo {
             h2: ssl.selected_alpn_protocol() == Some(b"h2"),
             handshake: None,
             isolated: false,
+            key_operation: ssl
+                .ex_data(crate::offload::ConnOffload::index())
+                .and_then(crate::offload::ConnOffload::take_trace),
         }
     }
 }

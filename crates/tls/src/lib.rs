@@ -28,7 +28,7 @@ pub use credential::{inline_credential, x509_credential};
 pub use error::TlsError;
 pub use info::TlsInfo;
 pub use live::{AcmeStatus, OcspStatus, Slot, live};
-pub use offload::{KeyOffload, OffloadIo};
+pub use offload::{KeyOffload, KeyOperation, OffloadIo};
 pub use quic::QuicHandshake;
 pub use store::CertStore;
 pub use tickets::{TICKET_KEY_LEN, TicketKeys, reread_ticket_key_files};

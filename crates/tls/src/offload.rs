@@ -27,7 +27,7 @@ use boring_sys as ffi;
 use foreign_types::{ForeignType, ForeignTypeRef};
 use futures_util::FutureExt as _;
 use sluice_crypto::{EngineKind, KeyJob, PrivateKey, SignatureScheme, VerifyPolicy, run};
-use sluice_offload::{CountersSnapshot, Dispatcher, EngineError};
+use sluice_offload::{CountersSnapshot, Dispatcher, EngineError, JobTrace};
 use std::cell::RefCell;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -295,11 +295,43 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for OffloadIo<S> {
 
 type Outcome = Arc<Mutex<Option<Result<Vec<u8>, EngineError>>>>;
 
+/// A handshake's private-key operation, for its trace span: the engine that ran it, how long
+/// the operation waited before reaching it (scheduling, and engines that fell back), how long
+/// it was at that engine (its queue and its work), and what it fell back from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyOperation {
+    /// `inline`, `pool`, `mb`, `keyless`.
+    pub engine: String,
+    /// From the handshake's request to the engine that ran it.
+    pub queued: std::time::Duration,
+    /// At that engine.
+    pub at_engine: std::time::Duration,
+    /// `engine:reason` of each engine passed over (`mb:busy`, `keyless:deadline`).
+    pub fallbacks: Vec<String>,
+}
+
+impl KeyOperation {
+    fn from_trace(t: JobTrace, total: std::time::Duration) -> Self {
+        KeyOperation {
+            queued: total.saturating_sub(t.at_engine),
+            at_engine: t.at_engine,
+            fallbacks: t
+                .fallbacks
+                .iter()
+                .map(|(engine, why)| format!("{engine}:{}", why.as_str()))
+                .collect(),
+            engine: t.engine,
+        }
+    }
+}
+
 /// One connection's private-key operation in progress.
 pub(crate) struct ConnOffload {
     offload: Arc<KeyOffload>,
     slot: Arc<WakerSlot>,
     op: Mutex<Option<(Option<tokio::task::JoinHandle<()>>, Outcome)>>,
+    /// The last operation's trace, taken by [`crate::TlsInfo::from_ssl`].
+    traced: Arc<Mutex<Option<KeyOperation>>>,
 }
 
 impl ConnOffload {
@@ -308,7 +340,13 @@ impl ConnOffload {
             offload,
             slot,
             op: Mutex::new(None),
+            traced: Arc::default(),
         }
+    }
+
+    /// The handshake's private-key operation, once (none for a resumed session).
+    pub(crate) fn take_trace(&self) -> Option<KeyOperation> {
+        self.traced.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     pub(crate) fn index() -> Index<Ssl, ConnOffload> {
@@ -457,28 +495,36 @@ unsafe fn start(
     };
     let outcome: Outcome = Arc::new(Mutex::new(None));
     let runtime = tokio::runtime::Handle::try_current();
+    let asked = std::time::Instant::now();
     if only_inline || runtime.is_err() {
         // The baseline: compute right here on the event loop. The dispatcher still counts
         // it; with only the software engine allowed it completes without waiting.
+        let mut trace = JobTrace::default();
         let done = conn
             .offload
             .dispatcher
-            .run(job.clone())
+            .run_traced(job.clone(), &mut trace)
             .now_or_never()
             .unwrap_or_else(|| run(&job));
+        *conn.traced.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(KeyOperation::from_trace(trace, asked.elapsed()));
         return match done {
             Ok(result) => deliver(&result, out, out_len, max_out),
             Err(_) => FAILURE,
         };
     }
-    let (dispatcher, slot, result) = (
+    let (dispatcher, slot, result, traced) = (
         conn.offload.dispatcher.clone(),
         conn.slot.clone(),
         outcome.clone(),
+        conn.traced.clone(),
     );
     let task = runtime.ok().map(|rt| {
         rt.spawn(async move {
-            let r = dispatcher.run(job).await;
+            let mut trace = JobTrace::default();
+            let r = dispatcher.run_traced(job, &mut trace).await;
+            *traced.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(KeyOperation::from_trace(trace, asked.elapsed()));
             *result.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
             slot.wake();
         })

@@ -332,6 +332,7 @@ impl Driver {
                 h2: false,
                 handshake: None,
                 isolated: false,
+                key_operation: None,
             }),
             state,
         }));

@@ -86,6 +86,25 @@ fn handshake_span(span: &RequestSpan, conn: &ConnCtx) {
         if let Some(sni) = &tls.sni {
             attrs.push(KeyValue::new("tls.server.name", sni.clone()));
         }
+        // The private-key operation: which offload engine signed, how long the operation
+        // waited before it and how long it was there, and what it fell back from.
+        if let Some(op) = &tls.key_operation {
+            attrs.push(KeyValue::new("sluice.offload.engine", op.engine.clone()));
+            attrs.push(KeyValue::new(
+                "sluice.offload.queued_us",
+                op.queued.as_micros() as i64,
+            ));
+            attrs.push(KeyValue::new(
+                "sluice.offload.engine_us",
+                op.at_engine.as_micros() as i64,
+            ));
+            if !op.fallbacks.is_empty() {
+                attrs.push(KeyValue::new(
+                    "sluice.offload.fallbacks",
+                    op.fallbacks.join(","),
+                ));
+            }
+        }
         h.set(attrs);
         h.end_at(began + took);
     }

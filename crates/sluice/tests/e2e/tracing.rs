@@ -172,6 +172,8 @@ async fn gateway(
 {tracing}
 [log]
 access_log = "off"
+[offload.crypto]
+engines = ["pool"]
 [[listener]]
 name = "https"
 address = "127.0.0.1:0"
@@ -356,6 +358,21 @@ async fn spans_reach_jaeger_with_their_parents_attributes_and_the_handshake() {
     assert_eq!(tag(hs[0], "tls.resumed"), Some(&false.into()));
     assert_eq!(tag(hs[0], "sluice.handshake.kind"), Some(&"full".into()));
     assert_eq!(tag(hs[0], "tls.protocol.version"), Some(&"1.3".into()));
+    // Its signature: the engine that made it, and how long it waited and ran there.
+    assert_eq!(
+        tag(hs[0], "sluice.offload.engine"),
+        Some(&"pool".into()),
+        "{:#}",
+        hs[0]
+    );
+    for t in ["sluice.offload.queued_us", "sluice.offload.engine_us"] {
+        assert!(tag(hs[0], t).is_some_and(Value::is_i64), "{t}: {:#}", hs[0]);
+    }
+    assert!(
+        tag(hs[0], "sluice.offload.fallbacks").is_none(),
+        "{:#}",
+        hs[0]
+    );
     let service = spans[0]["processID"].as_str().unwrap();
     let v: Value = serde_json::from_str(
         &http1_get(
