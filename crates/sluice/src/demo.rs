@@ -17,6 +17,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 type Body = BoxBody<Bytes, Infallible>;
 
+/// How long the old demo origin keeps serving the connections it has after an upgrade's
+/// gateway drained, before it closes them.
+const HANDOVER_GRACE: Duration = Duration::from_millis(500);
+
 /// The running demo origin. An upgrade hands its listening socket to the new process with the
 /// gateway's (the demo's port is fixed in the default configuration, so the new process could
 /// not bind it again while this one holds it); then [`Demo::stop_accepting`] closes this
@@ -77,6 +81,12 @@ pub(crate) async fn start(
         // that holds the other copy.
         drop(socket);
         let _ = stages.wait_for(|s| *s == Stage::Closing).await;
+        // A connection accepted just before the handover (the new process's gateway may
+        // connect to either copy of the socket) gets its first request in before the close:
+        // hyper closes a connection that has not read one at once, and the gateway does not
+        // resend a request on a fresh connection (seen under load: one request of 469 failed
+        // across the banner test's upgrade).
+        tokio::time::sleep(HANDOVER_GRACE).await;
         // Idle keep-alive connections close now, busy ones after their response (with
         // `Connection: close`), so the gateway that uses them retries on a fresh one.
         graceful.shutdown().await;
