@@ -8,32 +8,14 @@
 //! write endpoint exists (404 says how to enable them).
 
 use crate::Sources;
-use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{HeaderValue, Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 use sluice_control::{EditError, Kind, ReloadError, SharedObjects};
 use std::net::SocketAddr;
 
-pub(crate) type Reply = Response<Full<Bytes>>;
-
-fn reply(status: StatusCode, ctype: &'static str, body: impl Into<Bytes>) -> Reply {
-    let mut r = Response::new(Full::new(body.into()));
-    *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
-    r
-}
-
-pub(crate) fn json_reply(status: StatusCode, body: &Value) -> Reply {
-    reply(status, "application/json", format!("{body}\n"))
-}
-
-/// An API error: `{"error": message}` with its status.
-pub(crate) fn error(status: StatusCode, message: &str) -> Reply {
-    json_reply(status, &json!({ "error": message }))
-}
+use crate::reply::{Reply, error, json_reply, reply};
 
 pub(crate) async fn respond(
     s: &Sources,

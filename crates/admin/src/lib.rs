@@ -15,6 +15,7 @@ mod certificates;
 mod config_state;
 mod health;
 mod mirror;
+mod reply;
 mod requests;
 mod stats;
 mod tracing_export;

@@ -3,7 +3,7 @@
 //! merged), and what the `[[log.ship]]` shippers did (`sluice_log_ship_*`, `/status`'s
 //! `log_shipping` and `request_log`).
 
-use crate::api::{Reply, error};
+use crate::reply::{Reply, error, json_reply, reply};
 use crate::{Sources, label};
 use bytes::Bytes;
 use http::{HeaderValue, Request, StatusCode, header};
@@ -82,7 +82,7 @@ pub(crate) async fn answer(s: &Sources, req: &Request<Incoming>) -> Reply {
         requests.sort_by(|a, b| b["time"].as_str().cmp(&a["time"].as_str()));
     }
     requests.truncate(limit);
-    crate::api::json_reply(
+    json_reply(
         StatusCode::OK,
         &json!({ "requests": requests, "matched": matched, "kept": kept, "gateways": gateways }),
     )
@@ -205,12 +205,7 @@ pub(crate) fn search(s: &Sources, query: Option<&str>) -> Reply {
         "],\"matched\":{matched},\"kept\":{},\"bytes\":{},\"budget\":{}}}",
         st.entries, st.bytes, st.budget
     );
-    let mut r = http::Response::new(Full::new(Bytes::from(body)));
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
+    reply(StatusCode::OK, "application/json", body)
 }
 
 pub(crate) fn metrics(out: &mut String, s: &Sources) {

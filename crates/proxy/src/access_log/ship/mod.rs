@@ -85,8 +85,8 @@ impl Shipping {
     /// to empty (at shutdown).
     pub(crate) fn drain(&self, wait: Duration) {
         for s in &self.shippers {
-            s.wake.notify_one();
             s.flush_now.store(true, Ordering::Relaxed);
+            s.wake.notify_one();
         }
         let deadline = Instant::now() + wait;
         while Instant::now() < deadline
