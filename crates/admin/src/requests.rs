@@ -35,7 +35,7 @@ pub(crate) async fn answer(s: &Sources, req: &Request<Incoming>) -> Reply {
     };
     // The filters are checked here once, so that a bad one is a 400, not N errors.
     let (limit, slowest) = match sluice_proxy::RequestQuery::parse(&rest, SystemTime::now()) {
-        Ok(_) => limit_and_order(&rest),
+        Ok(q) => (q.limit(), q.slowest()),
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
     let members = match store.members().await {
@@ -104,19 +104,6 @@ fn split_fleet(query: &str) -> (bool, String) {
         })
         .collect();
     (fleet, rest.join("&"))
-}
-
-/// `limit` (default 100) and whether `sort=slowest`, from a query already checked.
-fn limit_and_order(query: &str) -> (usize, bool) {
-    let mut out = (100, false);
-    for p in query.split('&') {
-        match p.split_once('=') {
-            Some(("limit", v)) => out.0 = v.parse().unwrap_or(100),
-            Some(("sort", v)) => out.1 = v == "slowest",
-            _ => {}
-        }
-    }
-    out
 }
 
 /// One gateway's `/api/v1/requests?query`, as the caller's credentials allow.

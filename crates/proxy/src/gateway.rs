@@ -462,10 +462,15 @@ impl Gateway {
 }
 
 fn open_access_log(config: &LogConfig) -> Result<AccessLog, ProxyError> {
-    AccessLog::open(config).map_err(|source| ProxyError::AccessLog {
+    AccessLog::open(config).map_err(access_log_error(config))
+}
+
+/// What opening `config`'s access log failed with, naming its target.
+fn access_log_error(config: &LogConfig) -> impl FnOnce(std::io::Error) -> ProxyError + '_ {
+    |source| ProxyError::AccessLog {
         path: format!("{:?}", config.access_log),
         source,
-    })
+    }
 }
 
 fn view_of(state: &State) -> View {
@@ -592,10 +597,7 @@ async fn prepare(
         state
             .access_log
             .reopen(&snapshot.log)
-            .map_err(|source| ProxyError::AccessLog {
-                path: format!("{:?}", snapshot.log.access_log),
-                source,
-            })?
+            .map_err(access_log_error(&snapshot.log))?
     };
 
     let all_kept = kept.iter().all(Option::is_some) && kept.len() == state.upstreams.len();

@@ -124,7 +124,12 @@ impl AccessLog {
     /// Opens the sinks described by `config` and starts their threads, with a request log
     /// of its own.
     pub fn open(config: &LogConfig) -> std::io::Result<Self> {
-        Self::open_with(config, Arc::new(RequestLog::new(config.request_log_bytes)))
+        Ok(AccessLog {
+            file: FileSink::open(&config.access_log)?,
+            format: config.access_format,
+            ship: ship::Shipping::start(&config.ship)?,
+            recent: Arc::new(RequestLog::new(config.request_log_bytes)),
+        })
     }
 
     /// The sinks of `config` (a reload changed `[log]`), keeping this log's recent requests
@@ -140,15 +145,6 @@ impl AccessLog {
             format: config.access_format,
             ship,
             recent: self.recent.clone(),
-        })
-    }
-
-    fn open_with(config: &LogConfig, recent: Arc<RequestLog>) -> std::io::Result<Self> {
-        Ok(AccessLog {
-            file: FileSink::open(&config.access_log)?,
-            format: config.access_format,
-            ship: ship::Shipping::start(&config.ship)?,
-            recent,
         })
     }
 

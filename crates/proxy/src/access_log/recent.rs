@@ -309,7 +309,7 @@ impl RequestLog {
     /// The requests `q` selects, newest (or slowest) first, as JSON objects (the access log's
     /// JSON line, without its newline), and how many matched in all.
     pub fn query(&self, q: &Query) -> (Vec<String>, usize) {
-        let limit = q.limit.clamp(1, MAX_LIMIT);
+        let limit = q.limit();
         let mut matched = 0;
         let mut top: Vec<(u128, String)> = Vec::new();
         for shard in &*self.shards {
@@ -479,6 +479,16 @@ impl Query {
             }
         }
         Ok(q)
+    }
+
+    /// Requests answered at most.
+    pub fn limit(&self) -> usize {
+        self.limit.clamp(1, MAX_LIMIT)
+    }
+
+    /// Whether the slowest come first (else the newest).
+    pub fn slowest(&self) -> bool {
+        self.slowest
     }
 
     /// Newest (or slowest) first.
