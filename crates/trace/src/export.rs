@@ -1,20 +1,30 @@
-//! Finished spans to the collector, off the request path: a bounded queue that a request
-//! never waits on (full: the span is dropped and counted), and one thread that sends them in
-//! batches through the OTLP exporter (the SDK's `BatchSpanProcessor` does the same, but its
-//! drop count is only logged at shutdown; an operator needs it on `/metrics`).
+//! Finished spans to the collector, off the request path: a bounded queue of encoded spans
+//! that a request never waits on (full: the span is dropped and counted), and one thread that
+//! sends them in batches to the collector over OTLP/gRPC.
+//!
+//! A finished span is appended, as protobuf bytes, to one buffer under a mutex (a copy, no
+//! allocation once the buffer has grown); the thread takes the whole buffer at once, swapping
+//! in the one it sent last. It sleeps until the first span of a batch arrives (the only time a
+//! request thread wakes it, besides a batch reaching [`WAKE_BYTES`]), gathers for [`LINGER`],
+//! and sends.
 
-use opentelemetry::Context;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use crate::otlp::{self, Envelope};
+use bytes::{Buf, BufMut, Bytes};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-/// Spans per export request at most.
-const BATCH: usize = 512;
 /// A batch is sent at the latest this long after its first span.
 const LINGER: Duration = Duration::from_millis(200);
+/// A batch this large is sent at once.
+const WAKE_BYTES: usize = 512 << 10;
+/// Span bytes per export request at most (collectors refuse gRPC messages over 4 MiB by
+/// default).
+const REQUEST_BYTES: usize = 1 << 20;
+/// How long [`Queue::flush`] waits.
+const FLUSH_WAIT: Duration = Duration::from_secs(30);
 
 /// What became of the spans, for `/metrics`.
 #[derive(Debug, Default)]
@@ -23,7 +33,8 @@ pub struct Counters {
     pub exported: AtomicU64,
     /// Dropped because the queue was full (the collector slow or down).
     pub dropped_queue_full: AtomicU64,
-    /// Dropped because their export failed (refused, unreachable, timed out).
+    /// Dropped because their export failed (refused, unreachable, timed out) or the collector
+    /// rejected them.
     pub dropped_export_failed: AtomicU64,
     /// Export requests that failed.
     pub export_errors: AtomicU64,
@@ -35,124 +46,274 @@ impl Counters {
     }
 }
 
-enum Msg {
-    Span(Box<SpanData>),
-    /// Send what is queued, then answer.
-    Flush(SyncSender<()>),
+/// Spans waiting, and the flush and close requests.
+#[derive(Debug, Default)]
+struct Pending {
+    /// `ScopeSpans.spans` entries, end to end.
+    spans: Vec<u8>,
+    count: usize,
+    /// When the first of them came.
+    since: Option<Instant>,
+    flush_asked: u64,
+    flush_done: u64,
+    closed: bool,
 }
 
-/// The span processor: `on_end` queues, the export thread sends.
+/// The queue between the request threads and the export thread.
 #[derive(Debug)]
 pub(crate) struct Queue {
-    tx: SyncSender<Msg>,
+    pending: Mutex<Pending>,
+    /// The export thread waits on it.
+    wake: Condvar,
+    /// [`Queue::flush`] waits on it.
+    flushed: Condvar,
+    capacity: usize,
     counters: Arc<Counters>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Queue {
-    /// Starts the export thread. `runtime` drives the exporter's gRPC channel (tonic's
-    /// connection task lives on it); the thread blocks on each export in turn.
-    pub(crate) fn start<E: SpanExporter + 'static>(
-        exporter: E,
+    /// Starts the export thread, which sends to `endpoint` (`http://` or `https://`, the
+    /// system's roots trusted), each export bounded by `timeout`. Within the tokio runtime:
+    /// the gRPC channel's connection task runs on it, and the thread blocks on each export in
+    /// turn. The channel connects lazily: a collector that is down now is no error.
+    pub(crate) fn start(
+        endpoint: &str,
+        timeout: Duration,
+        service_name: &str,
         capacity: usize,
-        runtime: tokio::runtime::Handle,
         counters: Arc<Counters>,
-    ) -> Queue {
-        let (tx, rx) = sync_channel(capacity);
-        let c = counters.clone();
+    ) -> Result<(Arc<Queue>, std::thread::JoinHandle<()>), String> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| "tracing must start within the gateway's runtime".to_owned())?;
+        let collector = {
+            let _in = runtime.enter();
+            Collector::new(endpoint, timeout)?
+        };
+        let queue = Arc::new(Queue::new(capacity, counters));
+        let envelope = Envelope::new(service_name);
+        let q = queue.clone();
         let thread = std::thread::Builder::new()
             .name("sluice-trace-export".into())
-            .spawn(move || export_loop(exporter, rx, runtime, c))
-            .expect("spawning the trace export thread");
+            .spawn(move || export_loop(&q, collector, &envelope, &runtime))
+            .map_err(|e| format!("starting the trace export thread: {e}"))?;
+        Ok((queue, thread))
+    }
+
+    fn new(capacity: usize, counters: Arc<Counters>) -> Queue {
         Queue {
-            tx,
+            pending: Mutex::default(),
+            wake: Condvar::new(),
+            flushed: Condvar::new(),
+            capacity,
             counters,
-            thread: Mutex::new(Some(thread)),
         }
     }
-}
 
-fn export_loop<E: SpanExporter>(
-    exporter: E,
-    rx: Receiver<Msg>,
-    runtime: tokio::runtime::Handle,
-    counters: Arc<Counters>,
-) {
-    let mut batch: Vec<SpanData> = Vec::with_capacity(BATCH);
-    let mut first: Option<Instant> = None;
-    let send = |batch: &mut Vec<SpanData>| {
-        if batch.is_empty() {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // A panic while holding it left whole spans or none: the bytes stay usable.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a finished span: `encode` appends its entry. Never blocks on the export; past
+    /// the capacity the span is dropped and counted.
+    pub(crate) fn push(&self, encode: impl FnOnce(&mut Vec<u8>)) {
+        let mut p = self.lock();
+        if p.count >= self.capacity {
+            drop(p);
+            Counters::add(&self.counters.dropped_queue_full, 1);
             return;
         }
-        let n = batch.len();
-        match runtime.block_on(exporter.export(std::mem::take(batch))) {
-            Ok(()) => Counters::add(&counters.exported, n),
-            Err(e) => {
-                Counters::add(&counters.dropped_export_failed, n);
-                Counters::add(&counters.export_errors, 1);
-                tracing::debug!(error = %e, spans = n, "trace export failed");
-            }
+        let before = p.spans.len();
+        encode(&mut p.spans);
+        p.count += 1;
+        // Wake the thread for the first span of a batch, and once when the batch is full:
+        // a condition variable's notify is a system call, not to be made per span.
+        let wake = p.count == 1 || (before < WAKE_BYTES && p.spans.len() >= WAKE_BYTES);
+        if p.count == 1 {
+            p.since = Some(Instant::now());
         }
-    };
-    loop {
-        let wait = first.map_or(Duration::from_secs(3600), |t| {
-            LINGER.saturating_sub(t.elapsed())
-        });
-        match rx.recv_timeout(wait) {
-            Ok(Msg::Span(s)) => {
-                first.get_or_insert_with(Instant::now);
-                batch.push(*s);
-                if batch.len() >= BATCH {
-                    send(&mut batch);
-                    first = None;
-                }
-            }
-            Ok(Msg::Flush(done)) => {
-                while let Ok(Msg::Span(s)) = rx.try_recv() {
-                    batch.push(*s);
-                }
-                send(&mut batch);
-                first = None;
-                let _ = done.send(());
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                send(&mut batch);
-                first = None;
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                send(&mut batch);
+        drop(p);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Sends what is queued and waits until it is sent (or failed), up to 30 s.
+    pub(crate) fn flush(&self) {
+        let mut p = self.lock();
+        p.flush_asked += 1;
+        let want = p.flush_asked;
+        self.wake.notify_one();
+        let deadline = Instant::now() + FLUSH_WAIT;
+        while p.flush_done < want && !p.closed {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return;
             }
+            p = self
+                .flushed
+                .wait_timeout(p, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// The tracer is gone: the thread sends what is queued and what spans still open bring,
+    /// then ends once no span holds the queue.
+    pub(crate) fn close(&self) {
+        self.lock().closed = true;
+        self.wake.notify_one();
+        self.flushed.notify_all();
+    }
+}
+
+/// The export thread.
+fn export_loop(
+    queue: &Arc<Queue>,
+    mut collector: Collector,
+    envelope: &Envelope,
+    runtime: &tokio::runtime::Handle,
+) {
+    let mut spare = Vec::new();
+    loop {
+        let mut p = queue.lock();
+        // Asleep until a span, a flush or the close.
+        while p.count == 0 && p.flush_asked == p.flush_done && !p.closed {
+            p = queue.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+        // Gather for LINGER after the first span, unless full, flushed or closed; closed and
+        // empty, wait as long for the spans still open.
+        let deadline = p.since.unwrap_or_else(Instant::now) + LINGER;
+        while p.spans.len() < WAKE_BYTES && p.flush_asked == p.flush_done {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || (p.closed && p.count > 0) {
+                break;
+            }
+            p = queue
+                .wake
+                .wait_timeout(p, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let flush = p.flush_asked;
+        let closed = p.closed;
+        let count = std::mem::take(&mut p.count);
+        p.since = None;
+        let batch = std::mem::replace(&mut p.spans, std::mem::take(&mut spare));
+        drop(p);
+        for (spans, n) in otlp::chunks(&batch, REQUEST_BYTES) {
+            let body = Bytes::from(envelope.request(spans));
+            match runtime.block_on(collector.export(body)) {
+                Ok((0, _)) => Counters::add(&queue.counters.exported, n),
+                Ok((rejected, why)) => {
+                    let rejected = usize::try_from(rejected).unwrap_or(n).min(n);
+                    Counters::add(&queue.counters.exported, n - rejected);
+                    Counters::add(&queue.counters.dropped_export_failed, rejected);
+                    tracing::debug!(rejected, why, "the collector rejected spans");
+                }
+                Err(e) => {
+                    Counters::add(&queue.counters.dropped_export_failed, n);
+                    Counters::add(&queue.counters.export_errors, 1);
+                    tracing::debug!(error = %e, spans = n, "trace export failed");
+                }
+            }
+        }
+        spare = batch;
+        spare.clear();
+        // Keep a batch's worth, not the largest burst's.
+        spare.shrink_to(WAKE_BYTES * 2);
+        let mut p = queue.lock();
+        if p.flush_done != flush {
+            p.flush_done = flush;
+            queue.flushed.notify_all();
+        }
+        // Closed, nothing left and no span open (only this thread holds the queue): done.
+        if closed && count == 0 && p.count == 0 && Arc::strong_count(queue) == 1 {
+            return;
         }
     }
 }
 
-impl SpanProcessor for Queue {
-    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+/// The collector's gRPC `TraceService`, sent bytes already encoded.
+struct Collector {
+    grpc: tonic::client::Grpc<Channel>,
+}
 
-    fn on_end(&self, span: SpanData) {
-        match self.tx.try_send(Msg::Span(Box::new(span))) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                Counters::add(&self.counters.dropped_queue_full, 1);
-            }
+const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+impl Collector {
+    /// Within the runtime (the channel's task is spawned on it).
+    fn new(endpoint: &str, timeout: Duration) -> Result<Collector, String> {
+        let bad = |e: &dyn std::fmt::Display| {
+            format!(
+                "[tracing] endpoint `{endpoint}`: {e}; give the collector's OTLP/gRPC address, such as \"http://127.0.0.1:4317\""
+            )
+        };
+        let mut e = Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|e| bad(&e))?
+            .timeout(timeout)
+            .connect_timeout(timeout);
+        if endpoint.starts_with("https://") {
+            e = e
+                .tls_config(ClientTlsConfig::new().with_native_roots())
+                .map_err(|e| bad(&e))?;
         }
+        Ok(Collector {
+            grpc: tonic::client::Grpc::new(e.connect_lazy()),
+        })
     }
 
-    fn force_flush(&self) -> OTelSdkResult {
-        let (tx, rx) = sync_channel(1);
-        self.tx
-            .send(Msg::Flush(tx))
-            .map_err(|_| OTelSdkError::AlreadyShutdown)?;
-        rx.recv_timeout(Duration::from_secs(30))
-            .map_err(|_| OTelSdkError::Timeout(Duration::from_secs(30)))
+    /// One `Export`: the spans the collector rejected, and why.
+    async fn export(&mut self, body: Bytes) -> Result<(u64, String), String> {
+        self.grpc.ready().await.map_err(|e| e.to_string())?;
+        let path = http::uri::PathAndQuery::from_static(EXPORT_PATH);
+        let resp = self
+            .grpc
+            .unary(tonic::Request::new(body), path, Raw)
+            .await
+            .map_err(|s| format!("{}: {}", s.code(), s.message()))?;
+        Ok(otlp::rejected(resp.get_ref()))
+    }
+}
+
+/// A gRPC codec of bytes: the request is encoded already, the response is read by
+/// [`otlp::rejected`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Raw;
+
+impl Codec for Raw {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = Raw;
+    type Decoder = Raw;
+
+    fn encoder(&mut self) -> Raw {
+        Raw
     }
 
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        // Never waits: a reload that replaces `[tracing]` runs on the event loop. What is
-        // queued still goes out: the thread sends it when this processor, the last sender,
-        // is dropped, and then ends.
-        let _ = self.thread.lock().map(|mut t| t.take());
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl Encoder for Raw {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put(item);
         Ok(())
     }
 }
+
+impl Decoder for Raw {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+#[cfg(test)]
+mod tests;

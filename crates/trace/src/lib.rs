@@ -4,40 +4,34 @@
 //! gets the context with the gateway's span as parent. Spans leave through a bounded queue to
 //! an OpenTelemetry collector over OTLP/gRPC.
 //!
-//! Sampling is decided here, before the SDK is asked for anything (parent-based: a caller's
-//! decision is followed; a trace started here is kept at `sample_ratio`, by trace ID, as
-//! OpenTelemetry's `TraceIdRatioBased` does). A request that is not sampled gets a span ID
-//! and the context passed on, and nothing else: no SDK span, no attributes, no child spans,
-//! nothing queued. A sampled one is recorded by the OpenTelemetry SDK.
+//! Sampling is parent-based: a caller's decision is followed; a trace started here is kept at
+//! `sample_ratio`, by trace ID, as OpenTelemetry's `TraceIdRatioBased` does. A request that is
+//! not sampled gets a span ID and the context passed on, and nothing else: no span, no
+//! attributes, no child spans, nothing queued.
+//!
+//! A sampled request's spans are recorded here rather than through the OpenTelemetry SDK,
+//! whose per-span allocations and conversions doubled the CPU a request costs (see `otlp`):
+//! attributes are encoded as protobuf where they are set, and a finished span is bytes in the
+//! export queue.
 
 mod export;
+mod otlp;
 pub mod propagation;
+mod span;
 
 pub use export::Counters;
-pub use opentelemetry::KeyValue;
-pub use opentelemetry::trace::SpanKind;
+pub use otlp::SpanKind;
+pub use span::Span;
 
-use opentelemetry::trace::{
-    SpanContext, SpanId, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
-    TracerProvider as _,
-};
-use opentelemetry::{Context, trace::Span as _};
-use opentelemetry_otlp::WithExportConfig;
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{
-    IdGenerator, RandomIdGenerator, Sampler, SdkTracer, SdkTracerProvider, SpanExporter as _,
-};
+use export::Queue;
 use sluice_config::TracingSettings;
 use std::borrow::Cow;
-use std::cell::Cell;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-/// One `[tracing]` in force: the SDK's provider and tracer, and the export counters.
+/// One `[tracing]` in force: the export queue and its thread, and the counters.
 pub struct Tracer {
-    provider: SdkTracerProvider,
-    tracer: SdkTracer,
-    ids: RandomIdGenerator,
+    queue: Arc<Queue>,
     settings: TracingSettings,
     counters: Arc<Counters>,
 }
@@ -51,42 +45,20 @@ impl std::fmt::Debug for Tracer {
 }
 
 impl Tracer {
-    /// Builds the exporter and starts its thread. Call within the tokio runtime: the gRPC
-    /// channel's connection task is spawned on it (it connects lazily, so a collector that
-    /// is down now is no error: its spans are counted as failed until it is up).
-    /// `counters` carry over a reload that changes `[tracing]`.
+    /// Starts the export thread. Call within the tokio runtime: the gRPC channel's
+    /// connection task is spawned on it (it connects lazily, so a collector that is down now
+    /// is no error: its spans are counted as failed until it is up). `counters` carry over a
+    /// reload that changes `[tracing]`.
     pub fn start(settings: &TracingSettings, counters: Arc<Counters>) -> Result<Tracer, String> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| "tracing must start within the gateway's runtime".to_owned())?;
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(settings.endpoint.clone())
-            .with_timeout(settings.export_timeout)
-            .build()
-            .map_err(|e| {
-                format!(
-                    "[tracing] endpoint `{}`: {e}; give the collector's OTLP/gRPC address",
-                    settings.endpoint
-                )
-            })?;
-        let resource = Resource::builder()
-            .with_service_name(settings.service_name.clone())
-            .build();
-        exporter.set_resource(&resource);
-        let queue = export::Queue::start(exporter, settings.queue, runtime, counters.clone());
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(queue)
-            // The decision is made in `server` (a root span reaches the SDK only when kept);
-            // children follow their recorded parent.
-            .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
-            .with_id_generator(PresetIds::default())
-            .with_resource(resource)
-            .build();
-        let tracer = provider.tracer("sluice");
+        let (queue, _thread) = Queue::start(
+            &settings.endpoint,
+            settings.export_timeout,
+            &settings.service_name,
+            settings.queue,
+            counters.clone(),
+        )?;
         Ok(Tracer {
-            provider,
-            tracer,
-            ids: RandomIdGenerator::default(),
+            queue,
             settings: settings.clone(),
             counters,
         })
@@ -105,7 +77,7 @@ impl Tracer {
     /// Sends what is queued and waits for it, up to 30 s. It blocks: call it off the event
     /// loop (`spawn_blocking`), as the gRPC channel it waits for runs there.
     pub fn flush(&self) {
-        let _ = self.provider.force_flush();
+        self.queue.flush();
     }
 
     /// The SERVER span of a request that arrived with `headers`, started at `start`.
@@ -125,54 +97,38 @@ impl Tracer {
                 p.sampled.unwrap_or_else(|| self.ratio_keeps(p.trace_id)),
             ),
             None => {
-                let t = u128::from_be_bytes(self.ids.new_trace_id().to_bytes());
+                let t = span::new_trace_id();
                 (t, self.ratio_keeps(t))
             }
         };
         if !sampled {
             return RequestSpan {
                 span: None,
-                tracer: None,
                 trace_id,
-                span_id: u64::from_be_bytes(self.ids.new_span_id().to_bytes()),
+                span_id: span::new_span_id(),
                 sampled: false,
                 b3,
             };
         }
-        let cx = match parent {
-            Some(p) => Context::new().with_remote_span_context(SpanContext::new(
-                TraceId::from(trace_id),
-                SpanId::from(p.span_id),
-                TraceFlags::SAMPLED,
-                true,
-                TraceState::NONE,
-            )),
-            None => {
-                // A root span: the SDK takes the trace ID the ratio was applied to.
-                PRESET_TRACE_ID.with(|c| c.set(Some(trace_id)));
-                Context::new()
-            }
-        };
-        let span = self
-            .tracer
-            .span_builder(method_name(method))
-            .with_kind(SpanKind::Server)
-            .with_start_time(start)
-            .start_with_context(&self.tracer, &cx);
-        PRESET_TRACE_ID.with(|c| c.set(None));
-        let sc = span.span_context();
+        let span = Span::start(
+            self.queue.clone(),
+            trace_id,
+            parent.map(|p| (p.span_id, true)),
+            method_name(method),
+            SpanKind::Server,
+            start,
+        );
         RequestSpan {
-            trace_id: u128::from_be_bytes(sc.trace_id().to_bytes()),
-            span_id: u64::from_be_bytes(sc.span_id().to_bytes()),
+            trace_id,
+            span_id: span.span_id,
             sampled: true,
             b3,
-            tracer: Some(self.tracer.clone()),
-            span: Some(span),
+            span: Some(Box::new(span)),
         }
     }
 
     /// OpenTelemetry's `TraceIdRatioBased` rule (the low 63 bits of the trace ID against
-    /// the ratio), for B3's deferred decisions.
+    /// the ratio).
     fn ratio_keeps(&self, trace_id: u128) -> bool {
         let bound = (self.settings.sample_ratio.clamp(0.0, 1.0) * (1u64 << 63) as f64) as u64;
         ((trace_id as u64) >> 1) < bound
@@ -181,30 +137,9 @@ impl Tracer {
 
 impl Drop for Tracer {
     fn drop(&mut self) {
-        // Without waiting: the export thread sends what is queued, then ends.
-        let _ = self.provider.shutdown();
-    }
-}
-
-thread_local! {
-    /// The trace ID `Tracer::server` chose for a root span, for the SDK to take.
-    static PRESET_TRACE_ID: Cell<Option<u128>> = const { Cell::new(None) };
-}
-
-/// The SDK's ID generator, except that a root span's trace ID is the one `Tracer::server`
-/// already applied the ratio to (set just before, on the same thread, taken once).
-#[derive(Debug, Default)]
-struct PresetIds(RandomIdGenerator);
-
-impl IdGenerator for PresetIds {
-    fn new_trace_id(&self) -> TraceId {
-        PRESET_TRACE_ID
-            .with(Cell::take)
-            .map_or_else(|| self.0.new_trace_id(), TraceId::from)
-    }
-
-    fn new_span_id(&self) -> SpanId {
-        self.0.new_span_id()
+        // Without waiting: the export thread sends what is queued and what the spans still
+        // open bring, then ends.
+        self.queue.close();
     }
 }
 
@@ -221,10 +156,8 @@ fn method_name(method: &str) -> Cow<'static, str> {
 
 /// A request's SERVER span, and the context it hands on.
 pub struct RequestSpan {
-    /// The SDK's span; `None` when the request is not sampled (nothing recorded).
-    span: Option<opentelemetry_sdk::trace::Span>,
-    /// For child spans; `None` when the request is not sampled.
-    tracer: Option<SdkTracer>,
+    /// The span; `None` when the request is not sampled (nothing recorded).
+    span: Option<Box<Span>>,
     trace_id: u128,
     span_id: u64,
     sampled: bool,
@@ -245,26 +178,17 @@ impl std::fmt::Debug for RequestSpan {
 impl RequestSpan {
     /// Whether the span is recorded (sampled): only then are attributes worth building.
     pub fn is_recording(&self) -> bool {
-        self.tracer.is_some()
+        self.span.is_some()
+    }
+
+    /// The recorded span, to set attributes on; `None` when not sampled.
+    pub fn recording(&mut self) -> Option<&mut Span> {
+        self.span.as_deref_mut()
     }
 
     /// The trace ID and this span's ID (the access log's `trace_id` and `span_id`).
     pub fn ids(&self) -> (u128, u64) {
         (self.trace_id, self.span_id)
-    }
-
-    /// Sets attributes (ignored unless recording).
-    pub fn set(&mut self, attributes: impl IntoIterator<Item = KeyValue>) {
-        if let Some(s) = &mut self.span {
-            s.set_attributes(attributes);
-        }
-    }
-
-    /// Renames the span (`{method} {route}` once the route is known).
-    pub fn rename(&mut self, name: String) {
-        if let Some(s) = &mut self.span {
-            s.update_name(name);
-        }
     }
 
     /// A child span (an upstream attempt, a mirror copy, the handshake), or `None` when the
@@ -275,21 +199,14 @@ impl RequestSpan {
         kind: SpanKind,
         start: Option<SystemTime>,
     ) -> Option<ChildSpan> {
-        let (tracer, span) = (self.tracer.as_ref()?, self.span.as_ref()?);
-        let cx = Context::new().with_remote_span_context(span.span_context().clone());
-        let mut b = tracer.span_builder(name).with_kind(kind);
-        if let Some(t) = start {
-            b = b.with_start_time(t);
-        }
-        Some(ChildSpan {
-            span: b.start_with_context(tracer, &cx),
-        })
+        let span = self.span.as_ref()?;
+        Some(ChildSpan(Box::new(span.child(name, kind, start))))
     }
 
     /// Writes the context for the next hop: `child`'s span as its parent (the attempt that
     /// carries the request), else this span's.
     pub fn inject(&self, child: Option<&ChildSpan>, headers: &mut http::HeaderMap) {
-        let span_id = child.map_or(self.span_id, ChildSpan::span_id);
+        let span_id = child.map_or(self.span_id, |c| c.0.span_id);
         propagation::inject(headers, self.trace_id, span_id, self.sampled, self.b3);
     }
 
@@ -297,49 +214,40 @@ impl RequestSpan {
     /// say for a server span).
     pub fn end(self, status: u16, at: SystemTime) {
         let Some(mut span) = self.span else { return };
-        span.set_attribute(KeyValue::new(
-            "http.response.status_code",
-            i64::from(status),
-        ));
+        span.int("http.response.status_code", i64::from(status));
         if status >= 500 {
-            span.set_attribute(KeyValue::new("error.type", status.to_string()));
-            span.set_status(Status::error(""));
+            span.fail_status(status);
         }
-        span.end_with_timestamp(at);
+        span.finish(span::unix_nanos(at));
     }
 }
 
-/// A span under a request's span.
-pub struct ChildSpan {
-    span: opentelemetry_sdk::trace::Span,
+/// A span under a request's span; attributes through `Deref` to [`Span`].
+pub struct ChildSpan(Box<Span>);
+
+impl std::ops::Deref for ChildSpan {
+    type Target = Span;
+    fn deref(&self) -> &Span {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ChildSpan {
+    fn deref_mut(&mut self) -> &mut Span {
+        &mut self.0
+    }
 }
 
 impl ChildSpan {
-    /// Its span ID (the next hop's parent).
-    pub fn span_id(&self) -> u64 {
-        u64::from_be_bytes(self.span.span_context().span_id().to_bytes())
-    }
-
-    /// Sets attributes.
-    pub fn set(&mut self, attributes: impl IntoIterator<Item = KeyValue>) {
-        self.span.set_attributes(attributes);
-    }
-
-    /// Marks it failed, with why.
-    pub fn fail(&mut self, error_type: impl Into<opentelemetry::Value>) {
-        self.span
-            .set_attribute(KeyValue::new("error.type", error_type));
-        self.span.set_status(Status::error(""));
-    }
-
     /// Ends it now.
-    pub fn end(mut self) {
-        self.span.end();
+    pub fn end(self) {
+        // Dropping the span ends it now.
+        drop(self);
     }
 
     /// Ends it at `at` (a span recorded after the fact, such as the handshake's).
     pub fn end_at(mut self, at: SystemTime) {
-        self.span.end_with_timestamp(at);
+        self.0.finish(span::unix_nanos(at));
     }
 }
 

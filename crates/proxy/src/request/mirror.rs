@@ -208,13 +208,8 @@ pub(crate) fn start<B>(
         let mut request = copy_request(c, m);
         let span = c.trace.and_then(|t| {
             let mut s = t.child("mirror", sluice_trace::SpanKind::Client, None)?;
-            s.set([
-                sluice_trace::KeyValue::new("sluice.upstream", m.upstream_name.clone()),
-                sluice_trace::KeyValue::new(
-                    "http.request.method",
-                    c.parts.method.as_str().to_owned(),
-                ),
-            ]);
+            s.str("sluice.upstream", &m.upstream_name)
+                .str("http.request.method", c.parts.method.as_str());
             Some(s)
         });
         if let Some(t) = c.trace {

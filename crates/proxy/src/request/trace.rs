@@ -6,7 +6,7 @@ use crate::http1::ClientBody;
 use crate::request::context::ConnCtx;
 use crate::request::done::Done;
 use http::{Method, Request, Version};
-use sluice_trace::{ChildSpan, KeyValue, RequestSpan, SpanKind, Tracer};
+use sluice_trace::{ChildSpan, RequestSpan, SpanKind, Tracer};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 
@@ -21,40 +21,34 @@ pub(crate) fn server_span(
 ) -> RequestSpan {
     let start = done.entry.time.unwrap_or_else(std::time::SystemTime::now);
     let mut span = tracer.server(req.headers(), req.method().as_str(), start);
-    if !span.is_recording() {
+    let Some(s) = span.recording() else {
         return span;
-    }
+    };
     let (name, port) = split_host(host, conn.local.port());
-    let mut attrs = vec![
-        KeyValue::new("http.request.method", req.method().as_str().to_owned()),
-        KeyValue::new("url.path", req.uri().path().to_owned()),
-        KeyValue::new(
+    s.str("http.request.method", req.method().as_str())
+        .str("url.path", req.uri().path())
+        .str(
             "url.scheme",
             if conn.tls.is_some() { "https" } else { "http" },
-        ),
-        KeyValue::new("server.address", name.to_owned()),
-        KeyValue::new("server.port", i64::from(port)),
-        KeyValue::new("client.address", client.to_string()),
-        KeyValue::new("network.peer.address", conn.peer.ip().to_string()),
-        KeyValue::new("network.protocol.version", protocol_version(req.version())),
-    ];
+        )
+        .str("server.address", name)
+        .int("server.port", i64::from(port))
+        .display("client.address", client)
+        .display("network.peer.address", conn.peer.ip())
+        .str("network.protocol.version", protocol_version(req.version()));
     if let Some(q) = req.uri().query() {
-        attrs.push(KeyValue::new("url.query", q.to_owned()));
+        s.str("url.query", q);
     }
     if let Some(ua) = req
         .headers()
         .get(http::header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
     {
-        attrs.push(KeyValue::new("user_agent.original", ua.to_owned()));
+        s.str("user_agent.original", ua);
     }
     if !done.entry.request_id.is_empty() {
-        attrs.push(KeyValue::new(
-            "sluice.request_id",
-            done.entry.request_id.clone(),
-        ));
+        s.str("sluice.request_id", &done.entry.request_id);
     }
-    span.set(attrs);
     handshake_span(&span, conn);
     span
 }
@@ -69,53 +63,42 @@ fn handshake_span(span: &RequestSpan, conn: &ConnCtx) {
     if conn.state.handshake_traced.swap(true, Ordering::Relaxed) {
         return;
     }
-    if let Some(mut h) = span.child("TLS handshake", SpanKind::Internal, Some(began)) {
-        let mut attrs = vec![
-            KeyValue::new("tls.resumed", tls.resumed),
-            KeyValue::new(
-                "tls.protocol.version",
-                tls.version.trim_start_matches("TLSv").to_owned(),
-            ),
-            KeyValue::new("tls.cipher", tls.cipher.clone()),
-            KeyValue::new(
-                "sluice.handshake.kind",
-                if tls.resumed { "resumed" } else { "full" },
-            ),
-            KeyValue::new("sluice.handshake.isolated", tls.isolated),
-        ];
-        if let Some(sni) = &tls.sni {
-            attrs.push(KeyValue::new("tls.server.name", sni.clone()));
-        }
-        // The private-key operation: which offload engine signed, how long the operation
-        // waited before it and how long it was there, and what it fell back from.
-        if let Some(op) = &tls.key_operation {
-            attrs.push(KeyValue::new("sluice.offload.engine", op.engine.clone()));
-            attrs.push(KeyValue::new(
-                "sluice.offload.queued_us",
-                op.queued.as_micros() as i64,
-            ));
-            attrs.push(KeyValue::new(
-                "sluice.offload.engine_us",
-                op.at_engine.as_micros() as i64,
-            ));
-            if !op.fallbacks.is_empty() {
-                attrs.push(KeyValue::new(
-                    "sluice.offload.fallbacks",
-                    op.fallbacks.join(","),
-                ));
-            }
-        }
-        h.set(attrs);
-        h.end_at(began + took);
+    let Some(mut h) = span.child("TLS handshake", SpanKind::Internal, Some(began)) else {
+        return;
+    };
+    h.bool("tls.resumed", tls.resumed)
+        .str(
+            "tls.protocol.version",
+            tls.version.trim_start_matches("TLSv"),
+        )
+        .str("tls.cipher", &tls.cipher)
+        .str(
+            "sluice.handshake.kind",
+            if tls.resumed { "resumed" } else { "full" },
+        )
+        .bool("sluice.handshake.isolated", tls.isolated);
+    if let Some(sni) = &tls.sni {
+        h.str("tls.server.name", sni);
     }
+    // The private-key operation: which offload engine signed, how long the operation waited
+    // before it and how long it was there, and what it fell back from.
+    if let Some(op) = &tls.key_operation {
+        h.str("sluice.offload.engine", &op.engine)
+            .int("sluice.offload.queued_us", op.queued.as_micros() as i64)
+            .int("sluice.offload.engine_us", op.at_engine.as_micros() as i64);
+        if !op.fallbacks.is_empty() {
+            h.str("sluice.offload.fallbacks", &op.fallbacks.join(","));
+        }
+    }
+    h.end_at(began + took);
 }
 
 /// Once routed: the span is named `{method} {route}` and carries `http.route` (the route's
 /// name: Sluice's routes are prefixes, exact paths and patterns, not path templates).
 pub(crate) fn routed(span: &mut RequestSpan, method: &Method, route: &str) {
-    if span.is_recording() {
-        span.rename(format!("{} {route}", method.as_str()));
-        span.set([KeyValue::new("http.route", route.to_owned())]);
+    if let Some(s) = span.recording() {
+        s.rename(format!("{} {route}", method.as_str()));
+        s.str("http.route", route);
     }
 }
 
@@ -128,13 +111,11 @@ pub(crate) fn attempt(
     n: usize,
 ) -> Option<ChildSpan> {
     let mut c = span?.child("upstream", SpanKind::Client, None)?;
-    c.set([
-        KeyValue::new("http.request.method", method.as_str().to_owned()),
-        KeyValue::new("server.address", addr.ip().to_string()),
-        KeyValue::new("server.port", i64::from(addr.port())),
-        KeyValue::new("sluice.upstream", upstream.to_owned()),
-        KeyValue::new("http.request.resend_count", (n.saturating_sub(1)) as i64),
-    ]);
+    c.str("http.request.method", method.as_str())
+        .display("server.address", addr.ip())
+        .int("server.port", i64::from(addr.port()))
+        .str("sluice.upstream", upstream)
+        .int("http.request.resend_count", (n.saturating_sub(1)) as i64);
     Some(c)
 }
 
@@ -143,12 +124,9 @@ pub(crate) fn attempt_done(span: Option<ChildSpan>, outcome: Result<u16, &'stati
     let Some(mut span) = span else { return };
     match outcome {
         Ok(status) => {
-            span.set([KeyValue::new(
-                "http.response.status_code",
-                i64::from(status),
-            )]);
+            span.int("http.response.status_code", i64::from(status));
             if status >= 500 {
-                span.fail(status.to_string());
+                span.fail_status(status);
             }
         }
         Err(why) => span.fail(why),
