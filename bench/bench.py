@@ -60,6 +60,8 @@ SLUICE_TRACE100_PORT = 18451
 # default 8 MiB of recent requests; its admin listener answers how much it holds).
 SLUICE_NOLOG_PORT = 18452
 SLUICE_ADMIN_PORT = 18901
+# The 100% tracing gateway's admin listener: what became of its spans (exported or dropped).
+SLUICE_TRACE100_ADMIN_PORT = 18902
 JAEGER_OTLP_PORT = 18317
 JAEGER_QUERY_PORT = 18686
 # Prefix routes of the `sluice-routes` gateway (the route-table row): a request's routing
@@ -440,14 +442,14 @@ percent = 100
         'upstream = "origin"\n', 'upstream = "origin"\n[[route.mirror]]\nupstream = "shadow"\npercent = 10\n', 1)
 
 
-def sluice_traced_conf(d, cert, percent, port):
+def sluice_traced_conf(d, cert, percent, port, admin=None):
     """The default gateway with [tracing] sampling `percent` of its requests (the tracing rows)."""
     name = f"sluice-trace{percent}"
     return f"""
 [tracing]
 endpoint = "http://127.0.0.1:{JAEGER_OTLP_PORT}"
 sample_percent = {percent}
-""" + sluice_conf(d, cert, "default", port, f"{name}-access.log")
+""" + sluice_conf(d, cert, "default", port, f"{name}-access.log", admin=admin)
 
 
 JAEGER_CONF = """
@@ -524,7 +526,8 @@ class Gateways:
         Path(d, "sluice-routes.toml").write_text(sluice_routes_conf(d, cert))
         Path(d, "sluice-mirror.toml").write_text(sluice_mirror_conf(d, cert))
         Path(d, "sluice-trace1.toml").write_text(sluice_traced_conf(d, cert, 1, SLUICE_TRACE1_PORT))
-        Path(d, "sluice-trace100.toml").write_text(sluice_traced_conf(d, cert, 100, SLUICE_TRACE100_PORT))
+        Path(d, "sluice-trace100.toml").write_text(sluice_traced_conf(d, cert, 100, SLUICE_TRACE100_PORT,
+                                                                       admin=SLUICE_TRACE100_ADMIN_PORT))
         # Started one by one: when one fails, the ones already running are stopped (left
         # behind, they would keep the ports, and SO_REUSEPORT would share the next run's
         # traffic with them).
@@ -1051,6 +1054,7 @@ def main():
                     if sc.get("request_log"):
                         who_all = ("sluice", "sluice-nolog")
                     row = {"name": sc["name"], "metric": sc["metric"], "runs": {w: [] for w in who_all}}
+                    spans_before = trace_spans() if sc.get("traced") else None
                     for i in range(min(runs, 3) if sc.get("memory") else runs):
                         order = who_all if i % 2 == 0 else tuple(reversed(who_all))
                         for which in order:
@@ -1073,6 +1077,9 @@ def main():
                         row["all_full_handshakes"] = row["resumed_handshakes"] == 0
                     if sc.get("request_log"):
                         row["request_log"] = request_log_held()
+                    if spans_before is not None:
+                        after = trace_spans()
+                        row["spans"] = {k: after.get(k, 0) - spans_before.get(k, 0) for k in after}
                     row["lower_is_better"] = sc.get("lower_is_better", False)
                     row["memory"] = sc.get("memory", False)
                     row["site_mix"] = sc.get("site_mix", False)
@@ -1273,6 +1280,18 @@ def request_log_held():
         return json.loads(r.read())["request_log"]
 
 
+def trace_spans():
+    """The 100% tracing gateway's span counters (`/status`'s `tracing`): a figure is only
+    worth something if the spans were exported, not dropped. Empty where it cannot be read."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{SLUICE_TRACE100_ADMIN_PORT}/status", timeout=10) as r:
+            t = json.loads(r.read()).get("tracing") or {}
+    except OSError:
+        return {}
+    return {k: t.get(k, 0) for k in ("exported", "dropped_queue_full", "dropped_export_failed")}
+
+
 def mirror_note(row, who):
     """The mirror and tracing rows' goals, against the same gateway without: CPU per
     primary request (mirroring 10%: at most 12% more; tracing 1%: 3%, 100%: 15%), or the p99
@@ -1288,7 +1307,10 @@ def mirror_note(row, who):
     if row["lower_is_better"]:
         return f"p99 with / without: {med(row, who, 'value') / max(med(row, 'sluice', 'value'), 1e-9):.2f}x"
     more = med(row, who, "cpu_us_per_unit") / max(med(row, "sluice", "cpu_us_per_unit"), 1e-9) - 1
-    return f"CPU per request with / without: {more:+.1%}"
+    spans = row.get("spans") if who == "sluice-trace100" else None
+    fate = (f"; spans exported {spans['exported']:,}, dropped {spans['dropped_queue_full']:,} (queue full) + "
+            f"{spans['dropped_export_failed']:,} (export failed)") if spans else ""
+    return f"CPU per request with / without: {more:+.1%}{fate}"
 
 
 def chart(results, title):
