@@ -109,6 +109,11 @@ impl Queue {
         }
     }
 
+    /// What became of its spans.
+    pub(crate) fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
     fn lock(&self) -> MutexGuard<'_, Pending> {
         // A panic while holding it left whole spans or none: the bytes stay usable.
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
@@ -150,11 +155,7 @@ impl Queue {
             if left.is_zero() {
                 return;
             }
-            p = self
-                .flushed
-                .wait_timeout(p, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            p = wait(&self.flushed, p, left);
         }
     }
 
@@ -165,6 +166,13 @@ impl Queue {
         self.wake.notify_one();
         self.flushed.notify_all();
     }
+}
+
+/// Waits on `cv` for at most `left` (a poisoned lock's data stays usable: see `lock`).
+fn wait<'a>(cv: &Condvar, p: MutexGuard<'a, Pending>, left: Duration) -> MutexGuard<'a, Pending> {
+    cv.wait_timeout(p, left)
+        .unwrap_or_else(|e| e.into_inner())
+        .0
 }
 
 /// The export thread.
@@ -189,11 +197,7 @@ fn export_loop(
             if left.is_zero() || (p.closed && p.count > 0) {
                 break;
             }
-            p = queue
-                .wake
-                .wait_timeout(p, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            p = wait(&queue.wake, p, left);
         }
         let flush = p.flush_asked;
         let closed = p.closed;

@@ -33,7 +33,6 @@ use std::time::SystemTime;
 pub struct Tracer {
     queue: Arc<Queue>,
     settings: TracingSettings,
-    counters: Arc<Counters>,
 }
 
 impl std::fmt::Debug for Tracer {
@@ -55,12 +54,11 @@ impl Tracer {
             settings.export_timeout,
             &settings.service_name,
             settings.queue,
-            counters.clone(),
+            counters,
         )?;
         Ok(Tracer {
             queue,
             settings: settings.clone(),
-            counters,
         })
     }
 
@@ -71,7 +69,7 @@ impl Tracer {
 
     /// What became of the spans.
     pub fn counters(&self) -> &Arc<Counters> {
-        &self.counters
+        self.queue.counters()
     }
 
     /// Sends what is queued and waits for it, up to 30 s. It blocks: call it off the event
@@ -106,7 +104,6 @@ impl Tracer {
                 span: None,
                 trace_id,
                 span_id: span::new_span_id(),
-                sampled: false,
                 b3,
             };
         }
@@ -121,7 +118,6 @@ impl Tracer {
         RequestSpan {
             trace_id,
             span_id: span.span_id,
-            sampled: true,
             b3,
             span: Some(Box::new(span)),
         }
@@ -160,7 +156,6 @@ pub struct RequestSpan {
     span: Option<Box<Span>>,
     trace_id: u128,
     span_id: u64,
-    sampled: bool,
     /// The request came with B3: the next hop gets B3 too.
     b3: bool,
 }
@@ -207,7 +202,9 @@ impl RequestSpan {
     /// carries the request), else this span's.
     pub fn inject(&self, child: Option<&ChildSpan>, headers: &mut http::HeaderMap) {
         let span_id = child.map_or(self.span_id, |c| c.0.span_id);
-        propagation::inject(headers, self.trace_id, span_id, self.sampled, self.b3);
+        // Sampled exactly when recorded.
+        let sampled = self.span.is_some();
+        propagation::inject(headers, self.trace_id, span_id, sampled, self.b3);
     }
 
     /// Ends the span with the response's status (5xx: an error, as semantic conventions
