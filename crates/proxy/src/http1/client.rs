@@ -21,7 +21,7 @@ use super::head::range_in;
 use super::response::{Encoding, Writer, Written, has_token};
 use super::upgrade::{Io, Upgraded};
 use crate::body::{BoxError, ProxyBody};
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
@@ -245,10 +245,11 @@ impl<S: Io> Exchange<S> {
                 }
                 Reading::Framed(decoder) => match decoder.decode(buf) {
                     Ok(Decoded::Data(data)) => {
-                        if decoder.is_done() {
-                            self.reading = Reading::Done;
+                        if !decoder.is_done() {
+                            return Poll::Ready(Some(Ok(Frame::data(data))));
                         }
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                        self.reading = Reading::Done;
+                        return Poll::Ready(Some(Ok(Frame::data(detach_last(data)))));
                     }
                     Ok(Decoded::Trailers(t)) => {
                         self.reading = Reading::Done;
@@ -382,6 +383,22 @@ pub(crate) fn still_open<S: Io>(io: &mut S) -> bool {
     )
 }
 
+/// The last piece of a body of known length, copied out of the read buffer when it is small.
+/// HTTP/2 keeps the last DATA frame it sent until the connection's next write (h2's
+/// `last_data_frame`), so on an idle connection a slice would keep the whole read buffer
+/// (8 KiB or more) allocated; copied, the buffer goes back to the free list at once. Larger
+/// pieces are most of their buffer anyway and are not copied.
+fn detach_last(data: Bytes) -> Bytes {
+    if data.len() <= DETACH_LAST_MAX {
+        Bytes::copy_from_slice(&data)
+    } else {
+        data
+    }
+}
+
+/// The largest last piece [`detach_last`] copies.
+const DETACH_LAST_MAX: usize = 4 * 1024;
+
 /// Parses a response head off the front of `buf`; `None` while incomplete.
 fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static str> {
     if buf.is_empty() {
@@ -413,7 +430,12 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
     for (slot, f) in ranges.iter_mut().zip(resp.headers.iter()) {
         *slot = (range_in(buf, f.name.as_bytes()), range_in(buf, f.value));
     }
-    let bytes = buf.split_to(len).freeze();
+    // The head's fields are slices of a copy of the head, not of the read buffer: whoever
+    // keeps a header value (HTTP/2's HPACK table indexes response fields for the life of the
+    // connection, the response cache for the life of an entry) then keeps a few hundred
+    // bytes, not the whole buffer.
+    let bytes = Bytes::copy_from_slice(&buf[..len]);
+    buf.advance(len);
     let mut headers = HeaderMap::with_capacity(nfields);
     for &((n0, n1), (v0, v1)) in &ranges[..nfields] {
         let name = HeaderName::from_bytes(&bytes[n0..n1])
@@ -956,5 +978,28 @@ mod tests {
             .unwrap();
         assert!(framing(&Method::GET, &head).is_err());
         check_invariants(raw);
+    }
+
+    /// Header values and a small last body piece are what outlive a response (in HTTP/2's
+    /// HPACK table, its last DATA frame, the cache): neither may be a slice of the read buffer.
+    #[test]
+    fn kept_header_values_and_last_body_pieces_are_not_slices_of_the_read_buffer() {
+        let mut buf = BytesMut::with_capacity(buffers::SIZE);
+        buf.extend_from_slice(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
+        );
+        let start = buf.as_ptr() as usize;
+        let in_buffer = |p: *const u8| (start..start + buffers::SIZE).contains(&(p as usize));
+        let head = parse_response(&mut buf).unwrap().unwrap();
+        assert_eq!(head.headers["content-type"], "text/plain");
+        assert!(!in_buffer(head.headers["content-type"].as_bytes().as_ptr()));
+        assert_eq!(&buf[..], b"hello");
+        let body = buf.split().freeze();
+        let last = detach_last(body.clone());
+        assert_eq!(last, "hello");
+        assert!(in_buffer(body.as_ptr()) && !in_buffer(last.as_ptr()));
+        // A large last piece is most of its buffer: passed on as it is.
+        let large = Bytes::from(vec![b'x'; DETACH_LAST_MAX + 1]);
+        assert_eq!(detach_last(large.clone()).as_ptr(), large.as_ptr());
     }
 }
