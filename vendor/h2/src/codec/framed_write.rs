@@ -330,11 +330,6 @@ where
         }
     }
 
-    #[cfg(test)]
-    fn buffer_capacity(&self) -> usize {
-        self.buf.get_ref().capacity()
-    }
-
     fn is_empty(&self) -> bool {
         match self.next {
             Some(Next::Data(ref frame)) => !frame.payload().has_remaining(),
