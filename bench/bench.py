@@ -985,7 +985,8 @@ def main():
     ap.add_argument("--runs", type=int)
     ap.add_argument("--duration", type=float)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--only", help="run only scenarios whose name contains this text (alternatives separated by |)")
+    ap.add_argument("--only", help="run only scenarios whose name contains this text (alternatives separated by |; "
+                    "one starting with = must be the whole name)")
     ap.add_argument("--mb-lanes", choices=["auto", "4", "8"], default="auto",
                     help="lanes per RSA-2048 batch of the `mb` gateway (default: auto, 8)")
     ap.add_argument("--render", metavar="JSON", help="print the table of an earlier run's JSON file and exit")
@@ -1032,7 +1033,9 @@ def main():
     results = []
     try:
         wanted = args.only.split("|") if args.only else None
-        all_sc = [s for s in scenarios(page_len) if not wanted or any(w in s["name"] for w in wanted)]
+        def picked(name):
+            return any(name == w[1:] if w.startswith("=") else w in name for w in wanted)
+        all_sc = [s for s in scenarios(page_len) if not wanted or picked(s["name"])]
         for cert in ("rsa", "ecdsa", "mix"):
             group = [s for s in all_sc if s["cert"] == cert]
             if not group:

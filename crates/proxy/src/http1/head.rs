@@ -12,6 +12,10 @@ use http::{Method, Request, StatusCode, Uri, Version};
 /// At most this many header fields in a request head (hyper's limit too); more is 431.
 pub(crate) const MAX_HEADERS: usize = 100;
 
+/// How many fields a head's map has room for beyond its own: those the gateway adds on the
+/// way through (forwarding headers upstream; `X-Request-Id`, `Alt-Svc`, a sticky cookie back).
+pub(crate) const ADDED_FIELDS: usize = 6;
+
 /// How a request's body is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Framing {
@@ -143,7 +147,10 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
     let target = bytes.slice(path_range.0..path_range.1);
     let uri = request_target(&method, target)?;
 
-    let mut headers = HeaderMap::with_capacity(nfields);
+    // Room for the fields the proxy adds upstream (`X-Forwarded-*`, `X-Real-IP`,
+    // `X-Request-Id`, `traceparent`): a map filled to its capacity would grow, rehashing
+    // every field, on the first of them.
+    let mut headers = HeaderMap::with_capacity(nfields + ADDED_FIELDS);
     let mut facts = Facts::default();
     for &((n0, n1), (v0, v1)) in &ranges[..nfields] {
         let name = HeaderName::from_bytes(&bytes[n0..n1]).map_err(|_| bad("invalid field name"))?;

@@ -3,7 +3,6 @@
 
 use crate::request::conn_state::{ConnState, Timeout};
 use crate::request::context::{ConnCtx, ListenerCtx};
-use crate::request::handler::handle;
 use arc_swap::ArcSwap;
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -391,8 +390,11 @@ where
             Served::Http1(Box::pin(fut), shutdown)
         }
         Proto::Http2 => {
+            // The handler's future goes to hyper boxed (`Service::call`): hyper spawns a task
+            // per stream and tokio moves the task's future several times (into the task,
+            // and its stage on completion), each a copy of the whole future, several KiB.
             let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
-                handle(ctx.clone(), req.map(crate::http1::ClientBody::Http2))
+                crate::http1::Service::call(ctx.clone(), req.map(crate::http1::ClientBody::Http2))
             });
             Served::Http2(Box::pin(
                 http2_builder(cfg).serve_connection(TokioIo::new(io), service),

@@ -17,8 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// Finishes a request's bookkeeping when its response body is done or dropped.
+///
+/// Moved by value through the request's phases and into its response body, so it is kept
+/// small: the access-log entry (384 bytes) is boxed, else every phase's future and every
+/// move would carry it (each async fn keeps its arguments for its whole life).
 pub(crate) struct Done {
-    pub(crate) entry: Entry,
+    pub(crate) entry: Box<Entry>,
     pub(crate) start: Instant,
     pub(crate) bytes_in: Arc<AtomicU64>,
     pub(crate) log: AccessLog,
@@ -48,7 +52,7 @@ impl OnDone for Done {
             bytes_out,
             self.entry.duration,
         );
-        self.log.log(std::mem::take(&mut self.entry));
+        self.log.log(std::mem::take(&mut *self.entry));
         self.state.request_finished();
     }
 }

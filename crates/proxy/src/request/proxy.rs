@@ -289,7 +289,14 @@ impl<'a> Proxied<'a> {
         }
         let stale = self.cache.as_mut().and_then(|f| f.on_failure());
         if let (Some(entry), Some(s)) = (stale, self.serving()) {
-            return cache::respond(&s, entry, sluice_cache::Outcome::Stale, done).await;
+            // Boxed, like every cache answer here: only cached routes pay for its future.
+            return Box::pin(cache::respond(
+                &s,
+                entry,
+                sluice_cache::Outcome::Stale,
+                done,
+            ))
+            .await;
         }
         failure(done, why)
     }
@@ -500,7 +507,7 @@ impl<'a> Proxied<'a> {
     /// Phase 6: the response on its way to the client: accounting, headers, a tunnel after
     /// `101`, and compression as the body's filter.
     async fn response_filter(
-        mut self,
+        &mut self,
         mut done: Done,
         server: ActiveGuard,
         mut resp: Response<ProxyBody>,
@@ -548,7 +555,7 @@ impl<'a> Proxied<'a> {
                 Filtered::FromStore(entry, outcome) => {
                     done._server = Some(server);
                     if let Some(s) = self.serving() {
-                        return cache::respond(&s, entry, outcome, done).await;
+                        return Box::pin(cache::respond(&s, entry, outcome, done)).await;
                     }
                     unreachable!("a fetch exists only on a route with [route.cache]")
                 }
