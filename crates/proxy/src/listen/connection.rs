@@ -165,6 +165,7 @@ pub(crate) async fn serve(
         // Coalesce hyper's writes (HTTP/2 writes a frame header and its data separately) so
         // that one flush becomes one TLS record and one send(2), not several.
         let stream = crate::listen::coalesce::Coalescing::new(stream, TLS_WRITE_BUFFER);
+        let stream = if h2 { stream.defer_flushes() } else { stream };
         let io = Watched {
             inner: stream,
             state: state.clone(),
