@@ -1,6 +1,7 @@
 //! `sluice`: the gateway and its tools. This file only parses the command line and hands off;
 //! see `run.rs` for start-up and shutdown and `demo.rs` for the built-in demo origin.
 
+mod allocator;
 mod corpus;
 mod ct;
 mod demo;
@@ -14,9 +15,10 @@ mod upgrade;
 use clap::{Parser, Subcommand};
 
 /// mimalloc: the proxy allocates and frees small buffers and header maps per request, where
-/// glibc's malloc cost about 7% of a keep-alive benchmark's CPU.
+/// glibc's malloc cost about 7% of a keep-alive benchmark's CPU (see `allocator.rs` for how
+/// it is called).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -6,7 +6,7 @@ pub struct TlsInfo {
     /// `TLSv1.2` or `TLSv1.3`.
     pub version: &'static str,
     /// IANA-style cipher suite name, such as `TLS_AES_128_GCM_SHA256`.
-    pub cipher: String,
+    pub cipher: &'static str,
     /// Whether the session was resumed (abbreviated handshake).
     pub resumed: bool,
     /// The SNI name the client sent, if any.
@@ -29,8 +29,7 @@ impl TlsInfo {
             version: ssl.version_str(),
             cipher: ssl
                 .current_cipher()
-                .map(|c| c.standard_name().unwrap_or(c.name()).to_owned())
-                .unwrap_or_default(),
+                .map_or("", |c| c.standard_name().unwrap_or(c.name())),
             resumed: ssl.session_reused(),
             sni: ssl
                 .servername(boring::ssl::NameType::HOST_NAME)

@@ -103,10 +103,10 @@ impl Record {
         let mut at = 0;
         for (i, s) in [
             &*e.listener,
-            e.method.as_str(),
+            &e.method,
             e.host.as_str(),
             e.route.as_deref().unwrap_or(""),
-            e.tls_cipher.as_str(),
+            &e.tls_cipher,
             e.request_id.as_str(),
             e.path.as_str(),
         ]
@@ -133,7 +133,7 @@ impl Record {
             client: self.client,
             listener: self.text(LISTENER).into(),
             host: self.text(HOST).to_owned(),
-            method: self.text(METHOD).to_owned(),
+            method: self.text(METHOD).to_owned().into(),
             path: self.text(PATH).to_owned(),
             protocol: self.protocol,
             status: self.status,
@@ -144,7 +144,7 @@ impl Record {
             upstream: self.upstream,
             upstream_time: self.upstream_time,
             tls_version: self.tls_version,
-            tls_cipher: self.text(CIPHER).to_owned(),
+            tls_cipher: self.text(CIPHER).to_owned().into(),
             tls_resumed: self.tls_resumed,
             aborted: self.aborted,
             request_id: self.text(REQUEST_ID).to_owned(),

@@ -26,6 +26,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use std::future::poll_fn;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -404,9 +405,14 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
     if buf.is_empty() {
         return Ok(None);
     }
-    let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_FIELDS];
-    let mut resp = httparse::Response::new(&mut fields);
-    let len = match resp.parse(buf) {
+    // Not zeroed: see `head::parse`.
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_FIELDS];
+    let mut resp = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut resp,
+        buf,
+        &mut fields,
+    ) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() > MAX_RESPONSE_HEAD => {
             return Err("the server sent a response head larger than 64 KiB");
@@ -426,10 +432,11 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or("the server sent an invalid status code")?;
     let nfields = resp.headers.len();
-    let mut ranges = [((0usize, 0usize), (0usize, 0usize)); MAX_RESPONSE_FIELDS];
-    for (slot, f) in ranges.iter_mut().zip(resp.headers.iter()) {
-        *slot = (range_in(buf, f.name.as_bytes()), range_in(buf, f.value));
-    }
+    let ranges: super::head::FieldRanges = resp
+        .headers
+        .iter()
+        .map(|f| (range_in(buf, f.name.as_bytes()), range_in(buf, f.value)))
+        .collect();
     // The head's fields are slices of a copy of the head, not of the read buffer: whoever
     // keeps a header value (HTTP/2's HPACK table indexes response fields for the life of the
     // connection, the response cache for the life of an entry) then keeps a few hundred
@@ -437,7 +444,7 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
     let bytes = Bytes::copy_from_slice(&buf[..len]);
     buf.advance(len);
     let mut headers = HeaderMap::with_capacity(nfields + super::head::ADDED_FIELDS);
-    for &((n0, n1), (v0, v1)) in &ranges[..nfields] {
+    for &((n0, n1), (v0, v1)) in &ranges {
         let name = HeaderName::from_bytes(&bytes[n0..n1])
             .map_err(|_| "the server sent an invalid header name")?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(v0..v1))

@@ -30,6 +30,7 @@ mod response;
 mod server;
 mod upgrade;
 
+pub(crate) use head::ADDED_FIELDS;
 pub(crate) use request_body::{BodySender, ClientBody, Demand, channel as body_channel};
 pub(crate) use server::{Responding, Service, Shutdown, serve};
 pub(crate) use upgrade::{OnUpgrade, Upgraded};

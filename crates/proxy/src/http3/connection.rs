@@ -326,7 +326,7 @@ impl Driver {
             local: self.local,
             tls: Some(TlsInfo {
                 version: "TLSv1.3",
-                cipher: String::new(),
+                cipher: "",
                 resumed,
                 sni: self.conn.server_name().map(str::to_owned),
                 h2: false,

@@ -10,7 +10,7 @@ use quiche::h3::{Header, NameValue};
 pub(crate) struct Malformed(pub(crate) &'static str);
 
 /// Fields that are connection-specific in HTTP/1.1 and malformed in HTTP/3 (§4.2).
-const CONNECTION_SPECIFIC: [HeaderName; 5] = [
+static CONNECTION_SPECIFIC: [HeaderName; 5] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),

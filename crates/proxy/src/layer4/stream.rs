@@ -111,7 +111,7 @@ pub(crate) async fn serve(
             log.tls_version = info.version;
             log.tls_resumed = Some(info.resumed);
             log.host = info.sni.clone().unwrap_or_default();
-            log.tls_cipher = info.cipher;
+            log.tls_cipher = info.cipher.into();
             relay(
                 &listener,
                 proxy,

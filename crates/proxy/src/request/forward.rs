@@ -2,11 +2,13 @@
 //! `proxy_set_header` defaults).
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
 use std::net::SocketAddr;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the
-/// non-standard ones that NGINX also drops.
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// non-standard ones that NGINX also drops. A `static`, not a `const`: a `const` array of
+/// names is built and dropped again wherever it is named (in a loop, for every field).
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -21,26 +23,77 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ///
 /// One pass over the names finds the ones present (usually none in a request, `Connection`
 /// in a response) and only those are removed: eight hashed removals per message, most of
-/// them of absent names, were 1% of a proxied request.
+/// them of absent names, were 1% of a proxied request. The names `Connection` lists are
+/// looked up as text and made into `HeaderName`s only when present: `keep-alive`, the
+/// usual one, is not a standard name, and making it one allocated on every response.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let mut doomed: Vec<HeaderName> = headers
+    let mut doomed: SmallVec<[HeaderName; 4]> = headers
         .keys()
-        .filter(|k| HOP_BY_HOP.contains(k))
+        .filter(|k| is_hop_by_hop(k))
         .cloned()
         .collect();
     if doomed.contains(&header::CONNECTION) {
-        doomed.extend(
-            headers
-                .get_all(header::CONNECTION)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok()),
-        );
+        doomed.extend(connection_named(headers));
     }
     for name in &doomed {
         headers.remove(name);
     }
+}
+
+/// Whether `name` is one of [`HOP_BY_HOP`]: one match on the (lowercase) text, not eight
+/// `HeaderName` comparisons, for every field of every message.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
+
+/// A copy of `headers` without the hop-by-hop ones (as [`strip_hop_by_hop`] leaves them),
+/// with room for `room` more fields. A request's head is copied like this for each try
+/// (the client's stays as it came, for a retry, the log and the mirrors); `clone` gave the
+/// copy no room, so the forwarding headers added next reallocated it twice.
+pub(crate) fn forwardable(headers: &HeaderMap, room: usize) -> HeaderMap {
+    let named = if headers.contains_key(header::CONNECTION) {
+        connection_named(headers)
+    } else {
+        SmallVec::new()
+    };
+    let mut out = HeaderMap::with_capacity(headers.len() + room);
+    for (name, value) in headers {
+        if !is_hop_by_hop(name) && !named.contains(name) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// The headers present in `headers` that its `Connection` fields name, other than the
+/// hop-by-hop ones already known.
+fn connection_named(headers: &HeaderMap) -> SmallVec<[HeaderName; 4]> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| {
+            !t.is_empty()
+                && !HOP_BY_HOP
+                    .iter()
+                    .any(|h| t.eq_ignore_ascii_case(h.as_str()))
+                && !t.eq_ignore_ascii_case("close")
+                && headers.contains_key(*t)
+        })
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+        .collect()
 }
 
 /// The `Upgrade` protocol of an HTTP/1.1 upgrade request (`Connection: upgrade`), if any.
@@ -67,38 +120,52 @@ pub(crate) fn add_forwarding(
     host: &str,
     forwarded: bool,
 ) {
-    let client = crate::text::ip_string(client);
-    let ip = crate::text::ip_string(peer.ip());
-    let xff = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prev) if !prev.trim().is_empty() => format!("{prev}, {ip}"),
-        _ => ip.clone(),
-    };
-    let proto = if https { "https" } else { "http" };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    // Each value is written into one scratch string and copied once into its field.
+    let mut text = String::with_capacity(64);
+    if let Some(prev) = headers
+        .get(X_FORWARDED_FOR)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.trim().is_empty())
+    {
+        text.push_str(prev);
+        text.push_str(", ");
+    }
+    crate::text::push_ip(&mut text, peer.ip());
+    if let Ok(v) = HeaderValue::from_str(&text) {
         headers.insert(X_FORWARDED_FOR, v);
     }
+    let proto = if https { "https" } else { "http" };
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     if let Ok(v) = HeaderValue::from_str(host) {
         headers.insert(X_FORWARDED_HOST, v);
     }
-    if let Ok(v) = HeaderValue::from_str(&client) {
+    text.clear();
+    crate::text::push_ip(&mut text, client);
+    if let Ok(v) = HeaderValue::from_str(&text) {
         headers.insert(X_REAL_IP, v);
     }
     if forwarded {
-        let node = if peer.is_ipv6() {
-            format!("\"[{ip}]\"")
-        } else {
-            ip
-        };
-        let mut element = format!("for={node};proto={proto}");
-        if !host.is_empty() && host.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
-            element.push_str(&format!(";host=\"{host}\""));
+        text.clear();
+        if let Some(prev) = headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
+            text.push_str(prev);
+            text.push_str(", ");
         }
-        let value = match headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
-            Some(prev) => format!("{prev}, {element}"),
-            None => element,
-        };
-        if let Ok(v) = HeaderValue::from_str(&value) {
+        text.push_str("for=");
+        if peer.is_ipv6() {
+            text.push_str("\"[");
+            crate::text::push_ip(&mut text, peer.ip());
+            text.push_str("]\"");
+        } else {
+            crate::text::push_ip(&mut text, peer.ip());
+        }
+        text.push_str(";proto=");
+        text.push_str(proto);
+        if !host.is_empty() && host.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+            text.push_str(";host=\"");
+            text.push_str(host);
+            text.push('"');
+        }
+        if let Ok(v) = HeaderValue::from_str(&text) {
             headers.insert(header::FORWARDED, v);
         }
     }
@@ -178,5 +245,85 @@ mod tests {
         ]);
         strip_hop_by_hop(&mut h);
         assert_eq!(h, map(&[("host", "a")]));
+    }
+
+    #[test]
+    fn the_hop_by_hop_match_is_the_list() {
+        for name in &HOP_BY_HOP {
+            assert!(is_hop_by_hop(name), "{name}");
+        }
+        for name in [
+            "host",
+            "content-length",
+            "x-connection",
+            "tea",
+            "upgrade-insecure-requests",
+        ] {
+            assert!(!is_hop_by_hop(&HeaderName::from_static(name)), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_forwardable_copy_is_the_stripped_message_with_room() {
+        for pairs in [
+            &[
+                ("connection", "keep-alive, X-Private, close"),
+                ("keep-alive", "timeout=5"),
+                ("host", "a"),
+                ("x-private", "1"),
+                ("x-kept", "3"),
+                ("x-kept", "4"),
+                ("te", "trailers"),
+            ][..],
+            &[("host", "a"), ("accept", "*/*"), ("x-private", "1")][..],
+            &[("connection", "x-absent"), ("host", "a")][..],
+        ] {
+            let original = map(pairs);
+            let mut stripped = original.clone();
+            strip_hop_by_hop(&mut stripped);
+            let copy = forwardable(&original, 6);
+            assert_eq!(copy, stripped, "{pairs:?}");
+            // Multi-valued fields keep their order.
+            let kept: Vec<_> = copy.get_all("x-kept").iter().collect();
+            let want: Vec<_> = stripped.get_all("x-kept").iter().collect();
+            assert_eq!(kept, want);
+            assert!(copy.capacity() >= copy.len() + 6, "{pairs:?}");
+        }
+    }
+
+    #[test]
+    fn forwarding_headers_name_the_peer_and_the_client() {
+        let v4: SocketAddr = "10.0.0.7:5000".parse().unwrap();
+        let v6: SocketAddr = "[2001:db8::1]:5000".parse().unwrap();
+        let client: std::net::IpAddr = "192.0.2.9".parse().unwrap();
+
+        let mut h = map(&[("x-forwarded-for", "192.0.2.9")]);
+        add_forwarding(&mut h, v4, client, true, "example.com", true);
+        assert_eq!(h["x-forwarded-for"], "192.0.2.9, 10.0.0.7");
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(h["x-forwarded-host"], "example.com");
+        assert_eq!(h["x-real-ip"], "192.0.2.9");
+        assert_eq!(
+            h["forwarded"],
+            "for=10.0.0.7;proto=https;host=\"example.com\""
+        );
+
+        // No list yet (or a blank one), an IPv6 peer, a host that cannot be quoted.
+        let mut h = map(&[("x-forwarded-for", " "), ("forwarded", "for=192.0.2.1")]);
+        add_forwarding(&mut h, v6, v6.ip(), false, "a\"b", true);
+        assert_eq!(h["x-forwarded-for"], "2001:db8::1");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-real-ip"], "2001:db8::1");
+        assert_eq!(
+            h["forwarded"],
+            "for=192.0.2.1, for=\"[2001:db8::1]\";proto=http"
+        );
+
+        // Off: no Forwarded.
+        let mut h = HeaderMap::new();
+        add_forwarding(&mut h, v4, client, false, "", false);
+        assert!(!h.contains_key("forwarded"));
+        assert_eq!(h["x-forwarded-for"], "10.0.0.7");
+        assert_eq!(h["x-forwarded-host"], "");
     }
 }

@@ -100,7 +100,7 @@ async fn serve(
                 .to_owned(),
             listener: listener.name.clone(),
             host: host.clone(),
-            method: req.method().to_string(),
+            method: method_name(req.method()),
             path: req
                 .uri()
                 .path_and_query()
@@ -108,7 +108,7 @@ async fn serve(
                 .to_owned(),
             protocol: protocol(req.version()),
             tls_version: tls.map_or("", |t| t.version),
-            tls_cipher: tls.map(|t| t.cipher.clone()).unwrap_or_default(),
+            tls_cipher: tls.map_or("", |t| t.cipher).into(),
             tls_resumed: tls.map(|t| t.resumed),
             ..Entry::default()
         }),
@@ -287,6 +287,24 @@ fn respond(
     resp
 }
 
+/// A method's name for the log: borrowed for the standard ones.
+fn method_name(m: &http::Method) -> std::borrow::Cow<'static, str> {
+    use http::Method;
+    let name = match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => return m.as_str().to_owned().into(),
+    };
+    name.into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +319,22 @@ mod tests {
     /// branch awaited inline (the cache's lookup and answers, a failure's stale answer) or a
     /// large value passed by value through the phases made it 9.9 KB, copied several times
     /// per request. Those branches are boxed and `Done`'s log entry is; this keeps it so.
+    #[test]
+    fn method_names_are_the_methods() {
+        for m in [
+            "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT", "PURGE",
+        ] {
+            let method = http::Method::from_bytes(m.as_bytes()).unwrap();
+            let name = method_name(&method);
+            assert_eq!(name, m);
+            assert_eq!(
+                matches!(name, std::borrow::Cow::Borrowed(_)),
+                m != "PURGE",
+                "{m}"
+            );
+        }
+    }
+
     #[test]
     fn the_request_future_stays_small() {
         let size = future_size(handle);

@@ -16,7 +16,7 @@
 use crate::addresses::Addresses;
 use crate::body::BoxError;
 use crate::request::context::{ConnCtx, ListenerCtx};
-use crate::request::forward::{add_forwarding, strip_hop_by_hop};
+use crate::request::forward::{add_forwarding, forwardable};
 use crate::request::policy;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Request, StatusCode, Uri, Version};
@@ -232,8 +232,7 @@ pub(crate) fn start<B>(
 /// `-shadow` suffix breaks virtual hosts: envoy#9094), hop-by-hop headers out, forwarding
 /// headers in, the mirror's own header edits.
 fn copy_request(c: &Copying<'_>, m: &Mirror) -> http::request::Parts {
-    let mut headers = c.parts.headers.clone();
-    strip_hop_by_hop(&mut headers);
+    let mut headers = forwardable(&c.parts.headers, crate::http1::ADDED_FIELDS);
     add_forwarding(
         &mut headers,
         c.conn.peer,

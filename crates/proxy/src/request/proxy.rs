@@ -24,7 +24,7 @@ use super::compression::{self, RequestFacts, strengthen_if_none_match};
 use super::context::{ConnCtx, ListenerCtx};
 use super::done::{Done, failure};
 use super::error::{Failure, is_caused_by};
-use super::forward::{add_forwarding, strip_hop_by_hop, upgrade_protocol};
+use super::forward::{add_forwarding, forwardable, strip_hop_by_hop, upgrade_protocol};
 use super::mirror::{self, MirrorState, Teed};
 use super::policy;
 use crate::body::{BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, ProxyBody, TrackedBody};
@@ -329,8 +329,7 @@ impl<'a> Proxied<'a> {
 
     /// Phase 3: the request for the server at `addr`.
     fn upstream_request(&mut self, addr: SocketAddr) -> Request<ProxyBody> {
-        let mut headers = self.parts.headers.clone();
-        strip_hop_by_hop(&mut headers);
+        let mut headers = forwardable(&self.parts.headers, crate::http1::ADDED_FIELDS);
         if let Some(proto) = &self.upgrade {
             headers.insert(header::UPGRADE, proto.clone());
             headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -346,12 +345,16 @@ impl<'a> Proxied<'a> {
             headers.remove(header::CONTENT_ENCODING);
             headers.remove(header::CONTENT_LENGTH);
         }
+        let node;
         let host_value = match &self.group.config.pass_host {
-            PassHost::Pass => self.host.clone(),
-            PassHost::Node => crate::text::addr_string(&addr),
-            PassHost::Rewrite(h) => h.clone(),
+            PassHost::Pass => &self.host,
+            PassHost::Node => {
+                node = crate::text::addr_string(&addr);
+                &node
+            }
+            PassHost::Rewrite(h) => h,
         };
-        if let Ok(v) = HeaderValue::from_str(&host_value) {
+        if let Ok(v) = HeaderValue::from_str(host_value) {
             headers.insert(header::HOST, v);
         }
         add_forwarding(

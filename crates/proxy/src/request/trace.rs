@@ -71,7 +71,7 @@ fn handshake_span(span: &RequestSpan, conn: &ConnCtx) {
             "tls.protocol.version",
             tls.version.trim_start_matches("TLSv"),
         )
-        .str("tls.cipher", &tls.cipher)
+        .str("tls.cipher", tls.cipher)
         .str(
             "sluice.handshake.kind",
             if tls.resumed { "resumed" } else { "full" },

@@ -282,7 +282,7 @@ pub(crate) enum Filtered {
 }
 
 /// Request headers a cache sends upstream on its own behalf, not the client's.
-const CLIENT_CONDITIONALS: [HeaderName; 4] = [
+static CLIENT_CONDITIONALS: [HeaderName; 4] = [
     header::IF_NONE_MATCH,
     header::IF_MODIFIED_SINCE,
     header::IF_MATCH,
