@@ -57,7 +57,7 @@ fn push_or_dash(out: &mut String, s: &str) {
 ///
 /// The date and time of day change once a second, so each thread keeps the last second it
 /// wrote as text (NGINX keeps its log times the same way); formatting the calendar date for
-/// every line was a third of the line's cost.
+/// every line was about 15% of the line's instructions.
 fn push_time(out: &mut String, e: &Entry) {
     thread_local! {
         static SECOND: std::cell::RefCell<(u64, String)> =
