@@ -66,9 +66,13 @@ async fn serve(
     let listener = &conn.slot.load_full();
     let cfg = &listener.config;
     let client = policy::real_client(conn.peer.ip(), req.headers(), &cfg.trusted_proxies);
-    let request_id = cfg
-        .request_id
-        .then(|| policy::request_id(conn.peer.ip(), req.headers(), &cfg.trusted_proxies));
+    let request_id = cfg.request_id.then(|| {
+        policy::response_field(policy::request_id(
+            conn.peer.ip(),
+            req.headers(),
+            &cfg.trusted_proxies,
+        ))
+    });
     if let Some(id) = &request_id {
         req.headers_mut().insert(policy::X_REQUEST_ID, id.clone());
     }

@@ -43,6 +43,17 @@ pub(crate) fn real_client(peer: IpAddr, headers: &HeaderMap, proxies: &[IpNet]) 
     last
 }
 
+/// `value` marked for HPACK as never indexed: a value that is new with every message (a
+/// request ID) would otherwise be inserted into an HTTP/2 connection's dynamic table by h2's
+/// encoder, evict the fields that do repeat, and lengthen the chain of same-name entries
+/// searched for every later message (6,400 instructions of a keep-alive HTTP/2 request went
+/// to encoding its response head). NGINX indexes no response field. The flag changes
+/// nothing on HTTP/1.1 and HTTP/3.
+pub(crate) fn response_field(mut value: HeaderValue) -> HeaderValue {
+    value.set_sensitive(true);
+    value
+}
+
 /// The request's ID: a trusted proxy's `X-Request-Id` if it sent a sane one (1 to 200
 /// visible ASCII characters), else a new one (128 random bits, hex).
 pub(crate) fn request_id(peer: IpAddr, headers: &HeaderMap, proxies: &[IpNet]) -> HeaderValue {
@@ -253,6 +264,18 @@ mod tests {
         );
         // No trusted proxies configured: always the peer.
         assert_eq!(real_client(lb, &xff("198.51.100.7"), &[]), lb);
+    }
+
+    /// The mark is HPACK's alone: the value's bytes (all that HTTP/1.1, HTTP/3, the log and
+    /// header rules see) stay the same. h2 writes a marked field as a never-indexed literal
+    /// (RFC 7541 §6.2.3) and leaves its dynamic table alone (h2's own tests).
+    #[test]
+    fn response_fields_are_never_indexed_by_hpack() {
+        let id = response_field(HeaderValue::from_static("0123456789abcdef0123456789abcdef"));
+        assert!(id.is_sensitive());
+        assert_eq!(id, "0123456789abcdef0123456789abcdef");
+        let plain = HeaderValue::from_static("0123456789abcdef0123456789abcdef");
+        assert!(!plain.is_sensitive());
     }
 
     #[test]
