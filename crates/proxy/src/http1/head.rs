@@ -256,11 +256,11 @@ fn valid_host(host: &[u8]) -> bool {
             .all(|&b| b > 0x20 && b != 0x7f && b != b'/' && b != b'\\')
 }
 
-/// Where `part` (a slice of `buf`) lies in `buf`.
 /// Where a head's field names and values lie in its buffer, kept across the split that
 /// ends the parser's borrow; inline up to 32 fields, most heads' size, without being zeroed.
 pub(super) type FieldRanges = smallvec::SmallVec<[((usize, usize), (usize, usize)); 32]>;
 
+/// Where `part` (a slice of `buf`) lies in `buf`.
 pub(super) fn range_in(buf: &[u8], part: &[u8]) -> (usize, usize) {
     let start = part.as_ptr() as usize - buf.as_ptr() as usize;
     (start, start + part.len())

@@ -89,7 +89,6 @@ fn connection_named(headers: &HeaderMap) -> SmallVec<[HeaderName; 4]> {
                 && !HOP_BY_HOP
                     .iter()
                     .any(|h| t.eq_ignore_ascii_case(h.as_str()))
-                && !t.eq_ignore_ascii_case("close")
                 && headers.contains_key(*t)
         })
         .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())

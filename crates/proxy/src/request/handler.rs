@@ -67,7 +67,7 @@ async fn serve(
     let cfg = &listener.config;
     let client = policy::real_client(conn.peer.ip(), req.headers(), &cfg.trusted_proxies);
     let request_id = cfg.request_id.then(|| {
-        policy::response_field(policy::request_id(
+        policy::never_indexed(policy::request_id(
             conn.peer.ip(),
             req.headers(),
             &cfg.trusted_proxies,
@@ -318,11 +318,6 @@ mod tests {
         std::mem::size_of::<F>()
     }
 
-    /// Every request's future is moved whole into its box (and for HTTP/2 into hyper's
-    /// stream task), and async fns keep their arguments for their whole life: a rarely taken
-    /// branch awaited inline (the cache's lookup and answers, a failure's stale answer) or a
-    /// large value passed by value through the phases made it 9.9 KB, copied several times
-    /// per request. Those branches are boxed and `Done`'s log entry is; this keeps it so.
     #[test]
     fn method_names_are_the_methods() {
         for m in [
@@ -339,6 +334,11 @@ mod tests {
         }
     }
 
+    /// Every request's future is moved whole into its box (and for HTTP/2 into hyper's
+    /// stream task), and async fns keep their arguments for their whole life: a rarely taken
+    /// branch awaited inline (the cache's lookup and answers, a failure's stale answer) or a
+    /// large value passed by value through the phases made it 9.9 KB, copied several times
+    /// per request. Those branches are boxed and `Done`'s log entry is; this keeps it so.
     #[test]
     fn the_request_future_stays_small() {
         let size = future_size(handle);

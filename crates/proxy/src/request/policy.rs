@@ -47,9 +47,9 @@ pub(crate) fn real_client(peer: IpAddr, headers: &HeaderMap, proxies: &[IpNet]) 
 /// request ID) would otherwise be inserted into an HTTP/2 connection's dynamic table by h2's
 /// encoder, evict the fields that do repeat, and lengthen the chain of same-name entries
 /// searched for every later message (6,400 instructions of a keep-alive HTTP/2 request went
-/// to encoding its response head). NGINX indexes no response field. The flag changes
-/// nothing on HTTP/1.1 and HTTP/3.
-pub(crate) fn response_field(mut value: HeaderValue) -> HeaderValue {
+/// to encoding its response head). NGINX indexes no response field. The same holds for the
+/// request to an HTTP/2 upstream; the flag changes nothing on HTTP/1.1 and HTTP/3.
+pub(crate) fn never_indexed(mut value: HeaderValue) -> HeaderValue {
     value.set_sensitive(true);
     value
 }
@@ -270,8 +270,8 @@ mod tests {
     /// header rules see) stay the same. h2 writes a marked field as a never-indexed literal
     /// (RFC 7541 §6.2.3) and leaves its dynamic table alone (h2's own tests).
     #[test]
-    fn response_fields_are_never_indexed_by_hpack() {
-        let id = response_field(HeaderValue::from_static("0123456789abcdef0123456789abcdef"));
+    fn never_indexed_values_keep_their_bytes() {
+        let id = never_indexed(HeaderValue::from_static("0123456789abcdef0123456789abcdef"));
         assert!(id.is_sensitive());
         assert_eq!(id, "0123456789abcdef0123456789abcdef");
         let plain = HeaderValue::from_static("0123456789abcdef0123456789abcdef");
