@@ -91,7 +91,9 @@ fn push_time(out: &mut String, e: &Entry) {
 
 /// The text line, written piece by piece into one buffer (no temporary strings).
 pub(crate) fn text_line(e: &Entry) -> String {
-    let mut out = String::with_capacity(192 + e.path.len() + e.host.len());
+    // Room for the whole line (about 200 bytes besides the path, host and request ID, 75 more
+    // with a trace), so that it is not regrown while written.
+    let mut out = String::with_capacity(320 + e.path.len() + e.host.len() + e.request_id.len());
     push_time(&mut out, e);
     out.push(' ');
     match &e.client {

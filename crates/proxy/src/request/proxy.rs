@@ -31,6 +31,7 @@ use crate::body::{BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, ProxyBo
 use crate::http1::ClientBody;
 use crate::upstreams::conn_pool::UpstreamError;
 use crate::upstreams::upstream::{ActiveGuard, Busy, UpstreamGroup};
+use futures_util::FutureExt as _;
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
@@ -41,61 +42,75 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Sends a routed request to `group` and returns the response (or the failure's answer).
+/// Sends a routed request to `group` and returns the response (or the failure's answer):
+/// the phases, with retry as a loop over one attempt.
+///
+/// Not an `async fn`: the context is decided here, before the future exists, and the future
+/// is a block that captures only it and `done`. An async fn keeps its arguments for its
+/// whole life beside what is made from them, and a `mut` argument twice (rustc binds it
+/// again inside); every byte of this future is copied at every level above it.
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn run(
-    conn: &ConnCtx,
-    listener: &ListenerCtx,
+pub(super) fn run<'a>(
+    conn: &'a ConnCtx,
+    listener: &'a ListenerCtx,
     group: Arc<UpstreamGroup>,
-    route: &Route,
+    route: &'a Route,
     client: IpAddr,
     req: Request<ClientBody>,
     host: String,
     mut done: Done,
     facts: RequestFacts,
     cache: Option<Box<Fetch>>,
-) -> Response<ProxyBody> {
+) -> impl Future<Output = Response<ProxyBody>> + 'a {
     let mut p = Proxied::new(
         conn, listener, group, route, client, req, host, &done, facts, cache,
     );
-    loop {
-        let server = match p.upstream_peer().await {
-            Ok(s) => s,
-            Err(why) => return p.fail(done, why).await,
-        };
-        let addr = server.server().addr;
-        done.entry.upstream = Some(addr);
-        let mut req = p.upstream_request(addr);
-        let span = super::trace::attempt(
-            done.trace.as_deref(),
-            req.method(),
-            &p.group.config.name,
-            addr,
-            p.tried.len(),
-        );
-        if let Some(t) = &done.trace {
-            // The next hop's parent: this attempt's span (or the request's, not sampled).
-            t.inject(span.as_ref(), req.headers_mut());
-        }
-        let sent = Instant::now();
-        let next = match p.attempt(&server, req, sent).await {
-            // (`retry_5xx` also counts the 5xx against the server, once, either way.)
-            Ok(resp) if resp.status().is_server_error() && p.retry_5xx(&server, &resp) => {
-                super::trace::attempt_done(span, Ok(resp.status().as_u16()));
-                Next::Retry
+    async move {
+        loop {
+            let server = match p.upstream_peer().await {
+                Ok(s) => s,
+                Err(why) => return p.fail(done, why).await,
+            };
+            let addr = server.server().addr;
+            done.entry.upstream = Some(addr);
+            // The request is made and handed to the attempt in a block of its own, so that
+            // its slot is not kept beside the attempt's future.
+            let (attempt, span, sent) = {
+                let mut req = p.upstream_request(addr);
+                let span = super::trace::attempt(
+                    done.trace.as_deref(),
+                    req.method(),
+                    &p.group.config.name,
+                    addr,
+                    p.tried.len(),
+                );
+                if let Some(t) = &done.trace {
+                    // The next hop's parent: this attempt's span (or the request's, not
+                    // sampled).
+                    t.inject(span.as_ref(), req.headers_mut());
+                }
+                let sent = Instant::now();
+                (p.attempt(&server, req, sent), span, sent)
+            };
+            let next = match attempt.await {
+                // (`retry_5xx` also counts the 5xx against the server, once, either way.)
+                Ok(resp) if resp.status().is_server_error() && p.retry_5xx(&server, &resp) => {
+                    super::trace::attempt_done(span, Ok(resp.status().as_u16()));
+                    Next::Retry
+                }
+                Ok(resp) => {
+                    super::trace::attempt_done(span, Ok(resp.status().as_u16()));
+                    return p.response_filter(done, server, resp, sent).await;
+                }
+                Err(e) => {
+                    super::trace::attempt_done(span, Err(e.kind()));
+                    p.upstream_failed(&server, e)
+                }
+            };
+            match next {
+                Next::Retry => tokio::time::sleep(p.backoff()).await,
+                Next::Fail(why) => return p.fail(done, why).await,
             }
-            Ok(resp) => {
-                super::trace::attempt_done(span, Ok(resp.status().as_u16()));
-                return p.response_filter(done, server, resp, sent).await;
-            }
-            Err(e) => {
-                super::trace::attempt_done(span, Err(e.kind()));
-                p.upstream_failed(&server, e)
-            }
-        };
-        match next {
-            Next::Retry => tokio::time::sleep(p.backoff()).await,
-            Next::Fail(why) => return p.fail(done, why).await,
         }
     }
 }
@@ -391,13 +406,14 @@ impl<'a> Proxied<'a> {
         req
     }
 
-    /// Phase 4: one try, within the per-try timeout and what is left of the deadline.
-    async fn attempt(
+    /// Phase 4: one try, within the per-try timeout and what is left of the deadline. Not
+    /// an `async fn`, for the reason `run` is not: the future is the send's own, timed.
+    fn attempt(
         &self,
         server: &ActiveGuard,
         req: Request<ProxyBody>,
         sent: Instant,
-    ) -> Result<Response<ProxyBody>, Attempt> {
+    ) -> impl Future<Output = Result<Response<ProxyBody>, Attempt>> + use<'_, 'a> {
         let per_try = self
             .route
             .retry
@@ -410,11 +426,13 @@ impl<'a> Proxied<'a> {
             client: self.conn.peer,
             local: self.conn.local,
         };
-        match tokio::time::timeout(timeout, self.group.send(server.index, req, at)).await {
-            Err(_elapsed) => Err(Attempt::TimedOut(timeout)),
-            Ok(Err(e)) => Err(Attempt::Failed(e)),
-            Ok(Ok(resp)) => Ok(resp),
-        }
+        tokio::time::timeout(timeout, self.group.send(server.index, req, at)).map(
+            move |r| match r {
+                Err(_elapsed) => Err(Attempt::TimedOut(timeout)),
+                Ok(Err(e)) => Err(Attempt::Failed(e)),
+                Ok(Ok(resp)) => Ok(resp),
+            },
+        )
     }
 
     /// Whether a failed try may be sent again: the policy wants it, the request can be

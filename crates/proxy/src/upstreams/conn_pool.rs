@@ -142,41 +142,47 @@ impl ConnPool {
     /// Sends `req` (origin-form URI, Host set) to server `index` at `addr`, on an idle
     /// connection if one is alive, else on a new one. `at` is the client connection the
     /// request came on (what a PROXY protocol header says).
-    pub(crate) async fn send(
+    ///
+    /// Not an `async fn`: an async fn keeps each argument twice (and `req` beside its parts)
+    /// in a future that is part of every proxied request's.
+    pub(crate) fn send(
         self: &Arc<Self>,
         index: usize,
         addr: SocketAddr,
         req: Request<ProxyBody>,
         at: crate::addresses::Addresses,
-    ) -> Result<Response<ProxyBody>, UpstreamError> {
+    ) -> impl Future<Output = Result<Response<ProxyBody>, UpstreamError>> + use<'_> {
         let owner = self.proxy_protocol.map(|_| at.client);
         let (parts, body) = req.into_parts();
-        let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-        let mut body = Some(body);
-        // Idle connections first, most recently used first (warm, least likely closed).
-        while let Some(io) = self.checkout(index, owner) {
+        async move {
+            let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+            let mut body = Some(body);
+            // Idle connections first, most recently used first (warm, least likely closed).
+            while let Some(io) = self.checkout(index, owner) {
+                let body = body.take().unwrap_or_else(empty);
+                let (head, encoding) =
+                    client::encode_request(&parts.method, target, &parts.headers, &body);
+                match Exchange::start(io, head, body, encoding, &parts.method, true).await {
+                    Ok((head, x)) => return Ok(self.wrap(index, head, x, owner)),
+                    // Closed by the server before it read anything, and no body was sent: the
+                    // request goes again (an empty body again) on the next connection.
+                    Err(SendError::Stale) => {}
+                    Err(SendError::Failed(e)) => return Err(UpstreamError::request(e)),
+                }
+            }
+            // Boxed: connecting (and a TLS handshake) is rare on kept-alive traffic, and its
+            // future would otherwise be part of every request's.
+            let io = Box::pin(self.connect(addr, at)).await?;
             let body = body.take().unwrap_or_else(empty);
             let (head, encoding) =
                 client::encode_request(&parts.method, target, &parts.headers, &body);
-            match Exchange::start(io, head, body, encoding, &parts.method, true).await {
-                Ok((head, x)) => return Ok(self.wrap(index, head, x, owner)),
-                // Closed by the server before it read anything, and no body was sent: the
-                // request goes again (an empty body again) on the next connection.
-                Err(SendError::Stale) => {}
-                Err(SendError::Failed(e)) => return Err(UpstreamError::request(e)),
+            match Exchange::start(io, head, body, encoding, &parts.method, false).await {
+                Ok((head, x)) => Ok(self.wrap(index, head, x, owner)),
+                Err(SendError::Stale) => Err(UpstreamError::request(
+                    "the server closed the connection before answering".into(),
+                )),
+                Err(SendError::Failed(e)) => Err(UpstreamError::request(e)),
             }
-        }
-        // Boxed: connecting (and a TLS handshake) is rare on kept-alive traffic, and its
-        // future would otherwise be part of every request's.
-        let io = Box::pin(self.connect(addr, at)).await?;
-        let body = body.take().unwrap_or_else(empty);
-        let (head, encoding) = client::encode_request(&parts.method, target, &parts.headers, &body);
-        match Exchange::start(io, head, body, encoding, &parts.method, false).await {
-            Ok((head, x)) => Ok(self.wrap(index, head, x, owner)),
-            Err(SendError::Stale) => Err(UpstreamError::request(
-                "the server closed the connection before answering".into(),
-            )),
-            Err(SendError::Failed(e)) => Err(UpstreamError::request(e)),
         }
     }
 

@@ -5,6 +5,7 @@ use crate::upstreams::balance::{Balancer, PickCx, Server, hash_ip};
 use crate::upstreams::conn_pool::{ConnPool, UpstreamError};
 use crate::upstreams::request_key::key_hash;
 use crate::upstreams::sticky::StickyCookies;
+use futures_util::future::Either;
 use http::{Request, Response, Uri};
 use http_body_util::BodyExt as _;
 use hyper_util::client::legacy::Client;
@@ -180,17 +181,18 @@ impl UpstreamGroup {
         }
     }
 
-    /// Sends `req` (origin-form URI, Host set) to server `index`.
-    pub(crate) async fn send(
+    /// Sends `req` (origin-form URI, Host set) to server `index`. Not an `async fn`: the
+    /// future is the transport's own (an async fn would keep `req` a second time beside it).
+    pub(crate) fn send(
         &self,
         index: usize,
         mut req: Request<ProxyBody>,
         at: crate::addresses::Addresses,
-    ) -> Result<Response<ProxyBody>, UpstreamError> {
+    ) -> impl Future<Output = Result<Response<ProxyBody>, UpstreamError>> + use<'_> {
         let addr = self.servers[index].addr;
         match &self.transport {
-            Transport::Http1(pool) => pool.send(index, addr, req, at).await,
-            Transport::H2(client) => {
+            Transport::Http1(pool) => Either::Left(pool.send(index, addr, req, at)),
+            Transport::H2(client) => Either::Right(async move {
                 // hyper-util's client picks its connection by the URI's authority.
                 let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
                 *req.uri_mut() = Uri::builder()
@@ -207,7 +209,7 @@ impl UpstreamGroup {
                         UpstreamError::request(e.into())
                     }),
                 }
-            }
+            }),
         }
     }
 
