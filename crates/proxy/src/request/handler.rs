@@ -353,13 +353,15 @@ mod tests {
     /// stream task), and async fns keep their arguments for their whole life: a rarely taken
     /// branch awaited inline (the cache's lookup and answers, a failure's stale answer) or a
     /// large value passed by value through the phases made it 9.9 KB, copied several times
-    /// per request. Those branches are boxed and `Done`'s log entry is; this keeps it so.
+    /// per request. Those branches are boxed and `Done`'s log entry is, and the phases'
+    /// futures are blocks that capture their values once (5.3 KB before that, 2.8 KB
+    /// after); this keeps it so.
     #[test]
     fn the_request_future_stays_small() {
         let size = future_size(handle);
         eprintln!("handler::handle's future: {size} bytes");
         assert!(
-            size <= 6 * 1024,
+            size <= 3584,
             "handler::handle's future grew to {size} bytes"
         );
     }
