@@ -22,7 +22,7 @@ use super::response::{Encoding, Writer, Written, has_token};
 use super::upgrade::{Io, Upgraded};
 use crate::body::{BoxError, ProxyBody};
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use std::future::poll_fn;
@@ -445,7 +445,7 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
     buf.advance(len);
     let mut headers = HeaderMap::with_capacity(nfields + super::head::ADDED_FIELDS);
     for &((n0, n1), (v0, v1)) in &ranges {
-        let name = HeaderName::from_bytes(&bytes[n0..n1])
+        let name = super::names::header_name(&bytes[n0..n1])
             .map_err(|_| "the server sent an invalid header name")?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(v0..v1))
             .map_err(|_| "the server sent an invalid header value")?;

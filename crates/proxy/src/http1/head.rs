@@ -159,7 +159,8 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
     let mut headers = HeaderMap::with_capacity(nfields + ADDED_FIELDS);
     let mut facts = Facts::default();
     for &((n0, n1), (v0, v1)) in &ranges {
-        let name = HeaderName::from_bytes(&bytes[n0..n1]).map_err(|_| bad("invalid field name"))?;
+        let name =
+            super::names::header_name(&bytes[n0..n1]).map_err(|_| bad("invalid field name"))?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(v0..v1))
             .map_err(|_| bad("invalid field value"))?;
         if (name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING)

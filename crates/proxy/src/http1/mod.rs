@@ -6,6 +6,7 @@
 //! sozu's buffer pool):
 //! - `head`: request heads parsed in place with `httparse`, the target and header values kept
 //!   as slices of the read buffer, framing checked at least as strictly as NGINX and HAProxy;
+//! - `names`: header names made once per thread as the peers spell them (both sides);
 //! - `decode`: Content-Length and chunked bodies decoded from the same buffer without copies;
 //! - `request_body`: the body handed to the upstream side one frame at a time, on demand;
 //! - `response`: the response head encoded into one buffer and sent with the first body bytes;
@@ -25,6 +26,7 @@ mod decode;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
 mod head;
+mod names;
 mod request_body;
 mod response;
 mod server;
