@@ -12,7 +12,7 @@ Each run starts the binary on the gateway core with the bench's own configuratio
 certificates, origin and `sluice_conf` as `bench/run`), loads it with h2load pinned to the
 load core, and reads the gateway's user and system CPU from /proc over the load.
 
-    bench/ab.py OLD_BINARY NEW_BINARY [--load h1|h1-paced|h2] [--rounds 6] [--duration 4]
+    bench/ab.py OLD_BINARY NEW_BINARY [--load h1|h1-paced|h2|h2-paced] [--rounds 6] [--duration 4]
 
 Build the two binaries first (`git worktree add`, `cargo build --release --locked -p sluice
 -p sluice-loadgen`, copy `target/release/sluice` aside).
@@ -35,6 +35,9 @@ LOADS = {
     "h1": (32, 1, True, None),
     "h1-paced": (32, 1, True, 100),
     "h2": (4, 16, False, None),
+    # 3,200 req/s like h1-paced: each stream's response mostly leaves alone, so a held-back
+    # flush (coalesce.rs, HTTP/2) costs a poll and gains little; this load shows what it costs.
+    "h2-paced": (4, 16, False, 800),
 }
 
 
