@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""User-space instructions per keep-alive request, Sluice or NGINX as the gateway, counted.
+
+The host's noise (±8-15% between runs of one binary) hides a change of a few percent in CPU
+time; an instruction count does not move between runs. This runs the gateway under
+`valgrind --tool=callgrind` on the gateway core with the bench's own certificates,
+configuration and NGINX origin (`bench.sluice_conf`, `bench.nginx_gateway_conf` with
+`master_process off`), sends a warm-up load, zeroes the counters, sends the counted load
+with h2load from the load core, and prints instructions per request: all of them, the TLS
+handshakes of the counted load (`SSL_do_handshake`, inclusive), and the rest, which is
+what a keep-alive row of `bench/run` measures.
+
+    bench/instructions.py [--gateway sluice|nginx] [--binary PATH] [--load h1|h2]
+                          [--requests 20000] [--top 30] [--keep]
+
+`--load h1`: 32 HTTP/1.1 connections; `h2`: 4 HTTP/2 connections x 16 streams; 1 KiB over
+TLS 1.3 either way. `--top N` adds the N functions with the most instructions of their own
+(per request); `--keep` keeps the callgrind file (for `callgrind_annotate --inclusive=yes`).
+Needs valgrind (Debian's package) besides `bench/run`'s packages. A run takes 2-4 minutes
+(the gateway runs ~50x slower under callgrind).
+"""
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import bench
+
+LOADS = {"h1": (32, 1, True), "h2": (4, 16, False)}
+
+
+def wait_port(port, seconds=180):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.5)
+    sys.exit(f"the gateway did not listen on {port} within {seconds} s (under valgrind)")
+
+
+def load(port, load_name, n):
+    clients, streams, h1 = LOADS[load_name]
+    argv = ["taskset", "-c", bench.LOAD_CORE, "h2load", "-t", "1", "-c", str(clients), "-m", str(streams),
+            "-n", str(n)]
+    if h1:
+        argv.append("--h1")
+    argv.append(f"https://127.0.0.1:{port}/1k")
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=900).stdout
+    m = bench.H2LOAD_RE["succeeded"].search(out)
+    if not m:
+        sys.exit(f"h2load failed:\n{out}")
+    return int(m.group(1))
+
+
+def total(path):
+    for line in open(path, errors="replace"):
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    return 0
+
+
+def inclusive(path, pattern):
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", path], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if pattern in line:
+            return int(line.split()[0].replace(",", ""))
+    return 0
+
+
+def top(path, n, requests):
+    """The functions with the most instructions of their own (callgrind_annotate 3.19 puts
+    everything under `clone` for a dump taken from a running process; the file is read here)."""
+    ids = {"fn": {}, "fl": {}, "ob": {}}
+    space = {"fn": "fn", "cfn": "fn", "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl", "cfl": "fl",
+             "ob": "ob", "cob": "ob"}
+
+    def named(kind, tok):
+        m = re.match(r"\((\d+)\)(?: (.*))?", tok)
+        if not m:
+            return tok
+        if m.group(2) is not None:
+            ids[kind][m.group(1)] = m.group(2)
+        return ids[kind].get(m.group(1), tok)
+
+    own = {}
+    fn, call_cost_next = None, False
+    for line in open(path, errors="replace"):
+        line = line.rstrip("\n")
+        key, eq, rest = line.partition("=")
+        if eq and key in space:
+            name = named(space[key], rest)
+            if key == "fn":
+                fn = name
+            continue
+        if line.startswith("calls="):
+            call_cost_next = True
+            continue
+        if line and (line[0].isdigit() or line[0] in "+-*"):
+            parts = line.split()
+            if call_cost_next:
+                call_cost_next = False
+            elif len(parts) >= 2 and fn:
+                own[fn] = own.get(fn, 0) + int(parts[1])
+    for name, v in sorted(own.items(), key=lambda kv: -kv[1])[:n]:
+        print(f"  {v / requests:8.0f}  {re.sub(r'<[^<>]*>', '', re.sub(r'<[^<>]*>', '', name))[:110]}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gateway", choices=["sluice", "nginx"], default="sluice")
+    ap.add_argument("--binary", default=str(bench.RELEASE / "sluice"))
+    ap.add_argument("--load", choices=sorted(LOADS), default="h1")
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--top", type=int, default=0)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    for tool in ("valgrind", "callgrind_annotate", "callgrind_control", "h2load", "nginx", "taskset"):
+        if not shutil.which(tool):
+            sys.exit(f"{tool} not found: apt-get install valgrind nginx nghttp2-client util-linux")
+
+    d = tempfile.mkdtemp(prefix="sluice-instructions-")
+    os.chmod(d, 0o755)
+    bench.make_certs(d)
+    bench.make_content(d)
+    for sub in ("tmp-nginx-body", "tmp-nginx-proxy", "tmp-nginx-fcgi", "tmp-nginx-uwsgi", "tmp-nginx-scgi"):
+        os.makedirs(f"{d}/{sub}", exist_ok=True)
+    Path(d, "origin.conf").write_text(bench.nginx_origin_conf(d))
+    origin = subprocess.Popen(["taskset", "-c", bench.LOAD_CORE, "nginx", "-c", f"{d}/origin.conf", "-p", d])
+    out = f"{d}/callgrind.out"
+    grind = ["taskset", "-c", bench.GW_CORE, "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+             "--dump-instr=no"]
+    if args.gateway == "nginx":
+        conf = bench.nginx_gateway_conf(d, "rsa").replace("master_process on;", "master_process off;")
+        Path(d, "gateway.conf").write_text(conf)
+        argv, port, stop = grind + ["nginx", "-c", f"{d}/gateway.conf", "-p", d], bench.NGINX_PORT, signal.SIGQUIT
+    else:
+        Path(d, "sluice.toml").write_text(bench.sluice_conf(d, "rsa", admin=None))
+        argv = grind + [args.binary, "run", "--config", f"{d}/sluice.toml"]
+        port, stop = bench.SLUICE_PORT, signal.SIGTERM
+    gw = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        load(port, args.load, 1000)
+        subprocess.run(["callgrind_control", "-z", str(gw.pid)], capture_output=True, check=False)
+        n = load(port, args.load, args.requests)
+        subprocess.run(["callgrind_control", "-d", str(gw.pid)], capture_output=True, check=False)
+        time.sleep(1)
+        files = sorted(glob.glob(out + ".*"))
+        if not files:
+            sys.exit("callgrind wrote no dump")
+        path = files[-1]
+        all_ = total(path)
+        handshakes = inclusive(path, "SSL_do_handshake")
+        print(f"CPU: {bench.cpu_model()}; {args.gateway} ({args.binary if args.gateway == 'sluice' else 'nginx'}), "
+              f"load {args.load}, {n} requests counted")
+        print(f"instructions per request: {all_ / n:,.0f} in all, {handshakes / n:,.0f} in the counted load's "
+              f"handshakes, {(all_ - handshakes) / n:,.0f} without them")
+        if args.top:
+            print(f"the {args.top} functions with the most instructions of their own, per request:")
+            top(path, args.top, n)
+        if args.keep:
+            print(f"callgrind file: {path}")
+    finally:
+        gw.send_signal(stop)
+        try:
+            gw.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            gw.kill()
+            gw.wait()
+        origin.send_signal(signal.SIGQUIT)
+        origin.wait()
+        if not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
