@@ -51,7 +51,8 @@ pub(crate) fn handle(
     // for the port the client reached (the UDP socket has the same).
     let alt_svc = (conn.listener.config.http3 && req.version() != Version::HTTP_3)
         .then(|| HeaderValue::from_str(&format!("h3=\":{}\"; ma=86400", conn.local.port())));
-    // `map`, not an async block: the block would keep `serve`'s future a second time.
+    // `map`, not an async block: the block would keep `conn` and `req` beside the future
+    // `serve` made of them.
     serve(conn, req).map(move |resp| {
         resp.map(|mut resp| {
             if let Some(Ok(v)) = alt_svc {
