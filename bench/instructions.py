@@ -1,23 +1,24 @@
 #!/usr/bin/env python3
-"""User-space instructions per keep-alive request, Sluice or NGINX as the gateway, counted.
+"""User-space instructions per keep-alive request, Sluice, NGINX or HAProxy as the gateway, counted.
 
 The host's noise (±8-15% between runs of one binary) hides a change of a few percent in CPU
 time; an instruction count does not move between runs. This runs the gateway under
 `valgrind --tool=callgrind` on the gateway core with the bench's own certificates,
 configuration and NGINX origin (`bench.sluice_conf`, `bench.nginx_gateway_conf` with
-`master_process off`), sends a warm-up load, zeroes the counters, sends the counted load
-with h2load from the load core, and prints instructions per request: all of them, the TLS
-handshakes of the counted load (`SSL_do_handshake`, inclusive), and the rest, which is
-what a keep-alive row of `bench/run` measures.
+`master_process off`, `bench.haproxy_conf` with `-db`), sends a warm-up load, zeroes the
+counters, sends the counted load with h2load from the load core, and prints instructions
+per request: all of them, the TLS handshakes of the counted load (`SSL_do_handshake`,
+inclusive), and the rest, which is what a keep-alive row of `bench/run` measures.
 
-    bench/instructions.py [--gateway sluice|nginx] [--binary PATH] [--load h1|h2]
+    bench/instructions.py [--gateway sluice|nginx|haproxy] [--binary PATH] [--load h1|h2]
                           [--requests 20000] [--top 30] [--keep]
 
 `--load h1`: 32 HTTP/1.1 connections; `h2`: 4 HTTP/2 connections x 16 streams; 1 KiB over
 TLS 1.3 either way. `--top N` adds the N functions with the most instructions of their own
 (per request); `--keep` keeps the callgrind file (for `callgrind_annotate --inclusive=yes`).
-Needs valgrind (Debian's package) besides `bench/run`'s packages. A run takes 2-4 minutes
-(the gateway runs ~50x slower under callgrind).
+NGINX and HAProxy run OpenSSL, whose handshake function has the same name. Needs valgrind
+(Debian's package) besides `bench/run`'s packages. A run takes 1-4 minutes (the gateway
+runs ~50x slower under callgrind).
 """
 
 import argparse
@@ -118,14 +119,15 @@ def top(path, n, requests):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gateway", choices=["sluice", "nginx"], default="sluice")
+    ap.add_argument("--gateway", choices=["sluice", "nginx", "haproxy"], default="sluice")
     ap.add_argument("--binary", default=str(bench.RELEASE / "sluice"))
     ap.add_argument("--load", choices=sorted(LOADS), default="h1")
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--top", type=int, default=0)
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
-    for tool in ("valgrind", "callgrind_annotate", "callgrind_control", "h2load", "nginx", "taskset"):
+    for tool in ("valgrind", "callgrind_annotate", "callgrind_control", "h2load", "nginx", "taskset") + (
+            ("haproxy",) if args.gateway == "haproxy" else ()):
         if not shutil.which(tool):
             sys.exit(f"{tool} not found: apt-get install valgrind nginx nghttp2-client util-linux")
 
@@ -144,6 +146,11 @@ def main():
         conf = bench.nginx_gateway_conf(d, "rsa").replace("master_process on;", "master_process off;")
         Path(d, "gateway.conf").write_text(conf)
         argv, port, stop = grind + ["nginx", "-c", f"{d}/gateway.conf", "-p", d], bench.NGINX_PORT, signal.SIGQUIT
+    elif args.gateway == "haproxy":
+        for c in bench.CERTS["rsa"]:
+            Path(d, f"{c}.pem").write_bytes(Path(d, f"{c}.crt").read_bytes() + Path(d, f"{c}.key").read_bytes())
+        Path(d, "haproxy.cfg").write_text(bench.haproxy_conf(d, "rsa"))
+        argv, port, stop = grind + ["haproxy", "-db", "-f", f"{d}/haproxy.cfg"], bench.HAPROXY_PORT, signal.SIGTERM
     else:
         Path(d, "sluice.toml").write_text(bench.sluice_conf(d, "rsa", admin=None))
         argv = grind + [args.binary, "run", "--config", f"{d}/sluice.toml"]
@@ -162,7 +169,7 @@ def main():
         path = files[-1]
         all_ = total(path)
         handshakes = inclusive(path, "SSL_do_handshake")
-        print(f"CPU: {bench.cpu_model()}; {args.gateway} ({args.binary if args.gateway == 'sluice' else 'nginx'}), "
+        print(f"CPU: {bench.cpu_model()}; {args.gateway} ({args.binary if args.gateway == 'sluice' else args.gateway}), "
               f"load {args.load}, {n} requests counted")
         print(f"instructions per request: {all_ / n:,.0f} in all, {handshakes / n:,.0f} in the counted load's "
               f"handshakes, {(all_ - handshakes) / n:,.0f} without them")

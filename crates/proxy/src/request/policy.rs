@@ -44,11 +44,13 @@ pub(crate) fn real_client(peer: IpAddr, headers: &HeaderMap, proxies: &[IpNet]) 
 }
 
 /// `value` marked for HPACK as never indexed: a value that is new with every message (a
-/// request ID) would otherwise be inserted into an HTTP/2 connection's dynamic table by h2's
-/// encoder, evict the fields that do repeat, and lengthen the chain of same-name entries
-/// searched for every later message (6,400 instructions of a keep-alive HTTP/2 request went
-/// to encoding its response head). NGINX indexes no response field. The same holds for the
-/// request to an HTTP/2 upstream; the flag changes nothing on HTTP/1.1 and HTTP/3.
+/// request ID) is of no use in any HTTP/2 dynamic table, and the mark, sent with the field
+/// (RFC 7541 §6.2.3), tells every later hop that re-encodes it not to insert it. Sluice's
+/// own encoder inserts nothing since 2026-11-27 (vendor/h2/PATCHES.md); before, h2 inserted
+/// this value into every connection's table, evicting the fields that do repeat (6,400
+/// instructions of a keep-alive HTTP/2 request went to encoding its response head). The
+/// same holds for the request to an HTTP/2 upstream; the flag changes nothing on HTTP/1.1
+/// and HTTP/3.
 pub(crate) fn never_indexed(mut value: HeaderValue) -> HeaderValue {
     value.set_sensitive(true);
     value
@@ -268,7 +270,7 @@ mod tests {
 
     /// The mark is HPACK's alone: the value's bytes (all that HTTP/1.1, HTTP/3, the log and
     /// header rules see) stay the same. h2 writes a marked field as a never-indexed literal
-    /// (RFC 7541 §6.2.3) and leaves its dynamic table alone (h2's own tests).
+    /// (RFC 7541 §6.2.3; vendor/h2's encoder tests).
     #[test]
     fn never_indexed_values_keep_their_bytes() {
         let id = never_indexed(HeaderValue::from_static("0123456789abcdef0123456789abcdef"));
