@@ -51,6 +51,12 @@ pub(crate) fn ip_string(ip: IpAddr) -> String {
     s
 }
 
+/// `ip` as text in a header value (the text of an address is always a valid one).
+pub(crate) fn ip_value(ip: IpAddr) -> http::HeaderValue {
+    http::HeaderValue::try_from(ip_string(ip))
+        .unwrap_or_else(|_| http::HeaderValue::from_static("unknown"))
+}
+
 /// [`push_addr`] into a new string.
 pub(crate) fn addr_string(addr: &SocketAddr) -> String {
     let mut s = String::with_capacity(21);
@@ -95,5 +101,20 @@ mod tests {
         let mut s = String::from("for=");
         push_ip(&mut s, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)));
         assert_eq!(s, "for=10.0.0.7");
+    }
+
+    /// The per-connection header value holds the address's text, IPv4, IPv6 and mapped.
+    #[test]
+    fn ip_values_hold_the_address_text() {
+        for ip in [
+            "10.0.0.7",
+            "2001:db8::1",
+            "::ffff:192.0.2.1",
+            "::1",
+            "255.255.255.255",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(ip_value(ip), ip.to_string().as_str());
+        }
     }
 }

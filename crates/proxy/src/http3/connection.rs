@@ -323,6 +323,7 @@ impl Driver {
             listener: self.listener.clone(),
             slot: self.slot.clone(),
             peer: self.peer,
+            peer_ip: crate::text::ip_value(self.peer.ip()),
             local: self.local,
             tls: Some(TlsInfo {
                 version: "TLSv1.3",

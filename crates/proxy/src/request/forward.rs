@@ -111,37 +111,53 @@ pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
 /// Adds X-Forwarded-For (appending the peer to any received), X-Forwarded-Proto,
 /// X-Forwarded-Host, X-Real-IP (the client, which differs from the peer behind trusted
 /// proxies), and, when enabled, RFC 7239 Forwarded (the peer, like X-Forwarded-For).
+/// `peer_ip` is `peer`'s IP as text, made once per connection (`ConnCtx::peer_ip`): most
+/// requests forward it as it is.
 pub(crate) fn add_forwarding(
     headers: &mut HeaderMap,
     peer: SocketAddr,
+    peer_ip: &HeaderValue,
     client: std::net::IpAddr,
     https: bool,
     host: &str,
     forwarded: bool,
 ) {
-    // Each value is written into one scratch string and copied once into its field.
-    let mut text = String::with_capacity(64);
-    if let Some(prev) = headers
+    debug_assert_eq!(peer_ip, crate::text::ip_string(peer.ip()).as_str());
+    let peer_text = peer_ip.to_str().unwrap_or_default();
+    // A value built from parts is written into one scratch string and copied once into its
+    // field.
+    let mut text = String::new();
+    match headers
         .get(X_FORWARDED_FOR)
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.trim().is_empty())
     {
-        text.push_str(prev);
-        text.push_str(", ");
-    }
-    crate::text::push_ip(&mut text, peer.ip());
-    if let Ok(v) = HeaderValue::from_str(&text) {
-        headers.insert(X_FORWARDED_FOR, v);
+        Some(prev) => {
+            text.reserve(prev.len() + 2 + peer_text.len());
+            text.push_str(prev);
+            text.push_str(", ");
+            text.push_str(peer_text);
+            if let Ok(v) = HeaderValue::from_str(&text) {
+                headers.insert(X_FORWARDED_FOR, v);
+            }
+        }
+        None => {
+            headers.insert(X_FORWARDED_FOR, peer_ip.clone());
+        }
     }
     let proto = if https { "https" } else { "http" };
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     if let Ok(v) = HeaderValue::from_str(host) {
         headers.insert(X_FORWARDED_HOST, v);
     }
-    text.clear();
-    crate::text::push_ip(&mut text, client);
-    if let Ok(v) = HeaderValue::from_str(&text) {
-        headers.insert(X_REAL_IP, v);
+    if client == peer.ip() {
+        headers.insert(X_REAL_IP, peer_ip.clone());
+    } else {
+        text.clear();
+        crate::text::push_ip(&mut text, client);
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            headers.insert(X_REAL_IP, v);
+        }
     }
     if forwarded {
         text.clear();
@@ -152,10 +168,10 @@ pub(crate) fn add_forwarding(
         text.push_str("for=");
         if peer.is_ipv6() {
             text.push_str("\"[");
-            crate::text::push_ip(&mut text, peer.ip());
+            text.push_str(peer_text);
             text.push_str("]\"");
         } else {
-            crate::text::push_ip(&mut text, peer.ip());
+            text.push_str(peer_text);
         }
         text.push_str(";proto=");
         text.push_str(proto);
@@ -297,7 +313,7 @@ mod tests {
         let client: std::net::IpAddr = "192.0.2.9".parse().unwrap();
 
         let mut h = map(&[("x-forwarded-for", "192.0.2.9")]);
-        add_forwarding(&mut h, v4, client, true, "example.com", true);
+        add_forwarding(&mut h, v4, &ip(v4), client, true, "example.com", true);
         assert_eq!(h["x-forwarded-for"], "192.0.2.9, 10.0.0.7");
         assert_eq!(h["x-forwarded-proto"], "https");
         assert_eq!(h["x-forwarded-host"], "example.com");
@@ -309,7 +325,7 @@ mod tests {
 
         // No list yet (or a blank one), an IPv6 peer, a host that cannot be quoted.
         let mut h = map(&[("x-forwarded-for", " "), ("forwarded", "for=192.0.2.1")]);
-        add_forwarding(&mut h, v6, v6.ip(), false, "a\"b", true);
+        add_forwarding(&mut h, v6, &ip(v6), v6.ip(), false, "a\"b", true);
         assert_eq!(h["x-forwarded-for"], "2001:db8::1");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-real-ip"], "2001:db8::1");
@@ -320,9 +336,19 @@ mod tests {
 
         // Off: no Forwarded.
         let mut h = HeaderMap::new();
-        add_forwarding(&mut h, v4, client, false, "", false);
+        add_forwarding(&mut h, v4, &ip(v4), client, false, "", false);
         assert!(!h.contains_key("forwarded"));
         assert_eq!(h["x-forwarded-for"], "10.0.0.7");
         assert_eq!(h["x-forwarded-host"], "");
+
+        // The client is the peer: X-Real-IP is the peer's text too.
+        let mut h = HeaderMap::new();
+        add_forwarding(&mut h, v4, &ip(v4), v4.ip(), false, "h", false);
+        assert_eq!(h["x-real-ip"], "10.0.0.7");
+        assert_eq!(h["x-forwarded-for"], "10.0.0.7");
+    }
+
+    fn ip(addr: SocketAddr) -> HeaderValue {
+        crate::text::ip_value(addr.ip())
     }
 }

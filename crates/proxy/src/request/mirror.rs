@@ -236,6 +236,7 @@ fn copy_request(c: &Copying<'_>, m: &Mirror) -> http::request::Parts {
     add_forwarding(
         &mut headers,
         c.conn.peer,
+        &c.conn.peer_ip,
         c.client,
         c.listener.tls.is_some(),
         c.host,

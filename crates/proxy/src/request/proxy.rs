@@ -375,6 +375,7 @@ impl<'a> Proxied<'a> {
         add_forwarding(
             &mut headers,
             self.conn.peer,
+            &self.conn.peer_ip,
             self.client,
             self.listener.tls.is_some(),
             &self.host,
