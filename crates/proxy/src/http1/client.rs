@@ -18,7 +18,7 @@
 use super::buffers::{self, poll_read};
 use super::decode::{Decoded, Decoder};
 use super::head::range_in;
-use super::response::{Encoding, Writer, Written, has_token};
+use super::response::{Encoding, Writer, Written};
 use super::upgrade::{Io, Upgraded};
 use crate::body::{BoxError, ProxyBody};
 use bytes::{Buf, Bytes, BytesMut};
@@ -104,7 +104,17 @@ pub(crate) fn encode_request(
 pub(crate) struct ResponseHead {
     pub(crate) status: StatusCode,
     pub(crate) version: Version,
+    /// The fields, less the hop-by-hop ones that [`parse_response`] keeps out (see there).
     pub(crate) headers: HeaderMap,
+    /// What the `Connection` fields said, whether or not they are in `headers`.
+    connection: ConnectionSaid,
+}
+
+/// The `Connection` tokens that decide whether a server keeps its connection open.
+#[derive(Debug, Default, Clone, Copy)]
+struct ConnectionSaid {
+    close: bool,
+    keep_alive: bool,
 }
 
 /// How the response body ends.
@@ -443,10 +453,29 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
     // bytes, not the whole buffer.
     let bytes = Bytes::copy_from_slice(&buf[..len]);
     buf.advance(len);
+    // `Connection: keep-alive` (or `close`) and `Keep-Alive` concern this connection only, and
+    // the proxy strips them before the response goes on (`forward::strip_hop_by_hop`): read
+    // here and kept out of the map, they cost neither an insert nor a hashed removal (1,500
+    // instructions of a proxied request, most answers carry `Connection: keep-alive`). A
+    // `Connection` naming other fields stays, for the proxy to strip those too, and so does
+    // all of a `101`'s, which the client gets as it came.
+    let switching = status == StatusCode::SWITCHING_PROTOCOLS;
+    let mut connection = ConnectionSaid::default();
     let mut headers = HeaderMap::with_capacity(nfields + super::head::ADDED_FIELDS);
     for &((n0, n1), (v0, v1)) in &ranges {
-        let name = super::names::header_name(&bytes[n0..n1])
-            .map_err(|_| "the server sent an invalid header name")?;
+        let raw = &bytes[n0..n1];
+        // (Both names are 10 bytes long: one length test passes over the others.)
+        if raw.len() == 10 {
+            if raw.eq_ignore_ascii_case(b"connection") {
+                if connection.read(&bytes[v0..v1]) && !switching {
+                    continue;
+                }
+            } else if raw.eq_ignore_ascii_case(b"keep-alive") && !switching {
+                continue;
+            }
+        }
+        let name =
+            super::names::header_name(raw).map_err(|_| "the server sent an invalid header name")?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(v0..v1))
             .map_err(|_| "the server sent an invalid header value")?;
         headers.append(name, value);
@@ -455,6 +484,7 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
         status,
         version,
         headers,
+        connection,
     }))
 }
 
@@ -569,15 +599,32 @@ fn framing(method: &Method, head: &ResponseHead) -> Result<Reading, SendError> {
 
 /// Whether the server keeps the connection open after this response.
 fn keep_alive(head: &ResponseHead) -> bool {
-    let connection = head.headers.get_all(header::CONNECTION);
-    let said = |token: &[u8]| connection.iter().any(|v| has_token(v.as_bytes(), token));
+    let said = head.connection;
     let framed_twice = head.headers.contains_key(header::TRANSFER_ENCODING)
         && head.headers.contains_key(header::CONTENT_LENGTH);
     !framed_twice
         && match head.version {
-            Version::HTTP_11 => !said(b"close"),
-            _ => said(b"keep-alive") && !said(b"close"),
+            Version::HTTP_11 => !said.close,
+            _ => said.keep_alive && !said.close,
         }
+}
+
+impl ConnectionSaid {
+    /// Notes the tokens of one `Connection` value; true when it has no token but `close`
+    /// and `keep-alive` (and so names no other field to remove).
+    fn read(&mut self, value: &[u8]) -> bool {
+        let mut only_these = true;
+        for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+            if token.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+            } else if !token.is_empty() {
+                only_these = false;
+            }
+        }
+        only_these
+    }
 }
 
 /// Sanitises a response head for the rest of the gateway: a `Content-Length` that a transfer

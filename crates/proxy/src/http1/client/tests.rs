@@ -182,6 +182,50 @@ async fn close_http_1_0_and_double_framing_are_not_reused() {
     assert!(reusable, "HTTP/1.0 with keep-alive");
 }
 
+/// `Connection: keep-alive`/`close` and `Keep-Alive` are read and left out of the head's
+/// fields (the proxy would strip them); a `Connection` naming other fields stays for the
+/// proxy to strip them too, and a `101` keeps its fields as they came, for the client.
+#[test]
+fn connection_fields_are_read_and_only_the_plain_ones_left_out() {
+    let head = |raw: &str| {
+        parse_response(&mut BytesMut::from(raw.as_bytes()))
+            .unwrap()
+            .unwrap()
+    };
+    let names = |h: &ResponseHead| {
+        h.headers
+            .keys()
+            .map(|k| k.as_str().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let h = head(
+        "HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nKeep-Alive: timeout=5\r\n\
+         x-a: 1\r\ncontent-length: 0\r\n\r\n",
+    );
+    assert_eq!(names(&h), ["x-a", "content-length"]);
+    assert!(keep_alive(&h), "HTTP/1.0 with keep-alive");
+    let h = head("HTTP/1.1 200 OK\r\nconnection: keep-alive\r\nconnection: , close\r\n\r\n");
+    assert!(names(&h).is_empty());
+    assert!(!keep_alive(&h), "close in a second field");
+    let h = head("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n");
+    assert!(!keep_alive(&h), "HTTP/1.0 without keep-alive");
+    let h = head("HTTP/1.1 200 OK\r\nconnection: keep-alive, x-private\r\nx-private: 1\r\n\r\n");
+    assert_eq!(names(&h), ["connection", "x-private"]);
+    assert!(keep_alive(&h));
+    let mut stripped = h.headers.clone();
+    crate::request::forward::strip_hop_by_hop(&mut stripped);
+    assert!(stripped.is_empty(), "{stripped:?}");
+    let h = head("HTTP/1.0 200 OK\r\nconnection: x-private, keep-alive\r\nx-private: 1\r\n\r\n");
+    assert!(keep_alive(&h), "keep-alive in a field that stays");
+    let h = head(
+        "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\
+         keep-alive: timeout=5\r\n\r\n",
+    );
+    assert_eq!(names(&h), ["upgrade", "connection", "keep-alive"]);
+    let h = head("HTTP/1.1 101 Switching Protocols\r\nconnection: keep-alive\r\n\r\n");
+    assert_eq!(names(&h), ["connection"]);
+}
+
 #[tokio::test]
 async fn head_and_not_modified_have_no_body_whatever_their_length_says() {
     let (_, frames, reusable, _) = exchange(
