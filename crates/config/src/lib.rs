@@ -45,7 +45,7 @@ pub use logging::{
     AccessLogFormat, AccessLogTarget, DEFAULT_REQUEST_LOG_BYTES, HttpLogFormat, LogConfig, LogShip,
     SYSLOG_FACILITIES, ShipSink,
 };
-pub use pattern::{HostPattern, normalize_host};
+pub use pattern::{HostPattern, normalize_host, normalized_host};
 pub use policy::{
     Acl, Answer, CacheSettings, HeaderEdits, IpNet, Mirror, Part, RateLimit, RateLimitStore,
     RedisTls, Rewrite, RouteCache, Template, Var, canonical,

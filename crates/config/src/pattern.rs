@@ -65,6 +65,33 @@ impl fmt::Display for HostPattern {
 /// Lower-cases a host, drops a trailing dot and any `:port` (IPv6 literals keep their
 /// brackets), so that `Example.COM.:443` and `example.com` compare equal.
 pub fn normalize_host(host: &str) -> String {
+    normalized_host(host).into_owned()
+}
+
+/// [`normalize_host`] without an allocation when the host is lowercase already (the usual
+/// case: the port and a trailing dot only shorten it), for the per-request route lookup.
+///
+/// The usual host (lowercase letters, digits, dots and hyphens, perhaps a `:port`) is
+/// checked in one pass over its bytes; anything else takes the general path.
+pub fn normalized_host(host: &str) -> std::borrow::Cow<'_, str> {
+    let mut colon = None;
+    for (i, c) in host.bytes().enumerate() {
+        match c {
+            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' => {}
+            b':' if colon.is_none() => colon = Some(i),
+            _ => return normalized_host_general(host),
+        }
+    }
+    let name = match colon {
+        None => host,
+        Some(i) if host.as_bytes()[i + 1..].iter().all(u8::is_ascii_digit) => &host[..i],
+        Some(_) => return normalized_host_general(host),
+    };
+    name.trim_end_matches('.').into()
+}
+
+/// [`normalized_host`] for any text.
+pub(crate) fn normalized_host_general(host: &str) -> std::borrow::Cow<'_, str> {
     let host = host.trim();
     let without_port = if host.starts_with('[') {
         match host.find(']') {
@@ -77,5 +104,10 @@ pub fn normalize_host(host: &str) -> String {
             _ => host,
         }
     };
-    without_port.trim_end_matches('.').to_ascii_lowercase()
+    let name = without_port.trim_end_matches('.');
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        name.to_ascii_lowercase().into()
+    } else {
+        name.into()
+    }
 }

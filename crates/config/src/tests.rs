@@ -337,6 +337,40 @@ fn host_patterns_match_like_certificates() {
     assert!(HostPattern::parse("a.*.com").is_err());
     assert_eq!(crate::normalize_host("Example.COM.:443"), "example.com");
     assert_eq!(crate::normalize_host("[::1]:8443"), "[::1]");
+    // The per-request form borrows what needs no lowercasing, and agrees with the other.
+    use std::borrow::Cow;
+    for (host, want, borrowed) in [
+        ("example.com:8443", "example.com", true),
+        ("127.0.0.1:443", "127.0.0.1", true),
+        ("example.com.", "example.com", true),
+        (" Example.COM.:443", "example.com", false),
+        ("[::1]:8443", "[::1]", true),
+        ("[::A]", "[::a]", false),
+    ] {
+        let got = crate::normalized_host(host);
+        assert_eq!(got, want, "{host}");
+        assert_eq!(matches!(got, Cow::Borrowed(_)), borrowed, "{host}");
+        assert_eq!(crate::normalize_host(host), want, "{host}");
+    }
+    // The one-pass path answers what the general one does, over hosts built from the
+    // characters that decide between them.
+    let parts = [
+        "a", "Z", "0", "9", ".", "-", ":", "[", "]", " ", "\t", "é", "80",
+    ];
+    let mut hosts = vec![String::new()];
+    for _ in 0..4 {
+        hosts = hosts
+            .iter()
+            .flat_map(|h| parts.iter().map(move |p| format!("{h}{p}")))
+            .collect();
+        for h in &hosts {
+            assert_eq!(
+                crate::pattern::normalized_host(h),
+                crate::pattern::normalized_host_general(h),
+                "{h:?}"
+            );
+        }
+    }
 }
 
 #[test]

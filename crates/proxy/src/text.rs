@@ -15,14 +15,7 @@ pub(crate) fn push_u64(out: &mut String, v: u64) {
 /// zero runs is worth not rewriting).
 pub(crate) fn push_ip(out: &mut String, ip: IpAddr) {
     match ip {
-        IpAddr::V4(v4) => {
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push('.');
-                }
-                push_u64(out, u64::from(octet));
-            }
-        }
+        IpAddr::V4(v4) => push_v4(out, v4),
         IpAddr::V6(v6) => {
             let _ = write!(out, "{v6}");
         }
@@ -33,7 +26,7 @@ pub(crate) fn push_ip(out: &mut String, ip: IpAddr) {
 pub(crate) fn push_addr(out: &mut String, addr: &SocketAddr) {
     match addr {
         SocketAddr::V4(a) => {
-            push_ip(out, IpAddr::V4(*a.ip()));
+            push_v4(out, *a.ip());
             out.push(':');
             push_u64(out, u64::from(a.port()));
         }
@@ -41,6 +34,25 @@ pub(crate) fn push_addr(out: &mut String, addr: &SocketAddr) {
         SocketAddr::V6(a) => {
             let _ = write!(out, "{a}");
         }
+    }
+}
+
+/// An IPv4 address a character at a time: an append per octet and dot (each a capacity
+/// check and a call to `memcpy`, or digits into a buffer and a UTF-8 check) was ~300
+/// instructions an address, and the access log writes two per request.
+fn push_v4(out: &mut String, ip: std::net::Ipv4Addr) {
+    out.reserve(15);
+    for (i, octet) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
     }
 }
 

@@ -11,7 +11,7 @@
 //! in NGINX; they are kept apart so that tables of plain paths never pay for them.
 
 use http::{HeaderMap, Method};
-use sluice_config::{HostPattern, PathMatch, Route, Snapshot, normalize_host};
+use sluice_config::{HostPattern, PathMatch, Route, Snapshot, normalized_host};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -117,7 +117,7 @@ impl Router {
         method: &Method,
         headers: &HeaderMap,
     ) -> Option<&Route> {
-        let table = self.tables.host_table(&normalize_host(host));
+        let table = self.tables.host_table(&normalized_host(host));
         let usable = |i: &u32| {
             let r = &*self.routes[*i as usize];
             conditions_hold(r, method, headers).then_some(r)
