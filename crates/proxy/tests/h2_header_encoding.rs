@@ -137,3 +137,64 @@ async fn response_heads_are_static_names_and_raw_literals_never_indexed() {
     drop(client);
     let _ = server.await;
 }
+
+/// hyper's own strip of connection-specific fields (vendor/hyper, PATCHES.md) still takes
+/// them out of a response that has them, with the fields `Connection` names, and leaves a
+/// response without them whole. The client is hyper's, over h2: a response that kept one
+/// would be a protocol error there.
+#[tokio::test(flavor = "current_thread")]
+async fn connection_specific_fields_are_stripped_and_others_kept() {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let server = tokio::spawn(
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new()).serve_connection(
+            TokioIo::new(server_io),
+            hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
+                let mut resp = Response::builder().header("x-kept", "yes");
+                if req.uri().path() == "/with" {
+                    resp = resp
+                        .header("connection", "x-private")
+                        .header("x-private", "1")
+                        .header("keep-alive", "timeout=5")
+                        .header("proxy-connection", "keep-alive")
+                        .header("upgrade", "websocket")
+                        .header("te", "trailers")
+                        .header("transfer-encoding", "chunked");
+                } else {
+                    resp = resp
+                        .header("x-other", "2")
+                        .header("cache-control", "no-store");
+                }
+                Ok::<_, Infallible>(
+                    resp.body(Full::new(Bytes::from_static(b"ok")))
+                        .expect("a valid response"),
+                )
+            }),
+        ),
+    );
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(client_io))
+            .await
+            .expect("an h2c handshake");
+    tokio::spawn(conn);
+    for (path, want) in [
+        ("/with", vec!["x-kept"]),
+        ("/without", vec!["cache-control", "x-kept", "x-other"]),
+    ] {
+        let req = Request::builder()
+            .uri(format!("http://localhost{path}"))
+            .body(http_body_util::Empty::<Bytes>::new())
+            .expect("a request");
+        let resp = sender.send_request(req).await.expect("a response");
+        let mut names: Vec<&str> = resp
+            .headers()
+            .keys()
+            .map(|k| k.as_str())
+            .filter(|k| !matches!(*k, "content-length" | "date"))
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, want, "{path}");
+        assert_eq!(resp.headers()["x-kept"], "yes", "{path}");
+    }
+    drop(sender);
+    server.abort();
+}
