@@ -476,8 +476,7 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
         }
         let name =
             super::names::header_name(raw).map_err(|_| "the server sent an invalid header name")?;
-        let value = HeaderValue::from_maybe_shared(bytes.slice(v0..v1))
-            .map_err(|_| "the server sent an invalid header value")?;
+        let value = super::head::parsed_value(bytes.slice(v0..v1));
         headers.append(name, value);
     }
     Ok(Some(ResponseHead {
