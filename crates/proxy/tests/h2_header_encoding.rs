@@ -140,7 +140,8 @@ async fn response_heads_are_static_names_and_raw_literals_never_indexed() {
 
 /// hyper's own strip of connection-specific fields (vendor/hyper, PATCHES.md) still takes
 /// them out of a response that has them, with the fields `Connection` names, and leaves a
-/// response without them whole. The client is hyper's, over h2: a response that kept one
+/// response without them whole; `Date` and `Content-Length` are added where missing and
+/// kept where present. The client is hyper's, over h2: a response that kept one
 /// would be a protocol error there.
 #[tokio::test(flavor = "current_thread")]
 async fn connection_specific_fields_are_stripped_and_others_kept() {
@@ -159,6 +160,10 @@ async fn connection_specific_fields_are_stripped_and_others_kept() {
                         .header("upgrade", "websocket")
                         .header("te", "trailers")
                         .header("transfer-encoding", "chunked");
+                } else if req.uri().path() == "/dated" {
+                    resp = resp
+                        .header("date", "Mon, 01 Jan 2024 00:00:00 GMT")
+                        .header("content-length", "2");
                 } else {
                     resp = resp
                         .header("x-other", "2")
@@ -179,6 +184,7 @@ async fn connection_specific_fields_are_stripped_and_others_kept() {
     for (path, want) in [
         ("/with", vec!["x-kept"]),
         ("/without", vec!["cache-control", "x-kept", "x-other"]),
+        ("/dated", vec!["x-kept"]),
     ] {
         let req = Request::builder()
             .uri(format!("http://localhost{path}"))
@@ -194,6 +200,15 @@ async fn connection_specific_fields_are_stripped_and_others_kept() {
         names.sort_unstable();
         assert_eq!(names, want, "{path}");
         assert_eq!(resp.headers()["x-kept"], "yes", "{path}");
+        // hyper adds `Date` and `Content-Length` where the response has none (vendor/hyper
+        // looks for both in one pass first) and keeps the response's own, once.
+        let date: Vec<_> = resp.headers().get_all("date").iter().collect();
+        assert_eq!(date.len(), 1, "{path}: {date:?}");
+        if path == "/dated" {
+            assert_eq!(date[0], "Mon, 01 Jan 2024 00:00:00 GMT");
+        }
+        let length: Vec<_> = resp.headers().get_all("content-length").iter().collect();
+        assert_eq!(length, ["2"], "{path}");
     }
     drop(sender);
     server.abort();
