@@ -22,7 +22,7 @@ use super::response::{Encoding, Writer, Written};
 use super::upgrade::{Io, Upgraded};
 use crate::body::{BoxError, ProxyBody};
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap};
 use http::{Method, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use std::future::poll_fn;
@@ -106,15 +106,23 @@ pub(crate) struct ResponseHead {
     pub(crate) version: Version,
     /// The fields, less the hop-by-hop ones that [`parse_response`] keeps out (see there).
     pub(crate) headers: HeaderMap,
-    /// What the `Connection` fields said, whether or not they are in `headers`.
-    connection: ConnectionSaid,
+    /// What the parse saw of the fields that frame the body and keep the connection.
+    facts: HeadFacts,
 }
 
-/// The `Connection` tokens that decide whether a server keeps its connection open.
+/// Noted while the fields are parsed (their names are looked at then anyway), so that the
+/// framing and the connection's reuse are decided without hashed lookups of fields most
+/// responses lack (five of them, ~450 instructions).
 #[derive(Debug, Default, Clone, Copy)]
-struct ConnectionSaid {
+struct HeadFacts {
+    /// `Connection` said `close`.
     close: bool,
+    /// `Connection` said `keep-alive`.
     keep_alive: bool,
+    /// A `Transfer-Encoding` field is there.
+    transfer_encoding: bool,
+    /// A `Content-Length` field is there.
+    content_length: bool,
 }
 
 /// How the response body ends.
@@ -460,19 +468,23 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
     // `Connection` naming other fields stays, for the proxy to strip those too, and so does
     // all of a `101`'s, which the client gets as it came.
     let switching = status == StatusCode::SWITCHING_PROTOCOLS;
-    let mut connection = ConnectionSaid::default();
+    let mut facts = HeadFacts::default();
     let mut headers = HeaderMap::with_capacity(nfields + super::head::ADDED_FIELDS);
     for &((n0, n1), (v0, v1)) in &ranges {
         let raw = &bytes[n0..n1];
-        // (Both names are 10 bytes long: one length test passes over the others.)
-        if raw.len() == 10 {
-            if raw.eq_ignore_ascii_case(b"connection") {
-                if connection.read(&bytes[v0..v1]) && !switching {
+        // (A length test passes over most names.)
+        match raw.len() {
+            10 if raw.eq_ignore_ascii_case(b"connection") => {
+                if facts.read_connection(&bytes[v0..v1]) && !switching {
                     continue;
                 }
-            } else if raw.eq_ignore_ascii_case(b"keep-alive") && !switching {
-                continue;
             }
+            10 if raw.eq_ignore_ascii_case(b"keep-alive") && !switching => continue,
+            14 if raw.eq_ignore_ascii_case(b"content-length") => facts.content_length = true,
+            17 if raw.eq_ignore_ascii_case(b"transfer-encoding") => {
+                facts.transfer_encoding = true;
+            }
+            _ => {}
         }
         let name =
             super::names::header_name(raw).map_err(|_| "the server sent an invalid header name")?;
@@ -483,14 +495,14 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
         status,
         version,
         headers,
-        connection,
+        facts,
     }))
 }
 
 /// Parses `raw` as a response head and panics if what the parser accepts breaks an invariant
 /// the proxy relies on: framed one way only (a Content-Length equal to the length read, or a
 /// Transfer-Encoding and no Content-Length), a connection framed twice never reused, no CR,
-/// LF or NUL in a value. The fuzz smoke in the tests and `crates/proxy/fuzz` (libFuzzer) run
+/// LF or NUL in a value, the framing fields noted as the map has them. The fuzz smoke in the tests and `crates/proxy/fuzz` (libFuzzer) run
 /// it.
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn check_invariants(raw: &[u8]) {
@@ -498,6 +510,18 @@ pub(crate) fn check_invariants(raw: &[u8]) {
     let Ok(Some(mut head)) = parse_response(&mut buf) else {
         return;
     };
+    // What the parse noted is what the fields say.
+    let h = &head.headers;
+    assert_eq!(
+        head.facts.transfer_encoding,
+        h.contains_key(header::TRANSFER_ENCODING),
+        "{raw:?}"
+    );
+    assert_eq!(
+        head.facts.content_length,
+        h.contains_key(header::CONTENT_LENGTH),
+        "{raw:?}"
+    );
     let Ok(reading) = framing(&Method::GET, &head) else {
         return;
     };
@@ -505,7 +529,7 @@ pub(crate) fn check_invariants(raw: &[u8]) {
     // allow it and the body is framed.
     let reuse = keep_alive(&head) && !matches!(reading, Reading::UntilClose);
     let had_length = head.headers.contains_key(header::CONTENT_LENGTH);
-    clean_headers(&mut head.headers);
+    head.clean_headers();
     let h = &head.headers;
     let codings = h.get_all(header::TRANSFER_ENCODING).iter().count();
     match reading {
@@ -552,28 +576,31 @@ fn framing(method: &Method, head: &ResponseHead) -> Result<Reading, SendError> {
     {
         return Ok(Reading::Done);
     }
-    let codings: Vec<&[u8]> = head
-        .headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
-        .map(<[u8]>::trim_ascii)
-        .filter(|c| !c.is_empty())
-        .collect();
-    if codings.is_empty() && head.headers.contains_key(header::TRANSFER_ENCODING) {
-        // An empty Transfer-Encoding: framing by a Content-Length beside it would leave the
-        // header claiming a coding that is not there (found by fuzzing); NGINX refuses a
-        // Transfer-Encoding other than `chunked` (502) and so do we.
-        return Err(SendError::Failed(
-            "the server sent an empty Transfer-Encoding".into(),
-        ));
-    }
-    if let Some(last) = codings.last() {
+    if head.facts.transfer_encoding {
+        let codings: Vec<&[u8]> = head
+            .headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|c| !c.is_empty())
+            .collect();
+        let Some(last) = codings.last() else {
+            // An empty Transfer-Encoding: framing by a Content-Length beside it would leave
+            // the header claiming a coding that is not there (found by fuzzing); NGINX refuses
+            // a Transfer-Encoding other than `chunked` (502) and so do we.
+            return Err(SendError::Failed(
+                "the server sent an empty Transfer-Encoding".into(),
+            ));
+        };
         return Ok(if last.eq_ignore_ascii_case(b"chunked") {
             Reading::Framed(Decoder::chunked(MAX_RESPONSE_HEAD))
         } else {
             Reading::UntilClose
         });
+    }
+    if !head.facts.content_length {
+        return Ok(Reading::UntilClose);
     }
     let mut length = None;
     for v in head.headers.get_all(header::CONTENT_LENGTH) {
@@ -598,9 +625,8 @@ fn framing(method: &Method, head: &ResponseHead) -> Result<Reading, SendError> {
 
 /// Whether the server keeps the connection open after this response.
 fn keep_alive(head: &ResponseHead) -> bool {
-    let said = head.connection;
-    let framed_twice = head.headers.contains_key(header::TRANSFER_ENCODING)
-        && head.headers.contains_key(header::CONTENT_LENGTH);
+    let said = head.facts;
+    let framed_twice = said.transfer_encoding && said.content_length;
     !framed_twice
         && match head.version {
             Version::HTTP_11 => !said.close,
@@ -608,10 +634,10 @@ fn keep_alive(head: &ResponseHead) -> bool {
         }
 }
 
-impl ConnectionSaid {
+impl HeadFacts {
     /// Notes the tokens of one `Connection` value; true when it has no token but `close`
     /// and `keep-alive` (and so names no other field to remove).
-    fn read(&mut self, value: &[u8]) -> bool {
+    fn read_connection(&mut self, value: &[u8]) -> bool {
         let mut only_these = true;
         for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
             if token.eq_ignore_ascii_case(b"close") {
@@ -626,11 +652,14 @@ impl ConnectionSaid {
     }
 }
 
-/// Sanitises a response head for the rest of the gateway: a `Content-Length` that a transfer
-/// coding overrides is dropped (the client gets the framing Sluice chooses).
-pub(crate) fn clean_headers(headers: &mut HeaderMap) {
-    if headers.contains_key(header::TRANSFER_ENCODING) {
-        headers.remove(header::CONTENT_LENGTH);
+impl ResponseHead {
+    /// Sanitises the head for the rest of the gateway: a `Content-Length` that a transfer
+    /// coding overrides is dropped (the client gets the framing Sluice chooses).
+    pub(crate) fn clean_headers(&mut self) {
+        if self.facts.transfer_encoding && self.facts.content_length {
+            self.headers.remove(header::CONTENT_LENGTH);
+            self.facts.content_length = false;
+        }
     }
 }
 

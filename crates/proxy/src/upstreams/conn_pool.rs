@@ -233,15 +233,15 @@ impl ConnPool {
     fn wrap(
         self: &Arc<Self>,
         index: usize,
-        head: client::ResponseHead,
+        mut head: client::ResponseHead,
         exchange: Exchange<UpstreamIo>,
         owner: Option<SocketAddr>,
     ) -> Response<ProxyBody> {
         let mut resp = Response::new(());
         *resp.status_mut() = head.status;
         *resp.version_mut() = head.version;
+        head.clean_headers();
         *resp.headers_mut() = head.headers;
-        client::clean_headers(resp.headers_mut());
         if head.status == StatusCode::SWITCHING_PROTOCOLS {
             // The connection now belongs to the tunnel.
             resp.extensions_mut()

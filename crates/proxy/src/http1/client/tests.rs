@@ -1,6 +1,7 @@
 //! `http1::client` against a scripted upstream on an in-memory stream.
 
 use super::*;
+use http::header::HeaderValue;
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
