@@ -5,10 +5,11 @@ The host's noise (±8-15% between runs of one binary) hides a change of a few pe
 time; an instruction count does not move between runs. This runs the gateway under
 `valgrind --tool=callgrind` on the gateway core with the bench's own certificates,
 configuration and NGINX origin (`bench.sluice_conf`, `bench.nginx_gateway_conf` with
-`master_process off`, `bench.haproxy_conf` with `-db`), sends a warm-up load, zeroes the
-counters, sends the counted load with h2load from the load core, and prints instructions
-per request: all of them, the TLS handshakes of the counted load (`SSL_do_handshake`,
-inclusive), and the rest, which is what a keep-alive row of `bench/run` measures.
+`master_process off`, `bench.haproxy_conf` with `-db`), sends a warm-up load (20,000
+requests, past the fill of Sluice's request log), zeroes the counters, sends the counted
+load with h2load from the load core, and prints instructions per request: all of them, the
+TLS handshakes of the counted load (`SSL_do_handshake`, inclusive), and the rest, which is
+what a keep-alive row of `bench/run` measures.
 
     bench/instructions.py [--gateway sluice|nginx|haproxy] [--binary PATH] [--load h1|h2]
                           [--requests 20000] [--top 30] [--keep]
@@ -18,7 +19,7 @@ TLS 1.3 either way. `--top N` adds the N functions with the most instructions of
 (per request); `--keep` keeps the callgrind file (for `callgrind_annotate --inclusive=yes`).
 NGINX and HAProxy run OpenSSL, whose handshake function has the same name. Needs valgrind
 (Debian's package) besides `bench/run`'s packages. A run takes 1-4 minutes (the gateway
-runs ~50x slower under callgrind).
+runs ~50x slower under callgrind; the warm-up is half of it).
 """
 
 import argparse
@@ -37,6 +38,7 @@ from pathlib import Path
 import bench
 
 LOADS = {"h1": (32, 1, True), "h2": (4, 16, False)}
+WARM_UP = 20000
 
 
 def wait_port(port, seconds=180):
@@ -158,7 +160,10 @@ def main():
     gw = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port)
-        load(port, args.load, 1000)
+        # Past the fill of Sluice's request log (8 MiB of ~600-byte records, a ring per
+        # worker thread that grows a quarter at a time, copying, until full): counted inside
+        # it, a request carried ~500 instructions of copies that a running gateway does not.
+        load(port, args.load, WARM_UP)
         subprocess.run(["callgrind_control", "-z", str(gw.pid)], capture_output=True, check=False)
         n = load(port, args.load, args.requests)
         subprocess.run(["callgrind_control", "-d", str(gw.pid)], capture_output=True, check=False)
