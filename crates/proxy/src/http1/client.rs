@@ -474,10 +474,12 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
         let raw = &bytes[n0..n1];
         // (A length test passes over most names.)
         match raw.len() {
-            10 if raw.eq_ignore_ascii_case(b"connection") => {
-                if facts.read_connection(&bytes[v0..v1]) && !switching {
-                    continue;
-                }
+            // (The tokens are noted whether or not the field is then kept.)
+            10 if raw.eq_ignore_ascii_case(b"connection")
+                && facts.read_connection(&bytes[v0..v1])
+                && !switching =>
+            {
+                continue;
             }
             10 if raw.eq_ignore_ascii_case(b"keep-alive") && !switching => continue,
             14 if raw.eq_ignore_ascii_case(b"content-length") => facts.content_length = true,
