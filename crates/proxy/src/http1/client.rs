@@ -504,8 +504,8 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
 /// Parses `raw` as a response head and panics if what the parser accepts breaks an invariant
 /// the proxy relies on: framed one way only (a Content-Length equal to the length read, or a
 /// Transfer-Encoding and no Content-Length), a connection framed twice never reused, no CR,
-/// LF or NUL in a value, the framing fields noted as the map has them. The fuzz smoke in the tests and `crates/proxy/fuzz` (libFuzzer) run
-/// it.
+/// LF or NUL in a value, the framing fields noted as the map has them. The fuzz smoke in the
+/// tests and `crates/proxy/fuzz` (libFuzzer) run it.
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn check_invariants(raw: &[u8]) {
     let mut buf = BytesMut::from(raw);
