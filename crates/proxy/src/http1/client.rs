@@ -46,38 +46,66 @@ pub(crate) enum SendError {
     Failed(BoxError),
 }
 
-/// The request head for `method target` with `headers` (hop-by-hop fields already removed),
+/// A request's fields written as `name: value\r\n` lines (the head's framing fields left
+/// out: the body's own framing goes with it, see [`encode_request`]).
+#[derive(Debug, Default)]
+pub(crate) struct WrittenFields {
+    pub(crate) lines: Vec<u8>,
+    /// The Content-Length the request declared, if any.
+    pub(crate) content_length: Option<u64>,
+}
+
+/// Where a request head's fields come from: the request's own map, or lines written
+/// already (`request::forward::write_forwardable`, the proxy's path without a second map).
+#[derive(Clone, Copy)]
+pub(crate) enum Fields<'a> {
+    Map(&'a HeaderMap),
+    Written(&'a WrittenFields),
+}
+
+/// The request head for `method target` with `fields` (hop-by-hop fields already removed),
 /// framed for `body`: its exact length when known (`content-length: 0` only for methods
 /// whose requests carry a body), else chunked. `Content-Length` and `Transfer-Encoding`
-/// fields in `headers` are replaced by the framing the body actually has.
+/// fields in a map are replaced by the framing the body actually has.
 pub(crate) fn encode_request(
     method: &Method,
     target: &str,
-    headers: &HeaderMap,
+    fields: Fields<'_>,
     body: &ProxyBody,
 ) -> (Vec<u8>, Encoding) {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let (declared, room) = match fields {
+        Fields::Map(headers) => (
+            headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+                .and_then(|v| v.parse::<u64>().ok()),
+            32 * headers.len(),
+        ),
+        Fields::Written(w) => (w.content_length, w.lines.len()),
+    };
     let encoding = match body.size_hint().exact() {
         Some(0) if body.is_end_stream() => Encoding::Empty,
         Some(n) => Encoding::Length(n),
         None => declared.map_or(Encoding::Chunked, Encoding::Length),
     };
-    let mut out = Vec::with_capacity(256 + 32 * headers.len());
+    let mut out = Vec::with_capacity(256 + room);
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
-        if *name == header::CONTENT_LENGTH || *name == header::TRANSFER_ENCODING {
-            continue;
+    match fields {
+        Fields::Map(headers) => {
+            for (name, value) in headers {
+                if *name == header::CONTENT_LENGTH || *name == header::TRANSFER_ENCODING {
+                    continue;
+                }
+                out.extend_from_slice(name.as_str().as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(value.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        Fields::Written(w) => out.extend_from_slice(&w.lines),
     }
     match encoding {
         Encoding::Length(n) => {

@@ -1,9 +1,10 @@
 //! Request and response headers on their way through the proxy (RFC 9110 §7.6, NGINX's
 //! `proxy_set_header` defaults).
 
+use crate::http1::client::WrittenFields;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the
 /// non-standard ones that NGINX also drops. A `static`, not a `const`: a `const` array of
@@ -108,88 +109,229 @@ pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
         .flatten()
 }
 
-/// Adds X-Forwarded-For (appending the peer to any received), X-Forwarded-Proto,
-/// X-Forwarded-Host, X-Real-IP (the client, which differs from the peer behind trusted
-/// proxies), and, when enabled, RFC 7239 Forwarded (the peer, like X-Forwarded-For).
-/// `peer_ip` is `peer`'s IP as text, made once per connection (`ConnCtx::peer_ip`): most
-/// requests forward it as it is.
-pub(crate) fn add_forwarding(
-    headers: &mut HeaderMap,
-    peer: SocketAddr,
-    peer_ip: &HeaderValue,
-    client: std::net::IpAddr,
-    https: bool,
-    host: &str,
-    forwarded: bool,
-) {
-    debug_assert_eq!(peer_ip, crate::text::ip_string(peer.ip()).as_str());
-    let peer_text = peer_ip.to_str().unwrap_or_default();
-    // A value built from parts is written into one scratch string and copied once into its
-    // field.
-    let mut text = String::new();
-    match headers
-        .get(X_FORWARDED_FOR)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.trim().is_empty())
-    {
-        Some(prev) => {
-            text.reserve(prev.len() + 2 + peer_text.len());
-            text.push_str(prev);
-            text.push_str(", ");
-            text.push_str(peer_text);
-            if let Ok(v) = HeaderValue::from_str(&text) {
-                headers.insert(X_FORWARDED_FOR, v);
+/// What the forwarding headers say of one request: X-Forwarded-For (appending the peer to
+/// any received), X-Forwarded-Proto, X-Forwarded-Host, X-Real-IP (the client, which differs
+/// from the peer behind trusted proxies), and, when `forwarded` is on, RFC 7239 Forwarded
+/// (the peer, like X-Forwarded-For). Written into a map by [`add_forwarding`] or as lines by
+/// [`write_forwardable`], from the one list [`Forwarding::each`] makes.
+pub(crate) struct Forwarding<'a> {
+    pub(crate) peer: SocketAddr,
+    /// `peer`'s IP as text, made once per connection (`ConnCtx::peer_ip`): most requests
+    /// forward it as it is.
+    pub(crate) peer_ip: &'a HeaderValue,
+    pub(crate) client: IpAddr,
+    pub(crate) https: bool,
+    /// The request's host, for X-Forwarded-Host and Forwarded's `host=`.
+    pub(crate) host: &'a str,
+    pub(crate) forwarded: bool,
+}
+
+/// A forwarding field's value as [`Forwarding::each`] gives it.
+enum Value<'v> {
+    Shared(&'v HeaderValue),
+    Static(&'static str),
+    /// Text made for this request; a field whose text is no valid value is left out (the
+    /// request's own field of that name, if any, then stays), as `HeaderValue::from_str`
+    /// decides.
+    Text(&'v str),
+}
+
+impl Forwarding<'_> {
+    /// Calls `field` for each forwarding field in turn. `prev_for` and `prev_forwarded`: the
+    /// request's own first X-Forwarded-For and Forwarded values, if they are text.
+    fn each(
+        &self,
+        prev_for: Option<&str>,
+        prev_forwarded: Option<&str>,
+        mut field: impl FnMut(&'static HeaderName, Value<'_>),
+    ) {
+        debug_assert_eq!(
+            self.peer_ip,
+            crate::text::ip_string(self.peer.ip()).as_str()
+        );
+        let peer_text = self.peer_ip.to_str().unwrap_or_default();
+        // A value built from parts is written into one scratch string.
+        let mut text = String::new();
+        match prev_for.filter(|v| !v.trim().is_empty()) {
+            Some(prev) => {
+                text.reserve(prev.len() + 2 + peer_text.len());
+                text.push_str(prev);
+                text.push_str(", ");
+                text.push_str(peer_text);
+                field(&X_FORWARDED_FOR, Value::Text(&text));
             }
+            None => field(&X_FORWARDED_FOR, Value::Shared(self.peer_ip)),
         }
-        None => {
-            headers.insert(X_FORWARDED_FOR, peer_ip.clone());
-        }
-    }
-    let proto = if https { "https" } else { "http" };
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
-    if let Ok(v) = HeaderValue::from_str(host) {
-        headers.insert(X_FORWARDED_HOST, v);
-    }
-    if client == peer.ip() {
-        headers.insert(X_REAL_IP, peer_ip.clone());
-    } else {
-        text.clear();
-        crate::text::push_ip(&mut text, client);
-        if let Ok(v) = HeaderValue::from_str(&text) {
-            headers.insert(X_REAL_IP, v);
-        }
-    }
-    if forwarded {
-        text.clear();
-        if let Some(prev) = headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
-            text.push_str(prev);
-            text.push_str(", ");
-        }
-        text.push_str("for=");
-        if peer.is_ipv6() {
-            text.push_str("\"[");
-            text.push_str(peer_text);
-            text.push_str("]\"");
+        let proto = if self.https { "https" } else { "http" };
+        field(&X_FORWARDED_PROTO, Value::Static(proto));
+        field(&X_FORWARDED_HOST, Value::Text(self.host));
+        if self.client == self.peer.ip() {
+            field(&X_REAL_IP, Value::Shared(self.peer_ip));
         } else {
-            text.push_str(peer_text);
+            text.clear();
+            crate::text::push_ip(&mut text, self.client);
+            field(&X_REAL_IP, Value::Text(&text));
         }
-        text.push_str(";proto=");
-        text.push_str(proto);
-        if !host.is_empty() && host.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
-            text.push_str(";host=\"");
-            text.push_str(host);
-            text.push('"');
-        }
-        if let Ok(v) = HeaderValue::from_str(&text) {
-            headers.insert(header::FORWARDED, v);
+        if self.forwarded {
+            text.clear();
+            if let Some(prev) = prev_forwarded {
+                text.push_str(prev);
+                text.push_str(", ");
+            }
+            text.push_str("for=");
+            if self.peer.is_ipv6() {
+                text.push_str("\"[");
+                text.push_str(peer_text);
+                text.push_str("]\"");
+            } else {
+                text.push_str(peer_text);
+            }
+            text.push_str(";proto=");
+            text.push_str(proto);
+            let host = self.host;
+            if !host.is_empty() && host.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+                text.push_str(";host=\"");
+                text.push_str(host);
+                text.push('"');
+            }
+            field(&FORWARDED, Value::Text(&text));
         }
     }
 }
 
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+/// Sets the forwarding headers in `headers` (see [`Forwarding`]), replacing the request's.
+pub(crate) fn add_forwarding(headers: &mut HeaderMap, fwd: &Forwarding<'_>) {
+    let prev_for = headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
+    let prev_forwarded = fwd
+        .forwarded
+        .then(|| headers.get(header::FORWARDED))
+        .flatten()
+        .and_then(|v| v.to_str().ok());
+    // Collected first: the previous values borrow the map.
+    let mut set = SmallVec::<[(&HeaderName, HeaderValue); 5]>::new();
+    fwd.each(prev_for, prev_forwarded, |name, value| {
+        let value = match value {
+            Value::Shared(v) => Some(v.clone()),
+            Value::Static(s) => Some(HeaderValue::from_static(s)),
+            Value::Text(t) => HeaderValue::from_str(t).ok(),
+        };
+        if let Some(v) = value {
+            set.push((name, v));
+        }
+    });
+    for (name, value) in set {
+        headers.insert(name, value);
+    }
+}
+
+/// Writes the fields of the request that goes upstream straight from the client's
+/// `headers`, as [`forwardable`], a `Host` of `host` and [`add_forwarding`] would make them
+/// in a second map (the fields this replaces come after the others; the order of fields
+/// with one name is kept). A map built and dropped per request, with the four custom names
+/// of the forwarding fields hashed byte by byte into it, was ~2,500 instructions of a
+/// proxied request.
+///
+/// `None` when `stop` says a field needs more than that (the caller then takes the map
+/// path).
+pub(crate) fn write_forwardable(
+    headers: &HeaderMap,
+    host: &str,
+    fwd: &Forwarding<'_>,
+    stop: impl Fn(&HeaderName) -> bool,
+) -> Option<WrittenFields> {
+    let named = if headers.contains_key(header::CONNECTION) {
+        connection_named(headers)
+    } else {
+        SmallVec::new()
+    };
+    // Replaced only by a valid value, as a failed `HeaderValue::from_str` leaves the
+    // request's own field in the map.
+    let host_ok = is_value(host);
+    let fwd_host_ok = is_value(fwd.host);
+    let mut out = WrittenFields {
+        lines: Vec::with_capacity(160 + 40 * headers.len()),
+        content_length: None,
+    };
+    // The request's first value of each, as `HeaderMap::get` finds it.
+    let (mut prev_for, mut prev_forwarded) = (None, None);
+    for (name, value) in headers {
+        if stop(name) {
+            return None;
+        }
+        if is_hop_by_hop(name) || named.contains(name) {
+            continue;
+        }
+        let replaced = match name.as_str() {
+            "content-length" => {
+                if out.content_length.is_none() {
+                    out.content_length = std::str::from_utf8(value.as_bytes())
+                        .ok()
+                        .and_then(|v| v.parse().ok());
+                }
+                true
+            }
+            "host" => host_ok,
+            "x-forwarded-for" => {
+                prev_for.get_or_insert(value.to_str().ok());
+                true
+            }
+            "forwarded" if fwd.forwarded => {
+                prev_forwarded.get_or_insert(value.to_str().ok());
+                true
+            }
+            "x-forwarded-proto" | "x-real-ip" => true,
+            "x-forwarded-host" => fwd_host_ok,
+            _ => false,
+        };
+        if !replaced {
+            push_field(&mut out.lines, name.as_str(), value.as_bytes());
+        }
+    }
+    if host_ok {
+        push_field(&mut out.lines, "host", host.as_bytes());
+    }
+    fwd.each(
+        prev_for.flatten(),
+        prev_forwarded.flatten(),
+        |name, value| {
+            let value = match value {
+                Value::Shared(v) => v.as_bytes(),
+                Value::Static(s) => s.as_bytes(),
+                Value::Text(t) => {
+                    // Only X-Forwarded-Host's text can be invalid (the others are made from
+                    // valid text); it was not replaced then.
+                    debug_assert!(is_value(t) || *name == X_FORWARDED_HOST);
+                    if !is_value(t) {
+                        return;
+                    }
+                    t.as_bytes()
+                }
+            };
+            push_field(&mut out.lines, name.as_str(), value);
+        },
+    );
+    Some(out)
+}
+
+fn push_field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Whether `HeaderValue::from_str` takes `s` (visible ASCII, space, tab, obs-text; no other
+/// control character).
+fn is_value(s: &str) -> bool {
+    s.bytes().all(|b| (b >= 32 && b != 127) || b == b'\t')
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+/// Statics, not consts: [`Forwarding::each`] hands out `&'static` names.
+static FORWARDED: HeaderName = header::FORWARDED;
 
 /// Bytes a request head takes on the wire, roughly: request line plus `name: value\r\n`.
 pub(crate) fn head_size(method: &http::Method, uri: &http::Uri, headers: &HeaderMap) -> usize {
@@ -313,7 +455,7 @@ mod tests {
         let client: std::net::IpAddr = "192.0.2.9".parse().unwrap();
 
         let mut h = map(&[("x-forwarded-for", "192.0.2.9")]);
-        add_forwarding(&mut h, v4, &ip(v4), client, true, "example.com", true);
+        add_forwarding(&mut h, &fwd(v4, &ip(v4), client, true, "example.com", true));
         assert_eq!(h["x-forwarded-for"], "192.0.2.9, 10.0.0.7");
         assert_eq!(h["x-forwarded-proto"], "https");
         assert_eq!(h["x-forwarded-host"], "example.com");
@@ -325,7 +467,7 @@ mod tests {
 
         // No list yet (or a blank one), an IPv6 peer, a host that cannot be quoted.
         let mut h = map(&[("x-forwarded-for", " "), ("forwarded", "for=192.0.2.1")]);
-        add_forwarding(&mut h, v6, &ip(v6), v6.ip(), false, "a\"b", true);
+        add_forwarding(&mut h, &fwd(v6, &ip(v6), v6.ip(), false, "a\"b", true));
         assert_eq!(h["x-forwarded-for"], "2001:db8::1");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-real-ip"], "2001:db8::1");
@@ -336,19 +478,170 @@ mod tests {
 
         // Off: no Forwarded.
         let mut h = HeaderMap::new();
-        add_forwarding(&mut h, v4, &ip(v4), client, false, "", false);
+        add_forwarding(&mut h, &fwd(v4, &ip(v4), client, false, "", false));
         assert!(!h.contains_key("forwarded"));
         assert_eq!(h["x-forwarded-for"], "10.0.0.7");
         assert_eq!(h["x-forwarded-host"], "");
 
         // The client is the peer: X-Real-IP is the peer's text too.
         let mut h = HeaderMap::new();
-        add_forwarding(&mut h, v4, &ip(v4), v4.ip(), false, "h", false);
+        add_forwarding(&mut h, &fwd(v4, &ip(v4), v4.ip(), false, "h", false));
         assert_eq!(h["x-real-ip"], "10.0.0.7");
         assert_eq!(h["x-forwarded-for"], "10.0.0.7");
     }
 
     fn ip(addr: SocketAddr) -> HeaderValue {
         crate::text::ip_value(addr.ip())
+    }
+
+    fn fwd<'a>(
+        peer: SocketAddr,
+        peer_ip: &'a HeaderValue,
+        client: IpAddr,
+        https: bool,
+        host: &'a str,
+        forwarded: bool,
+    ) -> Forwarding<'a> {
+        Forwarding {
+            peer,
+            peer_ip,
+            client,
+            https,
+            host,
+            forwarded,
+        }
+    }
+
+    /// A head's lines after the request line, stably sorted by name: the order of fields
+    /// with one name is kept, the order between names is not compared.
+    fn fields_of(head: &[u8]) -> Vec<String> {
+        let text = std::str::from_utf8(head).unwrap();
+        let mut lines: Vec<String> = text
+            .split("\r\n")
+            .skip(1)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        lines.sort_by_key(|l| l.split(':').next().unwrap().to_owned());
+        lines
+    }
+
+    fn empty_body() -> crate::body::ProxyBody {
+        use http_body_util::BodyExt as _;
+        http_body_util::Empty::new()
+            .map_err(|never| match never {})
+            .boxed()
+    }
+
+    fn unknown_length() -> crate::body::ProxyBody {
+        use http_body_util::BodyExt as _;
+        let frames = futures_util::stream::iter(Vec::<
+            Result<http_body::Frame<bytes::Bytes>, crate::body::BoxError>,
+        >::new());
+        http_body_util::StreamBody::new(frames).boxed()
+    }
+
+    /// The lines written straight from the client's fields are the head the map path
+    /// makes (copy without hop-by-hop fields, Host, forwarding fields), field for field,
+    /// for requests with and without each field the path replaces or drops.
+    #[test]
+    fn written_fields_are_the_map_paths_fields() {
+        use crate::http1::client::{Fields, encode_request};
+        let v4: SocketAddr = "10.0.0.7:5000".parse().unwrap();
+        let v6: SocketAddr = "[2001:db8::1]:5000".parse().unwrap();
+        let other: IpAddr = "192.0.2.9".parse().unwrap();
+        let requests: &[&[(&str, &str)]] = &[
+            &[],
+            &[
+                ("host", "a.example"),
+                ("accept", "*/*"),
+                ("user-agent", "t"),
+            ],
+            &[
+                ("host", "a.example"),
+                ("connection", "keep-alive, X-Private"),
+                ("keep-alive", "timeout=5"),
+                ("x-private", "1"),
+                ("te", "trailers"),
+                ("x-kept", "1"),
+                ("x-kept", "2"),
+                ("content-length", "12"),
+            ],
+            &[
+                ("x-forwarded-for", "192.0.2.1"),
+                ("x-forwarded-for", "192.0.2.2"),
+                ("x-forwarded-proto", "http"),
+                ("x-forwarded-host", "spoofed"),
+                ("x-real-ip", "192.0.2.3"),
+                ("forwarded", "for=192.0.2.4"),
+                ("forwarded", "for=192.0.2.5"),
+                ("cookie", "a=1"),
+                ("cookie", "b=2"),
+            ],
+            &[("x-forwarded-for", " "), ("transfer-encoding", "chunked")],
+            &[("x-forwarded-for", "caf\u{e9}"), ("forwarded", "caf\u{e9}")],
+            &[("content-length", "7"), ("content-length", "x")],
+        ];
+        let hosts = ["a.example", "", "bad\u{7f}host", "quoted\"host"];
+        for pairs in requests {
+            let client_map: HeaderMap = pairs
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                        HeaderValue::from_bytes(v.as_bytes()).unwrap(),
+                    )
+                })
+                .collect();
+            for (peer, client, https, forwarded) in [
+                (v4, v4.ip(), true, false),
+                (v6, other, false, true),
+                (v4, other, false, true),
+            ] {
+                for host in hosts {
+                    for pass_host in [host, "node.example:8080"] {
+                        let peer_ip = ip(peer);
+                        let f = fwd(peer, &peer_ip, client, https, host, forwarded);
+                        let mut map = forwardable(&client_map, 6);
+                        if let Ok(v) = HeaderValue::from_str(pass_host) {
+                            map.insert(header::HOST, v);
+                        }
+                        add_forwarding(&mut map, &f);
+                        let written = write_forwardable(&client_map, pass_host, &f, |_| false)
+                            .expect("nothing stops it");
+                        for body in [unknown_length(), empty_body()] {
+                            let (a, ea) =
+                                encode_request(&http::Method::POST, "/", Fields::Map(&map), &body);
+                            let (b, eb) = encode_request(
+                                &http::Method::POST,
+                                "/",
+                                Fields::Written(&written),
+                                &body,
+                            );
+                            assert_eq!(ea, eb, "{pairs:?} {host:?}");
+                            assert_eq!(
+                                fields_of(&a),
+                                fields_of(&b),
+                                "{pairs:?} host {host:?} pass {pass_host:?} {peer} {forwarded}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_field_the_written_path_cannot_make_sends_it_to_the_map() {
+        let h = map(&[("accept", "*/*"), ("if-none-match", "W/\"1\"")]);
+        let peer: SocketAddr = "10.0.0.7:5000".parse().unwrap();
+        let peer_ip = ip(peer);
+        let f = fwd(peer, &peer_ip, peer.ip(), true, "a", false);
+        assert!(write_forwardable(&h, "a", &f, |n| n == header::IF_NONE_MATCH).is_none());
+        let w = write_forwardable(&h, "a", &f, |n| n == header::COOKIE).unwrap();
+        assert!(
+            w.lines
+                .starts_with(b"accept: */*\r\nif-none-match: W/\"1\"\r\nhost: a\r\n")
+        );
     }
 }

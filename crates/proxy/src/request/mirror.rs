@@ -16,7 +16,7 @@
 use crate::addresses::Addresses;
 use crate::body::BoxError;
 use crate::request::context::{ConnCtx, ListenerCtx};
-use crate::request::forward::{add_forwarding, forwardable};
+use crate::request::forward::{Forwarding, add_forwarding, forwardable};
 use crate::request::policy;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Request, StatusCode, Uri, Version};
@@ -235,12 +235,14 @@ fn copy_request(c: &Copying<'_>, m: &Mirror) -> http::request::Parts {
     let mut headers = forwardable(&c.parts.headers, crate::http1::ADDED_FIELDS);
     add_forwarding(
         &mut headers,
-        c.conn.peer,
-        &c.conn.peer_ip,
-        c.client,
-        c.listener.tls.is_some(),
-        c.host,
-        c.listener.config.forwarded_header,
+        &Forwarding {
+            peer: c.conn.peer,
+            peer_ip: &c.conn.peer_ip,
+            client: c.client,
+            https: c.listener.tls.is_some(),
+            host: c.host,
+            forwarded: c.listener.config.forwarded_header,
+        },
     );
     if !m.request_headers.is_empty() {
         let vars = policy::Vars {
@@ -316,7 +318,10 @@ async fn send(
     state.sent.fetch_add(1, Ordering::Relaxed);
     let started = Instant::now();
     let exchange = async {
-        let resp = group.send(server.index, req, at).await.map_err(drop)?;
+        let resp = group
+            .send(server.index, req, None, at)
+            .await
+            .map_err(drop)?;
         let status = resp.status();
         // Read to the end (and dropped): the connection goes back to the pool.
         resp.into_body().collect().await.map_err(drop)?;

@@ -24,15 +24,18 @@ use super::compression::{self, RequestFacts, strengthen_if_none_match};
 use super::context::{ConnCtx, ListenerCtx};
 use super::done::{Done, failure};
 use super::error::{Failure, is_caused_by};
-use super::forward::{add_forwarding, forwardable, strip_hop_by_hop, upgrade_protocol};
+use super::forward::{
+    Forwarding, add_forwarding, forwardable, strip_hop_by_hop, upgrade_protocol, write_forwardable,
+};
 use super::mirror::{self, MirrorState, Teed};
 use super::policy;
 use crate::body::{BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, ProxyBody, TrackedBody};
 use crate::http1::ClientBody;
+use crate::http1::client::WrittenFields;
 use crate::upstreams::conn_pool::UpstreamError;
 use crate::upstreams::upstream::{ActiveGuard, Busy, UpstreamGroup};
 use futures_util::FutureExt as _;
-use http::header::{self, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
@@ -76,7 +79,7 @@ pub(super) fn run<'a>(
             // The request is made and handed to the attempt in a block of its own, so that
             // its slot is not kept beside the attempt's future.
             let (attempt, span, sent) = {
-                let mut req = p.upstream_request(addr);
+                let (mut req, written) = p.upstream_request(addr, done.trace.is_some());
                 let span = super::trace::attempt(
                     done.trace.as_deref(),
                     req.method(),
@@ -90,7 +93,7 @@ pub(super) fn run<'a>(
                     t.inject(span.as_ref(), req.headers_mut());
                 }
                 let sent = Instant::now();
-                (p.attempt(&server, req, sent), span, sent)
+                (p.attempt(&server, req, written, sent), span, sent)
             };
             let next = match attempt.await {
                 // (`retry_5xx` also counts the 5xx against the server, once, either way.)
@@ -342,24 +345,16 @@ impl<'a> Proxied<'a> {
         }
     }
 
-    /// Phase 3: the request for the server at `addr`.
-    fn upstream_request(&mut self, addr: SocketAddr) -> Request<ProxyBody> {
-        let mut headers = forwardable(&self.parts.headers, crate::http1::ADDED_FIELDS);
-        if let Some(proto) = &self.upgrade {
-            headers.insert(header::UPGRADE, proto.clone());
-            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        }
-        if self.wants_trailers {
-            headers.insert(header::TE, HeaderValue::from_static("trailers"));
-        }
-        strengthen_if_none_match(&self.facts.settings, &mut headers);
-        if let Some(fetch) = &self.cache {
-            fetch.edit_request(&mut headers);
-        }
-        if self.gunzip {
-            headers.remove(header::CONTENT_ENCODING);
-            headers.remove(header::CONTENT_LENGTH);
-        }
+    /// Phase 3: the request for the server at `addr`, and its fields written as lines
+    /// where nothing but the forwarding edits them (see [`write_forwardable`]): an HTTP/1.1
+    /// server, no route header edits, cache, upgrade, trailers, gzip upload, trace context
+    /// (`traced`, added to the map afterwards) or weak validator to strengthen. Otherwise
+    /// the fields are a map of their own, edited in turn.
+    fn upstream_request(
+        &mut self,
+        addr: SocketAddr,
+        traced: bool,
+    ) -> (Request<ProxyBody>, Option<WrittenFields>) {
         let node;
         let host_value = match &self.group.config.pass_host {
             PassHost::Pass => &self.host,
@@ -369,21 +364,34 @@ impl<'a> Proxied<'a> {
             }
             PassHost::Rewrite(h) => h,
         };
-        if let Ok(v) = HeaderValue::from_str(host_value) {
-            headers.insert(header::HOST, v);
-        }
-        add_forwarding(
-            &mut headers,
-            self.conn.peer,
-            &self.conn.peer_ip,
-            self.client,
-            self.listener.tls.is_some(),
-            &self.host,
-            self.listener.config.forwarded_header,
-        );
-        if !self.route.request_headers.is_empty() {
-            policy::edit_headers(&self.route.request_headers, &mut headers, &self.vars());
-        }
+        let fwd = Forwarding {
+            peer: self.conn.peer,
+            peer_ip: &self.conn.peer_ip,
+            client: self.client,
+            https: self.listener.tls.is_some(),
+            host: &self.host,
+            forwarded: self.listener.config.forwarded_header,
+        };
+        let plain = !traced
+            && matches!(self.group.config.protocol, UpstreamProtocol::Http1)
+            && self.route.request_headers.is_empty()
+            && self.cache.is_none()
+            && self.upgrade.is_none()
+            && !self.wants_trailers
+            && !self.gunzip;
+        let compressing = self.facts.settings.enabled;
+        let written = plain
+            .then(|| {
+                write_forwardable(&self.parts.headers, host_value, &fwd, |name| {
+                    compressing && name == header::IF_NONE_MATCH
+                })
+            })
+            .flatten();
+        let headers = if written.is_some() {
+            HeaderMap::new()
+        } else {
+            self.edited_headers(host_value, &fwd)
+        };
         // Origin-form: the request line carries the path and query only.
         let uri = match self.rewritten.as_ref().or(self.parts.uri.path_and_query()) {
             Some(pq) => Uri::from(pq.clone()),
@@ -404,7 +412,36 @@ impl<'a> Proxied<'a> {
             UpstreamProtocol::H2 => Version::HTTP_2,
         };
         *req.headers_mut() = headers;
-        req
+        (req, written)
+    }
+
+    /// The map path of phase 3: the client's fields copied without the hop-by-hop ones,
+    /// then each edit in turn.
+    fn edited_headers(&self, host_value: &str, fwd: &Forwarding<'_>) -> HeaderMap {
+        let mut headers = forwardable(&self.parts.headers, crate::http1::ADDED_FIELDS);
+        if let Some(proto) = &self.upgrade {
+            headers.insert(header::UPGRADE, proto.clone());
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        if self.wants_trailers {
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+        strengthen_if_none_match(&self.facts.settings, &mut headers);
+        if let Some(fetch) = &self.cache {
+            fetch.edit_request(&mut headers);
+        }
+        if self.gunzip {
+            headers.remove(header::CONTENT_ENCODING);
+            headers.remove(header::CONTENT_LENGTH);
+        }
+        if let Ok(v) = HeaderValue::from_str(host_value) {
+            headers.insert(header::HOST, v);
+        }
+        add_forwarding(&mut headers, fwd);
+        if !self.route.request_headers.is_empty() {
+            policy::edit_headers(&self.route.request_headers, &mut headers, &self.vars());
+        }
+        headers
     }
 
     /// Phase 4: one try, within the per-try timeout and what is left of the deadline. Not
@@ -413,6 +450,7 @@ impl<'a> Proxied<'a> {
         &self,
         server: &ActiveGuard,
         req: Request<ProxyBody>,
+        written: Option<WrittenFields>,
         sent: Instant,
     ) -> impl Future<Output = Result<Response<ProxyBody>, Attempt>> + use<'_, 'a> {
         let per_try = self
@@ -427,7 +465,7 @@ impl<'a> Proxied<'a> {
             client: self.conn.peer,
             local: self.conn.local,
         };
-        tokio::time::timeout(timeout, self.group.send(server.index, req, at)).map(
+        tokio::time::timeout(timeout, self.group.send(server.index, req, written, at)).map(
             move |r| match r {
                 Err(_elapsed) => Err(Attempt::TimedOut(timeout)),
                 Ok(Err(e)) => Err(Attempt::Failed(e)),

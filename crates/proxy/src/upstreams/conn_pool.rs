@@ -14,7 +14,7 @@
 //! that switched protocols, is never reused.
 
 use crate::body::{BoxError, ProxyBody};
-use crate::http1::client::{self, Exchange, SendError};
+use crate::http1::client::{self, Exchange, Fields, SendError, WrittenFields};
 use crate::upstreams::upstream_tls::UpstreamIo;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -140,8 +140,9 @@ impl ConnPool {
     }
 
     /// Sends `req` (origin-form URI, Host set) to server `index` at `addr`, on an idle
-    /// connection if one is alive, else on a new one. `at` is the client connection the
-    /// request came on (what a PROXY protocol header says).
+    /// connection if one is alive, else on a new one. `written`: the request's fields as
+    /// lines already (its map then unused). `at` is the client connection the request came
+    /// on (what a PROXY protocol header says).
     ///
     /// Not an `async fn`: an async fn keeps each argument twice (and `req` beside its parts)
     /// in a future that is part of every proxied request's.
@@ -150,18 +151,21 @@ impl ConnPool {
         index: usize,
         addr: SocketAddr,
         req: Request<ProxyBody>,
+        written: Option<WrittenFields>,
         at: crate::addresses::Addresses,
     ) -> impl Future<Output = Result<Response<ProxyBody>, UpstreamError>> + use<'_> {
         let owner = self.proxy_protocol.map(|_| at.client);
         let (parts, body) = req.into_parts();
         async move {
             let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+            let fields = written
+                .as_ref()
+                .map_or(Fields::Map(&parts.headers), Fields::Written);
             let mut body = Some(body);
             // Idle connections first, most recently used first (warm, least likely closed).
             while let Some(io) = self.checkout(index, owner) {
                 let body = body.take().unwrap_or_else(empty);
-                let (head, encoding) =
-                    client::encode_request(&parts.method, target, &parts.headers, &body);
+                let (head, encoding) = client::encode_request(&parts.method, target, fields, &body);
                 match Exchange::start(io, head, body, encoding, &parts.method, true).await {
                     Ok((head, x)) => return Ok(self.wrap(index, head, x, owner)),
                     // Closed by the server before it read anything, and no body was sent: the
@@ -174,8 +178,7 @@ impl ConnPool {
             // future would otherwise be part of every request's.
             let io = Box::pin(self.connect(addr, at)).await?;
             let body = body.take().unwrap_or_else(empty);
-            let (head, encoding) =
-                client::encode_request(&parts.method, target, &parts.headers, &body);
+            let (head, encoding) = client::encode_request(&parts.method, target, fields, &body);
             match Exchange::start(io, head, body, encoding, &parts.method, false).await {
                 Ok((head, x)) => Ok(self.wrap(index, head, x, owner)),
                 Err(SendError::Stale) => Err(UpstreamError::request(

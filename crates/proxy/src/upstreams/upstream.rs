@@ -181,17 +181,24 @@ impl UpstreamGroup {
         }
     }
 
-    /// Sends `req` (origin-form URI, Host set) to server `index`. Not an `async fn`: the
-    /// future is the transport's own (an async fn would keep `req` a second time beside it).
+    /// Sends `req` (origin-form URI, Host set) to server `index`. `written`: its fields as
+    /// lines already (HTTP/1.1 groups only; `req`'s map is then unused). Not an `async fn`:
+    /// the future is the transport's own (an async fn would keep `req` a second time beside
+    /// it).
     pub(crate) fn send(
         &self,
         index: usize,
         mut req: Request<ProxyBody>,
+        written: Option<crate::http1::client::WrittenFields>,
         at: crate::addresses::Addresses,
     ) -> impl Future<Output = Result<Response<ProxyBody>, UpstreamError>> + use<'_> {
         let addr = self.servers[index].addr;
+        debug_assert!(
+            written.is_none() || matches!(self.transport, Transport::Http1(_)),
+            "an h2 request's fields are its map"
+        );
         match &self.transport {
-            Transport::Http1(pool) => Either::Left(pool.send(index, addr, req, at)),
+            Transport::Http1(pool) => Either::Left(pool.send(index, addr, req, written, at)),
             Transport::H2(client) => Either::Right(async move {
                 // hyper-util's client picks its connection by the URI's authority.
                 let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());

@@ -55,7 +55,7 @@ async fn exchange(
 ) -> (ResponseHead, Vec<Frame<Bytes>>, bool, DuplexStream) {
     let (ours, theirs) = tokio::io::duplex(64 * 1024);
     let srv = tokio::spawn(server(theirs, until, answer));
-    let (head, enc) = encode_request(&method, "/x", &HeaderMap::new(), &body);
+    let (head, enc) = encode_request(&method, "/x", Fields::Map(&HeaderMap::new()), &body);
     let (resp, mut x) = Exchange::start(ours, head, body, enc, &method, false)
         .await
         .map_err(|e| format!("{e:?}"))
@@ -82,24 +82,29 @@ fn request_heads_say_the_framing_the_body_has() {
     h.insert(header::HOST, HeaderValue::from_static("a"));
     h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("99"));
     h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("gzip"));
-    let (head, enc) = encode_request(&Method::POST, "/u?q=1", &h, &full("abc"));
+    let (head, enc) = encode_request(&Method::POST, "/u?q=1", Fields::Map(&h), &full("abc"));
     assert_eq!(enc, Encoding::Length(3));
     assert_eq!(
         String::from_utf8(head).unwrap(),
         "POST /u?q=1 HTTP/1.1\r\nhost: a\r\ncontent-length: 3\r\n\r\n"
     );
-    let (head, enc) = encode_request(&Method::POST, "/", &HeaderMap::new(), &empty());
+    let (head, enc) = encode_request(&Method::POST, "/", Fields::Map(&HeaderMap::new()), &empty());
     assert_eq!(enc, Encoding::Empty);
     assert!(
         String::from_utf8(head)
             .unwrap()
             .contains("content-length: 0\r\n")
     );
-    let (head, enc) = encode_request(&Method::GET, "/", &HeaderMap::new(), &empty());
+    let (head, enc) = encode_request(&Method::GET, "/", Fields::Map(&HeaderMap::new()), &empty());
     assert_eq!(enc, Encoding::Empty);
     assert_eq!(String::from_utf8(head).unwrap(), "GET / HTTP/1.1\r\n\r\n");
     let (_tx, hold) = tokio::sync::oneshot::channel();
-    let (head, enc) = encode_request(&Method::PUT, "/", &HeaderMap::new(), &streaming(&[], hold));
+    let (head, enc) = encode_request(
+        &Method::PUT,
+        "/",
+        Fields::Map(&HeaderMap::new()),
+        &streaming(&[], hold),
+    );
     assert_eq!(enc, Encoding::Chunked);
     assert!(
         String::from_utf8(head)
@@ -147,7 +152,7 @@ async fn responses_without_a_length_end_with_the_connection() {
         let s = server(theirs, "\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\nuntil the end").await;
         drop(s);
     });
-    let (head, enc) = encode_request(&Method::GET, "/", &HeaderMap::new(), &empty());
+    let (head, enc) = encode_request(&Method::GET, "/", Fields::Map(&HeaderMap::new()), &empty());
     let (_, mut x) = Exchange::start(ours, head, empty(), enc, &Method::GET, false)
         .await
         .map_err(|e| format!("{e:?}"))
@@ -260,7 +265,8 @@ async fn bad_response_heads_and_bodies_fail() {
     ] {
         let (ours, theirs) = tokio::io::duplex(4096);
         let _srv = tokio::spawn(server(theirs, "\r\n\r\n", answer));
-        let (head, enc) = encode_request(&Method::GET, "/", &HeaderMap::new(), &empty());
+        let (head, enc) =
+            encode_request(&Method::GET, "/", Fields::Map(&HeaderMap::new()), &empty());
         let r = Exchange::start(ours, head, empty(), enc, &Method::GET, false).await;
         assert!(matches!(r, Err(SendError::Failed(_))), "{answer}");
     }
@@ -271,7 +277,8 @@ async fn bad_response_heads_and_bodies_fail() {
     ] {
         let (ours, theirs) = tokio::io::duplex(4096);
         let srv = tokio::spawn(async move { drop(server(theirs, "\r\n\r\n", answer).await) });
-        let (head, enc) = encode_request(&Method::GET, "/", &HeaderMap::new(), &empty());
+        let (head, enc) =
+            encode_request(&Method::GET, "/", Fields::Map(&HeaderMap::new()), &empty());
         let (_, mut x) = Exchange::start(ours, head, empty(), enc, &Method::GET, false)
             .await
             .map_err(|e| format!("{e:?}"))
@@ -291,7 +298,7 @@ async fn a_kept_alive_connection_closed_before_answering_is_stale_only_without_a
     for (body, stale) in [(empty(), true), (full("abc"), false)] {
         let (ours, theirs) = tokio::io::duplex(4096);
         drop(theirs);
-        let (head, enc) = encode_request(&Method::POST, "/", &HeaderMap::new(), &body);
+        let (head, enc) = encode_request(&Method::POST, "/", Fields::Map(&HeaderMap::new()), &body);
         let r = Exchange::start(ours, head, body, enc, &Method::POST, true).await;
         match r {
             Err(SendError::Stale) => assert!(stale),
@@ -311,7 +318,7 @@ async fn an_early_answer_is_read_while_the_upload_goes_on_and_the_connection_is_
         "part one;",
         "HTTP/1.1 413 Payload Too Large\r\ncontent-length: 4\r\n\r\nbig!",
     ));
-    let (head, enc) = encode_request(&Method::PUT, "/", &HeaderMap::new(), &body);
+    let (head, enc) = encode_request(&Method::PUT, "/", Fields::Map(&HeaderMap::new()), &body);
     let (resp, mut x) = Exchange::start(ours, head, body, enc, &Method::PUT, false)
         .await
         .map_err(|e| format!("{e:?}"))
@@ -347,7 +354,7 @@ async fn an_upload_failing_after_the_response_began_ends_the_response() {
         Err::<Frame<Bytes>, BoxError>(Box::new(crate::body::BodyTooLarge { limit: 3 }))
     });
     let body = StreamBody::new(futures_util::StreamExt::chain(first, rest)).boxed();
-    let (head, enc) = encode_request(&Method::POST, "/", &HeaderMap::new(), &body);
+    let (head, enc) = encode_request(&Method::POST, "/", Fields::Map(&HeaderMap::new()), &body);
     let (resp, mut x) = Exchange::start(ours, head, body, enc, &Method::POST, false)
         .await
         .map_err(|e| format!("{e:?}"))
@@ -383,7 +390,7 @@ async fn a_failing_upload_is_the_callers_error_to_answer() {
         Err::<Frame<Bytes>, BoxError>(Box::new(crate::body::BadRequestBody("bad chunk".into()))),
     ];
     let body = StreamBody::new(futures_util::stream::iter(frames)).boxed();
-    let (head, enc) = encode_request(&Method::POST, "/", &HeaderMap::new(), &body);
+    let (head, enc) = encode_request(&Method::POST, "/", Fields::Map(&HeaderMap::new()), &body);
     let r = Exchange::start(ours, head, body, enc, &Method::POST, false).await;
     let Err(SendError::Failed(e)) = r else {
         panic!("the upload failed, so must the exchange")
