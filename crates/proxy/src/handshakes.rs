@@ -209,6 +209,18 @@ impl Homed {
     }
 }
 
+impl sluice_tls::ReadReady for Homed {
+    fn poll_read_ready(
+        &self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match &self.0 {
+            Some(t) => t.poll_read_ready(cx),
+            None => std::task::Poll::Ready(Err(std::io::Error::other("socket lost in a move"))),
+        }
+    }
+}
+
 impl tokio::io::AsyncRead for Homed {
     fn poll_read(
         self: std::pin::Pin<&mut Self>,

@@ -19,6 +19,7 @@ pub mod live;
 pub mod ocsp;
 mod offload;
 mod quic;
+mod quiet_reads;
 pub mod selfsigned;
 mod store;
 mod tickets;
@@ -30,6 +31,7 @@ pub use info::TlsInfo;
 pub use live::{AcmeStatus, OcspStatus, Slot, live};
 pub use offload::{KeyOffload, KeyOperation, OffloadIo};
 pub use quic::QuicHandshake;
+pub use quiet_reads::{QuietReads, ReadReady};
 pub use store::CertStore;
 pub use tickets::{TICKET_KEY_LEN, TicketKeys, reread_ticket_key_files};
 

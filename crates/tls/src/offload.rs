@@ -235,6 +235,11 @@ impl<S> OffloadIo<S> {
         &mut self.inner
     }
 
+    /// Whether bytes read from the socket wait here for BoringSSL's next ask.
+    pub fn has_read_ahead(&self) -> bool {
+        self.ahead_pos < self.ahead.len()
+    }
+
     /// Gives what was read ahead to `buf`; frees it once consumed.
     fn take_ahead(&mut self, buf: &mut ReadBuf<'_>) {
         let n = (self.ahead.len() - self.ahead_pos).min(buf.remaining());

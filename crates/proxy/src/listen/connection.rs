@@ -164,6 +164,8 @@ pub(crate) async fn serve(
         let h2 = info.h2;
         // Coalesce hyper's writes (HTTP/2 writes a frame header and its data separately) so
         // that one flush becomes one TLS record and one send(2), not several.
+        // Reads that would only wait ask the socket, not BoringSSL (one per request).
+        let stream = sluice_tls::QuietReads::new(stream);
         let stream = crate::listen::coalesce::Coalescing::new(stream, TLS_WRITE_BUFFER);
         let stream = if h2 { stream.defer_flushes() } else { stream };
         let io = Watched {
