@@ -431,12 +431,15 @@ where
             tracing::trace!("poll");
             // Sluice: the read buffer exists only while there is something to read (see
             // `READ_BUFFER_CAPACITY`).
+            // Both from and back to a free list per thread (`super::buffers`).
             if self.inner.read_buffer().capacity() == 0 {
-                self.inner.read_buffer_mut().reserve(READ_BUFFER_CAPACITY);
+                *self.inner.read_buffer_mut() =
+                    super::buffers::take(super::buffers::Kind::Read(READ_BUFFER_CAPACITY));
             }
             let polled = Pin::new(&mut self.inner).poll_next(cx);
             if polled.is_pending() && self.inner.read_buffer().is_empty() {
-                *self.inner.read_buffer_mut() = BytesMut::new();
+                let idle = std::mem::take(self.inner.read_buffer_mut());
+                super::buffers::give(super::buffers::Kind::Read(READ_BUFFER_CAPACITY), idle);
             }
             let bytes = match ready!(polled) {
                 Some(Ok(bytes)) => bytes,

@@ -66,6 +66,9 @@ enum Next<B> {
 /// frame that big.
 const DEFAULT_BUFFER_CAPACITY: usize = 16 * 1_024;
 
+/// Sluice: the write buffer's list and size (`super::buffers`).
+const WRITE_BUFFER: super::buffers::Kind = super::buffers::Kind::Write(DEFAULT_BUFFER_CAPACITY);
+
 /// Chain payloads bigger than this when vectored I/O is enabled. The remote
 /// will never advertise a max frame size less than this (well, the spec says
 /// the max frame size can't be less than 16kb, so not even close).
@@ -227,7 +230,8 @@ where
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
         if self.buf.get_ref().capacity() == 0 {
-            self.buf.get_mut().reserve(DEFAULT_BUFFER_CAPACITY);
+            // Sluice: from a free list per thread (`super::buffers`).
+            *self.buf.get_mut() = super::buffers::take(WRITE_BUFFER);
         }
         let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
         let _e = span.enter();
@@ -320,13 +324,17 @@ where
                     >= self.min_buffer_capacity)
     }
 
-    /// Sluice: gives the write buffer back to the allocator once everything buffered has
-    /// been written, as NGINX frees a connection's buffers between requests: an idle
-    /// HTTP/2 connection then holds no 16 KiB write buffer. The next frame buffered
-    /// allocates it again (one allocation per flush, not per frame).
+    /// Sluice: gives the write buffer back (to a free list per thread, `super::buffers`)
+    /// once everything buffered has been written, as NGINX frees a connection's buffers
+    /// between requests: an idle HTTP/2 connection then holds no 16 KiB write buffer. The
+    /// next frame buffered takes one again (once per flush, not per frame).
     fn release_if_empty(&mut self) {
         if self.next.is_none() && !self.buf.has_remaining() && self.buf.get_ref().capacity() != 0 {
-            self.buf = Cursor::new(BytesMut::new());
+            // Everything in it was written (`unset_frame` has cleared it already).
+            let mut done =
+                std::mem::replace(&mut self.buf, Cursor::new(BytesMut::new())).into_inner();
+            done.clear();
+            super::buffers::give(WRITE_BUFFER, done);
         }
     }
 

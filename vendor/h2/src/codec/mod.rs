@@ -1,3 +1,5 @@
+// Sluice: see `buffers`.
+mod buffers;
 mod error;
 mod framed_read;
 mod framed_write;
