@@ -10,9 +10,11 @@
 use bytes::BytesMut;
 use std::cell::RefCell;
 
-/// At most this many free buffers of each kind are kept per thread (32 x 16 KiB + 32 x 8 KiB
-/// = 768 KiB): a burst's buffers beyond that go back to the allocator.
-const MAX_FREE: usize = 32;
+/// At most this many free buffers of each kind are kept per thread (8 x 16 KiB + 8 x 8 KiB
+/// = 192 KiB): a connection's task holds a buffer only while it runs or while the socket
+/// will not take its bytes, so a few serve a thread's connections; a burst's beyond that go
+/// back to the allocator.
+const MAX_FREE: usize = 8;
 
 thread_local! {
     static READ: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
