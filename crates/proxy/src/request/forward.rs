@@ -257,7 +257,7 @@ pub(crate) fn write_forwardable(
         content_length: None,
     };
     // The request's first value of each, as `HeaderMap::get` finds it.
-    let (mut prev_for, mut prev_forwarded) = (None, None);
+    let (mut prev_for, mut prev_forwarded, mut declared) = (None, None, None);
     for (name, value) in headers {
         if stop(name) {
             return None;
@@ -267,11 +267,11 @@ pub(crate) fn write_forwardable(
         }
         let replaced = match name.as_str() {
             "content-length" => {
-                if out.content_length.is_none() {
-                    out.content_length = std::str::from_utf8(value.as_bytes())
+                declared.get_or_insert_with(|| {
+                    std::str::from_utf8(value.as_bytes())
                         .ok()
-                        .and_then(|v| v.parse().ok());
-                }
+                        .and_then(|v| v.parse().ok())
+                });
                 true
             }
             "host" => host_ok,
@@ -294,6 +294,7 @@ pub(crate) fn write_forwardable(
     if host_ok {
         push_field(&mut out.lines, "host", host.as_bytes());
     }
+    out.content_length = declared.flatten();
     fwd.each(
         prev_for.flatten(),
         prev_forwarded.flatten(),
@@ -588,6 +589,7 @@ mod tests {
             &[("x-forwarded-for", " "), ("transfer-encoding", "chunked")],
             &[("x-forwarded-for", "caf\u{e9}"), ("forwarded", "caf\u{e9}")],
             &[("content-length", "7"), ("content-length", "x")],
+            &[("content-length", "x"), ("content-length", "7")],
         ];
         let hosts = ["a.example", "", "bad\u{7f}host", "quoted\"host"];
         for pairs in requests {
