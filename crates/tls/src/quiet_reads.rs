@@ -41,16 +41,6 @@ impl<S> QuietReads<S> {
         QuietReads(stream)
     }
 
-    /// The TLS stream.
-    pub fn get_ref(&self) -> &SslStream<OffloadIo<S>> {
-        &self.0
-    }
-
-    /// The TLS stream, to drive it otherwise (a shutdown, a socket moved between threads).
-    pub fn get_mut(&mut self) -> &mut SslStream<OffloadIo<S>> {
-        &mut self.0
-    }
-
     /// Whether a read could be answered without the socket: BoringSSL holds bytes
     /// (decrypted, or a record not yet opened), bytes were read ahead of it, or the peer's
     /// `close_notify` came (a read then returns its end at once).

@@ -48,7 +48,7 @@ pub(crate) enum SendError {
 
 /// A request's fields written as `name: value\r\n` lines (the head's framing fields left
 /// out: the body's own framing goes with it, see [`encode_request`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct WrittenFields {
     pub(crate) lines: Vec<u8>,
     /// The Content-Length the request declared, if any.
