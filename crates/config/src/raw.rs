@@ -812,9 +812,9 @@ pub struct RawOffloadCrypto {
     pub mb_max_wait: Option<SpannedStr>,
     /// Jobs the `mb` engine queues at once before it answers busy (default 256).
     pub mb_capacity: Option<Spanned<u32>>,
-    /// Batches smaller than this are signed one by one in software on the mb thread
-    /// (default 8: on the CPU it was measured on, eight lanes cost what eight software
-    /// signatures cost).
+    /// Batches smaller than this are signed one by one in software (default: where this
+    /// CPU's measured costs put the line, since a batch costs the kernel a full batch's time
+    /// however few lanes it uses: 8 on AMD Zen 4, 4 on an Intel Xeon).
     pub mb_min_batch: Option<Spanned<u32>>,
     /// `"thread"` (default: batches run on the mb engine's own thread) or `"worker"` (on the
     /// event-loop worker that submits the batch's last job).

@@ -272,8 +272,9 @@ pub struct CryptoOffload {
     pub mb_max_wait: Duration,
     /// Jobs the `mb` engine queues before it answers busy.
     pub mb_capacity: usize,
-    /// Smaller batches are signed in software on the mb thread.
-    pub mb_min_batch: usize,
+    /// Smaller `mb` batches are signed one at a time in software; `None`: where this CPU's
+    /// measured costs put the line.
+    pub mb_min_batch: Option<usize>,
     /// Run `mb` batches on the submitting worker rather than the engine's thread.
     pub mb_on_worker: bool,
     /// Lanes per RSA-2048 `mb` batch: 4 (256-bit IFMA) or 8 (512-bit); `None`: the default (8).
@@ -292,7 +293,7 @@ impl Default for CryptoOffload {
             verify_all: false,
             mb_max_wait: Duration::from_micros(200),
             mb_capacity: 256,
-            mb_min_batch: 8,
+            mb_min_batch: None,
             mb_on_worker: true,
             mb_lanes: None,
         }

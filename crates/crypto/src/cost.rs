@@ -46,6 +46,17 @@ pub fn calibrate(key: &Arc<PrivateKey>) {
             .unwrap_or_else(|e| e.into_inner())
             .insert(class, best);
     }
+    // And a batch on the mb kernels, which the inline cost decides partial batches against.
+    crate::mb::crossover::calibrate(&job);
+}
+
+/// Sets the inline cost of `class` (tests of decisions that depend on it).
+#[cfg(test)]
+pub(crate) fn set_for_test(class: u64, cost: Duration) {
+    COSTS
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(class, cost);
 }
 
 /// The measured inline cost of a job of `class`, if its kind was calibrated.

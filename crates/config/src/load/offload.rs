@@ -112,7 +112,7 @@ impl Cx<'_> {
             mb_capacity: positive(self, raw.mb_capacity.as_ref(), "mb_capacity")
                 .unwrap_or(d.mb_capacity),
             mb_min_batch: positive(self, raw.mb_min_batch.as_ref(), "mb_min_batch")
-                .unwrap_or(d.mb_min_batch),
+                .or(d.mb_min_batch),
             mb_on_worker: self
                 .choice(
                     raw.mb_run_on.as_ref(),

@@ -40,6 +40,7 @@
 //! every machine; on machines with IFMA the tests also compare both bit for bit.
 
 pub(crate) mod arith;
+pub(crate) mod crossover;
 pub mod ct;
 pub(crate) mod key;
 pub(crate) mod lanes;
@@ -56,7 +57,7 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 /// Which arithmetic computes the batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kernel {
     /// AVX-512 IFMA on 512-bit registers, eight lanes.
     Ifma,
@@ -131,10 +132,9 @@ pub struct MbConfig {
     pub capacity: usize,
     /// Smaller batches are computed one job at a time with the software primitive (on the
     /// engine's thread): eight lanes cost the same time as one, so a lone handshake would
-    /// otherwise wait for a whole batch's computation. On this project's CPU (AMD EPYC,
-    /// Zen 4) a batch of 8 RSA-2048 takes about 2.4 ms and one aws-lc signature 0.3 ms:
-    /// software wins below 8.
-    pub min_batch: usize,
+    /// otherwise wait for a whole batch's computation. `None`: where this CPU's measured
+    /// costs put the line ([`crossover`]: eight on AMD Zen 4, four on an Intel Xeon).
+    pub min_batch: Option<usize>,
     /// Run the kernel on the worker that submits a batch's eighth job (or, for a partial
     /// batch, on the worker that submitted, once its other ready tasks have run) instead of
     /// on the engine's own thread.
@@ -149,7 +149,7 @@ impl Default for MbConfig {
         MbConfig {
             max_wait: Duration::from_micros(200),
             capacity: 256,
-            min_batch: 8,
+            min_batch: None,
             on_worker: true,
             lanes: None,
         }
@@ -183,7 +183,8 @@ type Waiting = (
 struct WorkerBatches {
     kernel: Kernel,
     corrupt_lane: Option<usize>,
-    min_batch: usize,
+    /// The operator's `mb_min_batch` (`None`: [`crossover`]'s measured line).
+    min_batch: Option<usize>,
     counters: Arc<EngineCounters>,
     queued: std::sync::Mutex<Vec<Waiting>>,
     flush_scheduled: std::sync::atomic::AtomicBool,
@@ -254,11 +255,7 @@ impl WorkerBatches {
     fn run(&self, batch: Vec<Waiting>, reason: sluice_offload::FlushReason) {
         self.counters.flushed(reason, batch.len());
         let (jobs, senders): (Vec<KeyJob>, Vec<_>) = batch.into_iter().unzip();
-        let results = if jobs.len() < self.min_batch {
-            jobs.iter().map(crate::run).collect()
-        } else {
-            run_batch(self.kernel, self.corrupt_lane, &jobs)
-        };
+        let results = compute_jobs(self.kernel, self.min_batch, self.corrupt_lane, &jobs);
         for (tx, r) in senders.into_iter().zip(results) {
             let _ = tx.send(r);
         }
@@ -298,8 +295,7 @@ impl Mb {
         corrupt_lane: Option<usize>,
     ) -> std::io::Result<Mb> {
         let counters = Arc::new(EngineCounters::new("mb"));
-        // A full RSA-2048 batch is never too small.
-        let min_batch = config.min_batch.min(kernel.lanes(2048));
+        let min_batch = config.min_batch;
         if config.on_worker {
             return Ok(Mb {
                 queue: Some(Runner::Worker(Arc::new(WorkerBatches {
@@ -323,13 +319,7 @@ impl Mb {
             },
             potential,
             counters.clone(),
-            move |jobs| {
-                if jobs.len() < min_batch {
-                    jobs.iter().map(crate::run).collect()
-                } else {
-                    run_batch(kernel, corrupt_lane, &jobs)
-                }
-            },
+            move |jobs| compute_jobs(kernel, min_batch, corrupt_lane, &jobs),
         )?;
         Ok(Mb {
             queue: Some(Runner::Thread(queue)),
@@ -369,6 +359,22 @@ impl Engine<KeyJob> for Mb {
 
     fn counters(&self) -> Option<Arc<EngineCounters>> {
         Some(self.counters.clone())
+    }
+}
+
+/// Computes queued jobs of one modulus size: together on the kernel, or one at a time in
+/// software where that is cheaper ([`crossover::on_kernel`]).
+fn compute_jobs(
+    kernel: Kernel,
+    min_batch: Option<usize>,
+    corrupt_lane: Option<usize>,
+    jobs: &[KeyJob],
+) -> Vec<Result<Vec<u8>, EngineError>> {
+    let class = jobs.first().map_or(0, sluice_offload::Job::batch_key);
+    if crossover::on_kernel(kernel, min_batch, class, jobs.len()) {
+        run_batch(kernel, corrupt_lane, jobs)
+    } else {
+        jobs.iter().map(crate::run).collect()
     }
 }
 

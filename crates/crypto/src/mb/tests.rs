@@ -214,7 +214,7 @@ fn ifma_kernel_matches_boringssl_on_many_messages() {
 const ALWAYS_KERNEL: MbConfig = MbConfig {
     max_wait: std::time::Duration::from_micros(200),
     capacity: 256,
-    min_batch: 1,
+    min_batch: Some(1),
     on_worker: false,
     lanes: None,
 };
@@ -382,7 +382,7 @@ async fn small_batches_are_signed_in_software_on_the_engine_thread() {
     // computed by it.
     let mb = Mb::with_kernel(
         MbConfig {
-            min_batch: 8,
+            min_batch: Some(8),
             ..ALWAYS_KERNEL
         },
         Arc::new(AtomicUsize::new(0)),
@@ -413,6 +413,64 @@ async fn small_batches_are_signed_in_software_on_the_engine_thread() {
         (1, 0, 0),
         "{c:?}"
     );
+}
+
+/// Where the measured costs put a partial batch, it goes: here (set, RSA-4096, which no
+/// other test measures) one software operation 1 ms and a batch 2.5 ms, so two jobs are
+/// signed in software and three on the kernel, whose corrupted lane 0 gives it away.
+#[test]
+fn a_partial_batch_goes_where_the_measured_costs_say() {
+    let k = test_key(4096);
+    let kernel = engine_kernel();
+    crate::cost::set_for_test(4096, std::time::Duration::from_micros(1000));
+    crossover::set_for_test(4096, kernel, std::time::Duration::from_micros(2500));
+    let jobs = |n: usize| -> Vec<KeyJob> {
+        (0..n)
+            .map(|i| {
+                KeyJob::sign(
+                    k.key.clone(),
+                    SignatureScheme::RsaPkcs1Sha256,
+                    &[i as u8],
+                    VerifyPolicy::Rsa,
+                )
+                .unwrap()
+            })
+            .collect()
+    };
+    let two = compute_jobs(kernel, None, Some(0), &jobs(2));
+    assert!(
+        two.iter().all(Result::is_ok),
+        "two jobs in software: {two:?}"
+    );
+    let three = compute_jobs(kernel, None, Some(0), &jobs(3));
+    assert!(
+        matches!(three[0], Err(EngineError::WrongResult(_))),
+        "three jobs on the kernel, lane 0 corrupted: {three:?}"
+    );
+    assert!(three[1..].iter().all(Result::is_ok));
+    // The operator's number wins over the measurement.
+    let fixed = compute_jobs(kernel, Some(4), Some(0), &jobs(3));
+    assert!(fixed.iter().all(Result::is_ok), "{fixed:?}");
+}
+
+/// Loading a key measures a full batch on each IFMA kernel this CPU has (none without IFMA).
+#[test]
+fn calibrating_a_key_times_a_batch_on_each_ifma_kernel_here() {
+    let k = test_key(3072);
+    assert_eq!(crossover::batch_cost(3072, Kernel::Ifma), None);
+    crate::cost::calibrate(&k.key);
+    assert!(crate::cost::inline_cost(3072).is_some());
+    let here = ifma_kernels_here();
+    for kernel in &here {
+        assert!(
+            crossover::batch_cost(3072, kernel.for_bits(3072)).is_some(),
+            "{kernel:?}"
+        );
+    }
+    if here.is_empty() {
+        assert_eq!(crossover::batch_cost(3072, Kernel::Ifma), None);
+    }
+    assert_eq!(crossover::batch_cost(3072, Kernel::Reference), None);
 }
 
 #[test]
