@@ -31,23 +31,30 @@ pub fn calibrate(key: &Arc<PrivateKey>) {
     if inline_cost(class).is_some() {
         return;
     }
+    let Some(best) = fastest(RUNS, || crate::run(&job).is_ok()) else {
+        return;
+    };
+    COSTS
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(class, best);
+    // And a batch on the mb kernels, which the inline cost decides partial batches against.
+    crate::mb::crossover::calibrate(&job);
+}
+
+/// The fastest of `runs` timings of `work` (a preempted run must not inflate a cost);
+/// `None` as soon as `work` reports a failure.
+pub(crate) fn fastest(runs: usize, mut work: impl FnMut() -> bool) -> Option<Duration> {
     let mut best = None::<Duration>;
-    for _ in 0..RUNS {
+    for _ in 0..runs {
         let start = Instant::now();
-        if crate::run(&job).is_err() {
-            return;
+        if !work() {
+            return None;
         }
         let took = start.elapsed();
         best = Some(best.map_or(took, |b| b.min(took)));
     }
-    if let Some(best) = best {
-        COSTS
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(class, best);
-    }
-    // And a batch on the mb kernels, which the inline cost decides partial batches against.
-    crate::mb::crossover::calibrate(&job);
+    best
 }
 
 /// Sets the inline cost of `class` (tests of decisions that depend on it).

@@ -19,7 +19,7 @@ use crate::KeyJob;
 use sluice_offload::Job as _;
 use std::collections::HashMap;
 use std::sync::{LazyLock, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A full batch's time by [`sluice_offload::Job::batch_key`] and kernel.
 static BATCH_COSTS: LazyLock<RwLock<HashMap<(u64, Kernel), Duration>>> =
@@ -47,24 +47,17 @@ pub(crate) fn calibrate(job: &KeyJob) {
             continue;
         }
         let jobs = vec![job.clone(); kernel.lanes(bits)];
-        let mut best = None::<Duration>;
-        for _ in 0..RUNS {
-            let start = Instant::now();
-            if super::run_batch(kernel, None, &jobs)
+        let Some(best) = crate::cost::fastest(RUNS, || {
+            super::run_batch(kernel, None, &jobs)
                 .iter()
-                .any(Result::is_err)
-            {
-                return;
-            }
-            let took = start.elapsed();
-            best = Some(best.map_or(took, |b| b.min(took)));
-        }
-        if let Some(best) = best {
-            BATCH_COSTS
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert((class, kernel), best);
-        }
+                .all(Result::is_ok)
+        }) else {
+            return;
+        };
+        BATCH_COSTS
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((class, kernel), best);
     }
 }
 
