@@ -18,13 +18,16 @@ static COSTS: LazyLock<RwLock<HashMap<u64, Duration>>> = LazyLock::new(Default::
 /// inline job would be).
 const RUNS: usize = 5;
 
+/// The job a key's kind is measured with: a signature of its first scheme.
+pub(crate) fn probe_job(key: &Arc<PrivateKey>) -> Option<KeyJob> {
+    let &scheme = key.schemes().first()?;
+    KeyJob::sign(key.clone(), scheme, &[0x5a; 32], VerifyPolicy::Rsa)
+}
+
 /// Measures `key`'s kind unless it is known already. A key that cannot sign here (a
 /// remote-only key) is left out: its jobs are then credited with nothing.
 pub fn calibrate(key: &Arc<PrivateKey>) {
-    let Some(&scheme) = key.schemes().first() else {
-        return;
-    };
-    let Some(job) = KeyJob::sign(key.clone(), scheme, &[0x5a; 32], VerifyPolicy::Rsa) else {
+    let Some(job) = probe_job(key) else {
         return;
     };
     let class = job.batch_key();
@@ -38,8 +41,6 @@ pub fn calibrate(key: &Arc<PrivateKey>) {
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .insert(class, best);
-    // And a batch on the mb kernels, which the inline cost decides partial batches against.
-    crate::mb::crossover::calibrate(&job);
 }
 
 /// The fastest of `runs` timings of `work` (a preempted run must not inflate a cost);

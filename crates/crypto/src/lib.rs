@@ -32,5 +32,16 @@ pub use key::{KeyError, KeyId, KeyKind, PrivateKey};
 pub use mb::{Kernel, Mb, MbConfig, ct};
 pub use scheme::SignatureScheme;
 
+/// Measures what `key`'s kind costs on this machine, once per kind per process, when a key
+/// is loaded (off the event loop): one software operation ([`cost`]: the dashboard's CPU
+/// saved) and, for RSA, a full batch on each IFMA kernel the CPU has (with the first,
+/// where the `mb` engine computes a partial batch).
+pub fn calibrate(key: &std::sync::Arc<PrivateKey>) {
+    cost::calibrate(key);
+    if let Some(job) = cost::probe_job(key) {
+        mb::crossover::calibrate(&job);
+    }
+}
+
 #[cfg(test)]
 mod tests;

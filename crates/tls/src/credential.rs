@@ -39,8 +39,9 @@ pub fn x509_credential(
             key = key.with_key_id(key_id(&cert.chain[0])?);
         }
         let key = Arc::new(key);
-        // Once per kind of key: what its signatures cost inline (the dashboard's CPU saved).
-        sluice_crypto::cost::calibrate(&key);
+        // Once per kind of key: what its signatures cost inline (the dashboard's CPU saved)
+        // and, for RSA, in an mb batch (where the engine computes a partial batch).
+        sluice_crypto::calibrate(&key);
         crate::offload::attach(&credential, key, engines)?;
         return Ok(credential);
     }

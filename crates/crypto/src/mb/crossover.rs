@@ -10,7 +10,7 @@
 //! the kernel's cost each.
 //!
 //! So both are measured on this machine, once per kind of key per process, when the first
-//! key of the kind is loaded (off the event loop, beside [`crate::cost`]'s inline cost):
+//! key of the kind is loaded (off the event loop, [`crate::calibrate`], beside the inline cost):
 //! the fastest of a few full batches on each IFMA kernel the CPU has. An operator's
 //! `mb_min_batch` overrides the measurement.
 

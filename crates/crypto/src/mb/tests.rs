@@ -458,7 +458,7 @@ fn a_partial_batch_goes_where_the_measured_costs_say() {
 fn calibrating_a_key_times_a_batch_on_each_ifma_kernel_here() {
     let k = test_key(3072);
     assert_eq!(crossover::batch_cost(3072, Kernel::Ifma), None);
-    crate::cost::calibrate(&k.key);
+    crate::calibrate(&k.key);
     assert!(crate::cost::inline_cost(3072).is_some());
     let here = ifma_kernels_here();
     for kernel in &here {

@@ -184,7 +184,7 @@ pub(crate) fn run(args: &SpeedArgs, algorithms: Vec<String>) -> anyhow::Result<(
                 let key = Arc::new(PrivateKey::from_pkcs8(&pkey.private_key_to_der_pkcs8()?)?);
                 // As the gateway does on loading a key: its inline and batch costs, which
                 // decide where the mb engine computes a partial batch.
-                sluice_crypto::cost::calibrate(&key);
+                sluice_crypto::calibrate(&key);
                 let dispatcher = match engine {
                     "inline" => {
                         DispatcherBuilder::new(Arc::new(Inline::new(sluice_crypto::run))).build()
