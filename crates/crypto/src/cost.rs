@@ -24,17 +24,15 @@ pub(crate) fn probe_job(key: &Arc<PrivateKey>) -> Option<KeyJob> {
     KeyJob::sign(key.clone(), scheme, &[0x5a; 32], VerifyPolicy::Rsa)
 }
 
-/// Measures `key`'s kind unless it is known already. A key that cannot sign here (a
-/// remote-only key) is left out: its jobs are then credited with nothing.
-pub fn calibrate(key: &Arc<PrivateKey>) {
-    let Some(job) = probe_job(key) else {
-        return;
-    };
+/// Measures the inline cost of `job`'s kind ([`probe_job`]) unless it is known already. A
+/// key that cannot sign here (a remote-only key) is left out: its jobs are then credited
+/// with nothing.
+pub(crate) fn calibrate(job: &KeyJob) {
     let class = job.batch_key();
     if inline_cost(class).is_some() {
         return;
     }
-    let Some(best) = fastest(RUNS, || crate::run(&job).is_ok()) else {
+    let Some(best) = fastest(RUNS, || crate::run(job).is_ok()) else {
         return;
     };
     COSTS
@@ -88,13 +86,13 @@ mod tests {
         let key = Arc::new(PrivateKey::from_pkcs8(&pkcs8).unwrap());
         let job = KeyJob::sign(key.clone(), key.schemes()[0], b"m", VerifyPolicy::Rsa).unwrap();
         assert_eq!(job.inline_cost(), None, "not measured yet");
-        calibrate(&key);
+        crate::calibrate(&key);
         let cost = job.inline_cost().expect("the key's kind was measured");
         assert!(cost > Duration::ZERO);
         let another = crate::tests::boring_key(crate::KeyKind::EcdsaP256)
             .private_key_to_der_pkcs8()
             .unwrap();
-        calibrate(&Arc::new(PrivateKey::from_pkcs8(&another).unwrap()));
+        crate::calibrate(&Arc::new(PrivateKey::from_pkcs8(&another).unwrap()));
         assert_eq!(
             job.inline_cost(),
             Some(cost),

@@ -37,8 +37,8 @@ pub use scheme::SignatureScheme;
 /// saved) and, for RSA, a full batch on each IFMA kernel the CPU has (with the first,
 /// where the `mb` engine computes a partial batch).
 pub fn calibrate(key: &std::sync::Arc<PrivateKey>) {
-    cost::calibrate(key);
     if let Some(job) = cost::probe_job(key) {
+        cost::calibrate(&job);
         mb::crossover::calibrate(&job);
     }
 }

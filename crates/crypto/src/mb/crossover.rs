@@ -85,6 +85,10 @@ pub(crate) fn on_kernel(kernel: Kernel, fixed: Option<usize>, class: u64, n: usi
     let bits = u32::try_from(class).unwrap_or(0);
     let kernel = kernel.for_bits(bits);
     let lanes = kernel.lanes(bits);
+    if n >= lanes {
+        // Full: no cost to look up.
+        return true;
+    }
     match fixed {
         Some(min) => n >= min.min(lanes),
         None => cheaper_on_kernel(
