@@ -1,11 +1,12 @@
 //! Serving one client connection: TLS handshake, HTTP/1.1 or HTTP/2 by ALPN, and the
 //! connection's timers (request head deadline, keep-alive idle, graceful shutdown).
 
+use crate::listen::h2_streams::StreamSet;
 use crate::request::conn_state::{ConnState, Timeout};
 use crate::request::context::{ConnCtx, ListenerCtx};
 use arc_swap::ArcSwap;
 use hyper::server::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use sluice_tls::TlsInfo;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -305,8 +306,8 @@ enum Proto {
     Http2,
 }
 
-fn http2_builder(cfg: &sluice_config::Listener) -> http2::Builder<TokioExecutor> {
-    let mut b = http2::Builder::new(TokioExecutor::new());
+fn http2_builder(cfg: &sluice_config::Listener, streams: StreamSet) -> http2::Builder<StreamSet> {
+    let mut b = http2::Builder::new(streams);
     b.timer(TokioTimer::new())
         // Extended CONNECT (RFC 8441, WebSocket over HTTP/2) is not offered until it is
         // tunnelled upstream; browsers then open an HTTP/1.1 connection for WebSockets.
@@ -327,7 +328,8 @@ where
         Pin<Box<dyn std::future::Future<Output = Result<(), BoxError>> + Send>>,
         Arc<crate::http1::Shutdown>,
     ),
-    Http2(Pin<Box<http2::Connection<I, S, TokioExecutor>>>),
+    /// hyper's HTTP/2 server, and its streams (run in this task: `h2_streams`).
+    Http2(Pin<Box<http2::Connection<I, S, StreamSet>>>, StreamSet),
 }
 
 impl<I, S> Served<I, S>
@@ -339,14 +341,16 @@ where
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         match self {
             Served::Http1(c, _) => c.as_mut().poll(cx),
-            Served::Http2(c) => c.as_mut().poll(cx).map_err(Into::into),
+            Served::Http2(c, streams) => streams
+                .poll(cx, |cx| c.as_mut().poll(cx))
+                .map_err(Into::into),
         }
     }
 
     fn graceful_shutdown(&mut self) {
         match self {
             Served::Http1(_, shutdown) => shutdown.request(),
-            Served::Http2(c) => c.as_mut().graceful_shutdown(),
+            Served::Http2(c, _) => c.as_mut().graceful_shutdown(),
         }
     }
 }
@@ -395,15 +399,19 @@ where
             Served::Http1(Box::pin(fut), shutdown)
         }
         Proto::Http2 => {
-            // The handler's future goes to hyper boxed (`Service::call`): hyper spawns a task
-            // per stream and tokio moves the task's future several times (into the task,
-            // and its stage on completion), each a copy of the whole future, several KiB.
+            // The handler's future goes to hyper boxed (`Service::call`): hyper moves each
+            // stream's future into its executor (`h2_streams`, which boxes it again), and a
+            // boxed future is a pointer to move, not several KiB.
             let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
                 crate::http1::Service::call(ctx.clone(), req.map(crate::http1::ClientBody::Http2))
             });
-            Served::Http2(Box::pin(
-                http2_builder(cfg).serve_connection(TokioIo::new(io), service),
-            ))
+            let streams = StreamSet::default();
+            Served::Http2(
+                Box::pin(
+                    http2_builder(cfg, streams.clone()).serve_connection(TokioIo::new(io), service),
+                ),
+                streams,
+            )
         }
     };
 

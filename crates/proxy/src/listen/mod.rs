@@ -7,4 +7,5 @@
 pub(crate) mod coalesce;
 pub(crate) mod conn_limit;
 pub(crate) mod connection;
+pub(crate) mod h2_streams;
 pub(crate) mod idle_sweep;
