@@ -714,6 +714,7 @@ async fn prepare(
             cache: cache.clone(),
             tracer: tracer.clone(),
             limiters: limiters.clone(),
+            alt_svc: crate::request::context::AltSvc::new(l.http3, l.address.port()),
         });
         listeners.push((placement, ctx));
     }

@@ -127,16 +127,24 @@ mod tests {
         assert!(first.is_pending());
         assert_eq!(set.len(), 1);
         tx.send(7).unwrap();
-        // The stream's wake-up wakes the connection's task, whose poll runs the stream.
-        std::future::poll_fn(|cx| {
-            let _ = set.poll(cx, |_| Poll::<()>::Pending);
-            if set.len() == 0 {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
+        // The stream's wake-up wakes the connection's task, whose poll runs the stream (a
+        // bound, so that a lost wake-up fails the test rather than hanging it).
+        let woken = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            std::future::poll_fn(|cx| {
+                let _ = set.poll(cx, |_| Poll::<()>::Pending);
+                if set.len() == 0 {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            }),
+        )
         .await;
+        assert!(
+            woken.is_ok(),
+            "the stream's wake-up did not reach the connection's task"
+        );
         assert_eq!(got.load(Ordering::Relaxed), 7);
     }
 }

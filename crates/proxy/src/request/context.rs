@@ -32,6 +32,37 @@ pub(crate) struct ListenerCtx {
     /// Rate limiters by route name.
     pub(crate) limiters:
         Arc<std::collections::HashMap<String, Arc<crate::request::rate_limit::RateLimiter>>>,
+    /// The `Alt-Svc` its TCP responses carry where it also serves HTTP/3.
+    pub(crate) alt_svc: AltSvc,
+}
+
+/// `Alt-Svc: h3=":PORT"; ma=86400`, which a listener that also serves HTTP/3 puts on its TCP
+/// responses (RFC 9114 §3.1.1) for the port the client reached: made once for the
+/// listener's configured port (formatting and validating it per request cost a few hundred
+/// instructions of every keep-alive request), made per request for another port (one
+/// resolved from 0, a PROXY header's destination).
+#[derive(Debug)]
+pub(crate) struct AltSvc(Option<(u16, http::HeaderValue)>);
+
+impl AltSvc {
+    /// For a listener on `port`; `http3` off: none.
+    pub(crate) fn new(http3: bool, port: u16) -> Self {
+        AltSvc(http3.then(|| (port, Self::value(port))))
+    }
+
+    /// The value for a client that reached `port`.
+    pub(crate) fn for_port(&self, port: u16) -> Option<http::HeaderValue> {
+        match &self.0 {
+            Some((made, v)) if *made == port => Some(v.clone()),
+            Some(_) => Some(Self::value(port)),
+            None => None,
+        }
+    }
+
+    fn value(port: u16) -> http::HeaderValue {
+        http::HeaderValue::try_from(format!("h3=\":{port}\"; ma=86400"))
+            .expect("the text is visible ASCII")
+    }
 }
 
 /// One client connection.
@@ -52,4 +83,18 @@ pub(crate) struct ConnCtx {
     pub(crate) local: SocketAddr,
     pub(crate) tls: Option<TlsInfo>,
     pub(crate) state: Arc<ConnState>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AltSvc;
+
+    #[test]
+    fn alt_svc_names_the_port_the_client_reached_and_only_with_http3() {
+        let on = AltSvc::new(true, 8443);
+        assert_eq!(on.for_port(8443).unwrap(), "h3=\":8443\"; ma=86400");
+        // Another port (a PROXY header's destination): its own, not the listener's.
+        assert_eq!(on.for_port(9443).unwrap(), "h3=\":9443\"; ma=86400");
+        assert_eq!(AltSvc::new(false, 8443).for_port(8443), None);
+    }
 }

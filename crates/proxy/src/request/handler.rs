@@ -12,7 +12,7 @@ use crate::request::forward::head_size;
 use crate::request::policy;
 use bytes::Bytes;
 use futures_util::FutureExt as _;
-use http::header::{self, HeaderValue};
+use http::header;
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
 use std::convert::Infallible;
@@ -49,13 +49,14 @@ pub(crate) fn handle(
 ) -> impl Future<Output = Result<Response<ProxyBody>, Infallible>> {
     // A listener that also serves HTTP/3 says so on its TCP responses (RFC 9114 §3.1.1),
     // for the port the client reached (the UDP socket has the same).
-    let alt_svc = (conn.listener.config.http3 && req.version() != Version::HTTP_3)
-        .then(|| HeaderValue::from_str(&format!("h3=\":{}\"; ma=86400", conn.local.port())));
+    let alt_svc = (req.version() != Version::HTTP_3)
+        .then(|| conn.listener.alt_svc.for_port(conn.local.port()))
+        .flatten();
     // `map`, not an async block: the block would keep `conn` and `req` beside the future
     // `serve` made of them.
     serve(conn, req).map(move |resp| {
         resp.map(|mut resp| {
-            if let Some(Ok(v)) = alt_svc {
+            if let Some(v) = alt_svc {
                 resp.headers_mut().entry(header::ALT_SVC).or_insert(v);
             }
             resp
