@@ -20,12 +20,10 @@ Build the two binaries first (`git worktree add`, `cargo build --release --locke
 
 import argparse
 import os
-import resource
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import bench
@@ -79,16 +77,8 @@ def main():
     for p in (args.a, args.b):
         if not os.access(p, os.X_OK):
             sys.exit(f"ab: {p} is not an executable; build it first (see bench/ab.py's docstring)")
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    d = tempfile.mkdtemp(prefix="sluice-ab-")
-    os.chmod(d, 0o755)  # NGINX's workers run as nobody and read the static files
-    bench.make_certs(d)
-    bench.make_content(d)
-    Path(d, "origin.conf").write_text(bench.nginx_origin_conf(d))
+    d, origin = bench.prepared("sluice-ab-")
     Path(d, "sluice.toml").write_text(bench.sluice_conf(d, "rsa"))
-    origin = bench.Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], bench.LOAD_CORE,
-                        bench.ORIGIN_PORT, Path(d, "origin.log"))
     results = {"A": [], "B": []}
     try:
         for r in range(args.rounds):

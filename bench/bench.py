@@ -272,6 +272,22 @@ def nginx_origin_conf(d):
 CERTS = {"rsa": ("rsa",), "ecdsa": ("ecdsa",), "mix": ("rsa", "ecdsa")}
 
 
+def prepared(prefix):
+    """A working directory with the bench's certificates, pages and origin configuration, and
+    that origin started on the load core (the tools that load one gateway at a time share
+    it): (directory, origin Proc). Also lifts the open-file limit to its hard maximum."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    d = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(d, 0o755)  # NGINX's workers run as nobody and read the static files
+    make_certs(d)
+    make_content(d)
+    Path(d, "origin.conf").write_text(nginx_origin_conf(d))
+    origin = Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], LOAD_CORE, ORIGIN_PORT,
+                  Path(d, "origin.log"))
+    return d, origin
+
+
 def nginx_gateway_conf(d, cert):
     certificates = " ".join(f"ssl_certificate {d}/{c}.crt; ssl_certificate_key {d}/{c}.key;" for c in CERTS[cert])
     tickets = "on" if cert == "mix" else "off"

@@ -23,11 +23,9 @@ HAProxy 2.80 (`sendto` to the client 0.17), Sluice 2.80 with `sendto` 0.55, then
 import argparse
 import os
 import re
-import resource
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -98,16 +96,12 @@ def main():
     args = ap.parse_args()
     if not os.access(bench.SLUICE, os.X_OK):
         sys.exit(f"syscalls: {bench.SLUICE} is missing; cargo build --release --locked -p sluice")
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    d = tempfile.mkdtemp(prefix="sluice-syscalls-")
-    os.chmod(d, 0o755)  # NGINX's workers run as nobody and read the static files
-    bench.make_certs(d)
-    bench.make_content(d)
-    Path(d, "origin.conf").write_text(bench.nginx_origin_conf(d))
-    origin = bench.Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], bench.LOAD_CORE, bench.ORIGIN_PORT,
-                        Path(d, "origin.log"))
-    gw = bench.Gateways(d, "rsa")
+    d, origin = bench.prepared("sluice-syscalls-")
+    try:
+        gw = bench.Gateways(d, "rsa")
+    except BaseException:
+        origin.stop()
+        raise
     print(f"CPU: {bench.cpu_model()}; load {args.load}, {args.duration} s counted; gateway on core {bench.GW_CORE}, "
           f"load and origin on core {bench.LOAD_CORE}; per request:")
     try:
