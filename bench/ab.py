@@ -77,7 +77,7 @@ def main():
     for p in (args.a, args.b):
         if not os.access(p, os.X_OK):
             sys.exit(f"ab: {p} is not an executable; build it first (see bench/ab.py's docstring)")
-    d, origin = bench.prepared("sluice-ab-")
+    d, origin, _ = bench.prepared("sluice-ab-")
     Path(d, "sluice.toml").write_text(bench.sluice_conf(d, "rsa"))
     results = {"A": [], "B": []}
     try:

@@ -275,17 +275,18 @@ CERTS = {"rsa": ("rsa",), "ecdsa": ("ecdsa",), "mix": ("rsa", "ecdsa")}
 def prepared(prefix):
     """A working directory with the bench's certificates, pages and origin configuration, and
     that origin started on the load core (the tools that load one gateway at a time share
-    it): (directory, origin Proc). Also lifts the open-file limit to its hard maximum."""
+    it, and so does `main`): (directory, origin Proc, the demo page's length). Also lifts the
+    open-file limit to its hard maximum (the memory rows hold thousands of connections)."""
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     d = tempfile.mkdtemp(prefix=prefix)
     os.chmod(d, 0o755)  # NGINX's workers run as nobody and read the static files
     make_certs(d)
-    make_content(d)
+    page_len = make_content(d)
     Path(d, "origin.conf").write_text(nginx_origin_conf(d))
     origin = Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], LOAD_CORE, ORIGIN_PORT,
-                  Path(d, "origin.log"))
-    return d, origin
+                  Path(d, "origin.out"))
+    return d, origin, page_len
 
 
 def nginx_gateway_conf(d, cert):
@@ -1024,16 +1025,8 @@ def main():
     runs = args.runs or runs
     duration = args.duration or duration
 
-    # The memory rows hold thousands of connections open at once.
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    d = tempfile.mkdtemp(prefix="sluice-bench-")
-    os.chmod(d, 0o755)  # NGINX workers run as nobody and must read the static files
+    d, origin, page_len = prepared("sluice-bench-")
     log(f"bench: working in {d}; gateway core {GW_CORE}, load core {LOAD_CORE}; {runs} run(s) x {duration:g} s")
-    make_certs(d)
-    page_len = make_content(d)
-    Path(d, "origin.conf").write_text(nginx_origin_conf(d))
-    origin = Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], LOAD_CORE, ORIGIN_PORT, f"{d}/origin.out")
     # The tracing rows' collector: Jaeger on the load core, as a site's would be elsewhere.
     jaeger = None
     if jaeger_path().exists():

@@ -96,7 +96,7 @@ def main():
     args = ap.parse_args()
     if not os.access(bench.SLUICE, os.X_OK):
         sys.exit(f"syscalls: {bench.SLUICE} is missing; cargo build --release --locked -p sluice")
-    d, origin = bench.prepared("sluice-syscalls-")
+    d, origin, _ = bench.prepared("sluice-syscalls-")
     try:
         gw = bench.Gateways(d, "rsa")
     except BaseException:
