@@ -1,8 +1,8 @@
 //! A client connection's state that its timers (`connection`) read and the handler updates:
 //! requests in flight, when the last one ended, when an incomplete head began.
 
+use crate::clock::coarse_ms;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
 
 /// "Not set" for the millisecond fields.
 pub(crate) const NONE: u64 = u64::MAX;
@@ -19,7 +19,9 @@ pub(crate) enum Timeout {
 /// What the connection's timers need to know, updated by the handler and the I/O wrapper.
 #[derive(Debug)]
 pub(crate) struct ConnState {
-    pub(crate) born: Instant,
+    /// When it was accepted, on the coarse clock (`clock`: the fields below are ms since
+    /// then, and timeouts of seconds read them).
+    born_ms: u64,
     pub(crate) inflight: AtomicUsize,
     /// Set while the connection drains: a starting request then wakes `run`.
     pub(crate) draining: AtomicBool,
@@ -39,7 +41,7 @@ pub(crate) struct ConnState {
 impl ConnState {
     pub(crate) fn new() -> Self {
         ConnState {
-            born: Instant::now(),
+            born_ms: coarse_ms(),
             inflight: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             handshake_traced: AtomicBool::new(false),
@@ -74,7 +76,7 @@ impl ConnState {
     }
 
     pub(crate) fn now_ms(&self) -> u64 {
-        self.born.elapsed().as_millis() as u64
+        coarse_ms().saturating_sub(self.born_ms)
     }
 
     pub(crate) fn request_started(&self) {

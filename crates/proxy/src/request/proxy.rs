@@ -465,7 +465,9 @@ impl<'a> Proxied<'a> {
             client: self.conn.peer,
             local: self.conn.local,
         };
-        tokio::time::timeout(timeout, self.group.send(server.index, req, written, at)).map(
+        // Timed from `sent`, already read: `timeout` would read the clock again.
+        let due = tokio::time::Instant::from_std(sent) + timeout;
+        tokio::time::timeout_at(due, self.group.send(server.index, req, written, at)).map(
             move |r| match r {
                 Err(_elapsed) => Err(Attempt::TimedOut(timeout)),
                 Ok(Err(e)) => Err(Attempt::Failed(e)),

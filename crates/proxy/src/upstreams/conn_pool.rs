@@ -14,6 +14,7 @@
 //! that switched protocols, is never reused.
 
 use crate::body::{BoxError, ProxyBody};
+use crate::clock::coarse_ms;
 use crate::http1::client::{self, Exchange, Fields, SendError, WrittenFields};
 use crate::upstreams::upstream_tls::UpstreamIo;
 use bytes::Bytes;
@@ -24,7 +25,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Why an upstream request failed: the handler marks a server failed only for `Connect`.
 #[derive(Debug)]
@@ -72,7 +73,8 @@ impl std::error::Error for UpstreamError {
 
 struct Idle {
     io: UpstreamIo,
-    since: Instant,
+    /// When it went idle, on the coarse clock (`clock`): idle timeouts are seconds.
+    since_ms: u64,
     /// The client connection it belongs to, when it was opened with a PROXY protocol
     /// header naming that client: then no other client's request may use it.
     owner: Option<SocketAddr>,
@@ -81,7 +83,8 @@ struct Idle {
 impl Idle {
     /// Still worth a request: the server has not closed it and it is not idle too long.
     fn usable(&mut self, idle_timeout: Duration) -> bool {
-        self.since.elapsed() < idle_timeout && client::still_open(&mut self.io)
+        u128::from(coarse_ms().saturating_sub(self.since_ms)) < idle_timeout.as_millis()
+            && client::still_open(&mut self.io)
     }
 }
 
@@ -271,7 +274,7 @@ impl ConnPool {
         if idle.len() < self.max_idle {
             idle.push(Idle {
                 io,
-                since: Instant::now(),
+                since_ms: coarse_ms(),
                 owner,
             });
         }

@@ -220,9 +220,10 @@ impl UpstreamGroup {
         }
     }
 
-    /// Whole seconds on the group's clock (the retry budget's).
+    /// Whole seconds for the retry budget, on the coarse clock (`clock`): the budget, made
+    /// with the group, compares them only with each other.
     pub(crate) fn now_s(&self) -> u64 {
-        self.clock.elapsed().as_secs()
+        crate::clock::coarse_ms() / 1_000
     }
 
     pub(crate) fn now_ms(&self) -> u64 {
