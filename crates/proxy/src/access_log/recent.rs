@@ -165,6 +165,27 @@ fn floor_char_boundary(s: &str, max: usize) -> usize {
     n
 }
 
+/// Brings the record at `r` into this core's cache ahead of its write by the next request.
+///
+/// A full ring's oldest record was written a whole ring ago (megabytes of records since):
+/// filling it missed the cache on each of its lines, 1.7-2.2% of a keep-alive HTTP/2
+/// request's user time. Asked for at the end of the previous push, the lines arrive while
+/// the thread serves other requests.
+#[cfg_attr(
+    target_arch = "x86_64",
+    expect(unsafe_code, reason = "PREFETCHT0 (an intrinsic)")
+)]
+fn prefetch(r: *const Record) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..RECORD).step_by(64) {
+        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch is a hint: it loads nothing into the program and never faults,
+        // whatever the address (`wrapping_add` makes none that is UB to compute); SSE,
+        // which it needs, is part of every x86_64 CPU.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(r.cast::<i8>().wrapping_add(line)) };
+    }
+}
+
 /// The recent requests of one gateway.
 #[derive(Debug)]
 pub struct RequestLog {
@@ -197,18 +218,28 @@ impl Shard {
 
     /// Keeps `e`; true when it took the place of the oldest record.
     fn push(&mut self, e: &Entry, slots: usize) -> bool {
-        if self.records.len() < slots {
+        let evicted = if self.records.len() < slots {
             if self.records.len() == self.records.capacity() {
                 let grow = (self.records.capacity() / 4).max(16);
                 self.records
                     .reserve_exact(grow.min(slots - self.records.len()));
             }
             self.records.push(Record::new(e));
-            return false;
+            false
+        } else {
+            self.records[self.next].fill(e);
+            self.next = (self.next + 1) % self.records.len();
+            true
+        };
+        // The slot the next request goes to: `next` once the ring is full, else the spare
+        // capacity after the last record (a reallocation's slot is not known yet).
+        let len = self.records.len();
+        if len == slots {
+            prefetch(self.records.as_ptr().wrapping_add(self.next));
+        } else if len < self.records.capacity() {
+            prefetch(self.records.as_ptr().wrapping_add(len));
         }
-        self.records[self.next].fill(e);
-        self.next = (self.next + 1) % self.records.len();
-        true
+        evicted
     }
 
     /// The records oldest first.
@@ -616,6 +647,25 @@ mod tests {
             paths(&found),
             ["/items/99999", "/items/99998", "/items/99997"]
         );
+    }
+
+    #[test]
+    fn prefetching_any_address_never_faults() {
+        // `push` asks for the slot after the last record: past the allocation when the ring
+        // is about to grow. A prefetch that faulted, or one compiled as a load, fails here.
+        prefetch(std::ptr::null());
+        prefetch(std::ptr::dangling());
+        prefetch(std::ptr::without_provenance(usize::MAX - 64));
+        let one: Vec<Record> = Vec::with_capacity(1);
+        prefetch(one.as_ptr().wrapping_add(1));
+        // And the ring still holds what went in, through growth and wrap-around.
+        let log = RequestLog::with_shards(40 * RECORD, 1);
+        for i in 0..100 {
+            log.push(&entry(i, 200, "api"));
+        }
+        let (found, matched) = log.query(&parse("limit=2"));
+        assert_eq!(matched, 40);
+        assert_eq!(paths(&found), ["/items/99", "/items/98"]);
     }
 
     #[test]
