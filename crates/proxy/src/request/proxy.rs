@@ -241,7 +241,7 @@ impl<'a> Proxied<'a> {
             })
         });
         group.budget.request(group.now_s());
-        let now = Instant::now();
+        // The clock is read only for a request that has a deadline.
         let deadline = [
             policy.timeout,
             done.grpc
@@ -251,7 +251,7 @@ impl<'a> Proxied<'a> {
         .into_iter()
         .flatten()
         .min()
-        .map(|t| now + t);
+        .map(|t| Instant::now() + t);
         let key = group.hash_key(&parts, client);
         let rewritten = route
             .rewrite

@@ -227,7 +227,8 @@ fn decay(elapsed_ns: u64) -> f64 {
 /// What a pick knows about the request and the group.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PickCx<'a> {
-    /// The group's clock, in ms (down marks) and ns (latency estimates).
+    /// The group's clock, in ms (down marks) and ns (latency estimates: peak EWMA only, 0
+    /// for the others).
     pub(crate) now_ms: u64,
     pub(crate) now_ns: u64,
     /// The request's hash key (client address for `ip_hash`; `hash_on` for

@@ -34,7 +34,11 @@ pub(crate) struct UpstreamGroup {
     pub(crate) servers: Vec<Server>,
     balancer: Balancer,
     transport: Transport,
+    /// The group's clock for latency (peak EWMA's nanoseconds).
     clock: Instant,
+    /// The group's clock for down marks, ejections and health (milliseconds since this, on
+    /// the coarse clock: `crate::clock`), started with `clock`.
+    clock_ms: u64,
     /// Requests in flight across the group (the bound of `consistent_hash`).
     in_flight: AtomicUsize,
     /// `[upstream.sticky]`.
@@ -171,6 +175,7 @@ impl UpstreamGroup {
             config,
             // Servers' times are on the group's clock: the one they carried over from.
             clock: old.map_or_else(Instant::now, |o| o.clock),
+            clock_ms: old.map_or_else(crate::clock::coarse_ms, |o| o.clock_ms),
             started: old.map_or_else(SystemTime::now, |o| o.started),
             waiting: AtomicUsize::new(0),
             freed: tokio::sync::Notify::new(),
@@ -227,7 +232,7 @@ impl UpstreamGroup {
     }
 
     pub(crate) fn now_ms(&self) -> u64 {
-        self.clock.elapsed().as_millis() as u64
+        crate::clock::coarse_ms().saturating_sub(self.clock_ms)
     }
 
     /// The request's balancing key: the client address for `ip_hash`, `hash_on` for
@@ -271,10 +276,14 @@ impl UpstreamGroup {
         if self.servers.is_empty() {
             return None;
         }
-        let now = self.clock.elapsed();
         let cx = PickCx {
-            now_ms: now.as_millis() as u64,
-            now_ns: now.as_nanos() as u64,
+            now_ms: self.now_ms(),
+            // Only peak EWMA reads it: the others spare the precise clock's read.
+            now_ns: if self.config.balance == Balance::PeakEwma {
+                self.clock.elapsed().as_nanos() as u64
+            } else {
+                0
+            },
             key,
             tried,
             in_flight: self.in_flight.load(Ordering::Relaxed),
