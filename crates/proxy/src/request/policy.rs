@@ -70,7 +70,11 @@ pub(crate) fn request_id(peer: IpAddr, headers: &HeaderMap, proxies: &[IpNet]) -
         | u128::from(crate::upstreams::balance::random64());
     let mut buf = [0u8; 32];
     sluice_trace::propagation::write_hex(&mut buf, bits);
-    HeaderValue::from_bytes(&buf).expect("hex is a valid header value")
+    // Owned by a shared allocation from the start: the value is cloned into the upstream
+    // request, the response and the proxy's own state, and `from_bytes`' copy would be a
+    // `Vec` that its first clone promotes with a second allocation.
+    HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(buf))
+        .expect("hex is a valid header value")
 }
 
 /// What variables stand for in one request.
