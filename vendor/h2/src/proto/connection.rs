@@ -354,10 +354,8 @@ where
     }
 
     fn poll2(&mut self, cx: &mut Context) -> Poll<Result<(), Error>> {
-        // This happens outside of the loop to prevent needing to do a clock
-        // check and then comparison of the queue possibly multiple times a
-        // second (and thus, the clock wouldn't have changed enough to matter).
-        self.clear_expired_reset_streams();
+        // Sluice: expired reset streams are cleared by `Streams::poll_complete`, which the
+        // connection calls whenever this returns `Pending`, under the lock it takes anyway.
 
         loop {
             // First, ensure that the `Connection` is able to receive a frame
@@ -406,10 +404,6 @@ where
                 }
             }
         }
-    }
-
-    fn clear_expired_reset_streams(&mut self) {
-        self.inner.streams.clear_expired_reset_streams();
     }
 }
 

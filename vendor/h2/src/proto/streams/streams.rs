@@ -178,14 +178,6 @@ where
         Ok(())
     }
 
-    pub fn clear_expired_reset_streams(&mut self) {
-        let mut me = self.inner.lock().unwrap();
-        let me = &mut *me;
-        me.actions
-            .recv
-            .clear_expired_reset_streams(&mut me.store, &mut me.counts);
-    }
-
     pub fn poll_complete<T>(
         &mut self,
         cx: &mut Context,
@@ -194,19 +186,36 @@ where
     where
         T: AsyncWrite + Unpin,
     {
+        let mut first = true;
         loop {
             // Make any required socket progress before taking stream locks.
             ready!(dst.poll_ready(cx))?;
 
             let status = {
                 let mut me = self.inner.lock().unwrap();
+                if std::mem::take(&mut first) {
+                    // Sluice: expired reset streams are cleared under this lock (the
+                    // connection polls this every time it waits) instead of one of their own.
+                    let me = &mut *me;
+                    me.actions
+                        .recv
+                        .clear_expired_reset_streams(&mut me.store, &mut me.counts);
+                }
                 let status = me.buffer_pending(&self.send_buffer, dst)?;
 
                 // Register the task while holding the same lock used to
                 // observe that all pending frames have been buffered. A
                 // producer that queues another frame while the codec is being
                 // flushed will then take and wake this task.
-                if status == BufferStatus::Complete {
+                // Sluice: not again when the same task is registered (a clone and a drop
+                // of the waker, each an atomic operation on the task, on every poll).
+                if status == BufferStatus::Complete
+                    && !me
+                        .actions
+                        .task
+                        .as_ref()
+                        .is_some_and(|w| w.will_wake(cx.waker()))
+                {
                     me.actions.task = Some(cx.waker().clone());
                 }
 
