@@ -90,14 +90,23 @@ fn push_time(out: &mut String, e: &Entry) {
 }
 
 /// The text line, written piece by piece into one buffer (no temporary strings).
+#[cfg(test)]
 pub(crate) fn text_line(e: &Entry) -> String {
+    let mut out = String::new();
+    push_text_line(&mut out, e);
+    out
+}
+
+/// Appends the text line of `e` to `out` (the access log formats into one buffer per
+/// thread: a `String` per request was an allocation and a free on every request).
+pub(crate) fn push_text_line(out: &mut String, e: &Entry) {
     // Room for the whole line (about 200 bytes besides the path, host and request ID, 75 more
     // with a trace), so that it is not regrown while written.
-    let mut out = String::with_capacity(320 + e.path.len() + e.host.len() + e.request_id.len());
-    push_time(&mut out, e);
+    out.reserve(320 + e.path.len() + e.host.len() + e.request_id.len());
+    push_time(out, e);
     out.push(' ');
     match &e.client {
-        Some(c) => push_addr(&mut out, c),
+        Some(c) => push_addr(out, c),
         None => out.push('-'),
     }
     out.push(' ');
@@ -109,31 +118,31 @@ pub(crate) fn text_line(e: &Entry) -> String {
     out.push(' ');
     out.push_str(e.protocol);
     out.push_str("\" ");
-    push_u64(&mut out, u64::from(e.status));
+    push_u64(out, u64::from(e.status));
     out.push_str(" in=");
-    push_u64(&mut out, e.bytes_in);
+    push_u64(out, e.bytes_in);
     out.push_str(" out=");
-    push_u64(&mut out, e.bytes_out);
+    push_u64(out, e.bytes_out);
     out.push_str(" ms=");
-    push_ms(&mut out, e.duration);
+    push_ms(out, e.duration);
     out.push_str(" host=");
-    push_or_dash(&mut out, &e.host);
+    push_or_dash(out, &e.host);
     out.push_str(" route=");
-    push_or_dash(&mut out, e.route.as_deref().unwrap_or(""));
+    push_or_dash(out, e.route.as_deref().unwrap_or(""));
     out.push_str(" upstream=");
     match &e.upstream {
-        Some(u) => push_addr(&mut out, u),
+        Some(u) => push_addr(out, u),
         None => out.push('-'),
     }
     out.push_str(" up_ms=");
     match e.upstream_time {
-        Some(d) => push_ms(&mut out, d),
+        Some(d) => push_ms(out, d),
         None => out.push('-'),
     }
     out.push_str(" tls=");
-    push_or_dash(&mut out, e.tls_version);
+    push_or_dash(out, e.tls_version);
     out.push_str(" cipher=");
-    push_or_dash(&mut out, &e.tls_cipher);
+    push_or_dash(out, &e.tls_cipher);
     out.push_str(" resumed=");
     out.push_str(match e.tls_resumed {
         Some(true) => "true",
@@ -146,15 +155,14 @@ pub(crate) fn text_line(e: &Entry) -> String {
     }
     if let Some((trace, span)) = e.trace {
         out.push_str(" trace_id=");
-        sluice_trace::push_hex(&mut out, trace, 32);
+        sluice_trace::push_hex(out, trace, 32);
         out.push_str(" span_id=");
-        sluice_trace::push_hex(&mut out, u128::from(span), 16);
+        sluice_trace::push_hex(out, u128::from(span), 16);
     }
     if e.aborted {
         out.push_str(" aborted=true");
     }
     out.push('\n');
-    out
 }
 
 /// The JSON line: written by hand in a fixed order, `time` first (an Elasticsearch shipper

@@ -140,6 +140,13 @@ impl Drop for FileSink {
     }
 }
 
+thread_local! {
+    /// The text line being written, reused by the thread's requests.
+    static LINE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+/// What [`LINE`] keeps between requests at most.
+const LINE_KEPT: usize = 1024;
+
 impl AccessLog {
     /// Opens the sinks described by `config` and starts their threads, with a request log
     /// of its own.
@@ -218,7 +225,13 @@ impl AccessLog {
         if let Some(file) = &self.file {
             match (&json, self.format) {
                 (Some(j), AccessLogFormat::Json) => file.write(j),
-                _ => file.write(&entry::text_line(&e)),
+                _ => LINE.with_borrow_mut(|line| {
+                    line.clear();
+                    entry::push_text_line(line, &e);
+                    file.write(line);
+                    // A long path's line does not keep its memory for the thread's life.
+                    line.shrink_to(LINE_KEPT);
+                }),
             }
         }
         if let (Some(ship), Some(json)) = (&self.ship, &json) {
