@@ -209,6 +209,19 @@ pub(crate) enum ClientBody {
     Http2(hyper::body::Incoming),
 }
 
+impl ClientBody {
+    /// An HTTP/2 stream's body: `Empty` when the stream ended with its head (a GET's
+    /// `END_STREAM` on `HEADERS`). hyper's body answers `is_end_stream` under the
+    /// connection's stream lock, and the request path asks it three times or more.
+    pub(crate) fn http2(b: hyper::body::Incoming) -> Self {
+        if b.is_end_stream() {
+            ClientBody::Empty
+        } else {
+            ClientBody::Http2(b)
+        }
+    }
+}
+
 impl Body for ClientBody {
     type Data = Bytes;
     type Error = BoxError;

@@ -403,7 +403,7 @@ where
             // stream's future into its executor (`h2_streams`, which boxes it again), and a
             // boxed future is a pointer to move, not several KiB.
             let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
-                crate::http1::Service::call(ctx.clone(), req.map(crate::http1::ClientBody::Http2))
+                crate::http1::Service::call(ctx.clone(), req.map(crate::http1::ClientBody::http2))
             });
             let streams = StreamSet::default();
             Served::Http2(
