@@ -28,26 +28,37 @@ use tokio::io::AsyncWriteExt;
 
 /// Asks a connection to finish: at once when idle, else after the response in flight (sent
 /// with `Connection: close`).
+///
+/// One waiter (the connection's read loop), so an `AtomicWaker`, not a `Notify`: the loop
+/// polls this each time its read is pending, and a `Notify` waiter takes a mutex on every
+/// poll (see `listen::wake_gate`).
 #[derive(Debug, Default)]
 pub(crate) struct Shutdown {
     requested: AtomicBool,
-    notify: tokio::sync::Notify,
+    waker: futures_util::task::AtomicWaker,
 }
 
 impl Shutdown {
     pub(crate) fn request(&self) {
-        self.requested.store(true, Ordering::Relaxed);
-        self.notify.notify_one();
+        self.requested.store(true, Ordering::Release);
+        self.waker.wake();
     }
 
     fn requested(&self) -> bool {
-        self.requested.load(Ordering::Relaxed)
+        self.requested.load(Ordering::Acquire)
     }
 
     async fn wait(&self) {
-        while !self.requested() {
-            self.notify.notified().await;
-        }
+        std::future::poll_fn(|cx| {
+            // Registered before the check: a request between the two still wakes us.
+            self.waker.register(cx.waker());
+            if self.requested() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
     }
 }
 
@@ -306,7 +317,7 @@ impl<S: Io + 'static> Conn<S> {
             if idle && self.shutdown.requested() {
                 return Ok(None);
             }
-            let (io, rbuf) = (&mut self.io, &mut self.rbuf);
+            let (io, rbuf, shutdown) = (&mut self.io, &mut self.rbuf, &*self.shutdown);
             let read = poll_fn(|cx| {
                 let buf = rbuf.get_or_insert_with(buffers::take);
                 let polled = poll_read(io, buf, cx);
@@ -318,7 +329,6 @@ impl<S: Io + 'static> Conn<S> {
                 }
                 polled
             });
-            let shutdown = self.shutdown.clone();
             let n = tokio::select! {
                 biased;
                 r = read => r,

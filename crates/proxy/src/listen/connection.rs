@@ -2,6 +2,7 @@
 //! connection's timers (request head deadline, keep-alive idle, graceful shutdown).
 
 use crate::listen::h2_streams::StreamSet;
+use crate::listen::wake_gate::WakeGate;
 use crate::request::conn_state::{ConnState, Timeout};
 use crate::request::context::{ConnCtx, ListenerCtx};
 use arc_swap::ArcSwap;
@@ -432,6 +433,7 @@ where
     let mut drain_since: Option<Instant> = None;
     let mut closing = false;
     let idle_grace = DRAIN_IDLE_GRACE.min(head_timeout);
+    let gate = WakeGate::new();
     loop {
         if !closing && drain_since.is_none() && *signals.draining.borrow() {
             drain_since = Some(Instant::now());
@@ -453,27 +455,58 @@ where
                 drain_timer = Some(t);
             }
         }
-        tokio::select! {
-            result = std::future::poll_fn(|cx| conn.poll(cx)) => {
+        // The connection's own future is polled on every wake; the signals beside it only
+        // when one of them woke the task (`WakeGate`): each is a Notify waiter underneath,
+        // and a Notify waiter takes a mutex on every poll.
+        let woke = {
+            let mut side = std::pin::pin!(async {
+                tokio::select! {
+                    () = signals.force.cancelled() => Signal::Force,
+                    changed = signals.draining.changed(), if drain_since.is_none() => {
+                        Signal::Draining { sender_gone: changed.is_err() }
+                    }
+                    () = state.request_seen.notified(), if drain_since.is_some() && !closing => {
+                        Signal::Recheck
+                    }
+                    _ = async { drain_timer.as_mut().expect("armed while draining").tick().await },
+                        if drain_timer.is_some() && !closing => Signal::Recheck,
+                    () = state.due.notified(), if !closing && drain_since.is_none() => Signal::Due,
+                }
+            });
+            let mut fresh = true;
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(result) = conn.poll(cx) {
+                    return Poll::Ready(Err(result));
+                }
+                gate.poll(cx, side.as_mut(), std::mem::take(&mut fresh))
+                    .map(Ok)
+            })
+            .await
+        };
+        match woke {
+            Err(result) => {
                 if let Err(e) = result {
                     tracing::debug!(error = %e, "client connection ended with an error");
                 }
                 return;
             }
-            () = signals.force.cancelled() => return,
-            changed = signals.draining.changed(), if drain_since.is_none() => {
-                if changed.is_err() {
+            Ok(Signal::Force) => return,
+            Ok(Signal::Draining { sender_gone }) => {
+                if sender_gone {
                     drain_since = Some(Instant::now());
                     state.draining.store(true, Ordering::Relaxed);
                 }
             }
-            () = state.request_seen.notified(), if drain_since.is_some() && !closing => {}
-            _ = async { drain_timer.as_mut().expect("armed while draining").tick().await },
-                if drain_timer.is_some() && !closing => {}
-            () = state.due.notified(), if !closing && drain_since.is_none() => {
-                match state.timeout(keepalive.as_millis() as u64, head_timeout.as_millis() as u64) {
+            Ok(Signal::Recheck) => {}
+            Ok(Signal::Due) => {
+                match state.timeout(
+                    keepalive.as_millis() as u64,
+                    head_timeout.as_millis() as u64,
+                ) {
                     Some(Timeout::Head) => {
-                        tracing::debug!("request head not received in time; closing the connection");
+                        tracing::debug!(
+                            "request head not received in time; closing the connection"
+                        );
                         return;
                     }
                     Some(Timeout::KeepAlive) => {
@@ -485,4 +518,16 @@ where
             }
         }
     }
+}
+
+/// What woke a connection's loop other than its own future (`run`).
+enum Signal {
+    /// The shutdown deadline passed: close at once.
+    Force,
+    /// The drain flag changed (read at the loop's top), or its sender is gone (draining).
+    Draining { sender_gone: bool },
+    /// While draining: a request arrived, or the grace tick; the loop's top re-checks.
+    Recheck,
+    /// The sweep says a keep-alive or head timeout may be due.
+    Due,
 }
