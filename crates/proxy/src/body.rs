@@ -29,13 +29,21 @@ pin_project! {
         #[pin]
         inner: B,
         limit: u64,
-        seen: Arc<AtomicU64>,
+        // Where the count is shared (with the access log's entry); `None`: a request
+        // without a body, whose count (`own`, 0) no one reads.
+        seen: Option<Arc<AtomicU64>>,
+        own: u64,
     }
 }
 
 impl<B> LimitedBody<B> {
-    pub(crate) fn new(inner: B, limit: u64, seen: Arc<AtomicU64>) -> Self {
-        LimitedBody { inner, limit, seen }
+    pub(crate) fn new(inner: B, limit: u64, seen: Option<Arc<AtomicU64>>) -> Self {
+        LimitedBody {
+            inner,
+            limit,
+            seen,
+            own: 0,
+        }
     }
 }
 
@@ -55,8 +63,14 @@ where
         match ready!(this.inner.poll_frame(cx)) {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    let total = this.seen.fetch_add(data.len() as u64, Ordering::Relaxed)
-                        + data.len() as u64;
+                    let n = data.len() as u64;
+                    let total = match this.seen {
+                        Some(seen) => seen.fetch_add(n, Ordering::Relaxed) + n,
+                        None => {
+                            *this.own += n;
+                            *this.own
+                        }
+                    };
                     if total > *this.limit {
                         return Poll::Ready(Some(Err(Box::new(BodyTooLarge {
                             limit: *this.limit,

@@ -8,8 +8,14 @@
 //! read the clock ~12 times. NGINX does the same with its cached `ngx_current_msec`. Latency
 //! (a request's duration, its upstream time, peak EWMA) stays on `Instant`: a tick's
 //! resolution would blur it.
+//!
+//! A request's wall-clock time (its access-log timestamp) is taken from the `Instant` read
+//! at its start anyway ([`wall_at`]), through a per-thread anchor pair refreshed each
+//! second: one clock read a request fewer.
 
 use rustix::time::{ClockId, clock_gettime};
+use std::cell::Cell;
+use std::time::{Duration, Instant, SystemTime};
 
 /// Milliseconds on `CLOCK_MONOTONIC_COARSE`: compare only with other values of this clock.
 pub(crate) fn coarse_ms() -> u64 {
@@ -17,10 +23,58 @@ pub(crate) fn coarse_ms() -> u64 {
     t.tv_sec as u64 * 1_000 + t.tv_nsec as u64 / 1_000_000
 }
 
+/// How long a thread's anchor pair serves before it is read again: a step of the wall clock
+/// (an operator's `date -s`) shows within this, and NTP's slew (at most 0.5 ms a second)
+/// stays below the log's millisecond.
+const ANCHOR_LIFE: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// The wall clock and the monotonic clock read together.
+    static ANCHOR: Cell<Option<(Instant, SystemTime)>> = const { Cell::new(None) };
+}
+
+/// The wall-clock time at `at`, an `Instant` read on this thread a moment ago: an anchor's
+/// wall time plus the monotonic time since the anchor.
+pub(crate) fn wall_at(at: Instant) -> SystemTime {
+    ANCHOR.with(|anchor| {
+        if let Some((mono, wall)) = anchor.get()
+            && let Some(since) = at.checked_duration_since(mono)
+            && since < ANCHOR_LIFE
+        {
+            return wall + since;
+        }
+        let (mono, wall) = (Instant::now(), SystemTime::now());
+        anchor.set(Some((mono, wall)));
+        // `at` precedes the fresh anchor by the moment since it was read.
+        wall.checked_sub(mono.saturating_duration_since(at))
+            .unwrap_or(wall)
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::coarse_ms;
-    use std::time::{Duration, Instant};
+    use super::{coarse_ms, wall_at};
+    use std::time::{Duration, Instant, SystemTime};
+
+    #[test]
+    fn a_requests_wall_time_is_the_wall_clock_at_its_instant() {
+        for round in 0..3 {
+            // Bounded between two wall-clock readings around the Instant's, whether the
+            // anchor is fresh (round 0), reused, or renewed after its life (round 2).
+            let before = SystemTime::now();
+            let at = Instant::now();
+            let after = SystemTime::now();
+            let wall = wall_at(at);
+            let slack = Duration::from_millis(2);
+            assert!(
+                wall + slack >= before && wall <= after + slack,
+                "round {round}: {wall:?} outside {before:?}..{after:?}"
+            );
+            if round == 1 {
+                std::thread::sleep(super::ANCHOR_LIFE + Duration::from_millis(50));
+            }
+        }
+    }
 
     #[test]
     fn coarse_time_moves_with_the_precise_clock_within_a_tick() {

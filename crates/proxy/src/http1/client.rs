@@ -478,17 +478,12 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or("the server sent an invalid status code")?;
     let nfields = resp.headers.len();
-    let ranges: super::head::FieldRanges = resp
-        .headers
-        .iter()
-        .map(|f| (range_in(buf, f.name.as_bytes()), range_in(buf, f.value)))
-        .collect();
     // The head's fields are slices of a copy of the head, not of the read buffer: whoever
     // keeps a header value (HTTP/2's HPACK table indexes response fields for the life of the
     // connection, the response cache for the life of an entry) then keeps a few hundred
-    // bytes, not the whole buffer.
+    // bytes, not the whole buffer. The copy has the buffer's layout, so each field is cut
+    // from it at the offsets httparse found in the buffer (no array of offsets between).
     let bytes = Bytes::copy_from_slice(&buf[..len]);
-    buf.advance(len);
     // `Connection: keep-alive` (or `close`) and `Keep-Alive` concern this connection only, and
     // the proxy strips them before the response goes on (`forward::strip_hop_by_hop`): read
     // here and kept out of the map, they cost neither an insert nor a hashed removal (1,500
@@ -498,13 +493,14 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
     let switching = status == StatusCode::SWITCHING_PROTOCOLS;
     let mut facts = HeadFacts::default();
     let mut headers = HeaderMap::with_capacity(nfields + super::head::ADDED_FIELDS);
-    for &((n0, n1), (v0, v1)) in &ranges {
-        let raw = &bytes[n0..n1];
+    for f in resp.headers.iter() {
+        let raw = f.name.as_bytes();
+        let value = range_in(buf, f.value);
         // (A length test passes over most names.)
         match raw.len() {
             // (The tokens are noted whether or not the field is then kept.)
             10 if raw.eq_ignore_ascii_case(b"connection")
-                && facts.read_connection(&bytes[v0..v1])
+                && facts.read_connection(f.value)
                 && !switching =>
             {
                 continue;
@@ -518,9 +514,12 @@ fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, &'static s
         }
         let name =
             super::names::header_name(raw).map_err(|_| "the server sent an invalid header name")?;
-        let value = super::head::parsed_value(bytes.slice(v0..v1));
-        headers.append(name, value);
+        headers.append(
+            name,
+            super::head::parsed_value(bytes.slice(value.0..value.1)),
+        );
     }
+    buf.advance(len);
     Ok(Some(ResponseHead {
         status,
         version,

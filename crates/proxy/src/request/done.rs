@@ -24,7 +24,8 @@ use std::time::Instant;
 pub(crate) struct Done {
     pub(crate) entry: Box<Entry>,
     pub(crate) start: Instant,
-    pub(crate) bytes_in: Arc<AtomicU64>,
+    /// The request body's bytes, counted as they go upstream (`None` until a body does).
+    pub(crate) bytes_in: Option<Arc<AtomicU64>>,
     pub(crate) log: AccessLog,
     pub(crate) state: Arc<ConnState>,
     pub(crate) metrics: Arc<crate::ProxyMetrics>,
@@ -40,7 +41,10 @@ pub(crate) struct Done {
 impl OnDone for Done {
     fn done(&mut self, bytes_out: u64, complete: bool) {
         self.entry.bytes_out = bytes_out;
-        self.entry.bytes_in = self.bytes_in.load(Ordering::Relaxed);
+        self.entry.bytes_in = self
+            .bytes_in
+            .as_ref()
+            .map_or(0, |n| n.load(Ordering::Relaxed));
         self.entry.duration = self.start.elapsed();
         self.entry.aborted = !complete;
         if let Some(span) = self.trace.take() {

@@ -18,8 +18,7 @@ use http_body_util::{BodyExt, Full};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 /// Each HTTP/1.1 connection's requests come here (`http1::serve`).
 impl crate::http1::Service for ConnCtx {
@@ -104,7 +103,7 @@ fn serve(
         let tls = conn.tls.as_ref();
         let mut done = Done {
             entry: Box::new(Entry {
-                time: Some(SystemTime::now()),
+                time: Some(crate::clock::wall_at(start)),
                 // The client behind trusted proxies has no port we know.
                 client: Some(if client == conn.peer.ip() {
                     conn.peer
@@ -131,7 +130,7 @@ fn serve(
                 ..Entry::default()
             }),
             start,
-            bytes_in: Arc::new(AtomicU64::new(0)),
+            bytes_in: None,
             log: listener.access_log.clone(),
             state: conn.state.clone(),
             metrics: listener.metrics.clone(),

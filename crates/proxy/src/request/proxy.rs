@@ -66,7 +66,7 @@ pub(super) fn run<'a>(
     cache: Option<Box<Fetch>>,
 ) -> impl Future<Output = Response<ProxyBody>> + 'a {
     let mut p = Proxied::new(
-        conn, listener, group, route, client, req, host, &done, facts, cache,
+        conn, listener, group, route, client, req, host, &mut done, facts, cache,
     );
     async move {
         loop {
@@ -185,7 +185,7 @@ impl<'a> Proxied<'a> {
         client: IpAddr,
         mut req: Request<ClientBody>,
         host: String,
-        done: &Done,
+        done: &mut Done,
         facts: RequestFacts,
         cache: Option<Box<Fetch>>,
     ) -> Self {
@@ -222,7 +222,9 @@ impl<'a> Proxied<'a> {
         let body = Some(LimitedBody::new(
             body,
             listener.config.max_body_bytes,
-            done.bytes_in.clone(),
+            // Shared with the log entry only when there is a body to count: a request
+            // without one saves the counter's allocation.
+            has_body.then(|| done.bytes_in.get_or_insert_with(Default::default).clone()),
         ));
         let gunzip = facts.settings.decompress_requests
             && has_body
