@@ -28,6 +28,11 @@ static HOP_BY_HOP: [HeaderName; 8] = [
 /// looked up as text and made into `HeaderName`s only when present: `keep-alive`, the
 /// usual one, is not a standard name, and making it one allocated on every response.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most responses have none left (`http1::client` keeps `Connection: keep-alive` out of
+    // the map): one pass that finds none, and no list made and moved.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let mut doomed: SmallVec<[HeaderName; 4]> = headers
         .keys()
         .filter(|k| is_hop_by_hop(k))
