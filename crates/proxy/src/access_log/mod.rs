@@ -218,16 +218,16 @@ impl AccessLog {
     }
 
     /// Logs `e`: its line to the file and the shippers, a copy into the request log.
-    pub(crate) fn log(&self, e: Entry) {
+    pub(crate) fn log(&self, e: &Entry) {
         let json = (self.ship.is_some()
             || (self.file.is_some() && self.format == AccessLogFormat::Json))
-            .then(|| entry::json_line(&e));
+            .then(|| entry::json_line(e));
         if let Some(file) = &self.file {
             match (&json, self.format) {
                 (Some(j), AccessLogFormat::Json) => file.write(j),
                 _ => LINE.with_borrow_mut(|line| {
                     line.clear();
-                    entry::push_text_line(line, &e);
+                    entry::push_text_line(line, e);
                     file.write(line);
                     // A long path's line does not keep its memory for the thread's life.
                     line.shrink_to(LINE_KEPT);
@@ -235,8 +235,8 @@ impl AccessLog {
             }
         }
         if let (Some(ship), Some(json)) = (&self.ship, &json) {
-            ship.push(&e, json);
+            ship.push(e, json);
         }
-        self.recent.push(&e);
+        self.recent.push(e);
     }
 }

@@ -212,7 +212,7 @@ fn end(listener: &ListenerCtx, mut log: Entry, start: Instant, status: u16, outc
     listener.metrics.tcp(outcome);
     log.status = status;
     log.duration = start.elapsed();
-    listener.access_log.log(log);
+    listener.access_log.log(&log);
 }
 
 /// A new server connection made ready for the client's bytes: PROXY header and TLS as the
