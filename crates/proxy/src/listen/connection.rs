@@ -476,29 +476,29 @@ where
             let mut fresh = true;
             std::future::poll_fn(|cx| {
                 if let Poll::Ready(result) = conn.poll(cx) {
-                    return Poll::Ready(Err(result));
+                    return Poll::Ready(Woke::Served(result));
                 }
                 gate.poll(cx, side.as_mut(), std::mem::take(&mut fresh))
-                    .map(Ok)
+                    .map(Woke::Signal)
             })
             .await
         };
         match woke {
-            Err(result) => {
+            Woke::Served(result) => {
                 if let Err(e) = result {
                     tracing::debug!(error = %e, "client connection ended with an error");
                 }
                 return;
             }
-            Ok(Signal::Force) => return,
-            Ok(Signal::Draining { sender_gone }) => {
+            Woke::Signal(Signal::Force) => return,
+            Woke::Signal(Signal::Draining { sender_gone }) => {
                 if sender_gone {
                     drain_since = Some(Instant::now());
                     state.draining.store(true, Ordering::Relaxed);
                 }
             }
-            Ok(Signal::Recheck) => {}
-            Ok(Signal::Due) => {
+            Woke::Signal(Signal::Recheck) => {}
+            Woke::Signal(Signal::Due) => {
                 match state.timeout(
                     keepalive.as_millis() as u64,
                     head_timeout.as_millis() as u64,
@@ -518,6 +518,12 @@ where
             }
         }
     }
+}
+
+/// Why a connection's loop (`run`) woke up for good: its connection ended, or a signal.
+enum Woke<T> {
+    Served(T),
+    Signal(Signal),
 }
 
 /// What woke a connection's loop other than its own future (`run`).
