@@ -12,14 +12,25 @@
 //! A request's wall-clock time (its access-log timestamp) is taken from the `Instant` read
 //! at its start anyway ([`wall_at`]), through a per-thread anchor pair refreshed each
 //! second: one clock read a request fewer.
+//!
+//! The clock is read through libc (glibc finds the vDSO's `clock_gettime`), not rustix's
+//! own vDSO parser: that one read past the end of the vDSO image valgrind maps and crashed
+//! the gateway at start under `bench/instructions.py` (2026-11-28).
 
-use rustix::time::{ClockId, clock_gettime};
 use std::cell::Cell;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Milliseconds on `CLOCK_MONOTONIC_COARSE`: compare only with other values of this clock.
+#[expect(unsafe_code, reason = "clock_gettime(2) through libc (FFI)")]
 pub(crate) fn coarse_ms() -> u64 {
-    let t = clock_gettime(ClockId::MonotonicCoarse);
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a live, writable timespec; CLOCK_MONOTONIC_COARSE exists on every
+    // Linux since 2.6.32, so the call cannot fail (a failure would leave `t` at zero, and
+    // the test below, which needs the clock to move, would catch it).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
     t.tv_sec as u64 * 1_000 + t.tv_nsec as u64 / 1_000_000
 }
 
