@@ -520,7 +520,7 @@ where
     }
 }
 
-/// Why a connection's loop (`run`) woke up for good: its connection ended, or a signal.
+/// What a wake-up of a connection's loop (`run`) found: its connection ended, or a signal.
 enum Woke<T> {
     Served(T),
     Signal(Signal),
