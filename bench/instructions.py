@@ -12,11 +12,15 @@ TLS handshakes of the counted load (`SSL_do_handshake`, inclusive), and the rest
 what a keep-alive row of `bench/run` measures.
 
     bench/instructions.py [--gateway sluice|nginx|haproxy] [--binary PATH] [--load h1|h2]
-                          [--requests 20000] [--top 30] [--keep]
+                          [--requests 20000] [--top 30] [--keep] [--cache]
 
 `--load h1`: 32 HTTP/1.1 connections; `h2`: 4 HTTP/2 connections x 16 streams; 1 KiB over
 TLS 1.3 either way. `--top N` adds the N functions with the most instructions of their own
 (per request); `--keep` keeps the callgrind file (for `callgrind_annotate --inclusive=yes`).
+`--cache` adds callgrind's cache and branch simulation (`--cache-sim=yes --branch-sim=yes`,
+a model of this host's caches, twice as slow) and prints the misses and mispredicted branches
+per request: where two gateways run the same count of instructions in different CPU time, these
+are the counts that tell why, on a host whose counters `perf` cannot read (a VM).
 NGINX and HAProxy run OpenSSL, whose handshake function has the same name. Needs valgrind
 (Debian's package) besides `bench/run`'s packages. A run takes 1-4 minutes (the gateway
 runs ~50x slower under callgrind; the warm-up is half of it).
@@ -66,11 +70,25 @@ def load(port, load_name, n):
     return int(m.group(1))
 
 
-def total(path):
+def totals(path):
+    """Every event's total, by callgrind's name for it (`Ir`, and with `--cache` `I1mr`, `D1mr`,
+    `DLmr`, `Bcm`, ...)."""
+    names, values = [], []
     for line in open(path, errors="replace"):
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    return 0
+        if line.startswith("events:"):
+            names = line.split()[1:]
+        elif line.startswith(("summary:", "totals:")):
+            values = [int(v) for v in line.split()[1:]]
+    return dict(zip(names, values))
+
+
+def misses(events, n):
+    """The simulated cache misses and mispredicted branches per request, one line."""
+    def per(*names):
+        return sum(events.get(k, 0) for k in names) / n
+    return (f"per request: L1 instruction misses {per('I1mr'):,.0f}, L1 data misses {per('D1mr', 'D1mw'):,.0f}, "
+            f"last-level misses {per('ILmr', 'DLmr', 'DLmw'):,.1f}, mispredicted branches "
+            f"{per('Bcm', 'Bim'):,.0f} (of {per('Bc', 'Bi'):,.0f})")
 
 
 def inclusive(path, pattern):
@@ -81,9 +99,10 @@ def inclusive(path, pattern):
     return 0
 
 
-def top(path, n, requests):
-    """The functions with the most instructions of their own (callgrind_annotate 3.19 puts
-    everything under `clone` for a dump taken from a running process; the file is read here)."""
+def top(path, n, requests, events=("Ir",)):
+    """The functions with the most of `events` (summed) of their own, per request
+    (callgrind_annotate 3.19 puts everything under `clone` for a dump taken from a running
+    process; the file is read here)."""
     ids = {"fn": {}, "fl": {}, "ob": {}}
     space = {"fn": "fn", "cfn": "fn", "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl", "cfl": "fl",
              "ob": "ob", "cob": "ob"}
@@ -97,9 +116,15 @@ def top(path, n, requests):
         return ids[kind].get(m.group(1), tok)
 
     own = {}
+    columns = []
     fn, call_cost_next = None, False
     for line in open(path, errors="replace"):
         line = line.rstrip("\n")
+        if line.startswith("events:"):
+            # A cost line is a position, then one count per event (missing ones are 0).
+            names = line.split()[1:]
+            columns = [1 + names.index(e) for e in events if e in names]
+            continue
         key, eq, rest = line.partition("=")
         if eq and key in space:
             name = named(space[key], rest)
@@ -113,10 +138,11 @@ def top(path, n, requests):
             parts = line.split()
             if call_cost_next:
                 call_cost_next = False
-            elif len(parts) >= 2 and fn:
-                own[fn] = own.get(fn, 0) + int(parts[1])
+            elif fn:
+                v = sum(int(parts[c]) for c in columns if c < len(parts))
+                own[fn] = own.get(fn, 0) + v
     for name, v in sorted(own.items(), key=lambda kv: -kv[1])[:n]:
-        print(f"  {v / requests:8.0f}  {re.sub(r'<[^<>]*>', '', re.sub(r'<[^<>]*>', '', name))[:110]}")
+        print(f"  {v / requests:8.1f}  {re.sub(r'<[^<>]*>', '', re.sub(r'<[^<>]*>', '', name))[:110]}")
 
 
 def main():
@@ -127,6 +153,7 @@ def main():
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--top", type=int, default=0)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--cache", action="store_true")
     args = ap.parse_args()
     for tool in ("valgrind", "callgrind_annotate", "callgrind_control", "h2load", "nginx", "taskset") + (
             ("haproxy",) if args.gateway == "haproxy" else ()):
@@ -143,7 +170,7 @@ def main():
     origin = subprocess.Popen(["taskset", "-c", bench.LOAD_CORE, "nginx", "-c", f"{d}/origin.conf", "-p", d])
     out = f"{d}/callgrind.out"
     grind = ["taskset", "-c", bench.GW_CORE, "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-             "--dump-instr=no"]
+             "--dump-instr=no"] + (["--cache-sim=yes", "--branch-sim=yes"] if args.cache else [])
     if args.gateway == "nginx":
         conf = bench.nginx_gateway_conf(d, "rsa").replace("master_process on;", "master_process off;")
         Path(d, "gateway.conf").write_text(conf)
@@ -172,15 +199,23 @@ def main():
         if not files:
             sys.exit("callgrind wrote no dump")
         path = files[-1]
-        all_ = total(path)
+        events = totals(path)
+        all_ = events.get("Ir", 0)
         handshakes = inclusive(path, "SSL_do_handshake")
         print(f"CPU: {bench.cpu_model()}; {args.gateway} ({args.binary if args.gateway == 'sluice' else args.gateway}), "
               f"load {args.load}, {n} requests counted")
         print(f"instructions per request: {all_ / n:,.0f} in all, {handshakes / n:,.0f} in the counted load's "
               f"handshakes, {(all_ - handshakes) / n:,.0f} without them")
+        if args.cache:
+            print(misses(events, n))
         if args.top:
             print(f"the {args.top} functions with the most instructions of their own, per request:")
             top(path, args.top, n)
+            if args.cache:
+                print(f"the {args.top} with the most L1 data misses of their own, per request:")
+                top(path, args.top, n, ("D1mr", "D1mw"))
+                print(f"the {args.top} with the most L1 instruction misses of their own, per request:")
+                top(path, args.top, n, ("I1mr",))
         if args.keep:
             print(f"callgrind file: {path}")
     finally:
