@@ -20,6 +20,7 @@ Build the two binaries first (`git worktree add`, `cargo build --release --locke
 
 import argparse
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -93,6 +94,8 @@ def main():
         origin.p.send_signal(signal.SIGQUIT)
         origin.p.wait()
         origin.out.close()
+    # Finished: nothing left behind (a failed run keeps its directory to read).
+    shutil.rmtree(d, ignore_errors=True)
     print(f"\nCPU: {bench.cpu_model()}; load {args.load}; {args.rounds} runs of {args.duration} s each, "
           f"gateway on core {bench.GW_CORE}, load on core {bench.LOAD_CORE}; µs per request, median [min-max]")
     med = {}

@@ -1105,6 +1105,9 @@ def main():
         stalled.close()
         if jaeger:
             jaeger.stop()
+    # A run that finished leaves nothing behind (its logs are ~1 GiB); one that failed keeps
+    # its directory, named at the start, to read.
+    shutil.rmtree(d, ignore_errors=True)
 
     report = render(results, runs, duration, cpu_model(), datetime.date.today().isoformat())
     print(report)

@@ -86,7 +86,8 @@ def misses(events, n):
     """The simulated cache misses and mispredicted branches per request, one line."""
     def per(*names):
         return sum(events.get(k, 0) for k in names) / n
-    return (f"per request: L1 instruction misses {per('I1mr'):,.0f}, L1 data misses {per('D1mr', 'D1mw'):,.0f}, "
+    return (f"per request: L1 instruction misses {per('I1mr'):,.0f}, L1 data misses {per('D1mr', 'D1mw'):,.0f} "
+            f"({per('D1mr'):,.0f} reads + {per('D1mw'):,.0f} writes), "
             f"last-level misses {per('ILmr', 'DLmr', 'DLmw'):,.1f}, mispredicted branches "
             f"{per('Bcm', 'Bim'):,.0f} (of {per('Bc', 'Bi'):,.0f})")
 

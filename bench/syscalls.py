@@ -23,6 +23,7 @@ HAProxy 2.80 (`sendto` to the client 0.17), Sluice 2.80 with `sendto` 0.55, then
 import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,6 +117,8 @@ def main():
     finally:
         gw.stop()
         origin.stop()
+    # Finished: nothing left behind (a failed run keeps its directory to read).
+    shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
