@@ -6,24 +6,28 @@ time; an instruction count does not move between runs. This runs the gateway und
 `valgrind --tool=callgrind` on the gateway core with the bench's own certificates,
 configuration and NGINX origin (`bench.sluice_conf`, `bench.nginx_gateway_conf` with
 `master_process off`, `bench.haproxy_conf` with `-db`), sends a warm-up load (20,000
-requests, past the fill of Sluice's request log), zeroes the counters, sends the counted
-load with h2load from the load core, and prints instructions per request: all of them, the
-TLS handshakes of the counted load (`SSL_do_handshake`, inclusive), and the rest, which is
-what a keep-alive row of `bench/run` measures.
+requests, past the fill of Sluice's request log), then two counted loads with h2load from the
+load core, of N and 2N requests, each on new connections, and prints the second's count less
+the first's over the difference in requests: a keep-alive request's work, what a keep-alive
+row of `bench/run` measures, with the connections' TLS handshakes cancelled out wherever they
+ran. (Until 2026-11-28 it subtracted `SSL_do_handshake`'s inclusive count from one load: the
+same total within 1%, but `--top` then listed the handshakes' functions too, RSA's first on
+`--load h1`, where 32 handshakes fall on 20,000 requests.)
 
     bench/instructions.py [--gateway sluice|nginx|haproxy] [--binary PATH] [--load h1|h2]
                           [--requests 20000] [--top 30] [--keep] [--cache]
 
 `--load h1`: 32 HTTP/1.1 connections; `h2`: 4 HTTP/2 connections x 16 streams; 1 KiB over
 TLS 1.3 either way. `--top N` adds the N functions with the most instructions of their own
-(per request); `--keep` keeps the callgrind file (for `callgrind_annotate --inclusive=yes`).
+(per request, the same difference); `--keep` keeps the two callgrind files (for
+`callgrind_annotate --inclusive=yes`).
 `--cache` adds callgrind's cache and branch simulation (`--cache-sim=yes --branch-sim=yes`,
 a model of this host's caches, twice as slow) and prints the misses and mispredicted branches
 per request: where two gateways run the same count of instructions in different CPU time, these
 are the counts that tell why, on a host whose counters `perf` cannot read (a VM).
 NGINX and HAProxy run OpenSSL, whose handshake function has the same name. Needs valgrind
-(Debian's package) besides `bench/run`'s packages. A run takes 1-4 minutes (the gateway
-runs ~50x slower under callgrind; the warm-up is half of it).
+(Debian's package) besides `bench/run`'s packages. A run takes 2-6 minutes (the gateway
+runs ~50x slower under callgrind).
 """
 
 import argparse
@@ -93,17 +97,21 @@ def misses(events, n):
 
 
 def inclusive(path, pattern):
+    """The events of the first function whose line names `pattern`, its callees included, as
+    a list in the file's event order (`Ir` first)."""
     out = subprocess.run(["callgrind_annotate", "--inclusive=yes", path], capture_output=True, text=True).stdout
     for line in out.splitlines():
         if pattern in line:
-            return int(line.split()[0].replace(",", ""))
-    return 0
+            # Each count may be followed by its share, "(12.3%)"; the name follows the counts.
+            counts = line.split(pattern)[0].split(":")[0]
+            return [int(t.replace(",", "")) for t in re.sub(r"\([^)]*\)", " ", counts).split()
+                    if re.fullmatch(r"[\d,]+", t)]
+    return []
 
 
-def top(path, n, requests, events=("Ir",)):
-    """The functions with the most of `events` (summed) of their own, per request
-    (callgrind_annotate 3.19 puts everything under `clone` for a dump taken from a running
-    process; the file is read here)."""
+def own_costs(path, events=("Ir",)):
+    """Each function's own count of `events` (summed), by name (callgrind_annotate 3.19 puts
+    everything under `clone` for a dump taken from a running process; the file is read here)."""
     ids = {"fn": {}, "fl": {}, "ob": {}}
     space = {"fn": "fn", "cfn": "fn", "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl", "cfl": "fl",
              "ob": "ob", "cob": "ob"}
@@ -142,6 +150,14 @@ def top(path, n, requests, events=("Ir",)):
             elif fn:
                 v = sum(int(parts[c]) for c in columns if c < len(parts))
                 own[fn] = own.get(fn, 0) + v
+    return own
+
+
+def top(first, second, n, requests, events=("Ir",)):
+    """The `n` functions with the most of `events` of their own per request, the second dump
+    less the first (see `main`)."""
+    a, b = own_costs(first, events), own_costs(second, events)
+    own = {name: v - a.get(name, 0) for name, v in b.items()}
     for name, v in sorted(own.items(), key=lambda kv: -kv[1])[:n]:
         print(f"  {v / requests:8.1f}  {re.sub(r'<[^<>]*>', '', re.sub(r'<[^<>]*>', '', name))[:110]}")
 
@@ -192,33 +208,41 @@ def main():
         # worker thread that grows a quarter at a time, copying, until full): counted inside
         # it, a request carried ~500 instructions of copies that a running gateway does not.
         load(port, args.load, WARM_UP)
-        subprocess.run(["callgrind_control", "-z", str(gw.pid)], capture_output=True, check=False)
-        n = load(port, args.load, args.requests)
-        subprocess.run(["callgrind_control", "-d", str(gw.pid)], capture_output=True, check=False)
-        time.sleep(1)
-        files = sorted(glob.glob(out + ".*"))
-        if not files:
-            sys.exit("callgrind wrote no dump")
-        path = files[-1]
-        events = totals(path)
-        all_ = events.get("Ir", 0)
-        handshakes = inclusive(path, "SSL_do_handshake")
+        # Two counted loads, of N and 2N requests, each on as many new connections: the
+        # second less the first is N requests' work with the connections' own (TLS
+        # handshakes, wherever they ran: Sluice signs on threads of its own, outside
+        # `SSL_do_handshake`) cancelled out.
+        dumps, counts = [], []
+        for i, requests in enumerate((args.requests, 2 * args.requests)):
+            subprocess.run(["callgrind_control", "-z", str(gw.pid)], capture_output=True, check=False)
+            counts.append(load(port, args.load, requests))
+            subprocess.run(["callgrind_control", "-d", str(gw.pid)], capture_output=True, check=False)
+            time.sleep(1)
+            files = sorted(glob.glob(out + ".*"), key=lambda f: int(f.rsplit(".", 1)[1]))
+            if len(files) != i + 1:
+                sys.exit(f"callgrind wrote {len(files)} dumps, {i + 1} expected")
+            dumps.append(files[-1])
+        n = counts[1] - counts[0]
+        first, second = totals(dumps[0]), totals(dumps[1])
+        events = {k: v - first.get(k, 0) for k, v in second.items()}
+        handshakes = (inclusive(dumps[0], "SSL_do_handshake") or [0])[0]
         print(f"CPU: {bench.cpu_model()}; {args.gateway} ({args.binary if args.gateway == 'sluice' else args.gateway}), "
-              f"load {args.load}, {n} requests counted")
-        print(f"instructions per request: {all_ / n:,.0f} in all, {handshakes / n:,.0f} in the counted load's "
-              f"handshakes, {(all_ - handshakes) / n:,.0f} without them")
+              f"load {args.load}: {counts[1]} requests less {counts[0]}, each on new connections")
+        print(f"instructions per request: {events.get('Ir', 0) / n:,.0f} (the first load: "
+              f"{first.get('Ir', 0) / counts[0]:,.0f} in all, {handshakes / counts[0]:,.0f} of them in "
+              f"SSL_do_handshake)")
         if args.cache:
             print(misses(events, n))
         if args.top:
             print(f"the {args.top} functions with the most instructions of their own, per request:")
-            top(path, args.top, n)
+            top(dumps[0], dumps[1], args.top, n)
             if args.cache:
                 print(f"the {args.top} with the most L1 data misses of their own, per request:")
-                top(path, args.top, n, ("D1mr", "D1mw"))
+                top(dumps[0], dumps[1], args.top, n, ("D1mr", "D1mw"))
                 print(f"the {args.top} with the most L1 instruction misses of their own, per request:")
-                top(path, args.top, n, ("I1mr",))
+                top(dumps[0], dumps[1], args.top, n, ("I1mr",))
         if args.keep:
-            print(f"callgrind file: {path}")
+            print(f"callgrind files: {dumps[0]} ({counts[0]} requests), {dumps[1]} ({counts[1]})")
     finally:
         gw.send_signal(stop)
         try:

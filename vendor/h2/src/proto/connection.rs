@@ -556,7 +556,7 @@ where
         match frame {
             Some(Headers(frame)) => {
                 tracing::trace!(?frame, "recv HEADERS");
-                match self.streams.recv_headers(frame)? {
+                match self.streams.recv_headers(*frame)? {
                     streams::RecvOutcome::Processed => (),
                     streams::RecvOutcome::Refused(id) => return Ok(ReceivedFrame::Refused(id)),
                 }
@@ -571,7 +571,7 @@ where
             }
             Some(PushPromise(frame)) => {
                 tracing::trace!(?frame, "recv PUSH_PROMISE");
-                match self.streams.recv_push_promise(frame)? {
+                match self.streams.recv_push_promise(*frame)? {
                     streams::RecvOutcome::Processed => (),
                     streams::RecvOutcome::Refused(id) => return Ok(ReceivedFrame::Refused(id)),
                 }
