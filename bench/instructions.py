@@ -210,8 +210,7 @@ def main():
         load(port, args.load, WARM_UP)
         # Two counted loads, of N and 2N requests, each on as many new connections: the
         # second less the first is N requests' work with the connections' own (TLS
-        # handshakes, wherever they ran: Sluice signs on threads of its own, outside
-        # `SSL_do_handshake`) cancelled out.
+        # handshakes, on whichever thread they ran) cancelled out.
         dumps, counts = [], []
         for i, requests in enumerate((args.requests, 2 * args.requests)):
             subprocess.run(["callgrind_control", "-z", str(gw.pid)], capture_output=True, check=False)

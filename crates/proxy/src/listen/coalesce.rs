@@ -69,9 +69,7 @@ impl<S> Coalescing<S> {
     pub(crate) fn allocated(&self) -> usize {
         self.buf.capacity()
     }
-}
 
-impl<S> Coalescing<S> {
     /// The capacity the buffer is allocated with for a first write of `total` bytes.
     ///
     /// A writer that holds its flushes back (HTTP/2) gathers the responses of several streams

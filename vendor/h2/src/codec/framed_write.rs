@@ -273,12 +273,14 @@ where
             }
             Frame::Headers(v) => {
                 let mut buf = limited_write_buf!(self);
+                // Sluice: `v` is boxed (see `Frame`).
                 if let Some(continuation) = (*v).encode(&mut self.hpack, &mut buf) {
                     self.next = Some(Next::Continuation(continuation));
                 }
             }
             Frame::PushPromise(v) => {
                 let mut buf = limited_write_buf!(self);
+                // Sluice: `v` is boxed (see `Frame`).
                 if let Some(continuation) = (*v).encode(&mut self.hpack, &mut buf) {
                     self.next = Some(Next::Continuation(continuation));
                 }

@@ -299,6 +299,7 @@ impl Headers {
 
 impl<T> From<Headers> for Frame<T> {
     fn from(src: Headers) -> Self {
+        // Sluice: boxed (see `Frame`).
         Frame::Headers(Box::new(src))
     }
 }
@@ -527,6 +528,7 @@ impl PushPromise {
 
 impl<T> From<PushPromise> for Frame<T> {
     fn from(src: PushPromise) -> Self {
+        // Sluice: boxed (see `Frame`).
         Frame::PushPromise(Box::new(src))
     }
 }

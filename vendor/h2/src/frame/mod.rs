@@ -103,6 +103,7 @@ impl<T> Frame<T> {
 
         match self {
             Data(frame) => frame.map(f).into(),
+            // Sluice: the box is kept, not rebuilt (see `Frame`).
             Headers(frame) => Headers(frame),
             Priority(frame) => frame.into(),
             PushPromise(frame) => PushPromise(frame),

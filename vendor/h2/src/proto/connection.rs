@@ -556,6 +556,7 @@ where
         match frame {
             Some(Headers(frame)) => {
                 tracing::trace!(?frame, "recv HEADERS");
+                // Sluice: `frame` is boxed (see `Frame`).
                 match self.streams.recv_headers(*frame)? {
                     streams::RecvOutcome::Processed => (),
                     streams::RecvOutcome::Refused(id) => return Ok(ReceivedFrame::Refused(id)),
@@ -571,6 +572,7 @@ where
             }
             Some(PushPromise(frame)) => {
                 tracing::trace!(?frame, "recv PUSH_PROMISE");
+                // Sluice: `frame` is boxed (see `Frame`).
                 match self.streams.recv_push_promise(*frame)? {
                     streams::RecvOutcome::Processed => (),
                     streams::RecvOutcome::Refused(id) => return Ok(ReceivedFrame::Refused(id)),
