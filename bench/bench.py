@@ -53,7 +53,7 @@ SLUICE_MIRROR_PORT = 18449
 MIRROR_ORIGIN_PORT = 18081
 STALLED_PORT = 18082
 # The tracing rows: the same gateway with [tracing] at 1% and at 100%, exporting to a Jaeger
-# (built by scripts/deps) on the load core.
+# (built by scripts/test-deps) on the load core.
 SLUICE_TRACE1_PORT = 18450
 SLUICE_TRACE100_PORT = 18451
 # The request-log row: the same gateway with `[log] request_log = 0` (the baseline keeps the
