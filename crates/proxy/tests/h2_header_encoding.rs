@@ -1,5 +1,5 @@
-//! How Sluice's HTTP/2 server encodes a response head (the h2 patch in `vendor/h2`,
-//! PATCHES.md): names from HPACK's static table where it has them, values as raw literals,
+//! How Sluice's HTTP/2 server encodes a response head (the h2 patches in `vendor/patches/h2`):
+//! names from HPACK's static table where it has them, values as raw literals,
 //! nothing inserted into the dynamic table, so the same head is the same bytes on every
 //! response of a connection, and a field marked sensitive goes out as a never-indexed
 //! literal.
@@ -138,7 +138,7 @@ async fn response_heads_are_static_names_and_raw_literals_never_indexed() {
     let _ = server.await;
 }
 
-/// hyper's own strip of connection-specific fields (vendor/hyper, PATCHES.md) still takes
+/// hyper's own strip of connection-specific fields (and h2's check after it) still takes
 /// them out of a response that has them, with the fields `Connection` names, and leaves a
 /// response without them whole; `Date` and `Content-Length` are added where missing and
 /// kept where present. The client is hyper's, over h2: a response that kept one
@@ -200,8 +200,8 @@ async fn connection_specific_fields_are_stripped_and_others_kept() {
         names.sort_unstable();
         assert_eq!(names, want, "{path}");
         assert_eq!(resp.headers()["x-kept"], "yes", "{path}");
-        // hyper adds `Date` and `Content-Length` where the response has none (vendor/hyper
-        // looks for both in one pass first) and keeps the response's own, once.
+        // hyper adds `Date` and `Content-Length` where the response has none
+        // and keeps the response's own, once.
         let date: Vec<_> = resp.headers().get_all("date").iter().collect();
         assert_eq!(date.len(), 1, "{path}: {date:?}");
         if path == "/dated" {

@@ -1,4 +1,4 @@
-//! An idle HTTP/2 connection holds no buffers (the h2 patch in `vendor/h2`, PATCHES.md).
+//! An idle HTTP/2 connection holds no buffers (the h2 patches in `vendor/patches/h2`).
 //!
 //! h2 as published allocates a 16 KiB write buffer, an 8 KiB read buffer and a 4 KiB HPACK
 //! buffer for each connection when it starts and keeps them for its life. This test counts
@@ -126,7 +126,7 @@ async fn an_idle_http2_connection_holds_no_buffers() {
     assert!(
         per_connection < 48 * 1024,
         "an idle HTTP/2 connection (both ends) holds {per_connection} bytes of heap: are h2's \
-         buffers kept while idle again (vendor/h2/PATCHES.md)?"
+         buffers kept while idle again (vendor/patches/h2)?"
     );
     drop(held);
 }
