@@ -88,14 +88,14 @@ pub fn adopt(orders: &Orders, name: &str, chain_pem: &str, key_pem: &[u8]) -> Re
         return Ok(false);
     }
     let stored = crate::storage::stored_validity(&order);
-    let offered = crate::validity(&chain[0]).ok_or("no readable validity")?;
+    let offered = crate::storage::validity(&chain[0]).ok_or("no readable validity")?;
     if stored.is_some_and(|(_, until)| until >= offered.1) {
         return Ok(false);
     }
     write_private(&order.key_path(), key_pem)
         .and_then(|()| write_private(&order.cert_path(), chain_pem.as_bytes()))
         .map_err(|e| format!("storing in {}: {e}", order.dir.display()))?;
-    crate::install(name, Issued { chain, key })?;
+    crate::install::install(name, Issued { chain, key })?;
     tracing::info!(certificate = %name, not_after = offered.1, "took the ACME certificate another gateway of the fleet obtained");
     Ok(true)
 }

@@ -13,6 +13,7 @@
 
 mod challenge;
 mod fleet;
+mod install;
 mod order;
 mod storage;
 
@@ -133,7 +134,7 @@ async fn renew(cert: Arc<Certificate>, coordinator: Option<Arc<dyn Coordinator>>
         ..AcmeStatus::default()
     };
     let loaded = (!cert.placeholder)
-        .then(|| validity(&cert.chain[0]))
+        .then(|| storage::validity(&cert.chain[0]))
         .flatten();
     let mut announced = None;
     loop {
@@ -201,7 +202,7 @@ async fn renew(cert: Arc<Certificate>, coordinator: Option<Arc<dyn Coordinator>>
         tracing::info!(certificate = %name, names = ?order.names, challenge = order.challenge.as_str(), directory = %order.directory, "ordering an ACME certificate");
         let outcome = order::run(&order, turn.as_deref())
             .await
-            .and_then(|issued| install(&name, issued));
+            .and_then(|issued| install::install(&name, issued));
         drop(turn);
         match outcome {
             Ok((_, not_after)) => {
@@ -229,51 +230,12 @@ async fn failed(name: &str, order: &AcmeOrder, status: &mut AcmeStatus, error: S
     tokio::time::sleep(back_off).await;
 }
 
-/// A certificate's validity, from and until (Unix seconds).
-pub(crate) fn validity(leaf: &boring::x509::X509Ref) -> Option<(i64, i64)> {
-    Some((
-        storage::unix(leaf.not_before())?,
-        storage::unix(leaf.not_after())?,
-    ))
-}
-
 /// When a certificate valid over `(from, until)` is renewed: `renew_before` its expiry, but
 /// never in the first two thirds of its life, so that a short-lived certificate (Let's
 /// Encrypt's six-day ones, a test CA's minutes) is not ordered again in a loop.
 fn due((from, until): (i64, i64), renew_before: Duration) -> i64 {
     let margin = (renew_before.as_secs() as i64).min((until - from) / 3);
     until - margin
-}
-
-/// Puts an issued certificate in force; returns its validity.
-pub(crate) fn install(name: &str, issued: storage::Issued) -> Result<(i64, i64), String> {
-    let leaf = issued.chain[0].clone();
-    let valid = validity(&leaf).ok_or("the certificate has no readable validity")?;
-    let key_type = match issued.key.id() {
-        boring::pkey::Id::RSA => sluice_config::KeyType::Rsa(issued.key.bits()),
-        _ => sluice_config::KeyType::Ecdsa(issued.key.bits()),
-    };
-    let cert = Certificate {
-        name: name.to_owned(),
-        chain: issued.chain,
-        key: Some(issued.key),
-        key_type,
-        hosts: Vec::new(),
-        offload_engines: None,
-        fingerprint: [0; 32],
-        acme: None,
-        placeholder: false,
-        ocsp: false,
-    };
-    let served = live()
-        .install(name, &leaf, |engines, fallback| {
-            sluice_tls::x509_credential(&cert, engines.to_vec(), fallback)
-        })
-        .map_err(|e| format!("putting the certificate in force: {e}"))?;
-    if !served {
-        tracing::info!(certificate = %name, "no listener serves this certificate; it is stored for the next load");
-    }
-    Ok(valid)
 }
 
 /// The wait after the `failures`-th failure in a row: `retry_min` doubled each time, at most

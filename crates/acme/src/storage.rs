@@ -63,7 +63,7 @@ pub(crate) fn stored_validity(order: &sluice_config::AcmeOrder) -> Option<(i64, 
         .into_iter()
         .next()?;
     covers(&leaf, &order.names).then_some(())?;
-    crate::validity(&leaf)
+    validity(&leaf)
 }
 
 /// `t` as Unix seconds.
@@ -78,6 +78,11 @@ pub(crate) fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// A certificate's validity, from and until (Unix seconds).
+pub(crate) fn validity(leaf: &boring::x509::X509Ref) -> Option<(i64, i64)> {
+    Some((unix(leaf.not_before())?, unix(leaf.not_after())?))
 }
 
 #[cfg(test)]

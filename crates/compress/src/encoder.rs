@@ -1,7 +1,7 @@
 //! One response body's encoder: cuts the body into chunk jobs and frames their outputs.
 
-use crate::job::BrotliStream;
-use crate::{ChunkJob, Codec, Encoding};
+use crate::codec::{Codec, Encoding};
+use crate::job::{BrotliStream, ChunkJob};
 use bytes::{BufMut, Bytes, BytesMut};
 use std::sync::{Arc, Mutex};
 

@@ -1,6 +1,6 @@
 //! Chunk jobs: one piece of a response body to compress, for any engine.
 
-use crate::{Codec, Encoding, GzipBackend};
+use crate::codec::{Codec, Encoding, GzipBackend};
 use bytes::Bytes;
 use sluice_offload::{EngineError, Job};
 use std::io::Write as _;

@@ -18,6 +18,7 @@
 //! from `Accept-Encoding`. [`Inflater`] decompresses gzip request bodies with a bound on the
 //! output. This crate knows nothing of HTTP beyond that header's grammar.
 
+mod calibration;
 mod codec;
 pub mod cost;
 mod counters;
@@ -29,6 +30,7 @@ mod isal;
 mod job;
 mod negotiate;
 
+pub use calibration::calibrate;
 pub use codec::{Codec, Encoding, GzipBackend};
 pub use counters::{ByteCount, CompressCounters, SkipReason};
 pub use encoder::BodyEncoder;

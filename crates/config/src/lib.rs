@@ -37,10 +37,8 @@ pub use default::{
     DEFAULT_CONFIG_TEMPLATE, DefaultConfigParams, default_config, default_config_text,
 };
 pub use error::{ConfigError, LoadError};
-pub use load::{
-    RouteContext, fleet_source, load_file, load_file_cached, load_route, load_str, load_str_cached,
-    parse_keyring,
-};
+pub use load::fleet::{RouteContext, fleet_source, load_route, parse_keyring};
+pub use load::{load_file, load_file_cached, load_str, load_str_cached};
 pub use logging::{
     AccessLogFormat, AccessLogTarget, DEFAULT_REQUEST_LOG_BYTES, HttpLogFormat, LogConfig, LogShip,
     SYSLOG_FACILITIES, ShipSink,

@@ -16,13 +16,11 @@ use std::time::Duration;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
-pub use fleet::{RouteContext, fleet_source, load_route, parse_keyring};
-
 mod acme;
 mod cache;
 mod certificate;
 mod compression;
-mod fleet;
+pub(crate) mod fleet;
 mod health;
 mod listener;
 mod log_ship;
@@ -124,7 +122,7 @@ struct RawConfig {
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [cache], [tracing], [resolver], [acme], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+pub(crate) const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [cache], [tracing], [resolver], [acme], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,

@@ -22,6 +22,7 @@ mod logging;
 mod ocsp;
 mod offload;
 mod policy;
+mod reference;
 mod upstreams;
 
 fn write_cert(dir: &Path, stem: &str, host: &str) {

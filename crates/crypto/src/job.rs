@@ -1,5 +1,7 @@
 use crate::key::Inner;
-use crate::{EngineKind, KeyKind, PrivateKey, SignatureScheme, VerifyPolicy};
+use crate::key::{KeyId, KeyKind, PrivateKey};
+use crate::policy::{EngineKind, VerifyPolicy};
+use crate::scheme::SignatureScheme;
 use aws_lc_rs::digest::{self, Digest};
 use aws_lc_rs::signature::{self as sig, RsaEncoding, UnparsedPublicKey, VerificationAlgorithm};
 use sluice_offload::{EngineError, Job};
@@ -9,15 +11,15 @@ use std::sync::Arc;
 /// release.
 #[derive(Clone)]
 pub struct KeyJob {
-    key: Arc<PrivateKey>,
-    op: Operation,
+    pub(crate) key: Arc<PrivateKey>,
+    pub(crate) op: Operation,
     verify: VerifyPolicy,
     /// Engines allowed to run it besides the software one; `None`: all of the chain.
     engines: Option<Arc<[EngineKind]>>,
 }
 
 #[derive(Clone)]
-enum Operation {
+pub(crate) enum Operation {
     /// A handshake signature.
     Sign {
         scheme: SignatureScheme,
@@ -185,49 +187,8 @@ impl KeyJob {
         self.key.kind
     }
 
-    /// The key in the mb engine's form, when it has one.
-    pub(crate) fn mb_key(&self) -> Option<&crate::mb::key::MbKey> {
-        self.key.mb()
-    }
-
-    /// The mb engine's prepare step: the key and the number to raise to the private
-    /// exponent, in limbs (the encoded message of a signature, or the ciphertext).
-    pub(crate) fn mb_prepare(&self) -> Result<(&crate::mb::key::MbKey, Vec<u64>), EngineError> {
-        use crate::mb::{key, pad};
-        let unsupported = || EngineError::Failed("not an operation the mb engine has".into());
-        let mbk = self.key.mb().ok_or_else(unsupported)?;
-        let k = mbk.bits as usize / 8;
-        let input = match &self.op {
-            Operation::Sign {
-                scheme,
-                digest: Some(d),
-                ..
-            } if scheme.is_rsa() => {
-                let hash = d.as_ref();
-                match scheme {
-                    SignatureScheme::RsaPkcs1Sha256
-                    | SignatureScheme::RsaPkcs1Sha384
-                    | SignatureScheme::RsaPkcs1Sha512 => pad::pkcs1(hash, k),
-                    _ => pad::pss(d.algorithm(), hash, mbk.bits as usize, k),
-                }
-                .ok_or_else(|| EngineError::Failed(format!("encoding {scheme:?} failed")))?
-            }
-            Operation::Decrypt { ciphertext } => {
-                if !mbk.below_n(ciphertext) {
-                    return Err(EngineError::Failed(
-                        "RSA decryption input not below the modulus".into(),
-                    ));
-                }
-                ciphertext.to_vec()
-            }
-            Operation::Sign { .. } => return Err(unsupported()),
-        };
-        let limbs = key::be_to_limbs(&input, mbk.nn()).ok_or_else(unsupported)?;
-        Ok((mbk, limbs))
-    }
-
     /// The key's id on key servers, if it has one.
-    pub fn key_id(&self) -> Option<&crate::KeyId> {
+    pub fn key_id(&self) -> Option<&KeyId> {
         self.key.key_id()
     }
 

@@ -18,18 +18,21 @@
 //!
 //! Dependencies point one way: this crate knows the offload layer and nothing of TLS or HTTP.
 
+mod calibration;
 pub mod cost;
 mod engines;
 mod job;
 mod key;
 mod mb;
+mod policy;
 mod raw_rsa;
 mod scheme;
 
-pub use engines::{CryptoConfig, EngineKind, VerifyPolicy, build_dispatcher};
+pub use engines::{CryptoConfig, build_dispatcher};
 pub use job::{KeyJob, OperationKind, RemoteInput, run};
 pub use key::{KeyError, KeyId, KeyKind, PrivateKey};
 pub use mb::{Kernel, Mb, MbConfig, ct};
+pub use policy::{EngineKind, VerifyPolicy};
 pub use scheme::SignatureScheme;
 
 /// Measures what `key`'s kind costs on this machine, once per kind per process, when a key
@@ -37,8 +40,8 @@ pub use scheme::SignatureScheme;
 /// saved) and, for RSA, a full batch on each IFMA kernel the CPU has (with the first,
 /// where the `mb` engine computes a partial batch).
 pub fn calibrate(key: &std::sync::Arc<PrivateKey>) {
-    if let Some(job) = cost::probe_job(key) {
-        cost::calibrate(&job);
+    if let Some(job) = calibration::probe_job(key) {
+        calibration::calibrate(&job);
         mb::crossover::calibrate(&job);
     }
 }

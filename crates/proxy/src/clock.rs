@@ -4,7 +4,7 @@
 //!
 //! `CLOCK_MONOTONIC_COARSE` is the monotonic clock as of the kernel's last tick (1-10 ms
 //! behind, by `CONFIG_HZ`), read from the vDSO without touching the time source: 4 ns where
-//! `Instant::now` took 17 ns on a KVM guest (Intel Xeon, 2026-11-28), and a keep-alive request
+//! `Instant::now` took 17 ns on a KVM guest, and a keep-alive request
 //! read the clock ~12 times. NGINX does the same with its cached `ngx_current_msec`. Latency
 //! (a request's duration, its upstream time, peak EWMA) stays on `Instant`: a tick's
 //! resolution would blur it.
@@ -15,7 +15,7 @@
 //!
 //! The clock is read through libc (glibc finds the vDSO's `clock_gettime`), not rustix's
 //! own vDSO parser: that one read past the end of the vDSO image valgrind maps and crashed
-//! the gateway at start under `bench/instructions.py` (2026-11-28).
+//! the gateway at start under `bench/instructions.py`.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant, SystemTime};

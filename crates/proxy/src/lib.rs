@@ -50,7 +50,7 @@ pub use metrics::{
 pub use request::cache::ResponseCache;
 pub use request::compression::Compressor;
 pub use request::error::ProxyError;
-pub use request::mirror::{MIRROR_FAILURES, MIRROR_SIDES, MIRROR_SKIPS, MirrorSnapshot};
+pub use request::mirror::counters::{MIRROR_FAILURES, MIRROR_SIDES, MIRROR_SKIPS, MirrorSnapshot};
 pub use request::router::Router;
 pub use upstreams::upstream::DnsReport;
 pub use upstreams::upstream::{ServerHealthReport, UpstreamHealth};

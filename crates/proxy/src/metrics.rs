@@ -42,7 +42,13 @@ pub struct ProxyMetrics {
     /// HTTP request latency, first byte of the request to the end of its response.
     latency: RequestLatency,
     /// Each route's mirrors, by route and mirror upstream (kept across reloads).
-    mirrors: std::sync::Mutex<Vec<(String, String, Arc<crate::request::mirror::MirrorState>)>>,
+    mirrors: std::sync::Mutex<
+        Vec<(
+            String,
+            String,
+            Arc<crate::request::mirror::counters::MirrorState>,
+        )>,
+    >,
 }
 
 /// Buckets of HTTP request latency in microseconds (250 µs to 10 s).
@@ -161,18 +167,18 @@ impl ProxyMetrics {
         &self,
         route: &str,
         upstream: &str,
-    ) -> Arc<crate::request::mirror::MirrorState> {
+    ) -> Arc<crate::request::mirror::counters::MirrorState> {
         let mut all = self.mirrors.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, _, s)) = all.iter().find(|(r, u, _)| r == route && u == upstream) {
             return s.clone();
         }
-        let s = Arc::new(crate::request::mirror::MirrorState::default());
+        let s = Arc::new(crate::request::mirror::counters::MirrorState::default());
         all.push((route.to_owned(), upstream.to_owned(), s.clone()));
         s
     }
 
     /// Every mirror's counters, in the order they were first used.
-    pub fn mirrors(&self) -> Vec<crate::request::mirror::MirrorSnapshot> {
+    pub fn mirrors(&self) -> Vec<crate::request::mirror::counters::MirrorSnapshot> {
         self.mirrors
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -285,7 +285,7 @@ impl Cx<'_> {
                 self.err_at(
                     list,
                     "\"keyless\" is named but [offload.keyless] is missing",
-                    "add [offload.keyless] with servers, ca, certificate and key (see README, \"Keyless: private keys on key servers\")",
+                    "add [offload.keyless] with servers, ca, certificate and key (see docs/features.md, \"Keyless: private keys on key servers\")",
                 );
                 return;
             }

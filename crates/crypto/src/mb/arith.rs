@@ -52,7 +52,7 @@ macro_rules! unrolled_mont_mul {
     ($name:ident, $n:literal, $last:literal) => {
         #[inline(always)]
         #[cfg_attr(not(target_arch = "x86_64"), expect(dead_code, reason = "IFMA only"))]
-        fn $name<L: Lanes>(a: &[L; $n], b: &[L; $n], m: &[L; $n], k0: L) -> [L; $n] {
+        pub(super) fn $name<L: Lanes>(a: &[L; $n], b: &[L; $n], m: &[L; $n], k0: L) -> [L; $n] {
             let zero = L::splat(0);
             let mut acc = [zero; $n];
             seq_macro::seq!(I in 0..$n {
@@ -87,7 +87,7 @@ macro_rules! unrolled_redc {
     ($name:ident, $n:literal, $n2:literal) => {
         #[inline(always)]
         #[cfg_attr(not(target_arch = "x86_64"), expect(dead_code, reason = "IFMA only"))]
-        fn $name<L: Lanes>(t: &mut [L; $n2], m: &[L; $n], k0: L) -> [L; $n] {
+        pub(super) fn $name<L: Lanes>(t: &mut [L; $n2], m: &[L; $n], k0: L) -> [L; $n] {
             let zero = L::splat(0);
             seq_macro::seq!(I in 0..$n {
                 let q = zero.madd52lo(t[I], k0);
@@ -120,7 +120,7 @@ macro_rules! unrolled_mont_sqr {
     ($name:ident, $redc:ident, $n:literal, $n2:literal) => {
         #[inline(always)]
         #[cfg_attr(not(target_arch = "x86_64"), expect(dead_code, reason = "IFMA only"))]
-        fn $name<L: Lanes>(a: &[L; $n], m: &[L; $n], k0: L) -> [L; $n] {
+        pub(super) fn $name<L: Lanes>(a: &[L; $n], m: &[L; $n], k0: L) -> [L; $n] {
             let zero = L::splat(0);
             let mut t = [zero; $n2];
             seq_macro::seq!(I in 0..$n {
@@ -155,7 +155,7 @@ macro_rules! unrolled_mont_mul_sos {
     ($name:ident, $redc:ident, $n:literal, $n2:literal) => {
         #[inline(always)]
         #[cfg_attr(not(target_arch = "x86_64"), expect(dead_code, reason = "IFMA only"))]
-        fn $name<L: Lanes>(a: &[L; $n], b: &[L; $n], m: &[L; $n], k0: L) -> [L; $n] {
+        pub(super) fn $name<L: Lanes>(a: &[L; $n], b: &[L; $n], m: &[L; $n], k0: L) -> [L; $n] {
             let zero = L::splat(0);
             let mut t = [zero; $n2];
             seq_macro::seq!(I in 0..$n {
@@ -173,59 +173,6 @@ unrolled_mont_mul_sos!(mont_mul_sos20, redc20, 20, 40);
 
 unrolled_mont_mul!(mont_mul30, 30, 29);
 unrolled_mont_mul!(mont_mul40, 40, 39);
-
-/// The unrolled multiplications for IFMA lanes, each compiled once as a function of its own
-/// (inlined at every call site, they made the crate take over ten minutes to compile): one
-/// module per lane width, compiled with that width's target features.
-macro_rules! ifma_entries {
-    (
-        $module:ident, $lanes:ident, $features:literal,
-        mul: [$(($mul:ident, $mul_inner:ident, $mn:literal)),*],
-        sqr: [$(($sqr:ident, $sn:literal)),*]
-    ) => {
-        #[cfg(target_arch = "x86_64")]
-        pub(crate) mod $module {
-            use super::super::lanes::$lanes;
-            $(
-                #[target_feature(enable = $features)]
-                #[inline(never)]
-                pub(crate) fn $mul(
-                    a: &[$lanes; $mn],
-                    b: &[$lanes; $mn],
-                    m: &[$lanes; $mn],
-                    k0: $lanes,
-                    out: &mut [$lanes; $mn],
-                ) {
-                    *out = super::$mul_inner::<$lanes>(a, b, m, k0);
-                }
-            )*
-            $(
-                #[target_feature(enable = $features)]
-                #[inline(never)]
-                pub(crate) fn $sqr(
-                    a: &[$lanes; $sn],
-                    m: &[$lanes; $sn],
-                    k0: $lanes,
-                    out: &mut [$lanes; $sn],
-                ) {
-                    *out = super::$sqr::<$lanes>(a, m, k0);
-                }
-            )*
-        }
-    };
-}
-
-ifma_entries!(
-    ifma_mont, Ifma, "avx512f,avx512ifma",
-    mul: [(mont_mul20, mont_mul_sos20, 20), (mont_mul30, mont_mul30, 30), (mont_mul40, mont_mul40, 40)],
-    sqr: [(mont_sqr20, 20), (mont_sqr30, 30), (mont_sqr40, 40)]
-);
-// Four lanes serve RSA-2048 only (primes of 20 limbs, the modulus of 40).
-ifma_entries!(
-    ifma4_mont, Ifma4, "avx512f,avx512vl,avx512ifma",
-    mul: [(mont_mul20, mont_mul_sos20, 20), (mont_mul40, mont_mul40, 40)],
-    sqr: [(mont_sqr20, 20), (mont_sqr40, 40)]
-);
 
 /// Almost-Montgomery multiplication: `a * b / R mod m`, below 2m, for `a * b < m * R`
 /// (`R = 2^(52 N)`), word by word (coarsely integrated operand scanning). The primes'
@@ -585,34 +532,6 @@ pub(crate) fn private_reference<const NP: usize, const NN: usize>(
         .collect()
 }
 
-/// The AVX-512 IFMA kernel: up to eight lanes at once.
-///
-/// # Safety
-/// The CPU must have AVX-512 F and IFMA ([`super::lanes::ifma_available`]).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512ifma")]
-#[expect(unsafe_code, reason = "a target_feature kernel; callers check the CPU")]
-pub(crate) unsafe fn private_ifma<const NP: usize, const NN: usize>(
-    lanes: &[LaneIn<'_>],
-) -> Vec<LaneOut> {
-    assert!(!lanes.is_empty() && lanes.len() <= 8);
-    private::<super::lanes::Ifma, NP, NN>(lanes)
-}
-
-/// The same kernel on AVX-512 IFMA with 256-bit registers: up to four lanes at once.
-///
-/// # Safety
-/// The CPU must have AVX-512 F, VL and IFMA ([`super::lanes::ifma256_available`]).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx512ifma")]
-#[expect(unsafe_code, reason = "a target_feature kernel; callers check the CPU")]
-pub(crate) unsafe fn private_ifma4<const NP: usize, const NN: usize>(
-    lanes: &[LaneIn<'_>],
-) -> Vec<LaneOut> {
-    assert!(!lanes.is_empty() && lanes.len() <= 4);
-    private::<super::lanes::Ifma4, NP, NN>(lanes)
-}
-
 /// One lane of the check before release: does `s^e mod n` give back the input `c`?
 pub(crate) struct CheckIn<'a> {
     pub(crate) key: &'a KeyLimbs,
@@ -658,34 +577,4 @@ pub(crate) fn public_check_reference<const NN: usize>(lanes: &[CheckIn<'_>], e: 
         .chunks(1)
         .flat_map(|l| public_check::<super::lanes::Scalar, NN>(l, e))
         .collect()
-}
-
-/// [`public_check`] on AVX-512 IFMA, up to eight lanes.
-///
-/// # Safety
-/// The CPU must have AVX-512 F and IFMA ([`super::lanes::ifma_available`]).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512ifma")]
-#[expect(unsafe_code, reason = "a target_feature kernel; callers check the CPU")]
-pub(crate) unsafe fn public_check_ifma<const NN: usize>(
-    lanes: &[CheckIn<'_>],
-    e: u64,
-) -> Vec<bool> {
-    assert!(!lanes.is_empty() && lanes.len() <= 8);
-    public_check::<super::lanes::Ifma, NN>(lanes, e)
-}
-
-/// [`public_check`] on AVX-512 IFMA with 256-bit registers, up to four lanes.
-///
-/// # Safety
-/// The CPU must have AVX-512 F, VL and IFMA ([`super::lanes::ifma256_available`]).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx512ifma")]
-#[expect(unsafe_code, reason = "a target_feature kernel; callers check the CPU")]
-pub(crate) unsafe fn public_check_ifma4<const NN: usize>(
-    lanes: &[CheckIn<'_>],
-    e: u64,
-) -> Vec<bool> {
-    assert!(!lanes.is_empty() && lanes.len() <= 4);
-    public_check::<super::lanes::Ifma4, NN>(lanes, e)
 }

@@ -47,7 +47,7 @@ pub(crate) fn calibrate(job: &KeyJob) {
             continue;
         }
         let jobs = vec![job.clone(); kernel.lanes(bits)];
-        let Some(best) = crate::cost::fastest(RUNS, || {
+        let Some(best) = crate::calibration::fastest(RUNS, || {
             super::run_batch(kernel, None, &jobs)
                 .iter()
                 .all(Result::is_ok)

@@ -42,11 +42,15 @@
 pub(crate) mod arith;
 pub(crate) mod crossover;
 pub mod ct;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod ifma;
 pub(crate) mod key;
 pub(crate) mod lanes;
 pub(crate) mod pad;
+mod prepare;
 
-use crate::{KeyJob, KeyKind};
+use crate::job::KeyJob;
+use crate::key::KeyKind;
 use arith::{CheckIn, LaneIn, LaneOut};
 use key::MbKey;
 use sluice_offload::{
@@ -74,7 +78,7 @@ impl Kernel {
     /// The eight-lane IFMA kernel when this CPU has IFMA (the most signatures per core).
     pub fn detect() -> Option<Kernel> {
         #[cfg(target_arch = "x86_64")]
-        if lanes::ifma_available() {
+        if ifma::ifma_available() {
             return Some(Kernel::Ifma);
         }
         None
@@ -93,8 +97,8 @@ impl Kernel {
     pub fn detect_lanes(lanes: usize) -> Option<Kernel> {
         #[cfg(target_arch = "x86_64")]
         match lanes {
-            8 if lanes::ifma_available() => return Some(Kernel::Ifma),
-            4 if lanes::ifma256_available() => return Some(Kernel::Ifma256),
+            8 if ifma::ifma_available() => return Some(Kernel::Ifma),
+            4 if ifma::ifma256_available() => return Some(Kernel::Ifma256),
             _ => {}
         }
         let _ = lanes;
@@ -374,7 +378,7 @@ fn compute_jobs(
     if crossover::on_kernel(kernel, min_batch, class, jobs.len()) {
         run_batch(kernel, corrupt_lane, jobs)
     } else {
-        jobs.iter().map(crate::run).collect()
+        jobs.iter().map(crate::job::run).collect()
     }
 }
 
@@ -477,12 +481,12 @@ fn check(kernel: Kernel, bits: u32, lanes: &[CheckIn<'_>]) -> Vec<bool> {
             .collect();
         let results: Vec<bool> = match kernel.for_bits(bits) {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Ifma if lanes::ifma_available() => group
+            Kernel::Ifma if ifma::ifma_available() => group
                 .chunks(8)
                 .flat_map(|chunk| check_ifma(bits, chunk, e))
                 .collect(),
             #[cfg(target_arch = "x86_64")]
-            Kernel::Ifma256 if lanes::ifma256_available() => group
+            Kernel::Ifma256 if ifma::ifma256_available() => group
                 .chunks(4)
                 .flat_map(|chunk| check_ifma4(bits, chunk, e))
                 .collect(),
@@ -505,9 +509,9 @@ fn check_ifma(bits: u32, lanes: &[CheckIn<'_>], e: u64) -> Vec<bool> {
     // SAFETY: the caller checked that this CPU has AVX-512 F and IFMA.
     unsafe {
         match bits {
-            2048 => arith::public_check_ifma::<40>(lanes, e),
-            3072 => arith::public_check_ifma::<60>(lanes, e),
-            _ => arith::public_check_ifma::<80>(lanes, e),
+            2048 => ifma::public_check_ifma::<40>(lanes, e),
+            3072 => ifma::public_check_ifma::<60>(lanes, e),
+            _ => ifma::public_check_ifma::<80>(lanes, e),
         }
     }
 }
@@ -516,12 +520,12 @@ fn check_ifma(bits: u32, lanes: &[CheckIn<'_>], e: u64) -> Vec<bool> {
 pub(crate) fn compute(kernel: Kernel, bits: u32, lanes: &[LaneIn<'_>]) -> Vec<LaneOut> {
     match kernel.for_bits(bits) {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Ifma if lanes::ifma_available() => lanes
+        Kernel::Ifma if ifma::ifma_available() => lanes
             .chunks(8)
             .flat_map(|chunk| ifma(bits, chunk))
             .collect(),
         #[cfg(target_arch = "x86_64")]
-        Kernel::Ifma256 if lanes::ifma256_available() => lanes
+        Kernel::Ifma256 if ifma::ifma256_available() => lanes
             .chunks(4)
             .flat_map(|chunk| ifma4(bits, chunk))
             .collect(),
@@ -539,9 +543,9 @@ fn ifma(bits: u32, lanes: &[LaneIn<'_>]) -> Vec<LaneOut> {
     // SAFETY: `compute` checked that this CPU has AVX-512 F and IFMA.
     unsafe {
         match bits {
-            2048 => arith::private_ifma::<20, 40>(lanes),
-            3072 => arith::private_ifma::<30, 60>(lanes),
-            _ => arith::private_ifma::<40, 80>(lanes),
+            2048 => ifma::private_ifma::<20, 40>(lanes),
+            3072 => ifma::private_ifma::<30, 60>(lanes),
+            _ => ifma::private_ifma::<40, 80>(lanes),
         }
     }
 }
@@ -551,7 +555,7 @@ fn ifma(bits: u32, lanes: &[LaneIn<'_>]) -> Vec<LaneOut> {
 fn ifma4(bits: u32, lanes: &[LaneIn<'_>]) -> Vec<LaneOut> {
     assert_eq!(bits, 2048, "four lanes serve RSA-2048 only");
     // SAFETY: `compute` checked that this CPU has AVX-512 F, VL and IFMA.
-    unsafe { arith::private_ifma4::<20, 40>(lanes) }
+    unsafe { ifma::private_ifma4::<20, 40>(lanes) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -559,7 +563,7 @@ fn ifma4(bits: u32, lanes: &[LaneIn<'_>]) -> Vec<LaneOut> {
 fn check_ifma4(bits: u32, lanes: &[CheckIn<'_>], e: u64) -> Vec<bool> {
     assert_eq!(bits, 2048, "four lanes serve RSA-2048 only");
     // SAFETY: the caller checked that this CPU has AVX-512 F, VL and IFMA.
-    unsafe { arith::public_check_ifma4::<40>(lanes, e) }
+    unsafe { ifma::public_check_ifma4::<40>(lanes, e) }
 }
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ impl<S> Coalescing<S> {
     /// For HTTP/2. A held flush wakes its own task, which goes to the back of tokio's run
     /// queue; when it comes back, a flush that finds new bytes since it was held is held
     /// again, and one that finds none goes out (so does a full buffer). Held for one turn only
-    /// (as until 2026-11-27), a stream that finished after that turn woke the connection,
+    /// (as it once was), a stream that finished after that turn woke the connection,
     /// whose next poll flushed at once: 0.54 `send(2)` per request on the h2 keep-alive bench
     /// (64 streams on 4 connections; HAProxy 0.17). Held until quiet: 0.13-0.14, and 7% less
     /// gateway CPU per request. (Tokio's `yield_now`, which waits for an I/O driver poll as

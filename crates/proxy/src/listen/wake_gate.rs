@@ -6,7 +6,7 @@
 //! underneath (`watch::Receiver::changed`, `CancellationToken::cancelled`, `Notify`), which
 //! takes its Notify's mutex on every poll to look for a notification it was not sent. On
 //! the HTTP/1.1 keep-alive path that was 3% of the gateway's user time
-//! (`NotifiedProject::poll_notified` and `is_cancelled`, 2026-11-28, Intel Xeon). The gate
+//! (`NotifiedProject::poll_notified` and `is_cancelled`). The gate
 //! gives the side future a waker of its own and skips polling it while that waker has not
 //! fired, as `FuturesUnordered` does for each of its futures.
 

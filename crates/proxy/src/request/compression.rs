@@ -170,7 +170,7 @@ pub(crate) fn calibrate(routes: &[Arc<sluice_config::Route>]) {
             let e = encoding_for(settings, codec_of(*coding));
             if !seen.contains(&e) {
                 seen.push(e);
-                sluice_compress::cost::calibrate(e);
+                sluice_compress::calibrate(e);
             }
         }
     }

@@ -39,7 +39,7 @@ pub(crate) struct ListenerCtx {
 /// `Alt-Svc: h3=":PORT"; ma=86400`, which a listener that also serves HTTP/3 puts on its TCP
 /// responses (RFC 9114 §3.1.1) for the port the client reached: made once for the
 /// listener's configured port (formatted and validated per request, it cost 4-5% of a
-/// keep-alive request's gateway CPU: `bench/ab.py`, 2026-11-27), made per request for another
+/// keep-alive request's gateway CPU in `bench/ab.py`), made per request for another
 /// port (one resolved from 0, a PROXY header's destination).
 #[derive(Debug)]
 pub(crate) struct AltSvc(Option<(u16, http::HeaderValue)>);

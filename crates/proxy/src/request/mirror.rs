@@ -19,7 +19,7 @@ use crate::request::context::{ConnCtx, ListenerCtx};
 use crate::request::forward::{Forwarding, add_forwarding, forwardable};
 use crate::request::policy;
 use bytes::{Bytes, BytesMut};
-use http::{HeaderValue, Method, Request, StatusCode, Uri, Version};
+use http::{HeaderValue, Method, Request, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
 use pin_project_lite::pin_project;
@@ -27,94 +27,15 @@ use sluice_config::{Mirror, Route, UpstreamProtocol};
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// Why a sampled request was not mirrored, in metrics.
-pub const MIRROR_SKIPS: [&str; 4] = ["busy", "body_too_large", "body_incomplete", "no_server"];
-/// Why a copy that was sent failed.
-pub const MIRROR_FAILURES: [&str; 2] = ["timeout", "error"];
-/// The two sides compared.
-pub const MIRROR_SIDES: [&str; 2] = ["mirror", "primary"];
+pub(crate) mod counters;
 
-const BUSY: usize = 0;
-const TOO_LARGE: usize = 1;
-const INCOMPLETE: usize = 2;
-const NO_SERVER: usize = 3;
-const MIRROR: usize = 0;
-const PRIMARY: usize = 1;
-
-/// One route's mirror: its limit and counters (kept across reloads by route and upstream).
-#[derive(Debug, Default)]
-pub(crate) struct MirrorState {
-    in_flight: AtomicU32,
-    sent: AtomicU64,
-    skipped: [AtomicU64; 4],
-    failed: [AtomicU64; 2],
-    /// [side][status class 1xx..5xx]
-    classes: [[AtomicU64; 5]; 2],
-    /// [side]: latency sum (µs) and count.
-    latency_us: [AtomicU64; 2],
-    latency_n: [AtomicU64; 2],
-}
-
-/// A mirror's counters at one moment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MirrorSnapshot {
-    /// The route.
-    pub route: String,
-    /// The mirror's upstream.
-    pub upstream: String,
-    /// Copies in flight now.
-    pub in_flight: u32,
-    /// Copies sent.
-    pub sent: u64,
-    /// Sampled requests not mirrored, by [`MIRROR_SKIPS`].
-    pub skipped: [u64; 4],
-    /// Copies that failed, by [`MIRROR_FAILURES`].
-    pub failed: [u64; 2],
-    /// Responses by side ([`MIRROR_SIDES`]) and status class.
-    pub classes: [[u64; 5]; 2],
-    /// Latency sum in µs and count, by side.
-    pub latency_us: [u64; 2],
-    /// Responses timed, by side.
-    pub latency_n: [u64; 2],
-}
-
-impl MirrorState {
-    fn skip(&self, why: usize) {
-        self.skipped[why].fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn response(&self, side: usize, status: StatusCode, took: Duration) {
-        let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
-        self.classes[side][class].fetch_add(1, Ordering::Relaxed);
-        self.latency_us[side].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
-        self.latency_n[side].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts the primary's answer to a request that was mirrored.
-    pub(crate) fn primary(&self, status: StatusCode, took: Duration) {
-        self.response(PRIMARY, status, took);
-    }
-
-    pub(crate) fn snapshot(&self, route: &str, upstream: &str) -> MirrorSnapshot {
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        MirrorSnapshot {
-            route: route.to_owned(),
-            upstream: upstream.to_owned(),
-            in_flight: self.in_flight.load(Ordering::Relaxed),
-            sent: load(&self.sent),
-            skipped: self.skipped.each_ref().map(load),
-            failed: self.failed.each_ref().map(load),
-            classes: self.classes.each_ref().map(|c| c.each_ref().map(load)),
-            latency_us: self.latency_us.each_ref().map(load),
-            latency_n: self.latency_n.each_ref().map(load),
-        }
-    }
-}
+pub(crate) use counters::MirrorState;
+use counters::{BUSY, INCOMPLETE, MIRROR, NO_SERVER, TOO_LARGE};
 
 /// A copy's slot among its mirror's `max_in_flight`, given back when the copy ends.
 struct Slot(Arc<MirrorState>);

@@ -46,10 +46,8 @@ pub(crate) fn real_client(peer: IpAddr, headers: &HeaderMap, proxies: &[IpNet]) 
 /// `value` marked for HPACK as never indexed: a value that is new with every message (a
 /// request ID) is of no use in any HTTP/2 dynamic table, and the mark, sent with the field
 /// (RFC 7541 §6.2.3), tells every later hop that re-encodes it not to insert it. Sluice's
-/// own encoder inserts nothing since 2026-11-27 (vendor/patches/h2); before, h2 inserted
-/// this value into every connection's table, evicting the fields that do repeat (6,400
-/// instructions of a keep-alive HTTP/2 request went to encoding its response head). The
-/// same holds for the request to an HTTP/2 upstream; the flag changes nothing on HTTP/1.1
+/// own encoder inserts nothing (vendor/patches/h2), but h2 as published inserts this value
+/// into every connection's table, evicting the fields that do repeat. The same holds for the request to an HTTP/2 upstream; the flag changes nothing on HTTP/1.1
 /// and HTTP/3.
 pub(crate) fn never_indexed(mut value: HeaderValue) -> HeaderValue {
     value.set_sensitive(true);

@@ -12,9 +12,12 @@
 
 mod capture;
 mod respond;
+mod store;
 pub(crate) mod upgrade;
 
 pub(crate) use respond::{Serving, respond};
+use store::RETRIES;
+pub use store::ResponseCache;
 
 use crate::body::ProxyBody;
 use crate::request::done::Done;
@@ -22,106 +25,10 @@ use capture::{Capture, CaptureBody};
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, Request, Response, StatusCode};
 use sluice_cache::collapse::Leader;
-use sluice_cache::{
-    CacheCounters, CacheSnapshot, Collapser, Entry, NotStored, Outcome, Serve, Store, StorePolicy,
-    Timing, Turn,
-};
-use sluice_config::{CacheSettings, RouteCache};
+use sluice_cache::{Entry, NotStored, Outcome, Serve, Store, StorePolicy, Timing, Turn};
+use sluice_config::RouteCache;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
-
-/// How many times a collapsed miss looks the store up again before it fetches on its own.
-const RETRIES: usize = 3;
-
-/// The gateway's response cache: one store, bounded by `[cache] max_size`, for every route
-/// with `[route.cache]`; kept across reloads while the bound stays.
-#[derive(Debug)]
-pub struct ResponseCache {
-    pub(crate) store: Store,
-    pub(crate) collapser: Arc<Collapser>,
-    pub(crate) counters: Arc<CacheCounters>,
-    pub(crate) upgrader: upgrade::Upgrader,
-    settings: CacheSettings,
-}
-
-impl ResponseCache {
-    /// A cache as `settings` describe, counting into `counters` (kept when a reload
-    /// rebuilds the store).
-    pub fn new(
-        settings: &CacheSettings,
-        counters: Arc<CacheCounters>,
-    ) -> std::io::Result<Arc<ResponseCache>> {
-        let store = match &settings.disk {
-            None => Store::new(settings.max_size),
-            Some((dir, bytes)) => Store::with_disk(settings.max_size, dir, *bytes).map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!(
-                        "[cache.disk] path {}: {e}; give a directory this user may create and write",
-                        dir.display()
-                    ),
-                )
-            })?,
-        };
-        Ok(Arc::new(ResponseCache {
-            store,
-            collapser: Collapser::new(),
-            upgrader: upgrade::Upgrader::start(counters.clone(), settings.upgrade_share_percent)?,
-            counters,
-            settings: settings.clone(),
-        }))
-    }
-
-    /// The settings it was built with.
-    pub fn settings(&self) -> &CacheSettings {
-        &self.settings
-    }
-
-    /// Its counters (shared with a rebuilt cache).
-    pub fn counters(&self) -> Arc<CacheCounters> {
-        self.counters.clone()
-    }
-
-    /// The counters now.
-    pub fn snapshot(&self) -> CacheSnapshot {
-        self.counters.snapshot()
-    }
-
-    /// Bytes stored now.
-    pub fn bytes(&self) -> u64 {
-        self.store.bytes()
-    }
-
-    /// Entries stored now.
-    pub fn entries(&self) -> u64 {
-        self.store.len()
-    }
-
-    /// The disk tier's size and counters, and the operations its writer dropped (`None`
-    /// without `[cache.disk]`).
-    pub fn disk(&self) -> Option<(sluice_cache::disk::DiskStats, u64)> {
-        Some((self.store.disk()?.stats(), self.store.disk_dropped()))
-    }
-
-    /// Removes the entries of `host` and `path` (with its query, as requested), or every
-    /// entry under `path` as a prefix (a purge another gateway of the fleet took).
-    pub fn purge(&self, host: &str, path: &str, prefix: bool) {
-        let key = Store::primary_key(host, path);
-        if prefix {
-            self.store.purge_prefix(&key);
-        } else {
-            self.store.purge(&key);
-        }
-    }
-
-    /// [`ResponseCache::purge`] for a request this gateway's admin API took (counted).
-    pub fn purge_requested(&self, host: &str, path: &str, prefix: bool) {
-        self.purge(host, path, prefix);
-        self.counters
-            .purges
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
 
 /// A request extension: this request is a background revalidation (stale-while-revalidate),
 /// holding the lead of its key's refresh.

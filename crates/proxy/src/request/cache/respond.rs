@@ -2,7 +2,7 @@
 //! first request for that encoding), `Age`, the status header, the route's header edits, and
 //! a 304 when the client's own conditional matches.
 
-use super::ResponseCache;
+use super::store::{RETRIES, ResponseCache};
 use super::upgrade::Job;
 use crate::body::{ProxyBody, TrackedBody};
 use crate::request::compression::{self, Compressor, RequestFacts};
@@ -163,7 +163,7 @@ async fn encoded(s: &Serving<'_>, entry: &Arc<Entry>, codec: Codec) -> Option<By
             entry.identity().clone(),
         )
     };
-    for _ in 0..super::RETRIES {
+    for _ in 0..RETRIES {
         match cache.collapser.turn(&key, s.settings.lock_timeout).await {
             Turn::Lead(leader) => {
                 let body = match make().await {

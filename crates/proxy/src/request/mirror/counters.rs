@@ -1,0 +1,91 @@
+//! A mirror's counters: what `/metrics`, `/status` and the dashboard report for each route's
+//! mirror, kept across reloads by route and upstream. A leaf, so that the metrics registry
+//! that holds them needs nothing else of the mirror.
+
+use http::StatusCode;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Why a sampled request was not mirrored, in metrics.
+pub const MIRROR_SKIPS: [&str; 4] = ["busy", "body_too_large", "body_incomplete", "no_server"];
+/// Why a copy that was sent failed.
+pub const MIRROR_FAILURES: [&str; 2] = ["timeout", "error"];
+/// The two sides compared.
+pub const MIRROR_SIDES: [&str; 2] = ["mirror", "primary"];
+
+pub(super) const BUSY: usize = 0;
+pub(super) const TOO_LARGE: usize = 1;
+pub(super) const INCOMPLETE: usize = 2;
+pub(super) const NO_SERVER: usize = 3;
+pub(super) const MIRROR: usize = 0;
+pub(super) const PRIMARY: usize = 1;
+
+/// One route's mirror: its limit and counters (kept across reloads by route and upstream).
+#[derive(Debug, Default)]
+pub(crate) struct MirrorState {
+    pub(super) in_flight: AtomicU32,
+    pub(super) sent: AtomicU64,
+    pub(super) skipped: [AtomicU64; 4],
+    pub(super) failed: [AtomicU64; 2],
+    /// [side][status class 1xx..5xx]
+    pub(super) classes: [[AtomicU64; 5]; 2],
+    /// [side]: latency sum (µs) and count.
+    pub(super) latency_us: [AtomicU64; 2],
+    pub(super) latency_n: [AtomicU64; 2],
+}
+
+/// A mirror's counters at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MirrorSnapshot {
+    /// The route.
+    pub route: String,
+    /// The mirror's upstream.
+    pub upstream: String,
+    /// Copies in flight now.
+    pub in_flight: u32,
+    /// Copies sent.
+    pub sent: u64,
+    /// Sampled requests not mirrored, by [`MIRROR_SKIPS`].
+    pub skipped: [u64; 4],
+    /// Copies that failed, by [`MIRROR_FAILURES`].
+    pub failed: [u64; 2],
+    /// Responses by side ([`MIRROR_SIDES`]) and status class.
+    pub classes: [[u64; 5]; 2],
+    /// Latency sum in µs and count, by side.
+    pub latency_us: [u64; 2],
+    /// Responses timed, by side.
+    pub latency_n: [u64; 2],
+}
+
+impl MirrorState {
+    pub(super) fn skip(&self, why: usize) {
+        self.skipped[why].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn response(&self, side: usize, status: StatusCode, took: Duration) {
+        let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
+        self.classes[side][class].fetch_add(1, Ordering::Relaxed);
+        self.latency_us[side].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.latency_n[side].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts the primary's answer to a request that was mirrored.
+    pub(crate) fn primary(&self, status: StatusCode, took: Duration) {
+        self.response(PRIMARY, status, took);
+    }
+
+    pub(crate) fn snapshot(&self, route: &str, upstream: &str) -> MirrorSnapshot {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        MirrorSnapshot {
+            route: route.to_owned(),
+            upstream: upstream.to_owned(),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            sent: load(&self.sent),
+            skipped: self.skipped.each_ref().map(load),
+            failed: self.failed.each_ref().map(load),
+            classes: self.classes.each_ref().map(|c| c.each_ref().map(load)),
+            latency_us: self.latency_us.each_ref().map(load),
+            latency_n: self.latency_n.each_ref().map(load),
+        }
+    }
+}
