@@ -81,24 +81,31 @@ pub(crate) async fn serve(
             return finish(log, 502, NO_UPSTREAM);
         };
         let group = listener.upstreams[group].group();
-        return relay(
-            &listener,
+        let conn = TcpConn {
+            listener: &listener,
             proxy,
-            group,
-            tcp,
-            &hello.bytes,
             at,
             log,
             start,
-            &signals,
-        )
-        .await;
+            signals: &signals,
+        };
+        return relay(conn, group, tcp, &hello.bytes).await;
     }
     let Some(group) = proxy.upstream.map(|i| listener.upstreams[i].group()) else {
         return finish(log, 502, NO_UPSTREAM);
     };
     match &listener.tls {
-        None => relay(&listener, proxy, group, tcp, &[], at, log, start, &signals).await,
+        None => {
+            let conn = TcpConn {
+                listener: &listener,
+                proxy,
+                at,
+                log,
+                start,
+                signals: &signals,
+            };
+            relay(conn, group, tcp, &[]).await
+        }
         Some(acceptor) => {
             let Some((stream, info)) = crate::listen::connection::handshake(
                 &listener, acceptor, tcp, at.client, &signals, permit,
@@ -112,18 +119,15 @@ pub(crate) async fn serve(
             log.tls_resumed = Some(info.resumed);
             log.host = info.sni.clone().unwrap_or_default();
             log.tls_cipher = info.cipher.into();
-            relay(
-                &listener,
+            let conn = TcpConn {
+                listener: &listener,
                 proxy,
-                group,
-                stream,
-                &[],
                 at,
                 log,
                 start,
-                &signals,
-            )
-            .await;
+                signals: &signals,
+            };
+            relay(conn, group, stream, &[]).await;
         }
     }
 }
@@ -141,22 +145,31 @@ fn passthrough_group(proxy: &TcpProxy, name: Option<&str>) -> Option<usize> {
     .or(proxy.upstream)
 }
 
+/// A layer-4 connection's context: its listener and proxy settings, its addresses, its log
+/// entry and start, and the gateway's signals.
+struct TcpConn<'a> {
+    listener: &'a ListenerCtx,
+    proxy: &'a TcpProxy,
+    at: Addresses,
+    log: Entry,
+    start: Instant,
+    signals: &'a Signals,
+}
+
 /// Connects to a server of `group` (the next one when one refuses), sends the PROXY header
 /// and `replay`, then splices the two until both directions have ended.
-#[allow(clippy::too_many_arguments)]
-async fn relay<C>(
-    listener: &ListenerCtx,
-    proxy: &TcpProxy,
-    group: Arc<UpstreamGroup>,
-    client: C,
-    replay: &[u8],
-    at: Addresses,
-    mut log: Entry,
-    start: Instant,
-    signals: &Signals,
-) where
+async fn relay<C>(conn: TcpConn<'_>, group: Arc<UpstreamGroup>, client: C, replay: &[u8])
+where
     C: AsyncRead + AsyncWrite + crate::layer4::splice::FinOnClose + Unpin,
 {
+    let TcpConn {
+        listener,
+        proxy,
+        at,
+        mut log,
+        start,
+        signals,
+    } = conn;
     let key = group.client_key(at.client.ip());
     let mut tried = Vec::with_capacity(2);
     let (upstream, server) = loop {

@@ -142,7 +142,16 @@ pub(crate) fn start<B>(
             local: c.conn.local,
         };
         let key = group.hash_key(c.parts, c.client);
-        tokio::spawn(send(slot, group, request, source, m.timeout, at, key, span));
+        tokio::spawn(send(Copy {
+            slot,
+            group,
+            head: request,
+            body: source,
+            timeout: m.timeout,
+            at,
+            key,
+            span,
+        }));
         mirrored.push(state);
     }
     let tee = (!tee.copies.is_empty()).then_some(tee);
@@ -193,18 +202,32 @@ enum BodySource {
     Pending(oneshot::Receiver<Bytes>),
 }
 
-/// One copy: wait for its body, send it, read the answer to its end, count.
-#[allow(clippy::too_many_arguments)]
-async fn send(
+/// One copy on its way: its place among the mirror's copies in flight, where it goes, what
+/// it carries, its deadline and its span.
+struct Copy {
     slot: Slot,
     group: Arc<crate::upstreams::upstream::UpstreamGroup>,
     head: http::request::Parts,
     body: BodySource,
     timeout: Duration,
     at: Addresses,
+    /// The balancing key (the primary's, so a hash balancer picks alike).
     key: u64,
     span: Option<sluice_trace::ChildSpan>,
-) {
+}
+
+/// One copy: wait for its body, send it, read the answer to its end, count.
+async fn send(copy: Copy) {
+    let Copy {
+        slot,
+        group,
+        head,
+        body,
+        timeout,
+        at,
+        key,
+        span,
+    } = copy;
     let state = slot.0.clone();
     let deadline = tokio::time::Instant::now() + timeout;
     let body = match body {

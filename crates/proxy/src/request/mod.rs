@@ -14,6 +14,7 @@ pub(crate) mod forward;
 pub(crate) mod grpc;
 pub(crate) mod handler;
 pub(crate) mod mirror;
+pub(crate) mod phases;
 pub(crate) mod policy;
 pub(crate) mod proxy;
 pub(crate) mod rate_limit;

@@ -28,6 +28,7 @@ use super::forward::{
     Forwarding, add_forwarding, forwardable, strip_hop_by_hop, upgrade_protocol, write_forwardable,
 };
 use super::mirror::{self, MirrorState, Teed};
+use super::phases::RequestCtx;
 use super::policy;
 use crate::body::{BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, ProxyBody, TrackedBody};
 use crate::http1::ClientBody;
@@ -45,7 +46,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Sends a routed request to `group` and returns the response (or the failure's answer):
+/// What `proxy::run` needs besides the request's context and route: the upstream group the
+/// route chose, what the request says about compression, and the cache's part in it (a route
+/// with `[route.cache]` whose lookup did not answer).
+pub(super) struct Upstream {
+    pub(super) group: Arc<UpstreamGroup>,
+    pub(super) facts: RequestFacts,
+    pub(super) fetch: Option<Box<Fetch>>,
+}
+
+/// Sends a routed request to its group and returns the response (or the failure's answer):
 /// the phases, with retry as a loop over one attempt.
 ///
 /// Not an `async fn`: the context is decided here, before the future exists, and the future
@@ -53,24 +63,33 @@ use std::time::{Duration, Instant};
 /// whole life beside what is made from them, and a `mut` argument twice (rustc binds it
 /// again inside); every byte of this future is copied at every level above it. Always inlined
 /// (as `Proxied::new` and `attempt` are), so that the context is built in the future's slot in
-/// its caller's: called, it was built on the stack and copied there (~1 KB, 17 L1 data misses a
-/// request, `bench/instructions.py --cache`).
-#[allow(clippy::too_many_arguments)]
+/// its caller's: called, it was built on the stack and copied there
+/// (`handler::tests::the_request_future_stays_small` bounds the result).
 #[inline(always)]
 pub(super) fn run<'a>(
-    conn: &'a ConnCtx,
-    listener: &'a ListenerCtx,
-    group: Arc<UpstreamGroup>,
+    ctx: RequestCtx<'a>,
     route: &'a Route,
-    client: IpAddr,
+    to: Upstream,
     req: Request<ClientBody>,
-    host: String,
-    mut done: Done,
-    facts: RequestFacts,
-    cache: Option<Box<Fetch>>,
 ) -> impl Future<Output = Response<ProxyBody>> + 'a {
+    let RequestCtx {
+        conn,
+        listener,
+        client,
+        host,
+        mut done,
+    } = ctx;
     let mut p = Proxied::new(
-        conn, listener, group, route, client, req, host, &mut done, facts, cache,
+        Routed {
+            conn,
+            listener,
+            route,
+            client,
+            host,
+        },
+        to,
+        req,
+        &mut done,
     );
     async move {
         loop {
@@ -144,6 +163,15 @@ impl Attempt {
     }
 }
 
+/// Where a request is going: its connection, listener, route, client and host.
+struct Routed<'a> {
+    conn: &'a ConnCtx,
+    listener: &'a ListenerCtx,
+    route: &'a Route,
+    client: IpAddr,
+    host: String,
+}
+
 /// One proxied request's context, decided once and read by every phase.
 struct Proxied<'a> {
     conn: &'a ConnCtx,
@@ -180,20 +208,20 @@ struct Proxied<'a> {
 }
 
 impl<'a> Proxied<'a> {
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn new(
-        conn: &'a ConnCtx,
-        listener: &'a ListenerCtx,
-        group: Arc<UpstreamGroup>,
-        route: &'a Route,
-        client: IpAddr,
-        mut req: Request<ClientBody>,
-        host: String,
-        done: &mut Done,
-        facts: RequestFacts,
-        cache: Option<Box<Fetch>>,
-    ) -> Self {
+    fn new(at: Routed<'a>, to: Upstream, mut req: Request<ClientBody>, done: &mut Done) -> Self {
+        let Routed {
+            conn,
+            listener,
+            route,
+            client,
+            host,
+        } = at;
+        let Upstream {
+            group,
+            facts,
+            fetch: cache,
+        } = to;
         let upgrade = if req.version() == Version::HTTP_11 {
             upgrade_protocol(req.headers())
         } else {
@@ -231,34 +259,10 @@ impl<'a> Proxied<'a> {
             // without one saves the counter's allocation.
             has_body.then(|| done.bytes_in.get_or_insert_with(Default::default).clone()),
         ));
-        let gunzip = facts.settings.decompress_requests
-            && has_body
-            && parts
-                .headers
-                .get(header::CONTENT_ENCODING)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| {
-                    let v = v.trim();
-                    v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip")
-                });
-        let wants_trailers = parts.headers.get_all(header::TE).iter().any(|v| {
-            v.to_str().is_ok_and(|s| {
-                s.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
-            })
-        });
+        let gunzip = facts.settings.decompress_requests && has_body && gzipped(&parts.headers);
+        let wants_trailers = wants_trailers(&parts.headers);
         group.budget.request(group.now_s());
-        // The clock is read only for a request that has a deadline.
-        let deadline = [
-            policy.timeout,
-            done.grpc
-                .then(|| crate::request::grpc::timeout(&parts.headers))
-                .flatten(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .map(|t| Instant::now() + t);
+        let deadline = deadline(route, done.grpc, &parts.headers);
         let key = group.hash_key(&parts, client);
         let rewritten = route
             .rewrite
@@ -660,6 +664,45 @@ impl<'a> Proxied<'a> {
             compression::apply(&self.listener.compressor, &self.facts, &mut rparts, rbody).await;
         Response::from_parts(rparts, TrackedBody::new(rbody, done).boxed())
     }
+}
+
+/// Whether a request body is gzip-encoded (`decompress_requests` sends it upstream
+/// decompressed).
+#[inline]
+fn gzipped(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let v = v.trim();
+            v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("x-gzip")
+        })
+}
+
+/// Whether the client takes trailers (`TE: trailers`), which gRPC needs passed on.
+#[inline]
+fn wants_trailers(headers: &HeaderMap) -> bool {
+    headers.get_all(header::TE).iter().any(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+        })
+    })
+}
+
+/// The route's overall timeout or a gRPC call's deadline, whichever ends first. The clock is
+/// read only for a request that has one.
+#[inline]
+fn deadline(route: &Route, grpc: bool, headers: &HeaderMap) -> Option<Instant> {
+    [
+        route.retry.timeout,
+        grpc.then(|| crate::request::grpc::timeout(headers))
+            .flatten(),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .map(|t| Instant::now() + t)
 }
 
 fn is_idempotent(m: &Method) -> bool {

@@ -1,0 +1,353 @@
+//! A request's context and the phases before it goes upstream (docs/ARCHITECTURE.md, "The
+//! request path", lists them all in order and says what each may change).
+//!
+//! [`RequestCtx`] is built once, when the request arrives, and every phase reads it. A phase
+//! returns a [`Flow`]: `Ok` to go on to the next phase, or a [`Stop`] that ends the request
+//! with the gateway's own answer (a failure's status, a route's redirect, an ACME token).
+//! Only [`RequestCtx::stop`] turns a `Stop` into a response, so every early end is logged,
+//! counted and traced the same way.
+
+use crate::access_log::Entry;
+use crate::body::{ProxyBody, TrackedBody};
+use crate::http1::ClientBody;
+use crate::request::context::{ConnCtx, ListenerCtx};
+use crate::request::done::{Done, failure};
+use crate::request::error::Failure;
+use crate::request::forward::head_size;
+use crate::request::policy;
+use crate::request::rate_limit::Verdict;
+use crate::request::split;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Request, Response, StatusCode, Version};
+use http_body_util::{BodyExt, Full};
+use sluice_config::Route;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What a phase decided: go on (`Ok`), or end the request here.
+pub(crate) type Flow<T> = Result<T, Stop>;
+
+/// Why a request ends before it goes upstream, and with what. Two words: a `Flow` is held in
+/// the request's future (moved whole into an HTTP/2 stream's task), so the rare payloads are
+/// boxed (`tests::a_stop_is_two_words`).
+pub(crate) enum Stop {
+    /// A failure's status and short body (`error::Failure`).
+    Fail(Failure),
+    /// A failure with extra response headers (a rate limit's `Retry-After`).
+    FailWith(Failure, Box<HeaderMap>),
+    /// The gateway's own answer: a route's redirect or fixed response, an ACME token.
+    Answer(Box<(StatusCode, HeaderMap, Bytes)>),
+}
+
+/// One request's context, built once when it arrives and read by every phase: its
+/// connection and listener, the client behind trusted proxies, the host it asked for, and
+/// its log record (`Done`, which ends with the response body).
+pub(crate) struct RequestCtx<'a> {
+    pub(crate) conn: &'a Arc<ConnCtx>,
+    pub(crate) listener: &'a ListenerCtx,
+    /// The client address, behind `trusted_proxies` where the peer is one.
+    pub(crate) client: IpAddr,
+    /// The authority of the target, else `Host`; empty when neither was sent.
+    pub(crate) host: String,
+    pub(crate) done: Done,
+}
+
+impl<'a> RequestCtx<'a> {
+    /// The context of `req`, which arrived on `conn` now (`start`): the client, the request
+    /// ID (set on `req` where the listener gives one), the host, the log entry and the
+    /// request's span.
+    #[inline(always)]
+    pub(crate) fn new(
+        conn: &'a Arc<ConnCtx>,
+        listener: &'a ListenerCtx,
+        req: &mut Request<ClientBody>,
+        start: Instant,
+    ) -> Self {
+        let cfg = &listener.config;
+        let client = policy::real_client(conn.peer.ip(), req.headers(), &cfg.trusted_proxies);
+        let request_id = cfg.request_id.then(|| {
+            policy::never_indexed(policy::request_id(
+                conn.peer.ip(),
+                req.headers(),
+                &cfg.trusted_proxies,
+            ))
+        });
+        if let Some(id) = &request_id {
+            req.headers_mut().insert(policy::X_REQUEST_ID, id.clone());
+        }
+        let host = host_of(req);
+        let mut entry = entry(conn, listener, req, start);
+        // The client behind trusted proxies has no port we know.
+        entry.client = Some(if client == conn.peer.ip() {
+            conn.peer
+        } else {
+            SocketAddr::new(client, 0)
+        });
+        entry.host.clone_from(&host);
+        if let Some(id) = request_id.as_ref().and_then(|v| v.to_str().ok()) {
+            entry.request_id = id.to_owned();
+        }
+        let mut done = Done {
+            entry,
+            start,
+            bytes_in: None,
+            log: listener.access_log.clone(),
+            state: conn.state.clone(),
+            metrics: listener.metrics.clone(),
+            request_id,
+            grpc: crate::request::grpc::is_grpc(req.headers()),
+            _server: None,
+            trace: None,
+        };
+        if let Some(tracer) = &listener.tracer {
+            let span = crate::request::trace::server_span(tracer, conn, req, &host, client, &done);
+            done.entry.trace = Some(span.ids());
+            done.trace = Some(Box::new(span));
+        }
+        RequestCtx {
+            conn,
+            listener,
+            client,
+            host,
+            done,
+        }
+    }
+
+    /// Phase `early`: what is checked before routing, for every request of the listener: the
+    /// head's size (431), HTTP/1.1's `Host` (400), an ACME CA's HTTP-01 validation (answered
+    /// before routes and ACLs: a CA's validation servers are anywhere, and only for a token
+    /// the ACME manager has published), and the listener's ACL (403).
+    pub(crate) fn early(&self, req: &Request<ClientBody>) -> Flow<()> {
+        let listener = self.listener;
+        if head_size(req.method(), req.uri(), req.headers()) > listener.config.max_header_bytes {
+            return Err(Stop::Fail(Failure::HeadersTooLarge));
+        }
+        if req.version() == Version::HTTP_11 && self.host.is_empty() {
+            // RFC 9112 §3.2: a server MUST respond 400 to an HTTP/1.1 request without Host.
+            return Err(Stop::Fail(Failure::BadRequest));
+        }
+        if req
+            .uri()
+            .path()
+            .starts_with(sluice_tls::live::HTTP01_PREFIX)
+            && matches!(*req.method(), http::Method::GET | http::Method::HEAD)
+            && let Some(answer) = sluice_tls::live().http_answer(req.uri().path())
+        {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            return Err(Stop::Answer(Box::new((
+                StatusCode::OK,
+                headers,
+                Bytes::from(answer),
+            ))));
+        }
+        if !listener.config.acl.permits(self.client) {
+            listener.metrics.denied();
+            return Err(Stop::Fail(Failure::Forbidden));
+        }
+        Ok(())
+    }
+
+    /// Phase `route`: the route for the request's host, path, method and headers (404).
+    pub(crate) fn route(&mut self, req: &Request<ClientBody>) -> Flow<&'a Route> {
+        let route = self
+            .listener
+            .router
+            .find(&self.host, req.uri().path(), req.method(), req.headers())
+            .ok_or(Stop::Fail(Failure::NoRoute))?;
+        self.done.entry.route = Some(route.name.clone());
+        if let Some(span) = &mut self.done.trace {
+            crate::request::trace::routed(span, req.method(), &route.name);
+        }
+        Ok(route)
+    }
+
+    /// Phase `access`: the route's ACL (403) and rate limit (a delay waits here; a refusal
+    /// is 429 with the limit's headers). Later: authentication, Lua's `access`, the WAF.
+    pub(crate) async fn access(&self, route: &Route, req: &Request<ClientBody>) -> Flow<()> {
+        if !route.acl.permits(self.client) {
+            self.listener.metrics.denied();
+            return Err(Stop::Fail(Failure::Forbidden));
+        }
+        if route.rate_limit.is_some()
+            && let Some(limiter) = self.listener.limiters.get(&route.name)
+        {
+            let key = limiter.key(req.uri(), req.headers(), self.client);
+            // Boxed: only rate-limited routes pay for the (Redis-capable) check's future.
+            match Box::pin(limiter.check(key)).await {
+                Verdict::Pass => {}
+                Verdict::Delay(wait) => tokio::time::sleep(wait).await,
+                Verdict::Reject(retry) => {
+                    let mut headers = HeaderMap::new();
+                    limiter.reject_headers(retry, &mut headers);
+                    return Err(Stop::FailWith(Failure::TooManyRequests, Box::new(headers)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Phase `answer`: the route's redirect or fixed response, with its response header
+    /// edits, instead of going upstream.
+    pub(crate) fn answer(&self, route: &Route, req: &Request<ClientBody>) -> Flow<()> {
+        let Some(a) = &route.answer else {
+            return Ok(());
+        };
+        let vars = self.vars(req);
+        let (status, mut headers, body) = policy::answer(a, &vars);
+        policy::edit_headers(&route.response_headers, &mut headers, &vars);
+        Err(Stop::Answer(Box::new((status, headers, body))))
+    }
+
+    /// Phase `upstream choice`: the declared body within the listener's limit (413), then the
+    /// route's upstream group, by its traffic split where it has one.
+    pub(crate) fn upstream(&self, route: &Route, req: &Request<ClientBody>) -> Flow<usize> {
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > self.listener.config.max_body_bytes) {
+            return Err(Stop::Fail(Failure::BodyTooLarge));
+        }
+        split::upstream_for(route, req.uri(), req.headers(), self.client)
+            .ok_or(Stop::Fail(Failure::NoRoute))
+    }
+
+    /// What a route's templates (answers, header edits) may refer to.
+    pub(crate) fn vars<'r>(&'r self, req: &'r Request<ClientBody>) -> policy::Vars<'r> {
+        policy::Vars {
+            host: policy::host_name(&self.host),
+            uri: req.uri(),
+            https: self.listener.tls.is_some(),
+            client: self.client,
+            request_id: self.done.request_id.as_ref(),
+        }
+    }
+
+    /// The response that ends the request at `stop`: logged, counted and traced when its
+    /// body ends, like every response.
+    pub(crate) fn stop(self, stop: Stop) -> Response<ProxyBody> {
+        match stop {
+            Stop::Fail(why) => failure(self.done, why),
+            Stop::FailWith(why, headers) => {
+                let mut resp = failure(self.done, why);
+                resp.headers_mut().extend(*headers);
+                resp
+            }
+            Stop::Answer(answer) => {
+                let (status, headers, body) = *answer;
+                respond(self.done, status, headers, body)
+            }
+        }
+    }
+}
+
+/// A response the gateway makes itself (a route's redirect or fixed response).
+pub(crate) fn respond(
+    mut done: Done,
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<ProxyBody> {
+    done.entry.status = status.as_u16();
+    let id = done.request_id.clone();
+    let mut resp = Response::new(TrackedBody::new(Full::new(body), done).boxed());
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    if let Some(id) = id {
+        resp.headers_mut().insert(policy::X_REQUEST_ID, id);
+    }
+    resp
+}
+
+/// The authority of the request target, else its `Host`; empty when it has neither.
+fn host_of(req: &Request<ClientBody>) -> String {
+    req.uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
+}
+
+/// The access log's entry for `req` as the connection and the request line give it (the
+/// client, host and request ID are filled in by `RequestCtx::new`).
+#[inline(always)]
+fn entry(
+    conn: &ConnCtx,
+    listener: &ListenerCtx,
+    req: &Request<ClientBody>,
+    start: Instant,
+) -> Box<Entry> {
+    let tls = conn.tls.as_ref();
+    Box::new(Entry {
+        time: Some(crate::clock::wall_at(start)),
+        listener: listener.name.clone(),
+        method: method_name(req.method()),
+        path: req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned(),
+        protocol: protocol(req.version()),
+        tls_version: tls.map_or("", |t| t.version),
+        tls_cipher: tls.map_or("", |t| t.cipher).into(),
+        tls_resumed: tls.map(|t| t.resumed),
+        ..Entry::default()
+    })
+}
+
+fn protocol(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_2 => "HTTP/2.0",
+        Version::HTTP_3 => "HTTP/3.0",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_09 => "HTTP/0.9",
+        _ => "HTTP/1.1",
+    }
+}
+
+/// A method's name for the log: borrowed for the standard ones.
+pub(crate) fn method_name(m: &http::Method) -> std::borrow::Cow<'static, str> {
+    use http::Method;
+    let name = match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => return m.as_str().to_owned().into(),
+    };
+    name.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `Flow` sits in the request's future, which an HTTP/2 stream moves whole: a `Stop`
+    /// with its payloads inline (a `HeaderMap`, a body) made every phase's result ~140 bytes.
+    #[test]
+    fn a_stop_is_two_words() {
+        assert!(
+            std::mem::size_of::<Stop>() <= 16,
+            "{}",
+            std::mem::size_of::<Stop>()
+        );
+        assert!(std::mem::size_of::<Flow<(&Route, usize)>>() <= 24);
+    }
+}
