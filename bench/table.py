@@ -61,7 +61,7 @@ def render(path):
             memory = True  # a latency row: compare the value itself
         else:
             unit = "KiB per connection" if memory else "gateway CPU µs per " + (
-                "handshake" if "handshake" in sc["metric"] else "request")
+                "handshake" if sc["metric"] == "conn/s" else "request")
         med = {g: statistics.median(per_unit(r, memory) for r in runs[g]) for g, _ in GATEWAYS}
         ratios = [f"{med['sluice'] / med[ref]:.2f}x" if med[ref] else "n/a" for ref in ("nginx", "haproxy")]
         cells = [cell(runs[g], memory) for g, _ in GATEWAYS]
