@@ -52,6 +52,15 @@ pub(crate) async fn serve(
     let start = Instant::now();
     let finish =
         |log: Entry, status: u16, outcome: usize| end(&listener, log, start, status, outcome);
+    // The connection's context for `relay`, once its log entry is complete.
+    let tcp_conn = |log: Entry| TcpConn {
+        listener: &listener,
+        proxy,
+        at,
+        log,
+        start,
+        signals: &signals,
+    };
     if !listener.config.acl.permits(at.client.ip()) {
         listener.metrics.denied();
         return finish(log, 403, DENIED);
@@ -81,31 +90,13 @@ pub(crate) async fn serve(
             return finish(log, 502, NO_UPSTREAM);
         };
         let group = listener.upstreams[group].group();
-        let conn = TcpConn {
-            listener: &listener,
-            proxy,
-            at,
-            log,
-            start,
-            signals: &signals,
-        };
-        return relay(conn, group, tcp, &hello.bytes).await;
+        return relay(tcp_conn(log), group, tcp, &hello.bytes).await;
     }
     let Some(group) = proxy.upstream.map(|i| listener.upstreams[i].group()) else {
         return finish(log, 502, NO_UPSTREAM);
     };
     match &listener.tls {
-        None => {
-            let conn = TcpConn {
-                listener: &listener,
-                proxy,
-                at,
-                log,
-                start,
-                signals: &signals,
-            };
-            relay(conn, group, tcp, &[]).await
-        }
+        None => relay(tcp_conn(log), group, tcp, &[]).await,
         Some(acceptor) => {
             let Some((stream, info)) = crate::listen::connection::handshake(
                 &listener, acceptor, tcp, at.client, &signals, permit,
@@ -119,15 +110,7 @@ pub(crate) async fn serve(
             log.tls_resumed = Some(info.resumed);
             log.host = info.sni.clone().unwrap_or_default();
             log.tls_cipher = info.cipher.into();
-            let conn = TcpConn {
-                listener: &listener,
-                proxy,
-                at,
-                log,
-                start,
-                signals: &signals,
-            };
-            relay(conn, group, stream, &[]).await;
+            relay(tcp_conn(log), group, stream, &[]).await;
         }
     }
 }
