@@ -24,6 +24,7 @@ mod body;
 mod clock;
 mod gateway;
 mod handshakes;
+mod hash;
 mod http1;
 mod http3;
 #[cfg(feature = "fuzzing")]

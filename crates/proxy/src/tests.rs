@@ -1,5 +1,6 @@
+use crate::hash::hash_ip;
 use crate::request::router::Router;
-use crate::upstreams::balance::{Balancer, PickCx, Server, hash_ip};
+use crate::upstreams::balance::{Balancer, PickCx, Server};
 use http::{HeaderMap, HeaderValue, Method};
 use sluice_config::{Balance, load_str};
 use std::net::IpAddr;

@@ -35,7 +35,7 @@ pub(crate) struct ConnSlot {
 
 impl ConnCounts {
     fn shard(&self, ip: IpAddr) -> &Mutex<HashMap<IpAddr, u32>> {
-        let h = crate::upstreams::balance::hash_ip(ip);
+        let h = crate::hash::hash_ip(ip);
         &self.per_client[(h as usize) % SHARDS]
     }
 

@@ -62,7 +62,7 @@ impl Drop for Slot {
 fn sample_point(id: Option<&HeaderValue>) -> u32 {
     let Some(id) = id else {
         // No request ID (`request_id = false`): a random draw.
-        return (crate::upstreams::balance::random64() % 1_000_000) as u32;
+        return (crate::hash::random() % 1_000_000) as u32;
     };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in id.as_bytes() {

@@ -64,8 +64,7 @@ pub(crate) fn request_id(peer: IpAddr, headers: &HeaderMap, proxies: &[IpNet]) -
     {
         return v.clone();
     }
-    let bits = (u128::from(crate::upstreams::balance::random64()) << 64)
-        | u128::from(crate::upstreams::balance::random64());
+    let bits = (u128::from(crate::hash::random()) << 64) | u128::from(crate::hash::random());
     let mut buf = [0u8; 32];
     sluice_trace::propagation::write_hex(&mut buf, bits);
     // Owned by a shared allocation from the start: the value is cloned into the upstream

@@ -8,10 +8,8 @@
 //! only when none is left does a pick fall back to any untried server (fail open: a stale
 //! mark is better than a certain 502).
 
-mod hash;
 mod maglev;
 
-pub(crate) use hash::{below as random_below, hash_ip, hash64, random as random64};
 use maglev::Maglev;
 use sluice_config::Balance;
 use std::net::SocketAddr;
@@ -389,7 +387,7 @@ fn two_choices(
     let n = servers.len();
     let draw = || {
         (0..8)
-            .map(|_| hash::below(n))
+            .map(|_| crate::hash::below(n))
             .find(|&i| cx.usable(servers, i))
     };
     let a = draw().or_else(|| (0..n).find(|&i| cx.usable(servers, i)))?;

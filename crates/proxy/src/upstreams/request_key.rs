@@ -2,7 +2,7 @@
 //! rate limits: a header, cookie, query argument, the URI or the client address, hashed.
 //! Shared by all four, so it lives with none of them.
 
-use crate::upstreams::balance::{hash_ip, hash64};
+use crate::hash::{hash_ip, hash64};
 use sluice_config::HashKey;
 use std::net::IpAddr;
 

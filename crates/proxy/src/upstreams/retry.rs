@@ -82,7 +82,7 @@ pub(crate) fn backoff(base: Duration, max: Duration, n: u32) -> Duration {
     let ceiling = base
         .saturating_mul(1 << n.saturating_sub(1).min(16))
         .min(max);
-    let r = crate::upstreams::balance::random_below(1_000_000) as u32;
+    let r = crate::hash::below(1_000_000) as u32;
     ceiling.mul_f64(f64::from(r) / 1_000_000.0)
 }
 

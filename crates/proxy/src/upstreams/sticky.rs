@@ -7,7 +7,7 @@
 //! itself to a server of its choosing (a forged or stale cookie is ignored and replaced).
 //! The key is `key_file`'s (shared by a fleet) or one drawn at random once per process.
 
-use crate::upstreams::balance::hash64;
+use crate::hash::hash64;
 use sluice_config::Sticky;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};

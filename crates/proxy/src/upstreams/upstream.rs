@@ -1,7 +1,8 @@
 //! Upstream groups at run time: servers, balancer, passive health and the pooled client.
 
 use crate::body::{BoxError, ProxyBody};
-use crate::upstreams::balance::{Balancer, PickCx, Server, hash_ip};
+use crate::hash::hash_ip;
+use crate::upstreams::balance::{Balancer, PickCx, Server};
 use crate::upstreams::conn_pool::{ConnPool, UpstreamError};
 use crate::upstreams::request_key::key_hash;
 use crate::upstreams::sticky::StickyCookies;

@@ -10,7 +10,7 @@
 //! Permutations come from each server's name (its address as configured), so every gateway
 //! of a fleet, and every reload, builds the same table from the same servers.
 
-use super::hash::hash64;
+use crate::hash::hash64;
 
 /// A Maglev lookup table: slot → server index.
 #[derive(Debug)]
@@ -96,7 +96,6 @@ fn prime_at_least(n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstreams::balance::hash::hash64;
 
     fn names(n: usize) -> Vec<String> {
         (0..n)

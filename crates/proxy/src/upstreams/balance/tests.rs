@@ -1,6 +1,7 @@
 //! The balancers that sample or hash: what they choose, not how fast.
 
 use super::*;
+use crate::hash::hash64;
 use std::collections::HashMap;
 
 fn servers(n: usize) -> Vec<Server> {

@@ -1,4 +1,7 @@
-//! The hash behind `ip_hash` and `consistent_hash`.
+//! Hashing and randomness every part of the data plane shares: the hash behind `ip_hash`,
+//! `consistent_hash`, sticky cookies and connection limits, and the per-thread random source
+//! behind sampled choices (balancers, mirroring, request IDs, retry jitter). A leaf: it
+//! imports nothing of the crate.
 //!
 //! Every gateway of a fleet must send a key to the same server, so the hash is fixed here
 //! (FNV-1a over the bytes, then MurmurHash3's 64-bit finaliser to spread FNV's weak low bits)
