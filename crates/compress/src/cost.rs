@@ -1,7 +1,7 @@
 //! What compressing a byte costs inline on this machine, for the dashboard's "CPU saved":
 //! each chunk an engine compressed off the event loop is credited with its input length
 //! times the per-byte cost of its encoding. The figures are measured by
-//! [`calibrate`](crate::calibrate) (`calibration.rs`) and kept here, a leaf that the chunk
+//! `calibrate` (`calibration.rs`) and kept here, a leaf that the chunk
 //! jobs read.
 
 use crate::codec::Encoding;

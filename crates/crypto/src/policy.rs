@@ -10,7 +10,7 @@ pub enum EngineKind {
     /// AVX-512 IFMA multi-buffer RSA (answers `Unsupported` without IFMA).
     Mb,
     /// Remote key servers (built by the `sluice-keyless` crate, handed to
-    /// [`build_dispatcher`](crate::build_dispatcher)).
+    /// `build_dispatcher`).
     Keyless,
 }
 

@@ -44,6 +44,7 @@ pub use access_log::{
 pub use gateway::{ApplyReport, Gateway, SharedStore};
 pub use handshakes::{HandshakeScheduler, HandshakeStats, Priority};
 pub use http3::set_generation as set_quic_generation;
+pub use metrics::mirror::{MIRROR_FAILURES, MIRROR_SIDES, MIRROR_SKIPS, MirrorSnapshot};
 pub use metrics::{
     PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, QUIC_DROPPED, REQUEST_LATENCY_BUCKETS_US,
     STATUS_CLASSES, TCP_OUTCOMES, TLS_VERSIONS, UPSTREAM_ERRORS,
@@ -51,7 +52,6 @@ pub use metrics::{
 pub use request::cache::ResponseCache;
 pub use request::compression::Compressor;
 pub use request::error::ProxyError;
-pub use request::mirror::counters::{MIRROR_FAILURES, MIRROR_SIDES, MIRROR_SKIPS, MirrorSnapshot};
 pub use request::router::Router;
 pub use upstreams::upstream::DnsReport;
 pub use upstreams::upstream::{ServerHealthReport, UpstreamHealth};

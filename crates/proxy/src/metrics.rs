@@ -1,5 +1,7 @@
 //! Counters of the data plane, read by the admin listener's `/metrics` and `/status`.
 
+pub(crate) mod mirror;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -42,13 +44,7 @@ pub struct ProxyMetrics {
     /// HTTP request latency, first byte of the request to the end of its response.
     latency: RequestLatency,
     /// Each route's mirrors, by route and mirror upstream (kept across reloads).
-    mirrors: std::sync::Mutex<
-        Vec<(
-            String,
-            String,
-            Arc<crate::request::mirror::counters::MirrorState>,
-        )>,
-    >,
+    mirrors: std::sync::Mutex<Vec<(String, String, Arc<mirror::MirrorState>)>>,
 }
 
 /// Buckets of HTTP request latency in microseconds (250 µs to 10 s).
@@ -163,22 +159,18 @@ impl QuicDropped {
 
 impl ProxyMetrics {
     /// The state of `route`'s mirror to `upstream` (made on first use).
-    pub(crate) fn mirror(
-        &self,
-        route: &str,
-        upstream: &str,
-    ) -> Arc<crate::request::mirror::counters::MirrorState> {
+    pub(crate) fn mirror(&self, route: &str, upstream: &str) -> Arc<mirror::MirrorState> {
         let mut all = self.mirrors.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, _, s)) = all.iter().find(|(r, u, _)| r == route && u == upstream) {
             return s.clone();
         }
-        let s = Arc::new(crate::request::mirror::counters::MirrorState::default());
+        let s = Arc::new(mirror::MirrorState::default());
         all.push((route.to_owned(), upstream.to_owned(), s.clone()));
         s
     }
 
     /// Every mirror's counters, in the order they were first used.
-    pub fn mirrors(&self) -> Vec<crate::request::mirror::counters::MirrorSnapshot> {
+    pub fn mirrors(&self) -> Vec<mirror::MirrorSnapshot> {
         self.mirrors
             .lock()
             .unwrap_or_else(|e| e.into_inner())

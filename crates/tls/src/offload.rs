@@ -335,7 +335,7 @@ pub(crate) struct ConnOffload {
     offload: Arc<KeyOffload>,
     slot: Arc<WakerSlot>,
     op: Mutex<Option<(Option<tokio::task::JoinHandle<()>>, Outcome)>>,
-    /// The last operation's trace, taken by [`crate::TlsInfo::from_ssl`].
+    /// The last operation's trace, taken by `TlsInfo::from_ssl` (`info.rs`).
     traced: Arc<Mutex<Option<KeyOperation>>>,
 }
 

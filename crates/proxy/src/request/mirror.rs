@@ -32,10 +32,8 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-pub(crate) mod counters;
-
-pub(crate) use counters::MirrorState;
-use counters::{BUSY, INCOMPLETE, MIRROR, NO_SERVER, TOO_LARGE};
+pub(crate) use crate::metrics::mirror::MirrorState;
+use crate::metrics::mirror::{BUSY, INCOMPLETE, MIRROR, NO_SERVER, TOO_LARGE};
 
 /// A copy's slot among its mirror's `max_in_flight`, given back when the copy ends.
 struct Slot(Arc<MirrorState>);

@@ -1,6 +1,6 @@
 //! A mirror's counters: what `/metrics`, `/status` and the dashboard report for each route's
-//! mirror, kept across reloads by route and upstream. A leaf, so that the metrics registry
-//! that holds them needs nothing else of the mirror.
+//! mirror (`request::mirror` counts into them), kept across reloads by route and upstream by
+//! the metrics registry, which therefore needs nothing of the request path.
 
 use http::StatusCode;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -13,25 +13,25 @@ pub const MIRROR_FAILURES: [&str; 2] = ["timeout", "error"];
 /// The two sides compared.
 pub const MIRROR_SIDES: [&str; 2] = ["mirror", "primary"];
 
-pub(super) const BUSY: usize = 0;
-pub(super) const TOO_LARGE: usize = 1;
-pub(super) const INCOMPLETE: usize = 2;
-pub(super) const NO_SERVER: usize = 3;
-pub(super) const MIRROR: usize = 0;
-pub(super) const PRIMARY: usize = 1;
+pub(crate) const BUSY: usize = 0;
+pub(crate) const TOO_LARGE: usize = 1;
+pub(crate) const INCOMPLETE: usize = 2;
+pub(crate) const NO_SERVER: usize = 3;
+pub(crate) const MIRROR: usize = 0;
+pub(crate) const PRIMARY: usize = 1;
 
 /// One route's mirror: its limit and counters (kept across reloads by route and upstream).
 #[derive(Debug, Default)]
 pub(crate) struct MirrorState {
-    pub(super) in_flight: AtomicU32,
-    pub(super) sent: AtomicU64,
-    pub(super) skipped: [AtomicU64; 4],
-    pub(super) failed: [AtomicU64; 2],
+    pub(crate) in_flight: AtomicU32,
+    pub(crate) sent: AtomicU64,
+    pub(crate) skipped: [AtomicU64; 4],
+    pub(crate) failed: [AtomicU64; 2],
     /// [side][status class 1xx..5xx]
-    pub(super) classes: [[AtomicU64; 5]; 2],
+    pub(crate) classes: [[AtomicU64; 5]; 2],
     /// [side]: latency sum (µs) and count.
-    pub(super) latency_us: [AtomicU64; 2],
-    pub(super) latency_n: [AtomicU64; 2],
+    pub(crate) latency_us: [AtomicU64; 2],
+    pub(crate) latency_n: [AtomicU64; 2],
 }
 
 /// A mirror's counters at one moment.
@@ -58,11 +58,11 @@ pub struct MirrorSnapshot {
 }
 
 impl MirrorState {
-    pub(super) fn skip(&self, why: usize) {
+    pub(crate) fn skip(&self, why: usize) {
         self.skipped[why].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn response(&self, side: usize, status: StatusCode, took: Duration) {
+    pub(crate) fn response(&self, side: usize, status: StatusCode, took: Duration) {
         let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
         self.classes[side][class].fetch_add(1, Ordering::Relaxed);
         self.latency_us[side].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
