@@ -42,6 +42,9 @@ pub(crate) enum Inner {
 /// names.
 pub type KeyId = [u8; 32];
 
+/// An engine's precomputed form of a key ([`PrivateKey::engine_form`]).
+pub(crate) type EngineForm = Box<dyn std::any::Any + Send + Sync>;
+
 /// A private key loaded once into the engine side; jobs refer to it by `Arc`.
 pub struct PrivateKey {
     pub(crate) kind: KeyKind,
@@ -50,8 +53,9 @@ pub struct PrivateKey {
     pub(crate) public: Vec<u8>,
     /// RSA keys only: the same key as aws-lc's `RSA`, for raw decryption.
     pub(crate) raw_rsa: Option<RawRsa>,
-    /// RSA keys only: the mb engine's form, made at its first mb job.
-    pub(crate) mb: std::sync::OnceLock<Option<crate::mb::key::MbKey>>,
+    /// The key in one engine's precomputed form (the mb engine's RSA limbs), made at that
+    /// engine's first job with it ([`PrivateKey::engine_form`]).
+    pub(crate) engine_form: std::sync::OnceLock<Option<EngineForm>>,
     /// Its id on key servers, when the caller gave one.
     pub(crate) key_id: Option<KeyId>,
 }
@@ -76,7 +80,7 @@ impl PrivateKey {
                 inner: Inner::Rsa(k),
                 public,
                 raw_rsa: Some(RawRsa::from_pkcs8(der).ok_or(KeyError::Unsupported)?),
-                mb: Default::default(),
+                engine_form: Default::default(),
                 key_id: None,
             });
         }
@@ -91,7 +95,7 @@ impl PrivateKey {
                     inner: Inner::Ecdsa(k),
                     public,
                     raw_rsa: None,
-                    mb: Default::default(),
+                    engine_form: Default::default(),
                     key_id: None,
                 });
             }
@@ -103,22 +107,25 @@ impl PrivateKey {
                 inner: Inner::Ed25519(k),
                 public,
                 raw_rsa: None,
-                mb: Default::default(),
+                engine_form: Default::default(),
                 key_id: None,
             });
         }
         Err(KeyError::Unsupported)
     }
 
-    /// The mb engine's form of an RSA key (computed once); `None` for other keys and for
-    /// RSA keys the kernel has no size for.
-    pub(crate) fn mb(&self) -> Option<&crate::mb::key::MbKey> {
-        self.mb
-            .get_or_init(|| {
-                let c = self.raw_rsa.as_ref()?.components()?;
-                crate::mb::key::MbKey::new(&c)
-            })
-            .as_ref()
+    /// The key in an engine's precomputed form, made by `make` on first use and kept for the
+    /// key's life; `None` where `make` has none for this key. Opaque here, so that the key
+    /// knows nothing of the engines: one engine keeps a form (the mb engine, `mb::key`), and
+    /// a second type asked of the same key gets `None`, never another engine's form.
+    pub(crate) fn engine_form<T: std::any::Any + Send + Sync>(
+        &self,
+        make: impl FnOnce(&PrivateKey) -> Option<T>,
+    ) -> Option<&T> {
+        self.engine_form
+            .get_or_init(|| make(self).map(|t| Box::new(t) as EngineForm))
+            .as_ref()?
+            .downcast_ref()
     }
 
     /// A key whose private half lives on key servers: `public` is its public key in the form
@@ -137,7 +144,7 @@ impl PrivateKey {
             inner: Inner::Remote,
             public,
             raw_rsa,
-            mb: Default::default(),
+            engine_form: Default::default(),
             key_id: Some(key_id),
         })
     }

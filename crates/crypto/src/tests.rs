@@ -236,3 +236,20 @@ fn a_wrong_decryption_is_caught_and_bad_inputs_are_refused() {
         Err(sluice_offload::EngineError::Failed(_))
     ));
 }
+
+/// A key keeps one engine's precomputed form: made once, the same on every ask, and another
+/// type asked of the same key gets nothing rather than a wrong cast.
+#[test]
+fn a_key_keeps_one_engine_form() {
+    let pkcs8 = boring_key(KeyKind::Rsa(2048))
+        .private_key_to_der_pkcs8()
+        .unwrap();
+    let key = PrivateKey::from_pkcs8(&pkcs8).unwrap();
+    let first = key.mb().expect("an RSA-2048 key has an mb form") as *const _;
+    assert_eq!(key.mb().map(|m| m as *const _), Some(first), "made once");
+    assert_eq!(key.engine_form(|_| Some(7u32)), None);
+    let ec = boring_key(KeyKind::EcdsaP256)
+        .private_key_to_der_pkcs8()
+        .unwrap();
+    assert!(PrivateKey::from_pkcs8(&ec).unwrap().mb().is_none());
+}

@@ -3,6 +3,7 @@
 
 use super::arith::{Blinding, Half, KeyLimbs, WINDOW};
 use super::lanes::{LIMB_BITS, MASK52};
+use crate::key::PrivateKey;
 use crate::raw_rsa::Components;
 use num_bigint::BigUint;
 use std::sync::Mutex;
@@ -141,6 +142,14 @@ fn half(m: &BigUint, d: &BigUint, np: usize) -> Half {
         r2: to_limbs(&r2, np),
         r3: to_limbs(&r3, np),
         windows,
+    }
+}
+
+impl PrivateKey {
+    /// The mb engine's form of an RSA key (computed once, kept with the key); `None` for
+    /// other keys and for RSA keys the kernel has no size for.
+    pub(crate) fn mb(&self) -> Option<&MbKey> {
+        self.engine_form(|key| MbKey::new(&key.raw_rsa.as_ref()?.components()?))
     }
 }
 
