@@ -172,23 +172,6 @@ mod tests {
         std::mem::size_of::<F>()
     }
 
-    #[test]
-    fn method_names_are_the_methods() {
-        use crate::request::phases::method_name;
-        for m in [
-            "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT", "PURGE",
-        ] {
-            let method = http::Method::from_bytes(m.as_bytes()).unwrap();
-            let name = method_name(&method);
-            assert_eq!(name, m);
-            assert_eq!(
-                matches!(name, std::borrow::Cow::Borrowed(_)),
-                m != "PURGE",
-                "{m}"
-            );
-        }
-    }
-
     /// Every request's future is moved whole into its box (and for HTTP/2 into hyper's
     /// stream task), and async fns keep their arguments for their whole life: a rarely taken
     /// branch awaited inline (the cache's lookup and answers, a failure's stale answer) or a

@@ -32,8 +32,7 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-pub(crate) use crate::metrics::mirror::MirrorState;
-use crate::metrics::mirror::{BUSY, INCOMPLETE, MIRROR, NO_SERVER, TOO_LARGE};
+use crate::metrics::mirror::{BUSY, INCOMPLETE, MIRROR, MirrorState, NO_SERVER, TOO_LARGE};
 
 /// A copy's slot among its mirror's `max_in_flight`, given back when the copy ends.
 struct Slot(Arc<MirrorState>);
@@ -140,7 +139,7 @@ pub(crate) fn start<B>(
             local: c.conn.local,
         };
         let key = group.hash_key(c.parts, c.client);
-        tokio::spawn(send(Copy {
+        tokio::spawn(send(MirrorCopy {
             slot,
             group,
             head: request,
@@ -202,7 +201,7 @@ enum BodySource {
 
 /// One copy on its way: its place among the mirror's copies in flight, where it goes, what
 /// it carries, its deadline and its span.
-struct Copy {
+struct MirrorCopy {
     slot: Slot,
     group: Arc<crate::upstreams::upstream::UpstreamGroup>,
     head: http::request::Parts,
@@ -215,8 +214,8 @@ struct Copy {
 }
 
 /// One copy: wait for its body, send it, read the answer to its end, count.
-async fn send(copy: Copy) {
-    let Copy {
+async fn send(copy: MirrorCopy) {
+    let MirrorCopy {
         slot,
         group,
         head,

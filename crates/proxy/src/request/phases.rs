@@ -342,6 +342,22 @@ mod tests {
     /// A `Flow` sits in the request's future, which an HTTP/2 stream moves whole: a `Stop`
     /// with its payloads inline (a `HeaderMap`, a body) made every phase's result ~140 bytes.
     #[test]
+    fn method_names_are_the_methods() {
+        for m in [
+            "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT", "PURGE",
+        ] {
+            let method = http::Method::from_bytes(m.as_bytes()).unwrap();
+            let name = method_name(&method);
+            assert_eq!(name, m);
+            assert_eq!(
+                matches!(name, std::borrow::Cow::Borrowed(_)),
+                m != "PURGE",
+                "{m}"
+            );
+        }
+    }
+
+    #[test]
     fn a_stop_is_two_words() {
         assert!(
             std::mem::size_of::<Stop>() <= 16,

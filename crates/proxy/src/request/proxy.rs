@@ -27,12 +27,13 @@ use super::error::{Failure, is_caused_by};
 use super::forward::{
     Forwarding, add_forwarding, forwardable, strip_hop_by_hop, upgrade_protocol, write_forwardable,
 };
-use super::mirror::{self, MirrorState, Teed};
+use super::mirror::{self, Teed};
 use super::phases::RequestCtx;
 use super::policy;
 use crate::body::{BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, ProxyBody, TrackedBody};
 use crate::http1::ClientBody;
 use crate::http1::client::WrittenFields;
+use crate::metrics::mirror::MirrorState;
 use crate::upstreams::conn_pool::UpstreamError;
 use crate::upstreams::upstream::{ActiveGuard, Busy, UpstreamGroup};
 use futures_util::FutureExt as _;
