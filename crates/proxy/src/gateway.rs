@@ -23,6 +23,7 @@ use crate::access_log::AccessLog;
 use crate::handshakes::{HandshakeScheduler, HandshakeStats};
 use crate::listen::connection::Signals;
 use crate::request::context::ListenerCtx;
+use crate::request::filters::RoutePlan;
 use crate::request::rate_limit::{RateLimiter, RedisStore};
 use crate::request::router::Router;
 use crate::upstreams::dns::{Resolver, UpstreamSlot};
@@ -646,6 +647,7 @@ async fn prepare(
 
     let routers = routers(state, snapshot, &mut report).await?;
     let mut listeners = Vec::with_capacity(snapshot.listeners.len());
+    let mut plan_tables = Vec::new();
     for (l, router) in snapshot.listeners.iter().zip(routers) {
         let old = state
             .listeners
@@ -701,6 +703,7 @@ async fn prepare(
                 Placement::Bind(socket, udp)
             }
         };
+        let plans = plans_for(&mut plan_tables, &router, &limiters);
         let ctx = Arc::new(ListenerCtx {
             name: Arc::from(l.name.as_str()),
             config: l.clone(),
@@ -713,7 +716,7 @@ async fn prepare(
             compressor: compressor.clone(),
             cache: cache.clone(),
             tracer: tracer.clone(),
-            limiters: limiters.clone(),
+            plans,
             alt_svc: crate::request::context::AltSvc::new(l.http3, l.address.port()),
         });
         listeners.push((placement, ctx));
@@ -766,6 +769,21 @@ async fn routers(
     report.routers_built += built;
     report.routers_updated += updated;
     Ok(routers)
+}
+
+/// The route plans of `router`: resolved once per distinct table in an apply (listeners that
+/// share a table share its plans), kept in `made`.
+fn plans_for(
+    made: &mut Vec<(Arc<Router>, Arc<[RoutePlan]>)>,
+    router: &Arc<Router>,
+    limiters: &HashMap<String, Arc<RateLimiter>>,
+) -> Arc<[RoutePlan]> {
+    if let Some((_, plans)) = made.iter().find(|(r, _)| Arc::ptr_eq(r, router)) {
+        return plans.clone();
+    }
+    let plans = crate::request::filters::plans(router, limiters);
+    made.push((router.clone(), plans.clone()));
+    plans
 }
 
 /// Runs `work` at idle priority (see `sluice_offload::idle`) without blocking the event loop.

@@ -3,6 +3,7 @@
 
 use crate::access_log::AccessLog;
 use crate::request::conn_state::ConnState;
+use crate::request::filters::RoutePlan;
 use crate::request::router::Router;
 use crate::upstreams::dns::UpstreamSlot;
 use arc_swap::ArcSwap;
@@ -29,9 +30,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) cache: Arc<crate::request::cache::ResponseCache>,
     /// `[tracing]`, if on: every request gets a span (recorded when sampled).
     pub(crate) tracer: Option<Arc<sluice_trace::Tracer>>,
-    /// Rate limiters by route name.
-    pub(crate) limiters:
-        Arc<std::collections::HashMap<String, Arc<crate::request::rate_limit::RateLimiter>>>,
+    /// Each route's filters by phase, in the router's order (`Router::find_index`).
+    pub(crate) plans: Arc<[RoutePlan]>,
     /// The `Alt-Svc` its TCP responses carry where it also serves HTTP/3.
     pub(crate) alt_svc: AltSvc,
 }

@@ -6,13 +6,13 @@ use crate::http1::ClientBody;
 use crate::request::cache;
 use crate::request::compression::RequestFacts;
 use crate::request::context::ConnCtx;
+use crate::request::filters::RoutePlan;
 use crate::request::phases::{Flow, RequestCtx};
 use crate::request::policy;
 use crate::request::proxy;
 use http::header;
 use http::{Request, Response, Version};
 use http_body_util::BodyExt;
-use sluice_config::Route;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -66,7 +66,8 @@ pub(crate) fn handle(
         let mut ctx = RequestCtx::new(&conn, listener, &mut req, start);
         let resp = match phases(&mut ctx, &req).await {
             Err(stop) => ctx.stop(stop),
-            Ok((route, upstream)) => {
+            Ok((plan, upstream)) => {
+                let route = &*plan.route;
                 // Phase `cache lookup` (routes with `[route.cache]`), then the upstream
                 // phases of `proxy::run`. Inline rather than an async fn of their own:
                 // an async fn keeps its arguments (the context, the request) for its
@@ -112,7 +113,7 @@ pub(crate) fn handle(
                     facts,
                     fetch,
                 };
-                proxy::run(ctx, route, to, req).await
+                proxy::run(ctx, plan, to, req).await
             }
         };
         Ok(with_alt_svc(resp, alt_svc))
@@ -136,13 +137,13 @@ fn with_alt_svc(
 async fn phases<'a>(
     ctx: &mut RequestCtx<'a>,
     req: &Request<ClientBody>,
-) -> Flow<(&'a Route, usize)> {
+) -> Flow<(&'a RoutePlan, usize)> {
     ctx.early(req)?;
-    let route = ctx.route(req)?;
-    ctx.access(route, req).await?;
-    ctx.answer(route, req)?;
-    let upstream = ctx.upstream(route, req)?;
-    Ok((route, upstream))
+    let plan = ctx.route(req)?;
+    ctx.access(plan, req).await?;
+    ctx.answer(&plan.route, req)?;
+    let upstream = ctx.upstream(&plan.route, req)?;
+    Ok((plan, upstream))
 }
 
 /// Revalidates a stale entry in the background (`stale-while-revalidate`): the request again,

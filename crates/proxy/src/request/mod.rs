@@ -10,6 +10,7 @@ pub(crate) mod conn_state;
 pub(crate) mod context;
 pub(crate) mod done;
 pub(crate) mod error;
+pub(crate) mod filters;
 pub(crate) mod forward;
 pub(crate) mod grpc;
 pub(crate) mod handler;

@@ -13,9 +13,10 @@ use crate::http1::ClientBody;
 use crate::request::context::{ConnCtx, ListenerCtx};
 use crate::request::done::{Done, failure};
 use crate::request::error::Failure;
+use crate::request::filters::{Access, RoutePlan};
 use crate::request::forward::head_size;
 use crate::request::policy;
-use crate::request::rate_limit::Verdict;
+use crate::request::rate_limit::{RateLimiter, Verdict};
 use crate::request::split;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
@@ -153,43 +154,57 @@ impl<'a> RequestCtx<'a> {
         Ok(())
     }
 
-    /// Phase `route`: the route for the request's host, path, method and headers (404).
-    pub(crate) fn route(&mut self, req: &Request<ClientBody>) -> Flow<&'a Route> {
-        let route = self
-            .listener
+    /// Phase `route`: the route for the request's host, path, method and headers (404),
+    /// with its filters by phase.
+    pub(crate) fn route(&mut self, req: &Request<ClientBody>) -> Flow<&'a RoutePlan> {
+        let listener = self.listener;
+        let at = listener
             .router
-            .find(&self.host, req.uri().path(), req.method(), req.headers())
+            .find_index(&self.host, req.uri().path(), req.method(), req.headers())
             .ok_or(Stop::Fail(Failure::NoRoute))?;
-        self.done.entry.route = Some(route.name.clone());
+        let plan = &listener.plans[at];
+        debug_assert!(Arc::ptr_eq(&plan.route, &listener.router.routes()[at]));
+        self.done.entry.route = Some(plan.route.name.clone());
         if let Some(span) = &mut self.done.trace {
-            crate::request::trace::routed(span, req.method(), &route.name);
+            crate::request::trace::routed(span, req.method(), &plan.route.name);
         }
-        Ok(route)
+        Ok(plan)
     }
 
-    /// Phase `access`: the route's ACL (403) and rate limit (a delay waits here; a refusal
-    /// is 429 with the limit's headers). Later: authentication, Lua's `access`, the WAF.
-    pub(crate) async fn access(&self, route: &Route, req: &Request<ClientBody>) -> Flow<()> {
-        if !route.acl.permits(self.client) {
-            self.listener.metrics.denied();
-            return Err(Stop::Fail(Failure::Forbidden));
-        }
-        if route.rate_limit.is_some()
-            && let Some(limiter) = self.listener.limiters.get(&route.name)
-        {
-            let key = limiter.key(req.uri(), req.headers(), self.client);
-            // Boxed: only rate-limited routes pay for the (Redis-capable) check's future.
-            match Box::pin(limiter.check(key)).await {
-                Verdict::Pass => {}
-                Verdict::Delay(wait) => tokio::time::sleep(wait).await,
-                Verdict::Reject(retry) => {
-                    let mut headers = HeaderMap::new();
-                    limiter.reject_headers(retry, &mut headers);
-                    return Err(Stop::FailWith(Failure::TooManyRequests, Box::new(headers)));
+    /// Phase `access`: the route's access filters in order (`filters::Access`): its ACL
+    /// (403), its rate limit (a delay waits here; a refusal is 429 with the limit's
+    /// headers). Authentication, Lua's `access` and the WAF register here.
+    pub(crate) async fn access(&self, plan: &RoutePlan, req: &Request<ClientBody>) -> Flow<()> {
+        for filter in &*plan.access {
+            match filter {
+                Access::Acl => {
+                    if !plan.route.acl.permits(self.client) {
+                        self.listener.metrics.denied();
+                        return Err(Stop::Fail(Failure::Forbidden));
+                    }
                 }
+                Access::RateLimit(limiter) => self.rate_limit(limiter, req).await?,
             }
         }
         Ok(())
+    }
+
+    /// Filter `RateLimit` of phase `access`.
+    async fn rate_limit(&self, limiter: &RateLimiter, req: &Request<ClientBody>) -> Flow<()> {
+        let key = limiter.key(req.uri(), req.headers(), self.client);
+        // Boxed: only rate-limited routes pay for the (Redis-capable) check's future.
+        match Box::pin(limiter.check(key)).await {
+            Verdict::Pass => Ok(()),
+            Verdict::Delay(wait) => {
+                tokio::time::sleep(wait).await;
+                Ok(())
+            }
+            Verdict::Reject(retry) => {
+                let mut headers = HeaderMap::new();
+                limiter.reject_headers(retry, &mut headers);
+                Err(Stop::FailWith(Failure::TooManyRequests, Box::new(headers)))
+            }
+        }
     }
 
     /// Phase `answer`: the route's redirect or fixed response, with its response header
@@ -364,6 +379,6 @@ mod tests {
             "{}",
             std::mem::size_of::<Stop>()
         );
-        assert!(std::mem::size_of::<Flow<(&Route, usize)>>() <= 24);
+        assert!(std::mem::size_of::<Flow<(&RoutePlan, usize)>>() <= 24);
     }
 }

@@ -24,6 +24,7 @@ use super::compression::{self, RequestFacts, strengthen_if_none_match};
 use super::context::{ConnCtx, ListenerCtx};
 use super::done::{Done, failure};
 use super::error::{Failure, is_caused_by};
+use super::filters::{RoutePlan, UpstreamRequest, UpstreamResponse};
 use super::forward::{
     Forwarding, add_forwarding, forwardable, strip_hop_by_hop, upgrade_protocol, write_forwardable,
 };
@@ -69,7 +70,7 @@ pub(super) struct Upstream {
 #[inline(always)]
 pub(super) fn run<'a>(
     ctx: RequestCtx<'a>,
-    route: &'a Route,
+    plan: &'a RoutePlan,
     to: Upstream,
     req: Request<ClientBody>,
 ) -> impl Future<Output = Response<ProxyBody>> + 'a {
@@ -84,7 +85,7 @@ pub(super) fn run<'a>(
         Routed {
             conn,
             listener,
-            route,
+            plan,
             client,
             host,
         },
@@ -164,11 +165,12 @@ impl Attempt {
     }
 }
 
-/// Where a request is going: its connection, listener, route, client and host.
+/// Where a request is going: its connection, listener, route (with its filters), client and
+/// host.
 struct Routed<'a> {
     conn: &'a ConnCtx,
     listener: &'a ListenerCtx,
-    route: &'a Route,
+    plan: &'a RoutePlan,
     client: IpAddr,
     host: String,
 }
@@ -178,7 +180,7 @@ struct Proxied<'a> {
     conn: &'a ConnCtx,
     listener: &'a ListenerCtx,
     group: Arc<UpstreamGroup>,
-    route: &'a Route,
+    plan: &'a RoutePlan,
     client: IpAddr,
     host: String,
     parts: http::request::Parts,
@@ -214,10 +216,11 @@ impl<'a> Proxied<'a> {
         let Routed {
             conn,
             listener,
-            route,
+            plan,
             client,
             host,
         } = at;
+        let route = &*plan.route;
         let Upstream {
             group,
             facts,
@@ -274,7 +277,7 @@ impl<'a> Proxied<'a> {
             conn,
             listener,
             group,
-            route,
+            plan,
             client,
             host,
             parts,
@@ -300,13 +303,13 @@ impl<'a> Proxied<'a> {
     fn serving(&self) -> Option<Serving<'_>> {
         Some(Serving {
             cache: &self.listener.cache,
-            settings: self.route.cache.as_ref()?,
+            settings: self.plan.route.cache.as_ref()?,
             host_key: &self.host,
             compressor: &self.listener.compressor,
             facts: &self.facts,
             method: &self.parts.method,
             request: &self.parts.headers,
-            route: self.route,
+            route: &self.plan.route,
             vars: self.vars(),
         })
     }
@@ -386,7 +389,7 @@ impl<'a> Proxied<'a> {
         };
         let plain = !traced
             && matches!(self.group.config.protocol, UpstreamProtocol::Http1)
-            && self.route.request_headers.is_empty()
+            && self.plan.upstream_request.is_empty()
             && self.cache.is_none()
             && self.upgrade.is_none()
             && !self.wants_trailers
@@ -450,8 +453,13 @@ impl<'a> Proxied<'a> {
             headers.insert(header::HOST, v);
         }
         add_forwarding(&mut headers, fwd);
-        if !self.route.request_headers.is_empty() {
-            policy::edit_headers(&self.route.request_headers, &mut headers, &self.vars());
+        for filter in &*self.plan.upstream_request {
+            match filter {
+                UpstreamRequest::HeaderEdits => {
+                    let edits = &self.plan.route.request_headers;
+                    policy::edit_headers(edits, &mut headers, &self.vars());
+                }
+            }
         }
         headers
     }
@@ -467,6 +475,7 @@ impl<'a> Proxied<'a> {
         sent: Instant,
     ) -> impl Future<Output = Result<Response<ProxyBody>, Attempt>> + use<'_, 'a> {
         let per_try = self
+            .plan
             .route
             .retry
             .per_try_timeout
@@ -493,7 +502,7 @@ impl<'a> Proxied<'a> {
     /// repeated, tries and servers are left, the overall deadline has not passed, and the
     /// group's budget has a retry (asked last, so only real candidates spend it).
     fn may_retry(&self, wanted: bool) -> bool {
-        let policy = &self.route.retry;
+        let policy = &self.plan.route.retry;
         let left = self.tried.len() < policy.attempts.get() as usize
             && self.tried.len() < self.group.servers.len()
             && self.deadline.is_none_or(|d| Instant::now() < d);
@@ -507,7 +516,7 @@ impl<'a> Proxied<'a> {
 
     /// The wait before the next try.
     fn backoff(&self) -> Duration {
-        let policy = &self.route.retry;
+        let policy = &self.plan.route.retry;
         crate::upstreams::retry::backoff(
             policy.backoff,
             policy.backoff_max,
@@ -518,7 +527,7 @@ impl<'a> Proxied<'a> {
     /// Phase 5, for a try without a response: counted against the server, then another
     /// server or the failure's answer.
     fn upstream_failed(&self, server: &ActiveGuard, failed: Attempt) -> Next {
-        let (group, policy) = (&self.group, &self.route.retry);
+        let (group, policy) = (&self.group, &self.plan.route.retry);
         let addr = server.server().addr;
         match failed {
             Attempt::TimedOut(timeout) => {
@@ -572,7 +581,7 @@ impl<'a> Proxied<'a> {
     fn retry_5xx(&self, server: &ActiveGuard, resp: &Response<ProxyBody>) -> bool {
         server.server().succeeded();
         self.group.outcome(server.index, true);
-        let again = self.may_retry(self.route.retry.on_5xx);
+        let again = self.may_retry(self.plan.route.retry.on_5xx);
         if again {
             tracing::info!(upstream = %self.group.config.name, addr = %server.server().addr, status = resp.status().as_u16(), "upstream answered 5xx; retrying on another server");
         }
@@ -636,12 +645,13 @@ impl<'a> Proxied<'a> {
                 }
             },
         };
-        if !self.route.response_headers.is_empty() {
-            policy::edit_headers(
-                &self.route.response_headers,
-                &mut rparts.headers,
-                &self.vars(),
-            );
+        for filter in &*self.plan.upstream_response {
+            match filter {
+                UpstreamResponse::HeaderEdits => {
+                    let edits = &self.plan.route.response_headers;
+                    policy::edit_headers(edits, &mut rparts.headers, &self.vars());
+                }
+            }
         }
         if let Some(id) = &self.request_id {
             rparts.headers.insert(policy::X_REQUEST_ID, id.clone());

@@ -117,23 +117,41 @@ impl Router {
         method: &Method,
         headers: &HeaderMap,
     ) -> Option<&Route> {
+        self.find_index(host, path, method, headers)
+            .map(|i| &*self.routes[i])
+    }
+
+    /// The position of the route for a request among this table's routes (the listener's
+    /// resolved filters, `filters::RoutePlan`, are kept in the same order), or `None`.
+    pub fn find_index(
+        &self,
+        host: &str,
+        path: &str,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Option<usize> {
         let table = self.tables.host_table(&normalized_host(host));
         let usable = |i: &u32| {
             let r = &*self.routes[*i as usize];
-            conditions_hold(r, method, headers).then_some(r)
+            conditions_hold(r, method, headers).then_some(*i as usize)
         };
-        if let Some(r) = table
+        if let Some(i) = table
             .exact
             .get(path)
             .and_then(|list| list.iter().find_map(usable))
         {
-            return Some(r);
+            return Some(i);
         }
         let regex = table.regex.iter().find_map(|i| {
-            let r = usable(i)?;
-            matches!(&r.path, PathMatch::Regex(re) if re.is_match(path)).then_some(r)
+            let at = usable(i)?;
+            matches!(&self.routes[at].path, PathMatch::Regex(re) if re.is_match(path)).then_some(at)
         });
         regex.or_else(|| table.prefix.longest(path.as_bytes(), &usable))
+    }
+
+    /// The routes of this table, in the order `find_index` counts them.
+    pub fn routes(&self) -> &[Arc<Route>] {
+        &self.routes
     }
 }
 
@@ -224,13 +242,13 @@ impl PrefixTree {
     }
 
     /// The first usable route of the longest prefix of `path` that has one.
-    fn longest<'a, F>(&self, path: &[u8], usable: &F) -> Option<&'a Route>
+    fn longest<F>(&self, path: &[u8], usable: &F) -> Option<usize>
     where
-        F: Fn(&u32) -> Option<&'a Route>,
+        F: Fn(&u32) -> Option<usize>,
     {
-        fn walk<'a, F>(node: &Node, rest: &[u8], usable: &F) -> Option<&'a Route>
+        fn walk<F>(node: &Node, rest: &[u8], usable: &F) -> Option<usize>
         where
-            F: Fn(&u32) -> Option<&'a Route>,
+            F: Fn(&u32) -> Option<usize>,
         {
             let deeper = rest.first().and_then(|b| {
                 let i = node.children.binary_search_by_key(b, |c| c.label[0]).ok()?;
@@ -280,7 +298,7 @@ mod tests {
         for path in paths {
             let mut found = None;
             let seen = std::cell::RefCell::new(Vec::new());
-            let probe = |i: &u32| -> Option<&'static Route> {
+            let probe = |i: &u32| -> Option<usize> {
                 seen.borrow_mut().push(*i);
                 None
             };

@@ -1,0 +1,151 @@
+//! A route's filters, by phase, resolved when a configuration is applied.
+//!
+//! Every optional feature of a route is a filter registered at one phase of the request path
+//! (docs/ARCHITECTURE.md, "The request path", lists the phases and what a filter may change
+//! at each). [`RoutePlan::resolve`] lists the filters a route uses, in their documented
+//! order, once per configuration; a request runs its route's lists and nothing else, so a
+//! route without a feature pays no check for it. The lists are enums dispatched by `match`
+//! (no boxed trait objects, no allocation per request); the phases that run them are in
+//! `phases` (before the upstream) and `proxy` (upstream request and response).
+//!
+//! Adding a feature: a variant at its phase, a line in `resolve` at its place in the order,
+//! its arm where the phase runs the list, and its row in ARCHITECTURE.md's table.
+
+use crate::request::rate_limit::RateLimiter;
+use crate::request::router::Router;
+use sluice_config::Route;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A route and its filters by phase.
+#[derive(Debug)]
+pub(crate) struct RoutePlan {
+    pub(crate) route: Arc<Route>,
+    /// Phase `access`, in order: may end the request (403, 429) or wait (a delaying limit).
+    pub(crate) access: Box<[Access]>,
+    /// Phase `upstream_request`: edits of the request's head sent upstream, after the
+    /// gateway's own (hop-by-hop fields out, `Host`, forwarding fields).
+    pub(crate) upstream_request: Box<[UpstreamRequest]>,
+    /// Phase `upstream_response`: edits of the response's head, before the gateway's own
+    /// (request ID, cache status, sticky cookie) and compression.
+    pub(crate) upstream_response: Box<[UpstreamResponse]>,
+}
+
+/// A filter of phase `access`.
+#[derive(Debug)]
+pub(crate) enum Access {
+    /// `[route.acl]`: a client outside it is refused (403).
+    Acl,
+    /// `[route.rate_limit]`: its limiter (kept across reloads while its limit stays).
+    RateLimit(Arc<RateLimiter>),
+}
+
+/// A filter of phase `upstream_request`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum UpstreamRequest {
+    /// `[route.request_headers]`: remove, set, add.
+    HeaderEdits,
+}
+
+/// A filter of phase `upstream_response`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum UpstreamResponse {
+    /// `[route.response_headers]`: remove, set, add.
+    HeaderEdits,
+}
+
+impl RoutePlan {
+    /// `route`'s filters, in phase order; `limiters` are the configuration's, by route name.
+    pub(crate) fn resolve(
+        route: &Arc<Route>,
+        limiters: &HashMap<String, Arc<RateLimiter>>,
+    ) -> Self {
+        let mut access = Vec::new();
+        if !route.acl.is_empty() {
+            access.push(Access::Acl);
+        }
+        if route.rate_limit.is_some()
+            && let Some(limiter) = limiters.get(&route.name)
+        {
+            access.push(Access::RateLimit(limiter.clone()));
+        }
+        let mut upstream_request = Vec::new();
+        if !route.request_headers.is_empty() {
+            upstream_request.push(UpstreamRequest::HeaderEdits);
+        }
+        let mut upstream_response = Vec::new();
+        if !route.response_headers.is_empty() {
+            upstream_response.push(UpstreamResponse::HeaderEdits);
+        }
+        RoutePlan {
+            route: route.clone(),
+            access: access.into(),
+            upstream_request: upstream_request.into(),
+            upstream_response: upstream_response.into(),
+        }
+    }
+}
+
+/// The plans of `router`'s routes, in its order (`Router::find_index` indexes them).
+pub(crate) fn plans(
+    router: &Router,
+    limiters: &HashMap<String, Arc<RateLimiter>>,
+) -> Arc<[RoutePlan]> {
+    router
+        .routes()
+        .iter()
+        .map(|r| RoutePlan::resolve(r, limiters))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(toml: &str) -> Arc<Route> {
+        let text = format!(
+            "[[listener]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n\
+             [[upstream]]\nname = \"u\"\nservers = [{{ address = \"127.0.0.1:9\" }}]\n\
+             [[route]]\nname = \"r\"\nupstream = \"u\"\n{toml}"
+        );
+        let snapshot = sluice_config::load_str(&text, "r.toml", std::path::Path::new("."))
+            .expect("a valid configuration");
+        snapshot.routes[0].clone()
+    }
+
+    #[test]
+    fn a_plain_route_has_no_filters() {
+        let plan = RoutePlan::resolve(&route(""), &HashMap::new());
+        assert!(plan.access.is_empty());
+        assert!(plan.upstream_request.is_empty());
+        assert!(plan.upstream_response.is_empty());
+    }
+
+    #[test]
+    fn each_feature_registers_at_its_phase_in_order() {
+        let r = route(
+            "allow = [\"10.0.0.0/8\"]\n\
+             rate_limit = { rate = \"10/s\", burst = 5 }\n\
+             request_headers = { set = { \"x-a\" = \"1\" } }\n\
+             response_headers = { remove = [\"server\"] }\n",
+        );
+        let store = sluice_config::RateLimitStore::default();
+        let mut limiters = HashMap::new();
+        limiters.insert(
+            "r".to_owned(),
+            Arc::new(RateLimiter::new(
+                "r",
+                r.rate_limit.clone().unwrap(),
+                &store,
+                None,
+            )),
+        );
+        let plan = RoutePlan::resolve(&r, &limiters);
+        assert!(matches!(
+            &*plan.access,
+            [Access::Acl, Access::RateLimit(l)] if Arc::ptr_eq(l, &limiters["r"])
+        ));
+        assert_eq!(&*plan.upstream_request, [UpstreamRequest::HeaderEdits]);
+        assert_eq!(&*plan.upstream_response, [UpstreamResponse::HeaderEdits]);
+    }
+}
