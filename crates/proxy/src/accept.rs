@@ -3,13 +3,15 @@
 //! connection to HTTP (`listen`) or the layer-4 relay (`layer4`) as its listener's kind says.
 //! `gateway` starts one accept loop per bound listener and stops it on reload or shutdown.
 
+use crate::handshakes::HandshakePermit;
+use crate::listen::conn_limit::{ConnCounts, Refusal};
 use crate::listen::connection::Signals;
 use crate::request::context::ListenerCtx;
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::task::TaskTracker;
 
 /// Accepts `socket`'s connections until the task is aborted; `slot` holds the listener's
@@ -20,15 +22,22 @@ pub(crate) async fn accept_loop(
     slot: Arc<ArcSwap<ListenerCtx>>,
     signals: Signals,
     connections: TaskTracker,
-    counts: Arc<crate::listen::conn_limit::ConnCounts>,
+    counts: Arc<ConnCounts>,
 ) {
+    let acceptor = Acceptor {
+        bound,
+        slot,
+        signals,
+        connections,
+        counts,
+    };
     loop {
         // A TLS listener accepts only when there is a place among the handshakes in progress:
         // a storm larger than that waits in the listen backlog. The place is taken after
         // `accept(2)`, so that a listener idle in `accept` holds none (another listener may
         // take it meanwhile: then this one waits with one accepted connection).
         let scheduler = {
-            let ctx = slot.load();
+            let ctx = acceptor.slot.load();
             ctx.tls.is_some().then(|| ctx.handshakes.clone())
         };
         if let Some(s) = &scheduler {
@@ -40,76 +49,91 @@ pub(crate) async fn accept_loop(
             _ => None,
         };
         match accepted {
-            Ok((tcp, peer)) => {
-                let ctx = slot.load_full();
-                let cfg = &ctx.config;
-                if cfg.proxy_protocol {
-                    // Only a trusted balancer may say whose connection this is; anyone else
-                    // is closed before a byte is read.
-                    if !crate::request::policy::trusted(peer.ip(), &cfg.trusted_proxies) {
-                        ctx.metrics.proxy_protocol(1);
-                        tracing::debug!(listener = %ctx.name, %peer, "PROXY protocol from a peer not in trusted_proxies; closed");
-                        drop(tcp);
-                        continue;
-                    }
-                    let (slot, signals, counts) = (slot.clone(), signals.clone(), counts.clone());
-                    connections.spawn(async move {
-                        let Some((tcp, at)) =
-                            read_proxy_header(&ctx, tcp, peer, bound, &signals).await
-                        else {
-                            return;
-                        };
-                        // Connection limits count the client the header names.
-                        let cfg = &ctx.config;
-                        match counts.admit(
-                            at.client.ip(),
-                            cfg.max_connections,
-                            cfg.max_connections_per_client,
-                        ) {
-                            Ok(place) => {
-                                dispatch(ctx, slot, tcp, at, signals, permit).await;
-                                drop(place);
-                            }
-                            Err(why) => ctx.metrics.connection_refused(
-                                why == crate::listen::conn_limit::Refusal::Client,
-                            ),
-                        }
-                    });
-                    continue;
-                }
-                match counts.admit(
-                    peer.ip(),
-                    cfg.max_connections,
-                    cfg.max_connections_per_client,
-                ) {
-                    Ok(place) => {
-                        let local = local_addr(&tcp, bound);
-                        let at = crate::addresses::Addresses {
-                            client: peer,
-                            local,
-                        };
-                        let serving =
-                            dispatch(ctx.clone(), slot.clone(), tcp, at, signals.clone(), permit);
-                        connections.spawn(async move {
-                            serving.await;
-                            drop(place);
-                        });
-                    }
-                    Err(why) => {
-                        // Closed at once: no TLS, no read.
-                        ctx.metrics
-                            .connection_refused(why == crate::listen::conn_limit::Refusal::Client);
-                        drop(tcp);
-                    }
-                }
-            }
+            Ok((tcp, peer)) => acceptor.accepted(tcp, peer, permit),
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning; existing connections go on.
-                let name = slot.load().name.clone();
+                let name = acceptor.slot.load().name.clone();
                 tracing::warn!(listener = %name, error = %e, "accept failed; retrying shortly");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+}
+
+/// What a listener's accepted connections are handed with.
+struct Acceptor {
+    bound: SocketAddr,
+    slot: Arc<ArcSwap<ListenerCtx>>,
+    signals: Signals,
+    connections: TaskTracker,
+    counts: Arc<ConnCounts>,
+}
+
+impl Acceptor {
+    /// A connection from `peer`: admitted within the listener's limits and served, or closed
+    /// at once (no TLS, no read) and counted.
+    fn accepted(&self, tcp: TcpStream, peer: SocketAddr, permit: Option<HandshakePermit>) {
+        let ctx = self.slot.load_full();
+        let cfg = &ctx.config;
+        if cfg.proxy_protocol {
+            return self.behind_balancer(ctx, tcp, peer, permit);
+        }
+        match self.counts.admit(
+            peer.ip(),
+            cfg.max_connections,
+            cfg.max_connections_per_client,
+        ) {
+            Ok(place) => {
+                let at = crate::addresses::Addresses {
+                    client: peer,
+                    local: local_addr(&tcp, self.bound),
+                };
+                let (slot, signals) = (self.slot.clone(), self.signals.clone());
+                let serving = dispatch(ctx.clone(), slot, tcp, at, signals, permit);
+                self.connections.spawn(async move {
+                    serving.await;
+                    drop(place);
+                });
+            }
+            Err(why) => ctx.metrics.connection_refused(why == Refusal::Client),
+        }
+    }
+
+    /// A connection on a PROXY protocol listener. Only a trusted balancer may say whose
+    /// connection this is; anyone else is closed before a byte is read. The connection
+    /// limits count the client the header names.
+    fn behind_balancer(
+        &self,
+        ctx: Arc<ListenerCtx>,
+        tcp: TcpStream,
+        peer: SocketAddr,
+        permit: Option<HandshakePermit>,
+    ) {
+        if !crate::request::policy::trusted(peer.ip(), &ctx.config.trusted_proxies) {
+            ctx.metrics.proxy_protocol(1);
+            tracing::debug!(listener = %ctx.name, %peer, "PROXY protocol from a peer not in trusted_proxies; closed");
+            return;
+        }
+        let (slot, signals, counts) =
+            (self.slot.clone(), self.signals.clone(), self.counts.clone());
+        let bound = self.bound;
+        self.connections.spawn(async move {
+            let Some((tcp, at)) = read_proxy_header(&ctx, tcp, peer, bound, &signals).await else {
+                return;
+            };
+            let cfg = &ctx.config;
+            match counts.admit(
+                at.client.ip(),
+                cfg.max_connections,
+                cfg.max_connections_per_client,
+            ) {
+                Ok(place) => {
+                    dispatch(ctx, slot, tcp, at, signals, permit).await;
+                    drop(place);
+                }
+                Err(why) => ctx.metrics.connection_refused(why == Refusal::Client),
+            }
+        });
     }
 }
 

@@ -7,8 +7,9 @@
 //! `http3` (a listener's QUIC endpoint and its connections) → `listen` (a client connection:
 //! TLS, timers, HTTP/1.1 or HTTP/2) → `request` (the request path) → `upstreams` (groups, balancing,
 //! health, the keep-alive pool) → `http1` (the HTTP/1.1 codec, both sides) → shared leaves
-//! (`body`, `addresses`, `clock`, `hash`: hashing and randomness, `proxy_protocol`, `metrics`,
-//! `text`, `handshakes`: where TLS handshakes run).
+//! (`exchange`: what every protocol's server shares with the request path, `Service` and the
+//! protocol-neutral `ClientBody`; `body`, `addresses`, `clock`, `hash`: hashing and
+//! randomness, `proxy_protocol`, `metrics`, `text`, `handshakes`: where TLS handshakes run).
 //!
 //! Dependencies point one way: `proxy` reads a [`sluice_config::Snapshot`], asks
 //! `sluice_tls` for handshakes, and knows no offload engine by name.
@@ -22,6 +23,7 @@ mod access_log;
 mod addresses;
 mod body;
 mod clock;
+mod exchange;
 mod gateway;
 mod handshakes;
 mod hash;

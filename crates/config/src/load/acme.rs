@@ -104,16 +104,14 @@ impl Cx<'_> {
                 &key_path,
                 allow_insecure_keys,
             ));
+            let serves = Serves {
+                hosts: hosts.clone(),
+                offload_engines: offload_engines.clone(),
+                ocsp,
+            };
             if let Some((cert_pem, key_pem)) = stored
-                && let Some(c) = self.stored_acme_certificate(
-                    raw,
-                    ocsp,
-                    &order,
-                    &cert_pem,
-                    &key_pem,
-                    hosts.clone(),
-                    offload_engines.clone(),
-                )
+                && let Some(c) =
+                    self.stored_acme_certificate(raw, &order, (&cert_pem, &key_pem), serves)
             {
                 return Some(c);
             }
@@ -160,20 +158,21 @@ impl Cx<'_> {
         }))
     }
 
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one call site; each is what the entry says"
-    )]
+    /// The certificate an earlier order stored (`stored`: its chain and key as PEM), if it
+    /// is whole and for the order's names.
     fn stored_acme_certificate(
         &mut self,
         raw: &RawCertificate,
-        ocsp: bool,
         order: &Arc<AcmeOrder>,
-        cert_pem: &[u8],
-        key_pem: &[u8],
-        hosts: Vec<HostPattern>,
-        offload_engines: Option<Vec<CryptoEngine>>,
+        stored: (&[u8], &[u8]),
+        serves: Serves,
     ) -> Option<Arc<Certificate>> {
+        let (cert_pem, key_pem) = stored;
+        let Serves {
+            hosts,
+            offload_engines,
+            ocsp,
+        } = serves;
         let name = raw.name.get_ref();
         let fingerprint = acme_fingerprint(raw, order, Some((cert_pem, key_pem)));
         if let Some(cached) = self.certs.lookup(&fingerprint) {
@@ -443,4 +442,12 @@ fn acme_fingerprint(
         field(e.as_bytes());
     }
     h.finish()
+}
+
+/// What a `[[certificate]]` entry says about serving its certificate: the hosts it is for,
+/// the engines its key's operations may use, and OCSP stapling.
+struct Serves {
+    hosts: Vec<HostPattern>,
+    offload_engines: Option<Vec<CryptoEngine>>,
+    ocsp: bool,
 }

@@ -76,15 +76,7 @@ pub(crate) fn has_end(buf: &[u8], from: usize) -> bool {
 
 /// Parses a request head from the front of `buf`; `max` bounds its size in bytes.
 pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
-    // RFC 9112 §2.2: a server SHOULD ignore at least one empty line before a request line.
-    let leading = buf
-        .iter()
-        .take(4)
-        .take_while(|b| **b == b'\r' || **b == b'\n')
-        .count();
-    if leading > 0 {
-        let _ = buf.split_to(leading);
-    }
+    skip_empty_lines(buf);
     // Neither array is zeroed: httparse writes the fields it parses (its `_uninit` entry
     // point), and only those are read; zeroing 100 fields and their offsets per request
     // cost more instructions than parsing a typical head.
@@ -92,34 +84,8 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
     let mut req = httparse::Request::new(&mut []);
     let len = match req.parse_with_uninit_headers(buf, &mut fields) {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            if buf.len() >= max {
-                // Still inside the request line: the target is what is too long.
-                let in_line = !buf.contains(&b'\n');
-                return Err(if in_line {
-                    reject(StatusCode::URI_TOO_LONG, "request target too long")
-                } else {
-                    reject(
-                        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                        "request head too large",
-                    )
-                });
-            }
-            return Ok(Parsed::Partial);
-        }
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(reject(
-                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                "too many header fields",
-            ));
-        }
-        Err(httparse::Error::Version) => {
-            return Err(reject(
-                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-                "unsupported HTTP version",
-            ));
-        }
-        Err(_) => return Err(bad("malformed request head")),
+        Ok(httparse::Status::Partial) => return partial(buf, max),
+        Err(e) => return Err(refused(e)),
     };
     if len > max {
         return Err(reject(
@@ -127,20 +93,10 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
             "request head too large",
         ));
     }
-    let version = match req.version {
-        Some(0) => Version::HTTP_10,
-        Some(1) => Version::HTTP_11,
-        _ => {
-            return Err(reject(
-                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-                "unsupported HTTP version",
-            ));
-        }
-    };
+    let version = version_of(req.version)?;
     let method = req.method.ok_or_else(|| bad("no method"))?;
     let method = Method::from_bytes(method.as_bytes()).map_err(|_| bad("invalid method"))?;
     let path = req.path.ok_or_else(|| bad("no request target"))?;
-    let nfields = req.headers.len();
     // The slices above borrow `buf`; their offsets are kept to cut them from the frozen head.
     let path_range = range_in(buf, path.as_bytes());
     let ranges: FieldRanges = req
@@ -149,29 +105,9 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
         .map(|f| (range_in(buf, f.name.as_bytes()), range_in(buf, f.value)))
         .collect();
     let bytes: Bytes = buf.split_to(len).freeze();
-
     let target = bytes.slice(path_range.0..path_range.1);
     let uri = request_target(&method, target)?;
-
-    // Room for the fields the proxy adds upstream (`X-Forwarded-*`, `X-Real-IP`,
-    // `X-Request-Id`, `traceparent`): a map filled to its capacity would grow, rehashing
-    // every field, on the first of them.
-    let mut headers = HeaderMap::with_capacity(nfields + ADDED_FIELDS);
-    let mut facts = Facts::default();
-    for &((n0, n1), (v0, v1)) in &ranges {
-        let name =
-            super::names::header_name(&bytes[n0..n1]).map_err(|_| bad("invalid field name"))?;
-        let value = parsed_value(bytes.slice(v0..v1));
-        if (name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING)
-            && line_has_tab(&bytes, n1)
-        {
-            // httparse trims tabs around values; NGINX refuses a framing field that has one
-            // ("\tchunked" is 501 there), so no parser behind us can read it differently.
-            return Err(bad("a tab in a framing field"));
-        }
-        facts.note(&name, &value)?;
-        headers.append(name, value);
-    }
+    let (headers, facts) = fields_of(&bytes, &ranges)?;
     let framing = facts.framing(version)?;
     if method == Method::CONNECT {
         // Tunnels are not offered (NGINX answers 405 as well).
@@ -184,9 +120,6 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
         Version::HTTP_11 => !facts.close,
         _ => facts.keep_alive && !facts.close,
     };
-    let upgrade = version == Version::HTTP_11 && facts.upgrade_token && facts.upgrade_header;
-    let expect_continue = version == Version::HTTP_11 && facts.expect_continue;
-
     let mut request = Request::new(());
     *request.method_mut() = method;
     *request.uri_mut() = uri;
@@ -196,9 +129,93 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
         request,
         framing,
         keep_alive,
-        expect_continue,
-        upgrade,
+        expect_continue: version == Version::HTTP_11 && facts.expect_continue,
+        upgrade: version == Version::HTTP_11 && facts.upgrade_token && facts.upgrade_header,
     })))
+}
+
+/// RFC 9112 §2.2: a server SHOULD ignore at least one empty line before a request line.
+#[inline(always)]
+fn skip_empty_lines(buf: &mut BytesMut) {
+    let leading = buf
+        .iter()
+        .take(4)
+        .take_while(|b| **b == b'\r' || **b == b'\n')
+        .count();
+    if leading > 0 {
+        let _ = buf.split_to(leading);
+    }
+}
+
+/// An incomplete head: wait for more, unless `buf` already holds `max` bytes (the target is
+/// what is too long while the request line has not ended, else the head).
+fn partial(buf: &BytesMut, max: usize) -> Result<Parsed, Reject> {
+    if buf.len() < max {
+        return Ok(Parsed::Partial);
+    }
+    Err(if !buf.contains(&b'\n') {
+        reject(StatusCode::URI_TOO_LONG, "request target too long")
+    } else {
+        reject(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "request head too large",
+        )
+    })
+}
+
+/// The answer to a head httparse refused.
+#[cold]
+fn refused(e: httparse::Error) -> Reject {
+    match e {
+        httparse::Error::TooManyHeaders => reject(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "too many header fields",
+        ),
+        httparse::Error::Version => reject(
+            StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            "unsupported HTTP version",
+        ),
+        _ => bad("malformed request head"),
+    }
+}
+
+/// HTTP/1.0 or HTTP/1.1 (505 otherwise).
+#[inline(always)]
+fn version_of(minor: Option<u8>) -> Result<Version, Reject> {
+    match minor {
+        Some(0) => Ok(Version::HTTP_10),
+        Some(1) => Ok(Version::HTTP_11),
+        _ => Err(reject(
+            StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            "unsupported HTTP version",
+        )),
+    }
+}
+
+/// The head's fields as a map, cut from `bytes` at `ranges`, and what they say about framing
+/// and the connection.
+#[inline(always)]
+fn fields_of(bytes: &Bytes, ranges: &FieldRanges) -> Result<(HeaderMap, Facts), Reject> {
+    // Room for the fields the proxy adds upstream (`X-Forwarded-*`, `X-Real-IP`,
+    // `X-Request-Id`, `traceparent`): a map filled to its capacity would grow, rehashing
+    // every field, on the first of them.
+    let mut headers = HeaderMap::with_capacity(ranges.len() + ADDED_FIELDS);
+    let mut facts = Facts::default();
+    for &((n0, n1), (v0, v1)) in ranges {
+        let name =
+            super::names::header_name(&bytes[n0..n1]).map_err(|_| bad("invalid field name"))?;
+        let value = parsed_value(bytes.slice(v0..v1));
+        if (name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING)
+            && line_has_tab(bytes, n1)
+        {
+            // httparse trims tabs around values; NGINX refuses a framing field that has one
+            // ("\tchunked" is 501 there), so no parser behind us can read it differently.
+            return Err(bad("a tab in a framing field"));
+        }
+        facts.note(&name, &value)?;
+        headers.append(name, value);
+    }
+    Ok((headers, facts))
 }
 
 /// Parses `raw` as pipelined request heads, one after another, and panics if what the parser

@@ -8,7 +8,6 @@
 //!   as slices of the read buffer, framing checked at least as strictly as NGINX and HAProxy;
 //! - `names`: header names made once per thread as the peers spell them (both sides);
 //! - `decode`: Content-Length and chunked bodies decoded from the same buffer without copies;
-//! - `request_body`: the body handed to the upstream side one frame at a time, on demand;
 //! - `response`: the response head encoded into one buffer and sent with the first body bytes;
 //! - `buffers`: read buffers from a per-thread free list, held only while a connection has
 //!   bytes to parse or a request in flight;
@@ -27,14 +26,12 @@ mod decode;
 pub mod fuzz;
 mod head;
 mod names;
-mod request_body;
 mod response;
 mod server;
 mod upgrade;
 
 pub(crate) use head::ADDED_FIELDS;
-pub(crate) use request_body::{BodySender, ClientBody, Demand, channel as body_channel};
-pub(crate) use server::{Responding, Service, Shutdown, serve};
+pub(crate) use server::{Shutdown, serve};
 pub(crate) use upgrade::{OnUpgrade, Upgraded};
 
 /// How many inputs the parsers' fuzz smokes try: `default` in every test run, or

@@ -33,6 +33,11 @@ pub(crate) enum Encoding {
 pub(crate) struct Plan {
     pub(crate) encoding: Encoding,
     pub(crate) keep_alive: bool,
+    /// The response's status, the request's version and whether it was a HEAD: what the
+    /// plan was decided from, which writing the head needs again.
+    pub(crate) status: StatusCode,
+    pub(crate) client: Version,
+    pub(crate) head_request: bool,
 }
 
 /// Decides a response's framing (RFC 9112 §6.3) from its status, headers and body.
@@ -72,6 +77,9 @@ pub(crate) fn plan(
     Plan {
         encoding,
         keep_alive,
+        status,
+        client,
+        head_request,
     }
 }
 
@@ -83,15 +91,13 @@ pub(super) fn has_token(value: &[u8], token: &[u8]) -> bool {
 
 /// Appends the status line and headers, then the framing and connection headers the plan
 /// needs and a `date` when the response has none.
-pub(crate) fn encode_head(
-    out: &mut Vec<u8>,
-    client: Version,
-    status: StatusCode,
-    headers: &HeaderMap,
-    plan: &Plan,
-    head_request: bool,
-    body: &ProxyBody,
-) {
+pub(crate) fn encode_head(out: &mut Vec<u8>, headers: &HeaderMap, plan: &Plan, body: &ProxyBody) {
+    let Plan {
+        status,
+        client,
+        head_request,
+        ..
+    } = *plan;
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
@@ -370,7 +376,7 @@ mod tests {
     ) -> (String, Plan, Written) {
         let plan = plan(head_req, client, status, &headers, &body, true);
         let mut out = Vec::new();
-        encode_head(&mut out, client, status, &headers, &plan, head_req, &body);
+        encode_head(&mut out, &headers, &plan, &body);
         let mut w = Writer::new(out, body, plan.encoding);
         let mut sink = Vec::new();
         let written = std::future::poll_fn(|cx| w.poll(&mut sink, cx))

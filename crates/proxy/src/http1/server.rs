@@ -7,18 +7,17 @@
 //! until the response before it is written. Between requests the connection holds no buffer
 //! (see `buffers`).
 
-use super::ClientBody;
 use super::buffers::{self, poll_read};
 use super::decode::{Decoded, Decoder, check_chunked};
 use super::head::{self, Framing, Parsed, Reject};
-use super::request_body::{self, BodySender, Demand};
 use super::response::{self, Writer, Written};
 use super::upgrade::{Io, OnUpgrade, Upgraded};
-use crate::body::{BadRequestBody, BoxError, ProxyBody};
+use crate::body::{BadRequestBody, BoxError};
+use crate::exchange::client_body::{self, BodySender, Demand};
+use crate::exchange::{ClientBody, Service};
 use bytes::{Bytes, BytesMut};
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, Request, StatusCode};
 use http_body::Frame;
-use std::convert::Infallible;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -60,20 +59,6 @@ impl Shutdown {
         })
         .await;
     }
-}
-
-/// A request's response, on its way: the handler's future, boxed.
-pub(crate) type Responding =
-    Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
-
-/// What a connection's requests go to: the proxy's handler, handed in by `connection`, so
-/// that this module knows nothing of routing or upstreams.
-pub(crate) trait Service: Send + Sync + 'static {
-    /// Starts serving `req`. Boxed (the handler's future is several KiB): an idle
-    /// connection's own future stays small.
-    fn call(self: Arc<Self>, req: Request<ClientBody>) -> Responding;
-    /// The largest request head taken (`max_header_bytes`).
-    fn max_head(&self) -> usize;
 }
 
 /// The connection's future (boxed by the caller) and its shutdown handle.
@@ -140,7 +125,7 @@ impl Pump {
         decoder: Decoder,
         expect_continue: bool,
     ) -> (Option<Pump>, ClientBody) {
-        let (tx, rx) = request_body::channel(length);
+        let (tx, rx) = client_body::channel(length);
         let pump = Pump {
             tx,
             decoder,
@@ -234,6 +219,16 @@ impl Pump {
     fn fail(&mut self, e: BoxError) -> Poll<BodyEnd> {
         self.tx.send(Some(Err(e)));
         Poll::Ready(BodyEnd::Broken)
+    }
+
+    /// After the response: whether the body was read to its end (what is buffered of it
+    /// drained now).
+    fn read_whole(&mut self, rbuf: &mut Option<BytesMut>) -> bool {
+        match self.end {
+            Some(BodyEnd::Read) => true,
+            Some(BodyEnd::Broken) => false,
+            _ => self.drain_buffered(rbuf),
+        }
     }
 
     /// After the response: reads what is already buffered of the rest of the body, so a small
@@ -365,6 +360,23 @@ impl<S: Io + 'static> Conn<S> {
         let _ = self.io.shutdown().await;
     }
 
+    /// Writes a response with `writer` while the request's body (`pump`) may still stream in
+    /// (full duplex).
+    async fn write(
+        &mut self,
+        pump: &mut Option<Pump>,
+        mut writer: Writer,
+    ) -> std::io::Result<Written> {
+        let (io, rbuf) = (&mut self.io, &mut self.rbuf);
+        poll_fn(|cx| {
+            if let Some(p) = pump.as_mut() {
+                let _ = p.poll(io, rbuf, false, cx);
+            }
+            writer.poll(io, cx)
+        })
+        .await
+    }
+
     /// One request and its response; what the connection does next.
     async fn exchange<C: Service>(
         &mut self,
@@ -399,11 +411,7 @@ impl<S: Io + 'static> Conn<S> {
             Framing::Chunked => Pump::start(None, Decoder::chunked(self.max_head), expect_continue),
         };
         let mut req = Request::from_parts(parts, body);
-        let upgrade_tx = upgrade.then(|| {
-            let (tx, on) = OnUpgrade::pair();
-            req.extensions_mut().insert(on);
-            tx
-        });
+        let upgrade_tx = upgrade.then(|| OnUpgrade::offer(&mut req));
 
         // The handler runs here; the body is read as the upstream side asks for it. Boxed
         // per request (it is several KiB): an idle connection's future stays small.
@@ -424,15 +432,7 @@ impl<S: Io + 'static> Conn<S> {
         let keep = keep_alive && !self.shutdown.requested();
         let plan = response::plan(method_head, version, status, &rparts.headers, &rbody, keep);
         let mut out = Vec::with_capacity(512);
-        response::encode_head(
-            &mut out,
-            version,
-            status,
-            &rparts.headers,
-            &plan,
-            method_head,
-            &rbody,
-        );
+        response::encode_head(&mut out, &rparts.headers, &plan, &rbody);
         drop(rparts);
 
         if status == StatusCode::SWITCHING_PROTOCOLS {
@@ -443,27 +443,10 @@ impl<S: Io + 'static> Conn<S> {
         }
         drop(upgrade_tx);
 
-        let mut writer = Writer::new(out, rbody, plan.encoding);
-        let written = {
-            let (io, rbuf) = (&mut self.io, &mut self.rbuf);
-            poll_fn(|cx| {
-                // A body still streaming in while the response streams out (full duplex).
-                if let Some(p) = pump.as_mut() {
-                    let _ = p.poll(io, rbuf, false, cx);
-                }
-                writer.poll(io, cx)
-            })
-            .await?
-        };
-        drop(writer);
-        let body_read = match pump.as_mut() {
-            None => true,
-            Some(p) => match p.end {
-                Some(BodyEnd::Read) => true,
-                Some(BodyEnd::Broken) => false,
-                _ => p.drain_buffered(&mut self.rbuf),
-            },
-        };
+        let written = self
+            .write(&mut pump, Writer::new(out, rbody, plan.encoding))
+            .await?;
+        let body_read = pump.as_mut().is_none_or(|p| p.read_whole(&mut self.rbuf));
         Ok(
             if plan.keep_alive && written == Written::Complete && body_read {
                 Next::KeepAlive

@@ -23,6 +23,14 @@ impl OnUpgrade {
         (tx, OnUpgrade(Arc::new(Mutex::new(Some(rx)))))
     }
 
+    /// Offers `req`'s handler the upgraded stream (as an extension); the sender hands it
+    /// over once the `101` is written.
+    pub(crate) fn offer<B>(req: &mut http::Request<B>) -> oneshot::Sender<Upgraded> {
+        let (tx, on) = Self::pair();
+        req.extensions_mut().insert(on);
+        tx
+    }
+
     /// The upgraded stream; `None` if the connection did not switch protocols.
     pub(crate) async fn wait(self) -> Option<Upgraded> {
         let rx = self

@@ -10,7 +10,8 @@
 
 use super::message;
 use crate::body::{BoxError, ProxyBody};
-use crate::http1::{BodySender, ClientBody, Demand, body_channel};
+use crate::exchange::ClientBody;
+use crate::exchange::client_body::{BodySender, Demand, channel as body_channel};
 use crate::listen::connection::Signals;
 use crate::request::conn_state::ConnState;
 use crate::request::context::{ConnCtx, ListenerCtx};
@@ -513,92 +514,21 @@ impl Driver {
         let mut moved = false;
         let mut finished = Vec::new();
         for (&id, s) in &mut self.streams {
-            if let Some((head, fin)) = s.head.take() {
-                match h3.send_response(&mut self.conn, id, &head, fin) {
-                    Ok(()) => moved = true,
-                    Err(h3::Error::StreamBlocked | h3::Error::Done) => {
-                        s.head = Some((head, fin));
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "sending an HTTP/3 response head");
-                        finished.push(id);
-                        continue;
-                    }
+            let mut out = Out {
+                h3: &mut *h3,
+                conn: &mut self.conn,
+                id,
+            };
+            match out.head(s) {
+                Sent::Moved => moved = true,
+                Sent::Nothing => {}
+                Sent::Blocked => continue,
+                Sent::Failed => {
+                    finished.push(id);
+                    continue;
                 }
             }
-            loop {
-                if !s.pending.is_empty() {
-                    match h3.send_body(&mut self.conn, id, &s.pending, false) {
-                        Ok(n) => {
-                            moved |= n > 0;
-                            s.pending.advance(n);
-                            if !s.pending.is_empty() {
-                                break;
-                            }
-                        }
-                        Err(h3::Error::Done) => break,
-                        Err(e) => {
-                            tracing::debug!(error = %e, "sending an HTTP/3 response body");
-                            s.body = None;
-                            s.end = None;
-                            s.responded = true;
-                            break;
-                        }
-                    }
-                }
-                if let Some(trailers) = s.end.take() {
-                    let sent = match &trailers {
-                        Some(t) => h3.send_additional_headers(&mut self.conn, id, t, true, true),
-                        None => h3.send_body(&mut self.conn, id, b"", true).map(|_| ()),
-                    };
-                    match sent {
-                        Ok(()) => {
-                            moved = true;
-                            s.responded = true;
-                        }
-                        Err(h3::Error::Done | h3::Error::StreamBlocked) => s.end = Some(trailers),
-                        Err(_) => s.responded = true,
-                    }
-                    break;
-                }
-                let Some(body) = s.body.as_mut() else {
-                    break;
-                };
-                match Pin::new(body).poll_frame(cx) {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        moved = true;
-                        match frame.into_data() {
-                            Ok(data) => s.pending = data,
-                            Err(frame) => {
-                                if let Ok(t) = frame.into_trailers() {
-                                    s.body = None;
-                                    s.end = Some(Some(message::fields(&t)));
-                                }
-                            }
-                        }
-                    }
-                    Poll::Ready(None) => {
-                        moved = true;
-                        s.body = None;
-                        s.end = Some(None);
-                    }
-                    Poll::Ready(Some(Err(e))) => {
-                        // The upstream failed mid-body: the client must not take a
-                        // truncated body for a whole one.
-                        tracing::debug!(error = %e, "response body failed; resetting the stream");
-                        let _ = self.conn.stream_shutdown(
-                            id,
-                            quiche::Shutdown::Write,
-                            H3_INTERNAL_ERROR,
-                        );
-                        s.body = None;
-                        s.responded = true;
-                        break;
-                    }
-                    Poll::Pending => break,
-                }
-            }
+            moved |= out.body(s, cx);
             if s.responded && s.head.is_none() {
                 if s.upload.is_some() {
                     // Answered before the body was read: the rest is not wanted.
@@ -675,6 +605,134 @@ impl Driver {
     fn close(&mut self, code: u64) {
         let app = self.h3.is_some();
         let _ = self.conn.close(app, code, b"");
+    }
+}
+
+/// What sending a response's head did.
+enum Sent {
+    Moved,
+    /// No head waiting (sent before).
+    Nothing,
+    /// The stream cannot take it yet: kept for the next round.
+    Blocked,
+    /// The stream is gone: it is finished.
+    Failed,
+}
+
+/// One stream's response going out (`Driver::responses`).
+struct Out<'a> {
+    h3: &'a mut h3::Connection,
+    conn: &'a mut quiche::Connection,
+    id: u64,
+}
+
+impl Out<'_> {
+    /// The response's head, if one waits.
+    fn head(&mut self, s: &mut Stream) -> Sent {
+        let Some((head, fin)) = s.head.take() else {
+            return Sent::Nothing;
+        };
+        match self.h3.send_response(self.conn, self.id, &head, fin) {
+            Ok(()) => Sent::Moved,
+            Err(h3::Error::StreamBlocked | h3::Error::Done) => {
+                s.head = Some((head, fin));
+                Sent::Blocked
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "sending an HTTP/3 response head");
+                Sent::Failed
+            }
+        }
+    }
+
+    /// The response's body and its end (trailers, or an empty final frame), as far as the
+    /// stream takes them and the body has frames ready. Whether any moved.
+    fn body(&mut self, s: &mut Stream, cx: &mut Context<'_>) -> bool {
+        let mut moved = false;
+        loop {
+            if !s.pending.is_empty() {
+                match self.h3.send_body(self.conn, self.id, &s.pending, false) {
+                    Ok(n) => {
+                        moved |= n > 0;
+                        s.pending.advance(n);
+                        if !s.pending.is_empty() {
+                            return moved;
+                        }
+                    }
+                    Err(h3::Error::Done) => return moved,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "sending an HTTP/3 response body");
+                        s.body = None;
+                        s.end = None;
+                        s.responded = true;
+                        return moved;
+                    }
+                }
+            }
+            if let Some(trailers) = s.end.take() {
+                return self.end(s, trailers) || moved;
+            }
+            let Some(body) = s.body.as_mut() else {
+                return moved;
+            };
+            match Pin::new(body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    moved = true;
+                    match frame.into_data() {
+                        Ok(data) => s.pending = data,
+                        Err(frame) => {
+                            if let Ok(t) = frame.into_trailers() {
+                                s.body = None;
+                                s.end = Some(Some(message::fields(&t)));
+                            }
+                        }
+                    }
+                }
+                Poll::Ready(None) => {
+                    moved = true;
+                    s.body = None;
+                    s.end = Some(None);
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    // The upstream failed mid-body: the client must not take a truncated
+                    // body for a whole one.
+                    tracing::debug!(error = %e, "response body failed; resetting the stream");
+                    let _ = self.conn.stream_shutdown(
+                        self.id,
+                        quiche::Shutdown::Write,
+                        H3_INTERNAL_ERROR,
+                    );
+                    s.body = None;
+                    s.responded = true;
+                    return moved;
+                }
+                Poll::Pending => return moved,
+            }
+        }
+    }
+
+    /// The stream's end: its trailers, or an empty final DATA frame. Whether it went.
+    fn end(&mut self, s: &mut Stream, trailers: Option<Vec<Header>>) -> bool {
+        let sent = match &trailers {
+            Some(t) => self
+                .h3
+                .send_additional_headers(self.conn, self.id, t, true, true),
+            None => self.h3.send_body(self.conn, self.id, b"", true).map(|_| ()),
+        };
+        match sent {
+            Ok(()) => {
+                s.responded = true;
+                true
+            }
+            Err(h3::Error::Done | h3::Error::StreamBlocked) => {
+                s.end = Some(trailers);
+                false
+            }
+            Err(_) => {
+                s.responded = true;
+                false
+            }
+        }
     }
 }
 

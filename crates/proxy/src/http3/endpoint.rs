@@ -126,22 +126,30 @@ pub(crate) async fn run(
     let Ok(local) = socket.local_addr() else {
         return;
     };
-    let mut routes: HashMap<ConnectionId<'static>, mpsc::Sender<Datagram>> = HashMap::new();
     let (gone_tx, mut gone_rx) = mpsc::unbounded_channel::<Vec<ConnectionId<'static>>>();
-    let tokens = Tokens::new();
-    let half_open = Arc::new(AtomicUsize::new(0));
-    // quiche's configuration, rebuilt when the listener's context changes (a reload).
-    let mut config: Option<(Arc<ListenerCtx>, quiche::Config)> = None;
-    let mut buf = vec![0u8; 65_535];
-    let mut reply = vec![0u8; 1_350];
     let mut draining = signals.draining.clone();
-    let mut drain = *draining.borrow();
+    let mut endpoint = Endpoint {
+        routes: HashMap::new(),
+        gone_tx,
+        tokens: Tokens::new(),
+        half_open: Arc::new(AtomicUsize::new(0)),
+        config: None,
+        reply: vec![0u8; 1_350],
+        drain: *draining.borrow(),
+        socket,
+        local,
+        slot,
+        signals,
+        connections,
+        counts,
+    };
+    let mut buf = vec![0u8; 65_535];
     loop {
-        if drain && routes.is_empty() {
+        if endpoint.drain && endpoint.routes.is_empty() {
             return;
         }
         let (len, from) = tokio::select! {
-            r = socket.recv_from(&mut buf) => match r {
+            r = endpoint.socket.recv_from(&mut buf) => match r {
                 Ok(r) => r,
                 Err(e) => {
                     // ICMP errors surface here on Linux; nothing to do but go on.
@@ -151,25 +159,51 @@ pub(crate) async fn run(
             },
             Some(ids) = gone_rx.recv() => {
                 for id in ids {
-                    routes.remove(&id);
+                    endpoint.routes.remove(&id);
                 }
                 continue;
             }
-            changed = draining.changed(), if !drain => {
-                drain = changed.is_err() || *draining.borrow();
+            changed = draining.changed(), if !endpoint.drain => {
+                endpoint.drain = changed.is_err() || *draining.borrow();
                 continue;
             }
         };
-        let ctx = slot.load();
-        let packet = &mut buf[..len];
-        let hdr = match quiche::Header::from_slice(packet, CID_LEN) {
-            Ok(h) => h,
-            Err(_) => {
-                ctx.metrics.quic_dropped(Dropped::Unparsable);
-                continue;
-            }
+        endpoint.datagram(&mut buf[..len], from);
+    }
+}
+
+/// A listener's QUIC endpoint: its socket, the connections' queues by connection ID, and
+/// what admitting a new connection needs.
+struct Endpoint {
+    routes: HashMap<ConnectionId<'static>, mpsc::Sender<Datagram>>,
+    /// Where a finished connection's task sends its IDs, to be forgotten.
+    gone_tx: mpsc::UnboundedSender<Vec<ConnectionId<'static>>>,
+    tokens: Tokens,
+    half_open: Arc<AtomicUsize>,
+    /// quiche's configuration, rebuilt when the listener's context changes (a reload).
+    config: Option<(Arc<ListenerCtx>, quiche::Config)>,
+    /// Room for a version negotiation or a Retry.
+    reply: Vec<u8>,
+    /// The listener drains: new connections are refused.
+    drain: bool,
+    socket: Arc<UdpSocket>,
+    local: SocketAddr,
+    slot: Arc<ArcSwap<ListenerCtx>>,
+    signals: Signals,
+    connections: TaskTracker,
+    counts: Arc<ConnCounts>,
+}
+
+impl Endpoint {
+    /// One datagram: to its connection's queue, or a new connection's first, or dropped and
+    /// counted.
+    fn datagram(&mut self, packet: &mut [u8], from: SocketAddr) {
+        let ctx = self.slot.load_full();
+        let Ok(hdr) = quiche::Header::from_slice(packet, CID_LEN) else {
+            ctx.metrics.quic_dropped(Dropped::Unparsable);
+            return;
         };
-        if let Some(tx) = routes.get(&hdr.dcid) {
+        if let Some(tx) = self.routes.get(&hdr.dcid) {
             let d = Datagram {
                 data: packet.to_vec(),
                 from,
@@ -177,108 +211,149 @@ pub(crate) async fn run(
             if tx.try_send(d).is_err() {
                 ctx.metrics.quic_dropped(Dropped::QueueFull);
             }
-            continue;
+            return;
         }
+        if let Err(why) = self.initial(&hdr, packet.len(), from) {
+            if let Some(why) = why {
+                ctx.metrics.quic_dropped(why);
+            }
+            return;
+        }
+        if ctx.tls.is_none() || self.config_for(&ctx).is_none() {
+            return;
+        }
+        let Some(odcid) = self.validated(&ctx, &hdr, from) else {
+            return;
+        };
+        self.accept(&ctx, &hdr, odcid, packet, from);
+    }
+
+    /// Whether an unknown connection's packet may start one: an Initial of a version we
+    /// speak (else a version negotiation), full-size, while the listener is not draining.
+    /// `Err(None)`: answered or ignored, not counted.
+    fn initial(
+        &mut self,
+        hdr: &quiche::Header<'_>,
+        len: usize,
+        from: SocketAddr,
+    ) -> Result<(), Option<Dropped>> {
         if hdr.ty != quiche::Type::Initial {
-            ctx.metrics.quic_dropped(Dropped::UnknownConnection);
-            continue;
+            return Err(Some(Dropped::UnknownConnection));
         }
         if !quiche::version_is_supported(hdr.version) {
             // Version negotiation (RFC 9000 §6): small, and only for a full-size Initial.
             if len >= MIN_INITIAL
-                && let Ok(n) = quiche::negotiate_version(&hdr.scid, &hdr.dcid, &mut reply)
+                && let Ok(n) = quiche::negotiate_version(&hdr.scid, &hdr.dcid, &mut self.reply)
             {
-                let _ = socket.try_send_to(&reply[..n], from);
+                let _ = self.socket.try_send_to(&self.reply[..n], from);
             }
-            continue;
+            return Err(None);
         }
-        if drain {
-            ctx.metrics.quic_dropped(Dropped::Draining);
-            continue;
+        if self.drain {
+            return Err(Some(Dropped::Draining));
         }
         if len < MIN_INITIAL || hdr.dcid.len() < 8 {
-            ctx.metrics.quic_dropped(Dropped::BadInitial);
-            continue;
+            return Err(Some(Dropped::BadInitial));
         }
-        let Some(tls) = ctx.tls.as_ref() else {
-            continue;
-        };
-        let current = ctx.clone();
-        let cfg = match &mut config {
-            Some((for_ctx, cfg)) if Arc::ptr_eq(for_ctx, &current) => cfg,
-            _ => match quic_config(&current) {
-                Ok(cfg) => &mut config.insert((current.clone(), cfg)).1,
-                Err(e) => {
-                    tracing::error!(listener = %current.name, error = %e, "cannot configure QUIC; HTTP/3 refused");
-                    ctx.metrics.quic_dropped(Dropped::AcceptFailed);
-                    continue;
-                }
-            },
-        };
-        let quic = current.config.quic;
-        let must_retry = match quic.retry {
+        Ok(())
+    }
+
+    /// Address validation (RFC 9000 §8.1): the original destination ID a valid Retry token
+    /// carries (`Some(Some(odcid))`), no token where none is needed (`Some(None)`), or a
+    /// Retry sent or a bad token dropped (`None`). A Retry costs one small packet and no
+    /// state; the handshake is spent only on a client that echoes the token from its address.
+    fn validated(
+        &mut self,
+        ctx: &ListenerCtx,
+        hdr: &quiche::Header<'_>,
+        from: SocketAddr,
+    ) -> Option<Option<ConnectionId<'static>>> {
+        let must_retry = match ctx.config.quic.retry {
             QuicRetry::Always => true,
             QuicRetry::Off => false,
-            QuicRetry::Auto => half_open.load(Ordering::Relaxed) > QuicRetry::AUTO_THRESHOLD,
+            QuicRetry::Auto => self.half_open.load(Ordering::Relaxed) > QuicRetry::AUTO_THRESHOLD,
         };
         let presented = hdr.token.as_deref().filter(|t| !t.is_empty());
-        let odcid = presented.and_then(|t| tokens.validate(from, t));
-        if must_retry && odcid.is_none() {
-            if presented.is_some() {
-                // A client may follow one Retry only: a second would strand it.
-                ctx.metrics.quic_dropped(Dropped::BadToken);
-                continue;
-            }
-            // Address validation: a Retry costs one small packet and no state; the
-            // handshake is spent only on a client that echoes the token from its address.
-            let token = tokens.mint(from, &hdr.dcid);
-            let new_scid = steering::new_cid();
-            match quiche::retry(
-                &hdr.scid,
-                &hdr.dcid,
-                &new_scid,
-                &token,
-                hdr.version,
-                &mut reply,
-            ) {
-                Ok(n) => {
-                    let _ = socket.try_send_to(&reply[..n], from);
-                    ctx.metrics.quic_retry();
-                }
-                Err(e) => tracing::debug!(%from, error = %e, "QUIC Retry not written"),
-            }
-            continue;
+        let odcid = presented.and_then(|t| self.tokens.validate(from, t));
+        if !must_retry || odcid.is_some() {
+            return Some(odcid);
         }
+        if presented.is_some() {
+            // A client may follow one Retry only: a second would strand it.
+            ctx.metrics.quic_dropped(Dropped::BadToken);
+            return None;
+        }
+        let token = self.tokens.mint(from, &hdr.dcid);
+        let new_scid = steering::new_cid();
+        match quiche::retry(
+            &hdr.scid,
+            &hdr.dcid,
+            &new_scid,
+            &token,
+            hdr.version,
+            &mut self.reply,
+        ) {
+            Ok(n) => {
+                let _ = self.socket.try_send_to(&self.reply[..n], from);
+                ctx.metrics.quic_retry();
+            }
+            Err(e) => tracing::debug!(%from, error = %e, "QUIC Retry not written"),
+        }
+        None
+    }
+
+    /// quiche's configuration for `ctx`, made once per listener context.
+    fn config_for(&mut self, ctx: &Arc<ListenerCtx>) -> Option<&mut quiche::Config> {
+        if !matches!(&self.config, Some((for_ctx, _)) if Arc::ptr_eq(for_ctx, ctx)) {
+            match quic_config(ctx) {
+                Ok(cfg) => self.config = Some((ctx.clone(), cfg)),
+                Err(e) => {
+                    tracing::error!(listener = %ctx.name, error = %e, "cannot configure QUIC; HTTP/3 refused");
+                    ctx.metrics.quic_dropped(Dropped::AcceptFailed);
+                    return None;
+                }
+            }
+        }
+        self.config.as_mut().map(|(_, cfg)| cfg)
+    }
+
+    /// A new connection for a validated Initial: within the listener's connection limits
+    /// (QUIC and TCP together; over them the Initial is dropped, and the client tries again
+    /// or falls back to TCP), its task started and its IDs routed to it.
+    fn accept(
+        &mut self,
+        ctx: &Arc<ListenerCtx>,
+        hdr: &quiche::Header<'_>,
+        odcid: Option<ConnectionId<'static>>,
+        packet: &[u8],
+        from: SocketAddr,
+    ) {
         // After a Retry the client's destination ID is the one our Retry chose (ours to
         // keep); else a fresh one.
         let scid = match &odcid {
             Some(_) if hdr.dcid.len() == CID_LEN => hdr.dcid.clone().into_owned(),
-            Some(_) => {
-                ctx.metrics.quic_dropped(Dropped::BadToken);
-                continue;
-            }
+            Some(_) => return ctx.metrics.quic_dropped(Dropped::BadToken),
             None => steering::new_cid(),
         };
-        // The listener's connection limits, QUIC and TCP together; over them, the client's
-        // Initial is dropped (it tries again, or falls back to TCP).
-        let cfg_limits = &current.config;
-        let place = match counts.admit(
+        let limits = &ctx.config;
+        let place = match self.counts.admit(
             from.ip(),
-            cfg_limits.max_connections,
-            cfg_limits.max_connections_per_client,
+            limits.max_connections,
+            limits.max_connections_per_client,
         ) {
             Ok(p) => p,
-            Err(why) => {
-                ctx.metrics.connection_refused(why == Refusal::Client);
-                continue;
-            }
+            Err(why) => return ctx.metrics.connection_refused(why == Refusal::Client),
         };
+        let (local, tls) = (self.local, ctx.tls.as_ref().expect("checked by datagram"));
+        let (_, cfg) = self
+            .config
+            .as_mut()
+            .expect("made for this context by datagram");
         let conn = match quiche::accept(&scid, odcid.as_ref(), local, from, cfg) {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!(%from, error = %e, "QUIC connection not accepted");
-                ctx.metrics.quic_dropped(Dropped::AcceptFailed);
-                continue;
+                return ctx.metrics.quic_dropped(Dropped::AcceptFailed);
             }
         };
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -292,23 +367,23 @@ pub(crate) async fn run(
             ids.push(hdr.dcid.clone().into_owned());
         }
         for id in &ids {
-            routes.insert(id.clone(), tx.clone());
+            self.routes.insert(id.clone(), tx.clone());
         }
         let setup = Setup {
             conn,
             handshake: QuicHandshake::new(tls),
-            half_open: HalfOpen::new(&half_open),
+            half_open: HalfOpen::new(&self.half_open),
             place,
             datagrams: rx,
-            socket: socket.clone(),
+            socket: self.socket.clone(),
             local,
             peer: from,
-            listener: current,
-            slot: slot.clone(),
-            signals: signals.clone(),
+            listener: ctx.clone(),
+            slot: self.slot.clone(),
+            signals: self.signals.clone(),
         };
-        let gone = gone_tx.clone();
-        connections.spawn(async move {
+        let gone = self.gone_tx.clone();
+        self.connections.spawn(async move {
             connection::serve(setup).await;
             let _ = gone.send(ids);
         });

@@ -386,91 +386,146 @@ async fn sniff_h2(tcp: &TcpStream, within: Duration) -> Option<bool> {
     }
 }
 
-async fn run<S>(proto: Proto, io: Watched<S>, ctx: Arc<ConnCtx>, mut signals: Signals)
+/// The connection served by `proto`'s server.
+fn served<S>(
+    proto: Proto,
+    io: Watched<S>,
+    ctx: Arc<ConnCtx>,
+) -> Served<
+    TokioIo<Watched<S>>,
+    impl hyper::service::HttpService<
+        hyper::body::Incoming,
+        ResBody = crate::body::ProxyBody,
+        Future: Send + 'static,
+    >,
+>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let listener = ctx.listener.clone();
-    let cfg = &listener.config;
-    let (keepalive, head_timeout) = (cfg.keepalive_timeout, cfg.header_read_timeout);
-    let state = ctx.state.clone();
-    let mut conn = match proto {
-        Proto::Http1 => {
-            let (fut, shutdown) = crate::http1::serve(io, ctx);
-            Served::Http1(Box::pin(fut), shutdown)
-        }
+    let mut http2 = None;
+    let http1 = match proto {
+        Proto::Http1 => Some(crate::http1::serve(io, ctx.clone())),
         Proto::Http2 => {
-            // The handler's future goes to hyper boxed (`Service::call`): hyper moves each
-            // stream's future into its executor (`h2_streams`, which boxes it again), and a
-            // boxed future is a pointer to move, not several KiB.
-            let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
-                crate::http1::Service::call(ctx.clone(), req.map(crate::http1::ClientBody::http2))
-            });
+            http2 = Some(io);
+            None
+        }
+    };
+    // The handler's future goes to hyper boxed (`Service::call`): hyper moves each stream's
+    // future into its executor (`h2_streams`, which boxes it again), and a boxed future is a
+    // pointer to move, not several KiB.
+    let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
+        crate::exchange::Service::call(ctx.clone(), req.map(crate::exchange::ClientBody::http2))
+    });
+    match (http1, http2) {
+        (Some((fut, shutdown)), _) => Served::Http1(Box::pin(fut), shutdown),
+        (None, Some(io)) => {
             let streams = StreamSet::default();
             Served::Http2(
                 Box::pin(
-                    http2_builder(cfg, streams.clone()).serve_connection(TokioIo::new(io), service),
+                    http2_builder(&listener.config, streams.clone())
+                        .serve_connection(TokioIo::new(io), service),
                 ),
                 streams,
             )
         }
-    };
+        (None, None) => unreachable!("one protocol was chosen"),
+    }
+}
 
+/// Draining (shutdown, a removed listener, a binary upgrade) must not close a keep-alive
+/// connection at the moment its client sends the next request on it (the request would fail:
+/// the classic keep-alive race). So a draining connection is closed while a request is in
+/// flight (that response goes out with `Connection: close`, or as the last stream before
+/// GOAWAY, and then it closes), or after it has been idle for `DRAIN_IDLE_GRACE`. A
+/// connection accepted just before the drain is the same case: its first request is on the
+/// way.
+struct Drain {
+    since: Option<Instant>,
+    /// Asked to finish and close: the connection's future ends the loop.
+    closing: bool,
+    /// While draining and idle: a tick of our own re-checks the grace.
+    timer: Option<tokio::time::Interval>,
+    tick: Duration,
+    idle_grace: Duration,
+}
+
+impl Drain {
+    fn new(keepalive: Duration, head_timeout: Duration) -> Self {
+        Drain {
+            since: None,
+            closing: false,
+            timer: None,
+            tick: (keepalive.min(head_timeout) / 4)
+                .clamp(Duration::from_millis(50), Duration::from_secs(1)),
+            idle_grace: DRAIN_IDLE_GRACE.min(head_timeout),
+        }
+    }
+
+    fn start(&mut self, state: &ConnState) {
+        self.since = Some(Instant::now());
+        state.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// At the loop's top: notices a drain, and asks `close` when a request is in flight or
+    /// the connection has been idle for the grace.
+    fn check(&mut self, state: &ConnState, draining: bool, close: impl FnOnce()) {
+        if !self.closing && self.since.is_none() && draining {
+            self.start(state);
+        }
+        let Some(since) = self.since.filter(|_| !self.closing) else {
+            return;
+        };
+        let idle_ms = state
+            .now_ms()
+            .saturating_sub(state.last_request_ms.load(Ordering::Relaxed));
+        let idle = Duration::from_millis(idle_ms).min(since.elapsed());
+        if state.inflight.load(Ordering::Relaxed) != 0 || idle >= self.idle_grace {
+            self.closing = true;
+            close();
+        } else if self.timer.is_none() {
+            let mut t = tokio::time::interval(self.tick);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            self.timer = Some(t);
+        }
+    }
+}
+
+async fn run<S>(proto: Proto, io: Watched<S>, ctx: Arc<ConnCtx>, mut signals: Signals)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let cfg = &ctx.listener.config;
+    let (keepalive, head_timeout) = (cfg.keepalive_timeout, cfg.header_read_timeout);
+    let state = ctx.state.clone();
+    let mut conn = served(proto, io, ctx);
     // Keep-alive and header-read timeouts: the listener's sweep wakes this connection only
     // when one is due (a timer per connection cost every idle connection a wake-up a
     // second). While draining, a tick of our own re-checks the drain's grace.
     signals.idle.watch_http(&state, keepalive, head_timeout);
-    let tick =
-        (keepalive.min(head_timeout) / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-    let mut drain_timer: Option<tokio::time::Interval> = None;
-    // Draining (shutdown, a removed listener, a binary upgrade) must not close a keep-alive
-    // connection at the moment its client sends the next request on it (the request would
-    // fail: the classic keep-alive race). So a draining connection is closed while a request
-    // is in flight (that response goes out with `Connection: close`, or as the last stream
-    // before GOAWAY, and then it closes), or after it has been idle for DRAIN_IDLE_GRACE.
-    // A connection accepted just before the drain is the same case: its first request is on
-    // the way.
-    let mut drain_since: Option<Instant> = None;
-    let mut closing = false;
-    let idle_grace = DRAIN_IDLE_GRACE.min(head_timeout);
+    let mut drain = Drain::new(keepalive, head_timeout);
     let gate = WakeGate::new();
     loop {
-        if !closing && drain_since.is_none() && *signals.draining.borrow() {
-            drain_since = Some(Instant::now());
-            state.draining.store(true, Ordering::Relaxed);
-        }
-        if let Some(since) = drain_since
-            && !closing
-        {
-            let idle_ms = state
-                .now_ms()
-                .saturating_sub(state.last_request_ms.load(Ordering::Relaxed));
-            let idle = Duration::from_millis(idle_ms).min(since.elapsed());
-            if state.inflight.load(Ordering::Relaxed) != 0 || idle >= idle_grace {
-                closing = true;
-                conn.graceful_shutdown();
-            } else if drain_timer.is_none() {
-                let mut t = tokio::time::interval(tick);
-                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                drain_timer = Some(t);
-            }
-        }
+        drain.check(&state, *signals.draining.borrow(), || {
+            conn.graceful_shutdown()
+        });
         // The connection's own future is polled on every wake; the signals beside it only
         // when one of them woke the task (`WakeGate`): each is a Notify waiter underneath,
         // and a Notify waiter takes a mutex on every poll.
         let woke = {
+            let (draining, closing) = (drain.since.is_some(), drain.closing);
             let mut side = std::pin::pin!(async {
                 tokio::select! {
                     () = signals.force.cancelled() => Signal::Force,
-                    changed = signals.draining.changed(), if drain_since.is_none() => {
+                    changed = signals.draining.changed(), if !draining => {
                         Signal::Draining { sender_gone: changed.is_err() }
                     }
-                    () = state.request_seen.notified(), if drain_since.is_some() && !closing => {
+                    () = state.request_seen.notified(), if draining && !closing => {
                         Signal::Recheck
                     }
-                    _ = async { drain_timer.as_mut().expect("armed while draining").tick().await },
-                        if drain_timer.is_some() && !closing => Signal::Recheck,
-                    () = state.due.notified(), if !closing && drain_since.is_none() => Signal::Due,
+                    _ = async { drain.timer.as_mut().expect("armed while draining").tick().await },
+                        if drain.timer.is_some() && !closing => Signal::Recheck,
+                    () = state.due.notified(), if !closing && !draining => Signal::Due,
                 }
             });
             let mut fresh = true;
@@ -491,13 +546,8 @@ where
                 return;
             }
             Woke::Signal(Signal::Force) => return,
-            Woke::Signal(Signal::Draining { sender_gone }) => {
-                if sender_gone {
-                    drain_since = Some(Instant::now());
-                    state.draining.store(true, Ordering::Relaxed);
-                }
-            }
-            Woke::Signal(Signal::Recheck) => {}
+            Woke::Signal(Signal::Draining { sender_gone: true }) => drain.start(&state),
+            Woke::Signal(Signal::Draining { sender_gone: false } | Signal::Recheck) => {}
             Woke::Signal(Signal::Due) => {
                 match state.timeout(
                     keepalive.as_millis() as u64,
@@ -510,7 +560,7 @@ where
                         return;
                     }
                     Some(Timeout::KeepAlive) => {
-                        closing = true;
+                        drain.closing = true;
                         conn.graceful_shutdown();
                     }
                     None => {}

@@ -331,7 +331,9 @@ pub(crate) async fn apply(
     Box::pin(compress(compressor, facts, parts, body, codec)).await
 }
 
-/// Compresses a response `decide` chose `codec` for.
+/// Compresses a response `decide` chose `codec` for: its first bytes read where its length
+/// is unknown (`read_head`), its head marked as encoded, then one job for a body that fits a
+/// chunk (`compress_one`) or a pump task that streams chunk jobs.
 async fn compress(
     compressor: &Arc<Compressor>,
     facts: &RequestFacts,
@@ -340,46 +342,91 @@ async fn compress(
     codec: Codec,
 ) -> ProxyBody {
     let settings = &facts.settings;
-    let counters = &compressor.counters;
     let declared = content_length(&parts.headers);
-    let mut body = body;
-    let mut head = BytesMut::new();
-    let mut ended = false;
-    let mut trailers = None;
+    let mut start = Start {
+        body,
+        head: BytesMut::new(),
+        ended: false,
+        trailers: None,
+    };
     if declared.is_none() && !is_event_stream(&parts.headers) && settings.min_length > 0 {
-        // Unknown length: decide on the first bytes. A body that ends short of min_length
-        // goes out as it is.
+        if let Err(e) = start.read_head(settings.min_length).await {
+            return error_body(e);
+        }
+        if start.ended && (start.head.len() as u64) < settings.min_length {
+            // A body that ends short of min_length goes out as it is.
+            compressor.counters.skipped(SkipReason::TooShort);
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(start.head.len()));
+            return rebuilt(start.head.freeze(), start.trailers);
+        }
+    }
+    let encoding = encoding_for(settings, codec);
+    compressor.counters.compressed(codec);
+    mark_encoded(&mut parts.headers, codec);
+    let sw_threshold = settings
+        .sw_threshold
+        .unwrap_or_else(|| encoding.default_sw_threshold());
+    if declared.is_some_and(|n| n <= sw_threshold.max(settings.chunk_size as u64)) {
+        // Up to `sw_threshold` on the spot; otherwise on the dispatcher's engines.
+        let inline = declared.is_some_and(|n| n <= sw_threshold);
+        return compress_one(compressor, start, encoding, codec, inline).await;
+    }
+    let (tx, rx) = http_body_util::channel::Channel::<Bytes, BoxError>::new(2);
+    let pump = Pump {
+        dispatcher: compressor.dispatcher.clone(),
+        counters: compressor.counters.clone(),
+        encoder: BodyEncoder::new(encoding),
+        chunk_size: settings.chunk_size,
+    };
+    let mut pending = Segments::default();
+    if !start.head.is_empty() {
+        pending.push(start.head.freeze());
+    }
+    tokio::spawn(pump.run(start.body, pending, start.ended, start.trailers, tx));
+    rx.boxed()
+}
+
+/// A response body about to be compressed, and what was read of it before deciding.
+struct Start {
+    body: ProxyBody,
+    /// The bytes read so far (an unknown length decides on the first `min_length`).
+    head: BytesMut,
+    ended: bool,
+    trailers: Option<HeaderMap>,
+}
+
+impl Start {
+    /// Reads up to `min_length` bytes, for at most `MIN_LENGTH_WAIT` (a streaming response
+    /// that pauses is decided on what came).
+    async fn read_head(&mut self, min_length: u64) -> Result<(), BoxError> {
         let deadline = tokio::time::Instant::now() + MIN_LENGTH_WAIT;
-        while (head.len() as u64) < settings.min_length {
-            match tokio::time::timeout_at(deadline, body.frame()).await {
+        while (self.head.len() as u64) < min_length {
+            match tokio::time::timeout_at(deadline, self.body.frame()).await {
                 Err(_) => break,
                 Ok(None) => {
-                    ended = true;
+                    self.ended = true;
                     break;
                 }
                 Ok(Some(Ok(f))) => match f.into_data() {
-                    Ok(d) => head.extend_from_slice(&d),
+                    Ok(d) => self.head.extend_from_slice(&d),
                     Err(f) => {
-                        trailers = f.into_trailers().ok();
-                        ended = true;
+                        self.trailers = f.into_trailers().ok();
+                        self.ended = true;
                         break;
                     }
                 },
-                Ok(Some(Err(e))) => return error_body(e),
+                Ok(Some(Err(e))) => return Err(e),
             }
         }
-        if ended && (head.len() as u64) < settings.min_length {
-            counters.skipped(SkipReason::TooShort);
-            parts
-                .headers
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(head.len()));
-            return rebuilt(head.freeze(), trailers);
-        }
+        Ok(())
     }
+}
 
-    let encoding = encoding_for(settings, codec);
-    counters.compressed(codec);
-    let h = &mut parts.headers;
+/// A compressed response's head: no length or ranges, its `Content-Encoding`, `Vary`, and a
+/// weak ETag (the bytes differ from the identity representation's).
+fn mark_encoded(h: &mut HeaderMap, codec: Codec) {
     h.remove(header::CONTENT_LENGTH);
     h.remove(header::ACCEPT_RANGES);
     h.insert(
@@ -388,67 +435,57 @@ async fn compress(
     );
     add_vary(h);
     weaken_etag(h);
+}
 
-    let sw_threshold = settings
-        .sw_threshold
-        .unwrap_or_else(|| encoding.default_sw_threshold());
-    if declared.is_some_and(|n| n <= sw_threshold.max(settings.chunk_size as u64)) {
-        // One chunk: collect the body (its frames, uncopied) and compress it in one job,
-        // without a pump task. Up to `sw_threshold` on the spot; otherwise on the
-        // dispatcher's engines.
-        let inline = declared.is_some_and(|n| n <= sw_threshold);
-        let mut segments = Vec::new();
-        let mut trailers = None;
-        if !head.is_empty() {
-            segments.push(head.freeze());
-        }
-        while let Some(frame) = body.frame().await {
-            match frame {
-                Ok(f) => match f.into_data() {
-                    Ok(d) => segments.push(d),
-                    Err(f) => trailers = f.into_trailers().ok(),
-                },
-                Err(e) => return error_body(e),
-            }
-        }
-        let mut enc = BodyEncoder::new(encoding);
-        let job = enc.job_segments(segments, true);
-        let len = job.input_len();
-        let done = if inline {
-            compress_chunk(&job, "inline").map_err(|e| e.to_string())
-        } else {
-            compressor
-                .dispatcher
-                .run(job)
-                .await
-                .map_err(|e| e.to_string())
-        };
-        return match done {
-            Ok(out) => {
-                counters.chunk(codec, out.engine, len, out.bytes.len());
-                rebuilt(enc.frame(out.bytes, true), trailers)
-            }
-            Err(e) => {
-                counters.failed();
-                tracing::warn!(error = %e, "compression failed on every engine");
-                error_body(e.into())
-            }
-        };
-    }
-
-    let (tx, rx) = http_body_util::channel::Channel::<Bytes, BoxError>::new(2);
-    let pump = Pump {
-        dispatcher: compressor.dispatcher.clone(),
-        counters: counters.clone(),
-        encoder: BodyEncoder::new(encoding),
-        chunk_size: settings.chunk_size,
-    };
-    let mut pending = Segments::default();
+/// A body that fits one chunk: collected (its frames, uncopied) and compressed in one job,
+/// without a pump task; `inline` on the spot, else on the dispatcher's engines.
+async fn compress_one(
+    compressor: &Compressor,
+    start: Start,
+    encoding: Encoding,
+    codec: Codec,
+    inline: bool,
+) -> ProxyBody {
+    let Start { mut body, head, .. } = start;
+    let mut segments = Vec::new();
+    let mut trailers = None;
     if !head.is_empty() {
-        pending.push(head.freeze());
+        segments.push(head.freeze());
     }
-    tokio::spawn(pump.run(body, pending, ended, trailers, tx));
-    rx.boxed()
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(f) => match f.into_data() {
+                Ok(d) => segments.push(d),
+                Err(f) => trailers = f.into_trailers().ok(),
+            },
+            Err(e) => return error_body(e),
+        }
+    }
+    let mut enc = BodyEncoder::new(encoding);
+    let job = enc.job_segments(segments, true);
+    let len = job.input_len();
+    let done = if inline {
+        compress_chunk(&job, "inline").map_err(|e| e.to_string())
+    } else {
+        compressor
+            .dispatcher
+            .run(job)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match done {
+        Ok(out) => {
+            compressor
+                .counters
+                .chunk(codec, out.engine, len, out.bytes.len());
+            rebuilt(enc.frame(out.bytes, true), trailers)
+        }
+        Err(e) => {
+            compressor.counters.failed();
+            tracing::warn!(error = %e, "compression failed on every engine");
+            error_body(e.into())
+        }
+    }
 }
 
 /// Compresses a whole body in `encoding` (the cache's variants): on the spot up to the

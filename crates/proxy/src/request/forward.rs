@@ -261,8 +261,7 @@ pub(crate) fn write_forwardable(
         lines: Vec::with_capacity(160 + 40 * headers.len()),
         content_length: None,
     };
-    // The request's first value of each, as `HeaderMap::get` finds it.
-    let (mut prev_for, mut prev_forwarded, mut declared) = (None, None, None);
+    let mut seen = Replaced::default();
     for (name, value) in headers {
         if stop(name) {
             return None;
@@ -271,26 +270,9 @@ pub(crate) fn write_forwardable(
             continue;
         }
         let replaced = match name.as_str() {
-            "content-length" => {
-                declared.get_or_insert_with(|| {
-                    std::str::from_utf8(value.as_bytes())
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                });
-                true
-            }
             "host" => host_ok,
-            "x-forwarded-for" => {
-                prev_for.get_or_insert(value.to_str().ok());
-                true
-            }
-            "forwarded" if fwd.forwarded => {
-                prev_forwarded.get_or_insert(value.to_str().ok());
-                true
-            }
-            "x-forwarded-proto" | "x-real-ip" => true,
             "x-forwarded-host" => fwd_host_ok,
-            _ => false,
+            other => seen.replaces(other, value, fwd.forwarded),
         };
         if !replaced {
             push_field(&mut out.lines, name.as_str(), value.as_bytes());
@@ -299,10 +281,60 @@ pub(crate) fn write_forwardable(
     if host_ok {
         push_field(&mut out.lines, "host", host.as_bytes());
     }
-    out.content_length = declared.flatten();
+    out.content_length = seen.declared.flatten();
+    push_forwarding(&mut out.lines, fwd, &seen, fwd_host_ok);
+    Some(out)
+}
+
+/// The request's fields the forwarding replaces, and the first value of each that
+/// `HeaderMap::get` would find (`write_forwardable`).
+#[derive(Default)]
+struct Replaced<'h> {
+    prev_for: Option<Option<&'h str>>,
+    prev_forwarded: Option<Option<&'h str>>,
+    declared: Option<Option<u64>>,
+}
+
+impl<'h> Replaced<'h> {
+    /// Whether the field `name` (not `host` nor `x-forwarded-host`, which depend on the new
+    /// values' validity) is replaced by one the gateway writes; its first value noted.
+    #[inline(always)]
+    fn replaces(&mut self, name: &str, value: &'h HeaderValue, forwarded: bool) -> bool {
+        match name {
+            "content-length" => {
+                self.declared.get_or_insert_with(|| {
+                    std::str::from_utf8(value.as_bytes())
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                });
+                true
+            }
+            "x-forwarded-for" => {
+                self.prev_for.get_or_insert(value.to_str().ok());
+                true
+            }
+            "forwarded" if forwarded => {
+                self.prev_forwarded.get_or_insert(value.to_str().ok());
+                true
+            }
+            "x-forwarded-proto" | "x-real-ip" => true,
+            _ => false,
+        }
+    }
+}
+
+/// The forwarding fields as lines, after the request's own (`write_forwardable`); an invalid
+/// `X-Forwarded-Host` (`fwd_host_ok` false) is left out, as the map path leaves it.
+#[inline(always)]
+fn push_forwarding(
+    lines: &mut Vec<u8>,
+    fwd: &Forwarding<'_>,
+    seen: &Replaced<'_>,
+    fwd_host_ok: bool,
+) {
     fwd.each(
-        prev_for.flatten(),
-        prev_forwarded.flatten(),
+        seen.prev_for.flatten(),
+        seen.prev_forwarded.flatten(),
         |name, value| {
             let value = match value {
                 Value::Shared(v) => v.as_bytes(),
@@ -320,10 +352,9 @@ pub(crate) fn write_forwardable(
                     t.as_bytes()
                 }
             };
-            push_field(&mut out.lines, name.as_str(), value);
+            push_field(lines, name.as_str(), value);
         },
     );
-    Some(out)
 }
 
 fn push_field(out: &mut Vec<u8>, name: &str, value: &[u8]) {

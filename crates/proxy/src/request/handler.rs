@@ -2,7 +2,7 @@
 //! phases in their order (`phases` for those before the upstream, `cache`, then `proxy`).
 
 use crate::body::ProxyBody;
-use crate::http1::ClientBody;
+use crate::exchange::ClientBody;
 use crate::request::cache;
 use crate::request::compression::RequestFacts;
 use crate::request::context::ConnCtx;
@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Each HTTP/1.1 connection's requests come here (`http1::serve`).
-impl crate::http1::Service for ConnCtx {
-    fn call(self: Arc<Self>, req: Request<ClientBody>) -> crate::http1::Responding {
+impl crate::exchange::Service for ConnCtx {
+    fn call(self: Arc<Self>, req: Request<ClientBody>) -> crate::exchange::Responding {
         // The box is made first and the future built into it. It was built on the stack and
         // copied whole (~2.9 KB) into its box: 47 of an HTTP/2 request's ~570 L1 data misses
         // (`bench/instructions.py --cache`).
@@ -158,7 +158,7 @@ fn spawn_refresh(conn: &Arc<ConnCtx>, req: &Request<ClientBody>, refresh: cache:
     again.extensions_mut().insert(refresh);
     let conn = conn.clone();
     tokio::spawn(async move {
-        let Ok(resp) = crate::http1::Service::call(conn, again).await;
+        let Ok(resp) = crate::exchange::Service::call(conn, again).await;
         // Read to its end: the entry is stored as the body ends.
         let _ = resp.into_body().collect().await;
     });

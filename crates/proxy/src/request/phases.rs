@@ -9,7 +9,7 @@
 
 use crate::access_log::Entry;
 use crate::body::{ProxyBody, TrackedBody};
-use crate::http1::ClientBody;
+use crate::exchange::ClientBody;
 use crate::request::context::{ConnCtx, ListenerCtx};
 use crate::request::done::{Done, failure};
 use crate::request::error::Failure;

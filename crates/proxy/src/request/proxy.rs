@@ -32,7 +32,7 @@ use super::mirror::{self, Teed};
 use super::phases::RequestCtx;
 use super::policy;
 use crate::body::{BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, ProxyBody, TrackedBody};
-use crate::http1::ClientBody;
+use crate::exchange::ClientBody;
 use crate::http1::client::WrittenFields;
 use crate::metrics::mirror::MirrorState;
 use crate::upstreams::conn_pool::UpstreamError;
@@ -645,35 +645,46 @@ impl<'a> Proxied<'a> {
                 }
             },
         };
-        for filter in &*self.plan.upstream_response {
-            match filter {
-                UpstreamResponse::HeaderEdits => {
-                    let edits = &self.plan.route.response_headers;
-                    policy::edit_headers(edits, &mut rparts.headers, &self.vars());
-                }
-            }
-        }
-        if let Some(id) = &self.request_id {
-            rparts.headers.insert(policy::X_REQUEST_ID, id.clone());
-        }
-        if let Some((name, outcome)) = cache_status {
-            rparts
-                .headers
-                .insert(name, HeaderValue::from_static(outcome.as_str()));
-        }
-        // A new session, or one whose server was down: name the server chosen.
-        if let Some(cookies) = &group.sticky
-            && self.sticky != Some(server.index)
-        {
-            rparts.headers.append(
-                header::SET_COOKIE,
-                cookies.set_cookie(server.index, self.listener.tls.is_some()),
-            );
-        }
+        self.response_head(&mut rparts.headers, cache_status, server.index);
         done._server = Some(server);
         let rbody =
             compression::apply(&self.listener.compressor, &self.facts, &mut rparts, rbody).await;
         Response::from_parts(rparts, TrackedBody::new(rbody, done).boxed())
+    }
+}
+
+impl Proxied<'_> {
+    /// Phase 6's edits of the response's head: the route's `upstream_response` filters,
+    /// then the gateway's own (request ID, cache status, the sticky cookie of `server`).
+    fn response_head(
+        &self,
+        headers: &mut HeaderMap,
+        cache_status: Option<(http::HeaderName, sluice_cache::Outcome)>,
+        server: usize,
+    ) {
+        for filter in &*self.plan.upstream_response {
+            match filter {
+                UpstreamResponse::HeaderEdits => {
+                    let edits = &self.plan.route.response_headers;
+                    policy::edit_headers(edits, headers, &self.vars());
+                }
+            }
+        }
+        if let Some(id) = &self.request_id {
+            headers.insert(policy::X_REQUEST_ID, id.clone());
+        }
+        if let Some((name, outcome)) = cache_status {
+            headers.insert(name, HeaderValue::from_static(outcome.as_str()));
+        }
+        // A new session, or one whose server was down: name the server chosen.
+        if let Some(cookies) = &self.group.sticky
+            && self.sticky != Some(server)
+        {
+            headers.append(
+                header::SET_COOKIE,
+                cookies.set_cookie(server, self.listener.tls.is_some()),
+            );
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! the connection's TLS handshake as a span of its first sampled request, and a CLIENT span
 //! per upstream attempt. Attributes are built only for sampled (recorded) requests.
 
-use crate::http1::ClientBody;
+use crate::exchange::ClientBody;
 use crate::request::context::ConnCtx;
 use crate::request::done::Done;
 use http::{Method, Request, Version};

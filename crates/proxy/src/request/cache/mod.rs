@@ -46,32 +46,13 @@ pub(crate) enum Lookup {
 /// The lookup phase for a request on a route with `[route.cache]`.
 pub(crate) async fn lookup(
     serving: Serving<'_>,
-    req: &Request<crate::http1::ClientBody>,
+    req: &Request<crate::exchange::ClientBody>,
     done: Done,
 ) -> Lookup {
     let cache = serving.cache;
     let method = req.method();
     let headers = req.headers();
-    let primary = Store::primary_key(
-        serving.host_key,
-        req.uri().path_and_query().map_or("/", |p| p.as_str()),
-    );
-    let mut fetch = Fetch {
-        cache: cache.clone(),
-        settings: serving.settings.clone(),
-        primary,
-        request: headers.clone(),
-        method: method.clone(),
-        store: *method == Method::GET,
-        invalidate: !matches!(
-            *method,
-            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
-        ),
-        stale: None,
-        stale_if_error: false,
-        leader: None,
-        request_time: SystemTime::now(),
-    };
+    let mut fetch = Fetch::new(&serving, req);
     // Ranges and protocol upgrades (WebSocket) pass straight through: the store answers
     // whole responses only.
     let through = headers.contains_key(header::RANGE) || headers.contains_key(header::UPGRADE);
@@ -137,6 +118,33 @@ pub(crate) async fn lookup(
         }
     }
     Lookup::Fetch(Box::new(fetch), done)
+}
+
+impl Fetch {
+    /// A fetch for `req` as it arrived: stored if it is a GET, invalidating if its method is
+    /// unsafe; the lookup fills in a stale entry and the collapsing lead.
+    fn new(serving: &Serving<'_>, req: &Request<crate::exchange::ClientBody>) -> Self {
+        let method = req.method();
+        Fetch {
+            cache: serving.cache.clone(),
+            settings: serving.settings.clone(),
+            primary: Store::primary_key(
+                serving.host_key,
+                req.uri().path_and_query().map_or("/", |p| p.as_str()),
+            ),
+            request: req.headers().clone(),
+            method: method.clone(),
+            store: *method == Method::GET,
+            invalidate: !matches!(
+                *method,
+                Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+            ),
+            stale: None,
+            stale_if_error: false,
+            leader: None,
+            request_time: SystemTime::now(),
+        }
+    }
 }
 
 /// The entry for `request` under `primary`: from memory, else from the disk tier (read on a

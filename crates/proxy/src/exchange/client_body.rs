@@ -196,9 +196,7 @@ impl Body for RequestBody {
     }
 }
 
-/// A client's request body, from whichever protocol carried it: what the handler takes. It
-/// lives here, beside the HTTP/1.1 body it most often is, so that `body` depends on no
-/// protocol module.
+/// A client's request body, from whichever protocol carried it: what the handler takes.
 pub(crate) enum ClientBody {
     /// No body (most requests on HTTP/1.1).
     Empty,
