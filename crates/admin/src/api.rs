@@ -453,21 +453,41 @@ async fn purge_cache(s: &Sources, req: Request<Incoming>) -> Reply {
             "\"host\" is the request's Host (with its port if not 80/443) and the path starts with /",
         );
     }
+    // One time for every gateway: what each fetched before it goes, what came after stays.
+    let at = std::time::SystemTime::now();
     // In a fleet, every gateway (this one too) purges when the purge arrives through etcd;
     // this one also purges now, so that its next answer is already without it.
     let fleet = match s.control.as_ref().and_then(|c| c.shared()) {
-        Some(store) => match store.purge_cache(host, path, prefix).await {
+        Some(store) => match store.purge_cache(host, path, prefix, at).await {
             Ok(()) => true,
             Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.message),
         },
         None => false,
     };
-    s.gateway.cache().purge_requested(host, path, prefix);
+    let cache = s.gateway.cache();
+    let (h, p) = (host.to_owned(), path.to_owned());
+    // Recorded on disk (synced) before the answer: off the event loop.
+    let recorded =
+        tokio::task::spawn_blocking(move || cache.purge_requested(&h, &p, prefix, at)).await;
+    let disk = match recorded {
+        Ok(Ok(true)) => "recorded",
+        Ok(Ok(false)) => "none",
+        Ok(Err(e)) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!(
+                    "purged from memory, but the disk tier could not record it: {e}; the disk writer retries it, check [cache.disk] path's file system"
+                ),
+            );
+        }
+        Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "the purge's task failed"),
+    };
     json_reply(
         StatusCode::OK,
         &json!({
             "result": "ok", "host": host, if prefix { "prefix" } else { "path" }: path,
-            "fleet": fleet,
+            "fleet": fleet, "memory": "purged", "disk": disk,
+            "at_unix_ms": at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
         }),
     )
 }

@@ -129,6 +129,7 @@ pub(crate) fn status(s: &Sources) -> Value {
         "upgrades": map(&c.upgrades),
         "collapsed": c.collapsed,
         "cpu_saved_s": c.cpu_saved_s,
+        "purges_recorded": cache.purges_recorded(),
         "disk": cache.disk().map(|(d, dropped)| json!({
             "bytes": d.bytes, "max_bytes": d.max_bytes, "entries": d.entries,
             "reads": d.reads, "writes": d.writes, "corrupt": d.corrupt, "dropped": dropped,

@@ -9,11 +9,16 @@
 //! use) lives in memory and is rebuilt at start by reading each file's head; the bound evicts
 //! the least recently used files.
 //!
+//! A purge is recorded in the file `purges` (appended, synced) before the files it covers are
+//! removed; opening the tier again removes what that file covers and then the file, so a
+//! purge the process did not finish is finished at the next start (`crate::purge`).
+//!
 //! Every call here blocks on the file system: the store calls it from its writer thread and
 //! from blocking tasks, never from the event loop.
 
 use crate::entry::{Entry, Variant};
 use crate::freshness::Timing;
+use crate::purge::Purge;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use std::collections::HashMap;
@@ -25,6 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const MAGIC: &[u8; 8] = b"SLUICE1\n";
 const SUFFIX: &str = "entry";
+/// The purges recorded and not yet finished (see the module's doc).
+const PURGES: &str = "purges";
 
 /// The disk tier's size and counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -71,6 +78,17 @@ struct FileMeta {
     path: PathBuf,
     size: u64,
     used: u64,
+    /// When its response's request started (what a purge is compared with).
+    requested: SystemTime,
+}
+
+/// What opening the tier reads from each file's head.
+struct FileHead {
+    size: u64,
+    key: String,
+    primary: String,
+    vary: Vec<String>,
+    requested: SystemTime,
 }
 
 /// FNV-1a, 64 bits: a file name stable across builds (the file holds its key, which is
@@ -168,8 +186,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The head of a file: its key, primary key and Vary fields.
-fn head(data: &[u8]) -> Option<(String, String, Vec<String>)> {
+/// The head of a file: its key, primary key, Vary fields and when its request started.
+fn head(data: &[u8]) -> Option<(String, String, Vec<String>, SystemTime)> {
     if data.get(..MAGIC.len())? != MAGIC {
         return None;
     }
@@ -185,12 +203,14 @@ fn head(data: &[u8]) -> Option<(String, String, Vec<String>)> {
     } else {
         vary.split('\n').map(str::to_owned).collect()
     };
-    Some((key, primary, vary))
+    let _status = r.u16()?;
+    let requested = time(r.u64()?);
+    Some((key, primary, vary, requested))
 }
 
 /// A whole file back as its key and entry.
 fn decode(data: &Bytes) -> Option<(String, Entry)> {
-    let (key, _, _) = head(data)?;
+    let (key, ..) = head(data)?;
     let mut r = Reader {
         data,
         at: MAGIC.len(),
@@ -255,7 +275,7 @@ impl DiskTier {
             writes: AtomicU64::new(0),
             reads: AtomicU64::new(0),
         };
-        let mut found: Vec<(SystemTime, PathBuf, u64, String, String, Vec<String>)> = Vec::new();
+        let mut found: Vec<(SystemTime, PathBuf, FileHead)> = Vec::new();
         for item in std::fs::read_dir(dir)? {
             let item = item?;
             let path = item.path();
@@ -270,13 +290,16 @@ impl DiskTier {
             let mut first = vec![0u8; 64 << 10];
             let n = std::fs::File::open(&path)?.read(&mut first)?;
             match head(&first[..n]) {
-                Some((key, primary, vary)) => found.push((
+                Some((key, primary, vary, requested)) => found.push((
                     meta.modified().unwrap_or(UNIX_EPOCH),
                     path,
-                    meta.len(),
-                    key,
-                    primary,
-                    vary,
+                    FileHead {
+                        size: meta.len(),
+                        key,
+                        primary,
+                        vary,
+                        requested,
+                    },
                 )),
                 None => {
                     tier.corrupt.fetch_add(1, Ordering::Relaxed);
@@ -288,20 +311,51 @@ impl DiskTier {
         found.sort_by_key(|f| f.0);
         {
             let mut idx = tier.lock();
-            for (_, path, size, key, primary, vary) in found {
+            for (_, path, f) in found {
                 idx.clock += 1;
-                let used = idx.clock;
-                if let Some(old) = idx.files.insert(key, FileMeta { path, size, used }) {
+                let meta = FileMeta {
+                    path,
+                    size: f.size,
+                    used: idx.clock,
+                    requested: f.requested,
+                };
+                if let Some(old) = idx.files.insert(f.key, meta) {
                     idx.bytes -= old.size;
                 }
-                idx.bytes += size;
-                if !vary.is_empty() {
-                    idx.vary.insert(primary, vary);
+                idx.bytes += f.size;
+                if !f.vary.is_empty() {
+                    idx.vary.insert(f.primary, f.vary);
                 }
             }
         }
+        tier.finish_purges()?;
         tier.evict();
         Ok(tier)
+    }
+
+    /// Removes what the purges recorded by an earlier run cover, then their record.
+    fn finish_purges(&self) -> io::Result<()> {
+        let path = self.dir.join(PURGES);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for purge in text.lines().filter_map(Purge::parse) {
+            self.purge(&purge);
+        }
+        std::fs::remove_file(&path)
+    }
+
+    /// Records `purge` in the purge file (appended and synced: it is finished at the next
+    /// start if this process stops first).
+    pub fn record_purge(&self, purge: &Purge) -> io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(PURGES))?;
+        f.write_all(purge.line().as_bytes())?;
+        f.sync_data()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Index> {
@@ -377,6 +431,7 @@ impl DiskTier {
                 path,
                 size: data.len() as u64,
                 used,
+                requested: entry.timing.request_time,
             };
             // Another key with the same hash shared this file: it is gone now.
             let same_file: Vec<String> = idx
@@ -445,31 +500,35 @@ impl DiskTier {
         }
     }
 
-    /// Removes every file whose key is `primary` (with any Vary key) or, with `prefix`,
-    /// starts with it.
-    pub fn purge(&self, primary: &str, prefix: bool) {
-        let with_vary = format!("{primary}\0");
+    /// Removes every file `purge` covers: its key matches and its request started at or
+    /// before the purge (a file written from a later fetch stays).
+    pub fn purge(&self, purge: &Purge) {
         let keys: Vec<String> = {
-            let mut idx = self.lock();
-            if prefix {
-                idx.vary.retain(|p, _| !p.starts_with(primary));
-            } else {
-                idx.vary.remove(primary);
-            }
+            let idx = self.lock();
             idx.files
-                .keys()
-                .filter(|k| {
-                    if prefix {
-                        k.starts_with(primary)
-                    } else {
-                        *k == primary || k.starts_with(&with_vary)
-                    }
-                })
-                .cloned()
+                .iter()
+                .filter(|(k, m)| purge.covers(k, m.requested))
+                .map(|(k, _)| k.clone())
                 .collect()
         };
         for k in keys {
             self.remove(&k);
+        }
+        // A primary key's Vary fields go with its last file.
+        let mut idx = self.lock();
+        let left: std::collections::HashSet<&str> = idx
+            .files
+            .keys()
+            .filter_map(|k| k.split_once('\0').map(|(p, _)| p))
+            .collect();
+        let emptied: Vec<String> = idx
+            .vary
+            .keys()
+            .filter(|p| purge.matches(p) && !left.contains(p.as_str()))
+            .cloned()
+            .collect();
+        for p in emptied {
+            idx.vary.remove(&p);
         }
     }
 
@@ -592,8 +651,42 @@ mod tests {
         assert!(!t.contains("a.test/1"));
         let files = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(files, t.len());
-        t.purge("a.test/", true);
+        t.purge(&Purge {
+            target: "a.test/".into(),
+            prefix: true,
+            at: SystemTime::now(),
+        });
         assert!(t.is_empty());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_purge_spares_later_fetches_and_a_recorded_one_is_finished_at_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = DiskTier::open(dir.path(), 1 << 20).unwrap();
+        let old = entry(b"old", None);
+        t.write("a.test/old", "a.test/old", &[], &old).unwrap();
+        let purge = Purge {
+            target: "a.test/".into(),
+            prefix: true,
+            at: old.timing.request_time + Duration::from_secs(1),
+        };
+        let mut later = entry(b"later", None);
+        later.timing.request_time = purge.at + Duration::from_secs(1);
+        t.write("a.test/later", "a.test/later", &[], &later)
+            .unwrap();
+        // Recorded, and the process stops before it removed anything.
+        t.record_purge(&purge).unwrap();
+        drop(t);
+        let t = DiskTier::open(dir.path(), 1 << 20).unwrap();
+        assert!(!t.contains("a.test/old"), "finished at the next open");
+        assert_eq!(&t.read("a.test/later").unwrap().identity()[..], b"later");
+        assert!(
+            !dir.path().join(PURGES).exists(),
+            "the record goes once done"
+        );
+        // And live: only what was requested before the purge goes.
+        t.purge(&purge);
+        assert!(t.contains("a.test/later"));
     }
 }

@@ -13,6 +13,8 @@
 //!   store, revalidation upstream, and a 304 merged into the stored head;
 //! - `store`: entries with their encoded variants, bounded by bytes (moka's W-TinyLFU, so
 //!   a scan cannot flush what is hit), purged by key or prefix;
+//! - `purge`: purges as records (key or prefix, and time), so that what a purge covers is
+//!   never stored, written or read back after it, across restarts too;
 //! - `entry`: one stored response with its variants;
 //! - `disk`: the optional disk tier (files written whole, an LRU bound, read back at start);
 //! - `vary`: the secondary key from the request fields a response's `Vary` names (without
@@ -25,6 +27,7 @@ pub mod directives;
 pub mod disk;
 pub mod entry;
 pub mod freshness;
+pub mod purge;
 pub mod store;
 pub mod vary;
 
@@ -32,6 +35,7 @@ pub use collapse::{Collapser, Turn};
 pub use counters::{CacheCounters, CacheSnapshot, Outcome};
 pub use directives::CacheControl;
 pub use freshness::{NotStored, Serve, StorePolicy, Timing, lifetime, serve, storable};
+pub use purge::Purge;
 pub use store::{Entry, Store, Variant};
 
 /// A header map from `(name, value)` pairs (the rules' tests).

@@ -14,13 +14,14 @@
 
 use crate::disk::DiskTier;
 pub use crate::entry::{Entry, Variant};
+use crate::purge::{Purge, Purges};
 use crate::vary;
 use http::HeaderMap;
 use moka::sync::Cache;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Sender, channel};
+use std::time::{Duration, SystemTime};
 
 /// How long a key whose response could not be stored is passed straight upstream, without
 /// collapsing its concurrent misses (Varnish's hit-for-pass): collapsing them would send
@@ -37,14 +38,21 @@ pub struct Store {
     pass: Cache<String, ()>,
     max_bytes: u64,
     /// The disk tier, if configured, and the queue of its writer thread (writes and purges
-    /// in the order they happened, so a purge is never undone by an earlier write).
+    /// in the order they happened).
     disk: Option<Arc<DiskTier>>,
-    writer: Option<SyncSender<DiskOp>>,
-    /// Disk operations dropped because the writer's queue was full.
+    writer: Option<Sender<DiskOp>>,
+    /// Writes queued for the disk writer now (bounded by `DISK_QUEUE`; purges are never
+    /// dropped and not counted here).
+    queued_writes: Arc<AtomicUsize>,
+    /// Disk writes dropped because the writer's queue was full.
     disk_dropped: Arc<AtomicU64>,
+    /// The purges of the last while (`crate::purge`): what they cover is never stored or
+    /// served again.
+    purges: Arc<Purges>,
 }
 
-/// Entries queued for the disk writer at most.
+/// Writes queued for the disk writer at most; beyond, a write is dropped and counted (the
+/// entry stays in memory). A purge is always queued.
 const DISK_QUEUE: usize = 1024;
 
 enum DiskOp {
@@ -54,10 +62,7 @@ enum DiskOp {
         vary: Vec<String>,
         entry: Arc<Entry>,
     },
-    Purge {
-        primary: String,
-        prefix: bool,
-    },
+    Purge(Purge),
 }
 
 impl std::fmt::Debug for Store {
@@ -85,8 +90,9 @@ impl Store {
         disk_bytes: u64,
     ) -> std::io::Result<Store> {
         let disk = Arc::new(DiskTier::open(dir, disk_bytes)?);
-        let (tx, rx) = sync_channel::<DiskOp>(DISK_QUEUE);
-        let writer = disk.clone();
+        let (tx, rx) = channel::<DiskOp>();
+        let store = Store::build(max_bytes, Some(disk.clone()), Some(tx));
+        let (queued, purges) = (store.queued_writes.clone(), store.purges.clone());
         std::thread::Builder::new()
             .name("sluice-cache-disk".into())
             .spawn(move || {
@@ -98,26 +104,34 @@ impl Store {
                             vary,
                             entry,
                         } => {
-                            if let Err(e) = writer.write(&key, &primary, &vary, &entry) {
+                            queued.fetch_sub(1, Ordering::Relaxed);
+                            // Queued before a purge that covers it: not written.
+                            if purges.refuses(&key, entry.timing.request_time) {
+                                continue;
+                            }
+                            if let Err(e) = disk.write(&key, &primary, &vary, &entry) {
                                 tracing::warn!(error = %e, "the cache could not write an entry to disk");
                             }
                         }
-                        DiskOp::Purge { primary, prefix } => writer.purge(&primary, prefix),
+                        DiskOp::Purge(purge) => {
+                            if let Err(e) = disk.record_purge(&purge) {
+                                tracing::warn!(error = %e, "the cache could not record a purge on disk; removing what it covers now");
+                            }
+                            disk.purge(&purge);
+                        }
                     }
                 }
             })?;
-        Ok(Store::build(max_bytes, Some(disk), Some(tx)))
+        Ok(store)
     }
 
-    fn build(
-        max_bytes: u64,
-        disk: Option<Arc<DiskTier>>,
-        writer: Option<SyncSender<DiskOp>>,
-    ) -> Store {
+    fn build(max_bytes: u64, disk: Option<Arc<DiskTier>>, writer: Option<Sender<DiskOp>>) -> Store {
         Store {
             disk,
             writer,
+            queued_writes: Arc::new(AtomicUsize::new(0)),
             disk_dropped: Arc::new(AtomicU64::new(0)),
+            purges: Arc::new(Purges::default()),
             entries: Cache::builder()
                 .max_capacity(max_bytes)
                 .weigher(|_, e: &Arc<Entry>| u32::try_from(e.weight()).unwrap_or(u32::MAX))
@@ -164,7 +178,9 @@ impl Store {
     /// Stores `entry` for `request` under `primary`. `false` when it is too large, or its
     /// `Vary` is `*`.
     pub fn insert(&self, primary: &str, request: &HeaderMap, entry: Entry) -> bool {
-        if entry.weight() > self.max_entry() {
+        if entry.weight() > self.max_entry()
+            || self.purges.refuses(primary, entry.timing.request_time)
+        {
             return false;
         }
         let Some(fields) = vary::fields(&entry.headers) else {
@@ -179,8 +195,19 @@ impl Store {
         }
         let entry = Arc::new(entry);
         self.write_through(&key, primary, &entry);
-        self.entries.insert(key, entry);
+        self.keep(key, primary, entry);
         true
+    }
+
+    /// Puts `entry` in memory under `key`, unless a purge that covers it was recorded
+    /// meanwhile (checked after the insert: a purge between a check and the insert would
+    /// have found nothing to remove).
+    fn keep(&self, key: String, primary: &str, entry: Arc<Entry>) {
+        let requested = entry.timing.request_time;
+        self.entries.insert(key.clone(), entry);
+        if self.purges.refuses(primary, requested) {
+            self.entries.invalidate(&key);
+        }
     }
 
     /// Adds `variant` to the entry stored for `request` under `primary` (replacing the one
@@ -203,7 +230,7 @@ impl Store {
                 }
                 let next = Arc::new(next);
                 self.write_through(&key, primary, &next);
-                self.entries.insert(key, next);
+                self.keep(key, primary, next);
                 true
             }
             _ => false,
@@ -222,7 +249,12 @@ impl Store {
     ) -> Option<Arc<Entry>> {
         let key = self.key_of(primary, request);
         match self.entries.get(&key) {
-            Some(e) if e.same_response(current) => {
+            // The stored response is what a purge judges: a revalidation renews it, it does
+            // not make it newer than a purge that covers it.
+            Some(e)
+                if e.same_response(current)
+                    && !self.purges.covers(primary, e.timing.request_time) =>
+            {
                 let next = Arc::new(e.renewed(next.headers, next.timing, next.lifetime));
                 self.write_through(&key, primary, &next);
                 self.entries.insert(key, next.clone());
@@ -243,22 +275,19 @@ impl Store {
         Self::full_key(primary, fields, request)
     }
 
-    fn to_disk(&self, op: DiskOp) {
-        if let Some(w) = &self.writer
-            && let Err(TrySendError::Full(_)) = w.try_send(op)
-        {
-            self.disk_dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
     fn write_through(&self, key: &str, primary: &str, entry: &Arc<Entry>) {
-        if self.writer.is_some() {
+        if let Some(w) = &self.writer {
+            if self.queued_writes.fetch_add(1, Ordering::Relaxed) >= DISK_QUEUE {
+                self.queued_writes.fetch_sub(1, Ordering::Relaxed);
+                self.disk_dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             let vary = self
                 .vary
                 .get(primary)
                 .map(|v| (*v).clone())
                 .unwrap_or_default();
-            self.to_disk(DiskOp::Write {
+            let _ = w.send(DiskOp::Write {
                 key: key.to_owned(),
                 primary: primary.to_owned(),
                 vary,
@@ -278,7 +307,12 @@ impl Store {
     /// Reads `key`'s entry from the disk tier into memory and returns it. Blocking: call it
     /// from a blocking task.
     pub fn load(&self, key: &str, primary: &str) -> Option<Arc<Entry>> {
-        let entry = self.disk.as_ref()?.read(key)?;
+        let disk = self.disk.as_ref()?;
+        let entry = disk.read(key)?;
+        if self.purges.covers(key, entry.timing.request_time) {
+            // Read before the disk writer removed it (or distrusted): never served.
+            return None;
+        }
         if entry.weight() > self.max_entry() {
             return None;
         }
@@ -297,7 +331,7 @@ impl Store {
         self.disk.as_ref()
     }
 
-    /// Disk writes and purges dropped because the writer's queue was full.
+    /// Disk writes dropped because the writer's queue was full (purges never are).
     pub fn disk_dropped(&self) -> u64 {
         self.disk_dropped.load(Ordering::Relaxed)
     }
@@ -313,35 +347,66 @@ impl Store {
         self.pass.contains_key(primary)
     }
 
-    /// Removes every entry whose primary key is `primary`.
-    pub fn purge(&self, primary: &str) {
-        let p = primary.to_owned();
-        let with_vary = format!("{primary}\0");
+    /// Purges every entry `purge` covers, for good (`crate::purge`): recorded first (so
+    /// nothing it covers is stored or read back after this), then removed from memory, then
+    /// queued for the disk tier, whose writer records it in its purge file before removing
+    /// files. Never dropped. Cheap and non-blocking: fine on the event loop.
+    pub fn purge(&self, purge: Purge) {
+        self.purges.add(purge.clone());
+        let (target, prefix) = (purge.target.clone(), purge.prefix);
+        let covered = purge.clone();
         let _ = self
             .entries
-            .invalidate_entries_if(move |k, _| *k == p || k.starts_with(&with_vary));
-        self.vary.invalidate(primary);
-        self.pass.invalidate(primary);
-        self.to_disk(DiskOp::Purge {
-            primary: primary.to_owned(),
-            prefix: false,
-        });
+            .invalidate_entries_if(move |k, e| covered.covers(k, e.timing.request_time));
+        if prefix {
+            let p = target.clone();
+            let _ = self
+                .vary
+                .invalidate_entries_if(move |k, _| k.starts_with(&p));
+        } else {
+            self.vary.invalidate(&target);
+            self.pass.invalidate(&target);
+        }
+        if let Some(w) = &self.writer {
+            let _ = w.send(DiskOp::Purge(purge));
+        }
     }
 
-    /// Removes every entry whose primary key starts with `prefix`.
-    pub fn purge_prefix(&self, prefix: &str) {
-        let p = prefix.to_owned();
+    /// [`Store::purge`], and recorded in the disk tier's purge file before it returns
+    /// (synced), so that a crash before the writer reaches it still finishes it at the next
+    /// start. Blocks on the file system: call it off the event loop. Whether it was recorded
+    /// on disk (`false` without a disk tier).
+    pub fn purge_durably(&self, purge: Purge) -> std::io::Result<bool> {
+        let recorded = match &self.disk {
+            Some(disk) => {
+                disk.record_purge(&purge)?;
+                true
+            }
+            None => false,
+        };
+        self.purge(purge);
+        Ok(recorded)
+    }
+
+    /// Treats every entry whose request started at or before `t` as purged: for a gateway
+    /// that cannot know the purges issued before `t` (a fleet member down longer than etcd
+    /// keeps purges). Entries in memory and on disk from before `t` are never served.
+    pub fn distrust_before(&self, t: SystemTime) {
+        self.purges.distrust_before(t);
         let _ = self
             .entries
-            .invalidate_entries_if(move |k, _| k.starts_with(&p));
-        let p = prefix.to_owned();
-        let _ = self
-            .vary
-            .invalidate_entries_if(move |k, _| k.starts_with(&p));
-        self.to_disk(DiskOp::Purge {
-            primary: prefix.to_owned(),
-            prefix: true,
-        });
+            .invalidate_entries_if(move |_, e| e.timing.request_time <= t);
+    }
+
+    /// Lowers the distrust `distrust_before` set to `t`: the purges it stood for are
+    /// recorded now (each covers what it names).
+    pub fn trust_from(&self, t: SystemTime) {
+        self.purges.trust_from(t);
+    }
+
+    /// The purges recorded in memory now (`crate::purge::REMEMBER`).
+    pub fn purges_recorded(&self) -> usize {
+        self.purges.len()
     }
 
     /// The bytes stored now (after pending evictions ran).
@@ -387,6 +452,15 @@ mod tests {
                 Bytes::from(vec![b'x'; body]),
                 false,
             )],
+        }
+    }
+
+    /// A purge of `target` issued now.
+    fn purge_now(target: &str, prefix: bool) -> Purge {
+        Purge {
+            target: target.to_owned(),
+            prefix,
+            at: SystemTime::now(),
         }
     }
 
@@ -498,7 +572,7 @@ mod tests {
         s.insert(&k, &req(&[]), entry(1, &[]));
         assert!(!s.is_pass(&k), "stored since");
         s.mark_pass(&k);
-        s.purge(&k);
+        s.purge(purge_now(&k, false));
         assert!(!s.is_pass(&k), "purged");
     }
 
@@ -510,7 +584,7 @@ mod tests {
         }
         let v = Store::primary_key("a.test", "/a/v");
         s.insert(&v, &req(&[("x-d", "1")]), entry(1, &[("vary", "x-d")]));
-        s.purge(&Store::primary_key("a.test", "/a/1"));
+        s.purge(purge_now(&Store::primary_key("a.test", "/a/1"), false));
         assert!(
             s.lookup(&Store::primary_key("a.test", "/a/1"), &req(&[]))
                 .is_none()
@@ -519,7 +593,7 @@ mod tests {
             s.lookup(&Store::primary_key("a.test", "/a/2"), &req(&[]))
                 .is_some()
         );
-        s.purge_prefix("a.test/a/");
+        s.purge(purge_now("a.test/a/", true));
         assert!(
             s.lookup(&Store::primary_key("a.test", "/a/2"), &req(&[]))
                 .is_none()
@@ -529,6 +603,113 @@ mod tests {
             s.lookup(&Store::primary_key("a.test", "/b/1"), &req(&[]))
                 .is_some()
         );
+    }
+
+    #[test]
+    fn a_fetch_that_started_before_a_purge_is_not_stored_after_it() {
+        let s = Store::new(10 << 20);
+        let k = Store::primary_key("a.test", "/slow");
+        let started_before = entry(1, &[]);
+        s.purge(purge_now(&k, false));
+        assert!(
+            !s.insert(&k, &req(&[]), started_before),
+            "undone by an older fetch"
+        );
+        assert!(s.lookup(&k, &req(&[])).is_none());
+        let mut fetched_after = entry(1, &[]);
+        fetched_after.timing.request_time = SystemTime::now() + Duration::from_millis(1);
+        assert!(
+            s.insert(&k, &req(&[]), fetched_after),
+            "a later fetch is stored"
+        );
+        // Renewing (a 304) an entry from before a purge does not bring it back either.
+        let other = Store::primary_key("a.test", "/renewed");
+        assert!(s.insert(&other, &req(&[]), entry(1, &[])));
+        let current = s.lookup(&other, &req(&[])).unwrap();
+        s.purge(purge_now(&other, false));
+        s.entries.insert(other.clone(), current.clone());
+        assert!(
+            s.renew(&other, &req(&[]), &current, entry(1, &[]))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_full_disk_queue_drops_writes_and_never_a_purge() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Arc::new(DiskTier::open(dir.path(), 1 << 30).unwrap());
+        // A writer that does not run: the queue only fills.
+        let (tx, rx) = channel::<DiskOp>();
+        let s = Store::build(1 << 30, Some(disk), Some(tx));
+        for i in 0..DISK_QUEUE + 10 {
+            let k = Store::primary_key("a.test", &format!("/{i}"));
+            assert!(s.insert(&k, &req(&[]), entry(1, &[])));
+        }
+        assert_eq!(s.disk_dropped(), 10);
+        s.purge(purge_now("a.test/", true));
+        let ops: Vec<DiskOp> = rx.try_iter().collect();
+        assert_eq!(ops.len(), DISK_QUEUE + 1);
+        assert!(matches!(ops.last(), Some(DiskOp::Purge(p)) if p.target == "a.test/"));
+    }
+
+    #[test]
+    fn a_purged_entry_never_comes_back_from_disk_nor_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = Store::primary_key("a.test", "/page");
+        {
+            let s = Store::with_disk(10 << 20, dir.path(), 10 << 20).unwrap();
+            assert!(s.insert(&k, &req(&[]), entry(5, &[])));
+            wait_until(|| s.on_disk(&k, &req(&[])).is_some());
+            s.purge(purge_now(&k, false));
+            // Missed in memory, read from disk whatever the writer has done by now: never
+            // the purged entry.
+            let on_disk = s.on_disk(&k, &req(&[]));
+            assert!(on_disk.is_none_or(|key| s.load(&key, &k).is_none()));
+            // A purge recorded durably but whose removal never ran (a crash).
+            let other = Store::primary_key("a.test", "/other");
+            assert!(s.insert(&other, &req(&[]), entry(5, &[])));
+            wait_until(|| s.on_disk(&other, &req(&[])).is_some());
+            s.disk
+                .as_ref()
+                .unwrap()
+                .record_purge(&purge_now(&other, false))
+                .unwrap();
+        }
+        let s = Store::with_disk(10 << 20, dir.path(), 10 << 20).unwrap();
+        assert!(s.on_disk(&k, &req(&[])).is_none());
+        let other = Store::primary_key("a.test", "/other");
+        assert!(
+            s.on_disk(&other, &req(&[])).is_none(),
+            "finished at the next start"
+        );
+    }
+
+    #[test]
+    fn distrust_drops_what_was_requested_before_it() {
+        let s = Store::new(10 << 20);
+        let k = Store::primary_key("a.test", "/p");
+        assert!(s.insert(&k, &req(&[]), entry(1, &[])));
+        s.distrust_before(SystemTime::now());
+        assert!(s.lookup(&k, &req(&[])).is_none());
+        let t = SystemTime::now();
+        s.distrust_before(t);
+        let mut before = entry(1, &[]);
+        before.timing.request_time = t - Duration::from_secs(1);
+        assert!(!s.insert(&k, &req(&[]), before));
+        let mut after = entry(1, &[]);
+        after.timing.request_time = t + Duration::from_millis(1);
+        assert!(s.insert(&k, &req(&[]), after));
+    }
+
+    /// Polls `done` (a disk writer's work) for up to 10 s.
+    fn wait_until(done: impl Fn() -> bool) {
+        for _ in 0..1000 {
+            if done() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the disk writer did not get there in 10 s");
     }
 
     #[test]

@@ -54,10 +54,15 @@ pub trait SharedObjects: Send + Sync {
         name: &'a str,
         if_match: Option<&'a str>,
     ) -> StoreFuture<'a, String>;
-    /// Purges `host` and `path` (or every URL under `path` with `prefix`) from the cache of
-    /// every gateway that shares these objects.
-    fn purge_cache<'a>(&'a self, host: &'a str, path: &'a str, prefix: bool)
-    -> StoreFuture<'a, ()>;
+    /// Purges `host` and `path` (or every URL under `path` with `prefix`), as of `at`, from
+    /// the cache of every gateway that shares these objects.
+    fn purge_cache<'a>(
+        &'a self,
+        host: &'a str,
+        path: &'a str,
+        prefix: bool,
+        at: std::time::SystemTime,
+    ) -> StoreFuture<'a, ()>;
     /// The gateways that share these objects and announced their admin listener:
     /// `(name, admin URL)` each (this one included).
     fn members(&self) -> StoreFuture<'_, Vec<(String, String)>>;

@@ -102,12 +102,14 @@ impl SharedObjects for Fleet {
         host: &'a str,
         path: &'a str,
         prefix: bool,
+        at: std::time::SystemTime,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let purge = crate::purge::Purge {
                 host: host.to_owned(),
                 path: path.to_owned(),
                 prefix,
+                at,
             };
             self.purge(&purge).await.map_err(unreachable)
         })

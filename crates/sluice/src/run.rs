@@ -297,11 +297,23 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         let _ = running.control.set(control.clone());
         if let Some(f) = &fleet {
             control.set_shared(f.clone());
-            let purged = gateway.clone();
+            // Until the purges etcd keeps are applied, nothing the disk tier holds from
+            // before this start is served; after, only what is older than etcd keeps purges
+            // (those cannot be known) stays distrusted (sluice_fleet::purge).
+            let started = std::time::SystemTime::now();
+            gateway.cache().distrust_before(started);
+            let (purged, synced) = (gateway.clone(), gateway.clone());
             // Detached: it follows etcd for as long as the process runs.
-            drop(f.follow_purges(Arc::new(move |host, path, prefix| {
-                purged.cache().purge(host, path, prefix);
-            })));
+            drop(f.follow_purges(
+                Arc::new(move |host, path, prefix, at| {
+                    purged.cache().purge(host, path, prefix, at);
+                }),
+                Arc::new(move || {
+                    synced
+                        .cache()
+                        .trust_from(started - sluice_fleet::purge::KEEP);
+                }),
+            ));
             f.spawn(
                 Arc::downgrade(&control),
                 Arc::new(sluice_tls::reread_ticket_key_files),

@@ -740,7 +740,12 @@ async fn the_disk_tier_serves_across_a_restart() {
         "not made again"
     );
     assert!(cache.disk().unwrap().0.reads >= 2);
-    cache.purge_requested("t.test", "/fresh", false);
+    assert!(
+        cache
+            .purge_requested("t.test", "/fresh", false, std::time::SystemTime::now())
+            .unwrap(),
+        "recorded on disk"
+    );
     wait_until(|| cache.disk().is_some_and(|(d, _)| d.entries == 1)).await;
     drop(gw);
     let gw = gateway(o.addr, &extra).await;

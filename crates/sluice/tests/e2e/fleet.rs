@@ -763,6 +763,105 @@ async fn a_cache_purge_through_one_gateway_reaches_every_gateway() {
     }
 }
 
+/// A gateway with a disk tier that is down while the fleet purges a URL does not serve the
+/// purged entry when it starts again (etcd keeps the purge and the gateway applies it as of
+/// when it was issued), and keeps serving from disk what the purge did not name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_down_during_a_fleet_purge_applies_it_when_it_returns() {
+    let etcd = Etcd::start().await;
+    let origin = Origin::start("A").await;
+    let dir = fleet_dir();
+    let disk = format!(
+        "[cache.disk]\npath = \"{}\"\nmax_size = \"16m\"",
+        dir.path().join("b-disk").display()
+    );
+    let a = start_gw(dir.path(), "a", &etcd.endpoint(), "").await;
+    let (b_config, b_http, b_admin) = gateway_config(dir.path(), "b", &etcd.endpoint(), &disk);
+    let b = start_config(b_config.clone(), b_http, b_admin, "b").await;
+    let put = put_json(
+        &a,
+        "/api/v1/upstreams/one",
+        json!({"servers": [{"address": origin.addr.to_string()}]}),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    let put = put_json(
+        &a,
+        "/api/v1/routes/all",
+        json!({"path_prefix": "/", "upstream": "one", "cache": {"default_ttl": "10m"}}),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    let x_cache = |at: SocketAddr, path: &'static str| async move {
+        let got = http1_get(at, "x", path).await;
+        let cache = got
+            .headers
+            .get("x-cache")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        format!("{} {cache}", got.status)
+    };
+    eventually("B caches", || async {
+        x_cache(b_http, "/whoami?warm").await == "200 HIT"
+    })
+    .await;
+    for path in ["/whoami?p", "/whoami?p2", "/whoami?keep"] {
+        let _ = x_cache(b_http, path).await;
+        assert_eq!(x_cache(b_http, path).await, "200 HIT");
+    }
+    // On disk before B goes (the writer's thread writes behind the response).
+    eventually("B wrote its entries to disk", || async {
+        std::fs::read_dir(dir.path().join("b-disk"))
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "entry"))
+                })
+                .count()
+            })
+            .unwrap_or(0)
+            >= 4
+    })
+    .await;
+    drop(b);
+    for path in ["/whoami?p", "/whoami?p2"] {
+        let purged = admin(
+            &a,
+            "POST",
+            "/api/v1/cache/purge",
+            Some(json!({"host": "x", "path": path})),
+            None,
+        )
+        .await;
+        assert_eq!(purged.status, 200, "{}", purged.body);
+        assert!(purged.body.contains("\"fleet\":true"), "{}", purged.body);
+    }
+    let b = start_config(b_config, b_http, b_admin, "b").await;
+    // Until B has read the purges etcd keeps, it serves nothing from disk.
+    assert_eq!(
+        x_cache(b_http, "/whoami?p").await,
+        "200 MISS",
+        "the purged entry must not come back from disk"
+    );
+    eventually("B applied the fleet's kept purges", || async {
+        let status = admin(&b, "GET", "/status", None, None).await;
+        let v: Value = serde_json::from_str(&status.body).unwrap_or_default();
+        v["cache"]["purges_recorded"].as_u64().unwrap_or(0) >= 2
+    })
+    .await;
+    assert_eq!(
+        x_cache(b_http, "/whoami?p2").await,
+        "200 MISS",
+        "a purge B did not see is applied to its disk tier"
+    );
+    assert_eq!(
+        x_cache(b_http, "/whoami?keep").await,
+        "200 HIT",
+        "what the purge did not name is served from disk on its first request"
+    );
+    drop(b);
+}
+
 /// `GET /api/v1/requests?fleet=1` on one gateway asks every gateway etcd knows of and merges
 /// their recent requests, each marked with its gateway; one that is down is named, not hidden.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,7 +25,7 @@ use capture::{Capture, CaptureBody};
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, Request, Response, StatusCode};
 use sluice_cache::collapse::Leader;
-use sluice_cache::{Entry, NotStored, Outcome, Serve, Store, StorePolicy, Timing, Turn};
+use sluice_cache::{Entry, NotStored, Outcome, Purge, Serve, Store, StorePolicy, Timing, Turn};
 use sluice_config::RouteCache;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -243,7 +243,13 @@ impl Fetch {
         let named = |o: Outcome| self.settings.status_header.clone().map(|h| (h, o));
         if self.invalidate {
             if status.is_success() || status.is_redirection() {
-                store.purge(&self.primary);
+                // RFC 9111 §4.4: what was fetched before this unsafe request's answer goes,
+                // a fetch already under way included.
+                store.purge(Purge {
+                    target: self.primary.clone(),
+                    prefix: false,
+                    at: SystemTime::now(),
+                });
             }
             counters.outcome(Outcome::Bypass);
             return Filtered::Pass(body, named(Outcome::Bypass));
@@ -272,8 +278,13 @@ impl Fetch {
                 return Filtered::FromStore(stale, Outcome::Stale);
             }
             self.stale_if_error = false;
-            // A new response replaces the stale one (stored below, or gone).
-            store.purge(&self.primary);
+            // A new response replaces the stale one (stored below, or gone): what was
+            // fetched before this request goes, this response is stored.
+            store.purge(Purge {
+                target: self.primary.clone(),
+                prefix: false,
+                at: self.request_time - std::time::Duration::from_nanos(1),
+            });
             counters.outcome(Outcome::Expired);
             return self.store_or_pass(status, headers, body, response_time, Outcome::Expired);
         }

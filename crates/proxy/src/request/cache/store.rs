@@ -2,9 +2,10 @@
 //! collapsing, counters and background upgrades, kept across reloads while its bound stays.
 
 use super::upgrade;
-use sluice_cache::{CacheCounters, CacheSnapshot, Collapser, Store};
+use sluice_cache::{CacheCounters, CacheSnapshot, Collapser, Purge, Store};
 use sluice_config::CacheSettings;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 /// How many times a collapsed miss looks the store up again before it fetches on its own.
 pub(super) const RETRIES: usize = 3;
@@ -79,22 +80,52 @@ impl ResponseCache {
         Some((self.store.disk()?.stats(), self.store.disk_dropped()))
     }
 
-    /// Removes the entries of `host` and `path` (with its query, as requested), or every
-    /// entry under `path` as a prefix (a purge another gateway of the fleet took).
-    pub fn purge(&self, host: &str, path: &str, prefix: bool) {
-        let key = Store::primary_key(host, path);
-        if prefix {
-            self.store.purge_prefix(&key);
-        } else {
-            self.store.purge(&key);
-        }
+    /// Purges, for good (`sluice_cache::purge`), the entries of `host` and `path` (with its
+    /// query, as requested) or every entry under `path` as a prefix, fetched at or before
+    /// `at`: a purge another gateway of the fleet took. Non-blocking.
+    pub fn purge(&self, host: &str, path: &str, prefix: bool, at: SystemTime) {
+        self.store.purge(Purge {
+            target: Store::primary_key(host, path),
+            prefix,
+            at,
+        });
     }
 
-    /// [`ResponseCache::purge`] for a request this gateway's admin API took (counted).
-    pub fn purge_requested(&self, host: &str, path: &str, prefix: bool) {
-        self.purge(host, path, prefix);
+    /// [`ResponseCache::purge`] for a request this gateway's admin API took, as of `at`
+    /// (counted), recorded on disk before it returns where there is a disk tier: whether it
+    /// was. Blocks on the file system: call it off the event loop.
+    pub fn purge_requested(
+        &self,
+        host: &str,
+        path: &str,
+        prefix: bool,
+        at: SystemTime,
+    ) -> std::io::Result<bool> {
+        let recorded = self.store.purge_durably(Purge {
+            target: Store::primary_key(host, path),
+            prefix,
+            at,
+        })?;
         self.counters
             .purges
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(recorded)
+    }
+
+    /// Never serves or stores an entry fetched at or before `t` (a fleet member that cannot
+    /// know the purges issued before `t`).
+    pub fn distrust_before(&self, t: SystemTime) {
+        self.store.distrust_before(t);
+    }
+
+    /// The purges recorded in memory now (`sluice_cache::purge::REMEMBER`): those of this
+    /// gateway's admin API, the fleet's, and invalidations by unsafe methods.
+    pub fn purges_recorded(&self) -> usize {
+        self.store.purges_recorded()
+    }
+
+    /// Lowers what `distrust_before` set to `t` (the purges it waited for are applied).
+    pub fn trust_from(&self, t: SystemTime) {
+        self.store.trust_from(t);
     }
 }
