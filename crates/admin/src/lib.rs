@@ -642,9 +642,22 @@ fn offload(out: &mut String, services: &[(&str, Vec<CountersSnapshot>)]) {
     );
     family(
         out,
+        "sluice_offload_jobs_routed_past_total",
+        "counter",
+        "Jobs passed to the next engine by design: ones this engine never takes (an ECDSA key past mb, a key a key server does not hold). Routing, not a fault.",
+    );
+    for &(service, c) in &engines {
+        let _ = writeln!(
+            out,
+            "sluice_offload_jobs_routed_past_total{{service=\"{service}\",engine=\"{}\"}} {}",
+            c.engine, c.routed_past
+        );
+    }
+    family(
+        out,
         "sluice_offload_jobs_fell_back_total",
         "counter",
-        "Jobs that left an engine for the next one, by reason.",
+        "Jobs that left an engine for the next one because something went wrong there, by reason.",
     );
     for &(service, c) in &engines {
         for r in FallbackReason::ALL {
@@ -797,7 +810,7 @@ pub fn status(s: &Sources) -> String {
                 FallbackReason::ALL.iter().map(|r| (r.as_str().to_owned(), c.fell_back(*r).into())).collect();
             serde_json::json!({
                 "engine": c.engine, "submitted": c.submitted, "completed": c.completed, "failed": c.failed,
-                "in_flight": c.in_flight, "fell_back": fell,
+                "in_flight": c.in_flight, "fell_back": fell, "routed_past": c.routed_past,
             })
         })
         .collect();

@@ -216,6 +216,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
                 "failed": c.failed,
                 "fell_back": fell_back,
                 "fell_back_per_s": fell_back_per_s,
+                "routed_past": c.routed_past,
                 "latency_p50_us": c.latency_us.quantile(0.5),
                 "latency_p99_us": c.latency_us.quantile(0.99),
                 "batch_sizes": batches.then(|| c.batch_size.bounds.iter().map(|b| b.to_string())

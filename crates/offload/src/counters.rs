@@ -1,15 +1,15 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Why a job left an engine for the next one in the chain.
+/// Why a job left an engine for the next one in the chain: something went wrong there. A job
+/// the engine never takes (another key type, a key it does not hold, a CPU without its
+/// instructions) is not a fallback but routing: [`CountersSnapshot::routed_past`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FallbackReason {
     /// The engine was at capacity.
     Busy,
     /// The engine was down or its breaker open.
     Down,
-    /// The engine cannot do this job.
-    Unsupported,
     /// The engine accepted the job and failed it (or produced a wrong result).
     Error,
     /// The engine did not finish within the deadline.
@@ -18,10 +18,9 @@ pub enum FallbackReason {
 
 impl FallbackReason {
     /// Every reason, in the order of [`CountersSnapshot::fell_back`].
-    pub const ALL: [FallbackReason; 5] = [
+    pub const ALL: [FallbackReason; 4] = [
         FallbackReason::Busy,
         FallbackReason::Down,
-        FallbackReason::Unsupported,
         FallbackReason::Error,
         FallbackReason::Deadline,
     ];
@@ -31,7 +30,6 @@ impl FallbackReason {
         match self {
             FallbackReason::Busy => "busy",
             FallbackReason::Down => "down",
-            FallbackReason::Unsupported => "unsupported",
             FallbackReason::Error => "error",
             FallbackReason::Deadline => "deadline",
         }
@@ -128,7 +126,8 @@ pub struct EngineCounters {
     submitted: AtomicU64,
     completed: AtomicU64,
     failed: AtomicU64,
-    fell_back: [AtomicU64; 5],
+    fell_back: [AtomicU64; 4],
+    routed_past: AtomicU64,
     in_flight: AtomicI64,
     flushes: [AtomicU64; 3],
     /// Jobs per flushed batch (batching engines).
@@ -149,7 +148,11 @@ pub struct CountersSnapshot {
     /// Jobs it accepted and failed (errors, wrong results, missed deadlines).
     pub failed: u64,
     /// Jobs that left it for the next engine, by [`FallbackReason::ALL`] order.
-    pub fell_back: [u64; 5],
+    pub fell_back: [u64; 4],
+    /// Jobs it never takes, passed to the next engine by design (`Reject::Unsupported`: an
+    /// ECDSA key past `mb`, a certificate restricted to other engines, a key the key server
+    /// does not hold): routing, not a fault.
+    pub routed_past: u64,
     /// Accepted and not yet finished (or abandoned).
     pub in_flight: i64,
     /// Batch flushes by [`FlushReason::ALL`] order.
@@ -232,6 +235,7 @@ impl EngineCounters {
             completed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             fell_back: Default::default(),
+            routed_past: AtomicU64::new(0),
             in_flight: AtomicI64::new(0),
             flushes: Default::default(),
             batch_size: Histogram::new(BATCH_BUCKETS),
@@ -264,6 +268,10 @@ impl EngineCounters {
         self.fell_back[reason.index()].fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn routed_past(&self) {
+        self.routed_past.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Records a batch flush (called by batching engines).
     pub fn flushed(&self, reason: FlushReason, size: usize) {
         self.flushes[reason as usize].fetch_add(1, Ordering::Relaxed);
@@ -279,6 +287,7 @@ impl EngineCounters {
             completed: load(&self.completed),
             failed: load(&self.failed),
             fell_back: std::array::from_fn(|i| load(&self.fell_back[i])),
+            routed_past: load(&self.routed_past),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             flushes: std::array::from_fn(|i| load(&self.flushes[i])),
             latency_us: self.latency_us.snapshot(),

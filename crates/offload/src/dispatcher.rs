@@ -113,11 +113,13 @@ impl Drop for InFlight<'_> {
     }
 }
 
-fn reason(r: Reject) -> FallbackReason {
+/// Why a rejected job goes on: a fault (a fallback), or `None` for a job the engine never
+/// takes (routing).
+fn reason(r: Reject) -> Option<FallbackReason> {
     match r {
-        Reject::Busy => FallbackReason::Busy,
-        Reject::Down => FallbackReason::Down,
-        Reject::Unsupported => FallbackReason::Unsupported,
+        Reject::Busy => Some(FallbackReason::Busy),
+        Reject::Down => Some(FallbackReason::Down),
+        Reject::Unsupported => None,
     }
 }
 
@@ -129,8 +131,10 @@ pub struct JobTrace {
     pub engine: String,
     /// From its submission to that engine to the result.
     pub at_engine: Duration,
-    /// Engines passed over before it, in chain order.
+    /// Engines passed over before it, in chain order, for what went wrong there.
     pub fallbacks: Vec<(String, FallbackReason)>,
+    /// Engines that never take this job (routing, not a fault), in chain order.
+    pub routed_past: Vec<String>,
 }
 
 impl<J: Job> Dispatcher<J> {
@@ -152,16 +156,29 @@ impl<J: Job> Dispatcher<J> {
         job: J,
         mut trace: Option<&mut JobTrace>,
     ) -> Result<J::Output, EngineError> {
-        let mut fell_back = |slot: &Slot<J>, why: FallbackReason| {
-            slot.counters.fell_back(why);
-            if let Some(t) = trace.as_deref_mut() {
-                t.fallbacks.push((slot.engine.name().to_owned(), why));
+        // A job passed over: a fallback (`Some(why)`), or routed past an engine that never
+        // takes it (`None`).
+        let mut fell_back = |slot: &Slot<J>, why: Option<FallbackReason>| {
+            let name = || slot.engine.name().to_owned();
+            match why {
+                Some(why) => {
+                    slot.counters.fell_back(why);
+                    if let Some(t) = trace.as_deref_mut() {
+                        t.fallbacks.push((name(), why));
+                    }
+                }
+                None => {
+                    slot.counters.routed_past();
+                    if let Some(t) = trace.as_deref_mut() {
+                        t.routed_past.push(name());
+                    }
+                }
             }
         };
         for slot in &self.chain {
             let admission = slot.breaker.admit(Instant::now());
             if admission == Admission::Deny {
-                fell_back(slot, FallbackReason::Down);
+                fell_back(slot, Some(FallbackReason::Down));
                 continue;
             }
             let pending = match slot.engine.submit(job.clone()) {
@@ -199,14 +216,14 @@ impl<J: Job> Dispatcher<J> {
                     guard.resolve();
                     slot.counters.failed();
                     slot.breaker.failure(Instant::now());
-                    fell_back(slot, FallbackReason::Error);
+                    fell_back(slot, Some(FallbackReason::Error));
                 }
                 Err(_elapsed) => {
                     // The engine may still answer; nobody listens any more.
                     guard.resolve();
                     slot.counters.failed();
                     slot.breaker.failure(Instant::now());
-                    fell_back(slot, FallbackReason::Deadline);
+                    fell_back(slot, Some(FallbackReason::Deadline));
                 }
             }
         }

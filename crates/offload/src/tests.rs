@@ -184,6 +184,8 @@ enum Step {
     Wrong,
     Busy,
     Hang,
+    /// Rejected as a job this engine never takes.
+    Unsupported,
 }
 
 struct Scripted {
@@ -214,6 +216,9 @@ impl Engine<Square> for Scripted {
         if step == Step::Busy {
             return Err(Reject::Busy);
         }
+        if step == Step::Unsupported {
+            return Err(Reject::Unsupported);
+        }
         self.accepted.fetch_add(1, Ordering::SeqCst);
         Ok(match step {
             Step::Ok => Pending::ready(square(&job)),
@@ -221,7 +226,7 @@ impl Engine<Square> for Scripted {
             Step::Wrong => Pending::ready(Err(EngineError::WrongResult(
                 "signature does not verify".into(),
             ))),
-            Step::Hang | Step::Busy => {
+            Step::Hang | Step::Busy | Step::Unsupported => {
                 let (tx, pending) = completer();
                 self.hung.lock().unwrap().push(tx);
                 pending
@@ -308,6 +313,26 @@ async fn busy_engines_pass_the_job_down_the_chain() {
     assert_eq!(c[0].fell_back(FallbackReason::Busy), 1);
     assert_eq!((c[1].completed, c[2].submitted), (1, 0));
     assert!(!d.breaker_open(0), "busy is not a failure");
+}
+
+/// A job an engine never takes is routed past it: counted and traced as routing, never as a
+/// fallback (a dashboard shows fallbacks as faults).
+#[tokio::test]
+async fn a_job_an_engine_never_takes_is_routed_past_it_not_a_fallback() {
+    let other_keys = Scripted::new(&[], Step::Unsupported);
+    let d = DispatcherBuilder::new(software())
+        .engine(other_keys.clone())
+        .build();
+    let mut t = JobTrace::default();
+    assert_eq!(d.run_traced(Square(3), &mut t).await, Ok(9));
+    assert_eq!(d.run(Square(4)).await, Ok(16));
+    assert_eq!(t.engine, "inline");
+    assert!(t.fallbacks.is_empty(), "{:?}", t.fallbacks);
+    assert_eq!(t.routed_past, ["scripted"]);
+    let c = d.counters();
+    assert_eq!(c[0].routed_past, 2);
+    assert_eq!(c[0].fell_back.iter().sum::<u64>(), 0, "{c:?}");
+    assert!(!d.breaker_open(0));
 }
 
 #[tokio::test]

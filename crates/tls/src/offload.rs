@@ -311,8 +311,11 @@ pub struct KeyOperation {
     pub queued: std::time::Duration,
     /// At that engine.
     pub at_engine: std::time::Duration,
-    /// `engine:reason` of each engine passed over (`mb:busy`, `keyless:deadline`).
+    /// `engine:reason` of each engine passed over for a fault (`mb:busy`, `keyless:deadline`).
     pub fallbacks: Vec<String>,
+    /// The engines that never take this key's operations, passed by design (`mb` for an
+    /// ECDSA key): routing, not a fault.
+    pub routed_past: Vec<String>,
 }
 
 impl KeyOperation {
@@ -325,6 +328,7 @@ impl KeyOperation {
                 .iter()
                 .map(|(engine, why)| format!("{engine}:{}", why.as_str()))
                 .collect(),
+            routed_past: t.routed_past,
             engine: t.engine,
         }
     }

@@ -89,6 +89,9 @@ fn handshake_span(span: &RequestSpan, conn: &ConnCtx) {
         if !op.fallbacks.is_empty() {
             h.str("sluice.offload.fallbacks", &op.fallbacks.join(","));
         }
+        if !op.routed_past.is_empty() {
+            h.str("sluice.offload.routed_past", &op.routed_past.join(","));
+        }
     }
     h.end_at(began + took);
 }

@@ -332,11 +332,7 @@ async fn a_tls_terminating_tcp_listener_signs_its_handshakes_on_mb_or_passes_the
     if sluice_crypto::Kernel::detect_lanes(8).is_some() {
         assert!(mb.completed >= 1, "{c:?}");
     } else {
-        assert_eq!(
-            mb.fell_back(sluice_offload::FallbackReason::Unsupported),
-            8,
-            "{c:?}"
-        );
+        assert_eq!(mb.routed_past, 8, "{c:?}");
     }
 }
 

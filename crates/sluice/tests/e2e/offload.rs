@@ -203,8 +203,7 @@ upstream = "o"
     let (pool, inline) = (&c[0], &c[1]);
     assert_eq!(pool.completed, 3, "a.test signs on the pool: {c:?}");
     assert_eq!(
-        pool.fell_back(FallbackReason::Unsupported),
-        2,
+        pool.routed_past, 2,
         "b.test's jobs are not the pool's: {c:?}"
     );
     assert_eq!(inline.completed, 2);
@@ -360,8 +359,56 @@ async fn mb_handshakes(extra: &str) {
         }
     } else {
         assert_eq!(mb.completed, 0);
-        assert_eq!(mb.fell_back(FallbackReason::Unsupported), 65, "{c:?}");
+        assert_eq!(mb.routed_past, 65, "{c:?}");
+        assert_eq!(
+            mb.fell_back.iter().sum::<u64>(),
+            0,
+            "routing, not a fault: {c:?}"
+        );
     }
+}
+
+/// An ECDSA key's handshakes pass `mb` (it signs RSA only) by design: counted as routed past
+/// it, never as a fallback, whatever the CPU (the dashboard shows fallbacks as faults).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ecdsa_handshakes_are_routed_past_mb_not_counted_as_fallbacks() {
+    let origin = Origin::start("o").await;
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "ec", KeyKind::EcdsaP256, &["a.test"]);
+    let cfg = format!(
+        r#"
+[log]
+access_log = "off"
+[offload.crypto]
+engines = ["mb", "pool"]
+[[listener]]
+name = "https"
+address = "127.0.0.1:0"
+[listener.tls]
+session_tickets = false
+[[certificate]]
+name = "ec"
+cert = "ec.crt"
+key = "ec.key"
+[[upstream]]
+name = "o"
+servers = [{{ address = "{}" }}]
+[[route]]
+name = "all"
+upstream = "o"
+"#,
+        origin.addr
+    );
+    let gw = TestGateway::start(&cfg, dir).await;
+    for _ in 0..5 {
+        assert_eq!(one_request(gw.addr("https")).await, 200);
+    }
+    let c = gw.gateway().crypto_counters();
+    let (mb, pool) = (&c[0], &c[1]);
+    assert_eq!(mb.engine, "mb", "{c:?}");
+    assert_eq!(mb.routed_past, 5, "{c:?}");
+    assert_eq!(mb.fell_back.iter().sum::<u64>(), 0, "not a fault: {c:?}");
+    assert_eq!(pool.completed, 5, "{c:?}");
 }
 
 /// Whether this CPU has what the `mb` engine needs, read from /proc/cpuinfo (independently
