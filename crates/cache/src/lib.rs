@@ -13,6 +13,9 @@
 //!   store, revalidation upstream, and a 304 merged into the stored head;
 //! - `store`: entries with their encoded variants, bounded by bytes (moka's W-TinyLFU, so
 //!   a scan cannot flush what is hit), purged by key or prefix;
+//! - `range`: byte ranges answered from a whole stored response (206, multiple ranges,
+//!   `If-Range`, 416);
+//! - `status`: RFC 9211 `Cache-Status`, how the cache handled a request;
 //! - `purge`: purges as records (key or prefix, and time), so that what a purge covers is
 //!   never stored, written or read back after it, across restarts too;
 //! - `entry`: one stored response with its variants;
@@ -28,6 +31,8 @@ pub mod disk;
 pub mod entry;
 pub mod freshness;
 pub mod purge;
+pub mod range;
+pub mod status;
 pub mod store;
 pub mod vary;
 
@@ -36,6 +41,7 @@ pub use counters::{CacheCounters, CacheSnapshot, Outcome};
 pub use directives::CacheControl;
 pub use freshness::{NotStored, Serve, StorePolicy, Timing, lifetime, serve, storable};
 pub use purge::Purge;
+pub use status::CacheStatus;
 pub use store::{Entry, Store, Variant};
 
 /// A header map from `(name, value)` pairs (the rules' tests).

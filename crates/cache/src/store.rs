@@ -37,6 +37,8 @@ pub struct Store {
     /// Primary keys whose last response could not be stored (`PASS_FOR`).
     pass: Cache<String, ()>,
     max_bytes: u64,
+    /// The largest entry stored (`with_max_object`; default an eighth of `max_bytes`).
+    max_object: u64,
     /// The disk tier, if configured, and the queue of its writer thread (writes and purges
     /// in the order they happened).
     disk: Option<Arc<DiskTier>>,
@@ -76,7 +78,7 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// A store of at most `max_bytes` (entries larger than an eighth of it are not stored:
-    /// one object must not empty the cache).
+    /// one object must not empty the cache; `with_max_object` sets another limit).
     pub fn new(max_bytes: u64) -> Store {
         Store::build(max_bytes, None, None)
     }
@@ -146,12 +148,20 @@ impl Store {
                 .time_to_live(PASS_FOR)
                 .build(),
             max_bytes,
+            max_object: max_bytes / 8,
         }
+    }
+
+    /// This store with `n` bytes as its largest entry (`[cache] max_object_size`; at most
+    /// the bound). The disk tier keeps its own: an eighth of its bound.
+    pub fn with_max_object(mut self, n: u64) -> Store {
+        self.max_object = n.clamp(1, self.max_bytes);
+        self
     }
 
     /// The largest entry stored.
     pub fn max_entry(&self) -> u64 {
-        self.max_bytes / 8
+        self.max_object
     }
 
     /// The primary key of a request: GET and HEAD share entries (a HEAD is answered from a

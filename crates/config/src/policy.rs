@@ -348,6 +348,8 @@ pub struct RouteCache {
     pub upgrade_after: u32,
     /// The header saying how the request was answered (`None`: not sent).
     pub status_header: Option<http::HeaderName>,
+    /// Send RFC 9211 `Cache-Status` (`sluice; hit; ttl=42`).
+    pub cache_status: bool,
 }
 
 impl Default for RouteCache {
@@ -359,6 +361,7 @@ impl Default for RouteCache {
             lock_timeout: Duration::from_secs(5),
             upgrade_after: 16,
             status_header: Some(http::HeaderName::from_static("x-cache")),
+            cache_status: true,
         }
     }
 }
@@ -368,6 +371,8 @@ impl Default for RouteCache {
 pub struct CacheSettings {
     /// Its bound in bytes.
     pub max_size: u64,
+    /// The largest entry stored, in bytes (`None`: an eighth of `max_size`).
+    pub max_object_size: Option<u64>,
     /// `[cache.disk]`: the directory of the disk tier and its bound in bytes.
     pub disk: Option<(std::path::PathBuf, u64)>,
     /// The share of a busy core the background upgrades may take, in percent.
@@ -378,6 +383,7 @@ impl Default for CacheSettings {
     fn default() -> Self {
         CacheSettings {
             max_size: 256 << 20,
+            max_object_size: None,
             disk: None,
             upgrade_share_percent: 1,
         }

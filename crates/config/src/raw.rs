@@ -521,6 +521,9 @@ pub struct RawRouteCache {
     /// Re-encode a compressed variant at its codec's best level in the background after
     /// it was served this many times (default 16; 0 never).
     pub upgrade_after: Option<Spanned<u32>>,
+    /// Send RFC 9211 `Cache-Status` (`sluice; hit; ttl=42`, `sluice; fwd=miss;
+    /// fwd-status=200; stored`; default true).
+    pub cache_status: Option<Spanned<bool>>,
     /// The response header that says how the request was answered (`HIT`, `MISS`, …);
     /// default `X-Cache`, `""` for none.
     pub status_header: Option<Spanned<String>>,
@@ -532,6 +535,9 @@ pub struct RawRouteCache {
 pub struct RawCache {
     /// The most bytes the stored responses and their variants take (default 256m).
     pub max_size: Option<Spanned<RawSize>>,
+    /// The largest response stored, with its variants (default an eighth of `max_size`: one
+    /// object must not empty the cache).
+    pub max_object_size: Option<Spanned<RawSize>>,
     /// The share of a busy core the background upgrades may take, in percent (1-100,
     /// default 1: nice 19); an idle core they take whole.
     pub upgrade_share_percent: Option<Spanned<u32>>,

@@ -24,6 +24,9 @@ impl Cx<'_> {
         if let Some(n) = &r.upgrade_after {
             c.upgrade_after = *n.get_ref();
         }
+        if let Some(b) = &r.cache_status {
+            c.cache_status = *b.get_ref();
+        }
         if let Some(h) = &r.status_header {
             let text = h.get_ref();
             c.status_header = if text.is_empty() {
@@ -63,6 +66,22 @@ impl Cx<'_> {
                 }
             } else {
                 s.max_size = n;
+            }
+        }
+        if let Some(n) = self.size(raw.max_object_size.as_ref()) {
+            if n == 0 || n > s.max_size {
+                if let Some(at) = &raw.max_object_size {
+                    self.err_at(
+                        at,
+                        format!(
+                            "[cache] max_object_size of {n} bytes is not between 1 and max_size ({} bytes)",
+                            s.max_size
+                        ),
+                        "give the largest response to store, such as \"32m\", at most max_size",
+                    );
+                }
+            } else {
+                s.max_object_size = Some(n);
             }
         }
         if let Some(p) = &raw.upgrade_share_percent {

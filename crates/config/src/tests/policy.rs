@@ -357,6 +357,7 @@ fn route_caches_and_their_mistakes() {
     let good = r#"
 [cache]
 max_size = "64m"
+max_object_size = "20m"
 upgrade_share_percent = 10
 [[listener]]
 name = "http"
@@ -383,6 +384,7 @@ upstream = "o"
 "#;
     let s = load_str(good, "good.toml", dir.path()).unwrap();
     assert_eq!(s.cache.max_size, 64 << 20);
+    assert_eq!(s.cache.max_object_size, Some(20 << 20));
     assert_eq!(s.cache.upgrade_share_percent, 10);
     let d = s.routes[0].cache.as_deref().expect("an empty table caches");
     assert_eq!(*d, crate::RouteCache::default());
@@ -406,6 +408,13 @@ upstream = "o"
     )
     .unwrap();
     assert_eq!(unset.cache.max_size, 256 << 20);
+    assert_eq!(unset.cache.max_object_size, None);
+    let over = "[cache]\nmax_size = \"2m\"\nmax_object_size = \"3m\"\n";
+    let errs = errors(over, dir.path());
+    assert!(
+        said_at(&errs, over, "\"3m\"").contains("not between 1 and max_size"),
+        "{errs:#?}"
+    );
 
     let bad = r#"
 [cache]

@@ -420,7 +420,10 @@ impl<'a> Proxied<'a> {
             _ => Empty::new().map_err(|never| match never {}).boxed(),
         };
         let mut req = Request::new(body);
-        *req.method_mut() = self.parts.method.clone();
+        *req.method_mut() = match self.cache.as_ref().and_then(|f| f.upstream_method()) {
+            Some(m) => m,
+            None => self.parts.method.clone(),
+        };
         *req.uri_mut() = uri;
         *req.version_mut() = match self.group.config.protocol {
             UpstreamProtocol::Http1 => Version::HTTP_11,
@@ -628,12 +631,12 @@ impl<'a> Proxied<'a> {
         }
         let (mut rparts, rbody) = resp.into_parts();
         rparts.version = self.parts.version;
-        let mut cache_status = None;
+        let mut marks = None;
         let rbody = match self.cache.take() {
             None => rbody,
             Some(fetch) => match fetch.on_response(rparts.status, &rparts.headers, rbody) {
-                Filtered::Pass(body, named) => {
-                    cache_status = named;
+                Filtered::Pass(body, m) => {
+                    marks = Some(m);
                     body
                 }
                 Filtered::FromStore(entry, outcome) => {
@@ -645,7 +648,7 @@ impl<'a> Proxied<'a> {
                 }
             },
         };
-        self.response_head(&mut rparts.headers, cache_status, server.index);
+        self.response_head(&mut rparts.headers, marks, server.index);
         done._server = Some(server);
         let rbody =
             compression::apply(&self.listener.compressor, &self.facts, &mut rparts, rbody).await;
@@ -659,7 +662,7 @@ impl Proxied<'_> {
     fn response_head(
         &self,
         headers: &mut HeaderMap,
-        cache_status: Option<(http::HeaderName, sluice_cache::Outcome)>,
+        marks: Option<cache::marks::Marks>,
         server: usize,
     ) {
         for filter in &*self.plan.upstream_response {
@@ -673,8 +676,8 @@ impl Proxied<'_> {
         if let Some(id) = &self.request_id {
             headers.insert(policy::X_REQUEST_ID, id.clone());
         }
-        if let Some((name, outcome)) = cache_status {
-            headers.insert(name, HeaderValue::from_static(outcome.as_str()));
+        if let Some(m) = marks {
+            m.apply(headers);
         }
         // A new session, or one whose server was down: name the server chosen.
         if let Some(cookies) = &self.group.sticky

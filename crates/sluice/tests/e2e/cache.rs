@@ -28,6 +28,8 @@ struct CacheOrigin {
     addr: SocketAddr,
     hits: Arc<Mutex<HashMap<String, u64>>>,
     conditionals: Arc<Mutex<Vec<String>>>,
+    /// Each request's method, by target, in order.
+    methods: Arc<Mutex<HashMap<String, Vec<String>>>>,
     version: Arc<AtomicU64>,
     failing: Arc<AtomicBool>,
 }
@@ -39,6 +41,7 @@ impl CacheOrigin {
             addr: socket.local_addr().unwrap(),
             hits: Default::default(),
             conditionals: Default::default(),
+            methods: Default::default(),
             version: Arc::new(AtomicU64::new(1)),
             failing: Arc::new(AtomicBool::new(false)),
         };
@@ -70,6 +73,15 @@ impl CacheOrigin {
         self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
     }
 
+    fn methods(&self, path: &str) -> Vec<String> {
+        self.methods
+            .lock()
+            .unwrap()
+            .get(path)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     async fn respond(
         &self,
         req: http::Request<hyper::body::Incoming>,
@@ -77,6 +89,12 @@ impl CacheOrigin {
     ) -> http::Response<OBody> {
         let target = req.uri().path_and_query().unwrap().as_str().to_owned();
         let path = req.uri().path().to_owned();
+        self.methods
+            .lock()
+            .unwrap()
+            .entry(target.clone())
+            .or_default()
+            .push(req.method().to_string());
         let n = {
             let mut h = self.hits.lock().unwrap();
             let n = h.entry(target).or_insert(0);
@@ -383,6 +401,153 @@ async fn each_cache_control_rule_decides_what_is_stored() {
     // An unsafe method that succeeds invalidates the stored URL (RFC 9111 §4.4).
     let _ = fetch_with(at, "POST", "/fresh", &[]).await;
     assert_eq!(get(at, "/fresh", &[]).await.x_cache(), "MISS");
+}
+
+/// RFC 9211 `Cache-Status` says how each response was handled: forwarded and stored, a hit
+/// with its freshness left, forwarded and not storable, an unsafe method, a revalidation that
+/// the origin answered 304; and a route may turn it off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_status_says_how_each_response_was_handled() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "").await;
+    let at = gw.addr("http");
+    let status = |f: &Fetched| f.header("cache-status").unwrap_or("(none)").to_owned();
+    let miss = get(at, "/fresh", &[]).await;
+    assert_eq!(status(&miss), "sluice; fwd=miss; fwd-status=200; stored");
+    let hit = get(at, "/fresh", &[]).await;
+    let hit_status = status(&hit);
+    let ttl: i64 = hit_status
+        .strip_prefix("sluice; hit; ttl=")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{hit_status}"));
+    assert!(
+        (55..=60).contains(&ttl),
+        "max-age=60 less its age: {hit_status}"
+    );
+    let not_storable = get(at, "/no-store", &[]).await;
+    assert_eq!(status(&not_storable), "sluice; fwd=miss; fwd-status=200");
+    let post = fetch_with(at, "POST", "/fresh", &[]).await;
+    assert!(
+        status(&post).starts_with("sluice; fwd=method; fwd-status="),
+        "{}",
+        status(&post)
+    );
+    let _ = get(at, "/short", &[]).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let renewed = get(at, "/short", &[]).await;
+    assert_eq!(renewed.x_cache(), "REVALIDATED");
+    assert_eq!(status(&renewed), "sluice; fwd=stale; fwd-status=304");
+
+    let off = gateway(o.addr, "cache_status = false").await;
+    let at = off.addr("http");
+    let _ = get(at, "/fresh?off", &[]).await;
+    let hit = get(at, "/fresh?off", &[]).await;
+    assert_eq!(hit.x_cache(), "HIT");
+    assert_eq!(hit.header("cache-status"), None);
+}
+
+/// A HEAD that misses is fetched upstream as a GET and stored: its client gets the head (with
+/// the body's length, no body), and the GET after it is a hit without going upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_miss_is_fetched_as_a_get_and_stored() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "").await;
+    let at = gw.addr("http");
+    let head = fetch_with(at, "HEAD", "/fresh?head", &[]).await;
+    assert_eq!((head.status, head.x_cache()), (200, "MISS"));
+    assert!(head.body.is_empty(), "a HEAD's answer has no body");
+    assert_eq!(
+        head.header("content-length"),
+        Some("/fresh 1".len().to_string().as_str()),
+        "the GET's length"
+    );
+    assert_eq!(o.methods("/fresh?head"), ["GET"], "fetched as a GET");
+    let mut got = None;
+    for _ in 0..100 {
+        let f = get(at, "/fresh?head", &[]).await;
+        if f.x_cache() == "HIT" {
+            got = Some(f);
+            break;
+        }
+        // The body is read into the store beside the HEAD's answer.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let hit = got.expect("the GET after the HEAD is a hit");
+    assert_eq!(hit.text(), "/fresh 1");
+    assert_eq!(o.hits("/fresh?head"), 1, "one upstream request in all");
+}
+
+/// Byte ranges from a stored whole response, as NGINX's cache serves them: a miss is fetched
+/// whole (upstream never sees the Range) and stored; then one range is a 206 with
+/// `Content-Range`, several a `multipart/byteranges` 206, a range past the end 416, and an
+/// `If-Range` that does not hold the whole body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranges_are_answered_from_a_stored_whole_response() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(o.addr, "").await;
+    let at = gw.addr("http");
+    let first = get(at, "/fresh?r", &[("range", "bytes=0-3")]).await;
+    assert_eq!(
+        (first.status, first.x_cache()),
+        (200, "MISS"),
+        "fetched whole"
+    );
+    let whole = first.text();
+    assert_eq!(whole, "/fresh 1");
+    let len = whole.len();
+    let one = get(at, "/fresh?r", &[("range", "bytes=0-3")]).await;
+    assert_eq!((one.status, one.x_cache()), (206, "HIT"));
+    assert_eq!(one.text(), &whole[..4]);
+    assert_eq!(
+        one.header("content-range").map(str::to_owned),
+        Some(format!("bytes 0-3/{len}"))
+    );
+    let suffix = get(at, "/fresh?r", &[("range", "bytes=-2")]).await;
+    assert_eq!(
+        (suffix.status, suffix.text()),
+        (206, whole[len - 2..].to_owned())
+    );
+    let two = get(at, "/fresh?r", &[("range", "bytes=0-0,-1")]).await;
+    assert_eq!(two.status, 206);
+    let ct = two.header("content-type").unwrap_or_default().to_owned();
+    let boundary = ct
+        .strip_prefix("multipart/byteranges; boundary=")
+        .unwrap_or_else(|| panic!("{ct}"));
+    let text = two.text();
+    assert_eq!(text.matches(&format!("--{boundary}")).count(), 3, "{text}");
+    assert!(
+        text.contains(&format!("content-range: bytes 0-0/{len}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "content-range: bytes {}-{}/{len}",
+            len - 1,
+            len - 1
+        )),
+        "{text}"
+    );
+    let past = get(at, "/fresh?r", &[("range", &format!("bytes={len}-"))]).await;
+    assert_eq!(past.status, 416);
+    assert_eq!(
+        past.header("content-range").map(str::to_owned),
+        Some(format!("bytes */{len}"))
+    );
+    let not_matching = get(
+        at,
+        "/fresh?r",
+        &[("range", "bytes=0-3"), ("if-range", "\"other\"")],
+    )
+    .await;
+    assert_eq!(
+        (not_matching.status, not_matching.text()),
+        (200, whole.clone())
+    );
+    assert_eq!(
+        o.hits("/fresh?r"),
+        1,
+        "every range from the one stored response"
+    );
 }
 
 /// A stale entry is revalidated with its ETag: a 304 renews it (the body is not sent

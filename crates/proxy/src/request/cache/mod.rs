@@ -11,6 +11,7 @@
 //! best level in the background.
 
 mod capture;
+pub(crate) mod marks;
 mod respond;
 mod store;
 pub(crate) mod upgrade;
@@ -24,8 +25,11 @@ use crate::request::done::Done;
 use capture::{Capture, CaptureBody};
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, Request, Response, StatusCode};
+use marks::Marks;
 use sluice_cache::collapse::Leader;
-use sluice_cache::{Entry, NotStored, Outcome, Purge, Serve, Store, StorePolicy, Timing, Turn};
+use sluice_cache::{
+    CacheStatus, Entry, NotStored, Outcome, Purge, Serve, Store, StorePolicy, Timing, Turn,
+};
 use sluice_config::RouteCache;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -53,9 +57,10 @@ pub(crate) async fn lookup(
     let method = req.method();
     let headers = req.headers();
     let mut fetch = Fetch::new(&serving, req);
-    // Ranges and protocol upgrades (WebSocket) pass straight through: the store answers
-    // whole responses only.
-    let through = headers.contains_key(header::RANGE) || headers.contains_key(header::UPGRADE);
+    // Protocol upgrades (WebSocket) pass straight through. A Range is answered from a
+    // stored whole response (`respond`); a miss fetches the whole response, stores it and
+    // sends it whole (RFC 9110 §14.2 lets a server ignore a Range), as NGINX's cache does.
+    let through = headers.contains_key(header::UPGRADE);
     if !matches!(*method, Method::GET | Method::HEAD) || through {
         fetch.store = false;
         return Lookup::Fetch(Box::new(fetch), done);
@@ -92,9 +97,7 @@ pub(crate) async fn lookup(
                 }
             }
         }
-        if cache.store.is_pass(&fetch.primary) || method == Method::HEAD && fetch.stale.is_none() {
-            // A HEAD miss goes upstream as it is and is not stored (it has no body to keep).
-            fetch.store &= method == Method::GET;
+        if cache.store.is_pass(&fetch.primary) {
             return Lookup::Fetch(Box::new(fetch), done);
         }
         match cache
@@ -134,7 +137,8 @@ impl Fetch {
             ),
             request: req.headers().clone(),
             method: method.clone(),
-            store: *method == Method::GET,
+            store: matches!(*method, Method::GET | Method::HEAD),
+            as_get: *method == Method::HEAD,
             invalidate: !matches!(
                 *method,
                 Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
@@ -174,8 +178,11 @@ pub(crate) struct Fetch {
     /// The client's request headers (the Vary key and the storing rules read them).
     request: HeaderMap,
     method: Method,
-    /// Its response may be stored (a GET without Range).
+    /// Its response may be stored (a GET or HEAD).
     store: bool,
+    /// A HEAD fetched upstream as a GET, so that the response is stored whole; the client
+    /// gets its head (`on_response` reads the body into the store on a task of its own).
+    as_get: bool,
     /// An unsafe method: a success invalidates the stored entry (RFC 9111 §4.4).
     invalidate: bool,
     /// The stored entry this revalidates.
@@ -190,14 +197,16 @@ pub(crate) struct Fetch {
 /// What a [`Fetch`] made of the upstream's response.
 pub(crate) enum Filtered {
     /// The response goes to the client (stored as it streams, if it may be), with the
-    /// status header to add.
-    Pass(ProxyBody, Option<(HeaderName, Outcome)>),
+    /// headers that say so.
+    Pass(ProxyBody, Marks),
     /// Answer from this stored entry instead (a 304 renewed it; or stale-if-error).
     FromStore(Arc<Entry>, Outcome),
 }
 
 /// Request headers a cache sends upstream on its own behalf, not the client's.
-static CLIENT_CONDITIONALS: [HeaderName; 4] = [
+static CLIENT_CONDITIONALS: [HeaderName; 6] = [
+    header::RANGE,
+    header::IF_RANGE,
     header::IF_NONE_MATCH,
     header::IF_MODIFIED_SINCE,
     header::IF_MATCH,
@@ -222,6 +231,12 @@ impl Fetch {
         }
     }
 
+    /// The method the upstream request is sent with, where it is not the client's: a HEAD
+    /// the cache fetches as a GET.
+    pub(crate) fn upstream_method(&self) -> Option<Method> {
+        (self.store && self.as_get).then_some(Method::GET)
+    }
+
     /// A failure with no response: the stale entry, where `stale-if-error` allows it.
     pub(crate) fn on_failure(&mut self) -> Option<Arc<Entry>> {
         if self.stale_if_error {
@@ -240,7 +255,14 @@ impl Fetch {
     ) -> Filtered {
         let counters = &self.cache.counters;
         let store = &self.cache.store;
-        let named = |o: Outcome| self.settings.status_header.clone().map(|h| (h, o));
+        let bypass = |fwd: &'static str| {
+            let status = CacheStatus {
+                fwd: Some(fwd),
+                fwd_status: Some(status.as_u16()),
+                ..CacheStatus::of(Outcome::Bypass)
+            };
+            Marks::new(&self.settings, status)
+        };
         if self.invalidate {
             if status.is_success() || status.is_redirection() {
                 // RFC 9111 §4.4: what was fetched before this unsafe request's answer goes,
@@ -252,11 +274,16 @@ impl Fetch {
                 });
             }
             counters.outcome(Outcome::Bypass);
-            return Filtered::Pass(body, named(Outcome::Bypass));
+            return Filtered::Pass(body, bypass("method"));
         }
         if !self.store {
             counters.outcome(Outcome::Bypass);
-            return Filtered::Pass(body, named(Outcome::Bypass));
+            let fwd = if matches!(self.method, Method::GET | Method::HEAD) {
+                "request"
+            } else {
+                "method"
+            };
+            return Filtered::Pass(body, bypass(fwd));
         }
         let response_time = SystemTime::now();
         if let Some(stale) = self.stale.take() {
@@ -300,13 +327,18 @@ impl Fetch {
         response_time: SystemTime,
         outcome: Outcome,
     ) -> Filtered {
-        let named = self.settings.status_header.clone().map(|h| (h, outcome));
+        let forwarded = CacheStatus {
+            fwd_status: Some(status.as_u16()),
+            ..CacheStatus::of(outcome)
+        };
         let policy = StorePolicy {
             allow_authorization: self.settings.allow_authorization,
             allow_set_cookie: self.settings.allow_set_cookie,
             default_ttl: self.settings.default_ttl,
         };
-        let verdict = sluice_cache::storable(&self.method, &self.request, status, headers, &policy)
+        let get = Method::GET;
+        let method = if self.as_get { &get } else { &self.method };
+        let verdict = sluice_cache::storable(method, &self.request, status, headers, &policy)
             .and_then(|()| {
                 // An origin that encoded anyway (it was asked for identity): not stored, as
                 // the entry's identity body would not be identity.
@@ -330,7 +362,9 @@ impl Fetch {
             if !request_said {
                 self.cache.store.mark_pass(&self.primary);
             }
-            return Filtered::Pass(body, named);
+            // A HEAD fetched as a GET: the client gets the head only.
+            let body = if self.as_get { empty() } else { body };
+            return Filtered::Pass(body, Marks::new(&self.settings, forwarded));
         }
         let capture = Capture {
             store: self.cache.store.clone(),
@@ -346,6 +380,29 @@ impl Fetch {
             size: 0,
         };
         use http_body_util::BodyExt as _;
-        Filtered::Pass(CaptureBody::new(body, capture).boxed(), named)
+        let stored = CacheStatus {
+            stored: true,
+            ..forwarded
+        };
+        let body = CaptureBody::new(body, capture).boxed();
+        let body = if self.as_get {
+            // Read into the store on a task of its own (bounded by the entry's limit and the
+            // upstream's timeouts); the HEAD's client gets the head.
+            tokio::spawn(async move {
+                let _ = body.collect().await;
+            });
+            empty()
+        } else {
+            body
+        };
+        Filtered::Pass(body, Marks::new(&self.settings, stored))
     }
+}
+
+/// An empty response body (a HEAD's).
+fn empty() -> ProxyBody {
+    use http_body_util::BodyExt as _;
+    http_body_util::Empty::new()
+        .map_err(|never| match never {})
+        .boxed()
 }

@@ -2,6 +2,7 @@
 //! first request for that encoding), `Age`, the status header, the route's header edits, and
 //! a 304 when the client's own conditional matches.
 
+use super::marks::Marks;
 use super::store::{RETRIES, ResponseCache};
 use super::upgrade::Job;
 use crate::body::{ProxyBody, TrackedBody};
@@ -12,7 +13,8 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use sluice_cache::{Entry, Outcome, Store, Turn, Variant};
+use sluice_cache::range::{self, Ranges};
+use sluice_cache::{CacheStatus, Entry, Outcome, Store, Turn, Variant};
 use sluice_compress::{Codec, SkipReason};
 use sluice_config::{Route, RouteCache};
 use std::sync::Arc;
@@ -54,7 +56,12 @@ pub(crate) async fn respond(
     counters.outcome(outcome);
     let age = entry.timing.age(SystemTime::now());
     let mut headers = entry.headers.clone();
-    let codec = if s.facts.settings.enabled {
+    // A Range on a stored 200 is answered from its identity body (206, 416): a range of an
+    // encoding made here would not be one of the representation the origin described.
+    let ranged = s.request.contains_key(header::RANGE)
+        && entry.status == StatusCode::OK
+        && *s.method == Method::GET;
+    let codec = if s.facts.settings.enabled && !ranged {
         let mut facts = s.facts.clone();
         // A HEAD gets the head its GET would.
         facts.head = false;
@@ -87,18 +94,24 @@ pub(crate) async fn respond(
         None => ("identity", identity(&entry)),
     };
     let not_modified = sluice_cache::conditional::not_modified(s.method, s.request, &headers);
-    let status = if not_modified {
+    let (status, body) = if not_modified {
         counters.not_modified.fetch_add(1, Ordering::Relaxed);
         headers = only_fields(&headers, &NOT_MODIFIED_FIELDS);
-        StatusCode::NOT_MODIFIED
+        (StatusCode::NOT_MODIFIED, body)
     } else {
+        if coding == "identity" && entry.status == StatusCode::OK {
+            headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        }
+        let (status, body) = if ranged {
+            ranges(s.request, &mut headers, body)
+        } else {
+            (entry.status, body)
+        };
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-        entry.status
+        (status, body)
     };
     headers.insert(header::AGE, HeaderValue::from(age.as_secs()));
-    if let Some(name) = &s.settings.status_header {
-        headers.insert(name.clone(), HeaderValue::from_static(outcome.as_str()));
-    }
+    Marks::new(s.settings, cache_status(outcome, &entry, age)).apply(&mut headers);
     if !s.route.response_headers.is_empty() {
         policy::edit_headers(&s.route.response_headers, &mut headers, &s.vars);
     }
@@ -118,6 +131,73 @@ pub(crate) async fn respond(
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
     resp
+}
+
+/// RFC 9211's account of an answer from the store.
+fn cache_status(outcome: Outcome, entry: &Entry, age: std::time::Duration) -> CacheStatus {
+    match outcome {
+        // Forwarded to validate the stored entry, which answered 304.
+        Outcome::Revalidated => CacheStatus {
+            fwd_status: Some(304),
+            ..CacheStatus::of(outcome)
+        },
+        // From the store: its freshness left (negative: stale).
+        _ => CacheStatus {
+            ttl: Some(entry.lifetime.as_secs() as i64 - age.as_secs() as i64),
+            ..CacheStatus::of(outcome)
+        },
+    }
+}
+
+/// A stored 200's identity `body` as the request's `Range` asks: one range (206 with
+/// `Content-Range`), several (206 `multipart/byteranges`), none satisfiable (416), or the
+/// whole body (200) for a malformed one or an `If-Range` that does not hold.
+fn ranges(request: &HeaderMap, headers: &mut HeaderMap, body: Bytes) -> (StatusCode, Bytes) {
+    let len = body.len() as u64;
+    match range::requested(request, headers, len) {
+        Ranges::Whole => (StatusCode::OK, body),
+        Ranges::Unsatisfiable => {
+            let v = HeaderValue::try_from(format!("bytes */{len}")).expect("ASCII");
+            headers.insert(header::CONTENT_RANGE, v);
+            headers.remove(header::CONTENT_TYPE);
+            (StatusCode::RANGE_NOT_SATISFIABLE, Bytes::new())
+        }
+        Ranges::Parts(parts) if parts.len() == 1 => {
+            let r = &parts[0];
+            let v = HeaderValue::try_from(format!("bytes {}-{}/{len}", r.start, r.end - 1))
+                .expect("ASCII");
+            headers.insert(header::CONTENT_RANGE, v);
+            (
+                StatusCode::PARTIAL_CONTENT,
+                body.slice(r.start as usize..r.end as usize),
+            )
+        }
+        Ranges::Parts(parts) => {
+            let boundary = format!("{:016x}", crate::hash::random());
+            let part_type = headers.remove(header::CONTENT_TYPE);
+            let mut out = Vec::with_capacity(body.len() / 2 + 128 * parts.len());
+            for r in &parts {
+                out.extend_from_slice(format!("\r\n--{boundary}\r\n").as_bytes());
+                if let Some(t) = &part_type {
+                    out.extend_from_slice(b"content-type: ");
+                    out.extend_from_slice(t.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+                let range = format!(
+                    "content-range: bytes {}-{}/{len}\r\n\r\n",
+                    r.start,
+                    r.end - 1
+                );
+                out.extend_from_slice(range.as_bytes());
+                out.extend_from_slice(&body[r.start as usize..r.end as usize]);
+            }
+            out.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+            let v = HeaderValue::try_from(format!("multipart/byteranges; boundary={boundary}"))
+                .expect("ASCII");
+            headers.insert(header::CONTENT_TYPE, v);
+            (StatusCode::PARTIAL_CONTENT, Bytes::from(out))
+        }
+    }
 }
 
 /// Only the fields of `headers` named in `keep`.

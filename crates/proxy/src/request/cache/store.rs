@@ -40,6 +40,10 @@ impl ResponseCache {
                 )
             })?,
         };
+        let store = match settings.max_object_size {
+            Some(n) => store.with_max_object(n),
+            None => store,
+        };
         Ok(Arc::new(ResponseCache {
             store,
             collapser: Collapser::new(),
