@@ -59,6 +59,11 @@ SLUICE_TRACE100_PORT = 18451
 # The request-log row: the same gateway with `[log] request_log = 0` (the baseline keeps the
 # default 8 MiB of recent requests; its admin listener answers how much it holds).
 SLUICE_NOLOG_PORT = 18452
+# `--baseline PATH`: another Sluice binary (an earlier commit's) with the default gateway's
+# configuration, measured beside it in every row the default runs in: a change's before and
+# after side by side in one run.
+SLUICE_BASELINE_PORT = 18453
+BASELINE = None
 SLUICE_ADMIN_PORT = 18901
 # The 100% tracing gateway's admin listener: what became of its spans (exported or dropped).
 SLUICE_TRACE100_ADMIN_PORT = 18902
@@ -529,7 +534,7 @@ class Gateways:
         self.d = d
         for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-pool-access.log",
                   "sluice-routes-access.log", "sluice-mirror-access.log", "sluice-trace1-access.log",
-                  "sluice-trace100-access.log", "sluice-nolog-access.log"):
+                  "sluice-trace100-access.log", "sluice-nolog-access.log", "sluice-baseline-access.log"):
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
         Path(d, "haproxy.cfg").write_text(haproxy_conf(d, cert))
@@ -545,6 +550,9 @@ class Gateways:
         Path(d, "sluice-trace1.toml").write_text(sluice_traced_conf(d, cert, 1, SLUICE_TRACE1_PORT))
         Path(d, "sluice-trace100.toml").write_text(sluice_traced_conf(d, cert, 100, SLUICE_TRACE100_PORT,
                                                                        admin=SLUICE_TRACE100_ADMIN_PORT))
+        if BASELINE:
+            Path(d, "sluice-baseline.toml").write_text(
+                sluice_conf(d, cert, "default", SLUICE_BASELINE_PORT, "sluice-baseline-access.log"))
         # Started one by one: when one fails, the ones already running are stopped (left
         # behind, they would keep the ports, and SO_REUSEPORT would share the next run's
         # traffic with them).
@@ -557,7 +565,8 @@ class Gateways:
         self.ports = {"nginx": NGINX_PORT, "haproxy": HAPROXY_PORT, "sluice": SLUICE_PORT, "sluice-inline": SLUICE_INLINE_PORT,
                       "sluice-pool": SLUICE_POOL_PORT, "sluice-routes": SLUICE_ROUTES_PORT,
                       "sluice-mirror": SLUICE_MIRROR_PORT, "sluice-trace1": SLUICE_TRACE1_PORT,
-                      "sluice-trace100": SLUICE_TRACE100_PORT, "sluice-nolog": SLUICE_NOLOG_PORT}
+                      "sluice-trace100": SLUICE_TRACE100_PORT, "sluice-nolog": SLUICE_NOLOG_PORT,
+                      "sluice-baseline": SLUICE_BASELINE_PORT}
 
     def _start(self, d):
         specs = [
@@ -583,6 +592,9 @@ class Gateways:
             ("sluice-nolog", [str(SLUICE), "run", "--config", f"{d}/sluice-nolog.toml", "--pid-file",
                               f"{d}/sluice-nolog.pid"], SLUICE_NOLOG_PORT),
         ]
+        if BASELINE:
+            specs.append(("sluice-baseline", [str(BASELINE), "run", "--config", f"{d}/sluice-baseline.toml",
+                                              "--pid-file", f"{d}/sluice-baseline.pid"], SLUICE_BASELINE_PORT))
         self.specs = {name: (argv, port) for name, argv, port in specs}
         for name, argv, port in specs:
             self.procs[name] = Proc(name, argv, GW_CORE, port, f"{d}/{name}.out")
@@ -1000,6 +1012,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="3 runs of 2 s per scenario (under 3 minutes)")
     ap.add_argument("--smoke", action="store_true", help="1 run of about 1 s per scenario, to keep the harness working")
     ap.add_argument("--runs", type=int)
+    ap.add_argument("--baseline", metavar="BINARY",
+                    help="another sluice binary measured beside the default gateway in each of its rows "
+                         "(a change's before and after in one run)")
     ap.add_argument("--duration", type=float)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--only", help="run only scenarios whose name contains this text (alternatives separated by |; "
@@ -1009,7 +1024,9 @@ def main():
     ap.add_argument("--render", metavar="JSON", help="print the table of an earlier run's JSON file and exit")
     ap.add_argument("--idle-connections", type=int, help="connections of the memory rows (default 8000)")
     args = ap.parse_args()
-    global MB_LANES, IDLE_CONNECTIONS, SITE_MIX_IDLE
+    global MB_LANES, IDLE_CONNECTIONS, SITE_MIX_IDLE, BASELINE
+    if args.baseline:
+        BASELINE = Path(args.baseline).resolve()
     IDLE_CONNECTIONS = args.idle_connections or (300 if args.smoke else IDLE_CONNECTIONS)
     SITE_MIX_IDLE = sitemix.SMOKE_IDLE if args.smoke else sitemix.IDLE
     MB_LANES = args.mb_lanes
@@ -1065,6 +1082,8 @@ def main():
                         who_all = ("sluice", "sluice-trace1", "sluice-trace100")
                     if sc.get("request_log"):
                         who_all = ("sluice", "sluice-nolog")
+                    if BASELINE and "sluice" in who_all:
+                        who_all += ("sluice-baseline",)
                     row = {"name": sc["name"], "metric": sc["metric"], "runs": {w: [] for w in who_all}}
                     spans_before = trace_spans() if sc.get("traced") else None
                     for i in range(min(runs, 3) if sc.get("memory") else runs):
@@ -1258,7 +1277,8 @@ def render(results, runs, duration, cpu, date):
                            ("sluice-mirror", "Sluice mirroring (10% to a second origin; all of /stalled/ to a stalled one)"),
                            ("sluice-trace1", "Sluice [tracing] sample_percent = 1"),
                            ("sluice-trace100", "Sluice [tracing] sample_percent = 100"),
-                           ("sluice-nolog", "Sluice [log] request_log = 0 (no request log)")):
+                           ("sluice-nolog", "Sluice [log] request_log = 0 (no request log)"),
+                           ("sluice-baseline", f"the baseline binary ({BASELINE})")):
             if who not in row["runs"]:
                 continue
             si = summarize([r["value"] for r in row["runs"][who]])
