@@ -24,6 +24,10 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// What separates a route's further cache key parts (`[route.cache] key`) from the host and
+/// path: a purge of the URL names every entry of it, whatever those parts.
+pub const KEY_PART: char = '\u{1f}';
+
 /// How long a purge's record is kept in memory: longer than any fetch or queued disk write
 /// takes (see the module's doc for what happens after).
 pub const REMEMBER: Duration = Duration::from_secs(600);
@@ -41,14 +45,15 @@ pub struct Purge {
 }
 
 impl Purge {
-    /// Whether `key` (a primary key, or a full key with its Vary part after a NUL) is one
-    /// this purge names.
+    /// Whether `key` (a primary key, or a full key with its Vary part after a NUL, or a
+    /// route's further key parts after a unit separator) is one this purge names.
     pub fn matches(&self, key: &str) -> bool {
         if self.prefix {
             return key.starts_with(&self.target);
         }
-        key.strip_prefix(self.target.as_str())
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('\0'))
+        key.strip_prefix(self.target.as_str()).is_some_and(|rest| {
+            rest.is_empty() || rest.starts_with('\0') || rest.starts_with(KEY_PART)
+        })
     }
 
     /// Whether it covers an entry under `key` whose request started at `requested`.
@@ -232,6 +237,7 @@ mod tests {
         assert!(p.matches("a.test/page\0accept-language=fr"));
         assert!(!p.matches("a.test/page2"));
         assert!(!p.matches("a.test/pag"));
+        assert!(p.matches("a.test/page\u{1f}header:x-device=mobile"));
         let p = purge("a.test/static/", true, 10);
         assert!(p.matches("a.test/static/app.js"));
         assert!(!p.matches("a.test/stat"));

@@ -45,8 +45,8 @@ pub use logging::{
 };
 pub use pattern::{HostPattern, normalize_host, normalized_host};
 pub use policy::{
-    Acl, Answer, CacheSettings, HeaderEdits, IpNet, Mirror, Part, RateLimit, RateLimitStore,
-    RedisTls, Rewrite, RouteCache, Template, Var, canonical,
+    Acl, Answer, CacheKey, CacheSettings, HeaderEdits, IpNet, Mirror, Part, RateLimit,
+    RateLimitStore, RedisTls, Rewrite, RouteCache, Template, Var, canonical,
 };
 pub use quic::{QuicRetry, QuicSettings};
 pub use resolver::DnsResolver;

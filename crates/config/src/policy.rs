@@ -350,6 +350,31 @@ pub struct RouteCache {
     pub status_header: Option<http::HeaderName>,
     /// Send RFC 9211 `Cache-Status` (`sluice; hit; ttl=42`).
     pub cache_status: bool,
+    /// What the cache key holds besides the host and path.
+    pub key: CacheKey,
+    /// Request parts that, present with a value other than empty or `0`, send the request
+    /// upstream without the cache and keep its response out of it (NGINX's
+    /// `proxy_cache_bypass` with `proxy_no_cache` on the same conditions).
+    pub bypass: Vec<crate::HashKey>,
+}
+
+/// `[route.cache] key`: the cache key is the host and path, the query where `query` (the
+/// default), then each of `parts` (a header's, cookie's or query argument's value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheKey {
+    /// The whole query string is part of the key.
+    pub query: bool,
+    /// Further parts, in order: `Header`, `Cookie` or `Query` only.
+    pub parts: Vec<crate::HashKey>,
+}
+
+impl Default for CacheKey {
+    fn default() -> Self {
+        CacheKey {
+            query: true,
+            parts: Vec::new(),
+        }
+    }
 }
 
 impl Default for RouteCache {
@@ -362,6 +387,8 @@ impl Default for RouteCache {
             upgrade_after: 16,
             status_header: Some(http::HeaderName::from_static("x-cache")),
             cache_status: true,
+            key: CacheKey::default(),
+            bypass: Vec::new(),
         }
     }
 }

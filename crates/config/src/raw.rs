@@ -524,6 +524,12 @@ pub struct RawRouteCache {
     /// Send RFC 9211 `Cache-Status` (`sluice; hit; ttl=42`, `sluice; fwd=miss;
     /// fwd-status=200; stored`; default true).
     pub cache_status: Option<Spanned<bool>>,
+    /// What the cache key holds besides the host and path: `"query"` (the whole query
+    /// string), `"query:NAME"`, `"header:NAME"`, `"cookie:NAME"` (default `["query"]`).
+    pub key: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Request parts (`"header:NAME"`, `"cookie:NAME"`, `"query:NAME"`) that, present with a
+    /// value other than empty or `0`, bypass the cache: not looked up, not stored.
+    pub bypass: Option<Spanned<Vec<Spanned<String>>>>,
     /// The response header that says how the request was answered (`HIT`, `MISS`, …);
     /// default `X-Cache`, `""` for none.
     pub status_header: Option<Spanned<String>>,

@@ -158,11 +158,27 @@ fn body_items(body: &Value, name: &str) -> Result<Vec<(String, Item)>, EditError
         // sub-tables (a route's compression) stay tables.
         let item = match item.clone() {
             Item::ArrayOfTables(a) => Item::Value(a.into_array().into()),
+            Item::Table(mut t) => {
+                unplace(&mut t);
+                Item::Table(t)
+            }
             other => other,
         };
         items.push((key.to_owned(), item));
     }
     Ok(items)
+}
+
+/// Forgets where a table (and its sub-tables) stood in the body's own document: kept, that
+/// position placed `[route.respond]` among the file's first tables, before the `[[route]]`
+/// it belongs to (a file that no longer parsed).
+fn unplace(table: &mut Table) {
+    table.set_position(None);
+    for (_, item) in table.iter_mut() {
+        if let Item::Table(t) = item {
+            unplace(t);
+        }
+    }
 }
 
 fn invalid(path: &str, message: impl Into<String>, help: &str) -> EditError {
@@ -434,6 +450,35 @@ fn collect_spans(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A route with a sub-table (`respond`, `cache`) put into a file that already has
+    /// tables after its routes (the embedded default's `[demo]`, `[[upstream]]`): the result
+    /// parses, the new route holds its sub-table, and the old route keeps its own keys.
+    #[test]
+    fn a_new_object_with_a_sub_table_is_written_where_it_parses() {
+        let text = "[demo]\naddress = \"127.0.0.1:8081\"\n\n[[upstream]]\nname = \"demo\"\n\n\
+                    [[route]]\nname = \"demo\"\nupstream = \"demo\"\n";
+        let body = json!({
+            "path_exact": "/x",
+            "respond": {"status": 200, "body": "hi", "content_type": "text/plain"},
+        });
+        let (out, created) = put(text, Kind::Route, "x", &body).unwrap();
+        assert!(created);
+        let parsed: toml::Table = toml::from_str(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        let routes = parsed["route"].as_array().unwrap();
+        assert_eq!(routes.len(), 2, "{out}");
+        assert_eq!(routes[0].get("respond"), None, "{out}");
+        assert_eq!(routes[1]["respond"]["body"].as_str(), Some("hi"), "{out}");
+        // And again, replacing it (an existing object's sub-table).
+        let body = json!({"path_exact": "/x", "respond": {"status": 204}});
+        let (again, created) = put(&out, Kind::Route, "x", &body).unwrap();
+        assert!(!created);
+        let parsed: toml::Table = toml::from_str(&again).unwrap_or_else(|e| panic!("{e}\n{again}"));
+        assert_eq!(
+            parsed["route"][1]["respond"]["status"].as_integer(),
+            Some(204)
+        );
+    }
 
     #[test]
     fn an_upstream_used_only_by_a_split_or_a_mirror_is_in_use() {

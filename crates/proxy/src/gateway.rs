@@ -23,7 +23,6 @@ use crate::access_log::AccessLog;
 use crate::handshakes::{HandshakeScheduler, HandshakeStats};
 use crate::listen::connection::Signals;
 use crate::request::context::ListenerCtx;
-use crate::request::filters::RoutePlan;
 use crate::request::rate_limit::{RateLimiter, RedisStore};
 use crate::request::router::Router;
 use crate::upstreams::dns::{Resolver, UpstreamSlot};
@@ -703,7 +702,7 @@ async fn prepare(
                 Placement::Bind(socket, udp)
             }
         };
-        let plans = plans_for(&mut plan_tables, &router, &limiters);
+        let plans = crate::request::filters::plans_for(&mut plan_tables, &router, &limiters);
         let ctx = Arc::new(ListenerCtx {
             name: Arc::from(l.name.as_str()),
             config: l.clone(),
@@ -765,25 +764,10 @@ async fn routers(
         .map(|o| o.ctx.load().router.clone())
         .collect();
     let snapshot = snapshot.clone();
-    let (routers, built, updated) = at_idle(move || routers_for(&snapshot, old)).await?;
+    let (routers, built, updated) = at_idle(move || Router::for_listeners(&snapshot, old)).await?;
     report.routers_built += built;
     report.routers_updated += updated;
     Ok(routers)
-}
-
-/// The route plans of `router`: resolved once per distinct table in an apply (listeners that
-/// share a table share its plans), kept in `made`.
-fn plans_for(
-    made: &mut Vec<(Arc<Router>, Arc<[RoutePlan]>)>,
-    router: &Arc<Router>,
-    limiters: &HashMap<String, Arc<RateLimiter>>,
-) -> Arc<[RoutePlan]> {
-    if let Some((_, plans)) = made.iter().find(|(r, _)| Arc::ptr_eq(r, router)) {
-        return plans.clone();
-    }
-    let plans = crate::request::filters::plans(router, limiters);
-    made.push((router.clone(), plans.clone()));
-    plans
 }
 
 /// Runs `work` at idle priority (see `sluice_offload::idle`) without blocking the event loop.
@@ -795,47 +779,6 @@ async fn at_idle<T: Send + 'static>(
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(_) => Err(ProxyError::Stopped),
     }
-}
-
-/// [`routers`]' work: the tables, and how many were built and updated.
-fn routers_for(snapshot: &Snapshot, mut old: Vec<Arc<Router>>) -> (Vec<Arc<Router>>, usize, usize) {
-    let (mut built, mut updated) = (0, 0);
-    let mut out: Vec<Arc<Router>> = Vec::with_capacity(snapshot.listeners.len());
-    // The common case, no route tied to a listener: every listener has all the routes, and
-    // the comparisons need no copy of them.
-    let unrestricted = snapshot.routes.iter().all(|r| r.listeners.is_empty());
-    for l in &snapshot.listeners {
-        let router = if unrestricted {
-            match old.iter().find(|r| r.same_routes(&snapshot.routes)) {
-                Some(r) => r.clone(),
-                None => {
-                    let r = match old.iter().find_map(|r| r.updated(&snapshot.routes)) {
-                        Some(r) => {
-                            updated += 1;
-                            r
-                        }
-                        None => {
-                            built += 1;
-                            Router::from_routes(snapshot.routes.clone())
-                        }
-                    };
-                    Arc::new(r)
-                }
-            }
-        } else {
-            let routes = Router::routes_for(snapshot, &l.name);
-            match old.iter().find(|r| r.same_routes(&routes)) {
-                Some(r) => r.clone(),
-                None => {
-                    built += 1;
-                    Arc::new(Router::from_routes(routes))
-                }
-            }
-        };
-        old.push(router.clone());
-        out.push(router);
-    }
-    (out, built, updated)
 }
 
 /// The TLS acceptor of listener `l`: the old one when nothing it was built from changed,

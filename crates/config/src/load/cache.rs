@@ -1,7 +1,8 @@
 //! `[route.cache]` and `[cache]`.
 
 use super::Cx;
-use crate::policy::{CacheSettings, RouteCache};
+use crate::HashKey;
+use crate::policy::{CacheKey, CacheSettings, RouteCache};
 use crate::raw::*;
 use toml::Spanned;
 
@@ -27,6 +28,24 @@ impl Cx<'_> {
         if let Some(b) = &r.cache_status {
             c.cache_status = *b.get_ref();
         }
+        if let Some(list) = &r.key {
+            c.key = CacheKey {
+                query: false,
+                parts: Vec::new(),
+            };
+            for item in list.get_ref() {
+                if item.get_ref() == "query" {
+                    c.key.query = true;
+                } else if let Some(part) = self.cache_part(route, "key", item) {
+                    c.key.parts.push(part);
+                }
+            }
+        }
+        for item in r.bypass.iter().flat_map(|l| l.get_ref()) {
+            if let Some(part) = self.cache_part(route, "bypass", item) {
+                c.bypass.push(part);
+            }
+        }
         if let Some(h) = &r.status_header {
             let text = h.get_ref();
             c.status_header = if text.is_empty() {
@@ -48,6 +67,29 @@ impl Cx<'_> {
             };
         }
         c
+    }
+
+    /// One item of `[route.cache] key` or `bypass`: a header, cookie or query argument.
+    fn cache_part(&mut self, route: &str, what: &str, item: &Spanned<String>) -> Option<HashKey> {
+        match super::upstream::hash_key(item.get_ref()) {
+            Some(k @ (HashKey::Header(_) | HashKey::Cookie(_) | HashKey::Query(_))) => Some(k),
+            _ => {
+                let also = if what == "key" {
+                    "\"query\" (the whole query string), "
+                } else {
+                    ""
+                };
+                self.err_at(
+                    item,
+                    format!(
+                        "route `{route}`: cache {what} item \"{}\" is not a request part",
+                        item.get_ref()
+                    ),
+                    format!("use {also}\"header:NAME\", \"cookie:NAME\" or \"query:NAME\""),
+                );
+                None
+            }
+        }
     }
 
     pub(super) fn cache_settings(&mut self, raw: Option<&RawCache>) -> CacheSettings {

@@ -378,6 +378,8 @@ allow_set_cookie = true
 lock_timeout = "2s"
 upgrade_after = 0
 status_header = ""
+key = ["header:X-Device", "cookie:lang"]
+bypass = ["cookie:session", "query:nocache"]
 [[route]]
 name = "uncached"
 upstream = "o"
@@ -400,6 +402,22 @@ upstream = "o"
         (Duration::from_secs(2), 0)
     );
     assert_eq!(c.status_header, None);
+    assert!(!c.key.query, "a key list without \"query\" leaves it out");
+    assert_eq!(
+        c.key.parts,
+        [
+            crate::HashKey::Header("x-device".into()),
+            crate::HashKey::Cookie("lang".into())
+        ]
+    );
+    assert_eq!(
+        c.bypass,
+        [
+            crate::HashKey::Cookie("session".into()),
+            crate::HashKey::Query("nocache".into())
+        ]
+    );
+    assert!(d.key.query && d.key.parts.is_empty() && d.bypass.is_empty());
     assert!(s.routes[2].cache.is_none());
     let unset = load_str(
         "[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n",
@@ -432,6 +450,8 @@ upstream = "o"
 [route.cache]
 default_ttl = "soon"
 status_header = "X Cache"
+key = ["client"]
+bypass = ["uri"]
 [[route]]
 name = "b"
 respond = { status = 200 }
@@ -451,13 +471,15 @@ max_age = 5
     );
     assert!(at("\"soon\"").contains("soon"), "{errs:#?}");
     assert!(at("\"X Cache\"").contains("not a header name"), "{errs:#?}");
+    assert!(at("\"client\"").contains("not a request part"), "{errs:#?}");
+    assert!(at("\"uri\"").contains("not a request part"), "{errs:#?}");
     assert!(at("max_age").contains("unknown field"), "{errs:#?}");
     assert!(
         errs.iter()
             .any(|e| e.to_string().contains("[route.cache] but no upstream")),
         "{errs:#?}"
     );
-    assert_eq!(errs.len(), 6, "{errs:#?}");
+    assert_eq!(errs.len(), 8, "{errs:#?}");
 }
 
 #[test]

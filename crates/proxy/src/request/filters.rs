@@ -98,6 +98,21 @@ pub(crate) fn plans(
         .collect()
 }
 
+/// The route plans of `router`: resolved once per distinct table in an apply (listeners that
+/// share a table share its plans), kept in `made`.
+pub(crate) fn plans_for(
+    made: &mut Vec<(Arc<Router>, Arc<[RoutePlan]>)>,
+    router: &Arc<Router>,
+    limiters: &HashMap<String, Arc<RateLimiter>>,
+) -> Arc<[RoutePlan]> {
+    if let Some((_, plans)) = made.iter().find(|(r, _)| Arc::ptr_eq(r, router)) {
+        return plans.clone();
+    }
+    let plans = crate::request::filters::plans(router, limiters);
+    made.push((router.clone(), plans.clone()));
+    plans
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

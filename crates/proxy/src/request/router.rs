@@ -109,6 +109,54 @@ impl Router {
         })
     }
 
+    /// Each listener's table, in listener order (the gateway's apply, at idle priority): the
+    /// old one where its routes are the same objects, the old index with the new routes where
+    /// only what the index does not hold changed, else built once per distinct route list
+    /// (listeners that share every route share one table); and how many were built and
+    /// updated.
+    pub fn for_listeners(
+        snapshot: &Snapshot,
+        mut old: Vec<Arc<Router>>,
+    ) -> (Vec<Arc<Router>>, usize, usize) {
+        let (mut built, mut updated) = (0, 0);
+        let mut out: Vec<Arc<Router>> = Vec::with_capacity(snapshot.listeners.len());
+        // The common case, no route tied to a listener: every listener has all the routes, and
+        // the comparisons need no copy of them.
+        let unrestricted = snapshot.routes.iter().all(|r| r.listeners.is_empty());
+        for l in &snapshot.listeners {
+            let router = if unrestricted {
+                match old.iter().find(|r| r.same_routes(&snapshot.routes)) {
+                    Some(r) => r.clone(),
+                    None => {
+                        let r = match old.iter().find_map(|r| r.updated(&snapshot.routes)) {
+                            Some(r) => {
+                                updated += 1;
+                                r
+                            }
+                            None => {
+                                built += 1;
+                                Router::from_routes(snapshot.routes.clone())
+                            }
+                        };
+                        Arc::new(r)
+                    }
+                }
+            } else {
+                let routes = Router::routes_for(snapshot, &l.name);
+                match old.iter().find(|r| r.same_routes(&routes)) {
+                    Some(r) => r.clone(),
+                    None => {
+                        built += 1;
+                        Arc::new(Router::from_routes(routes))
+                    }
+                }
+            };
+            old.push(router.clone());
+            out.push(router);
+        }
+        (out, built, updated)
+    }
+
     /// The route for a request, or `None` (→ 404).
     pub fn find(
         &self,

@@ -21,7 +21,7 @@ pub(crate) fn key_hash(
 
 /// The bytes a [`HashKey`] names in a request; `None` for the client address, or when the
 /// request lacks the header, cookie or argument.
-fn key_value<'a>(
+pub(crate) fn key_value<'a>(
     key: &HashKey,
     uri: &'a http::Uri,
     headers: &'a http::HeaderMap,

@@ -550,6 +550,60 @@ async fn ranges_are_answered_from_a_stored_whole_response() {
     );
 }
 
+/// `[route.cache] key` keys by a header and leaves the query out; `bypass` sends a request
+/// with the named cookie upstream without the cache (and keeps its response out); a purge of
+/// the URL names its entries whatever the further key parts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_key_and_bypass_follow_the_route() {
+    let o = CacheOrigin::start().await;
+    let gw = gateway(
+        o.addr,
+        "key = [\"header:X-Device\"]\nbypass = [\"cookie:session\"]",
+    )
+    .await;
+    let at = gw.addr("http");
+    let mobile = [("x-device", "mobile")];
+    assert_eq!(get(at, "/fresh?a", &mobile).await.x_cache(), "MISS");
+    // Another query, same device: the query is not in the key.
+    assert_eq!(get(at, "/fresh?b", &mobile).await.x_cache(), "HIT");
+    // Another device: another entry.
+    assert_eq!(
+        get(at, "/fresh?a", &[("x-device", "desk")]).await.x_cache(),
+        "MISS"
+    );
+    assert_eq!(
+        get(at, "/fresh?a", &[("x-device", "desk")]).await.x_cache(),
+        "HIT"
+    );
+    // A session cookie bypasses: upstream, and not stored.
+    let session = [("x-device", "tv"), ("cookie", "session=abc")];
+    let bypassed = get(at, "/fresh?a", &session).await;
+    assert_eq!(bypassed.x_cache(), "BYPASS");
+    assert_eq!(
+        bypassed.header("cache-status"),
+        Some("sluice; fwd=bypass; fwd-status=200")
+    );
+    assert_eq!(
+        get(at, "/fresh?a", &[("x-device", "tv")]).await.x_cache(),
+        "MISS"
+    );
+    // "0" does not bypass (NGINX's reading).
+    let zero = [("x-device", "tv"), ("cookie", "session=0")];
+    assert_eq!(get(at, "/fresh?a", &zero).await.x_cache(), "HIT");
+    // A purge of the URL (its path: the query is not in this route's key) names every
+    // device's entry.
+    gw.gateway()
+        .cache()
+        .purge("t.test", "/fresh", false, std::time::SystemTime::now());
+    for device in ["mobile", "desk", "tv"] {
+        assert_eq!(
+            get(at, "/fresh?a", &[("x-device", device)]).await.x_cache(),
+            "MISS",
+            "{device}"
+        );
+    }
+}
+
 /// A stale entry is revalidated with its ETag: a 304 renews it (the body is not sent
 /// again); a changed ETag replaces it. `no-cache` revalidates every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

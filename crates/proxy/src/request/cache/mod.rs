@@ -22,6 +22,7 @@ pub use store::ResponseCache;
 
 use crate::body::ProxyBody;
 use crate::request::done::Done;
+use crate::upstreams::request_key::key_value;
 use capture::{Capture, CaptureBody};
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, Request, Response, StatusCode};
@@ -30,7 +31,7 @@ use sluice_cache::collapse::Leader;
 use sluice_cache::{
     CacheStatus, Entry, NotStored, Outcome, Purge, Serve, Store, StorePolicy, Timing, Turn,
 };
-use sluice_config::RouteCache;
+use sluice_config::{HashKey, RouteCache};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -57,6 +58,11 @@ pub(crate) async fn lookup(
     let method = req.method();
     let headers = req.headers();
     let mut fetch = Fetch::new(&serving, req);
+    if bypassed(&serving.settings.bypass, req) {
+        fetch.store = false;
+        fetch.bypassed = true;
+        return Lookup::Fetch(Box::new(fetch), done);
+    }
     // Protocol upgrades (WebSocket) pass straight through. A Range is answered from a
     // stored whole response (`respond`); a miss fetches the whole response, stores it and
     // sends it whole (RFC 9110 §14.2 lets a server ignore a Range), as NGINX's cache does.
@@ -131,14 +137,12 @@ impl Fetch {
         Fetch {
             cache: serving.cache.clone(),
             settings: serving.settings.clone(),
-            primary: Store::primary_key(
-                serving.host_key,
-                req.uri().path_and_query().map_or("/", |p| p.as_str()),
-            ),
+            primary: primary_key(serving, req),
             request: req.headers().clone(),
             method: method.clone(),
             store: matches!(*method, Method::GET | Method::HEAD),
             as_get: *method == Method::HEAD,
+            bypassed: false,
             invalidate: !matches!(
                 *method,
                 Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
@@ -180,6 +184,8 @@ pub(crate) struct Fetch {
     method: Method,
     /// Its response may be stored (a GET or HEAD).
     store: bool,
+    /// `[route.cache] bypass` held: not looked up, not stored.
+    bypassed: bool,
     /// A HEAD fetched upstream as a GET, so that the response is stored whole; the client
     /// gets its head (`on_response` reads the body into the store on a task of its own).
     as_get: bool,
@@ -278,7 +284,9 @@ impl Fetch {
         }
         if !self.store {
             counters.outcome(Outcome::Bypass);
-            let fwd = if matches!(self.method, Method::GET | Method::HEAD) {
+            let fwd = if self.bypassed {
+                "bypass"
+            } else if matches!(self.method, Method::GET | Method::HEAD) {
                 "request"
             } else {
                 "method"
@@ -405,4 +413,44 @@ fn empty() -> ProxyBody {
     http_body_util::Empty::new()
         .map_err(|never| match never {})
         .boxed()
+}
+
+/// The request's primary key: the host and path, the query where the route's key has it,
+/// then the route's further parts (`[route.cache] key`), each `name=value` after a unit
+/// separator (`sluice_cache::purge::KEY_PART`), so that a purge of the URL still names it.
+fn primary_key(serving: &Serving<'_>, req: &Request<crate::exchange::ClientBody>) -> String {
+    let key = &serving.settings.key;
+    let uri = req.uri();
+    let target = if key.query {
+        uri.path_and_query().map_or("/", |p| p.as_str())
+    } else {
+        uri.path()
+    };
+    let mut primary = Store::primary_key(serving.host_key, target);
+    for part in &key.parts {
+        let value = key_value(part, uri, req.headers()).unwrap_or_default();
+        primary.push(sluice_cache::purge::KEY_PART);
+        primary.push_str(&part_name(part));
+        primary.push('=');
+        primary.push_str(&String::from_utf8_lossy(value));
+    }
+    primary
+}
+
+/// `header:NAME`, `cookie:NAME` or `query:NAME`, as the configuration names a part.
+fn part_name(part: &HashKey) -> String {
+    match part {
+        HashKey::Header(n) => format!("header:{n}"),
+        HashKey::Cookie(n) => format!("cookie:{n}"),
+        HashKey::Query(n) => format!("query:{n}"),
+        HashKey::Uri | HashKey::Client => String::new(),
+    }
+}
+
+/// Whether one of the route's bypass parts is in the request with a value other than empty
+/// or `0` (NGINX's `proxy_cache_bypass` reading).
+fn bypassed(parts: &[HashKey], req: &Request<crate::exchange::ClientBody>) -> bool {
+    parts
+        .iter()
+        .any(|p| key_value(p, req.uri(), req.headers()).is_some_and(|v| !v.is_empty() && v != b"0"))
 }
