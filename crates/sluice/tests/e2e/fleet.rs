@@ -776,8 +776,8 @@ async fn a_gateway_down_during_a_fleet_purge_applies_it_when_it_returns() {
         dir.path().join("b-disk").display()
     );
     let a = start_gw(dir.path(), "a", &etcd.endpoint(), "").await;
-    let (b_config, b_http, b_admin) = gateway_config(dir.path(), "b", &etcd.endpoint(), &disk);
-    let b = start_config(b_config.clone(), b_http, b_admin, "b").await;
+    let b = start_gw(dir.path(), "b", &etcd.endpoint(), &disk).await;
+    let b_http = b.http;
     let put = put_json(
         &a,
         "/api/v1/upstreams/one",
@@ -836,7 +836,10 @@ async fn a_gateway_down_during_a_fleet_purge_applies_it_when_it_returns() {
         assert_eq!(purged.status, 200, "{}", purged.body);
         assert!(purged.body.contains("\"fleet\":true"), "{}", purged.body);
     }
-    let b = start_config(b_config, b_http, b_admin, "b").await;
+    // Started again on the same disk tier (and ports of its own: the old ones may be
+    // another test's by now).
+    let b = start_gw(dir.path(), "b", &etcd.endpoint(), &disk).await;
+    let b_http = b.http;
     // Until B has read the purges etcd keeps, it serves nothing from disk.
     assert_eq!(
         x_cache(b_http, "/whoami?p").await,

@@ -655,11 +655,30 @@ impl Drop for Redis {
 
 /// A free TCP port on 127.0.0.1 (bound, then released: a server started right after takes it).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // Below Linux's ephemeral range (32768-60999 by default): a port bind(0) hands out there
+    // may be taken by any connection's source port before the gateway binds it (a gateway
+    // of a fleet test once found its listener's port so taken, under CI's load). Ports here
+    // are only ever taken by a bind, and each is handed out once per run (free for TCP and
+    // UDP: a listener with HTTP/3 binds both).
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id() % SPAN,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok()
+        {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}-{}", FIRST + SPAN);
 }
 
 /// A real etcd (Debian's etcd-server, from scripts/deps) on 127.0.0.1 with free ports and a
