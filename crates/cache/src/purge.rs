@@ -140,7 +140,9 @@ impl Inner {
     }
 
     fn covers(&self, key: &str, requested: SystemTime) -> bool {
-        let primary = key.split('\0').next().unwrap_or(key);
+        // The URL part of the key: without its Vary part (after a NUL) and a route's further
+        // key parts (after `KEY_PART`), which an exact purge names too.
+        let primary = key.split(['\0', KEY_PART]).next().unwrap_or(key);
         self.distrust.is_some_and(|d| requested <= d)
             || self.keys.get(primary).is_some_and(|at| requested <= *at)
             || self.prefixes.iter().any(|p| p.covers(key, requested))
@@ -252,6 +254,10 @@ mod tests {
         assert!(purges.covers("a.test/page", at(10)));
         assert!(!purges.covers("a.test/page", at(11)), "fetched after it");
         assert!(!purges.covers("a.test/other", at(5)));
+        // A route's further key parts and a Vary part: the same URL.
+        assert!(purges.covers("a.test/page\u{1f}header:x-device=tv", at(5)));
+        assert!(purges.covers("a.test/page\0accept-language=fr", at(5)));
+        assert!(!purges.covers("a.test/page2\u{1f}header:x-device=tv", at(5)));
     }
 
     #[test]

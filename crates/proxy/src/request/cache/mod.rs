@@ -104,6 +104,11 @@ pub(crate) async fn lookup(
             }
         }
         if cache.store.is_pass(&fetch.primary) {
+            // A key whose response could not be stored (too large, say): a Range goes
+            // upstream as it is, not as a fetch of the whole body.
+            if headers.contains_key(header::RANGE) {
+                fetch.store = false;
+            }
             return Lookup::Fetch(Box::new(fetch), done);
         }
         match cache
