@@ -691,6 +691,37 @@ async fn a_gateway_reaches_etcd_over_mutual_tls_with_a_user_and_password() {
     assert!(log.contains("authentication failed"), "{log}");
 }
 
+/// Through `gw`'s admin API: upstream `one` (the origin) and route `all` caching everything
+/// it serves for 10 minutes.
+async fn cache_everything(gw: &Gw, origin: &Origin) {
+    let put = put_json(
+        gw,
+        "/api/v1/upstreams/one",
+        json!({"servers": [{"address": origin.addr.to_string()}]}),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    let put = put_json(
+        gw,
+        "/api/v1/routes/all",
+        json!({"path_prefix": "/", "upstream": "one", "cache": {"default_ttl": "10m"}}),
+    )
+    .await;
+    assert_eq!(put.status, 201, "{}", put.body);
+}
+
+/// "STATUS X-Cache" of `path` on the listener at `at`: a gateway that has not applied the
+/// route yet (404) reads as such, to be waited for rather than failed.
+async fn x_cache(at: SocketAddr, path: &str) -> String {
+    let got = http1_get(at, "x", path).await;
+    let cache = got
+        .headers
+        .get("x-cache")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    format!("{} {cache}", got.status)
+}
+
 /// A cache purge through one gateway's admin API empties that URL on every gateway of the
 /// fleet, through etcd; the other URLs stay cached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -700,42 +731,15 @@ async fn a_cache_purge_through_one_gateway_reaches_every_gateway() {
     let dir = fleet_dir();
     let a = start_gw(dir.path(), "a", &etcd.endpoint(), "").await;
     let b = start_gw(dir.path(), "b", &etcd.endpoint(), "").await;
-    let put = put_json(
-        &a,
-        "/api/v1/upstreams/one",
-        json!({"servers": [{"address": origin.addr.to_string()}]}),
-    )
-    .await;
-    assert_eq!(put.status, 201, "{}", put.body);
-    let put = put_json(
-        &a,
-        "/api/v1/routes/all",
-        json!({"path_prefix": "/", "upstream": "one", "cache": {"default_ttl": "10m"}}),
-    )
-    .await;
-    assert_eq!(put.status, 201, "{}", put.body);
-    // "STATUS X-Cache", so that a gateway that has not applied the route yet (404) is
-    // waited for rather than failed.
-    let x_cache = |gw: &Gw, path: &'static str| {
-        let at = gw.http;
-        async move {
-            let got = http1_get(at, "x", path).await;
-            let cache = got
-                .headers
-                .get("x-cache")
-                .map(|v| v.to_str().unwrap().to_owned())
-                .unwrap_or_default();
-            format!("{} {cache}", got.status)
-        }
-    };
+    cache_everything(&a, &origin).await;
     for gw in [&a, &b] {
         eventually("the cached route applies", || async {
-            x_cache(gw, "/whoami?warm").await == "200 HIT"
+            x_cache(gw.http, "/whoami?warm").await == "200 HIT"
         })
         .await;
         for path in ["/whoami?p", "/whoami?keep"] {
-            let _ = x_cache(gw, path).await;
-            assert_eq!(x_cache(gw, path).await, "200 HIT");
+            let _ = x_cache(gw.http, path).await;
+            assert_eq!(x_cache(gw.http, path).await, "200 HIT");
         }
     }
     let purged = admin(
@@ -749,14 +753,14 @@ async fn a_cache_purge_through_one_gateway_reaches_every_gateway() {
     assert_eq!(purged.status, 200, "{}", purged.body);
     assert!(purged.body.contains("\"fleet\":true"), "{}", purged.body);
     // The gateway that took it purged at once; the other when etcd tells it.
-    assert_eq!(x_cache(&b, "/whoami?p").await, "200 MISS");
+    assert_eq!(x_cache(b.http, "/whoami?p").await, "200 MISS");
     eventually("A purged the URL too", || async {
-        x_cache(&a, "/whoami?p").await == "200 MISS"
+        x_cache(a.http, "/whoami?p").await == "200 MISS"
     })
     .await;
     for gw in [&a, &b] {
         assert_eq!(
-            x_cache(gw, "/whoami?keep").await,
+            x_cache(gw.http, "/whoami?keep").await,
             "200 HIT",
             "another URL stays"
         );
@@ -778,29 +782,7 @@ async fn a_gateway_down_during_a_fleet_purge_applies_it_when_it_returns() {
     let a = start_gw(dir.path(), "a", &etcd.endpoint(), "").await;
     let b = start_gw(dir.path(), "b", &etcd.endpoint(), &disk).await;
     let b_http = b.http;
-    let put = put_json(
-        &a,
-        "/api/v1/upstreams/one",
-        json!({"servers": [{"address": origin.addr.to_string()}]}),
-    )
-    .await;
-    assert_eq!(put.status, 201, "{}", put.body);
-    let put = put_json(
-        &a,
-        "/api/v1/routes/all",
-        json!({"path_prefix": "/", "upstream": "one", "cache": {"default_ttl": "10m"}}),
-    )
-    .await;
-    assert_eq!(put.status, 201, "{}", put.body);
-    let x_cache = |at: SocketAddr, path: &'static str| async move {
-        let got = http1_get(at, "x", path).await;
-        let cache = got
-            .headers
-            .get("x-cache")
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        format!("{} {cache}", got.status)
-    };
+    cache_everything(&a, &origin).await;
     eventually("B caches", || async {
         x_cache(b_http, "/whoami?warm").await == "200 HIT"
     })

@@ -13,6 +13,15 @@ async fn gateway(crypto: &str) -> (TestGateway, Origin) {
 /// two-core machine, and a job that outlived the 100 ms default would fall back (correctly,
 /// but not what these tests look at). A test about deadlines names its own.
 async fn gateway_with(crypto: &str, listener_tls: &str) -> (TestGateway, Origin) {
+    gateway_with_key(KeyKind::Rsa2048, crypto, listener_tls).await
+}
+
+/// [`gateway_with`], its one certificate's key of `kind`.
+async fn gateway_with_key(
+    kind: KeyKind,
+    crypto: &str,
+    listener_tls: &str,
+) -> (TestGateway, Origin) {
     let crypto = if crypto.contains("deadline") {
         crypto.to_string()
     } else {
@@ -20,7 +29,7 @@ async fn gateway_with(crypto: &str, listener_tls: &str) -> (TestGateway, Origin)
     };
     let origin = Origin::start("o").await;
     let dir = tempfile::tempdir().unwrap();
-    write_cert(dir.path(), "rsa", KeyKind::Rsa2048, &["a.test"]);
+    write_cert(dir.path(), "rsa", kind, &["a.test"]);
     let cfg = format!(
         r#"
 [log]
@@ -372,34 +381,7 @@ async fn mb_handshakes(extra: &str) {
 /// it, never as a fallback, whatever the CPU (the dashboard shows fallbacks as faults).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ecdsa_handshakes_are_routed_past_mb_not_counted_as_fallbacks() {
-    let origin = Origin::start("o").await;
-    let dir = tempfile::tempdir().unwrap();
-    write_cert(dir.path(), "ec", KeyKind::EcdsaP256, &["a.test"]);
-    let cfg = format!(
-        r#"
-[log]
-access_log = "off"
-[offload.crypto]
-engines = ["mb", "pool"]
-[[listener]]
-name = "https"
-address = "127.0.0.1:0"
-[listener.tls]
-session_tickets = false
-[[certificate]]
-name = "ec"
-cert = "ec.crt"
-key = "ec.key"
-[[upstream]]
-name = "o"
-servers = [{{ address = "{}" }}]
-[[route]]
-name = "all"
-upstream = "o"
-"#,
-        origin.addr
-    );
-    let gw = TestGateway::start(&cfg, dir).await;
+    let (gw, _o) = gateway_with_key(KeyKind::EcdsaP256, "engines = [\"mb\", \"pool\"]", "").await;
     for _ in 0..5 {
         assert_eq!(one_request(gw.addr("https")).await, 200);
     }
