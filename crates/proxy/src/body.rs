@@ -16,6 +16,14 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body type sent upstream and to clients.
 pub(crate) type ProxyBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 
+/// An empty body (a HEAD's answer, a request without a body).
+pub(crate) fn empty() -> ProxyBody {
+    use http_body_util::BodyExt as _;
+    http_body_util::Empty::new()
+        .map_err(|never| match never {})
+        .boxed()
+}
+
 /// The request body exceeded the listener's `max_body_bytes`.
 #[derive(Debug, thiserror::Error)]
 #[error("request body exceeds the limit of {limit} bytes")]

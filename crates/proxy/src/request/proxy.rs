@@ -42,7 +42,7 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::BodyExt;
 use sluice_config::{PassHost, Route, UpstreamProtocol};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -417,7 +417,7 @@ impl<'a> Proxied<'a> {
                 GunzipBody::new(b, self.facts.settings.max_decompressed_bytes).boxed()
             }
             Some(b) if !self.retryable => b.boxed(),
-            _ => Empty::new().map_err(|never| match never {}).boxed(),
+            _ => crate::body::empty(),
         };
         let mut req = Request::new(body);
         *req.method_mut() = match self.cache.as_ref().and_then(|f| f.upstream_method()) {

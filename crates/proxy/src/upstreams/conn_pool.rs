@@ -13,14 +13,13 @@
 //! connection whose response was not read to the end, whose request was not written whole, or
 //! that switched protocols, is never reused.
 
-use crate::body::{BoxError, ProxyBody};
+use crate::body::{BoxError, ProxyBody, empty};
 use crate::clock::coarse_ms;
 use crate::http1::client::{self, Exchange, Fields, SendError, WrittenFields};
 use crate::upstreams::upstream_tls::UpstreamIo;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::Empty;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
@@ -298,11 +297,6 @@ impl ConnPool {
             }
         });
     }
-}
-
-fn empty() -> ProxyBody {
-    use http_body_util::BodyExt as _;
-    Empty::new().map_err(|never| match never {}).boxed()
 }
 
 /// The upstream side of a `101 Switching Protocols`, put in the response's extensions for

@@ -20,7 +20,7 @@ pub(crate) use respond::{Serving, respond};
 use store::RETRIES;
 pub use store::ResponseCache;
 
-use crate::body::ProxyBody;
+use crate::body::{ProxyBody, empty};
 use crate::request::done::Done;
 use crate::upstreams::request_key::key_value;
 use capture::{Capture, CaptureBody};
@@ -410,14 +410,6 @@ impl Fetch {
         };
         Filtered::Pass(body, Marks::new(&self.settings, stored))
     }
-}
-
-/// An empty response body (a HEAD's).
-fn empty() -> ProxyBody {
-    use http_body_util::BodyExt as _;
-    http_body_util::Empty::new()
-        .map_err(|never| match never {})
-        .boxed()
 }
 
 /// The request's primary key: the host and path, the query where the route's key has it,
