@@ -473,7 +473,13 @@ async fn a_head_miss_is_fetched_as_a_get_and_stored() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let hit = got.expect("the GET after the HEAD is a hit");
-    assert_eq!(hit.text(), "/fresh 1");
+    assert_eq!(
+        hit.text(),
+        "/fresh 1",
+        "upstream saw {:?}; cache {:?}",
+        o.methods("/fresh?head"),
+        gw.gateway().cache().snapshot()
+    );
     assert_eq!(o.hits("/fresh?head"), 1, "one upstream request in all");
 }
 
