@@ -87,7 +87,7 @@ pub fn adopt(orders: &Orders, name: &str, chain_pem: &str, key_pem: &[u8]) -> Re
         // Ordered under other names (a gateway with an older configuration): not ours.
         return Ok(false);
     }
-    let stored = crate::storage::stored_validity(&order);
+    let stored = crate::storage::stored_leaf(&order).and_then(|l| crate::storage::validity(&l));
     let offered = crate::storage::validity(&chain[0]).ok_or("no readable validity")?;
     if stored.is_some_and(|(_, until)| until >= offered.1) {
         return Ok(false);

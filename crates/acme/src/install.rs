@@ -5,8 +5,10 @@ use crate::storage::{Issued, validity};
 use sluice_config::Certificate;
 use sluice_tls::live;
 
-/// Puts an issued certificate in force; returns its validity.
+/// Puts an issued certificate in force (OCSP-stapled when the configuration's entry for it
+/// is); returns its validity.
 pub(crate) fn install(name: &str, issued: Issued) -> Result<(i64, i64), String> {
+    let ocsp = live().acme_current(name).is_none_or(|c| c.ocsp);
     let leaf = issued.chain[0].clone();
     let valid = validity(&leaf).ok_or("the certificate has no readable validity")?;
     let key_type = match issued.key.id() {
@@ -23,12 +25,10 @@ pub(crate) fn install(name: &str, issued: Issued) -> Result<(i64, i64), String> 
         fingerprint: [0; 32],
         acme: None,
         placeholder: false,
-        ocsp: false,
+        ocsp,
     };
     let served = live()
-        .install(name, &leaf, |engines, fallback| {
-            sluice_tls::x509_credential(&cert, engines.to_vec(), fallback)
-        })
+        .install(std::sync::Arc::new(cert))
         .map_err(|e| format!("putting the certificate in force: {e}"))?;
     if !served {
         tracing::info!(certificate = %name, "no listener serves this certificate; it is stored for the next load");

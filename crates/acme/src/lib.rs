@@ -11,7 +11,9 @@
 //! The ACME protocol itself is `instant-acme`'s; keys and CSRs are BoringSSL's, as for every
 //! other certificate.
 
+mod ari;
 mod challenge;
+mod dns01;
 mod fleet;
 mod install;
 mod order;
@@ -133,15 +135,19 @@ async fn renew(cert: Arc<Certificate>, coordinator: Option<Arc<dyn Coordinator>>
         challenge: order.challenge.as_str(),
         ..AcmeStatus::default()
     };
-    let loaded = (!cert.placeholder)
-        .then(|| storage::validity(&cert.chain[0]))
-        .flatten();
+    let loaded = (!cert.placeholder).then(|| cert.chain[0].clone());
     let mut announced = None;
+    let mut ari = ari::Ari::default();
     loop {
         // What serves now: what storage holds (this gateway's last order, or what another
         // gateway of the fleet obtained), else what the configuration loaded.
-        let valid = storage::stored_validity(&order).or(loaded);
-        let due = valid.map_or(0, |v| due(v, order.renew_before));
+        let leaf = storage::stored_leaf(&order).or_else(|| loaded.clone());
+        let valid = leaf.as_ref().and_then(|l| storage::validity(l));
+        let mut due = valid.map_or(0, |v| due(v, order.renew_before));
+        // The CA's renewal window, where it offers one, may call for it sooner.
+        if let Some(suggested) = leaf.as_ref().and_then(|l| ari.known(l)) {
+            due = due.min(suggested);
+        }
         let now = storage::now();
         if due > now {
             status.state = "issued";
@@ -151,6 +157,16 @@ async fn renew(cert: Arc<Certificate>, coordinator: Option<Arc<dyn Coordinator>>
             if announced != Some(due) {
                 announced = Some(due);
                 tracing::info!(certificate = %name, renew_in_s = due - now, "ACME certificate is valid; renewal scheduled");
+            }
+            // Ask the CA's renewal window when that is due (after the status is shown: it
+            // is a request to the CA); a window that calls for it sooner is taken at once.
+            if let Some(leaf) = &leaf
+                && ari
+                    .refresh(&order, leaf, now)
+                    .await
+                    .is_some_and(|at| at < due)
+            {
+                continue;
             }
             // A minute at a time: in a fleet, another gateway may renew it meanwhile.
             tokio::time::sleep(Duration::from_secs((due - now).clamp(1, 60) as u64)).await;
@@ -200,7 +216,7 @@ async fn renew(cert: Arc<Certificate>, coordinator: Option<Arc<dyn Coordinator>>
         status.state = "ordering";
         live().set_status(&name, status.clone());
         tracing::info!(certificate = %name, names = ?order.names, challenge = order.challenge.as_str(), directory = %order.directory, "ordering an ACME certificate");
-        let outcome = order::run(&order, turn.as_deref())
+        let outcome = order::run(&order, turn.as_deref(), ari.replaces())
             .await
             .and_then(|issued| install::install(&name, issued));
         drop(turn);
@@ -282,6 +298,8 @@ mod tests {
             key_type: sluice_config::AcmeKeyType::EcdsaP256,
             dir: "/tmp/x".into(),
             settings: sluice_config::AcmeSettings::default(),
+            dns: None,
+            eab: None,
         };
         order.settings.retry_min = Duration::from_secs(60);
         order.settings.retry_max = Duration::from_secs(3600);

@@ -3,6 +3,7 @@
 
 use crate::challenge::Answer;
 use crate::challenge::{Published, publish};
+use crate::dns01;
 use crate::fleet::Turn;
 use crate::storage::{Issued, account_path, write_private};
 use boring::hash::MessageDigest;
@@ -11,11 +12,11 @@ use boring::stack::Stack;
 use boring::x509::extension::SubjectAlternativeName;
 use boring::x509::{X509, X509NameBuilder, X509ReqBuilder};
 use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
-    NewOrder, OrderStatus, RetryPolicy,
+    Account, AccountCredentials, AuthorizationStatus, CertificateIdentifier, ChallengeType,
+    ExternalAccountKey, Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
 };
 use sluice_config::selfsigned::{KeyKind, new_key};
-use sluice_config::{AcmeChallenge, AcmeKeyType, AcmeOrder};
+use sluice_config::{AcmeChallenge, AcmeKeyType, AcmeOrder, DnsUpdate};
 use std::time::Duration;
 
 /// Why an order failed, in words an operator can act on.
@@ -29,20 +30,77 @@ const POLL: RetryPolicy = RetryPolicy::new()
 
 /// Runs one order for `order`'s names and stores the result; the certificate is not yet in
 /// force (the caller installs it). In a fleet, `turn` has every gateway answer the
-/// challenges and, at the end, take the certificate.
-pub(crate) async fn run(order: &AcmeOrder, turn: Option<&dyn Turn>) -> Result<Issued, OrderError> {
+/// challenges and, at the end, take the certificate. `replaces`: the certificate this one
+/// renews, for a CA with renewal information (RFC 9773 §5).
+pub(crate) async fn run(
+    order: &AcmeOrder,
+    turn: Option<&dyn Turn>,
+    replaces: Option<CertificateIdentifier<'static>>,
+) -> Result<Issued, OrderError> {
     let account = account(order).await?;
-    let identifiers: Vec<Identifier> = order.names.iter().cloned().map(Identifier::Dns).collect();
-    let mut acme_order = account
-        .new_order(&NewOrder::new(&identifiers))
-        .await
-        .map_err(|e| format!("creating the order: {e}"))?;
+    let mut acme_order = place(&account, order, replaces).await?;
 
     // Each answer stays published until the order is over, then is withdrawn (dropped).
-    let mut published: Vec<Published> = Vec::new();
+    let mut answers = Answers {
+        published: Vec::new(),
+        records: DnsRecords::new(order.dns.clone()),
+    };
+    answer_all(&mut acme_order, order, turn, &mut answers).await?;
+    let status = acme_order
+        .poll_ready(&POLL)
+        .await
+        .map_err(|e| format!("waiting for validation: {e}"))?;
+    drop(answers.published);
+    answers.records.remove().await;
+    if status != OrderStatus::Ready {
+        return Err(validation_failure(&mut acme_order).await);
+    }
+    finish(&mut acme_order, order, turn).await
+}
+
+/// The new order at the CA: as a replacement of `replaces` where given and the CA takes it,
+/// else plainly.
+async fn place(
+    account: &Account,
+    order: &AcmeOrder,
+    replaces: Option<CertificateIdentifier<'static>>,
+) -> Result<instant_acme::Order, OrderError> {
+    let identifiers: Vec<Identifier> = order.names.iter().cloned().map(Identifier::Dns).collect();
+    if let Some(id) = replaces {
+        match account
+            .new_order(&NewOrder::new(&identifiers).replaces(id))
+            .await
+        {
+            Ok(o) => return Ok(o),
+            // A CA may refuse `replaces` (already replaced, another account's): order plainly.
+            Err(e) => {
+                tracing::info!(names = ?order.names, error = %e, "the CA refused the order as a replacement; ordering anew")
+            }
+        }
+    }
+    account
+        .new_order(&NewOrder::new(&identifiers))
+        .await
+        .map_err(|e| format!("creating the order: {e}"))
+}
+
+/// What an order has published: listener answers (withdrawn when dropped) and DNS records.
+struct Answers {
+    published: Vec<Published>,
+    records: DnsRecords,
+}
+
+/// Answers every pending authorization of the order with `order`'s challenge.
+async fn answer_all(
+    acme_order: &mut instant_acme::Order,
+    order: &AcmeOrder,
+    turn: Option<&dyn Turn>,
+    answers: &mut Answers,
+) -> Result<(), OrderError> {
     let kind = match order.challenge {
         AcmeChallenge::Http01 => ChallengeType::Http01,
         AcmeChallenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+        AcmeChallenge::Dns01 => ChallengeType::Dns01,
     };
     let mut authorizations = acme_order.authorizations();
     while let Some(authz) = authorizations.next().await {
@@ -64,17 +122,31 @@ pub(crate) async fn run(order: &AcmeOrder, turn: Option<&dyn Turn>) -> Result<Is
             other => return Err(format!("unexpected identifier {other:?}")),
         };
         let key_authorization = challenge.key_authorization();
-        let answer = match order.challenge {
-            AcmeChallenge::Http01 => Answer::Http {
+        let answer = match (order.challenge, &answers.records.dns) {
+            (AcmeChallenge::Http01, _) => Answer::Http {
                 token: challenge.token.clone(),
                 key_authorization: key_authorization.as_str().to_owned(),
             },
-            AcmeChallenge::TlsAlpn01 => Answer::TlsAlpn {
+            (AcmeChallenge::TlsAlpn01, _) => Answer::TlsAlpn {
                 host: host.clone(),
                 digest: key_authorization.digest().as_ref().to_vec(),
             },
+            // In DNS: no listener, nothing for the fleet to give.
+            (AcmeChallenge::Dns01, Some(dns)) => {
+                let record = dns01::add(dns, &host, &key_authorization.dns_value()).await?;
+                answers.records.added.push(record);
+                challenge
+                    .set_ready()
+                    .await
+                    .map_err(|e| format!("answering the challenge for {host}: {e}"))?;
+                continue;
+            }
+            // The loader gives every dns-01 order its server.
+            (AcmeChallenge::Dns01, None) => {
+                return Err("the dns-01 challenge has no dns server".into());
+            }
         };
-        published.push(publish(&answer)?);
+        answers.published.push(publish(&answer)?);
         if let Some(turn) = turn {
             turn.publish(&answer)
                 .await
@@ -85,16 +157,16 @@ pub(crate) async fn run(order: &AcmeOrder, turn: Option<&dyn Turn>) -> Result<Is
             .await
             .map_err(|e| format!("answering the challenge for {host}: {e}"))?;
     }
+    Ok(())
+}
 
-    let status = acme_order
-        .poll_ready(&POLL)
-        .await
-        .map_err(|e| format!("waiting for validation: {e}"))?;
-    if status != OrderStatus::Ready {
-        return Err(validation_failure(&mut acme_order).await);
-    }
-    drop(published);
-
+/// A validated order's end: key and CSR made here, the certificate downloaded, checked
+/// against the key and stored (the key first), and given to the fleet.
+async fn finish(
+    acme_order: &mut instant_acme::Order,
+    order: &AcmeOrder,
+    turn: Option<&dyn Turn>,
+) -> Result<Issued, OrderError> {
     let key = new_key(match order.key_type {
         AcmeKeyType::EcdsaP256 => KeyKind::EcdsaP256,
         AcmeKeyType::Rsa2048 => KeyKind::Rsa2048,
@@ -151,8 +223,52 @@ async fn validation_failure(order: &mut instant_acme::Order) -> OrderError {
     }
 }
 
-/// The account for `order`'s CA: from storage, or created there (mode 0600).
-async fn account(order: &AcmeOrder) -> Result<Account, OrderError> {
+/// The TXT records an order added, removed when it ends: by [`DnsRecords::remove`] on the
+/// way out, or in the background when an error leaves early.
+struct DnsRecords {
+    dns: Option<DnsUpdate>,
+    added: Vec<dns01::Record>,
+}
+
+impl DnsRecords {
+    fn new(dns: Option<DnsUpdate>) -> Self {
+        DnsRecords {
+            dns,
+            added: Vec::new(),
+        }
+    }
+
+    async fn remove(&mut self) {
+        let (Some(dns), added) = (&self.dns, std::mem::take(&mut self.added)) else {
+            return;
+        };
+        for r in added {
+            if let Err(e) = r.remove(dns).await {
+                // Harmless to validation (a stale value is ignored); left for the operator.
+                tracing::warn!(error = %e, "could not remove a dns-01 TXT record; remove it by hand");
+            }
+        }
+    }
+}
+
+impl Drop for DnsRecords {
+    fn drop(&mut self) {
+        if self.added.is_empty() {
+            return;
+        }
+        let mut rest = DnsRecords {
+            dns: self.dns.take(),
+            added: std::mem::take(&mut self.added),
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { rest.remove().await });
+        }
+    }
+}
+
+/// The account for `order`'s CA: from storage, or created there (mode 0600), bound to the
+/// CA's own account by `eab` where the order has one.
+pub(crate) async fn account(order: &AcmeOrder) -> Result<Account, OrderError> {
     let builder = || match &order.ca_file {
         Some(ca) => Account::builder_with_root(ca)
             .map_err(|e| format!("reading the CA file {}: {e}", ca.display())),
@@ -174,6 +290,10 @@ async fn account(order: &AcmeOrder) -> Result<Account, OrderError> {
     }
     let contact = order.email.as_ref().map(|e| format!("mailto:{e}"));
     let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
+    let eab = order
+        .eab
+        .as_ref()
+        .map(|e| ExternalAccountKey::new(e.kid.clone(), &e.hmac_key.0));
     let (account, credentials) = builder()?
         .create(
             &NewAccount {
@@ -182,7 +302,7 @@ async fn account(order: &AcmeOrder) -> Result<Account, OrderError> {
                 only_return_existing: false,
             },
             order.directory.clone(),
-            None,
+            eab.as_ref(),
         )
         .await
         .map_err(|e| format!("creating an account at {}: {e}", order.directory))?;

@@ -55,15 +55,14 @@ pub(crate) fn covers(leaf: &boring::x509::X509Ref, names: &[String]) -> bool {
     names.iter().all(|n| dns.iter().any(|d| d == n))
 }
 
-/// The validity of the certificate storage holds for `order`, if it holds one for its names.
-pub(crate) fn stored_validity(order: &sluice_config::AcmeOrder) -> Option<(i64, i64)> {
+/// The certificate storage holds for `order`, if it holds one for its names.
+pub(crate) fn stored_leaf(order: &sluice_config::AcmeOrder) -> Option<X509> {
     let pem = std::fs::read(order.cert_path()).ok()?;
     let leaf = boring::x509::X509::stack_from_pem(&pem)
         .ok()?
         .into_iter()
         .next()?;
-    covers(&leaf, &order.names).then_some(())?;
-    validity(&leaf)
+    covers(&leaf, &order.names).then_some(leaf)
 }
 
 /// `t` as Unix seconds.

@@ -27,7 +27,10 @@ mod snapshot;
 mod tracing;
 mod units;
 
-pub use acme::{AcmeChallenge, AcmeKeyType, AcmeOrder, AcmeSettings, LETS_ENCRYPT};
+pub use acme::{
+    AcmeChallenge, AcmeKeyType, AcmeOrder, AcmeSettings, DnsUpdate, ExternalAccount, LETS_ENCRYPT,
+    Secret, TsigAlgorithm,
+};
 pub use cache::CertCache;
 pub use compression::{
     CompressEngineName, CompressOffload, Compression, ContentCoding, DEFAULT_COMPRESS_TYPES,

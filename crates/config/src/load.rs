@@ -17,6 +17,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 mod acme;
+mod acme_secrets;
 mod cache;
 mod certificate;
 mod compression;

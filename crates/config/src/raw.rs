@@ -255,6 +255,42 @@ pub struct RawCertAcme {
     pub renew_before: Option<SpannedStr>,
     /// `"ecdsa"` (P-256) or `"rsa"` (2048 bits).
     pub key_type: Option<Spanned<String>>,
+    /// Where dns-01 answers go (RFC 2136 with TSIG).
+    pub dns: Option<Spanned<RawAcmeDns>>,
+    /// External Account Binding.
+    pub eab: Option<Spanned<RawAcmeEab>>,
+}
+
+/// `dns = { server, key_name, secret | secret_file, ... }`: RFC 2136 updates for dns-01.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcmeDns {
+    /// `host[:port]` of the primary server that takes updates.
+    pub server: Spanned<String>,
+    /// The zone (default: found by SOA queries to the server).
+    pub zone: Option<Spanned<String>>,
+    /// The TSIG key's name (default: the name in `secret_file`'s `key` clause).
+    pub key_name: Option<Spanned<String>>,
+    /// `hmac-sha256` (default), `hmac-sha384` or `hmac-sha512`.
+    pub algorithm: Option<Spanned<String>>,
+    /// The TSIG secret in base64.
+    pub secret: Option<Spanned<String>>,
+    /// A file holding the secret in base64, or a BIND/Knot `key "name" { ... };` clause.
+    pub secret_file: Option<Spanned<String>>,
+    /// Wait after the update before asking the CA to validate (default `0s`).
+    pub propagation_delay: Option<SpannedStr>,
+}
+
+/// `eab = { kid, hmac_key | hmac_key_file }`: External Account Binding.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcmeEab {
+    /// The key identifier the CA gave.
+    pub kid: Spanned<String>,
+    /// The HMAC key in base64url, as the CA gives it.
+    pub hmac_key: Option<Spanned<String>>,
+    /// A file holding it.
+    pub hmac_key_file: Option<Spanned<String>>,
 }
 
 /// `[acme]`: where ACME accounts and certificates are kept, and the defaults of every
@@ -276,6 +312,10 @@ pub struct RawAcme {
     pub renew_before: Option<SpannedStr>,
     /// Default key type.
     pub key_type: Option<Spanned<String>>,
+    /// Default dns-01 update server and key.
+    pub dns: Option<Spanned<RawAcmeDns>>,
+    /// Default External Account Binding.
+    pub eab: Option<Spanned<RawAcmeEab>>,
     /// First wait after a failed order; doubled after each failure.
     pub retry_min: Option<SpannedStr>,
     /// Longest wait between failed orders.

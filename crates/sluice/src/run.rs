@@ -186,6 +186,7 @@ impl Target for Running {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .update(&snapshot);
+            sluice_tls::ocsp::kept::set_dir(Some(snapshot.acme.storage.join("ocsp")));
             self.ocsp
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -272,6 +273,8 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             None => None,
         };
         let snapshot = Arc::new(snapshot);
+        // Before the listeners' stores are built: they staple what the last process kept.
+        sluice_tls::ocsp::kept::set_dir(Some(snapshot.acme.storage.join("ocsp")));
         let admin_socket = inherited.take(crate::upgrade::ADMIN);
         let access_log = sluice_proxy::AccessLog::open(&snapshot.log).with_context(|| {
             format!("opening the access log {:?}", snapshot.log.access_log)

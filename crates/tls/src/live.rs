@@ -56,9 +56,33 @@ pub(crate) struct SlotKey {
 struct AcmeSlot {
     key: SlotKey,
     slot: Weak<Slot>,
-    /// The leaf in force, to tell a newer certificate from an older one.
-    leaf: X509,
-    placeholder: bool,
+    /// The certificate in force (its leaf tells a newer certificate from an older one).
+    cert: Arc<sluice_config::Certificate>,
+    /// The OCSP response stapled to it, if any.
+    staple: Option<Arc<Vec<u8>>>,
+}
+
+impl AcmeSlot {
+    /// The credential for the certificate in force, with its staple.
+    fn credential(&self) -> Result<SslCredential, crate::TlsError> {
+        let credential = crate::credential::x509_credential(
+            &self.cert,
+            self.key.engines.clone(),
+            self.key.fallback_local,
+        )?;
+        if let Some(staple) = &self.staple {
+            crate::credential::set_ocsp_response(&credential, staple)?;
+        }
+        Ok(credential)
+    }
+}
+
+/// The staple kept on disk for `cert`, when it staples and one is current.
+fn kept_staple(cert: &sluice_config::Certificate) -> Option<Arc<Vec<u8>>> {
+    if !cert.ocsp || cert.placeholder {
+        return None;
+    }
+    crate::ocsp::kept::load(&cert.chain).map(|(der, _)| Arc::new(der))
 }
 
 /// Where an ACME certificate stands, for `/status`, `/metrics` and the dashboard.
@@ -140,61 +164,97 @@ pub fn live() -> &'static Live {
 }
 
 impl Live {
-    /// The slot a store serves ACME certificate `name` from: the shared one when it was built
-    /// with the same settings and holds a certificate at least as new as `leaf`, else a new
-    /// one holding `build()`'s credential, which becomes the shared one.
+    /// The slot a store serves ACME certificate `cert` from: the shared one when it was
+    /// built with the same settings and holds a certificate at least as new as `cert`'s,
+    /// else a new one serving `cert` (stapled with what disk keeps for it), which becomes
+    /// the shared one.
     pub(crate) fn acme_slot(
         &self,
-        name: &str,
+        cert: &Arc<sluice_config::Certificate>,
         key: SlotKey,
-        leaf: &X509,
-        placeholder: bool,
-        build: impl FnOnce() -> Result<SslCredential, crate::TlsError>,
     ) -> Result<Arc<Slot>, crate::TlsError> {
         let mut acme = self.acme.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(held) = acme.get(name)
+        if let Some(held) = acme.get(&cert.name)
             && held.key == key
             && let Some(slot) = held.slot.upgrade()
         {
-            let newer = placeholder && !held.placeholder
-                || (placeholder == held.placeholder && held.leaf.not_after() >= leaf.not_after());
+            let (placeholder, was) = (cert.placeholder, held.cert.placeholder);
+            let newer = placeholder && !was
+                || (placeholder == was
+                    && held.cert.chain[0].not_after() >= cert.chain[0].not_after());
             if newer {
                 return Ok(slot);
             }
         }
-        let slot = Arc::new(Slot::new(build()?));
-        acme.insert(
-            name.to_owned(),
-            AcmeSlot {
-                key,
-                slot: Arc::downgrade(&slot),
-                leaf: leaf.clone(),
-                placeholder,
-            },
-        );
+        let mut held = AcmeSlot {
+            key,
+            slot: Weak::new(),
+            cert: cert.clone(),
+            staple: kept_staple(cert),
+        };
+        let slot = Arc::new(Slot::new(held.credential()?));
+        held.slot = Arc::downgrade(&slot);
+        acme.insert(cert.name.clone(), held);
         Ok(slot)
     }
 
-    /// Puts a newly issued certificate for ACME certificate `name` in force in every store
-    /// that serves it; `build` makes its credential with the engines the slot was built with.
-    /// Returns whether any listener serves it (false: the next reload's stores take it from
-    /// storage).
-    pub fn install(
+    /// The certificate in force for ACME certificate `name`, if a listener serves it.
+    pub fn acme_current(&self, name: &str) -> Option<Arc<sluice_config::Certificate>> {
+        let acme = self.acme.lock().unwrap_or_else(|e| e.into_inner());
+        let held = acme.get(name)?;
+        held.slot.upgrade().map(|_| held.cert.clone())
+    }
+
+    /// Staples `response` (or nothing) to ACME certificate `name` while `leaf` is the one in
+    /// force (a renewal since the fetch makes it moot). Returns how many slots carry it.
+    pub fn staple_acme(
         &self,
         name: &str,
         leaf: &X509,
-        build: impl FnOnce(&[sluice_crypto::EngineKind], bool) -> Result<SslCredential, crate::TlsError>,
-    ) -> Result<bool, crate::TlsError> {
+        response: Option<Vec<u8>>,
+    ) -> Result<usize, crate::TlsError> {
         let mut acme = self.acme.lock().unwrap_or_else(|e| e.into_inner());
         let Some(held) = acme.get_mut(name) else {
+            return Ok(0);
+        };
+        let (Some(slot), Ok(a), Ok(b)) = (
+            held.slot.upgrade(),
+            held.cert.chain[0].to_der(),
+            leaf.to_der(),
+        ) else {
+            return Ok(0);
+        };
+        if a != b {
+            return Ok(0);
+        }
+        held.staple = response.map(Arc::new);
+        slot.store(held.credential()?);
+        Ok(1)
+    }
+
+    /// Puts a newly issued certificate for ACME certificate `cert.name` in force in every
+    /// store that serves it, built with the engines the slot was built with (and no staple
+    /// until the stapler fetches one, unless disk keeps one). Returns whether any listener
+    /// serves it (false: the next reload's stores take it from storage).
+    pub fn install(&self, cert: Arc<sluice_config::Certificate>) -> Result<bool, crate::TlsError> {
+        let mut acme = self.acme.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(held) = acme.get_mut(&cert.name) else {
             return Ok(false);
         };
         let Some(slot) = held.slot.upgrade() else {
             return Ok(false);
         };
-        slot.store(build(&held.key.engines, held.key.fallback_local)?);
-        held.leaf = leaf.clone();
-        held.placeholder = false;
+        let (was, staple) = (
+            std::mem::replace(&mut held.cert, cert.clone()),
+            std::mem::replace(&mut held.staple, kept_staple(&cert)),
+        );
+        match held.credential() {
+            Ok(c) => slot.store(c),
+            Err(e) => {
+                (held.cert, held.staple) = (was, staple);
+                return Err(e);
+            }
+        }
         Ok(true)
     }
 
@@ -211,7 +271,8 @@ impl Live {
         let entry = stapled.entry(cert.fingerprint).or_insert_with(|| Stapled {
             cert: cert.clone(),
             slots: Vec::new(),
-            staple: None,
+            // A restarted process staples from its first handshake what the last one kept.
+            staple: kept_staple(cert),
         });
         let credential = crate::credential::x509_credential(cert, engines.clone(), fallback_local)?;
         if let Some(staple) = &entry.staple {

@@ -52,15 +52,12 @@ impl CertStore {
             let slot = match &cert.acme {
                 // Shared with the ACME manager, which swaps in what the CA issues.
                 Some(order) => live().acme_slot(
-                    &cert.name,
+                    cert,
                     SlotKey {
                         names: order.names.clone(),
                         engines: engines.clone(),
                         fallback_local,
                     },
-                    &cert.chain[0],
-                    cert.placeholder,
-                    || x509_credential(cert, engines.clone(), fallback_local),
                 )?,
                 // Rebuilt with each OCSP response the stapler fetches.
                 None if crate::ocsp::staples(cert) => {

@@ -188,11 +188,10 @@ impl Cx<'_> {
             return None;
         };
         let covered = super::certificate::certificate_names(&chain[0]);
-        let covers = order.names.iter().all(|n| {
-            covered
-                .iter()
-                .any(|p| matches!(p, HostPattern::Exact(e) if e == n))
-        });
+        let covers = order
+            .names
+            .iter()
+            .all(|n| HostPattern::parse(n).is_ok_and(|want| covered.contains(&want)));
         if !key_belongs(&chain[0], &key) || !covers {
             // Issued for other names (the list changed): ordered again.
             return None;
@@ -226,39 +225,12 @@ impl Cx<'_> {
     ) -> Option<AcmeOrder> {
         let a = acme.get_ref();
         let what = format!("certificate `{name}`: acme");
-        let mut names = Vec::new();
-        for n in a.names.get_ref() {
-            let n = n.trim().trim_end_matches('.').to_ascii_lowercase();
-            let bad = match HostPattern::parse(&n) {
-                _ if n.parse::<std::net::IpAddr>().is_ok() => Some("an IP address"),
-                Ok(HostPattern::Wildcard(_)) => Some("a wildcard"),
-                Ok(HostPattern::Exact(_)) if n.contains('.') || n == "localhost" => None,
-                Ok(HostPattern::Exact(_)) => Some("not a fully qualified domain name"),
-                Err(_) => Some("not a host name"),
-            };
-            if let Some(why) = bad {
-                self.err_at(
-                    &a.names,
-                    format!("{what}: names: `{n}` is {why}"),
-                    "list DNS names the CA can reach this gateway at (wildcards need the dns-01 challenge, which Sluice does not do)",
-                );
-                return None;
-            }
-            if !names.contains(&n) {
-                names.push(n);
-            }
-        }
-        if names.is_empty() {
-            self.err_at(
-                &a.names,
-                format!("{what}: names is empty"),
-                "list the DNS names to order, e.g. names = [\"example.com\", \"www.example.com\"]",
-            );
-            return None;
-        }
         let pick = |own: &Option<Spanned<String>>, shared: Option<&Option<Spanned<String>>>| {
             own.clone().or_else(|| shared.and_then(Clone::clone))
         };
+        let challenge =
+            self.acme_challenge(&what, pick(&a.challenge, defaults.map(|d| &d.challenge)))?;
+        let names = self.acme_names(&what, &a.names, challenge)?;
         let directory = pick(&a.directory, defaults.map(|d| &d.directory));
         let directory_url = directory
             .as_ref()
@@ -284,21 +256,6 @@ impl Cx<'_> {
                 "give a contact address such as ops@example.com, or leave email out",
             );
         }
-        let challenge = match pick(&a.challenge, defaults.map(|d| &d.challenge)) {
-            None => AcmeChallenge::Http01,
-            Some(c) => match c.get_ref().as_str() {
-                "http-01" => AcmeChallenge::Http01,
-                "tls-alpn-01" => AcmeChallenge::TlsAlpn01,
-                other => {
-                    self.err_at(
-                        &c,
-                        format!("{what}: unknown challenge `{other}`"),
-                        "use \"http-01\" (a plain-HTTP listener answers) or \"tls-alpn-01\" (a TLS listener answers)",
-                    );
-                    return None;
-                }
-            },
-        };
         let key_type = match pick(&a.key_type, defaults.map(|d| &d.key_type)) {
             None => AcmeKeyType::EcdsaP256,
             Some(k) => match k.get_ref().as_str() {
@@ -316,28 +273,7 @@ impl Cx<'_> {
         };
         let ca_file = match pick(&a.ca, defaults.map(|d| &d.ca)) {
             None => None,
-            Some(c) => {
-                let path = self.path(c.get_ref());
-                match self.read_file(&path) {
-                    Ok(pem) if X509::from_pem(&pem).is_ok() => Some(path),
-                    Ok(_) => {
-                        self.err_at(
-                            &c,
-                            format!("{what}: {} holds no PEM certificate", path.display()),
-                            "give the PEM of the CA that signed the ACME server's HTTPS certificate",
-                        );
-                        return None;
-                    }
-                    Err(e) => {
-                        self.err_at(
-                            &c,
-                            format!("{what}: cannot read {}: {e}", path.display()),
-                            "check the path (relative paths start at the configuration file's directory)",
-                        );
-                        return None;
-                    }
-                }
-            }
+            Some(c) => Some(self.acme_ca_file(&what, &c)?),
         };
         let renew_at = a
             .renew_before
@@ -346,6 +282,22 @@ impl Cx<'_> {
         let renew_before = self
             .duration(renew_at)
             .unwrap_or(Duration::from_secs(30 * 86_400));
+        let dns = match (challenge, pick_dns(a, defaults)) {
+            (AcmeChallenge::Dns01, Some(d)) => Some(self.acme_dns(&what, d)?),
+            (AcmeChallenge::Dns01, None) => {
+                self.err_at(
+                    acme,
+                    format!("{what}: the dns-01 challenge needs dns = {{ ... }}"),
+                    "say where to publish the TXT records: dns = { server = \"ns1.example.com\", key_name = \"acme-update\", secret_file = \"acme-update.key\" } (here or in [acme])",
+                );
+                return None;
+            }
+            _ => None,
+        };
+        let eab = match a.eab.as_ref().or(defaults.and_then(|d| d.eab.as_ref())) {
+            Some(e) => Some(self.acme_eab(&what, e)?),
+            None => None,
+        };
         Some(AcmeOrder {
             directory: directory_url,
             email,
@@ -356,7 +308,101 @@ impl Cx<'_> {
             key_type,
             dir: settings.storage.join(name),
             settings: settings.clone(),
+            dns,
+            eab,
         })
+    }
+
+    /// `challenge = "..."` (default http-01).
+    fn acme_challenge(
+        &mut self,
+        what: &str,
+        chosen: Option<Spanned<String>>,
+    ) -> Option<AcmeChallenge> {
+        Some(match chosen {
+            None => AcmeChallenge::Http01,
+            Some(c) => match c.get_ref().as_str() {
+                "http-01" => AcmeChallenge::Http01,
+                "tls-alpn-01" => AcmeChallenge::TlsAlpn01,
+                "dns-01" => AcmeChallenge::Dns01,
+                other => {
+                    self.err_at(
+                        &c,
+                        format!("{what}: unknown challenge `{other}`"),
+                        "use \"http-01\" (a plain-HTTP listener answers), \"tls-alpn-01\" (a TLS listener answers) or \"dns-01\" (a TXT record by RFC 2136 update)",
+                    );
+                    return None;
+                }
+            },
+        })
+    }
+
+    /// `ca = "file"`: the PEM of the CA that the ACME server's HTTPS certificate chains to.
+    fn acme_ca_file(&mut self, what: &str, c: &Spanned<String>) -> Option<std::path::PathBuf> {
+        let path = self.path(c.get_ref());
+        match self.read_file(&path) {
+            Ok(pem) if X509::from_pem(&pem).is_ok() => Some(path),
+            Ok(_) => {
+                self.err_at(
+                    c,
+                    format!("{what}: {} holds no PEM certificate", path.display()),
+                    "give the PEM of the CA that signed the ACME server's HTTPS certificate",
+                );
+                None
+            }
+            Err(e) => {
+                self.err_at(
+                    c,
+                    format!("{what}: cannot read {}: {e}", path.display()),
+                    "check the path (relative paths start at the configuration file's directory)",
+                );
+                None
+            }
+        }
+    }
+
+    /// An order's names: lower case, no trailing dot, no duplicates; wildcards only for
+    /// dns-01, never IP addresses or single labels.
+    fn acme_names(
+        &mut self,
+        what: &str,
+        names_at: &Spanned<Vec<String>>,
+        challenge: AcmeChallenge,
+    ) -> Option<Vec<String>> {
+        let mut names = Vec::new();
+        for n in names_at.get_ref() {
+            let n = n.trim().trim_end_matches('.').to_ascii_lowercase();
+            let bad = match HostPattern::parse(&n) {
+                _ if n.parse::<std::net::IpAddr>().is_ok() => Some("an IP address"),
+                Ok(HostPattern::Wildcard(_)) if challenge != AcmeChallenge::Dns01 => {
+                    Some("a wildcard")
+                }
+                Ok(HostPattern::Wildcard(_)) => None,
+                Ok(HostPattern::Exact(_)) if n.contains('.') || n == "localhost" => None,
+                Ok(HostPattern::Exact(_)) => Some("not a fully qualified domain name"),
+                Err(_) => Some("not a host name"),
+            };
+            if let Some(why) = bad {
+                self.err_at(
+                    names_at,
+                    format!("{what}: names: `{n}` is {why}"),
+                    "list DNS names the CA can reach this gateway at (a wildcard needs challenge = \"dns-01\")",
+                );
+                return None;
+            }
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        if names.is_empty() {
+            self.err_at(
+                names_at,
+                format!("{what}: names is empty"),
+                "list the DNS names to order, e.g. names = [\"example.com\", \"www.example.com\"]",
+            );
+            return None;
+        }
+        Some(names)
     }
 
     /// Each ACME certificate's challenge must have a listener to answer it.
@@ -379,6 +425,8 @@ impl Cx<'_> {
                 AcmeChallenge::TlsAlpn01 => listeners
                     .iter()
                     .any(|l| l.tls.as_ref().is_some_and(|t| t.certificates.contains(&i))),
+                // Answered in DNS: no listener takes part.
+                AcmeChallenge::Dns01 => true,
             };
             if !answered {
                 let help = match order.challenge {
@@ -388,6 +436,7 @@ impl Cx<'_> {
                     AcmeChallenge::TlsAlpn01 => {
                         "serve this certificate on an HTTPS [[listener]] (port 443 for a public CA), or use challenge = \"http-01\""
                     }
+                    AcmeChallenge::Dns01 => "",
                 };
                 self.err_at(
                     at,
@@ -400,6 +449,14 @@ impl Cx<'_> {
             }
         }
     }
+}
+
+/// The order's own `dns`, else `[acme]`'s.
+fn pick_dns<'a>(
+    a: &'a RawCertAcme,
+    defaults: Option<&'a RawAcme>,
+) -> Option<&'a Spanned<RawAcmeDns>> {
+    a.dns.as_ref().or(defaults.and_then(|d| d.dns.as_ref()))
 }
 
 /// Where to point a storage key error: the names list (the key file is not in the file).

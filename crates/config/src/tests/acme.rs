@@ -134,7 +134,28 @@ fn acme_mistakes_are_named_at_their_line() {
         );
     }
     for (setting, why) in [
-        ("challenge = \"dns-01\"", "unknown challenge"),
+        ("challenge = \"dns-02\"", "unknown challenge"),
+        ("challenge = \"dns-01\"", "needs dns = {"),
+        (
+            "challenge = \"dns-01\", dns = { server = \"ns.test\", key_name = \"k\" }",
+            "exactly one of secret and secret_file",
+        ),
+        (
+            "challenge = \"dns-01\", dns = { server = \"ns.test\", key_name = \"k\", secret = \"%%\" }",
+            "dns.secret is not base64",
+        ),
+        (
+            "challenge = \"dns-01\", dns = { server = \"ns.test\", secret = \"a2V5\" }",
+            "dns.key_name is missing",
+        ),
+        (
+            "challenge = \"dns-01\", dns = { server = \"ns.test\", key_name = \"k\", secret = \"a2V5\", algorithm = \"hmac-md5\" }",
+            "unknown dns.algorithm",
+        ),
+        (
+            "eab = { kid = \"k\" }",
+            "exactly one of hmac_key and hmac_key_file",
+        ),
         ("key_type = \"dsa\"", "unknown key_type"),
         ("directory = \"http://ca.test/dir\"", "not an https:// URL"),
         ("ca = \"missing.pem\"", "cannot read"),
@@ -184,5 +205,51 @@ fn a_challenge_without_a_listener_to_answer_it_is_refused() {
     assert!(
         said_at(&errs, &no_tls, "acme = {").contains("tls-alpn-01 challenge"),
         "{errs:#?}"
+    );
+}
+
+#[test]
+fn a_wildcard_dns_01_order_takes_its_key_from_a_tsig_keygen_file_and_its_eab() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("update.key"),
+        "key \"acme-update.\" {\n\talgorithm hmac-sha512;\n\tsecret \"c2VjcmV0LXNlY3JldA==\";\n};\n",
+    )
+    .unwrap();
+    let src = ACME.replace(
+        "acme = { names = [\"Example.com\", \"www.example.com\"], renew_before = \"10d\" }",
+        "acme = { names = [\"*.example.com\", \"example.com\"], challenge = \"dns-01\", \
+         dns = { server = \"127.0.0.1:5353\", secret_file = \"update.key\", zone = \"Example.com.\", propagation_delay = \"2s\" }, \
+         eab = { kid = \"kid-1\", hmac_key = \"-_8\" } }",
+    );
+    let s = load_str(&src, "t", dir.path()).unwrap();
+    let c = &s.certificates[0];
+    let o = c.acme.as_ref().unwrap();
+    assert_eq!(o.names, ["*.example.com", "example.com"]);
+    assert_eq!(o.challenge, AcmeChallenge::Dns01);
+    let dns = o.dns.as_ref().unwrap();
+    assert_eq!(dns.server, "127.0.0.1:5353");
+    assert_eq!(dns.zone.as_deref(), Some("example.com"));
+    assert_eq!(dns.key_name, "acme-update");
+    assert_eq!(dns.algorithm, crate::TsigAlgorithm::HmacSha512);
+    assert_eq!(dns.secret.0, b"secret-secret");
+    assert_eq!(dns.propagation_delay, Duration::from_secs(2));
+    let eab = o.eab.as_ref().unwrap();
+    assert_eq!(
+        (eab.kid.as_str(), eab.hmac_key.0.as_slice()),
+        ("kid-1", &[0xfb, 0xff][..])
+    );
+    // The secrets never show in a printed order.
+    let printed = format!("{o:?}");
+    assert!(
+        !printed.contains("c2VjcmV0") && !printed.contains("secret-secret"),
+        "{printed}"
+    );
+    // The placeholder covers the wildcard, and the wildcard host is served.
+    assert!(c.placeholder);
+    assert!(
+        c.hosts
+            .iter()
+            .any(|h| matches!(h, crate::HostPattern::Wildcard(_)))
     );
 }

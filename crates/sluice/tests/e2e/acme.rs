@@ -15,9 +15,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Pebble on 127.0.0.1, validating against the given challenge ports through `dns`.
-struct Pebble {
+pub(crate) struct Pebble {
     child: Child,
     port: u16,
+    /// Its management API (roots, test-only controls such as `/set-renewal-info/`).
+    management: u16,
     dir: tempfile::TempDir,
 }
 
@@ -30,6 +32,26 @@ impl Pebble {
         validity_s: u64,
         nonce_reject: u8,
     ) -> Pebble {
+        Pebble::start_with(
+            dns,
+            http_port,
+            tls_port,
+            validity_s,
+            nonce_reject,
+            serde_json::json!({}),
+        )
+        .await
+    }
+
+    /// With more of Pebble's settings (`extra`'s keys replace the defaults').
+    pub(crate) async fn start_with(
+        dns: u16,
+        http_port: u16,
+        tls_port: u16,
+        validity_s: u64,
+        nonce_reject: u8,
+        extra: serde_json::Value,
+    ) -> Pebble {
         let dir = tempfile::tempdir().unwrap();
         write_cert(
             dir.path(),
@@ -37,10 +59,10 @@ impl Pebble {
             KeyKind::EcdsaP256,
             &["127.0.0.1", "localhost"],
         );
-        let port = free_port();
-        let config = serde_json::json!({ "pebble": {
+        let (port, management) = (free_port(), free_port());
+        let mut config = serde_json::json!({ "pebble": {
             "listenAddress": format!("127.0.0.1:{port}"),
-            "managementListenAddress": format!("127.0.0.1:{}", free_port()),
+            "managementListenAddress": format!("127.0.0.1:{management}"),
             "certificate": dir.path().join("pebble.crt"),
             "privateKey": dir.path().join("pebble.key"),
             "httpPort": http_port,
@@ -50,6 +72,9 @@ impl Pebble {
             "retryAfter": { "authz": 1, "order": 1 },
             "profiles": { "default": { "description": "test", "validityPeriod": validity_s } },
         }});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            config["pebble"][k] = v.clone();
+        }
         let config_path = dir.path().join("pebble.json");
         std::fs::write(&config_path, config.to_string()).unwrap();
         let log = std::fs::File::create(dir.path().join("pebble.log")).unwrap();
@@ -65,7 +90,12 @@ impl Pebble {
             .stderr(log)
             .spawn()
             .expect("pebble starts");
-        let p = Pebble { child, port, dir };
+        let p = Pebble {
+            child,
+            port,
+            management,
+            dir,
+        };
         for _ in 0..250 {
             if tokio::net::TcpStream::connect(("127.0.0.1", port))
                 .await
@@ -78,15 +108,20 @@ impl Pebble {
         panic!("pebble did not listen within 5 s:\n{}", p.log());
     }
 
-    fn directory(&self) -> String {
+    pub(crate) fn directory(&self) -> String {
         format!("https://127.0.0.1:{}/dir", self.port)
     }
 
-    fn ca_file(&self) -> PathBuf {
+    /// The URL of `path` on its management API.
+    pub(crate) fn management_url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.management)
+    }
+
+    pub(crate) fn ca_file(&self) -> PathBuf {
         self.dir.path().join("pebble.crt")
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("pebble.log")).unwrap_or_default()
     }
 }
@@ -152,7 +187,7 @@ impl Gw {
         serde_json::from_str(&got.body).unwrap()
     }
 
-    async fn acme(&self, name: &str) -> serde_json::Value {
+    pub(crate) async fn acme(&self, name: &str) -> serde_json::Value {
         let s = self.status().await;
         s["acme"]
             .as_array()
@@ -183,7 +218,7 @@ impl Drop for Gw {
 }
 
 /// What a new handshake for `sni` is served: (issuer common name or organization, serial).
-async fn served(addr: SocketAddr, sni: &'static str) -> (String, String) {
+pub(crate) async fn served(addr: SocketAddr, sni: &'static str) -> (String, String) {
     let h = tls_connect(
         addr,
         &ClientOpts {

@@ -7,6 +7,7 @@
 )]
 
 mod acme;
+mod acme_dns;
 mod admin_api;
 mod balancing;
 mod banner;
@@ -27,7 +28,7 @@ mod keyless;
 mod layer4;
 mod logs;
 mod mirror;
-mod ocsp;
+pub(crate) mod ocsp;
 mod offload;
 mod policy;
 mod rate_limit;

@@ -124,15 +124,20 @@ fn issue(dir: &Path, host: &str, serial: &str, ocsp_url: &str) {
 
 /// `openssl ocsp` answering every POSTed request from the CA's index (nextUpdate one minute
 /// out), behind an HTTP server on 127.0.0.1; `up` false: 503.
-struct Responder {
-    addr: SocketAddr,
-    up: Arc<AtomicBool>,
-    answered: Arc<AtomicUsize>,
+pub(crate) struct Responder {
+    pub(crate) addr: SocketAddr,
+    pub(crate) up: Arc<AtomicBool>,
+    pub(crate) answered: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Responder {
     async fn start(dir: PathBuf) -> Responder {
+        Responder::start_with(dir, Arc::new(|| {})).await
+    }
+
+    /// `before` runs before each answer (to bring the index up to date).
+    pub(crate) async fn start_with(dir: PathBuf, before: Arc<dyn Fn() + Send + Sync>) -> Responder {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let up = Arc::new(AtomicBool::new(true));
@@ -144,14 +149,25 @@ impl Responder {
                 let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
-                let (dir, up, answered, n) =
-                    (dir.clone(), up2.clone(), answered2.clone(), n.clone());
+                let (dir, up, answered, n, before) = (
+                    dir.clone(),
+                    up2.clone(),
+                    answered2.clone(),
+                    n.clone(),
+                    before.clone(),
+                );
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(
                         move |req: http::Request<hyper::body::Incoming>| {
-                            let (dir, up, answered, n) =
-                                (dir.clone(), up.clone(), answered.clone(), n.clone());
+                            let (dir, up, answered, n, before) = (
+                                dir.clone(),
+                                up.clone(),
+                                answered.clone(),
+                                n.clone(),
+                                before.clone(),
+                            );
                             async move {
+                                before();
                                 let body = req.into_body().collect().await.unwrap().to_bytes();
                                 if !up.load(Ordering::Relaxed) {
                                     return Ok::<_, std::convert::Infallible>(
@@ -225,7 +241,7 @@ impl Drop for Responder {
 }
 
 /// The OCSP response stapled to a new handshake for `sni` (a client asking for status).
-async fn staple(addr: SocketAddr, sni: &str) -> Option<Vec<u8>> {
+pub(crate) async fn staple(addr: SocketAddr, sni: &str) -> Option<Vec<u8>> {
     use boring::ssl::{SslConnector, SslMethod, SslVerifyMode, StatusType};
     let mut b = SslConnector::builder(SslMethod::tls()).unwrap();
     b.set_verify(SslVerifyMode::NONE);
@@ -239,7 +255,7 @@ async fn staple(addr: SocketAddr, sni: &str) -> Option<Vec<u8>> {
 }
 
 /// What `openssl ocsp` reads in a response: its text.
-fn read_response(dir: &Path, der: &[u8]) -> String {
+pub(crate) fn read_response(dir: &Path, der: &[u8]) -> String {
     let path = dir.join("stapled.der");
     std::fs::write(&path, der).unwrap();
     let out = Command::new("openssl")
@@ -381,4 +397,57 @@ async fn a_good_response_is_stapled_refreshed_before_next_update_and_a_dead_resp
     assert!(
         metrics.contains("sluice_ocsp_fetches_total{certificate=\"dead.test\",result=\"failed\"}")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_gateway_staples_from_its_first_handshake_what_it_kept_while_the_responder_is_down()
+ {
+    let ca = tempfile::tempdir().unwrap();
+    let responder = Responder::start(ca.path().to_path_buf()).await;
+    issue(
+        ca.path(),
+        "kept.test",
+        "4321",
+        &format!("http://{}/", responder.addr),
+    );
+    let origin = Origin::start("origin").await;
+    let https = free_port();
+    let text = format!(
+        "[log]\naccess_log = \"off\"\n[admin]\naddress = \"127.0.0.1:0\"\n[[listener]]\nname = \"https\"\naddress = \"127.0.0.1:{https}\"\n[listener.tls]\n[[certificate]]\nname = \"kept.test\"\ncert = \"{d}/kept.test.pem\"\nkey = \"{d}/kept.test.key\"\n[[upstream]]\nname = \"o\"\nservers = [{{ address = \"{}\" }}]\n[[route]]\nname = \"r\"\nupstream = \"o\"\n",
+        origin.addr,
+        d = ca.path().display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], https));
+    let first = {
+        let gw = Gw::start(dir.path(), &text);
+        until(
+            Duration::from_secs(30),
+            || format!("never stapled: {}", gw.stderr()),
+            || async { staple(addr, "kept.test").await.is_some() },
+        )
+        .await;
+        staple(addr, "kept.test").await.unwrap()
+    };
+    // Kept beside the ACME storage, one file per certificate.
+    let kept: Vec<_> = std::fs::read_dir(dir.path().join("acme/ocsp"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+
+    // The responder goes down; a new process staples the kept answer from its first handshake.
+    responder.up.store(false, Ordering::Relaxed);
+    let asked = responder.answered.load(Ordering::Relaxed);
+    let gw = Gw::start(dir.path(), &text);
+    let again = staple(addr, "kept.test").await;
+    assert_eq!(again.as_deref(), Some(first.as_slice()), "{}", gw.stderr());
+    assert!(read_response(ca.path(), &first).contains("Cert Status: good"));
+    assert_eq!(responder.answered.load(Ordering::Relaxed), asked);
+    let status = gw.status().await;
+    let entry = status["ocsp"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["certificate"] == "kept.test").cloned())
+        .unwrap_or_default();
+    assert_eq!(entry["stapled"], true, "{status}");
 }

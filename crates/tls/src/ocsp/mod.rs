@@ -8,8 +8,14 @@
 //! failures are retried with back-off, logged and counted. A `revoked` or `unknown` answer
 //! is not stapled (a client would refuse the connection) and is reported loudly. Certificates
 //! without a responder, such as Let's Encrypt's since 2025, are left alone.
+//!
+//! ACME certificates staple like files: a task per ACME certificate follows the certificate
+//! in force in its shared slot (the placeholder, then each issued one) and staples each one
+//! that names a responder. Good answers are kept on disk ([`kept`]) and stapled when the
+//! slot is built, before the first handshake of a restarted or upgraded process.
 
 mod codec;
+pub mod kept;
 
 use crate::live::{OcspStatus, live};
 use sluice_config::{Certificate, Snapshot};
@@ -27,13 +33,34 @@ const MAX_RESPONSE: usize = 64 * 1024;
 
 /// Whether `cert`'s handshakes carry a stapled OCSP response: `ocsp = "auto"`, a responder
 /// named in the certificate, and its issuer in the chain (to name the certificate to the
-/// responder). ACME certificates are left out: their CA (Let's Encrypt) no longer runs OCSP.
+/// responder). ACME certificates are stapled through their shared slot instead.
 pub fn staples(cert: &Certificate) -> bool {
     cert.ocsp && cert.acme.is_none() && cert.chain.len() >= 2 && responder(cert).is_some()
 }
 
 fn responder(cert: &Certificate) -> Option<String> {
     codec::responder(&cert.chain[0].to_der().ok()?)
+}
+
+/// Where a certificate's staples go.
+enum Target {
+    /// A file certificate's stapling slots, by the certificate's fingerprint.
+    File([u8; 32]),
+    /// An ACME certificate's shared slot, by its name (and only while `cert` is in force).
+    Acme,
+}
+
+impl Target {
+    fn staple(
+        &self,
+        cert: &Certificate,
+        response: Option<Vec<u8>>,
+    ) -> Result<usize, crate::TlsError> {
+        match self {
+            Target::File(fp) => live().staple(fp, response),
+            Target::Acme => live().staple_acme(&cert.name, &cert.chain[0], response),
+        }
+    }
 }
 
 /// The stapling tasks of the configuration in force.
@@ -56,7 +83,7 @@ impl Stapler {
         let wanted: HashMap<[u8; 32], &Arc<Certificate>> = snapshot
             .certificates
             .iter()
-            .filter(|c| staples(c))
+            .filter(|c| staples(c) || c.ocsp && c.acme.is_some())
             .map(|c| (c.fingerprint, c))
             .collect();
         self.workers.retain(|fp, (_, task)| {
@@ -70,8 +97,16 @@ impl Stapler {
             if self.workers.contains_key(&fp) {
                 continue;
             }
-            let Some(url) = responder(cert) else { continue };
-            let task = tokio::spawn(keep_stapled(cert.clone(), url));
+            let task = if cert.acme.is_some() {
+                tokio::spawn(follow_acme(cert.name.clone()))
+            } else {
+                let Some(url) = responder(cert) else { continue };
+                tokio::spawn(keep_stapled(
+                    cert.clone(),
+                    url,
+                    Target::File(cert.fingerprint),
+                ))
+            };
             self.workers.insert(fp, (cert.name.clone(), task));
         }
         let names: Vec<String> = self.workers.values().map(|(n, _)| n.clone()).collect();
@@ -98,8 +133,41 @@ fn now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
+/// How often an ACME certificate's task looks for a renewed certificate in its slot.
+const FOLLOW: Duration = Duration::from_secs(2);
+
+/// An ACME certificate's stapling: each certificate in force in its slot that names a
+/// responder is stapled until another replaces it.
+async fn follow_acme(name: String) {
+    loop {
+        let current = live().acme_current(&name);
+        let url = current
+            .as_ref()
+            .filter(|c| !c.placeholder && c.chain.len() >= 2)
+            .and_then(|c| responder(c));
+        let (Some(cert), Some(url)) = (current, url) else {
+            tokio::time::sleep(FOLLOW).await;
+            continue;
+        };
+        let leaf = cert.chain[0].clone();
+        let replaced = async {
+            loop {
+                tokio::time::sleep(FOLLOW).await;
+                let now = live().acme_current(&name);
+                if now.is_none_or(|c| c.chain[0].to_der().ok() != leaf.to_der().ok()) {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = keep_stapled(cert, url, Target::Acme) => {}
+            () = replaced => {}
+        }
+    }
+}
+
 /// One certificate's stapling, for the life of its configuration.
-async fn keep_stapled(cert: Arc<Certificate>, url: String) {
+async fn keep_stapled(cert: Arc<Certificate>, url: String, target: Target) {
     let name = cert.name.clone();
     let mut status = OcspStatus {
         responder: url.clone(),
@@ -120,6 +188,7 @@ async fn keep_stapled(cert: Arc<Certificate>, url: String) {
         }
     };
     let mut failures_in_row = 0u32;
+    resume_kept(&cert, &mut status).await;
     loop {
         live().set_ocsp_status(&name, status.clone());
         let fetched = fetch(&url, &request)
@@ -132,7 +201,12 @@ async fn keep_stapled(cert: Arc<Certificate>, url: String) {
                 status.last_error = None;
                 status.state = answer.status.as_str();
                 let good = answer.status == codec::Status::Good;
-                match live().staple(&cert.fingerprint, good.then_some(der)) {
+                if good {
+                    kept::keep(&cert.chain[0], &der);
+                } else {
+                    kept::forget(&cert.chain[0]);
+                }
+                match target.staple(&cert, good.then_some(der)) {
                     Ok(_) => status.stapled = good,
                     Err(e) => tracing::error!(certificate = %name, error = %e, "stapling failed"),
                 }
@@ -156,7 +230,7 @@ async fn keep_stapled(cert: Arc<Certificate>, url: String) {
                 status.last_error = Some(e.clone());
                 // A response past its nextUpdate is withdrawn: a stale staple fails clients.
                 let expired = status.next_update.is_none_or(|n| n <= now());
-                if status.stapled && expired && live().staple(&cert.fingerprint, None).is_ok() {
+                if status.stapled && expired && target.staple(&cert, None).is_ok() {
                     status.stapled = false;
                 }
                 if !status.stapled {
@@ -180,6 +254,26 @@ async fn keep_stapled(cert: Arc<Certificate>, url: String) {
         let wait = (next - now()).clamp(0, 86_400) as u64;
         tokio::time::sleep(Duration::from_secs(wait)).await;
     }
+}
+
+/// A response kept on disk by an earlier process is already stapled (the slot was built
+/// with it): shown as such, and the first fetch waits until halfway to its nextUpdate.
+async fn resume_kept(cert: &Certificate, status: &mut OcspStatus) {
+    let Some((_, answer)) = kept::load(&cert.chain) else {
+        return;
+    };
+    let Some(next) = answer.next_update else {
+        return;
+    };
+    status.state = answer.status.as_str();
+    status.stapled = true;
+    status.this_update = Some(answer.this_update);
+    status.next_update = Some(next);
+    let at = answer.this_update + (next - answer.this_update) / 2;
+    status.next_fetch = Some(at);
+    live().set_ocsp_status(&cert.name, status.clone());
+    tracing::info!(certificate = %cert.name, next_update = next, "stapling the OCSP response kept on disk");
+    tokio::time::sleep(Duration::from_secs((at - now()).clamp(0, 86_400) as u64)).await;
 }
 
 /// POSTs `request` to the responder at `url` (http://) and returns the response's body.
