@@ -12,6 +12,7 @@
 
 mod acme;
 mod cache;
+mod client_tls;
 mod compression;
 mod default;
 mod error;
@@ -32,6 +33,7 @@ pub use acme::{
     Secret, TsigAlgorithm,
 };
 pub use cache::CertCache;
+pub use client_tls::ClientIdentity;
 pub use compression::{
     CompressEngineName, CompressOffload, Compression, ContentCoding, DEFAULT_COMPRESS_TYPES,
     GzipBackend,
@@ -44,7 +46,7 @@ pub use load::fleet::{RouteContext, fleet_source, load_route, parse_keyring};
 pub use load::{load_file, load_file_cached, load_str, load_str_cached};
 pub use logging::{
     AccessLogFormat, AccessLogTarget, DEFAULT_REQUEST_LOG_BYTES, HttpLogFormat, LogConfig, LogShip,
-    SYSLOG_FACILITIES, ShipSink,
+    SYSLOG_FACILITIES, ShipSink, SyslogTransport,
 };
 pub use pattern::{HostPattern, normalize_host, normalized_host};
 pub use policy::{
@@ -60,7 +62,7 @@ pub use snapshot::{
     RetryPolicy, Route, ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion,
     UnknownSni, Upstream, UpstreamProtocol, UpstreamServer, UpstreamTls,
 };
-pub use tracing::TracingSettings;
+pub use tracing::{OtlpProtocol, TracingSettings};
 pub use units::{parse_byte_size, parse_duration};
 
 #[cfg(test)]

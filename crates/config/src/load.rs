@@ -20,6 +20,7 @@ mod acme;
 mod acme_secrets;
 mod cache;
 mod certificate;
+mod client_tls;
 mod compression;
 pub(crate) mod fleet;
 mod health;

@@ -1,7 +1,6 @@
 //! `[log]`: diagnostics, the access log, the shippers that send it to a log store or syslog,
 //! and the in-memory log of recent requests.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -77,17 +76,36 @@ pub enum ShipSink {
         /// `https://`: PEM of the CA certificates trusted for the store (`None`: the
         /// system's roots).
         ca: Option<Vec<u8>>,
+        /// `https://`: the client certificate presented to the store.
+        client_identity: Option<crate::client_tls::ClientIdentity>,
     },
     /// RFC 5424 messages to a syslog server.
     Syslog {
-        /// The server.
-        address: SocketAddr,
-        /// `udp://`: one datagram per line; `tcp://`: octet-counted frames (RFC 6587).
-        tcp: bool,
+        /// The server, `host:port` (a name is resolved at each connection).
+        address: String,
+        /// How messages travel.
+        transport: SyslogTransport,
         /// The facility code (16 for `local0`).
         facility: u8,
         /// APP-NAME of every message.
         app_name: String,
+    },
+}
+
+/// How syslog messages travel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyslogTransport {
+    /// `udp://`: one datagram per message (RFC 5426).
+    Udp,
+    /// `tcp://`: octet-counted frames (RFC 6587 §3.4.1).
+    Tcp,
+    /// `tls://`: octet-counted frames over TLS (RFC 5425), the server's certificate checked
+    /// against `ca` (or the system's roots) and the host name.
+    Tls {
+        /// PEM of the CAs trusted for the server.
+        ca: Option<Vec<u8>>,
+        /// The client certificate presented when the server asks (RFC 5425 §4.2).
+        client_identity: Option<crate::client_tls::ClientIdentity>,
     },
 }
 
@@ -102,6 +120,9 @@ pub enum HttpLogFormat {
         /// The index (or data stream) the lines go to.
         index: String,
     },
+    /// OpenTelemetry's OTLP/HTTP logs (`application/x-protobuf`, `ExportLogsServiceRequest`):
+    /// each line a log record whose body is the line, for any OpenTelemetry collector.
+    Otlp,
 }
 
 /// Syslog facility names (RFC 5424 §6.2.1) and their codes.

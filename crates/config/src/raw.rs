@@ -76,8 +76,13 @@ pub struct RawLogShip {
     pub index: Option<Spanned<String>>,
     /// HTTP only: headers sent with every batch.
     pub headers: Option<BTreeMap<String, Spanned<String>>>,
-    /// `https://` only: a PEM file of the CAs trusted for the store (default: the system's).
+    /// `https://` and `tls://` only: a PEM file of the CAs trusted for the store (default:
+    /// the system's).
     pub ca: Option<SpannedStr>,
+    /// `https://` and `tls://` only: a PEM certificate presented to the store (mutual TLS).
+    pub client_cert: Option<SpannedStr>,
+    /// Its key (PEM, mode 0600).
+    pub client_key: Option<SpannedStr>,
     /// Syslog only: the facility (default "local0").
     pub facility: Option<Spanned<String>>,
     /// Syslog only: APP-NAME (default "sluice").
@@ -334,6 +339,10 @@ pub struct RawUpstreamTls {
     pub ca: Option<Spanned<String>>,
     /// Check the server's certificate (default true; false only for testing).
     pub verify: Option<Spanned<bool>>,
+    /// A PEM certificate presented to servers that ask for one (mutual TLS).
+    pub client_cert: Option<SpannedStr>,
+    /// Its key (PEM, mode 0600).
+    pub client_key: Option<SpannedStr>,
 }
 
 /// `[[upstream]]`: a group of servers and how to balance across them.
@@ -608,6 +617,16 @@ pub struct RawTracing {
     pub export_timeout: Option<SpannedStr>,
     /// The operator's trace UI, `{trace_id}` replaced (the dashboard links trace IDs to it).
     pub trace_url: Option<Spanned<String>>,
+    /// `"grpc"` (default) or `"http/protobuf"`.
+    pub protocol: Option<Spanned<String>>,
+    /// Headers (gRPC metadata) sent with every export.
+    pub headers: Option<BTreeMap<String, Spanned<String>>>,
+    /// `https://`: a PEM file of the CAs trusted for the collector.
+    pub ca: Option<SpannedStr>,
+    /// `https://`: a PEM certificate presented to the collector.
+    pub client_cert: Option<SpannedStr>,
+    /// Its key (PEM, mode 0600).
+    pub client_key: Option<SpannedStr>,
 }
 
 /// `[cache.disk]`.

@@ -650,6 +650,8 @@ pub struct UpstreamTls {
     pub ca: Option<Vec<u8>>,
     /// Whether the server's certificate is checked at all.
     pub verify: bool,
+    /// The certificate and key presented when the server asks for one (mutual TLS).
+    pub client_identity: Option<crate::client_tls::ClientIdentity>,
 }
 
 /// `[upstream.outlier]`.

@@ -1,6 +1,12 @@
 //! Finished spans to the collector, off the request path: a bounded queue of encoded spans
 //! that a request never waits on (full: the span is dropped and counted), and one thread that
-//! sends them in batches to the collector over OTLP/gRPC.
+//! sends them in batches to the collector over OTLP/gRPC or OTLP/HTTP ([`otlp_http`]).
+//!
+//! A collector outage is ridden out by the queue alone, bounded in spans (`queue`, 8,192 by
+//! default) and counted beyond (`dropped_queue_full`); a batch whose export fails is dropped
+//! and counted too, not retried. Spans are a sample to begin with (1% by default): a lost
+//! minute of them costs a minute of samples, while holding them would hold memory in
+//! proportion to the outage on the machine that serves the traffic.
 //!
 //! A finished span is appended, as protobuf bytes, to one buffer under a mutex (a copy, no
 //! allocation once the buffer has grown); the thread takes the whole buffer at once, swapping
@@ -8,13 +14,17 @@
 //! request thread wakes it, besides a batch reaching [`WAKE_BYTES`]), gathers for [`LINGER`],
 //! and sends.
 
+mod otlp_http;
+
 use crate::otlp::{self, Envelope};
 use bytes::{Buf, BufMut, Bytes};
+use sluice_config::{OtlpProtocol, TracingSettings};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::metadata::{MetadataKey, MetadataValue};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// A batch is sent at the latest this long after its first span.
 const LINGER: Duration = Duration::from_millis(200);
@@ -77,20 +87,17 @@ impl Queue {
     /// the gRPC channel's connection task runs on it, and the thread blocks on each export in
     /// turn. The channel connects lazily: a collector that is down now is no error.
     pub(crate) fn start(
-        endpoint: &str,
-        timeout: Duration,
-        service_name: &str,
-        capacity: usize,
+        settings: &TracingSettings,
         counters: Arc<Counters>,
     ) -> Result<(Arc<Queue>, std::thread::JoinHandle<()>), String> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| "tracing must start within the gateway's runtime".to_owned())?;
         let collector = {
             let _in = runtime.enter();
-            Collector::new(endpoint, timeout)?
+            Collector::new(settings)?
         };
-        let queue = Arc::new(Queue::new(capacity, counters));
-        let envelope = Envelope::new(service_name);
+        let queue = Arc::new(Queue::new(settings.queue, counters));
+        let envelope = Envelope::new(&settings.service_name);
         let q = queue.clone();
         let thread = std::thread::Builder::new()
             .name("sluice-trace-export".into())
@@ -238,45 +245,96 @@ fn export_loop(
     }
 }
 
-/// The collector's gRPC `TraceService`, sent bytes already encoded.
-struct Collector {
-    grpc: tonic::client::Grpc<Channel>,
+/// The collector: its gRPC `TraceService` (sent bytes already encoded, with the headers as
+/// metadata), or its OTLP/HTTP endpoint.
+enum Collector {
+    Grpc {
+        grpc: tonic::client::Grpc<Channel>,
+        metadata: Vec<(
+            MetadataKey<tonic::metadata::Ascii>,
+            MetadataValue<tonic::metadata::Ascii>,
+        )>,
+    },
+    Http {
+        collector: otlp_http::HttpCollector,
+        timeout: Duration,
+    },
 }
 
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
 impl Collector {
     /// Within the runtime (the channel's task is spawned on it).
-    fn new(endpoint: &str, timeout: Duration) -> Result<Collector, String> {
+    fn new(s: &TracingSettings) -> Result<Collector, String> {
+        let endpoint = &s.endpoint;
         let bad = |e: &dyn std::fmt::Display| {
             format!(
-                "[tracing] endpoint `{endpoint}`: {e}; give the collector's OTLP/gRPC address, such as \"http://127.0.0.1:4317\""
+                "[tracing] endpoint `{endpoint}`: {e}; give the collector's OTLP address, such as \"http://127.0.0.1:4317\" (gRPC) or \"http://127.0.0.1:4318\" (protocol = \"http/protobuf\")"
             )
         };
-        let mut e = Endpoint::from_shared(endpoint.to_owned())
-            .map_err(|e| bad(&e))?
-            .timeout(timeout)
-            .connect_timeout(timeout);
-        if endpoint.starts_with("https://") {
-            e = e
-                .tls_config(ClientTlsConfig::new().with_native_roots())
-                .map_err(|e| bad(&e))?;
+        if s.protocol == OtlpProtocol::HttpProtobuf {
+            let url = endpoint.parse().map_err(|e| bad(&e))?;
+            let collector = otlp_http::HttpCollector::new(
+                url,
+                &s.headers,
+                s.ca.as_deref(),
+                s.client_identity.as_ref(),
+            )
+            .map_err(|e| bad(&e))?;
+            return Ok(Collector::Http {
+                collector,
+                timeout: s.export_timeout,
+            });
         }
-        Ok(Collector {
+        let mut e = Endpoint::from_shared(endpoint.clone())
+            .map_err(|e| bad(&e))?
+            .timeout(s.export_timeout)
+            .connect_timeout(s.export_timeout);
+        if endpoint.starts_with("https://") {
+            let mut tls = match &s.ca {
+                Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
+                None => ClientTlsConfig::new().with_native_roots(),
+            };
+            if let Some(id) = &s.client_identity {
+                tls = tls.identity(Identity::from_pem(&id.cert_pem, &id.key_pem));
+            }
+            e = e.tls_config(tls).map_err(|e| bad(&e))?;
+        }
+        let metadata = s
+            .headers
+            .iter()
+            .filter_map(|(k, v)| {
+                Some((MetadataKey::from_bytes(k.as_bytes()).ok()?, v.parse().ok()?))
+            })
+            .collect();
+        Ok(Collector::Grpc {
             grpc: tonic::client::Grpc::new(e.connect_lazy()),
+            metadata,
         })
     }
 
     /// One `Export`: the spans the collector rejected, and why.
     async fn export(&mut self, body: Bytes) -> Result<(u64, String), String> {
-        self.grpc.ready().await.map_err(|e| e.to_string())?;
-        let path = http::uri::PathAndQuery::from_static(EXPORT_PATH);
-        let resp = self
-            .grpc
-            .unary(tonic::Request::new(body), path, Raw)
-            .await
-            .map_err(|s| format!("{}: {}", s.code(), s.message()))?;
-        Ok(otlp::rejected(resp.get_ref()))
+        match self {
+            Collector::Http { collector, timeout } => {
+                tokio::time::timeout(*timeout, collector.export(body))
+                    .await
+                    .map_err(|_| format!("no answer within {timeout:?}"))?
+            }
+            Collector::Grpc { grpc, metadata } => {
+                grpc.ready().await.map_err(|e| e.to_string())?;
+                let path = http::uri::PathAndQuery::from_static(EXPORT_PATH);
+                let mut req = tonic::Request::new(body);
+                for (k, v) in metadata.iter() {
+                    req.metadata_mut().insert(k.clone(), v.clone());
+                }
+                let resp = grpc
+                    .unary(req, path, Raw)
+                    .await
+                    .map_err(|s| format!("{}: {}", s.code(), s.message()))?;
+                Ok(otlp::rejected(resp.get_ref()))
+            }
+        }
     }
 }
 

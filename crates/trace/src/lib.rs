@@ -15,6 +15,7 @@
 //! export queue.
 
 mod export;
+pub mod logs;
 mod otlp;
 pub mod propagation;
 mod span;
@@ -49,13 +50,7 @@ impl Tracer {
     /// is no error: its spans are counted as failed until it is up). `counters` carry over a
     /// reload that changes `[tracing]`.
     pub fn start(settings: &TracingSettings, counters: Arc<Counters>) -> Result<Tracer, String> {
-        let (queue, _thread) = Queue::start(
-            &settings.endpoint,
-            settings.export_timeout,
-            &settings.service_name,
-            settings.queue,
-            counters,
-        )?;
+        let (queue, _thread) = Queue::start(settings, counters)?;
         Ok(Tracer {
             queue,
             settings: settings.clone(),

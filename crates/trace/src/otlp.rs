@@ -11,12 +11,12 @@
 //! decode what is written here with `opentelemetry-proto`'s generated types.
 
 /// A protobuf field's tag byte: `field << 3 | wire type` (every field used here is < 16).
-const fn tag(field: u8, wire: u8) -> u8 {
+pub(crate) const fn tag(field: u8, wire: u8) -> u8 {
     (field << 3) | wire
 }
-const VARINT: u8 = 0;
-const FIXED64: u8 = 1;
-const LEN: u8 = 2;
+pub(crate) const VARINT: u8 = 0;
+pub(crate) const FIXED64: u8 = 1;
+pub(crate) const LEN: u8 = 2;
 
 /// `ScopeSpans.spans` (field 2): how each finished span sits in the export queue.
 pub(crate) const SPAN_ENTRY: u8 = tag(2, LEN);
@@ -37,19 +37,19 @@ pub(crate) const fn varint_len(v: u64) -> usize {
 }
 
 /// A length-delimited field's header: its tag and the length that follows.
-fn len_header(out: &mut Vec<u8>, field_tag: u8, len: usize) {
+pub(crate) fn len_header(out: &mut Vec<u8>, field_tag: u8, len: usize) {
     out.push(field_tag);
     varint(out, len as u64);
 }
 
 /// A length-delimited field: its tag, the length and the bytes.
-fn bytes_field(out: &mut Vec<u8>, field_tag: u8, bytes: &[u8]) {
+pub(crate) fn bytes_field(out: &mut Vec<u8>, field_tag: u8, bytes: &[u8]) {
     len_header(out, field_tag, bytes.len());
     out.extend_from_slice(bytes);
 }
 
 /// The size of a length-delimited field of `len` bytes (tag, length, bytes).
-const fn field_len(len: usize) -> usize {
+pub(crate) const fn field_len(len: usize) -> usize {
     1 + varint_len(len as u64) + len
 }
 

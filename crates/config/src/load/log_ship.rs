@@ -1,7 +1,7 @@
 //! `[[log.ship]]`: where access log lines go besides the file.
 
 use super::Cx;
-use crate::logging::{HttpLogFormat, LogShip, SYSLOG_FACILITIES, ShipSink};
+use crate::logging::{HttpLogFormat, LogShip, SYSLOG_FACILITIES, ShipSink, SyslogTransport};
 use crate::raw::RawLogShip;
 use std::collections::HashSet;
 use std::time::Duration;
@@ -36,30 +36,32 @@ impl Cx<'_> {
         let scheme = url.split_once("://").map(|(s, _)| s);
         let sink = match scheme {
             Some("http" | "https") => self.http_sink(r, scheme == Some("https"))?,
-            Some("udp" | "tcp") => self.syslog_sink(r, scheme == Some("tcp"))?,
+            Some(s @ ("udp" | "tcp" | "tls")) => self.syslog_sink(r, s)?,
             _ => {
                 self.err_at(
                     &r.url,
-                    format!("[[log.ship]] url `{url}` is neither http(s):// nor udp:// or tcp://"),
+                    format!("[[log.ship]] url `{url}` is neither http(s):// nor udp://, tcp:// or tls://"),
                     "use \"http://host:port/path\" (or https://) for a log store (batches of JSON lines), or \
-                     \"udp://ip:port\" / \"tcp://ip:port\" for a syslog server",
+                     \"udp://host:port\" / \"tcp://host:port\" / \"tls://host:6514\" for a syslog server",
                 );
                 return None;
             }
         };
-        if let ShipSink::Syslog { .. } = sink {
+        if let ShipSink::Syslog { transport, .. } = &sink {
+            let tls = matches!(transport, SyslogTransport::Tls { .. });
             for (key, given) in [
                 ("format", r.format.is_some()),
                 ("index", r.index.is_some()),
                 ("headers", r.headers.is_some()),
                 ("batch", r.batch.is_some()),
-                ("ca", r.ca.is_some()),
+                ("ca", r.ca.is_some() && !tls),
+                ("client_cert", r.client_cert.is_some() && !tls),
             ] {
                 if given {
                     self.err_at(
                         &r.url,
-                        format!("[[log.ship]] `{key}` is for HTTP shippers; this one is syslog"),
-                        format!("remove `{key}`, or ship to an http:// url"),
+                        format!("[[log.ship]] `{key}` is not for this syslog shipper"),
+                        format!("remove `{key}`, or ship to an http:// url (`ca` and `client_cert`: a tls:// syslog url)"),
                     );
                 }
             }
@@ -123,6 +125,7 @@ impl Cx<'_> {
                 }
                 HttpLogFormat::JsonLines
             }
+            Some("otlp") => HttpLogFormat::Otlp,
             Some("elasticsearch") => HttpLogFormat::Elasticsearch {
                 index: r
                     .index
@@ -133,7 +136,7 @@ impl Cx<'_> {
                 self.err_at(
                     r.format.as_ref().expect("matched Some"),
                     format!("[[log.ship]] format `{other}` is not known"),
-                    "use \"json_lines\" (one JSON object per line) or \"elasticsearch\" (the _bulk API)",
+                    "use \"json_lines\" (one JSON object per line), \"elasticsearch\" (the _bulk API) or \"otlp\" (OTLP/HTTP logs)",
                 );
                 return None;
             }
@@ -181,26 +184,59 @@ impl Cx<'_> {
             Some(at) => Some(self.ca_pem("[[log.ship]]", at)?),
             None => None,
         };
+        if let Some(at) = r.client_cert.as_ref().filter(|_| !https) {
+            self.err_at(
+                at,
+                "[[log.ship]] `client_cert` is for https:// stores",
+                "remove it, or ship to an https:// url",
+            );
+        }
+        let client_identity = self
+            .client_identity(
+                "[[log.ship]]",
+                r.client_cert.as_ref(),
+                r.client_key.as_ref(),
+            )
+            .ok()?;
         Some(ShipSink::Http {
             url,
             format,
             headers,
             ca,
+            client_identity,
         })
     }
 
-    fn syslog_sink(&mut self, r: &RawLogShip, tcp: bool) -> Option<ShipSink> {
+    fn syslog_sink(&mut self, r: &RawLogShip, scheme: &str) -> Option<ShipSink> {
         let rest = r.url.get_ref().split_once("://").map_or("", |(_, a)| a);
-        let Ok(address) = rest.trim_end_matches('/').parse() else {
+        let address = rest.trim_end_matches('/').to_owned();
+        if !host_port(&address) {
             self.err_at(
                 &r.url,
                 format!(
-                    "[[log.ship]] url `{}` does not name an IP address and port",
+                    "[[log.ship]] url `{}` does not name a host and port",
                     r.url.get_ref()
                 ),
-                "write the syslog server as \"udp://10.0.0.5:514\" or \"tcp://[::1]:601\"",
+                "write the syslog server as \"udp://10.0.0.5:514\", \"tcp://[::1]:601\" or \"tls://logs.example.com:6514\"",
             );
             return None;
+        }
+        let transport = match scheme {
+            "udp" => SyslogTransport::Udp,
+            "tcp" => SyslogTransport::Tcp,
+            _ => SyslogTransport::Tls {
+                ca: match &r.ca {
+                    Some(at) => Some(self.ca_pem("[[log.ship]]", at)?),
+                    None => None,
+                },
+                client_identity: self
+                    .client_identity(
+                        "[[log.ship]]",
+                        r.client_cert.as_ref(),
+                        r.client_key.as_ref(),
+                    )
+                    .ok()?,
+            },
         };
         let facility = match &r.facility {
             None => 16,
@@ -233,9 +269,27 @@ impl Cx<'_> {
         }
         Some(ShipSink::Syslog {
             address,
-            tcp,
+            transport,
             facility,
             app_name,
         })
     }
+}
+
+/// Whether `text` is `host:port`: an IP address, `[v6]` or a DNS name, and a port.
+fn host_port(text: &str) -> bool {
+    if text.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return false;
+    };
+    port.parse::<u16>().is_ok_and(|p| p != 0)
+        && !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }

@@ -434,10 +434,18 @@ impl Cx<'_> {
             );
             return None;
         }
+        let client_identity = self
+            .client_identity(
+                &format!("upstream `{name}`"),
+                t.client_cert.as_ref(),
+                t.client_key.as_ref(),
+            )
+            .ok()?;
         Some(UpstreamTls {
             server_name: t.server_name.as_ref().map(|s| s.get_ref().clone()),
             ca,
             verify: t.verify.as_ref().is_none_or(|v| *v.get_ref()),
+            client_identity,
         })
     }
 }

@@ -56,8 +56,9 @@ app_name = "edge"
             format,
             headers,
             ca,
+            client_identity,
         } => {
-            assert!(ca.is_none());
+            assert!(ca.is_none() && client_identity.is_none());
             assert_eq!(
                 url.path_and_query().unwrap(),
                 "/insert/jsonline?_time_field=time"
@@ -79,8 +80,8 @@ app_name = "edge"
     assert_eq!(
         log.ship[2].sink,
         ShipSink::Syslog {
-            address: "127.0.0.1:601".parse().unwrap(),
-            tcp: true,
+            address: "127.0.0.1:601".into(),
+            transport: crate::SyslogTransport::Tcp,
             facility: 19,
             app_name: "edge".into(),
         }
@@ -109,7 +110,7 @@ url = "http://127.0.0.1:9428/x"
 format = "gelf"
 [[log.ship]]
 name = "s"
-url = "udp://logs.example:514"
+url = "udp://logs example:514"
 [[log.ship]]
 name = "t"
 url = "udp://127.0.0.1:514"
@@ -121,6 +122,10 @@ url = "http://127.0.0.1:9428/x"
 facility = "local0"
 batch = 0
 ca = "ca.pem"
+[[log.ship]]
+name = "half"
+url = "tls://logs.example:6514"
+client_cert = "c.pem"
 [[log.ship]]
 name = "missing-ca"
 url = "https://logs.example/_bulk"
@@ -139,13 +144,18 @@ ca = "nothere.pem"
         "{errs:#?}"
     );
     assert!(
-        at("\"udp://logs.example:514\"").contains("IP address"),
+        at("\"udp://logs example:514\"").contains("does not name a host and port"),
         "{errs:#?}"
     );
     assert!(at("\"local9\"").contains("not known"), "{errs:#?}");
     assert!(
-        errs.iter()
-            .any(|e| e.to_string().contains("`index` is for HTTP")),
+        at("client_cert = \"c.pem\"").contains("client_cert and client_key go together"),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter().any(|e| e
+            .to_string()
+            .contains("`index` is not for this syslog shipper")),
         "{errs:#?}"
     );
     assert!(
@@ -159,5 +169,5 @@ ca = "nothere.pem"
         at("\"nothere.pem\"").contains("cannot read CA file"),
         "{errs:#?}"
     );
-    assert_eq!(errs.len(), 10, "{errs:#?}");
+    assert_eq!(errs.len(), 11, "{errs:#?}");
 }

@@ -95,6 +95,7 @@ impl UpstreamGroup {
                         server_name: None,
                         ca: None,
                         verify: true,
+                        client_identity: None,
                     };
                     crate::upstreams::upstream_tls::UpstreamConnector::new(&nothing, None)
                         .unwrap_or_else(|_| std::process::abort())

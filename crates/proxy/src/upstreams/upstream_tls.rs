@@ -55,6 +55,18 @@ impl UpstreamConnector {
         if let Some(p) = alpn {
             b.set_alpn_protos(p)?;
         }
+        if let Some(id) = &cfg.client_identity {
+            // Checked to parse and match when loaded.
+            let mut chain = boring::x509::X509::stack_from_pem(&id.cert_pem)?.into_iter();
+            if let Some(leaf) = chain.next() {
+                b.set_certificate(&leaf)?;
+            }
+            for extra in chain {
+                b.add_extra_chain_cert(extra)?;
+            }
+            let key = boring::pkey::PKey::private_key_from_pem(&id.key_pem)?;
+            b.set_private_key(&key)?;
+        }
         Ok(UpstreamConnector {
             connector: b.build(),
             server_name: cfg.server_name.clone(),

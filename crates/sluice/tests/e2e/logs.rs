@@ -178,8 +178,14 @@ index = "sluice-access"
 headers = {{ "VL-Extra-Fields" = "via=bulk" }}
 flush = "100ms"
 [[log.ship]]
+name = "otlp"
+url = "http://{http}/insert/opentelemetry/v1/logs"
+format = "otlp"
+headers = {{ "VL-Extra-Fields" = "via=otlp" }}
+flush = "100ms"
+[[log.ship]]
 name = "syslog-udp"
-url = "udp://127.0.0.1:{syslog}"
+url = "udp://localhost:{syslog}"
 app_name = "sluice-udp"
 flush = "100ms"
 [[log.ship]]
@@ -279,6 +285,25 @@ async fn access_log_lines_reach_a_log_store_over_http_bulk_and_syslog() {
                 .is_some_and(|id| id.len() == 32)
         );
     }
+    // OTLP: each line a log record whose body (the store's _msg) is the JSON line, the
+    // header sent with the request.
+    let rows = store.find("via:otlp AND _msg:~\"shipped\"", 6).await;
+    assert_eq!(rows.len(), 6, "{rows:#?}");
+    let failed: Vec<Value> = rows
+        .iter()
+        .filter_map(|r| serde_json::from_str::<Value>(r["_msg"].as_str()?).ok())
+        .filter(|l| l["status"] == 502)
+        .collect();
+    assert_eq!(failed.len(), 1, "{rows:#?}");
+    assert_eq!(failed[0]["route"], "broken");
+    // Each record at its line's time.
+    for r in &rows {
+        let line: Value = serde_json::from_str(r["_msg"].as_str().unwrap()).unwrap();
+        let at = |v: &Value| humantime::parse_rfc3339(v.as_str().unwrap()).unwrap();
+        assert_eq!(at(&r["_time"]), at(&line["time"]), "{r:#}");
+        assert_eq!(r["severity_text"], "INFO", "{r:#}");
+    }
+
     // Bulk lines carry their time as @timestamp (what Elasticsearch sorts by).
     let bulk = store.query("via:bulk AND status:502").await;
     assert!(
@@ -316,7 +341,7 @@ async fn access_log_lines_reach_a_log_store_over_http_bulk_and_syslog() {
     }
 
     let st = status(admin).await;
-    for name in ["lines", "bulk", "syslog-udp", "syslog-tcp"] {
+    for name in ["lines", "bulk", "otlp", "syslog-udp", "syslog-tcp"] {
         let sh = shipper(&st, name);
         assert_eq!(sh["sent"], 6, "{sh:#}");
         assert_eq!(
@@ -368,8 +393,6 @@ flush = "100ms"
             .status,
         200
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    eprintln!("DEBUG {:#}", shipper(&status(admin).await, "trusted"));
     let rows = store.find("via:https AND _msg:\"/echo/over-tls\"", 1).await;
     assert_eq!(rows[0]["status"], "200", "{rows:#?}");
     let mut untrusted = Value::Null;
@@ -620,4 +643,148 @@ async fn the_dashboard_lists_recent_requests_with_filters_and_trace_links() {
     )
     .await;
     assert!(dom.contains("6 matching of 6 kept"), "{dom}");
+}
+
+/// Debian's rsyslog on 127.0.0.1 taking syslog over TLS (RFC 5425, its GnuTLS driver) from
+/// clients with a certificate its CA signed, writing what it gets to a file.
+struct Rsyslog {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Rsyslog {
+    async fn start() -> Rsyslog {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        issue(d, "ca", "syslog test CA", None, &[]);
+        let ca = boring::x509::X509::from_pem(&std::fs::read(d.join("ca.crt")).unwrap()).unwrap();
+        let key =
+            boring::pkey::PKey::private_key_from_pem(&std::fs::read(d.join("ca.key")).unwrap())
+                .unwrap();
+        issue(d, "server", "localhost", Some((&ca, &key)), &["localhost"]);
+        issue(d, "client", "sluice", Some((&ca, &key)), &[]);
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(d.join("client.key"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        let port = free_port();
+        let p = d.display();
+        std::fs::write(
+            d.join("rsyslog.conf"),
+            format!(
+                "global(workDirectory=\"{p}\" DefaultNetstreamDriver=\"gtls\" \
+                 DefaultNetstreamDriverCAFile=\"{p}/ca.crt\" DefaultNetstreamDriverCertFile=\"{p}/server.crt\" \
+                 DefaultNetstreamDriverKeyFile=\"{p}/server.key\")\n\
+                 module(load=\"imtcp\" StreamDriver.Name=\"gtls\" StreamDriver.Mode=\"1\" StreamDriver.AuthMode=\"x509/certvalid\")\n\
+                 input(type=\"imtcp\" address=\"127.0.0.1\" port=\"{port}\")\n\
+                 template(name=\"raw\" type=\"string\" string=\"%APP-NAME% %MSGID% %msg%\\n\")\n\
+                 *.* action(type=\"omfile\" file=\"{p}/received.log\" template=\"raw\")\n"
+            ),
+        )
+        .unwrap();
+        let rsyslogd = ["/usr/sbin/rsyslogd", "rsyslogd"]
+            .into_iter()
+            .find(|p| std::process::Command::new(p).arg("-v").output().is_ok())
+            .expect("rsyslogd is needed (scripts/test-deps installs Debian's rsyslog and rsyslog-gnutls)");
+        let child = std::process::Command::new(rsyslogd)
+            .arg("-n")
+            .arg("-f")
+            .arg(d.join("rsyslog.conf"))
+            .arg("-i")
+            .arg(d.join("rsyslog.pid"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(d.join("rsyslog.log")).unwrap())
+            .spawn()
+            .expect("rsyslogd starts");
+        let r = Rsyslog { child, port, dir };
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "rsyslogd did not listen within 5 s: {}",
+            std::fs::read_to_string(r.dir.path().join("rsyslog.log")).unwrap_or_default()
+        );
+    }
+
+    fn received(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("received.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Rsyslog {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Syslog over TLS by host name: rsyslog gets every line from the shipper that presents a
+/// client certificate (its own checked against the configured CA and the name `localhost`),
+/// and none from one without.
+#[tokio::test]
+async fn lines_reach_rsyslog_over_tls_with_a_client_certificate() {
+    let rsyslog = Rsyslog::start().await;
+    let d = rsyslog.dir.path().display();
+    let origin = Origin::start("o").await;
+    let gw = gateway(
+        origin.addr,
+        &format!(
+            r#"
+[[log.ship]]
+name = "tls"
+url = "tls://localhost:{port}"
+ca = "{d}/ca.crt"
+client_cert = "{d}/client.crt"
+client_key = "{d}/client.key"
+app_name = "sluice-tls"
+flush = "100ms"
+[[log.ship]]
+name = "no-cert"
+url = "tls://localhost:{port}"
+ca = "{d}/ca.crt"
+app_name = "sluice-nocert"
+flush = "100ms"
+"#,
+            port = rsyslog.port
+        ),
+    )
+    .await;
+    let (admin, _admin_task) = admin_for(&gw).await;
+    for i in 0..3 {
+        let got = http1_get(gw.addr("http"), "shop.test", &format!("/echo/tls-{i}")).await;
+        assert_eq!(got.status, 200);
+    }
+    let mut lines = Vec::new();
+    for _ in 0..100 {
+        lines = rsyslog
+            .received()
+            .lines()
+            .filter(|l| l.starts_with("sluice-tls access "))
+            .map(str::to_owned)
+            .collect();
+        if lines.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(lines.len(), 3, "{}", rsyslog.received());
+    let first: Value =
+        serde_json::from_str(lines[0].trim_start_matches("sluice-tls access ").trim()).unwrap();
+    assert!(
+        first["path"].as_str().unwrap().starts_with("/echo/tls-"),
+        "{first}"
+    );
+    assert!(!rsyslog.received().contains("sluice-nocert"));
+    let st = status(admin).await;
+    assert_eq!(shipper(&st, "tls")["sent"], 3, "{st:#}");
+    assert_eq!(
+        shipper(&st, "tls")["target"],
+        format!("tls://localhost:{}", rsyslog.port)
+    );
 }

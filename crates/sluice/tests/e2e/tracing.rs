@@ -14,10 +14,13 @@ use std::process::{Child, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// A Jaeger v2 with in-memory storage: OTLP/gRPC in, its query API out.
+/// A Jaeger v2 with in-memory storage: OTLP/gRPC and OTLP/HTTP over mutual TLS in (its
+/// certificate for `localhost` and the client's from `ca.crt` in its directory), its query
+/// API out.
 struct Jaeger {
     child: Child,
     otlp: u16,
+    otlp_https: u16,
     query: SocketAddr,
     _dir: tempfile::TempDir,
 }
@@ -26,6 +29,25 @@ impl Jaeger {
     async fn start() -> Jaeger {
         let dir = tempfile::tempdir().unwrap();
         let (otlp, query, query_grpc) = (free_port(), free_port(), free_port());
+        let otlp_https = free_port();
+        let d = dir.path();
+        issue(d, "ca", "collector test CA", None, &[]);
+        let ca = boring::x509::X509::from_pem(&std::fs::read(d.join("ca.crt")).unwrap()).unwrap();
+        let ca_key =
+            boring::pkey::PKey::private_key_from_pem(&std::fs::read(d.join("ca.key")).unwrap())
+                .unwrap();
+        issue(
+            d,
+            "collector",
+            "localhost",
+            Some((&ca, &ca_key)),
+            &["localhost"],
+        );
+        issue(d, "client", "sluice", Some((&ca, &ca_key)), &[]);
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(d.join("client.key"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        let tls_dir = d.display();
         // Every listener on 127.0.0.1 (Jaeger's defaults bind every interface), no
         // self-metrics port (its default 8888 would clash between test binaries).
         let config = format!(
@@ -60,6 +82,12 @@ receivers:
     protocols:
       grpc:
         endpoint: 127.0.0.1:{otlp}
+      http:
+        endpoint: 127.0.0.1:{otlp_https}
+        tls:
+          cert_file: {tls_dir}/collector.crt
+          key_file: {tls_dir}/collector.key
+          client_ca_file: {tls_dir}/ca.crt
 processors:
   batch:
     timeout: 50ms
@@ -82,6 +110,7 @@ exporters:
         let j = Jaeger {
             child,
             otlp,
+            otlp_https,
             query,
             _dir: dir,
         };
@@ -89,6 +118,9 @@ exporters:
             let up = tokio::net::TcpStream::connect(("127.0.0.1", otlp))
                 .await
                 .is_ok()
+                && tokio::net::TcpStream::connect(("127.0.0.1", otlp_https))
+                    .await
+                    .is_ok()
                 && tokio::net::TcpStream::connect(query).await.is_ok();
             if up {
                 return j;
@@ -481,4 +513,35 @@ async fn without_tracing_a_traceparent_passes_through_unchanged() {
         )
     );
     assert!(gw.gateway().tracer().is_none());
+}
+
+/// OTLP over HTTP/protobuf to a collector that asks for a client certificate: the span
+/// reaches Jaeger through its HTTPS receiver, the collector's certificate checked against the
+/// configured CA, Sluice's presented, a header sent with it.
+#[tokio::test]
+async fn spans_reach_jaeger_over_otlp_http_with_mutual_tls() {
+    let jaeger = Jaeger::start().await;
+    let origin = Origin::start("o").await;
+    let d = jaeger._dir.path().display();
+    let gw = gateway(
+        tempfile::tempdir().unwrap(),
+        origin.addr,
+        origin.addr,
+        &format!(
+            "[tracing]\nendpoint = \"https://localhost:{}\"\nprotocol = \"http/protobuf\"\n\
+             ca = \"{d}/ca.crt\"\nclient_cert = \"{d}/client.crt\"\nclient_key = \"{d}/client.key\"\n\
+             headers = {{ \"x-api-key\" = \"secret-key\" }}\nservice_name = \"sluice-otlp-http\"\nsample_percent = 100",
+            jaeger.otlp_https
+        ),
+    )
+    .await;
+    let got = over_tls(gw.addr("https"), &[("/headers", None)]).await;
+    assert_eq!(got[0].status, 200);
+    let (trace, _, _) = received(&got[0]);
+    flush(&gw).await;
+    let spans = jaeger
+        .spans(&trace, 2)
+        .await
+        .expect("the spans reached Jaeger over OTLP/HTTP");
+    assert!(spans.iter().all(|s| s["traceID"] == trace), "{spans:#?}");
 }

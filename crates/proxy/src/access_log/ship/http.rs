@@ -1,6 +1,7 @@
-//! The HTTP shipper: a batch is one POST, of JSON lines or an Elasticsearch `_bulk` body,
-//! over a connection kept between batches; `https://` verifies the store's certificate
-//! (against `ca`, or the system's roots) and its name, through the upstreams' connector.
+//! The HTTP shipper: a batch is one POST, of JSON lines, an Elasticsearch `_bulk` body or an
+//! OTLP logs request, over a connection kept between batches; `https://` verifies the store's
+//! certificate (against `ca`, or the system's roots) and its name, and presents the client
+//! certificate when one is configured, through the upstreams' connector.
 
 use super::{Batch, Sent};
 use crate::upstreams::upstream_tls::{UpstreamConnector, UpstreamIo};
@@ -10,7 +11,7 @@ use http::{HeaderName, HeaderValue, Request, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use sluice_config::{HttpLogFormat, UpstreamTls};
+use sluice_config::{ClientIdentity, HttpLogFormat, UpstreamTls};
 use std::time::Duration;
 
 /// The most of an answer read (a bulk answer lists every item).
@@ -21,6 +22,8 @@ pub(crate) struct Client {
     /// `https://`: the connector, or why it could not be built.
     tls: Option<Result<UpstreamConnector, String>>,
     format: HttpLogFormat,
+    /// `format = "otlp"`: the records' envelope.
+    otlp: Option<sluice_trace::logs::LogEncoder>,
     headers: Vec<(HeaderName, HeaderValue)>,
     timeout: Duration,
     conn: Option<SendRequest<Full<Bytes>>>,
@@ -31,14 +34,15 @@ impl Client {
         url: Uri,
         format: HttpLogFormat,
         headers: &[(String, String)],
-        ca: Option<&[u8]>,
+        (ca, client_identity): (Option<Vec<u8>>, Option<ClientIdentity>),
         timeout: Duration,
     ) -> Self {
         let tls = (url.scheme_str() == Some("https")).then(|| {
             let cfg = UpstreamTls {
                 server_name: url.host().map(str::to_owned),
-                ca: ca.map(<[u8]>::to_vec),
+                ca,
                 verify: true,
+                client_identity,
             };
             UpstreamConnector::new(&cfg, Some(b"\x08http/1.1"))
                 .map_err(|e| format!("setting up TLS to {url}: {e}"))
@@ -46,6 +50,8 @@ impl Client {
         Client {
             tls,
             url,
+            otlp: (format == HttpLogFormat::Otlp)
+                .then(|| sluice_trace::logs::LogEncoder::new("sluice")),
             format,
             // Checked when the configuration was loaded.
             headers: headers
@@ -66,11 +72,17 @@ impl Client {
         let body = match &self.format {
             HttpLogFormat::JsonLines => batch.bytes.clone(),
             HttpLogFormat::Elasticsearch { index } => bulk_body(batch, index),
+            HttpLogFormat::Otlp => otlp_body(batch, self.otlp.as_ref()),
         };
         match tokio::time::timeout(self.timeout, self.post(body)).await {
             Ok(Ok((status, answer))) => {
                 // The connection is only reused after a complete exchange.
-                self.classify(status, &answer)
+                match self.classify(status, &answer) {
+                    Sent::Ok { rejected } => Sent::Ok {
+                        rejected: rejected.min(batch.lines),
+                    },
+                    other => other,
+                }
             }
             Ok(Err(why)) => {
                 self.conn = None;
@@ -92,6 +104,7 @@ impl Client {
             let rejected = match self.format {
                 HttpLogFormat::Elasticsearch { .. } => bulk_item_errors(answer),
                 HttpLogFormat::JsonLines => 0,
+                HttpLogFormat::Otlp => otlp_rejected(answer),
             };
             return Sent::Ok { rejected };
         }
@@ -146,7 +159,14 @@ impl Client {
                 .to_owned(),
         )
         .header(HOST, authority.as_str())
-        .header(CONTENT_TYPE, "application/x-ndjson")
+        .header(
+            CONTENT_TYPE,
+            if self.otlp.is_some() {
+                "application/x-protobuf"
+            } else {
+                "application/x-ndjson"
+            },
+        )
         .header(CONTENT_LENGTH, body.len())
         .header(USER_AGENT, concat!("sluice/", env!("CARGO_PKG_VERSION")))
         .body(Full::new(body))
@@ -185,6 +205,50 @@ fn bulk_body(batch: &Batch, index: &str) -> Bytes {
         out.push(b'\n');
     }
     out.into()
+}
+
+/// An OTLP logs request of the batch's lines, each at the time its line gives.
+fn otlp_body(batch: &Batch, encoder: Option<&sluice_trace::logs::LogEncoder>) -> Bytes {
+    let Some(encoder) = encoder else {
+        return Bytes::new();
+    };
+    let now = std::time::SystemTime::now();
+    let records = batch.lines().map(|line| {
+        let text = std::str::from_utf8(line).unwrap_or_default();
+        let at = line_time(text).unwrap_or(now);
+        let ns = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        (ns, text.trim_end_matches('\n'))
+    });
+    encoder.request(records).into()
+}
+
+/// The `time` a JSON access log line starts with.
+fn line_time(line: &str) -> Option<std::time::SystemTime> {
+    let rest = line.strip_prefix("{\"time\":\"")?;
+    humantime::parse_rfc3339_weak(rest.split('"').next()?.trim_end_matches('Z')).ok()
+}
+
+/// The lines an OTLP answer says it refused: `ExportLogsServiceResponse.partial_success`
+/// (field 1) `.rejected_log_records` (field 1), a protobuf the collector may send.
+fn otlp_rejected(answer: &[u8]) -> usize {
+    // partial_success (1, LEN) { rejected_log_records (1, varint), error_message (2) }.
+    let Some((&0x0a, rest)) = answer.split_first() else {
+        return 0;
+    };
+    let mut it = rest.iter().skip_while(|b| **b & 0x80 != 0).skip(1);
+    if it.next() != Some(&0x08) {
+        return 0;
+    }
+    let mut n = 0usize;
+    for (i, b) in it.take(10).enumerate() {
+        n |= usize::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    n
 }
 
 /// Items of a `_bulk` answer that were not taken (`"errors": true` lists them by status).

@@ -1,6 +1,13 @@
 //! Shipping the access log to log stores (`[[log.ship]]`): over HTTP in batches of JSON
-//! lines or Elasticsearch `_bulk` bodies ([`http`]), or to syslog as RFC 5424 messages over
-//! UDP or TCP ([`syslog`]).
+//! lines, Elasticsearch `_bulk` bodies or OTLP logs ([`http`]), or to syslog as RFC 5424
+//! messages over UDP, TCP or TLS ([`syslog`]).
+//!
+//! An outage of the store is ridden out in memory, bounded: the queue holds `queue` bytes
+//! (8 MiB by default, about 18,000 lines; size it for the outage to be survived, such as
+//! `queue = "256m"` for ten minutes at 1,000 lines/s) and the lines beyond are dropped and
+//! counted, never spilled to disk. The access log file, when configured, is already the
+//! record on disk of every line; a spill file would be a second copy written on the request
+//! path's disk at the moment the store is down, competing with it.
 //!
 //! A request thread only appends its line (already framed for the shipper) to the shipper's
 //! queue, a byte buffer bounded by `queue`: when the store is slow or down the queue fills
@@ -16,7 +23,7 @@ mod http;
 mod syslog;
 
 use super::entry::Entry;
-use sluice_config::{LogShip, ShipSink};
+use sluice_config::{LogShip, ShipSink, SyslogTransport};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -222,9 +229,18 @@ impl Shipper {
         let c = &self.counters;
         let (kind, target) = match &self.settings.sink {
             ShipSink::Http { url, .. } => ("http", url.to_string()),
-            ShipSink::Syslog { address, tcp, .. } => (
+            ShipSink::Syslog {
+                address, transport, ..
+            } => (
                 "syslog",
-                format!("{}://{address}", if *tcp { "tcp" } else { "udp" }),
+                format!(
+                    "{}://{address}",
+                    match transport {
+                        SyslogTransport::Udp => "udp",
+                        SyslogTransport::Tcp => "tcp",
+                        SyslogTransport::Tls { .. } => "tls",
+                    }
+                ),
             ),
         };
         ShipperSnapshot {
@@ -348,16 +364,21 @@ async fn run(s: Arc<Shipper>) {
             format,
             headers,
             ca,
+            client_identity,
         } => Sink::Http(http::Client::new(
             url.clone(),
             format.clone(),
             headers,
-            ca.as_deref(),
+            (ca.clone(), client_identity.clone()),
             s.settings.timeout,
         )),
-        ShipSink::Syslog { address, tcp, .. } => {
-            Sink::Syslog(syslog::Client::new(*address, *tcp, s.settings.timeout))
-        }
+        ShipSink::Syslog {
+            address, transport, ..
+        } => Sink::Syslog(syslog::Client::new(
+            address.clone(),
+            transport,
+            s.settings.timeout,
+        )),
     };
     loop {
         let closing = s.closed.load(Ordering::Relaxed);

@@ -1,9 +1,14 @@
 //! The syslog shipper: each access log line as an RFC 5424 message whose MSG is the JSON
-//! line, over UDP (one datagram each, RFC 5426) or TCP (octet-counted frames, RFC 6587
-//! §3.4.1, on a connection kept between batches).
+//! line, over UDP (one datagram each, RFC 5426), TCP (octet-counted frames, RFC 6587
+//! §3.4.1, on a connection kept between batches) or TLS (the same frames, RFC 5425: the
+//! server's certificate checked against `ca` or the system's roots and the server's name,
+//! a client certificate presented when configured). A server given by name is resolved at
+//! each connection (and, over UDP, each batch), so a syslog server that moves is followed.
 
 use super::{Batch, Sent};
 use crate::access_log::entry::Entry;
+use crate::upstreams::upstream_tls::{UpstreamConnector, UpstreamIo};
+use sluice_config::{SyslogTransport, UpstreamTls};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -58,18 +63,46 @@ pub(super) fn frame(out: &mut Vec<u8>, e: &Entry, facility: u8, app_name: &str, 
 }
 
 pub(crate) struct Client {
-    address: SocketAddr,
-    tcp: bool,
+    /// `host:port`.
+    address: String,
+    /// `None`: UDP. `Some(None)`: TCP. `Some(Some(..))`: TLS, or why it cannot be set up.
+    stream_tls: Option<Option<Result<UpstreamConnector, String>>>,
     timeout: Duration,
     udp: Option<UdpSocket>,
-    stream: Option<TcpStream>,
+    stream: Option<UpstreamIo>,
 }
 
 impl Client {
-    pub(crate) fn new(address: SocketAddr, tcp: bool, timeout: Duration) -> Self {
+    pub(crate) fn new(address: String, transport: &SyslogTransport, timeout: Duration) -> Self {
+        let stream_tls = match transport {
+            SyslogTransport::Udp => None,
+            SyslogTransport::Tcp => Some(None),
+            SyslogTransport::Tls {
+                ca,
+                client_identity,
+            } => {
+                let host = address
+                    .rsplit_once(':')
+                    .map_or(address.as_str(), |(h, _)| h)
+                    .trim_matches(['[', ']']);
+                let cfg = UpstreamTls {
+                    // An IP address is verified as one (the connector's rule).
+                    server_name: host
+                        .parse::<std::net::IpAddr>()
+                        .is_err()
+                        .then(|| host.to_owned()),
+                    ca: ca.clone(),
+                    verify: true,
+                    client_identity: client_identity.clone(),
+                };
+                Some(Some(UpstreamConnector::new(&cfg, None).map_err(|e| {
+                    format!("setting up TLS to syslog {address}: {e}")
+                })))
+            }
+        };
         Client {
             address,
-            tcp,
+            stream_tls,
             timeout,
             udp: None,
             stream: None,
@@ -77,7 +110,7 @@ impl Client {
     }
 
     pub(crate) async fn send(&mut self, batch: &Batch) -> Sent {
-        let result = if self.tcp {
+        let result = if self.stream_tls.is_some() {
             tokio::time::timeout(self.timeout, self.send_tcp(batch)).await
         } else {
             tokio::time::timeout(self.timeout, self.send_udp(batch)).await
@@ -94,13 +127,29 @@ impl Client {
         }
     }
 
+    async fn connect(&self) -> Result<UpstreamIo, String> {
+        let tcp = TcpStream::connect(self.address.as_str())
+            .await
+            .map_err(|e| format!("connecting to syslog {}: {e}", self.address))?;
+        match &self.stream_tls {
+            Some(Some(Ok(connector))) => {
+                let peer = tcp.peer_addr().map_err(|e| e.to_string())?;
+                let tls = connector
+                    .connect(peer, tcp)
+                    .await
+                    .map_err(|e| format!("syslog {}: {e}", self.address))?;
+                Ok(UpstreamIo::Tls(Box::new(tls)))
+            }
+            Some(Some(Err(why))) => Err(why.clone()),
+            _ => Ok(UpstreamIo::Plain(tcp)),
+        }
+    }
+
     async fn send_tcp(&mut self, batch: &Batch) -> Sent {
         if self.stream.is_none() {
-            match TcpStream::connect(self.address).await {
+            match self.connect().await {
                 Ok(s) => self.stream = Some(s),
-                Err(e) => {
-                    return Sent::Retry(format!("connecting to syslog {}: {e}", self.address));
-                }
+                Err(e) => return Sent::Retry(e),
             }
         }
         let mut frames = Vec::with_capacity(batch.bytes.len() + batch.lines * 6);
@@ -120,8 +169,25 @@ impl Client {
     }
 
     async fn send_udp(&mut self, batch: &Batch) -> Sent {
+        // Resolved for each batch: a name that moves is followed.
+        let target = match tokio::net::lookup_host(self.address.as_str()).await {
+            Ok(mut found) => match found.next() {
+                Some(a) => a,
+                None => {
+                    return Sent::Retry(format!("syslog {} resolves to nothing", self.address));
+                }
+            },
+            Err(e) => return Sent::Retry(format!("resolving syslog {}: {e}", self.address)),
+        };
+        let family_changed = self.udp.as_ref().is_some_and(|u| {
+            u.local_addr()
+                .is_ok_and(|l| l.is_ipv4() != target.is_ipv4())
+        });
+        if family_changed {
+            self.udp = None;
+        }
         if self.udp.is_none() {
-            let local: SocketAddr = if self.address.is_ipv4() {
+            let local: SocketAddr = if target.is_ipv4() {
                 ([0, 0, 0, 0], 0).into()
             } else {
                 (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
@@ -140,7 +206,7 @@ impl Client {
             }
             // A datagram the network refuses (no route, a full buffer) is lost like any
             // other: UDP syslog promises no delivery, and retrying would duplicate the rest.
-            if socket.send_to(line, self.address).await.is_err() {
+            if socket.send_to(line, target).await.is_err() {
                 rejected += 1;
             }
         }
