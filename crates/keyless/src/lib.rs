@@ -13,6 +13,8 @@
 //! configuration's `[offload.keyless]` settings, and nothing of HTTP.
 
 pub mod client;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
 pub mod protocol;
 pub mod server;
 pub mod server_config;

@@ -108,9 +108,13 @@ enum Command {
     /// dudect on the mb kernel: do RSA-2048 batches take the same time whatever the private
     /// keys? Welch's t between a fixed key and random keys (fails at |t| >= 4.5).
     CtCheck {
-        /// auto (IFMA where the CPU has it), ifma, ifma4 or portable.
+        /// auto (IFMA where the CPU has it), ifma, ifma4, portable, or leaky (the portable
+        /// kernel made to leak: the method's self-test, with --expect-leak).
         #[arg(long, default_value = "auto")]
         kernel: String,
+        /// RSA key size: 2048, 3072 or 4096.
+        #[arg(long, default_value_t = 2048)]
+        bits: u32,
         /// How long to measure (dudect wants ~10^6 batches for a verdict).
         #[arg(long, default_value_t = 60.0)]
         seconds: f64,
@@ -120,9 +124,16 @@ enum Command {
         /// One JSON object.
         #[arg(long)]
         json: bool,
-        /// Print the result without failing on it (smoke runs too short for a verdict).
+        /// |t| at or above this fails (dudect's 4.5 for ~10^6 batches; a short run takes a
+        /// higher bound it can afford).
+        #[arg(long, default_value_t = 4.5)]
+        bound: f64,
+        /// Print the result without failing on it.
         #[arg(long)]
         report_only: bool,
+        /// Fail unless the times depend on the key (with --kernel leaky).
+        #[arg(long)]
+        expect_leak: bool,
     },
     /// Signatures per second per algorithm and engine, like `openssl speed -async_jobs`;
     /// gzip, br and zstd: compression MB/s and ratio on a bundled corpus.
@@ -301,11 +312,25 @@ fn main() -> ExitCode {
         }),
         Command::CtCheck {
             kernel,
+            bits,
             seconds,
             max_samples,
             json,
+            bound,
             report_only,
-        } => ct::run(&kernel, seconds, max_samples, json, report_only),
+            expect_leak,
+        } => ct::run(
+            &kernel,
+            bits,
+            seconds,
+            max_samples,
+            json,
+            &ct::Verdict {
+                bound,
+                report_only,
+                expect_leak,
+            },
+        ),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -150,19 +150,7 @@ impl Cx<'_> {
                 "use lowercase letters, digits, '-' and '_', such as \"sluice-access\"",
             );
         }
-        let mut headers = Vec::new();
-        for (k, v) in r.headers.iter().flatten() {
-            if http::HeaderName::from_bytes(k.as_bytes()).is_err()
-                || http::HeaderValue::from_str(v.get_ref()).is_err()
-            {
-                self.err_at(
-                    v,
-                    format!("[[log.ship]] header `{k}` is not a valid HTTP header"),
-                    "use a token name and a visible-ASCII value",
-                );
-            }
-            headers.push((k.clone(), v.get_ref().clone()));
-        }
+        let headers = self.ship_headers(r);
         for (key, given) in [("facility", &r.facility), ("app_name", &r.app_name)] {
             if let Some(v) = given {
                 self.err_at(
@@ -205,6 +193,24 @@ impl Cx<'_> {
             ca,
             client_identity,
         })
+    }
+
+    /// `headers`: each a valid HTTP header.
+    fn ship_headers(&mut self, r: &RawLogShip) -> Vec<(String, String)> {
+        let mut headers = Vec::new();
+        for (k, v) in r.headers.iter().flatten() {
+            if http::HeaderName::from_bytes(k.as_bytes()).is_err()
+                || http::HeaderValue::from_str(v.get_ref()).is_err()
+            {
+                self.err_at(
+                    v,
+                    format!("[[log.ship]] header `{k}` is not a valid HTTP header"),
+                    "use a token name and a visible-ASCII value",
+                );
+            }
+            headers.push((k.clone(), v.get_ref().clone()));
+        }
+        headers
     }
 
     fn syslog_sink(&mut self, r: &RawLogShip, scheme: &str) -> Option<ShipSink> {

@@ -47,9 +47,10 @@ impl CtReport {
     }
 }
 
-/// The keys and inputs of one run: `keys[0]` is the fixed class's.
+/// The keys and inputs of one run: `keys[0]` is the fixed class's; all of `bits`.
 struct Material {
     keys: Vec<(PrivateKey, Vec<Vec<u64>>, Blinding)>,
+    bits: u32,
 }
 
 /// An xorshift stream: the class and key choices (not secrets; reproducible per seed).
@@ -68,31 +69,38 @@ impl Rng {
     }
 }
 
-/// The RSA-2048 keys of `pkcs8`, each with `inputs` random inputs below its modulus.
+/// The RSA keys of `pkcs8` (one size: 2048, 3072 or 4096 bits), each with `inputs` random
+/// inputs below its modulus.
 fn material(pkcs8: &[Vec<u8>], inputs: usize, rng: &mut Rng) -> Result<Material, String> {
     if pkcs8.len() < 2 {
         return Err("a fixed key and at least one other are needed".into());
     }
     let mut keys = Vec::with_capacity(pkcs8.len());
+    let mut bits = None;
     for der in pkcs8 {
         let key = PrivateKey::from_pkcs8(der).map_err(|e| e.to_string())?;
         let mb = key
             .mb()
-            .filter(|m| m.bits == 2048)
-            .ok_or("the mb engine does not take this key as RSA-2048")?;
-        let n = num_bigint::BigUint::from_bytes_be(&super::key::limbs_to_be(&mb.limbs.n, 256));
+            .filter(|m| bits.is_none_or(|b| m.bits == b))
+            .ok_or("the mb engine does not take this key, or its size differs from the first's")?;
+        bits = Some(mb.bits);
+        let len = mb.bits as usize / 8;
+        let n = num_bigint::BigUint::from_bytes_be(&super::key::limbs_to_be(&mb.limbs.n, len));
         let mut cs = Vec::with_capacity(inputs);
         for _ in 0..inputs {
-            let bytes: Vec<u8> = (0..264).map(|_| rng.next() as u8).collect();
+            let bytes: Vec<u8> = (0..len + 8).map(|_| rng.next() as u8).collect();
             let c = num_bigint::BigUint::from_bytes_be(&bytes) % &n;
             let mut be = c.to_bytes_be();
-            be.splice(0..0, std::iter::repeat_n(0, 256 - be.len()));
+            be.splice(0..0, std::iter::repeat_n(0, len - be.len()));
             cs.push(be_to_limbs(&be, mb.nn()).ok_or("an input does not fit")?);
         }
         let blinding = mb.take_blinding().ok_or("no blinding pair")?;
         keys.push((key, cs, blinding));
     }
-    Ok(Material { keys })
+    Ok(Material {
+        keys,
+        bits: bits.unwrap_or(2048),
+    })
 }
 
 fn mb(key: &PrivateKey) -> &MbKey {
@@ -218,7 +226,7 @@ pub fn t_statistics(samples: &[(bool, f64)]) -> (f64, f64) {
     (all, worst)
 }
 
-/// Measures `kernel` on RSA-2048 batches for `duration` (and at most `max_samples`
+/// Measures `kernel` on batches of the keys' size for `duration` (and at most `max_samples`
 /// batches): the fixed class with the first of the `pkcs8` keys, the random class with the
 /// others.
 pub fn measure(
@@ -227,6 +235,29 @@ pub fn measure(
     duration: Duration,
     max_samples: usize,
 ) -> Result<CtReport, String> {
+    measure_with(kernel, pkcs8, duration, max_samples, false)
+}
+
+/// The method's self-test: [`measure`] of the portable kernel made to leak on purpose (a
+/// batch takes about twice as long unless its first lane's secret prime is the fixed key's:
+/// the comparison with a secret that a careless implementation makes). A run of the size
+/// that checks the real kernels must find this one's dependence, or its verdict on them says
+/// nothing. The leak is the same size in every run, so the self-test cannot pass by chance.
+pub fn measure_leaky(
+    pkcs8: &[Vec<u8>],
+    duration: Duration,
+    max_samples: usize,
+) -> Result<CtReport, String> {
+    measure_with(Kernel::Reference, pkcs8, duration, max_samples, true)
+}
+
+fn measure_with(
+    kernel: Kernel,
+    pkcs8: &[Vec<u8>],
+    duration: Duration,
+    max_samples: usize,
+    leak: bool,
+) -> Result<CtReport, String> {
     let mut rng = Rng(0x5eed_c0de_d00d_f00d);
     let m = material(pkcs8, 16, &mut rng)?;
     // The portable reference computes lanes one after another: one per batch is the same
@@ -234,21 +265,29 @@ pub fn measure(
     let width = if kernel == Kernel::Reference {
         1
     } else {
-        kernel.lanes(2048)
+        kernel.lanes(m.bits)
     };
     let mut lanes = lanes_for(&m, width);
     let mut samples: Vec<(bool, f64)> = Vec::new();
     // Warm-up: caches, frequency, the branch predictors.
     for i in 0..16 {
         prepare(&mut lanes, &m, i % 2 == 1, &mut rng);
-        run(kernel, &lanes);
+        run(kernel, m.bits, &lanes);
     }
+    let fixed_prime = mb(&m.keys[0].0).limbs.p.m[0];
     let end = Instant::now() + duration;
     while samples.len() < max_samples && Instant::now() < end {
         let random = rng.next() & 1 == 1;
         prepare(&mut lanes, &m, random, &mut rng);
         let start = Instant::now();
-        let out = run(kernel, &lanes);
+        let out = run(kernel, m.bits, &lanes);
+        if leak && lanes[0].key.p.m[0] != fixed_prime {
+            // The deliberate dependence: as long again as the batch took.
+            let spent = start.elapsed();
+            while start.elapsed() < spent * 2 {
+                std::hint::spin_loop();
+            }
+        }
         let took = start.elapsed();
         std::hint::black_box(out);
         samples.push((random, took.as_nanos() as f64));
@@ -267,7 +306,7 @@ pub fn measure(
     })
 }
 
-fn run(kernel: Kernel, lanes: &[Lane]) -> Vec<super::arith::LaneOut> {
+fn run(kernel: Kernel, bits: u32, lanes: &[Lane]) -> Vec<super::arith::LaneOut> {
     let work: Vec<LaneIn<'_>> = lanes
         .iter()
         .map(|l| LaneIn {
@@ -276,7 +315,7 @@ fn run(kernel: Kernel, lanes: &[Lane]) -> Vec<super::arith::LaneOut> {
             blinding: &l.blinding,
         })
         .collect();
-    super::compute(kernel, 2048, &work)
+    super::compute(kernel, bits, &work)
 }
 
 #[cfg(test)]
@@ -315,23 +354,40 @@ mod tests {
 
     /// The classes really differ in their keys, and each lane computes with the key it was
     /// given: every result checks out against that key's public half.
+    /// Every size the engine takes, on the reference and on each IFMA kernel this CPU has:
+    /// each lane computes with its class's key (the dudect runs measure what they mean to).
     #[test]
     fn the_lanes_compute_with_the_keys_of_their_class() {
+        let mut kernels = vec![Kernel::Reference];
+        kernels.extend([8, 4].into_iter().filter_map(Kernel::detect_lanes));
+        for bits in [2048, 3072, 4096] {
+            let keys: Vec<Vec<u8>> = (0..3)
+                .map(|_| {
+                    crate::tests::boring_key(crate::KeyKind::Rsa(bits))
+                        .private_key_to_der_pkcs8()
+                        .unwrap()
+                })
+                .collect();
+            for &kernel in &kernels {
+                lanes_compute_with_their_keys(kernel, &keys);
+            }
+        }
+    }
+
+    fn lanes_compute_with_their_keys(kernel: Kernel, keys: &[Vec<u8>]) {
         let mut rng = Rng(3);
-        let keys: Vec<Vec<u8>> = (0..3)
-            .map(|_| {
-                crate::tests::boring_key(crate::KeyKind::Rsa(2048))
-                    .private_key_to_der_pkcs8()
-                    .unwrap()
-            })
-            .collect();
-        let m = material(&keys, 2, &mut rng).unwrap();
-        let mut lanes = lanes_for(&m, 4);
+        let m = material(keys, 2, &mut rng).unwrap();
+        let width = if kernel == Kernel::Reference {
+            4
+        } else {
+            kernel.lanes(m.bits)
+        };
+        let mut lanes = lanes_for(&m, width);
         let mut held = std::collections::HashSet::new();
         for round in 0..6 {
             let random = round % 2 == 1;
             prepare(&mut lanes, &m, random, &mut rng);
-            let out = run(Kernel::Reference, &lanes);
+            let out = run(kernel, m.bits, &lanes);
             for (lane, o) in lanes.iter().zip(&out) {
                 assert_eq!(lane.holds == 0, !random);
                 held.insert(lane.holds);
@@ -339,7 +395,12 @@ mod tests {
                 let n = super::super::key::from_limbs(&mb(&m.keys[lane.holds].0).limbs.n);
                 let s = super::super::key::from_limbs(&o.s);
                 let c = super::super::key::from_limbs(&lane.c);
-                assert_eq!(s.modpow(&num_bigint::BigUint::from(65_537u32), &n), c);
+                assert_eq!(
+                    s.modpow(&num_bigint::BigUint::from(65_537u32), &n),
+                    c,
+                    "{kernel:?}, {} bits",
+                    m.bits
+                );
             }
         }
         assert!(

@@ -197,16 +197,39 @@ fn ifma_kernel_on_mixed_keys_and_partial_batches(kernel: Kernel) {
 
 #[test]
 fn ifma_kernel_matches_boringssl_on_many_messages() {
-    let keys: Vec<TestKey> = (0..8).map(|_| test_key(2048)).collect();
-    for kernel in ifma_kernels() {
-        for round in 0..128u64 {
-            let work: Vec<(&TestKey, Vec<u8>)> = keys
-                .iter()
-                .enumerate()
-                .map(|(i, k)| (k, padded(&below(&k.n, round * 8 + i as u64), 256)))
-                .collect();
-            assert_lanes_match_boringssl(kernel, &work, &format!("round {round}"));
+    // As many rounds of 3072 and 4096 as the time of 2048's allows (a 4096 batch is ~8x).
+    for (bits, rounds) in [(2048u32, 128u64), (3072, 32), (4096, 16)] {
+        let keys: Vec<TestKey> = (0..8).map(|_| test_key(bits)).collect();
+        let len = bits as usize / 8;
+        for kernel in ifma_kernels() {
+            for round in 0..rounds {
+                let work: Vec<(&TestKey, Vec<u8>)> = keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| (k, padded(&below(&k.n, round * 8 + i as u64), len)))
+                    .collect();
+                assert_lanes_match_boringssl(kernel, &work, &format!("{bits} bits, round {round}"));
+            }
         }
+    }
+}
+
+/// A CPU that has AVX-512 IFMA runs the IFMA kernels' tests: they may not skip there (a
+/// detection that failed would make every IFMA test above pass having tested nothing).
+#[test]
+fn an_ifma_cpu_runs_the_ifma_kernels() {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    let has = |f: &str| flags.contains(&f);
+    let here = ifma_kernels_here();
+    match (has("avx512ifma") && has("avx512f"), has("avx512vl")) {
+        (true, true) => assert_eq!(here.len(), 2, "8 and 4 lanes: {here:?}"),
+        (true, false) => assert_eq!(here.len(), 1, "8 lanes: {here:?}"),
+        (false, _) => assert!(here.is_empty(), "{here:?} without avx512ifma in {flags:?}"),
     }
 }
 

@@ -27,6 +27,8 @@ pub mod fuzz;
 mod head;
 mod names;
 mod response;
+#[cfg(test)]
+mod seeds;
 mod server;
 mod upgrade;
 
