@@ -100,7 +100,7 @@ pub struct Purges {
     none: AtomicBool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Inner {
     /// Purged keys, each with its latest purge's time.
     keys: HashMap<String, SystemTime>,
@@ -201,6 +201,21 @@ impl Purges {
         inner.forgotten.is_some_and(|f| requested <= f) || inner.covers(key, requested)
     }
 
+    /// Takes `old`'s records, watermark and distrust (a cache rebuilt by a reload keeps what
+    /// its predecessor was told; records of its own stay).
+    pub fn take_over(&self, old: &Purges) {
+        let copy = old.inner.read().unwrap_or_else(|e| e.into_inner()).clone();
+        for p in copy.order {
+            self.add(p);
+        }
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        inner.forgotten = inner.forgotten.max(copy.forgotten);
+        inner.distrust = inner.distrust.max(copy.distrust);
+        if inner.forgotten.is_some() || inner.distrust.is_some() {
+            self.none.store(false, Ordering::Release);
+        }
+    }
+
     /// The purges recorded now.
     pub fn len(&self) -> usize {
         self.inner
@@ -218,6 +233,31 @@ impl Purges {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_rebuilt_cache_takes_over_its_predecessors_purges() {
+        let t = |s: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000 + s);
+        let old = Purges::default();
+        old.add(Purge {
+            target: "a.test/x".into(),
+            prefix: false,
+            at: t(10),
+        });
+        old.distrust_before(t(1));
+        let new = Purges::default();
+        new.add(Purge {
+            target: "a.test/y".into(),
+            prefix: false,
+            at: t(20),
+        });
+        new.take_over(&old);
+        assert!(new.covers("a.test/x", t(5)), "the old record");
+        assert!(new.covers("a.test/y", t(15)), "its own record");
+        assert!(new.covers("a.test/z", t(1)), "the old distrust");
+        assert!(!new.covers("a.test/x", t(11)));
+        assert_eq!(new.len(), 2);
+    }
+
     use super::*;
 
     fn at(s: u64) -> SystemTime {

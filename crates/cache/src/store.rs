@@ -127,6 +127,12 @@ impl Store {
         Ok(store)
     }
 
+    /// Takes `old`'s purge records (a store rebuilt by a reload: what was purged stays
+    /// purged, in this store's memory and in what its disk writer refuses).
+    pub fn take_purges_from(&self, old: &Store) {
+        self.purges.take_over(&old.purges);
+    }
+
     fn build(max_bytes: u64, disk: Option<Arc<DiskTier>>, writer: Option<Sender<DiskOp>>) -> Store {
         Store {
             disk,

@@ -580,8 +580,10 @@ async fn prepare(
     let cache = if *state.cache.settings() == snapshot.cache {
         state.cache.clone()
     } else {
-        crate::ResponseCache::new(&snapshot.cache, state.cache.counters())
-            .map_err(ProxyError::Offload)?
+        let rebuilt = crate::ResponseCache::new(&snapshot.cache, state.cache.counters())
+            .map_err(ProxyError::Offload)?;
+        rebuilt.store.take_purges_from(&state.cache.store);
+        rebuilt
     };
     let tracer = match (&state.tracer, &snapshot.tracing) {
         (_, None) => None,
