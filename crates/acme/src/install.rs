@@ -27,8 +27,9 @@ pub(crate) fn install(name: &str, issued: Issued) -> Result<(i64, i64), String> 
         placeholder: false,
         ocsp,
     };
+    let staple = sluice_tls::ocsp::kept::for_certificate(&cert);
     let served = live()
-        .install(std::sync::Arc::new(cert))
+        .install(std::sync::Arc::new(cert), staple)
         .map_err(|e| format!("putting the certificate in force: {e}"))?;
     if !served {
         tracing::info!(certificate = %name, "no listener serves this certificate; it is stored for the next load");

@@ -77,14 +77,6 @@ impl AcmeSlot {
     }
 }
 
-/// The staple kept on disk for `cert`, when it staples and one is current.
-fn kept_staple(cert: &sluice_config::Certificate) -> Option<Arc<Vec<u8>>> {
-    if !cert.ocsp || cert.placeholder {
-        return None;
-    }
-    crate::ocsp::kept::load(&cert.chain).map(|(der, _)| Arc::new(der))
-}
-
 /// Where an ACME certificate stands, for `/status`, `/metrics` and the dashboard.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct AcmeStatus {
@@ -166,12 +158,13 @@ pub fn live() -> &'static Live {
 impl Live {
     /// The slot a store serves ACME certificate `cert` from: the shared one when it was
     /// built with the same settings and holds a certificate at least as new as `cert`'s,
-    /// else a new one serving `cert` (stapled with what disk keeps for it), which becomes
-    /// the shared one.
+    /// else a new one serving `cert` (stapled with `staple`, what disk keeps for it), which
+    /// becomes the shared one.
     pub(crate) fn acme_slot(
         &self,
         cert: &Arc<sluice_config::Certificate>,
         key: SlotKey,
+        staple: Option<Arc<Vec<u8>>>,
     ) -> Result<Arc<Slot>, crate::TlsError> {
         let mut acme = self.acme.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(held) = acme.get(&cert.name)
@@ -190,7 +183,7 @@ impl Live {
             key,
             slot: Weak::new(),
             cert: cert.clone(),
-            staple: kept_staple(cert),
+            staple,
         };
         let slot = Arc::new(Slot::new(held.credential()?));
         held.slot = Arc::downgrade(&slot);
@@ -233,10 +226,14 @@ impl Live {
     }
 
     /// Puts a newly issued certificate for ACME certificate `cert.name` in force in every
-    /// store that serves it, built with the engines the slot was built with (and no staple
-    /// until the stapler fetches one, unless disk keeps one). Returns whether any listener
-    /// serves it (false: the next reload's stores take it from storage).
-    pub fn install(&self, cert: Arc<sluice_config::Certificate>) -> Result<bool, crate::TlsError> {
+    /// store that serves it, built with the engines the slot was built with and `staple`
+    /// (what disk keeps for it; none until the stapler fetches one otherwise). Returns
+    /// whether any listener serves it (false: the next reload's stores take it from storage).
+    pub fn install(
+        &self,
+        cert: Arc<sluice_config::Certificate>,
+        staple: Option<Arc<Vec<u8>>>,
+    ) -> Result<bool, crate::TlsError> {
         let mut acme = self.acme.lock().unwrap_or_else(|e| e.into_inner());
         let Some(held) = acme.get_mut(&cert.name) else {
             return Ok(false);
@@ -246,7 +243,7 @@ impl Live {
         };
         let (was, staple) = (
             std::mem::replace(&mut held.cert, cert.clone()),
-            std::mem::replace(&mut held.staple, kept_staple(&cert)),
+            std::mem::replace(&mut held.staple, staple),
         );
         match held.credential() {
             Ok(c) => slot.store(c),
@@ -258,13 +255,14 @@ impl Live {
         Ok(true)
     }
 
-    /// A slot for `cert`, whose OCSP response is stapled: built with the current staple, and
-    /// rebuilt whenever [`Live::staple`] brings another.
+    /// A slot for `cert`, whose OCSP response is stapled: built with the current staple (at
+    /// first `kept`, what disk keeps for it), and rebuilt whenever [`Live::staple`] brings
+    /// another.
     pub(crate) fn stapled_slot(
         &self,
         cert: &Arc<sluice_config::Certificate>,
-        engines: Vec<sluice_crypto::EngineKind>,
-        fallback_local: bool,
+        (engines, fallback_local): (Vec<sluice_crypto::EngineKind>, bool),
+        kept: Option<Arc<Vec<u8>>>,
     ) -> Result<Arc<Slot>, crate::TlsError> {
         let mut stapled = self.stapled.lock().unwrap_or_else(|e| e.into_inner());
         stapled.retain(|_, s| s.slots.iter().any(|(w, ..)| w.strong_count() > 0));
@@ -272,7 +270,7 @@ impl Live {
             cert: cert.clone(),
             slots: Vec::new(),
             // A restarted process staples from its first handshake what the last one kept.
-            staple: kept_staple(cert),
+            staple: kept,
         });
         let credential = crate::credential::x509_credential(cert, engines.clone(), fallback_local)?;
         if let Some(staple) = &entry.staple {

@@ -58,11 +58,14 @@ impl CertStore {
                         engines: engines.clone(),
                         fallback_local,
                     },
+                    crate::ocsp::kept::for_certificate(cert),
                 )?,
                 // Rebuilt with each OCSP response the stapler fetches.
-                None if crate::ocsp::staples(cert) => {
-                    live().stapled_slot(cert, engines, fallback_local)?
-                }
+                None if crate::ocsp::staples(cert) => live().stapled_slot(
+                    cert,
+                    (engines, fallback_local),
+                    crate::ocsp::kept::for_certificate(cert),
+                )?,
                 None => Arc::new(Slot::new(x509_credential(cert, engines, fallback_local)?)),
             };
             credentials.insert(i, slot);

@@ -147,6 +147,56 @@ upstream = "origin"
     )
 }
 
+/// Knot for `acme.test`, Pebble asking it (with `pebble`'s settings), an origin, and the
+/// gateway's directory and HTTPS port: what every test here starts with.
+struct Scene {
+    knot: Knot,
+    pebble: Pebble,
+    origin: Origin,
+    dir: tempfile::TempDir,
+    https: u16,
+}
+
+impl Scene {
+    /// `dir`: the gateway's directory (made before, when a test needs its path first).
+    async fn start(dir: tempfile::TempDir, validity_s: u64, pebble: serde_json::Value) -> Scene {
+        let knot = Knot::start("acme.test").await;
+        let pebble =
+            Pebble::start_with(knot.port, free_port(), free_port(), validity_s, 0, pebble).await;
+        Scene {
+            knot,
+            pebble,
+            origin: Origin::start("origin").await,
+            dir,
+            https: free_port(),
+        }
+    }
+
+    /// A dns-01 order for `names` (a TOML array) through Knot with its key file, and `more`.
+    fn dns01(&self, names: &str, more: &str) -> String {
+        format!(
+            r#"{{ names = {names}, challenge = "dns-01", dns = {{ server = "127.0.0.1:{}", secret_file = "{}" }}{more} }}"#,
+            self.knot.port,
+            self.knot.key_file().display()
+        )
+    }
+
+    /// The gateway's configuration for the order `acme`.
+    fn config(&self, acme: &str) -> String {
+        config(
+            self.dir.path(),
+            &self.pebble,
+            self.https,
+            self.origin.addr,
+            acme,
+        )
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.https))
+    }
+}
+
 /// The DNS names a handshake for `sni` is served.
 async fn served_names(addr: SocketAddr, sni: &'static str) -> Vec<String> {
     let h = tls_connect(
@@ -170,33 +220,23 @@ async fn served_names(addr: SocketAddr, sni: &'static str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dns01_orders_a_wildcard_through_knot_with_eab_and_removes_its_records() {
-    let knot = Knot::start("acme.test").await;
     // Pebble asks Knot for the TXT records, and refuses accounts without EAB.
-    let pebble = Pebble::start_with(
-        knot.port,
-        free_port(),
-        free_port(),
+    let scene = Scene::start(
+        tempfile::tempdir().unwrap(),
         3600,
-        0,
         serde_json::json!({
             "externalAccountBindingRequired": true,
             "externalAccountMACKeys": { "kid-1": EAB_KEY },
         }),
     )
     .await;
-    let origin = Origin::start("origin").await;
-    let dir = tempfile::tempdir().unwrap();
-    let https = free_port();
-    let acme = format!(
-        r#"{{ names = ["*.acme.test", "acme.test"], challenge = "dns-01", dns = {{ server = "127.0.0.1:{}", secret_file = "{}" }}, eab = {{ kid = "kid-1", hmac_key = "{EAB_KEY}" }} }}"#,
-        knot.port,
-        knot.key_file().display()
+    let (knot, pebble, dir) = (&scene.knot, &scene.pebble, &scene.dir);
+    let acme = scene.dns01(
+        r#"["*.acme.test", "acme.test"]"#,
+        &format!(r#", eab = {{ kid = "kid-1", hmac_key = "{EAB_KEY}" }}"#),
     );
-    let gw = Gw::start(
-        dir.path(),
-        &config(dir.path(), &pebble, https, origin.addr, &acme),
-    );
-    let addr = SocketAddr::from(([127, 0, 0, 1], https));
+    let gw = Gw::start(dir.path(), &scene.config(&acme));
+    let addr = scene.addr();
     let report = || {
         format!(
             "gateway:\n{}\npebble:\n{}\nknot:\n{}",
@@ -235,29 +275,15 @@ async fn dns01_orders_a_wildcard_through_knot_with_eab_and_removes_its_records()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dns01_with_a_key_the_server_refuses_fails_clearly_and_keeps_the_placeholder() {
-    let knot = Knot::start("acme.test").await;
-    let pebble = Pebble::start_with(
-        knot.port,
-        free_port(),
-        free_port(),
-        3600,
-        0,
-        serde_json::json!({}),
-    )
-    .await;
-    let origin = Origin::start("origin").await;
-    let dir = tempfile::tempdir().unwrap();
-    let https = free_port();
+    let scene = Scene::start(tempfile::tempdir().unwrap(), 3600, serde_json::json!({})).await;
+    let knot = &scene.knot;
     // Right name and algorithm, wrong secret.
     let acme = format!(
         r#"{{ names = ["b.acme.test"], challenge = "dns-01", dns = {{ server = "127.0.0.1:{}", key_name = "acme-update", secret = "d3Jvbmcgc2VjcmV0IHdyb25nIHNlY3JldA==" }} }}"#,
         knot.port
     );
-    let gw = Gw::start(
-        dir.path(),
-        &config(dir.path(), &pebble, https, origin.addr, &acme),
-    );
-    let addr = SocketAddr::from(([127, 0, 0, 1], https));
+    let gw = Gw::start(scene.dir.path(), &scene.config(&acme));
+    let addr = scene.addr();
     until(
         Duration::from_secs(30),
         || format!("gateway:\n{}\nknot:\n{}", gw.stderr(), knot.log()),
@@ -277,27 +303,11 @@ async fn dns01_with_a_key_the_server_refuses_fails_clearly_and_keeps_the_placeho
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_renewal_window_the_ca_moves_into_the_past_renews_at_once() {
-    let knot = Knot::start("acme.test").await;
     // A day's certificate: by Sluice's own schedule, not due for 16 hours.
-    let pebble = Pebble::start_with(
-        knot.port,
-        free_port(),
-        free_port(),
-        86_400,
-        0,
-        serde_json::json!({}),
-    )
-    .await;
-    let origin = Origin::start("origin").await;
-    let dir = tempfile::tempdir().unwrap();
-    let https = free_port();
-    let acme = format!(
-        r#"{{ names = ["ari.acme.test"], challenge = "dns-01", dns = {{ server = "127.0.0.1:{}", secret_file = "{}" }} }}"#,
-        knot.port,
-        knot.key_file().display()
-    );
-    let text = config(dir.path(), &pebble, https, origin.addr, &acme);
-    let addr = SocketAddr::from(([127, 0, 0, 1], https));
+    let scene = Scene::start(tempfile::tempdir().unwrap(), 86_400, serde_json::json!({})).await;
+    let (pebble, dir) = (&scene.pebble, &scene.dir);
+    let text = scene.config(&scene.dns01(r#"["ari.acme.test"]"#, ""));
+    let addr = scene.addr();
     let first = {
         let gw = Gw::start(dir.path(), &text);
         until(
@@ -362,7 +372,6 @@ fn pebble_get(pebble: &Pebble, path: &str, to: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_acme_certificate_is_ocsp_stapled_like_a_file() {
-    let knot = Knot::start("acme.test").await;
     let dir = tempfile::tempdir().unwrap();
     let ca = tempfile::tempdir().unwrap();
     std::fs::write(ca.path().join("index.txt"), "").unwrap();
@@ -393,30 +402,19 @@ async fn an_acme_certificate_is_ocsp_stapled_like_a_file() {
         .unwrap();
     });
     let responder = crate::ocsp::Responder::start_with(ca.path().to_path_buf(), before).await;
-    let pebble = Pebble::start_with(
-        knot.port,
-        free_port(),
-        free_port(),
+    let scene = Scene::start(
+        dir,
         3600,
-        0,
         serde_json::json!({ "ocspResponderURL": format!("http://{}/", responder.addr) }),
     )
     .await;
+    let pebble = &scene.pebble;
     // Pebble's intermediate signs the leaf, so it signs the answers too.
-    pebble_get(&pebble, "/intermediates/0", &ca.path().join("ca.crt"));
-    pebble_get(&pebble, "/intermediate-keys/0", &ca.path().join("ca.key"));
-    let origin = Origin::start("origin").await;
-    let https = free_port();
-    let acme = format!(
-        r#"{{ names = ["ocsp.acme.test"], challenge = "dns-01", dns = {{ server = "127.0.0.1:{}", secret_file = "{}" }} }}"#,
-        knot.port,
-        knot.key_file().display()
-    );
-    let gw = Gw::start(
-        dir.path(),
-        &config(dir.path(), &pebble, https, origin.addr, &acme),
-    );
-    let addr = SocketAddr::from(([127, 0, 0, 1], https));
+    pebble_get(pebble, "/intermediates/0", &ca.path().join("ca.crt"));
+    pebble_get(pebble, "/intermediate-keys/0", &ca.path().join("ca.key"));
+    let acme = scene.dns01(r#"["ocsp.acme.test"]"#, "");
+    let gw = Gw::start(scene.dir.path(), &scene.config(&acme));
+    let addr = scene.addr();
     until(
         Duration::from_secs(60),
         || format!("gateway:\n{}\npebble:\n{}", gw.stderr(), pebble.log()),

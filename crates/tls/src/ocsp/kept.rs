@@ -9,7 +9,7 @@
 use super::codec;
 use boring::x509::X509;
 use std::path::PathBuf;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 static DIR: RwLock<Option<PathBuf>> = RwLock::new(None);
 
@@ -40,6 +40,15 @@ pub(crate) fn load(chain: &[X509]) -> Option<(Vec<u8>, codec::Answer)> {
     let current =
         answer.status == codec::Status::Good && answer.next_update.is_some_and(|n| n > now());
     current.then_some((der, answer))
+}
+
+/// The staple kept for `cert`, when it staples and one is current: what a slot is built
+/// with.
+pub fn for_certificate(cert: &sluice_config::Certificate) -> Option<Arc<Vec<u8>>> {
+    if !cert.ocsp || cert.placeholder {
+        return None;
+    }
+    load(&cert.chain).map(|(der, _)| Arc::new(der))
 }
 
 /// Keeps `der` (a `good` answer) for `leaf`; a failure is logged, never fatal.
