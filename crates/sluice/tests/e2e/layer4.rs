@@ -48,7 +48,7 @@ async fn echo() -> SocketAddr {
 }
 
 /// A certificate for `host` issued by a CA whose certificate `dir/ca.crt` holds.
-fn issued(
+pub(crate) fn issued(
     dir: &std::path::Path,
     host: &str,
 ) -> (
@@ -82,7 +82,7 @@ async fn tls_origin(host: &'static str, name: &'static str) -> SocketAddr {
     naming_tls_server(acceptor(&cert, &key), name).await
 }
 
-fn acceptor(
+pub(crate) fn acceptor(
     cert: &boring::x509::X509,
     key: &boring::pkey::PKey<boring::pkey::Private>,
 ) -> SslAcceptor {
@@ -93,7 +93,7 @@ fn acceptor(
 }
 
 /// Serves TLS with `acceptor`: every connection gets `name`, then a close.
-async fn naming_tls_server(acceptor: SslAcceptor, name: &'static str) -> SocketAddr {
+pub(crate) async fn naming_tls_server(acceptor: SslAcceptor, name: &'static str) -> SocketAddr {
     let socket = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
     tokio::spawn(async move {
@@ -185,7 +185,7 @@ async fn read_proxy_header(tcp: &mut TcpStream) -> Option<String> {
 }
 
 /// Writes `first`, half-closes, and reads the answer to its end.
-async fn exchange(addr: SocketAddr, first: &[u8]) -> String {
+pub(crate) async fn exchange(addr: SocketAddr, first: &[u8]) -> String {
     talk(addr, first, true).await
 }
 
