@@ -120,9 +120,13 @@ pub enum HttpLogFormat {
         /// The index (or data stream) the lines go to.
         index: String,
     },
-    /// OpenTelemetry's OTLP/HTTP logs (`application/x-protobuf`, `ExportLogsServiceRequest`):
-    /// each line a log record whose body is the line, for any OpenTelemetry collector.
-    Otlp,
+    /// OpenTelemetry's OTLP logs (`ExportLogsServiceRequest`): each line a log record whose
+    /// body is the line, for any OpenTelemetry collector, over HTTP/protobuf (a POST of
+    /// `application/x-protobuf`) or gRPC (`LogsService/Export`).
+    Otlp {
+        /// The transport.
+        protocol: crate::tracing::OtlpProtocol,
+    },
 }
 
 /// Syslog facility names (RFC 5424 §6.2.1) and their codes.

@@ -70,8 +70,10 @@ pub struct RawLogShip {
     /// `http(s)://host:port/path` (batches POSTed), `udp://host:port` or `tcp://host:port`
     /// (syslog, RFC 5424).
     pub url: Spanned<String>,
-    /// HTTP only: `"json_lines"` (default) or `"elasticsearch"` (the `_bulk` API).
+    /// HTTP only: `"json_lines"` (default), `"elasticsearch"` (the `_bulk` API) or `"otlp"`.
     pub format: Option<Spanned<String>>,
+    /// `format = "otlp"`: `"http/protobuf"` (default) or `"grpc"`.
+    pub protocol: Option<Spanned<String>>,
     /// `format = "elasticsearch"`: the index (default "sluice").
     pub index: Option<Spanned<String>>,
     /// HTTP only: headers sent with every batch.

@@ -14,17 +14,15 @@
 //! request thread wakes it, besides a batch reaching [`WAKE_BYTES`]), gathers for [`LINGER`],
 //! and sends.
 
+pub(crate) mod otlp_grpc;
 mod otlp_http;
 
 use crate::otlp::{self, Envelope};
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
 use sluice_config::{OtlpProtocol, TracingSettings};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::metadata::{MetadataKey, MetadataValue};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// A batch is sent at the latest this long after its first span.
 const LINGER: Duration = Duration::from_millis(200);
@@ -248,20 +246,14 @@ fn export_loop(
 /// The collector: its gRPC `TraceService` (sent bytes already encoded, with the headers as
 /// metadata), or its OTLP/HTTP endpoint.
 enum Collector {
-    Grpc {
-        grpc: tonic::client::Grpc<Channel>,
-        metadata: Vec<(
-            MetadataKey<tonic::metadata::Ascii>,
-            MetadataValue<tonic::metadata::Ascii>,
-        )>,
-    },
+    Grpc(otlp_grpc::GrpcExporter),
     Http {
         collector: otlp_http::HttpCollector,
         timeout: Duration,
     },
 }
 
-const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+const TRACES_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
 impl Collector {
     /// Within the runtime (the channel's task is spawned on it).
@@ -286,31 +278,15 @@ impl Collector {
                 timeout: s.export_timeout,
             });
         }
-        let mut e = Endpoint::from_shared(endpoint.clone())
-            .map_err(|e| bad(&e))?
-            .timeout(s.export_timeout)
-            .connect_timeout(s.export_timeout);
-        if endpoint.starts_with("https://") {
-            let mut tls = match &s.ca {
-                Some(pem) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
-                None => ClientTlsConfig::new().with_native_roots(),
-            };
-            if let Some(id) = &s.client_identity {
-                tls = tls.identity(Identity::from_pem(&id.cert_pem, &id.key_pem));
-            }
-            e = e.tls_config(tls).map_err(|e| bad(&e))?;
-        }
-        let metadata = s
-            .headers
-            .iter()
-            .filter_map(|(k, v)| {
-                Some((MetadataKey::from_bytes(k.as_bytes()).ok()?, v.parse().ok()?))
-            })
-            .collect();
-        Ok(Collector::Grpc {
-            grpc: tonic::client::Grpc::new(e.connect_lazy()),
-            metadata,
-        })
+        let grpc = otlp_grpc::GrpcExporter::new(
+            endpoint,
+            s.export_timeout,
+            &s.headers,
+            (s.ca.as_deref(), s.client_identity.as_ref()),
+            TRACES_PATH,
+        )
+        .map_err(|e| bad(&e))?;
+        Ok(Collector::Grpc(grpc))
     }
 
     /// One `Export`: the spans the collector rejected, and why.
@@ -321,59 +297,8 @@ impl Collector {
                     .await
                     .map_err(|_| format!("no answer within {timeout:?}"))?
             }
-            Collector::Grpc { grpc, metadata } => {
-                grpc.ready().await.map_err(|e| e.to_string())?;
-                let path = http::uri::PathAndQuery::from_static(EXPORT_PATH);
-                let mut req = tonic::Request::new(body);
-                for (k, v) in metadata.iter() {
-                    req.metadata_mut().insert(k.clone(), v.clone());
-                }
-                let resp = grpc
-                    .unary(req, path, Raw)
-                    .await
-                    .map_err(|s| format!("{}: {}", s.code(), s.message()))?;
-                Ok(otlp::rejected(resp.get_ref()))
-            }
+            Collector::Grpc(grpc) => grpc.export(body).await.map_err(|e| e.message),
         }
-    }
-}
-
-/// A gRPC codec of bytes: the request is encoded already, the response is read by
-/// [`otlp::rejected`].
-#[derive(Debug, Clone, Copy, Default)]
-struct Raw;
-
-impl Codec for Raw {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = Raw;
-    type Decoder = Raw;
-
-    fn encoder(&mut self) -> Raw {
-        Raw
-    }
-
-    fn decoder(&mut self) -> Raw {
-        Raw
-    }
-}
-
-impl Encoder for Raw {
-    type Item = Bytes;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for Raw {
-    type Item = Bytes;
-    type Error = tonic::Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }
 

@@ -4,11 +4,21 @@
 //! scope, then the records as field 2), so it shares the trace envelope; each record's body
 //! is the line as it is (its JSON fields stay one string a collector can parse).
 
+pub use crate::export::otlp_grpc::{ExportError, GrpcExporter};
 use crate::otlp::{
     Envelope, FIXED64, LEN, SPAN_ENTRY, VARINT, bytes_field, field_len, len_header, tag,
 };
 
-/// `SeverityNumber.SEVERITY_NUMBER_INFO`, `_WARN`, `_ERROR`.
+/// The logs service's `Export` method, for [`GrpcExporter::new`].
+pub const LOGS_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+
+/// The records an `ExportLogsServiceResponse` says were rejected (its `partial_success`,
+/// shaped as the trace service's).
+pub fn rejected(answer: &[u8]) -> u64 {
+    crate::otlp::rejected(answer).0
+}
+
+/// `SeverityNumber.SEVERITY_NUMBER_INFO`.
 const INFO: u8 = 9;
 
 /// Encodes export requests of access log lines for one service.

@@ -51,6 +51,7 @@ impl Cx<'_> {
             let tls = matches!(transport, SyslogTransport::Tls { .. });
             for (key, given) in [
                 ("format", r.format.is_some()),
+                ("protocol", r.protocol.is_some()),
                 ("index", r.index.is_some()),
                 ("headers", r.headers.is_some()),
                 ("batch", r.batch.is_some()),
@@ -125,7 +126,18 @@ impl Cx<'_> {
                 }
                 HttpLogFormat::JsonLines
             }
-            Some("otlp") => HttpLogFormat::Otlp,
+            Some("otlp") => HttpLogFormat::Otlp {
+                protocol: self
+                    .choice(
+                        r.protocol.as_ref(),
+                        "protocol",
+                        &[
+                            ("http/protobuf", crate::tracing::OtlpProtocol::HttpProtobuf),
+                            ("grpc", crate::tracing::OtlpProtocol::Grpc),
+                        ],
+                    )
+                    .unwrap_or(crate::tracing::OtlpProtocol::HttpProtobuf),
+            },
             Some("elasticsearch") => HttpLogFormat::Elasticsearch {
                 index: r
                     .index
@@ -141,6 +153,13 @@ impl Cx<'_> {
                 return None;
             }
         };
+        if let (Some(p), false) = (&r.protocol, matches!(format, HttpLogFormat::Otlp { .. })) {
+            self.err_at(
+                p,
+                "[[log.ship]] `protocol` is for format = \"otlp\"",
+                "remove it, or set format = \"otlp\"",
+            );
+        }
         if let HttpLogFormat::Elasticsearch { index } = &format
             && (index.is_empty() || index.contains(['"', '\\', '/', ' ']))
         {

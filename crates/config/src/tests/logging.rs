@@ -123,6 +123,10 @@ facility = "local0"
 batch = 0
 ca = "ca.pem"
 [[log.ship]]
+name = "proto"
+url = "http://127.0.0.1:9428/x"
+protocol = "grpc"
+[[log.ship]]
 name = "half"
 url = "tls://logs.example:6514"
 client_cert = "c.pem"
@@ -149,6 +153,10 @@ ca = "nothere.pem"
     );
     assert!(at("\"local9\"").contains("not known"), "{errs:#?}");
     assert!(
+        at("protocol = \"grpc\"").contains("`protocol` is for format = \"otlp\""),
+        "{errs:#?}"
+    );
+    assert!(
         at("client_cert = \"c.pem\"").contains("client_cert and client_key go together"),
         "{errs:#?}"
     );
@@ -169,5 +177,5 @@ ca = "nothere.pem"
         at("\"nothere.pem\"").contains("cannot read CA file"),
         "{errs:#?}"
     );
-    assert_eq!(errs.len(), 11, "{errs:#?}");
+    assert_eq!(errs.len(), 12, "{errs:#?}");
 }

@@ -788,3 +788,96 @@ flush = "100ms"
         format!("tls://localhost:{}", rsyslog.port)
     );
 }
+
+/// An OpenTelemetry collector (Jaeger v2's build of it) with one logs pipeline: OTLP/gRPC in,
+/// OTLP/HTTP out to `store`'s OpenTelemetry input.
+struct Collector {
+    child: Child,
+    grpc: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Collector {
+    async fn start(store: &Store) -> Collector {
+        let dir = tempfile::tempdir().unwrap();
+        let grpc = free_port();
+        let config = format!(
+            "service:\n  pipelines:\n    logs:\n      receivers: [otlp]\n      exporters: [otlphttp]\n  \
+             telemetry:\n    metrics:\n      level: none\n    logs:\n      level: warn\n\
+             receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{grpc}\n\
+             exporters:\n  otlphttp:\n    logs_endpoint: http://{}/insert/opentelemetry/v1/logs\n    \
+             headers:\n      VL-Extra-Fields: via=collector\n",
+            store.http
+        );
+        std::fs::write(dir.path().join("collector.yaml"), config).unwrap();
+        let child = std::process::Command::new(tool("jaeger"))
+            .arg("--config")
+            .arg(dir.path().join("collector.yaml"))
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("collector.log")).unwrap())
+            .spawn()
+            .expect("the collector starts");
+        let c = Collector {
+            child,
+            grpc,
+            _dir: dir,
+        };
+        for _ in 0..300 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", grpc))
+                .await
+                .is_ok()
+            {
+                return c;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the collector did not listen within 30 s");
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// OTLP logs over gRPC: the lines reach an OpenTelemetry collector's `LogsService`, which
+/// passes them on to the store, where LogsQL finds them with the line as the message.
+#[tokio::test]
+async fn lines_reach_an_opentelemetry_collector_over_otlp_grpc() {
+    let store = Store::start().await;
+    let collector = Collector::start(&store).await;
+    let origin = Origin::start("o").await;
+    let gw = gateway(
+        origin.addr,
+        &format!(
+            r#"
+[[log.ship]]
+name = "otlp-grpc"
+url = "http://127.0.0.1:{}"
+format = "otlp"
+protocol = "grpc"
+headers = {{ "x-api-key" = "k" }}
+flush = "100ms"
+"#,
+            collector.grpc
+        ),
+    )
+    .await;
+    let (admin, _admin_task) = admin_for(&gw).await;
+    for i in 0..3 {
+        let got = http1_get(gw.addr("http"), "shop.test", &format!("/echo/grpc-{i}")).await;
+        assert_eq!(got.status, 200);
+    }
+    let rows = store.find("via:collector AND _msg:~\"grpc-\"", 3).await;
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let line: Value = serde_json::from_str(rows[0]["_msg"].as_str().unwrap()).unwrap();
+    assert!(
+        line["path"].as_str().unwrap().starts_with("/echo/grpc-"),
+        "{line}"
+    );
+    let st = status(admin).await;
+    assert_eq!(shipper(&st, "otlp-grpc")["sent"], 3, "{st:#}");
+}

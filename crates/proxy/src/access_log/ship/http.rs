@@ -11,7 +11,7 @@ use http::{HeaderName, HeaderValue, Request, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use sluice_config::{ClientIdentity, HttpLogFormat, UpstreamTls};
+use sluice_config::{ClientIdentity, HttpLogFormat, OtlpProtocol, UpstreamTls};
 use std::time::Duration;
 
 /// The most of an answer read (a bulk answer lists every item).
@@ -24,6 +24,8 @@ pub(crate) struct Client {
     format: HttpLogFormat,
     /// `format = "otlp"`: the records' envelope.
     otlp: Option<sluice_trace::logs::LogEncoder>,
+    /// `protocol = "grpc"`: the collector's logs service, or why it cannot be reached.
+    grpc: Option<Result<sluice_trace::logs::GrpcExporter, String>>,
     headers: Vec<(HeaderName, HeaderValue)>,
     timeout: Duration,
     conn: Option<SendRequest<Full<Bytes>>>,
@@ -37,6 +39,7 @@ impl Client {
         (ca, client_identity): (Option<Vec<u8>>, Option<ClientIdentity>),
         timeout: Duration,
     ) -> Self {
+        let (ca_for_grpc, identity_for_grpc) = (ca.clone(), client_identity.clone());
         let tls = (url.scheme_str() == Some("https")).then(|| {
             let cfg = UpstreamTls {
                 server_name: url.host().map(str::to_owned),
@@ -47,11 +50,27 @@ impl Client {
             UpstreamConnector::new(&cfg, Some(b"\x08http/1.1"))
                 .map_err(|e| format!("setting up TLS to {url}: {e}"))
         });
+        let otlp = matches!(format, HttpLogFormat::Otlp { .. })
+            .then(|| sluice_trace::logs::LogEncoder::new("sluice"));
+        let grpc = (format
+            == HttpLogFormat::Otlp {
+                protocol: OtlpProtocol::Grpc,
+            })
+        .then(|| {
+            sluice_trace::logs::GrpcExporter::new(
+                &url.to_string(),
+                timeout,
+                headers,
+                (ca_for_grpc.as_deref(), identity_for_grpc.as_ref()),
+                sluice_trace::logs::LOGS_PATH,
+            )
+            .map_err(|e| format!("OTLP/gRPC to {url}: {e}"))
+        });
         Client {
             tls,
             url,
-            otlp: (format == HttpLogFormat::Otlp)
-                .then(|| sluice_trace::logs::LogEncoder::new("sluice")),
+            otlp,
+            grpc,
             format,
             // Checked when the configuration was loaded.
             headers: headers
@@ -69,10 +88,13 @@ impl Client {
     }
 
     pub(crate) async fn send(&mut self, batch: &Batch) -> Sent {
+        if self.grpc.is_some() {
+            return self.send_grpc(batch).await;
+        }
         let body = match &self.format {
             HttpLogFormat::JsonLines => batch.bytes.clone(),
             HttpLogFormat::Elasticsearch { index } => bulk_body(batch, index),
-            HttpLogFormat::Otlp => otlp_body(batch, self.otlp.as_ref()),
+            HttpLogFormat::Otlp { .. } => otlp_body(batch, self.otlp.as_ref()),
         };
         match tokio::time::timeout(self.timeout, self.post(body)).await {
             Ok(Ok((status, answer))) => {
@@ -98,13 +120,34 @@ impl Client {
         }
     }
 
+    /// An OTLP/gRPC `Export` of the batch.
+    async fn send_grpc(&mut self, batch: &Batch) -> Sent {
+        let body = otlp_body(batch, self.otlp.as_ref());
+        let grpc = match self.grpc.as_mut() {
+            Some(Ok(g)) => g,
+            Some(Err(why)) => return Sent::Retry(why.clone()),
+            None => return Sent::Retry("no gRPC client".into()),
+        };
+        match tokio::time::timeout(self.timeout, grpc.export(body)).await {
+            Ok(Ok((rejected, _))) => Sent::Ok {
+                rejected: (rejected as usize).min(batch.lines),
+            },
+            Ok(Err(e)) if e.permanent => Sent::Rejected(format!("{}: {}", self.url, e.message)),
+            Ok(Err(e)) => Sent::Retry(format!("{}: {}", self.url, e.message)),
+            Err(_) => Sent::Retry(format!(
+                "no answer within {:?} (raise [[log.ship]] timeout if the collector is slow)",
+                self.timeout
+            )),
+        }
+    }
+
     fn classify(&self, status: http::StatusCode, answer: &[u8]) -> Sent {
         let code = status.as_u16();
         if status.is_success() {
             let rejected = match self.format {
                 HttpLogFormat::Elasticsearch { .. } => bulk_item_errors(answer),
                 HttpLogFormat::JsonLines => 0,
-                HttpLogFormat::Otlp => otlp_rejected(answer),
+                HttpLogFormat::Otlp { .. } => sluice_trace::logs::rejected(answer) as usize,
             };
             return Sent::Ok { rejected };
         }
@@ -228,27 +271,6 @@ fn otlp_body(batch: &Batch, encoder: Option<&sluice_trace::logs::LogEncoder>) ->
 fn line_time(line: &str) -> Option<std::time::SystemTime> {
     let rest = line.strip_prefix("{\"time\":\"")?;
     humantime::parse_rfc3339_weak(rest.split('"').next()?.trim_end_matches('Z')).ok()
-}
-
-/// The lines an OTLP answer says it refused: `ExportLogsServiceResponse.partial_success`
-/// (field 1) `.rejected_log_records` (field 1), a protobuf the collector may send.
-fn otlp_rejected(answer: &[u8]) -> usize {
-    // partial_success (1, LEN) { rejected_log_records (1, varint), error_message (2) }.
-    let Some((&0x0a, rest)) = answer.split_first() else {
-        return 0;
-    };
-    let mut it = rest.iter().skip_while(|b| **b & 0x80 != 0).skip(1);
-    if it.next() != Some(&0x08) {
-        return 0;
-    }
-    let mut n = 0usize;
-    for (i, b) in it.take(10).enumerate() {
-        n |= usize::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            break;
-        }
-    }
-    n
 }
 
 /// Items of a `_bulk` answer that were not taken (`"errors": true` lists them by status).

@@ -343,7 +343,7 @@ pub(crate) enum Sent {
 
 /// A connection to the sink, kept between batches.
 enum Sink {
-    Http(http::Client),
+    Http(Box<http::Client>),
     Syslog(syslog::Client),
 }
 
@@ -365,13 +365,13 @@ async fn run(s: Arc<Shipper>) {
             headers,
             ca,
             client_identity,
-        } => Sink::Http(http::Client::new(
+        } => Sink::Http(Box::new(http::Client::new(
             url.clone(),
             format.clone(),
             headers,
             (ca.clone(), client_identity.clone()),
             s.settings.timeout,
-        )),
+        ))),
         ShipSink::Syslog {
             address, transport, ..
         } => Sink::Syslog(syslog::Client::new(
