@@ -6,7 +6,7 @@
 //! first; the window is asked again when the CA's `Retry-After` says so. A CA without ARI,
 //! or one that does not answer, leaves Sluice's own schedule in force.
 
-use crate::order::account;
+use crate::order::stored_account;
 use boring::x509::X509Ref;
 use instant_acme::CertificateIdentifier;
 use sluice_config::AcmeOrder;
@@ -78,11 +78,16 @@ impl Ari {
     }
 
     async fn check(&mut self, order: &AcmeOrder, id: &CertificateIdentifier<'_>, now: i64) {
-        let asked = match account(order).await {
-            Ok(a) => a.renewal_info(id).await.map_err(|e| match e {
+        let asked = match stored_account(order).await {
+            Ok(Some(a)) => a.renewal_info(id).await.map_err(|e| match e {
                 instant_acme::Error::Unsupported(_) => None,
                 e => Some(e.to_string()),
             }),
+            // No account here (a fleet gateway that never ordered): asked again later.
+            Ok(None) => {
+                self.next_check = now + RECHECK.1.as_secs() as i64;
+                return;
+            }
             Err(e) => Err(Some(e)),
         };
         match asked {

@@ -269,25 +269,11 @@ impl Drop for DnsRecords {
 /// The account for `order`'s CA: from storage, or created there (mode 0600), bound to the
 /// CA's own account by `eab` where the order has one.
 pub(crate) async fn account(order: &AcmeOrder) -> Result<Account, OrderError> {
-    let builder = || match &order.ca_file {
-        Some(ca) => Account::builder_with_root(ca)
-            .map_err(|e| format!("reading the CA file {}: {e}", ca.display())),
-        None => Account::builder().map_err(|e| format!("setting up HTTPS to the CA: {e}")),
-    };
-    let path = account_path(&order.settings.storage, &order.directory);
-    if let Ok(json) = std::fs::read(&path) {
-        match serde_json::from_slice::<AccountCredentials>(&json) {
-            Ok(credentials) => {
-                return builder()?
-                    .from_credentials(credentials)
-                    .await
-                    .map_err(|e| format!("restoring the account from {}: {e}", path.display()));
-            }
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "unreadable ACME account; creating another")
-            }
-        }
+    if let Some(account) = stored_account(order).await? {
+        return Ok(account);
     }
+    let builder = || account_builder(order);
+    let path = account_path(&order.settings.storage, &order.directory);
     let contact = order.email.as_ref().map(|e| format!("mailto:{e}"));
     let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
     let eab = order
@@ -311,6 +297,36 @@ pub(crate) async fn account(order: &AcmeOrder) -> Result<Account, OrderError> {
         .map_err(|e| format!("storing the account in {}: {e}", path.display()))?;
     tracing::info!(directory = %order.directory, id = %account.id(), "created an ACME account");
     Ok(account)
+}
+
+/// The account storage holds for `order`'s CA, if it holds a readable one (never creates
+/// one: what asking the CA's renewal information uses, so that a gateway that never orders
+/// spends no account, nor an EAB key, on it).
+pub(crate) async fn stored_account(order: &AcmeOrder) -> Result<Option<Account>, OrderError> {
+    let path = account_path(&order.settings.storage, &order.directory);
+    let Ok(json) = std::fs::read(&path) else {
+        return Ok(None);
+    };
+    match serde_json::from_slice::<AccountCredentials>(&json) {
+        Ok(credentials) => account_builder(order)?
+            .from_credentials(credentials)
+            .await
+            .map(Some)
+            .map_err(|e| format!("restoring the account from {}: {e}", path.display())),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "unreadable ACME account; creating another");
+            Ok(None)
+        }
+    }
+}
+
+/// An account builder trusting `order`'s CA file, or the system's roots.
+fn account_builder(order: &AcmeOrder) -> Result<instant_acme::AccountBuilder, OrderError> {
+    match &order.ca_file {
+        Some(ca) => Account::builder_with_root(ca)
+            .map_err(|e| format!("reading the CA file {}: {e}", ca.display())),
+        None => Account::builder().map_err(|e| format!("setting up HTTPS to the CA: {e}")),
+    }
 }
 
 /// A CSR (DER) for `names` with `key`: the first name as subject, all of them as
