@@ -272,7 +272,6 @@ pub(crate) async fn account(order: &AcmeOrder) -> Result<Account, OrderError> {
     if let Some(account) = stored_account(order).await? {
         return Ok(account);
     }
-    let builder = || account_builder(order);
     let path = account_path(&order.settings.storage, &order.directory);
     let contact = order.email.as_ref().map(|e| format!("mailto:{e}"));
     let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
@@ -280,7 +279,7 @@ pub(crate) async fn account(order: &AcmeOrder) -> Result<Account, OrderError> {
         .eab
         .as_ref()
         .map(|e| ExternalAccountKey::new(e.kid.clone(), &e.hmac_key.0));
-    let (account, credentials) = builder()?
+    let (account, credentials) = account_builder(order)?
         .create(
             &NewAccount {
                 contact: &contact,

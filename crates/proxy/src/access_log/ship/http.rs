@@ -39,8 +39,24 @@ impl Client {
         (ca, client_identity): (Option<Vec<u8>>, Option<ClientIdentity>),
         timeout: Duration,
     ) -> Self {
-        let (ca_for_grpc, identity_for_grpc) = (ca.clone(), client_identity.clone());
-        let tls = (url.scheme_str() == Some("https")).then(|| {
+        let otlp = matches!(format, HttpLogFormat::Otlp { .. })
+            .then(|| sluice_trace::logs::LogEncoder::new("sluice"));
+        // OTLP/gRPC has its own TLS (tonic's); a POST shipper has the upstreams' connector.
+        let grpc_wanted = format
+            == HttpLogFormat::Otlp {
+                protocol: OtlpProtocol::Grpc,
+            };
+        let grpc = grpc_wanted.then(|| {
+            sluice_trace::logs::GrpcExporter::new(
+                &url.to_string(),
+                timeout,
+                headers,
+                (ca.as_deref(), client_identity.as_ref()),
+                sluice_trace::logs::LOGS_PATH,
+            )
+            .map_err(|e| format!("OTLP/gRPC to {url}: {e}"))
+        });
+        let tls = (!grpc_wanted && url.scheme_str() == Some("https")).then(|| {
             let cfg = UpstreamTls {
                 server_name: url.host().map(str::to_owned),
                 ca,
@@ -49,22 +65,6 @@ impl Client {
             };
             UpstreamConnector::new(&cfg, Some(b"\x08http/1.1"))
                 .map_err(|e| format!("setting up TLS to {url}: {e}"))
-        });
-        let otlp = matches!(format, HttpLogFormat::Otlp { .. })
-            .then(|| sluice_trace::logs::LogEncoder::new("sluice"));
-        let grpc = (format
-            == HttpLogFormat::Otlp {
-                protocol: OtlpProtocol::Grpc,
-            })
-        .then(|| {
-            sluice_trace::logs::GrpcExporter::new(
-                &url.to_string(),
-                timeout,
-                headers,
-                (ca_for_grpc.as_deref(), identity_for_grpc.as_ref()),
-                sluice_trace::logs::LOGS_PATH,
-            )
-            .map_err(|e| format!("OTLP/gRPC to {url}: {e}"))
         });
         Client {
             tls,
