@@ -11,6 +11,7 @@
 //! and to hand them, already parsed, to the TLS layer.
 
 mod acme;
+mod auth;
 mod cache;
 mod client_tls;
 mod compression;
@@ -31,6 +32,10 @@ mod units;
 pub use acme::{
     AcmeChallenge, AcmeKeyType, AcmeOrder, AcmeSettings, DnsUpdate, ExternalAccount, LETS_ENCRYPT,
     Secret, TsigAlgorithm,
+};
+pub use auth::{
+    BasicAuth, Cors, ForwardAuth, JWT_ALGORITHMS, JwtAuth, KeyAuth, OriginPattern, RouteAuth,
+    TokenSource,
 };
 pub use cache::CertCache;
 pub use client_tls::ClientIdentity;

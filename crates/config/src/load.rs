@@ -18,6 +18,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 mod acme;
 mod acme_secrets;
+mod auth;
 mod cache;
 mod certificate;
 mod client_tls;

@@ -9,6 +9,9 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use toml::Spanned;
 
+mod auth;
+pub use auth::*;
+
 /// A string that names a duration (`"30s"`) or a size (`"16k"`), kept with its position.
 pub type SpannedStr = Spanned<String>;
 
@@ -530,6 +533,15 @@ pub struct RawRoute {
     /// `[[route.mirror]]`: copies of a share of the requests for other upstreams, whose
     /// answers are read and discarded (shadow testing).
     pub mirror: Option<Vec<Spanned<RawMirror>>>,
+    /// `[route.auth]`: JWT, API keys, basic or forward authentication.
+    pub auth: Option<Spanned<RawAuth>>,
+    /// `[route.cors]`: cross-origin requests, preflights answered at the edge.
+    pub cors: Option<Spanned<RawCors>>,
+    /// The largest request body (default the listener's `max_body_bytes`): 413 beyond it.
+    pub max_request_body: Option<Spanned<RawSize>>,
+    /// Read the whole request body before going upstream (NGINX's
+    /// `proxy_request_buffering`; default false: streamed).
+    pub request_buffering: Option<Spanned<bool>>,
 }
 
 /// `[[route.mirror]]`: NGINX's `mirror`, Envoy's request mirror policy.

@@ -763,6 +763,14 @@ pub struct Route {
     pub split: Vec<Split>,
     /// The key a weighted split hashes (a request without it uses the client address).
     pub split_on: HashKey,
+    /// `[route.auth]`.
+    pub auth: Option<Arc<crate::RouteAuth>>,
+    /// `[route.cors]`.
+    pub cors: Option<Arc<crate::Cors>>,
+    /// The largest request body; `None`: the listener's.
+    pub max_request_body: Option<u64>,
+    /// Read the whole request body before going upstream.
+    pub request_buffering: bool,
 }
 
 /// One `[[route.split]]`.

@@ -186,10 +186,25 @@ impl Cx<'_> {
             .as_ref()
             .map(|r| self.retry(&name, r))
             .unwrap_or_default();
+        let auth = raw
+            .auth
+            .as_ref()
+            .and_then(|a| self.auth(&name, a))
+            .map(Arc::new);
+        let cors = raw
+            .cors
+            .as_ref()
+            .and_then(|c| self.cors(&name, c))
+            .map(Arc::new);
+        let max_request_body = self.size(raw.max_request_body.as_ref());
         if !ok {
             return None;
         }
         Some(Route {
+            auth,
+            cors,
+            max_request_body,
+            request_buffering: raw.request_buffering.as_ref().is_some_and(|b| *b.get_ref()),
             rate_limit,
             cache,
             mirrors,

@@ -1,0 +1,217 @@
+use super::*;
+use crate::jwt::tests::sign;
+use boring::ec::{EcGroup, EcKey};
+use boring::nid::Nid;
+use boring::pkey::PKey;
+use sluice_config::{BasicAuth, JwtAuth, KeyAuth};
+use std::time::Duration;
+
+struct Scene {
+    dir: tempfile::TempDir,
+    key: PKey<boring::pkey::Private>,
+}
+
+impl Scene {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+        let key = PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap();
+        std::fs::write(
+            dir.path().join("keys.pem"),
+            key.public_key_to_pem().unwrap(),
+        )
+        .unwrap();
+        // htpasswd -nbs bob secret
+        std::fs::write(
+            dir.path().join("users"),
+            "bob:{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("api-keys"),
+            format!("{}\n", key_line("mobile", b"k-0123456789abcdef")),
+        )
+        .unwrap();
+        Scene { dir, key }
+    }
+
+    fn auth(&self, all: bool) -> Authenticator {
+        self.auth_with(all, true)
+    }
+
+    fn auth_with(&self, all: bool, with_basic: bool) -> Authenticator {
+        let p = self.dir.path();
+        let config = RouteAuth {
+            jwt: Some(Arc::new(JwtAuth {
+                jwks_url: None,
+                jwks_ca: None,
+                keys_file: Some(p.join("keys.pem")),
+                issuer: Some("https://idp.example".into()),
+                audiences: vec![],
+                algorithms: vec!["ES256".into()],
+                claims_to_headers: vec![("email".into(), HeaderName::from_static("x-email"))],
+                leeway: Duration::from_secs(0),
+                token_from: TokenSource::Bearer,
+                cache_size: 100,
+            })),
+            keys: Some(Arc::new(KeyAuth {
+                file: p.join("api-keys"),
+                header: HeaderName::from_static("x-api-key"),
+                query: Some("api_key".into()),
+            })),
+            basic: with_basic.then(|| {
+                Arc::new(BasicAuth {
+                    htpasswd: p.join("users"),
+                    cache_size: 100,
+                })
+            }),
+            forward: None,
+            all,
+            subject_header: Some(HeaderName::from_static("x-auth-subject")),
+            realm: "api".into(),
+        };
+        Authenticator::new(&Arc::new(config)).unwrap()
+    }
+
+    fn token(&self, exp: u64) -> String {
+        let claims = format!(
+            r#"{{"iss":"https://idp.example","sub":"alice","email":"a@example.com","exp":{exp}}}"#
+        );
+        sign("ES256", None, &self.key, &claims)
+    }
+}
+
+fn run(a: &Authenticator, headers: &[(&str, &str)], uri: &str) -> Result<Identity, Denial> {
+    let mut map = HeaderMap::new();
+    for (k, v) in headers {
+        map.append(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    let uri: Uri = uri.parse().unwrap();
+    let query = |key: &HashKey| -> Option<&[u8]> {
+        let HashKey::Query(name) = key else {
+            return None;
+        };
+        uri.query()?.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            (k == name).then_some(v.as_bytes())
+        })
+    };
+    let req = Presented {
+        method: &Method::GET,
+        uri: &uri,
+        headers: &map,
+        host: "api.example",
+        https: true,
+        client: "192.0.2.1",
+        part: &query,
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(a.authenticate(&req))
+}
+
+#[test]
+fn any_method_that_accepts_decides_and_names_the_subject() {
+    let s = Scene::new();
+    let a = s.auth(false);
+    let token = s.token(unix_now() + 600);
+    let id = run(&a, &[("authorization", &format!("Bearer {token}"))], "/").unwrap();
+    assert_eq!((&*id.subject, id.method), ("alice", "jwt"));
+    assert_eq!(
+        id.headers,
+        [(
+            HeaderName::from_static("x-email"),
+            HeaderValue::from_static("a@example.com")
+        )]
+    );
+    // The same token again: from the cache, no second signature.
+    run(&a, &[("authorization", &format!("bearer {token}"))], "/").unwrap();
+    assert_eq!(
+        a.counters
+            .signatures_verified
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let id = run(&a, &[("x-api-key", "k-0123456789abcdef")], "/").unwrap();
+    assert_eq!((&*id.subject, id.method), ("mobile", "key"));
+    let id = run(&a, &[], "/x?api_key=k-0123456789abcdef").unwrap();
+    assert_eq!(&*id.subject, "mobile");
+    // bob:secret
+    let id = run(&a, &[("authorization", "Basic Ym9iOnNlY3JldA==")], "/").unwrap();
+    assert_eq!((&*id.subject, id.method), ("bob", "basic"));
+}
+
+#[test]
+fn refusals_say_why_with_rfc_6750_challenges() {
+    let s = Scene::new();
+    let a = s.auth(false);
+    let d = run(&a, &[], "/").unwrap_err();
+    assert_eq!(
+        (d.status, d.reason),
+        (StatusCode::UNAUTHORIZED, Reason::Missing)
+    );
+    let challenges: Vec<_> = d.headers.get_all(header::WWW_AUTHENTICATE).iter().collect();
+    assert_eq!(challenges.len(), 3);
+    assert_eq!(challenges[0], "Bearer realm=\"api\"");
+    assert_eq!(challenges[2], "Basic realm=\"api\", charset=\"UTF-8\"");
+    let expired = s.token(unix_now() - 1);
+    let d = run(&a, &[("authorization", &format!("Bearer {expired}"))], "/").unwrap_err();
+    assert_eq!(d.reason, Reason::Token(TokenError::Expired));
+    assert_eq!(
+        d.headers[header::WWW_AUTHENTICATE],
+        "Bearer realm=\"api\", error=\"invalid_token\", error_description=\"the token expired\""
+    );
+    let d = run(&a, &[("authorization", "Basic Ym9iOndyb25n")], "/").unwrap_err();
+    assert_eq!(d.reason, Reason::BadPassword);
+    let d = run(&a, &[("authorization", "Basic !!!")], "/").unwrap_err();
+    assert_eq!(d.reason, Reason::MalformedBasic);
+    let d = run(&a, &[("x-api-key", "nope")], "/").unwrap_err();
+    assert_eq!(d.reason, Reason::UnknownKey);
+    let refused: u64 = a.counters.refusals().map(|(_, n)| n).sum();
+    assert_eq!(refused, 5);
+}
+
+#[test]
+fn all_needs_every_method() {
+    let s = Scene::new();
+    let a = s.auth(true);
+    let token = s.token(unix_now() + 600);
+    let bearer = format!("Bearer {token}");
+    // A token and a key, but no basic credentials: refused.
+    let d = run(
+        &a,
+        &[
+            ("authorization", &bearer),
+            ("x-api-key", "k-0123456789abcdef"),
+        ],
+        "/",
+    )
+    .unwrap_err();
+    assert_eq!(d.reason, Reason::Missing);
+    // Without basic: a token and a key are both needed; the subject is the token's.
+    let a = s.auth_with(true, false);
+    let id = run(
+        &a,
+        &[
+            ("authorization", &bearer),
+            ("x-api-key", "k-0123456789abcdef"),
+        ],
+        "/",
+    )
+    .unwrap();
+    assert_eq!((&*id.subject, id.method), ("alice", "jwt"));
+    let d = run(
+        &a,
+        &[("authorization", &bearer), ("x-api-key", "wrong")],
+        "/",
+    )
+    .unwrap_err();
+    assert_eq!(d.reason, Reason::UnknownKey);
+    let d = run(&a, &[("x-api-key", "k-0123456789abcdef")], "/").unwrap_err();
+    assert_eq!(d.reason, Reason::Missing);
+}
