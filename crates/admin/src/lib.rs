@@ -9,6 +9,7 @@
 //! token (see `api::may_read`).
 
 mod api;
+mod auth;
 pub mod build_label;
 mod cache;
 mod certificates;
@@ -520,6 +521,7 @@ pub fn metrics(s: &Sources) -> String {
     compression(&mut out, &s.gateway.compressor().counters());
     cache::metrics(&mut out, s);
     mirror::metrics(&mut out, s);
+    auth::metrics(&mut out, s);
     tracing_export::metrics(&mut out, s);
     requests::metrics(&mut out, s);
     key_servers(&mut out, &s.gateway.key_offload().key_servers());
@@ -835,6 +837,7 @@ pub fn status(s: &Sources) -> String {
         "rate_limit_store": rate_limit_store(s),
         "cache": cache::status(s),
         "mirrors": mirror::status(s),
+        "auth": auth::status(s),
         "tracing": tracing_export::status(s),
         "log_shipping": requests::shipping_status(s),
         "request_log": requests::request_log_status(s),

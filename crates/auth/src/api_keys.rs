@@ -1,7 +1,7 @@
 //! API key files: one `name:sha256:HEX` line per key, the SHA-256 of the key in hex, so the
 //! file (and memory) never holds a key itself. API keys are long random strings, for which
 //! a fast hash is enough (passwords, which are guessable, get bcrypt in htpasswd files).
-//! `sluice auth hash-key` prints a line for a key.
+//! `sluice hash-key NAME` prints a line for a key read from standard input.
 
 use boring::hash::{MessageDigest, hash};
 use std::collections::HashMap;
@@ -38,7 +38,7 @@ impl ApiKeys {
                 continue;
             }
             let at = i + 1;
-            let fix = "write `name:sha256:HEX` (`sluice auth hash-key NAME` prints one)";
+            let fix = "write `name:sha256:HEX` (`echo KEY | sluice hash-key NAME` prints one)";
             let Some((name, rest)) = line.split_once(':') else {
                 return Err(format!("line {at}: not `name:sha256:HEX`; {fix}"));
             };

@@ -74,7 +74,7 @@ pub struct Presented<'a> {
     /// The client's address, as text.
     pub client: &'a str,
     /// A header's, cookie's or query argument's value (the gateway's own reading of them).
-    pub part: &'a dyn Fn(&HashKey) -> Option<&'a [u8]>,
+    pub part: &'a (dyn Fn(&HashKey) -> Option<&'a [u8]> + Sync),
 }
 
 /// Who a request was accepted as.
@@ -180,6 +180,22 @@ impl Authenticator {
         if let Some(b) = &self.basic {
             b.file.start();
         }
+    }
+
+    /// The request headers an identity may set upstream (`claims_to_headers`, the
+    /// service's `upstream_headers`): a client's own copies are removed before they are set.
+    pub fn identity_headers(&self) -> impl Iterator<Item = &HeaderName> {
+        let claims = self
+            .config
+            .jwt
+            .iter()
+            .flat_map(|j| j.claims_to_headers.iter().map(|(_, h)| h));
+        let forwarded = self
+            .config
+            .forward
+            .iter()
+            .flat_map(|f| f.upstream_headers.iter());
+        claims.chain(forwarded)
     }
 
     /// Decides who `req` comes from, or how it is refused (counted either way).

@@ -527,6 +527,9 @@ pub enum HashKey {
     Uri,
     /// The client address.
     Client,
+    /// The subject `[route.auth]` accepted (rate limits only); the client address for a
+    /// request without one.
+    Subject,
 }
 
 /// Protocol spoken to upstream servers.

@@ -23,7 +23,8 @@ use crate::access_log::AccessLog;
 use crate::handshakes::{HandshakeScheduler, HandshakeStats};
 use crate::listen::connection::Signals;
 use crate::request::context::ListenerCtx;
-use crate::request::rate_limit::{RateLimiter, RedisStore};
+use crate::request::filters::RouteGuards;
+use crate::request::rate_limit::RedisStore;
 use crate::request::router::Router;
 use crate::upstreams::dns::{Resolver, UpstreamSlot};
 use arc_swap::ArcSwap;
@@ -66,7 +67,7 @@ struct View {
     trackers: Vec<TaskTracker>,
     /// Upstream groups in configuration order (their health).
     upstreams: Arc<[Arc<UpstreamSlot>]>,
-    limiters: Arc<HashMap<String, Arc<RateLimiter>>>,
+    guards: Arc<RouteGuards>,
     redis: Option<Arc<RedisStore>>,
 }
 
@@ -95,8 +96,8 @@ struct State {
     trace_counters: Arc<sluice_trace::Counters>,
     access_log: AccessLog,
     log_config: LogConfig,
-    /// Rate limiters by route, and the shared store's connection.
-    limiters: Arc<HashMap<String, Arc<RateLimiter>>>,
+    /// Rate limiters and authenticators by route, and the shared store's connection.
+    guards: Arc<RouteGuards>,
     redis: Option<Arc<RedisStore>>,
     stopped: bool,
 }
@@ -179,7 +180,7 @@ struct Prepared {
     upstreams: Arc<HashMap<String, Arc<UpstreamSlot>>>,
     groups: Arc<[Arc<UpstreamSlot>]>,
     resolver: Option<Arc<Resolver>>,
-    limiters: Arc<HashMap<String, Arc<RateLimiter>>>,
+    guards: Arc<RouteGuards>,
     redis: Option<Arc<RedisStore>>,
     key_offload: Arc<KeyOffload>,
     key_identity: Vec<u8>,
@@ -262,7 +263,7 @@ impl Gateway {
             trace_counters: Default::default(),
             access_log: access_log.clone(),
             log_config: snapshot.log.clone(),
-            limiters: Arc::new(HashMap::new()),
+            guards: Arc::default(),
             redis: None,
             stopped: false,
         };
@@ -340,11 +341,25 @@ impl Gateway {
         self.metrics.clone()
     }
 
+    /// Each authenticated route's counters, sorted by route.
+    pub fn authentication(&self) -> Vec<(String, Arc<sluice_auth::AuthCounters>)> {
+        let view = self.view.load();
+        let mut out: Vec<_> = view
+            .guards
+            .auth
+            .iter()
+            .map(|(name, a)| (name.clone(), a.counters.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
     /// Each rate-limited route's counts: (route, [passed, delayed, rejected], checks decided
     /// locally because Redis could not answer, calls to Redis); sorted by route.
     pub fn rate_limits(&self) -> Vec<(String, [u64; 3], u64, u64)> {
         let view = self.view.load();
         let mut out: Vec<_> = view
+            .guards
             .limiters
             .iter()
             .map(|(name, l)| {
@@ -488,7 +503,7 @@ fn view_of(state: &State) -> View {
         tracer: state.tracer.clone(),
         trace_counters: state.trace_counters.clone(),
         access_log: state.access_log.clone(),
-        limiters: state.limiters.clone(),
+        guards: state.guards.clone(),
         redis: state.redis.clone(),
         upstreams: state.groups.clone(),
         trackers: state
@@ -521,10 +536,10 @@ async fn prepare(
     // every certificate, upstream and route: with 40,000 routes, milliseconds of pointer
     // chasing that requests would wait behind on the event loop. At idle priority instead.
     let (key_identity, compress, kept, limiters) = {
-        let (snapshot, old_groups, old_limiters, redis) = (
+        let (snapshot, old_groups, old_guards, redis) = (
             snapshot.clone(),
             state.upstreams.clone(),
-            state.limiters.clone(),
+            state.guards.clone(),
             redis.clone(),
         );
         at_idle(move || {
@@ -544,7 +559,7 @@ async fn prepare(
                 &snapshot.routes,
                 &snapshot.rate_limit_store,
                 redis.as_ref(),
-                &old_limiters,
+                &old_guards.limiters,
             );
             // What the routes' encodings cost inline, once each (the dashboard's CPU saved).
             crate::request::compression::calibrate(&snapshot.routes);
@@ -552,11 +567,17 @@ async fn prepare(
                 KeyOffload::identity(&snapshot),
                 compress_config(&snapshot),
                 kept,
-                Arc::new(limiters),
+                limiters,
             )
         })
         .await?
     };
+    // Authenticators read their files here (small ones) and start their JWKS fetches and
+    // file watchers on this runtime.
+    let guards = Arc::new(RouteGuards {
+        limiters,
+        auth: sluice_auth::build(&snapshot.routes, &state.guards.auth).map_err(ProxyError::Auth)?,
+    });
     let key_offload = if first || key_identity == state.key_identity {
         state.key_offload.clone()
     } else {
@@ -704,7 +725,7 @@ async fn prepare(
                 Placement::Bind(socket, udp)
             }
         };
-        let plans = crate::request::filters::plans_for(&mut plan_tables, &router, &limiters);
+        let plans = crate::request::filters::plans_for(&mut plan_tables, &router, &guards);
         let ctx = Arc::new(ListenerCtx {
             name: Arc::from(l.name.as_str()),
             config: l.clone(),
@@ -734,7 +755,7 @@ async fn prepare(
         upstreams,
         groups,
         resolver,
-        limiters,
+        guards,
         redis,
         key_offload,
         key_identity,
@@ -884,7 +905,7 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
     state.upstreams = prepared.upstreams;
     state.groups = prepared.groups;
     state.resolver = prepared.resolver;
-    state.limiters = prepared.limiters;
+    state.guards = prepared.guards;
     state.redis = prepared.redis;
     state.key_offload = prepared.key_offload;
     state.handshakes = prepared.handshakes;

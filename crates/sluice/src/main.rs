@@ -92,6 +92,12 @@ enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// Print an API key file line (`NAME:sha256:HEX`) for the key read from standard input
+    /// (one line), for `[route.auth] keys = { file = ... }`: the file holds only the hash.
+    HashKey {
+        /// The key's name (the subject of requests that present it).
+        name: String,
+    },
     /// Print the demo origin's ~100 KiB HTML page (the benchmark's compression body).
     DemoPage,
     /// Print the shell completion script for SHELL (bash, zsh, fish, elvish or powershell),
@@ -341,6 +347,24 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Manpages { dir } => manpages(&dir),
+        Command::HashKey { name } => {
+            let mut key = String::new();
+            if std::io::stdin().read_line(&mut key).is_err() || key.trim().is_empty() {
+                eprintln!(
+                    "sluice hash-key: give the key on standard input (echo KEY | sluice hash-key NAME)"
+                );
+                return ExitCode::FAILURE;
+            }
+            if name.contains([':', '\n']) || name.is_empty() {
+                eprintln!("sluice hash-key: a key name may not be empty or hold ':'");
+                return ExitCode::FAILURE;
+            }
+            println!(
+                "{}",
+                sluice_auth::key_line(&name, key.trim_end_matches(['\r', '\n']).as_bytes())
+            );
+            Ok(())
+        }
         Command::DemoPage => {
             use std::io::Write;
             std::io::stdout()

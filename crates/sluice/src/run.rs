@@ -15,6 +15,12 @@ use std::time::Instant;
 /// `sluice check --config FILE`: every error at once, exit status 1 when there is any.
 pub(crate) fn check(path: &Path) -> ExitCode {
     match load_file(path) {
+        Ok(s) if !sluice_auth::check(&s.routes).is_empty() => {
+            for problem in sluice_auth::check(&s.routes) {
+                eprintln!("{}: {problem}", path.display());
+            }
+            ExitCode::FAILURE
+        }
         Ok(s) => {
             println!(
                 "{}: OK ({} listener(s), {} certificate(s), {} upstream(s), {} route(s))",

@@ -23,12 +23,13 @@ impl Cx<'_> {
         let key = match &r.key {
             None => Some(crate::HashKey::Client),
             Some(k) if k.get_ref() == "route" => None,
+            Some(k) if k.get_ref() == "subject" => Some(crate::HashKey::Subject),
             Some(k) => match super::upstream::hash_key(k.get_ref()) {
                 Some(crate::HashKey::Uri) | None => {
                     self.err_at(
                         k,
                         format!("route `{route}`: rate_limit key `{}` is not a key", k.get_ref()),
-                        "use \"client\", \"header:NAME\", \"cookie:NAME\", \"query:NAME\" or \"route\"",
+                        "use \"client\", \"header:NAME\", \"cookie:NAME\", \"query:NAME\", \"subject\" (with [route.auth]) or \"route\"",
                     );
                     None
                 }

@@ -197,6 +197,18 @@ impl Cx<'_> {
             .and_then(|c| self.cors(&name, c))
             .map(Arc::new);
         let max_request_body = self.size(raw.max_request_body.as_ref());
+        if let (Some(r), None) = (&raw.rate_limit, &raw.auth)
+            && r.get_ref()
+                .key
+                .as_ref()
+                .is_some_and(|k| k.get_ref() == "subject")
+        {
+            self.err_at(
+                r,
+                format!("route `{name}`: rate_limit key = \"subject\" without [route.auth]"),
+                "add [route.auth] (the subject is who it accepted), or limit by \"client\"",
+            );
+        }
         if !ok {
             return None;
         }

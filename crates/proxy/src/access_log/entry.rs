@@ -35,6 +35,10 @@ pub(crate) struct Entry {
     pub(crate) request_id: String,
     /// Its trace and span IDs (`[tracing]` on).
     pub(crate) trace: Option<(u128, u64)>,
+    /// Who `[route.auth]` accepted it as.
+    pub(crate) subject: Option<std::sync::Arc<str>>,
+    /// Why `[route.auth]` refused it (`sluice_auth::Reason::name`).
+    pub(crate) auth_refused: Option<&'static str>,
 }
 
 /// `d` in milliseconds with three decimals (microseconds, rounded), in integers: `{:.3}` on
@@ -159,6 +163,22 @@ pub(crate) fn push_text_line(out: &mut String, e: &Entry) {
         out.push_str(" span_id=");
         sluice_trace::push_hex(out, u128::from(span), 16);
     }
+    if let Some(subject) = &e.subject {
+        out.push_str(" user=");
+        // One field of the line: a subject's spaces and controls (a claim may hold any)
+        // would split it.
+        out.extend(subject.chars().map(|c| {
+            if c.is_whitespace() || c.is_control() {
+                '_'
+            } else {
+                c
+            }
+        }));
+    }
+    if let Some(why) = e.auth_refused {
+        out.push_str(" auth=");
+        out.push_str(why);
+    }
     if e.aborted {
         out.push_str(" aborted=true");
     }
@@ -231,6 +251,14 @@ pub(crate) fn json_line(e: &Entry) -> String {
         &mut out,
         Some(e.request_id.as_str()).filter(|v| !v.is_empty()),
     );
+    if let Some(subject) = &e.subject {
+        out.push_str(",\"subject\":");
+        push_json_str(&mut out, subject);
+    }
+    if let Some(why) = e.auth_refused {
+        out.push_str(",\"auth_refused\":");
+        push_json_str(&mut out, why);
+    }
     match e.trace {
         Some((trace, span)) => {
             out.push_str(",\"trace_id\":\"");

@@ -32,7 +32,10 @@ const HOST: usize = 2;
 const ROUTE: usize = 3;
 const CIPHER: usize = 4;
 const REQUEST_ID: usize = 5;
-const PATH: usize = 6;
+const SUBJECT: usize = 6;
+const PATH: usize = 7;
+/// The most of a subject kept.
+const MAX_SUBJECT: usize = 64;
 /// What one record costs.
 pub(crate) const RECORD: usize = std::mem::size_of::<Record>();
 /// Requests answered by one query at most.
@@ -55,8 +58,10 @@ pub(crate) struct Record {
     tls_resumed: Option<bool>,
     aborted: bool,
     has_route: bool,
+    has_subject: bool,
+    auth_refused: Option<&'static str>,
     /// End of each string in `text` (string `i` is `text[ends[i - 1]..ends[i]]`).
-    ends: [u16; 7],
+    ends: [u16; 8],
     text: [u8; TEXT],
 }
 
@@ -77,7 +82,9 @@ impl Record {
             tls_resumed: None,
             aborted: false,
             has_route: false,
-            ends: [0; 7],
+            has_subject: false,
+            auth_refused: None,
+            ends: [0; 8],
             text: [0; TEXT],
         };
         r.fill(e);
@@ -100,6 +107,10 @@ impl Record {
         self.tls_resumed = e.tls_resumed;
         self.aborted = e.aborted;
         self.has_route = e.route.is_some();
+        self.has_subject = e.subject.is_some();
+        self.auth_refused = e.auth_refused;
+        let subject = e.subject.as_deref().unwrap_or("");
+        let subject = &subject[..floor_char_boundary(subject, MAX_SUBJECT)];
         let mut at = 0;
         for (i, s) in [
             &*e.listener,
@@ -108,6 +119,7 @@ impl Record {
             e.route.as_deref().unwrap_or(""),
             &e.tls_cipher,
             e.request_id.as_str(),
+            subject,
             e.path.as_str(),
         ]
         .into_iter()
@@ -149,6 +161,8 @@ impl Record {
             aborted: self.aborted,
             request_id: self.text(REQUEST_ID).to_owned(),
             trace: self.trace,
+            subject: self.has_subject.then(|| self.text(SUBJECT).into()),
+            auth_refused: self.auth_refused,
         }
     }
 }
@@ -430,6 +444,9 @@ pub struct Query {
     since: Option<SystemTime>,
     trace_id: Option<u128>,
     request_id: Option<String>,
+    subject: Option<String>,
+    /// `auth_refused`: requests `[route.auth]` refused (for this reason, unless `any`).
+    auth_refused: Option<String>,
     min_duration: Option<Duration>,
     slowest: bool,
     limit: usize,
@@ -438,7 +455,7 @@ pub struct Query {
 impl Query {
     /// Parses a query string: `status` (`503`, `5xx`, `4xx,5xx`), `route`, `host`, `method`,
     /// `path` (a prefix), `since` (`10m`, or an RFC 3339 time), `trace_id`, `request_id`,
-    /// `min_ms`, `sort` (`recent`, the default, or `slowest`) and `limit` (default 100, at
+    /// `subject`, `auth_refused` (a reason, or `any`), `min_ms`, `sort` (`recent`, the default, or `slowest`) and `limit` (default 100, at
     /// most 1000). An error names the parameter and what it accepts.
     pub fn parse(qs: &str, now: SystemTime) -> Result<Query, String> {
         let mut q = Query {
@@ -483,6 +500,8 @@ impl Query {
                     )
                 }
                 "request_id" => q.request_id = Some(v),
+                "subject" => q.subject = Some(v),
+                "auth_refused" => q.auth_refused = Some(v),
                 "min_ms" => {
                     q.min_duration = Some(Duration::from_millis(v.parse().map_err(|_| {
                         format!("min_ms `{v}` is not a whole number of milliseconds")
@@ -504,7 +523,7 @@ impl Query {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown parameter `{k}`: use status, route, host, method, path, since, trace_id, request_id, min_ms, sort or limit"
+                        "unknown parameter `{k}`: use status, route, host, method, path, since, trace_id, request_id, subject, auth_refused, min_ms, sort or limit"
                     ));
                 }
             }
@@ -558,6 +577,14 @@ impl Query {
                 .request_id
                 .as_ref()
                 .is_none_or(|id| r.text(REQUEST_ID) == id)
+            && self
+                .subject
+                .as_ref()
+                .is_none_or(|s| r.has_subject && r.text(SUBJECT) == s)
+            && self.auth_refused.as_ref().is_none_or(|want| {
+                r.auth_refused
+                    .is_some_and(|why| want == "any" || why == want)
+            })
             && self.min_duration.is_none_or(|d| r.duration >= d)
     }
 }

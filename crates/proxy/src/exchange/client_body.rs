@@ -205,6 +205,8 @@ pub(crate) enum ClientBody {
     Http1(RequestBody),
     /// An HTTP/2 stream's body, from hyper.
     Http2(hyper::body::Incoming),
+    /// A body read whole before going upstream (`request_buffering`): sent as one frame.
+    Buffered(Bytes),
 }
 
 impl ClientBody {
@@ -232,6 +234,8 @@ impl Body for ClientBody {
             ClientBody::Empty => Poll::Ready(None),
             ClientBody::Http1(b) => Pin::new(b).poll_frame(cx),
             ClientBody::Http2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            ClientBody::Buffered(b) if b.is_empty() => Poll::Ready(None),
+            ClientBody::Buffered(b) => Poll::Ready(Some(Ok(Frame::data(std::mem::take(b))))),
         }
     }
 
@@ -240,6 +244,7 @@ impl Body for ClientBody {
             ClientBody::Empty => true,
             ClientBody::Http1(b) => b.is_end_stream(),
             ClientBody::Http2(b) => b.is_end_stream(),
+            ClientBody::Buffered(b) => b.is_empty(),
         }
     }
 
@@ -248,6 +253,7 @@ impl Body for ClientBody {
             ClientBody::Empty => SizeHint::with_exact(0),
             ClientBody::Http1(b) => b.size_hint(),
             ClientBody::Http2(b) => b.size_hint(),
+            ClientBody::Buffered(b) => SizeHint::with_exact(b.len() as u64),
         }
     }
 }

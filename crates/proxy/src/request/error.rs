@@ -35,6 +35,9 @@ pub enum ProxyError {
     /// The DNS resolver of `[resolver]` could not be set up.
     #[error("{0}")]
     Resolver(String),
+    /// A route's authentication could not be set up (a key or htpasswd file).
+    #[error("{0}")]
+    Auth(String),
     /// The gateway is shutting down and takes no new configuration.
     #[error("the gateway is shutting down")]
     Stopped,
@@ -71,6 +74,12 @@ pub(crate) enum Failure {
     Forbidden,
     /// Over the route's rate limit.
     TooManyRequests,
+    /// No credentials, or ones `[route.auth]` refused.
+    Unauthorized,
+    /// `[route.auth]`'s authorization service said 403.
+    AuthForbidden,
+    /// `[route.auth]`'s authorization service failed (`on_error = "deny"`).
+    AuthUnavailable,
     /// Every upstream server at `max_conns` and the queue full or waited out.
     ServiceUnavailable,
 }
@@ -84,8 +93,10 @@ impl Failure {
             Failure::BadRequest => StatusCode::BAD_REQUEST,
             Failure::UpstreamConnect | Failure::UpstreamError => StatusCode::BAD_GATEWAY,
             Failure::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            Failure::Forbidden => StatusCode::FORBIDDEN,
+            Failure::Forbidden | Failure::AuthForbidden => StatusCode::FORBIDDEN,
             Failure::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            Failure::Unauthorized => StatusCode::UNAUTHORIZED,
+            Failure::AuthUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
             Failure::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -101,6 +112,9 @@ impl Failure {
             Failure::UpstreamTimeout => "the upstream server did not respond in time\n",
             Failure::Forbidden => "access from this address is not allowed\n",
             Failure::TooManyRequests => "too many requests; see Retry-After\n",
+            Failure::Unauthorized => "authentication required\n",
+            Failure::AuthForbidden => "access denied\n",
+            Failure::AuthUnavailable => "authentication is unavailable; try again shortly\n",
             Failure::ServiceUnavailable => "every upstream server is busy; try again shortly\n",
         }
     }

@@ -13,9 +13,18 @@
 
 use crate::request::rate_limit::RateLimiter;
 use crate::request::router::Router;
+use sluice_auth::Authenticator;
 use sluice_config::Route;
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// The state of the routes' filters that outlives a request and carries across reloads
+/// while a route's settings stay: rate limiters and authenticators, by route name.
+#[derive(Debug, Default)]
+pub(crate) struct RouteGuards {
+    pub(crate) limiters: HashMap<String, Arc<RateLimiter>>,
+    pub(crate) auth: HashMap<String, Arc<Authenticator>>,
+}
 
 /// A route and its filters by phase.
 #[derive(Debug)]
@@ -36,7 +45,14 @@ pub(crate) struct RoutePlan {
 pub(crate) enum Access {
     /// `[route.acl]`: a client outside it is refused (403).
     Acl,
-    /// `[route.rate_limit]`: its limiter (kept across reloads while its limit stays).
+    /// `[route.cors]`: a preflight is answered here (204), before authentication (a
+    /// browser sends no credentials with one).
+    CorsPreflight,
+    /// `[route.auth]`: who the request comes from (401, 403, 500), its subject and headers
+    /// for the upstream request.
+    Auth(Arc<Authenticator>),
+    /// `[route.rate_limit]`: its limiter (kept across reloads while its limit stays); after
+    /// authentication, so that a limit may be per subject.
     RateLimit(Arc<RateLimiter>),
 }
 
@@ -52,20 +68,27 @@ pub(crate) enum UpstreamRequest {
 pub(crate) enum UpstreamResponse {
     /// `[route.response_headers]`: remove, set, add.
     HeaderEdits,
+    /// `[route.cors]`: `Access-Control-Allow-Origin` and the rest for an allowed origin.
+    Cors,
 }
 
 impl RoutePlan {
-    /// `route`'s filters, in phase order; `limiters` are the configuration's, by route name.
-    pub(crate) fn resolve(
-        route: &Arc<Route>,
-        limiters: &HashMap<String, Arc<RateLimiter>>,
-    ) -> Self {
+    /// `route`'s filters, in phase order; `guards` are the configuration's, by route name.
+    pub(crate) fn resolve(route: &Arc<Route>, guards: &RouteGuards) -> Self {
         let mut access = Vec::new();
         if !route.acl.is_empty() {
             access.push(Access::Acl);
         }
+        if route.cors.is_some() {
+            access.push(Access::CorsPreflight);
+        }
+        if route.auth.is_some()
+            && let Some(auth) = guards.auth.get(&route.name)
+        {
+            access.push(Access::Auth(auth.clone()));
+        }
         if route.rate_limit.is_some()
-            && let Some(limiter) = limiters.get(&route.name)
+            && let Some(limiter) = guards.limiters.get(&route.name)
         {
             access.push(Access::RateLimit(limiter.clone()));
         }
@@ -77,6 +100,9 @@ impl RoutePlan {
         if !route.response_headers.is_empty() {
             upstream_response.push(UpstreamResponse::HeaderEdits);
         }
+        if route.cors.is_some() {
+            upstream_response.push(UpstreamResponse::Cors);
+        }
         RoutePlan {
             route: route.clone(),
             access: access.into(),
@@ -87,14 +113,11 @@ impl RoutePlan {
 }
 
 /// The plans of `router`'s routes, in its order (`Router::find_index` indexes them).
-pub(crate) fn plans(
-    router: &Router,
-    limiters: &HashMap<String, Arc<RateLimiter>>,
-) -> Arc<[RoutePlan]> {
+pub(crate) fn plans(router: &Router, guards: &RouteGuards) -> Arc<[RoutePlan]> {
     router
         .routes()
         .iter()
-        .map(|r| RoutePlan::resolve(r, limiters))
+        .map(|r| RoutePlan::resolve(r, guards))
         .collect()
 }
 
@@ -103,12 +126,12 @@ pub(crate) fn plans(
 pub(crate) fn plans_for(
     made: &mut Vec<(Arc<Router>, Arc<[RoutePlan]>)>,
     router: &Arc<Router>,
-    limiters: &HashMap<String, Arc<RateLimiter>>,
+    guards: &RouteGuards,
 ) -> Arc<[RoutePlan]> {
     if let Some((_, plans)) = made.iter().find(|(r, _)| Arc::ptr_eq(r, router)) {
         return plans.clone();
     }
-    let plans = crate::request::filters::plans(router, limiters);
+    let plans = crate::request::filters::plans(router, guards);
     made.push((router.clone(), plans.clone()));
     plans
 }
@@ -130,7 +153,7 @@ mod tests {
 
     #[test]
     fn a_plain_route_has_no_filters() {
-        let plan = RoutePlan::resolve(&route(""), &HashMap::new());
+        let plan = RoutePlan::resolve(&route(""), &RouteGuards::default());
         assert!(plan.access.is_empty());
         assert!(plan.upstream_request.is_empty());
         assert!(plan.upstream_response.is_empty());
@@ -145,8 +168,8 @@ mod tests {
              response_headers = { remove = [\"server\"] }\n",
         );
         let store = sluice_config::RateLimitStore::default();
-        let mut limiters = HashMap::new();
-        limiters.insert(
+        let mut guards = RouteGuards::default();
+        guards.limiters.insert(
             "r".to_owned(),
             Arc::new(RateLimiter::new(
                 "r",
@@ -155,10 +178,10 @@ mod tests {
                 None,
             )),
         );
-        let plan = RoutePlan::resolve(&r, &limiters);
+        let plan = RoutePlan::resolve(&r, &guards);
         assert!(matches!(
             &*plan.access,
-            [Access::Acl, Access::RateLimit(l)] if Arc::ptr_eq(l, &limiters["r"])
+            [Access::Acl, Access::RateLimit(l)] if Arc::ptr_eq(l, &guards.limiters["r"])
         ));
         assert_eq!(&*plan.upstream_request, [UpstreamRequest::HeaderEdits]);
         assert_eq!(&*plan.upstream_response, [UpstreamResponse::HeaderEdits]);

@@ -64,7 +64,7 @@ pub(crate) fn handle(
         // Loaded once: a reload never changes a request's configuration mid-way.
         let listener = &conn.slot.load_full();
         let mut ctx = RequestCtx::new(&conn, listener, &mut req, start);
-        let resp = match phases(&mut ctx, &req).await {
+        let resp = match phases(&mut ctx, &mut req).await {
             Err(stop) => ctx.stop(stop),
             Ok((plan, upstream)) => {
                 let route = &*plan.route;
@@ -136,13 +136,17 @@ fn with_alt_svc(
 #[inline(always)]
 async fn phases<'a>(
     ctx: &mut RequestCtx<'a>,
-    req: &Request<ClientBody>,
+    req: &mut Request<ClientBody>,
 ) -> Flow<(&'a RoutePlan, usize)> {
     ctx.early(req)?;
     let plan = ctx.route(req)?;
     ctx.access(plan, req).await?;
     ctx.answer(&plan.route, req)?;
     let upstream = ctx.upstream(&plan.route, req)?;
+    if plan.route.request_buffering {
+        // Boxed: only buffering routes pay for reading the body in the request's future.
+        Box::pin(ctx.buffer_body(&plan.route, req)).await?;
+    }
     Ok((plan, upstream))
 }
 

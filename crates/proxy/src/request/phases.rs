@@ -172,9 +172,15 @@ impl<'a> RequestCtx<'a> {
     }
 
     /// Phase `access`: the route's access filters in order (`filters::Access`): its ACL
-    /// (403), its rate limit (a delay waits here; a refusal is 429 with the limit's
-    /// headers). Authentication, Lua's `access` and the WAF register here.
-    pub(crate) async fn access(&self, plan: &RoutePlan, req: &Request<ClientBody>) -> Flow<()> {
+    /// (403), a CORS preflight (answered 204), authentication (401, 403, 500; the subject and
+    /// the identity's headers go on the request), its rate limit (a delay waits here; a
+    /// refusal is 429 with the limit's headers). Lua's `access` and the WAF register here.
+    pub(crate) async fn access(
+        &mut self,
+        plan: &RoutePlan,
+        req: &mut Request<ClientBody>,
+    ) -> Flow<()> {
+        let mut subject = None;
         for filter in &*plan.access {
             match filter {
                 Access::Acl => {
@@ -183,15 +189,101 @@ impl<'a> RequestCtx<'a> {
                         return Err(Stop::Fail(Failure::Forbidden));
                     }
                 }
-                Access::RateLimit(limiter) => self.rate_limit(limiter, req).await?,
+                Access::CorsPreflight => self.cors_preflight(&plan.route, req)?,
+                Access::Auth(auth) => {
+                    // Boxed: only authenticated routes pay for its future in the request's.
+                    subject = Some(Box::pin(self.authenticate(auth, req)).await?);
+                }
+                Access::RateLimit(limiter) => {
+                    self.rate_limit(limiter, req, subject.as_deref()).await?
+                }
             }
         }
         Ok(())
     }
 
+    /// Filter `CorsPreflight` of phase `access`: a preflight from any origin is answered
+    /// here (the browser decides from the headers whether its origin may go on).
+    fn cors_preflight(&self, route: &Route, req: &Request<ClientBody>) -> Flow<()> {
+        let Some(cors) = &route.cors else {
+            return Ok(());
+        };
+        if !sluice_auth::cors::is_preflight(req.method(), req.headers()) {
+            return Ok(());
+        }
+        let (headers, _allowed) = sluice_auth::cors::preflight(cors, req.headers());
+        Err(Stop::Answer(Box::new((
+            StatusCode::NO_CONTENT,
+            headers,
+            Bytes::new(),
+        ))))
+    }
+
+    /// Filter `Auth` of phase `access`: the identity's subject (returned, for a limit per
+    /// subject) and headers go on the request sent upstream, after any copy the client sent
+    /// of them is removed.
+    async fn authenticate(
+        &mut self,
+        auth: &sluice_auth::Authenticator,
+        req: &mut Request<ClientBody>,
+    ) -> Flow<Arc<str>> {
+        let client = crate::text::ip_string(self.client);
+        let (parts, uri) = (req.headers(), req.uri());
+        let part =
+            |k: &sluice_config::HashKey| crate::upstreams::request_key::key_value(k, uri, parts);
+        let presented = sluice_auth::Presented {
+            method: req.method(),
+            uri,
+            headers: parts,
+            host: &self.host,
+            https: self.listener.tls.is_some(),
+            client: &client,
+            part: &part,
+        };
+        let verdict = auth.authenticate(&presented).await;
+        let cfg = &auth.config;
+        let headers = req.headers_mut();
+        if let Some(h) = &cfg.subject_header {
+            headers.remove(h);
+        }
+        for name in auth.identity_headers() {
+            headers.remove(name);
+        }
+        match verdict {
+            Ok(id) => {
+                if let (Some(h), Ok(v)) = (&cfg.subject_header, HeaderValue::from_str(&id.subject))
+                {
+                    headers.insert(h.clone(), v);
+                }
+                for (k, v) in id.headers {
+                    headers.append(k, v);
+                }
+                if let Some(span) = &mut self.done.trace {
+                    crate::request::trace::authenticated(span, &id.subject);
+                }
+                self.done.entry.subject = Some(id.subject.clone());
+                Ok(id.subject)
+            }
+            Err(denial) => {
+                self.done.entry.auth_refused = Some(denial.reason.name());
+                let why = match denial.status {
+                    StatusCode::UNAUTHORIZED => Failure::Unauthorized,
+                    StatusCode::FORBIDDEN => Failure::AuthForbidden,
+                    _ => Failure::AuthUnavailable,
+                };
+                Err(Stop::FailWith(why, Box::new(denial.headers)))
+            }
+        }
+    }
+
     /// Filter `RateLimit` of phase `access`.
-    async fn rate_limit(&self, limiter: &RateLimiter, req: &Request<ClientBody>) -> Flow<()> {
-        let key = limiter.key(req.uri(), req.headers(), self.client);
+    async fn rate_limit(
+        &self,
+        limiter: &RateLimiter,
+        req: &Request<ClientBody>,
+        subject: Option<&str>,
+    ) -> Flow<()> {
+        let key = limiter.key(req.uri(), req.headers(), self.client, subject);
         // Boxed: only rate-limited routes pay for the (Redis-capable) check's future.
         match Box::pin(limiter.check(key)).await {
             Verdict::Pass => Ok(()),
@@ -219,7 +311,8 @@ impl<'a> RequestCtx<'a> {
         Err(Stop::Answer(Box::new((status, headers, body))))
     }
 
-    /// Phase `upstream choice`: the declared body within the listener's limit (413), then the
+    /// Phase `upstream choice`: the declared body within the route's or the listener's limit
+    /// (413), then the
     /// route's upstream group, by its traffic split where it has one.
     pub(crate) fn upstream(&self, route: &Route, req: &Request<ClientBody>) -> Flow<usize> {
         let declared = req
@@ -227,11 +320,46 @@ impl<'a> RequestCtx<'a> {
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > self.listener.config.max_body_bytes) {
+        let limit = route
+            .max_request_body
+            .unwrap_or(self.listener.config.max_body_bytes);
+        if declared.is_some_and(|n| n > limit) {
             return Err(Stop::Fail(Failure::BodyTooLarge));
         }
         split::upstream_for(route, req.uri(), req.headers(), self.client)
             .ok_or(Stop::Fail(Failure::NoRoute))
+    }
+
+    /// Phase `request body`, on a route with `request_buffering`: the whole body read
+    /// within the route's limit (413 beyond it, 400 when the client stops sending), then sent
+    /// upstream with its `Content-Length` (NGINX's `proxy_request_buffering on`).
+    pub(crate) async fn buffer_body(
+        &self,
+        route: &Route,
+        req: &mut Request<ClientBody>,
+    ) -> Flow<()> {
+        use http_body::Body as _;
+        if !route.request_buffering || req.body().is_end_stream() {
+            return Ok(());
+        }
+        let limit = route
+            .max_request_body
+            .unwrap_or(self.listener.config.max_body_bytes);
+        let body = std::mem::replace(req.body_mut(), ClientBody::Empty);
+        let limited =
+            http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
+        let bytes = match limited.collect().await {
+            Ok(c) => c.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(Stop::Fail(Failure::BodyTooLarge));
+            }
+            Err(_) => return Err(Stop::Fail(Failure::BadRequest)),
+        };
+        let headers = req.headers_mut();
+        headers.remove(header::TRANSFER_ENCODING);
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        *req.body_mut() = ClientBody::Buffered(bytes);
+        Ok(())
     }
 
     /// What a route's templates (answers, header edits) may refer to.

@@ -258,7 +258,9 @@ impl<'a> Proxied<'a> {
         };
         let body = Some(LimitedBody::new(
             body,
-            listener.config.max_body_bytes,
+            route
+                .max_request_body
+                .unwrap_or(listener.config.max_body_bytes),
             // Shared with the log entry only when there is a body to count: a request
             // without one saves the counter's allocation.
             has_body.then(|| done.bytes_in.get_or_insert_with(Default::default).clone()),
@@ -670,6 +672,12 @@ impl Proxied<'_> {
                 UpstreamResponse::HeaderEdits => {
                     let edits = &self.plan.route.response_headers;
                     policy::edit_headers(edits, headers, &self.vars());
+                }
+                UpstreamResponse::Cors => {
+                    if let Some(cors) = &self.plan.route.cors {
+                        let origin = self.parts.headers.get(header::ORIGIN);
+                        sluice_auth::cors::on_response(cors, origin, headers);
+                    }
                 }
             }
         }

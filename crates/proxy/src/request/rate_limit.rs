@@ -170,11 +170,21 @@ impl RateLimiter {
         }
     }
 
-    /// The request's key hash: its client, header, cookie or argument, or the route.
-    pub(crate) fn key(&self, uri: &http::Uri, headers: &http::HeaderMap, client: IpAddr) -> u64 {
-        match &self.config.key {
-            None => 0,
-            Some(k) => crate::upstreams::request_key::key_hash(k, 0, uri, headers, client),
+    /// The request's key hash: its client, header, cookie, argument or authenticated
+    /// `subject`, or the route.
+    pub(crate) fn key(
+        &self,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+        client: IpAddr,
+        subject: Option<&str>,
+    ) -> u64 {
+        match (&self.config.key, subject) {
+            (None, _) => 0,
+            (Some(sluice_config::HashKey::Subject), Some(s)) => {
+                crate::hash::hash64(0, s.as_bytes())
+            }
+            (Some(k), _) => crate::upstreams::request_key::key_hash(k, 0, uri, headers, client),
         }
     }
 

@@ -105,6 +105,13 @@ pub(crate) fn routed(span: &mut RequestSpan, method: &Method, route: &str) {
     }
 }
 
+/// Once authenticated: the span carries the subject (OpenTelemetry's `enduser.id`).
+pub(crate) fn authenticated(span: &mut RequestSpan, subject: &str) {
+    if let Some(s) = span.recording() {
+        s.str("enduser.id", subject);
+    }
+}
+
 /// The CLIENT span of one upstream attempt (the `n`th try, to `addr` of `upstream`).
 pub(crate) fn attempt(
     span: Option<&RequestSpan>,

@@ -27,7 +27,7 @@ pub(crate) fn key_value<'a>(
     headers: &'a http::HeaderMap,
 ) -> Option<&'a [u8]> {
     match key {
-        HashKey::Client => None,
+        HashKey::Client | HashKey::Subject => None,
         HashKey::Uri => uri.path_and_query().map(|pq| pq.as_str().as_bytes()),
         HashKey::Header(name) => headers.get(name.as_str()).map(|v| v.as_bytes()),
         HashKey::Cookie(name) => cookie(headers, name),

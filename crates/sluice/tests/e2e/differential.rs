@@ -281,7 +281,7 @@ impl Recorder {
 }
 
 /// A server started here and stopped by PID when dropped.
-struct Child(std::process::Child);
+pub(crate) struct Child(pub(crate) std::process::Child);
 
 impl Drop for Child {
     fn drop(&mut self) {
@@ -291,7 +291,7 @@ impl Drop for Child {
 }
 
 /// A Debian binary: on `PATH`, or in `/usr/sbin` (not on a non-root user's `PATH`).
-fn binary(name: &str) -> PathBuf {
+pub(crate) fn binary(name: &str) -> PathBuf {
     let on_path = std::env::var_os("PATH")
         .map(|p| {
             std::env::split_paths(&p)
@@ -380,7 +380,7 @@ backend b
     Child(child)
 }
 
-async fn wait_listening(addr: SocketAddr) {
+pub(crate) async fn wait_listening(addr: SocketAddr) {
     for _ in 0..500 {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
             return;

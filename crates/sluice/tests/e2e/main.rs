@@ -9,13 +9,14 @@
 mod acme;
 mod acme_dns;
 mod admin_api;
+mod auth;
 mod balancing;
 mod banner;
 mod cache;
 mod cli;
 mod compression;
 mod dashboard;
-mod differential;
+pub(crate) mod differential;
 mod dns;
 mod fleet;
 mod grpc;

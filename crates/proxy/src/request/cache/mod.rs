@@ -440,7 +440,7 @@ fn part_name(part: &HashKey) -> String {
         HashKey::Header(n) => format!("header:{n}"),
         HashKey::Cookie(n) => format!("cookie:{n}"),
         HashKey::Query(n) => format!("query:{n}"),
-        HashKey::Uri | HashKey::Client => String::new(),
+        HashKey::Uri | HashKey::Client | HashKey::Subject => String::new(),
     }
 }
 

@@ -1,0 +1,117 @@
+//! Authentication on the admin listener: `sluice_auth_*` families and `/status`'s and the
+//! dashboard's `auth` (each authenticated route's passes and refusals by reason).
+
+use crate::Sources;
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+/// The `sluice_auth_*` families (none while no route authenticates).
+pub(crate) fn metrics(out: &mut String, s: &Sources) {
+    let routes = s.gateway.authentication();
+    if routes.is_empty() {
+        return;
+    }
+    crate::family(
+        out,
+        "sluice_auth_allowed_total",
+        "counter",
+        "Requests [route.auth] let through, by the method that accepted them.",
+    );
+    for (route, c) in &routes {
+        for (method, n) in c.allowed() {
+            let _ = writeln!(
+                out,
+                "sluice_auth_allowed_total{{route=\"{route}\",method=\"{method}\"}} {n}"
+            );
+        }
+    }
+    crate::family(
+        out,
+        "sluice_auth_refused_total",
+        "counter",
+        "Requests [route.auth] refused, by reason (missing credentials, jwt_expired, bad_password, forward_denied, ...).",
+    );
+    for (route, c) in &routes {
+        for (reason, n) in c.refusals() {
+            let _ = writeln!(
+                out,
+                "sluice_auth_refused_total{{route=\"{route}\",reason=\"{reason}\"}} {n}"
+            );
+        }
+    }
+    let work: [(&str, &str, fn(&sluice_auth::AuthCounters) -> u64); 8] = [
+        (
+            "sluice_auth_signatures_verified_total",
+            "Token signatures verified (accepted tokens not counted here came from the verified-token cache).",
+            |c| c.signatures_verified.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_auth_passwords_hashed_total",
+            "Basic passwords hashed (the rest came from the verified-credential cache).",
+            |c| c.passwords_hashed.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_auth_jwks_fetched_total",
+            "JWKS fetches that brought a key set.",
+            |c| c.jwks_fetched.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_auth_jwks_failed_total",
+            "JWKS fetches that failed; the last good set stayed in force.",
+            |c| c.jwks_failed.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_auth_jwks_refresh_limited_total",
+            "Fetches for an unknown kid not made because one was tried within 10 s.",
+            |c| c.jwks_refresh_limited.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_auth_files_reloaded_total",
+            "Key and htpasswd files read again after they changed.",
+            |c| c.files_reloaded.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_auth_files_refused_total",
+            "Changed key and htpasswd files that did not parse; the previous contents stayed.",
+            |c| c.files_refused.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_auth_forward_failed_open_total",
+            "Requests let through because the authorization service failed (on_error = \"allow\").",
+            |c| c.forward_failed_open.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, get) in work {
+        crate::family(out, name, "counter", help);
+        for (route, c) in &routes {
+            let _ = writeln!(out, "{name}{{route=\"{route}\"}} {}", get(c));
+        }
+    }
+}
+
+/// `/status`'s and the dashboard's `auth`: per route, requests allowed by method and
+/// refused by reason (only reasons seen).
+pub(crate) fn status(s: &Sources) -> Value {
+    let routes: Vec<Value> = s
+        .gateway
+        .authentication()
+        .iter()
+        .map(|(route, c)| {
+            let allowed: serde_json::Map<String, Value> =
+                c.allowed().map(|(m, n)| (m.to_owned(), json!(n))).collect();
+            let refused: serde_json::Map<String, Value> = c
+                .refusals()
+                .filter(|(_, n)| *n > 0)
+                .map(|(r, n)| (r.to_owned(), json!(n)))
+                .collect();
+            json!({
+                "route": route,
+                "allowed": allowed,
+                "refused": refused,
+                "jwks_failed": c.jwks_failed.load(Ordering::Relaxed),
+            })
+        })
+        .collect();
+    json!(routes)
+}
