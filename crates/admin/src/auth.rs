@@ -6,6 +6,9 @@ use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
+/// One counter of a route's authentication.
+type Reading = fn(&sluice_auth::AuthCounters) -> u64;
+
 /// The `sluice_auth_*` families (none while no route authenticates).
 pub(crate) fn metrics(out: &mut String, s: &Sources) {
     let routes = s.gateway.authentication();
@@ -40,7 +43,7 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
             );
         }
     }
-    let work: [(&str, &str, fn(&sluice_auth::AuthCounters) -> u64); 8] = [
+    let work: [(&str, &str, Reading); 8] = [
         (
             "sluice_auth_signatures_verified_total",
             "Token signatures verified (accepted tokens not counted here came from the verified-token cache).",

@@ -19,8 +19,11 @@ struct Entry<V> {
     generation: u64,
 }
 
+/// One shard: entries by their whole key.
+type Shard<V> = Mutex<HashMap<Box<[u8]>, Entry<V>>>;
+
 pub(crate) struct TtlCache<V> {
-    shards: Box<[Mutex<HashMap<Box<[u8]>, Entry<V>>>]>,
+    shards: Box<[Shard<V>]>,
     per_shard: usize,
     hasher: RandomState,
 }
@@ -35,7 +38,7 @@ impl<V: Clone> TtlCache<V> {
         }
     }
 
-    fn shard(&self, token: &[u8]) -> &Mutex<HashMap<Box<[u8]>, Entry<V>>> {
+    fn shard(&self, token: &[u8]) -> &Shard<V> {
         &self.shards[self.hasher.hash_one(token) as usize % SHARDS]
     }
 

@@ -101,7 +101,7 @@ impl JwtVerifier {
             return Ok(hit);
         }
         let parsed = Parsed::new(token)?;
-        if !self.config.algorithms.iter().any(|a| *a == parsed.alg) {
+        if !self.config.algorithms.contains(&parsed.alg) {
             return Err(TokenError::Algorithm);
         }
         if let Source::Remote(jwks) = &self.source {

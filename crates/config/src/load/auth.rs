@@ -52,14 +52,16 @@ impl Cx<'_> {
             .realm
             .as_ref()
             .map_or_else(|| route.to_owned(), |r| r.get_ref().clone());
-        if realm.contains(['"', '\\']) || realm.chars().any(char::is_control) {
-            if let Some(at) = &r.realm {
-                self.err_at(
-                    at,
-                    format!("route `{route}`: realm may not hold quotes, backslashes or control characters"),
-                    "use plain text",
-                );
-            }
+        if (realm.contains(['"', '\\']) || realm.chars().any(char::is_control))
+            && let Some(at) = &r.realm
+        {
+            self.err_at(
+                at,
+                format!(
+                    "route `{route}`: realm may not hold quotes, backslashes or control characters"
+                ),
+                "use plain text",
+            );
         }
         (self.errors.len() == before).then_some(RouteAuth {
             jwt,

@@ -331,7 +331,34 @@ mod tests {
             aborted: false,
             request_id: String::new(),
             trace: None,
+            subject: None,
+            auth_refused: None,
         }
+    }
+
+    #[test]
+    fn the_authenticated_subject_and_a_refusal_are_logged() {
+        let e = Entry {
+            subject: Some("alice smith\n".into()),
+            ..entry()
+        };
+        assert!(
+            text_line(&e).ends_with(" user=alice_smith_\n"),
+            "{}",
+            text_line(&e)
+        );
+        let json: serde_json::Value = serde_json::from_str(&json_line(&e)).unwrap();
+        assert_eq!(json["subject"], "alice smith\n");
+        let e = Entry {
+            auth_refused: Some("jwt_expired"),
+            ..entry()
+        };
+        assert!(text_line(&e).ends_with(" auth=jwt_expired\n"));
+        let json: serde_json::Value = serde_json::from_str(&json_line(&e)).unwrap();
+        assert_eq!(json["auth_refused"], "jwt_expired");
+        assert!(
+            !text_line(&entry()).contains(" user=") && !json_line(&entry()).contains("subject")
+        );
     }
 
     #[test]

@@ -777,6 +777,30 @@ mod tests {
     }
 
     #[test]
+    fn queries_filter_by_subject_and_refusal() {
+        let log = RequestLog::new(1 << 20);
+        for i in 0..30 {
+            let mut e = entry(i, 200, "api");
+            match i % 3 {
+                0 => e.subject = Some(format!("user{}", i % 2).into()),
+                1 => {
+                    e.status = 401;
+                    e.auth_refused = Some(if i % 2 == 0 { "jwt_expired" } else { "missing" });
+                }
+                _ => {}
+            }
+            log.push(&e);
+        }
+        assert_eq!(log.query(&parse("subject=user0")).1, 5);
+        assert_eq!(log.query(&parse("auth_refused=any")).1, 10);
+        assert_eq!(log.query(&parse("auth_refused=jwt_expired")).1, 5);
+        let (found, _) = log.query(&parse("subject=user1&limit=1"));
+        assert_eq!(found.len(), 1);
+        let json: serde_json::Value = serde_json::from_str(&found[0]).unwrap();
+        assert_eq!(json["subject"], "user1");
+    }
+
+    #[test]
     fn queries_filter_by_status_route_time_trace_and_sort_by_duration() {
         let log = RequestLog::new(4 << 20);
         for i in 0..1000 {

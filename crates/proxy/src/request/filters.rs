@@ -186,4 +186,33 @@ mod tests {
         assert_eq!(&*plan.upstream_request, [UpstreamRequest::HeaderEdits]);
         assert_eq!(&*plan.upstream_response, [UpstreamResponse::HeaderEdits]);
     }
+
+    /// CORS preflights before authentication (a browser sends none with them), and
+    /// authentication before the limit (which may count per subject).
+    #[test]
+    fn identity_filters_come_between_the_acl_and_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        std::fs::write(&keys, sluice_auth::key_line("k", b"secret-key-0123")).unwrap();
+        let r = route(&format!(
+            "allow = [\"10.0.0.0/8\"]\n\
+             rate_limit = {{ rate = \"10/s\", key = \"subject\" }}\n\
+             [route.auth]\nkeys = {{ file = \"{}\" }}\n\
+             [route.cors]\norigins = [\"*\"]\n",
+            keys.display()
+        ));
+        let store = sluice_config::RateLimitStore::default();
+        let mut guards = RouteGuards::default();
+        let limiter = RateLimiter::new("r", r.rate_limit.clone().unwrap(), &store, None);
+        guards.limiters.insert("r".to_owned(), Arc::new(limiter));
+        let auth = sluice_auth::Authenticator::new(r.auth.as_ref().unwrap()).unwrap();
+        guards.auth.insert("r".to_owned(), Arc::new(auth));
+        let plan = RoutePlan::resolve(&r, &guards);
+        assert!(matches!(
+            &*plan.access,
+            [Access::Acl, Access::CorsPreflight, Access::Auth(a), Access::RateLimit(_)]
+                if Arc::ptr_eq(a, &guards.auth["r"])
+        ));
+        assert_eq!(&*plan.upstream_response, [UpstreamResponse::Cors]);
+    }
 }

@@ -478,73 +478,57 @@ forward = {{ url = "http://{auth}/check", upstream_headers = ["X-User"], timeout
             base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
         )
     };
-    let cases: Vec<(&str, String, Vec<(&str, String)>)> = vec![
-        ("no credentials", "/basic/headers".into(), vec![]),
+    // (case, path, Authorization)
+    let cases: Vec<(&str, &str, Option<String>)> = vec![
+        ("no credentials", "/basic/headers", None),
         (
             "bcrypt",
-            "/basic/headers".into(),
-            vec![("authorization", basic("alice", "wonderland"))],
+            "/basic/headers",
+            Some(basic("alice", "wonderland")),
         ),
-        (
-            "apr1",
-            "/basic/headers".into(),
-            vec![("authorization", basic("bob", "builder"))],
-        ),
-        (
-            "sha1",
-            "/basic/headers".into(),
-            vec![("authorization", basic("carol", "singer"))],
-        ),
+        ("apr1", "/basic/headers", Some(basic("bob", "builder"))),
+        ("sha1", "/basic/headers", Some(basic("carol", "singer"))),
         (
             "wrong password",
-            "/basic/headers".into(),
-            vec![("authorization", basic("alice", "x"))],
+            "/basic/headers",
+            Some(basic("alice", "x")),
         ),
-        (
-            "unknown user",
-            "/basic/headers".into(),
-            vec![("authorization", basic("eve", "x"))],
-        ),
-        (
-            "not base64",
-            "/basic/headers".into(),
-            vec![("authorization", "Basic %%%".into())],
-        ),
-        (
-            "other scheme",
-            "/basic/headers".into(),
-            vec![("authorization", "Bearer good".into())],
-        ),
+        ("unknown user", "/basic/headers", Some(basic("eve", "x"))),
+        ("not base64", "/basic/headers", Some("Basic %%%".into())),
+        ("other scheme", "/basic/headers", Some("Bearer good".into())),
         (
             "service says yes",
-            "/fwd/headers".into(),
-            vec![("authorization", "Bearer good".into())],
+            "/fwd/headers",
+            Some("Bearer good".into()),
         ),
         (
             "service says 401",
-            "/fwd/headers".into(),
-            vec![("authorization", "Bearer bad".into())],
+            "/fwd/headers",
+            Some("Bearer bad".into()),
         ),
         (
             "service says 403",
-            "/fwd/headers".into(),
-            vec![("authorization", "Bearer forbidden".into())],
+            "/fwd/headers",
+            Some("Bearer forbidden".into()),
         ),
         (
             "service fails",
-            "/fwd/headers".into(),
-            vec![("authorization", "Bearer broken".into())],
+            "/fwd/headers",
+            Some("Bearer broken".into()),
         ),
         (
             "service too slow",
-            "/fwd/headers".into(),
-            vec![("authorization", "Bearer slow".into())],
+            "/fwd/headers",
+            Some("Bearer slow".into()),
         ),
     ];
     let mut table = String::new();
     let mut differ = Vec::new();
-    for (name, path, headers) in &cases {
-        let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    for (name, path, authorization) in &cases {
+        let h: Vec<(&str, &str)> = authorization
+            .iter()
+            .map(|v| ("authorization", v.as_str()))
+            .collect();
         let s = get(web, path, &h).await;
         let n = get(nginx, path, &h).await;
         table.push_str(&format!(
@@ -568,7 +552,7 @@ forward = {{ url = "http://{auth}/check", upstream_headers = ["X-User"], timeout
             );
         }
         if s.status == 200 && path.starts_with("/basic/") {
-            let user = &headers[0].1;
+            let user = authorization.as_deref().unwrap_or("");
             assert!(
                 upstream_header(&s, "x-auth-subject").is_some(),
                 "{name} {user}"
@@ -597,4 +581,272 @@ forward = {{ url = "http://{auth}/check", upstream_headers = ["X-User"], timeout
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
     assert_eq!(status, 200, "a user added to the file is accepted");
+}
+
+/// A request with `method`, `headers` and `body` on a fresh connection.
+async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &'static [u8],
+) -> Got {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "api.test");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(Bytes::from_static(body))).unwrap();
+    http1_send(tokio::net::TcpStream::connect(addr).await.unwrap(), req).await
+}
+
+#[tokio::test]
+async fn api_keys_cors_body_limits_and_a_limit_per_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("keys"),
+        format!(
+            "{}\n{}\n",
+            sluice_auth::key_line("ios", b"k-ios-0123456789"),
+            sluice_auth::key_line("web", b"k-web-0123456789")
+        ),
+    )
+    .unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let auth = auth_service(asked.clone()).await;
+    let origin = Origin::start("api").await;
+    let gw = TestGateway::start(
+        &format!(
+            r#"
+[[listener]]
+name = "web"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "api"
+servers = [{{ address = "{origin}" }}]
+[[route]]
+name = "keys"
+path_prefix = "/keys/"
+strip_prefix = "/keys"
+upstream = "api"
+rate_limit = {{ rate = "1/m", burst = 0, key = "subject" }}
+[route.auth]
+keys = {{ file = "keys", query = "api_key" }}
+[route.cors]
+origins = ["https://*.app.test"]
+methods = ["GET", "PUT"]
+headers = ["x-api-key", "content-type"]
+expose_headers = ["x-request-id"]
+credentials = true
+max_age = "1h"
+[[route]]
+name = "upload"
+path_prefix = "/upload"
+upstream = "api"
+max_request_body = "1k"
+request_buffering = true
+[[route]]
+name = "cached"
+path_prefix = "/cached/"
+strip_prefix = "/cached"
+upstream = "api"
+[route.auth]
+forward = {{ url = "http://{auth}/check", cache_ttl = "1m" }}
+"#,
+            origin = origin.addr
+        ),
+        dir,
+    )
+    .await;
+    let web = gw.addr("web");
+
+    // API keys: from the header or the query; the subject is the key's name, and the
+    // limit is per subject (one request a minute each).
+    let hits = origin.hits();
+    let ios = get(web, "/keys/headers", &[("x-api-key", "k-ios-0123456789")]).await;
+    assert_eq!(ios.status, 200, "{}", ios.body);
+    assert_eq!(
+        upstream_header(&ios, "x-auth-subject").as_deref(),
+        Some("ios")
+    );
+    assert_eq!(
+        get(web, "/keys/whoami", &[("x-api-key", "k-ios-0123456789")])
+            .await
+            .status,
+        429
+    );
+    assert_eq!(
+        get(web, "/keys/whoami?api_key=k-web-0123456789", &[])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        get(web, "/keys/whoami", &[("x-api-key", "k-other")])
+            .await
+            .status,
+        401
+    );
+    assert_eq!(origin.hits(), hits + 2);
+
+    // CORS: a preflight is answered at the edge, before authentication and the limit.
+    let pre = send(
+        web,
+        "OPTIONS",
+        "/keys/whoami",
+        &[
+            ("origin", "https://m.app.test"),
+            ("access-control-request-method", "PUT"),
+            ("access-control-request-headers", "x-api-key"),
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(pre.status, 204);
+    assert_eq!(
+        pre.headers["access-control-allow-origin"],
+        "https://m.app.test"
+    );
+    assert_eq!(pre.headers["access-control-allow-methods"], "GET, PUT");
+    assert_eq!(pre.headers["access-control-allow-credentials"], "true");
+    assert_eq!(pre.headers["access-control-max-age"], "3600");
+    let foreign = send(
+        web,
+        "OPTIONS",
+        "/keys/whoami",
+        &[
+            ("origin", "https://evil.test"),
+            ("access-control-request-method", "PUT"),
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(foreign.status, 204);
+    assert!(!foreign.headers.contains_key("access-control-allow-origin"));
+    assert_eq!(
+        origin.hits(),
+        hits + 2,
+        "preflights never reach the upstream"
+    );
+    let simple = get(
+        web,
+        "/keys/whoami?api_key=k-ios-0123456789",
+        &[("origin", "https://m.app.test")],
+    )
+    .await;
+    // (This subject's minute is spent: the 429 carries no CORS headers of the upstream's.)
+    assert_eq!(simple.status, 429);
+    let fresh = std::fs::read_to_string(gw.dir().join("keys")).unwrap()
+        + &sluice_auth::key_line("tv", b"k-tv-0123456789")
+        + "\n";
+    std::fs::write(gw.dir().join("keys.new"), fresh).unwrap();
+    std::fs::rename(gw.dir().join("keys.new"), gw.dir().join("keys")).unwrap();
+    let tv_headers = [
+        ("x-api-key", "k-tv-0123456789"),
+        ("origin", "https://m.app.test"),
+    ];
+    let mut tv = get(web, "/keys/whoami", &tv_headers).await;
+    // Refused until the watcher has read the file again (within a second or two).
+    let mut refused_before_reload = 0;
+    for _ in 0..40 {
+        if tv.status == 200 {
+            break;
+        }
+        assert_eq!(tv.status, 401);
+        refused_before_reload += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        tv = get(web, "/keys/whoami", &tv_headers).await;
+    }
+    assert_eq!(tv.status, 200, "a key added to the file is accepted");
+    assert_eq!(
+        tv.headers["access-control-allow-origin"],
+        "https://m.app.test"
+    );
+    assert_eq!(tv.headers["access-control-expose-headers"], "x-request-id");
+    assert!(tv.headers.get_all("vary").iter().any(|v| v == "Origin"));
+
+    // Request bodies: over the route's limit, 413 (declared or not); a buffered body goes
+    // upstream whole, with its length.
+    let big: &'static [u8] = &[b'x'; 2000];
+    assert_eq!(send(web, "POST", "/upload", &[], big).await.status, 413);
+    let mut sender = http1_sender(web).await;
+    let (mut tx, body) = http_body_util::Channel::<Bytes, std::convert::Infallible>::new(4);
+    let req = Request::post("/upload")
+        .header("host", "api.test")
+        .body(body)
+        .unwrap();
+    let resp = tokio::spawn(async move { sender.send_request(req).await });
+    for _ in 0..3 {
+        tx.send_data(Bytes::from_static(&[b'y'; 300]))
+            .await
+            .unwrap();
+    }
+    drop(tx);
+    let resp = resp.await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = collect(resp).await.body;
+    assert_eq!(text, "api got 900 bytes");
+
+    // Forward auth with a decision cache: the service is asked once per credential.
+    let before = asked.load(Ordering::SeqCst);
+    for _ in 0..3 {
+        let got = get(web, "/cached/whoami", &[("authorization", "Bearer good")]).await;
+        assert_eq!(got.status, 200);
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), before + 1);
+    assert_eq!(
+        get(web, "/cached/whoami", &[("authorization", "Bearer bad")])
+            .await
+            .status,
+        401
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), before + 2);
+
+    let metrics: std::collections::HashMap<_, _> =
+        gw.gateway().authentication().into_iter().collect();
+    let refused: std::collections::HashMap<_, _> = metrics["keys"].refusals().collect();
+    assert_eq!(refused["unknown_api_key"], 1 + refused_before_reload);
+    assert_eq!(metrics["cached"].forward_cached.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test]
+async fn sluice_check_names_a_broken_htpasswd_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("users"),
+        "alice:{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=\nbob:plaintext\n",
+    )
+    .unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        r#"
+[[listener]]
+name = "web"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "api"
+servers = [{ address = "127.0.0.1:9" }]
+[[route]]
+name = "api"
+upstream = "api"
+[route.auth]
+basic = { htpasswd = "users" }
+"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("route `api`") && err.contains("users: line 2 (user `bob`)"),
+        "{err}"
+    );
+    assert!(err.contains("htpasswd -B"), "{err}");
 }
