@@ -26,6 +26,8 @@ pub(crate) fn install(name: &str, issued: Issued) -> Result<(i64, i64), String> 
         acme: None,
         placeholder: false,
         ocsp,
+        // Only the chain and key are swapped in; the slot keeps serving its names.
+        client_auth: None,
     };
     let staple = sluice_tls::ocsp::kept::for_certificate(&cert);
     let served = live()

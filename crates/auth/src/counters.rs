@@ -9,6 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub enum Reason {
     /// No credentials for any method.
     Missing,
+    /// A verified client certificate whose subject or subjectAltNames the route does not
+    /// accept (403).
+    CertNotAllowed,
     /// A bearer token was refused.
     Token(TokenError),
     /// An API key that is not in the file.
@@ -25,8 +28,9 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order [`AuthCounters::refusals`] lists them.
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::Missing,
+        Reason::CertNotAllowed,
         Reason::Token(TokenError::Malformed),
         Reason::Token(TokenError::Algorithm),
         Reason::Token(TokenError::UnknownKey),
@@ -47,6 +51,7 @@ impl Reason {
     pub fn name(self) -> &'static str {
         match self {
             Reason::Missing => "missing",
+            Reason::CertNotAllowed => "cert_not_allowed",
             Reason::Token(TokenError::Malformed) => "jwt_malformed",
             Reason::Token(TokenError::Algorithm) => "jwt_algorithm",
             Reason::Token(TokenError::UnknownKey) => "jwt_unknown_key",
@@ -73,13 +78,13 @@ impl Reason {
 }
 
 /// The methods, in the order they are tried and [`AuthCounters::allowed`] lists them.
-pub const METHODS: [&str; 4] = ["jwt", "key", "basic", "forward"];
+pub const METHODS: [&str; 5] = ["cert", "jwt", "key", "basic", "forward"];
 
 /// One route's counters.
 #[derive(Debug, Default)]
 pub struct AuthCounters {
-    allowed: [AtomicU64; 4],
-    refused: [AtomicU64; 15],
+    allowed: [AtomicU64; 5],
+    refused: [AtomicU64; 16],
     /// Token signatures verified (the rest of the tokens accepted came from the cache).
     pub signatures_verified: AtomicU64,
     /// Basic credentials hashed (the rest came from the cache).

@@ -3,13 +3,14 @@
 //!
 //! A route's `[route.auth]` becomes one [`Authenticator`], built when a configuration is
 //! applied and kept across reloads while its settings stay (with its caches, its JWKS and its
-//! file watchers). Its methods are tried in a fixed order, cheapest first: `jwt` (a cache
-//! lookup for a known token), `keys` (a hash), `basic` (a cache lookup, else bcrypt off the
-//! event loop), `forward` (a subrequest). With `require = "any"` the first that accepts the
+//! file watchers). Its methods are tried in a fixed order, cheapest first: `cert` (the client
+//! certificate the listener verified), `jwt` (a cache lookup for a known token), `keys` (a
+//! hash), `basic` (a cache lookup, else bcrypt off the event loop), `forward` (a subrequest). With `require = "any"` the first that accepts the
 //! request decides; a method whose credentials are absent is skipped; when none accepts, the
 //! first refusal answers (401 with every method's challenge when nothing was presented).
 //! With `"all"` every method must accept. The subject comes from the first method that
-//! accepted: the token's `sub`, the key's name, the user, the service's subject header.
+//! accepted: the certificate's subject, the token's `sub`, the key's name, the user, the
+//! service's subject header.
 //!
 //! CORS (`[route.cors]`) is here too: pure functions over the route's policy ([`cors`]).
 
@@ -59,8 +60,19 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// A client certificate the listener verified.
+#[derive(Debug, Clone, Copy)]
+pub struct PresentedCert<'a> {
+    /// RFC 4514 subject.
+    pub subject: &'a str,
+    /// `DNS:…`, `URI:…`, `email:…` subjectAltNames.
+    pub sans: &'a [String],
+}
+
 /// The request as authentication sees it.
 pub struct Presented<'a> {
+    /// The connection's verified client certificate, if any.
+    pub client_cert: Option<PresentedCert<'a>>,
     /// Its method.
     pub method: &'a Method,
     /// Its target.
@@ -205,10 +217,11 @@ impl Authenticator {
         let mut refusal: Option<Denial> = None;
         for (i, method) in METHODS.iter().enumerate() {
             let verdict = match i {
-                0 if self.jwt.is_some() => self.jwt(req).await,
-                1 if self.keys.is_some() => self.key(req),
-                2 if self.basic.is_some() => self.basic(req).await,
-                3 if self.forward.is_some() => self.forward(req).await,
+                0 if self.config.cert.is_some() => self.cert(req),
+                1 if self.jwt.is_some() => self.jwt(req).await,
+                2 if self.keys.is_some() => self.key(req),
+                3 if self.basic.is_some() => self.basic(req).await,
+                4 if self.forward.is_some() => self.forward(req).await,
                 _ => continue,
             };
             match verdict {
@@ -263,10 +276,36 @@ impl Authenticator {
                 format!("Basic realm=\"{realm}\", charset=\"UTF-8\""),
             );
         }
+        // A route that takes client certificates only has nothing to challenge: 403.
+        let status = if headers.is_empty() {
+            StatusCode::FORBIDDEN
+        } else {
+            StatusCode::UNAUTHORIZED
+        };
         Denial {
-            status: StatusCode::UNAUTHORIZED,
+            status,
             headers,
             reason: Reason::Missing,
+        }
+    }
+
+    /// The connection's verified certificate, if its subject and subjectAltNames are ones
+    /// the route accepts; the subject is the certificate's.
+    fn cert(&self, req: &Presented<'_>) -> Verdict {
+        let (Some(want), Some(cert)) = (&self.config.cert, req.client_cert) else {
+            return Verdict::Absent;
+        };
+        let subject_ok =
+            want.subjects.is_empty() || want.subjects.iter().any(|s| s == cert.subject);
+        let san_ok = want.sans.is_empty() || cert.sans.iter().any(|s| want.sans.contains(s));
+        if subject_ok && san_ok {
+            Verdict::Pass(Arc::from(cert.subject), Vec::new())
+        } else {
+            Verdict::Fail(Denial {
+                status: StatusCode::FORBIDDEN,
+                headers: HeaderMap::new(),
+                reason: Reason::CertNotAllowed,
+            })
         }
     }
 

@@ -42,6 +42,7 @@ impl Scene {
     fn auth_with(&self, all: bool, with_basic: bool) -> Authenticator {
         let p = self.dir.path();
         let config = RouteAuth {
+            cert: None,
             jwt: Some(Arc::new(JwtAuth {
                 jwks_url: None,
                 jwks_ca: None,
@@ -100,6 +101,7 @@ fn run(a: &Authenticator, headers: &[(&str, &str)], uri: &str) -> Result<Identit
         })
     };
     let req = Presented {
+        client_cert: None,
         method: &Method::GET,
         uri: &uri,
         headers: &map,

@@ -11,6 +11,8 @@ use std::time::Duration;
 /// `[route.auth]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteAuth {
+    /// A verified client certificate.
+    pub cert: Option<Arc<CertAuth>>,
     /// Bearer tokens.
     pub jwt: Option<Arc<JwtAuth>>,
     /// API keys.
@@ -25,6 +27,15 @@ pub struct RouteAuth {
     pub subject_header: Option<HeaderName>,
     /// The realm of `WWW-Authenticate` challenges.
     pub realm: String,
+}
+
+/// `cert = { ... }`: which verified client certificates a route accepts.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CertAuth {
+    /// RFC 4514 subjects; empty: any.
+    pub subjects: Vec<String>,
+    /// `DNS:…`, `URI:…`, `email:…` subjectAltNames of which one must be present; empty: any.
+    pub sans: Vec<String>,
 }
 
 /// The JWS algorithms Sluice verifies (RFC 7518 §3.1, RFC 8037): asymmetric only, so that

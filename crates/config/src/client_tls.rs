@@ -15,3 +15,39 @@ impl std::fmt::Debug for ClientIdentity {
         f.write_str("ClientIdentity(..)")
     }
 }
+
+/// Whether a TLS listener asks clients for certificates (NGINX's `ssl_verify_client`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientAuthMode {
+    /// Never asks.
+    #[default]
+    Off,
+    /// Asks; a client without one goes on, one with a certificate that does not verify is
+    /// refused (400, as NGINX).
+    Optional,
+    /// Asks; a request without a verified certificate is refused (400, as NGINX).
+    Required,
+}
+
+/// `[listener.tls] client_auth` and its CAs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientAuth {
+    /// The listener's mode (a certificate's `client_auth` may differ for its names).
+    pub mode: ClientAuthMode,
+    /// PEM of the CAs client certificates must chain to.
+    pub ca_pem: Vec<u8>,
+    /// PEM CRLs, if any.
+    pub crl_pem: Option<Vec<u8>>,
+    /// `X-Forwarded-Client-Cert` upstream.
+    pub forward_client_cert: bool,
+}
+
+impl std::fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientAuth")
+            .field("mode", &self.mode)
+            .field("crl", &self.crl_pem.is_some())
+            .field("forward_client_cert", &self.forward_client_cert)
+            .finish()
+    }
+}

@@ -34,11 +34,11 @@ pub use acme::{
     Secret, TsigAlgorithm,
 };
 pub use auth::{
-    BasicAuth, Cors, ForwardAuth, JWT_ALGORITHMS, JwtAuth, KeyAuth, OriginPattern, RouteAuth,
-    TokenSource,
+    BasicAuth, CertAuth, Cors, ForwardAuth, JWT_ALGORITHMS, JwtAuth, KeyAuth, OriginPattern,
+    RouteAuth, TokenSource,
 };
 pub use cache::CertCache;
-pub use client_tls::ClientIdentity;
+pub use client_tls::{ClientAuth, ClientAuthMode, ClientIdentity};
 pub use compression::{
     CompressEngineName, CompressOffload, Compression, ContentCoding, DEFAULT_COMPRESS_TYPES,
     GzipBackend,

@@ -21,6 +21,7 @@ mod acme_secrets;
 mod auth;
 mod cache;
 mod certificate;
+mod client_auth;
 mod client_tls;
 mod compression;
 pub(crate) mod fleet;

@@ -221,6 +221,17 @@ pub struct RawListenerTls {
     /// Key-exchange groups in preference order, named as OpenSSL and NGINX's
     /// `ssl_ecdh_curve` spell them (`X25519MLKEM768`, `X25519`, `P-256`/`prime256v1`, ...).
     pub groups: Option<Spanned<Vec<String>>>,
+    /// Client certificates (NGINX's `ssl_verify_client`): `"off"` (default), `"optional"`
+    /// or `"required"`.
+    pub client_auth: Option<Spanned<String>>,
+    /// PEM of the CAs client certificates must chain to (with `client_auth`).
+    pub client_ca: Option<SpannedStr>,
+    /// PEM CRLs of those CAs: a revoked client certificate is refused.
+    pub client_crl: Option<SpannedStr>,
+    /// Send the verified client certificate's details upstream in
+    /// `X-Forwarded-Client-Cert` (Envoy's format; default false). A client's own copy of the
+    /// header is removed either way.
+    pub forward_client_cert: Option<Spanned<bool>>,
 }
 
 /// `[[certificate]]`: a certificate chain and its private key.
@@ -244,6 +255,9 @@ pub struct RawCertificate {
     /// `"auto"` (default: staple the issuer's OCSP response when the certificate names a
     /// responder) or `"off"`.
     pub ocsp: Option<Spanned<String>>,
+    /// For the names this certificate serves, `"off"`, `"optional"` or `"required"` instead
+    /// of its listener's `client_auth` (the listener's `client_ca` verifies).
+    pub client_auth: Option<Spanned<String>>,
 }
 
 /// `acme = { names = [...], ... }` of a `[[certificate]]`: what to order; unset fields come

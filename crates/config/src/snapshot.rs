@@ -351,6 +351,8 @@ pub struct TlsListener {
     /// Key-exchange groups in preference order, as BoringSSL names them; `None`: BoringSSL's
     /// default ([`DEFAULT_GROUPS`]).
     pub groups: Option<Vec<&'static str>>,
+    /// Client certificates, when asked for.
+    pub client_auth: Option<Arc<crate::ClientAuth>>,
 }
 
 /// BoringSSL's key-exchange groups when `groups` is not set, in its order: the hybrid
@@ -480,6 +482,8 @@ pub struct Certificate {
     pub placeholder: bool,
     /// Staple its issuer's OCSP response (`ocsp = "auto"`, the default).
     pub ocsp: bool,
+    /// `client_auth` for this certificate's names, instead of the listener's.
+    pub client_auth: Option<crate::ClientAuthMode>,
 }
 
 impl std::fmt::Debug for Certificate {

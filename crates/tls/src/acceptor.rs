@@ -37,6 +37,7 @@ pub struct TlsIdentity {
     rsa_key_exchange: bool,
     groups: Option<Vec<&'static str>>,
     alpn: (bool, bool),
+    client_auth: Option<Arc<sluice_config::ClientAuth>>,
 }
 
 impl TlsIdentity {
@@ -57,6 +58,7 @@ impl TlsIdentity {
             rsa_key_exchange: tls.rsa_key_exchange,
             groups: tls.groups.clone(),
             alpn: (listener.h2, listener.http1),
+            client_auth: tls.client_auth.clone(),
         })
     }
 }
@@ -159,6 +161,9 @@ impl TlsAcceptor {
             tls.unknown_sni == UnknownSni::Reject,
             false,
         ));
+        if let Some(auth) = &tls.client_auth {
+            crate::client_auth::configure(&mut b, auth)?;
+        }
 
         // Resumption is by tickets only: a server-side session cache does not scale across
         // instances, tickets with a shared key file do.
@@ -278,6 +283,12 @@ pub(crate) fn select_certificate(
                 .ssl_mut()
                 .add_credential(&challenge)
                 .map_err(|_| SelectCertError::ERROR);
+        }
+        if let Some(mode) = hello
+            .servername(NameType::HOST_NAME)
+            .and_then(|n| store.client_auth_for(n))
+        {
+            crate::client_auth::override_mode(hello.ssl_mut(), mode);
         }
         let set = match hello
             .servername(NameType::HOST_NAME)

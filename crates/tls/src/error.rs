@@ -24,6 +24,9 @@ pub enum TlsError {
         "a certificate signed through key servers must have an RSA (2048+), ECDSA P-256/P-384 or Ed25519 key"
     )]
     UnsupportedRemoteKey,
+    /// Client-certificate settings that cannot be used.
+    #[error("client certificates: {0}")]
+    ClientAuth(String),
     /// Writing generated certificates failed.
     #[error("cannot write {path}: {source}; check that the state directory is writable")]
     Write {

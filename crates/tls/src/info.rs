@@ -20,6 +20,8 @@ pub struct TlsInfo {
     pub isolated: bool,
     /// Its private-key operation (a full handshake with a local or keyless key).
     pub key_operation: Option<crate::offload::KeyOperation>,
+    /// The client's certificate, where the listener asked for one and the client sent it.
+    pub client_cert: Option<std::sync::Arc<crate::ClientCert>>,
 }
 
 impl TlsInfo {
@@ -40,6 +42,7 @@ impl TlsInfo {
             key_operation: ssl
                 .ex_data(crate::offload::ConnOffload::index())
                 .and_then(crate::offload::ConnOffload::take_trace),
+            client_cert: crate::client_auth::ClientCert::of(ssl),
         }
     }
 }

@@ -11,6 +11,7 @@
 
 mod acceptor;
 pub mod chain;
+mod client_auth;
 mod credential;
 mod engines;
 mod error;
@@ -25,6 +26,7 @@ mod store;
 mod tickets;
 
 pub use acceptor::{AcceptError, TlsAcceptor, TlsIdentity};
+pub use client_auth::ClientCert;
 pub use credential::{inline_credential, x509_credential};
 pub use error::TlsError;
 pub use info::TlsInfo;

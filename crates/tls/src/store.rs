@@ -1,7 +1,7 @@
 use crate::TlsError;
 use crate::credential::x509_credential;
 use crate::live::{Slot, SlotKey, live};
-use sluice_config::{HostPattern, KeyType, Snapshot, TlsListener, normalize_host};
+use sluice_config::{ClientAuthMode, HostPattern, KeyType, Snapshot, TlsListener, normalize_host};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -15,6 +15,12 @@ pub struct CertStore {
     /// Keyed by the suffix after `*.`.
     wildcard: HashMap<String, Vec<Arc<Slot>>>,
     default: Vec<Arc<Slot>>,
+    /// Names whose certificate sets its own `client_auth` (exact, and wildcard suffixes
+    /// after `*.`); empty unless the listener asks for client certificates.
+    client_auth: (
+        HashMap<String, ClientAuthMode>,
+        HashMap<String, ClientAuthMode>,
+    ),
 }
 
 impl std::fmt::Debug for CertStore {
@@ -72,12 +78,19 @@ impl CertStore {
         }
         let mut exact: HashMap<String, Vec<Arc<Slot>>> = HashMap::new();
         let mut wildcard: HashMap<String, Vec<Arc<Slot>>> = HashMap::new();
+        let mut client_auth = (HashMap::new(), HashMap::new());
         for &i in &order {
+            let mode = snapshot.certificates[i]
+                .client_auth
+                .filter(|_| tls.client_auth.is_some());
             for host in &snapshot.certificates[i].hosts {
-                let (map, key) = match host {
-                    HostPattern::Exact(n) => (&mut exact, n.clone()),
-                    HostPattern::Wildcard(s) => (&mut wildcard, s.clone()),
+                let (map, modes, key) = match host {
+                    HostPattern::Exact(n) => (&mut exact, &mut client_auth.0, n.clone()),
+                    HostPattern::Wildcard(s) => (&mut wildcard, &mut client_auth.1, s.clone()),
                 };
+                if let Some(m) = mode {
+                    modes.insert(key.clone(), m);
+                }
                 map.entry(key).or_default().push(credentials[&i].clone());
             }
         }
@@ -94,6 +107,7 @@ impl CertStore {
             exact,
             wildcard,
             default,
+            client_auth,
         })
     }
 
@@ -105,6 +119,20 @@ impl CertStore {
         }
         let (_, parent) = host.split_once('.')?;
         self.wildcard.get(parent).map(Vec::as_slice)
+    }
+
+    /// The `client_auth` of the certificate that serves `sni`, where it sets its own.
+    pub fn client_auth_for(&self, sni: &str) -> Option<ClientAuthMode> {
+        let (exact, wildcard) = &self.client_auth;
+        if exact.is_empty() && wildcard.is_empty() {
+            return None;
+        }
+        let host = normalize_host(sni);
+        if let Some(m) = exact.get(&host) {
+            return Some(*m);
+        }
+        let (_, parent) = host.split_once('.')?;
+        wildcard.get(parent).copied()
     }
 
     /// The set served when SNI is absent or unknown (and the listener allows it).

@@ -144,6 +144,7 @@ impl Cx<'_> {
             }
         };
         let key_type = self.key_type(name, acme, key.id(), key.bits())?;
+        let client_auth = self.client_auth_mode(raw.client_auth.as_ref());
         Some(self.keep_certificate(Certificate {
             name: name.clone(),
             chain: vec![leaf],
@@ -155,6 +156,7 @@ impl Cx<'_> {
             acme: Some(order),
             placeholder: true,
             ocsp,
+            client_auth,
         }))
     }
 
@@ -202,6 +204,7 @@ impl Cx<'_> {
             boring::pkey::Id::ED25519 => KeyType::Ed25519,
             _ => return None,
         };
+        let client_auth = self.client_auth_mode(raw.client_auth.as_ref());
         Some(self.keep_certificate(Certificate {
             name: name.clone(),
             chain,
@@ -213,6 +216,7 @@ impl Cx<'_> {
             acme: Some(order.clone()),
             placeholder: false,
             ocsp,
+            client_auth,
         }))
     }
 

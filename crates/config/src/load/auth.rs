@@ -29,11 +29,13 @@ impl Cx<'_> {
             })
         });
         let forward = r.forward.as_ref().map(|f| Arc::new(self.forward(route, f)));
-        if jwt.is_none() && keys.is_none() && basic.is_none() && forward.is_none() {
+        let cert = r.cert.as_ref().map(|c| Arc::new(self.cert_auth(route, c)));
+        if cert.is_none() && jwt.is_none() && keys.is_none() && basic.is_none() && forward.is_none()
+        {
             self.err_at(
                 raw,
                 format!("route `{route}`: [route.auth] names no method"),
-                "add jwt = {…}, keys = {…}, basic = {…} or forward = {…}",
+                "add cert = {…}, jwt = {…}, keys = {…}, basic = {…} or forward = {…}",
             );
         }
         let all = self
@@ -64,6 +66,7 @@ impl Cx<'_> {
             );
         }
         (self.errors.len() == before).then_some(RouteAuth {
+            cert,
             jwt,
             keys,
             basic,
@@ -151,6 +154,32 @@ impl Cx<'_> {
                 .cache_size
                 .as_ref()
                 .map_or(10_000, |n| *n.get_ref() as usize),
+        }
+    }
+
+    fn cert_auth(&mut self, route: &str, raw: &Spanned<RawCertAuth>) -> CertAuth {
+        let r = raw.get_ref();
+        let mut sans = Vec::new();
+        for s in r.sans.iter().flatten() {
+            match s.get_ref().split_once(':') {
+                Some(("DNS" | "URI" | "email", v)) if !v.is_empty() => {
+                    sans.push(s.get_ref().clone())
+                }
+                _ => self.err_at(
+                    s,
+                    format!("route `{route}`: `{}` is not a subjectAltName", s.get_ref()),
+                    "write DNS:name, URI:spiffe://… or email:someone@example.com",
+                ),
+            }
+        }
+        CertAuth {
+            subjects: r
+                .subjects
+                .iter()
+                .flatten()
+                .map(|s| s.get_ref().clone())
+                .collect(),
+            sans,
         }
     }
 

@@ -34,6 +34,7 @@ impl Cx<'_> {
         };
         let cert_path = self.path(cert_at.get_ref());
         let ocsp = self.ocsp_setting(raw);
+        let client_auth = self.client_auth_mode(raw.client_auth.as_ref());
 
         let cert_pem = match std::fs::read(&cert_path) {
             Err(e) => {
@@ -114,6 +115,7 @@ impl Cx<'_> {
                 acme: None,
                 placeholder: false,
                 ocsp,
+                client_auth,
             }));
         };
         let key = match PKey::private_key_from_pem(&key_pem) {
@@ -155,6 +157,7 @@ impl Cx<'_> {
             acme: None,
             placeholder: false,
             ocsp,
+            client_auth,
         }))
     }
 
@@ -351,6 +354,11 @@ fn certificate_fingerprint(raw: &RawCertificate, cert: &[u8], key: Option<&[u8]>
         raw.ocsp
             .as_ref()
             .map_or(b"auto".as_slice(), |o| o.get_ref().as_bytes()),
+    );
+    field(
+        raw.client_auth
+            .as_ref()
+            .map_or(b"listener".as_slice(), |o| o.get_ref().as_bytes()),
     );
     h.finish()
 }

@@ -108,6 +108,41 @@ impl Cx<'_> {
                 );
             }
         }
+        let mut tls = tls;
+        if let (Some(t), Some(raw_tls)) = (&mut tls, &raw.tls) {
+            let tcp = kind.as_ref().is_some_and(|k| *k != ListenerKind::Http);
+            match self.client_auth(&name, raw_tls, http3) {
+                Ok(Some(_)) if tcp => self.err_at(
+                    raw_tls.client_auth.as_ref().or(raw_tls.client_ca.as_ref()).unwrap_or(&raw.name),
+                    format!("listener `{name}`: client certificates on a kind = \"tcp\" listener"),
+                    "ask for client certificates on HTTP listeners (their routes decide what a certificate allows)",
+                ),
+                Ok(auth) => t.client_auth = auth,
+                Err(()) => {}
+            }
+            if t.client_auth.is_none() {
+                // A certificate that asks for client certificates needs its listener's CAs.
+                for c in raw_certs {
+                    let served = cert_names
+                        .get(c.name.get_ref())
+                        .is_some_and(|i| t.certificates.contains(i));
+                    if let Some(at) = c
+                        .client_auth
+                        .as_ref()
+                        .filter(|m| served && m.get_ref() != "off")
+                    {
+                        self.err_at(
+                            at,
+                            format!(
+                                "certificate `{}` sets client_auth, but listener `{name}` has no client_ca",
+                                c.name.get_ref()
+                            ),
+                            "give the listener's [listener.tls] client_ca (and client_auth, \"off\" for its other names)",
+                        );
+                    }
+                }
+            }
+        }
         let keepalive_timeout = self
             .duration(raw.keepalive_timeout.as_ref())
             .unwrap_or(Duration::from_secs(75));
@@ -465,6 +500,7 @@ impl Cx<'_> {
             ticket_key_rotation,
             rsa_key_exchange,
             groups,
+            client_auth: None,
         })
     }
 

@@ -10,6 +10,8 @@ use toml::Spanned;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAuth {
+    /// A client certificate the listener verified (`[listener.tls] client_auth`).
+    pub cert: Option<Spanned<RawCertAuth>>,
     /// Bearer tokens (RFC 7519) verified against a JWKS or public keys.
     pub jwt: Option<Spanned<RawJwt>>,
     /// API keys, stored hashed in a file.
@@ -25,6 +27,16 @@ pub struct RawAuth {
     pub subject_header: Option<Spanned<String>>,
     /// The realm named in `WWW-Authenticate` challenges (default the route's name).
     pub realm: Option<Spanned<String>>,
+}
+
+/// `cert = { subjects = [...], sans = [...] }`: empty lists accept any verified certificate.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertAuth {
+    /// Subjects accepted, as RFC 4514 strings (`CN=alice,O=Example`).
+    pub subjects: Option<Vec<SpannedStr>>,
+    /// subjectAltNames accepted: `DNS:host`, `URI:spiffe://...`, `email:a@b`.
+    pub sans: Option<Vec<SpannedStr>>,
 }
 
 /// `jwt = { ... }`.

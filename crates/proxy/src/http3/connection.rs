@@ -335,6 +335,8 @@ impl Driver {
                 handshake: None,
                 isolated: false,
                 key_operation: None,
+                // HTTP/3 listeners do not ask for client certificates (refused at load).
+                client_cert: None,
             }),
             state,
         }));

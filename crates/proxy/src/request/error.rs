@@ -76,6 +76,10 @@ pub(crate) enum Failure {
     TooManyRequests,
     /// No credentials, or ones `[route.auth]` refused.
     Unauthorized,
+    /// The listener requires a client certificate and none was sent (NGINX's answer: 400).
+    NoClientCert,
+    /// The client's certificate did not verify (expired, revoked, another CA; 400 as NGINX).
+    BadClientCert,
     /// `[route.auth]`'s authorization service said 403.
     AuthForbidden,
     /// `[route.auth]`'s authorization service failed (`on_error = "deny"`).
@@ -90,7 +94,9 @@ impl Failure {
             Failure::NoRoute => StatusCode::NOT_FOUND,
             Failure::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Failure::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Failure::BadRequest => StatusCode::BAD_REQUEST,
+            Failure::BadRequest | Failure::NoClientCert | Failure::BadClientCert => {
+                StatusCode::BAD_REQUEST
+            }
             Failure::UpstreamConnect | Failure::UpstreamError => StatusCode::BAD_GATEWAY,
             Failure::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Failure::Forbidden | Failure::AuthForbidden => StatusCode::FORBIDDEN,
@@ -113,6 +119,8 @@ impl Failure {
             Failure::Forbidden => "access from this address is not allowed\n",
             Failure::TooManyRequests => "too many requests; see Retry-After\n",
             Failure::Unauthorized => "authentication required\n",
+            Failure::NoClientCert => "no required SSL certificate was sent\n",
+            Failure::BadClientCert => "the SSL certificate error\n",
             Failure::AuthForbidden => "access denied\n",
             Failure::AuthUnavailable => "authentication is unavailable; try again shortly\n",
             Failure::ServiceUnavailable => "every upstream server is busy; try again shortly\n",

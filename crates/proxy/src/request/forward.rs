@@ -62,6 +62,16 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
+/// The `X-Forwarded-Client-Cert` header: only the gateway sets it (from the client
+/// certificate the listener verified), so a client's copy is never forwarded.
+pub(crate) const XFCC: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
+
+/// A request field not copied upstream: a hop-by-hop one, or one only the gateway sets
+/// (`X-Forwarded-Client-Cert`).
+fn never_forwarded(name: &HeaderName) -> bool {
+    is_hop_by_hop(name) || *name == XFCC
+}
+
 /// A copy of `headers` without the hop-by-hop ones (as [`strip_hop_by_hop`] leaves them),
 /// with room for `room` more fields. A request's head is copied like this for each try
 /// (the client's stays as it came, for a retry, the log and the mirrors); `clone` gave the
@@ -74,7 +84,7 @@ pub(crate) fn forwardable(headers: &HeaderMap, room: usize) -> HeaderMap {
     };
     let mut out = HeaderMap::with_capacity(headers.len() + room);
     for (name, value) in headers {
-        if !is_hop_by_hop(name) && !named.contains(name) {
+        if !never_forwarded(name) && !named.contains(name) {
             out.append(name.clone(), value.clone());
         }
     }
@@ -266,7 +276,7 @@ pub(crate) fn write_forwardable(
         if stop(name) {
             return None;
         }
-        if is_hop_by_hop(name) || named.contains(name) {
+        if never_forwarded(name) || named.contains(name) {
             continue;
         }
         let replaced = match name.as_str() {
@@ -446,6 +456,12 @@ mod tests {
         ]);
         strip_hop_by_hop(&mut h);
         assert_eq!(h, map(&[("host", "a")]));
+    }
+
+    #[test]
+    fn a_clients_forwarded_client_cert_is_never_copied() {
+        let h = map(&[("x-forwarded-client-cert", "Hash=forged"), ("host", "a")]);
+        assert_eq!(forwardable(&h, 0), map(&[("host", "a")]));
     }
 
     #[test]

@@ -57,7 +57,9 @@ pub(crate) fn status(why: Failure) -> (u8, &'static str) {
         | Failure::TooManyRequests => (14, "UNAVAILABLE"),
         Failure::UpstreamTimeout => (4, "DEADLINE_EXCEEDED"),
         Failure::Forbidden | Failure::AuthForbidden => (7, "PERMISSION_DENIED"),
-        Failure::Unauthorized => (16, "UNAUTHENTICATED"),
+        Failure::Unauthorized | Failure::NoClientCert | Failure::BadClientCert => {
+            (16, "UNAUTHENTICATED")
+        }
         Failure::AuthUnavailable => (13, "INTERNAL"),
     }
 }

@@ -151,7 +151,35 @@ impl<'a> RequestCtx<'a> {
             listener.metrics.denied();
             return Err(Stop::Fail(Failure::Forbidden));
         }
-        Ok(())
+        self.client_cert_check()
+    }
+
+    /// A listener that asks for client certificates: 400 where one is required and none was
+    /// sent, or one was sent that did not verify (NGINX's `ssl_verify_client` answers).
+    fn client_cert_check(&self) -> Flow<()> {
+        let Some(auth) = self
+            .listener
+            .config
+            .tls
+            .as_ref()
+            .and_then(|t| t.client_auth.as_ref())
+        else {
+            return Ok(());
+        };
+        let tls = self.conn.tls.as_ref();
+        let mode = match (tls.and_then(|t| t.sni.as_deref()), &self.listener.tls) {
+            (Some(sni), Some(acceptor)) => acceptor.store().client_auth_for(sni),
+            _ => None,
+        }
+        .unwrap_or(auth.mode);
+        match (mode, tls.and_then(|t| t.client_cert.as_deref())) {
+            (sluice_config::ClientAuthMode::Off, _) => Ok(()),
+            (_, Some(cert)) if !cert.verified => Err(Stop::Fail(Failure::BadClientCert)),
+            (sluice_config::ClientAuthMode::Required, None) => {
+                Err(Stop::Fail(Failure::NoClientCert))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Phase `route`: the route for the request's host, path, method and headers (404),
@@ -231,7 +259,17 @@ impl<'a> RequestCtx<'a> {
         let (parts, uri) = (req.headers(), req.uri());
         let part =
             |k: &sluice_config::HashKey| crate::upstreams::request_key::key_value(k, uri, parts);
+        let cert = self
+            .conn
+            .tls
+            .as_ref()
+            .and_then(|t| t.client_cert.as_deref())
+            .filter(|c| c.verified);
         let presented = sluice_auth::Presented {
+            client_cert: cert.map(|c| sluice_auth::PresentedCert {
+                subject: &c.subject,
+                sans: &c.sans,
+            }),
             method: req.method(),
             uri,
             headers: parts,

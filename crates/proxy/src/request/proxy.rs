@@ -389,7 +389,9 @@ impl<'a> Proxied<'a> {
             host: &self.host,
             forwarded: self.listener.config.forwarded_header,
         };
+        let xfcc = self.client_cert_header();
         let plain = !traced
+            && xfcc.is_none()
             && matches!(self.group.config.protocol, UpstreamProtocol::Http1)
             && self.plan.upstream_request.is_empty()
             && self.cache.is_none()
@@ -407,7 +409,11 @@ impl<'a> Proxied<'a> {
         let headers = if written.is_some() {
             HeaderMap::new()
         } else {
-            self.edited_headers(host_value, &fwd)
+            let mut headers = self.edited_headers(host_value, &fwd);
+            if let Some(v) = xfcc {
+                headers.insert(super::forward::XFCC, v);
+            }
+            headers
         };
         // Origin-form: the request line carries the path and query only.
         let uri = match self.rewritten.as_ref().or(self.parts.uri.path_and_query()) {
@@ -433,6 +439,25 @@ impl<'a> Proxied<'a> {
         };
         *req.headers_mut() = headers;
         (req, written)
+    }
+
+    /// `X-Forwarded-Client-Cert` for the connection's verified client certificate, where the
+    /// listener forwards it (a client's own copy never goes upstream: `forward::XFCC`).
+    fn client_cert_header(&self) -> Option<HeaderValue> {
+        let forward = self
+            .listener
+            .config
+            .tls
+            .as_ref()
+            .and_then(|t| t.client_auth.as_ref())
+            .is_some_and(|a| a.forward_client_cert);
+        if !forward {
+            return None;
+        }
+        let cert = self.conn.tls.as_ref()?.client_cert.as_ref()?;
+        cert.verified
+            .then(|| HeaderValue::from_str(&cert.xfcc()).ok())
+            .flatten()
     }
 
     /// The map path of phase 3: the client's fields copied without the hop-by-hop ones,

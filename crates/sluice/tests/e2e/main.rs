@@ -14,6 +14,7 @@ mod balancing;
 mod banner;
 mod cache;
 mod cli;
+mod client_cert;
 mod compression;
 mod dashboard;
 pub(crate) mod differential;

@@ -370,6 +370,8 @@ pub struct ClientOpts {
     pub ciphers: Option<&'static str>,
     /// Key-exchange groups offered, e.g. "X25519" (default: BoringSSL's).
     pub groups: Option<&'static str>,
+    /// A client certificate (PEM chain) and its key, sent when the server asks.
+    pub client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 pub async fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Handshake, String> {
@@ -394,6 +396,11 @@ pub async fn tls_connect(addr: SocketAddr, opts: &ClientOpts) -> Result<Handshak
     }
     if let Some(g) = opts.groups {
         b.set_curves_list(g).unwrap();
+    }
+    if let Some((cert, key)) = &opts.client_cert {
+        b.set_certificate_chain_file(cert).unwrap();
+        b.set_private_key_file(key, boring::ssl::SslFiletype::PEM)
+            .unwrap();
     }
     let session = Arc::new(std::sync::Mutex::new(None));
     let slot = session.clone();
