@@ -54,6 +54,12 @@ struct Target {
     /// How long to run, e.g. "5s".
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     duration: Duration,
+    /// A client certificate (PEM chain) to present when the server asks (mutual TLS).
+    #[arg(long, requires = "client_key")]
+    client_cert: Option<std::path::PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, requires = "client_cert")]
+    client_key: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -263,10 +269,17 @@ async fn keyless_connection(
     Ok(())
 }
 
-fn connector(tls: &str, groups: Option<&str>) -> anyhow::Result<SslConnector> {
+fn connector(t: &Target) -> anyhow::Result<SslConnector> {
+    let (tls, groups) = (t.tls.as_str(), t.groups.as_deref());
     let mut b = SslConnector::builder(SslMethod::tls())?;
     if let Some(g) = groups {
         b.set_curves_list(g)?;
+    }
+    if let (Some(cert), Some(key)) = (&t.client_cert, &t.client_key) {
+        b.set_certificate_chain_file(cert)
+            .with_context(|| format!("--client-cert {}", cert.display()))?;
+        b.set_private_key_file(key, boring::ssl::SslFiletype::PEM)
+            .with_context(|| format!("--client-key {}", key.display()))?;
     }
     b.set_verify(SslVerifyMode::NONE);
     // Every connection must be a full handshake: no client session cache.
@@ -518,7 +531,7 @@ fn main() -> anyhow::Result<()> {
                 target,
                 concurrency,
             } => {
-                let connector = Arc::new(connector(&target.tls, target.groups.as_deref())?);
+                let connector = Arc::new(connector(&target)?);
                 let duration = target.duration;
                 let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
                 let t = Arc::new(target);
@@ -669,7 +682,7 @@ fn main() -> anyhow::Result<()> {
                 storm: storm_n,
                 rate,
             } => {
-                let connector = Arc::new(connector(&target.tls, target.groups.as_deref())?);
+                let connector = Arc::new(connector(&target)?);
                 let duration = target.duration;
                 let t = Arc::new(target);
                 let storm_task = tokio::spawn(storm(

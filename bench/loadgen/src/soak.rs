@@ -117,7 +117,13 @@ pub(crate) async fn run(t: Target, mix: Mix) -> anyhow::Result<Value> {
             mix.streams,
         )));
     }
-    let handshake = Arc::new(crate::connector("1.3", None)?);
+    // TLS 1.3 with BoringSSL's groups, whatever the target says.
+    let plain = crate::Target {
+        tls: "1.3".into(),
+        groups: None,
+        ..(*t).clone()
+    };
+    let handshake = Arc::new(crate::connector(&plain)?);
     tasks.push(tokio::spawn(storm(
         handshake,
         t.clone(),

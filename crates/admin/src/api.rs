@@ -71,6 +71,17 @@ pub(crate) async fn respond(
             purge_cache(s, req).await
         }
         (_, "/api/v1/cache/purge") => not_allowed("POST"),
+        (_, "/api/v1/auth/keys") => {
+            let denied = if method == Method::GET {
+                refuse_read(s, &req, peer)
+            } else {
+                refuse_unauthorized(s, &req)
+            };
+            if let Some(denied) = denied {
+                return denied;
+            }
+            crate::auth::keys(s, req).await
+        }
         (_, "/api/v1/config") if method != Method::GET => not_allowed("GET"),
         (_, p) if p.starts_with("/api/v1/") => {
             let write = method != Method::GET && method != Method::HEAD;
@@ -102,12 +113,12 @@ pub(crate) async fn respond(
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: try / (the dashboard), /metrics, /status, /api/v1/stats, /api/v1/requests, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME, /api/v1/upstreams/NAME/health, POST /api/v1/reload or POST /api/v1/cache/purge\n",
+            "not found: try / (the dashboard), /metrics, /status, /api/v1/stats, /api/v1/requests, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME, /api/v1/upstreams/NAME/health, /api/v1/auth/keys?route=NAME, POST /api/v1/reload or POST /api/v1/cache/purge\n",
         ),
     }
 }
 
-fn not_allowed(allow: &'static str) -> Reply {
+pub(crate) fn not_allowed(allow: &'static str) -> Reply {
     let mut r = error(StatusCode::METHOD_NOT_ALLOWED, &format!("use {allow}"));
     r.headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allow));

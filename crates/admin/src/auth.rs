@@ -118,3 +118,92 @@ pub(crate) fn status(s: &Sources) -> Value {
         .collect();
     json!(routes)
 }
+
+/// `/api/v1/auth/keys`: a route's API keys, kept hashed in its `keys` file. `GET
+/// ?route=NAME` lists their names; `POST {"route", "name", "key"}` adds one (without
+/// `"key"`, the gateway makes a random one and answers it, once); `DELETE {"route",
+/// "name"}` removes one. The file is rewritten whole and read again at once. The file is
+/// this gateway's: in a fleet, each gateway has its own.
+pub(crate) async fn keys(
+    s: &Sources,
+    req: http::Request<hyper::body::Incoming>,
+) -> crate::reply::Reply {
+    use crate::reply::{error, json_reply};
+    use http::{Method, StatusCode};
+    let method = req.method().clone();
+    let (route, name, key) = if method == Method::GET {
+        let q = req.uri().query().unwrap_or("");
+        let route = q
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("route="))
+            .unwrap_or("")
+            .to_owned();
+        (route, String::new(), None)
+    } else {
+        let body = match crate::api::json_body(req).await {
+            Ok(b) => b,
+            Err(r) => return *r,
+        };
+        let text = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
+        (
+            text("route").unwrap_or_default(),
+            text("name").unwrap_or_default(),
+            text("key"),
+        )
+    };
+    let Some(auth) = s.gateway.authenticator(&route) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("no route `{route}` with [route.auth]; give \"route\" (GET: ?route=NAME)"),
+        );
+    };
+    if method == Method::GET {
+        return match auth.key_names() {
+            Some(names) => json_reply(StatusCode::OK, &json!({ "route": route, "keys": names })),
+            None => error(
+                StatusCode::NOT_FOUND,
+                &format!("route `{route}` has no keys = {{ file = … }}"),
+            ),
+        };
+    }
+    let made = (method == Method::POST && key.is_none()).then(|| {
+        let mut raw = [0u8; 24];
+        boring::rand::rand_bytes(&mut raw).expect("BoringSSL's RNG");
+        raw.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    });
+    let edit = match method {
+        Method::POST => Some(key.clone().or(made.clone()).unwrap_or_default()),
+        Method::DELETE => None,
+        _ => return crate::api::not_allowed("GET, POST, DELETE"),
+    };
+    let done = tokio::task::spawn_blocking({
+        let (auth, name) = (auth.clone(), name.clone());
+        move || auth.edit_key(&name, edit.as_deref().map(str::as_bytes))
+    })
+    .await;
+    match done {
+        Ok(Ok(())) if method == Method::POST => {
+            let mut answer = json!({ "route": route, "name": name });
+            if let Some(k) = made {
+                answer["key"] = json!(k);
+            }
+            json_reply(StatusCode::CREATED, &answer)
+        }
+        Ok(Ok(())) => json_reply(StatusCode::OK, &json!({ "route": route, "removed": name })),
+        Ok(Err(None)) => error(
+            StatusCode::NOT_FOUND,
+            &format!("route `{route}` has no keys = {{ file = … }}"),
+        ),
+        Ok(Err(Some(e @ sluice_auth::KeyEditError::Exists))) => {
+            error(StatusCode::CONFLICT, &e.to_string())
+        }
+        Ok(Err(Some(e @ sluice_auth::KeyEditError::Missing))) => {
+            error(StatusCode::NOT_FOUND, &e.to_string())
+        }
+        Ok(Err(Some(e @ sluice_auth::KeyEditError::Invalid(_)))) => {
+            error(StatusCode::BAD_REQUEST, &e.to_string())
+        }
+        Ok(Err(Some(e))) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}

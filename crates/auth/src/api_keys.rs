@@ -60,10 +60,90 @@ impl ApiKeys {
         Ok(ApiKeys { by_hash })
     }
 
+    /// The keys' names, sorted.
+    pub(crate) fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.by_hash.values().map(|n| n.to_string()).collect();
+        names.sort();
+        names
+    }
+
     /// The name of `key`, if it is one of the file's.
     pub(crate) fn name_of(&self, key: &[u8]) -> Option<&Arc<str>> {
         self.by_hash.get(&digest(key))
     }
+}
+
+/// Why a key file was not changed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum KeyEditError {
+    /// A key of that name is in the file already.
+    Exists,
+    /// No key of that name is in the file.
+    Missing,
+    /// The name cannot be one (empty, `:`, whitespace), or the key is too short.
+    Invalid(String),
+    /// The file could not be read or written.
+    Io(String),
+}
+
+impl std::fmt::Display for KeyEditError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyEditError::Exists => f.write_str("a key of that name exists; remove it first"),
+            KeyEditError::Missing => f.write_str("no key of that name"),
+            KeyEditError::Invalid(why) | KeyEditError::Io(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The file's lines with `name:sha256:…` for `key` added, or without `name`'s line
+/// (`key` `None`), written whole to a new file renamed over the old one (so the watcher
+/// never reads half a file), with the old one's permissions.
+pub(crate) fn edit(
+    path: &std::path::Path,
+    name: &str,
+    key: Option<&[u8]>,
+) -> Result<(), KeyEditError> {
+    if name.is_empty() || name.contains(':') || name.chars().any(char::is_whitespace) {
+        return Err(KeyEditError::Invalid(
+            "a key name is one word without ':'".to_owned(),
+        ));
+    }
+    if key.is_some_and(|k| k.len() < 16) {
+        return Err(KeyEditError::Invalid(
+            "an API key has 16 characters at least (leave \"key\" out to have one made)".to_owned(),
+        ));
+    }
+    let io = |e: std::io::Error| KeyEditError::Io(format!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(io)?;
+    let prefix = format!("{name}:");
+    let present = text.lines().any(|l| l.trim().starts_with(&prefix));
+    let mut out = String::with_capacity(text.len() + 100);
+    match key {
+        Some(_) if present => return Err(KeyEditError::Exists),
+        None if !present => return Err(KeyEditError::Missing),
+        Some(k) => {
+            out.push_str(&text);
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(&key_line(name, k));
+            out.push('\n');
+        }
+        None => {
+            for line in text.lines().filter(|l| !l.trim().starts_with(&prefix)) {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    ApiKeys::parse(&out).map_err(KeyEditError::Invalid)?;
+    let tmp = path.with_extension("sluice-new");
+    std::fs::write(&tmp, out).map_err(io)?;
+    if let Ok(meta) = std::fs::metadata(path) {
+        std::fs::set_permissions(&tmp, meta.permissions()).map_err(io)?;
+    }
+    std::fs::rename(&tmp, path).map_err(io)
 }
 
 fn parse_hex(hex: &str) -> Option<[u8; 32]> {
@@ -102,6 +182,34 @@ mod tests {
             key_line("x", b"abc")
                 .ends_with("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
         );
+    }
+
+    #[test]
+    fn keys_are_added_and_removed_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        std::fs::write(&path, "# ours\n").unwrap();
+        edit(&path, "ios", Some(b"k-ios-0123456789")).unwrap();
+        edit(&path, "web", Some(b"k-web-0123456789")).unwrap();
+        assert_eq!(
+            edit(&path, "ios", Some(b"k-other-01234567")),
+            Err(KeyEditError::Exists)
+        );
+        assert!(matches!(
+            edit(&path, "a b", Some(b"k-other-01234567")),
+            Err(KeyEditError::Invalid(_))
+        ));
+        assert!(matches!(
+            edit(&path, "tv", Some(b"short")),
+            Err(KeyEditError::Invalid(_))
+        ));
+        let keys = ApiKeys::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(keys.names(), ["ios", "web"]);
+        edit(&path, "ios", None).unwrap();
+        assert_eq!(edit(&path, "ios", None), Err(KeyEditError::Missing));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("# ours\n") && !text.contains("ios"));
+        assert!(!text.contains("k-web"), "only hashes are written");
     }
 
     #[test]

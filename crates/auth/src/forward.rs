@@ -33,7 +33,7 @@ pub(crate) struct Original<'a> {
     pub(crate) headers: &'a HeaderMap,
     pub(crate) host: &'a str,
     pub(crate) https: bool,
-    pub(crate) client: &'a str,
+    pub(crate) client: std::net::IpAddr,
 }
 
 /// One route's forward authentication.
@@ -117,7 +117,7 @@ impl Forwarder {
         put("x-forwarded-host", req.host);
         put("x-forwarded-uri", pq);
         put("x-original-uri", pq);
-        put("x-forwarded-for", req.client);
+        put("x-forwarded-for", &req.client.to_string());
         let resp = match self.client.send(sub, self.config.timeout).await {
             Ok(r) => r,
             Err(e) => return Decision::Error(e),

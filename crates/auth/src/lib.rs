@@ -24,7 +24,7 @@ mod jwt;
 mod ttl_cache;
 mod watched;
 
-pub use api_keys::key_line;
+pub use api_keys::{KeyEditError, key_line};
 pub use counters::{AuthCounters, METHODS, Reason};
 pub use jwt::TokenError;
 
@@ -83,8 +83,8 @@ pub struct Presented<'a> {
     pub host: &'a str,
     /// Whether it came over TLS.
     pub https: bool,
-    /// The client's address, as text.
-    pub client: &'a str,
+    /// The client's address.
+    pub client: std::net::IpAddr,
     /// A header's, cookie's or query argument's value (the gateway's own reading of them).
     pub part: &'a (dyn Fn(&HashKey) -> Option<&'a [u8]> + Sync),
 }
@@ -208,6 +208,23 @@ impl Authenticator {
             .iter()
             .flat_map(|f| f.upstream_headers.iter());
         claims.chain(forwarded)
+    }
+
+    /// The names of the route's API keys; `None` without `keys`.
+    pub fn key_names(&self) -> Option<Vec<String>> {
+        Some(self.keys.as_ref()?.current().0.names())
+    }
+
+    /// Adds `key` (its hash) as `name` to the route's key file, or removes `name` (`key`
+    /// `None`), then reads the file again at once. Blocking file I/O: call it off the event
+    /// loop. `Err(None)`: the route has no `keys`.
+    pub fn edit_key(&self, name: &str, key: Option<&[u8]>) -> Result<(), Option<KeyEditError>> {
+        let (Some(file), Some(cfg)) = (&self.keys, &self.config.keys) else {
+            return Err(None);
+        };
+        api_keys::edit(&cfg.file, name, key).map_err(Some)?;
+        file.check();
+        Ok(())
     }
 
     /// Decides who `req` comes from, or how it is refused (counted either way).

@@ -107,7 +107,7 @@ fn run(a: &Authenticator, headers: &[(&str, &str)], uri: &str) -> Result<Identit
         headers: &map,
         host: "api.example",
         https: true,
-        client: "192.0.2.1",
+        client: "192.0.2.1".parse().unwrap(),
         part: &query,
     };
     tokio::runtime::Builder::new_current_thread()

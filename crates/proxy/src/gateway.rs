@@ -341,6 +341,11 @@ impl Gateway {
         self.metrics.clone()
     }
 
+    /// The authenticator of route `name` (a route with `[route.auth]`).
+    pub fn authenticator(&self, name: &str) -> Option<Arc<sluice_auth::Authenticator>> {
+        self.view.load().guards.auth.get(name).cloned()
+    }
+
     /// Each authenticated route's counters, sorted by route.
     pub fn authentication(&self) -> Vec<(String, Arc<sluice_auth::AuthCounters>)> {
         let view = self.view.load();

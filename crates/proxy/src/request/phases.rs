@@ -255,7 +255,6 @@ impl<'a> RequestCtx<'a> {
         auth: &sluice_auth::Authenticator,
         req: &mut Request<ClientBody>,
     ) -> Flow<Arc<str>> {
-        let client = crate::text::ip_string(self.client);
         let (parts, uri) = (req.headers(), req.uri());
         let part =
             |k: &sluice_config::HashKey| crate::upstreams::request_key::key_value(k, uri, parts);
@@ -275,7 +274,7 @@ impl<'a> RequestCtx<'a> {
             headers: parts,
             host: &self.host,
             https: self.listener.tls.is_some(),
-            client: &client,
+            client: self.client,
             part: &part,
         };
         let verdict = auth.authenticate(&presented).await;

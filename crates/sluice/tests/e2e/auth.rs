@@ -850,3 +850,141 @@ basic = { htpasswd = "users" }
     );
     assert!(err.contains("htpasswd -B"), "{err}");
 }
+
+/// API keys through the admin API: added (given, or made by the gateway and answered once),
+/// listed by name, removed; the file holds only hashes, and requests follow at once.
+#[tokio::test]
+async fn api_keys_are_managed_through_the_admin_api() {
+    use std::os::unix::fs::PermissionsExt;
+    const TOKEN: &str = "auth-test-token-0123456789abcdef";
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("admin.token");
+    std::fs::write(&token, TOKEN).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(dir.path().join("keys"), "").unwrap();
+    let origin = Origin::start("api").await;
+    let gw = TestGateway::start(
+        &format!(
+            r#"
+[admin]
+address = "127.0.0.1:0"
+token_file = "admin.token"
+[[listener]]
+name = "web"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "api"
+servers = [{{ address = "{}" }}]
+[[route]]
+name = "api"
+upstream = "api"
+[route.auth]
+keys = {{ file = "keys" }}
+"#,
+            origin.addr
+        ),
+        dir,
+    )
+    .await;
+    let (admin, _task) = admin_for(&gw).await;
+    let call = |method: &'static str,
+                path: &'static str,
+                body: Option<serde_json::Value>,
+                token: &'static str| async move {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "admin")
+            .header("authorization", format!("Bearer {token}"));
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        let got = http1_send(
+            tokio::net::TcpStream::connect(admin).await.unwrap(),
+            req.body(Full::new(body)).unwrap(),
+        )
+        .await;
+        let v: serde_json::Value = serde_json::from_str(&got.body).unwrap_or_default();
+        (got.status, v)
+    };
+    let web = gw.addr("web");
+    let given = serde_json::json!({"route": "api", "name": "ios", "key": "k-ios-0123456789"});
+    assert_eq!(
+        call(
+            "POST",
+            "/api/v1/auth/keys",
+            Some(given.clone()),
+            "wrong-token-0123456789abcdef"
+        )
+        .await
+        .0,
+        401
+    );
+    assert_eq!(
+        call("POST", "/api/v1/auth/keys", Some(given.clone()), TOKEN)
+            .await
+            .0,
+        201
+    );
+    assert_eq!(
+        call("POST", "/api/v1/auth/keys", Some(given), TOKEN)
+            .await
+            .0,
+        409
+    );
+    let (status, made) = call(
+        "POST",
+        "/api/v1/auth/keys",
+        Some(serde_json::json!({"route": "api", "name": "tv"})),
+        TOKEN,
+    )
+    .await;
+    assert_eq!(status, 201);
+    let tv_key = made["key"]
+        .as_str()
+        .expect("a key made and answered")
+        .to_owned();
+    assert_eq!(tv_key.len(), 48);
+    let (status, listed) = call("GET", "/api/v1/auth/keys?route=api", None, TOKEN).await;
+    assert_eq!(status, 200);
+    assert_eq!(listed["keys"], serde_json::json!(["ios", "tv"]));
+    let file = std::fs::read_to_string(gw.dir().join("keys")).unwrap();
+    assert!(
+        !file.contains("k-ios") && !file.contains(&tv_key),
+        "only hashes at rest"
+    );
+    // In force at once, no reload.
+    assert_eq!(
+        get(web, "/whoami", &[("x-api-key", "k-ios-0123456789")])
+            .await
+            .status,
+        200
+    );
+    let got = get(web, "/headers", &[("x-api-key", &tv_key)]).await;
+    assert_eq!(
+        upstream_header(&got, "x-auth-subject").as_deref(),
+        Some("tv")
+    );
+    let gone = serde_json::json!({"route": "api", "name": "ios"});
+    assert_eq!(
+        call("DELETE", "/api/v1/auth/keys", Some(gone.clone()), TOKEN)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        call("DELETE", "/api/v1/auth/keys", Some(gone), TOKEN)
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        get(web, "/whoami", &[("x-api-key", "k-ios-0123456789")])
+            .await
+            .status,
+        401
+    );
+    let (status, _) = call("GET", "/api/v1/auth/keys?route=nope", None, TOKEN).await;
+    assert_eq!(status, 404);
+}
