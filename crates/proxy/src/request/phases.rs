@@ -220,11 +220,13 @@ impl<'a> RequestCtx<'a> {
                 Access::CorsPreflight => self.cors_preflight(&plan.route, req)?,
                 Access::Auth(auth) => {
                     // Boxed: only authenticated routes pay for its future in the request's.
-                    subject = Some(Box::pin(self.authenticate(auth, req)).await?);
+                    let found = Box::pin(self.authenticate(auth, req)).await;
+                    subject = Some(found.map_err(|s| with_cors(&plan.route, req, s))?);
                 }
-                Access::RateLimit(limiter) => {
-                    self.rate_limit(limiter, req, subject.as_deref()).await?
-                }
+                Access::RateLimit(limiter) => self
+                    .rate_limit(limiter, req, subject.as_deref())
+                    .await
+                    .map_err(|s| with_cors(&plan.route, req, s))?,
             }
         }
         Ok(())
@@ -425,6 +427,27 @@ impl<'a> RequestCtx<'a> {
                 respond(self.done, status, headers, body)
             }
         }
+    }
+}
+
+/// `stop` with the route's CORS response headers (`[route.cors]`): a page on an allowed
+/// origin reads the gateway's own 401 or 429 as it reads the upstream's answers.
+fn with_cors(route: &Route, req: &Request<ClientBody>, stop: Stop) -> Stop {
+    let Some(cors) = &route.cors else {
+        return stop;
+    };
+    let origin = req.headers().get(header::ORIGIN);
+    match stop {
+        Stop::Fail(why) => {
+            let mut headers = HeaderMap::new();
+            sluice_auth::cors::on_response(cors, origin, &mut headers);
+            Stop::FailWith(why, Box::new(headers))
+        }
+        Stop::FailWith(why, mut headers) => {
+            sluice_auth::cors::on_response(cors, origin, &mut headers);
+            Stop::FailWith(why, headers)
+        }
+        answer @ Stop::Answer(_) => answer,
     }
 }
 

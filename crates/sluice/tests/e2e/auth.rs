@@ -736,8 +736,13 @@ forward = {{ url = "http://{auth}/check", cache_ttl = "1m" }}
         &[("origin", "https://m.app.test")],
     )
     .await;
-    // (This subject's minute is spent: the 429 carries no CORS headers of the upstream's.)
+    // (This subject's minute is spent: the gateway's own 429 carries the CORS headers too,
+    // so that the page can read it.)
     assert_eq!(simple.status, 429);
+    assert_eq!(
+        simple.headers["access-control-allow-origin"],
+        "https://m.app.test"
+    );
     let fresh = std::fs::read_to_string(gw.dir().join("keys")).unwrap()
         + &sluice_auth::key_line("tv", b"k-tv-0123456789")
         + "\n";
