@@ -9,7 +9,8 @@
 mod acme;
 mod acme_dns;
 mod admin_api;
-mod auth;
+pub(crate) mod auth;
+mod auth_api;
 mod balancing;
 mod banner;
 mod cache;
