@@ -9,13 +9,12 @@
 
 use crate::Sources;
 use http::{HeaderValue, Method, Request, StatusCode, header};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 use sluice_control::{EditError, Kind, ReloadError, SharedObjects};
 use std::net::SocketAddr;
 
-use crate::reply::{Reply, error, json_reply, reply};
+use crate::reply::{Reply, error, json_body, json_reply, not_allowed, reply};
 
 pub(crate) async fn respond(
     s: &Sources,
@@ -118,16 +117,6 @@ pub(crate) async fn respond(
     }
 }
 
-pub(crate) fn not_allowed(allow: &'static str) -> Reply {
-    let mut r = error(StatusCode::METHOD_NOT_ALLOWED, &format!("use {allow}"));
-    r.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static(allow));
-    r
-}
-
-/// Largest JSON body a PUT may carry (a certificate chain and key fit many times over).
-const MAX_BODY: usize = 1 << 20;
-
 /// `GET /api/v1/config` and `GET|PUT|DELETE /api/v1/{routes,upstreams,certificates}/NAME`.
 async fn objects(s: &Sources, req: Request<Incoming>) -> Reply {
     let Some(control) = &s.control else {
@@ -211,25 +200,6 @@ fn object_target(req: &Request<Incoming>) -> Result<(Kind, String, Option<String
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     Ok((kind, name.to_owned(), if_match))
-}
-
-/// A PUT's JSON body (at most [`MAX_BODY`]).
-pub(crate) async fn json_body(req: Request<Incoming>) -> Result<Value, Box<Reply>> {
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => {
-            return Err(Box::new(error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "the body is over 1 MiB or did not arrive whole",
-            )));
-        }
-    };
-    serde_json::from_slice(&body).map_err(|e| {
-        Box::new(error(
-            StatusCode::BAD_REQUEST,
-            &format!("the body is not JSON: {e}"),
-        ))
-    })
 }
 
 /// The same endpoints in fleet mode: objects live in etcd, each with its own `ETag` (its

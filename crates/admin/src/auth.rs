@@ -140,7 +140,7 @@ pub(crate) async fn keys(
             .to_owned();
         (route, String::new(), None)
     } else {
-        let body = match crate::api::json_body(req).await {
+        let body = match crate::reply::json_body(req).await {
             Ok(b) => b,
             Err(r) => return *r,
         };
@@ -174,7 +174,7 @@ pub(crate) async fn keys(
     let edit = match method {
         Method::POST => Some(key.clone().or(made.clone()).unwrap_or_default()),
         Method::DELETE => None,
-        _ => return crate::api::not_allowed("GET, POST, DELETE"),
+        _ => return crate::reply::not_allowed("GET, POST, DELETE"),
     };
     let done = tokio::task::spawn_blocking({
         let (auth, name) = (auth.clone(), name.clone());

@@ -8,7 +8,7 @@
 
 use crate::client::HttpClient;
 use crate::ttl_cache::TtlCache;
-use crate::unix_now;
+use crate::ttl_cache::unix_now;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::Full;

@@ -26,10 +26,11 @@ impl Stored {
         match self {
             Stored::Bcrypt(h) => bcrypt::verify(password, h).unwrap_or(false),
             Stored::Apr1 { salt, hash: h } => {
-                crate::constant_time_eq(apr1(password, salt).as_bytes(), h.as_bytes())
+                constant_time_eq(apr1(password, salt).as_bytes(), h.as_bytes())
             }
-            Stored::Sha1(digest) => hash(MessageDigest::sha1(), password)
-                .is_ok_and(|d| crate::constant_time_eq(&d, digest)),
+            Stored::Sha1(digest) => {
+                hash(MessageDigest::sha1(), password).is_ok_and(|d| constant_time_eq(&d, digest))
+            }
         }
     }
 }
@@ -163,6 +164,11 @@ pub(crate) fn apr1(password: &[u8], salt: &[u8]) -> String {
     }
     put(u32::from(d[11]), 2);
     out
+}
+
+/// Whether `a` and `b` are equal, in time that depends on their length only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

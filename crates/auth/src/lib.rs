@@ -37,28 +37,8 @@ use jwt::JwtVerifier;
 use sluice_config::{HashKey, RouteAuth, TokenSource};
 use std::collections::HashMap;
 use std::sync::Arc;
-use ttl_cache::TtlCache;
+use ttl_cache::{TtlCache, unix_now};
 use watched::Watched;
-
-/// Base64url without padding (RFC 7515 §2), refusing padding and other alphabets.
-pub(crate) fn b64url(text: &[u8]) -> Option<Vec<u8>> {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(text)
-        .ok()
-}
-
-/// Seconds since the Unix epoch.
-pub(crate) fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// Whether `a` and `b` are equal, in time that depends on their length only.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
 
 /// A client certificate the listener verified.
 #[derive(Debug, Clone, Copy)]

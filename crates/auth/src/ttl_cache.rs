@@ -60,7 +60,7 @@ impl<V: Clone> TtlCache<V> {
         }
         let mut shard = self.shard(token).lock().unwrap_or_else(|p| p.into_inner());
         if shard.len() >= self.per_shard && !shard.contains_key(token) {
-            let now = crate::unix_now();
+            let now = unix_now();
             shard.retain(|_, e| now < e.until && e.generation == generation);
             if shard.len() >= self.per_shard {
                 shard.clear();
@@ -75,6 +75,13 @@ impl<V: Clone> TtlCache<V> {
             },
         );
     }
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]
@@ -102,7 +109,7 @@ mod tests {
     #[test]
     fn the_cache_stays_within_its_size() {
         let c = TtlCache::new(32);
-        let far = crate::unix_now() + 3600;
+        let far = unix_now() + 3600;
         for i in 0..1000u32 {
             c.put(&i.to_be_bytes(), claims("x"), far, 1);
         }

@@ -17,6 +17,7 @@ mod client_tls;
 mod compression;
 mod default;
 mod error;
+mod hash_key;
 mod load;
 mod logging;
 mod pattern;
@@ -47,6 +48,7 @@ pub use default::{
     DEFAULT_CONFIG_TEMPLATE, DefaultConfigParams, default_config, default_config_text,
 };
 pub use error::{ConfigError, LoadError};
+pub use hash_key::HashKey;
 pub use load::fleet::{RouteContext, fleet_source, load_route, parse_keyring};
 pub use load::{load_file, load_file_cached, load_str, load_str_cached};
 pub use logging::{
@@ -62,7 +64,7 @@ pub use quic::{QuicRetry, QuicSettings};
 pub use resolver::DnsResolver;
 pub use snapshot::{
     Admin, AdminTls, Balance, Certificate, CryptoEngine, CryptoOffload, DEFAULT_GROUPS,
-    FleetSource, Global, Handshakes, HashKey, HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType,
+    FleetSource, Global, Handshakes, HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType,
     KeylessOffload, Listener, ListenerKind, Offload, Outlier, PassHost, PathMatch, ProxyProtocol,
     RetryPolicy, Route, ServerAddr, Snapshot, Split, Sticky, TcpProxy, TlsListener, TlsVersion,
     UnknownSni, Upstream, UpstreamProtocol, UpstreamServer, UpstreamTls,

@@ -3,6 +3,7 @@
 use crate::HostPattern;
 use crate::LogConfig;
 use crate::compression::{CompressOffload, Compression};
+use crate::hash_key::HashKey;
 use crate::resolver::DnsResolver;
 use boring::pkey::{PKey, Private};
 use boring::x509::X509;
@@ -516,24 +517,6 @@ pub enum Balance {
     /// Power of two choices on peak-EWMA latency × requests in flight (linkerd's balancer):
     /// steers away from slow servers as well as busy ones.
     PeakEwma,
-}
-
-/// What a consistent hash is computed on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HashKey {
-    /// The first value of this request header (name in lower case).
-    Header(String),
-    /// This cookie's value.
-    Cookie(String),
-    /// This query argument's value.
-    Query(String),
-    /// The path and query, as NGINX's `$request_uri`.
-    Uri,
-    /// The client address.
-    Client,
-    /// The subject `[route.auth]` accepted (rate limits only); the client address for a
-    /// request without one.
-    Subject,
 }
 
 /// Protocol spoken to upstream servers.

@@ -207,7 +207,7 @@ fn jwk_key(jwk: &Value) -> Result<Option<Key>, String> {
     }
     let b64 = |name: &str| -> Result<Vec<u8>, String> {
         let text = field(name).ok_or_else(|| format!("no \"{name}\""))?;
-        crate::b64url(text.as_bytes()).ok_or_else(|| format!("\"{name}\" is not base64url"))
+        b64url(text.as_bytes()).ok_or_else(|| format!("\"{name}\" is not base64url"))
     };
     let (kind, pkey) = match (field("kty"), field("crv")) {
         (Some("RSA"), _) => {
@@ -257,6 +257,14 @@ fn jwk_key(jwk: &Value) -> Result<Option<Key>, String> {
         kind,
         pkey,
     }))
+}
+
+/// Base64url without padding (RFC 7515 §2), refusing padding and other alphabets.
+pub(super) fn b64url(text: &[u8]) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ pub(crate) mod token;
 
 use crate::counters::AuthCounters;
 use crate::ttl_cache::TtlCache;
-use crate::unix_now;
+use crate::ttl_cache::unix_now;
 use http::{HeaderName, HeaderValue};
 use jwks::Jwks;
 use keys::KeySet;

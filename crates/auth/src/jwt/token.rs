@@ -91,7 +91,7 @@ impl<'a> Parsed<'a> {
             return Err(TokenError::Malformed);
         };
         let header: Map<String, Value> =
-            serde_json::from_slice(&crate::b64url(h).ok_or(TokenError::Malformed)?)
+            serde_json::from_slice(&super::keys::b64url(h).ok_or(TokenError::Malformed)?)
                 .map_err(|_| TokenError::Malformed)?;
         // RFC 7515 §4.1.11: a recipient MUST reject a token whose `crit` it does not
         // understand; Sluice understands none.
@@ -112,14 +112,14 @@ impl<'a> Parsed<'a> {
             kid,
             signed: &token[..h.len() + 1 + p.len()],
             payload: p,
-            signature: crate::b64url(s).ok_or(TokenError::Malformed)?,
+            signature: super::keys::b64url(s).ok_or(TokenError::Malformed)?,
         })
     }
 
     /// The signature checked against `keys`; the claims when it verifies.
     pub(crate) fn verify(&self, keys: &KeySet) -> Result<Map<String, Value>, TokenError> {
         self.check_signature(keys)?;
-        let claims = crate::b64url(self.payload).ok_or(TokenError::Malformed)?;
+        let claims = super::keys::b64url(self.payload).ok_or(TokenError::Malformed)?;
         match serde_json::from_slice(&claims) {
             Ok(Value::Object(map)) => Ok(map),
             _ => Err(TokenError::Malformed),

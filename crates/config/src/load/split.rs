@@ -3,6 +3,7 @@
 //! or both.
 
 use super::Cx;
+use crate::hash_key::HashKey;
 use crate::raw::*;
 use crate::snapshot::*;
 use std::collections::{BTreeMap, HashMap};

@@ -2,6 +2,7 @@
 
 use super::Cx;
 use crate::DnsResolver;
+use crate::hash_key::HashKey;
 use crate::raw::*;
 use crate::snapshot::*;
 use std::net::{SocketAddr, ToSocketAddrs};

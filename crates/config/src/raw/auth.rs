@@ -1,8 +1,10 @@
 //! The raw schema of a route's identity features: `[route.auth]` and `[route.cors]`.
 
-use super::SpannedStr;
 use serde::Deserialize;
 use toml::Spanned;
+
+/// A string with its place in the file.
+type SpannedStr = Spanned<String>;
 
 /// `[route.auth]`: who may use the route. Each method given is tried in a fixed order
 /// (`jwt`, `keys`, `basic`, `forward`); `require` says whether one of them (`"any"`, the
