@@ -18,6 +18,7 @@ mod health;
 mod mirror;
 mod reply;
 mod requests;
+mod scripting;
 mod stats;
 mod tracing_export;
 
@@ -522,6 +523,7 @@ pub fn metrics(s: &Sources) -> String {
     cache::metrics(&mut out, s);
     mirror::metrics(&mut out, s);
     auth::metrics(&mut out, s);
+    scripting::metrics(&mut out, s);
     tracing_export::metrics(&mut out, s);
     requests::metrics(&mut out, s);
     key_servers(&mut out, &s.gateway.key_offload().key_servers());
@@ -838,6 +840,7 @@ pub fn status(s: &Sources) -> String {
         "cache": cache::status(s),
         "mirrors": mirror::status(s),
         "auth": auth::status(s),
+        "lua": scripting::status(s),
         "tracing": tracing_export::status(s),
         "log_shipping": requests::shipping_status(s),
         "request_log": requests::request_log_status(s),

@@ -299,6 +299,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
         "cache": crate::cache::status(s),
         "mirrors": crate::mirror::status(s),
         "auth": crate::auth::status(s),
+        "lua": crate::scripting::status(s),
         "trace_url": s.gateway.snapshot().tracing.as_ref().and_then(|t| t.trace_url.clone()),
         "fleet_mode": s.control.as_ref().is_some_and(|c| c.shared().is_some()),
         "upstreams": upstreams,

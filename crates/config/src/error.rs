@@ -87,6 +87,26 @@ impl<'a> Locator<'a> {
         Self { file, src }
     }
 
+    /// The file named in errors.
+    pub(crate) fn file(&self) -> &str {
+        self.file
+    }
+
+    /// The 1-based line of `offset`.
+    pub(crate) fn line(&self, offset: usize) -> usize {
+        let offset = floor_char_boundary(self.src, offset.min(self.src.len()));
+        self.src[..offset].matches('\n').count() + 1
+    }
+
+    /// Whether the text at `offset` opens a multi-line string whose first line break is
+    /// trimmed (TOML's `'''` and `"""`): its content starts on the next line.
+    pub(crate) fn opens_multiline(&self, offset: usize) -> bool {
+        let rest = self.src.get(offset..).unwrap_or("");
+        ["'''\n", "'''\r\n", "\"\"\"\n", "\"\"\"\r\n"]
+            .iter()
+            .any(|p| rest.starts_with(p))
+    }
+
     pub(crate) fn error(
         &self,
         offset: usize,

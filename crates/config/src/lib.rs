@@ -20,6 +20,7 @@ mod error;
 mod hash_key;
 mod load;
 mod logging;
+mod lua;
 mod pattern;
 mod policy;
 mod quic;
@@ -55,6 +56,7 @@ pub use logging::{
     AccessLogFormat, AccessLogTarget, DEFAULT_REQUEST_LOG_BYTES, HttpLogFormat, LogConfig, LogShip,
     SYSLOG_FACILITIES, ShipSink, SyslogTransport,
 };
+pub use lua::{DEFAULT_MAX_INSTRUCTIONS, LuaCode, LuaPhase, LuaSettings, RouteLua, SharedDictSize};
 pub use pattern::{HostPattern, normalize_host, normalized_host};
 pub use policy::{
     Acl, Answer, CacheKey, CacheSettings, HeaderEdits, IpNet, Mirror, Part, RateLimit,

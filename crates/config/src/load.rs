@@ -28,6 +28,7 @@ pub(crate) mod fleet;
 mod health;
 mod listener;
 mod log_ship;
+mod lua;
 mod mirror;
 mod offload;
 mod policy;
@@ -121,12 +122,13 @@ struct RawConfig {
     resolver: RawResolver,
     config: Option<RawConfigSource>,
     acme: Option<RawAcme>,
+    lua: Option<RawLua>,
     /// Names of entries that failed to parse, by section: references to them are not
     /// reported again as "not defined".
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-pub(crate) const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [cache], [tracing], [resolver], [acme], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+pub(crate) const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [cache], [tracing], [resolver], [acme], [lua], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -214,6 +216,7 @@ impl<'a> Cx<'a> {
                 "resolver" => raw.resolver = self.section(value).unwrap_or_default(),
                 "config" => raw.config = self.section(value),
                 "acme" => raw.acme = self.section(value),
+                "lua" => raw.lua = self.section(value),
                 "listener" => raw.listeners = self.array("listener", value, &mut raw.broken),
                 "certificate" => {
                     raw.certificates = self.array("certificate", value, &mut raw.broken)
@@ -500,6 +503,7 @@ impl<'a> Cx<'a> {
             admin,
             rate_limit_store,
             cache: self.cache_settings(raw.cache.as_ref()),
+            lua: Arc::new(self.lua_settings(raw.lua.as_ref())),
             tracing: raw.tracing.as_ref().and_then(|t| self.tracing(t)),
             acme,
             resolver: self.resolver(&raw.resolver),

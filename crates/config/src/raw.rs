@@ -10,20 +10,14 @@ use std::collections::BTreeMap;
 use toml::Spanned;
 
 mod auth;
+mod lua;
+mod size;
 pub use auth::*;
+pub use lua::*;
+pub use size::RawSize;
 
 /// A string that names a duration (`"30s"`) or a size (`"16k"`), kept with its position.
 pub type SpannedStr = Spanned<String>;
-
-/// A size in bytes: an integer, or a string with a unit.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum RawSize {
-    /// A plain number of bytes.
-    Bytes(u64),
-    /// `"16k"`, `"10m"`, …
-    Text(String),
-}
 
 /// `[global]`: process-wide settings.
 #[derive(Debug, Default, Deserialize)]
@@ -556,6 +550,8 @@ pub struct RawRoute {
     /// Read the whole request body before going upstream (NGINX's
     /// `proxy_request_buffering`; default false: streamed).
     pub request_buffering: Option<Spanned<bool>>,
+    /// `[route.lua]`: scripts at the request path's phases.
+    pub lua: Option<Spanned<RawRouteLua>>,
 }
 
 /// `[[route.mirror]]`: NGINX's `mirror`, Envoy's request mirror policy.

@@ -58,6 +58,8 @@ pub struct Snapshot {
     pub fleet: Option<FleetSource>,
     /// `[acme]`: where ACME certificates are kept and how failed orders are retried.
     pub acme: crate::AcmeSettings,
+    /// `[lua]`: what every Lua state shares.
+    pub lua: Arc<crate::LuaSettings>,
 }
 
 /// `[config]` of a gateway in fleet mode: its etcd and what it keeps locally.
@@ -761,6 +763,8 @@ pub struct Route {
     pub max_request_body: Option<u64>,
     /// Read the whole request body before going upstream.
     pub request_buffering: bool,
+    /// `[route.lua]`.
+    pub lua: Option<Arc<crate::RouteLua>>,
 }
 
 /// One `[[route.split]]`.

@@ -346,6 +346,11 @@ impl Gateway {
         self.view.load().guards.auth.get(name).cloned()
     }
 
+    /// The configuration's Lua states and dictionaries (`None`: no route has a script).
+    pub fn lua(&self) -> Option<Arc<sluice_lua::LuaRuntime>> {
+        self.view.load().guards.lua.clone()
+    }
+
     /// Each authenticated route's counters, sorted by route.
     pub fn authentication(&self) -> Vec<(String, Arc<sluice_auth::AuthCounters>)> {
         let view = self.view.load();
@@ -582,6 +587,13 @@ async fn prepare(
     let guards = Arc::new(RouteGuards {
         limiters,
         auth: sluice_auth::build(&snapshot.routes, &state.guards.auth).map_err(ProxyError::Auth)?,
+        // Scripts compiled into new states, unless nothing Lua sees changed.
+        lua: sluice_lua::LuaRuntime::build(
+            &snapshot.lua,
+            &snapshot.routes,
+            state.guards.lua.as_ref(),
+        )
+        .map_err(ProxyError::Lua)?,
     });
     let key_offload = if first || key_identity == state.key_identity {
         state.key_offload.clone()

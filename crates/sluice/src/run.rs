@@ -21,6 +21,13 @@ pub(crate) fn check(path: &Path) -> ExitCode {
             }
             ExitCode::FAILURE
         }
+        Ok(s) if sluice_lua::check(&s.lua, &s.routes).is_some() => {
+            // Lua's own words: `file:line: message`, the file the code is in.
+            if let Some(problem) = sluice_lua::check(&s.lua, &s.routes) {
+                eprintln!("{problem}");
+            }
+            ExitCode::FAILURE
+        }
         Ok(s) => {
             println!(
                 "{}: OK ({} listener(s), {} certificate(s), {} upstream(s), {} route(s))",

@@ -209,10 +209,16 @@ impl Cx<'_> {
                 "add [route.auth] (the subject is who it accepted), or limit by \"client\"",
             );
         }
+        let lua = raw
+            .lua
+            .as_ref()
+            .and_then(|l| self.route_lua(&name, l))
+            .map(Arc::new);
         if !ok {
             return None;
         }
         Some(Route {
+            lua,
             auth,
             cors,
             max_request_body,

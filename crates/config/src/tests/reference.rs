@@ -37,6 +37,7 @@ fn sections() -> Tables {
     walk::<RawResolver>(&tables, "resolver");
     walk::<RawConfigSource>(&tables, "config");
     walk::<RawAcme>(&tables, "acme");
+    walk::<RawLua>(&tables, "lua");
     walk::<RawListener>(&tables, "listener");
     walk::<RawCertificate>(&tables, "certificate");
     walk::<RawUpstream>(&tables, "upstream");

@@ -36,6 +36,8 @@ pub(crate) struct Done {
     pub(crate) _server: Option<ActiveGuard>,
     /// The request's span (`[tracing]`), ended with the response.
     pub(crate) trace: Option<Box<sluice_trace::RequestSpan>>,
+    /// The request's Lua (a route with `[route.lua]`): its `log` script runs at the end.
+    pub(crate) lua: Option<Arc<sluice_lua::RequestLua>>,
 }
 
 impl OnDone for Done {
@@ -59,6 +61,11 @@ impl OnDone for Done {
         // Borrowed: the entry goes with `Done`'s box (taking it moved 384 bytes out and
         // wrote a default in their place).
         self.log.log(&self.entry);
+        if let Some(lua) = self.lua.take()
+            && lua.scripts().has(sluice_config::LuaPhase::Log)
+        {
+            lua.run_log(self.entry.status, bytes_out);
+        }
         self.state.request_finished();
     }
 }

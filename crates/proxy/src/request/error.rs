@@ -38,6 +38,9 @@ pub enum ProxyError {
     /// A route's authentication could not be set up (a key or htpasswd file).
     #[error("{0}")]
     Auth(String),
+    /// A Lua script did not compile, or `[lua] init` failed (file, line, message).
+    #[error("{0}")]
+    Lua(String),
     /// The gateway is shutting down and takes no new configuration.
     #[error("the gateway is shutting down")]
     Stopped,
@@ -86,6 +89,8 @@ pub(crate) enum Failure {
     AuthUnavailable,
     /// Every upstream server at `max_conns` and the queue full or waited out.
     ServiceUnavailable,
+    /// The route's Lua script raised an error or ran past its budget (logged, counted).
+    ScriptFailed,
 }
 
 impl Failure {
@@ -102,7 +107,7 @@ impl Failure {
             Failure::Forbidden | Failure::AuthForbidden => StatusCode::FORBIDDEN,
             Failure::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Failure::Unauthorized => StatusCode::UNAUTHORIZED,
-            Failure::AuthUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
+            Failure::AuthUnavailable | Failure::ScriptFailed => StatusCode::INTERNAL_SERVER_ERROR,
             Failure::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -124,6 +129,7 @@ impl Failure {
             Failure::AuthForbidden => "access denied\n",
             Failure::AuthUnavailable => "authentication is unavailable; try again shortly\n",
             Failure::ServiceUnavailable => "every upstream server is busy; try again shortly\n",
+            Failure::ScriptFailed => "internal server error\n",
         }
     }
 }

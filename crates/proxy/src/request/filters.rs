@@ -14,7 +14,8 @@
 use crate::request::rate_limit::RateLimiter;
 use crate::request::router::Router;
 use sluice_auth::Authenticator;
-use sluice_config::Route;
+use sluice_config::{LuaPhase, Route};
+use sluice_lua::{LuaRuntime, RouteScripts};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -24,6 +25,8 @@ use std::sync::Arc;
 pub(crate) struct RouteGuards {
     pub(crate) limiters: HashMap<String, Arc<RateLimiter>>,
     pub(crate) auth: HashMap<String, Arc<Authenticator>>,
+    /// The configuration's Lua states, where a route has a script.
+    pub(crate) lua: Option<Arc<LuaRuntime>>,
 }
 
 /// A route and its filters by phase.
@@ -38,11 +41,16 @@ pub(crate) struct RoutePlan {
     /// Phase `upstream_response`: edits of the response's head, before the gateway's own
     /// (request ID, cache status, sticky cookie) and compression.
     pub(crate) upstream_response: Box<[UpstreamResponse]>,
+    /// `[route.lua]`: the route's scripts (a request takes its state at phase `access`;
+    /// `header_filter` and `body_filter` run on the upstream response, `log` at its end).
+    pub(crate) lua: Option<Arc<RouteScripts>>,
 }
 
 /// A filter of phase `access`.
 #[derive(Debug)]
 pub(crate) enum Access {
+    /// `[route.lua] rewrite`: first, as OpenResty's rewrite phase comes before access.
+    LuaRewrite,
     /// `[route.acl]`: a client outside it is refused (403).
     Acl,
     /// `[route.cors]`: a preflight is answered here (204), before authentication (a
@@ -54,6 +62,9 @@ pub(crate) enum Access {
     /// `[route.rate_limit]`: its limiter (kept across reloads while its limit stays); after
     /// authentication, so that a limit may be per subject.
     RateLimit(Arc<RateLimiter>),
+    /// `[route.lua] access`: last, after authentication and the limit, as OpenResty's
+    /// `access_by_lua` runs at the end of its access phase.
+    Lua,
 }
 
 /// A filter of phase `upstream_request`.
@@ -76,6 +87,13 @@ impl RoutePlan {
     /// `route`'s filters, in phase order; `guards` are the configuration's, by route name.
     pub(crate) fn resolve(route: &Arc<Route>, guards: &RouteGuards) -> Self {
         let mut access = Vec::new();
+        let lua = route
+            .lua
+            .as_ref()
+            .and_then(|_| guards.lua.as_ref()?.scripts(&route.name));
+        if lua.as_ref().is_some_and(|s| s.has(LuaPhase::Rewrite)) {
+            access.push(Access::LuaRewrite);
+        }
         if !route.acl.is_empty() {
             access.push(Access::Acl);
         }
@@ -91,6 +109,9 @@ impl RoutePlan {
             && let Some(limiter) = guards.limiters.get(&route.name)
         {
             access.push(Access::RateLimit(limiter.clone()));
+        }
+        if lua.as_ref().is_some_and(|s| s.has(LuaPhase::Access)) {
+            access.push(Access::Lua);
         }
         let mut upstream_request = Vec::new();
         if !route.request_headers.is_empty() {
@@ -108,6 +129,7 @@ impl RoutePlan {
             access: access.into(),
             upstream_request: upstream_request.into(),
             upstream_response: upstream_response.into(),
+            lua,
         }
     }
 }

@@ -60,7 +60,7 @@ pub(crate) fn status(why: Failure) -> (u8, &'static str) {
         Failure::Unauthorized | Failure::NoClientCert | Failure::BadClientCert => {
             (16, "UNAUTHENTICATED")
         }
-        Failure::AuthUnavailable => (13, "INTERNAL"),
+        Failure::AuthUnavailable | Failure::ScriptFailed => (13, "INTERNAL"),
     }
 }
 

@@ -20,5 +20,6 @@ pub(crate) mod policy;
 pub(crate) mod proxy;
 pub(crate) mod rate_limit;
 pub(crate) mod router;
+pub(crate) mod scripting;
 pub(crate) mod split;
 pub(crate) mod trace;

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
-use sluice_config::Route;
+use sluice_config::{LuaPhase, Route};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -101,6 +101,7 @@ impl<'a> RequestCtx<'a> {
             grpc: crate::request::grpc::is_grpc(req.headers()),
             _server: None,
             trace: None,
+            lua: None,
         };
         if let Some(tracer) = &listener.tracer {
             let span = crate::request::trace::server_span(tracer, conn, req, &host, client, &done);
@@ -209,8 +210,18 @@ impl<'a> RequestCtx<'a> {
         req: &mut Request<ClientBody>,
     ) -> Flow<()> {
         let mut subject = None;
+        if let Some(scripts) = &plan.lua {
+            self.lua_start(scripts);
+        }
         for filter in &*plan.access {
             match filter {
+                Access::LuaRewrite => {
+                    Box::pin(self.lua_request(&plan.route, LuaPhase::Rewrite, req, None)).await?;
+                }
+                Access::Lua => {
+                    let subject = subject.clone();
+                    Box::pin(self.lua_request(&plan.route, LuaPhase::Access, req, subject)).await?;
+                }
                 Access::Acl => {
                     if !plan.route.acl.permits(self.client) {
                         self.listener.metrics.denied();

@@ -677,6 +677,18 @@ impl<'a> Proxied<'a> {
         };
         self.response_head(&mut rparts.headers, marks, server.index);
         done._server = Some(server);
+        let rbody = match &done.lua {
+            Some(lua) => match crate::request::scripting::lua_response(
+                lua,
+                &mut self.parts.headers,
+                &mut rparts,
+                rbody,
+            ) {
+                Ok(body) => body,
+                Err(_) => return crate::request::done::failure(done, Failure::ScriptFailed),
+            },
+            None => rbody,
+        };
         let rbody =
             compression::apply(&self.listener.compressor, &self.facts, &mut rparts, rbody).await;
         Response::from_parts(rparts, TrackedBody::new(rbody, done).boxed())

@@ -30,6 +30,7 @@ mod keepalive;
 mod keyless;
 pub(crate) mod layer4;
 mod logs;
+mod lua;
 mod mirror;
 pub(crate) mod ocsp;
 mod offload;

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""What Lua scripts cost: Sluice's `[route.lua]` beside NGINX with lua-nginx-module (Debian's
+libnginx-mod-http-lua, the same OpenResty LuaJIT), side by side on the gateway core.
+
+Part 1, keep-alive HTTP/1.1 GETs of 1 KiB (h2load, 32 connections, on the load core with the
+NGINX origin). Each gateway has a listener without a script and one whose route runs the same
+five-line `access` script (read a header, set two, check a shared-dict counter). Per row:
+gateway CPU µs per request (all threads, user + system), median of the runs [min-max], and
+the difference to the same gateway's row without a script, run by run; then Sluice's added
+CPU over NGINX's, run by run. The Sluice listener without a script shares its configuration
+(and so its Lua states) with the scripted one: a route without a script pays nothing.
+
+Part 2, `ngx.shared` incr: a script that increments one key 100 times and answers 204, on
+both gateways (every worker incrementing the same dictionary); increments per second per
+gateway core (100 x requests / gateway CPU seconds), including the request's own cost.
+
+Called by bench/lua.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import bench as B
+
+ORIGIN = 18700
+SLUICE = {"none": 18710, "lua": 18711, "incr": 18712}
+NGINX = {"none": 18720, "lua": 18721, "incr": 18722}
+
+ACCESS = """
+local token = ngx.var.http_x_token
+ngx.req.set_header("X-Token-Seen", token or "none")
+ngx.req.set_header("X-Gateway", "lua")
+local n = ngx.shared.counts:incr("hits", 1, 0)
+if not n then return ngx.exit(500) end
+"""
+
+INCR = """
+local d = ngx.shared.counts
+for i = 1, 100 do d:incr("k", 1, 0) end
+return ngx.exit(204)
+"""
+
+LOAD_MODULES = """load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+"""
+
+
+def origin_conf(d):
+    return B.NGINX_COMMON.format(d=d, name="origin") + f"""
+    access_log off;
+    default_type text/plain;
+    server {{ listen 127.0.0.1:{ORIGIN} backlog=4096; root {d}/www; }}
+}}
+"""
+
+
+def nginx_conf(d):
+    return LOAD_MODULES + B.NGINX_COMMON.format(d=d, name="nginx") + f"""
+    access_log off;
+    lua_shared_dict counts 1m;
+    upstream o {{ server 127.0.0.1:{ORIGIN}; keepalive 64; }}
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    server {{
+        listen 127.0.0.1:{NGINX['none']} backlog=4096;
+        location / {{ proxy_pass http://o; }}
+    }}
+    server {{
+        listen 127.0.0.1:{NGINX['lua']} backlog=4096;
+        location / {{ access_by_lua_block {{ {ACCESS} }} proxy_pass http://o; }}
+    }}
+    server {{
+        listen 127.0.0.1:{NGINX['incr']} backlog=4096;
+        location / {{ access_by_lua_block {{ {INCR} }} }}
+    }}
+}}
+"""
+
+
+def sluice_conf(d):
+    scripts = {"none": "", "lua": f"[route.lua]\naccess = '''{ACCESS}'''\n",
+               "incr": f"[route.lua]\naccess = '''{INCR}'''\n"}
+    out = [f"""
+[global]
+shutdown_timeout = "2s"
+[log]
+level = "warn"
+access_log = "off"
+[admin]
+enabled = false
+[lua]
+shared_dicts = {{ counts = "1m" }}
+[[upstream]]
+name = "o"
+keepalive = 64
+servers = [{{ address = "127.0.0.1:{ORIGIN}" }}]
+"""]
+    for row, port in SLUICE.items():
+        out.append(f"""
+[[listener]]
+name = "{row}"
+address = "127.0.0.1:{port}"
+request_id = false
+[[route]]
+name = "{row}"
+listeners = ["{row}"]
+upstream = "o"
+{scripts[row]}""")
+    return "".join(out)
+
+
+def h2load(port, duration):
+    argv = ["h2load", "--h1", "-t", "1", "-c", "32", "-m", "1", "-D", str(max(1, round(duration))),
+            "-H", "x-token: bench-token"]
+    out, _ = B.run_load(argv + [f"http://127.0.0.1:{port}/1k"])
+    m = B.H2LOAD_RE["succeeded"].search(out)
+    bad = re.search(r"status codes: \d+ 2xx, \d+ 3xx, \d+ 4xx, (\d+) 5xx", out)
+    if bad and int(bad.group(1)):
+        raise RuntimeError(f"port {port}: {bad.group(1)} requests failed (5xx); see the gateway's log")
+    return int(m.group(1)) if m else 0
+
+
+def measure(proc, port, duration):
+    cpu0 = proc.cpu()
+    done = h2load(port, duration)
+    if done == 0:
+        raise RuntimeError(f"nothing served on port {port}")
+    cpu = proc.cpu() - cpu0
+    return {"completed": done, "cpu_us_per_req": cpu / done * 1e6, "cpu_s": cpu}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--smoke", action="store_true", help="1 run of 1 s per row")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--out", default=str(B.ROOT / "bench" / "results"))
+    args = ap.parse_args()
+    if args.smoke:
+        args.runs, args.duration = 1, 1.0
+    cpu = B.cpu_model()
+    B.log(f"CPU: {cpu}; {args.runs} runs x {args.duration:g} s per row")
+    rows = {f"{g} {k}": [] for g, ports in (("sluice", SLUICE), ("nginx", NGINX)) for k in ports}
+    with tempfile.TemporaryDirectory(prefix="sluice-lua-") as d:
+        os.chmod(d, 0o755)
+        www = Path(d, "www")
+        www.mkdir()
+        www.joinpath("1k").write_bytes((b"Sluice Lua benchmark body.\n" * 40)[:1024])
+        Path(d, "origin.conf").write_text(origin_conf(d))
+        Path(d, "nginx.conf").write_text(nginx_conf(d))
+        Path(d, "sluice.toml").write_text(sluice_conf(d))
+        procs = []
+        try:
+            procs.append(B.Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], B.LOAD_CORE, ORIGIN, f"{d}/origin.out"))
+            nginx = B.Proc("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], B.GW_CORE, NGINX["lua"], f"{d}/nginx.out")
+            procs.append(nginx)
+            sluice = B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file", f"{d}/sluice.pid"],
+                            B.GW_CORE, SLUICE["lua"], f"{d}/sluice.out")
+            procs.append(sluice)
+            plan = [(f"sluice {k}", sluice, p) for k, p in SLUICE.items()] + \
+                   [(f"nginx {k}", nginx, p) for k, p in NGINX.items()]
+            for name, proc, port in plan:
+                measure(proc, port, 1)  # warm-up
+            for run in range(args.runs):
+                for name, proc, port in (plan if run % 2 == 0 else list(reversed(plan))):
+                    r = measure(proc, port, args.duration)
+                    rows[name].append(r)
+                    B.log(f"  {name}: {r['cpu_us_per_req']:.2f} µs/req")
+        finally:
+            for p in reversed(procs):
+                p.stop()
+    report(cpu, args, rows)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
+    path = out / f"{stamp}-lua{'-smoke' if args.smoke else ''}.json"
+    path.write_text(json.dumps({"cpu": cpu, "runs": args.runs, "duration": args.duration, "rows": rows}, indent=1))
+    B.log(f"results: {path}")
+
+
+def report(cpu, args, rows):
+    f = lambda s: f"{s['median']:.2f} [{s['min']:.2f}-{s['max']:.2f}]"
+
+    def added(who):
+        return [a["cpu_us_per_req"] - b["cpu_us_per_req"] for a, b in zip(rows[f"{who} lua"], rows[f"{who} none"])]
+
+    print("# What a five-line access script costs per request (keep-alive HTTP/1.1, 1 KiB)\n")
+    print(f"CPU: {cpu}. {args.runs} runs x {args.duration:g} s per row, rows alternating; median [min-max]. "
+          "Gateway CPU µs per request, all threads; the difference is to the same gateway's row without "
+          "a script, run by run.\n")
+    print("| gateway, script | gateway µs/request | added by the script |")
+    print("|---|---|---|")
+    for who in ("sluice", "nginx"):
+        for k in ("none", "lua"):
+            name = f"{who} {k}"
+            add = "—" if k == "none" else f(B.summarize(added(who)))
+            print(f"| {name} | {f(B.summarize([r['cpu_us_per_req'] for r in rows[name]]))} | {add} |")
+    ratio = B.summarize([s / n if n > 0 else float("nan") for s, n in zip(added("sluice"), added("nginx"))])
+    print(f"\nSluice's added CPU / NGINX + lua-nginx-module's, run by run: {ratio['median']:.2f}x "
+          f"[{ratio['min']:.2f}-{ratio['max']:.2f}]")
+    print("\n# ngx.shared incr (100 per request, one key, every worker)\n")
+    print("| gateway | increments per second per gateway core |")
+    print("|---|---|")
+    per_core = {who: [r["completed"] * 100 / max(r["cpu_s"], 1e-9) for r in rows[f"{who} incr"]]
+                for who in ("sluice", "nginx")}
+    g = lambda s: f"{s['median']:,.0f} [{s['min']:,.0f}-{s['max']:,.0f}]"
+    for who in ("sluice", "nginx"):
+        print(f"| {who} | {g(B.summarize(per_core[who]))} |")
+    r = B.summarize([a / b for a, b in zip(per_core["sluice"], per_core["nginx"])])
+    print(f"\nSluice / NGINX, run by run: {r['median']:.2f}x [{r['min']:.2f}-{r['max']:.2f}]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+//! The `ngx` table: the OpenResty API subset Sluice gives scripts, with lua-nginx-module's
+//! names and semantics (docs/lua.md lists it, and what is left out and why).
+
+pub(crate) mod req;
+pub(crate) mod resp;
+pub(crate) mod text;
+pub(crate) mod var;
+
+use crate::shared::{DictHandle, SharedDict};
+use mlua::{Function, Lua, MultiValue, RegistryKey, Table};
+use std::sync::Arc;
+
+/// What runs a timer's callback (`ngx.timer.at`) when it is due: the state's, given its
+/// registry key of `{ callback, n, args... }`.
+pub(crate) type TimerRunner = Arc<dyn Fn(RegistryKey) + Send + Sync>;
+use std::time::Duration;
+
+/// What the Lua side of `ngx.exit`, `ngx.redirect` and the budget's guard around `pcall`
+/// look like: `ngx.exit` records its status and ends the script with a value only these
+/// wrappers know, which `pcall`, `xpcall` and `coroutine.resume` pass on rather than catch
+/// (lua-nginx-module ends a script at `ngx.exit` however deep in `pcall` it is), as they
+/// pass on the instruction budget's error (else a script could catch it and run on).
+const PRELUDE: &str = r#"
+local ngx, error, select = ngx, error, select
+local record_exit, record_redirect = ngx._record_exit, ngx._record_redirect
+local over_budget = ngx._over_budget
+rawset(ngx, "_record_exit", nil)
+rawset(ngx, "_record_redirect", nil)
+rawset(ngx, "_over_budget", nil)
+local EXIT = setmetatable({}, { __tostring = function() return "ngx.exit" end })
+rawset(ngx, "exit", function(status)
+    record_exit(status)
+    error(EXIT, 0)
+end)
+rawset(ngx, "redirect", function(uri, status)
+    record_redirect(uri, status)
+    error(EXIT, 0)
+end)
+local function pass(ok, ...)
+    if not ok and (select(1, ...) == EXIT or over_budget()) then
+        error((select(1, ...)), 0)
+    end
+    return ok, ...
+end
+local raw_pcall, raw_xpcall, raw_resume = pcall, xpcall, coroutine.resume
+pcall = function(...) return pass(raw_pcall(...)) end
+xpcall = function(...) return pass(raw_xpcall(...)) end
+coroutine.resume = function(...) return pass(raw_resume(...)) end
+"#;
+
+/// Builds `ngx` (and `cjson`) in `lua`. `over_budget` says whether the call in progress has
+/// run past its instruction budget; `run_timer` runs a timer's callback on the state.
+pub(crate) fn install(
+    lua: &Lua,
+    dicts: &[Arc<SharedDict>],
+    over_budget: Function,
+    run_timer: TimerRunner,
+) -> mlua::Result<()> {
+    let ngx = lua.create_table()?;
+    lua.globals().set("ngx", ngx.clone())?;
+    var::install(lua, &ngx)?;
+    req::install(lua, &ngx)?;
+    text::install(lua, &ngx)?;
+    crate::re::install(lua, &ngx)?;
+    let shared = lua.create_table()?;
+    for d in dicts {
+        shared.set(d.name.as_str(), DictHandle(d.clone()))?;
+    }
+    ngx.set("shared", shared)?;
+    install_process(lua, &ngx)?;
+    install_timer(lua, &ngx, run_timer)?;
+    // Last: it sets `ngx`'s metatable (`ngx.status`, `ngx.ctx`).
+    resp::install(lua, &ngx)?;
+    ngx.raw_set("_over_budget", over_budget)?;
+    crate::cjson::install(lua)?;
+    lua.load(PRELUDE).set_name("=sluice").exec()
+}
+
+/// `ngx.config`, `ngx.worker`, `ngx.sleep` (refused: it would block the worker thread).
+fn install_process(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    let config = lua.create_table()?;
+    config.set("subsystem", "http")?;
+    config.set("ngx_lua_version", 10023)?;
+    config.set("nginx_version", 1022001)?;
+    config.set("debug", false)?;
+    config.set("is_console", false)?;
+    config.set("prefix", lua.create_function(|_, ()| Ok(String::new()))?)?;
+    config.set(
+        "nginx_configure",
+        lua.create_function(|_, ()| Ok(String::new()))?,
+    )?;
+    ngx.set("config", config)?;
+    let worker = lua.create_table()?;
+    worker.set("pid", lua.create_function(|_, ()| Ok(std::process::id()))?)?;
+    let id = lua
+        .app_data_ref::<crate::worker::WorkerId>()
+        .map_or(0, |w| w.0);
+    worker.set("id", lua.create_function(move |_, ()| Ok(id))?)?;
+    let count = crate::worker::worker_count();
+    worker.set("count", lua.create_function(move |_, ()| Ok(count))?)?;
+    worker.set("exiting", lua.create_function(|_, ()| Ok(false))?)?;
+    ngx.set("worker", worker)?;
+    ngx.set(
+        "sleep",
+        lua.create_function(|_, _: MultiValue| -> mlua::Result<()> {
+            Err(mlua::Error::runtime(
+                "ngx.sleep is not available in Sluice: a script runs to its end without yielding (use ngx.timer.at for later work)",
+            ))
+        })?,
+    )?;
+    Ok(())
+}
+
+/// `ngx.timer.at(delay, callback, ...)`: `callback(premature, ...)` runs later on the same
+/// state, with no request (`ngx.var` and the rest of the request API raise an error there).
+fn install_timer(lua: &Lua, ngx: &Table, run_timer: TimerRunner) -> mlua::Result<()> {
+    let timer = lua.create_table()?;
+    timer.set(
+        "at",
+        lua.create_function(
+            move |lua, (delay, callback, args): (f64, Function, MultiValue)| {
+                let Ok(handle) = tokio::runtime::Handle::try_current() else {
+                    return Ok((None, Some("no event loop to run timers on (init code)")));
+                };
+                if !(0.0..=86_400.0 * 365.0).contains(&delay) {
+                    return Ok((None, Some("bad delay")));
+                }
+                let t = lua.create_table()?;
+                t.raw_set(1, callback)?;
+                t.raw_set(2, args.len())?;
+                for (i, a) in args.into_iter().enumerate() {
+                    t.raw_set(i + 3, a)?;
+                }
+                let key: RegistryKey = lua.create_registry_value(t)?;
+                let run = run_timer.clone();
+                handle.spawn(async move {
+                    tokio::time::sleep(Duration::from_secs_f64(delay)).await;
+                    run(key);
+                });
+                Ok((Some(1), None))
+            },
+        )?,
+    )?;
+    timer.set("running_count", lua.create_function(|_, ()| Ok(0))?)?;
+    timer.set("pending_count", lua.create_function(|_, ()| Ok(0))?)?;
+    ngx.set("timer", timer)
+}

@@ -1,0 +1,287 @@
+//! `ngx.req`: the request's method, URI, arguments, headers and body.
+
+use crate::api::text::{decode_args, encode_args, escape};
+use crate::view::{View, disabled, with_view};
+use http::header::{HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
+use http::{Method, Uri};
+use mlua::{Lua, LuaString, Table, Value};
+
+/// lua-nginx-module's method constants (`ngx.HTTP_GET`, …), as `ngx.req.set_method` takes.
+pub(crate) const METHODS: [(&str, i64); 16] = [
+    ("GET", 0x0002),
+    ("HEAD", 0x0004),
+    ("POST", 0x0008),
+    ("PUT", 0x0010),
+    ("DELETE", 0x0020),
+    ("MKCOL", 0x0040),
+    ("COPY", 0x0080),
+    ("MOVE", 0x0100),
+    ("OPTIONS", 0x0200),
+    ("PROPFIND", 0x0400),
+    ("PROPPATCH", 0x0800),
+    ("LOCK", 0x1000),
+    ("UNLOCK", 0x2000),
+    ("PATCH", 0x4000),
+    ("TRACE", 0x8000),
+    ("CONNECT", 0x10000),
+];
+
+/// The view's URI with its path and query replaced.
+fn with_path_and_query(view: &mut View, path: &str, query: Option<&str>) -> mlua::Result<()> {
+    let pq = match query {
+        Some(q) if !q.is_empty() => format!("{path}?{q}"),
+        _ => path.to_owned(),
+    };
+    let pq =
+        PathAndQuery::try_from(pq).map_err(|e| mlua::Error::runtime(format!("bad URI: {e}")))?;
+    let mut parts = std::mem::take(&mut view.uri).into_parts();
+    parts.path_and_query = Some(pq);
+    view.uri = Uri::from_parts(parts).map_err(|e| mlua::Error::runtime(format!("bad URI: {e}")))?;
+    Ok(())
+}
+
+/// The query sent upstream (`ngx.var.args = …`, `ngx.req.set_uri_args`).
+pub(crate) fn set_query(view: &mut View, query: Option<&str>) -> mlua::Result<()> {
+    let path = view.uri.path().to_owned();
+    // Bytes a query may not carry as they are (controls, space, `#`, 8-bit) are escaped.
+    let query = query.map(|q| {
+        String::from_utf8(escape(q.as_bytes(), |b| {
+            (0x21..0x7f).contains(&b) && b != b'#'
+        }))
+        .unwrap_or_default()
+    });
+    with_path_and_query(view, &path, query.as_deref())
+}
+
+fn header_name(name: &str) -> mlua::Result<HeaderName> {
+    HeaderName::from_bytes(name.replace('_', "-").as_bytes())
+        .map_err(|_| mlua::Error::runtime(format!("bad header name \"{name}\"")))
+}
+
+/// A header value from a script: a string or number; CR and LF refused (a script can never
+/// split a header into two).
+fn header_value(v: &Value) -> mlua::Result<HeaderValue> {
+    let bytes = crate::api::text::scalar_bytes(v)?;
+    HeaderValue::from_bytes(&bytes)
+        .map_err(|_| mlua::Error::runtime("bad header value: control characters are not allowed"))
+}
+
+/// Sets (or with nil removes) `name` in `headers`; a table sets several values.
+pub(crate) fn set_header(
+    headers: &mut http::HeaderMap,
+    name: &str,
+    value: &Value,
+) -> mlua::Result<()> {
+    let name = header_name(name)?;
+    headers.remove(&name);
+    match value {
+        Value::Nil => {}
+        Value::Table(list) => {
+            for v in list.sequence_values::<Value>() {
+                headers.append(name.clone(), header_value(&v?)?);
+            }
+        }
+        v => {
+            headers.insert(name, header_value(v)?);
+        }
+    }
+    Ok(())
+}
+
+/// `ngx.req.get_headers()`'s table: lower-case names, a repeated header's values in a list,
+/// and (unless `raw`) a metatable that finds `Foo_Bar` as `foo-bar`.
+fn headers_table(lua: &Lua, max: usize, raw: bool) -> mlua::Result<Table> {
+    let pairs: Vec<(String, Vec<u8>)> = with_view(lua, |v| {
+        Ok(v.headers
+            .iter()
+            .take(if max == 0 { usize::MAX } else { max })
+            .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
+            .collect())
+    })?;
+    let t = lua.create_table_with_capacity(0, pairs.len())?;
+    for (k, v) in pairs {
+        let v = Value::String(lua.create_string(v)?);
+        match t.raw_get::<Value>(k.as_str())? {
+            Value::Nil => t.raw_set(k, v)?,
+            Value::Table(list) => list.raw_push(v)?,
+            first => t.raw_set(k, lua.create_sequence_from([first, v])?)?,
+        }
+    }
+    if !raw {
+        let meta: Table = lua.named_registry_value("sluice.headers_meta")?;
+        t.set_metatable(Some(meta))?;
+    }
+    Ok(t)
+}
+
+/// Installs `ngx.req`.
+pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    let meta = lua.create_table()?;
+    meta.set(
+        "__index",
+        lua.create_function(|_, (t, k): (Table, LuaString)| {
+            let normal = k.to_str()?.to_ascii_lowercase().replace('_', "-");
+            t.raw_get::<Value>(normal)
+        })?,
+    )?;
+    lua.set_named_registry_value("sluice.headers_meta", meta)?;
+
+    let req = lua.create_table()?;
+    req.set(
+        "get_headers",
+        lua.create_function(|lua, (max, raw): (Option<usize>, Option<bool>)| {
+            headers_table(lua, max.unwrap_or(100), raw.unwrap_or(false))
+        })?,
+    )?;
+    req.set(
+        "set_header",
+        lua.create_function(|lua, (name, value): (String, Value)| {
+            with_view(lua, |v| {
+                if !v.request_writable() {
+                    return Err(disabled(v.phase));
+                }
+                set_header(&mut v.headers, &name, &value)
+            })
+        })?,
+    )?;
+    req.set(
+        "clear_header",
+        lua.create_function(|lua, name: String| {
+            with_view(lua, |v| {
+                if !v.request_writable() {
+                    return Err(disabled(v.phase));
+                }
+                set_header(&mut v.headers, &name, &Value::Nil)
+            })
+        })?,
+    )?;
+    req.set(
+        "get_method",
+        lua.create_function(|lua, ()| with_view(lua, |v| Ok(v.method.as_str().to_owned())))?,
+    )?;
+    req.set(
+        "set_method",
+        lua.create_function(|lua, code: i64| {
+            let name = METHODS
+                .iter()
+                .find(|(_, c)| *c == code)
+                .map(|(n, _)| *n)
+                .ok_or_else(|| mlua::Error::runtime(format!("unsupported HTTP method: {code}")))?;
+            with_view(lua, |v| {
+                if !v.request_writable() {
+                    return Err(disabled(v.phase));
+                }
+                v.method = Method::from_bytes(name.as_bytes()).map_err(mlua::Error::external)?;
+                Ok(())
+            })
+        })?,
+    )?;
+    install_uri(lua, &req)?;
+    install_body(lua, &req)?;
+    ngx.set("req", req)
+}
+
+/// `get_uri_args`, `set_uri_args`, `set_uri`, `http_version`, `start_time`.
+fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
+    req.set(
+        "get_uri_args",
+        lua.create_function(|lua, max: Option<usize>| {
+            let query = with_view(lua, |v| Ok(v.uri.query().unwrap_or("").to_owned()))?;
+            decode_args(lua, query.as_bytes(), max.unwrap_or(100))
+        })?,
+    )?;
+    req.set(
+        "set_uri_args",
+        lua.create_function(|lua, args: Value| {
+            let query = match &args {
+                Value::Table(t) => String::from_utf8(encode_args(t)?).unwrap_or_default(),
+                Value::String(s) => s.to_str()?.to_owned(),
+                other => {
+                    return Err(mlua::Error::runtime(format!(
+                        "bad argument #1 to 'set_uri_args' (string or table expected, got {})",
+                        other.type_name()
+                    )));
+                }
+            };
+            with_view(lua, |v| {
+                if !v.request_writable() {
+                    return Err(disabled(v.phase));
+                }
+                set_query(v, Some(&query))
+            })
+        })?,
+    )?;
+    req.set(
+        "set_uri",
+        lua.create_function(|lua, (uri, jump): (LuaString, Option<bool>)| {
+            if jump.unwrap_or(false) {
+                return Err(mlua::Error::runtime(
+                    "ngx.req.set_uri(uri, true): Sluice does not route a request again; the route stays, the new URI goes upstream (call it with jump = false)",
+                ));
+            }
+            let uri = uri.as_bytes();
+            if uri.is_empty() {
+                return Err(mlua::Error::runtime("attempt to use zero-length uri"));
+            }
+            // The URI is given unescaped (as `$uri`): what a path may not carry is escaped.
+            let path = String::from_utf8(escape(&uri, |b| {
+                (0x21..0x7f).contains(&b) && !matches!(b, b'?' | b'#' | b'%')
+            }))
+            .unwrap_or_default();
+            with_view(lua, |v| {
+                if !v.request_writable() {
+                    return Err(disabled(v.phase));
+                }
+                let query = v.uri.query().map(str::to_owned);
+                with_path_and_query(v, &path, query.as_deref())
+            })
+        })?,
+    )?;
+    req.set(
+        "http_version",
+        lua.create_function(|lua, ()| {
+            with_view(lua, |v| {
+                Ok(match v.version {
+                    http::Version::HTTP_10 => 1.0,
+                    http::Version::HTTP_2 => 2.0,
+                    http::Version::HTTP_3 => 3.0,
+                    http::Version::HTTP_09 => 0.9,
+                    _ => 1.1,
+                })
+            })
+        })?,
+    )?;
+    req.set(
+        "start_time",
+        lua.create_function(|lua, ()| {
+            with_view(lua, |v| {
+                let d = v
+                    .facts
+                    .start
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                Ok(d.as_millis() as f64 / 1000.0)
+            })
+        })?,
+    )?;
+    Ok(())
+}
+
+/// `read_body`, `get_body_data`, `discard_body`: the body is there where the route buffers
+/// it (`request_buffering = true`, as `lua_need_request_body on`), else `get_body_data` is nil.
+fn install_body(lua: &Lua, req: &Table) -> mlua::Result<()> {
+    req.set("read_body", lua.create_function(|_, ()| Ok(()))?)?;
+    req.set("discard_body", lua.create_function(|_, ()| Ok(()))?)?;
+    req.set(
+        "get_body_data",
+        lua.create_function(|lua, ()| {
+            let body = with_view(lua, |v| Ok(v.body.clone()))?;
+            match body {
+                Some(b) if !b.is_empty() => Ok(Value::String(lua.create_string(&b)?)),
+                _ => Ok(Value::Nil),
+            }
+        })?,
+    )?;
+    Ok(())
+}

@@ -1,0 +1,394 @@
+//! The response side of `ngx`: `ngx.header`, `ngx.status`, `ngx.ctx`, `ngx.say`/`print`,
+//! `ngx.exit`, `ngx.redirect`, `ngx.arg` (body filter), `ngx.log` and the constants.
+
+use crate::view::{View, disabled, with_view};
+use mlua::{Lua, LuaString, MultiValue, Table, Value};
+use sluice_config::LuaPhase;
+
+/// lua-nginx-module's log levels (`ngx.ERR`, …), in its numbering.
+const LEVELS: [(&str, i64); 9] = [
+    ("STDERR", 0),
+    ("EMERG", 1),
+    ("ALERT", 2),
+    ("CRIT", 3),
+    ("ERR", 4),
+    ("WARN", 5),
+    ("NOTICE", 6),
+    ("INFO", 7),
+    ("DEBUG", 8),
+];
+
+/// Status constants scripts name (`ngx.HTTP_FORBIDDEN`, …).
+const STATUSES: [(&str, i64); 33] = [
+    ("HTTP_CONTINUE", 100),
+    ("HTTP_SWITCHING_PROTOCOLS", 101),
+    ("HTTP_OK", 200),
+    ("HTTP_CREATED", 201),
+    ("HTTP_ACCEPTED", 202),
+    ("HTTP_NO_CONTENT", 204),
+    ("HTTP_PARTIAL_CONTENT", 206),
+    ("HTTP_SPECIAL_RESPONSE", 300),
+    ("HTTP_MOVED_PERMANENTLY", 301),
+    ("HTTP_MOVED_TEMPORARILY", 302),
+    ("HTTP_SEE_OTHER", 303),
+    ("HTTP_NOT_MODIFIED", 304),
+    ("HTTP_TEMPORARY_REDIRECT", 307),
+    ("HTTP_PERMANENT_REDIRECT", 308),
+    ("HTTP_BAD_REQUEST", 400),
+    ("HTTP_UNAUTHORIZED", 401),
+    ("HTTP_PAYMENT_REQUIRED", 402),
+    ("HTTP_FORBIDDEN", 403),
+    ("HTTP_NOT_FOUND", 404),
+    ("HTTP_NOT_ALLOWED", 405),
+    ("HTTP_NOT_ACCEPTABLE", 406),
+    ("HTTP_REQUEST_TIMEOUT", 408),
+    ("HTTP_CONFLICT", 409),
+    ("HTTP_GONE", 410),
+    ("HTTP_UPGRADE_REQUIRED", 426),
+    ("HTTP_TOO_MANY_REQUESTS", 429),
+    ("HTTP_CLOSE", 444),
+    ("HTTP_ILLEGAL", 451),
+    ("HTTP_INTERNAL_SERVER_ERROR", 500),
+    ("HTTP_METHOD_NOT_IMPLEMENTED", 501),
+    ("HTTP_BAD_GATEWAY", 502),
+    ("HTTP_SERVICE_UNAVAILABLE", 503),
+    ("HTTP_GATEWAY_TIMEOUT", 504),
+];
+
+/// Appends the values of `ngx.say`/`ngx.print` as lua-nginx-module writes them: strings and
+/// numbers as they are, nil as `nil`, booleans, `ngx.null` as `null`, tables (arrays) item
+/// by item.
+fn write_values(out: &mut Vec<u8>, values: &MultiValue, depth: usize) -> mlua::Result<()> {
+    for v in values {
+        write_value(out, v, depth)?;
+    }
+    Ok(())
+}
+
+fn write_value(out: &mut Vec<u8>, v: &Value, depth: usize) -> mlua::Result<()> {
+    match v {
+        Value::String(s) => out.extend_from_slice(&s.as_bytes()),
+        Value::Nil => out.extend_from_slice(b"nil"),
+        Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::LightUserData(p) if p.0.is_null() => out.extend_from_slice(b"null"),
+        Value::Number(_) | Value::Integer(_) => out.extend_from_slice(v.to_string()?.as_bytes()),
+        Value::Table(t) if depth < 32 => {
+            for item in t.clone().sequence_values::<Value>() {
+                write_value(out, &item?, depth + 1)?;
+            }
+        }
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "bad argument to 'ngx.say' (string, number, boolean, nil, ngx.null or array table expected, got {})",
+                other.type_name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What `ngx.log` writes: its arguments joined, as `tostring` would.
+fn log_text(values: &MultiValue) -> mlua::Result<String> {
+    let mut out = Vec::new();
+    for v in values {
+        match v {
+            Value::Table(_) | Value::Function(_) | Value::UserData(_) | Value::Thread(_) => {
+                out.extend_from_slice(v.to_string()?.as_bytes());
+            }
+            v => write_value(&mut out, v, 32)?,
+        }
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// `ngx.log(level, ...)` (and `print`, at NOTICE): to the gateway's log with the script's
+/// place, the route and the request ID.
+fn log(lua: &Lua, level: i64, values: &MultiValue) -> mlua::Result<()> {
+    let text = log_text(values)?;
+    let place = lua
+        .inspect_stack(1, |d| {
+            let src = d.source();
+            format!(
+                "{}:{}",
+                src.short_src.as_deref().unwrap_or("?"),
+                d.current_line().unwrap_or(0)
+            )
+        })
+        .unwrap_or_default();
+    let (route, request) = with_view(lua, |v| {
+        Ok((
+            v.facts.route.to_string(),
+            v.facts.request_id.clone().unwrap_or_default(),
+        ))
+    })
+    .unwrap_or_default();
+    match level {
+        ..=4 => tracing::error!(target: "sluice::lua", route, request, "[lua] {place}: {text}"),
+        5 => tracing::warn!(target: "sluice::lua", route, request, "[lua] {place}: {text}"),
+        6 | 7 => tracing::info!(target: "sluice::lua", route, request, "[lua] {place}: {text}"),
+        _ => tracing::debug!(target: "sluice::lua", route, request, "[lua] {place}: {text}"),
+    }
+    Ok(())
+}
+
+/// A header of the response in hand: a string, a list for several, nil for none.
+fn response_header(lua: &Lua, view: &View, name: &str) -> mlua::Result<Value> {
+    let name = name.replace('_', "-").to_ascii_lowercase();
+    let values: Vec<_> = view
+        .response_headers
+        .get_all(name.as_str())
+        .iter()
+        .collect();
+    match values.as_slice() {
+        [] => Ok(Value::Nil),
+        [one] => Ok(Value::String(lua.create_string(one.as_bytes())?)),
+        many => Ok(Value::Table(
+            lua.create_sequence_from(
+                many.iter()
+                    .map(|v| lua.create_string(v.as_bytes()))
+                    .collect::<mlua::Result<Vec<_>>>()?,
+            )?,
+        )),
+    }
+}
+
+/// `ngx.ctx`: the request's table, made at first use and kept in the registry until the
+/// request ends.
+fn ctx(lua: &Lua) -> mlua::Result<Table> {
+    let existing = with_view(lua, |v| match &v.ctx {
+        Some(k) => lua.registry_value::<Table>(k).map(Some),
+        None => Ok(None),
+    })?;
+    if let Some(t) = existing {
+        return Ok(t);
+    }
+    let t = lua.create_table()?;
+    let key = lua.create_registry_value(t.clone())?;
+    with_view(lua, |v| {
+        v.ctx = Some(key);
+        Ok(())
+    })?;
+    Ok(t)
+}
+
+/// Installs the response side of `ngx`, and its metatable for `status` and `ctx`.
+pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    for (name, n) in LEVELS.iter().chain(STATUSES.iter()) {
+        ngx.set(*name, *n)?;
+    }
+    for (name, n) in crate::api::req::METHODS {
+        ngx.set(format!("HTTP_{name}"), n)?;
+    }
+    for (name, n) in [
+        ("OK", 0),
+        ("ERROR", -1),
+        ("AGAIN", -2),
+        ("DONE", -4),
+        ("DECLINED", -5),
+    ] {
+        ngx.set(name, n)?;
+    }
+    ngx.set(
+        "null",
+        Value::LightUserData(mlua::LightUserData(std::ptr::null_mut())),
+    )?;
+    install_output(lua, ngx)?;
+    install_header(lua, ngx)?;
+    install_arg(lua, ngx)?;
+    ngx.set(
+        "log",
+        lua.create_function(|lua, (level, rest): (i64, MultiValue)| log(lua, level, &rest))?,
+    )?;
+    lua.globals().set(
+        "print",
+        lua.create_function(|lua, rest: MultiValue| log(lua, 6, &rest))?,
+    )?;
+
+    let meta = lua.create_table()?;
+    meta.set(
+        "__index",
+        lua.create_function(|lua, (_, k): (Table, LuaString)| match &*k.as_bytes() {
+            b"status" => with_view(lua, |v| Ok(Value::Integer(i64::from(v.status)))),
+            b"ctx" => Ok(Value::Table(ctx(lua)?)),
+            b"headers_sent" => with_view(lua, |v| Ok(Value::Boolean(!v.response_writable()))),
+            b"is_subrequest" => Ok(Value::Boolean(false)),
+            _ => Ok(Value::Nil),
+        })?,
+    )?;
+    meta.set(
+        "__newindex",
+        lua.create_function(|lua, (t, k, value): (Table, LuaString, Value)| {
+            match &*k.as_bytes() {
+                b"status" => {
+                    let status = match value {
+                        Value::Integer(n) => n,
+                        Value::Number(n) => n as i64,
+                        _ => return Err(mlua::Error::runtime("ngx.status must be a number")),
+                    };
+                    with_view(lua, |v| {
+                        if !v.response_writable() {
+                            return Err(mlua::Error::runtime(
+                                "attempt to set ngx.status after sending out response headers",
+                            ));
+                        }
+                        v.status = u16::try_from(status)
+                            .ok()
+                            .filter(|s| (100..1000).contains(s))
+                            .ok_or_else(|| {
+                                mlua::Error::runtime(format!("bad ngx.status: {status}"))
+                            })?;
+                        Ok(())
+                    })
+                }
+                b"ctx" => {
+                    let Value::Table(new) = value else {
+                        return Err(mlua::Error::runtime("ngx.ctx must be a table"));
+                    };
+                    let key = lua.create_registry_value(new)?;
+                    with_view(lua, |v| {
+                        v.ctx = Some(key);
+                        Ok(())
+                    })
+                }
+                _ => t.raw_set(k, value),
+            }
+        })?,
+    )?;
+    ngx.set_metatable(Some(meta))?;
+    Ok(())
+}
+
+/// `ngx.say`, `ngx.print`, `ngx.flush`, `ngx.eof`, `ngx.exit`'s record, `ngx.redirect`'s.
+fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    let writer = |newline: bool| {
+        move |lua: &Lua, values: MultiValue| {
+            with_view(lua, |v| {
+                if !matches!(v.phase, LuaPhase::Rewrite | LuaPhase::Access) {
+                    return Err(disabled(v.phase));
+                }
+                write_values(&mut v.output, &values, 0)?;
+                if newline {
+                    v.output.push(b'\n');
+                }
+                Ok(1)
+            })
+        }
+    };
+    ngx.set("say", lua.create_function(writer(true))?)?;
+    ngx.set("print", lua.create_function(writer(false))?)?;
+    ngx.set("flush", lua.create_function(|_, _: MultiValue| Ok(1))?)?;
+    ngx.set("eof", lua.create_function(|_, ()| Ok(1))?)?;
+    // `ngx.exit` and `ngx.redirect` are Lua (state.rs): they record here, then end the
+    // script with an error only the runner knows.
+    ngx.set(
+        "_record_exit",
+        lua.create_function(|lua, status: i64| {
+            with_view(lua, |v| {
+                if matches!(v.phase, LuaPhase::BodyFilter | LuaPhase::Log) {
+                    return Err(disabled(v.phase));
+                }
+                v.exit = Some(status);
+                Ok(())
+            })
+        })?,
+    )?;
+    ngx.set(
+        "_record_redirect",
+        lua.create_function(|lua, (uri, status): (LuaString, Option<i64>)| {
+            let status = status.unwrap_or(302);
+            if ![301, 302, 303, 307, 308].contains(&status) {
+                return Err(mlua::Error::runtime(format!(
+                    "only ngx.HTTP_MOVED_TEMPORARILY, ngx.HTTP_MOVED_PERMANENTLY, ngx.HTTP_PERMANENT_REDIRECT, ngx.HTTP_SEE_OTHER, and ngx.HTTP_TEMPORARY_REDIRECT are allowed, not {status}"
+                )));
+            }
+            with_view(lua, |v| {
+                if !matches!(v.phase, LuaPhase::Rewrite | LuaPhase::Access) {
+                    return Err(disabled(v.phase));
+                }
+                crate::api::req::set_header(
+                    &mut v.response_headers,
+                    "location",
+                    &Value::String(uri),
+                )?;
+                v.exit = Some(status);
+                Ok(())
+            })
+        })?,
+    )?;
+    Ok(())
+}
+
+/// `ngx.header.NAME`: read and written on the response in hand.
+fn install_header(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    let header = lua.create_table()?;
+    let meta = lua.create_table()?;
+    meta.set(
+        "__index",
+        lua.create_function(|lua, (_, k): (Table, String)| {
+            with_view(lua, |v| response_header(lua, v, &k))
+        })?,
+    )?;
+    meta.set(
+        "__newindex",
+        lua.create_function(|lua, (_, k, value): (Table, String, Value)| {
+            with_view(lua, |v| {
+                if !v.response_writable() {
+                    return Err(mlua::Error::runtime(format!(
+                        "attempt to set ngx.header.{k} after sending out response headers"
+                    )));
+                }
+                crate::api::req::set_header(&mut v.response_headers, &k, &value)
+            })
+        })?,
+    )?;
+    header.set_metatable(Some(meta))?;
+    ngx.set("header", header)
+}
+
+/// `ngx.arg[1]` (the piece of body) and `ngx.arg[2]` (whether it is the last) in
+/// `body_filter`.
+fn install_arg(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    let arg = lua.create_table()?;
+    let meta = lua.create_table()?;
+    meta.set(
+        "__index",
+        lua.create_function(|lua, (_, i): (Table, i64)| {
+            with_view(lua, |v| {
+                if v.phase != LuaPhase::BodyFilter {
+                    return Ok(Value::Nil);
+                }
+                match i {
+                    1 => Ok(Value::String(
+                        lua.create_string(v.chunk.as_deref().unwrap_or_default())?,
+                    )),
+                    2 => Ok(Value::Boolean(v.eof)),
+                    _ => Ok(Value::Nil),
+                }
+            })
+        })?,
+    )?;
+    meta.set(
+        "__newindex",
+        lua.create_function(|lua, (_, i, value): (Table, i64, Value)| {
+            with_view(lua, |v| {
+                if v.phase != LuaPhase::BodyFilter {
+                    return Err(disabled(v.phase));
+                }
+                match i {
+                    1 => {
+                        let mut out = Vec::new();
+                        if !value.is_nil() {
+                            write_value(&mut out, &value, 0)?;
+                        }
+                        v.chunk = Some(out.into());
+                    }
+                    2 => v.eof = value.as_boolean().unwrap_or(false),
+                    _ => {}
+                }
+                Ok(())
+            })
+        })?,
+    )?;
+    arg.set_metatable(Some(meta))?;
+    ngx.set("arg", arg)
+}

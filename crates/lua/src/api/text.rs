@@ -1,0 +1,364 @@
+//! `ngx.escape_uri`, `unescape_uri`, `encode_args`, `decode_args`, base64, digests and
+//! time: pure functions of their arguments, as lua-nginx-module defines them.
+
+use base64::Engine as _;
+use boring::hash::{MessageDigest, hash};
+use mlua::{Lua, LuaString, Table, Value};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Bytes `ngx.escape_uri` (type 2, the default: a URI component) leaves as they are:
+/// NGINX's `NGX_ESCAPE_URI_COMPONENT` table, letters, digits and `-._~`.
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// Bytes type 0 (a whole URI, `NGX_ESCAPE_URI`) leaves: everything printable but space,
+/// `"`, `#`, `%`, `?` and the controls and 8-bit bytes.
+fn uri_safe(b: u8) -> bool {
+    (0x21..0x7f).contains(&b) && !matches!(b, b'"' | b'#' | b'%' | b'?')
+}
+
+/// Percent-encodes `s` with upper-case hex, as NGINX does.
+pub(crate) fn escape(s: &[u8], keep: impl Fn(u8) -> bool) -> Vec<u8> {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = Vec::with_capacity(s.len());
+    for &b in s {
+        if keep(b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
+    out
+}
+
+/// `ngx.escape_uri(s, type)`: type 2 (default) a URI component, type 0 a whole URI.
+pub(crate) fn escape_uri(s: &[u8], kind: i64) -> Vec<u8> {
+    if kind == 0 {
+        escape(s, uri_safe)
+    } else {
+        escape(s, unreserved)
+    }
+}
+
+/// `ngx.unescape_uri`: `%XX` decoded, `+` turned into a space (lua-nginx-module's
+/// `ngx_http_lua_unescape_uri` does), a `%` not followed by two hex digits kept.
+pub(crate) fn unescape_uri(s: &[u8]) -> Vec<u8> {
+    unescape(s, true)
+}
+
+/// `%XX` decoded; `+` a space where `plus` says so (a query), kept in a path.
+pub(crate) fn unescape(s: &[u8], plus: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'%' if i + 2 < s.len() => {
+                if let (Some(h), Some(l)) = (hex(s[i + 1]), hex(s[i + 2])) {
+                    out.push(h << 4 | l);
+                    i += 3;
+                    continue;
+                }
+                out.push(b'%');
+            }
+            b'+' if plus => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    out
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// `ngx.decode_args(s, max)` and `ngx.req.get_uri_args`: decoded keys and values; a key
+/// repeated gives an array of its values in order; a key without `=` is `true`.
+pub(crate) fn decode_args(lua: &Lua, query: &[u8], max: usize) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    for (n, pair) in query
+        .split(|&b| b == b'&')
+        .filter(|p| !p.is_empty())
+        .enumerate()
+    {
+        if max > 0 && n >= max {
+            break;
+        }
+        let (k, v) = match pair.iter().position(|&b| b == b'=') {
+            Some(at) => (
+                &pair[..at],
+                Value::String(lua.create_string(unescape_uri(&pair[at + 1..]))?),
+            ),
+            None => (pair, Value::Boolean(true)),
+        };
+        if k.is_empty() {
+            continue;
+        }
+        let key = lua.create_string(unescape_uri(k))?;
+        match t.raw_get::<Value>(&key)? {
+            Value::Nil => t.raw_set(key, v)?,
+            Value::Table(list) => list.raw_push(v)?,
+            first => {
+                let list = lua.create_sequence_from([first, v])?;
+                t.raw_set(key, list)?;
+            }
+        }
+    }
+    Ok(t)
+}
+
+/// `ngx.encode_args(t)`: `k=v` pairs joined by `&`, each escaped as a URI component; a
+/// `true` value gives the key alone, `false` leaves the key out, a table repeats the key.
+pub(crate) fn encode_args(t: &Table) -> mlua::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut pair = |k: &[u8], v: Option<&[u8]>| {
+        if !out.is_empty() {
+            out.push(b'&');
+        }
+        out.extend(escape_uri(k, 2));
+        if let Some(v) = v {
+            out.push(b'=');
+            out.extend(escape_uri(v, 2));
+        }
+    };
+    for kv in t.pairs::<Value, Value>() {
+        let (k, v) = kv?;
+        let key = match &k {
+            Value::String(s) => s.as_bytes().to_vec(),
+            Value::Number(_) | Value::Integer(_) => k.to_string()?.into_bytes(),
+            _ => {
+                return Err(mlua::Error::runtime(
+                    "bad argument #1 to 'encode_args' (bad key)",
+                ));
+            }
+        };
+        match v {
+            Value::Boolean(true) => pair(&key, None),
+            Value::Boolean(false) => {}
+            Value::Table(list) => {
+                for item in list.sequence_values::<Value>() {
+                    match item? {
+                        Value::Boolean(true) => pair(&key, None),
+                        Value::Boolean(false) => {}
+                        other => pair(&key, Some(scalar_bytes(&other)?.as_slice())),
+                    }
+                }
+            }
+            other => pair(&key, Some(scalar_bytes(&other)?.as_slice())),
+        }
+    }
+    Ok(out)
+}
+
+/// A string or number as bytes (`tostring` of a number, as Lua writes it).
+pub(crate) fn scalar_bytes(v: &Value) -> mlua::Result<Vec<u8>> {
+    match v {
+        Value::String(s) => Ok(s.as_bytes().to_vec()),
+        Value::Number(_) | Value::Integer(_) => Ok(v.to_string()?.into_bytes()),
+        other => Err(mlua::Error::runtime(format!(
+            "bad argument: string expected, got {}",
+            other.type_name()
+        ))),
+    }
+}
+
+/// Installs the pure functions on `ngx`.
+pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    ngx.set(
+        "escape_uri",
+        lua.create_function(|lua, (s, kind): (Option<LuaString>, Option<i64>)| {
+            let s = s.map(|s| s.as_bytes().to_vec()).unwrap_or_default();
+            lua.create_string(escape_uri(&s, kind.unwrap_or(2)))
+        })?,
+    )?;
+    ngx.set(
+        "unescape_uri",
+        lua.create_function(|lua, s: Option<LuaString>| {
+            let s = s.map(|s| s.as_bytes().to_vec()).unwrap_or_default();
+            lua.create_string(unescape_uri(&s))
+        })?,
+    )?;
+    ngx.set(
+        "encode_args",
+        lua.create_function(|lua, t: Table| lua.create_string(encode_args(&t)?))?,
+    )?;
+    ngx.set(
+        "decode_args",
+        lua.create_function(|lua, (s, max): (LuaString, Option<usize>)| {
+            decode_args(lua, &s.as_bytes(), max.unwrap_or(100))
+        })?,
+    )?;
+    ngx.set(
+        "encode_base64",
+        lua.create_function(|lua, (s, no_pad): (LuaString, Option<bool>)| {
+            let e = if no_pad.unwrap_or(false) {
+                base64::engine::general_purpose::STANDARD_NO_PAD.encode(s.as_bytes())
+            } else {
+                base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
+            };
+            lua.create_string(e)
+        })?,
+    )?;
+    ngx.set(
+        "decode_base64",
+        lua.create_function(|lua, s: LuaString| {
+            // NGINX's decoder accepts the padding or its absence, nothing else.
+            let bytes = s.as_bytes();
+            let trimmed = bytes
+                .strip_suffix(b"==")
+                .or_else(|| bytes.strip_suffix(b"="));
+            match base64::engine::general_purpose::STANDARD_NO_PAD.decode(trimmed.unwrap_or(&bytes))
+            {
+                Ok(d) => Ok(Value::String(lua.create_string(d)?)),
+                Err(_) => Ok(Value::Nil),
+            }
+        })?,
+    )?;
+    let digest = |md: fn() -> MessageDigest, hex_out: bool| {
+        move |lua: &Lua, s: LuaString| {
+            let d = hash(md(), &s.as_bytes()).map_err(mlua::Error::external)?;
+            if hex_out {
+                let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+                lua.create_string(hex)
+            } else {
+                lua.create_string(&*d)
+            }
+        }
+    };
+    ngx.set(
+        "md5",
+        lua.create_function(digest(MessageDigest::md5, true))?,
+    )?;
+    ngx.set(
+        "md5_bin",
+        lua.create_function(digest(MessageDigest::md5, false))?,
+    )?;
+    ngx.set(
+        "sha1_bin",
+        lua.create_function(digest(MessageDigest::sha1, false))?,
+    )?;
+    ngx.set(
+        "hmac_sha1",
+        lua.create_function(|lua, (key, s): (LuaString, LuaString)| {
+            let mac = boring::hash::hmac_sha1(&key.as_bytes(), &s.as_bytes())
+                .map_err(mlua::Error::external)?;
+            lua.create_string(mac)
+        })?,
+    )?;
+    install_time(lua, ngx)
+}
+
+/// Seconds since the epoch, to the millisecond (`ngx.now`).
+pub(crate) fn now() -> f64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_millis() as f64) / 1000.0
+}
+
+/// `ngx.now`, `time`, `update_time`, `today`, `utctime`, `localtime`, `http_time`,
+/// `cookie_time`, `parse_http_time`. The clock is read at each call (`update_time` has
+/// nothing to refresh: there is no cached time to go stale).
+fn install_time(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    ngx.set("now", lua.create_function(|_, ()| Ok(now()))?)?;
+    ngx.set(
+        "time",
+        lua.create_function(|_, ()| Ok(now().floor() as i64))?,
+    )?;
+    ngx.set("update_time", lua.create_function(|_, ()| Ok(()))?)?;
+    ngx.set(
+        "http_time",
+        lua.create_function(|_, t: f64| {
+            Ok(httpdate::fmt_http_date(
+                UNIX_EPOCH + std::time::Duration::from_secs(t.max(0.0) as u64),
+            ))
+        })?,
+    )?;
+    ngx.set(
+        "cookie_time",
+        lua.create_function(|_, t: f64| {
+            // "Thu, 18-Nov-2010 11:27:35 GMT", as `ngx_http_cookie_time` writes it.
+            let s = httpdate::fmt_http_date(
+                UNIX_EPOCH + std::time::Duration::from_secs(t.max(0.0) as u64),
+            );
+            // "Thu, 18 Nov 2010 11:27:35 GMT" -> "Thu, 18-Nov-2010 11:27:35 GMT"
+            let mut parts: Vec<&str> = s.split(' ').collect();
+            if parts.len() == 6 {
+                let date = format!("{}-{}-{}", parts[1], parts[2], parts[3]);
+                parts.splice(1..4, [date.as_str()]);
+                return Ok(parts.join(" "));
+            }
+            Ok(s)
+        })?,
+    )?;
+    ngx.set(
+        "parse_http_time",
+        lua.create_function(|_, s: String| {
+            Ok(httpdate::parse_http_date(&s)
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map(|d| d.as_secs()))
+        })?,
+    )?;
+    ngx.set(
+        "utctime",
+        lua.create_function(|_, ()| Ok(utc(SystemTime::now(), " ")))?,
+    )?;
+    // The gateway keeps no local time zone: local time is UTC.
+    ngx.set(
+        "localtime",
+        lua.create_function(|_, ()| Ok(utc(SystemTime::now(), " ")))?,
+    )?;
+    ngx.set(
+        "today",
+        lua.create_function(|_, ()| Ok(utc(SystemTime::now(), " ")[..10].to_owned()))?,
+    )?;
+    Ok(())
+}
+
+/// `yyyy-mm-dd hh:mm:ss` in UTC.
+pub(crate) fn utc(t: SystemTime, sep: &str) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}{sep}{:02}:{:02}:{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_is_nginxs() {
+        assert_eq!(escape_uri(b"a b/c?d=e&f~", 2), b"a%20b%2Fc%3Fd%3De%26f~");
+        assert_eq!(escape_uri(b"/a b?c", 0), b"/a%20b%3Fc");
+        assert_eq!(unescape_uri(b"a%20b+c%2f%zz%4"), b"a b c/%zz%4");
+    }
+
+    #[test]
+    fn utc_dates() {
+        let t = UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        assert_eq!(utc(t, " "), "2023-11-14 22:13:20");
+        assert_eq!(utc(UNIX_EPOCH, "T"), "1970-01-01T00:00:00");
+    }
+}

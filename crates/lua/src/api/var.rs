@@ -1,0 +1,241 @@
+//! `ngx.var.NAME`: NGINX's variables a script reads, computed from the view at each read
+//! (nothing is computed for a variable no script asks for).
+
+use crate::api::text::unescape;
+use crate::view::{View, disabled, with_view};
+use http::HeaderMap;
+use mlua::{Lua, Table, Value};
+
+/// `ngx.var`'s value for `name`, or `None` (nil) for a variable Sluice does not have.
+pub(crate) fn get(view: &View, name: &str) -> Option<Vec<u8>> {
+    let uri = &view.uri;
+    let query = uri.query();
+    let f = &view.facts;
+    let text = |s: &str| Some(s.as_bytes().to_vec());
+    match name {
+        "uri" => Some(normalized_path(uri.path().as_bytes())),
+        "document_uri" => Some(normalized_path(uri.path().as_bytes())),
+        "request_uri" => text(uri.path_and_query().map_or("/", |p| p.as_str())),
+        "args" | "query_string" => query.and_then(text),
+        "is_args" => text(if query.is_some() { "?" } else { "" }),
+        "host" => text(host_name(&f.host)),
+        "http_host" => header(&view.headers, "host"),
+        "remote_addr" => text(&f.client.ip().to_string()),
+        "remote_port" => text(&f.client.port().to_string()),
+        "binary_remote_addr" => Some(match f.client.ip() {
+            std::net::IpAddr::V4(a) => a.octets().to_vec(),
+            std::net::IpAddr::V6(a) => a.octets().to_vec(),
+        }),
+        "server_addr" => text(&f.local.ip().to_string()),
+        "server_port" => text(&f.local.port().to_string()),
+        "scheme" => text(f.scheme),
+        "https" => text(if f.scheme == "https" { "on" } else { "" }),
+        "request_method" => text(view.method.as_str()),
+        "server_protocol" => text(protocol(view.version)),
+        "request_id" => f.request_id.as_deref().and_then(text),
+        "remote_user" => view.subject.as_deref().and_then(text),
+        "content_type" => header(&view.headers, "content-type"),
+        "content_length" => header(&view.headers, "content-length"),
+        "status" if view.status > 0 => text(&view.status.to_string()),
+        "bytes_sent" => text(&view.bytes_sent.to_string()),
+        "request_time" => {
+            let spent = f.start.elapsed().unwrap_or_default();
+            text(&format!("{:.3}", spent.as_secs_f64()))
+        }
+        "msec" => text(&format!("{:.3}", crate::api::text::now())),
+        "time_iso8601" => text(&format!(
+            "{}+00:00",
+            crate::api::text::utc(std::time::SystemTime::now(), "T")
+        )),
+        "hostname" => text(&hostname()),
+        _ => prefixed(view, name),
+    }
+}
+
+/// `http_*`, `cookie_*`, `arg_*` and `sent_http_*`.
+fn prefixed(view: &View, name: &str) -> Option<Vec<u8>> {
+    if let Some(h) = name.strip_prefix("http_") {
+        return header(&view.headers, &h.replace('_', "-"));
+    }
+    if let Some(h) = name.strip_prefix("sent_http_") {
+        return header(&view.response_headers, &h.replace('_', "-"));
+    }
+    if let Some(c) = name.strip_prefix("cookie_") {
+        return cookie(&view.headers, c.as_bytes());
+    }
+    if let Some(a) = name.strip_prefix("arg_") {
+        return arg(view.uri.query()?.as_bytes(), a.as_bytes());
+    }
+    None
+}
+
+/// A request header's value as NGINX 1.22's `$http_NAME`: the first, except `Cookie`
+/// (joined by `; `) and `X-Forwarded-For` (joined by `, `).
+fn header(headers: &HeaderMap, name: &str) -> Option<Vec<u8>> {
+    let name = name.to_ascii_lowercase();
+    let mut values = headers.get_all(name.as_str()).iter();
+    let first = values.next()?.as_bytes().to_vec();
+    let sep: &[u8] = match name.as_str() {
+        "cookie" => b"; ",
+        "x-forwarded-for" => b", ",
+        _ => return Some(first),
+    };
+    let mut out = first;
+    for v in values {
+        out.extend_from_slice(sep);
+        out.extend_from_slice(v.as_bytes());
+    }
+    Some(out)
+}
+
+/// `$cookie_NAME`: the first cookie of that name (case-sensitive, as NGINX).
+fn cookie(headers: &HeaderMap, name: &[u8]) -> Option<Vec<u8>> {
+    headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b';'))
+        .find_map(|pair| {
+            let pair = pair.trim_ascii();
+            let at = pair.iter().position(|&b| b == b'=')?;
+            (pair[..at].trim_ascii() == name).then(|| pair[at + 1..].trim_ascii().to_vec())
+        })
+}
+
+/// `$arg_NAME`: the first argument of that name (compared without case, as NGINX), as sent.
+fn arg(query: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+    query.split(|&b| b == b'&').find_map(|pair| {
+        let (k, v) = match pair.iter().position(|&b| b == b'=') {
+            Some(at) => (&pair[..at], &pair[at + 1..]),
+            None => (pair, &b""[..]),
+        };
+        k.eq_ignore_ascii_case(name).then(|| v.to_vec())
+    })
+}
+
+/// The host without a port, lower case (`$host`).
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+fn protocol(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_2 => "HTTP/2.0",
+        http::Version::HTTP_3 => "HTTP/3.0",
+        http::Version::HTTP_09 => "HTTP/0.9",
+        _ => "HTTP/1.1",
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// `$uri`: the path decoded, `.` and `..` segments resolved and slashes merged, as NGINX
+/// normalizes it (`merge_slashes on`).
+pub(crate) fn normalized_path(path: &[u8]) -> Vec<u8> {
+    let decoded = unescape(path, false);
+    let mut segments: Vec<&[u8]> = Vec::new();
+    for seg in decoded.split(|&b| b == b'/') {
+        match seg {
+            b"" | b"." => {}
+            b".." => {
+                segments.pop();
+            }
+            s => segments.push(s),
+        }
+    }
+    let mut out = Vec::with_capacity(decoded.len());
+    for s in &segments {
+        out.push(b'/');
+        out.extend_from_slice(s);
+    }
+    let trailing = decoded.ends_with(b"/") || decoded.ends_with(b"/.") || decoded.ends_with(b"/..");
+    if out.is_empty() || trailing {
+        out.push(b'/');
+    }
+    out
+}
+
+/// Installs `ngx.var`: reads of the variables above, and writes of `args` where the request
+/// may still change.
+pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    let var = lua.create_table()?;
+    let meta = lua.create_table()?;
+    meta.set(
+        "__index",
+        lua.create_function(|lua, (_, name): (Table, mlua::LuaString)| {
+            let name = name.to_str()?;
+            match with_view(lua, |v| Ok(get(v, &name)))? {
+                Some(bytes) => Ok(Value::String(lua.create_string(bytes)?)),
+                None => Ok(Value::Nil),
+            }
+        })?,
+    )?;
+    meta.set(
+        "__newindex",
+        lua.create_function(|lua, (_, name, value): (Table, mlua::LuaString, Value)| {
+            let name = name.to_str()?.to_owned();
+            with_view(lua, |v| set(v, &name, &value))
+        })?,
+    )?;
+    var.set_metatable(Some(meta))?;
+    ngx.set("var", var)
+}
+
+/// `ngx.var.NAME = value`: `args` (the query sent upstream) is the writable one.
+fn set(view: &mut View, name: &str, value: &Value) -> mlua::Result<()> {
+    if name != "args" {
+        return Err(mlua::Error::runtime(format!(
+            "variable \"{name}\" not found for writing; Sluice lets scripts write ngx.var.args only (ngx.req.set_header, ngx.req.set_uri for the rest)"
+        )));
+    }
+    if !view.request_writable() {
+        return Err(disabled(view.phase));
+    }
+    let query = match value {
+        Value::Nil => None,
+        Value::String(s) => Some(s.to_str()?.to_owned()),
+        Value::Number(_) | Value::Integer(_) => Some(value.to_string()?),
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "bad value for ngx.var.args: {}",
+                other.type_name()
+            )));
+        }
+    };
+    crate::api::req::set_query(view, query.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uri_is_normalized_as_nginx_does() {
+        assert_eq!(normalized_path(b"/a//b/./c/../d%20e"), b"/a/b/d e");
+        assert_eq!(normalized_path(b"/a/b/"), b"/a/b/");
+        assert_eq!(normalized_path(b"/.."), b"/");
+        assert_eq!(normalized_path(b"/a+b"), b"/a+b");
+    }
+
+    #[test]
+    fn cookies_args_and_hosts() {
+        let mut h = HeaderMap::new();
+        h.append("cookie", "a=1; sid=xyz".parse().unwrap());
+        h.append("cookie", "b=2".parse().unwrap());
+        assert_eq!(cookie(&h, b"sid").unwrap(), b"xyz");
+        assert_eq!(cookie(&h, b"b").unwrap(), b"2");
+        assert!(cookie(&h, b"SID").is_none());
+        assert_eq!(header(&h, "cookie").unwrap(), b"a=1; sid=xyz; b=2");
+        assert_eq!(arg(b"x=1&Token=abc%20d&y", b"token").unwrap(), b"abc%20d");
+        assert_eq!(arg(b"x=1&y", b"y").unwrap(), b"");
+        assert_eq!(host_name("Example.com:8443"), "Example.com");
+        assert_eq!(host_name("[::1]:80"), "[::1]");
+    }
+}

@@ -1,0 +1,501 @@
+//! `ngx.shared.DICT`: dictionaries every worker thread's state shares, bounded in bytes,
+//! with expiry, least-recently-used eviction and lua-nginx-module's return values
+//! (`ok, err, forcible`). A dictionary outlives configurations while its size stays, as an
+//! NGINX shared zone outlives a reload.
+
+use lru::LruCache;
+use mlua::{Lua, LuaString, UserData, UserDataMethods, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// What each entry costs beyond its key and value (NGINX's node, queue links, rbtree
+/// pointers come to about this).
+const ENTRY_OVERHEAD: usize = 64;
+
+/// A value a dictionary holds.
+#[derive(Debug, Clone, PartialEq)]
+enum Stored {
+    Bool(bool),
+    Number(f64),
+    Str(Vec<u8>),
+}
+
+impl Stored {
+    fn len(&self) -> usize {
+        match self {
+            Stored::Str(s) => s.len(),
+            _ => 8,
+        }
+    }
+
+    fn into_lua(self, lua: &Lua) -> mlua::Result<Value> {
+        Ok(match self {
+            Stored::Bool(b) => Value::Boolean(b),
+            Stored::Number(n) => Value::Number(n),
+            Stored::Str(s) => Value::String(lua.create_string(s)?),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    value: Stored,
+    flags: u32,
+    expires: Option<Instant>,
+}
+
+impl Entry {
+    fn expired(&self, now: Instant) -> bool {
+        self.expires.is_some_and(|t| t <= now)
+    }
+}
+
+/// One dictionary.
+pub struct SharedDict {
+    /// `ngx.shared.NAME`.
+    pub name: String,
+    capacity: usize,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    entries: LruCache<Vec<u8>, Entry>,
+    used: usize,
+}
+
+impl std::fmt::Debug for SharedDict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedDict")
+            .field("name", &self.name)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+/// How a write treats an existing key and a full dictionary.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Write {
+    /// `set`: always; evicts when full.
+    Set,
+    /// `safe_set`: always; "no memory" rather than evict.
+    SafeSet,
+    /// `add`: only a key not there ("exists" otherwise).
+    Add,
+    /// `safe_add`.
+    SafeAdd,
+    /// `replace`: only a key there ("not found" otherwise).
+    Replace,
+}
+
+impl SharedDict {
+    fn new(name: &str, capacity: usize) -> Self {
+        SharedDict {
+            name: name.to_owned(),
+            capacity,
+            inner: Mutex::new(Inner {
+                entries: LruCache::unbounded(),
+                used: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bytes in use and the capacity.
+    pub fn usage(&self) -> (usize, usize) {
+        (self.lock().used, self.capacity)
+    }
+
+    fn cost(key: &[u8], value: &Stored) -> usize {
+        key.len() + value.len() + ENTRY_OVERHEAD
+    }
+
+    /// The value and flags of `key` (expired: none; `stale` returns it anyway, with
+    /// whether it had expired).
+    fn get(&self, key: &[u8], stale: bool) -> Option<(Stored, u32, bool)> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let e = inner.entries.get(key)?;
+        let expired = e.expired(now);
+        (stale || !expired).then(|| (e.value.clone(), e.flags, expired))
+    }
+
+    /// Writes `key`; `Ok(forcible)` says whether live entries were evicted for it.
+    fn write(
+        &self,
+        how: Write,
+        key: &[u8],
+        value: Option<Stored>,
+        ttl: Option<Duration>,
+        flags: u32,
+    ) -> Result<bool, &'static str> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let live = inner.entries.peek(key).is_some_and(|e| !e.expired(now));
+        match how {
+            Write::Add | Write::SafeAdd if live => return Err("exists"),
+            Write::Replace if !live => return Err("not found"),
+            _ => {}
+        }
+        if let Some(old) = inner.entries.pop(key) {
+            inner.used -= Self::cost(key, &old.value);
+        }
+        let Some(value) = value else {
+            return Ok(false);
+        };
+        let cost = Self::cost(key, &value);
+        if cost > self.capacity {
+            return Err("no memory");
+        }
+        let mut forcible = false;
+        if inner.used + cost > self.capacity {
+            // Expired entries go first, then the least recently used.
+            let expired: Vec<Vec<u8>> = inner
+                .entries
+                .iter()
+                .filter(|(_, e)| e.expired(now))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in expired {
+                if let Some(e) = inner.entries.pop(&k) {
+                    inner.used -= Self::cost(&k, &e.value);
+                }
+            }
+            if inner.used + cost > self.capacity && matches!(how, Write::SafeSet | Write::SafeAdd) {
+                return Err("no memory");
+            }
+            while inner.used + cost > self.capacity {
+                let Some((k, e)) = inner.entries.pop_lru() else {
+                    break;
+                };
+                inner.used -= Self::cost(&k, &e.value);
+                forcible = true;
+            }
+        }
+        inner.used += cost;
+        inner.entries.put(
+            key.to_vec(),
+            Entry {
+                value,
+                flags,
+                expires: ttl.map(|t| now + t),
+            },
+        );
+        Ok(forcible)
+    }
+
+    /// `incr(key, by, init, init_ttl)`: the new number, whether it evicted, or why not.
+    fn incr(
+        &self,
+        key: &[u8],
+        by: f64,
+        init: Option<f64>,
+        init_ttl: Option<Duration>,
+    ) -> Result<(f64, bool), &'static str> {
+        let now = Instant::now();
+        {
+            let mut inner = self.lock();
+            if let Some(e) = inner.entries.get_mut(key).filter(|e| !e.expired(now)) {
+                return match &mut e.value {
+                    Stored::Number(n) => {
+                        *n += by;
+                        Ok((*n, false))
+                    }
+                    _ => Err("not a number"),
+                };
+            }
+        }
+        let Some(init) = init else {
+            return Err("not found");
+        };
+        let n = init + by;
+        let forcible = self.write(Write::Set, key, Some(Stored::Number(n)), init_ttl, 0)?;
+        Ok((n, forcible))
+    }
+
+    fn ttl(&self, key: &[u8]) -> Option<f64> {
+        let now = Instant::now();
+        let inner = self.lock();
+        let e = inner.entries.peek(key).filter(|e| !e.expired(now))?;
+        Some(
+            e.expires
+                .map_or(0.0, |t| t.duration_since(now).as_secs_f64()),
+        )
+    }
+
+    fn expire(&self, key: &[u8], ttl: Option<Duration>) -> bool {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        match inner.entries.peek_mut(key).filter(|e| !e.expired(now)) {
+            Some(e) => {
+                e.expires = ttl.map(|t| now + t);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn keys(&self, max: usize) -> Vec<Vec<u8>> {
+        let now = Instant::now();
+        let inner = self.lock();
+        inner
+            .entries
+            .iter()
+            .filter(|(_, e)| !e.expired(now))
+            .take(if max == 0 { usize::MAX } else { max })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    fn flush_all(&self) {
+        let mut inner = self.lock();
+        inner.entries.clear();
+        inner.used = 0;
+    }
+
+    fn flush_expired(&self, max: usize) -> usize {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let expired: Vec<Vec<u8>> = inner
+            .entries
+            .iter()
+            .filter(|(_, e)| e.expired(now))
+            .take(if max == 0 { usize::MAX } else { max })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &expired {
+            if let Some(e) = inner.entries.pop(k) {
+                inner.used -= Self::cost(k, &e.value);
+            }
+        }
+        expired.len()
+    }
+}
+
+/// The dictionaries by name, kept across configurations while their sizes stay.
+pub(crate) fn dictionaries(sizes: &[sluice_config::SharedDictSize]) -> Vec<Arc<SharedDict>> {
+    static ALL: OnceLock<Mutex<HashMap<String, Arc<SharedDict>>>> = OnceLock::new();
+    let mut all = ALL
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    sizes
+        .iter()
+        .map(|s| {
+            let capacity = usize::try_from(s.bytes).unwrap_or(usize::MAX);
+            let d = all
+                .entry(s.name.clone())
+                .and_modify(|d| {
+                    if d.capacity != capacity {
+                        *d = Arc::new(SharedDict::new(&s.name, capacity));
+                    }
+                })
+                .or_insert_with(|| Arc::new(SharedDict::new(&s.name, capacity)));
+            d.clone()
+        })
+        .collect()
+}
+
+/// A dictionary as Lua sees it (`ngx.shared.NAME`, called with `:`).
+pub(crate) struct DictHandle(pub(crate) Arc<SharedDict>);
+
+fn key_bytes(key: &Value) -> mlua::Result<Vec<u8>> {
+    match key {
+        Value::String(s) if !s.as_bytes().is_empty() => Ok(s.as_bytes().to_vec()),
+        Value::String(_) => Err(mlua::Error::runtime("empty key")),
+        Value::Number(_) | Value::Integer(_) => Ok(key.to_string()?.into_bytes()),
+        Value::Nil => Err(mlua::Error::runtime("nil key")),
+        other => Err(mlua::Error::runtime(format!(
+            "bad key type: {}",
+            other.type_name()
+        ))),
+    }
+}
+
+fn stored(value: &Value) -> mlua::Result<Option<Stored>> {
+    Ok(match value {
+        Value::Nil => None,
+        Value::Boolean(b) => Some(Stored::Bool(*b)),
+        Value::Integer(n) => Some(Stored::Number(*n as f64)),
+        Value::Number(n) => Some(Stored::Number(*n)),
+        Value::String(s) => Some(Stored::Str(s.as_bytes().to_vec())),
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "bad value type: {}",
+                other.type_name()
+            )));
+        }
+    })
+}
+
+/// A TTL in seconds (0 or absent: never expires).
+fn ttl(seconds: Option<f64>) -> Option<Duration> {
+    seconds
+        .filter(|s| *s > 0.0)
+        .map(|s| Duration::from_secs_f64(s.max(0.001)))
+}
+
+/// `ok, err, forcible` as lua-nginx-module returns them.
+fn answer(r: Result<bool, &'static str>) -> (bool, Option<&'static str>, bool) {
+    match r {
+        Ok(forcible) => (true, None, forcible),
+        Err(e) => (false, Some(e), false),
+    }
+}
+
+impl UserData for DictHandle {
+    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_method("get", |lua, d, key: Value| {
+            match d.0.get(&key_bytes(&key)?, false) {
+                Some((v, flags, _)) => {
+                    let flags = if flags == 0 {
+                        Value::Nil
+                    } else {
+                        Value::Integer(i64::from(flags))
+                    };
+                    Ok((v.into_lua(lua)?, flags))
+                }
+                None => Ok((Value::Nil, Value::Nil)),
+            }
+        });
+        methods.add_method("get_stale", |lua, d, key: Value| {
+            match d.0.get(&key_bytes(&key)?, true) {
+                Some((v, flags, stale)) => {
+                    let flags = if flags == 0 {
+                        Value::Nil
+                    } else {
+                        Value::Integer(i64::from(flags))
+                    };
+                    Ok((v.into_lua(lua)?, flags, stale))
+                }
+                None => Ok((Value::Nil, Value::Nil, false)),
+            }
+        });
+        for (name, how) in [
+            ("set", Write::Set),
+            ("safe_set", Write::SafeSet),
+            ("add", Write::Add),
+            ("safe_add", Write::SafeAdd),
+            ("replace", Write::Replace),
+        ] {
+            methods.add_method(
+                name,
+                move |_, d, (key, value, exptime, flags): (Value, Value, Option<f64>, Option<u32>)| {
+                    let key = key_bytes(&key)?;
+                    Ok(answer(d.0.write(how, &key, stored(&value)?, ttl(exptime), flags.unwrap_or(0))))
+                },
+            );
+        }
+        methods.add_method("delete", |_, d, key: Value| {
+            let key = key_bytes(&key)?;
+            d.0.write(Write::Set, &key, None, None, 0).ok();
+            Ok(())
+        });
+        methods.add_method(
+            "incr",
+            |_, d, (key, by, init, init_ttl): (Value, f64, Option<f64>, Option<f64>)| match d
+                .0
+                .incr(&key_bytes(&key)?, by, init, ttl(init_ttl))
+            {
+                Ok((n, forcible)) => Ok((Some(n), None, forcible)),
+                Err(e) => Ok((None, Some(e), false)),
+            },
+        );
+        methods.add_method("ttl", |_, d, key: Value| match d.0.ttl(&key_bytes(&key)?) {
+            Some(t) => Ok((Some(t), None)),
+            None => Ok((None, Some("not found"))),
+        });
+        methods.add_method("expire", |_, d, (key, exptime): (Value, Option<f64>)| {
+            if d.0.expire(&key_bytes(&key)?, ttl(exptime)) {
+                Ok((true, None))
+            } else {
+                Ok((false, Some("not found")))
+            }
+        });
+        methods.add_method("get_keys", |lua, d, max: Option<usize>| {
+            let keys = d.0.keys(max.unwrap_or(1024));
+            lua.create_sequence_from(
+                keys.into_iter()
+                    .map(|k| lua.create_string(k))
+                    .collect::<mlua::Result<Vec<LuaString>>>()?,
+            )
+        });
+        methods.add_method("flush_all", |_, d, ()| {
+            d.0.flush_all();
+            Ok(())
+        });
+        methods.add_method("flush_expired", |_, d, max: Option<usize>| {
+            Ok(d.0.flush_expired(max.unwrap_or(0)))
+        });
+        methods.add_method("capacity", |_, d, ()| Ok(d.0.capacity));
+        methods.add_method("free_space", |_, d, ()| {
+            let (used, cap) = d.0.usage();
+            Ok(cap.saturating_sub(used))
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_dictionary_evicts_the_least_recently_used() {
+        // Five entries of 165 bytes fit in 900, a sixth does not.
+        let d = SharedDict::new("t", 900);
+        let v = || Some(Stored::Str(vec![b'x'; 100]));
+        for k in [b"a", b"b", b"c", b"d", b"e"] {
+            assert_eq!(d.write(Write::Set, k, v(), None, 0), Ok(false));
+        }
+        assert!(d.get(b"a", false).is_some()); // a is now the most recent
+        assert_eq!(
+            d.write(Write::SafeSet, b"f", v(), None, 0),
+            Err("no memory")
+        );
+        assert_eq!(d.write(Write::Set, b"f", v(), None, 0), Ok(true));
+        assert!(
+            d.get(b"b", false).is_none(),
+            "b was the least recently used"
+        );
+        assert!(d.get(b"a", false).is_some());
+        let (used, cap) = d.usage();
+        assert!(used <= cap, "{used} > {cap}");
+    }
+
+    #[test]
+    fn add_incr_and_expiry() {
+        let d = SharedDict::new("t", 1 << 20);
+        assert_eq!(
+            d.write(Write::Add, b"k", Some(Stored::Number(1.0)), None, 0),
+            Ok(false)
+        );
+        assert_eq!(
+            d.write(Write::Add, b"k", Some(Stored::Number(2.0)), None, 0),
+            Err("exists")
+        );
+        assert_eq!(d.incr(b"k", 2.0, None, None), Ok((3.0, false)));
+        assert_eq!(d.incr(b"n", 1.0, None, None), Err("not found"));
+        assert_eq!(d.incr(b"n", 1.0, Some(10.0), None), Ok((11.0, false)));
+        d.write(Write::Set, b"s", Some(Stored::Str(b"x".to_vec())), None, 0)
+            .unwrap();
+        assert_eq!(d.incr(b"s", 1.0, None, None), Err("not a number"));
+        d.write(
+            Write::Set,
+            b"t",
+            Some(Stored::Bool(true)),
+            Some(Duration::from_millis(1)),
+            7,
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(d.get(b"t", false).is_none());
+        assert_eq!(d.get(b"t", true), Some((Stored::Bool(true), 7, true)));
+        assert_eq!(
+            d.write(Write::Replace, b"t", Some(Stored::Bool(false)), None, 0),
+            Err("not found")
+        );
+    }
+}

@@ -1,0 +1,305 @@
+use super::*;
+use std::net::SocketAddr;
+
+fn routes(toml: &str) -> (Arc<LuaSettings>, Vec<Arc<Route>>) {
+    let text = format!(
+        "[[listener]]\nname = \"l\"\naddress = \"127.0.0.1:0\"\n\
+         [[upstream]]\nname = \"u\"\nservers = [{{ address = \"127.0.0.1:9\" }}]\n{toml}"
+    );
+    let s = sluice_config::load_str(&text, "lua.toml", std::path::Path::new("."))
+        .unwrap_or_else(|e| panic!("{e}"));
+    (s.lua.clone(), s.routes.clone())
+}
+
+fn facts() -> Facts {
+    Facts {
+        route: "r".into(),
+        client: "192.0.2.7:4567".parse::<SocketAddr>().unwrap(),
+        local: "127.0.0.1:8443".parse().unwrap(),
+        scheme: "https",
+        host: "example.com".into(),
+        request_id: Some("rid-1".into()),
+        start: std::time::SystemTime::now(),
+    }
+}
+
+struct Req {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+impl Req {
+    fn get(uri: &str) -> Self {
+        Req {
+            method: Method::GET,
+            uri: uri.parse().unwrap(),
+            headers: HeaderMap::new(),
+        }
+    }
+
+    fn head(&mut self) -> RequestHead<'_> {
+        RequestHead {
+            method: &mut self.method,
+            uri: &mut self.uri,
+            headers: &mut self.headers,
+            version: Version::HTTP_11,
+            body: None,
+            subject: None,
+        }
+    }
+}
+
+fn runtime(toml: &str) -> Arc<LuaRuntime> {
+    let (settings, routes) = routes(toml);
+    LuaRuntime::build(&settings, &routes, None)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("a route has a script")
+}
+
+#[test]
+fn a_script_reads_the_request_and_rewrites_it() {
+    let rt = runtime(
+        r#"[[route]]
+name = "r"
+upstream = "u"
+[route.lua]
+access = '''
+local token = ngx.var.http_x_token
+ngx.req.set_header("X-Seen", token .. ":" .. ngx.var.arg_a .. ":" .. ngx.var.uri)
+ngx.req.clear_header("X-Token")
+ngx.req.set_uri_args({ b = "2 3" })
+ngx.ctx.who = ngx.var.remote_addr
+'''
+log = 'assert(ngx.ctx.who == "192.0.2.7")'
+"#,
+    );
+    let scripts = rt.scripts("r").unwrap();
+    let lua = scripts.request(facts());
+    let mut req = Req::get("/a/../b%20c?a=1");
+    req.headers.insert("x-token", "t0k".parse().unwrap());
+    let out = lua.run_request(LuaPhase::Access, req.head());
+    assert!(matches!(out, Outcome::Continue), "{out:?}");
+    assert_eq!(req.headers["x-seen"], "t0k:1:/b c");
+    assert!(req.headers.get("x-token").is_none());
+    assert_eq!(req.uri.query(), Some("b=2%203"));
+    lua.run_log(200, 10);
+    let stats = stats::for_script("r", LuaPhase::Log);
+    assert_eq!(
+        stats.errors.load(Ordering::Relaxed),
+        0,
+        "ngx.ctx carried to log"
+    );
+}
+
+#[test]
+fn exit_say_and_redirect_end_the_request() {
+    let rt = runtime(
+        r#"[[route]]
+name = "deny"
+upstream = "u"
+[route.lua]
+access = '''
+if not ngx.var.arg_ok then
+    ngx.header["WWW-Authenticate"] = "Bearer"
+    pcall(ngx.exit, 401)
+    error("not reached: ngx.exit is not caught by pcall")
+end
+'''
+[[route]]
+name = "say"
+upstream = "u"
+[route.lua]
+access = '''
+ngx.status = 201
+ngx.say("hello ", 42, " ", true, " ", nil)
+return ngx.exit(ngx.HTTP_CREATED)
+'''
+[[route]]
+name = "go"
+upstream = "u"
+[route.lua]
+rewrite = 'return ngx.redirect("/elsewhere", 301)'
+"#,
+    );
+    let lua = rt.scripts("deny").unwrap().request(facts());
+    match lua.run_request(LuaPhase::Access, Req::get("/").head()) {
+        Outcome::Respond(s, h, b) => {
+            assert_eq!(s, 401);
+            assert_eq!(h["www-authenticate"], "Bearer");
+            assert!(b.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    let lua = rt.scripts("deny").unwrap().request(facts());
+    assert!(matches!(
+        lua.run_request(LuaPhase::Access, Req::get("/?ok=1").head()),
+        Outcome::Continue
+    ));
+    let lua = rt.scripts("say").unwrap().request(facts());
+    match lua.run_request(LuaPhase::Access, Req::get("/").head()) {
+        Outcome::Respond(s, _, b) => {
+            assert_eq!(s, 201);
+            assert_eq!(&b[..], b"hello 42 true nil\n");
+        }
+        other => panic!("{other:?}"),
+    }
+    let lua = rt.scripts("go").unwrap().request(facts());
+    match lua.run_request(LuaPhase::Rewrite, Req::get("/").head()) {
+        Outcome::Respond(s, h, _) => {
+            assert_eq!(s, 301);
+            assert_eq!(h["location"], "/elsewhere");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_compile_error_names_the_file_and_line() {
+    let (settings, routes) = routes(
+        "[[route]]\nname = \"r\"\nupstream = \"u\"\n[route.lua]\naccess = '''\nlocal x = 1\nif x then\n'''\n",
+    );
+    let e = LuaRuntime::build(&settings, &routes, None).unwrap_err();
+    // The configuration's line 12 holds `if x then`; the error is at the end of the chunk.
+    assert!(e.starts_with("lua.toml:1"), "{e}");
+    assert!(e.contains("'end' expected"), "{e}");
+    assert_eq!(check(&settings, &routes), Some(e));
+}
+
+#[test]
+fn runtime_errors_fail_and_endless_loops_are_stopped() {
+    let rt = runtime(
+        r#"[lua]
+max_instructions = 100000
+[[route]]
+name = "boom"
+upstream = "u"
+[route.lua]
+access = 'local t = nil; return t.field'
+[[route]]
+name = "spin"
+upstream = "u"
+[route.lua]
+access = '''
+while true do
+    pcall(function() while true do end end)
+end
+'''
+"#,
+    );
+    let lua = rt.scripts("boom").unwrap().request(facts());
+    assert!(matches!(
+        lua.run_request(LuaPhase::Access, Req::get("/").head()),
+        Outcome::Failed
+    ));
+    assert!(
+        stats::for_script("boom", LuaPhase::Access)
+            .errors
+            .load(Ordering::Relaxed)
+            >= 1
+    );
+    let lua = rt.scripts("spin").unwrap().request(facts());
+    assert!(matches!(
+        lua.run_request(LuaPhase::Access, Req::get("/").head()),
+        Outcome::Failed
+    ));
+    assert!(
+        stats::for_script("spin", LuaPhase::Access)
+            .stopped
+            .load(Ordering::Relaxed)
+            >= 1
+    );
+    // The state serves the next call.
+    let lua = rt.scripts("boom").unwrap().request(facts());
+    assert!(matches!(
+        lua.run_request(LuaPhase::Access, Req::get("/").head()),
+        Outcome::Failed
+    ));
+}
+
+#[test]
+fn filters_see_and_change_the_response() {
+    let rt = runtime(
+        r#"[lua]
+shared_dicts = { hits = "1m" }
+[[route]]
+name = "f"
+upstream = "u"
+[route.lua]
+access = 'ngx.ctx.n = ngx.shared.hits:incr("k", 1, 0)'
+header_filter = '''
+ngx.header["X-Hits"] = ngx.ctx.n
+ngx.header["Content-Length"] = nil
+ngx.status = 203
+'''
+body_filter = '''
+local chunk, eof = ngx.arg[1], ngx.arg[2]
+ngx.arg[1] = string.upper(chunk)
+if eof then ngx.arg[1] = ngx.arg[1] .. "!" end
+'''
+"#,
+    );
+    let scripts = rt.scripts("f").unwrap();
+    for n in 1..=2 {
+        let lua = scripts.request(facts());
+        assert!(matches!(
+            lua.run_request(LuaPhase::Access, Req::get("/").head()),
+            Outcome::Continue
+        ));
+        let mut status = StatusCode::OK;
+        let mut headers = HeaderMap::new();
+        headers.insert("content-length", "5".parse().unwrap());
+        assert!(lua.run_header_filter(&mut HeaderMap::new(), &mut status, &mut headers));
+        assert_eq!(status, 203);
+        assert_eq!(headers["x-hits"], n.to_string().as_str());
+        assert!(headers.get("content-length").is_none());
+        let (out, eof) = lua
+            .run_body_filter(Bytes::from_static(b"abc"), false)
+            .unwrap();
+        assert_eq!((&out[..], eof), (&b"ABC"[..], false));
+        let (out, eof) = lua.run_body_filter(Bytes::new(), true).unwrap();
+        assert_eq!((&out[..], eof), (&b"!"[..], true));
+    }
+    assert_eq!(rt.dictionaries()[0].0, "hits");
+}
+
+#[test]
+fn a_state_is_bounded_in_memory() {
+    let rt = runtime(
+        r#"[lua]
+max_memory = "4m"
+max_instructions = 0
+[[route]]
+name = "hog"
+upstream = "u"
+[route.lua]
+access = '''
+local t = {}
+for i = 1, 1000000 do t[i] = string.rep("x", 64) .. i end
+'''
+[[route]]
+name = "small"
+upstream = "u"
+[route.lua]
+access = 'ngx.req.set_header("X-Ok", "1")'
+"#,
+    );
+    let lua = rt.scripts("hog").unwrap().request(facts());
+    assert!(matches!(
+        lua.run_request(LuaPhase::Access, Req::get("/").head()),
+        Outcome::Failed
+    ));
+    // The state collects what the failed call left and serves the next one.
+    let lua = rt.scripts("small").unwrap().request(facts());
+    let mut req = Req::get("/");
+    assert!(matches!(
+        lua.run_request(LuaPhase::Access, req.head()),
+        Outcome::Continue
+    ));
+    assert_eq!(req.headers["x-ok"], "1");
+    assert!(
+        rt.memory().iter().all(|m| *m <= 4 << 20),
+        "{:?}",
+        rt.memory()
+    );
+}

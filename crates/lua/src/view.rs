@@ -1,0 +1,134 @@
+//! What a script sees of its request: a [`View`] the proxy fills before a call and reads
+//! back after it. The request's own parts (method, URI, headers) are moved in and out, never
+//! borrowed: a script holds no reference into memory the proxy may free, and a value a
+//! script keeps (a header's string) is its own copy in the Lua state.
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Uri, Version};
+use mlua::RegistryKey;
+use sluice_config::LuaPhase;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// The connection and request facts that do not change while the request runs.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// The route's name (in log lines and errors).
+    pub route: Arc<str>,
+    /// The client (behind trusted proxies), as `ngx.var.remote_addr`/`remote_port`.
+    pub client: SocketAddr,
+    /// The address the request arrived on (`server_addr`, `server_port`).
+    pub local: SocketAddr,
+    /// `"https"` or `"http"`.
+    pub scheme: &'static str,
+    /// The host the request asked for (`ngx.var.host`: lower case, no port).
+    pub host: String,
+    /// `X-Request-Id` where the listener gives one.
+    pub request_id: Option<String>,
+    /// When the request arrived (`ngx.req.start_time`, `request_time`).
+    pub start: SystemTime,
+}
+
+/// One request as a script sees it during one call.
+#[derive(Debug)]
+pub struct View {
+    /// The phase the call runs in.
+    pub phase: LuaPhase,
+    /// What does not change while the request runs.
+    pub facts: Arc<Facts>,
+    /// The request's method.
+    pub method: Method,
+    /// The request's target.
+    pub uri: Uri,
+    /// The request's protocol version.
+    pub version: Version,
+    /// The request's headers (read-only after the access phase).
+    pub headers: HeaderMap,
+    /// The request body, where the route buffered it (`ngx.req.get_body_data`).
+    pub body: Option<Bytes>,
+    /// The authenticated subject (`ngx.var.remote_user`).
+    pub subject: Option<Arc<str>>,
+    /// The response status: set by a script (`ngx.status`), or the upstream's.
+    pub status: u16,
+    /// In `rewrite`/`access`: headers for the response the request ends with (`ngx.header`);
+    /// in `header_filter`: the response's own.
+    pub response_headers: HeaderMap,
+    /// What `ngx.say`/`ngx.print` wrote.
+    pub output: Vec<u8>,
+    /// `ngx.exit`'s status, once called.
+    pub exit: Option<i64>,
+    /// `body_filter`: the piece of body in hand (`ngx.arg[1]`) and whether it is the last
+    /// (`ngx.arg[2]`).
+    pub chunk: Option<Bytes>,
+    /// Whether `chunk` is the body's last.
+    pub eof: bool,
+    /// `ngx.ctx`: the request's table in its state's registry, made at first use.
+    pub ctx: Option<RegistryKey>,
+    /// Bytes sent to the client (`ngx.var.bytes_sent` in `log`).
+    pub bytes_sent: u64,
+}
+
+impl View {
+    /// A view of a request in phase `phase`, with nothing in it yet but its facts.
+    pub fn new(phase: LuaPhase, facts: Arc<Facts>) -> Self {
+        View {
+            phase,
+            facts,
+            method: Method::GET,
+            uri: Uri::default(),
+            version: Version::HTTP_11,
+            headers: HeaderMap::new(),
+            body: None,
+            subject: None,
+            status: 0,
+            response_headers: HeaderMap::new(),
+            output: Vec::new(),
+            exit: None,
+            chunk: None,
+            eof: false,
+            ctx: None,
+            bytes_sent: 0,
+        }
+    }
+
+    /// Whether the request's head may still change (`rewrite`, `access`).
+    pub fn request_writable(&self) -> bool {
+        matches!(self.phase, LuaPhase::Rewrite | LuaPhase::Access)
+    }
+
+    /// Whether the response's head may still change (every phase before the body).
+    pub fn response_writable(&self) -> bool {
+        !matches!(self.phase, LuaPhase::BodyFilter | LuaPhase::Log)
+    }
+}
+
+/// The state's slot for the view of the call in progress (its app data).
+#[derive(Default)]
+pub(crate) struct Current(pub(crate) std::cell::RefCell<Option<View>>);
+
+/// The error a script gets when it calls what its phase does not allow (OpenResty's words).
+pub(crate) fn disabled(phase: LuaPhase) -> mlua::Error {
+    mlua::Error::runtime(format!(
+        "API disabled in the context of {}_by_lua*",
+        phase.name()
+    ))
+}
+
+/// Runs `f` on the view of the call in progress; an error when there is none (a timer or
+/// `init` code calling a request's API).
+pub(crate) fn with_view<R>(
+    lua: &mlua::Lua,
+    f: impl FnOnce(&mut View) -> mlua::Result<R>,
+) -> mlua::Result<R> {
+    let current = lua
+        .app_data_ref::<Current>()
+        .ok_or_else(|| mlua::Error::runtime("no request"))?;
+    let mut slot = current.0.borrow_mut();
+    match slot.as_mut() {
+        Some(view) => f(view),
+        None => Err(mlua::Error::runtime(
+            "API disabled in the current context (no request: init or a timer)",
+        )),
+    }
+}

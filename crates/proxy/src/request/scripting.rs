@@ -1,0 +1,185 @@
+//! The request path's side of `[route.lua]` (`sluice-lua` runs the scripts): the request's
+//! Lua made at phase `access`, the `rewrite` and `access` scripts over the request's head,
+//! `header_filter` on the upstream response's head and `body_filter` over its body. The
+//! `log` script runs from `Done` when the response ends.
+
+use crate::body::ProxyBody;
+use crate::exchange::ClientBody;
+use crate::request::error::Failure;
+use crate::request::phases::{Flow, RequestCtx, Stop};
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Request, StatusCode};
+use http_body::{Body, Frame};
+use sluice_config::{LuaPhase, Route};
+use sluice_lua::{Facts, Outcome, RequestHead, RequestLua, RouteScripts};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+impl RequestCtx<'_> {
+    /// The request's Lua, on the state of the thread it is on (once, at phase `access`).
+    pub(crate) fn lua_start(&mut self, scripts: &Arc<RouteScripts>) {
+        if self.done.lua.is_some() {
+            return;
+        }
+        let entry = &self.done.entry;
+        let facts = Facts {
+            route: scripts.route().into(),
+            client: entry.client.unwrap_or(self.conn.peer),
+            local: self.conn.local,
+            scheme: if self.listener.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            },
+            host: self.host.to_ascii_lowercase(),
+            request_id: (!entry.request_id.is_empty()).then(|| entry.request_id.clone()),
+            start: std::time::SystemTime::now() - self.done.start.elapsed(),
+        };
+        self.done.lua = Some(scripts.request(facts));
+    }
+
+    /// Filters `LuaRewrite` and `LuaAccess`: the script over the request's head (and its
+    /// body, on a route that buffers it); it may end the request with its own answer.
+    pub(crate) async fn lua_request(
+        &mut self,
+        route: &Route,
+        phase: LuaPhase,
+        req: &mut Request<ClientBody>,
+        subject: Option<Arc<str>>,
+    ) -> Flow<()> {
+        let Some(lua) = self.done.lua.clone() else {
+            return Ok(());
+        };
+        if route.request_buffering {
+            // `ngx.req.get_body_data` sees the body, as with `lua_need_request_body on`.
+            Box::pin(self.buffer_body(route, req)).await?;
+        }
+        let body = match req.body() {
+            ClientBody::Buffered(b) => Some(b.clone()),
+            _ => None,
+        };
+        let mut method = req.method().clone();
+        let mut uri = std::mem::take(req.uri_mut());
+        let mut headers = std::mem::take(req.headers_mut());
+        let outcome = lua.run_request(
+            phase,
+            RequestHead {
+                method: &mut method,
+                uri: &mut uri,
+                headers: &mut headers,
+                version: req.version(),
+                body,
+                subject,
+            },
+        );
+        *req.method_mut() = method;
+        *req.uri_mut() = uri;
+        *req.headers_mut() = headers;
+        match outcome {
+            Outcome::Continue => Ok(()),
+            Outcome::Failed => Err(Stop::Fail(Failure::ScriptFailed)),
+            Outcome::Respond(status, headers, body) => {
+                Err(Stop::Answer(Box::new(answer(status, headers, body))))
+            }
+        }
+    }
+}
+
+/// A script's answer as it goes out: a body of text where the script wrote one (with
+/// `text/plain`, NGINX's default type, where it set none), else the status's reason for an
+/// error status (where NGINX would send its error page).
+fn answer(
+    status: StatusCode,
+    mut headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, HeaderMap, Bytes) {
+    let body = if body.is_empty() && status.as_u16() >= 400 {
+        Bytes::from(format!(
+            "{} {}\n",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or("")
+        ))
+    } else {
+        body
+    };
+    if !body.is_empty() && !headers.contains_key(header::CONTENT_TYPE) {
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    }
+    (status, headers, body)
+}
+
+/// `header_filter` and `body_filter` on an upstream response: `false` when the header
+/// filter failed (the response becomes a 500). With a body filter the length is no longer
+/// known (`Content-Length` goes; the body is chunked or framed by the protocol).
+pub(crate) fn lua_response(
+    lua: &Arc<RequestLua>,
+    request_headers: &mut HeaderMap,
+    parts: &mut http::response::Parts,
+    body: ProxyBody,
+) -> Result<ProxyBody, ProxyBody> {
+    let scripts = lua.scripts();
+    if scripts.has(LuaPhase::HeaderFilter)
+        && !lua.run_header_filter(request_headers, &mut parts.status, &mut parts.headers)
+    {
+        return Err(body);
+    }
+    if !scripts.has(LuaPhase::BodyFilter) {
+        return Ok(body);
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Ok(http_body_util::BodyExt::boxed(LuaBody {
+        inner: body,
+        lua: lua.clone(),
+        ended: false,
+    }))
+}
+
+/// A response body through the route's `body_filter`: each data frame is the script's
+/// `ngx.arg[1]`; the end is one more call with an empty piece and `ngx.arg[2]` true. A script
+/// that sets `ngx.arg[2]` ends the body there; one that fails cuts it short.
+struct LuaBody {
+    inner: ProxyBody,
+    lua: Arc<RequestLua>,
+    ended: bool,
+}
+
+impl Body for LuaBody {
+    type Data = Bytes;
+    type Error = <ProxyBody as Body>::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        loop {
+            if self.ended {
+                return Poll::Ready(None);
+            }
+            let (chunk, eof) = match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => (data, false),
+                    // Trailers pass as they are.
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => (Bytes::new(), true),
+            };
+            match self.lua.run_body_filter(chunk, eof) {
+                Some((out, end)) => {
+                    self.ended = eof || end;
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(out))));
+                    }
+                }
+                None => {
+                    self.ended = true;
+                    return Poll::Ready(Some(Err(Box::new(std::io::Error::other(
+                        "the route's body_filter failed",
+                    )))));
+                }
+            }
+        }
+    }
+}
