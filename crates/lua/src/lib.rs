@@ -19,6 +19,7 @@ mod re;
 mod shared;
 mod state;
 pub mod stats;
+mod values;
 mod view;
 mod worker;
 

@@ -214,7 +214,7 @@ fn substitute(
             Value::Function(f) => {
                 let m = captures_table(lua, &re, subject, &groups)?;
                 let r: Value = f.call(m)?;
-                out.extend_from_slice(&crate::api::text::scalar_bytes(&r)?);
+                out.extend_from_slice(&crate::values::scalar_bytes(&r)?);
             }
             other => {
                 return Err(mlua::Error::runtime(format!(

@@ -62,7 +62,7 @@ fn header_name(name: &str) -> mlua::Result<HeaderName> {
 /// A header value from a script: a string or number; CR and LF refused (a script can never
 /// split a header into two).
 fn header_value(v: &Value) -> mlua::Result<HeaderValue> {
-    let bytes = crate::api::text::scalar_bytes(v)?;
+    let bytes = crate::values::scalar_bytes(v)?;
     HeaderValue::from_bytes(&bytes)
         .map_err(|_| mlua::Error::runtime("bad header value: control characters are not allowed"))
 }

@@ -1,6 +1,7 @@
 //! `ngx.escape_uri`, `unescape_uri`, `encode_args`, `decode_args`, base64, digests and
 //! time: pure functions of their arguments, as lua-nginx-module defines them.
 
+use crate::values::scalar_bytes;
 use base64::Engine as _;
 use boring::hash::{MessageDigest, hash};
 use mlua::{Lua, LuaString, Table, Value};
@@ -154,18 +155,6 @@ pub(crate) fn encode_args(t: &Table) -> mlua::Result<Vec<u8>> {
         }
     }
     Ok(out)
-}
-
-/// A string or number as bytes (`tostring` of a number, as Lua writes it).
-pub(crate) fn scalar_bytes(v: &Value) -> mlua::Result<Vec<u8>> {
-    match v {
-        Value::String(s) => Ok(s.as_bytes().to_vec()),
-        Value::Number(_) | Value::Integer(_) => Ok(v.to_string()?.into_bytes()),
-        other => Err(mlua::Error::runtime(format!(
-            "bad argument: string expected, got {}",
-            other.type_name()
-        ))),
-    }
 }
 
 /// Installs the pure functions on `ngx`.
