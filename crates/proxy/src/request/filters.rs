@@ -179,6 +179,39 @@ mod tests {
         assert!(plan.access.is_empty());
         assert!(plan.upstream_request.is_empty());
         assert!(plan.upstream_response.is_empty());
+        assert!(
+            plan.lua.is_none(),
+            "no Lua state is touched for a route without a script"
+        );
+    }
+
+    /// `rewrite` first (before the ACL), `access` last (after the limit), as OpenResty runs
+    /// them; a route without `[route.lua]` in the same configuration gets no script.
+    #[test]
+    fn lua_scripts_open_and_close_the_access_phase() {
+        let r = route(
+            "allow = [\"10.0.0.0/8\"]\n\
+             [route.lua]\nrewrite = 'ngx.req.set_header(\"a\", \"1\")'\naccess = 'return'\n",
+        );
+        let snapshot_routes = [r.clone()];
+        let lua = sluice_lua::LuaRuntime::build(
+            &Arc::new(sluice_config::LuaSettings::default()),
+            &snapshot_routes,
+            None,
+        )
+        .unwrap();
+        let guards = RouteGuards {
+            lua,
+            ..RouteGuards::default()
+        };
+        let plan = RoutePlan::resolve(&r, &guards);
+        assert!(matches!(
+            &*plan.access,
+            [Access::LuaRewrite, Access::Acl, Access::Lua]
+        ));
+        assert!(plan.lua.is_some());
+        let plain = RoutePlan::resolve(&route(""), &guards);
+        assert!(plain.access.is_empty() && plain.lua.is_none());
     }
 
     #[test]
