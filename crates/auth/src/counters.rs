@@ -1,7 +1,7 @@
 //! What a route's authentication did, counted: requests let through by each method, refusals
 //! by reason, and the work behind them (signatures verified, JWKS fetches, file reloads).
 
-use crate::jwt::token::TokenError;
+use crate::token_error::TokenError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Why a request was refused, for counters and the log.

@@ -21,12 +21,13 @@ mod counters;
 mod forward;
 mod htpasswd;
 mod jwt;
+mod token_error;
 mod ttl_cache;
 mod watched;
 
 pub use api_keys::{KeyEditError, key_line};
 pub use counters::{AuthCounters, METHODS, Reason};
-pub use jwt::TokenError;
+pub use token_error::TokenError;
 
 use api_keys::ApiKeys;
 use forward::{Decision, Forwarder, Original};

@@ -7,6 +7,7 @@ pub(crate) mod keys;
 pub(crate) mod token;
 
 use crate::counters::AuthCounters;
+use crate::token_error::TokenError;
 use crate::ttl_cache::TtlCache;
 use crate::ttl_cache::unix_now;
 use http::{HeaderName, HeaderValue};
@@ -15,7 +16,6 @@ use keys::KeySet;
 use serde_json::{Map, Value};
 use sluice_config::JwtAuth;
 use std::sync::Arc;
-pub use token::TokenError;
 use token::{Parsed, Rules, check_claims};
 
 /// How long a verified token without `exp` is remembered.

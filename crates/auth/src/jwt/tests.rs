@@ -1,5 +1,6 @@
 use super::keys::KeySet;
-use super::token::{Parsed, Rules, TokenError, check_claims};
+use super::token::{Parsed, Rules, check_claims};
+use crate::token_error::TokenError;
 use base64::Engine as _;
 use boring::ec::{EcGroup, EcKey};
 use boring::hash::MessageDigest;

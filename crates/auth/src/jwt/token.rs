@@ -2,6 +2,7 @@
 //! its signature verified with BoringSSL, its claims checked.
 
 use super::keys::{Key, KeySet};
+use crate::token_error::TokenError;
 use boring::bn::BigNum;
 use boring::ecdsa::EcdsaSig;
 use boring::hash::{MessageDigest, hash};
@@ -12,62 +13,6 @@ use serde_json::{Map, Value};
 /// The longest token read (a header's worth; RFC 7519 sets none, NGINX's default header
 /// buffer is 8 KiB).
 pub(crate) const MAX_TOKEN: usize = 8192;
-
-/// Why a token was refused (RFC 6750 §3.1's `invalid_token`, with the reason for the log
-/// and the counters).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenError {
-    /// Not three base64url parts of JSON.
-    Malformed,
-    /// `alg` is not one the route accepts (`none`, HMAC, or not listed), or has `crit`.
-    Algorithm,
-    /// No key with the token's `kid` (after a refresh) or for its algorithm.
-    UnknownKey,
-    /// The signature does not verify.
-    Signature,
-    /// Past `exp`.
-    Expired,
-    /// Before `nbf`, or issued in the future.
-    NotYetValid,
-    /// `iss` is not the issuer.
-    Issuer,
-    /// No `aud` value is one of the audiences.
-    Audience,
-    /// No keys to verify with (the JWKS could not be fetched yet).
-    NoKeys,
-}
-
-impl TokenError {
-    /// The reason's name in counters and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            TokenError::Malformed => "malformed",
-            TokenError::Algorithm => "algorithm",
-            TokenError::UnknownKey => "unknown_key",
-            TokenError::Signature => "signature",
-            TokenError::Expired => "expired",
-            TokenError::NotYetValid => "not_yet_valid",
-            TokenError::Issuer => "issuer",
-            TokenError::Audience => "audience",
-            TokenError::NoKeys => "no_keys",
-        }
-    }
-
-    /// What `error_description` says.
-    pub(crate) fn description(self) -> &'static str {
-        match self {
-            TokenError::Malformed => "the token is malformed",
-            TokenError::Algorithm => "the token's algorithm is not accepted",
-            TokenError::UnknownKey => "the token's key is unknown",
-            TokenError::Signature => "the token's signature is invalid",
-            TokenError::Expired => "the token expired",
-            TokenError::NotYetValid => "the token is not valid yet",
-            TokenError::Issuer => "the token's issuer is not accepted",
-            TokenError::Audience => "the token's audience is not accepted",
-            TokenError::NoKeys => "the token cannot be verified now",
-        }
-    }
-}
 
 /// A token split and its header read; not verified.
 pub(crate) struct Parsed<'a> {
