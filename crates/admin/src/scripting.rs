@@ -15,7 +15,7 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
     if scripts.is_empty() {
         return;
     }
-    let counters: [(&str, &str, Reading); 4] = [
+    let counters: [(&str, &str, Reading); 6] = [
         (
             "sluice_lua_calls_total",
             "Calls of each route's script, by phase.",
@@ -35,6 +35,16 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
             "sluice_lua_exits_total",
             "Calls that ended the request themselves (ngx.exit, ngx.redirect, output).",
             |c| c.exits.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_lua_outbound_total",
+            "Outbound requests scripts made (resty.http), through the gateway's upstream pools.",
+            |c| c.outbound.load(Ordering::Relaxed),
+        ),
+        (
+            "sluice_lua_outbound_failures_total",
+            "Outbound requests that got no response (no upstream or server, refused, timed out, too large).",
+            |c| c.outbound_failures.load(Ordering::Relaxed),
         ),
     ];
     for (name, help, get) in counters {
@@ -129,6 +139,8 @@ pub(crate) fn status(s: &Sources) -> Value {
                 "errors": c.errors.load(Ordering::Relaxed),
                 "stopped": c.stopped.load(Ordering::Relaxed),
                 "exits": c.exits.load(Ordering::Relaxed),
+                "outbound": c.outbound.load(Ordering::Relaxed),
+                "outbound_failures": c.outbound_failures.load(Ordering::Relaxed),
                 "mean_us": mean_us,
             })
         })

@@ -15,6 +15,7 @@
 
 mod api;
 mod cjson;
+mod outbound;
 mod re;
 mod shared;
 mod state;
@@ -23,19 +24,21 @@ mod values;
 mod view;
 mod worker;
 
+pub use outbound::{Fetched, Fetcher, Outbound};
 pub use shared::SharedDict;
 pub use view::{Facts, View};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri, Version};
+use outbound::{Pending, Resumed};
 use sluice_config::{LuaCode, LuaPhase, LuaSettings, Route};
-use state::{Ended, State};
+use state::{Ended, State, Step};
 use stats::ScriptStats;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A configuration's Lua: its states and each route's scripts.
 #[derive(Debug)]
@@ -231,7 +234,7 @@ impl RouteScripts {
         &self.route
     }
 
-    /// Runs one call of the script at `phase` on `view`, counted; how it ended.
+    /// Runs one call of the script at `phase` on `view`, to its end, counted.
     fn call(&self, lua: &RequestLua, phase: LuaPhase, view: &mut View) -> Ended {
         let Some((script, stats)) = &self.at[phase_index(phase)] else {
             return Ended::Returned;
@@ -239,7 +242,57 @@ impl RouteScripts {
         let started = Instant::now();
         let ended = lua.state.call(*script, view);
         stats.observe(started.elapsed());
-        match &ended {
+        self.report(phase, view, &ended, stats);
+        ended
+    }
+
+    /// Runs one call of the script at `phase` (`rewrite`, `access`) on `view`, counted; what
+    /// it waits for (an outbound request, a sleep) is awaited here, the state free for other
+    /// requests meanwhile. The time counted is the time in Lua, not the waits.
+    async fn run<F: Fetcher>(
+        &self,
+        lua: &RequestLua,
+        phase: LuaPhase,
+        view: &mut View,
+        fetcher: &F,
+    ) -> Ended {
+        let Some((script, stats)) = &self.at[phase_index(phase)] else {
+            return Ended::Returned;
+        };
+        let mut spent = Duration::ZERO;
+        let mut started = Instant::now();
+        let mut step = lua.state.start(*script, view);
+        let ended = loop {
+            spent += started.elapsed();
+            let (run, pending) = match step {
+                Step::Ended(ended) => break ended,
+                Step::Waiting(run, pending) => (run, pending),
+            };
+            let resumed = match pending {
+                Pending::Sleep(d) => {
+                    tokio::time::sleep(d).await;
+                    Resumed::Slept
+                }
+                Pending::Http(call) => {
+                    stats.outbound.fetch_add(1, Ordering::Relaxed);
+                    let fetched = fetcher.fetch(*call).await;
+                    if fetched.is_err() {
+                        stats.outbound_failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Resumed::Http(fetched)
+                }
+            };
+            started = Instant::now();
+            step = lua.state.resume(run, resumed, view);
+        };
+        stats.observe(spent);
+        self.report(phase, view, &ended, stats);
+        ended
+    }
+
+    /// Counts and logs how a call ended.
+    fn report(&self, phase: LuaPhase, view: &View, ended: &Ended, stats: &ScriptStats) {
+        match ended {
             Ended::Failed(message) => {
                 stats.errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(
@@ -265,7 +318,6 @@ impl RouteScripts {
             }
             Ended::Returned => {}
         }
-        ended
     }
 
     /// The request's Lua, made at its first script (the state of the thread it is on).
@@ -307,40 +359,34 @@ impl RequestLua {
         v
     }
 
-    /// Phase `rewrite` or `access`: the script may change the request's head, or end it.
-    pub fn run_request(&self, phase: LuaPhase, head: RequestHead<'_>) -> Outcome {
-        let mut c = self.carried();
-        let mut view = self.view(&mut c, phase);
+    /// Phase `rewrite` or `access`: the script may change the request's head, or end it;
+    /// its outbound requests go through `fetcher`.
+    pub async fn run_request<F: Fetcher>(
+        &self,
+        phase: LuaPhase,
+        head: RequestHead<'_>,
+        fetcher: &F,
+    ) -> Outcome {
+        let mut view = self.view(&mut self.carried(), phase);
         view.method = head.method.clone();
         view.uri = std::mem::take(head.uri);
         view.headers = std::mem::take(head.headers);
         view.version = head.version;
         view.body = head.body;
         view.subject = head.subject;
-        let ended = self.scripts.call(self, phase, &mut view);
+        let ended = self.scripts.run(self, phase, &mut view, fetcher).await;
         head.method.clone_from(&view.method);
         head.uri.clone_from(&view.uri);
         *head.headers = std::mem::take(&mut view.headers);
-        c.method = view.method.clone();
-        c.uri = std::mem::take(&mut view.uri);
-        c.version = view.version;
-        c.subject = view.subject.take();
-        c.ctx = view.ctx.take();
-        match ended {
-            Ended::Failed(_) | Ended::Stopped => Outcome::Failed,
-            Ended::Exit(status) if status < 0 => Outcome::Failed,
-            Ended::Exit(status) if status < 200 && view.output.is_empty() => Outcome::Continue,
-            Ended::Returned if view.output.is_empty() => Outcome::Continue,
-            ended => {
-                let status = match ended {
-                    Ended::Exit(s) if s >= 200 => u16::try_from(s).unwrap_or(500),
-                    _ if view.status >= 200 => view.status,
-                    _ => 200,
-                };
-                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-                Outcome::Respond(status, view.response_headers, view.output.into())
-            }
+        {
+            let mut c = self.carried();
+            c.method = view.method.clone();
+            c.uri = std::mem::take(&mut view.uri);
+            c.version = view.version;
+            c.subject = view.subject.take();
+            c.ctx = view.ctx.take();
         }
+        outcome(ended, view)
     }
 
     /// Phase `header_filter`: the response's status and head, which the script may change;
@@ -388,6 +434,25 @@ impl RequestLua {
         view.bytes_sent = bytes_sent;
         self.scripts.call(self, LuaPhase::Log, &mut view);
         c.ctx = view.ctx.take();
+    }
+}
+
+/// What a request phase's call comes to.
+fn outcome(ended: Ended, view: View) -> Outcome {
+    match ended {
+        Ended::Failed(_) | Ended::Stopped => Outcome::Failed,
+        Ended::Exit(status) if status < 0 => Outcome::Failed,
+        Ended::Exit(status) if status < 200 && view.output.is_empty() => Outcome::Continue,
+        Ended::Returned if view.output.is_empty() => Outcome::Continue,
+        ended => {
+            let status = match ended {
+                Ended::Exit(s) if s >= 200 => u16::try_from(s).unwrap_or(500),
+                _ if view.status >= 200 => view.status,
+                _ => 200,
+            };
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            Outcome::Respond(status, view.response_headers, view.output.into())
+        }
     }
 }
 

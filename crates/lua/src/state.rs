@@ -1,16 +1,36 @@
 //! One Lua state: LuaJIT with the sandboxed standard library, the `ngx` API, the
 //! configuration's scripts compiled once, an instruction budget per call and a memory bound.
 
+use crate::outbound::{Pending, PendingCall, Resumed};
 use crate::shared::SharedDict;
 use crate::view::{Current, View};
 use crate::worker::WorkerId;
-use mlua::{Function, HookTriggers, Lua, LuaOptions, RegistryKey, StdLib, VmState};
+use mlua::{
+    AnyUserData, Function, HookTriggers, IntoLuaMulti, LightUserData, Lua, LuaOptions, MultiValue,
+    RegistryKey, StdLib, Thread, Value, VmState,
+};
 use sluice_config::{LuaCode, LuaSettings};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Instructions between two looks at the budget.
 const HOOK_EVERY: u32 = 1000;
+
+/// Runners kept at rest per state: as many as calls that wait at once, up to this.
+const MAX_IDLE_RUNNERS: usize = 64;
+
+/// What a runner yields when its call is done, and when the call waits: addresses no Lua
+/// code can forge (a light userdata is made only from Rust or `ffi`, which scripts lack).
+static DONE: u8 = 0;
+static PENDING: u8 = 0;
+
+fn marker(m: &'static u8) -> Value {
+    Value::LightUserData(LightUserData(std::ptr::from_ref(m).cast_mut().cast()))
+}
+
+fn is_marker(v: Option<&Value>, m: &'static u8) -> bool {
+    matches!(v, Some(Value::LightUserData(p)) if std::ptr::eq(p.0.cast_const().cast(), m))
+}
 
 /// How a call ended.
 #[derive(Debug)]
@@ -25,10 +45,28 @@ pub(crate) enum Ended {
     Stopped,
 }
 
-/// A Lua state and what it needs to run calls: one thread in it at a time (`gate`).
+/// Where a call that may wait stands after a slice of it ran.
+pub(crate) enum Step {
+    /// It ended.
+    Ended(Ended),
+    /// It waits for this; resume it with the result ([`State::resume`]).
+    Waiting(Run, Pending),
+}
+
+/// A call waiting on its runner: the coroutine and the instructions it has run so far
+/// (the budget is the call's, across its waits).
+pub(crate) struct Run {
+    thread: Thread,
+    ticks: u64,
+}
+
+/// A Lua state and what it needs to run calls: one thread in it at a time (`gate`, which
+/// holds the runners at rest).
 pub(crate) struct State {
     lua: Lua,
-    gate: Mutex<()>,
+    gate: Mutex<Vec<Thread>>,
+    /// Makes a runner: a coroutine that runs calls which may wait.
+    new_runner: Option<Function>,
     /// The configuration's scripts, compiled in this state, by script number.
     functions: Vec<Function>,
     /// Hook ticks of the call in progress, and whether it passed its budget.
@@ -98,7 +136,7 @@ impl State {
         lua.set_app_data(WorkerId(worker));
         let ticks = Arc::new(AtomicU64::new(0));
         let over = Arc::new(AtomicBool::new(false));
-        let setup = |lua: &Lua, state: std::sync::Weak<State>| -> mlua::Result<()> {
+        let setup = |lua: &Lua, state: std::sync::Weak<State>| -> mlua::Result<Function> {
             lua.load(OS_REMOVED).set_name("=sluice").exec()?;
             if budgeted {
                 lua.load(JIT_OFF).set_name("=sluice").exec()?;
@@ -117,22 +155,33 @@ impl State {
                     state.run_timer(key);
                 }
             });
-            crate::api::install(lua, dicts, over_budget, run_timer)
+            crate::api::install(
+                lua,
+                dicts,
+                over_budget,
+                run_timer,
+                (marker(&DONE), marker(&PENDING)),
+            )
         };
         // Built in place so that timers can hold the state weakly (a strong handle in the
         // state's own functions would keep it alive for ever); a failure is noted here.
         let mut failure = None;
         let state = Arc::new_cyclic(|weak: &std::sync::Weak<State>| {
+            let mut new_runner = None;
             let functions = setup(&lua, weak.clone())
                 .map_err(|e| e.to_string())
-                .and_then(|()| scripts.iter().map(|code| compile(&lua, code)).collect())
+                .and_then(|runner| {
+                    new_runner = Some(runner);
+                    scripts.iter().map(|code| compile(&lua, code)).collect()
+                })
                 .unwrap_or_else(|e| {
                     failure = Some(e);
                     Vec::new()
                 });
             State {
                 lua,
-                gate: Mutex::new(()),
+                gate: Mutex::new(Vec::new()),
+                new_runner,
                 functions,
                 ticks: ticks.clone(),
                 over: over.clone(),
@@ -151,10 +200,13 @@ impl State {
             state.start_call();
             f.call::<()>(()).map_err(|e| format!("[lua] init: {e}"))?;
         }
+        if let Some(c) = state.lua.app_data_ref::<Current>() {
+            c.1.set("timer");
+        }
         Ok(state)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Thread>> {
         self.gate.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -166,8 +218,11 @@ impl State {
         }
         let limit = max_instructions.div_ceil(u64::from(HOOK_EVERY)).max(1);
         let (ticks, over) = (self.ticks.clone(), self.over.clone());
+        // Global: LuaJIT has one hook for all its coroutines, and mlua's per-thread hook
+        // removes itself when it fires in a coroutine it was not set on (a runner, or a
+        // script's own coroutine), which would free a loop there from its budget.
         // Refused only on Luau.
-        let _ = self.lua.set_hook(
+        let _ = self.lua.set_global_hook(
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
             move |_, _| {
                 if ticks.fetch_add(1, Ordering::Relaxed) + 1 > limit {
@@ -186,31 +241,130 @@ impl State {
         self.over.store(false, Ordering::Relaxed);
     }
 
-    /// Runs script `script` on `view` (moved in for the call and back out after it).
+    /// Runs script `script` on `view` (moved in for the call and back out after it), to its
+    /// end: the phases that may not wait.
     pub(crate) fn call(&self, script: usize, view: &mut View) -> Ended {
         let Some(f) = self.functions.get(script) else {
             return Ended::Failed(format!("no script {script} in this state"));
         };
         let _gate = self.lock();
+        self.place(view);
+        self.start_call();
+        let result = f.call::<()>(());
+        self.take_back(view);
+        self.keep_within_memory();
+        self.ended(view, result.map_err(|e| e.to_string()))
+    }
+
+    /// Starts script `script` on `view` on a runner (phases `rewrite` and `access`, which
+    /// may wait): its end, or what it waits for.
+    pub(crate) fn start(&self, script: usize, view: &mut View) -> Step {
+        let (Some(f), Some(new_runner)) = (self.functions.get(script), &self.new_runner) else {
+            return Step::Ended(Ended::Failed(format!("no script {script} in this state")));
+        };
+        let mut idle = self.lock();
+        let thread = match idle.pop() {
+            Some(t) => t,
+            None => match new_runner.call::<Thread>(()) {
+                Ok(t) => t,
+                Err(e) => return Step::Ended(Ended::Failed(e.to_string())),
+            },
+        };
+        self.start_call();
+        self.slice(&mut idle, thread, f, view)
+    }
+
+    /// Resumes a call that waited, with what it waited for.
+    pub(crate) fn resume(&self, run: Run, result: Resumed, view: &mut View) -> Step {
+        let mut idle = self.lock();
+        self.ticks.store(run.ticks, Ordering::Relaxed);
+        self.over.store(false, Ordering::Relaxed);
+        match crate::outbound::resumed(&self.lua, result) {
+            Ok(values) => self.slice(&mut idle, run.thread, values, view),
+            Err(e) => Step::Ended(Ended::Failed(e.to_string())),
+        }
+    }
+
+    /// Runs `thread` until its call ends or waits. A bare `coroutine.yield()` of the script's
+    /// own goes on at once (OpenResty's too: it yields to the event loop and back).
+    fn slice(
+        &self,
+        idle: &mut Vec<Thread>,
+        thread: Thread,
+        args: impl IntoLuaMulti,
+        view: &mut View,
+    ) -> Step {
+        self.place(view);
+        let mut result = thread.resume::<MultiValue>(args);
+        while let Ok(values) = &result
+            && !is_marker(values.front(), &DONE)
+            && !is_marker(values.front(), &PENDING)
+        {
+            result = thread.resume::<MultiValue>(());
+        }
+        self.take_back(view);
+        self.keep_within_memory();
+        let values = match result {
+            Ok(values) => values,
+            // The runner itself failed (out of memory): it is dropped.
+            Err(e) => return Step::Ended(self.ended(view, Err(e.to_string()))),
+        };
+        let mut values = values.into_iter();
+        if is_marker(values.next().as_ref(), &PENDING) {
+            let pending = values
+                .next()
+                .and_then(|v| v.as_userdata().cloned())
+                .and_then(|ud: AnyUserData| ud.take::<PendingCall>().ok());
+            let Some(PendingCall(mut pending)) = pending else {
+                return Step::Ended(Ended::Failed("a runner waited for nothing".into()));
+            };
+            if let Pending::Http(call) = &mut pending {
+                call.max_body = self.max_memory;
+            }
+            let ticks = self.ticks.load(Ordering::Relaxed);
+            return Step::Waiting(Run { thread, ticks }, pending);
+        }
+        let ok = matches!(values.next(), Some(Value::Boolean(true)));
+        let result = if ok {
+            Ok(())
+        } else {
+            Err(values
+                .next()
+                .and_then(|e| e.to_string().ok())
+                .unwrap_or_default())
+        };
+        if idle.len() < MAX_IDLE_RUNNERS {
+            idle.push(thread);
+        }
+        Step::Ended(self.ended(view, result))
+    }
+
+    /// Moves `view` into the state's slot for the call.
+    fn place(&self, view: &mut View) {
         let placeholder = View::new(view.phase, view.facts.clone());
         if let Some(c) = self.lua.app_data_ref::<Current>() {
             *c.0.borrow_mut() = Some(std::mem::replace(view, placeholder));
         }
-        self.start_call();
-        let result = f.call::<()>(());
+    }
+
+    /// Moves the view back out of the state's slot.
+    fn take_back(&self, view: &mut View) {
         if let Some(c) = self.lua.app_data_ref::<Current>()
             && let Some(v) = c.0.borrow_mut().take()
         {
             *view = v;
         }
-        self.keep_within_memory();
+    }
+
+    /// How a call ended, from its result and what it recorded.
+    fn ended(&self, view: &View, result: Result<(), String>) -> Ended {
         if let Some(status) = view.exit {
             return Ended::Exit(status);
         }
         match result {
             Ok(()) => Ended::Returned,
             Err(_) if self.over.load(Ordering::Relaxed) => Ended::Stopped,
-            Err(e) => Ended::Failed(e.to_string()),
+            Err(e) => Ended::Failed(e),
         }
     }
 
@@ -235,6 +389,12 @@ impl State {
         }
         drop(self.lua.remove_registry_value(key));
         self.keep_within_memory();
+    }
+
+    /// Whether no call holds the state now.
+    #[cfg(test)]
+    pub(crate) fn is_free(&self) -> bool {
+        self.gate.try_lock().is_ok()
     }
 
     /// Bytes the state holds now.

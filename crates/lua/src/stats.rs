@@ -22,6 +22,10 @@ pub struct ScriptStats {
     pub stopped: AtomicU64,
     /// Calls that ended the request (`ngx.exit`, `ngx.redirect`, output).
     pub exits: AtomicU64,
+    /// Outbound requests made (`resty.http`).
+    pub outbound: AtomicU64,
+    /// Outbound requests that got no response (no server, refused, timed out, too large).
+    pub outbound_failures: AtomicU64,
     /// Calls by time spent ([`TIME_BUCKETS_US`]; the last: over the last bound).
     pub buckets: [AtomicU64; TIME_BUCKETS_US.len() + 1],
     /// Microseconds spent in all.

@@ -50,6 +50,24 @@ impl Req {
     }
 }
 
+/// A fetcher for the tests that make no outbound request (the e2e tests send real ones).
+struct NoFetch;
+
+impl Fetcher for NoFetch {
+    async fn fetch(&self, _: Outbound) -> Result<Fetched, String> {
+        Err("no outbound requests in this test".into())
+    }
+}
+
+/// A request phase run to its end on a runtime of its own.
+fn run(lua: &RequestLua, phase: LuaPhase, head: RequestHead<'_>) -> Outcome {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(lua.run_request(phase, head, &NoFetch))
+}
+
 fn runtime(toml: &str) -> Arc<LuaRuntime> {
     let (settings, routes) = routes(toml);
     LuaRuntime::build(&settings, &routes, None)
@@ -78,7 +96,7 @@ log = 'assert(ngx.ctx.who == "192.0.2.7")'
     let lua = scripts.request(facts());
     let mut req = Req::get("/a/../b%20c?a=1");
     req.headers.insert("x-token", "t0k".parse().unwrap());
-    let out = lua.run_request(LuaPhase::Access, req.head());
+    let out = run(&lua, LuaPhase::Access, req.head());
     assert!(matches!(out, Outcome::Continue), "{out:?}");
     assert_eq!(req.headers["x-seen"], "t0k:1:/b c");
     assert!(req.headers.get("x-token").is_none());
@@ -123,7 +141,7 @@ rewrite = 'return ngx.redirect("/elsewhere", 301)'
 "#,
     );
     let lua = rt.scripts("deny").unwrap().request(facts());
-    match lua.run_request(LuaPhase::Access, Req::get("/").head()) {
+    match run(&lua, LuaPhase::Access, Req::get("/").head()) {
         Outcome::Respond(s, h, b) => {
             assert_eq!(s, 401);
             assert_eq!(h["www-authenticate"], "Bearer");
@@ -133,11 +151,11 @@ rewrite = 'return ngx.redirect("/elsewhere", 301)'
     }
     let lua = rt.scripts("deny").unwrap().request(facts());
     assert!(matches!(
-        lua.run_request(LuaPhase::Access, Req::get("/?ok=1").head()),
+        run(&lua, LuaPhase::Access, Req::get("/?ok=1").head()),
         Outcome::Continue
     ));
     let lua = rt.scripts("say").unwrap().request(facts());
-    match lua.run_request(LuaPhase::Access, Req::get("/").head()) {
+    match run(&lua, LuaPhase::Access, Req::get("/").head()) {
         Outcome::Respond(s, _, b) => {
             assert_eq!(s, 201);
             assert_eq!(&b[..], b"hello 42 true nil\n");
@@ -145,7 +163,7 @@ rewrite = 'return ngx.redirect("/elsewhere", 301)'
         other => panic!("{other:?}"),
     }
     let lua = rt.scripts("go").unwrap().request(facts());
-    match lua.run_request(LuaPhase::Rewrite, Req::get("/").head()) {
+    match run(&lua, LuaPhase::Rewrite, Req::get("/").head()) {
         Outcome::Respond(s, h, _) => {
             assert_eq!(s, 301);
             assert_eq!(h["location"], "/elsewhere");
@@ -185,11 +203,18 @@ while true do
     pcall(function() while true do end end)
 end
 '''
+[[route]]
+name = "spin_in_coroutine"
+upstream = "u"
+[route.lua]
+access = '''
+coroutine.wrap(function() while true do end end)()
+'''
 "#,
     );
     let lua = rt.scripts("boom").unwrap().request(facts());
     assert!(matches!(
-        lua.run_request(LuaPhase::Access, Req::get("/").head()),
+        run(&lua, LuaPhase::Access, Req::get("/").head()),
         Outcome::Failed
     ));
     assert!(
@@ -200,7 +225,7 @@ end
     );
     let lua = rt.scripts("spin").unwrap().request(facts());
     assert!(matches!(
-        lua.run_request(LuaPhase::Access, Req::get("/").head()),
+        run(&lua, LuaPhase::Access, Req::get("/").head()),
         Outcome::Failed
     ));
     assert!(
@@ -209,10 +234,22 @@ end
             .load(Ordering::Relaxed)
             >= 1
     );
+    // A loop in a coroutine of the script's own meets the budget too.
+    let lua = rt.scripts("spin_in_coroutine").unwrap().request(facts());
+    assert!(matches!(
+        run(&lua, LuaPhase::Access, Req::get("/").head()),
+        Outcome::Failed
+    ));
+    assert_eq!(
+        stats::for_script("spin_in_coroutine", LuaPhase::Access)
+            .stopped
+            .load(Ordering::Relaxed),
+        1
+    );
     // The state serves the next call.
     let lua = rt.scripts("boom").unwrap().request(facts());
     assert!(matches!(
-        lua.run_request(LuaPhase::Access, Req::get("/").head()),
+        run(&lua, LuaPhase::Access, Req::get("/").head()),
         Outcome::Failed
     ));
 }
@@ -243,7 +280,7 @@ if eof then ngx.arg[1] = ngx.arg[1] .. "!" end
     for n in 1..=2 {
         let lua = scripts.request(facts());
         assert!(matches!(
-            lua.run_request(LuaPhase::Access, Req::get("/").head()),
+            run(&lua, LuaPhase::Access, Req::get("/").head()),
             Outcome::Continue
         ));
         let mut status = StatusCode::OK;
@@ -286,14 +323,14 @@ access = 'ngx.req.set_header("X-Ok", "1")'
     );
     let lua = rt.scripts("hog").unwrap().request(facts());
     assert!(matches!(
-        lua.run_request(LuaPhase::Access, Req::get("/").head()),
+        run(&lua, LuaPhase::Access, Req::get("/").head()),
         Outcome::Failed
     ));
     // The state collects what the failed call left and serves the next one.
     let lua = rt.scripts("small").unwrap().request(facts());
     let mut req = Req::get("/");
     assert!(matches!(
-        lua.run_request(LuaPhase::Access, req.head()),
+        run(&lua, LuaPhase::Access, req.head()),
         Outcome::Continue
     ));
     assert_eq!(req.headers["x-ok"], "1");
@@ -302,4 +339,140 @@ access = 'ngx.req.set_header("X-Ok", "1")'
         "{:?}",
         rt.memory()
     );
+}
+
+/// Answers a script's outbound requests from a table of its own, noting each request and
+/// whether the state was free while the script waited.
+struct Answering {
+    state: Arc<state::State>,
+    seen: Mutex<Vec<(Outbound, bool)>>,
+}
+
+impl Fetcher for Answering {
+    async fn fetch(&self, call: Outbound) -> Result<Fetched, String> {
+        let free = self.state.is_free();
+        let path = call.uri.path().to_owned();
+        self.seen.lock().unwrap().push((call, free));
+        if path == "/down" {
+            return Err("connection refused".into());
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", "application/json".parse().unwrap());
+        headers.append("set-cookie", "a=1".parse().unwrap());
+        headers.append("set-cookie", "b=2".parse().unwrap());
+        Ok(Fetched {
+            status: StatusCode::CREATED,
+            headers,
+            body: Bytes::from_static(b"{\"user\":\"ann\"}"),
+        })
+    }
+}
+
+#[test]
+fn a_script_waits_for_outbound_requests_with_its_state_free() {
+    let rt = runtime(
+        r#"[[route]]
+name = "call"
+upstream = "u"
+[route.lua]
+access = '''
+local http = require "resty.http"
+local httpc = http.new()
+httpc:set_timeout(1500)
+local res, err = httpc:request_uri("http://u/check?x=1", {
+    method = "POST", body = "payload", query = { who = "bob" },
+    headers = { ["X-From-Lua"] = "yes" },
+})
+assert(res, err)
+local cjson = require "cjson"
+ngx.sleep(0.001)
+local down, derr = httpc:request_uri("http://u/down")
+ngx.req.set_header("X-Got", res.status .. " " .. res.reason .. " " .. cjson.decode(res.body).user
+    .. " " .. res.headers["Content-Type"] .. " " .. #res.headers.set_cookie
+    .. " " .. tostring(down) .. " " .. derr .. " " .. ngx.get_phase())
+'''
+header_filter = '''
+local ok, err = pcall(function() return require("resty.http").new():request_uri("http://u/") end)
+ngx.header["X-Filter"] = tostring(ok) .. " " .. err
+'''
+"#,
+    );
+    let scripts = rt.scripts("call").unwrap();
+    let lua = scripts.request(facts());
+    let fetcher = Answering {
+        state: lua.state.clone(),
+        seen: Mutex::default(),
+    };
+    let mut req = Req::get("/in");
+    let out = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(lua.run_request(LuaPhase::Access, req.head(), &fetcher));
+    assert!(matches!(out, Outcome::Continue), "{out:?}");
+    assert_eq!(
+        req.headers["x-got"],
+        "201 Created ann application/json 2 nil connection refused access"
+    );
+    let seen = fetcher.seen.into_inner().unwrap();
+    assert_eq!(seen.len(), 2);
+    let (call, free) = &seen[0];
+    assert!(free, "the state is free while a script waits");
+    assert_eq!(call.method, Method::POST);
+    assert_eq!(call.uri.to_string(), "http://u/check?x=1&who=bob");
+    assert_eq!(call.headers["x-from-lua"], "yes");
+    assert_eq!(call.headers["host"], "u");
+    assert_eq!(&call.body[..], b"payload");
+    assert_eq!(call.timeout, Duration::from_millis(1500));
+    assert!(call.max_body > 0);
+    let stats = stats::for_script("call", LuaPhase::Access);
+    assert_eq!(stats.outbound.load(Ordering::Relaxed), 2);
+    assert_eq!(stats.outbound_failures.load(Ordering::Relaxed), 1);
+    // The filters may not wait, as in lua-nginx-module.
+    let mut status = StatusCode::OK;
+    let mut headers = HeaderMap::new();
+    assert!(lua.run_header_filter(&mut HeaderMap::new(), &mut status, &mut headers));
+    let filter = headers["x-filter"].to_str().unwrap();
+    assert!(
+        filter.starts_with("false ")
+            && filter.contains("API disabled in the context of header_filter_by_lua*"),
+        "{filter}"
+    );
+}
+
+#[test]
+fn a_failed_call_carries_its_traceback_and_its_runner_serves_the_next() {
+    let rt = runtime(
+        r#"[[route]]
+name = "tb"
+upstream = "u"
+[route.lua]
+access = '''
+local function inner() error("deep failure") end
+if ngx.var.arg_fail then inner() end
+ngx.req.set_header("X-Ran", "1")
+'''
+"#,
+    );
+    let scripts = rt.scripts("tb").unwrap();
+    let lua = scripts.request(facts());
+    let mut view = View::new(LuaPhase::Access, lua.facts.clone());
+    view.uri = "/?fail=1".parse().unwrap();
+    match lua.state.start(0, &mut view) {
+        state::Step::Ended(state::Ended::Failed(message)) => {
+            assert!(message.contains("deep failure"), "{message}");
+            assert!(message.contains("stack traceback"), "{message}");
+            assert!(
+                message.contains("in function 'inner'") || message.contains("inner"),
+                "{message}"
+            );
+        }
+        _ => panic!("the call fails"),
+    }
+    let mut req = Req::get("/");
+    assert!(matches!(
+        run(&lua, LuaPhase::Access, req.head()),
+        Outcome::Continue
+    ));
+    assert_eq!(req.headers["x-ran"], "1");
 }

@@ -103,9 +103,28 @@ impl View {
     }
 }
 
-/// The state's slot for the view of the call in progress (its app data).
-#[derive(Default)]
-pub(crate) struct Current(pub(crate) std::cell::RefCell<Option<View>>);
+/// The state's slot for the view of the call in progress (its app data), and the phase a
+/// call without a request runs in (`init` while the state is built, then `timer`).
+pub(crate) struct Current(
+    pub(crate) std::cell::RefCell<Option<View>>,
+    pub(crate) std::cell::Cell<&'static str>,
+);
+
+impl Default for Current {
+    fn default() -> Self {
+        Current(Default::default(), std::cell::Cell::new("init"))
+    }
+}
+
+/// `ngx.get_phase()`: the phase of the call in progress.
+pub(crate) fn phase_name(lua: &mlua::Lua) -> &'static str {
+    let Some(current) = lua.app_data_ref::<Current>() else {
+        return "init";
+    };
+    let view = current.0.borrow();
+    view.as_ref()
+        .map_or_else(|| current.1.get(), |v| v.phase.name())
+}
 
 /// The error a script gets when it calls what its phase does not allow (OpenResty's words).
 pub(crate) fn disabled(phase: LuaPhase) -> mlua::Error {

@@ -7,7 +7,7 @@ pub(crate) mod text;
 pub(crate) mod var;
 
 use crate::shared::{DictHandle, SharedDict};
-use mlua::{Function, Lua, MultiValue, RegistryKey, Table};
+use mlua::{Function, Lua, MultiValue, RegistryKey, Table, Value};
 use std::sync::Arc;
 
 /// What runs a timer's callback (`ngx.timer.at`) when it is due: the state's, given its
@@ -21,6 +21,7 @@ use std::time::Duration;
 /// (lua-nginx-module ends a script at `ngx.exit` however deep in `pcall` it is), as they
 /// pass on the instruction budget's error (else a script could catch it and run on).
 const PRELUDE: &str = r#"
+local DONE_MARKER = ...
 local ngx, error, select = ngx, error, select
 local record_exit, record_redirect = ngx._record_exit, ngx._record_redirect
 local over_budget = ngx._over_budget
@@ -46,16 +47,42 @@ local raw_pcall, raw_xpcall, raw_resume = pcall, xpcall, coroutine.resume
 pcall = function(...) return pass(raw_pcall(...)) end
 xpcall = function(...) return pass(raw_xpcall(...)) end
 coroutine.resume = function(...) return pass(raw_resume(...)) end
+
+-- The runners: coroutines that run calls of `rewrite` and `access` scripts, which may wait
+-- (crate::outbound). Each loops: run the script given, yield DONE with how it ended (the
+-- error with its traceback, or EXIT), take the next script. A runner is reused call after
+-- call; `runners` says which coroutines are runners (where a script may wait).
+local DONE, traceback = DONE_MARKER, ngx._traceback
+rawset(ngx, "_traceback", nil)
+local function on_error(e)
+    if e == EXIT then return e end
+    return traceback(tostring(e))
+end
+local create, yield = coroutine.create, coroutine.yield
+local runners = setmetatable({}, { __mode = "k" })
+local function body(f)
+    while true do
+        f = yield(DONE, raw_xpcall(f, on_error))
+    end
+end
+return function()
+    local co = create(body)
+    runners[co] = true
+    return co
+end, runners
 "#;
 
-/// Builds `ngx` (and `cjson`) in `lua`. `over_budget` says whether the call in progress has
-/// run past its instruction budget; `run_timer` runs a timer's callback on the state.
+/// Builds `ngx`, `cjson` and `resty.http` in `lua`. `over_budget` says whether the call in
+/// progress has run past its instruction budget; `run_timer` runs a timer's callback on the
+/// state; `markers` are what a runner yields when a call is done and when it waits. Returns
+/// the function that makes a runner.
 pub(crate) fn install(
     lua: &Lua,
     dicts: &[Arc<SharedDict>],
     over_budget: Function,
     run_timer: TimerRunner,
-) -> mlua::Result<()> {
+    markers: (Value, Value),
+) -> mlua::Result<Function> {
     let ngx = lua.create_table()?;
     lua.globals().set("ngx", ngx.clone())?;
     var::install(lua, &ngx)?;
@@ -72,11 +99,22 @@ pub(crate) fn install(
     // Last: it sets `ngx`'s metatable (`ngx.status`, `ngx.ctx`).
     resp::install(lua, &ngx)?;
     ngx.raw_set("_over_budget", over_budget)?;
+    ngx.raw_set(
+        "_traceback",
+        lua.create_function(|lua, message: String| lua.traceback(Some(&message), 1))?,
+    )?;
+    crate::outbound::install(lua, &ngx)?;
     crate::cjson::install(lua)?;
-    lua.load(PRELUDE).set_name("=sluice").exec()
+    let (done, pending) = markers;
+    let (new_runner, runners): (Function, Table) =
+        lua.load(PRELUDE).set_name("=sluice").call(done)?;
+    lua.load(crate::outbound::LUA)
+        .set_name("=sluice")
+        .call::<()>((pending, runners))?;
+    Ok(new_runner)
 }
 
-/// `ngx.config`, `ngx.worker`, `ngx.sleep` (refused: it would block the worker thread).
+/// `ngx.config`, `ngx.worker`, `ngx.get_phase`.
 fn install_process(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let config = lua.create_table()?;
     config.set("subsystem", "http")?;
@@ -101,12 +139,8 @@ fn install_process(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     worker.set("exiting", lua.create_function(|_, ()| Ok(false))?)?;
     ngx.set("worker", worker)?;
     ngx.set(
-        "sleep",
-        lua.create_function(|_, _: MultiValue| -> mlua::Result<()> {
-            Err(mlua::Error::runtime(
-                "ngx.sleep is not available in Sluice: a script runs to its end without yielding (use ngx.timer.at for later work)",
-            ))
-        })?,
+        "get_phase",
+        lua.create_function(|lua, ()| Ok(crate::view::phase_name(lua)))?,
     )?;
     Ok(())
 }

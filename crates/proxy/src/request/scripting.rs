@@ -3,16 +3,22 @@
 //! `header_filter` on the upstream response's head and `body_filter` over its body. The
 //! `log` script runs from `Done` when the response ends.
 
+use crate::addresses::Addresses;
 use crate::body::ProxyBody;
 use crate::exchange::ClientBody;
 use crate::request::error::Failure;
 use crate::request::phases::{Flow, RequestCtx, Stop};
+use crate::upstreams::dns::UpstreamSlot;
+use crate::upstreams::upstream::UpstreamGroup;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Request, StatusCode};
+use http::{Method, Request, StatusCode, Version};
 use http_body::{Body, Frame};
-use sluice_config::{LuaPhase, Route};
-use sluice_lua::{Facts, Outcome, RequestHead, RequestLua, RouteScripts};
+use http_body_util::BodyExt;
+use sluice_config::{LuaPhase, Route, UpstreamProtocol};
+use sluice_lua::{
+    Facts, Fetched, Fetcher, Outbound, Outcome, RequestHead, RequestLua, RouteScripts,
+};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -63,17 +69,22 @@ impl RequestCtx<'_> {
         let mut method = req.method().clone();
         let mut uri = std::mem::take(req.uri_mut());
         let mut headers = std::mem::take(req.headers_mut());
-        let outcome = lua.run_request(
-            phase,
-            RequestHead {
-                method: &mut method,
-                uri: &mut uri,
-                headers: &mut headers,
-                version: req.version(),
-                body,
-                subject,
+        let fetcher = ScriptFetcher {
+            upstreams: &self.listener.upstreams,
+            at: Addresses {
+                client: self.conn.peer,
+                local: self.conn.local,
             },
-        );
+        };
+        let head = RequestHead {
+            method: &mut method,
+            uri: &mut uri,
+            headers: &mut headers,
+            version: req.version(),
+            body,
+            subject,
+        };
+        let outcome = lua.run_request(phase, head, &fetcher).await;
         *req.method_mut() = method;
         *req.uri_mut() = uri;
         *req.headers_mut() = headers;
@@ -85,6 +96,106 @@ impl RequestCtx<'_> {
             }
         }
     }
+}
+
+/// What sends a script's outbound requests (`resty.http`): the gateway's upstream groups,
+/// their pools, balancing, health and TLS. The URI's authority names the group (`http://
+/// auth/check`) or one of its servers by address or configured name (`http://10.0.0.5:8080/
+/// check`: that server while it is up, else the group's choice); anything else is refused
+/// with what to add, since the gateway opens connections only to what its configuration
+/// names. Scheme and protocol are the group's (`[upstream.tls]`, `protocol`).
+struct ScriptFetcher<'a> {
+    upstreams: &'a [Arc<UpstreamSlot>],
+    at: Addresses,
+}
+
+impl ScriptFetcher<'_> {
+    /// The group and preferred server for `authority`.
+    fn find(&self, authority: &str) -> Option<(Arc<UpstreamGroup>, Option<usize>)> {
+        let groups = self.upstreams.iter().map(|s| s.group());
+        let mut by_server = None;
+        for group in groups {
+            if group.config.name == authority {
+                return Some((group, None));
+            }
+            if by_server.is_none()
+                && let Some(i) = group
+                    .servers
+                    .iter()
+                    .position(|s| s.name == authority || s.addr.to_string() == authority)
+            {
+                by_server = Some((group, Some(i)));
+            }
+        }
+        by_server
+    }
+}
+
+impl Fetcher for ScriptFetcher<'_> {
+    async fn fetch(&self, call: Outbound) -> Result<Fetched, String> {
+        let authority = call.uri.authority().map_or("", |a| a.as_str());
+        let Some((group, prefer)) = self.find(authority) else {
+            return Err(format!(
+                "{authority} is not an [[upstream]] nor one of its servers: add an upstream for it and call http://NAME/..."
+            ));
+        };
+        let deadline = tokio::time::Instant::now() + call.timeout;
+        let exchange = async {
+            let server = group
+                .acquire(0, &[], prefer)
+                .await
+                .map_err(|_| format!("no server available in upstream {}", group.config.name))?;
+            let mut req = Request::new(
+                http_body_util::Full::new(call.body.clone())
+                    .map_err(|never| match never {})
+                    .boxed(),
+            );
+            *req.method_mut() = call.method.clone();
+            *req.uri_mut() = call.uri.path_and_query().map_or_else(
+                || http::Uri::from_static("/"),
+                |pq| http::Uri::from(pq.clone()),
+            );
+            *req.headers_mut() = call.headers.clone();
+            if !call.body.is_empty() || !matches!(call.method, Method::GET | Method::HEAD) {
+                req.headers_mut()
+                    .insert(header::CONTENT_LENGTH, HeaderValue::from(call.body.len()));
+            }
+            *req.version_mut() = match group.config.protocol {
+                UpstreamProtocol::Http1 => Version::HTTP_11,
+                UpstreamProtocol::H2 => Version::HTTP_2,
+            };
+            let resp = group
+                .send(server.index, req, None, self.at)
+                .await
+                .map_err(|e| format!("upstream {}: {e}", group.config.name))?;
+            let (parts, body) = resp.into_parts();
+            let body = read_whole(body, call.max_body).await?;
+            drop(server);
+            Ok(Fetched {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            })
+        };
+        tokio::time::timeout_at(deadline, exchange)
+            .await
+            .unwrap_or_else(|_| Err("timeout".into()))
+    }
+}
+
+/// A response body read whole, refused past `max` bytes.
+async fn read_whole(mut body: ProxyBody, max: usize) -> Result<Bytes, String> {
+    let mut all = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| format!("reading the response: {e}"))?;
+        if let Ok(data) = frame.into_data() {
+            if all.len() + data.len() > max {
+                return Err(format!("response body over {max} bytes ([lua] max_memory)"));
+            }
+            all.extend_from_slice(&data);
+        }
+    }
+    Ok(all.freeze())
 }
 
 /// A script's answer as it goes out: a body of text where the script wrote one (with
@@ -129,7 +240,7 @@ pub(crate) fn lua_response(
         return Ok(body);
     }
     parts.headers.remove(header::CONTENT_LENGTH);
-    Ok(http_body_util::BodyExt::boxed(LuaBody {
+    Ok(BodyExt::boxed(LuaBody {
         inner: body,
         lua: lua.clone(),
         ended: false,

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 /// The scripts both gateways run, by location: (path prefix, phase, code).
-const SCRIPTS: [(&str, &str, &str); 7] = [
+const SCRIPTS: [(&str, &str, &str); 8] = [
     (
         "/rewrite/",
         "access",
@@ -69,6 +69,29 @@ return ngx.exit(ngx.HTTP_OK)
 "#,
     ),
     (
+        "/call/",
+        "access",
+        r#"
+local http = require "resty.http"
+local cjson = require "cjson"
+local httpc = http.new()
+httpc:set_timeout(5000)
+local up, err = httpc:request_uri("http://ORIGIN/upload", { method = "POST", body = "ping" })
+if not up then ngx.say("upload failed: ", err) return ngx.exit(502) end
+ngx.sleep(0.01)
+local seen = assert(httpc:request_uri("http://ORIGIN/headers", { headers = { ["X-From-Lua"] = "yes" } }))
+local echo = assert(httpc:request_uri("http://ORIGIN/echo/x", { query = { q = "a b" } }))
+local down = httpc:request_uri("http://CLOSED/")
+ngx.header["X-Sub-Status"] = up.status
+ngx.header["Content-Type"] = "application/json"
+ngx.say(cjson.encode({
+    upload = up.body, from_lua = cjson.decode(seen.body).headers["x-from-lua"],
+    echo = echo.body, failed = down == nil,
+}))
+return ngx.exit(200)
+"#,
+    ),
+    (
         "/upper/",
         "header_filter",
         r#"
@@ -86,6 +109,58 @@ if ngx.arg[2] then ngx.arg[1] = ngx.arg[1] .. "!" end
     ),
 ];
 
+/// Where the scripts' outbound calls go: `ORIGIN` the origin, `CLOSED` a port nothing
+/// listens on (an upstream of its own in Sluice, which calls only what it is configured for).
+fn script(code: &str, origin: SocketAddr) -> String {
+    code.replace("ORIGIN", &origin.to_string())
+        .replace("CLOSED", CLOSED)
+}
+
+const CLOSED: &str = "127.0.0.1:9";
+
+/// lua-resty-http's `request_uri` for NGINX (Debian packages no lua-resty-http): HTTP/1.0
+/// over a cosocket, the response in lua-resty-http's shape. Sluice has its own
+/// (`resty.http`, built in); the scripts are the same.
+const RESTY_HTTP: &str = r#"
+local _M = {}
+local mt = { __index = _M }
+function _M.new() return setmetatable({ timeout = 60000 }, mt) end
+function _M:set_timeout(ms) self.timeout = ms end
+function _M:request_uri(uri, params)
+    params = params or {}
+    local host, port, path = uri:match("^http://([^:/]+):?(%d*)(.*)$")
+    if not host then return nil, "bad uri" end
+    if path == "" then path = "/" end
+    if params.query then
+        local q = type(params.query) == "table" and ngx.encode_args(params.query) or params.query
+        path = path .. (path:find("?", 1, true) and "&" or "?") .. q
+    end
+    local sock = ngx.socket.tcp()
+    sock:settimeout(self.timeout)
+    local ok, err = sock:connect(host, tonumber(port) or 80)
+    if not ok then return nil, err end
+    local body = params.body or ""
+    local req = { (params.method or "GET") .. " " .. path .. " HTTP/1.0\r\nHost: " .. host .. ":" .. port .. "\r\n" }
+    if #body > 0 then req[#req + 1] = "Content-Length: " .. #body .. "\r\n" end
+    for k, v in pairs(params.headers or {}) do req[#req + 1] = k .. ": " .. v .. "\r\n" end
+    req[#req + 1] = "\r\n" .. body
+    sock:send(req)
+    local line, rerr = sock:receive("*l")
+    if not line then return nil, rerr end
+    local headers = setmetatable({}, { __index = function(t, k) return rawget(t, k:lower()) end })
+    while true do
+        local h = sock:receive("*l")
+        if not h or h == "" then break end
+        local k, v = h:match("^([^:]+):%s*(.*)$")
+        if k then headers[k:lower()] = v end
+    end
+    local rest = sock:receive("*a")
+    sock:close()
+    return { status = tonumber(line:match("^HTTP/%d%.%d (%d+)")), headers = headers, body = rest }
+end
+return _M
+"#;
+
 /// Debian's NGINX with lua-nginx-module running [`SCRIPTS`] in front of `origin`.
 fn start_nginx(dir: &Path, port: u16, origin: SocketAddr) -> Child {
     let d = dir.display();
@@ -96,6 +171,7 @@ fn start_nginx(dir: &Path, port: u16, origin: SocketAddr) -> Child {
         locations.push_str(&format!("        location {prefix} {{\n"));
         for (p, phase, code) in SCRIPTS {
             if p == prefix {
+                let code = script(code, origin);
                 locations.push_str(&format!("            {phase}_by_lua_block {{ {code} }}\n"));
             }
         }
@@ -125,6 +201,7 @@ http {{
     uwsgi_temp_path {d}/nginx-uwsgi;
     scgi_temp_path {d}/nginx-scgi;
     lua_shared_dict counts 1m;
+    lua_package_path "{d}/lualib/?.lua;;";
     server {{
         listen 127.0.0.1:{port};
 {locations}
@@ -134,6 +211,8 @@ http {{
     );
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf).unwrap();
+    std::fs::create_dir_all(dir.join("lualib/resty")).unwrap();
+    std::fs::write(dir.join("lualib/resty/http.lua"), RESTY_HTTP).unwrap();
     let child = std::process::Command::new(binary("nginx"))
         .arg("-c")
         .arg(&path)
@@ -150,6 +229,7 @@ fn sluice_config(origin: SocketAddr, admin: bool) -> String {
     let mut out = format!(
         "[[listener]]\nname = \"web\"\naddress = \"127.0.0.1:0\"\n\
          [[upstream]]\nname = \"api\"\nservers = [{{ address = \"{origin}\" }}]\n\
+         [[upstream]]\nname = \"gone\"\nservers = [{{ address = \"{CLOSED}\" }}]\n\
          [lua]\nshared_dicts = {{ counts = \"1m\" }}\n"
     );
     if admin {
@@ -169,6 +249,7 @@ fn sluice_config(origin: SocketAddr, admin: bool) -> String {
         ));
         for (p, phase, code) in SCRIPTS {
             if p == prefix {
+                let code = script(code, origin);
                 out.push_str(&format!("{phase} = '''{code}'''\n"));
             }
         }
@@ -256,6 +337,13 @@ async fn the_same_scripts_answer_as_in_nginx_with_lua() {
             "/json/?name=ann&n=7",
             &[],
             &["content-type"],
+            &[],
+        ),
+        (
+            "outbound http",
+            "/call/",
+            &[],
+            &["x-sub-status", "content-type"],
             &[],
         ),
         (
