@@ -10,6 +10,14 @@ the difference to the same gateway's row without a script, run by run; then Slui
 CPU over NGINX's, run by run. The Sluice listener without a script shares its configuration
 (and so its Lua states) with the scripted one: a route without a script pays nothing.
 
+Part 1b (`--perf`, on by default where `perf` runs): the same script's cost attributed by
+sampling instead of by difference, which the host's noise between two rows does not blur.
+Each gateway's scripted row runs again under `perf record`; the share of the gateway's
+samples in its Lua machinery (LuaJIT and its traces in both; lua-nginx-module and NDK in
+NGINX; `sluice_lua`, `mlua` and the request path's scripting glue in Sluice) times its CPU
+per request is the script's CPU per request. Costs the Lua code causes elsewhere (the
+allocator, header maps) are not in either gateway's share.
+
 Part 2, `ngx.shared` incr: a script that increments one key 100 times and answers 204, on
 both gateways (every worker incrementing the same dictionary); increments per second per
 gateway core (100 x requests / gateway CPU seconds), including the request's own cost.
@@ -22,6 +30,8 @@ import datetime
 import json
 import os
 import re
+import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -134,18 +144,61 @@ def measure(proc, port, duration):
     return {"completed": done, "cpu_us_per_req": cpu / done * 1e6, "cpu_s": cpu}
 
 
+# What counts as a gateway's Lua machinery in `perf report --sort dso,sym`.
+LUA_DSO = re.compile(r"libluajit|ngx_http_lua_module|ndk_http_module|^\[JIT\]")
+SLUICE_LUA_SYM = re.compile(r"sluice_lua::|mlua::|mlua_sys::|::lua_request|::lua_start|ScriptFetcher|RouteScripts|LuaBody")
+
+
+def gateway_pids(proc):
+    """The processes doing a gateway's work: NGINX's workers, or Sluice itself."""
+    kids = subprocess.run(["pgrep", "-P", str(proc.p.pid)], capture_output=True, text=True).stdout.split()
+    return kids or [str(proc.p.pid)]
+
+
+def lua_share(data):
+    """The share of the samples in `data` that are the gateway's Lua machinery."""
+    out = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,sym", "--stdio"],
+                         capture_output=True, text=True).stdout
+    total = lua = 0.0
+    for line in out.splitlines():
+        m = re.match(r"\s+([\d.]+)%\s+(\S+)\s+\[.\]\s+(.*)", line)
+        if not m:
+            continue
+        pct, dso, sym = float(m.group(1)), m.group(2), m.group(3)
+        total += pct
+        if LUA_DSO.search(dso) or (dso == "sluice" and SLUICE_LUA_SYM.search(sym)):
+            lua += pct
+    return lua / total if total else 0.0
+
+
+def measure_perf(proc, port, duration, d):
+    """One scripted row under `perf record`: CPU per request and the Lua share of it."""
+    data = f"{d}/perf.data"
+    perf = subprocess.Popen(["perf", "record", "-F", "1999", "-p", ",".join(gateway_pids(proc)), "-o", data,
+                             "--", "sleep", str(duration + 1)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = measure(proc, port, duration)
+    perf.wait()
+    r["lua_share"] = lua_share(data)
+    r["lua_us_per_req"] = r["cpu_us_per_req"] * r["lua_share"]
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--smoke", action="store_true", help="1 run of 1 s per row")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--out", default=str(B.ROOT / "bench" / "results"))
+    ap.add_argument("--no-perf", action="store_true", help="skip the attribution by sampling (part 1b)")
     args = ap.parse_args()
     if args.smoke:
         args.runs, args.duration = 1, 1.0
     cpu = B.cpu_model()
     B.log(f"CPU: {cpu}; {args.runs} runs x {args.duration:g} s per row")
     rows = {f"{g} {k}": [] for g, ports in (("sluice", SLUICE), ("nginx", NGINX)) for k in ports}
+    sampled = not args.no_perf and shutil.which("perf") is not None
+    if sampled:
+        rows.update({"sluice sampled": [], "nginx sampled": []})
     with tempfile.TemporaryDirectory(prefix="sluice-lua-") as d:
         os.chmod(d, 0o755)
         www = Path(d, "www")
@@ -171,6 +224,11 @@ def main():
                     r = measure(proc, port, args.duration)
                     rows[name].append(r)
                     B.log(f"  {name}: {r['cpu_us_per_req']:.2f} µs/req")
+                if sampled:
+                    for who, proc, port in (("sluice", sluice, SLUICE["lua"]), ("nginx", nginx, NGINX["lua"])):
+                        r = measure_perf(proc, port, args.duration, d)
+                        rows[f"{who} sampled"].append(r)
+                        B.log(f"  {who} sampled: {r['lua_us_per_req']:.2f} µs/req in Lua ({r['lua_share']:.1%})")
         finally:
             for p in reversed(procs):
                 p.stop()
@@ -203,6 +261,20 @@ def report(cpu, args, rows):
     ratio = B.summarize([s / n if n > 0 else float("nan") for s, n in zip(added("sluice"), added("nginx"))])
     print(f"\nSluice's added CPU / NGINX + lua-nginx-module's, run by run: {ratio['median']:.2f}x "
           f"[{ratio['min']:.2f}-{ratio['max']:.2f}]")
+    if rows.get("sluice sampled"):
+        print("\nAttributed by sampling (`perf record` on the scripted rows, run by run): the share of the "
+              "gateway's samples in its Lua machinery times its CPU per request.\n")
+        print("| gateway | gateway µs/request | Lua's share | Lua µs/request |")
+        print("|---|---|---|---|")
+        pct = lambda s: f"{s['median']:.1%} [{s['min']:.1%}-{s['max']:.1%}]"
+        for who in ("sluice", "nginx"):
+            rs = rows[f"{who} sampled"]
+            print(f"| {who} | {f(B.summarize([r['cpu_us_per_req'] for r in rs]))} | "
+                  f"{pct(B.summarize([r['lua_share'] for r in rs]))} | {f(B.summarize([r['lua_us_per_req'] for r in rs]))} |")
+        r = B.summarize([a["lua_us_per_req"] / b["lua_us_per_req"]
+                         for a, b in zip(rows["sluice sampled"], rows["nginx sampled"]) if b["lua_us_per_req"] > 0])
+        print(f"\nSluice's Lua µs / NGINX + lua-nginx-module's, run by run: {r['median']:.2f}x "
+              f"[{r['min']:.2f}-{r['max']:.2f}]")
     print("\n# ngx.shared incr (100 per request, one key, every worker)\n")
     print("| gateway | increments per second per gateway core |")
     print("|---|---|")

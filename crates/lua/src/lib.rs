@@ -14,6 +14,7 @@
 //! blocks. Each is counted per script ([`stats`]).
 
 mod api;
+mod cfunc;
 mod cjson;
 mod outbound;
 mod re;

@@ -7,9 +7,10 @@
 //! Only `rewrite` and `access` may wait, as in lua-nginx-module (cosockets are disabled in
 //! the filters, `log` and `init`); a timer's callback may not either (docs/lua.md says so).
 
+use crate::view::with_view;
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri};
-use mlua::{AnyUserData, Lua, MultiValue, Table, UserData, Value};
+use mlua::{Lua, MultiValue, Table, Value};
 use std::future::Future;
 use std::time::Duration;
 
@@ -61,27 +62,22 @@ pub(crate) enum Resumed {
     Slept,
 }
 
-/// A [`Pending`] in its Lua userdata, taken out by the runner.
-pub(crate) struct PendingCall(pub(crate) Pending);
-
-impl UserData for PendingCall {}
-
 /// lua-resty-http's default: lua-nginx-module's 60 s socket timeouts.
 const DEFAULT_TIMEOUT_MS: f64 = 60_000.0;
 
-/// `ngx._outbound(uri, params, timeout_ms)`: a request from `request_uri`'s arguments, or
-/// `nil, err` (lua-resty-http's errors for a bad URI).
+/// `ngx._outbound(uri, params, timeout_ms)`: the request from `request_uri`'s arguments
+/// left in the view for the runner (`true`), or `nil, err` (lua-resty-http's errors for a
+/// bad URI).
 fn outbound(
-    lua: &Lua,
+    _: &Lua,
     (uri, params, timeout_ms): (String, Option<Table>, Option<f64>),
-) -> mlua::Result<(Option<AnyUserData>, Option<String>)> {
-    let built = build(&uri, params.as_ref(), timeout_ms);
-    match built {
-        Ok(call) => Ok((
-            Some(lua.create_userdata(PendingCall(Pending::Http(Box::new(call))))?),
-            None,
-        )),
-        Err(e) => Ok((None, Some(e))),
+) -> mlua::Result<(bool, Option<String>)> {
+    match build(&uri, params.as_ref(), timeout_ms) {
+        Ok(call) => with_view(|v| {
+            v.pending = Some(Pending::Http(Box::new(call)));
+            Ok((true, None))
+        }),
+        Err(e) => Ok((false, Some(e))),
     }
 }
 
@@ -158,16 +154,17 @@ fn append_query(pq: &mut String, q: &str) {
     pq.push_str(q);
 }
 
-/// `ngx._sleep(seconds)`: what `ngx.sleep` yields.
-fn sleep(lua: &Lua, seconds: f64) -> mlua::Result<AnyUserData> {
+/// `ngx._sleep(seconds)`: the sleep left in the view for the runner.
+fn sleep(_: &Lua, seconds: f64) -> mlua::Result<()> {
     if !(0.0..=86_400.0).contains(&seconds) {
         return Err(mlua::Error::runtime(
             "bad argument #1 to 'sleep': bad delay",
         ));
     }
-    lua.create_userdata(PendingCall(Pending::Sleep(Duration::from_secs_f64(
-        seconds,
-    ))))
+    with_view(|v| {
+        v.pending = Some(Pending::Sleep(Duration::from_secs_f64(seconds)));
+        Ok(())
+    })
 }
 
 /// The values the coroutine resumes with: `res` (lua-resty-http's response table: `status`,
@@ -227,7 +224,8 @@ end
 
 rawset(ngx, "sleep", function(seconds)
     may_wait("ngx.sleep")
-    yield(PENDING, make_sleep(seconds))
+    make_sleep(seconds)
+    yield(PENDING)
 end)
 
 local headers_mt = {
@@ -248,9 +246,9 @@ function http:set_keepalive() return 1 end
 function http:close() return 1 end
 function http:request_uri(uri, params)
     may_wait("resty.http")
-    local call, err = make(uri, params, self.timeout)
-    if not call then return nil, err end
-    local res, ferr = yield(PENDING, call)
+    local ok, err = make(uri, params, self.timeout)
+    if not ok then return nil, err end
+    local res, ferr = yield(PENDING)
     if not res then return nil, ferr end
     setmetatable(res.headers, headers_mt)
     return res

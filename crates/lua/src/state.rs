@@ -1,13 +1,13 @@
 //! One Lua state: LuaJIT with the sandboxed standard library, the `ngx` API, the
 //! configuration's scripts compiled once, an instruction budget per call and a memory bound.
 
-use crate::outbound::{Pending, PendingCall, Resumed};
+use crate::outbound::{Pending, Resumed};
 use crate::shared::SharedDict;
-use crate::view::{Current, View};
+use crate::view::{Outside, View};
 use crate::worker::WorkerId;
 use mlua::{
-    AnyUserData, Function, HookTriggers, IntoLuaMulti, LightUserData, Lua, LuaOptions, MultiValue,
-    RegistryKey, StdLib, Thread, Value, VmState,
+    Function, HookTriggers, IntoLuaMulti, LightUserData, Lua, LuaOptions, RegistryKey, StdLib,
+    Thread, Value, VmState,
 };
 use sluice_config::{LuaCode, LuaSettings};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -132,7 +132,7 @@ impl State {
         let lua = Lua::new_with(libs(), LuaOptions::new()).map_err(|e| e.to_string())?;
         let max_memory = usize::try_from(settings.max_memory).unwrap_or(usize::MAX);
         let limited = lua.set_memory_limit(max_memory).is_ok();
-        lua.set_app_data(Current::default());
+        lua.set_app_data(Outside(std::cell::Cell::new("init")));
         lua.set_app_data(WorkerId(worker));
         let ticks = Arc::new(AtomicU64::new(0));
         let over = Arc::new(AtomicBool::new(false));
@@ -200,8 +200,8 @@ impl State {
             state.start_call();
             f.call::<()>(()).map_err(|e| format!("[lua] init: {e}"))?;
         }
-        if let Some(c) = state.lua.app_data_ref::<Current>() {
-            c.1.set("timer");
+        if let Some(o) = state.lua.app_data_ref::<Outside>() {
+            o.0.set("timer");
         }
         Ok(state)
     }
@@ -295,27 +295,22 @@ impl State {
         view: &mut View,
     ) -> Step {
         self.place(view);
-        let mut result = thread.resume::<MultiValue>(args);
-        while let Ok(values) = &result
-            && !is_marker(values.front(), &DONE)
-            && !is_marker(values.front(), &PENDING)
+        let mut result = thread.resume::<Value>(args);
+        while let Ok(value) = &result
+            && !is_marker(Some(value), &DONE)
+            && !is_marker(Some(value), &PENDING)
         {
-            result = thread.resume::<MultiValue>(());
+            result = thread.resume::<Value>(());
         }
         self.take_back(view);
         self.keep_within_memory();
-        let values = match result {
-            Ok(values) => values,
+        let value = match result {
+            Ok(value) => value,
             // The runner itself failed (out of memory): it is dropped.
             Err(e) => return Step::Ended(self.ended(view, Err(e.to_string()))),
         };
-        let mut values = values.into_iter();
-        if is_marker(values.next().as_ref(), &PENDING) {
-            let pending = values
-                .next()
-                .and_then(|v| v.as_userdata().cloned())
-                .and_then(|ud: AnyUserData| ud.take::<PendingCall>().ok());
-            let Some(PendingCall(mut pending)) = pending else {
+        if is_marker(Some(&value), &PENDING) {
+            let Some(mut pending) = view.pending.take() else {
                 return Step::Ended(Ended::Failed("a runner waited for nothing".into()));
             };
             if let Pending::Http(call) = &mut pending {
@@ -324,34 +319,22 @@ impl State {
             let ticks = self.ticks.load(Ordering::Relaxed);
             return Step::Waiting(Run { thread, ticks }, pending);
         }
-        let ok = matches!(values.next(), Some(Value::Boolean(true)));
-        let result = if ok {
-            Ok(())
-        } else {
-            Err(values
-                .next()
-                .and_then(|e| e.to_string().ok())
-                .unwrap_or_default())
-        };
+        let result = view.failure.take().map_or(Ok(()), Err);
         if idle.len() < MAX_IDLE_RUNNERS {
             idle.push(thread);
         }
         Step::Ended(self.ended(view, result))
     }
 
-    /// Moves `view` into the state's slot for the call.
+    /// Moves `view` into this thread's slot for the call.
     fn place(&self, view: &mut View) {
         let placeholder = View::new(view.phase, view.facts.clone());
-        if let Some(c) = self.lua.app_data_ref::<Current>() {
-            *c.0.borrow_mut() = Some(std::mem::replace(view, placeholder));
-        }
+        crate::view::place(std::mem::replace(view, placeholder));
     }
 
-    /// Moves the view back out of the state's slot.
+    /// Moves the view back out of this thread's slot.
     fn take_back(&self, view: &mut View) {
-        if let Some(c) = self.lua.app_data_ref::<Current>()
-            && let Some(v) = c.0.borrow_mut().take()
-        {
+        if let Some(v) = crate::view::take() {
             *view = v;
         }
     }

@@ -476,3 +476,73 @@ ngx.req.set_header("X-Ran", "1")
     ));
     assert_eq!(req.headers["x-ran"], "1");
 }
+
+/// The raw C functions (`cfunc`) and the mlua functions they stand in front of answer
+/// alike: each shape below takes one path or the other.
+#[test]
+fn the_fast_calls_answer_as_the_slow_ones() {
+    let rt = runtime(
+        r##"[lua]
+shared_dicts = { t = "1m" }
+[[route]]
+name = "fast"
+upstream = "u"
+[route.lua]
+access = '''
+local d = ngx.shared.t
+local out = {}
+local function add(...)
+    for i = 1, select("#", ...) do out[#out + 1] = tostring((select(i, ...))) end
+end
+add(ngx.var.http_x_a, ngx.var.nope)
+ngx.req.set_header("X_Under", "u")
+ngx.req.set_header("X-Num", 42)
+ngx.req.set_header("X-List", { "a", "b" })
+ngx.req.set_header("X-A", nil)
+local ok, err = pcall(ngx.req.set_header, "bad name", "v")
+add(ok, err ~= nil)
+add((pcall(ngx.req.set_header, "X-Bad", "a\nb")))
+add(d:set("s", "str")) add(d:get("s"))
+add(d:set("n", 1.5, 0)) add(d:get("n"))
+add(d:set("b", true)) add(d:get("b"))
+add(d:set("f", "x", 0, 7)) add(d:get("f"))
+add(d:incr("n", 2))
+add(d:incr("s", 1))
+add(d:incr("new", 1))
+add(d:incr("new", 1, 10))
+add(d:incr(5, 1, 0)) add(d:get(5))
+add(d:get("missing"))
+add((pcall(d.get, d, "")))
+add(d:ttl("n"))
+add(d:capacity() > 0)
+ngx.req.set_header("X-Out", table.concat(out, ","))
+'''
+header_filter = 'ngx.header["X-Late"] = tostring((pcall(ngx.req.set_header, "X-Late", "v")))'
+"##,
+    );
+    let lua = rt.scripts("fast").unwrap().request(facts());
+    let mut req = Req::get("/");
+    req.headers.insert("x-a", "va".parse().unwrap());
+    assert!(matches!(
+        run(&lua, LuaPhase::Access, req.head()),
+        Outcome::Continue
+    ));
+    assert_eq!(
+        req.headers["x-out"],
+        "va,nil,false,true,false,true,nil,false,str,nil,true,nil,false,1.5,nil,\
+         true,nil,false,true,nil,true,nil,false,x,7,3.5,nil,false,nil,not a number,false,\
+         nil,not found,false,11,nil,false,1,nil,false,1,nil,nil,nil,false,0,nil,true"
+    );
+    assert_eq!(req.headers["x-under"], "u");
+    assert_eq!(req.headers["x-num"], "42");
+    let list: Vec<_> = req.headers.get_all("x-list").iter().collect();
+    assert_eq!(list, ["a", "b"]);
+    assert!(req.headers.get("x-a").is_none());
+    let (mut status, mut headers) = (StatusCode::OK, HeaderMap::new());
+    assert!(lua.run_header_filter(&mut req.headers, &mut status, &mut headers));
+    assert_eq!(
+        headers["x-late"], "false",
+        "the request's head is fixed after access"
+    );
+    assert!(req.headers.get("x-late").is_none());
+}

@@ -1,12 +1,13 @@
 //! The `ngx` table: the OpenResty API subset Sluice gives scripts, with lua-nginx-module's
 //! names and semantics (docs/lua.md lists it, and what is left out and why).
 
+mod raw;
 pub(crate) mod req;
 pub(crate) mod resp;
 pub(crate) mod text;
 pub(crate) mod var;
 
-use crate::shared::{DictHandle, SharedDict};
+use crate::shared::SharedDict;
 use mlua::{Function, Lua, MultiValue, RegistryKey, Table, Value};
 use std::sync::Arc;
 
@@ -49,11 +50,14 @@ xpcall = function(...) return pass(raw_xpcall(...)) end
 coroutine.resume = function(...) return pass(raw_resume(...)) end
 
 -- The runners: coroutines that run calls of `rewrite` and `access` scripts, which may wait
--- (crate::outbound). Each loops: run the script given, yield DONE with how it ended (the
--- error with its traceback, or EXIT), take the next script. A runner is reused call after
--- call; `runners` says which coroutines are runners (where a script may wait).
-local DONE, traceback = DONE_MARKER, ngx._traceback
+-- (crate::outbound). Each loops: run the script given, leave its error (with its
+-- traceback) in the view, yield DONE, take the next script. A runner is reused call after
+-- call; `runners` says which coroutines are runners (where a script may wait). A runner
+-- yields one marker: the error and what a call waits for (crate::outbound) go through the
+-- view, which spares a list of values per call.
+local DONE, traceback, failed = DONE_MARKER, ngx._traceback, ngx._failed
 rawset(ngx, "_traceback", nil)
+rawset(ngx, "_failed", nil)
 local function on_error(e)
     if e == EXIT then return e end
     return traceback(tostring(e))
@@ -62,7 +66,9 @@ local create, yield = coroutine.create, coroutine.yield
 local runners = setmetatable({}, { __mode = "k" })
 local function body(f)
     while true do
-        f = yield(DONE, raw_xpcall(f, on_error))
+        local ok, err = raw_xpcall(f, on_error)
+        if not ok then failed(err) end
+        f = yield(DONE)
     end
 end
 return function()
@@ -91,7 +97,7 @@ pub(crate) fn install(
     crate::re::install(lua, &ngx)?;
     let shared = lua.create_table()?;
     for d in dicts {
-        shared.set(d.name.as_str(), DictHandle(d.clone()))?;
+        shared.set(d.name.as_str(), crate::shared::raw::handle(lua, d)?)?;
     }
     ngx.set("shared", shared)?;
     install_process(lua, &ngx)?;
@@ -99,6 +105,16 @@ pub(crate) fn install(
     // Last: it sets `ngx`'s metatable (`ngx.status`, `ngx.ctx`).
     resp::install(lua, &ngx)?;
     ngx.raw_set("_over_budget", over_budget)?;
+    ngx.raw_set(
+        "_failed",
+        lua.create_function(|_, e: Value| {
+            let message = e.to_string().unwrap_or_else(|_| e.type_name().to_owned());
+            crate::view::with_view(|v| {
+                v.failure = Some(message);
+                Ok(())
+            })
+        })?,
+    )?;
     ngx.raw_set(
         "_traceback",
         lua.create_function(|lua, message: String| lua.traceback(Some(&message), 1))?,

@@ -92,7 +92,7 @@ pub(crate) fn set_header(
 /// `ngx.req.get_headers()`'s table: lower-case names, a repeated header's values in a list,
 /// and (unless `raw`) a metatable that finds `Foo_Bar` as `foo-bar`.
 fn headers_table(lua: &Lua, max: usize, raw: bool) -> mlua::Result<Table> {
-    let pairs: Vec<(String, Vec<u8>)> = with_view(lua, |v| {
+    let pairs: Vec<(String, Vec<u8>)> = with_view(|v| {
         Ok(v.headers
             .iter()
             .take(if max == 0 { usize::MAX } else { max })
@@ -134,21 +134,22 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             headers_table(lua, max.unwrap_or(100), raw.unwrap_or(false))
         })?,
     )?;
+    let slow = lua.create_function(|_, (name, value): (String, Value)| {
+        with_view(|v| {
+            if !v.request_writable() {
+                return Err(disabled(v.phase));
+            }
+            set_header(&mut v.headers, &name, &value)
+        })
+    })?;
     req.set(
         "set_header",
-        lua.create_function(|lua, (name, value): (String, Value)| {
-            with_view(lua, |v| {
-                if !v.request_writable() {
-                    return Err(disabled(v.phase));
-                }
-                set_header(&mut v.headers, &name, &value)
-            })
-        })?,
+        crate::cfunc::closure(lua, crate::api::raw::set_header, slow, None)?,
     )?;
     req.set(
         "clear_header",
-        lua.create_function(|lua, name: String| {
-            with_view(lua, |v| {
+        lua.create_function(|_, name: String| {
+            with_view(|v| {
                 if !v.request_writable() {
                     return Err(disabled(v.phase));
                 }
@@ -158,17 +159,17 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     req.set(
         "get_method",
-        lua.create_function(|lua, ()| with_view(lua, |v| Ok(v.method.as_str().to_owned())))?,
+        lua.create_function(|_, ()| with_view(|v| Ok(v.method.as_str().to_owned())))?,
     )?;
     req.set(
         "set_method",
-        lua.create_function(|lua, code: i64| {
+        lua.create_function(|_, code: i64| {
             let name = METHODS
                 .iter()
                 .find(|(_, c)| *c == code)
                 .map(|(n, _)| *n)
                 .ok_or_else(|| mlua::Error::runtime(format!("unsupported HTTP method: {code}")))?;
-            with_view(lua, |v| {
+            with_view(|v| {
                 if !v.request_writable() {
                     return Err(disabled(v.phase));
                 }
@@ -187,13 +188,13 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
     req.set(
         "get_uri_args",
         lua.create_function(|lua, max: Option<usize>| {
-            let query = with_view(lua, |v| Ok(v.uri.query().unwrap_or("").to_owned()))?;
+            let query = with_view(|v| Ok(v.uri.query().unwrap_or("").to_owned()))?;
             decode_args(lua, query.as_bytes(), max.unwrap_or(100))
         })?,
     )?;
     req.set(
         "set_uri_args",
-        lua.create_function(|lua, args: Value| {
+        lua.create_function(|_, args: Value| {
             let query = match &args {
                 Value::Table(t) => String::from_utf8(encode_args(t)?).unwrap_or_default(),
                 Value::String(s) => s.to_str()?.to_owned(),
@@ -204,7 +205,7 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
                     )));
                 }
             };
-            with_view(lua, |v| {
+            with_view(|v| {
                 if !v.request_writable() {
                     return Err(disabled(v.phase));
                 }
@@ -214,7 +215,7 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
     )?;
     req.set(
         "set_uri",
-        lua.create_function(|lua, (uri, jump): (LuaString, Option<bool>)| {
+        lua.create_function(|_, (uri, jump): (LuaString, Option<bool>)| {
             if jump.unwrap_or(false) {
                 return Err(mlua::Error::runtime(
                     "ngx.req.set_uri(uri, true): Sluice does not route a request again; the route stays, the new URI goes upstream (call it with jump = false)",
@@ -229,7 +230,7 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
                 (0x21..0x7f).contains(&b) && !matches!(b, b'?' | b'#' | b'%')
             }))
             .unwrap_or_default();
-            with_view(lua, |v| {
+            with_view(|v| {
                 if !v.request_writable() {
                     return Err(disabled(v.phase));
                 }
@@ -240,8 +241,8 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
     )?;
     req.set(
         "http_version",
-        lua.create_function(|lua, ()| {
-            with_view(lua, |v| {
+        lua.create_function(|_, ()| {
+            with_view(|v| {
                 Ok(match v.version {
                     http::Version::HTTP_10 => 1.0,
                     http::Version::HTTP_2 => 2.0,
@@ -254,8 +255,8 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
     )?;
     req.set(
         "start_time",
-        lua.create_function(|lua, ()| {
-            with_view(lua, |v| {
+        lua.create_function(|_, ()| {
+            with_view(|v| {
                 let d = v
                     .facts
                     .start
@@ -276,7 +277,7 @@ fn install_body(lua: &Lua, req: &Table) -> mlua::Result<()> {
     req.set(
         "get_body_data",
         lua.create_function(|lua, ()| {
-            let body = with_view(lua, |v| Ok(v.body.clone()))?;
+            let body = with_view(|v| Ok(v.body.clone()))?;
             match body {
                 Some(b) if !b.is_empty() => Ok(Value::String(lua.create_string(&b)?)),
                 _ => Ok(Value::Nil),

@@ -115,7 +115,7 @@ fn log(lua: &Lua, level: i64, values: &MultiValue) -> mlua::Result<()> {
             )
         })
         .unwrap_or_default();
-    let (route, request) = with_view(lua, |v| {
+    let (route, request) = with_view(|v| {
         Ok((
             v.facts.route.to_string(),
             v.facts.request_id.clone().unwrap_or_default(),
@@ -155,7 +155,7 @@ fn response_header(lua: &Lua, view: &View, name: &str) -> mlua::Result<Value> {
 /// `ngx.ctx`: the request's table, made at first use and kept in the registry until the
 /// request ends.
 fn ctx(lua: &Lua) -> mlua::Result<Table> {
-    let existing = with_view(lua, |v| match &v.ctx {
+    let existing = with_view(|v| match &v.ctx {
         Some(k) => lua.registry_value::<Table>(k).map(Some),
         None => Ok(None),
     })?;
@@ -164,7 +164,7 @@ fn ctx(lua: &Lua) -> mlua::Result<Table> {
     }
     let t = lua.create_table()?;
     let key = lua.create_registry_value(t.clone())?;
-    with_view(lua, |v| {
+    with_view(|v| {
         v.ctx = Some(key);
         Ok(())
     })?;
@@ -208,9 +208,9 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     meta.set(
         "__index",
         lua.create_function(|lua, (_, k): (Table, LuaString)| match &*k.as_bytes() {
-            b"status" => with_view(lua, |v| Ok(Value::Integer(i64::from(v.status)))),
+            b"status" => with_view(|v| Ok(Value::Integer(i64::from(v.status)))),
             b"ctx" => Ok(Value::Table(ctx(lua)?)),
-            b"headers_sent" => with_view(lua, |v| Ok(Value::Boolean(!v.response_writable()))),
+            b"headers_sent" => with_view(|v| Ok(Value::Boolean(!v.response_writable()))),
             b"is_subrequest" => Ok(Value::Boolean(false)),
             _ => Ok(Value::Nil),
         })?,
@@ -225,7 +225,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                         Value::Number(n) => n as i64,
                         _ => return Err(mlua::Error::runtime("ngx.status must be a number")),
                     };
-                    with_view(lua, |v| {
+                    with_view(|v| {
                         if !v.response_writable() {
                             return Err(mlua::Error::runtime(
                                 "attempt to set ngx.status after sending out response headers",
@@ -245,7 +245,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                         return Err(mlua::Error::runtime("ngx.ctx must be a table"));
                     };
                     let key = lua.create_registry_value(new)?;
-                    with_view(lua, |v| {
+                    with_view(|v| {
                         v.ctx = Some(key);
                         Ok(())
                     })
@@ -261,8 +261,8 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
 /// `ngx.say`, `ngx.print`, `ngx.flush`, `ngx.eof`, `ngx.exit`'s record, `ngx.redirect`'s.
 fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let writer = |newline: bool| {
-        move |lua: &Lua, values: MultiValue| {
-            with_view(lua, |v| {
+        move |_lua: &Lua, values: MultiValue| {
+            with_view(|v| {
                 if !matches!(v.phase, LuaPhase::Rewrite | LuaPhase::Access) {
                     return Err(disabled(v.phase));
                 }
@@ -282,8 +282,8 @@ fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     // script with an error only the runner knows.
     ngx.set(
         "_record_exit",
-        lua.create_function(|lua, status: i64| {
-            with_view(lua, |v| {
+        lua.create_function(|_, status: i64| {
+            with_view(|v| {
                 if matches!(v.phase, LuaPhase::BodyFilter | LuaPhase::Log) {
                     return Err(disabled(v.phase));
                 }
@@ -294,14 +294,14 @@ fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     ngx.set(
         "_record_redirect",
-        lua.create_function(|lua, (uri, status): (LuaString, Option<i64>)| {
+        lua.create_function(|_, (uri, status): (LuaString, Option<i64>)| {
             let status = status.unwrap_or(302);
             if ![301, 302, 303, 307, 308].contains(&status) {
                 return Err(mlua::Error::runtime(format!(
                     "only ngx.HTTP_MOVED_TEMPORARILY, ngx.HTTP_MOVED_PERMANENTLY, ngx.HTTP_PERMANENT_REDIRECT, ngx.HTTP_SEE_OTHER, and ngx.HTTP_TEMPORARY_REDIRECT are allowed, not {status}"
                 )));
             }
-            with_view(lua, |v| {
+            with_view(|v| {
                 if !matches!(v.phase, LuaPhase::Rewrite | LuaPhase::Access) {
                     return Err(disabled(v.phase));
                 }
@@ -325,13 +325,13 @@ fn install_header(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     meta.set(
         "__index",
         lua.create_function(|lua, (_, k): (Table, String)| {
-            with_view(lua, |v| response_header(lua, v, &k))
+            with_view(|v| response_header(lua, v, &k))
         })?,
     )?;
     meta.set(
         "__newindex",
-        lua.create_function(|lua, (_, k, value): (Table, String, Value)| {
-            with_view(lua, |v| {
+        lua.create_function(|_, (_, k, value): (Table, String, Value)| {
+            with_view(|v| {
                 if !v.response_writable() {
                     return Err(mlua::Error::runtime(format!(
                         "attempt to set ngx.header.{k} after sending out response headers"
@@ -353,7 +353,7 @@ fn install_arg(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     meta.set(
         "__index",
         lua.create_function(|lua, (_, i): (Table, i64)| {
-            with_view(lua, |v| {
+            with_view(|v| {
                 if v.phase != LuaPhase::BodyFilter {
                     return Ok(Value::Nil);
                 }
@@ -369,8 +369,8 @@ fn install_arg(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     meta.set(
         "__newindex",
-        lua.create_function(|lua, (_, i, value): (Table, i64, Value)| {
-            with_view(lua, |v| {
+        lua.create_function(|_, (_, i, value): (Table, i64, Value)| {
+            with_view(|v| {
                 if v.phase != LuaPhase::BodyFilter {
                     return Err(disabled(v.phase));
                 }

@@ -167,21 +167,22 @@ pub(crate) fn normalized_path(path: &[u8]) -> Vec<u8> {
 pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let var = lua.create_table()?;
     let meta = lua.create_table()?;
+    let slow = lua.create_function(|lua, (_, name): (Table, mlua::LuaString)| {
+        let name = name.to_str()?;
+        match with_view(|v| Ok(get(v, &name)))? {
+            Some(bytes) => Ok(Value::String(lua.create_string(bytes)?)),
+            None => Ok(Value::Nil),
+        }
+    })?;
     meta.set(
         "__index",
-        lua.create_function(|lua, (_, name): (Table, mlua::LuaString)| {
-            let name = name.to_str()?;
-            match with_view(lua, |v| Ok(get(v, &name)))? {
-                Some(bytes) => Ok(Value::String(lua.create_string(bytes)?)),
-                None => Ok(Value::Nil),
-            }
-        })?,
+        crate::cfunc::closure(lua, crate::api::raw::var_index, slow, None)?,
     )?;
     meta.set(
         "__newindex",
-        lua.create_function(|lua, (_, name, value): (Table, mlua::LuaString, Value)| {
+        lua.create_function(|_, (_, name, value): (Table, mlua::LuaString, Value)| {
             let name = name.to_str()?.to_owned();
-            with_view(lua, |v| set(v, &name, &value))
+            with_view(|v| set(v, &name, &value))
         })?,
     )?;
     var.set_metatable(Some(meta))?;

@@ -3,6 +3,8 @@
 //! (`ok, err, forcible`). A dictionary outlives configurations while its size stays, as an
 //! NGINX shared zone outlives a reload.
 
+pub(crate) mod raw;
+
 use lru::LruCache;
 use mlua::{Lua, LuaString, UserData, UserDataMethods, Value};
 use std::collections::HashMap;
