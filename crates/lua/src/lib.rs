@@ -23,15 +23,15 @@ mod state;
 pub mod stats;
 mod values;
 mod view;
+mod wait;
 mod worker;
 
-pub use outbound::{Fetched, Fetcher, Outbound};
 pub use shared::SharedDict;
 pub use view::{Facts, View};
+pub use wait::{Fetched, Fetcher, Outbound};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri, Version};
-use outbound::{Pending, Resumed};
 use sluice_config::{LuaCode, LuaPhase, LuaSettings, Route};
 use state::{Ended, State, Step};
 use stats::ScriptStats;
@@ -40,6 +40,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use wait::{Pending, Resumed};
 
 /// A configuration's Lua: its states and each route's scripts.
 #[derive(Debug)]

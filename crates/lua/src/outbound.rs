@@ -1,66 +1,18 @@
-//! What a script waits for: an outbound HTTP request (`resty.http`'s `request_uri`) or a
-//! sleep (`ngx.sleep`). A script's call runs on a coroutine ([`crate::state`]); waiting, it
-//! yields a [`Pending`] and the gateway awaits it on the event loop ([`Fetcher`]: the
-//! gateway's own upstream pools) while other requests run on the same state. The coroutine
-//! resumes with the result in Lua's shape.
+//! The API that waits: `resty.http`'s `request_uri` and `ngx.sleep`. A script's call runs
+//! on a coroutine ([`crate::state`]); waiting, it leaves a [`Pending`] in its view and yields,
+//! and the gateway awaits it on the event loop ([`crate::Fetcher`]: the gateway's own upstream
+//! pools) while other requests run on the same state. The coroutine resumes with the result
+//! in Lua's shape.
 //!
 //! Only `rewrite` and `access` may wait, as in lua-nginx-module (cosockets are disabled in
 //! the filters, `log` and `init`); a timer's callback may not either (docs/lua.md says so).
 
 use crate::view::with_view;
+use crate::wait::{Outbound, Pending, Resumed};
 use bytes::Bytes;
-use http::{HeaderMap, Method, StatusCode, Uri};
+use http::{HeaderMap, Method, Uri};
 use mlua::{Lua, MultiValue, Table, Value};
-use std::future::Future;
 use std::time::Duration;
-
-/// An HTTP request a script made, for the gateway to send.
-#[derive(Debug)]
-pub struct Outbound {
-    /// The method (`params.method`, GET by default).
-    pub method: Method,
-    /// The absolute URI: its authority names an `[[upstream]]` or one of its servers.
-    pub uri: Uri,
-    /// The headers (`params.headers`; `Host` from the URI's authority unless given).
-    pub headers: HeaderMap,
-    /// The body (`params.body`).
-    pub body: Bytes,
-    /// The whole exchange's deadline (`httpc:set_timeout`, 60 s by default as
-    /// lua-nginx-module's socket timeouts).
-    pub timeout: Duration,
-    /// The most response body bytes read (the state's memory bound: more could not be held).
-    pub max_body: usize,
-}
-
-/// The answer to an [`Outbound`].
-#[derive(Debug)]
-pub struct Fetched {
-    /// The status.
-    pub status: StatusCode,
-    /// The headers.
-    pub headers: HeaderMap,
-    /// The body, read whole.
-    pub body: Bytes,
-}
-
-/// What sends a script's outbound requests: the gateway's upstream pools.
-pub trait Fetcher: Sync {
-    /// Sends `call` and reads its answer whole, or says why not (the script's `err`).
-    fn fetch(&self, call: Outbound) -> impl Future<Output = Result<Fetched, String>> + Send;
-}
-
-/// What a script's coroutine yielded to wait for.
-#[derive(Debug)]
-pub(crate) enum Pending {
-    Http(Box<Outbound>),
-    Sleep(Duration),
-}
-
-/// What the coroutine resumes with.
-pub(crate) enum Resumed {
-    Http(Result<Fetched, String>),
-    Slept,
-}
 
 /// lua-resty-http's default: lua-nginx-module's 60 s socket timeouts.
 const DEFAULT_TIMEOUT_MS: f64 = 60_000.0;

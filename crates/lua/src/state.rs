@@ -1,9 +1,9 @@
 //! One Lua state: LuaJIT with the sandboxed standard library, the `ngx` API, the
 //! configuration's scripts compiled once, an instruction budget per call and a memory bound.
 
-use crate::outbound::{Pending, Resumed};
 use crate::shared::SharedDict;
 use crate::view::{Outside, View};
+use crate::wait::{Pending, Resumed};
 use crate::worker::WorkerId;
 use mlua::{
     Function, HookTriggers, IntoLuaMulti, LightUserData, Lua, LuaOptions, RegistryKey, StdLib,

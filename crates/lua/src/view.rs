@@ -69,7 +69,7 @@ pub struct View {
     /// Bytes sent to the client (`ngx.var.bytes_sent` in `log`).
     pub bytes_sent: u64,
     /// What the call waits for, left here before it yields to its runner.
-    pub(crate) pending: Option<crate::outbound::Pending>,
+    pub(crate) pending: Option<crate::wait::Pending>,
     /// The call's error with its traceback, left here by its runner.
     pub(crate) failure: Option<String>,
 }

@@ -1,7 +1,6 @@
 //! The `ngx` table: the OpenResty API subset Sluice gives scripts, with lua-nginx-module's
 //! names and semantics (docs/lua.md lists it, and what is left out and why).
 
-mod raw;
 pub(crate) mod req;
 pub(crate) mod resp;
 pub(crate) mod text;

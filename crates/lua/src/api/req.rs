@@ -1,11 +1,14 @@
 //! `ngx.req`: the request's method, URI, arguments, headers and body.
 
 use crate::api::text::{decode_args, encode_args, escape};
+use crate::cfunc::{delegate, str_at};
 use crate::view::{View, disabled, with_view};
 use http::header::{HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Method, Uri};
+use mlua::ffi;
 use mlua::{Lua, LuaString, Table, Value};
+use std::ffi::c_int;
 
 /// lua-nginx-module's method constants (`ngx.HTTP_GET`, …), as `ngx.req.set_method` takes.
 pub(crate) const METHODS: [(&str, i64); 16] = [
@@ -89,6 +92,45 @@ pub(crate) fn set_header(
     Ok(())
 }
 
+/// `ngx.req.set_header(name, value)` with a string value, where the request may change.
+#[expect(unsafe_code, reason = "a raw lua_CFunction (crate::cfunc)")]
+unsafe extern "C-unwind" fn set_header_raw(l: *mut ffi::lua_State) -> c_int {
+    // SAFETY: as `var_index` (upvalue 1: the slow `set_header`); name and value are read
+    // while they are on the stack.
+    unsafe {
+        let done = match (str_at(l, 1), str_at(l, 2)) {
+            (Some(name), Some(value)) => set_fast(name, value),
+            _ => false,
+        };
+        if done { 0 } else { delegate(l) }
+    }
+}
+
+/// Sets the header, if the call may and both are valid (else the slow path says why).
+fn set_fast(name: &[u8], value: &[u8]) -> bool {
+    let name = if name.contains(&b'_') {
+        HeaderName::from_bytes(
+            &name
+                .iter()
+                .map(|&b| if b == b'_' { b'-' } else { b })
+                .collect::<Vec<u8>>(),
+        )
+    } else {
+        HeaderName::from_bytes(name)
+    };
+    let (Ok(name), Ok(value)) = (name, HeaderValue::from_bytes(value)) else {
+        return false;
+    };
+    crate::view::try_with(|v| {
+        if !v.request_writable() {
+            return false;
+        }
+        v.headers.insert(name, value);
+        true
+    })
+    .unwrap_or(false)
+}
+
 /// `ngx.req.get_headers()`'s table: lower-case names, a repeated header's values in a list,
 /// and (unless `raw`) a metatable that finds `Foo_Bar` as `foo-bar`.
 fn headers_table(lua: &Lua, max: usize, raw: bool) -> mlua::Result<Table> {
@@ -144,7 +186,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     })?;
     req.set(
         "set_header",
-        crate::cfunc::closure(lua, crate::api::raw::set_header, slow, None)?,
+        crate::cfunc::closure(lua, set_header_raw, slow, None)?,
     )?;
     req.set(
         "clear_header",

@@ -2,9 +2,12 @@
 //! (nothing is computed for a variable no script asks for).
 
 use crate::api::text::unescape;
+use crate::cfunc::{delegate, push_bytes, str_at};
 use crate::view::{View, disabled, with_view};
 use http::HeaderMap;
+use mlua::ffi;
 use mlua::{Lua, Table, Value};
+use std::ffi::c_int;
 
 /// `ngx.var`'s value for `name`, or `None` (nil) for a variable Sluice does not have.
 pub(crate) fn get(view: &View, name: &str) -> Option<Vec<u8>> {
@@ -176,7 +179,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     })?;
     meta.set(
         "__index",
-        crate::cfunc::closure(lua, crate::api::raw::var_index, slow, None)?,
+        crate::cfunc::closure(lua, var_index, slow, None)?,
     )?;
     meta.set(
         "__newindex",
@@ -187,6 +190,24 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     var.set_metatable(Some(meta))?;
     ngx.set("var", var)
+}
+
+/// `ngx.var`'s `__index(t, name)`.
+#[expect(unsafe_code, reason = "a raw lua_CFunction (crate::cfunc)")]
+unsafe extern "C-unwind" fn var_index(l: *mut ffi::lua_State) -> c_int {
+    // SAFETY: called by Lua as a C closure made by `cfunc::closure` (upvalue 1: the slow
+    // `__index`); the name's bytes are read while it is on the stack.
+    unsafe {
+        let found = str_at(l, 2)
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .and_then(|name| crate::view::try_with(|v| get(v, name)));
+        match found {
+            Some(Some(bytes)) => push_bytes(l, &bytes),
+            Some(None) => ffi::lua_pushnil(l),
+            None => return delegate(l),
+        }
+        1
+    }
 }
 
 /// `ngx.var.NAME = value`: `args` (the query sent upstream) is the writable one.
