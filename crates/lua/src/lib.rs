@@ -16,6 +16,7 @@
 mod api;
 mod cfunc;
 mod cjson;
+mod current;
 mod outbound;
 mod re;
 mod shared;
@@ -369,7 +370,9 @@ impl RequestLua {
         head: RequestHead<'_>,
         fetcher: &F,
     ) -> Outcome {
-        let mut view = self.view(&mut self.carried(), phase);
+        // The head comes from the request; only `ngx.ctx` from the earlier phases.
+        let mut view = View::new(phase, self.facts.clone());
+        view.ctx = self.carried().ctx.take();
         view.method = head.method.clone();
         view.uri = std::mem::take(head.uri);
         view.headers = std::mem::take(head.headers);

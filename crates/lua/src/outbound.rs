@@ -7,7 +7,7 @@
 //! Only `rewrite` and `access` may wait, as in lua-nginx-module (cosockets are disabled in
 //! the filters, `log` and `init`); a timer's callback may not either (docs/lua.md says so).
 
-use crate::view::with_view;
+use crate::current::with_view;
 use crate::wait::{Outbound, Pending, Resumed};
 use bytes::Bytes;
 use http::{HeaderMap, Method, Uri};

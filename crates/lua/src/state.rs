@@ -248,10 +248,8 @@ impl State {
             return Ended::Failed(format!("no script {script} in this state"));
         };
         let _gate = self.lock();
-        self.place(view);
         self.start_call();
-        let result = f.call::<()>(());
-        self.take_back(view);
+        let result = crate::current::lend(view, || f.call::<()>(()));
         self.keep_within_memory();
         self.ended(view, result.map_err(|e| e.to_string()))
     }
@@ -294,15 +292,16 @@ impl State {
         args: impl IntoLuaMulti,
         view: &mut View,
     ) -> Step {
-        self.place(view);
-        let mut result = thread.resume::<Value>(args);
-        while let Ok(value) = &result
-            && !is_marker(Some(value), &DONE)
-            && !is_marker(Some(value), &PENDING)
-        {
-            result = thread.resume::<Value>(());
-        }
-        self.take_back(view);
+        let result = crate::current::lend(view, || {
+            let mut result = thread.resume::<Value>(args);
+            while let Ok(value) = &result
+                && !is_marker(Some(value), &DONE)
+                && !is_marker(Some(value), &PENDING)
+            {
+                result = thread.resume::<Value>(());
+            }
+            result
+        });
         self.keep_within_memory();
         let value = match result {
             Ok(value) => value,
@@ -324,19 +323,6 @@ impl State {
             idle.push(thread);
         }
         Step::Ended(self.ended(view, result))
-    }
-
-    /// Moves `view` into this thread's slot for the call.
-    fn place(&self, view: &mut View) {
-        let placeholder = View::new(view.phase, view.facts.clone());
-        crate::view::place(std::mem::replace(view, placeholder));
-    }
-
-    /// Moves the view back out of this thread's slot.
-    fn take_back(&self, view: &mut View) {
-        if let Some(v) = crate::view::take() {
-            *view = v;
-        }
     }
 
     /// How a call ended, from its result and what it recorded.

@@ -7,7 +7,6 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Uri, Version};
 use mlua::RegistryKey;
 use sluice_config::LuaPhase;
-use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -110,41 +109,9 @@ impl View {
     }
 }
 
-thread_local! {
-    /// The view of the call running on this thread. A state runs one call at a time, on the
-    /// thread that holds its gate, and a call runs to its end or its next wait without leaving
-    /// that thread: the slot is this thread's while the call runs. A thread-local rather than
-    /// the state's app data: the API's functions reach it without a lookup by type.
-    static CURRENT: RefCell<Option<View>> = const { RefCell::new(None) };
-}
-
-/// Moves `view` into this thread's slot for the call about to run.
-pub(crate) fn place(view: View) {
-    CURRENT.with(|c| *c.borrow_mut() = Some(view));
-}
-
-/// Moves the view back out of this thread's slot after the call.
-pub(crate) fn take() -> Option<View> {
-    CURRENT.with(|c| c.borrow_mut().take())
-}
-
-/// Runs `f` on the view of the call in progress, if there is one (the raw C functions'
-/// way in: `None` sends them down the slow path, which raises the error).
-pub(crate) fn try_with<R>(f: impl FnOnce(&mut View) -> R) -> Option<R> {
-    CURRENT.with(|c| c.try_borrow_mut().ok()?.as_mut().map(f))
-}
-
 /// The phase a call without a request runs in (the state's app data): `init` while the
 /// state is built, then `timer`.
 pub(crate) struct Outside(pub(crate) std::cell::Cell<&'static str>);
-
-/// `ngx.get_phase()`: the phase of the call in progress.
-pub(crate) fn phase_name(lua: &mlua::Lua) -> &'static str {
-    if let Some(phase) = CURRENT.with(|c| c.borrow().as_ref().map(|v| v.phase.name())) {
-        return phase;
-    }
-    lua.app_data_ref::<Outside>().map_or("init", |o| o.0.get())
-}
 
 /// The error a script gets when it calls what its phase does not allow (OpenResty's words).
 pub(crate) fn disabled(phase: LuaPhase) -> mlua::Error {
@@ -152,18 +119,4 @@ pub(crate) fn disabled(phase: LuaPhase) -> mlua::Error {
         "API disabled in the context of {}_by_lua*",
         phase.name()
     ))
-}
-
-/// Runs `f` on the view of the call in progress; an error when there is none (a timer or
-/// `init` code calling a request's API).
-pub(crate) fn with_view<R>(f: impl FnOnce(&mut View) -> mlua::Result<R>) -> mlua::Result<R> {
-    CURRENT.with(|c| {
-        let mut slot = c.borrow_mut();
-        match slot.as_mut() {
-            Some(view) => f(view),
-            None => Err(mlua::Error::runtime(
-                "API disabled in the current context (no request: init or a timer)",
-            )),
-        }
-    })
 }

@@ -108,7 +108,7 @@ pub(crate) fn install(
         "_failed",
         lua.create_function(|_, e: Value| {
             let message = e.to_string().unwrap_or_else(|_| e.type_name().to_owned());
-            crate::view::with_view(|v| {
+            crate::current::with_view(|v| {
                 v.failure = Some(message);
                 Ok(())
             })
@@ -155,7 +155,7 @@ fn install_process(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     ngx.set("worker", worker)?;
     ngx.set(
         "get_phase",
-        lua.create_function(|lua, ()| Ok(crate::view::phase_name(lua)))?,
+        lua.create_function(|lua, ()| Ok(crate::current::phase_name(lua)))?,
     )?;
     Ok(())
 }

@@ -2,7 +2,8 @@
 
 use crate::api::text::{decode_args, encode_args, escape};
 use crate::cfunc::{delegate, str_at};
-use crate::view::{View, disabled, with_view};
+use crate::current::with_view;
+use crate::view::{View, disabled};
 use http::header::{HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Method, Uri};
@@ -121,7 +122,7 @@ fn set_fast(name: &[u8], value: &[u8]) -> bool {
     let (Ok(name), Ok(value)) = (name, HeaderValue::from_bytes(value)) else {
         return false;
     };
-    crate::view::try_with(|v| {
+    crate::current::try_with(|v| {
         if !v.request_writable() {
             return false;
         }

@@ -1,7 +1,8 @@
 //! The response side of `ngx`: `ngx.header`, `ngx.status`, `ngx.ctx`, `ngx.say`/`print`,
 //! `ngx.exit`, `ngx.redirect`, `ngx.arg` (body filter), `ngx.log` and the constants.
 
-use crate::view::{View, disabled, with_view};
+use crate::current::with_view;
+use crate::view::{View, disabled};
 use mlua::{Lua, LuaString, MultiValue, Table, Value};
 use sluice_config::LuaPhase;
 

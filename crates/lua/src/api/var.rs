@@ -3,7 +3,8 @@
 
 use crate::api::text::unescape;
 use crate::cfunc::{delegate, push_bytes, str_at};
-use crate::view::{View, disabled, with_view};
+use crate::current::with_view;
+use crate::view::{View, disabled};
 use http::HeaderMap;
 use mlua::ffi;
 use mlua::{Lua, Table, Value};
@@ -200,7 +201,7 @@ unsafe extern "C-unwind" fn var_index(l: *mut ffi::lua_State) -> c_int {
     unsafe {
         let found = str_at(l, 2)
             .and_then(|n| std::str::from_utf8(n).ok())
-            .and_then(|name| crate::view::try_with(|v| get(v, name)));
+            .and_then(|name| crate::current::try_with(|v| get(v, name)));
         match found {
             Some(Some(bytes)) => push_bytes(l, &bytes),
             Some(None) => ffi::lua_pushnil(l),
