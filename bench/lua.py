@@ -15,8 +15,13 @@ sampling instead of by difference, which the host's noise between two rows does 
 Each gateway's scripted row runs again under `perf record`; the share of the gateway's
 samples in its Lua machinery (LuaJIT and its traces in both; lua-nginx-module and NDK in
 NGINX; `sluice_lua`, `mlua` and the request path's scripting glue in Sluice) times its CPU
-per request is the script's CPU per request. Costs the Lua code causes elsewhere (the
-allocator, header maps) are not in either gateway's share.
+per request is the script's CPU per request. This counts each gateway's own samples in those
+places, not what they call elsewhere: LuaJIT's allocator runs inside libluajit in NGINX and
+in Sluice's global allocator (mlua's), so Sluice's allocations, its copies of the request's
+head and its clock reads are outside its share: the share favours Sluice. `--inclusive`
+records call stacks (`--call-graph dwarf`) and counts every sample with a Lua frame anywhere
+on its stack instead, which charges each gateway for all the work its scripts cause (a
+slower pass: the stacks are parsed after each run).
 
 Part 2, `ngx.shared` incr: a script that increments one key 100 times and answers 204, on
 both gateways (every worker incrementing the same dictionary); increments per second per
@@ -145,7 +150,8 @@ def measure(proc, port, duration):
 
 
 # What counts as a gateway's Lua machinery in `perf report --sort dso,sym`.
-LUA_DSO = re.compile(r"libluajit|ngx_http_lua_module|ndk_http_module|^\[JIT\]")
+LUA_DSO = re.compile(r"libluajit|ngx_http_lua_module|ndk_http_module|\[JIT\]")
+NGINX_LUA_SYM = re.compile(r"\bngx_http_lua_")
 SLUICE_LUA_SYM = re.compile(r"sluice_lua::|mlua::|mlua_sys::|::lua_request|::lua_start|ScriptFetcher|RouteScripts|LuaBody")
 
 
@@ -153,6 +159,25 @@ def gateway_pids(proc):
     """The processes doing a gateway's work: NGINX's workers, or Sluice itself."""
     kids = subprocess.run(["pgrep", "-P", str(proc.p.pid)], capture_output=True, text=True).stdout.split()
     return kids or [str(proc.p.pid)]
+
+
+def lua_share_inclusive(data):
+    """The share of the samples in `data` with a Lua frame anywhere on their stack."""
+    p = subprocess.Popen(["perf", "script", "-i", data, "-F", "comm,ip,sym,dso"], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, errors="replace")
+    total = lua = 0
+    frames = []
+    for line in list(p.stdout) + [""]:
+        if line.strip():
+            if line.startswith(("\t", " ")):
+                frames.append(line)
+            continue
+        if frames:
+            total += 1
+            lua += any(LUA_DSO.search(f) or SLUICE_LUA_SYM.search(f) or NGINX_LUA_SYM.search(f) for f in frames)
+        frames = []
+    p.wait()
+    return lua / total if total else 0.0
 
 
 def lua_share(data):
@@ -171,14 +196,16 @@ def lua_share(data):
     return lua / total if total else 0.0
 
 
-def measure_perf(proc, port, duration, d):
+def measure_perf(proc, port, duration, d, inclusive):
     """One scripted row under `perf record`: CPU per request and the Lua share of it."""
     data = f"{d}/perf.data"
-    perf = subprocess.Popen(["perf", "record", "-F", "1999", "-p", ",".join(gateway_pids(proc)), "-o", data,
+    stacks = ["--call-graph", "dwarf,16384"] if inclusive else []
+    perf = subprocess.Popen(["perf", "record", "-F", "1999", *stacks, "-p", ",".join(gateway_pids(proc)), "-o", data,
                              "--", "sleep", str(duration + 1)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     r = measure(proc, port, duration)
     perf.wait()
-    r["lua_share"] = lua_share(data)
+    r["lua_share"] = lua_share_inclusive(data) if inclusive else lua_share(data)
+    os.remove(data)
     r["lua_us_per_req"] = r["cpu_us_per_req"] * r["lua_share"]
     return r
 
@@ -190,6 +217,8 @@ def main():
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--out", default=str(B.ROOT / "bench" / "results"))
     ap.add_argument("--no-perf", action="store_true", help="skip the attribution by sampling (part 1b)")
+    ap.add_argument("--inclusive", action="store_true",
+                    help="attribute by call stack: every sample with a Lua frame on its stack (slower)")
     args = ap.parse_args()
     if args.smoke:
         args.runs, args.duration = 1, 1.0
@@ -226,7 +255,7 @@ def main():
                     B.log(f"  {name}: {r['cpu_us_per_req']:.2f} µs/req")
                 if sampled:
                     for who, proc, port in (("sluice", sluice, SLUICE["lua"]), ("nginx", nginx, NGINX["lua"])):
-                        r = measure_perf(proc, port, args.duration, d)
+                        r = measure_perf(proc, port, args.duration, d, args.inclusive)
                         rows[f"{who} sampled"].append(r)
                         B.log(f"  {who} sampled: {r['lua_us_per_req']:.2f} µs/req in Lua ({r['lua_share']:.1%})")
         finally:
@@ -237,7 +266,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
     path = out / f"{stamp}-lua{'-smoke' if args.smoke else ''}.json"
-    path.write_text(json.dumps({"cpu": cpu, "runs": args.runs, "duration": args.duration, "rows": rows}, indent=1))
+    path.write_text(json.dumps({"cpu": cpu, "runs": args.runs, "duration": args.duration,
+                                "inclusive": args.inclusive, "rows": rows}, indent=1))
     B.log(f"results: {path}")
 
 
@@ -262,8 +292,10 @@ def report(cpu, args, rows):
     print(f"\nSluice's added CPU / NGINX + lua-nginx-module's, run by run: {ratio['median']:.2f}x "
           f"[{ratio['min']:.2f}-{ratio['max']:.2f}]")
     if rows.get("sluice sampled"):
-        print("\nAttributed by sampling (`perf record` on the scripted rows, run by run): the share of the "
-              "gateway's samples in its Lua machinery times its CPU per request.\n")
+        how = ("every sample with a Lua frame on its call stack (`--inclusive`)" if args.inclusive
+               else "the gateway's own samples in its Lua machinery (not what it calls elsewhere)")
+        print(f"\nAttributed by sampling (`perf record` on the scripted rows, run by run): the share of "
+              f"the gateway's samples that are {how}, times its CPU per request.\n")
         print("| gateway | gateway µs/request | Lua's share | Lua µs/request |")
         print("|---|---|---|---|")
         pct = lambda s: f"{s['median']:.1%} [{s['min']:.1%}-{s['max']:.1%}]"
