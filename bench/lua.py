@@ -204,6 +204,8 @@ def measure_perf(proc, port, duration, d, inclusive):
                              "--", "sleep", str(duration + 1)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     r = measure(proc, port, duration)
     perf.wait()
+    if not os.path.exists(data):
+        raise RuntimeError("perf record wrote nothing (perf_event_paranoid?); run with --no-perf")
     r["lua_share"] = lua_share_inclusive(data) if inclusive else lua_share(data)
     os.remove(data)
     r["lua_us_per_req"] = r["cpu_us_per_req"] * r["lua_share"]
@@ -303,10 +305,14 @@ def report(cpu, args, rows):
             rs = rows[f"{who} sampled"]
             print(f"| {who} | {f(B.summarize([r['cpu_us_per_req'] for r in rs]))} | "
                   f"{pct(B.summarize([r['lua_share'] for r in rs]))} | {f(B.summarize([r['lua_us_per_req'] for r in rs]))} |")
-        r = B.summarize([a["lua_us_per_req"] / b["lua_us_per_req"]
-                         for a, b in zip(rows["sluice sampled"], rows["nginx sampled"]) if b["lua_us_per_req"] > 0])
-        print(f"\nSluice's Lua µs / NGINX + lua-nginx-module's, run by run: {r['median']:.2f}x "
-              f"[{r['min']:.2f}-{r['max']:.2f}]")
+        ratios = [a["lua_us_per_req"] / b["lua_us_per_req"]
+                  for a, b in zip(rows["sluice sampled"], rows["nginx sampled"]) if b["lua_us_per_req"] > 0]
+        if ratios:
+            r = B.summarize(ratios)
+            print(f"\nSluice's Lua µs / NGINX + lua-nginx-module's, run by run: {r['median']:.2f}x "
+                  f"[{r['min']:.2f}-{r['max']:.2f}]")
+        else:
+            print("\nNo Lua samples in NGINX's runs: no ratio.")
     print("\n# ngx.shared incr (100 per request, one key, every worker)\n")
     print("| gateway | increments per second per gateway core |")
     print("|---|---|")
