@@ -21,8 +21,9 @@ const MAX_IDLE_RUNNERS: usize = 64;
 
 /// What a runner yields when its call is done, and when the call waits: addresses no Lua
 /// code can forge (a light userdata is made only from Rust or `ffi`, which scripts lack).
+/// Different values, so that the two can never be merged into one address.
 static DONE: u8 = 0;
-static PENDING: u8 = 0;
+static PENDING: u8 = 1;
 
 fn marker(m: &'static u8) -> Value {
     Value::LightUserData(LightUserData(std::ptr::from_ref(m).cast_mut().cast()))
