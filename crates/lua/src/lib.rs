@@ -17,7 +17,6 @@ mod api;
 mod cfunc;
 mod cjson;
 mod current;
-mod outbound;
 mod re;
 mod shared;
 mod state;

@@ -278,7 +278,7 @@ impl State {
         let mut idle = self.lock();
         self.ticks.store(run.ticks, Ordering::Relaxed);
         self.over.store(false, Ordering::Relaxed);
-        match crate::outbound::resumed(&self.lua, result) {
+        match crate::api::outbound::resumed(&self.lua, result) {
             Ok(values) => self.slice(&mut idle, run.thread, values, view),
             Err(e) => Step::Ended(Ended::Failed(e.to_string())),
         }

@@ -1,6 +1,6 @@
 //! What a script's call waits for ([`Pending`]: an outbound request or a sleep), what it
 //! resumes with, and what sends its requests ([`Fetcher`], the gateway's side). The API that
-//! makes them is [`crate::outbound`]; the runner that yields and resumes is [`crate::state`].
+//! makes them is `api/outbound.rs`; the runner that yields and resumes is `state.rs`.
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri};

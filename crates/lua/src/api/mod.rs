@@ -1,6 +1,7 @@
 //! The `ngx` table: the OpenResty API subset Sluice gives scripts, with lua-nginx-module's
 //! names and semantics (docs/lua.md lists it, and what is left out and why).
 
+pub(crate) mod outbound;
 pub(crate) mod req;
 pub(crate) mod resp;
 pub(crate) mod text;
@@ -49,10 +50,10 @@ xpcall = function(...) return pass(raw_xpcall(...)) end
 coroutine.resume = function(...) return pass(raw_resume(...)) end
 
 -- The runners: coroutines that run calls of `rewrite` and `access` scripts, which may wait
--- (crate::outbound). Each loops: run the script given, leave its error (with its
+-- (api/outbound.rs). Each loops: run the script given, leave its error (with its
 -- traceback) in the view, yield DONE, take the next script. A runner is reused call after
 -- call; `runners` says which coroutines are runners (where a script may wait). A runner
--- yields one marker: the error and what a call waits for (crate::outbound) go through the
+-- yields one marker: the error and what a call waits for (api/outbound.rs) go through the
 -- view, which spares a list of values per call.
 local DONE, traceback, failed = DONE_MARKER, ngx._traceback, ngx._failed
 rawset(ngx, "_traceback", nil)
@@ -118,12 +119,12 @@ pub(crate) fn install(
         "_traceback",
         lua.create_function(|lua, message: String| lua.traceback(Some(&message), 1))?,
     )?;
-    crate::outbound::install(lua, &ngx)?;
+    outbound::install(lua, &ngx)?;
     crate::cjson::install(lua)?;
     let (done, pending) = markers;
     let (new_runner, runners): (Function, Table) =
         lua.load(PRELUDE).set_name("=sluice").call(done)?;
-    lua.load(crate::outbound::LUA)
+    lua.load(outbound::LUA)
         .set_name("=sluice")
         .call::<()>((pending, runners))?;
     Ok(new_runner)

@@ -1,6 +1,6 @@
 //! The API that waits: `resty.http`'s `request_uri` and `ngx.sleep`. A script's call runs
-//! on a coroutine ([`crate::state`]); waiting, it leaves a [`Pending`] in its view and yields,
-//! and the gateway awaits it on the event loop ([`crate::Fetcher`]: the gateway's own upstream
+//! on a coroutine (a runner, `state.rs`); waiting, it leaves a [`Pending`] in its view and yields,
+//! and the gateway awaits it on the event loop (`Fetcher`: the gateway's own upstream
 //! pools) while other requests run on the same state. The coroutine resumes with the result
 //! in Lua's shape.
 //!
