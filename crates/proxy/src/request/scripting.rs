@@ -140,26 +140,33 @@ impl Fetcher for ScriptFetcher<'_> {
             ));
         };
         let deadline = tokio::time::Instant::now() + call.timeout;
+        let Outbound {
+            method,
+            uri,
+            mut headers,
+            body,
+            max_body,
+            ..
+        } = call;
+        if !body.is_empty() || !matches!(method, Method::GET | Method::HEAD) {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        }
         let exchange = async {
             let server = group
                 .acquire(0, &[], prefer)
                 .await
                 .map_err(|_| format!("no server available in upstream {}", group.config.name))?;
             let mut req = Request::new(
-                http_body_util::Full::new(call.body.clone())
+                http_body_util::Full::new(body)
                     .map_err(|never| match never {})
                     .boxed(),
             );
-            *req.method_mut() = call.method.clone();
-            *req.uri_mut() = call.uri.path_and_query().map_or_else(
+            *req.method_mut() = method;
+            *req.uri_mut() = uri.path_and_query().map_or_else(
                 || http::Uri::from_static("/"),
                 |pq| http::Uri::from(pq.clone()),
             );
-            *req.headers_mut() = call.headers.clone();
-            if !call.body.is_empty() || !matches!(call.method, Method::GET | Method::HEAD) {
-                req.headers_mut()
-                    .insert(header::CONTENT_LENGTH, HeaderValue::from(call.body.len()));
-            }
+            *req.headers_mut() = headers;
             *req.version_mut() = match group.config.protocol {
                 UpstreamProtocol::Http1 => Version::HTTP_11,
                 UpstreamProtocol::H2 => Version::HTTP_2,
@@ -169,7 +176,7 @@ impl Fetcher for ScriptFetcher<'_> {
                 .await
                 .map_err(|e| format!("upstream {}: {e}", group.config.name))?;
             let (parts, body) = resp.into_parts();
-            let body = read_whole(body, call.max_body).await?;
+            let body = read_whole(body, max_body).await?;
             drop(server);
             Ok(Fetched {
                 status: parts.status,
