@@ -79,9 +79,8 @@ mod tests {
                 client: "127.0.0.1:1".parse().unwrap(),
                 local: "127.0.0.1:2".parse().unwrap(),
                 scheme: "http",
-                host: "h".into(),
                 request_id: None,
-                start: std::time::SystemTime::now(),
+                arrived: std::time::Instant::now(),
             }),
         )
     }

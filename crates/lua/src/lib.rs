@@ -232,7 +232,7 @@ impl RouteScripts {
     }
 
     /// The route's name.
-    pub fn route(&self) -> &str {
+    pub fn route(&self) -> &Arc<str> {
         &self.route
     }
 
@@ -270,20 +270,9 @@ impl RouteScripts {
                 Step::Ended(ended) => break ended,
                 Step::Waiting(run, pending) => (run, pending),
             };
-            let resumed = match pending {
-                Pending::Sleep(d) => {
-                    tokio::time::sleep(d).await;
-                    Resumed::Slept
-                }
-                Pending::Http(call) => {
-                    stats.outbound.fetch_add(1, Ordering::Relaxed);
-                    let fetched = fetcher.fetch(*call).await;
-                    if fetched.is_err() {
-                        stats.outbound_failures.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Resumed::Http(fetched)
-                }
-            };
+            // Boxed: the exchange's future is large, and inline it would make every call's
+            // future (and each move of it) as large, waiting or not.
+            let resumed = Box::pin(wait(pending, fetcher, stats)).await;
             started = Instant::now();
             step = lua.state.resume(run, resumed, view);
         };
@@ -438,6 +427,25 @@ impl RequestLua {
         view.bytes_sent = bytes_sent;
         self.scripts.call(self, LuaPhase::Log, &mut view);
         c.ctx = view.ctx.take();
+    }
+}
+
+/// Waits for what a call asked for: the outbound request sent through `fetcher` (counted),
+/// or the sleep.
+async fn wait<F: Fetcher>(pending: Pending, fetcher: &F, stats: &ScriptStats) -> Resumed {
+    match pending {
+        Pending::Sleep(d) => {
+            tokio::time::sleep(d).await;
+            Resumed::Slept
+        }
+        Pending::Http(call) => {
+            stats.outbound.fetch_add(1, Ordering::Relaxed);
+            let fetched = fetcher.fetch(*call).await;
+            if fetched.is_err() {
+                stats.outbound_failures.fetch_add(1, Ordering::Relaxed);
+            }
+            Resumed::Http(fetched)
+        }
     }
 }
 

@@ -17,9 +17,8 @@ fn facts() -> Facts {
         client: "192.0.2.7:4567".parse::<SocketAddr>().unwrap(),
         local: "127.0.0.1:8443".parse().unwrap(),
         scheme: "https",
-        host: "example.com".into(),
         request_id: Some("rid-1".into()),
-        start: std::time::SystemTime::now(),
+        arrived: std::time::Instant::now(),
     }
 }
 
@@ -545,4 +544,71 @@ header_filter = 'ngx.header["X-Late"] = tostring((pcall(ngx.req.set_header, "X-L
         "the request's head is fixed after access"
     );
     assert!(req.headers.get("x-late").is_none());
+}
+
+/// A fetcher whose exchange holds a large state across its await, as the gateway's does (a
+/// connection pool's checkout, TLS, HTTP/1 or HTTP/2 exchange).
+struct LargeFetch;
+
+impl Fetcher for LargeFetch {
+    async fn fetch(&self, _: Outbound) -> Result<Fetched, String> {
+        let scratch = [0u8; 8192];
+        tokio::task::yield_now().await;
+        Err(format!(
+            "{}",
+            scratch.iter().map(|&b| usize::from(b)).sum::<usize>()
+        ))
+    }
+}
+
+#[test]
+fn a_call_that_does_not_wait_carries_no_exchange_in_its_future() {
+    // Every request's future holds the call's, and moves it (`Box::pin`); the exchange's
+    // future is boxed when a script waits, so its size does not make every call pay.
+    let rt = runtime(
+        "[[route]]\nname = \"r\"\nlisteners = [\"l\"]\nupstream = \"u\"\n[route.lua]\naccess = 'return'\n",
+    );
+    let lua = rt.scripts("r").unwrap().request(facts());
+    let mut req = Req::get("/");
+    let call = lua.run_request(LuaPhase::Access, req.head(), &LargeFetch);
+    let size = std::mem::size_of_val(&call);
+    assert!(size < 4096, "the access call's future is {size} bytes");
+}
+
+#[test]
+fn host_is_the_requests_own_in_lower_case_without_its_port() {
+    let rt = runtime(
+        r#"[[route]]
+name = "r"
+upstream = "u"
+[route.lua]
+access = '''
+ngx.req.set_header("X-Host", ngx.var.host)
+ngx.req.set_header("Host", "Moved.example:81")
+ngx.req.set_header("X-Moved", ngx.var.host)
+ngx.req.set_header("X-Header", ngx.var.http_x_mixed_Case)
+'''
+"#,
+    );
+    let lua = rt.scripts("r").unwrap().request(facts());
+    let mut req = Req::get("/");
+    req.headers
+        .insert("host", "WWW.Example.COM:8443".parse().unwrap());
+    req.headers.insert("x-mixed-case", "v".parse().unwrap());
+    assert!(matches!(
+        run(&lua, LuaPhase::Access, req.head()),
+        Outcome::Continue
+    ));
+    assert_eq!(req.headers["x-host"], "www.example.com");
+    assert_eq!(req.headers["x-moved"], "moved.example");
+    assert_eq!(req.headers["x-header"], "v");
+    // An absolute target's authority wins over `Host` (HTTP/2's `:authority`).
+    let lua = rt.scripts("r").unwrap().request(facts());
+    let mut req = Req::get("https://[::1]:8443/x");
+    req.headers.insert("host", "other".parse().unwrap());
+    assert!(matches!(
+        run(&lua, LuaPhase::Access, req.head()),
+        Outcome::Continue
+    ));
+    assert_eq!(req.headers["x-host"], "[::1]");
 }

@@ -9,7 +9,7 @@ use mlua::RegistryKey;
 use sluice_config::LuaPhase;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::Instant;
 
 /// The connection and request facts that do not change while the request runs.
 #[derive(Debug, Clone)]
@@ -22,12 +22,12 @@ pub struct Facts {
     pub local: SocketAddr,
     /// `"https"` or `"http"`.
     pub scheme: &'static str,
-    /// The host the request asked for (`ngx.var.host`: lower case, no port).
-    pub host: String,
     /// `X-Request-Id` where the listener gives one.
     pub request_id: Option<String>,
-    /// When the request arrived (`ngx.req.start_time`, `request_time`).
-    pub start: SystemTime,
+    /// When the request arrived (`ngx.req.start_time`, `request_time`): a monotonic instant,
+    /// turned into wall-clock time only when a script asks, which spares a clock read per
+    /// request.
+    pub arrived: Instant,
 }
 
 /// One request as a script sees it during one call.

@@ -300,9 +300,8 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
         "start_time",
         lua.create_function(|_, ()| {
             with_view(|v| {
-                let d = v
-                    .facts
-                    .start
+                let start = std::time::SystemTime::now() - v.facts.arrived.elapsed();
+                let d = start
                     .duration_since(std::time::UNIX_EPOCH)
                     .unwrap_or_default();
                 Ok(d.as_millis() as f64 / 1000.0)

@@ -8,30 +8,33 @@ use crate::view::{View, disabled};
 use http::HeaderMap;
 use mlua::ffi;
 use mlua::{Lua, Table, Value};
+use std::borrow::Cow;
 use std::ffi::c_int;
 
-/// `ngx.var`'s value for `name`, or `None` (nil) for a variable Sluice does not have.
-pub(crate) fn get(view: &View, name: &str) -> Option<Vec<u8>> {
+/// `ngx.var`'s value for `name`, or `None` (nil) for a variable Sluice does not have:
+/// borrowed from the view where it holds the bytes (a header, the query), so that a read
+/// copies once, into the Lua string.
+pub(crate) fn get<'a>(view: &'a View, name: &str) -> Option<Cow<'a, [u8]>> {
     let uri = &view.uri;
     let query = uri.query();
     let f = &view.facts;
-    let text = |s: &str| Some(s.as_bytes().to_vec());
+    let text = |s: &'a str| Some(Cow::Borrowed(s.as_bytes()));
+    let owned = |s: String| Some(Cow::Owned(s.into_bytes()));
     match name {
-        "uri" => Some(normalized_path(uri.path().as_bytes())),
-        "document_uri" => Some(normalized_path(uri.path().as_bytes())),
+        "uri" | "document_uri" => Some(Cow::Owned(normalized_path(uri.path().as_bytes()))),
         "request_uri" => text(uri.path_and_query().map_or("/", |p| p.as_str())),
         "args" | "query_string" => query.and_then(text),
         "is_args" => text(if query.is_some() { "?" } else { "" }),
-        "host" => text(host_name(&f.host)),
+        "host" => host(view),
         "http_host" => header(&view.headers, "host"),
-        "remote_addr" => text(&f.client.ip().to_string()),
-        "remote_port" => text(&f.client.port().to_string()),
-        "binary_remote_addr" => Some(match f.client.ip() {
+        "remote_addr" => owned(f.client.ip().to_string()),
+        "remote_port" => owned(f.client.port().to_string()),
+        "binary_remote_addr" => Some(Cow::Owned(match f.client.ip() {
             std::net::IpAddr::V4(a) => a.octets().to_vec(),
             std::net::IpAddr::V6(a) => a.octets().to_vec(),
-        }),
-        "server_addr" => text(&f.local.ip().to_string()),
-        "server_port" => text(&f.local.port().to_string()),
+        })),
+        "server_addr" => owned(f.local.ip().to_string()),
+        "server_port" => owned(f.local.port().to_string()),
         "scheme" => text(f.scheme),
         "https" => text(if f.scheme == "https" { "on" } else { "" }),
         "request_method" => text(view.method.as_str()),
@@ -40,60 +43,100 @@ pub(crate) fn get(view: &View, name: &str) -> Option<Vec<u8>> {
         "remote_user" => view.subject.as_deref().and_then(text),
         "content_type" => header(&view.headers, "content-type"),
         "content_length" => header(&view.headers, "content-length"),
-        "status" if view.status > 0 => text(&view.status.to_string()),
-        "bytes_sent" => text(&view.bytes_sent.to_string()),
-        "request_time" => {
-            let spent = f.start.elapsed().unwrap_or_default();
-            text(&format!("{:.3}", spent.as_secs_f64()))
-        }
-        "msec" => text(&format!("{:.3}", crate::api::text::now())),
-        "time_iso8601" => text(&format!(
+        "status" if view.status > 0 => owned(view.status.to_string()),
+        "bytes_sent" => owned(view.bytes_sent.to_string()),
+        "request_time" => owned(format!("{:.3}", f.arrived.elapsed().as_secs_f64())),
+        "msec" => owned(format!("{:.3}", crate::api::text::now())),
+        "time_iso8601" => owned(format!(
             "{}+00:00",
             crate::api::text::utc(std::time::SystemTime::now(), "T")
         )),
-        "hostname" => text(&hostname()),
+        "hostname" => owned(hostname()),
         _ => prefixed(view, name),
     }
 }
 
+/// `$host`: the request's host (the target's authority, else `Host`) without its port, in
+/// lower case; computed when read, from the head as it stands (`ngx.req.set_header("Host")`
+/// changes it, as in lua-nginx-module).
+fn host(view: &View) -> Option<Cow<'_, [u8]>> {
+    let given = view
+        .uri
+        .authority()
+        .map(http::uri::Authority::as_str)
+        .or_else(|| view.headers.get(http::header::HOST)?.to_str().ok())
+        .unwrap_or_default();
+    let name = host_name(given);
+    Some(if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(name.to_ascii_lowercase().into_bytes())
+    } else {
+        Cow::Borrowed(name.as_bytes())
+    })
+}
+
 /// `http_*`, `cookie_*`, `arg_*` and `sent_http_*`.
-fn prefixed(view: &View, name: &str) -> Option<Vec<u8>> {
+fn prefixed<'a>(view: &'a View, name: &str) -> Option<Cow<'a, [u8]>> {
     if let Some(h) = name.strip_prefix("http_") {
-        return header(&view.headers, &h.replace('_', "-"));
+        return with_header_name(h, |n| header(&view.headers, n));
     }
     if let Some(h) = name.strip_prefix("sent_http_") {
-        return header(&view.response_headers, &h.replace('_', "-"));
+        return with_header_name(h, |n| header(&view.response_headers, n));
     }
     if let Some(c) = name.strip_prefix("cookie_") {
-        return cookie(&view.headers, c.as_bytes());
+        return cookie(&view.headers, c.as_bytes()).map(Cow::Borrowed);
     }
     if let Some(a) = name.strip_prefix("arg_") {
-        return arg(view.uri.query()?.as_bytes(), a.as_bytes());
+        return arg(view.uri.query()?.as_bytes(), a.as_bytes()).map(Cow::Borrowed);
     }
     None
 }
 
+/// Runs `f` on the header name a variable's suffix stands for (`x_token`: `x-token`),
+/// spelled in a buffer on the stack when it is short, as nearly all are.
+fn with_header_name<R>(suffix: &str, f: impl FnOnce(&str) -> R) -> R {
+    let mut buf = [0u8; 64];
+    if let Some(spelled) = buf.get_mut(..suffix.len()) {
+        for (out, b) in spelled.iter_mut().zip(suffix.bytes()) {
+            *out = if b == b'_' {
+                b'-'
+            } else {
+                b.to_ascii_lowercase()
+            };
+        }
+        // Only ASCII bytes were changed, into ASCII: still UTF-8.
+        if let Ok(name) = std::str::from_utf8(spelled) {
+            return f(name);
+        }
+    }
+    f(&suffix.replace('_', "-").to_ascii_lowercase())
+}
+
 /// A request header's value as NGINX 1.22's `$http_NAME`: the first, except `Cookie`
-/// (joined by `; `) and `X-Forwarded-For` (joined by `, `).
-fn header(headers: &HeaderMap, name: &str) -> Option<Vec<u8>> {
-    let name = name.to_ascii_lowercase();
-    let mut values = headers.get_all(name.as_str()).iter();
-    let first = values.next()?.as_bytes().to_vec();
-    let sep: &[u8] = match name.as_str() {
+/// (joined by `; `) and `X-Forwarded-For` (joined by `, `). `name` is in lower case.
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<Cow<'a, [u8]>> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?.as_bytes();
+    let sep: &[u8] = match name {
         "cookie" => b"; ",
         "x-forwarded-for" => b", ",
-        _ => return Some(first),
+        _ => return Some(Cow::Borrowed(first)),
     };
-    let mut out = first;
+    let mut out = first.to_vec();
+    let mut joined = false;
     for v in values {
         out.extend_from_slice(sep);
         out.extend_from_slice(v.as_bytes());
+        joined = true;
     }
-    Some(out)
+    Some(if joined {
+        Cow::Owned(out)
+    } else {
+        Cow::Borrowed(first)
+    })
 }
 
 /// `$cookie_NAME`: the first cookie of that name (case-sensitive, as NGINX).
-fn cookie(headers: &HeaderMap, name: &[u8]) -> Option<Vec<u8>> {
+fn cookie<'a>(headers: &'a HeaderMap, name: &[u8]) -> Option<&'a [u8]> {
     headers
         .get_all(http::header::COOKIE)
         .iter()
@@ -101,18 +144,18 @@ fn cookie(headers: &HeaderMap, name: &[u8]) -> Option<Vec<u8>> {
         .find_map(|pair| {
             let pair = pair.trim_ascii();
             let at = pair.iter().position(|&b| b == b'=')?;
-            (pair[..at].trim_ascii() == name).then(|| pair[at + 1..].trim_ascii().to_vec())
+            (pair[..at].trim_ascii() == name).then(|| pair[at + 1..].trim_ascii())
         })
 }
 
 /// `$arg_NAME`: the first argument of that name (compared without case, as NGINX), as sent.
-fn arg(query: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+fn arg<'a>(query: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
     query.split(|&b| b == b'&').find_map(|pair| {
         let (k, v) = match pair.iter().position(|&b| b == b'=') {
             Some(at) => (&pair[..at], &pair[at + 1..]),
             None => (pair, &b""[..]),
         };
-        k.eq_ignore_ascii_case(name).then(|| v.to_vec())
+        k.eq_ignore_ascii_case(name).then_some(v)
     })
 }
 
@@ -173,10 +216,10 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let meta = lua.create_table()?;
     let slow = lua.create_function(|lua, (_, name): (Table, mlua::LuaString)| {
         let name = name.to_str()?;
-        match with_view(|v| Ok(get(v, &name)))? {
-            Some(bytes) => Ok(Value::String(lua.create_string(bytes)?)),
+        with_view(|v| match get(v, &name) {
+            Some(bytes) => Ok(Value::String(lua.create_string(&*bytes)?)),
             None => Ok(Value::Nil),
-        }
+        })
     })?;
     meta.set(
         "__index",
@@ -197,13 +240,25 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
 #[expect(unsafe_code, reason = "a raw lua_CFunction (crate::cfunc)")]
 unsafe extern "C-unwind" fn var_index(l: *mut ffi::lua_State) -> c_int {
     // SAFETY: called by Lua as a C closure made by `cfunc::closure` (upvalue 1: the slow
-    // `__index`); the name's bytes are read while it is on the stack.
+    // `__index`); the name's bytes are read while it is on the stack. A borrowed value
+    // leaves `try_with` as a pointer and a length into the view, which lives until the call
+    // ends (`current::lend`) and which nothing changes between here and the push.
     unsafe {
+        // Pushed outside `try_with`, so that Lua's error on a failed push does not unwind
+        // through the slot's guard.
         let found = str_at(l, 2)
             .and_then(|n| std::str::from_utf8(n).ok())
-            .and_then(|name| crate::current::try_with(|v| get(v, name)));
+            .and_then(|name| {
+                crate::current::try_with(|v| {
+                    get(v, name).map(|value| match value {
+                        Cow::Borrowed(b) => (b.as_ptr(), b.len(), None),
+                        Cow::Owned(o) => (std::ptr::null(), 0, Some(o)),
+                    })
+                })
+            });
         match found {
-            Some(Some(bytes)) => push_bytes(l, &bytes),
+            Some(Some((_, _, Some(owned)))) => push_bytes(l, &owned),
+            Some(Some((at, len, None))) => push_bytes(l, std::slice::from_raw_parts(at, len)),
             Some(None) => ffi::lua_pushnil(l),
             None => return delegate(l),
         }
@@ -255,7 +310,7 @@ mod tests {
         assert_eq!(cookie(&h, b"sid").unwrap(), b"xyz");
         assert_eq!(cookie(&h, b"b").unwrap(), b"2");
         assert!(cookie(&h, b"SID").is_none());
-        assert_eq!(header(&h, "cookie").unwrap(), b"a=1; sid=xyz; b=2");
+        assert_eq!(&*header(&h, "cookie").unwrap(), b"a=1; sid=xyz; b=2");
         assert_eq!(arg(b"x=1&Token=abc%20d&y", b"token").unwrap(), b"abc%20d");
         assert_eq!(arg(b"x=1&y", b"y").unwrap(), b"");
         assert_eq!(host_name("Example.com:8443"), "Example.com");

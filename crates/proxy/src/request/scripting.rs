@@ -31,7 +31,7 @@ impl RequestCtx<'_> {
         }
         let entry = &self.done.entry;
         let facts = Facts {
-            route: scripts.route().into(),
+            route: scripts.route().clone(),
             client: entry.client.unwrap_or(self.conn.peer),
             local: self.conn.local,
             scheme: if self.listener.tls.is_some() {
@@ -39,9 +39,8 @@ impl RequestCtx<'_> {
             } else {
                 "http"
             },
-            host: self.host.to_ascii_lowercase(),
             request_id: (!entry.request_id.is_empty()).then(|| entry.request_id.clone()),
-            start: std::time::SystemTime::now() - self.done.start.elapsed(),
+            arrived: self.done.start,
         };
         self.done.lua = Some(scripts.request(facts));
     }
