@@ -61,24 +61,19 @@ pub struct RouteScripts {
     states: Box<[Arc<State>]>,
 }
 
-/// A request's part in Lua: the state it runs on and what its phases carry from one to the
-/// next (`ngx.ctx`, the request's head for the later phases). Shared by the response body's
-/// filter and the request's log record; one phase runs at a time.
+/// A request's part in Lua: the state it runs on and its view, which goes from phase to
+/// phase with what the earlier ones left (`ngx.ctx`, the request's head as the scripts
+/// changed it, `ngx.header`). Shared by the response body's filter and the request's log
+/// record; one phase runs at a time.
 #[derive(Debug)]
 pub struct RequestLua {
     state: Arc<State>,
     facts: Arc<Facts>,
     scripts: Arc<RouteScripts>,
-    carried: Mutex<Carried>,
-}
-
-#[derive(Debug)]
-struct Carried {
-    ctx: Option<mlua::RegistryKey>,
-    method: Method,
-    uri: Uri,
-    version: Version,
-    subject: Option<Arc<str>>,
+    /// Boxed, made once per request and lent to each phase: taking it out and putting it
+    /// back moves a pointer, where building a view per phase and moving it in and out of
+    /// the phase's future copied it several times per call.
+    view: Mutex<Option<Box<View>>>,
 }
 
 /// The request's head as the `rewrite` and `access` phases may change it.
@@ -314,17 +309,12 @@ impl RouteScripts {
     /// The request's Lua, made at its first script (the state of the thread it is on).
     pub fn request(self: &Arc<Self>, facts: Facts) -> Arc<RequestLua> {
         let state = self.states[slot(self.states.len())].clone();
+        let facts = Arc::new(facts);
         Arc::new(RequestLua {
             state,
-            facts: Arc::new(facts),
+            view: Mutex::new(Some(Box::new(View::new(LuaPhase::Rewrite, facts.clone())))),
+            facts,
             scripts: self.clone(),
-            carried: Mutex::new(Carried {
-                ctx: None,
-                method: Method::GET,
-                uri: Uri::default(),
-                version: Version::HTTP_11,
-                subject: None,
-            }),
         })
     }
 }
@@ -335,19 +325,18 @@ impl RequestLua {
         &self.scripts
     }
 
-    fn carried(&self) -> std::sync::MutexGuard<'_, Carried> {
-        self.carried.lock().unwrap_or_else(|p| p.into_inner())
+    /// The request's view, for a call in `phase`.
+    fn take_view(&self, phase: LuaPhase) -> Box<View> {
+        let kept = self.view.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // Only a phase that panicked loses the view; the next gets a fresh one.
+        let mut view = kept.unwrap_or_else(|| Box::new(View::new(phase, self.facts.clone())));
+        view.begin(phase);
+        view
     }
 
-    /// A view for `phase` with what the earlier phases left (taken from `c`).
-    fn view(&self, c: &mut Carried, phase: LuaPhase) -> View {
-        let mut v = View::new(phase, self.facts.clone());
-        v.ctx = c.ctx.take();
-        v.method = c.method.clone();
-        v.uri = c.uri.clone();
-        v.version = c.version;
-        v.subject = c.subject.clone();
-        v
+    /// Puts the view back for the next phase.
+    fn put_view(&self, view: Box<View>) {
+        *self.view.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
     }
 
     /// Phase `rewrite` or `access`: the script may change the request's head, or end it;
@@ -358,10 +347,8 @@ impl RequestLua {
         head: RequestHead<'_>,
         fetcher: &F,
     ) -> Outcome {
-        // The head comes from the request; only `ngx.ctx` from the earlier phases.
-        let mut view = View::new(phase, self.facts.clone());
-        view.ctx = self.carried().ctx.take();
-        view.method = head.method.clone();
+        let mut view = self.take_view(phase);
+        view.method.clone_from(head.method);
         view.uri = std::mem::take(head.uri);
         view.headers = std::mem::take(head.headers);
         view.version = head.version;
@@ -371,15 +358,9 @@ impl RequestLua {
         head.method.clone_from(&view.method);
         head.uri.clone_from(&view.uri);
         *head.headers = std::mem::take(&mut view.headers);
-        {
-            let mut c = self.carried();
-            c.method = view.method.clone();
-            c.uri = std::mem::take(&mut view.uri);
-            c.version = view.version;
-            c.subject = view.subject.take();
-            c.ctx = view.ctx.take();
-        }
-        outcome(ended, view)
+        let outcome = outcome(ended, &mut view);
+        self.put_view(view);
+        outcome
     }
 
     /// Phase `header_filter`: the response's status and head, which the script may change;
@@ -390,8 +371,7 @@ impl RequestLua {
         status: &mut StatusCode,
         headers: &mut HeaderMap,
     ) -> bool {
-        let mut c = self.carried();
-        let mut view = self.view(&mut c, LuaPhase::HeaderFilter);
+        let mut view = self.take_view(LuaPhase::HeaderFilter);
         view.headers = std::mem::take(request_headers);
         view.status = status.as_u16();
         view.response_headers = std::mem::take(headers);
@@ -399,7 +379,7 @@ impl RequestLua {
         *request_headers = std::mem::take(&mut view.headers);
         *headers = std::mem::take(&mut view.response_headers);
         *status = StatusCode::from_u16(view.status).unwrap_or(*status);
-        c.ctx = view.ctx.take();
+        self.put_view(view);
         !matches!(ended, Ended::Failed(_) | Ended::Stopped)
     }
 
@@ -407,26 +387,25 @@ impl RequestLua {
     /// goes on instead and whether the body ends there, or `None` when the script failed
     /// (the body is cut short, as NGINX aborts it).
     pub fn run_body_filter(&self, chunk: Bytes, eof: bool) -> Option<(Bytes, bool)> {
-        let mut c = self.carried();
-        let mut view = self.view(&mut c, LuaPhase::BodyFilter);
+        let mut view = self.take_view(LuaPhase::BodyFilter);
         view.chunk = Some(chunk);
         view.eof = eof;
         let ended = self.scripts.call(self, LuaPhase::BodyFilter, &mut view);
-        c.ctx = view.ctx.take();
-        match ended {
+        let out = match ended {
             Ended::Failed(_) | Ended::Stopped => None,
-            _ => Some((view.chunk.unwrap_or_default(), view.eof)),
-        }
+            _ => Some((view.chunk.take().unwrap_or_default(), view.eof)),
+        };
+        self.put_view(view);
+        out
     }
 
     /// Phase `log`, after the response: read-only.
     pub fn run_log(&self, status: u16, bytes_sent: u64) {
-        let mut c = self.carried();
-        let mut view = self.view(&mut c, LuaPhase::Log);
+        let mut view = self.take_view(LuaPhase::Log);
         view.status = status;
         view.bytes_sent = bytes_sent;
         self.scripts.call(self, LuaPhase::Log, &mut view);
-        c.ctx = view.ctx.take();
+        self.put_view(view);
     }
 }
 
@@ -450,7 +429,7 @@ async fn wait<F: Fetcher>(pending: Pending, fetcher: &F, stats: &ScriptStats) ->
 }
 
 /// What a request phase's call comes to.
-fn outcome(ended: Ended, view: View) -> Outcome {
+fn outcome(ended: Ended, view: &mut View) -> Outcome {
     match ended {
         Ended::Failed(_) | Ended::Stopped => Outcome::Failed,
         Ended::Exit(status) if status < 0 => Outcome::Failed,
@@ -463,7 +442,11 @@ fn outcome(ended: Ended, view: View) -> Outcome {
                 _ => 200,
             };
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-            Outcome::Respond(status, view.response_headers, view.output.into())
+            Outcome::Respond(
+                status,
+                std::mem::take(&mut view.response_headers),
+                std::mem::take(&mut view.output).into(),
+            )
         }
     }
 }

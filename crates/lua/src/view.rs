@@ -98,6 +98,20 @@ impl View {
         }
     }
 
+    /// Readies the view for a call in `phase`: what a call leaves for its caller (output,
+    /// exit, the body piece, a wait, an error) goes; what the request carries from phase to
+    /// phase (`ngx.ctx`, its head, `ngx.status`, `ngx.header`) stays, as in NGINX, where
+    /// they live in the request.
+    pub(crate) fn begin(&mut self, phase: LuaPhase) {
+        self.phase = phase;
+        self.output.clear();
+        self.exit = None;
+        self.chunk = None;
+        self.eof = false;
+        self.pending = None;
+        self.failure = None;
+    }
+
     /// Whether the request's head may still change (`rewrite`, `access`).
     pub fn request_writable(&self) -> bool {
         matches!(self.phase, LuaPhase::Rewrite | LuaPhase::Access)
