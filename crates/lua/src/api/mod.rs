@@ -4,6 +4,7 @@
 pub(crate) mod outbound;
 pub(crate) mod req;
 pub(crate) mod resp;
+pub(crate) mod spellings;
 pub(crate) mod text;
 pub(crate) mod var;
 

@@ -109,17 +109,10 @@ unsafe extern "C-unwind" fn set_header_raw(l: *mut ffi::lua_State) -> c_int {
 
 /// Sets the header, if the call may and both are valid (else the slow path says why).
 fn set_fast(name: &[u8], value: &[u8]) -> bool {
-    let name = if name.contains(&b'_') {
-        HeaderName::from_bytes(
-            &name
-                .iter()
-                .map(|&b| if b == b'_' { b'-' } else { b })
-                .collect::<Vec<u8>>(),
-        )
-    } else {
-        HeaderName::from_bytes(name)
-    };
-    let (Ok(name), Ok(value)) = (name, HeaderValue::from_bytes(value)) else {
+    let (Some(name), Some(value)) = (
+        crate::api::spellings::header_name(name),
+        crate::api::spellings::header_value(value),
+    ) else {
         return false;
     };
     crate::current::try_with(|v| {
