@@ -1,11 +1,13 @@
 //! `ngx.var.NAME`: NGINX's variables a script reads, computed from the view at each read
 //! (nothing is computed for a variable no script asks for).
 
+use crate::api::spellings::header_name;
 use crate::api::text::unescape;
 use crate::cfunc::{delegate, push_bytes, str_at};
 use crate::current::with_view;
 use crate::view::{View, disabled};
 use http::HeaderMap;
+use http::header::HeaderName;
 use mlua::ffi;
 use mlua::{Lua, Table, Value};
 use std::borrow::Cow;
@@ -26,7 +28,7 @@ pub(crate) fn get<'a>(view: &'a View, name: &str) -> Option<Cow<'a, [u8]>> {
         "args" | "query_string" => query.and_then(text),
         "is_args" => text(if query.is_some() { "?" } else { "" }),
         "host" => host(view),
-        "http_host" => header(&view.headers, "host"),
+        "http_host" => header(&view.headers, &http::header::HOST),
         "remote_addr" => owned(f.client.ip().to_string()),
         "remote_port" => owned(f.client.port().to_string()),
         "binary_remote_addr" => Some(Cow::Owned(match f.client.ip() {
@@ -41,8 +43,8 @@ pub(crate) fn get<'a>(view: &'a View, name: &str) -> Option<Cow<'a, [u8]>> {
         "server_protocol" => text(protocol(view.version)),
         "request_id" => f.request_id.as_deref().and_then(text),
         "remote_user" => view.subject.as_deref().and_then(text),
-        "content_type" => header(&view.headers, "content-type"),
-        "content_length" => header(&view.headers, "content-length"),
+        "content_type" => header(&view.headers, &http::header::CONTENT_TYPE),
+        "content_length" => header(&view.headers, &http::header::CONTENT_LENGTH),
         "status" if view.status > 0 => owned(view.status.to_string()),
         "bytes_sent" => owned(view.bytes_sent.to_string()),
         "request_time" => owned(format!("{:.3}", f.arrived.elapsed().as_secs_f64())),
@@ -76,11 +78,13 @@ fn host(view: &View) -> Option<Cow<'_, [u8]>> {
 
 /// `http_*`, `cookie_*`, `arg_*` and `sent_http_*`.
 fn prefixed<'a>(view: &'a View, name: &str) -> Option<Cow<'a, [u8]>> {
+    // The header name through the spellings kept per thread: `name` is a Lua string's bytes
+    // on the fast path, the same ones request after request.
     if let Some(h) = name.strip_prefix("http_") {
-        return with_header_name(h, |n| header(&view.headers, n));
+        return header(&view.headers, &header_name(h.as_bytes())?);
     }
     if let Some(h) = name.strip_prefix("sent_http_") {
-        return with_header_name(h, |n| header(&view.response_headers, n));
+        return header(&view.response_headers, &header_name(h.as_bytes())?);
     }
     if let Some(c) = name.strip_prefix("cookie_") {
         return cookie(&view.headers, c.as_bytes()).map(Cow::Borrowed);
@@ -91,32 +95,12 @@ fn prefixed<'a>(view: &'a View, name: &str) -> Option<Cow<'a, [u8]>> {
     None
 }
 
-/// Runs `f` on the header name a variable's suffix stands for (`x_token`: `x-token`),
-/// spelled in a buffer on the stack when it is short, as nearly all are.
-fn with_header_name<R>(suffix: &str, f: impl FnOnce(&str) -> R) -> R {
-    let mut buf = [0u8; 64];
-    if let Some(spelled) = buf.get_mut(..suffix.len()) {
-        for (out, b) in spelled.iter_mut().zip(suffix.bytes()) {
-            *out = if b == b'_' {
-                b'-'
-            } else {
-                b.to_ascii_lowercase()
-            };
-        }
-        // Only ASCII bytes were changed, into ASCII: still UTF-8.
-        if let Ok(name) = std::str::from_utf8(spelled) {
-            return f(name);
-        }
-    }
-    f(&suffix.replace('_', "-").to_ascii_lowercase())
-}
-
 /// A request header's value as NGINX 1.22's `$http_NAME`: the first, except `Cookie`
 /// (joined by `; `) and `X-Forwarded-For` (joined by `, `). `name` is in lower case.
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<Cow<'a, [u8]>> {
+fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<Cow<'a, [u8]>> {
     let mut values = headers.get_all(name).iter();
     let first = values.next()?.as_bytes();
-    let sep: &[u8] = match name {
+    let sep: &[u8] = match name.as_str() {
         "cookie" => b"; ",
         "x-forwarded-for" => b", ",
         _ => return Some(Cow::Borrowed(first)),
@@ -310,7 +294,10 @@ mod tests {
         assert_eq!(cookie(&h, b"sid").unwrap(), b"xyz");
         assert_eq!(cookie(&h, b"b").unwrap(), b"2");
         assert!(cookie(&h, b"SID").is_none());
-        assert_eq!(&*header(&h, "cookie").unwrap(), b"a=1; sid=xyz; b=2");
+        assert_eq!(
+            &*header(&h, &http::header::COOKIE).unwrap(),
+            b"a=1; sid=xyz; b=2"
+        );
         assert_eq!(arg(b"x=1&Token=abc%20d&y", b"token").unwrap(), b"abc%20d");
         assert_eq!(arg(b"x=1&y", b"y").unwrap(), b"");
         assert_eq!(host_name("Example.com:8443"), "Example.com");
