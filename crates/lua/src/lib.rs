@@ -14,6 +14,7 @@
 //! blocks. Each is counted per script ([`stats`]).
 
 mod api;
+mod budget;
 mod cfunc;
 mod cjson;
 mod current;

@@ -1,20 +1,17 @@
 //! One Lua state: LuaJIT with the sandboxed standard library, the `ngx` API, the
 //! configuration's scripts compiled once, an instruction budget per call and a memory bound.
 
+use crate::budget::Budget;
 use crate::shared::SharedDict;
 use crate::view::{Outside, View};
 use crate::wait::{Pending, Resumed};
 use crate::worker::WorkerId;
 use mlua::{
-    Function, HookTriggers, IntoLuaMulti, LightUserData, Lua, LuaOptions, RegistryKey, StdLib,
-    Thread, Value, VmState,
+    Function, IntoLuaMulti, LightUserData, Lua, LuaOptions, RegistryKey, StdLib, Thread, Value,
 };
 use sluice_config::{LuaCode, LuaSettings};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// Instructions between two looks at the budget.
-const HOOK_EVERY: u32 = 1000;
 
 /// Runners kept at rest per state: as many as calls that wait at once, up to this.
 const MAX_IDLE_RUNNERS: usize = 64;
@@ -70,10 +67,11 @@ pub(crate) struct State {
     new_runner: Option<Function>,
     /// The configuration's scripts, compiled in this state, by script number.
     functions: Vec<Function>,
-    /// Hook ticks of the call in progress, and whether it passed its budget.
-    ticks: Arc<AtomicU64>,
+    /// The instruction budget (`budget.rs`), where `max_instructions` sets one.
+    budget: Option<Arc<Budget>>,
+    /// Whether the call in progress passed its budget (the budget's flag, or one that
+    /// stays false).
     over: Arc<AtomicBool>,
-    budgeted: bool,
     max_memory: usize,
     /// Whether the allocator enforces `max_memory` (else it is checked after calls).
     limited: bool,
@@ -100,7 +98,7 @@ fn libs() -> StdLib {
 }
 
 /// With an instruction budget the JIT compiler is off: LuaJIT calls no hook from compiled
-/// code, so a compiled loop would never meet its budget. `jit` stays for the scripts that
+/// code, so a compiled loop would never meet its budget (`budget.rs`). `jit` stays for the scripts that
 /// read its version, with switches that do nothing.
 const JIT_OFF: &str = r#"
 jit.off()
@@ -135,8 +133,11 @@ impl State {
         let limited = lua.set_memory_limit(max_memory).is_ok();
         lua.set_app_data(Outside(std::cell::Cell::new("init")));
         lua.set_app_data(WorkerId(worker));
-        let ticks = Arc::new(AtomicU64::new(0));
-        let over = Arc::new(AtomicBool::new(false));
+        let budget =
+            budgeted.then(|| Budget::new(settings.max_instructions, lua.current_thread().state()));
+        let over = budget
+            .as_ref()
+            .map_or_else(|| Arc::new(AtomicBool::new(false)), |b| b.over.clone());
         let setup = |lua: &Lua, state: std::sync::Weak<State>| -> mlua::Result<Function> {
             lua.load(OS_REMOVED).set_name("=sluice").exec()?;
             if budgeted {
@@ -184,9 +185,8 @@ impl State {
                 gate: Mutex::new(Vec::new()),
                 new_runner,
                 functions,
-                ticks: ticks.clone(),
+                budget: budget.clone(),
                 over: over.clone(),
-                budgeted,
                 max_memory,
                 limited,
             }
@@ -194,11 +194,11 @@ impl State {
         if let Some(e) = failure {
             return Err(e);
         }
-        state.arm_budget(settings.max_instructions);
         if let Some(init) = &settings.init {
             let f = compile(&state.lua, init)?;
             let _gate = state.lock();
             state.start_call();
+            let _running = state.budget.as_deref().map(Budget::enter);
             f.call::<()>(()).map_err(|e| format!("[lua] init: {e}"))?;
         }
         if let Some(o) = state.lua.app_data_ref::<Outside>() {
@@ -211,34 +211,10 @@ impl State {
         self.gate.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The instruction hook: every [`HOOK_EVERY`] instructions one tick; past the budget the
-    /// call gets an error (and again at each tick, should it catch one).
-    fn arm_budget(&self, max_instructions: u64) {
-        if !self.budgeted {
-            return;
-        }
-        let limit = max_instructions.div_ceil(u64::from(HOOK_EVERY)).max(1);
-        let (ticks, over) = (self.ticks.clone(), self.over.clone());
-        // Global: LuaJIT has one hook for all its coroutines, and mlua's per-thread hook
-        // removes itself when it fires in a coroutine it was not set on (a runner, or a
-        // script's own coroutine), which would free a loop there from its budget.
-        // Refused only on Luau.
-        let _ = self.lua.set_global_hook(
-            HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-            move |_, _| {
-                if ticks.fetch_add(1, Ordering::Relaxed) + 1 > limit {
-                    over.store(true, Ordering::Relaxed);
-                    return Err(mlua::Error::runtime(
-                        "the script ran past its instruction budget ([lua] max_instructions) and was stopped",
-                    ));
-                }
-                Ok(VmState::Continue)
-            },
-        );
-    }
-
     fn start_call(&self) {
-        self.ticks.store(0, Ordering::Relaxed);
+        if let Some(b) = &self.budget {
+            b.ticks.store(0, Ordering::Relaxed);
+        }
         self.over.store(false, Ordering::Relaxed);
     }
 
@@ -250,7 +226,10 @@ impl State {
         };
         let _gate = self.lock();
         self.start_call();
-        let result = crate::current::lend(view, || f.call::<()>(()));
+        let result = crate::current::lend(view, || {
+            let _running = self.budget.as_deref().map(Budget::enter);
+            f.call::<()>(())
+        });
         self.keep_within_memory();
         self.ended(view, result.map_err(|e| e.to_string()))
     }
@@ -276,7 +255,9 @@ impl State {
     /// Resumes a call that waited, with what it waited for.
     pub(crate) fn resume(&self, run: Run, result: Resumed, view: &mut View) -> Step {
         let mut idle = self.lock();
-        self.ticks.store(run.ticks, Ordering::Relaxed);
+        if let Some(b) = &self.budget {
+            b.ticks.store(run.ticks, Ordering::Relaxed);
+        }
         self.over.store(false, Ordering::Relaxed);
         match crate::api::outbound::resumed(&self.lua, result) {
             Ok(values) => self.slice(&mut idle, run.thread, values, view),
@@ -294,6 +275,7 @@ impl State {
         view: &mut View,
     ) -> Step {
         let result = crate::current::lend(view, || {
+            let _running = self.budget.as_deref().map(Budget::enter);
             let mut result = thread.resume::<Value>(args);
             while let Ok(value) = &result
                 && !is_marker(Some(value), &DONE)
@@ -316,7 +298,10 @@ impl State {
             if let Pending::Http(call) = &mut pending {
                 call.max_body = self.max_memory;
             }
-            let ticks = self.ticks.load(Ordering::Relaxed);
+            let ticks = self
+                .budget
+                .as_ref()
+                .map_or(0, |b| b.ticks.load(Ordering::Relaxed));
             return Step::Waiting(Run { thread, ticks }, pending);
         }
         let result = view.failure.take().map_or(Ok(()), Err);
@@ -342,6 +327,7 @@ impl State {
     pub(crate) fn run_timer(&self, key: RegistryKey) {
         let _gate = self.lock();
         self.start_call();
+        let _running = self.budget.as_deref().map(Budget::enter);
         let called = self.lua.registry_value::<mlua::Table>(&key).and_then(|t| {
             // { callback, n, args... }: the callback gets `premature` (false) first.
             let f: Function = t.raw_get(1)?;
@@ -359,6 +345,12 @@ impl State {
         }
         drop(self.lua.remove_registry_value(key));
         self.keep_within_memory();
+    }
+
+    /// Whether the budget's count hook is set now.
+    #[cfg(test)]
+    pub(crate) fn budget_armed(&self) -> bool {
+        self.budget.as_deref().is_some_and(Budget::armed)
     }
 
     /// Whether no call holds the state now.

@@ -245,12 +245,61 @@ coroutine.wrap(function() while true do end end)()
             .load(Ordering::Relaxed),
         1
     );
-    // The state serves the next call.
+    // The state serves the next call, and the hook the stopped ones had is off.
     let lua = rt.scripts("boom").unwrap().request(facts());
     assert!(matches!(
         run(&lua, LuaPhase::Access, Req::get("/").head()),
         Outcome::Failed
     ));
+    assert!(
+        !lua.state.budget_armed(),
+        "the count hook outlived its call"
+    );
+}
+
+#[test]
+fn a_short_call_runs_without_the_count_hook_and_a_long_one_gets_it() {
+    // The long call is a loop that only the hook, armed by the watchdog, can stop.
+    let rt = runtime(
+        r#"[lua]
+max_instructions = 1000000
+[[route]]
+name = "short"
+upstream = "u"
+[route.lua]
+access = 'ngx.req.set_header("X-Ran", "1")'
+[[route]]
+name = "long"
+upstream = "u"
+[route.lua]
+access = 'local n = 0; while true do n = n + 1 end'
+"#,
+    );
+    let lua = rt.scripts("short").unwrap().request(facts());
+    for _ in 0..1000 {
+        let mut req = Req::get("/");
+        assert!(matches!(
+            run(&lua, LuaPhase::Access, req.head()),
+            Outcome::Continue
+        ));
+        assert_eq!(req.headers["x-ran"], "1");
+        assert!(
+            !lua.state.budget_armed(),
+            "a short call armed the count hook"
+        );
+    }
+    let long = rt.scripts("long").unwrap().request(facts());
+    assert!(matches!(
+        run(&long, LuaPhase::Access, Req::get("/").head()),
+        Outcome::Failed
+    ));
+    assert_eq!(
+        stats::for_script("long", LuaPhase::Access)
+            .stopped
+            .load(Ordering::Relaxed),
+        1
+    );
+    assert!(!long.state.budget_armed());
 }
 
 #[test]
