@@ -111,7 +111,8 @@ pub struct LuaSettings {
     pub package_path: Option<String>,
     /// `ngx.shared`.
     pub shared_dicts: Vec<SharedDictSize>,
-    /// Instructions per call before it is stopped; 0 for no budget (JIT on).
+    /// Instructions per call before it is stopped, counted from the call's first 10-20 ms
+    /// (sluice-lua's `budget.rs`); 0 for no budget (JIT on).
     pub max_instructions: u64,
     /// Bytes a state may hold.
     pub max_memory: u64,
