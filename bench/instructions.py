@@ -74,6 +74,17 @@ def load(port, load_name, n):
     return int(m.group(1))
 
 
+def stop_gateway(gw, sig):
+    """Stops a gateway under callgrind with `sig` (it writes its last dump then), killed after
+    two minutes."""
+    gw.send_signal(sig)
+    try:
+        gw.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        gw.kill()
+        gw.wait()
+
+
 def totals(path):
     """Every event's total, by callgrind's name for it (`Ir`, and with `--cache` `I1mr`, `D1mr`,
     `DLmr`, `Bcm`, ...)."""
@@ -159,7 +170,12 @@ def top(first, second, n, requests, events=("Ir",)):
     a, b = own_costs(first, events), own_costs(second, events)
     own = {name: v - a.get(name, 0) for name, v in b.items()}
     for name, v in sorted(own.items(), key=lambda kv: -kv[1])[:n]:
-        print(f"  {v / requests:8.1f}  {re.sub(r'<[^<>]*>', '', re.sub(r'<[^<>]*>', '', name))[:110]}")
+        print(f"  {v / requests:8.1f}  {short_name(name)}")
+
+
+def short_name(name):
+    """A function's name without its generic arguments, cut to a line."""
+    return re.sub(r"<[^<>]*>", "", re.sub(r"<[^<>]*>", "", name))[:110]
 
 
 def main():
@@ -243,12 +259,7 @@ def main():
         if args.keep:
             print(f"callgrind files: {dumps[0]} ({counts[0]} requests), {dumps[1]} ({counts[1]})")
     finally:
-        gw.send_signal(stop)
-        try:
-            gw.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            gw.kill()
-            gw.wait()
+        stop_gateway(gw, stop)
         origin.send_signal(signal.SIGQUIT)
         origin.wait()
         if not args.keep:

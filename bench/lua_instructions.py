@@ -106,15 +106,10 @@ def gateway(who, d, n, cache):
             added = {f: v - none.get(f, 0) for f, v in lua.items()}
             print(f"{who}: the {TOP} functions whose own instructions the script adds most, per request:")
             for name, v in sorted(added.items(), key=lambda kv: -kv[1])[:TOP]:
-                print(f"  {v:8.1f}  {re.sub(r'<[^<>]*>', '', re.sub(r'<[^<>]*>', '', name))[:110]}")
+                print(f"  {v:8.1f}  {I.short_name(name)}")
         return {k: events for k, (events, _) in counted.items()}
     finally:
-        gw.send_signal(stop)
-        try:
-            gw.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            gw.kill()
-            gw.wait()
+        I.stop_gateway(gw, stop)
 
 
 def main():
