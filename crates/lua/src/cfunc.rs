@@ -31,6 +31,40 @@ pub(crate) unsafe fn str_at<'a>(l: *mut ffi::lua_State, idx: c_int) -> Option<&'
     }
 }
 
+/// The string at stack index `idx`, or the number there as its string: converted in place,
+/// in this call's own argument slot, as `tostring` would (lua-resty-core converts header
+/// values and dictionary keys so). One C API call where [`str_at`] makes two.
+///
+/// # Safety
+/// As [`str_at`]; the caller accepts a number argument's slot turned into a string (the
+/// slow path it may delegate to then sees the string).
+pub(crate) unsafe fn text_at<'a>(l: *mut ffi::lua_State, idx: c_int) -> Option<&'a [u8]> {
+    // SAFETY: as the function's contract says; `lua_tolstring` returns null for what is
+    // neither a string nor a number.
+    unsafe {
+        let mut len = 0usize;
+        let p = ffi::lua_tolstring(l, idx, &mut len);
+        (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len))
+    }
+}
+
+/// The number at `idx`, or `Some(None)` where the argument is absent or nil (`None` for
+/// anything else: the slow path converts or refuses it). One C API call for the two
+/// questions.
+///
+/// # Safety
+/// `l` is the state of a running C function.
+pub(crate) unsafe fn optional_number_at(l: *mut ffi::lua_State, idx: c_int) -> Option<Option<f64>> {
+    // SAFETY: reading a stack slot's type (LUA_TNONE past the top) and number.
+    unsafe {
+        match ffi::lua_type(l, idx) {
+            t if t <= ffi::LUA_TNIL => Some(None),
+            ffi::LUA_TNUMBER => Some(Some(ffi::lua_tonumber(l, idx))),
+            _ => None,
+        }
+    }
+}
+
 /// The number at `idx`, where it is one (not a numeric string: the slow path converts those).
 ///
 /// # Safety

@@ -69,19 +69,18 @@ mod tests {
     use super::*;
     use crate::view::Facts;
     use sluice_config::LuaPhase;
-    use std::sync::Arc;
 
     fn view() -> View {
         View::new(
             LuaPhase::Access,
-            Arc::new(Facts {
+            Facts {
                 route: "r".into(),
                 client: "127.0.0.1:1".parse().unwrap(),
                 local: "127.0.0.1:2".parse().unwrap(),
                 scheme: "http",
                 request_id: None,
                 arrived: std::time::Instant::now(),
-            }),
+            },
         )
     }
 

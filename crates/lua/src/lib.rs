@@ -19,6 +19,7 @@ mod cfunc;
 mod cjson;
 mod current;
 mod re;
+mod runner;
 mod shared;
 mod state;
 pub mod stats;
@@ -32,7 +33,7 @@ pub use view::{Facts, View};
 pub use wait::{Fetched, Fetcher, Outbound};
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, StatusCode, Uri, Version};
+use http::{HeaderMap, Request, StatusCode};
 use sluice_config::{LuaCode, LuaPhase, LuaSettings, Route};
 use state::{Ended, State, Step};
 use stats::ScriptStats;
@@ -69,7 +70,9 @@ pub struct RouteScripts {
 #[derive(Debug)]
 pub struct RequestLua {
     state: Arc<State>,
-    facts: Arc<Facts>,
+    /// What a view is made with, where a phase lost the request's (it panicked, or the
+    /// request was dropped while its call waited).
+    facts: Facts,
     scripts: Arc<RouteScripts>,
     /// Boxed, made once per request and lent to each phase: taking it out and putting it
     /// back moves a pointer, where building a view per phase and moving it in and out of
@@ -77,20 +80,33 @@ pub struct RequestLua {
     view: Mutex<Option<Box<View>>>,
 }
 
-/// The request's head as the `rewrite` and `access` phases may change it.
-pub struct RequestHead<'a> {
-    /// The method (`ngx.req.set_method` changes it).
-    pub method: &'a mut Method,
-    /// The target (`ngx.req.set_uri`, `set_uri_args`).
-    pub uri: &'a mut Uri,
-    /// The headers (`ngx.req.set_header`, `clear_header`).
-    pub headers: &'a mut HeaderMap,
-    /// The protocol version.
-    pub version: Version,
+/// The request as the `rewrite` and `access` phases see it: its method, target and headers
+/// move into the script's view for the call (swapped with what the view holds, so that
+/// nothing is built or dropped per call) and back after it.
+pub struct RequestHead<'a, B> {
+    /// The request (`ngx.req.set_method`, `set_uri`, `set_header`, ... change it).
+    pub request: &'a mut Request<B>,
     /// The body, where the route buffered it.
     pub body: Option<Bytes>,
     /// Who `[route.auth]` accepted (`ngx.var.remote_user`).
     pub subject: Option<Arc<str>>,
+}
+
+/// Where a `rewrite` or `access` call stands once started: most end without waiting.
+pub enum Started {
+    /// It ended.
+    Done(Outcome),
+    /// It waits (an outbound request, a sleep): [`RequestLua::finish_request`] goes on.
+    Waiting(Waiting),
+}
+
+/// A `rewrite` or `access` call that waits: its view (the request's head in it) and what
+/// it waits for.
+pub struct Waiting {
+    view: Box<View>,
+    run: state::Run,
+    pending: Pending,
+    spent: Duration,
 }
 
 /// What a request phase's script decided.
@@ -232,6 +248,21 @@ impl RouteScripts {
         &self.route
     }
 
+    /// Whether a script runs after the request phases (`header_filter`, `body_filter`,
+    /// `log`), where `ngx.var` reads the request's method and target.
+    fn reads_head_later(&self) -> bool {
+        self.at[phase_index(LuaPhase::HeaderFilter)..]
+            .iter()
+            .any(Option::is_some)
+    }
+
+    /// The script at `phase` (its number in the states) and its counters.
+    fn at(&self, phase: LuaPhase) -> Option<(usize, &ScriptStats)> {
+        self.at[phase_index(phase)]
+            .as_ref()
+            .map(|(script, stats)| (*script, &**stats))
+    }
+
     /// Runs one call of the script at `phase` on `view`, to its end, counted.
     fn call(&self, lua: &RequestLua, phase: LuaPhase, view: &mut View) -> Ended {
         let Some((script, stats)) = &self.at[phase_index(phase)] else {
@@ -240,39 +271,6 @@ impl RouteScripts {
         let started = Instant::now();
         let ended = lua.state.call(*script, view);
         stats.observe(started.elapsed());
-        self.report(phase, view, &ended, stats);
-        ended
-    }
-
-    /// Runs one call of the script at `phase` (`rewrite`, `access`) on `view`, counted; what
-    /// it waits for (an outbound request, a sleep) is awaited here, the state free for other
-    /// requests meanwhile. The time counted is the time in Lua, not the waits.
-    async fn run<F: Fetcher>(
-        &self,
-        lua: &RequestLua,
-        phase: LuaPhase,
-        view: &mut View,
-        fetcher: &F,
-    ) -> Ended {
-        let Some((script, stats)) = &self.at[phase_index(phase)] else {
-            return Ended::Returned;
-        };
-        let mut spent = Duration::ZERO;
-        let mut started = Instant::now();
-        let mut step = lua.state.start(*script, view);
-        let ended = loop {
-            spent += started.elapsed();
-            let (run, pending) = match step {
-                Step::Ended(ended) => break ended,
-                Step::Waiting(run, pending) => (run, pending),
-            };
-            // Boxed: the exchange's future is large, and inline it would make every call's
-            // future (and each move of it) as large, waiting or not.
-            let resumed = Box::pin(wait(pending, fetcher, stats)).await;
-            started = Instant::now();
-            step = lua.state.resume(run, resumed, view);
-        };
-        stats.observe(spent);
         self.report(phase, view, &ended, stats);
         ended
     }
@@ -310,7 +308,6 @@ impl RouteScripts {
     /// The request's Lua, made at its first script (the state of the thread it is on).
     pub fn request(self: &Arc<Self>, facts: Facts) -> Arc<RequestLua> {
         let state = self.states[slot(self.states.len())].clone();
-        let facts = Arc::new(facts);
         Arc::new(RequestLua {
             state,
             view: Mutex::new(Some(Box::new(View::new(LuaPhase::Rewrite, facts.clone())))),
@@ -340,25 +337,98 @@ impl RequestLua {
         *self.view.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
     }
 
-    /// Phase `rewrite` or `access`: the script may change the request's head, or end it;
-    /// its outbound requests go through `fetcher`.
-    pub async fn run_request<F: Fetcher>(
+    /// Phase `rewrite` or `access`, to its end: the script may change the request's head,
+    /// or end it; its outbound requests go through `fetcher`.
+    pub async fn run_request<B, F: Fetcher>(
         &self,
         phase: LuaPhase,
-        head: RequestHead<'_>,
+        mut head: RequestHead<'_, B>,
         fetcher: &F,
     ) -> Outcome {
+        match self.start_request(phase, &mut head) {
+            Started::Done(outcome) => outcome,
+            Started::Waiting(waiting) => self.finish_request(waiting, head.request, fetcher).await,
+        }
+    }
+
+    /// Starts phase `rewrite` or `access`: its outcome when the call ends without waiting
+    /// (no future is made for it), else the call waiting, for [`Self::finish_request`].
+    pub fn start_request<B>(&self, phase: LuaPhase, head: &mut RequestHead<'_, B>) -> Started {
         let mut view = self.take_view(phase);
-        view.method.clone_from(head.method);
-        view.uri = std::mem::take(head.uri);
-        view.headers = std::mem::take(head.headers);
-        view.version = head.version;
-        view.body = head.body;
-        view.subject = head.subject;
-        let ended = self.scripts.run(self, phase, &mut view, fetcher).await;
-        head.method.clone_from(&view.method);
-        head.uri.clone_from(&view.uri);
-        *head.headers = std::mem::take(&mut view.headers);
+        let req = &mut *head.request;
+        std::mem::swap(req.method_mut(), &mut view.method);
+        std::mem::swap(req.uri_mut(), &mut view.uri);
+        std::mem::swap(req.headers_mut(), &mut view.headers);
+        view.version = req.version();
+        view.body = head.body.take();
+        view.subject = head.subject.take();
+        let Some((script, stats)) = self.scripts.at(phase) else {
+            return Started::Done(self.end_request(req, view, Ended::Returned));
+        };
+        let started = Instant::now();
+        match self.state.start(script, &mut view) {
+            Step::Ended(ended) => {
+                stats.observe(started.elapsed());
+                self.scripts.report(phase, &view, &ended, stats);
+                Started::Done(self.end_request(req, view, ended))
+            }
+            Step::Waiting(run, pending) => Started::Waiting(Waiting {
+                view,
+                run,
+                pending,
+                spent: started.elapsed(),
+            }),
+        }
+    }
+
+    /// Goes on with a call that waits, to its end: what it waits for is awaited here, the
+    /// state free for other requests meanwhile. The time counted is the time in Lua, not
+    /// the waits.
+    pub async fn finish_request<B, F: Fetcher>(
+        &self,
+        waiting: Waiting,
+        request: &mut Request<B>,
+        fetcher: &F,
+    ) -> Outcome {
+        let Waiting {
+            mut view,
+            mut run,
+            mut pending,
+            mut spent,
+        } = waiting;
+        let phase = view.phase;
+        let Some((_, stats)) = self.scripts.at(phase) else {
+            return self.end_request(request, view, Ended::Returned);
+        };
+        let ended = loop {
+            // Boxed: the exchange's future is large, and inline it would make the caller's
+            // future as large.
+            let resumed = Box::pin(wait(pending, fetcher, stats)).await;
+            let started = Instant::now();
+            let step = self.state.resume(run, resumed, &mut view);
+            spent += started.elapsed();
+            match step {
+                Step::Ended(ended) => break ended,
+                Step::Waiting(r, p) => (run, pending) = (r, p),
+            }
+        };
+        stats.observe(spent);
+        self.scripts.report(phase, &view, &ended, stats);
+        self.end_request(request, view, ended)
+    }
+
+    /// The request's head back from the view, the view put back, and what the call
+    /// decided. Where a later phase has a script, the view keeps a copy of the method and
+    /// target for its `ngx.var` (they are swapped back otherwise, which copies nothing).
+    fn end_request<B>(&self, req: &mut Request<B>, mut view: Box<View>, ended: Ended) -> Outcome {
+        if self.scripts.reads_head_later() {
+            req.method_mut().clone_from(&view.method);
+            req.uri_mut().clone_from(&view.uri);
+        } else {
+            std::mem::swap(req.method_mut(), &mut view.method);
+            std::mem::swap(req.uri_mut(), &mut view.uri);
+        }
+        std::mem::swap(req.headers_mut(), &mut view.headers);
         let outcome = outcome(ended, &mut view);
         self.put_view(view);
         outcome

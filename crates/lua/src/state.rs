@@ -2,33 +2,18 @@
 //! configuration's scripts compiled once, an instruction budget per call and a memory bound.
 
 use crate::budget::Budget;
+use crate::runner::{self, Yielded};
 use crate::shared::SharedDict;
 use crate::view::{Outside, View};
 use crate::wait::{Pending, Resumed};
 use crate::worker::WorkerId;
-use mlua::{
-    Function, IntoLuaMulti, LightUserData, Lua, LuaOptions, RegistryKey, StdLib, Thread, Value,
-};
+use mlua::{Function, Lua, LuaOptions, RegistryKey, StdLib, Thread};
 use sluice_config::{LuaCode, LuaSettings};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Runners kept at rest per state: as many as calls that wait at once, up to this.
 const MAX_IDLE_RUNNERS: usize = 64;
-
-/// What a runner yields when its call is done, and when the call waits: addresses no Lua
-/// code can forge (a light userdata is made only from Rust or `ffi`, which scripts lack).
-/// Different values, so that the two can never be merged into one address.
-static DONE: u8 = 0;
-static PENDING: u8 = 1;
-
-fn marker(m: &'static u8) -> Value {
-    Value::LightUserData(LightUserData(std::ptr::from_ref(m).cast_mut().cast()))
-}
-
-fn is_marker(v: Option<&Value>, m: &'static u8) -> bool {
-    matches!(v, Some(Value::LightUserData(p)) if std::ptr::eq(p.0.cast_const().cast(), m))
-}
 
 /// How a call ended.
 #[derive(Debug)]
@@ -65,8 +50,10 @@ pub(crate) struct State {
     gate: Mutex<Vec<Thread>>,
     /// Makes a runner: a coroutine that runs calls which may wait.
     new_runner: Option<Function>,
-    /// The configuration's scripts, compiled in this state, by script number.
+    /// The configuration's scripts, compiled in this state, by script number: the
+    /// functions, and their registry references (what a runner starts, `runner.rs`).
     functions: Vec<Function>,
+    references: Vec<std::ffi::c_int>,
     /// The instruction budget (`budget.rs`), where `max_instructions` sets one.
     budget: Option<Arc<Budget>>,
     /// Whether the call in progress passed its budget (the budget's flag, or one that
@@ -157,20 +144,14 @@ impl State {
                     state.run_timer(key);
                 }
             });
-            crate::api::install(
-                lua,
-                dicts,
-                over_budget,
-                run_timer,
-                (marker(&DONE), marker(&PENDING)),
-            )
+            crate::api::install(lua, dicts, over_budget, run_timer, runner::markers())
         };
         // Built in place so that timers can hold the state weakly (a strong handle in the
         // state's own functions would keep it alive for ever); a failure is noted here.
         let mut failure = None;
         let state = Arc::new_cyclic(|weak: &std::sync::Weak<State>| {
             let mut new_runner = None;
-            let functions = setup(&lua, weak.clone())
+            let functions: Vec<Function> = setup(&lua, weak.clone())
                 .map_err(|e| e.to_string())
                 .and_then(|runner| {
                     new_runner = Some(runner);
@@ -180,11 +161,20 @@ impl State {
                     failure = Some(e);
                     Vec::new()
                 });
+            let references = functions
+                .iter()
+                .map(|f| runner::reference(&lua, f))
+                .collect::<mlua::Result<Vec<_>>>()
+                .unwrap_or_else(|e| {
+                    failure.get_or_insert(e.to_string());
+                    Vec::new()
+                });
             State {
                 lua,
                 gate: Mutex::new(Vec::new()),
                 new_runner,
                 functions,
+                references,
                 budget: budget.clone(),
                 over: over.clone(),
                 max_memory,
@@ -237,7 +227,7 @@ impl State {
     /// Starts script `script` on `view` on a runner (phases `rewrite` and `access`, which
     /// may wait): its end, or what it waits for.
     pub(crate) fn start(&self, script: usize, view: &mut View) -> Step {
-        let (Some(f), Some(new_runner)) = (self.functions.get(script), &self.new_runner) else {
+        let (Some(&f), Some(new_runner)) = (self.references.get(script), &self.new_runner) else {
             return Step::Ended(Ended::Failed(format!("no script {script} in this state")));
         };
         let mut idle = self.lock();
@@ -249,7 +239,8 @@ impl State {
             },
         };
         self.start_call();
-        self.slice(&mut idle, thread, f, view)
+        let yielded = self.slice(&thread, view, || runner::start(&thread, f));
+        self.after_slice(&mut idle, thread, yielded, view)
     }
 
     /// Resumes a call that waited, with what it waited for.
@@ -259,56 +250,64 @@ impl State {
             b.ticks.store(run.ticks, Ordering::Relaxed);
         }
         self.over.store(false, Ordering::Relaxed);
-        match crate::api::outbound::resumed(&self.lua, result) {
-            Ok(values) => self.slice(&mut idle, run.thread, values, view),
-            Err(e) => Step::Ended(Ended::Failed(e.to_string())),
-        }
+        let values = match crate::api::outbound::resumed(&self.lua, result) {
+            Ok(values) => values,
+            Err(e) => return Step::Ended(Ended::Failed(e.to_string())),
+        };
+        let thread = run.thread;
+        let yielded = self.slice(&thread, view, || runner::of_value(thread.resume(values)));
+        self.after_slice(&mut idle, thread, yielded, view)
     }
 
-    /// Runs `thread` until its call ends or waits. A bare `coroutine.yield()` of the script's
-    /// own goes on at once (OpenResty's too: it yields to the event loop and back).
-    fn slice(
+    /// Runs `thread` from `first` until its call ends or waits, with `view` lent and the
+    /// budget running. A bare `coroutine.yield()` of the script's own goes on at once
+    /// (OpenResty's too: it yields to the event loop and back).
+    fn slice(&self, thread: &Thread, view: &mut View, first: impl FnOnce() -> Yielded) -> Yielded {
+        let yielded = crate::current::lend(view, || {
+            let _running = self.budget.as_deref().map(Budget::enter);
+            let mut yielded = first();
+            while yielded == Yielded::Other {
+                yielded = runner::go_on(thread);
+            }
+            yielded
+        });
+        self.keep_within_memory();
+        yielded
+    }
+
+    /// The step a slice came to: the runner back at rest when its call ended, or kept
+    /// with the call while it waits.
+    fn after_slice(
         &self,
         idle: &mut Vec<Thread>,
         thread: Thread,
-        args: impl IntoLuaMulti,
+        yielded: Yielded,
         view: &mut View,
     ) -> Step {
-        let result = crate::current::lend(view, || {
-            let _running = self.budget.as_deref().map(Budget::enter);
-            let mut result = thread.resume::<Value>(args);
-            while let Ok(value) = &result
-                && !is_marker(Some(value), &DONE)
-                && !is_marker(Some(value), &PENDING)
-            {
-                result = thread.resume::<Value>(());
-            }
-            result
-        });
-        self.keep_within_memory();
-        let value = match result {
-            Ok(value) => value,
+        match yielded {
             // The runner itself failed (out of memory): it is dropped.
-            Err(e) => return Step::Ended(self.ended(view, Err(e.to_string()))),
-        };
-        if is_marker(Some(&value), &PENDING) {
-            let Some(mut pending) = view.pending.take() else {
-                return Step::Ended(Ended::Failed("a runner waited for nothing".into()));
-            };
-            if let Pending::Http(call) = &mut pending {
-                call.max_body = self.max_memory;
+            Yielded::Failed(e) => Step::Ended(self.ended(view, Err(e))),
+            Yielded::Pending => {
+                let Some(mut pending) = view.pending.take() else {
+                    return Step::Ended(Ended::Failed("a runner waited for nothing".into()));
+                };
+                if let Pending::Http(call) = &mut pending {
+                    call.max_body = self.max_memory;
+                }
+                let ticks = self
+                    .budget
+                    .as_ref()
+                    .map_or(0, |b| b.ticks.load(Ordering::Relaxed));
+                Step::Waiting(Run { thread, ticks }, pending)
             }
-            let ticks = self
-                .budget
-                .as_ref()
-                .map_or(0, |b| b.ticks.load(Ordering::Relaxed));
-            return Step::Waiting(Run { thread, ticks }, pending);
+            Yielded::Done | Yielded::Other => {
+                let result = view.failure.take().map_or(Ok(()), Err);
+                if idle.len() < MAX_IDLE_RUNNERS {
+                    idle.push(thread);
+                }
+                Step::Ended(self.ended(view, result))
+            }
         }
-        let result = view.failure.take().map_or(Ok(()), Err);
-        if idle.len() < MAX_IDLE_RUNNERS {
-            idle.push(thread);
-        }
-        Step::Ended(self.ended(view, result))
     }
 
     /// How a call ended, from its result and what it recorded.

@@ -1,4 +1,5 @@
 use super::*;
+use http::Method;
 use std::net::SocketAddr;
 
 fn routes(toml: &str) -> (Arc<LuaSettings>, Vec<Arc<Route>>) {
@@ -22,30 +23,17 @@ fn facts() -> Facts {
     }
 }
 
-struct Req {
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+/// A GET of `uri` with no headers.
+fn get(uri: &str) -> Request<()> {
+    Request::get(uri).body(()).unwrap()
 }
 
-impl Req {
-    fn get(uri: &str) -> Self {
-        Req {
-            method: Method::GET,
-            uri: uri.parse().unwrap(),
-            headers: HeaderMap::new(),
-        }
-    }
-
-    fn head(&mut self) -> RequestHead<'_> {
-        RequestHead {
-            method: &mut self.method,
-            uri: &mut self.uri,
-            headers: &mut self.headers,
-            version: Version::HTTP_11,
-            body: None,
-            subject: None,
-        }
+/// `req` as a request phase's script gets it.
+fn head(req: &mut Request<()>) -> RequestHead<'_, ()> {
+    RequestHead {
+        request: req,
+        body: None,
+        subject: None,
     }
 }
 
@@ -59,7 +47,7 @@ impl Fetcher for NoFetch {
 }
 
 /// A request phase run to its end on a runtime of its own.
-fn run(lua: &RequestLua, phase: LuaPhase, head: RequestHead<'_>) -> Outcome {
+fn run(lua: &RequestLua, phase: LuaPhase, head: RequestHead<'_, ()>) -> Outcome {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -93,13 +81,13 @@ log = 'assert(ngx.ctx.who == "192.0.2.7")'
     );
     let scripts = rt.scripts("r").unwrap();
     let lua = scripts.request(facts());
-    let mut req = Req::get("/a/../b%20c?a=1");
-    req.headers.insert("x-token", "t0k".parse().unwrap());
-    let out = run(&lua, LuaPhase::Access, req.head());
+    let mut req = get("/a/../b%20c?a=1");
+    req.headers_mut().insert("x-token", "t0k".parse().unwrap());
+    let out = run(&lua, LuaPhase::Access, head(&mut req));
     assert!(matches!(out, Outcome::Continue), "{out:?}");
-    assert_eq!(req.headers["x-seen"], "t0k:1:/b c");
-    assert!(req.headers.get("x-token").is_none());
-    assert_eq!(req.uri.query(), Some("b=2%203"));
+    assert_eq!(req.headers_mut()["x-seen"], "t0k:1:/b c");
+    assert!(req.headers_mut().get("x-token").is_none());
+    assert_eq!(req.uri().query(), Some("b=2%203"));
     lua.run_log(200, 10);
     let stats = stats::for_script("r", LuaPhase::Log);
     assert_eq!(
@@ -140,7 +128,7 @@ rewrite = 'return ngx.redirect("/elsewhere", 301)'
 "#,
     );
     let lua = rt.scripts("deny").unwrap().request(facts());
-    match run(&lua, LuaPhase::Access, Req::get("/").head()) {
+    match run(&lua, LuaPhase::Access, head(&mut get("/"))) {
         Outcome::Respond(s, h, b) => {
             assert_eq!(s, 401);
             assert_eq!(h["www-authenticate"], "Bearer");
@@ -150,11 +138,11 @@ rewrite = 'return ngx.redirect("/elsewhere", 301)'
     }
     let lua = rt.scripts("deny").unwrap().request(facts());
     assert!(matches!(
-        run(&lua, LuaPhase::Access, Req::get("/?ok=1").head()),
+        run(&lua, LuaPhase::Access, head(&mut get("/?ok=1"))),
         Outcome::Continue
     ));
     let lua = rt.scripts("say").unwrap().request(facts());
-    match run(&lua, LuaPhase::Access, Req::get("/").head()) {
+    match run(&lua, LuaPhase::Access, head(&mut get("/"))) {
         Outcome::Respond(s, _, b) => {
             assert_eq!(s, 201);
             assert_eq!(&b[..], b"hello 42 true nil\n");
@@ -162,7 +150,7 @@ rewrite = 'return ngx.redirect("/elsewhere", 301)'
         other => panic!("{other:?}"),
     }
     let lua = rt.scripts("go").unwrap().request(facts());
-    match run(&lua, LuaPhase::Rewrite, Req::get("/").head()) {
+    match run(&lua, LuaPhase::Rewrite, head(&mut get("/"))) {
         Outcome::Respond(s, h, _) => {
             assert_eq!(s, 301);
             assert_eq!(h["location"], "/elsewhere");
@@ -213,7 +201,7 @@ coroutine.wrap(function() while true do end end)()
     );
     let lua = rt.scripts("boom").unwrap().request(facts());
     assert!(matches!(
-        run(&lua, LuaPhase::Access, Req::get("/").head()),
+        run(&lua, LuaPhase::Access, head(&mut get("/"))),
         Outcome::Failed
     ));
     assert!(
@@ -224,7 +212,7 @@ coroutine.wrap(function() while true do end end)()
     );
     let lua = rt.scripts("spin").unwrap().request(facts());
     assert!(matches!(
-        run(&lua, LuaPhase::Access, Req::get("/").head()),
+        run(&lua, LuaPhase::Access, head(&mut get("/"))),
         Outcome::Failed
     ));
     assert!(
@@ -236,7 +224,7 @@ coroutine.wrap(function() while true do end end)()
     // A loop in a coroutine of the script's own meets the budget too.
     let lua = rt.scripts("spin_in_coroutine").unwrap().request(facts());
     assert!(matches!(
-        run(&lua, LuaPhase::Access, Req::get("/").head()),
+        run(&lua, LuaPhase::Access, head(&mut get("/"))),
         Outcome::Failed
     ));
     assert_eq!(
@@ -248,7 +236,7 @@ coroutine.wrap(function() while true do end end)()
     // The state serves the next call, and the hook the stopped ones had is off.
     let lua = rt.scripts("boom").unwrap().request(facts());
     assert!(matches!(
-        run(&lua, LuaPhase::Access, Req::get("/").head()),
+        run(&lua, LuaPhase::Access, head(&mut get("/"))),
         Outcome::Failed
     ));
     assert!(
@@ -277,12 +265,12 @@ access = 'local n = 0; while true do n = n + 1 end'
     );
     let lua = rt.scripts("short").unwrap().request(facts());
     for _ in 0..1000 {
-        let mut req = Req::get("/");
+        let mut req = get("/");
         assert!(matches!(
-            run(&lua, LuaPhase::Access, req.head()),
+            run(&lua, LuaPhase::Access, head(&mut req)),
             Outcome::Continue
         ));
-        assert_eq!(req.headers["x-ran"], "1");
+        assert_eq!(req.headers_mut()["x-ran"], "1");
         assert!(
             !lua.state.budget_armed(),
             "a short call armed the count hook"
@@ -290,7 +278,7 @@ access = 'local n = 0; while true do n = n + 1 end'
     }
     let long = rt.scripts("long").unwrap().request(facts());
     assert!(matches!(
-        run(&long, LuaPhase::Access, Req::get("/").head()),
+        run(&long, LuaPhase::Access, head(&mut get("/"))),
         Outcome::Failed
     ));
     assert_eq!(
@@ -328,7 +316,7 @@ if eof then ngx.arg[1] = ngx.arg[1] .. "!" end
     for n in 1..=2 {
         let lua = scripts.request(facts());
         assert!(matches!(
-            run(&lua, LuaPhase::Access, Req::get("/").head()),
+            run(&lua, LuaPhase::Access, head(&mut get("/"))),
             Outcome::Continue
         ));
         let mut status = StatusCode::OK;
@@ -371,17 +359,17 @@ access = 'ngx.req.set_header("X-Ok", "1")'
     );
     let lua = rt.scripts("hog").unwrap().request(facts());
     assert!(matches!(
-        run(&lua, LuaPhase::Access, Req::get("/").head()),
+        run(&lua, LuaPhase::Access, head(&mut get("/"))),
         Outcome::Failed
     ));
     // The state collects what the failed call left and serves the next one.
     let lua = rt.scripts("small").unwrap().request(facts());
-    let mut req = Req::get("/");
+    let mut req = get("/");
     assert!(matches!(
-        run(&lua, LuaPhase::Access, req.head()),
+        run(&lua, LuaPhase::Access, head(&mut req)),
         Outcome::Continue
     ));
-    assert_eq!(req.headers["x-ok"], "1");
+    assert_eq!(req.headers_mut()["x-ok"], "1");
     assert!(
         rt.memory().iter().all(|m| *m <= 4 << 20),
         "{:?}",
@@ -451,15 +439,15 @@ ngx.header["X-Filter"] = tostring(ok) .. " " .. err
         state: lua.state.clone(),
         seen: Mutex::default(),
     };
-    let mut req = Req::get("/in");
+    let mut req = get("/in");
     let out = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .unwrap()
-        .block_on(lua.run_request(LuaPhase::Access, req.head(), &fetcher));
+        .block_on(lua.run_request(LuaPhase::Access, head(&mut req), &fetcher));
     assert!(matches!(out, Outcome::Continue), "{out:?}");
     assert_eq!(
-        req.headers["x-got"],
+        req.headers_mut()["x-got"],
         "201 Created ann application/json 2 nil connection refused access"
     );
     let seen = fetcher.seen.into_inner().unwrap();
@@ -517,12 +505,12 @@ ngx.req.set_header("X-Ran", "1")
         }
         _ => panic!("the call fails"),
     }
-    let mut req = Req::get("/");
+    let mut req = get("/");
     assert!(matches!(
-        run(&lua, LuaPhase::Access, req.head()),
+        run(&lua, LuaPhase::Access, head(&mut req)),
         Outcome::Continue
     ));
-    assert_eq!(req.headers["x-ran"], "1");
+    assert_eq!(req.headers_mut()["x-ran"], "1");
 }
 
 /// The raw C functions (`cfunc`) and the mlua functions they stand in front of answer
@@ -569,30 +557,30 @@ header_filter = 'ngx.header["X-Late"] = tostring((pcall(ngx.req.set_header, "X-L
 "##,
     );
     let lua = rt.scripts("fast").unwrap().request(facts());
-    let mut req = Req::get("/");
-    req.headers.insert("x-a", "va".parse().unwrap());
+    let mut req = get("/");
+    req.headers_mut().insert("x-a", "va".parse().unwrap());
     assert!(matches!(
-        run(&lua, LuaPhase::Access, req.head()),
+        run(&lua, LuaPhase::Access, head(&mut req)),
         Outcome::Continue
     ));
     assert_eq!(
-        req.headers["x-out"],
+        req.headers_mut()["x-out"],
         "va,nil,false,true,false,true,nil,false,str,nil,true,nil,false,1.5,nil,\
          true,nil,false,true,nil,true,nil,false,x,7,3.5,nil,false,nil,not a number,false,\
          nil,not found,false,11,nil,false,1,nil,false,1,nil,nil,nil,false,0,nil,true"
     );
-    assert_eq!(req.headers["x-under"], "u");
-    assert_eq!(req.headers["x-num"], "42");
-    let list: Vec<_> = req.headers.get_all("x-list").iter().collect();
+    assert_eq!(req.headers_mut()["x-under"], "u");
+    assert_eq!(req.headers_mut()["x-num"], "42");
+    let list: Vec<_> = req.headers_mut().get_all("x-list").iter().collect();
     assert_eq!(list, ["a", "b"]);
-    assert!(req.headers.get("x-a").is_none());
+    assert!(req.headers_mut().get("x-a").is_none());
     let (mut status, mut headers) = (StatusCode::OK, HeaderMap::new());
-    assert!(lua.run_header_filter(&mut req.headers, &mut status, &mut headers));
+    assert!(lua.run_header_filter(req.headers_mut(), &mut status, &mut headers));
     assert_eq!(
         headers["x-late"], "false",
         "the request's head is fixed after access"
     );
-    assert!(req.headers.get("x-late").is_none());
+    assert!(req.headers_mut().get("x-late").is_none());
 }
 
 /// A fetcher whose exchange holds a large state across its await, as the gateway's does (a
@@ -618,8 +606,8 @@ fn a_call_that_does_not_wait_carries_no_exchange_in_its_future() {
         "[[route]]\nname = \"r\"\nlisteners = [\"l\"]\nupstream = \"u\"\n[route.lua]\naccess = 'return'\n",
     );
     let lua = rt.scripts("r").unwrap().request(facts());
-    let mut req = Req::get("/");
-    let call = lua.run_request(LuaPhase::Access, req.head(), &LargeFetch);
+    let mut req = get("/");
+    let call = lua.run_request(LuaPhase::Access, head(&mut req), &LargeFetch);
     let size = std::mem::size_of_val(&call);
     assert!(size < 4096, "the access call's future is {size} bytes");
 }
@@ -640,24 +628,25 @@ ngx.req.set_header("X-Header", ngx.var.http_x_mixed_Case)
 "#,
     );
     let lua = rt.scripts("r").unwrap().request(facts());
-    let mut req = Req::get("/");
-    req.headers
+    let mut req = get("/");
+    req.headers_mut()
         .insert("host", "WWW.Example.COM:8443".parse().unwrap());
-    req.headers.insert("x-mixed-case", "v".parse().unwrap());
+    req.headers_mut()
+        .insert("x-mixed-case", "v".parse().unwrap());
     assert!(matches!(
-        run(&lua, LuaPhase::Access, req.head()),
+        run(&lua, LuaPhase::Access, head(&mut req)),
         Outcome::Continue
     ));
-    assert_eq!(req.headers["x-host"], "www.example.com");
-    assert_eq!(req.headers["x-moved"], "moved.example");
-    assert_eq!(req.headers["x-header"], "v");
+    assert_eq!(req.headers_mut()["x-host"], "www.example.com");
+    assert_eq!(req.headers_mut()["x-moved"], "moved.example");
+    assert_eq!(req.headers_mut()["x-header"], "v");
     // An absolute target's authority wins over `Host` (HTTP/2's `:authority`).
     let lua = rt.scripts("r").unwrap().request(facts());
-    let mut req = Req::get("https://[::1]:8443/x");
-    req.headers.insert("host", "other".parse().unwrap());
+    let mut req = get("https://[::1]:8443/x");
+    req.headers_mut().insert("host", "other".parse().unwrap());
     assert!(matches!(
-        run(&lua, LuaPhase::Access, req.head()),
+        run(&lua, LuaPhase::Access, head(&mut req)),
         Outcome::Continue
     ));
-    assert_eq!(req.headers["x-host"], "[::1]");
+    assert_eq!(req.headers_mut()["x-host"], "[::1]");
 }

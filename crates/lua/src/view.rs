@@ -22,8 +22,9 @@ pub struct Facts {
     pub local: SocketAddr,
     /// `"https"` or `"http"`.
     pub scheme: &'static str,
-    /// `X-Request-Id` where the listener gives one.
-    pub request_id: Option<String>,
+    /// `X-Request-Id` where the listener gives one (shared: the view and the request's
+    /// Lua each hold the facts).
+    pub request_id: Option<Arc<str>>,
     /// When the request arrived (`ngx.req.start_time`, `request_time`): a monotonic instant,
     /// turned into wall-clock time only when a script asks, which spares a clock read per
     /// request.
@@ -36,7 +37,7 @@ pub struct View {
     /// The phase the call runs in.
     pub phase: LuaPhase,
     /// What does not change while the request runs.
-    pub facts: Arc<Facts>,
+    pub facts: Facts,
     /// The request's method.
     pub method: Method,
     /// The request's target.
@@ -75,7 +76,7 @@ pub struct View {
 
 impl View {
     /// A view of a request in phase `phase`, with nothing in it yet but its facts.
-    pub fn new(phase: LuaPhase, facts: Arc<Facts>) -> Self {
+    pub fn new(phase: LuaPhase, facts: Facts) -> Self {
         View {
             phase,
             facts,

@@ -1,7 +1,7 @@
 //! `ngx.req`: the request's method, URI, arguments, headers and body.
 
 use crate::api::text::{decode_args, encode_args, escape};
-use crate::cfunc::{delegate, str_at};
+use crate::cfunc::{delegate, text_at};
 use crate::current::with_view;
 use crate::view::{View, disabled};
 use http::header::{HeaderName, HeaderValue};
@@ -99,7 +99,7 @@ unsafe extern "C-unwind" fn set_header_raw(l: *mut ffi::lua_State) -> c_int {
     // SAFETY: as `var_index` (upvalue 1: the slow `set_header`); name and value are read
     // while they are on the stack.
     unsafe {
-        let done = match (str_at(l, 1), str_at(l, 2)) {
+        let done = match (text_at(l, 1), text_at(l, 2)) {
             (Some(name), Some(value)) => set_fast(name, value),
             _ => false,
         };

@@ -119,7 +119,7 @@ fn log(lua: &Lua, level: i64, values: &MultiValue) -> mlua::Result<()> {
     let (route, request) = with_view(|v| {
         Ok((
             v.facts.route.to_string(),
-            v.facts.request_id.clone().unwrap_or_default(),
+            v.facts.request_id.as_deref().unwrap_or_default().to_owned(),
         ))
     })
     .unwrap_or_default();

@@ -7,7 +7,9 @@
 #![expect(unsafe_code, reason = "raw lua_CFunctions over LuaJIT's C API")]
 
 use super::{DictHandle, SharedDict, Stored, Write, answer, ttl};
-use crate::cfunc::{closure, delegate, nil_at, number_at, push_bytes, str_at};
+use crate::cfunc::{
+    closure, delegate, nil_at, number_at, optional_number_at, push_bytes, str_at, text_at,
+};
 use mlua::{Function, Lua, Table, ffi};
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -56,13 +58,14 @@ unsafe fn dict<'a>(l: *mut ffi::lua_State) -> &'a SharedDict {
     unsafe { &*ffi::lua_touserdata(l, ffi::lua_upvalueindex(2)).cast::<SharedDict>() }
 }
 
-/// The key at `idx`: a non-empty string (else the slow path, which refuses or converts it).
+/// The key at `idx`: a non-empty string, or a number as its string (else the slow path,
+/// which refuses it).
 ///
 /// # Safety
-/// As [`str_at`].
+/// As [`text_at`].
 unsafe fn key_at<'a>(l: *mut ffi::lua_State, idx: c_int) -> Option<&'a [u8]> {
     // SAFETY: as the function's contract says.
-    unsafe { str_at(l, idx).filter(|k| !k.is_empty()) }
+    unsafe { text_at(l, idx).filter(|k| !k.is_empty()) }
 }
 
 /// Pushes a stored value.
@@ -152,16 +155,12 @@ unsafe extern "C-unwind" fn set(l: *mut ffi::lua_State) -> c_int {
 unsafe extern "C-unwind" fn incr(l: *mut ffi::lua_State) -> c_int {
     // SAFETY: as `get`.
     unsafe {
-        let optional = |idx| {
-            if nil_at(l, idx) {
-                Some(None)
-            } else {
-                number_at(l, idx).map(Some)
-            }
-        };
-        let (Some(key), Some(by), Some(init), Some(init_ttl)) =
-            (key_at(l, 2), number_at(l, 3), optional(4), optional(5))
-        else {
+        let (Some(key), Some(by), Some(init), Some(init_ttl)) = (
+            key_at(l, 2),
+            number_at(l, 3),
+            optional_number_at(l, 4),
+            optional_number_at(l, 5),
+        ) else {
             return delegate(l);
         };
         match dict(l).incr(key, by, init, ttl(init_ttl)) {

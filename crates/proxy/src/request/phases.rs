@@ -215,12 +215,20 @@ impl<'a> RequestCtx<'a> {
         }
         for filter in &*plan.access {
             match filter {
-                Access::LuaRewrite => {
-                    Box::pin(self.lua_request(&plan.route, LuaPhase::Rewrite, req, None)).await?;
-                }
-                Access::Lua => {
-                    let subject = subject.clone();
-                    Box::pin(self.lua_request(&plan.route, LuaPhase::Access, req, subject)).await?;
+                Access::LuaRewrite | Access::Lua => {
+                    let (phase, subject) = match filter {
+                        Access::Lua => (LuaPhase::Access, subject.clone()),
+                        _ => (LuaPhase::Rewrite, None),
+                    };
+                    if plan.route.request_buffering {
+                        // `ngx.req.get_body_data` sees the body, as with
+                        // `lua_need_request_body on`.
+                        Box::pin(self.buffer_body(&plan.route, req)).await?;
+                    }
+                    // A call that does not wait makes no future (`lua_begin`).
+                    if let Some(waiting) = self.lua_begin(phase, req, subject)? {
+                        Box::pin(self.lua_finish(waiting, req)).await?;
+                    }
                 }
                 Access::Acl => {
                     if !plan.route.acl.permits(self.client) {

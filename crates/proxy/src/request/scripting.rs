@@ -15,9 +15,10 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, StatusCode, Version};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
-use sluice_config::{LuaPhase, Route, UpstreamProtocol};
+use sluice_config::{LuaPhase, UpstreamProtocol};
 use sluice_lua::{
-    Facts, Fetched, Fetcher, Outbound, Outcome, RequestHead, RequestLua, RouteScripts,
+    Facts, Fetched, Fetcher, Outbound, Outcome, RequestHead, RequestLua, RouteScripts, Started,
+    Waiting,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -39,35 +40,50 @@ impl RequestCtx<'_> {
             } else {
                 "http"
             },
-            request_id: (!entry.request_id.is_empty()).then(|| entry.request_id.clone()),
+            request_id: (!entry.request_id.is_empty()).then(|| entry.request_id.as_str().into()),
             arrived: self.done.start,
         };
         self.done.lua = Some(scripts.request(facts));
     }
 
     /// Filters `LuaRewrite` and `LuaAccess`: the script over the request's head (and its
-    /// body, on a route that buffers it); it may end the request with its own answer.
-    pub(crate) async fn lua_request(
-        &mut self,
-        route: &Route,
+    /// body, on a route that buffers it: [`Self::buffer_body`] first); it may end the
+    /// request with its own answer. A call that does not wait ends here, with no future
+    /// made for it (the common one); one that waits (an outbound request, a sleep) is
+    /// returned for [`Self::lua_finish`].
+    pub(crate) fn lua_begin(
+        &self,
         phase: LuaPhase,
         req: &mut Request<ClientBody>,
         subject: Option<Arc<str>>,
-    ) -> Flow<()> {
-        let Some(lua) = self.done.lua.clone() else {
-            return Ok(());
+    ) -> Flow<Option<Waiting>> {
+        let Some(lua) = &self.done.lua else {
+            return Ok(None);
         };
-        if route.request_buffering {
-            // `ngx.req.get_body_data` sees the body, as with `lua_need_request_body on`.
-            Box::pin(self.buffer_body(route, req)).await?;
-        }
         let body = match req.body() {
             ClientBody::Buffered(b) => Some(b.clone()),
             _ => None,
         };
-        let mut method = req.method().clone();
-        let mut uri = std::mem::take(req.uri_mut());
-        let mut headers = std::mem::take(req.headers_mut());
+        let mut head = RequestHead {
+            request: req,
+            body,
+            subject,
+        };
+        match lua.start_request(phase, &mut head) {
+            Started::Done(outcome) => flow(outcome).map(|()| None),
+            Started::Waiting(waiting) => Ok(Some(waiting)),
+        }
+    }
+
+    /// Goes on with a call that waits, to its end.
+    pub(crate) async fn lua_finish(
+        &self,
+        waiting: Waiting,
+        req: &mut Request<ClientBody>,
+    ) -> Flow<()> {
+        let Some(lua) = &self.done.lua else {
+            return Ok(());
+        };
         let fetcher = ScriptFetcher {
             upstreams: &self.listener.upstreams,
             at: Addresses {
@@ -75,24 +91,17 @@ impl RequestCtx<'_> {
                 local: self.conn.local,
             },
         };
-        let head = RequestHead {
-            method: &mut method,
-            uri: &mut uri,
-            headers: &mut headers,
-            version: req.version(),
-            body,
-            subject,
-        };
-        let outcome = lua.run_request(phase, head, &fetcher).await;
-        *req.method_mut() = method;
-        *req.uri_mut() = uri;
-        *req.headers_mut() = headers;
-        match outcome {
-            Outcome::Continue => Ok(()),
-            Outcome::Failed => Err(Stop::Fail(Failure::ScriptFailed)),
-            Outcome::Respond(status, headers, body) => {
-                Err(Stop::Answer(Box::new(answer(status, headers, body))))
-            }
+        flow(lua.finish_request(waiting, req, &fetcher).await)
+    }
+}
+
+/// What a request phase's outcome means for the request.
+fn flow(outcome: Outcome) -> Flow<()> {
+    match outcome {
+        Outcome::Continue => Ok(()),
+        Outcome::Failed => Err(Stop::Fail(Failure::ScriptFailed)),
+        Outcome::Respond(status, headers, body) => {
+            Err(Stop::Answer(Box::new(answer(status, headers, body))))
         }
     }
 }
