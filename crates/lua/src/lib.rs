@@ -40,7 +40,7 @@ use stats::ScriptStats;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use wait::{Pending, Resumed};
 
@@ -70,14 +70,11 @@ pub struct RouteScripts {
 #[derive(Debug)]
 pub struct RequestLua {
     state: Arc<State>,
-    /// What a view is made with, where a phase lost the request's (it panicked, or the
-    /// request was dropped while its call waited).
-    facts: Facts,
     scripts: Arc<RouteScripts>,
-    /// Boxed, made once per request and lent to each phase: taking it out and putting it
-    /// back moves a pointer, where building a view per phase and moving it in and out of
-    /// the phase's future copied it several times per call.
-    view: Mutex<Option<Box<View>>>,
+    /// Made with the request's Lua (one allocation) and lent to each phase in place: a
+    /// call that waits leaves it here, the lock not held across the wait. One phase runs
+    /// at a time, so the lock is never contended.
+    view: Mutex<View>,
 }
 
 /// The request as the `rewrite` and `access` phases see it: its method, target and headers
@@ -100,10 +97,9 @@ pub enum Started {
     Waiting(Waiting),
 }
 
-/// A `rewrite` or `access` call that waits: its view (the request's head in it) and what
-/// it waits for.
+/// A `rewrite` or `access` call that waits: its runner and what it waits for (the
+/// request's head stays in the request's view meanwhile).
 pub struct Waiting {
-    view: Box<View>,
     run: state::Run,
     pending: Pending,
     spent: Duration,
@@ -310,8 +306,7 @@ impl RouteScripts {
         let state = self.states[slot(self.states.len())].clone();
         Arc::new(RequestLua {
             state,
-            view: Mutex::new(Some(Box::new(View::new(LuaPhase::Rewrite, facts.clone())))),
-            facts,
+            view: Mutex::new(View::new(LuaPhase::Rewrite, facts)),
             scripts: self.clone(),
         })
     }
@@ -323,18 +318,16 @@ impl RequestLua {
         &self.scripts
     }
 
-    /// The request's view, for a call in `phase`.
-    fn take_view(&self, phase: LuaPhase) -> Box<View> {
-        let kept = self.view.lock().unwrap_or_else(|p| p.into_inner()).take();
-        // Only a phase that panicked loses the view; the next gets a fresh one.
-        let mut view = kept.unwrap_or_else(|| Box::new(View::new(phase, self.facts.clone())));
-        view.begin(phase);
-        view
+    /// The request's view as it stands (a call that waited goes on with it).
+    fn view(&self) -> MutexGuard<'_, View> {
+        self.view.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Puts the view back for the next phase.
-    fn put_view(&self, view: Box<View>) {
-        *self.view.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+    /// The request's view, readied for a call in `phase`.
+    fn view_for(&self, phase: LuaPhase) -> MutexGuard<'_, View> {
+        let mut view = self.view();
+        view.begin(phase);
+        view
     }
 
     /// Phase `rewrite` or `access`, to its end: the script may change the request's head,
@@ -354,7 +347,7 @@ impl RequestLua {
     /// Starts phase `rewrite` or `access`: its outcome when the call ends without waiting
     /// (no future is made for it), else the call waiting, for [`Self::finish_request`].
     pub fn start_request<B>(&self, phase: LuaPhase, head: &mut RequestHead<'_, B>) -> Started {
-        let mut view = self.take_view(phase);
+        let mut view = self.view_for(phase);
         let req = &mut *head.request;
         std::mem::swap(req.method_mut(), &mut view.method);
         std::mem::swap(req.uri_mut(), &mut view.uri);
@@ -363,17 +356,16 @@ impl RequestLua {
         view.body = head.body.take();
         view.subject = head.subject.take();
         let Some((script, stats)) = self.scripts.at(phase) else {
-            return Started::Done(self.end_request(req, view, Ended::Returned));
+            return Started::Done(self.end_request(req, &mut view, Ended::Returned));
         };
         let started = Instant::now();
         match self.state.start(script, &mut view) {
             Step::Ended(ended) => {
                 stats.observe(started.elapsed());
                 self.scripts.report(phase, &view, &ended, stats);
-                Started::Done(self.end_request(req, view, ended))
+                Started::Done(self.end_request(req, &mut view, ended))
             }
             Step::Waiting(run, pending) => Started::Waiting(Waiting {
-                view,
                 run,
                 pending,
                 spent: started.elapsed(),
@@ -391,21 +383,20 @@ impl RequestLua {
         fetcher: &F,
     ) -> Outcome {
         let Waiting {
-            mut view,
             mut run,
             mut pending,
             mut spent,
         } = waiting;
-        let phase = view.phase;
+        let phase = self.view().phase;
         let Some((_, stats)) = self.scripts.at(phase) else {
-            return self.end_request(request, view, Ended::Returned);
+            return self.end_request(request, &mut self.view(), Ended::Returned);
         };
         let ended = loop {
             // Boxed: the exchange's future is large, and inline it would make the caller's
             // future as large.
             let resumed = Box::pin(wait(pending, fetcher, stats)).await;
             let started = Instant::now();
-            let step = self.state.resume(run, resumed, &mut view);
+            let step = self.state.resume(run, resumed, &mut self.view());
             spent += started.elapsed();
             match step {
                 Step::Ended(ended) => break ended,
@@ -413,14 +404,15 @@ impl RequestLua {
             }
         };
         stats.observe(spent);
+        let mut view = self.view();
         self.scripts.report(phase, &view, &ended, stats);
-        self.end_request(request, view, ended)
+        self.end_request(request, &mut view, ended)
     }
 
-    /// The request's head back from the view, the view put back, and what the call
-    /// decided. Where a later phase has a script, the view keeps a copy of the method and
-    /// target for its `ngx.var` (they are swapped back otherwise, which copies nothing).
-    fn end_request<B>(&self, req: &mut Request<B>, mut view: Box<View>, ended: Ended) -> Outcome {
+    /// The request's head back from the view, and what the call decided. Where a later
+    /// phase has a script, the view keeps a copy of the method and target for its `ngx.var`
+    /// (they are swapped back otherwise, which copies nothing).
+    fn end_request<B>(&self, req: &mut Request<B>, view: &mut View, ended: Ended) -> Outcome {
         if self.scripts.reads_head_later() {
             req.method_mut().clone_from(&view.method);
             req.uri_mut().clone_from(&view.uri);
@@ -429,9 +421,7 @@ impl RequestLua {
             std::mem::swap(req.uri_mut(), &mut view.uri);
         }
         std::mem::swap(req.headers_mut(), &mut view.headers);
-        let outcome = outcome(ended, &mut view);
-        self.put_view(view);
-        outcome
+        outcome(ended, view)
     }
 
     /// Phase `header_filter`: the response's status and head, which the script may change;
@@ -442,7 +432,7 @@ impl RequestLua {
         status: &mut StatusCode,
         headers: &mut HeaderMap,
     ) -> bool {
-        let mut view = self.take_view(LuaPhase::HeaderFilter);
+        let mut view = self.view_for(LuaPhase::HeaderFilter);
         view.headers = std::mem::take(request_headers);
         view.status = status.as_u16();
         view.response_headers = std::mem::take(headers);
@@ -450,7 +440,6 @@ impl RequestLua {
         *request_headers = std::mem::take(&mut view.headers);
         *headers = std::mem::take(&mut view.response_headers);
         *status = StatusCode::from_u16(view.status).unwrap_or(*status);
-        self.put_view(view);
         !matches!(ended, Ended::Failed(_) | Ended::Stopped)
     }
 
@@ -458,25 +447,22 @@ impl RequestLua {
     /// goes on instead and whether the body ends there, or `None` when the script failed
     /// (the body is cut short, as NGINX aborts it).
     pub fn run_body_filter(&self, chunk: Bytes, eof: bool) -> Option<(Bytes, bool)> {
-        let mut view = self.take_view(LuaPhase::BodyFilter);
+        let mut view = self.view_for(LuaPhase::BodyFilter);
         view.chunk = Some(chunk);
         view.eof = eof;
         let ended = self.scripts.call(self, LuaPhase::BodyFilter, &mut view);
-        let out = match ended {
+        match ended {
             Ended::Failed(_) | Ended::Stopped => None,
             _ => Some((view.chunk.take().unwrap_or_default(), view.eof)),
-        };
-        self.put_view(view);
-        out
+        }
     }
 
     /// Phase `log`, after the response: read-only.
     pub fn run_log(&self, status: u16, bytes_sent: u64) {
-        let mut view = self.take_view(LuaPhase::Log);
+        let mut view = self.view_for(LuaPhase::Log);
         view.status = status;
         view.bytes_sent = bytes_sent;
         self.scripts.call(self, LuaPhase::Log, &mut view);
-        self.put_view(view);
     }
 }
 

@@ -492,7 +492,7 @@ ngx.req.set_header("X-Ran", "1")
     );
     let scripts = rt.scripts("tb").unwrap();
     let lua = scripts.request(facts());
-    let mut view = View::new(LuaPhase::Access, lua.facts.clone());
+    let mut view = View::new(LuaPhase::Access, facts());
     view.uri = "/?fail=1".parse().unwrap();
     match lua.state.start(0, &mut view) {
         state::Step::Ended(state::Ended::Failed(message)) => {

@@ -58,6 +58,16 @@ pub(crate) fn get<'a>(view: &'a View, name: &str) -> Option<Cow<'a, [u8]>> {
     }
 }
 
+/// [`get`] for a name as a Lua string's bytes, or `None` where they are not UTF-8 (the slow
+/// path says why). `http_*`, what scripts read most, goes to its header without the
+/// table of names.
+fn get_spelled<'a>(view: &'a View, name: &[u8]) -> Option<Option<Cow<'a, [u8]>>> {
+    if let Some(h) = name.strip_prefix(b"http_") {
+        return Some(header_name(h).and_then(|n| header(&view.headers, &n)));
+    }
+    std::str::from_utf8(name).ok().map(|name| get(view, name))
+}
+
 /// `$host`: the request's host (the target's authority, else `Host`) without its port, in
 /// lower case; computed when read, from the head as it stands (`ngx.req.set_header("Host")`
 /// changes it, as in lua-nginx-module).
@@ -230,16 +240,18 @@ unsafe extern "C-unwind" fn var_index(l: *mut ffi::lua_State) -> c_int {
     unsafe {
         // Pushed outside `try_with`, so that Lua's error on a failed push does not unwind
         // through the slot's guard.
-        let found = str_at(l, 2)
-            .and_then(|n| std::str::from_utf8(n).ok())
-            .and_then(|name| {
-                crate::current::try_with(|v| {
-                    get(v, name).map(|value| match value {
+        // None: no view, or not UTF-8 (the slow path); Some(None): nil.
+        let found = str_at(l, 2).and_then(|name| {
+            crate::current::try_with(|v| {
+                get_spelled(v, name).map(|value| {
+                    value.map(|value| match value {
                         Cow::Borrowed(b) => (b.as_ptr(), b.len(), None),
                         Cow::Owned(o) => (std::ptr::null(), 0, Some(o)),
                     })
                 })
-            });
+            })
+            .flatten()
+        });
         match found {
             Some(Some((_, _, Some(owned)))) => push_bytes(l, &owned),
             Some(Some((at, len, None))) => push_bytes(l, std::slice::from_raw_parts(at, len)),
