@@ -8,6 +8,12 @@
 //! call's function goes from the registry straight onto the runner's stack and the yielded
 //! marker is read where it lies. A call that waited is resumed through mlua (its results are
 //! values to convert anyway); what the runner yields then is read by [`of_value`].
+//!
+//! mlua's resume holds mlua's lock, which keeps other threads from changing the state
+//! meanwhile (an mlua value dropped elsewhere frees its reference slot in the state). These
+//! resumes run under the state's gate instead (`state.rs`), and what could change the state
+//! from outside a call takes the gate too: a waiting call's runner dropped with its request
+//! (`Run`'s `Drop`), the memory read for `/status`.
 
 #![expect(unsafe_code, reason = "lua_resume of a runner on its own stack")]
 
@@ -75,8 +81,9 @@ pub(crate) fn reference(lua: &Lua, f: &Function) -> mlua::Result<c_int> {
 /// Starts the function at registry reference `f` on `runner`, a new runner or one whose
 /// last call is done; what it yields first.
 ///
-/// The caller holds the state's gate (one thread in the state at a time) and `f` is a
-/// reference from [`reference`] in the runner's state.
+/// The caller holds the state's gate (one thread in the state at a time, and no mlua value
+/// of it dropped meanwhile) and `f` is a reference from [`reference`] in the runner's
+/// state.
 pub(crate) fn start(runner: &Thread, f: c_int) -> Yielded {
     let co = runner.state();
     // SAFETY: `co` is a live coroutine of this state (the `Thread` anchors it) that no

@@ -39,15 +39,35 @@ pub(crate) enum Step {
 /// A call waiting on its runner: the coroutine and the instructions it has run so far
 /// (the budget is the call's, across its waits).
 pub(crate) struct Run {
-    thread: Thread,
+    /// `None` once resumed.
+    thread: Option<Thread>,
     ticks: u64,
+    gate: Arc<Gate>,
+}
+
+/// The runners at rest, behind the lock that lets one thread at a time into the state.
+type Gate = Mutex<Vec<Thread>>;
+
+/// A call dropped while it waits (its request went away) drops its runner under the gate:
+/// dropping an mlua value changes the state (its reference slot), and runners are resumed
+/// through LuaJIT's C API without mlua's own lock (`runner.rs`), so the gate is what keeps
+/// that change from racing a call on another thread.
+impl Drop for Run {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
+            drop(thread);
+        }
+    }
 }
 
 /// A Lua state and what it needs to run calls: one thread in it at a time (`gate`, which
-/// holds the runners at rest).
+/// holds the runners at rest). What touches the state from outside a call (a waiting
+/// call's runner dropped, the memory read) takes the gate too: runners run without mlua's
+/// lock.
 pub(crate) struct State {
     lua: Lua,
-    gate: Mutex<Vec<Thread>>,
+    gate: Arc<Gate>,
     /// Makes a runner: a coroutine that runs calls which may wait.
     new_runner: Option<Function>,
     /// The configuration's scripts, compiled in this state, by script number: the
@@ -171,7 +191,7 @@ impl State {
                 });
             State {
                 lua,
-                gate: Mutex::new(Vec::new()),
+                gate: Arc::new(Mutex::new(Vec::new())),
                 new_runner,
                 functions,
                 references,
@@ -244,8 +264,12 @@ impl State {
     }
 
     /// Resumes a call that waited, with what it waited for.
-    pub(crate) fn resume(&self, run: Run, result: Resumed, view: &mut View) -> Step {
+    pub(crate) fn resume(&self, mut run: Run, result: Resumed, view: &mut View) -> Step {
         let mut idle = self.lock();
+        // Taken under the gate, declared after it: dropped first, with the gate held.
+        let Some(thread) = run.thread.take() else {
+            return Step::Ended(Ended::Failed("a call resumed twice".into()));
+        };
         if let Some(b) = &self.budget {
             b.ticks.store(run.ticks, Ordering::Relaxed);
         }
@@ -254,7 +278,6 @@ impl State {
             Ok(values) => values,
             Err(e) => return Step::Ended(Ended::Failed(e.to_string())),
         };
-        let thread = run.thread;
         let yielded = self.slice(&thread, view, || runner::of_value(thread.resume(values)));
         self.after_slice(&mut idle, thread, yielded, view)
     }
@@ -298,7 +321,15 @@ impl State {
                     .budget
                     .as_ref()
                     .map_or(0, |b| b.ticks.load(Ordering::Relaxed));
-                Step::Waiting(Run { thread, ticks }, pending)
+                let gate = self.gate.clone();
+                Step::Waiting(
+                    Run {
+                        thread: Some(thread),
+                        ticks,
+                        gate,
+                    },
+                    pending,
+                )
             }
             Yielded::Done | Yielded::Other => {
                 let result = view.failure.take().map_or(Ok(()), Err);
@@ -360,6 +391,7 @@ impl State {
 
     /// Bytes the state holds now.
     pub(crate) fn used_memory(&self) -> usize {
+        let _gate = self.lock();
         self.lua.used_memory()
     }
 

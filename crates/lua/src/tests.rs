@@ -650,3 +650,39 @@ ngx.req.set_header("X-Header", ngx.var.http_x_mixed_Case)
     ));
     assert_eq!(req.headers_mut()["x-host"], "[::1]");
 }
+
+#[test]
+fn a_waiting_call_dropped_on_another_thread_leaves_its_state_serving() {
+    // The request goes away while its script sleeps: its runner is dropped (under the
+    // state's gate, on whatever thread drops it), and the state runs the next call.
+    let rt = runtime(
+        r#"[[route]]
+name = "r"
+upstream = "u"
+[route.lua]
+access = '''
+if ngx.var.arg_wait then ngx.sleep(30) end
+ngx.req.set_header("X-Ran", "1")
+'''
+"#,
+    );
+    let scripts = rt.scripts("r").unwrap();
+    let lua = scripts.request(facts());
+    let mut waiting_req = get("/?wait=1");
+    let waiting = match lua.start_request(LuaPhase::Access, &mut head(&mut waiting_req)) {
+        Started::Waiting(w) => w,
+        Started::Done(o) => panic!("the call did not wait: {o:?}"),
+    };
+    assert!(lua.state.is_free(), "a waiting call holds no gate");
+    std::thread::spawn(move || drop(waiting)).join().unwrap();
+    assert!(lua.state.is_free());
+    for _ in 0..3 {
+        let next = scripts.request(facts());
+        let mut req = get("/");
+        assert!(matches!(
+            run(&next, LuaPhase::Access, head(&mut req)),
+            Outcome::Continue
+        ));
+        assert_eq!(req.headers()["x-ran"], "1");
+    }
+}
