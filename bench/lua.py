@@ -152,7 +152,7 @@ def measure(proc, port, duration):
 # What counts as a gateway's Lua machinery in `perf report --sort dso,sym`.
 LUA_DSO = re.compile(r"libluajit|ngx_http_lua_module|ndk_http_module|\[JIT\]")
 NGINX_LUA_SYM = re.compile(r"\bngx_http_lua_")
-SLUICE_LUA_SYM = re.compile(r"sluice_lua::|mlua::|mlua_sys::|::lua_request|::lua_start|ScriptFetcher|RouteScripts|LuaBody")
+SLUICE_LUA_SYM = re.compile(r"sluice_lua::|mlua::|mlua_sys::|::lua_begin|::lua_finish|::lua_start|ScriptFetcher|RouteScripts|LuaBody")
 
 
 def gateway_pids(proc):

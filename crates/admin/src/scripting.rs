@@ -19,7 +19,7 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
         (
             "sluice_lua_calls_total",
             "Calls of each route's script, by phase.",
-            |c| c.calls.load(Ordering::Relaxed),
+            |c| c.calls(),
         ),
         (
             "sluice_lua_errors_total",
@@ -75,7 +75,7 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
                 "sluice_lua_call_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}"
             );
         }
-        let all = c.calls.load(Ordering::Relaxed);
+        let all = c.calls();
         let _ = writeln!(
             out,
             "sluice_lua_call_seconds_bucket{{{labels},le=\"+Inf\"}} {all}"
@@ -130,7 +130,7 @@ pub(crate) fn status(s: &Sources) -> Value {
     let scripts: Vec<Value> = sluice_lua::stats::all()
         .iter()
         .map(|(route, phase, c)| {
-            let calls = c.calls.load(Ordering::Relaxed);
+            let calls = c.calls();
             let mean_us = c.time_us.load(Ordering::Relaxed).checked_div(calls);
             json!({
                 "route": route,

@@ -92,7 +92,7 @@ impl Budget {
         let main = self.main as *mut ffi::lua_State;
         let previous = RUNNING.with(|r| r.replace((main, ptr::from_ref(self))));
         self.thread.store(tid, Ordering::Relaxed);
-        self.calls.fetch_add(1, Ordering::Release);
+        bump(&self.calls);
         Running {
             budget: self,
             previous,
@@ -107,6 +107,16 @@ impl Budget {
     }
 }
 
+/// One more on a call counter that only the thread holding the state's gate writes (calls
+/// start and end under it): a load and a store, where a read-modify-write would lock the
+/// cache line for nothing.
+fn bump(calls: &AtomicU64) {
+    calls.store(
+        calls.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Release,
+    );
+}
+
 /// A call running; dropped when it ends or waits, which takes the hook off.
 pub(crate) struct Running<'a> {
     budget: &'a Budget,
@@ -119,7 +129,7 @@ impl Drop for Running<'_> {
         // The handler arms only while the slot names a state: once it is cleared, the check
         // below sees any arming that came before.
         compiler_fence(Ordering::SeqCst);
-        self.budget.calls.fetch_add(1, Ordering::Release);
+        bump(&self.budget.calls);
         let main = self.budget.main as *mut ffi::lua_State;
         // SAFETY: the state is alive (the budget lives in it) and no Lua code runs on it now
         // (the call just ended or yielded on this thread, which holds the state's gate).

@@ -69,7 +69,9 @@ pub struct RouteScripts {
 /// record; one phase runs at a time.
 #[derive(Debug)]
 pub struct RequestLua {
-    state: Arc<State>,
+    /// The state's number among the route's (`scripts.states`): the scripts hold the
+    /// states, which spares a reference count per request.
+    state: usize,
     scripts: Arc<RouteScripts>,
     /// Made with the request's Lua (one allocation) and lent to each phase in place: a
     /// call that waits leaves it here, the lock not held across the wait. One phase runs
@@ -265,7 +267,7 @@ impl RouteScripts {
             return Ended::Returned;
         };
         let started = Instant::now();
-        let ended = lua.state.call(*script, view);
+        let ended = lua.state().call(*script, view);
         stats.observe(started.elapsed());
         self.report(phase, view, &ended, stats);
         ended
@@ -303,9 +305,8 @@ impl RouteScripts {
 
     /// The request's Lua, made at its first script (the state of the thread it is on).
     pub fn request(self: &Arc<Self>, facts: Facts) -> Arc<RequestLua> {
-        let state = self.states[slot(self.states.len())].clone();
         Arc::new(RequestLua {
-            state,
+            state: slot(self.states.len()),
             view: Mutex::new(View::new(LuaPhase::Rewrite, facts)),
             scripts: self.clone(),
         })
@@ -313,6 +314,11 @@ impl RouteScripts {
 }
 
 impl RequestLua {
+    /// The state the request runs on.
+    fn state(&self) -> &Arc<State> {
+        &self.scripts.states[self.state]
+    }
+
     /// The route's scripts.
     pub fn scripts(&self) -> &Arc<RouteScripts> {
         &self.scripts
@@ -359,7 +365,7 @@ impl RequestLua {
             return Started::Done(self.end_request(req, &mut view, Ended::Returned));
         };
         let started = Instant::now();
-        match self.state.start(script, &mut view) {
+        match self.state().start(script, &mut view) {
             Step::Ended(ended) => {
                 stats.observe(started.elapsed());
                 self.scripts.report(phase, &view, &ended, stats);
@@ -396,7 +402,7 @@ impl RequestLua {
             // future as large.
             let resumed = Box::pin(wait(pending, fetcher, stats)).await;
             let started = Instant::now();
-            let step = self.state.resume(run, resumed, &mut self.view());
+            let step = self.state().resume(run, resumed, &mut self.view());
             spent += started.elapsed();
             match step {
                 Step::Ended(ended) => break ended,

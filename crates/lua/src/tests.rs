@@ -240,7 +240,7 @@ coroutine.wrap(function() while true do end end)()
         Outcome::Failed
     ));
     assert!(
-        !lua.state.budget_armed(),
+        !lua.state().budget_armed(),
         "the count hook outlived its call"
     );
 }
@@ -272,7 +272,7 @@ access = 'local n = 0; while true do n = n + 1 end'
         ));
         assert_eq!(req.headers_mut()["x-ran"], "1");
         assert!(
-            !lua.state.budget_armed(),
+            !lua.state().budget_armed(),
             "a short call armed the count hook"
         );
     }
@@ -287,7 +287,7 @@ access = 'local n = 0; while true do n = n + 1 end'
             .load(Ordering::Relaxed),
         1
     );
-    assert!(!long.state.budget_armed());
+    assert!(!long.state().budget_armed());
 }
 
 #[test]
@@ -436,7 +436,7 @@ ngx.header["X-Filter"] = tostring(ok) .. " " .. err
     let scripts = rt.scripts("call").unwrap();
     let lua = scripts.request(facts());
     let fetcher = Answering {
-        state: lua.state.clone(),
+        state: lua.state().clone(),
         seen: Mutex::default(),
     };
     let mut req = get("/in");
@@ -494,7 +494,7 @@ ngx.req.set_header("X-Ran", "1")
     let lua = scripts.request(facts());
     let mut view = View::new(LuaPhase::Access, facts());
     view.uri = "/?fail=1".parse().unwrap();
-    match lua.state.start(0, &mut view) {
+    match lua.state().start(0, &mut view) {
         state::Step::Ended(state::Ended::Failed(message)) => {
             assert!(message.contains("deep failure"), "{message}");
             assert!(message.contains("stack traceback"), "{message}");
@@ -673,9 +673,9 @@ ngx.req.set_header("X-Ran", "1")
         Started::Waiting(w) => w,
         Started::Done(o) => panic!("the call did not wait: {o:?}"),
     };
-    assert!(lua.state.is_free(), "a waiting call holds no gate");
+    assert!(lua.state().is_free(), "a waiting call holds no gate");
     std::thread::spawn(move || drop(waiting)).join().unwrap();
-    assert!(lua.state.is_free());
+    assert!(lua.state().is_free());
     for _ in 0..3 {
         let next = scripts.request(facts());
         let mut req = get("/");
