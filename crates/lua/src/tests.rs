@@ -600,8 +600,9 @@ impl Fetcher for LargeFetch {
 
 #[test]
 fn a_call_that_does_not_wait_carries_no_exchange_in_its_future() {
-    // Every request's future holds the call's, and moves it (`Box::pin`); the exchange's
-    // future is boxed when a script waits, so its size does not make every call pay.
+    // A call that waits is boxed by the proxy (`lua_finish`) and moved; the exchange's
+    // future is boxed inside it when a script waits, so its size does not make every
+    // waiting call's box as large.
     let rt = runtime(
         "[[route]]\nname = \"r\"\nlisteners = [\"l\"]\nupstream = \"u\"\n[route.lua]\naccess = 'return'\n",
     );
