@@ -137,7 +137,8 @@ def one_run(rate, seconds):
 
 
 def spread(values):
-    return f"{statistics.median(values):g} [{min(values):g}-{max(values):g}]"
+    s = B.summarize(values)
+    return f"{s['median']:g} [{s['min']:g}-{s['max']:g}]"
 
 
 def main():

@@ -263,11 +263,11 @@ impl RouteScripts {
 
     /// Runs one call of the script at `phase` on `view`, to its end, counted.
     fn call(&self, lua: &RequestLua, phase: LuaPhase, view: &mut View) -> Ended {
-        let Some((script, stats)) = &self.at[phase_index(phase)] else {
+        let Some((script, stats)) = self.at(phase) else {
             return Ended::Returned;
         };
         let started = Instant::now();
-        let ended = lua.state().call(*script, view);
+        let ended = lua.state().call(script, view);
         stats.observe(started.elapsed());
         self.report(phase, view, &ended, stats);
         ended
