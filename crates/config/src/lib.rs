@@ -30,6 +30,7 @@ pub mod selfsigned;
 mod snapshot;
 mod tracing;
 mod units;
+mod waf;
 
 pub use acme::{
     AcmeChallenge, AcmeKeyType, AcmeOrder, AcmeSettings, DnsUpdate, ExternalAccount, LETS_ENCRYPT,
@@ -73,6 +74,10 @@ pub use snapshot::{
 };
 pub use tracing::{OtlpProtocol, TracingSettings};
 pub use units::{parse_byte_size, parse_duration};
+pub use waf::{
+    RouteWaf, WafBodyOverLimit, WafExclusion, WafInline, WafMode, WafOverload, WafRuleSet,
+    WafSettings,
+};
 
 #[cfg(test)]
 mod tests;

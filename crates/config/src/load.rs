@@ -37,6 +37,7 @@ mod route;
 mod split;
 mod tracing;
 mod upstream;
+mod waf;
 
 /// Loads and validates a configuration file. Relative paths inside it are resolved against
 /// the file's directory.
@@ -123,12 +124,13 @@ struct RawConfig {
     config: Option<RawConfigSource>,
     acme: Option<RawAcme>,
     lua: Option<RawLua>,
+    waf: Option<RawWaf>,
     /// Names of entries that failed to parse, by section: references to them are not
     /// reported again as "not defined".
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-pub(crate) const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [cache], [tracing], [resolver], [acme], [lua], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+pub(crate) const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [cache], [tracing], [resolver], [acme], [lua], [waf], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -217,6 +219,7 @@ impl<'a> Cx<'a> {
                 "config" => raw.config = self.section(value),
                 "acme" => raw.acme = self.section(value),
                 "lua" => raw.lua = self.section(value),
+                "waf" => raw.waf = self.section(value),
                 "listener" => raw.listeners = self.array("listener", value, &mut raw.broken),
                 "certificate" => {
                     raw.certificates = self.array("certificate", value, &mut raw.broken)
@@ -407,6 +410,7 @@ impl<'a> Cx<'a> {
         }
 
         let rate_limit_store = self.rate_limit_store(raw.rate_limit.as_ref(), allow_insecure_keys);
+        let waf = self.waf_settings(raw.waf.as_ref());
         let mut route_names = HashMap::new();
         let mut routes = Vec::new();
         for r in &raw.routes {
@@ -419,6 +423,11 @@ impl<'a> Cx<'a> {
                 &compression,
             ) {
                 routes.push(Arc::new(route));
+            }
+        }
+        for (r, raw_r) in routes.iter().zip(&raw.routes) {
+            if let (Some(w), Some(at)) = (&r.waf, &raw_r.waf) {
+                self.waf_ruleset_exists(&r.name, &w.ruleset, at, &waf);
             }
         }
 
@@ -504,6 +513,7 @@ impl<'a> Cx<'a> {
             rate_limit_store,
             cache: self.cache_settings(raw.cache.as_ref()),
             lua: Arc::new(self.lua_settings(raw.lua.as_ref())),
+            waf: Arc::new(waf),
             tracing: raw.tracing.as_ref().and_then(|t| self.tracing(t)),
             acme,
             resolver: self.resolver(&raw.resolver),

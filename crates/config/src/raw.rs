@@ -12,9 +12,11 @@ use toml::Spanned;
 mod auth;
 mod lua;
 mod size;
+mod waf;
 pub use auth::*;
 pub use lua::*;
 pub use size::RawSize;
+pub use waf::*;
 
 /// A string that names a duration (`"30s"`) or a size (`"16k"`), kept with its position.
 pub type SpannedStr = Spanned<String>;
@@ -552,6 +554,8 @@ pub struct RawRoute {
     pub request_buffering: Option<Spanned<bool>>,
     /// `[route.lua]`: scripts at the request path's phases.
     pub lua: Option<Spanned<RawRouteLua>>,
+    /// `[route.waf]`: the web application firewall's rule set for this route.
+    pub waf: Option<Spanned<RawRouteWaf>>,
 }
 
 /// `[[route.mirror]]`: NGINX's `mirror`, Envoy's request mirror policy.

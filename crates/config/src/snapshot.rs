@@ -60,6 +60,8 @@ pub struct Snapshot {
     pub acme: crate::AcmeSettings,
     /// `[lua]`: what every Lua state shares.
     pub lua: Arc<crate::LuaSettings>,
+    /// `[waf]`: the rule sets routes name.
+    pub waf: Arc<crate::WafSettings>,
 }
 
 /// `[config]` of a gateway in fleet mode: its etcd and what it keeps locally.
@@ -765,6 +767,8 @@ pub struct Route {
     pub request_buffering: bool,
     /// `[route.lua]`.
     pub lua: Option<Arc<crate::RouteLua>>,
+    /// `[route.waf]`.
+    pub waf: Option<Arc<crate::RouteWaf>>,
 }
 
 /// One `[[route.split]]`.

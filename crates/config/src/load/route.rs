@@ -214,11 +214,22 @@ impl Cx<'_> {
             .as_ref()
             .and_then(|l| self.route_lua(&name, l))
             .map(Arc::new);
+        let waf = match &raw.waf {
+            Some(w) => match self.route_waf(&name, w) {
+                Some(w) => Some(Arc::new(w)),
+                None => {
+                    ok = false;
+                    None
+                }
+            },
+            None => None,
+        };
         if !ok {
             return None;
         }
         Some(Route {
             lua,
+            waf,
             auth,
             cors,
             max_request_body,

@@ -1,0 +1,114 @@
+//! The web application firewall's settings: `[waf]` with its named rule sets, and each
+//! route's `[route.waf]`. Rules are kept as paths and text here; `sluice-waf` compiles them
+//! with libmodsecurity (and `sluice check` reports a broken rule by file and line).
+
+use std::path::PathBuf;
+
+/// `[waf]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WafSettings {
+    /// `[[waf.ruleset]]`, by name.
+    pub rulesets: Vec<WafRuleSet>,
+    /// Threads that evaluate rules (default: one per core), at the scheduler's idle priority
+    /// so that inspection never delays a route without a WAF.
+    pub threads: usize,
+    /// Requests accepted for inspection and not yet evaluated before the WAF counts as
+    /// saturated (a route's `on_overload` decides then).
+    pub queue: usize,
+}
+
+impl Default for WafSettings {
+    fn default() -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        WafSettings {
+            rulesets: Vec::new(),
+            threads,
+            queue: 256 * threads,
+        }
+    }
+}
+
+/// `[[waf.ruleset]]`: ModSecurity rules, from files (with their `Include`s) then inline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WafRuleSet {
+    /// What routes name in `[route.waf] ruleset`.
+    pub name: String,
+    /// Rule files in load order (globs as ModSecurity's `Include` takes them).
+    pub files: Vec<PathBuf>,
+    /// `rules = '''...'''`, loaded after the files.
+    pub rules: Option<WafInline>,
+}
+
+/// Rules written in the configuration file, with where they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WafInline {
+    /// The rules' text.
+    pub text: String,
+    /// The configuration file.
+    pub file: String,
+    /// The line of the file the text's first line is on.
+    pub line: usize,
+}
+
+/// What a route does with a request the rules would deny.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WafMode {
+    /// Answer with the rules' status (403 by default); nothing reaches the upstream.
+    Block,
+    /// Record and count, and forward (ModSecurity's `DetectionOnly`).
+    Detect,
+}
+
+/// What a route does with a request the WAF cannot inspect in time (its queue is full).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WafOverload {
+    /// Forward it uninspected, counted.
+    Open,
+    /// Refuse it (503), counted.
+    Closed,
+}
+
+/// What a route does with a request body larger than `request_body_limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WafBodyOverLimit {
+    /// 413 (ModSecurity's `SecRequestBodyLimitAction Reject`).
+    Reject,
+    /// Inspect the first `request_body_limit` bytes and forward the whole body, counted
+    /// (`ProcessPartial`).
+    InspectPartial,
+}
+
+/// An exclusion of `[route.waf] exclusions`, as ModSecurity's directives take them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum WafExclusion {
+    /// `"942100"` or `"942100-942199"`: `SecRuleRemoveById`.
+    Ids(u32, u32),
+    /// `"tag:attack-sqli"`: `SecRuleRemoveByTag`.
+    Tag(String),
+    /// `"942100 !ARGS:password"`: `SecRuleUpdateTargetById`, the target no longer inspected.
+    Target(u32, String),
+}
+
+/// `[route.waf]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RouteWaf {
+    /// `[[waf.ruleset]]` name.
+    pub ruleset: String,
+    /// Block or detect (default block).
+    pub mode: WafMode,
+    /// The Core Rule Set's paranoia level (1-4; default 1): `tx.paranoia_level` and CRS 4's
+    /// `tx.blocking_paranoia_level`.
+    pub paranoia_level: u8,
+    /// CRS's inbound anomaly score threshold (default 5: one critical match).
+    pub inbound_anomaly_threshold: u32,
+    /// CRS's outbound anomaly score threshold (default 4).
+    pub outbound_anomaly_threshold: u32,
+    /// Rules and targets left out for this route.
+    pub exclusions: Vec<WafExclusion>,
+    /// Bytes of request body inspected (default 128k, ModSecurity's recommended).
+    pub request_body_limit: u64,
+    /// A larger body: reject (default) or inspect its start.
+    pub body_over_limit: WafBodyOverLimit,
+    /// The WAF saturated: refuse (default) or forward uninspected.
+    pub on_overload: WafOverload,
+}

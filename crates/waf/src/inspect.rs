@@ -1,0 +1,105 @@
+//! One request through the rules: phases 1 (head) and 2 (body), then 5 (logging), in the
+//! order ModSecurity-nginx drives a transaction, on the thread that runs the job.
+
+use crate::engine::Rules;
+use crate::matches::Match;
+use bytes::Bytes;
+use std::net::SocketAddr;
+
+/// What the rules see of a request: copied from it, so that a client that goes away while
+/// its job runs leaves nothing the job reads.
+#[derive(Debug, Clone)]
+pub struct RequestFacts {
+    /// The client (behind trusted proxies, the real one).
+    pub client: SocketAddr,
+    /// The address it connected to.
+    pub server: SocketAddr,
+    /// The method.
+    pub method: http::Method,
+    /// The request target as the client sent it (path and query).
+    pub target: String,
+    /// `"1.0"`, `"1.1"`, `"2.0"` or `"3.0"`.
+    pub version: &'static str,
+    /// The request's header fields (with `Host` for HTTP/2 and HTTP/3, from `:authority`).
+    pub headers: http::HeaderMap,
+    /// The body read, up to the route's limit.
+    pub body: Bytes,
+}
+
+/// What the rules decided about a request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// A disruptive action (deny, drop, redirect), in a rule's phase 1 or 2.
+    pub intervention: Option<Intervention>,
+    /// The rules that matched and logged, in order (Sluice's own score rule left out).
+    pub matches: Vec<Match>,
+    /// CRS's inbound anomaly score, where the rules reported it.
+    pub anomaly_score: Option<u32>,
+    /// Matches beyond the record's bound, counted only.
+    pub dropped: u32,
+}
+
+/// Evaluates `request` with `rules` on the calling thread.
+#[cfg(feature = "modsecurity")]
+pub fn inspect(rules: &Rules, request: &RequestFacts) -> Verdict {
+    use crate::engine::Transaction;
+    use crate::matches::{SCORE_RULE, anomaly_score};
+    let mut t = Transaction::new(rules);
+    t.connection(
+        &request.client.ip().to_string(),
+        request.client.port(),
+        &request.server.ip().to_string(),
+        request.server.port(),
+    );
+    t.uri(&request.target, request.method.as_str(), request.version);
+    for (name, value) in &request.headers {
+        t.header(name.as_str().as_bytes(), value.as_bytes());
+    }
+    t.headers_done();
+    let mut intervention = t.intervention();
+    if intervention.is_none() {
+        if !request.body.is_empty() {
+            t.body(&request.body);
+        }
+        t.body_done();
+        intervention = t.intervention();
+    }
+    t.logging();
+    let messages = std::mem::take(t.messages());
+    let mut all: Vec<Match> = messages
+        .lines
+        .iter()
+        .filter_map(|l| Match::parse(l))
+        .collect();
+    // The disruptive rule's message comes with its intervention, not through the log
+    // callback (ModSecurity-nginx logs it from there too).
+    all.extend(
+        intervention
+            .as_ref()
+            .and_then(|i| Match::parse(i.log.as_deref()?)),
+    );
+    let anomaly_score = anomaly_score(&all);
+    Verdict {
+        intervention,
+        matches: all.into_iter().filter(|m| m.id != SCORE_RULE).collect(),
+        anomaly_score,
+        dropped: messages.dropped,
+    }
+}
+
+/// Without the engine no `Rules` can exist (`Rules::build` refuses), so nothing calls this.
+#[cfg(not(feature = "modsecurity"))]
+pub fn inspect(rules: &Rules, _request: &RequestFacts) -> Verdict {
+    match rules.0 {}
+}
+
+/// A disruptive action the rules decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intervention {
+    /// The status the rule gave (`deny,status:403`).
+    pub status: u16,
+    /// A redirect's target (`redirect:URL`).
+    pub url: Option<String>,
+    /// The engine's line about it.
+    pub log: Option<String>,
+}

@@ -1,0 +1,39 @@
+//! The web application firewall at Sluice's edge: ModSecurity rule sets (the OWASP Core
+//! Rule Set) evaluated by libmodsecurity v3, off the event loop.
+//!
+//! - `[[waf.ruleset]]` names rule sets (files, inline rules); `[route.waf]` picks one for a
+//!   route with its mode, CRS paranoia level, thresholds, exclusions and body limit
+//!   ([`rules`] turns these into what libmodsecurity loads). Routes with equal settings share
+//!   one compiled set; a reload compiles new sets before it swaps anything, so a broken rule
+//!   leaves the old sets serving.
+//! - A request is inspected as one job on the WAF's threads ([`Inspector`], an offload
+//!   `Pool` at idle priority): head, body and logging phases in ModSecurity-nginx's order.
+//!   When its queue is full the route's `on_overload` decides, counted.
+//! - Each match becomes a record (rule id, message, truncated data, anomaly score) for the
+//!   access log and the request log, and counters by route and rule ([`RouteStats`]).
+//!
+//! Built without the `modsecurity` feature, the crate compiles and refuses every rule set
+//! with what to do.
+
+#[cfg(feature = "modsecurity")]
+mod engine;
+#[cfg(not(feature = "modsecurity"))]
+#[path = "without_engine.rs"]
+mod engine;
+#[cfg(feature = "modsecurity")]
+mod ffi;
+mod inspect;
+mod matches;
+pub mod rules;
+mod runtime;
+mod stats;
+
+pub use engine::{Rules, version};
+pub use inspect::{Intervention, RequestFacts, Verdict, inspect};
+pub use matches::{MAX_DATA, Match};
+pub use rules::Piece;
+pub use runtime::{Inspector, Outcome, RouteFirewall, WafError, WafRuntime};
+pub use stats::{RouteStats, StatsSnapshot};
+
+#[cfg(all(test, feature = "modsecurity"))]
+mod tests;

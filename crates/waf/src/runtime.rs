@@ -1,0 +1,241 @@
+//! The configuration's firewall: each `[route.waf]` with its compiled rules, and the threads
+//! that evaluate them.
+
+use crate::engine::Rules;
+use crate::inspect::{RequestFacts, Verdict, inspect};
+use crate::rules::{Piece, pieces};
+use crate::stats::RouteStats;
+use sluice_config::{Route, RouteWaf, WafMode, WafOverload, WafSettings};
+use sluice_offload::{Engine as _, Job, Pool};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+/// A rule set that failed to compile: the route, the piece and libmodsecurity's message
+/// (with a rule file's path and line).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("route `{route}` [route.waf]: {message}; fix the rule (the rules in use keep serving)")]
+pub struct WafError {
+    /// The route whose rule set failed.
+    pub route: String,
+    /// What failed, where.
+    pub message: String,
+}
+
+/// One request for the WAF's threads.
+#[derive(Clone)]
+struct InspectJob {
+    rules: Arc<Rules>,
+    facts: Arc<RequestFacts>,
+}
+
+impl Job for InspectJob {
+    type Output = Verdict;
+}
+
+/// The threads that evaluate rules: an offload pool at the scheduler's idle priority (so a
+/// storm of inspections never delays a route without a WAF) with a bounded queue.
+pub struct Inspector {
+    pool: Pool<InspectJob>,
+    threads: usize,
+    queue: usize,
+}
+
+impl std::fmt::Debug for Inspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inspector")
+            .field("threads", &self.threads)
+            .field("queue", &self.queue)
+            .finish()
+    }
+}
+
+impl Inspector {
+    /// Starts `threads` threads accepting up to `queue` requests at once.
+    pub fn start(threads: usize, queue: usize) -> std::io::Result<Inspector> {
+        thread_local!(static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+        let pool = Pool::new("sluice-waf", threads, queue, |job: &InspectJob| {
+            if !LOWERED.get() {
+                LOWERED.set(true);
+                sluice_offload::idle::lower_to_idle();
+            }
+            Ok(inspect(&job.rules, &job.facts))
+        })?;
+        Ok(Inspector {
+            pool,
+            threads,
+            queue,
+        })
+    }
+
+    /// Requests accepted and not yet evaluated.
+    pub fn in_flight(&self) -> usize {
+        self.pool.in_flight()
+    }
+}
+
+/// What became of a request at the WAF.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Forward it: no disruptive match (or mode `detect`); the verdict's matches are recorded.
+    Pass(Verdict),
+    /// Refuse it with `status`; nothing goes upstream.
+    Block(u16, Verdict),
+    /// The WAF was saturated: forwarded uninspected (`true`, `on_overload = "open"`) or
+    /// refused with 503 (`false`).
+    Overloaded(bool),
+}
+
+/// A route's firewall: its settings, compiled rules and counters.
+#[derive(Debug)]
+pub struct RouteFirewall {
+    /// `[route.waf]`.
+    pub settings: Arc<RouteWaf>,
+    rules: Arc<Rules>,
+    /// Its counters (kept across reloads while the route keeps its name).
+    pub stats: Arc<RouteStats>,
+    inspector: Arc<Inspector>,
+}
+
+impl RouteFirewall {
+    /// Inspects `facts` on the WAF's threads and decides, counted.
+    pub async fn check(&self, facts: RequestFacts) -> Outcome {
+        let job = InspectJob {
+            rules: self.rules.clone(),
+            facts: Arc::new(facts),
+        };
+        let started = Instant::now();
+        let verdict = match self.inspector.pool.submit(job) {
+            Ok(pending) => pending.await.ok(),
+            Err(_) => None,
+        };
+        let Some(verdict) = verdict else {
+            let open = self.settings.on_overload == WafOverload::Open;
+            if open {
+                &self.stats.overload_open
+            } else {
+                &self.stats.overload_closed
+            }
+            .fetch_add(1, Relaxed);
+            return Outcome::Overloaded(open);
+        };
+        let s = &self.stats;
+        s.inspected.fetch_add(1, Relaxed);
+        s.inspect_us.fetch_add(
+            u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            Relaxed,
+        );
+        if !verdict.matches.is_empty() {
+            let mut rules = s.rules.lock().unwrap_or_else(|e| e.into_inner());
+            for m in &verdict.matches {
+                *rules.entry(m.id).or_default() += 1;
+            }
+        }
+        match &verdict.intervention {
+            Some(i) if self.settings.mode == WafMode::Block => {
+                s.blocked.fetch_add(1, Relaxed);
+                Outcome::Block(i.status, verdict)
+            }
+            _ => {
+                if !verdict.matches.is_empty() {
+                    s.detected.fetch_add(1, Relaxed);
+                }
+                Outcome::Pass(verdict)
+            }
+        }
+    }
+}
+
+/// The configuration's firewall.
+#[derive(Debug)]
+pub struct WafRuntime {
+    routes: HashMap<String, Arc<RouteFirewall>>,
+    inspector: Arc<Inspector>,
+}
+
+impl WafRuntime {
+    /// Compiles the rule set of every route with `[route.waf]` (routes with equal settings
+    /// share one), on the calling thread: call it off the event loop. `previous` lends its
+    /// threads (when `[waf]` kept their number) and its counters. `None`: no route has a WAF.
+    pub fn build(
+        settings: &WafSettings,
+        routes: &[Arc<Route>],
+        previous: Option<&WafRuntime>,
+    ) -> Result<Option<WafRuntime>, WafError> {
+        if routes.iter().all(|r| r.waf.is_none()) {
+            return Ok(None);
+        }
+        let inspector = match previous {
+            Some(p)
+                if p.inspector.threads == settings.threads
+                    && p.inspector.queue == settings.queue =>
+            {
+                p.inspector.clone()
+            }
+            _ => Arc::new(
+                Inspector::start(settings.threads, settings.queue).map_err(|e| WafError {
+                    route: String::new(),
+                    message: format!("the WAF's threads could not start: {e}"),
+                })?,
+            ),
+        };
+        let mut compiled: Vec<(Vec<Piece>, Arc<Rules>)> = Vec::new();
+        let mut built = HashMap::new();
+        for route in routes {
+            let Some(waf) = &route.waf else { continue };
+            let error = |message: String| WafError {
+                route: route.name.clone(),
+                message,
+            };
+            let set = settings
+                .rulesets
+                .iter()
+                .find(|s| s.name == waf.ruleset)
+                .ok_or_else(|| {
+                    error(format!("ruleset `{}` is not defined in [waf]", waf.ruleset))
+                })?;
+            let pieces = pieces(set, waf);
+            let rules = match compiled.iter().find(|(p, _)| *p == pieces) {
+                Some((_, r)) => r.clone(),
+                None => {
+                    let rules = Arc::new(Rules::build(&pieces).map_err(error)?);
+                    compiled.push((pieces, rules.clone()));
+                    rules
+                }
+            };
+            let stats = previous
+                .and_then(|p| p.routes.get(&route.name))
+                .map(|r| r.stats.clone())
+                .unwrap_or_default();
+            built.insert(
+                route.name.clone(),
+                Arc::new(RouteFirewall {
+                    settings: waf.clone(),
+                    rules,
+                    stats,
+                    inspector: inspector.clone(),
+                }),
+            );
+        }
+        Ok(Some(WafRuntime {
+            routes: built,
+            inspector,
+        }))
+    }
+
+    /// The firewall of route `name`, if it has one.
+    pub fn route(&self, name: &str) -> Option<&Arc<RouteFirewall>> {
+        self.routes.get(name)
+    }
+
+    /// Every route's counters, by route name.
+    pub fn stats(&self) -> impl Iterator<Item = (&str, &RouteStats)> {
+        self.routes.iter().map(|(n, r)| (n.as_str(), &*r.stats))
+    }
+
+    /// Requests waiting for or in evaluation.
+    pub fn in_flight(&self) -> usize {
+        self.inspector.in_flight()
+    }
+}

@@ -1,0 +1,284 @@
+//! The engine with real rules: inline rules, and Debian's OWASP Core Rule Set 3.3.4
+//! (`modsecurity-crs`, which `scripts/test-deps` installs).
+
+use crate::rules::pieces;
+use crate::{RequestFacts, Rules, inspect};
+use bytes::Bytes;
+use sluice_config::{
+    RouteWaf, WafBodyOverLimit, WafExclusion, WafInline, WafMode, WafOverload, WafRuleSet,
+};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+/// Debian's CRS as libmodsecurity loads it (the package's `owasp-crs.load` is for Apache:
+/// libmodsecurity has no `IncludeOptional`).
+pub(crate) const CRS: [&str; 2] = [
+    "/etc/modsecurity/crs/crs-setup.conf",
+    "/usr/share/modsecurity-crs/rules/*.conf",
+];
+
+pub(crate) fn route() -> RouteWaf {
+    RouteWaf {
+        ruleset: "crs".into(),
+        mode: WafMode::Block,
+        paranoia_level: 1,
+        inbound_anomaly_threshold: 5,
+        outbound_anomaly_threshold: 4,
+        exclusions: Vec::new(),
+        request_body_limit: 128 << 10,
+        body_over_limit: WafBodyOverLimit::Reject,
+        on_overload: WafOverload::Closed,
+    }
+}
+
+fn crs_set() -> WafRuleSet {
+    WafRuleSet {
+        name: "crs".into(),
+        files: CRS.iter().map(PathBuf::from).collect(),
+        rules: None,
+    }
+}
+
+fn inline_set(text: &str) -> WafRuleSet {
+    WafRuleSet {
+        name: "own".into(),
+        files: Vec::new(),
+        rules: Some(WafInline {
+            text: text.into(),
+            file: "sluice.toml".into(),
+            line: 10,
+        }),
+    }
+}
+
+/// CRS compiled once for the tests that only read it.
+fn crs() -> Arc<Rules> {
+    static CRS_RULES: OnceLock<Arc<Rules>> = OnceLock::new();
+    CRS_RULES
+        .get_or_init(|| {
+            Arc::new(Rules::build(&pieces(&crs_set(), &route())).expect("CRS 3.3.4 compiles"))
+        })
+        .clone()
+}
+
+pub(crate) fn get(target: &str) -> RequestFacts {
+    let mut headers = http::HeaderMap::new();
+    headers.insert("host", "example.com".parse().unwrap());
+    headers.insert(
+        "user-agent",
+        "Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0"
+            .parse()
+            .unwrap(),
+    );
+    headers.insert("accept", "text/html,application/xhtml+xml".parse().unwrap());
+    RequestFacts {
+        client: "192.0.2.7:40000".parse().unwrap(),
+        server: "127.0.0.1:8443".parse().unwrap(),
+        method: http::Method::GET,
+        target: target.into(),
+        version: "1.1",
+        headers,
+        body: Bytes::new(),
+    }
+}
+
+fn post(target: &str, content_type: &str, body: &str) -> RequestFacts {
+    let mut r = get(target);
+    r.method = http::Method::POST;
+    r.headers
+        .insert("content-type", content_type.parse().unwrap());
+    r.headers
+        .insert("content-length", body.len().to_string().parse().unwrap());
+    r.body = Bytes::from(body.to_string());
+    r
+}
+
+fn ids(v: &crate::Verdict) -> Vec<u32> {
+    v.matches.iter().map(|m| m.id).collect()
+}
+
+#[test]
+fn an_inline_rule_denies_with_its_status_and_says_why() {
+    let rules = Rules::build(&pieces(
+        &inline_set("SecRule ARGS:q \"@contains evil\" \"id:10001,phase:2,deny,status:418,log,msg:'evil asked'\""),
+        &route(),
+    ))
+    .expect("compiles");
+    let v = inspect(&rules, &get("/search?q=very+evil+thing"));
+    let i = v.intervention.as_ref().expect("denied");
+    assert_eq!(i.status, 418);
+    assert_eq!(ids(&v), [10001]);
+    assert_eq!(v.matches[0].msg, "evil asked");
+    let v = inspect(&rules, &get("/search?q=kind"));
+    assert_eq!(v.intervention, None);
+    assert!(v.matches.is_empty(), "{:?}", v.matches);
+}
+
+#[test]
+fn a_broken_rule_names_its_file_and_line() {
+    let err = Rules::build(&pieces(&inline_set("\n\nSecRuleEngin On"), &route()))
+        .expect_err("a misspelt directive");
+    assert!(err.contains("sluice.toml"), "{err}");
+    assert!(
+        err.contains("Line: 12"),
+        "the rules start on line 10 of the file: {err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.conf");
+    std::fs::write(&file, "SecRuleEngine On\nSecRequestBodyAcess On\n").unwrap();
+    let set = WafRuleSet {
+        name: "bad".into(),
+        files: vec![file.clone()],
+        rules: None,
+    };
+    let err = Rules::build(&pieces(&set, &route())).expect_err("a misspelt directive");
+    assert!(err.contains(&file.display().to_string()), "{err}");
+    assert!(err.contains("Line: 2"), "{err}");
+}
+
+#[test]
+fn crs_passes_a_plain_page_and_blocks_sql_injection_with_its_score() {
+    let rules = crs();
+    let v = inspect(&rules, &get("/products/42?sort=price&page=2"));
+    assert_eq!(v.intervention, None);
+    assert!(v.matches.is_empty(), "{:?}", v.matches);
+    let v = inspect(&rules, &get("/products?id=1%27%20or%20%271%27%3D%271"));
+    assert_eq!(v.intervention.as_ref().map(|i| i.status), Some(403));
+    assert!(
+        ids(&v).contains(&942100),
+        "libinjection's SQLi rule: {:?}",
+        ids(&v)
+    );
+    assert!(
+        ids(&v).contains(&949110),
+        "the blocking evaluation: {:?}",
+        ids(&v)
+    );
+    assert!(
+        v.anomaly_score.is_some_and(|s| s >= 5),
+        "{:?}",
+        v.anomaly_score
+    );
+}
+
+#[test]
+fn crs_reads_urlencoded_json_and_multipart_bodies() {
+    let rules = crs();
+    let form = post(
+        "/login",
+        "application/x-www-form-urlencoded",
+        "user=admin&comment=<script>alert(1)</script>",
+    );
+    let v = inspect(&rules, &form);
+    assert!(v.intervention.is_some(), "XSS in a form: {:?}", ids(&v));
+    assert!(
+        ids(&v).iter().any(|id| (941000..942000).contains(id)),
+        "{:?}",
+        ids(&v)
+    );
+    let json = post(
+        "/api",
+        "application/json",
+        r#"{"user":{"name":"x' UNION SELECT password FROM users--"}}"#,
+    );
+    let v = inspect(&rules, &json);
+    assert!(v.intervention.is_some(), "SQLi in JSON: {:?}", ids(&v));
+    let boundary = "----b0undary";
+    let body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\n../../../../etc/passwd\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a.txt\"\r\nContent-Type: text/plain\r\n\r\nhello\r\n--{boundary}--\r\n"
+    );
+    let v = inspect(
+        &rules,
+        &post(
+            "/upload",
+            &format!("multipart/form-data; boundary={boundary}"),
+            &body,
+        ),
+    );
+    assert!(
+        v.intervention.is_some(),
+        "path traversal in a multipart field: {:?}",
+        ids(&v)
+    );
+    let benign = post(
+        "/upload",
+        &format!("multipart/form-data; boundary={boundary}"),
+        &body.replace("../../../../etc/passwd", "a note"),
+    );
+    let v = inspect(&rules, &benign);
+    assert_eq!(v.intervention, None, "{:?}", v.matches);
+    let broken = post("/api", "application/json", "{\"a\": ");
+    let v = inspect(&rules, &broken);
+    assert_eq!(
+        v.intervention.as_ref().map(|i| i.status),
+        Some(400),
+        "a body that does not parse: {:?}",
+        ids(&v)
+    );
+}
+
+#[test]
+fn detect_mode_forwards_and_keeps_the_matches() {
+    let mut r = route();
+    r.mode = WafMode::Detect;
+    let rules = Rules::build(&pieces(&crs_set(), &r)).expect("compiles");
+    let v = inspect(&rules, &get("/products?id=1%27%20or%20%271%27%3D%271"));
+    assert_eq!(v.intervention, None);
+    assert!(ids(&v).contains(&942100), "{:?}", ids(&v));
+    assert!(
+        v.anomaly_score.is_some_and(|s| s >= 5),
+        "the score rule reports it: {:?}",
+        v.anomaly_score
+    );
+}
+
+#[test]
+fn exclusions_and_paranoia_change_what_matches() {
+    let attack = get("/products?id=1%27%20or%20%271%27%3D%271");
+    let mut r = route();
+    r.exclusions = vec![WafExclusion::Target(942100, "!ARGS:id".into())];
+    let rules = Rules::build(&pieces(&crs_set(), &r)).expect("compiles");
+    assert!(!ids(&inspect(&rules, &attack)).contains(&942100));
+    r.exclusions = vec![WafExclusion::Tag("attack-sqli".into())];
+    let rules = Rules::build(&pieces(&crs_set(), &r)).expect("compiles");
+    let v = inspect(&rules, &attack);
+    assert!(
+        !ids(&v).iter().any(|id| (942000..943000).contains(id)),
+        "{:?}",
+        ids(&v)
+    );
+    // 920273 (characters outside a narrow set) runs at paranoia level 4 only.
+    let odd = get("/a?x=%7e%21");
+    let pl1 = ids(&inspect(&crs(), &odd));
+    let mut r = route();
+    r.paranoia_level = 4;
+    r.inbound_anomaly_threshold = 1000;
+    let rules = Rules::build(&pieces(&crs_set(), &r)).expect("compiles");
+    let pl4 = ids(&inspect(&rules, &odd));
+    assert!(!pl1.contains(&920273), "{pl1:?}");
+    assert!(pl4.contains(&920273), "{pl4:?}");
+}
+
+#[test]
+fn transactions_on_many_threads_share_one_rule_set() {
+    let rules = crs();
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let rules = rules.clone();
+            std::thread::spawn(move || {
+                for n in 0..50 {
+                    let bad = inspect(
+                        &rules,
+                        &get(&format!("/p?id={i}{n}%27%20or%20%271%27%3D%271")),
+                    );
+                    let good = inspect(&rules, &get(&format!("/p?id={i}{n}")));
+                    assert!(bad.intervention.is_some() && good.intervention.is_none());
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("no thread failed");
+    }
+}

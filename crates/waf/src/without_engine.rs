@@ -1,0 +1,25 @@
+//! The engine's place in a build without the `modsecurity` feature: no rule set can be
+//! compiled, so no request is ever inspected, and a configuration that asks for one is
+//! refused with what to do.
+
+use crate::rules::Piece;
+
+/// A compiled rule set: none can exist in this build.
+#[derive(Debug)]
+pub struct Rules(pub(crate) std::convert::Infallible);
+
+impl Rules {
+    /// Refuses: this build has no engine.
+    pub fn build(_pieces: &[Piece]) -> Result<Rules, String> {
+        Err(
+            "this Sluice was built without the WAF engine: build it with the default features \
+             (cargo feature `waf`), after scripts/deps has installed libmodsecurity-dev"
+                .to_string(),
+        )
+    }
+}
+
+/// The engine's version line: none.
+pub fn version() -> String {
+    "none (built without the `modsecurity` feature)".to_string()
+}
