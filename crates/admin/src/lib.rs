@@ -14,6 +14,7 @@ pub mod build_label;
 mod cache;
 mod certificates;
 mod config_state;
+mod firewall;
 mod health;
 mod mirror;
 mod reply;
@@ -524,6 +525,7 @@ pub fn metrics(s: &Sources) -> String {
     mirror::metrics(&mut out, s);
     auth::metrics(&mut out, s);
     scripting::metrics(&mut out, s);
+    firewall::metrics(&mut out, s);
     tracing_export::metrics(&mut out, s);
     requests::metrics(&mut out, s);
     key_servers(&mut out, &s.gateway.key_offload().key_servers());
@@ -841,6 +843,7 @@ pub fn status(s: &Sources) -> String {
         "mirrors": mirror::status(s),
         "auth": auth::status(s),
         "lua": scripting::status(s),
+        "waf": firewall::status(s),
         "tracing": tracing_export::status(s),
         "log_shipping": requests::shipping_status(s),
         "request_log": requests::request_log_status(s),

@@ -300,6 +300,7 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
         "mirrors": crate::mirror::status(s),
         "auth": crate::auth::status(s),
         "lua": crate::scripting::status(s),
+        "waf": crate::firewall::status(s),
         "trace_url": s.gateway.snapshot().tracing.as_ref().and_then(|t| t.trace_url.clone()),
         "fleet_mode": s.control.as_ref().is_some_and(|c| c.shared().is_some()),
         "upstreams": upstreams,

@@ -351,6 +351,11 @@ impl Gateway {
         self.view.load().guards.lua.clone()
     }
 
+    /// The configuration's firewall (`None`: no route has `[route.waf]`).
+    pub fn waf(&self) -> Option<Arc<sluice_waf::WafRuntime>> {
+        self.view.load().guards.waf.clone()
+    }
+
     /// Each authenticated route's counters, sorted by route.
     pub fn authentication(&self) -> Vec<(String, Arc<sluice_auth::AuthCounters>)> {
         let view = self.view.load();
@@ -545,7 +550,7 @@ async fn prepare(
     // What carries over (engines, upstream groups, rate limiters) is found by passes over
     // every certificate, upstream and route: with 40,000 routes, milliseconds of pointer
     // chasing that requests would wait behind on the event loop. At idle priority instead.
-    let (key_identity, compress, kept, limiters) = {
+    let (key_identity, compress, kept, limiters, waf) = {
         let (snapshot, old_groups, old_guards, redis) = (
             snapshot.clone(),
             state.upstreams.clone(),
@@ -573,15 +578,24 @@ async fn prepare(
             );
             // What the routes' encodings cost inline, once each (the dashboard's CPU saved).
             crate::request::compression::calibrate(&snapshot.routes);
+            // Rule sets compiled anew (a rule or data file may have changed) before anything
+            // is swapped: a broken rule fails the apply and the old sets keep serving.
+            let waf = sluice_waf::WafRuntime::build(
+                &snapshot.waf,
+                &snapshot.routes,
+                old_guards.waf.as_deref(),
+            );
             (
                 KeyOffload::identity(&snapshot),
                 compress_config(&snapshot),
                 kept,
                 limiters,
+                waf,
             )
         })
         .await?
     };
+    let waf = waf.map_err(ProxyError::Waf)?.map(Arc::new);
     // Authenticators read their files here (small ones) and start their JWKS fetches and
     // file watchers on this runtime.
     let guards = Arc::new(RouteGuards {
@@ -594,6 +608,7 @@ async fn prepare(
             state.guards.lua.as_ref(),
         )
         .map_err(ProxyError::Lua)?,
+        waf,
     });
     let key_offload = if first || key_identity == state.key_identity {
         state.key_offload.clone()

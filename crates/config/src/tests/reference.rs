@@ -38,6 +38,7 @@ fn sections() -> Tables {
     walk::<RawConfigSource>(&tables, "config");
     walk::<RawAcme>(&tables, "acme");
     walk::<RawLua>(&tables, "lua");
+    walk::<RawWaf>(&tables, "waf");
     walk::<RawListener>(&tables, "listener");
     walk::<RawCertificate>(&tables, "certificate");
     walk::<RawUpstream>(&tables, "upstream");

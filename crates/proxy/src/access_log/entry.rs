@@ -39,6 +39,8 @@ pub(crate) struct Entry {
     pub(crate) subject: Option<std::sync::Arc<str>>,
     /// Why `[route.auth]` refused it (`sluice_auth::Reason::name`).
     pub(crate) auth_refused: Option<&'static str>,
+    /// What `[route.waf]` did, when it did more than pass a request nothing matched.
+    pub(crate) waf: Option<Box<super::WafRecord>>,
 }
 
 /// `d` in milliseconds with three decimals (microseconds, rounded), in integers: `{:.3}` on
@@ -179,6 +181,9 @@ pub(crate) fn push_text_line(out: &mut String, e: &Entry) {
         out.push_str(" auth=");
         out.push_str(why);
     }
+    if let Some(waf) = &e.waf {
+        waf.push_text(out);
+    }
     if e.aborted {
         out.push_str(" aborted=true");
     }
@@ -259,6 +264,9 @@ pub(crate) fn json_line(e: &Entry) -> String {
         out.push_str(",\"auth_refused\":");
         push_json_str(&mut out, why);
     }
+    if let Some(waf) = &e.waf {
+        waf.push_json(&mut out, push_json_str);
+    }
     match e.trace {
         Some((trace, span)) => {
             out.push_str(",\"trace_id\":\"");
@@ -333,6 +341,7 @@ mod tests {
             trace: None,
             subject: None,
             auth_refused: None,
+            waf: None,
         }
     }
 

@@ -11,10 +11,12 @@
 mod entry;
 pub(crate) mod recent;
 mod ship;
+mod waf;
 
 pub(crate) use entry::Entry;
 pub use recent::{Query, RequestLog, RequestLogStats};
 pub use ship::ShipperSnapshot;
+pub(crate) use waf::WafRecord;
 
 use sluice_config::{AccessLogFormat, AccessLogTarget, LogConfig};
 use std::io::Write;

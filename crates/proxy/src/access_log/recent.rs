@@ -37,6 +37,8 @@ const PATH: usize = 7;
 /// The most of a subject kept.
 const MAX_SUBJECT: usize = 64;
 /// What one record costs.
+/// The rule ids of a WAF match a record keeps (the first ones, in the rules' order).
+const WAF_RULES: usize = 4;
 pub(crate) const RECORD: usize = std::mem::size_of::<Record>();
 /// Requests answered by one query at most.
 pub(crate) const MAX_LIMIT: usize = 1000;
@@ -60,6 +62,9 @@ pub(crate) struct Record {
     has_route: bool,
     has_subject: bool,
     auth_refused: Option<&'static str>,
+    /// `[route.waf]`'s action and anomaly score, and its first rule ids (0: none).
+    waf: Option<(&'static str, Option<u32>)>,
+    waf_rules: [u32; WAF_RULES],
     /// End of each string in `text` (string `i` is `text[ends[i - 1]..ends[i]]`).
     ends: [u16; 8],
     text: [u8; TEXT],
@@ -84,6 +89,8 @@ impl Record {
             has_route: false,
             has_subject: false,
             auth_refused: None,
+            waf: None,
+            waf_rules: [0; WAF_RULES],
             ends: [0; 8],
             text: [0; TEXT],
         };
@@ -109,6 +116,15 @@ impl Record {
         self.has_route = e.route.is_some();
         self.has_subject = e.subject.is_some();
         self.auth_refused = e.auth_refused;
+        self.waf = e.waf.as_ref().map(|w| (w.action, w.anomaly_score));
+        self.waf_rules = [0; WAF_RULES];
+        for (slot, m) in self
+            .waf_rules
+            .iter_mut()
+            .zip(e.waf.iter().flat_map(|w| &w.matches))
+        {
+            *slot = m.id;
+        }
         let subject = e.subject.as_deref().unwrap_or("");
         let subject = &subject[..floor_char_boundary(subject, MAX_SUBJECT)];
         let mut at = 0;
@@ -163,6 +179,24 @@ impl Record {
             trace: self.trace,
             subject: self.has_subject.then(|| self.text(SUBJECT).into()),
             auth_refused: self.auth_refused,
+            // Rule ids only: the messages and data stay in the access log.
+            waf: self.waf.map(|(action, anomaly_score)| {
+                Box::new(crate::access_log::WafRecord {
+                    action,
+                    anomaly_score,
+                    matches: self
+                        .waf_rules
+                        .iter()
+                        .filter(|id| **id != 0)
+                        .map(|id| sluice_waf::Match {
+                            id: *id,
+                            msg: String::new(),
+                            data: String::new(),
+                            severity: None,
+                        })
+                        .collect(),
+                })
+            }),
         }
     }
 }
@@ -447,6 +481,10 @@ pub struct Query {
     subject: Option<String>,
     /// `auth_refused`: requests `[route.auth]` refused (for this reason, unless `any`).
     auth_refused: Option<String>,
+    /// `waf`: requests `[route.waf]` acted on (`block`, `detect`, `open`, `closed`, `any`).
+    waf: Option<String>,
+    /// `rule_id`: requests a WAF rule matched.
+    rule_id: Option<u32>,
     min_duration: Option<Duration>,
     slowest: bool,
     limit: usize,
@@ -455,7 +493,8 @@ pub struct Query {
 impl Query {
     /// Parses a query string: `status` (`503`, `5xx`, `4xx,5xx`), `route`, `host`, `method`,
     /// `path` (a prefix), `since` (`10m`, or an RFC 3339 time), `trace_id`, `request_id`,
-    /// `subject`, `auth_refused` (a reason, or `any`), `min_ms`, `sort` (`recent`, the default, or `slowest`) and `limit` (default 100, at
+    /// `subject`, `auth_refused` (a reason, or `any`), `waf` (`block`, `detect`, `open`,
+    /// `closed` or `any`), `rule_id` (among a request's first four matches), `min_ms`, `sort` (`recent`, the default, or `slowest`) and `limit` (default 100, at
     /// most 1000). An error names the parameter and what it accepts.
     pub fn parse(qs: &str, now: SystemTime) -> Result<Query, String> {
         let mut q = Query {
@@ -502,6 +541,15 @@ impl Query {
                 "request_id" => q.request_id = Some(v),
                 "subject" => q.subject = Some(v),
                 "auth_refused" => q.auth_refused = Some(v),
+                "waf" => q.waf = Some(v),
+                "rule_id" => {
+                    q.rule_id = Some(
+                        v.parse()
+                            .ok()
+                            .filter(|n| *n > 0)
+                            .ok_or_else(|| format!("rule_id `{v}` is not a rule id"))?,
+                    )
+                }
                 "min_ms" => {
                     q.min_duration = Some(Duration::from_millis(v.parse().map_err(|_| {
                         format!("min_ms `{v}` is not a whole number of milliseconds")
@@ -523,7 +571,7 @@ impl Query {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown parameter `{k}`: use status, route, host, method, path, since, trace_id, request_id, subject, auth_refused, min_ms, sort or limit"
+                        "unknown parameter `{k}`: use status, route, host, method, path, since, trace_id, request_id, subject, auth_refused, waf, rule_id, min_ms, sort or limit"
                     ));
                 }
             }
@@ -585,6 +633,11 @@ impl Query {
                 r.auth_refused
                     .is_some_and(|why| want == "any" || why == want)
             })
+            && self.waf.as_ref().is_none_or(|want| {
+                r.waf
+                    .is_some_and(|(action, _)| want == "any" || action == want)
+            })
+            && self.rule_id.is_none_or(|id| r.waf_rules.contains(&id))
             && self.min_duration.is_none_or(|d| r.duration >= d)
     }
 }

@@ -207,6 +207,9 @@ pub(crate) enum ClientBody {
     Http2(hyper::body::Incoming),
     /// A body read whole before going upstream (`request_buffering`): sent as one frame.
     Buffered(Bytes),
+    /// A body whose start was read before going upstream (`[route.waf]` with
+    /// `body_over_limit = "inspect_partial"`): that start, then the rest as it arrives.
+    Prefixed(Bytes, Box<ClientBody>),
 }
 
 impl ClientBody {
@@ -236,6 +239,10 @@ impl Body for ClientBody {
             ClientBody::Http2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             ClientBody::Buffered(b) if b.is_empty() => Poll::Ready(None),
             ClientBody::Buffered(b) => Poll::Ready(Some(Ok(Frame::data(std::mem::take(b))))),
+            ClientBody::Prefixed(start, _) if !start.is_empty() => {
+                Poll::Ready(Some(Ok(Frame::data(std::mem::take(start)))))
+            }
+            ClientBody::Prefixed(_, rest) => Pin::new(&mut **rest).poll_frame(cx),
         }
     }
 
@@ -245,6 +252,7 @@ impl Body for ClientBody {
             ClientBody::Http1(b) => b.is_end_stream(),
             ClientBody::Http2(b) => b.is_end_stream(),
             ClientBody::Buffered(b) => b.is_empty(),
+            ClientBody::Prefixed(start, rest) => start.is_empty() && rest.is_end_stream(),
         }
     }
 
@@ -254,6 +262,17 @@ impl Body for ClientBody {
             ClientBody::Http1(b) => b.size_hint(),
             ClientBody::Http2(b) => b.size_hint(),
             ClientBody::Buffered(b) => SizeHint::with_exact(b.len() as u64),
+            ClientBody::Prefixed(start, rest) => {
+                let (n, rest) = (start.len() as u64, rest.size_hint());
+                match rest.exact() {
+                    Some(r) => SizeHint::with_exact(n + r),
+                    None => {
+                        let mut h = SizeHint::new();
+                        h.set_lower(n + rest.lower());
+                        h
+                    }
+                }
+            }
         }
     }
 }

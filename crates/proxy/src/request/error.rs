@@ -41,6 +41,10 @@ pub enum ProxyError {
     /// A Lua script did not compile, or `[lua] init` failed (file, line, message).
     #[error("{0}")]
     Lua(String),
+    /// A route's WAF rule set did not compile (file, line, message), or its threads did not
+    /// start.
+    #[error("{0}")]
+    Waf(sluice_waf::WafError),
     /// The gateway is shutting down and takes no new configuration.
     #[error("the gateway is shutting down")]
     Stopped,
@@ -91,6 +95,9 @@ pub(crate) enum Failure {
     ServiceUnavailable,
     /// The route's Lua script raised an error or ran past its budget (logged, counted).
     ScriptFailed,
+    /// `[route.waf]` could not inspect the request in time (its queue full) and its
+    /// `on_overload` is `"closed"`.
+    WafUnavailable,
 }
 
 impl Failure {
@@ -108,7 +115,9 @@ impl Failure {
             Failure::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Failure::Unauthorized => StatusCode::UNAUTHORIZED,
             Failure::AuthUnavailable | Failure::ScriptFailed => StatusCode::INTERNAL_SERVER_ERROR,
-            Failure::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Failure::ServiceUnavailable | Failure::WafUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -130,6 +139,9 @@ impl Failure {
             Failure::AuthUnavailable => "authentication is unavailable; try again shortly\n",
             Failure::ServiceUnavailable => "every upstream server is busy; try again shortly\n",
             Failure::ScriptFailed => "internal server error\n",
+            Failure::WafUnavailable => {
+                "the request could not be inspected in time; try again shortly\n"
+            }
         }
     }
 }

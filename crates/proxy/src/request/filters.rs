@@ -27,6 +27,8 @@ pub(crate) struct RouteGuards {
     pub(crate) auth: HashMap<String, Arc<Authenticator>>,
     /// The configuration's Lua states, where a route has a script.
     pub(crate) lua: Option<Arc<LuaRuntime>>,
+    /// The configuration's firewall, where a route has `[route.waf]`.
+    pub(crate) waf: Option<Arc<sluice_waf::WafRuntime>>,
 }
 
 /// A route and its filters by phase.
@@ -62,6 +64,11 @@ pub(crate) enum Access {
     /// `[route.rate_limit]`: its limiter (kept across reloads while its limit stays); after
     /// authentication, so that a limit may be per subject.
     RateLimit(Arc<RateLimiter>),
+    /// `[route.waf]`: the request's head and body through the route's rule set on the
+    /// WAF's threads (403 or the rule's status; 503 saturated with `on_overload = "closed"`;
+    /// 413 over the body limit). After the cheap refusals (ACL, authentication, the limit),
+    /// so that rule evaluation is spent only on requests they let through.
+    Waf(Arc<sluice_waf::RouteFirewall>),
     /// `[route.lua] access`: last, after authentication and the limit, as OpenResty's
     /// `access_by_lua` runs at the end of its access phase.
     Lua,
@@ -109,6 +116,11 @@ impl RoutePlan {
             && let Some(limiter) = guards.limiters.get(&route.name)
         {
             access.push(Access::RateLimit(limiter.clone()));
+        }
+        if route.waf.is_some()
+            && let Some(firewall) = guards.waf.as_ref().and_then(|w| w.route(&route.name))
+        {
+            access.push(Access::Waf(firewall.clone()));
         }
         if lua.as_ref().is_some_and(|s| s.has(LuaPhase::Access)) {
             access.push(Access::Lua);

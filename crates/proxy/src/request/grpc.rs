@@ -54,6 +54,7 @@ pub(crate) fn status(why: Failure) -> (u8, &'static str) {
         Failure::UpstreamConnect
         | Failure::UpstreamError
         | Failure::ServiceUnavailable
+        | Failure::WafUnavailable
         | Failure::TooManyRequests => (14, "UNAVAILABLE"),
         Failure::UpstreamTimeout => (4, "DEADLINE_EXCEEDED"),
         Failure::Forbidden | Failure::AuthForbidden => (7, "PERMISSION_DENIED"),

@@ -2,7 +2,7 @@
 //! share (`context`, `conn_state`, and `done`: a request's end, logged and counted), the handler (`handler`: admission, routing, policy),
 //! the proxying of a routed request as named phases with retries (`proxy`), the response
 //! cache (`cache`: a phase before `proxy`), compression, forwarding headers, edge policy (ACLs, answers, rewrites, rate
-//! limits, traffic splits), gRPC, the router, the access log and the failure statuses.
+//! limits, traffic splits), the web application firewall (`firewall`), gRPC, the router, the access log and the failure statuses.
 
 pub(crate) mod cache;
 pub(crate) mod compression;
@@ -11,6 +11,7 @@ pub(crate) mod context;
 pub(crate) mod done;
 pub(crate) mod error;
 pub(crate) mod filters;
+pub(crate) mod firewall;
 pub(crate) mod forward;
 pub(crate) mod grpc;
 pub(crate) mod handler;

@@ -203,7 +203,7 @@ impl<'a> RequestCtx<'a> {
     /// Phase `access`: the route's access filters in order (`filters::Access`): its ACL
     /// (403), a CORS preflight (answered 204), authentication (401, 403, 500; the subject and
     /// the identity's headers go on the request), its rate limit (a delay waits here; a
-    /// refusal is 429 with the limit's headers). Lua's `access` and the WAF register here.
+    /// refusal is 429 with the limit's headers), the WAF (`firewall.rs`), Lua's `access`.
     pub(crate) async fn access(
         &mut self,
         plan: &RoutePlan,
@@ -246,6 +246,8 @@ impl<'a> RequestCtx<'a> {
                     .rate_limit(limiter, req, subject.as_deref())
                     .await
                     .map_err(|s| with_cors(&plan.route, req, s))?,
+                // Boxed: only WAF routes carry its future.
+                Access::Waf(firewall) => Box::pin(self.firewall(firewall, req)).await?,
             }
         }
         Ok(())

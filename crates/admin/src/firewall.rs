@@ -1,0 +1,117 @@
+//! The WAF on the admin listener: `sluice_waf_*` families and `/status`'s and the
+//! dashboard's `waf` (each WAF route's inspections, blocks, detections, saturation and body
+//! limit outcomes, and its most matched rules).
+
+use crate::Sources;
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+
+/// One counter of a route.
+type Reading = fn(&sluice_waf::StatsSnapshot) -> u64;
+
+/// The rules listed per route in `/status` (the most matched first).
+const TOP_RULES: usize = 10;
+
+/// The `sluice_waf_*` families (none while no route has `[route.waf]`).
+pub(crate) fn metrics(out: &mut String, s: &Sources) {
+    let Some(waf) = s.gateway.waf() else {
+        return;
+    };
+    let mut routes: Vec<(&str, sluice_waf::StatsSnapshot)> =
+        waf.stats().map(|(r, st)| (r, st.snapshot())).collect();
+    routes.sort_by(|a, b| a.0.cmp(b.0));
+    let counters: [(&str, &str, Reading); 7] = [
+        (
+            "sluice_waf_inspected_total",
+            "Requests the route's rules evaluated.",
+            |c| c.inspected,
+        ),
+        (
+            "sluice_waf_blocked_total",
+            "Requests a rule refused (mode block).",
+            |c| c.blocked,
+        ),
+        (
+            "sluice_waf_detected_total",
+            "Requests forwarded with at least one rule matched (mode detect, or below the threshold).",
+            |c| c.detected,
+        ),
+        (
+            "sluice_waf_overload_open_total",
+            "Requests forwarded uninspected: the WAF was saturated (on_overload = \"open\").",
+            |c| c.overload_open,
+        ),
+        (
+            "sluice_waf_overload_closed_total",
+            "Requests refused with 503: the WAF was saturated (on_overload = \"closed\").",
+            |c| c.overload_closed,
+        ),
+        (
+            "sluice_waf_body_rejected_total",
+            "Requests refused with 413: body over request_body_limit.",
+            |c| c.body_rejected,
+        ),
+        (
+            "sluice_waf_body_partial_total",
+            "Requests whose body was inspected only up to request_body_limit (inspect_partial).",
+            |c| c.body_partial,
+        ),
+    ];
+    for (name, help, get) in counters {
+        crate::family(out, name, "counter", help);
+        for (route, c) in &routes {
+            let _ = writeln!(out, "{name}{{route=\"{route}\"}} {}", get(c));
+        }
+    }
+    crate::family(
+        out,
+        "sluice_waf_rule_matches_total",
+        "counter",
+        "Matches of each rule, by route and rule id.",
+    );
+    for (route, c) in &routes {
+        for (id, n) in &c.rules {
+            let _ = writeln!(
+                out,
+                "sluice_waf_rule_matches_total{{route=\"{route}\",rule=\"{id}\"}} {n}"
+            );
+        }
+    }
+    crate::family(
+        out,
+        "sluice_waf_in_flight",
+        "gauge",
+        "Requests waiting for or in evaluation.",
+    );
+    let _ = writeln!(out, "sluice_waf_in_flight {}", waf.in_flight());
+}
+
+/// `/status`'s `waf`: per route, its counters and top rules; `null` without a WAF route.
+pub(crate) fn status(s: &Sources) -> Value {
+    let Some(waf) = s.gateway.waf() else {
+        return Value::Null;
+    };
+    let mut routes: Vec<Value> = waf
+        .stats()
+        .map(|(route, st)| {
+            let c = st.snapshot();
+            let mut top: Vec<(u32, u64)> = c.rules.iter().map(|(id, n)| (*id, *n)).collect();
+            top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            top.truncate(TOP_RULES);
+            json!({
+                "route": route,
+                "inspected": c.inspected,
+                "blocked": c.blocked,
+                "detected": c.detected,
+                "overload_open": c.overload_open,
+                "overload_closed": c.overload_closed,
+                "body_rejected": c.body_rejected,
+                "body_partial": c.body_partial,
+                "mean_us": c.inspect_us.checked_div(c.inspected),
+                "top_rules": top.iter().map(|(id, n)| json!({ "id": id, "matches": n })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    routes.sort_by(|a, b| a["route"].as_str().cmp(&b["route"].as_str()));
+    json!({ "engine": sluice_waf::version(), "in_flight": waf.in_flight(), "routes": routes })
+}

@@ -1,0 +1,160 @@
+//! Filter `Waf` of phase `access` (`[route.waf]`): the request's body read within the
+//! route's limit, its head and body inspected on the WAF's threads (`sluice-waf`), and the
+//! verdict applied: forwarded (matches recorded), refused with the rule's status and the
+//! request ID, or, with the WAF saturated, forwarded uninspected or refused (503), counted
+//! either way. Nothing reaches the upstream before the verdict.
+
+use crate::access_log::WafRecord;
+use crate::exchange::client_body::ClientBody;
+use crate::request::error::Failure;
+use crate::request::phases::{Flow, RequestCtx, Stop};
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderValue, Request, StatusCode, Version, header};
+use http_body_util::BodyExt as _;
+use sluice_config::WafBodyOverLimit;
+use sluice_waf::{Outcome, RequestFacts, RouteFirewall, Verdict};
+use std::net::SocketAddr;
+
+impl RequestCtx<'_> {
+    /// Filter `Waf`: inspect, then forward or stop.
+    pub(crate) async fn firewall(
+        &mut self,
+        firewall: &RouteFirewall,
+        req: &mut Request<ClientBody>,
+    ) -> Flow<()> {
+        let body = read_body(firewall, req).await?;
+        let facts = RequestFacts {
+            client: SocketAddr::new(self.client, self.conn.peer.port()),
+            server: self.conn.local,
+            method: req.method().clone(),
+            target: req
+                .uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_string(),
+            version: version(req.version()),
+            headers: head_fields(req, &self.host),
+            body,
+        };
+        match firewall.check(facts).await {
+            Outcome::Pass(verdict) => {
+                if !verdict.matches.is_empty() {
+                    self.done.entry.waf = Some(WafRecord::new("detect", verdict));
+                }
+                Ok(())
+            }
+            Outcome::Block(status, verdict) => {
+                let redirect = verdict.intervention.as_ref().and_then(|i| i.url.clone());
+                self.done.entry.waf = Some(WafRecord::new("block", verdict));
+                Err(self.blocked(status, redirect))
+            }
+            Outcome::Overloaded(true) => {
+                self.done.entry.waf = Some(WafRecord::new("open", Verdict::default()));
+                Ok(())
+            }
+            Outcome::Overloaded(false) => {
+                self.done.entry.waf = Some(WafRecord::new("closed", Verdict::default()));
+                Err(Stop::Fail(Failure::WafUnavailable))
+            }
+        }
+    }
+
+    /// The answer to a request a rule refused: the rule's status (a redirect's `Location`
+    /// where the rule redirects) and a body that names the request ID for support.
+    fn blocked(&self, status: u16, redirect: Option<String>) -> Stop {
+        let status = StatusCode::from_u16(status)
+            .ok()
+            .filter(|s| s.is_client_error() || s.is_server_error() || s.is_redirection())
+            .unwrap_or(StatusCode::FORBIDDEN);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        if let Some(url) = redirect.and_then(|u| HeaderValue::try_from(u).ok())
+            && status.is_redirection()
+        {
+            headers.insert(header::LOCATION, url);
+        }
+        let id = self
+            .done
+            .request_id
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-");
+        let body = format!("request blocked by the web application firewall; request ID {id}\n");
+        Stop::Answer(Box::new((status, headers, Bytes::from(body))))
+    }
+}
+
+/// The request's body for the rules: read whole when it fits `request_body_limit` (then sent
+/// on as one piece with its `Content-Length`, NGINX's buffering); a larger one is refused (413)
+/// or, with `inspect_partial`, inspected up to the limit and forwarded whole. Read from the
+/// connection as it arrives: a slow body waits in this request's task, never on the loop.
+async fn read_body(firewall: &RouteFirewall, req: &mut Request<ClientBody>) -> Flow<Bytes> {
+    use http_body::Body as _;
+    if req.body().is_end_stream() {
+        return Ok(Bytes::new());
+    }
+    let settings = &firewall.settings;
+    let limit = usize::try_from(settings.request_body_limit).unwrap_or(usize::MAX);
+    let mut body = std::mem::replace(req.body_mut(), ClientBody::Empty);
+    let mut read = BytesMut::new();
+    let over = loop {
+        match body.frame().await {
+            None => break false,
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    read.extend_from_slice(&data);
+                    if read.len() > limit {
+                        break true;
+                    }
+                }
+            }
+            Some(Err(_)) => return Err(Stop::Fail(Failure::BadRequest)),
+        }
+    };
+    let read = read.freeze();
+    if !over {
+        let headers = req.headers_mut();
+        headers.remove(header::TRANSFER_ENCODING);
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(read.len()));
+        *req.body_mut() = ClientBody::Buffered(read.clone());
+        return Ok(read);
+    }
+    match settings.body_over_limit {
+        WafBodyOverLimit::Reject => {
+            firewall.stats.body_over_limit(true);
+            Err(Stop::Fail(Failure::BodyTooLarge))
+        }
+        WafBodyOverLimit::InspectPartial => {
+            firewall.stats.body_over_limit(false);
+            let inspected = read.slice(..limit);
+            *req.body_mut() = ClientBody::Prefixed(read, Box::new(body));
+            Ok(inspected)
+        }
+    }
+}
+
+/// The request's header fields as the rules see them, with `Host` for HTTP/2 and HTTP/3
+/// (whose `:authority` is not a field), as ModSecurity-nginx passes NGINX's `Host`.
+fn head_fields(req: &Request<ClientBody>, host: &str) -> HeaderMap {
+    let mut headers = req.headers().clone();
+    if !headers.contains_key(header::HOST)
+        && let Ok(v) = HeaderValue::from_str(host)
+    {
+        headers.insert(header::HOST, v);
+    }
+    headers
+}
+
+/// The HTTP version as ModSecurity-nginx passes it.
+fn version(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_2 => "2.0",
+        Version::HTTP_3 => "3.0",
+        Version::HTTP_10 => "1.0",
+        Version::HTTP_09 => "0.9",
+        _ => "1.1",
+    }
+}
