@@ -28,6 +28,13 @@ pub(crate) fn check(path: &Path) -> ExitCode {
             }
             ExitCode::FAILURE
         }
+        Ok(s) if sluice_waf::check(&s.waf, &s.routes).is_some() => {
+            // libmodsecurity's words: the rule file and line.
+            if let Some(problem) = sluice_waf::check(&s.waf, &s.routes) {
+                eprintln!("{}: {problem}", path.display());
+            }
+            ExitCode::FAILURE
+        }
         Ok(s) => {
             println!(
                 "{}: OK ({} listener(s), {} certificate(s), {} upstream(s), {} route(s))",

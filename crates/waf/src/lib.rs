@@ -32,7 +32,7 @@ pub use engine::{Rules, version};
 pub use inspect::{Intervention, RequestFacts, Verdict, inspect};
 pub use matches::{MAX_DATA, Match};
 pub use rules::Piece;
-pub use runtime::{Inspector, Outcome, RouteFirewall, WafError, WafRuntime};
+pub use runtime::{Inspector, Outcome, RouteFirewall, WafError, WafRuntime, check};
 pub use stats::{RouteStats, StatsSnapshot};
 
 #[cfg(all(test, feature = "modsecurity"))]

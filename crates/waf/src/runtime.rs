@@ -147,6 +147,34 @@ impl RouteFirewall {
     }
 }
 
+/// Every WAF route's rule set compiled and dropped, without starting threads (`sluice
+/// check`): the first that fails, with its route, file and line.
+pub fn check(settings: &WafSettings, routes: &[Arc<Route>]) -> Option<WafError> {
+    let mut compiled: Vec<Vec<Piece>> = Vec::new();
+    for route in routes {
+        let Some(waf) = &route.waf else { continue };
+        let error = |message: String| WafError {
+            route: route.name.clone(),
+            message,
+        };
+        let Some(set) = settings.rulesets.iter().find(|s| s.name == waf.ruleset) else {
+            return Some(error(format!(
+                "ruleset `{}` is not defined in [waf]",
+                waf.ruleset
+            )));
+        };
+        let pieces = pieces(set, waf);
+        if compiled.contains(&pieces) {
+            continue;
+        }
+        if let Err(e) = Rules::build(&pieces) {
+            return Some(error(e));
+        }
+        compiled.push(pieces);
+    }
+    None
+}
+
 /// The configuration's firewall.
 #[derive(Debug)]
 pub struct WafRuntime {

@@ -43,3 +43,4 @@ mod support;
 mod tls;
 mod tracing;
 mod upstream_mtls;
+mod waf;

@@ -1,0 +1,485 @@
+//! The web application firewall (`[route.waf]`) end to end: Debian's libmodsecurity 3.0.9
+//! with Debian's OWASP Core Rule Set 3.3.4 in front of a real origin, over HTTP/1.1 and
+//! HTTP/2; bodies (urlencoded, multipart, JSON, chunked, over the limit, arriving slowly);
+//! what an operator sees (access log, request log, metrics); and the faults (a broken rule at
+//! reload, the WAF saturated).
+
+use crate::support::*;
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Debian's CRS as libmodsecurity loads it.
+const CRS: &str =
+    r#"files = ["/etc/modsecurity/crs/crs-setup.conf", "/usr/share/modsecurity-crs/rules/*.conf"]"#;
+
+const SQLI: &str = "/g/whoami?id=1%27%20or%20%271%27%3D%271";
+
+fn config(origin: SocketAddr, extra: &str) -> String {
+    format!(
+        r#"
+[log]
+access_log = "{{dir}}/access.log"
+access_format = "json"
+[[listener]]
+name = "web"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "api"
+servers = [{{ address = "{origin}" }}]
+[[waf.ruleset]]
+name = "crs"
+{CRS}
+[[route]]
+name = "guarded"
+path_prefix = "/g/"
+strip_prefix = "/g"
+upstream = "api"
+[route.waf]
+ruleset = "crs"
+request_body_limit = "4k"
+[[route]]
+name = "watched"
+path_prefix = "/d/"
+strip_prefix = "/d"
+upstream = "api"
+[route.waf]
+ruleset = "crs"
+mode = "detect"
+[[route]]
+name = "partial"
+path_prefix = "/partial/"
+strip_prefix = "/partial"
+upstream = "api"
+[route.waf]
+ruleset = "crs"
+request_body_limit = "1k"
+body_over_limit = "inspect_partial"
+[[route]]
+name = "plain"
+path_prefix = "/p/"
+strip_prefix = "/p"
+upstream = "api"
+{extra}
+"#
+    )
+}
+
+async fn send(addr: SocketAddr, req: Request<Full<Bytes>>) -> Got {
+    http1_send(TcpStream::connect(addr).await.unwrap(), req).await
+}
+
+fn post(path: &str, content_type: &str, body: impl Into<Bytes>) -> Request<Full<Bytes>> {
+    Request::post(path)
+        .header("host", "shop.test")
+        .header(
+            "user-agent",
+            "Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0",
+        )
+        .header("accept", "*/*")
+        .header("content-type", content_type)
+        .body(Full::new(body.into()))
+        .unwrap()
+}
+
+fn get(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path)
+        .header("host", "shop.test")
+        .header(
+            "user-agent",
+            "Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0",
+        )
+        .header("accept", "text/html")
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+/// A request over a raw connection (chunked framing, a body in pieces): the response's head
+/// and body as text.
+async fn raw(addr: SocketAddr, pieces: &[&[u8]]) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    for p in pieces {
+        s.write_all(p).await.unwrap();
+    }
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crs_blocks_attacks_in_heads_and_bodies_and_forwards_the_rest() {
+    let origin = Origin::start("api").await;
+    let gw =
+        TestGateway::start_logged(&config(origin.addr, ""), tempfile::tempdir().unwrap()).await;
+    let web = gw.addr("web");
+
+    let ok = send(web, get("/g/whoami?sort=price&page=2")).await;
+    assert_eq!((ok.status, ok.body.as_str()), (200, "api"));
+    let hits = origin.hits();
+    let blocked = send(web, get(SQLI)).await;
+    assert_eq!(blocked.status, 403);
+    let id = blocked.headers["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        blocked.body.contains(&id),
+        "the body names the request ID: {}",
+        blocked.body
+    );
+
+    let form = "user=admin&comment=%3Cscript%3Ealert(1)%3C%2Fscript%3E";
+    assert_eq!(
+        send(
+            web,
+            post("/g/upload", "application/x-www-form-urlencoded", form)
+        )
+        .await
+        .status,
+        403
+    );
+    let json = r#"{"user":{"name":"x' UNION SELECT password FROM users--"}}"#;
+    assert_eq!(
+        send(web, post("/g/upload", "application/json", json))
+            .await
+            .status,
+        403
+    );
+    let b = "b0undary";
+    let multipart = |note: &str| {
+        format!(
+            "--{b}\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\n{note}\r\n--{b}\r\n\
+             Content-Disposition: form-data; name=\"f\"; filename=\"a.txt\"\r\nContent-Type: application/octet-stream\r\n\r\nhello\r\n--{b}--\r\n"
+        )
+    };
+    let ct = format!("multipart/form-data; boundary={b}");
+    assert_eq!(
+        send(
+            web,
+            post("/g/upload", &ct, multipart("../../../../etc/passwd"))
+        )
+        .await
+        .status,
+        403
+    );
+    let chunked_attack = raw(
+        web,
+        &[b"POST /g/upload HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: curl/8\r\nAccept: */*\r\n\
+            Content-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+            11\r\nq=1%27%20or%20%27\r\nb\r\n1%27%3D%271\r\n0\r\n\r\n"],
+    )
+    .await;
+    assert!(
+        chunked_attack.starts_with("HTTP/1.1 403"),
+        "{chunked_attack}"
+    );
+    assert_eq!(
+        origin.hits(),
+        hits,
+        "nothing a rule refused reached the upstream"
+    );
+
+    // The same kinds of bodies, benign: forwarded whole.
+    let got = send(
+        web,
+        post(
+            "/g/upload",
+            "application/x-www-form-urlencoded",
+            "user=ann&comment=hello",
+        ),
+    )
+    .await;
+    assert_eq!((got.status, got.body.as_str()), (200, "api got 22 bytes"));
+    let got = send(web, post("/g/upload", &ct, multipart("a note"))).await;
+    assert_eq!(got.status, 200, "{}", got.body);
+    let got = send(
+        web,
+        post(
+            "/g/upload",
+            "application/json",
+            r#"{"user":{"name":"ann"}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let chunked = raw(
+        web,
+        &[b"POST /g/upload HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: curl/8\r\nAccept: */*\r\n\
+            Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\n{\"a\":\r\n6\r\n\"bcd\"}\r\n0\r\n\r\n"],
+    )
+    .await;
+    assert!(
+        chunked.starts_with("HTTP/1.1 200") && chunked.ends_with("api got 11 bytes"),
+        "{chunked}"
+    );
+    assert!(
+        send(web, post("/g/upload", "text/plain", vec![b'a'; 5000]))
+            .await
+            .status
+            == 413,
+        "over request_body_limit"
+    );
+
+    // inspect_partial: the first 1k inspected, the whole body forwarded.
+    let mut long = b"q=hello&".to_vec();
+    long.resize(3000, b'a');
+    long.extend_from_slice(b"&x=1%27%20or%20%271%27%3D%271");
+    let got = send(
+        web,
+        post(
+            "/partial/upload",
+            "application/x-www-form-urlencoded",
+            long.clone(),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (got.status, got.body.clone()),
+        (200, format!("api got {} bytes", long.len()))
+    );
+    let mut early = b"x=1%27%20or%20%271%27%3D%271&q=".to_vec();
+    early.resize(3000, b'a');
+    assert_eq!(
+        send(
+            web,
+            post(
+                "/partial/upload",
+                "application/x-www-form-urlencoded",
+                early
+            )
+        )
+        .await
+        .status,
+        403
+    );
+
+    // Detect: forwarded, recorded. A route without a WAF: untouched.
+    assert_eq!(
+        send(web, get(&SQLI.replace("/g/", "/d/"))).await.status,
+        200
+    );
+    assert_eq!(
+        send(web, get(&SQLI.replace("/g/", "/p/"))).await.status,
+        200
+    );
+
+    // HTTP/2 (h2c): the rules see the authority as Host.
+    let h2 = http2_send(TcpStream::connect(web).await.unwrap(), get(SQLI)).await;
+    assert_eq!(h2.status, 403);
+
+    // What an operator sees: the access log's audit record, the request log, the metrics.
+    let (admin, _server) = admin_for(&gw).await;
+    let found = crate::auth::get(admin, "/api/v1/requests?rule_id=942100&route=guarded", &[]).await;
+    assert_eq!(found.status, 200, "{}", found.body);
+    let found: serde_json::Value = serde_json::from_str(&found.body).unwrap();
+    let requests = found["requests"].as_array().expect("requests");
+    assert!(
+        requests.iter().any(|r| r["request_id"] == id.as_str()),
+        "{found}"
+    );
+    assert!(requests.iter().all(|r| r["status"] == 403), "{found}");
+    let metrics = crate::auth::get(admin, "/metrics", &[]).await.body;
+    for line in [
+        "sluice_waf_rule_matches_total{route=\"guarded\",rule=\"942100\"}",
+        "sluice_waf_detected_total{route=\"watched\"} 1",
+        "sluice_waf_body_rejected_total{route=\"guarded\"} 1",
+        "sluice_waf_body_partial_total{route=\"partial\"} 2",
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
+    let blocked: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_waf_blocked_total{route=\"guarded\"} "))
+        .and_then(|n| n.parse().ok())
+        .expect("the blocked counter");
+    assert_eq!(blocked, 6, "{metrics}");
+    assert!(
+        !metrics.contains("route=\"plain\""),
+        "a route without a WAF has no WAF series"
+    );
+    let log = gw.dir().join("access.log");
+    wait_until(|| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(&id)
+    })
+    .await;
+    let line = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .find(|l| l.contains(&id))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .unwrap();
+    assert_eq!(line["waf"]["action"], "block");
+    assert!(
+        line["waf"]["anomaly_score"]
+            .as_u64()
+            .is_some_and(|s| s >= 5),
+        "{line}"
+    );
+    let m = line["waf"]["matches"].as_array().unwrap();
+    assert!(
+        m.iter()
+            .any(|m| m["id"] == 942100 && m["msg"].as_str().unwrap().contains("SQL Injection")),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_body_waits_in_its_request_not_on_the_loop() {
+    let origin = Origin::start("api").await;
+    let gw =
+        TestGateway::start_logged(&config(origin.addr, ""), tempfile::tempdir().unwrap()).await;
+    let web = gw.addr("web");
+    let mut slow = TcpStream::connect(web).await.unwrap();
+    slow.write_all(
+        b"POST /g/upload HTTP/1.1\r\nHost: shop.test\r\nUser-Agent: curl/8\r\nAccept: */*\r\n\
+          Content-Type: application/json\r\nContent-Length: 10\r\nConnection: close\r\n\r\n{\"a\":",
+    )
+    .await
+    .unwrap();
+    // While the body is half sent, other requests (WAF and plain) are answered.
+    for path in ["/g/whoami", "/p/whoami"] {
+        assert_eq!(send(web, get(path)).await.status, 200);
+    }
+    slow.write_all(b"\"bc\"}").await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut out)).await;
+    let out = String::from_utf8_lossy(&out);
+    let path = gw.dir().join("access.log");
+    wait_until(|| {
+        std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .contains("upload")
+    })
+    .await;
+    let log = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        out.starts_with("HTTP/1.1 200") && out.ends_with("api got 10 bytes"),
+        "{out}\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_rule_at_reload_leaves_the_old_rules_serving() {
+    let origin = Origin::start("api").await;
+    let own = |rule: &str| {
+        format!(
+            "[[waf.ruleset]]\nname = \"own\"\nrules = '''\n{rule}\n'''\n[[route]]\nname = \"own\"\npath_prefix = \"/own/\"\nstrip_prefix = \"/own\"\nupstream = \"api\"\n[route.waf]\nruleset = \"own\"\n"
+        )
+    };
+    let good = own(
+        "SecRule ARGS:q \"@contains evil\" \"id:10001,phase:1,deny,status:418,log,msg:'evil'\"",
+    );
+    let gw = TestGateway::start(&config(origin.addr, &good), tempfile::tempdir().unwrap()).await;
+    let web = gw.addr("web");
+    assert_eq!(send(web, get("/own/whoami?q=evil")).await.status, 418);
+    let broken = own(
+        "SecRule ARGS:q \"@contains evil\" \"id:10001,phase:1,deny,status:418,log,msg:'evil'\"\nSecRuleEngin On",
+    );
+    let err = gw
+        .reload(&config(origin.addr, &broken))
+        .await
+        .expect_err("the broken rule refuses the reload");
+    let err = err.to_string();
+    assert!(
+        err.contains("route `own`") && err.contains("test.toml"),
+        "{err}"
+    );
+    assert_eq!(
+        send(web, get("/own/whoami?q=evil")).await.status,
+        418,
+        "the old rules still serve"
+    );
+    assert_eq!(send(web, get("/own/whoami?q=kind")).await.status, 200);
+    // A rule that changes is in force after the reload.
+    let changed = own(
+        "SecRule ARGS:q \"@contains kind\" \"id:10001,phase:1,deny,status:403,log,msg:'kind'\"",
+    );
+    gw.reload(&config(origin.addr, &changed)).await.unwrap();
+    assert_eq!(send(web, get("/own/whoami?q=kind")).await.status, 403);
+    assert_eq!(send(web, get("/own/whoami?q=evil")).await.status, 200);
+}
+
+#[test]
+fn sluice_check_names_a_broken_rules_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("own.conf"),
+        "SecRuleEngine On\nSecRequestBodyAcess On\n",
+    )
+    .unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        "[[listener]]\nname = \"web\"\naddress = \"127.0.0.1:0\"\n\
+         [[upstream]]\nname = \"api\"\nservers = [{ address = \"127.0.0.1:9\" }]\n\
+         [[waf.ruleset]]\nname = \"own\"\nfiles = [\"own.conf\"]\n\
+         [[route]]\nname = \"r\"\nupstream = \"api\"\n[route.waf]\nruleset = \"own\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("own.conf") && err.contains("Line: 2"), "{err}");
+}
+
+/// One WAF thread and a queue of one: a request whose inspection is held (a rule runs a
+/// script that waits for a file) fills the WAF; then a `closed` route refuses (503), an
+/// `open` route forwards uninspected, both counted, and a route without a WAF is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_waf_fails_open_or_closed_as_each_route_says() {
+    let origin = Origin::start("api").await;
+    let dir = tempfile::tempdir().unwrap();
+    let release = dir.path().join("release");
+    let script = dir.path().join("hold.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\ni=0\nwhile [ ! -e {} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done\necho 1\n", release.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let extra = format!(
+        "[waf]\nthreads = 1\nqueue = 1\n\
+         [[waf.ruleset]]\nname = \"held\"\nrules = '''\nSecRule ARGS:hold \"@inspectFile {}\" \"id:10002,phase:1,pass,nolog\"\n'''\n\
+         [[route]]\nname = \"closed\"\npath_prefix = \"/closed/\"\nstrip_prefix = \"/closed\"\nupstream = \"api\"\n[route.waf]\nruleset = \"held\"\n\
+         [[route]]\nname = \"open\"\npath_prefix = \"/open/\"\nstrip_prefix = \"/open\"\nupstream = \"api\"\n[route.waf]\nruleset = \"held\"\non_overload = \"open\"\n",
+        script.display()
+    );
+    let gw = TestGateway::start(&config(origin.addr, &extra), dir).await;
+    let web = gw.addr("web");
+    let waf = gw.gateway().waf().expect("a firewall");
+    let held = tokio::spawn(async move { send(web, get("/closed/whoami?hold=1")).await });
+    wait_until(|| waf.in_flight() == 1).await;
+    let refused = send(web, get("/closed/whoami")).await;
+    assert_eq!(refused.status, 503);
+    let forwarded = send(web, get("/open/whoami")).await;
+    assert_eq!((forwarded.status, forwarded.body.as_str()), (200, "api"));
+    assert_eq!(send(web, get("/p/whoami")).await.status, 200);
+    std::fs::write(&release, "").unwrap();
+    assert_eq!(held.await.unwrap().status, 200);
+    let stats: Vec<_> = waf
+        .stats()
+        .map(|(r, s)| (r.to_string(), s.snapshot()))
+        .collect();
+    let of = |name: &str| {
+        stats
+            .iter()
+            .find(|(r, _)| r == name)
+            .map(|(_, s)| s.clone())
+            .unwrap()
+    };
+    assert_eq!(
+        (of("closed").overload_closed, of("closed").inspected),
+        (1, 1)
+    );
+    assert_eq!((of("open").overload_open, of("open").inspected), (1, 0));
+}
