@@ -186,13 +186,24 @@ pub(crate) struct Transaction<'r> {
 }
 
 impl<'r> Transaction<'r> {
-    pub(crate) fn new(rules: &'r Rules) -> Self {
+    /// A transaction named `id` (the request's ID: ModSecurity's `UNIQUE_ID`, which it
+    /// would otherwise make from a fresh `std::random_device` per transaction).
+    pub(crate) fn new(rules: &'r Rules, id: &str) -> Self {
         let mut messages = Box::<Messages>::default();
         let data: *mut Messages = &mut *messages;
+        let id = cstring(id);
         // SAFETY: the engine and `rules` are valid and outlive the transaction (the borrow
-        // `'r`); `data` points into a box this struct owns, which does not move and outlives
-        // the transaction (cleaned up in `drop` before the box is freed).
-        let ptr = unsafe { ffi::msc_new_transaction(engine().0, rules.0, data.cast()) };
+        // `'r`); `id` is NUL-terminated and copied into a std::string (the API's `char *` is
+        // not written to); `data` points into a box this struct owns, which does not move and
+        // outlives the transaction (cleaned up in `drop` before the box is freed).
+        let ptr = unsafe {
+            ffi::msc_new_transaction_with_id(
+                engine().0,
+                rules.0,
+                id.as_ptr().cast_mut(),
+                data.cast(),
+            )
+        };
         assert!(
             !ptr.is_null(),
             "libmodsecurity could not make a transaction"
@@ -258,12 +269,6 @@ impl<'r> Transaction<'r> {
     pub(crate) fn body_done(&mut self) {
         // SAFETY: valid transaction.
         unsafe { ffi::msc_process_request_body(self.ptr) };
-    }
-
-    /// Phase 5 (logging: CRS's correlation rules).
-    pub(crate) fn logging(&mut self) {
-        // SAFETY: valid transaction.
-        unsafe { ffi::msc_process_logging(self.ptr) };
     }
 
     /// The disruptive action decided so far, if any.

@@ -58,9 +58,10 @@ unsafe extern "C" {
     ) -> c_int;
     pub(crate) fn msc_rules_cleanup(rules: *mut RulesSet) -> c_int;
 
-    pub(crate) fn msc_new_transaction(
+    pub(crate) fn msc_new_transaction_with_id(
         msc: *mut ModSecurity,
         rules: *mut RulesSet,
+        id: *mut c_char,
         log_cb_data: *mut c_void,
     ) -> *mut Transaction;
     pub(crate) fn msc_process_connection(
@@ -91,6 +92,5 @@ unsafe extern "C" {
     ) -> c_int;
     pub(crate) fn msc_process_request_body(t: *mut Transaction) -> c_int;
     pub(crate) fn msc_intervention(t: *mut Transaction, it: *mut Intervention) -> c_int;
-    pub(crate) fn msc_process_logging(t: *mut Transaction) -> c_int;
     pub(crate) fn msc_transaction_cleanup(t: *mut Transaction);
 }

@@ -1,5 +1,6 @@
-//! One request through the rules: phases 1 (head) and 2 (body), then 5 (logging), in the
-//! order ModSecurity-nginx drives a transaction, on the thread that runs the job.
+//! One request through the rules: phases 1 (head) and 2 (body), in the order
+//! ModSecurity-nginx drives a transaction, on the thread that runs the job. Phase 5 (logging)
+//! is not run: see `inspect`.
 
 use crate::engine::Rules;
 use crate::matches::Match;
@@ -24,6 +25,9 @@ pub struct RequestFacts {
     pub headers: http::HeaderMap,
     /// The body read, up to the route's limit.
     pub body: Bytes,
+    /// The request's ID (`X-Request-Id`), which becomes ModSecurity's `UNIQUE_ID`; empty:
+    /// a number of the process's own.
+    pub id: String,
 }
 
 /// What the rules decided about a request.
@@ -39,12 +43,23 @@ pub struct Verdict {
     pub dropped: u32,
 }
 
+/// A transaction ID for a request without one: unique within the process.
+#[cfg(feature = "modsecurity")]
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Evaluates `request` with `rules` on the calling thread.
 #[cfg(feature = "modsecurity")]
 pub fn inspect(rules: &Rules, request: &RequestFacts) -> Verdict {
     use crate::engine::Transaction;
     use crate::matches::{SCORE_RULE, anomaly_score};
-    let mut t = Transaction::new(rules);
+    let mut t = if request.id.is_empty() {
+        Transaction::new(rules, itoa::Buffer::new().format(next_id()))
+    } else {
+        Transaction::new(rules, &request.id)
+    };
     t.connection(
         &request.client.ip().to_string(),
         request.client.port(),
@@ -64,7 +79,8 @@ pub fn inspect(rules: &Rules, request: &RequestFacts) -> Verdict {
         t.body_done();
         intervention = t.intervention();
     }
-    t.logging();
+    // No phase 5 (logging): its rules only log (CRS's correlation summary) and feed
+    // ModSecurity's audit log, which Sluice's own record replaces (docs/waf.md).
     let messages = std::mem::take(t.messages());
     let mut all: Vec<Match> = messages
         .lines

@@ -79,6 +79,7 @@ pub(crate) fn get(target: &str) -> RequestFacts {
         version: "1.1",
         headers,
         body: Bytes::new(),
+        id: String::new(),
     }
 }
 

@@ -35,6 +35,13 @@ impl RequestCtx<'_> {
             version: version(req.version()),
             headers: head_fields(req, &self.host),
             body,
+            id: self
+                .done
+                .request_id
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string(),
         };
         match firewall.check(facts).await {
             Outcome::Pass(verdict) => {

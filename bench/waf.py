@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""What the web application firewall costs: Sluice's `[route.waf]` beside NGINX with
+ModSecurity-nginx (Debian's libnginx-mod-http-modsecurity), the same libmodsecurity 3.0.9
+and the same rules (Debian's OWASP Core Rule Set 3.3.4 at paranoia level 1, blocking mode,
+ModSecurity's recommended body settings), side by side on the gateway core.
+
+Rows, each gateway: a listener without a WAF, then a WAF listener with keep-alive HTTP/1.1
+GETs of a 1 KiB page and POSTs of a 10 KiB urlencoded form (benign: nothing matches; h2load,
+32 connections, on the load core with the NGINX origin). Per row: gateway CPU µs per request
+(all threads, user + system, the WAF's threads included), median of the runs [min-max]; what
+the WAF adds over the same gateway's row without it, run by run; and Sluice's WAF rows over
+NGINX's, run by run (the issue's figure: total CPU per request).
+
+Before measuring, one attack through each gateway must be refused (403) and one benign
+request served, so that a row never measures rules that do not run.
+
+Called by bench/waf.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import bench as B
+
+ORIGIN = 18800
+SLUICE = {"none": 18810, "waf": 18811}
+NGINX = {"none": 18820, "waf": 18821}
+CRS = ["/etc/modsecurity/crs/crs-setup.conf", "/usr/share/modsecurity-crs/rules/*.conf"]
+
+# What Sluice loads before and after the rule set's files for a route with the defaults
+# (crates/waf/src/rules.rs, `head` and `tail`): NGINX gets the same directives.
+HEAD = r"""SecRuleEngine On
+SecRequestBodyAccess On
+SecRequestBodyLimit 131072
+SecRequestBodyNoFilesLimit 131072
+SecRequestBodyLimitAction Reject
+SecResponseBodyAccess Off
+SecAuditEngine Off
+SecRule REQUEST_HEADERS:Content-Type "^(?:application(?:/soap\+|/)|text/)xml" "id:200000,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=XML"
+SecRule REQUEST_HEADERS:Content-Type "^application/json" "id:200001,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON"
+SecRule REQBODY_ERROR "!@eq 0" "id:200002,phase:2,t:none,log,deny,status:400,msg:'Failed to parse request body.',logdata:'%{reqbody_error_msg}',severity:2"
+SecRule MULTIPART_STRICT_ERROR "!@eq 0" "id:200003,phase:2,t:none,log,deny,status:400,msg:'Multipart request body failed strict validation'"
+SecAction "id:880001,phase:1,pass,nolog,t:none,setvar:tx.paranoia_level=1,setvar:tx.blocking_paranoia_level=1,setvar:tx.detection_paranoia_level=1,setvar:tx.inbound_anomaly_score_threshold=5,setvar:tx.outbound_anomaly_score_threshold=4"
+"""
+TAIL = r"""SecRuleEngine On
+SecRule TX:ANOMALY_SCORE|TX:BLOCKING_INBOUND_ANOMALY_SCORE "@gt 0" "id:880009,phase:2,pass,log,t:none,msg:'Sluice: inbound anomaly score',logdata:'%{MATCHED_VAR}'"
+"""
+
+UA = "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0"
+
+
+def form(n):
+    """A benign urlencoded form of `n` bytes (words, as a comment box sends them)."""
+    words = "the quick brown fox jumps over a lazy dog while sluice keeps the gate ".split()
+    out, i = ["name=Ann+Example&email=ann%40example.com&comment="], 0
+    while sum(map(len, out)) < n:
+        out.append(words[i % len(words)] + "+")
+        i += 1
+    return "".join(out)[:n].encode()
+
+
+def origin_conf(d):
+    return B.NGINX_COMMON.format(d=d, name="origin") + f"""
+    access_log off;
+    default_type text/plain;
+    server {{
+        listen 127.0.0.1:{ORIGIN} backlog=4096;
+        root {d}/www;
+        client_body_buffer_size 64k;
+        location = /form {{ return 200 "ok\\n"; }}
+    }}
+}}
+"""
+
+
+def nginx_conf(d):
+    return "load_module /usr/lib/nginx/modules/ngx_http_modsecurity_module.so;\n" + \
+        B.NGINX_COMMON.format(d=d, name="nginx") + f"""
+    access_log off;
+    client_body_buffer_size 64k;
+    upstream o {{ server 127.0.0.1:{ORIGIN}; keepalive 64; }}
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    server {{
+        listen 127.0.0.1:{NGINX['none']} backlog=4096;
+        location / {{ proxy_pass http://o; }}
+    }}
+    server {{
+        listen 127.0.0.1:{NGINX['waf']} backlog=4096;
+        modsecurity on;
+        modsecurity_rules_file {d}/modsec.conf;
+        location / {{ proxy_pass http://o; }}
+    }}
+}}
+"""
+
+
+def modsec_conf():
+    return HEAD + "".join(f"Include {f}\n" for f in CRS) + TAIL
+
+
+def sluice_conf():
+    files = ", ".join(f'"{f}"' for f in CRS)
+    return f"""
+[global]
+shutdown_timeout = "2s"
+[log]
+level = "warn"
+access_log = "off"
+[admin]
+enabled = false
+[[upstream]]
+name = "o"
+keepalive = 64
+servers = [{{ address = "127.0.0.1:{ORIGIN}" }}]
+[[waf.ruleset]]
+name = "crs"
+files = [{files}]
+[[listener]]
+name = "none"
+address = "127.0.0.1:{SLUICE['none']}"
+request_id = false
+[[listener]]
+name = "waf"
+address = "127.0.0.1:{SLUICE['waf']}"
+request_id = false
+[[route]]
+name = "none"
+listeners = ["none"]
+upstream = "o"
+[[route]]
+name = "waf"
+listeners = ["waf"]
+upstream = "o"
+[route.waf]
+ruleset = "crs"
+"""
+
+
+def h2load(port, duration, kind, d):
+    argv = ["h2load", "--h1", "-t", "1", "-c", "32", "-m", "1", "-D", str(max(1, round(duration))),
+            "-H", f"user-agent: {UA}", "-H", "accept: text/html,*/*"]
+    if kind == "post":
+        argv += ["-d", f"{d}/form.txt", "-H", "content-type: application/x-www-form-urlencoded"]
+        url = f"http://127.0.0.1:{port}/form"
+    else:
+        url = f"http://127.0.0.1:{port}/1k"
+    out, _ = B.run_load(argv + [url])
+    m = B.H2LOAD_RE["succeeded"].search(out)
+    bad = re.search(r"status codes: \d+ 2xx, \d+ 3xx, (\d+) 4xx, (\d+) 5xx", out)
+    if bad and (int(bad.group(1)) or int(bad.group(2))):
+        raise RuntimeError(f"port {port} {kind}: {bad.group(1)} 4xx, {bad.group(2)} 5xx; a benign request was refused")
+    return int(m.group(1)) if m else 0
+
+
+def measure(proc, port, duration, kind, d):
+    cpu0 = proc.cpu()
+    done = h2load(port, duration, kind, d)
+    if done == 0:
+        raise RuntimeError(f"nothing served on port {port}")
+    cpu = proc.cpu() - cpu0
+    return {"completed": done, "cpu_us_per_req": cpu / done * 1e6, "cpu_s": cpu}
+
+
+def status(port, path):
+    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-A", UA,
+                          f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def check_rules_run(ports):
+    """Each WAF listener refuses an attack and serves a benign page; the plain one serves both."""
+    for name, port in ports.items():
+        attack = status(port, "/1k?id=1%27%20or%20%271%27%3D%271")
+        benign = status(port, "/1k?page=2")
+        want = "403" if name.endswith("waf") else "200"
+        if (attack, benign) != (want, "200"):
+            raise RuntimeError(f"{name}: attack {attack}, benign {benign}: the rules do not run as configured")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--smoke", action="store_true", help="1 run of 1 s per row")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--out", default=str(B.ROOT / "bench" / "results"))
+    args = ap.parse_args()
+    if args.smoke:
+        args.runs, args.duration = 1, 1.0
+    cpu = B.cpu_model()
+    B.log(f"CPU: {cpu}; {args.runs} runs x {args.duration:g} s per row")
+    kinds = ("get", "post")
+    rows = {f"{g} {k} {kind}": [] for g, ports in (("sluice", SLUICE), ("nginx", NGINX)) for k in ports for kind in kinds}
+    with tempfile.TemporaryDirectory(prefix="sluice-waf-") as d:
+        os.chmod(d, 0o755)
+        www = Path(d, "www")
+        www.mkdir()
+        www.joinpath("1k").write_bytes((b"Sluice WAF benchmark body.\n" * 40)[:1024])
+        Path(d, "form.txt").write_bytes(form(10 * 1024))
+        Path(d, "origin.conf").write_text(origin_conf(d))
+        Path(d, "nginx.conf").write_text(nginx_conf(d))
+        Path(d, "modsec.conf").write_text(modsec_conf())
+        Path(d, "sluice.toml").write_text(sluice_conf())
+        procs = []
+        try:
+            procs.append(B.Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], B.LOAD_CORE, ORIGIN, f"{d}/origin.out"))
+            nginx = B.Proc("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], B.GW_CORE, NGINX["waf"], f"{d}/nginx.out")
+            procs.append(nginx)
+            sluice = B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file", f"{d}/sluice.pid"],
+                            B.GW_CORE, SLUICE["waf"], f"{d}/sluice.out")
+            procs.append(sluice)
+            check_rules_run({f"sluice {k}": p for k, p in SLUICE.items()} | {f"nginx {k}": p for k, p in NGINX.items()})
+            plan = [(f"{g} {k} {kind}", proc, port, kind) for g, proc, ports in (("sluice", sluice, SLUICE), ("nginx", nginx, NGINX))
+                    for k, port in ports.items() for kind in kinds]
+            for name, proc, port, kind in plan:
+                measure(proc, port, 1, kind, d)  # warm-up
+            for run in range(args.runs):
+                for name, proc, port, kind in (plan if run % 2 == 0 else list(reversed(plan))):
+                    r = measure(proc, port, args.duration, kind, d)
+                    rows[name].append(r)
+                    B.log(f"  {name}: {r['cpu_us_per_req']:.2f} µs/req")
+        finally:
+            for p in reversed(procs):
+                p.stop()
+    report(cpu, args, rows)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
+    path = out / f"{stamp}-waf{'-smoke' if args.smoke else ''}.json"
+    path.write_text(json.dumps({"cpu": cpu, "runs": args.runs, "duration": args.duration, "rows": rows}, indent=1))
+    B.log(f"results: {path}")
+
+
+def report(cpu, args, rows):
+    f = lambda s: f"{s['median']:.2f} [{s['min']:.2f}-{s['max']:.2f}]"
+    x = lambda s: f"{s['median']:.2f}x [{s['min']:.2f}-{s['max']:.2f}]"
+    us = lambda name: [r["cpu_us_per_req"] for r in rows[name]]
+    print("# What the WAF costs per request (CRS 3.3.4, paranoia level 1, blocking; keep-alive HTTP/1.1)\n")
+    print(f"CPU: {cpu}. {args.runs} runs x {args.duration:g} s per row, rows alternating; median [min-max]. "
+          "Gateway CPU µs per request, all threads; 'added' is over the same gateway's row without a WAF, run by run.\n")
+    print("| request | gateway | without WAF | with WAF | added by the WAF |")
+    print("|---|---|---|---|---|")
+    for kind, what in (("get", "GET 1 KiB page"), ("post", "POST 10 KiB form")):
+        for g in ("sluice", "nginx"):
+            added = [a - b for a, b in zip(us(f"{g} waf {kind}"), us(f"{g} none {kind}"))]
+            print(f"| {what} | {g} | {f(B.summarize(us(f'{g} none {kind}')))} | "
+                  f"{f(B.summarize(us(f'{g} waf {kind}')))} | {f(B.summarize(added))} |")
+    print()
+    for kind, what in (("get", "GET"), ("post", "POST 10 KiB form")):
+        total = B.summarize([a / b for a, b in zip(us(f"sluice waf {kind}"), us(f"nginx waf {kind}"))])
+        added = B.summarize([(a - b) / (c - e) if c > e else float("nan") for a, b, c, e in
+                             zip(us(f"sluice waf {kind}"), us(f"sluice none {kind}"), us(f"nginx waf {kind}"), us(f"nginx none {kind}"))])
+        print(f"- {what}: Sluice's CPU per request with the WAF / NGINX + ModSecurity's, run by run: {x(total)}; "
+              f"what the WAF adds, Sluice / NGINX: {x(added)}")
+
+
+if __name__ == "__main__":
+    main()
