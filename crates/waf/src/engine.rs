@@ -15,8 +15,8 @@
 )]
 
 use crate::ffi;
-use crate::inspect::Intervention;
 use crate::rules::Piece;
+use crate::verdict::Intervention;
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::sync::{Mutex, OnceLock};
 

@@ -3,7 +3,7 @@
 //! is not run: see `inspect`.
 
 use crate::engine::Rules;
-use crate::matches::Match;
+use crate::verdict::Verdict;
 use bytes::Bytes;
 use std::net::SocketAddr;
 
@@ -30,19 +30,6 @@ pub struct RequestFacts {
     pub id: String,
 }
 
-/// What the rules decided about a request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Verdict {
-    /// A disruptive action (deny, drop, redirect), in a rule's phase 1 or 2.
-    pub intervention: Option<Intervention>,
-    /// The rules that matched and logged, in order (Sluice's own score rule left out).
-    pub matches: Vec<Match>,
-    /// CRS's inbound anomaly score, where the rules reported it.
-    pub anomaly_score: Option<u32>,
-    /// Matches beyond the record's bound, counted only.
-    pub dropped: u32,
-}
-
 /// A transaction ID for a request without one: unique within the process.
 #[cfg(feature = "modsecurity")]
 fn next_id() -> u64 {
@@ -54,7 +41,7 @@ fn next_id() -> u64 {
 #[cfg(feature = "modsecurity")]
 pub fn inspect(rules: &Rules, request: &RequestFacts) -> Verdict {
     use crate::engine::Transaction;
-    use crate::matches::{SCORE_RULE, anomaly_score};
+    use crate::matches::{Match, SCORE_RULE, anomaly_score};
     let mut t = if request.id.is_empty() {
         Transaction::new(rules, itoa::Buffer::new().format(next_id()))
     } else {
@@ -107,15 +94,4 @@ pub fn inspect(rules: &Rules, request: &RequestFacts) -> Verdict {
 #[cfg(not(feature = "modsecurity"))]
 pub fn inspect(rules: &Rules, _request: &RequestFacts) -> Verdict {
     match rules.0 {}
-}
-
-/// A disruptive action the rules decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Intervention {
-    /// The status the rule gave (`deny,status:403`).
-    pub status: u16,
-    /// A redirect's target (`redirect:URL`).
-    pub url: Option<String>,
-    /// The engine's line about it.
-    pub log: Option<String>,
 }

@@ -27,13 +27,15 @@ mod matches;
 pub mod rules;
 mod runtime;
 mod stats;
+mod verdict;
 
 pub use engine::{Rules, version};
-pub use inspect::{Intervention, RequestFacts, Verdict, inspect};
+pub use inspect::{RequestFacts, inspect};
 pub use matches::{MAX_DATA, Match};
 pub use rules::Piece;
 pub use runtime::{Inspector, Outcome, RouteFirewall, WafError, WafRuntime, check};
 pub use stats::{RouteStats, StatsSnapshot};
+pub use verdict::{Intervention, Verdict};
 
 #[cfg(all(test, feature = "modsecurity"))]
 mod tests;
