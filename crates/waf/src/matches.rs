@@ -58,7 +58,10 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 /// the blocking evaluation's "(Total Score: N)".
 #[cfg_attr(
     not(feature = "modsecurity"),
-    allow(dead_code, reason = "read by inspect(), which needs the engine (and by the tests)")
+    allow(
+        dead_code,
+        reason = "read by inspect(), which needs the engine (and by the tests)"
+    )
 )]
 pub(crate) fn anomaly_score(matches: &[Match]) -> Option<u32> {
     let mut score = None;
