@@ -151,30 +151,47 @@ impl RouteFirewall {
 /// Every WAF route's rule set compiled and dropped, without starting threads (`sluice
 /// check`): the first that fails, with its route, file and line.
 pub fn check(settings: &WafSettings, routes: &[Arc<Route>]) -> Option<WafError> {
-    let mut compiled: Vec<Vec<Piece>> = Vec::new();
+    compile(settings, routes).err()
+}
+
+/// A route with `[route.waf]`, its settings and its compiled rules.
+struct Compiled<'a> {
+    route: &'a Route,
+    waf: &'a Arc<RouteWaf>,
+    rules: Arc<Rules>,
+}
+
+/// Each route with `[route.waf]` compiled, in order; routes whose pieces are equal share one
+/// compiled set. The first failure names its route.
+fn compile<'a>(
+    settings: &WafSettings,
+    routes: &'a [Arc<Route>],
+) -> Result<Vec<Compiled<'a>>, WafError> {
+    let mut compiled: Vec<(Vec<Piece>, Arc<Rules>)> = Vec::new();
+    let mut out = Vec::new();
     for route in routes {
         let Some(waf) = &route.waf else { continue };
         let error = |message: String| WafError {
             route: route.name.clone(),
             message,
         };
-        let Some(set) = settings.rulesets.iter().find(|s| s.name == waf.ruleset) else {
-            return Some(error(format!(
-                "ruleset `{}` is not defined in [waf]",
-                waf.ruleset
-            )));
-        };
+        let set = settings
+            .rulesets
+            .iter()
+            .find(|s| s.name == waf.ruleset)
+            .ok_or_else(|| error(format!("ruleset `{}` is not defined in [waf]", waf.ruleset)))?;
         let pieces = pieces(set, waf);
-        if compiled.contains(&pieces) {
-            continue;
-        }
-        // `.err()`: in a build without the engine the `Ok` side cannot exist.
-        if let Some(e) = Rules::build(&pieces).err() {
-            return Some(error(e));
-        }
-        compiled.push(pieces);
+        let rules = match compiled.iter().find(|(p, _)| *p == pieces) {
+            Some((_, r)) => r.clone(),
+            None => {
+                let rules = Arc::new(Rules::build(&pieces).map_err(error)?);
+                compiled.push((pieces, rules.clone()));
+                rules
+            }
+        };
+        out.push(Compiled { route, waf, rules });
     }
-    None
+    Ok(out)
 }
 
 /// The configuration's firewall.
@@ -193,9 +210,10 @@ impl WafRuntime {
         routes: &[Arc<Route>],
         previous: Option<&WafRuntime>,
     ) -> Result<Option<WafRuntime>, WafError> {
-        if routes.iter().all(|r| r.waf.is_none()) {
+        let compiled = compile(settings, routes)?;
+        let Some(first) = compiled.first().map(|c| c.route) else {
             return Ok(None);
-        }
+        };
         let inspector = match previous {
             Some(p)
                 if p.inspector.threads == settings.threads
@@ -205,48 +223,24 @@ impl WafRuntime {
             }
             _ => Arc::new(
                 Inspector::start(settings.threads, settings.queue).map_err(|e| WafError {
-                    route: String::new(),
+                    route: first.name.clone(),
                     message: format!("the WAF's threads could not start: {e}"),
                 })?,
             ),
         };
-        let mut compiled: Vec<(Vec<Piece>, Arc<Rules>)> = Vec::new();
         let mut built = HashMap::new();
-        for route in routes {
-            let Some(waf) = &route.waf else { continue };
-            let error = |message: String| WafError {
-                route: route.name.clone(),
-                message,
-            };
-            let set = settings
-                .rulesets
-                .iter()
-                .find(|s| s.name == waf.ruleset)
-                .ok_or_else(|| {
-                    error(format!("ruleset `{}` is not defined in [waf]", waf.ruleset))
-                })?;
-            let pieces = pieces(set, waf);
-            let rules = match compiled.iter().find(|(p, _)| *p == pieces) {
-                Some((_, r)) => r.clone(),
-                None => {
-                    let rules = Arc::new(Rules::build(&pieces).map_err(error)?);
-                    compiled.push((pieces, rules.clone()));
-                    rules
-                }
-            };
+        for Compiled { route, waf, rules } in compiled {
             let stats = previous
                 .and_then(|p| p.routes.get(&route.name))
                 .map(|r| r.stats.clone())
                 .unwrap_or_default();
-            built.insert(
-                route.name.clone(),
-                Arc::new(RouteFirewall {
-                    settings: waf.clone(),
-                    rules,
-                    stats,
-                    inspector: inspector.clone(),
-                }),
-            );
+            let firewall = RouteFirewall {
+                settings: waf.clone(),
+                rules,
+                stats,
+                inspector: inspector.clone(),
+            };
+            built.insert(route.name.clone(), Arc::new(firewall));
         }
         Ok(Some(WafRuntime {
             routes: built,

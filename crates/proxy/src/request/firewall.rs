@@ -7,7 +7,7 @@
 use crate::access_log::WafRecord;
 use crate::exchange::client_body::ClientBody;
 use crate::request::error::Failure;
-use crate::request::phases::{Flow, RequestCtx, Stop};
+use crate::request::phases::{Flow, RequestCtx, Stop, set_buffered};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Request, StatusCode, Version, header};
 use http_body_util::BodyExt as _;
@@ -123,10 +123,7 @@ async fn read_body(firewall: &RouteFirewall, req: &mut Request<ClientBody>) -> F
     };
     let read = read.freeze();
     if !over {
-        let headers = req.headers_mut();
-        headers.remove(header::TRANSFER_ENCODING);
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(read.len()));
-        *req.body_mut() = ClientBody::Buffered(read.clone());
+        set_buffered(req, read.clone());
         return Ok(read);
     }
     match settings.body_over_limit {

@@ -415,10 +415,7 @@ impl<'a> RequestCtx<'a> {
             }
             Err(_) => return Err(Stop::Fail(Failure::BadRequest)),
         };
-        let headers = req.headers_mut();
-        headers.remove(header::TRANSFER_ENCODING);
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        *req.body_mut() = ClientBody::Buffered(bytes);
+        set_buffered(req, bytes);
         Ok(())
     }
 
@@ -449,6 +446,15 @@ impl<'a> RequestCtx<'a> {
             }
         }
     }
+}
+
+/// `req`'s body replaced by `bytes`, read whole: sent on as one piece with its
+/// `Content-Length` (NGINX's request buffering), the client's framing dropped.
+pub(crate) fn set_buffered(req: &mut Request<ClientBody>, bytes: Bytes) {
+    let headers = req.headers_mut();
+    headers.remove(header::TRANSFER_ENCODING);
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    *req.body_mut() = ClientBody::Buffered(bytes);
 }
 
 /// `stop` with the route's CORS response headers (`[route.cors]`): a page on an allowed
