@@ -15,6 +15,7 @@ Called by bench/run, which installs what this needs and builds the binaries.
 
 import argparse
 import datetime
+import http.client
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -997,6 +999,46 @@ def measure(gw, origin, which, sc, duration):
 
 def summarize(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def spread(values):
+    """`median [min-max]` of `values`, as the latency tables print them."""
+    s = summarize(values)
+    return f"{s['median']:g} [{s['min']:g}-{s['max']:g}]"
+
+
+def keepalive_latencies(port, path, seconds, clients=4, headers=None):
+    """`clients` keep-alive HTTP/1.1 clients GETting `path` back to back for `seconds`: every
+    request's latency (s), sorted, and how many failed (a status other than 200, or an error,
+    after which the client reconnects)."""
+    latencies, failed, lock = [], [0], threading.Lock()
+
+    def client():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        mine, bad, end = [], 0, time.monotonic() + seconds
+        while time.monotonic() < end:
+            start = time.perf_counter()
+            try:
+                conn.request("GET", path, headers=headers or {})
+                resp = conn.getresponse()
+                resp.read()
+                bad += resp.status != 200
+            except (OSError, http.client.HTTPException):
+                bad += 1
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            mine.append(time.perf_counter() - start)
+        conn.close()
+        with lock:
+            latencies.extend(mine)
+            failed[0] += bad
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(latencies), failed[0]
 
 
 def fmt(x):

@@ -67,38 +67,6 @@ upstream = "o"
 """
 
 
-def plain_load(seconds, clients=4):
-    """Latencies (s) of the plain route's requests and how many failed."""
-    latencies, failed, lock = [], [0], threading.Lock()
-
-    def client():
-        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
-        mine, bad, end = [], 0, time.monotonic() + seconds
-        while time.monotonic() < end:
-            start = time.perf_counter()
-            try:
-                conn.request("GET", "/1k")
-                resp = conn.getresponse()
-                resp.read()
-                bad += resp.status != 200
-            except (OSError, http.client.HTTPException):
-                bad += 1
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
-            mine.append(time.perf_counter() - start)
-        conn.close()
-        with lock:
-            latencies.extend(mine)
-            failed[0] += bad
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sorted(latencies), failed[0]
-
-
 def spinner(rate, stop, counts):
     """Requests the looping route `rate` times a second until `stop`; counts sent and 500s."""
     while not stop.is_set():
@@ -122,7 +90,7 @@ def one_run(rate, seconds):
     spin = threading.Thread(target=spinner, args=(rate, stop, counts)) if rate else None
     if spin:
         spin.start()
-    lat, failed = plain_load(seconds)
+    lat, failed = B.keepalive_latencies(PORT, "/1k", seconds)
     stop.set()
     if spin:
         spin.join()
@@ -134,11 +102,6 @@ def one_run(rate, seconds):
 
     return {"p50_ms": ms(0.5), "p99_ms": ms(0.99), "max_ms": round(lat[-1] * 1000, 3),
             "requests": len(lat), "failed": failed, "loops": counts["sent"], "loops_500": counts["500"]}
-
-
-def spread(values):
-    s = B.summarize(values)
-    return f"{s['median']:g} [{s['min']:g}-{s['max']:g}]"
 
 
 def main():
@@ -167,7 +130,7 @@ def main():
         gateway = B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml"], B.GW_CORE,
                          PORT, f"{d}/sluice.out")
         try:
-            plain_load(min(args.duration, 2.0))  # warm the connections and the pool
+            B.keepalive_latencies(PORT, "/1k", min(args.duration, 2.0))  # warm the connections and the pool
             for rate in rates:
                 rows[rate] = [one_run(rate, args.duration) for _ in range(args.runs)]
                 print(f"  {rate} loops/s: " + "; ".join(
@@ -190,8 +153,8 @@ def report(rows, args):
     for rate, runs in rows.items():
         p99 = [r["p99_ms"] for r in runs]
         ratio = statistics.median(p99) / base if base else float("nan")
-        print(f"| {rate} | {spread([r['p50_ms'] for r in runs])} | {spread(p99)} | {ratio:.2f}x | "
-              f"{spread([r['max_ms'] for r in runs])} | {sum(r['failed'] for r in runs)} | "
+        print(f"| {rate} | {B.spread([r['p50_ms'] for r in runs])} | {B.spread(p99)} | {ratio:.2f}x | "
+              f"{B.spread([r['max_ms'] for r in runs])} | {sum(r['failed'] for r in runs)} | "
               f"{sum(r['loops_500'] for r in runs)} of {sum(r['loops'] for r in runs)} |")
     failed = sum(r["failed"] for runs in rows.values() for r in runs)
     unstopped = sum(r["loops"] - r["loops_500"] for runs in rows.values() for r in runs)

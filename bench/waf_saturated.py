@@ -31,44 +31,13 @@ import bench as B
 import waf as W
 
 ATTACKERS = (0, 8)
+PLAIN_HEADERS = {"User-Agent": W.UA, "Accept": "*/*"}
 
 
 def attack_body():
     body = bytearray(W.form(10 * 1024))
     body[-40:] = b"&id=1%27%20or%20%271%27%3D%271&x=aaaaaaa"[:40]
     return bytes(body)
-
-
-def plain_load(port, seconds, clients=4):
-    """Latencies (s) of the plain route's requests and how many failed."""
-    latencies, failed, lock = [], [0], threading.Lock()
-
-    def client():
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        mine, bad, end = [], 0, time.monotonic() + seconds
-        while time.monotonic() < end:
-            start = time.perf_counter()
-            try:
-                conn.request("GET", "/1k", headers={"User-Agent": W.UA, "Accept": "*/*"})
-                resp = conn.getresponse()
-                resp.read()
-                bad += resp.status != 200
-            except (OSError, http.client.HTTPException):
-                bad += 1
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            mine.append(time.perf_counter() - start)
-        conn.close()
-        with lock:
-            latencies.extend(mine)
-            failed[0] += bad
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sorted(latencies), failed[0]
 
 
 def attacker(port, stop, counts, body):
@@ -95,7 +64,7 @@ def one_run(plain_port, waf_port, attackers, seconds):
         t.start()
     if threads:
         time.sleep(0.5)  # the WAF saturated before the plain route is measured
-    lat, failed = plain_load(plain_port, seconds)
+    lat, failed = B.keepalive_latencies(plain_port, "/1k", seconds, headers=PLAIN_HEADERS)
     stop.set()
     for t in threads:
         t.join()
@@ -106,11 +75,6 @@ def one_run(plain_port, waf_port, attackers, seconds):
         return round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 3)
 
     return {"p50_ms": ms(0.5), "p99_ms": ms(0.99), "requests": len(lat), "failed": failed, "attacks": counts}
-
-
-def spread(values):
-    s = B.summarize(values)
-    return f"{s['median']:g} [{s['min']:g}-{s['max']:g}]"
 
 
 def main():
@@ -141,7 +105,7 @@ def main():
             procs.append(B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file", f"{d}/sluice.pid"],
                                 B.GW_CORE, W.SLUICE["waf"], f"{d}/sluice.out"))
             for who, ports in (("sluice", W.SLUICE), ("nginx", W.NGINX)):
-                plain_load(ports["none"], min(args.duration, 2.0))  # warm the connections and the pool
+                B.keepalive_latencies(ports["none"], "/1k", min(args.duration, 2.0), headers=PLAIN_HEADERS)  # warm the connections and the pool
                 for n in ATTACKERS:
                     rows[f"{who} {n}"] = [one_run(ports["none"], ports["waf"], n, args.duration) for _ in range(args.runs)]
                     print(f"  {who}, {n} attackers: " + "; ".join(
@@ -170,7 +134,7 @@ def report(rows, args):
                     answered[k] = answered.get(k, 0) + v
             failed = sum(r["failed"] for r in runs)
             bad += failed if who == "sluice" else 0
-            print(f"| {who} | {n} | {spread([r['p50_ms'] for r in runs])} | {spread(p99)} | "
+            print(f"| {who} | {n} | {B.spread([r['p50_ms'] for r in runs])} | {B.spread(p99)} | "
                   f"{statistics.median(p99) / base if base else float('nan'):.2f}x | {failed} | "
                   f"{', '.join(f'{k}: {v}' for k, v in sorted(answered.items())) or '—'} |")
     out = Path(args.out)

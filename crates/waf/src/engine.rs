@@ -62,14 +62,13 @@ pub fn version() -> String {
 }
 
 /// The most messages one transaction keeps (a request matching every rule of a large set
-/// would otherwise hold them all).
+/// would otherwise hold them all); later ones are not kept.
 pub(crate) const MAX_MESSAGES: usize = 64;
 
 /// Where a transaction's log lines go: the rules' messages, one per matched rule that logs.
 #[derive(Debug, Default)]
 pub(crate) struct Messages {
     pub(crate) lines: Vec<String>,
-    pub(crate) dropped: u32,
 }
 
 /// Called by libmodsecurity, on the thread running the transaction, for each message.
@@ -88,8 +87,6 @@ extern "C" fn log_callback(data: *mut c_void, message: *const c_void) {
     };
     if messages.lines.len() < MAX_MESSAGES {
         messages.lines.push(text.to_string_lossy().into_owned());
-    } else {
-        messages.dropped += 1;
     }
 }
 

@@ -86,7 +86,6 @@ pub fn inspect(rules: &Rules, request: &RequestFacts) -> Verdict {
         intervention,
         matches: all.into_iter().filter(|m| m.id != SCORE_RULE).collect(),
         anomaly_score,
-        dropped: messages.dropped,
     }
 }
 

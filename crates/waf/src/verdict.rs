@@ -12,8 +12,6 @@ pub struct Verdict {
     pub matches: Vec<Match>,
     /// CRS's inbound anomaly score, where the rules reported it.
     pub anomaly_score: Option<u32>,
-    /// Matches beyond the record's bound, counted only.
-    pub dropped: u32,
 }
 
 /// A disruptive action the rules decided.
