@@ -33,24 +33,30 @@ SLUICE = {"none": 18810, "waf": 18811}
 NGINX = {"none": 18820, "waf": 18821}
 CRS = ["/etc/modsecurity/crs/crs-setup.conf", "/usr/share/modsecurity-crs/rules/*.conf"]
 
-# What Sluice loads before and after the rule set's files for a route with the defaults
-# (crates/waf/src/rules.rs, `head` and `tail`): NGINX gets the same directives.
-HEAD = r"""SecRuleEngine On
+# What Sluice loads before and after the rule set's files for a route (crates/waf/src/rules.rs,
+# `head` and `tail`): NGINX gets the same directives. `engine` is "On" (mode = "block") or
+# "DetectionOnly" (mode = "detect").
+def modsec_head(engine="On", paranoia=1, body_limit=131072):
+    return f"""SecRuleEngine {engine}
 SecRequestBodyAccess On
-SecRequestBodyLimit 131072
-SecRequestBodyNoFilesLimit 131072
+SecRequestBodyLimit {body_limit}
+SecRequestBodyNoFilesLimit {body_limit}
 SecRequestBodyLimitAction Reject
 SecResponseBodyAccess Off
 SecAuditEngine Off
-SecRule REQUEST_HEADERS:Content-Type "^(?:application(?:/soap\+|/)|text/)xml" "id:200000,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=XML"
+SecRule REQUEST_HEADERS:Content-Type "^(?:application(?:/soap\\+|/)|text/)xml" "id:200000,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=XML"
 SecRule REQUEST_HEADERS:Content-Type "^application/json" "id:200001,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON"
-SecRule REQBODY_ERROR "!@eq 0" "id:200002,phase:2,t:none,log,deny,status:400,msg:'Failed to parse request body.',logdata:'%{reqbody_error_msg}',severity:2"
+SecRule REQBODY_ERROR "!@eq 0" "id:200002,phase:2,t:none,log,deny,status:400,msg:'Failed to parse request body.',logdata:'%{{reqbody_error_msg}}',severity:2"
 SecRule MULTIPART_STRICT_ERROR "!@eq 0" "id:200003,phase:2,t:none,log,deny,status:400,msg:'Multipart request body failed strict validation'"
-SecAction "id:880001,phase:1,pass,nolog,t:none,setvar:tx.paranoia_level=1,setvar:tx.blocking_paranoia_level=1,setvar:tx.detection_paranoia_level=1,setvar:tx.inbound_anomaly_score_threshold=5,setvar:tx.outbound_anomaly_score_threshold=4"
+SecAction "id:880001,phase:1,pass,nolog,t:none,setvar:tx.paranoia_level={paranoia},setvar:tx.blocking_paranoia_level={paranoia},setvar:tx.detection_paranoia_level={paranoia},setvar:tx.inbound_anomaly_score_threshold=5,setvar:tx.outbound_anomaly_score_threshold=4"
 """
-TAIL = r"""SecRuleEngine On
-SecRule TX:ANOMALY_SCORE|TX:BLOCKING_INBOUND_ANOMALY_SCORE "@gt 0" "id:880009,phase:2,pass,log,t:none,msg:'Sluice: inbound anomaly score',logdata:'%{MATCHED_VAR}'"
+
+
+def modsec_tail(engine="On"):
+    return f"""SecRuleEngine {engine}
+SecRule TX:ANOMALY_SCORE|TX:BLOCKING_INBOUND_ANOMALY_SCORE "@gt 0" "id:880009,phase:2,pass,log,t:none,msg:'Sluice: inbound anomaly score',logdata:'%{{MATCHED_VAR}}'"
 """
+
 
 UA = "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0"
 
@@ -102,7 +108,7 @@ def nginx_conf(d):
 
 
 def modsec_conf():
-    return HEAD + "".join(f"Include {f}\n" for f in CRS) + TAIL
+    return modsec_head() + "".join(f"Include {f}\n" for f in CRS) + modsec_tail()
 
 
 def sluice_conf():

@@ -54,8 +54,8 @@ pub use hash_key::HashKey;
 pub use load::fleet::{RouteContext, fleet_source, load_route, parse_keyring};
 pub use load::{load_file, load_file_cached, load_str, load_str_cached};
 pub use logging::{
-    AccessLogFormat, AccessLogTarget, DEFAULT_REQUEST_LOG_BYTES, HttpLogFormat, LogConfig, LogShip,
-    SYSLOG_FACILITIES, ShipSink, SyslogTransport,
+    AccessLogFormat, AccessLogTarget, DEFAULT_ACCESS_FLUSH, DEFAULT_REQUEST_LOG_BYTES,
+    HttpLogFormat, LogConfig, LogShip, SYSLOG_FACILITIES, ShipSink, SyslogTransport,
 };
 pub use lua::{DEFAULT_MAX_INSTRUCTIONS, LuaCode, LuaPhase, LuaSettings, RouteLua, SharedDictSize};
 pub use pattern::{HostPattern, normalize_host, normalized_host};

@@ -3,7 +3,9 @@
 use crate::cache::CertCache;
 use crate::compression::Compression;
 use crate::error::{ConfigError, LoadError, Locator};
-use crate::logging::{AccessLogFormat, AccessLogTarget, DEFAULT_REQUEST_LOG_BYTES, LogConfig};
+use crate::logging::{
+    AccessLogFormat, AccessLogTarget, DEFAULT_ACCESS_FLUSH, DEFAULT_REQUEST_LOG_BYTES, LogConfig,
+};
 use crate::raw::*;
 use crate::snapshot::*;
 use crate::units::{parse_byte_size, parse_duration};
@@ -696,6 +698,18 @@ impl<'a> Cx<'a> {
         }
     }
 
+    /// A duration where zero is allowed (a leeway, a max-age, "write at once").
+    fn duration_or_zero(&mut self, value: Option<&SpannedStr>) -> Option<Duration> {
+        let value = value?;
+        match parse_duration(value.get_ref()) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.err_at(value, e, "");
+                None
+            }
+        }
+    }
+
     fn size(&mut self, value: Option<&Spanned<RawSize>>) -> Option<u64> {
         let value = value?;
         match value.get_ref() {
@@ -772,6 +786,9 @@ impl<'a> Cx<'a> {
                 ],
             )
             .unwrap_or(AccessLogFormat::Text);
+        let access_flush = self
+            .duration_or_zero(raw.access_flush.as_ref())
+            .unwrap_or(DEFAULT_ACCESS_FLUSH);
         let request_log_bytes = self
             .size(raw.request_log.as_ref())
             .map_or(DEFAULT_REQUEST_LOG_BYTES, |n| n as usize);
@@ -782,6 +799,7 @@ impl<'a> Cx<'a> {
                 .map_or_else(|| "info".to_owned(), |l| l.get_ref().clone()),
             access_log,
             access_format,
+            access_flush,
             request_log_bytes,
             ship: self.log_shippers(raw.ship.as_deref().unwrap_or_default()),
         }

@@ -35,11 +35,19 @@ pub struct LogConfig {
     pub access_log: AccessLogTarget,
     /// Its format.
     pub access_format: AccessLogFormat,
+    /// Longest a line waits in memory before it is written; zero writes each line as it is
+    /// logged (what a tool that reads the file after each request needs, such as the CRS
+    /// regression runner).
+    pub access_flush: Duration,
     /// Memory kept for the most recent requests (`/api/v1/requests`); 0 keeps none.
     pub request_log_bytes: usize,
     /// `[[log.ship]]`: where else each access log line goes, as JSON.
     pub ship: Vec<LogShip>,
 }
+
+/// How long a line waits for others unless `[log] access_flush` says otherwise: lines are
+/// written in batches, not one `write` each, and a reader sees them within this.
+pub const DEFAULT_ACCESS_FLUSH: Duration = Duration::from_millis(200);
 
 /// The memory the request log gets unless `[log] request_log` says otherwise: about 20,000
 /// requests of a typical size (a kept request costs ~400 bytes with its host and path).

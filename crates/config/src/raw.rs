@@ -53,6 +53,9 @@ pub struct RawLog {
     pub access_log: Option<Spanned<String>>,
     /// `"text"` or `"json"`.
     pub access_format: Option<Spanned<String>>,
+    /// Longest a line waits in memory before it is written (default 200ms); `"0s"` writes
+    /// each line as it is logged.
+    pub access_flush: Option<SpannedStr>,
     /// Memory for the most recent requests that `/api/v1/requests` searches (default 8m);
     /// 0 keeps none.
     pub request_log: Option<Spanned<RawSize>>,

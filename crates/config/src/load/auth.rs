@@ -396,18 +396,6 @@ impl Cx<'_> {
             }
         }
     }
-
-    /// A duration where zero is allowed (a leeway, a max-age).
-    fn duration_or_zero(&mut self, value: Option<&SpannedStr>) -> Option<Duration> {
-        let value = value?;
-        match crate::units::parse_duration(value.get_ref()) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                self.err_at(value, e, "");
-                None
-            }
-        }
-    }
 }
 
 /// `scheme://host[:port]` as an [`OriginPattern`]; `Some(None)` for `*`; `None` when it is

@@ -1,5 +1,5 @@
 use super::{errors, said_at};
-use crate::{DEFAULT_REQUEST_LOG_BYTES, HttpLogFormat, ShipSink, load_str};
+use crate::{DEFAULT_ACCESS_FLUSH, DEFAULT_REQUEST_LOG_BYTES, HttpLogFormat, ShipSink, load_str};
 use std::time::Duration;
 
 const BASE: &str = r#"
@@ -13,6 +13,23 @@ servers = [{ address = "127.0.0.1:9000" }]
 name = "a"
 upstream = "o"
 "#;
+
+#[test]
+fn the_access_log_waits_200ms_unless_told_and_zero_writes_each_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = load_str(BASE, "none.toml", dir.path()).unwrap();
+    assert_eq!(s.log.access_flush, DEFAULT_ACCESS_FLUSH);
+    assert_eq!(DEFAULT_ACCESS_FLUSH, Duration::from_millis(200));
+    let at_once = format!("{BASE}\n[log]\naccess_flush = \"0s\"\n");
+    let s = load_str(&at_once, "zero.toml", dir.path()).unwrap();
+    assert_eq!(s.log.access_flush, Duration::ZERO);
+    let bad = format!("{BASE}\n[log]\naccess_flush = \"soon\"\n");
+    let errs = errors(&bad, dir.path());
+    assert!(
+        !said_at(&errs, &bad, "access_flush").is_empty(),
+        "{errs:#?}"
+    );
+}
 
 #[test]
 fn log_shippers_and_the_request_log_load_with_their_defaults() {

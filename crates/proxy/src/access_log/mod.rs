@@ -26,8 +26,6 @@ use std::time::Duration;
 
 /// Gathered bytes that wake the writer early.
 const FLUSH_AT: usize = 64 * 1024;
-/// Longest a line waits before it is written.
-const FLUSH_EVERY: Duration = Duration::from_millis(200);
 /// Pending bytes beyond which new lines are dropped.
 const MAX_PENDING: usize = 8 << 20;
 
@@ -43,6 +41,9 @@ pub struct AccessLog {
 /// The file (or stdout/stderr) and its writer thread.
 struct FileSink {
     pending: Mutex<Vec<u8>>,
+    /// Longest a line waits before it is written (`[log] access_flush`); zero wakes the
+    /// writer for every line.
+    flush_every: Duration,
     wake: Condvar,
     sink: Mutex<Writer>,
     dropped: AtomicU64,
@@ -65,8 +66,8 @@ impl std::fmt::Debug for FileSink {
 }
 
 impl FileSink {
-    fn open(target: &AccessLogTarget) -> std::io::Result<Option<Arc<Self>>> {
-        let sink: Box<dyn Write + Send> = match target {
+    fn open(config: &LogConfig) -> std::io::Result<Option<Arc<Self>>> {
+        let sink: Box<dyn Write + Send> = match &config.access_log {
             AccessLogTarget::Off => return Ok(None),
             AccessLogTarget::Stdout => Box::new(std::io::stdout()),
             AccessLogTarget::Stderr => Box::new(std::io::stderr()),
@@ -79,6 +80,7 @@ impl FileSink {
         };
         let file = Arc::new(FileSink {
             pending: Mutex::new(Vec::with_capacity(FLUSH_AT * 2)),
+            flush_every: config.access_flush,
             wake: Condvar::new(),
             sink: Mutex::new(Writer {
                 out: sink,
@@ -93,8 +95,15 @@ impl FileSink {
                 while let Some(file) = weak.upgrade() {
                     {
                         let pending = file.pending.lock().unwrap_or_else(|e| e.into_inner());
+                        // With `access_flush = "0s"` the requests write their own lines
+                        // (`write`); this thread has nothing to wait for.
                         if pending.len() < FLUSH_AT {
-                            let _ = file.wake.wait_timeout(pending, FLUSH_EVERY);
+                            let wait = if file.flush_every.is_zero() {
+                                Duration::from_secs(1)
+                            } else {
+                                file.flush_every
+                            };
+                            let _ = file.wake.wait_timeout(pending, wait);
                         }
                     }
                     file.flush();
@@ -122,6 +131,11 @@ impl FileSink {
         spare.shrink_to(FLUSH_AT * 2);
     }
 
+    /// Gathers `line` for the writer thread; with `access_flush = "0s"` writes it out from
+    /// the calling thread, as NGINX's unbuffered `access_log` does (a `write` per request on
+    /// the event loop): the line is in the file before the response's last bytes leave, so
+    /// a client that reads the log after its response finds it whole (the writer thread's
+    /// write could be read half done, cut at a page of the file).
     fn write(&self, line: &str) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         if pending.len() + line.len() > MAX_PENDING {
@@ -129,7 +143,10 @@ impl FileSink {
             return;
         }
         pending.extend_from_slice(line.as_bytes());
-        if pending.len() >= FLUSH_AT {
+        if self.flush_every.is_zero() {
+            drop(pending);
+            self.flush();
+        } else if pending.len() >= FLUSH_AT {
             self.wake.notify_one();
         }
     }
@@ -154,7 +171,7 @@ impl AccessLog {
     /// of its own.
     pub fn open(config: &LogConfig) -> std::io::Result<Self> {
         Ok(AccessLog {
-            file: FileSink::open(&config.access_log)?,
+            file: FileSink::open(config)?,
             format: config.access_format,
             ship: ship::Shipping::start(&config.ship)?,
             recent: Arc::new(RequestLog::new(config.request_log_bytes)),
@@ -170,7 +187,7 @@ impl AccessLog {
             _ => ship::Shipping::start(&config.ship)?,
         };
         Ok(AccessLog {
-            file: FileSink::open(&config.access_log)?,
+            file: FileSink::open(config)?,
             format: config.access_format,
             ship,
             recent: self.recent.clone(),
@@ -240,5 +257,54 @@ impl AccessLog {
             ship.push(e, json);
         }
         self.recent.push(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(path: &std::path::Path, flush: Duration) -> LogConfig {
+        LogConfig {
+            level: "info".into(),
+            access_log: AccessLogTarget::File(path.to_path_buf()),
+            access_format: AccessLogFormat::Json,
+            access_flush: flush,
+            request_log_bytes: 0,
+            ship: Vec::new(),
+        }
+    }
+
+    fn entry(path: &str) -> Entry {
+        Entry {
+            path: path.into(),
+            status: 200,
+            ..Entry::default()
+        }
+    }
+
+    /// `access_flush = "0s"`: the line is in the file when `log` returns (the request's own
+    /// thread wrote it); otherwise it waits for the writer thread.
+    #[test]
+    fn a_zero_flush_writes_the_line_before_log_returns_and_the_default_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let at_once = dir.path().join("at-once.log");
+        let log = AccessLog::open(&config(&at_once, Duration::ZERO)).unwrap();
+        for i in 0..3 {
+            log.log(&entry(&format!("/line-{i}")));
+            let text = std::fs::read_to_string(&at_once).unwrap();
+            assert_eq!(text.lines().count(), i + 1, "{text}");
+            assert!(text.ends_with("}\n") && text.contains(&format!("/line-{i}")));
+        }
+        let batched = dir.path().join("batched.log");
+        let log = AccessLog::open(&config(&batched, Duration::from_secs(3600))).unwrap();
+        log.log(&entry("/waits"));
+        assert_eq!(std::fs::read_to_string(&batched).unwrap(), "");
+        log.flush();
+        assert!(
+            std::fs::read_to_string(&batched)
+                .unwrap()
+                .contains("/waits")
+        );
     }
 }

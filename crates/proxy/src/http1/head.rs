@@ -85,7 +85,7 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
     let len = match req.parse_with_uninit_headers(buf, &mut fields) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return partial(buf, max),
-        Err(e) => return Err(refused(e)),
+        Err(e) => return Err(refused(e, buf)),
     };
     if len > max {
         return Err(reject(
@@ -110,7 +110,8 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
     let (headers, facts) = fields_of(&bytes, &ranges)?;
     let framing = facts.framing(version)?;
     if method == Method::CONNECT {
-        // Tunnels are not offered (NGINX answers 405 as well).
+        // Tunnels are not offered: 405, the method known and not allowed here (RFC 9110
+        // §15.5.6); Debian's NGINX 1.22 and HAProxy 2.6 answer 400.
         return Err(reject(
             StatusCode::METHOD_NOT_ALLOWED,
             "CONNECT is not served",
@@ -163,19 +164,41 @@ fn partial(buf: &BytesMut, max: usize) -> Result<Parsed, Reject> {
     })
 }
 
-/// The answer to a head httparse refused.
+/// The answer to a head httparse refused (`head` is what it read).
 #[cold]
-fn refused(e: httparse::Error) -> Reject {
+fn refused(e: httparse::Error, head: &[u8]) -> Reject {
     match e {
         httparse::Error::TooManyHeaders => reject(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             "too many header fields",
         ),
-        httparse::Error::Version => reject(
-            StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-            "unsupported HTTP version",
-        ),
+        httparse::Error::Version => version_refused(head),
         _ => bad("malformed request head"),
+    }
+}
+
+/// A request line whose version is not HTTP/1.0 or HTTP/1.1: 505 when it is a well-formed
+/// version this gateway does not speak in HTTP/1 syntax (`HTTP/2.0`, `HTTP/0.9`; RFC 9110
+/// §15.6.6), 400 when what stands there is not a version at all (`TEST`, `http/1.1`,
+/// `HTTP\1.0`, nothing), as NGINX and HAProxy answer both.
+fn version_refused(head: &[u8]) -> Reject {
+    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut words = line.split(|b| *b == b' ');
+    let version = match (words.next(), words.next(), words.next(), words.next()) {
+        (Some(_), Some(_), Some(v), None) => v,
+        _ => return bad("malformed request line"),
+    };
+    match version {
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+            if major.is_ascii_digit() && minor.is_ascii_digit() =>
+        {
+            reject(
+                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+                "unsupported HTTP version",
+            )
+        }
+        _ => bad("malformed HTTP version"),
     }
 }
 
@@ -592,6 +615,25 @@ mod tests {
             501
         );
         assert_eq!(status("GET / HTTP/1.2\r\nHost: x\r\n\r\n"), 505);
+        // A well-formed version not spoken here is 505; no version at all is a bad request.
+        for raw in [
+            "GET / HTTP/2.0\r\n\r\n",
+            "GET / HTTP/0.9\r\nHost: x\r\n\r\n",
+        ] {
+            assert_eq!(status(raw), 505, "{raw:?}");
+        }
+        for raw in [
+            "GET / TEST\r\nHost: x\r\n\r\n",
+            "GET / 1.1\r\nHost: x\r\n\r\n",
+            "GET / JUNK/1.0\r\nHost: x\r\n\r\n",
+            "GET \\index.html HTTP\\1.0\r\nHost: x\r\n\r\n",
+            "GET / \r\nHost: x\r\n\r\n",
+            "GET / http/1.1\r\nHost: x\r\n\r\n",
+            "GET / HTTP/11\r\nHost: x\r\n\r\n",
+            "GET / HTTP/1.1 x\r\nHost: x\r\n\r\n",
+        ] {
+            assert_eq!(status(raw), 400, "{raw:?}");
+        }
         // Tabs elsewhere, and the usual Host forms, are fine.
         assert_eq!(
             status("GET / HTTP/1.1\r\nHost: a.b:8080\r\nX-A:\t1\r\n\r\n"),

@@ -22,6 +22,10 @@ impl RequestCtx<'_> {
         firewall: &RouteFirewall,
         req: &mut Request<ClientBody>,
     ) -> Flow<()> {
+        // The fields as the client sent them: reading the body whole replaces its
+        // `Transfer-Encoding` with a `Content-Length` for the upstream, and rules such as
+        // CRS's 920171 (a GET with a chunked body) look for the former.
+        let headers = head_fields(req, &self.host);
         let body = read_body(firewall, req).await?;
         let facts = RequestFacts {
             client: SocketAddr::new(self.client, self.conn.peer.port()),
@@ -33,7 +37,7 @@ impl RequestCtx<'_> {
                 .map_or("/", |p| p.as_str())
                 .to_string(),
             version: version(req.version()),
-            headers: head_fields(req, &self.host),
+            headers,
             body,
             id: self
                 .done
@@ -141,10 +145,12 @@ async fn read_body(firewall: &RouteFirewall, req: &mut Request<ClientBody>) -> F
 }
 
 /// The request's header fields as the rules see them, with `Host` for HTTP/2 and HTTP/3
-/// (whose `:authority` is not a field), as ModSecurity-nginx passes NGINX's `Host`.
+/// (whose `:authority` is not a field), as ModSecurity-nginx passes NGINX's `Host`. An
+/// HTTP/1.0 request without `Host` stays without one (CRS's rule 920280 looks for that).
 fn head_fields(req: &Request<ClientBody>, host: &str) -> HeaderMap {
     let mut headers = req.headers().clone();
-    if !headers.contains_key(header::HOST)
+    if matches!(req.version(), Version::HTTP_2 | Version::HTTP_3)
+        && !headers.contains_key(header::HOST)
         && let Ok(v) = HeaderValue::from_str(host)
     {
         headers.insert(header::HOST, v);

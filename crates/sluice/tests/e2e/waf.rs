@@ -407,6 +407,46 @@ async fn a_broken_rule_at_reload_leaves_the_old_rules_serving() {
     assert_eq!(send(web, get("/own/whoami?q=evil")).await.status, 200);
 }
 
+/// The rules see the head the client sent, not the one forwarded upstream: a chunked GET
+/// keeps its `Transfer-Encoding` (the body is then forwarded with a `Content-Length`), and an
+/// HTTP/1.0 request without `Host` has none (CRS's rules 920171 and 920280 look for these).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rules_see_the_head_as_the_client_sent_it() {
+    let origin = Origin::start("api").await;
+    let own = r#"
+[[waf.ruleset]]
+name = "own"
+rules = '''
+SecRule REQUEST_HEADERS:Transfer-Encoding "@streq chunked" "id:10011,phase:1,deny,status:421,log,msg:'chunked'"
+SecRule &REQUEST_HEADERS:Host "@eq 0" "id:10012,phase:1,deny,status:422,log,msg:'no host'"
+'''
+[[route]]
+name = "own"
+path_prefix = "/own/"
+strip_prefix = "/own"
+upstream = "api"
+[route.waf]
+ruleset = "own"
+"#;
+    let gw = TestGateway::start(&config(origin.addr, own), tempfile::tempdir().unwrap()).await;
+    let web = gw.addr("web");
+    let chunked = raw(
+        web,
+        &[b"GET /own/whoami HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n"],
+    )
+    .await;
+    assert!(chunked.starts_with("HTTP/1.1 421"), "{chunked}");
+    let no_host = raw(web, &[b"GET /own/whoami HTTP/1.0\r\n\r\n"]).await;
+    assert!(no_host.starts_with("HTTP/1.1 422"), "{no_host}");
+    // The same request with a Host and a Content-Length passes.
+    let plain = raw(
+        web,
+        &[b"GET /own/whoami HTTP/1.0\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"],
+    )
+    .await;
+    assert!(plain.starts_with("HTTP/1.1 200"), "{plain}");
+}
+
 #[test]
 fn sluice_check_names_a_broken_rules_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
