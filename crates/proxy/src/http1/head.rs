@@ -105,18 +105,14 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
         .map(|f| (range_in(buf, f.name.as_bytes()), range_in(buf, f.value)))
         .collect();
     let bytes: Bytes = buf.split_to(len).freeze();
-    let target = bytes.slice(path_range.0..path_range.1);
-    let uri = request_target(&method, target)?;
-    let (headers, facts) = fields_of(&bytes, &ranges)?;
-    let framing = facts.framing(version)?;
-    if method == Method::CONNECT {
-        // Tunnels are not offered: 405, the method known and not allowed here (RFC 9110
-        // §15.5.6); Debian's NGINX 1.22 and HAProxy 2.6 answer 400.
-        return Err(reject(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "CONNECT is not served",
-        ));
-    }
+    let (uri, headers, facts, framing) =
+        match checked(&bytes, path_range, &ranges, &method, version) {
+            Ok(checked) => checked,
+            Err(refused) => {
+                restore(buf, &bytes);
+                return Err(refused);
+            }
+        };
     let keep_alive = match version {
         Version::HTTP_11 => !facts.close,
         _ => facts.keep_alive && !facts.close,
@@ -133,6 +129,39 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
         expect_continue: version == Version::HTTP_11 && facts.expect_continue,
         upgrade: version == Version::HTTP_11 && facts.upgrade_token && facts.upgrade_header,
     })))
+}
+
+/// The head's target, fields and framing, or why it is refused.
+#[inline(always)]
+fn checked(
+    bytes: &Bytes,
+    path: (usize, usize),
+    ranges: &FieldRanges,
+    method: &Method,
+    version: Version,
+) -> Result<(Uri, HeaderMap, Facts, Framing), Reject> {
+    let uri = request_target(method, bytes.slice(path.0..path.1))?;
+    let (headers, facts) = fields_of(bytes, ranges)?;
+    let framing = facts.framing(version)?;
+    if *method == Method::CONNECT {
+        // Tunnels are not offered: 405, the method known and not allowed here (RFC 9110
+        // §15.5.6); Debian's NGINX 1.22 and HAProxy 2.6 answer 400.
+        return Err(reject(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "CONNECT is not served",
+        ));
+    }
+    Ok((uri, headers, facts, framing))
+}
+
+/// Puts a refused head back in front of `buf`, so that the connection can log its request
+/// line (`Service::refused`); the connection closes after it.
+#[cold]
+fn restore(buf: &mut BytesMut, head: &Bytes) {
+    let mut whole = BytesMut::with_capacity(head.len() + buf.len());
+    whole.extend_from_slice(head);
+    whole.extend_from_slice(buf);
+    *buf = whole;
 }
 
 /// RFC 9112 §2.2: a server SHOULD ignore at least one empty line before a request line.

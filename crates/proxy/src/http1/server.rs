@@ -262,6 +262,7 @@ impl<S: Io + 'static> Conn<S> {
                 Ok(Some(head)) => head,
                 Ok(None) => return Ok(()),
                 Err(reject) => {
+                    ctx.refused(reject.status, self.request_line());
                     self.refuse(reject).await;
                     return Ok(());
                 }
@@ -336,6 +337,14 @@ impl<S: Io + 'static> Conn<S> {
         }
     }
 
+    /// The first line of what was read (the head refused), at most 512 bytes of it.
+    fn request_line(&self) -> &[u8] {
+        let buf = self.rbuf.as_deref().unwrap_or_default();
+        let buf = &buf[..buf.len().min(512)];
+        let line = buf.split(|b| *b == b'\n').next().unwrap_or_default();
+        line.strip_suffix(b"\r").unwrap_or(line)
+    }
+
     /// Answers a head that was refused, then the connection closes.
     async fn refuse(&mut self, reject: Reject) {
         tracing::debug!(
@@ -395,6 +404,8 @@ impl<S: Io + 'static> Conn<S> {
             && let Some(buf) = self.rbuf.as_ref().filter(|b| !b.is_empty())
             && let Err(bad) = check_chunked(buf, self.max_head)
         {
+            let line = format!("{} {} HTTP/1.1", parts.method, parts.uri);
+            ctx.refused(StatusCode::BAD_REQUEST, line.as_bytes());
             self.refuse(Reject {
                 status: StatusCode::BAD_REQUEST,
                 reason: bad.0,

@@ -30,6 +30,46 @@ impl crate::exchange::Service for ConnCtx {
     fn max_head(&self) -> usize {
         self.listener.config.max_header_bytes
     }
+
+    fn refused(&self, status: http::StatusCode, line: &[u8]) {
+        let listener = self.slot.load();
+        let entry = crate::access_log::Entry {
+            time: Some(std::time::SystemTime::now()),
+            client: Some(self.peer),
+            listener: listener.name.clone(),
+            method: "-".into(),
+            path: escaped_line(line),
+            protocol: "HTTP/1.1",
+            status: status.as_u16(),
+            tls_version: self.tls.as_ref().map_or("", |t| t.version),
+            tls_cipher: self.tls.as_ref().map_or("", |t| t.cipher).into(),
+            tls_resumed: self.tls.as_ref().map(|t| t.resumed),
+            ..Default::default()
+        };
+        listener
+            .metrics
+            .response(entry.status, 0, 0, std::time::Duration::ZERO);
+        listener.access_log.log(&entry);
+    }
+}
+
+/// A refused request's line for the log: printable ASCII kept, any other byte (space,
+/// quote, backslash, controls, non-ASCII) as `\xHH`, as NGINX escapes its `$request`, so
+/// that what a client sent cannot break a log line or forge a field.
+fn escaped_line(line: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(line.len() + 8);
+    for &b in line {
+        if b.is_ascii_graphic() && b != b'"' && b != b'\\' {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "\\x{b:02X}");
+        }
+    }
+    if out.is_empty() {
+        out.push('-');
+    }
+    out
 }
 
 /// `make()`'s value in a box made before it: built there rather than on the stack and moved.
@@ -192,5 +232,14 @@ mod tests {
             size <= 3584,
             "handler::handle's future grew to {size} bytes"
         );
+    }
+
+    #[test]
+    fn a_refused_line_is_logged_with_its_unsafe_bytes_escaped() {
+        assert_eq!(
+            escaped_line(b"GET /a?b=<c>\"d\\ HTTP/1.1\x00\xff"),
+            "GET\\x20/a?b=<c>\\x22d\\x5C\\x20HTTP/1.1\\x00\\xFF"
+        );
+        assert_eq!(escaped_line(b""), "-");
     }
 }

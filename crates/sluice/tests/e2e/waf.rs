@@ -447,6 +447,53 @@ ruleset = "own"
     assert!(plain.starts_with("HTTP/1.1 200"), "{plain}");
 }
 
+/// A probe refused before any rule runs (a request target the URI parser refuses, a version
+/// that is not one) is in the access log like any request: status, client, the request line
+/// with its unsafe bytes escaped; and it is counted among the 4xx responses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_refused_before_the_rules_is_logged_and_counted() {
+    let origin = Origin::start("api").await;
+    let text = config(origin.addr, "").replace(
+        "access_format = \"json\"",
+        "access_format = \"json\"\naccess_flush = \"0s\"",
+    );
+    let gw = TestGateway::start_logged(&text, tempfile::tempdir().unwrap()).await;
+    let web = gw.addr("web");
+    let xss = raw(
+        web,
+        &[b"GET /g/get?x=<script>alert(1)</script> HTTP/1.1\r\nHost: x\r\n\r\n"],
+    )
+    .await;
+    assert!(xss.starts_with("HTTP/1.1 400"), "{xss}");
+    let junk = raw(web, &[b"GET / JUNK/1.0\r\nHost: x\r\n\r\n"]).await;
+    assert!(junk.starts_with("HTTP/1.1 400"), "{junk}");
+    let log = std::fs::read_to_string(gw.dir().join("access.log")).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert_eq!(lines[0]["status"], 400);
+    assert_eq!(lines[0]["method"], "-");
+    assert_eq!(
+        lines[0]["path"],
+        "GET\\x20/g/get?x=<script>alert(1)</script>\\x20HTTP/1.1"
+    );
+    assert!(
+        lines[0]["client"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:")
+    );
+    assert_eq!(lines[1]["path"], "GET\\x20/\\x20JUNK/1.0");
+    let (admin, _task) = admin_for(&gw).await;
+    let metrics = crate::auth::get(admin, "/metrics", &[]).await.body;
+    assert!(
+        metrics.contains("sluice_http_requests_total{class=\"4xx\"} 2"),
+        "{metrics}"
+    );
+}
+
 #[test]
 fn sluice_check_names_a_broken_rules_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
