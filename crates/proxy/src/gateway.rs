@@ -18,16 +18,18 @@
 //! Everything that can fail (binding, TLS set-up, engines, the access log) is done before
 //! anything is swapped: a reload either applies whole or changes nothing.
 
+mod running;
+
 use crate::ProxyError;
 use crate::access_log::AccessLog;
 use crate::handshakes::{HandshakeScheduler, HandshakeStats};
-use crate::listen::connection::Signals;
 use crate::request::context::ListenerCtx;
 use crate::request::filters::RouteGuards;
 use crate::request::rate_limit::RedisStore;
 use crate::request::router::Router;
 use crate::upstreams::dns::{Resolver, UpstreamSlot};
 use arc_swap::ArcSwap;
+use running::{RunningListener, spawn_listener, spawn_quic};
 use sluice_config::{CompressOffload, Listener, LogConfig, Snapshot};
 use sluice_tls::{KeyOffload, TlsAcceptor, TlsIdentity};
 use std::collections::HashMap;
@@ -35,9 +37,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, UdpSocket};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// A running gateway: its listeners, upstream groups and engines, and the means to
@@ -100,40 +99,6 @@ struct State {
     guards: Arc<RouteGuards>,
     redis: Option<Arc<RedisStore>>,
     stopped: bool,
-}
-
-/// One bound listener.
-#[derive(Debug)]
-struct RunningListener {
-    name: String,
-    /// The listening socket's descriptor (owned by the accept task).
-    fd: std::os::fd::RawFd,
-    /// As configured (port 0 stays 0 here: the same configuration keeps the same socket).
-    configured: SocketAddr,
-    bound: SocketAddr,
-    /// The listener's current context; the accept loop and every request read it.
-    ctx: Arc<ArcSwap<ListenerCtx>>,
-    accept: JoinHandle<()>,
-    /// The QUIC endpoint of an `http3` listener (its connections are in `connections`);
-    /// it ends by itself once the listener drains and its last connection is done.
-    quic: Option<JoinHandle<()>>,
-    draining: watch::Sender<bool>,
-    force: CancellationToken,
-    connections: TaskTracker,
-    /// Open connections against `max_connections` and `max_connections_per_client`, TCP and
-    /// QUIC together.
-    counts: Arc<crate::listen::conn_limit::ConnCounts>,
-}
-
-impl RunningListener {
-    /// Stops accepting (the socket closes) and asks every connection to finish gracefully.
-    fn stop_accepting(&self) {
-        // The QUIC endpoint sees the drain itself: it takes no new connection and ends
-        // when its last one has.
-        self.accept.abort();
-        let _ = self.draining.send(true);
-        self.connections.close();
-    }
 }
 
 /// The shared rate limits' Redis, as `/status`, `/metrics` and the dashboard show it.
@@ -655,6 +620,83 @@ async fn prepare(
             .map_err(access_log_error(&snapshot.log))?
     };
 
+    let (upstreams, groups, resolver) = upstream_groups(state, snapshot, kept, &mut report).await?;
+
+    let routers = routers(state, snapshot, &mut report).await?;
+    let mut listeners = Vec::with_capacity(snapshot.listeners.len());
+    let mut plan_tables = Vec::new();
+    for (l, router) in snapshot.listeners.iter().zip(routers) {
+        let old = state
+            .listeners
+            .iter()
+            .position(|o| o.name == l.name && o.configured == l.address);
+        let old_ctx = old.map(|i| state.listeners[i].ctx.load_full());
+        let tls = tls_for(snapshot, l, &key_offload, old_ctx.as_deref(), &mut report)?;
+        let placement = placement(state, l, old, &mut inherited).await?;
+        if !first && matches!(placement, Placement::Bind(..)) {
+            report.listeners_added.push(l.name.clone());
+        }
+        let plans = crate::request::filters::plans_for(&mut plan_tables, &router, &guards);
+        let ctx = Arc::new(ListenerCtx {
+            name: Arc::from(l.name.as_str()),
+            config: l.clone(),
+            router,
+            tls,
+            handshakes: handshakes.clone(),
+            upstreams: groups.clone(),
+            access_log: access_log.clone(),
+            metrics: metrics.clone(),
+            compressor: compressor.clone(),
+            cache: cache.clone(),
+            tracer: tracer.clone(),
+            plans,
+            alt_svc: crate::request::context::AltSvc::new(l.http3, l.address.port()),
+        });
+        listeners.push((placement, ctx));
+    }
+    for old in &state.listeners {
+        let kept = listeners.iter().any(
+            |(p, _)| matches!(p, Placement::Keep(i, _) if state.listeners[*i].name == old.name),
+        );
+        if !kept {
+            report.listeners_removed.push(old.name.clone());
+        }
+    }
+    Ok(Prepared {
+        upstreams,
+        groups,
+        resolver,
+        guards,
+        redis,
+        key_offload,
+        key_identity,
+        handshakes,
+        compressor,
+        compress_config: compress,
+        cache,
+        tracer,
+        access_log,
+        listeners,
+        report,
+    })
+}
+
+/// Upstream groups by name, the same in configuration order, and their DNS resolver.
+type Groups = (
+    Arc<HashMap<String, Arc<UpstreamSlot>>>,
+    Arc<[Arc<UpstreamSlot>]>,
+    Option<Arc<Resolver>>,
+);
+
+/// The upstream groups of `snapshot`, in its order, and by name: the running group where
+/// `kept` has it, else a new one (its health checks and DNS lookups start as tasks of this
+/// runtime); and the DNS resolver they share.
+async fn upstream_groups(
+    state: &State,
+    snapshot: &Snapshot,
+    kept: Vec<Option<Arc<UpstreamSlot>>>,
+    report: &mut ApplyReport,
+) -> Result<Groups, ProxyError> {
     let all_kept = kept.iter().all(Option::is_some) && kept.len() == state.upstreams.len();
     // The DNS resolver: the running one while `[resolver]` stays, none while no server
     // follows a name.
@@ -698,107 +740,62 @@ async fn prepare(
                 .collect(),
         )
     };
+    Ok((upstreams, groups, resolver))
+}
 
-    let routers = routers(state, snapshot, &mut report).await?;
-    let mut listeners = Vec::with_capacity(snapshot.listeners.len());
-    let mut plan_tables = Vec::new();
-    for (l, router) in snapshot.listeners.iter().zip(routers) {
-        let old = state
-            .listeners
-            .iter()
-            .position(|o| o.name == l.name && o.configured == l.address);
-        let old_ctx = old.map(|i| state.listeners[i].ctx.load_full());
-        let tls = tls_for(snapshot, l, &key_offload, old_ctx.as_deref(), &mut report)?;
-        let bind_udp = |at: SocketAddr| {
-            crate::http3::bind(at).map_err(|source| ProxyError::Bind {
-                listener: l.name.clone(),
-                address: at,
-                source,
-            })
-        };
-        let placement = match old {
-            Some(i) => {
-                let running = &state.listeners[i];
-                let udp = if l.http3 && running.quic.is_none() {
-                    Some(bind_udp(running.bound)?)
-                } else {
-                    None
-                };
-                Placement::Keep(i, udp)
-            }
-            None => {
-                let bind_error = |source| ProxyError::Bind {
-                    listener: l.name.clone(),
-                    address: l.address,
-                    source,
-                };
-                let handed_over = inherited.iter().position(|(name, s)| {
-                    name == &l.name
-                        && s.local_addr().is_ok_and(|a| {
-                            a == l.address || (l.address.port() == 0 && a.ip() == l.address.ip())
-                        })
-                });
-                let socket = match handed_over {
-                    Some(i) => {
-                        let (_, s) = inherited.swap_remove(i);
-                        s.set_nonblocking(true).map_err(bind_error)?;
-                        TcpListener::from_std(s).map_err(bind_error)?
-                    }
-                    None => TcpListener::bind(l.address).await.map_err(bind_error)?,
-                };
-                // HTTP/3 on the same port number as the TCP socket (a port 0 resolved).
-                let udp = match (l.http3, socket.local_addr()) {
-                    (true, Ok(at)) => Some(bind_udp(at)?),
-                    _ => None,
-                };
-                if !first {
-                    report.listeners_added.push(l.name.clone());
-                }
-                Placement::Bind(socket, udp)
-            }
-        };
-        let plans = crate::request::filters::plans_for(&mut plan_tables, &router, &guards);
-        let ctx = Arc::new(ListenerCtx {
-            name: Arc::from(l.name.as_str()),
-            config: l.clone(),
-            router,
-            tls,
-            handshakes: handshakes.clone(),
-            upstreams: groups.clone(),
-            access_log: access_log.clone(),
-            metrics: metrics.clone(),
-            compressor: compressor.clone(),
-            cache: cache.clone(),
-            tracer: tracer.clone(),
-            plans,
-            alt_svc: crate::request::context::AltSvc::new(l.http3, l.address.port()),
-        });
-        listeners.push((placement, ctx));
-    }
-    for old in &state.listeners {
-        let kept = listeners.iter().any(
-            |(p, _)| matches!(p, Placement::Keep(i, _) if state.listeners[*i].name == old.name),
-        );
-        if !kept {
-            report.listeners_removed.push(old.name.clone());
+/// Where listener `l` of the new configuration runs: the running listener `old` (with HTTP/3's
+/// UDP socket bound when HTTP/3 starts on it now), else a new socket, the one `sluice
+/// upgrade` handed over under its name when there is one.
+async fn placement(
+    state: &State,
+    l: &Listener,
+    old: Option<usize>,
+    inherited: &mut Vec<(String, std::net::TcpListener)>,
+) -> Result<Placement, ProxyError> {
+    let bind_udp = |at: SocketAddr| {
+        crate::http3::bind(at).map_err(|source| ProxyError::Bind {
+            listener: l.name.clone(),
+            address: at,
+            source,
+        })
+    };
+    Ok(match old {
+        Some(i) => {
+            let running = &state.listeners[i];
+            let udp = if l.http3 && running.quic.is_none() {
+                Some(bind_udp(running.bound)?)
+            } else {
+                None
+            };
+            Placement::Keep(i, udp)
         }
-    }
-    Ok(Prepared {
-        upstreams,
-        groups,
-        resolver,
-        guards,
-        redis,
-        key_offload,
-        key_identity,
-        handshakes,
-        compressor,
-        compress_config: compress,
-        cache,
-        tracer,
-        access_log,
-        listeners,
-        report,
+        None => {
+            let bind_error = |source| ProxyError::Bind {
+                listener: l.name.clone(),
+                address: l.address,
+                source,
+            };
+            let handed_over = inherited.iter().position(|(name, s)| {
+                name == &l.name
+                    && s.local_addr().is_ok_and(|a| {
+                        a == l.address || (l.address.port() == 0 && a.ip() == l.address.ip())
+                    })
+            });
+            let socket = match handed_over {
+                Some(i) => {
+                    let (_, s) = inherited.swap_remove(i);
+                    s.set_nonblocking(true).map_err(bind_error)?;
+                    TcpListener::from_std(s).map_err(bind_error)?
+                }
+                None => TcpListener::bind(l.address).await.map_err(bind_error)?,
+            };
+            // HTTP/3 on the same port number as the TCP socket (a port 0 resolved).
+            let udp = match (l.http3, socket.local_addr()) {
+                (true, Ok(at)) => Some(bind_udp(at)?),
+                _ => None,
+            };
+            Placement::Bind(socket, udp)
+        }
     })
 }
 
@@ -949,64 +946,4 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
     // `prepare` kept the old sink when `[log]` did not change.
     state.access_log = prepared.access_log;
     state.log_config = state.snapshot.log.clone();
-}
-
-fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> RunningListener {
-    use std::os::fd::AsRawFd as _;
-    let fd = socket.as_raw_fd();
-    // A socket from the OS always has a local address; 0.0.0.0:0 only if it somehow has not.
-    let bound = socket
-        .local_addr()
-        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-    let (draining, draining_rx) = watch::channel(false);
-    let force = CancellationToken::new();
-    let connections = TaskTracker::new();
-    let counts = Arc::new(crate::listen::conn_limit::ConnCounts::default());
-    let name = ctx.name.to_string();
-    let configured = ctx.config.address;
-    let slot = Arc::new(ArcSwap::new(ctx));
-    let signals = Signals {
-        draining: draining_rx,
-        force: force.clone(),
-        idle: Arc::default(),
-    };
-    let accept = tokio::spawn(crate::accept::accept_loop(
-        bound,
-        socket,
-        slot.clone(),
-        signals,
-        connections.clone(),
-        counts.clone(),
-    ));
-    RunningListener {
-        name,
-        fd,
-        configured,
-        bound,
-        ctx: slot,
-        accept,
-        quic: None,
-        draining,
-        force,
-        connections,
-        counts,
-    }
-}
-
-/// Starts the QUIC endpoint of `l` on `udp`: its connections share the listener's context,
-/// drain and deadline.
-fn spawn_quic(udp: UdpSocket, l: &RunningListener) -> JoinHandle<()> {
-    let signals = Signals {
-        draining: l.draining.subscribe(),
-        force: l.force.clone(),
-        idle: Arc::default(),
-    };
-    tracing::info!(listener = %l.name, address = %l.bound, "serving HTTP/3 (QUIC) on UDP");
-    tokio::spawn(crate::http3::run(
-        Arc::new(udp),
-        l.ctx.clone(),
-        signals,
-        l.connections.clone(),
-        l.counts.clone(),
-    ))
 }
