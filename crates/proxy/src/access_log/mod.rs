@@ -38,11 +38,11 @@ pub struct AccessLog {
     recent: Arc<RequestLog>,
 }
 
-/// The file (or stdout/stderr) and its writer thread.
+/// The file (or stdout/stderr) and its writer thread (none with `access_flush = "0s"`).
 struct FileSink {
     pending: Mutex<Vec<u8>>,
-    /// Longest a line waits before it is written (`[log] access_flush`); zero wakes the
-    /// writer for every line.
+    /// Longest a line waits before it is written (`[log] access_flush`); zero: each line is
+    /// written by the request that logs it, and there is no writer thread.
     flush_every: Duration,
     wake: Condvar,
     sink: Mutex<Writer>,
@@ -88,6 +88,10 @@ impl FileSink {
             }),
             dropped: AtomicU64::new(0),
         });
+        if file.flush_every.is_zero() {
+            // `access_flush = "0s"`: the requests write their own lines (`write`); no writer.
+            return Ok(Some(file));
+        }
         let weak = Arc::downgrade(&file);
         std::thread::Builder::new()
             .name("sluice-access-log".into())
@@ -95,15 +99,8 @@ impl FileSink {
                 while let Some(file) = weak.upgrade() {
                     {
                         let pending = file.pending.lock().unwrap_or_else(|e| e.into_inner());
-                        // With `access_flush = "0s"` the requests write their own lines
-                        // (`write`); this thread has nothing to wait for.
                         if pending.len() < FLUSH_AT {
-                            let wait = if file.flush_every.is_zero() {
-                                Duration::from_secs(1)
-                            } else {
-                                file.flush_every
-                            };
-                            let _ = file.wake.wait_timeout(pending, wait);
+                            let _ = file.wake.wait_timeout(pending, file.flush_every);
                         }
                     }
                     file.flush();

@@ -211,9 +211,7 @@ fn refused(e: httparse::Error, head: &[u8]) -> Reject {
 /// §15.6.6), 400 when what stands there is not a version at all (`TEST`, `http/1.1`,
 /// `HTTP\1.0`, nothing), as NGINX and HAProxy answer both.
 fn version_refused(head: &[u8]) -> Reject {
-    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let mut words = line.split(|b| *b == b' ');
+    let mut words = first_line(head).split(|b| *b == b' ');
     let version = match (words.next(), words.next(), words.next(), words.next()) {
         (Some(_), Some(_), Some(v), None) => v,
         _ => return bad("malformed request line"),
@@ -229,6 +227,12 @@ fn version_refused(head: &[u8]) -> Reject {
         }
         _ => bad("malformed HTTP version"),
     }
+}
+
+/// The first line of `head` (the request line), without its line end.
+pub(super) fn first_line(head: &[u8]) -> &[u8] {
+    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    line.strip_suffix(b"\r").unwrap_or(line)
 }
 
 /// HTTP/1.0 or HTTP/1.1 (505 otherwise).

@@ -340,9 +340,7 @@ impl<S: Io + 'static> Conn<S> {
     /// The first line of what was read (the head refused), at most 512 bytes of it.
     fn request_line(&self) -> &[u8] {
         let buf = self.rbuf.as_deref().unwrap_or_default();
-        let buf = &buf[..buf.len().min(512)];
-        let line = buf.split(|b| *b == b'\n').next().unwrap_or_default();
-        line.strip_suffix(b"\r").unwrap_or(line)
+        head::first_line(&buf[..buf.len().min(512)])
     }
 
     /// Answers a head that was refused, then the connection closes.
