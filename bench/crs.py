@@ -95,8 +95,8 @@ def files(crs):
 
 
 def nginx_conf(d, crs):
-    # NGINX inspects responses as the CRS project's regression setup does (Sluice cannot:
-    # phases 3 and 4 are not run), so the tests of CRS's response rules count as differences.
+    # Both gateways inspect responses, as the CRS project's regression setup does (the same
+    # media types: Sluice's `response_mime_types` below).
     head = W.modsec_head("DetectionOnly", PARANOIA, BODY_LIMIT).replace(
         "SecResponseBodyAccess Off\n",
         "SecResponseBodyAccess On\nSecResponseBodyMimeType text/plain text/html text/xml application/json\n")
@@ -151,6 +151,8 @@ ruleset = "crs"
 mode = "detect"
 paranoia_level = {PARANOIA}
 request_body_limit = "{BODY_LIMIT // 1024}k"
+inspect_response = true
+response_mime_types = ["text/plain", "text/html", "text/xml", "application/json"]
 """
 
 

@@ -20,15 +20,20 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
     let mut routes: Vec<(&str, sluice_waf::StatsSnapshot)> =
         waf.stats().map(|(r, st)| (r, st.snapshot())).collect();
     routes.sort_by(|a, b| a.0.cmp(b.0));
-    let counters: [(&str, &str, Reading); 7] = [
+    let counters: [(&str, &str, Reading); 8] = [
         (
             "sluice_waf_inspected_total",
             "Requests the route's rules evaluated.",
             |c| c.inspected,
         ),
         (
+            "sluice_waf_responses_inspected_total",
+            "Responses the route's rules evaluated (inspect_response).",
+            |c| c.responses,
+        ),
+        (
             "sluice_waf_blocked_total",
-            "Requests a rule refused (mode block).",
+            "Requests a rule refused (mode block), at the request or at its response.",
             |c| c.blocked,
         ),
         (
@@ -38,12 +43,12 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
         ),
         (
             "sluice_waf_overload_open_total",
-            "Requests forwarded uninspected: the WAF was saturated (on_overload = \"open\").",
+            "Requests (or responses) forwarded uninspected: the WAF was saturated (on_overload = \"open\").",
             |c| c.overload_open,
         ),
         (
             "sluice_waf_overload_closed_total",
-            "Requests refused with 503: the WAF was saturated (on_overload = \"closed\").",
+            "Requests (or responses) refused with 503: the WAF was saturated (on_overload = \"closed\").",
             |c| c.overload_closed,
         ),
         (
@@ -101,13 +106,14 @@ pub(crate) fn status(s: &Sources) -> Value {
             json!({
                 "route": route,
                 "inspected": c.inspected,
+                "responses_inspected": c.responses,
                 "blocked": c.blocked,
                 "detected": c.detected,
                 "overload_open": c.overload_open,
                 "overload_closed": c.overload_closed,
                 "body_rejected": c.body_rejected,
                 "body_partial": c.body_partial,
-                "mean_us": c.inspect_us.checked_div(c.inspected),
+                "mean_us": c.inspect_us.checked_div(c.inspected + c.responses),
                 "top_rules": top.iter().map(|(id, n)| json!({ "id": id, "matches": n })).collect::<Vec<_>>(),
             })
         })

@@ -75,8 +75,8 @@ pub use snapshot::{
 pub use tracing::{OtlpProtocol, TracingSettings};
 pub use units::{parse_byte_size, parse_duration};
 pub use waf::{
-    RouteWaf, WafBodyOverLimit, WafExclusion, WafInline, WafMode, WafOverload, WafRuleSet,
-    WafSettings,
+    DEFAULT_RESPONSE_MIME_TYPES, RouteWaf, WafBodyOverLimit, WafExclusion, WafInline, WafMode,
+    WafOverload, WafRuleSet, WafSettings,
 };
 
 #[cfg(test)]

@@ -111,4 +111,16 @@ pub struct RouteWaf {
     pub body_over_limit: WafBodyOverLimit,
     /// The WAF saturated: refuse (default) or forward uninspected.
     pub on_overload: WafOverload,
+    /// Responses inspected too (phases 3 and 4; default off, as ModSecurity's recommended
+    /// `SecResponseBodyAccess Off` for NGINX).
+    pub inspect_response: bool,
+    /// Bytes of a response body held back and inspected (default 512k, ModSecurity's
+    /// recommended `SecResponseBodyLimit`); beyond them it is sent on uninspected.
+    pub response_body_limit: u64,
+    /// The media types whose bodies are inspected (ModSecurity's recommended
+    /// `SecResponseBodyMimeType text/plain text/html text/xml`); other bodies pass as they come.
+    pub response_mime_types: Vec<String>,
 }
+
+/// ModSecurity's recommended `SecResponseBodyMimeType`.
+pub const DEFAULT_RESPONSE_MIME_TYPES: [&str; 3] = ["text/plain", "text/html", "text/xml"];

@@ -24,6 +24,18 @@ pub(crate) fn empty() -> ProxyBody {
         .boxed()
 }
 
+/// The size of a body made of `n` bytes already read, then `rest`.
+pub(crate) fn size_after(n: u64, rest: SizeHint) -> SizeHint {
+    match rest.exact() {
+        Some(r) => SizeHint::with_exact(n + r),
+        None => {
+            let mut h = SizeHint::new();
+            h.set_lower(n + rest.lower());
+            h
+        }
+    }
+}
+
 /// The request body exceeded the listener's `max_body_bytes`.
 #[derive(Debug, thiserror::Error)]
 #[error("request body exceeds the limit of {limit} bytes")]

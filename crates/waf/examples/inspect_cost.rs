@@ -29,9 +29,12 @@ fn main() {
         request_body_limit: 128 << 10,
         body_over_limit: WafBodyOverLimit::Reject,
         on_overload: WafOverload::Closed,
+        inspect_response: false,
+        response_body_limit: 512 << 10,
+        response_mime_types: vec!["text/html".into(), "text/plain".into()],
     };
     let started = Instant::now();
-    let rules = Rules::build(&pieces(&set, &route)).expect("CRS compiles");
+    let rules = std::sync::Arc::new(Rules::build(&pieces(&set, &route)).expect("CRS compiles"));
     println!("compile: {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     let mut headers = http::HeaderMap::new();
     let host = std::env::var("HOST").unwrap_or_else(|_| "shop.test".into());
@@ -76,11 +79,11 @@ fn main() {
         if n == 0 {
             continue;
         }
-        let v = inspect(&rules, req);
+        let v = inspect(&rules, req, false).0;
         assert!(v.intervention.is_none(), "{name}: {:?}", v.matches);
         let t = Instant::now();
         for _ in 0..n {
-            std::hint::black_box(inspect(&rules, req));
+            std::hint::black_box(inspect(&rules, req, false));
         }
         println!(
             "{name}: {:.1} µs per inspection",

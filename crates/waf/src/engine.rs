@@ -7,8 +7,11 @@
 //!   process-wide lock**: the rule language's scanner keeps global state. Once built it is
 //!   read-only and shared by every thread that inspects with it; it is freed when the last
 //!   transaction using it is done (each holds an `Arc`).
-//! - A [`Transaction`] is used by one thread at a time: it is made, fed and ended inside one
-//!   offload job, never shared.
+//! - A [`Transaction`] is used by one thread at a time and never shared. It is made, fed and
+//!   ended inside one offload job; with `inspect_response` it is kept after the request's job
+//!   and moved (whole, `Send`) into the response's job, on whichever WAF thread takes it.
+//!   libmodsecurity keeps no per-thread state for a transaction, so a move between threads
+//!   is safe where concurrent use would not be.
 #![expect(
     unsafe_code,
     reason = "FFI to libmodsecurity: its C API has no safe wrapper that fits Debian 12's 3.0.9"
@@ -18,7 +21,7 @@ use crate::ffi;
 use crate::rules::Piece;
 use crate::verdict::Intervention;
 use std::ffi::{CStr, CString, c_char, c_void};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The process's `ModSecurity` object.
 struct Engine(*mut ffi::ModSecurity);
@@ -77,8 +80,9 @@ extern "C" fn log_callback(data: *mut c_void, message: *const c_void) {
         return;
     }
     // SAFETY: `data` is the `Messages` box the transaction was made with (`Transaction::new`),
-    // alive and used by this thread alone until the transaction is cleaned up; with the C
-    // API's text log property `message` is a NUL-terminated string valid for this call.
+    // alive until the transaction is cleaned up, and used by one thread at a time (the one
+    // calling into the transaction, `&mut`); with the C API's text log property `message` is
+    // a NUL-terminated string valid for this call.
     let (messages, text) = unsafe {
         (
             &mut *data.cast::<Messages>(),
@@ -175,22 +179,40 @@ impl Drop for Rules {
     }
 }
 
-/// One request's evaluation, used by one thread from start to end.
-pub(crate) struct Transaction<'r> {
+/// One request's evaluation, used by one thread at a time from start to end.
+pub(crate) struct Transaction {
     ptr: *mut ffi::Transaction,
     messages: Box<Messages>,
-    _rules: std::marker::PhantomData<&'r Rules>,
+    /// The rules it evaluates: dropped after the transaction is cleaned up (field order).
+    _rules: Arc<Rules>,
 }
 
-impl<'r> Transaction<'r> {
+impl std::fmt::Debug for Transaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction").finish_non_exhaustive()
+    }
+}
+
+// SAFETY: a transaction is only ever used through `&mut self` (one thread at a time); moving
+// it to another thread between calls is safe because libmodsecurity keeps no thread-local
+// state for it (its rules are shared read-only, `Rules: Sync`), and the log callback's box
+// moves with it. `a_kept_transaction_inspects_the_response_on_another_thread` runs one so.
+unsafe impl Send for Transaction {}
+// SAFETY: nothing reads or writes the transaction through `&self` (every method that reaches
+// libmodsecurity takes `&mut self`; `Debug` prints no field), so sharing a reference across
+// threads gives no access to it. Needed because a request's record (which keeps the
+// transaction until its response) lives in a response body that must be `Sync`.
+unsafe impl Sync for Transaction {}
+
+impl Transaction {
     /// A transaction named `id` (the request's ID: ModSecurity's `UNIQUE_ID`, which it
     /// would otherwise make from a fresh `std::random_device` per transaction).
-    pub(crate) fn new(rules: &'r Rules, id: &str) -> Self {
+    pub(crate) fn new(rules: &Arc<Rules>, id: &str) -> Self {
         let mut messages = Box::<Messages>::default();
         let data: *mut Messages = &mut *messages;
         let id = cstring(id);
-        // SAFETY: the engine and `rules` are valid and outlive the transaction (the borrow
-        // `'r`); `id` is NUL-terminated and copied into a std::string (the API's `char *` is
+        // SAFETY: the engine and `rules` are valid and outlive the transaction (it holds an
+        // `Arc` of the rules, dropped after the cleanup); `id` is NUL-terminated and copied into a std::string (the API's `char *` is
         // not written to); `data` points into a box this struct owns, which does not move and
         // outlives the transaction (cleaned up in `drop` before the box is freed).
         let ptr = unsafe {
@@ -208,7 +230,7 @@ impl<'r> Transaction<'r> {
         Transaction {
             ptr,
             messages,
-            _rules: std::marker::PhantomData,
+            _rules: rules.clone(),
         }
     }
 
@@ -268,6 +290,37 @@ impl<'r> Transaction<'r> {
         unsafe { ffi::msc_process_request_body(self.ptr) };
     }
 
+    pub(crate) fn response_header(&mut self, name: &[u8], value: &[u8]) {
+        // SAFETY: as for `header`.
+        unsafe {
+            ffi::msc_add_n_response_header(
+                self.ptr,
+                name.as_ptr(),
+                name.len(),
+                value.as_ptr(),
+                value.len(),
+            );
+        }
+    }
+
+    /// Phase 3 (response headers): `protocol` as ModSecurity-nginx passes it (`"HTTP 1.1"`).
+    pub(crate) fn response_headers_done(&mut self, status: u16, protocol: &str) {
+        let p = cstring(protocol);
+        // SAFETY: valid transaction; a NUL-terminated string that outlives the call (copied).
+        unsafe { ffi::msc_process_response_headers(self.ptr, status.into(), p.as_ptr()) };
+    }
+
+    pub(crate) fn response_body(&mut self, chunk: &[u8]) {
+        // SAFETY: as for `body`.
+        unsafe { ffi::msc_append_response_body(self.ptr, chunk.as_ptr(), chunk.len()) };
+    }
+
+    /// Phase 4 (response body).
+    pub(crate) fn response_body_done(&mut self) {
+        // SAFETY: valid transaction.
+        unsafe { ffi::msc_process_response_body(self.ptr) };
+    }
+
     /// The disruptive action decided so far, if any.
     pub(crate) fn intervention(&mut self) -> Option<Intervention> {
         let mut it = ffi::Intervention {
@@ -294,7 +347,7 @@ impl<'r> Transaction<'r> {
     }
 }
 
-impl Drop for Transaction<'_> {
+impl Drop for Transaction {
     fn drop(&mut self) {
         // SAFETY: made by msc_new_transaction, cleaned up once; the log callback's box is
         // freed after this (field drop order), so no callback can reach freed memory.

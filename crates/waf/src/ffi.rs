@@ -91,6 +91,24 @@ unsafe extern "C" {
         size: usize,
     ) -> c_int;
     pub(crate) fn msc_process_request_body(t: *mut Transaction) -> c_int;
+    pub(crate) fn msc_add_n_response_header(
+        t: *mut Transaction,
+        key: *const c_uchar,
+        key_len: usize,
+        value: *const c_uchar,
+        value_len: usize,
+    ) -> c_int;
+    pub(crate) fn msc_process_response_headers(
+        t: *mut Transaction,
+        code: c_int,
+        protocol: *const c_char,
+    ) -> c_int;
+    pub(crate) fn msc_append_response_body(
+        t: *mut Transaction,
+        body: *const c_uchar,
+        size: usize,
+    ) -> c_int;
+    pub(crate) fn msc_process_response_body(t: *mut Transaction) -> c_int;
     pub(crate) fn msc_intervention(t: *mut Transaction, it: *mut Intervention) -> c_int;
     pub(crate) fn msc_transaction_cleanup(t: *mut Transaction);
 }

@@ -1,11 +1,13 @@
-//! One request through the rules: phases 1 (head) and 2 (body), in the order
-//! ModSecurity-nginx drives a transaction, on the thread that runs the job. Phase 5 (logging)
-//! is not run: see `inspect`.
+//! One request through the rules: phases 1 (head) and 2 (body), then, with
+//! `inspect_response`, phases 3 (response head) and 4 (response body) on the same
+//! transaction, in the order ModSecurity-nginx drives one, each on the thread that runs its
+//! job. Phase 5 (logging) is not run: see `inspect`.
 
-use crate::engine::Rules;
+use crate::engine::{Rules, Transaction};
 use crate::verdict::Verdict;
 use bytes::Bytes;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// What the rules see of a request: copied from it, so that a client that goes away while
 /// its job runs leaves nothing the job reads.
@@ -30,6 +32,26 @@ pub struct RequestFacts {
     pub id: String,
 }
 
+/// What the rules see of a response (`inspect_response`): its head as it goes to the client
+/// and its body up to the route's `response_body_limit`.
+#[derive(Debug, Clone)]
+pub struct ResponseFacts {
+    /// The status.
+    pub status: u16,
+    /// `"HTTP 1.1"` or `"HTTP 2.0"`, as ModSecurity-nginx passes it.
+    pub protocol: &'static str,
+    /// The response's header fields.
+    pub headers: http::HeaderMap,
+    /// The body read (empty where its type is not inspected), up to the limit.
+    pub body: Bytes,
+}
+
+/// A request's transaction, kept after its request was inspected so that its response is
+/// inspected by the same transaction (the rules' `TX` variables carry over, as CRS's
+/// outbound rules expect).
+#[derive(Debug)]
+pub struct Session(Transaction);
+
 /// A transaction ID for a request without one: unique within the process.
 #[cfg(feature = "modsecurity")]
 fn next_id() -> u64 {
@@ -37,11 +59,14 @@ fn next_id() -> u64 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Evaluates `request` with `rules` on the calling thread.
+/// Evaluates `request` with `rules` on the calling thread. `keep`: the transaction is
+/// returned for [`inspect_response`] unless a rule intervened (the request goes no further).
 #[cfg(feature = "modsecurity")]
-pub fn inspect(rules: &Rules, request: &RequestFacts) -> Verdict {
-    use crate::engine::Transaction;
-    use crate::matches::{Match, SCORE_RULE, anomaly_score};
+pub fn inspect(
+    rules: &Arc<Rules>,
+    request: &RequestFacts,
+    keep: bool,
+) -> (Verdict, Option<Session>) {
     let mut t = if request.id.is_empty() {
         Transaction::new(rules, itoa::Buffer::new().format(next_id()))
     } else {
@@ -68,6 +93,40 @@ pub fn inspect(rules: &Rules, request: &RequestFacts) -> Verdict {
     }
     // No phase 5 (logging): its rules only log (CRS's correlation summary) and feed
     // ModSecurity's audit log, which Sluice's own record replaces (docs/waf.md).
+    let kept = keep && intervention.is_none();
+    let verdict = gather(&mut t, intervention);
+    (verdict, kept.then_some(Session(t)))
+}
+
+/// Evaluates `response` with the transaction its request was inspected by, on the calling
+/// thread: phase 3, then phase 4 unless phase 3 intervened. The verdict holds only what the
+/// response matched.
+#[cfg(feature = "modsecurity")]
+pub fn inspect_response(session: &mut Session, response: &ResponseFacts) -> Verdict {
+    let t = &mut session.0;
+    for (name, value) in &response.headers {
+        t.response_header(name.as_str().as_bytes(), value.as_bytes());
+    }
+    t.response_headers_done(response.status, response.protocol);
+    let mut intervention = t.intervention();
+    if intervention.is_none() {
+        if !response.body.is_empty() {
+            t.response_body(&response.body);
+        }
+        t.response_body_done();
+        intervention = t.intervention();
+    }
+    let mut verdict = gather(t, intervention);
+    // The request's inbound score was reported with the request; a score found here would be
+    // CRS's outbound one ("Total Score" of its blocking evaluation), not comparable.
+    verdict.anomaly_score = None;
+    verdict
+}
+
+/// The transaction's messages since the last call, as matches, with `intervention`'s.
+#[cfg(feature = "modsecurity")]
+fn gather(t: &mut Transaction, intervention: Option<crate::Intervention>) -> Verdict {
+    use crate::matches::{Match, SCORE_RULE, anomaly_score};
     let messages = std::mem::take(t.messages());
     let mut all: Vec<Match> = messages
         .lines
@@ -91,6 +150,16 @@ pub fn inspect(rules: &Rules, request: &RequestFacts) -> Verdict {
 
 /// Without the engine no `Rules` can exist (`Rules::build` refuses), so nothing calls this.
 #[cfg(not(feature = "modsecurity"))]
-pub fn inspect(rules: &Rules, _request: &RequestFacts) -> Verdict {
+pub fn inspect(
+    rules: &Arc<Rules>,
+    _request: &RequestFacts,
+    _keep: bool,
+) -> (Verdict, Option<Session>) {
     match rules.0 {}
+}
+
+/// Without the engine no `Session` can exist.
+#[cfg(not(feature = "modsecurity"))]
+pub fn inspect_response(session: &mut Session, _response: &ResponseFacts) -> Verdict {
+    match session.0.0 {}
 }

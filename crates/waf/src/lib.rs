@@ -30,10 +30,12 @@ mod stats;
 mod verdict;
 
 pub use engine::{Rules, version};
-pub use inspect::{RequestFacts, inspect};
+pub use inspect::{RequestFacts, ResponseFacts, Session, inspect, inspect_response};
 pub use matches::{MAX_DATA, Match};
 pub use rules::Piece;
-pub use runtime::{Inspector, Outcome, RouteFirewall, WafError, WafRuntime, check};
+pub use runtime::{
+    Inspector, Outcome, PendingResponse, RouteFirewall, WafError, WafRuntime, check,
+};
 pub use stats::{RouteStats, StatsSnapshot};
 pub use verdict::{Intervention, Verdict};
 

@@ -10,7 +10,7 @@ use sluice_config::{RouteWaf, WafBodyOverLimit, WafExclusion, WafMode, WafRuleSe
 use std::fmt::Write as _;
 
 /// What comes before the rule set's files: the engine's settings (body access and limits,
-/// no response inspection, no audit log of ModSecurity's own: Sluice records the matches),
+/// response inspection as the route asks, no audit log of ModSecurity's own: Sluice records the matches),
 /// ModSecurity's recommended body processors (rules 200000-200003 of its
 /// `modsecurity.conf-recommended`, which CRS expects), and the route's CRS variables (rule
 /// 880001, in phase 1 before CRS's initialisation, which keeps values already set).
@@ -29,7 +29,7 @@ pub fn head(route: &RouteWaf) -> String {
          SecRequestBodyLimit {limit}\n\
          SecRequestBodyNoFilesLimit {limit}\n\
          SecRequestBodyLimitAction {action}\n\
-         SecResponseBodyAccess Off\n\
+         {response}\
          SecAuditEngine Off\n\
          SecRule REQUEST_HEADERS:Content-Type \"^(?:application(?:/soap\\+|/)|text/)xml\" \"id:200000,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=XML\"\n\
          SecRule REQUEST_HEADERS:Content-Type \"^application/json\" \"id:200001,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON\"\n\
@@ -37,10 +37,28 @@ pub fn head(route: &RouteWaf) -> String {
          SecRule MULTIPART_STRICT_ERROR \"!@eq 0\" \"id:200003,phase:2,t:none,log,deny,status:400,msg:'Multipart request body failed strict validation'\"\n\
          SecAction \"id:880001,phase:1,pass,nolog,t:none,setvar:tx.paranoia_level={p},setvar:tx.blocking_paranoia_level={p},setvar:tx.detection_paranoia_level={p},setvar:tx.inbound_anomaly_score_threshold={inbound},setvar:tx.outbound_anomaly_score_threshold={outbound}\"\n",
         engine = engine(route.mode),
+        response = response(route),
         inbound = route.inbound_anomaly_threshold,
         outbound = route.outbound_anomaly_threshold,
     );
     s
+}
+
+/// The response's settings: ModSecurity's own (`SecResponseBodyAccess` and its limit) from
+/// the route's, so that the engine inspects what the gateway holds back for it; a body over
+/// the limit is inspected in part (`ProcessPartial`), as the gateway sends the rest on.
+fn response(route: &RouteWaf) -> String {
+    if !route.inspect_response {
+        return "SecResponseBodyAccess Off\n".to_string();
+    }
+    format!(
+        "SecResponseBodyAccess On\n\
+         SecResponseBodyMimeType {types}\n\
+         SecResponseBodyLimit {limit}\n\
+         SecResponseBodyLimitAction ProcessPartial\n",
+        types = route.response_mime_types.join(" "),
+        limit = route.response_body_limit,
+    )
 }
 
 fn engine(mode: WafMode) -> &'static str {

@@ -2,15 +2,15 @@
 //! that evaluate them.
 
 use crate::engine::Rules;
-use crate::inspect::{RequestFacts, inspect};
+use crate::inspect::{RequestFacts, ResponseFacts, Session, inspect, inspect_response};
 use crate::rules::{Piece, pieces};
 use crate::stats::RouteStats;
 use crate::verdict::Verdict;
 use sluice_config::{Route, RouteWaf, WafMode, WafOverload, WafSettings};
 use sluice_offload::{Engine as _, Job, Pool};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// A rule set that failed to compile: the route, the piece and libmodsecurity's message
@@ -24,15 +24,40 @@ pub struct WafError {
     pub message: String,
 }
 
-/// One request for the WAF's threads.
+/// One job for the WAF's threads: a request (phases 1-2; its transaction kept where the
+/// route inspects responses) or a response (phases 3-4, with its request's transaction).
 #[derive(Clone)]
-struct InspectJob {
-    rules: Arc<Rules>,
-    facts: Arc<RequestFacts>,
+enum InspectJob {
+    Request {
+        rules: Arc<Rules>,
+        facts: Arc<RequestFacts>,
+        keep: bool,
+    },
+    /// The session is taken by the job that runs (a job is cloned only to be retried, and
+    /// the WAF's pool never retries): a `Mutex` because a `Job` is `Clone`.
+    Response {
+        session: Arc<Mutex<Option<Session>>>,
+        facts: Arc<ResponseFacts>,
+    },
 }
 
 impl Job for InspectJob {
-    type Output = Verdict;
+    type Output = (Verdict, Option<Session>);
+}
+
+/// Runs `job` on the calling thread (a WAF thread).
+fn run(job: &InspectJob) -> (Verdict, Option<Session>) {
+    match job {
+        InspectJob::Request { rules, facts, keep } => inspect(rules, facts, *keep),
+        InspectJob::Response { session, facts } => {
+            let taken = session.lock().unwrap_or_else(|e| e.into_inner()).take();
+            match taken {
+                Some(mut s) => (inspect_response(&mut s, facts), None),
+                // Not reachable (one job per session); nothing to inspect with.
+                None => (Verdict::default(), None),
+            }
+        }
+    }
 }
 
 /// The threads that evaluate rules: an offload pool at the scheduler's idle priority (so a
@@ -61,7 +86,7 @@ impl Inspector {
                 LOWERED.set(true);
                 sluice_offload::idle::lower_to_idle();
             }
-            Ok(inspect(&job.rules, &job.facts))
+            Ok(run(job))
         })?;
         Ok(Inspector {
             pool,
@@ -80,7 +105,8 @@ impl Inspector {
 #[derive(Debug)]
 pub enum Outcome {
     /// Forward it: no disruptive match (or mode `detect`); the verdict's matches are recorded.
-    Pass(Verdict),
+    /// With `inspect_response`, the request's transaction, for its response.
+    Pass(Verdict, Option<Box<PendingResponse>>),
     /// Refuse it with `status`; nothing goes upstream.
     Block(u16, Verdict),
     /// The WAF was saturated: forwarded uninspected (`true`, `on_overload = "open"`) or
@@ -101,17 +127,34 @@ pub struct RouteFirewall {
 
 impl RouteFirewall {
     /// Inspects `facts` on the WAF's threads and decides, counted.
-    pub async fn check(&self, facts: RequestFacts) -> Outcome {
-        let job = InspectJob {
+    pub async fn check(self: &Arc<Self>, facts: RequestFacts) -> Outcome {
+        let job = InspectJob::Request {
             rules: self.rules.clone(),
             facts: Arc::new(facts),
+            keep: self.settings.inspect_response,
         };
+        match self.decide(job, None).await {
+            (Outcome::Pass(verdict, _), Some(session)) => Outcome::Pass(
+                verdict,
+                Some(Box::new(PendingResponse {
+                    firewall: self.clone(),
+                    session,
+                })),
+            ),
+            (outcome, _) => outcome,
+        }
+    }
+
+    /// Runs `job` and turns its verdict into an outcome, counted, with the transaction where
+    /// the job kept it. `response`: a response's job, and whether its request's inspection
+    /// matched.
+    async fn decide(&self, job: InspectJob, response: Option<bool>) -> (Outcome, Option<Session>) {
         let started = Instant::now();
-        let verdict = match self.inspector.pool.submit(job) {
+        let done = match self.inspector.pool.submit(job) {
             Ok(pending) => pending.await.ok(),
             Err(_) => None,
         };
-        let Some(verdict) = verdict else {
+        let Some((verdict, session)) = done else {
             let open = self.settings.on_overload == WafOverload::Open;
             if open {
                 &self.stats.overload_open
@@ -119,10 +162,14 @@ impl RouteFirewall {
                 &self.stats.overload_closed
             }
             .fetch_add(1, Relaxed);
-            return Outcome::Overloaded(open);
+            return (Outcome::Overloaded(open), None);
         };
         let s = &self.stats;
-        s.inspected.fetch_add(1, Relaxed);
+        match response {
+            None => &s.inspected,
+            Some(_) => &s.responses,
+        }
+        .fetch_add(1, Relaxed);
         s.inspect_us.fetch_add(
             u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
             Relaxed,
@@ -136,15 +183,41 @@ impl RouteFirewall {
         match &verdict.intervention {
             Some(i) if self.settings.mode == WafMode::Block => {
                 s.blocked.fetch_add(1, Relaxed);
-                Outcome::Block(i.status, verdict)
+                (Outcome::Block(i.status, verdict), None)
             }
             _ => {
-                if !verdict.matches.is_empty() {
+                if !verdict.matches.is_empty() && response != Some(true) {
                     s.detected.fetch_add(1, Relaxed);
                 }
-                Outcome::Pass(verdict)
+                (Outcome::Pass(verdict, None), session)
             }
         }
+    }
+}
+
+/// A request's transaction kept for its response (`inspect_response`), with its route's
+/// firewall: what the request path holds between the two inspections.
+#[derive(Debug)]
+pub struct PendingResponse {
+    firewall: Arc<RouteFirewall>,
+    session: Session,
+}
+
+impl PendingResponse {
+    /// The route's `[route.waf]`.
+    pub fn settings(&self) -> &RouteWaf {
+        &self.firewall.settings
+    }
+
+    /// Inspects the response with its request's transaction and decides, counted: a block
+    /// replaces the response. `matched_before`: the request's inspection matched (and was
+    /// counted as a detection already).
+    pub async fn check(self, facts: ResponseFacts, matched_before: bool) -> Outcome {
+        let job = InspectJob::Response {
+            session: Arc::new(Mutex::new(Some(self.session))),
+            facts: Arc::new(facts),
+        };
+        self.firewall.decide(job, Some(matched_before)).await.0
     }
 }
 

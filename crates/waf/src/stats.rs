@@ -16,6 +16,8 @@ pub struct RouteStats {
     pub(crate) body_rejected: AtomicU64,
     pub(crate) body_partial: AtomicU64,
     pub(crate) inspect_us: AtomicU64,
+    /// Responses the rules evaluated (`inspect_response`).
+    pub(crate) responses: AtomicU64,
     /// Matches by rule id (only requests that match anything take the lock).
     pub(crate) rules: Mutex<BTreeMap<u32, u64>>,
 }
@@ -38,8 +40,10 @@ pub struct StatsSnapshot {
     pub body_rejected: u64,
     /// Requests whose body was inspected only up to `request_body_limit`.
     pub body_partial: u64,
-    /// Microseconds spent evaluating rules, in all.
+    /// Microseconds spent evaluating rules, in all (requests and responses).
     pub inspect_us: u64,
+    /// Responses the rules evaluated (`inspect_response`).
+    pub responses: u64,
     /// Matches by rule id.
     pub rules: BTreeMap<u32, u64>,
 }
@@ -56,6 +60,7 @@ impl RouteStats {
             body_rejected: self.body_rejected.load(Relaxed),
             body_partial: self.body_partial.load(Relaxed),
             inspect_us: self.inspect_us.load(Relaxed),
+            responses: self.responses.load(Relaxed),
             rules: self.rules.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         }
     }

@@ -2,7 +2,7 @@
 //! (`modsecurity-crs`, which `scripts/test-deps` installs).
 
 use crate::rules::pieces;
-use crate::{RequestFacts, Rules, inspect};
+use crate::{RequestFacts, ResponseFacts, Rules, Verdict, inspect, inspect_response};
 use bytes::Bytes;
 use sluice_config::{
     RouteWaf, WafBodyOverLimit, WafExclusion, WafInline, WafMode, WafOverload, WafRuleSet,
@@ -28,6 +28,9 @@ pub(crate) fn route() -> RouteWaf {
         request_body_limit: 128 << 10,
         body_over_limit: WafBodyOverLimit::Reject,
         on_overload: WafOverload::Closed,
+        inspect_response: false,
+        response_body_limit: 512 << 10,
+        response_mime_types: vec!["text/html".into(), "text/plain".into()],
     }
 }
 
@@ -94,23 +97,30 @@ fn post(target: &str, content_type: &str, body: &str) -> RequestFacts {
     r
 }
 
+/// Phases 1 and 2 only, the transaction ended.
+fn verdict(rules: &Arc<Rules>, request: &RequestFacts) -> Verdict {
+    inspect(rules, request, false).0
+}
+
 fn ids(v: &crate::Verdict) -> Vec<u32> {
     v.matches.iter().map(|m| m.id).collect()
 }
 
 #[test]
 fn an_inline_rule_denies_with_its_status_and_says_why() {
-    let rules = Rules::build(&pieces(
-        &inline_set("SecRule ARGS:q \"@contains evil\" \"id:10001,phase:2,deny,status:418,log,msg:'evil asked'\""),
-        &route(),
-    ))
-    .expect("compiles");
-    let v = inspect(&rules, &get("/search?q=very+evil+thing"));
+    let rules = Arc::new(
+        Rules::build(&pieces(
+            &inline_set("SecRule ARGS:q \"@contains evil\" \"id:10001,phase:2,deny,status:418,log,msg:'evil asked'\""),
+            &route(),
+        ))
+        .expect("compiles"),
+    );
+    let v = verdict(&rules, &get("/search?q=very+evil+thing"));
     let i = v.intervention.as_ref().expect("denied");
     assert_eq!(i.status, 418);
     assert_eq!(ids(&v), [10001]);
     assert_eq!(v.matches[0].msg, "evil asked");
-    let v = inspect(&rules, &get("/search?q=kind"));
+    let v = verdict(&rules, &get("/search?q=kind"));
     assert_eq!(v.intervention, None);
     assert!(v.matches.is_empty(), "{:?}", v.matches);
 }
@@ -140,10 +150,10 @@ fn a_broken_rule_names_its_file_and_line() {
 #[test]
 fn crs_passes_a_plain_page_and_blocks_sql_injection_with_its_score() {
     let rules = crs();
-    let v = inspect(&rules, &get("/products/42?sort=price&page=2"));
+    let v = verdict(&rules, &get("/products/42?sort=price&page=2"));
     assert_eq!(v.intervention, None);
     assert!(v.matches.is_empty(), "{:?}", v.matches);
-    let v = inspect(&rules, &get("/products?id=1%27%20or%20%271%27%3D%271"));
+    let v = verdict(&rules, &get("/products?id=1%27%20or%20%271%27%3D%271"));
     assert_eq!(v.intervention.as_ref().map(|i| i.status), Some(403));
     assert!(
         ids(&v).contains(&942100),
@@ -170,7 +180,7 @@ fn crs_reads_urlencoded_json_and_multipart_bodies() {
         "application/x-www-form-urlencoded",
         "user=admin&comment=<script>alert(1)</script>",
     );
-    let v = inspect(&rules, &form);
+    let v = verdict(&rules, &form);
     assert!(v.intervention.is_some(), "XSS in a form: {:?}", ids(&v));
     assert!(
         ids(&v).iter().any(|id| (941000..942000).contains(id)),
@@ -182,14 +192,14 @@ fn crs_reads_urlencoded_json_and_multipart_bodies() {
         "application/json",
         r#"{"user":{"name":"x' UNION SELECT password FROM users--"}}"#,
     );
-    let v = inspect(&rules, &json);
+    let v = verdict(&rules, &json);
     assert!(v.intervention.is_some(), "SQLi in JSON: {:?}", ids(&v));
     let boundary = "----b0undary";
     let body = format!(
         "--{boundary}\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\n../../../../etc/passwd\r\n\
          --{boundary}\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a.txt\"\r\nContent-Type: text/plain\r\n\r\nhello\r\n--{boundary}--\r\n"
     );
-    let v = inspect(
+    let v = verdict(
         &rules,
         &post(
             "/upload",
@@ -207,10 +217,10 @@ fn crs_reads_urlencoded_json_and_multipart_bodies() {
         &format!("multipart/form-data; boundary={boundary}"),
         &body.replace("../../../../etc/passwd", "a note"),
     );
-    let v = inspect(&rules, &benign);
+    let v = verdict(&rules, &benign);
     assert_eq!(v.intervention, None, "{:?}", v.matches);
     let broken = post("/api", "application/json", "{\"a\": ");
-    let v = inspect(&rules, &broken);
+    let v = verdict(&rules, &broken);
     assert_eq!(
         v.intervention.as_ref().map(|i| i.status),
         Some(400),
@@ -223,8 +233,8 @@ fn crs_reads_urlencoded_json_and_multipart_bodies() {
 fn detect_mode_forwards_and_keeps_the_matches() {
     let mut r = route();
     r.mode = WafMode::Detect;
-    let rules = Rules::build(&pieces(&crs_set(), &r)).expect("compiles");
-    let v = inspect(&rules, &get("/products?id=1%27%20or%20%271%27%3D%271"));
+    let rules = Arc::new(Rules::build(&pieces(&crs_set(), &r)).expect("compiles"));
+    let v = verdict(&rules, &get("/products?id=1%27%20or%20%271%27%3D%271"));
     assert_eq!(v.intervention, None);
     assert!(ids(&v).contains(&942100), "{:?}", ids(&v));
     assert!(
@@ -239,11 +249,11 @@ fn exclusions_and_paranoia_change_what_matches() {
     let attack = get("/products?id=1%27%20or%20%271%27%3D%271");
     let mut r = route();
     r.exclusions = vec![WafExclusion::Target(942100, "!ARGS:id".into())];
-    let rules = Rules::build(&pieces(&crs_set(), &r)).expect("compiles");
-    assert!(!ids(&inspect(&rules, &attack)).contains(&942100));
+    let rules = Arc::new(Rules::build(&pieces(&crs_set(), &r)).expect("compiles"));
+    assert!(!ids(&verdict(&rules, &attack)).contains(&942100));
     r.exclusions = vec![WafExclusion::Tag("attack-sqli".into())];
-    let rules = Rules::build(&pieces(&crs_set(), &r)).expect("compiles");
-    let v = inspect(&rules, &attack);
+    let rules = Arc::new(Rules::build(&pieces(&crs_set(), &r)).expect("compiles"));
+    let v = verdict(&rules, &attack);
     assert!(
         !ids(&v).iter().any(|id| (942000..943000).contains(id)),
         "{:?}",
@@ -251,12 +261,12 @@ fn exclusions_and_paranoia_change_what_matches() {
     );
     // 920273 (characters outside a narrow set) runs at paranoia level 4 only.
     let odd = get("/a?x=%7e%21");
-    let pl1 = ids(&inspect(&crs(), &odd));
+    let pl1 = ids(&verdict(&crs(), &odd));
     let mut r = route();
     r.paranoia_level = 4;
     r.inbound_anomaly_threshold = 1000;
-    let rules = Rules::build(&pieces(&crs_set(), &r)).expect("compiles");
-    let pl4 = ids(&inspect(&rules, &odd));
+    let rules = Arc::new(Rules::build(&pieces(&crs_set(), &r)).expect("compiles"));
+    let pl4 = ids(&verdict(&rules, &odd));
     assert!(!pl1.contains(&920273), "{pl1:?}");
     assert!(pl4.contains(&920273), "{pl4:?}");
 }
@@ -269,11 +279,11 @@ fn transactions_on_many_threads_share_one_rule_set() {
             let rules = rules.clone();
             std::thread::spawn(move || {
                 for n in 0..50 {
-                    let bad = inspect(
+                    let bad = verdict(
                         &rules,
                         &get(&format!("/p?id={i}{n}%27%20or%20%271%27%3D%271")),
                     );
-                    let good = inspect(&rules, &get(&format!("/p?id={i}{n}")));
+                    let good = verdict(&rules, &get(&format!("/p?id={i}{n}")));
                     assert!(bad.intervention.is_some() && good.intervention.is_none());
                 }
             })
@@ -282,4 +292,75 @@ fn transactions_on_many_threads_share_one_rule_set() {
     for t in threads {
         t.join().expect("no thread failed");
     }
+}
+
+fn page(status: u16, content_type: &str, body: &str) -> ResponseFacts {
+    let mut headers = http::HeaderMap::new();
+    headers.insert("content-type", content_type.parse().unwrap());
+    headers.insert("x-trace", "none".parse().unwrap());
+    ResponseFacts {
+        status,
+        protocol: "HTTP 1.1",
+        headers,
+        body: Bytes::from(body.to_string()),
+    }
+}
+
+#[test]
+fn a_kept_transaction_inspects_the_response_on_another_thread() {
+    let rules = "SecRule ARGS:q \"@streq flag\" \"id:10010,phase:1,pass,log,setvar:tx.flagged=1,msg:'flagged'\"\n\
+         SecRule RESPONSE_HEADERS:X-Trace \"@streq leak\" \"id:10011,phase:3,deny,status:502,log,msg:'header leak'\"\n\
+         SecRule RESPONSE_BODY \"@contains SQL syntax\" \"id:10012,phase:4,deny,status:500,log,msg:'error leak'\"\n\
+         SecRule TX:flagged \"@eq 1\" \"id:10013,phase:4,pass,log,msg:'flag carried to the response'\"";
+    let mut r = route();
+    r.inspect_response = true;
+    let rules = Arc::new(Rules::build(&pieces(&inline_set(rules), &r)).expect("compiles"));
+    // Phase 4 on another thread than phases 1-2: the transaction moves whole.
+    let across = |request: RequestFacts, response: ResponseFacts| {
+        let (v, session) = inspect(&rules, &request, true);
+        let mut session = session.expect("kept for the response");
+        let later = std::thread::spawn(move || inspect_response(&mut session, &response));
+        (v, later.join().expect("the response's thread"))
+    };
+    let (req, resp) = across(
+        get("/a?q=flag"),
+        page(
+            200,
+            "text/html",
+            "You have an error in your SQL syntax near",
+        ),
+    );
+    assert_eq!(ids(&req), [10010]);
+    assert_eq!(resp.intervention.as_ref().map(|i| i.status), Some(500));
+    assert_eq!(ids(&resp), [10012], "only the response's matches");
+    let (_, resp) = across(get("/a?q=flag"), page(200, "text/html", "fine"));
+    assert_eq!(resp.intervention, None);
+    assert_eq!(ids(&resp), [10013], "the request's TX variables carry over");
+    let mut leaky = page(200, "text/html", "fine");
+    leaky.headers.insert("x-trace", "leak".parse().unwrap());
+    let (_, resp) = across(get("/a"), leaky);
+    assert_eq!(resp.intervention.as_ref().map(|i| i.status), Some(502));
+    // A type outside `response_mime_types` is not inspected by the engine either.
+    let (_, resp) = across(
+        get("/a"),
+        page(200, "application/octet-stream", "SQL syntax"),
+    );
+    assert_eq!(resp.intervention, None, "{:?}", ids(&resp));
+}
+
+#[test]
+fn a_transaction_is_kept_only_where_asked_and_not_after_a_block() {
+    let rules = Arc::new(
+        Rules::build(&pieces(
+            &inline_set(
+                "SecRule ARGS:q \"@contains evil\" \"id:10001,phase:2,deny,status:403,log\"",
+            ),
+            &route(),
+        ))
+        .expect("compiles"),
+    );
+    assert!(inspect(&rules, &get("/a?q=kind"), false).1.is_none());
+    assert!(inspect(&rules, &get("/a?q=kind"), true).1.is_some());
+    let (v, kept) = inspect(&rules, &get("/a?q=evil"), true);
+    assert!(v.intervention.is_some() && kept.is_none());
 }

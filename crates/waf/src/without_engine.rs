@@ -23,3 +23,7 @@ impl Rules {
 pub fn version() -> String {
     "none (built without the `modsecurity` feature)".to_string()
 }
+
+/// A transaction: none can exist in this build.
+#[derive(Debug)]
+pub(crate) struct Transaction(pub(crate) std::convert::Infallible);

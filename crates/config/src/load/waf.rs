@@ -135,15 +135,10 @@ impl Cx<'_> {
             "on_overload",
             &[("closed", WafOverload::Closed), ("open", WafOverload::Open)],
         );
-        if let Some(i) = &r.inspect_response
-            && *i.get_ref()
-        {
-            self.err_at(
-                i,
-                format!("{at}: inspect_response = true is not supported"),
-                "responses are not inspected (phases 3 and 4 of the rules do not run); remove the key or set it to false",
-            );
-        }
+        let response_body_limit = self
+            .size(r.response_body_limit.as_ref())
+            .unwrap_or(512 << 10);
+        let response_mime_types = self.mime_types(r.response_mime_types.as_deref(), &at);
         (self.errors.len() == before).then(|| RouteWaf {
             ruleset: r.ruleset.get_ref().clone(),
             mode: mode.unwrap_or(WafMode::Block),
@@ -160,11 +155,47 @@ impl Cx<'_> {
             request_body_limit,
             body_over_limit: body_over_limit.unwrap_or(WafBodyOverLimit::Reject),
             on_overload: on_overload.unwrap_or(WafOverload::Closed),
+            inspect_response: r.inspect_response.as_ref().is_some_and(|i| *i.get_ref()),
+            response_body_limit,
+            response_mime_types,
         })
     }
 }
 
 impl Cx<'_> {
+    /// `response_mime_types`: each a `type/subtype` in lower case (libmodsecurity compares
+    /// them so); the default where the key is absent.
+    fn mime_types(&mut self, raw: Option<&[SpannedStr]>, at: &str) -> Vec<String> {
+        let Some(raw) = raw else {
+            return DEFAULT_RESPONSE_MIME_TYPES.map(String::from).to_vec();
+        };
+        let mut types = Vec::new();
+        for t in raw {
+            let v = t.get_ref();
+            let well_formed = v.split_once('/').is_some_and(|(a, b)| {
+                let token = |s: &str| {
+                    !s.is_empty()
+                        && s.bytes().all(|c| {
+                            c.is_ascii_lowercase()
+                                || c.is_ascii_digit()
+                                || b"!#$&^_.+-".contains(&c)
+                        })
+                };
+                token(a) && token(b)
+            });
+            if well_formed {
+                types.push(v.clone());
+            } else {
+                self.err_at(
+                    t,
+                    format!("{at}: response_mime_types: `{v}` is not a media type"),
+                    "write a type/subtype in lower case without parameters, such as \"text/html\"",
+                );
+            }
+        }
+        types
+    }
+
     /// A route's `ruleset` names a `[[waf.ruleset]]`.
     pub(super) fn waf_ruleset_exists(
         &mut self,

@@ -53,8 +53,13 @@ pub struct RawRouteWaf {
     pub request_body_limit: Option<Spanned<RawSize>>,
     /// `"reject"` (default: 413) or `"inspect_partial"`.
     pub body_over_limit: Option<SpannedStr>,
-    /// Response inspection; only `false` (the default) is supported.
+    /// Responses inspected too (phases 3 and 4; default `false`).
     pub inspect_response: Option<Spanned<bool>>,
+    /// Bytes of response body inspected (default `"512k"`).
+    pub response_body_limit: Option<Spanned<RawSize>>,
+    /// Media types whose response bodies are inspected (default `["text/plain",
+    /// "text/html", "text/xml"]`).
+    pub response_mime_types: Option<Vec<SpannedStr>>,
     /// `"closed"` (default: 503) or `"open"` (forwarded uninspected, counted).
     pub on_overload: Option<SpannedStr>,
 }

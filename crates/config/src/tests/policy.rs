@@ -610,3 +610,59 @@ upstream = "o"
     let unknown = format!("{base}[tracing]\nendpoint = \"http://otel:4317\"\nratio = 1\n");
     assert!(!errors(&unknown, dir.path()).is_empty());
 }
+
+#[test]
+fn waf_route_keys_their_defaults_and_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[waf.ruleset]]
+name = "own"
+rules = 'SecRule ARGS "@contains x" "id:1,phase:2,deny"'
+[[route]]
+name = "plain"
+path_prefix = "/p/"
+upstream = "o"
+[route.waf]
+ruleset = "own"
+[[route]]
+name = "outbound"
+path_prefix = "/o/"
+upstream = "o"
+[route.waf]
+ruleset = "own"
+inspect_response = true
+response_body_limit = "64k"
+response_mime_types = ["application/json"]
+"#;
+    let s = load_str(src, "good.toml", dir.path()).unwrap();
+    let plain = s.routes[0].waf.as_ref().unwrap();
+    assert!(!plain.inspect_response, "off unless asked");
+    assert_eq!(plain.response_body_limit, 512 << 10);
+    assert_eq!(
+        plain.response_mime_types,
+        crate::DEFAULT_RESPONSE_MIME_TYPES
+    );
+    let out = s.routes[1].waf.as_ref().unwrap();
+    assert!(out.inspect_response);
+    assert_eq!(out.response_body_limit, 64 << 10);
+    assert_eq!(out.response_mime_types, ["application/json"]);
+
+    let bad = src.replace(
+        r#"["application/json"]"#,
+        r#"["application/json", "text/html; charset=utf-8", "HTML"]"#,
+    );
+    let errs = errors(&bad, dir.path());
+    let said = said_at(&errs, &bad, "response_mime_types");
+    assert!(
+        said.contains("`text/html; charset=utf-8` is not a media type")
+            && said.contains("`HTML` is not a media type")
+            && !said.contains("`application/json`"),
+        "{errs:#?}"
+    );
+}

@@ -6,7 +6,7 @@
 //! own flow control and nothing is buffered without bound (hyper's `want` does the same).
 //! Requests without a body (most of them) never create one of these.
 
-use crate::body::BoxError;
+use crate::body::{BoxError, size_after};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::pin::Pin;
@@ -262,17 +262,7 @@ impl Body for ClientBody {
             ClientBody::Http1(b) => b.size_hint(),
             ClientBody::Http2(b) => b.size_hint(),
             ClientBody::Buffered(b) => SizeHint::with_exact(b.len() as u64),
-            ClientBody::Prefixed(start, rest) => {
-                let (n, rest) = (start.len() as u64, rest.size_hint());
-                match rest.exact() {
-                    Some(r) => SizeHint::with_exact(n + r),
-                    None => {
-                        let mut h = SizeHint::new();
-                        h.set_lower(n + rest.lower());
-                        h
-                    }
-                }
-            }
+            ClientBody::Prefixed(start, rest) => size_after(start.len() as u64, rest.size_hint()),
         }
     }
 }

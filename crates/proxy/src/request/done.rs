@@ -38,6 +38,9 @@ pub(crate) struct Done {
     pub(crate) trace: Option<Box<sluice_trace::RequestSpan>>,
     /// The request's Lua (a route with `[route.lua]`): its `log` script runs at the end.
     pub(crate) lua: Option<Arc<sluice_lua::RequestLua>>,
+    /// The request's WAF transaction, kept for its response (`[route.waf]`
+    /// `inspect_response`) until phase `upstream_response` takes it.
+    pub(crate) waf: Option<Box<sluice_waf::PendingResponse>>,
 }
 
 impl OnDone for Done {

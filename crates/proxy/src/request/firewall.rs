@@ -2,7 +2,8 @@
 //! route's limit, its head and body inspected on the WAF's threads (`sluice-waf`), and the
 //! verdict applied: forwarded (matches recorded), refused with the rule's status and the
 //! request ID, or, with the WAF saturated, forwarded uninspected or refused (503), counted
-//! either way. Nothing reaches the upstream before the verdict.
+//! either way. Nothing reaches the upstream before the verdict. With `inspect_response` the
+//! request's transaction is kept in `Done` for its response (`response_inspection`).
 
 use crate::access_log::WafRecord;
 use crate::exchange::client_body::ClientBody;
@@ -14,12 +15,13 @@ use http_body_util::BodyExt as _;
 use sluice_config::WafBodyOverLimit;
 use sluice_waf::{Outcome, RequestFacts, RouteFirewall, Verdict};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 impl RequestCtx<'_> {
     /// Filter `Waf`: inspect, then forward or stop.
     pub(crate) async fn firewall(
         &mut self,
-        firewall: &RouteFirewall,
+        firewall: &Arc<RouteFirewall>,
         req: &mut Request<ClientBody>,
     ) -> Flow<()> {
         // The fields as the client sent them: reading the body whole replaces its
@@ -48,16 +50,17 @@ impl RequestCtx<'_> {
                 .to_string(),
         };
         match firewall.check(facts).await {
-            Outcome::Pass(verdict) => {
+            Outcome::Pass(verdict, pending) => {
                 if !verdict.matches.is_empty() {
                     self.done.entry.waf = Some(WafRecord::new("detect", verdict));
                 }
+                self.done.waf = pending;
                 Ok(())
             }
             Outcome::Block(status, verdict) => {
                 let redirect = verdict.intervention.as_ref().and_then(|i| i.url.clone());
                 self.done.entry.waf = Some(WafRecord::new("block", verdict));
-                Err(self.blocked(status, redirect))
+                Err(blocked(self.done.request_id.as_ref(), status, redirect))
             }
             Outcome::Overloaded(true) => {
                 self.done.entry.waf = Some(WafRecord::new("open", Verdict::default()));
@@ -69,33 +72,32 @@ impl RequestCtx<'_> {
             }
         }
     }
+}
 
-    /// The answer to a request a rule refused: the rule's status (a redirect's `Location`
-    /// where the rule redirects) and a body that names the request ID for support.
-    fn blocked(&self, status: u16, redirect: Option<String>) -> Stop {
-        let status = StatusCode::from_u16(status)
-            .ok()
-            .filter(|s| s.is_client_error() || s.is_server_error() || s.is_redirection())
-            .unwrap_or(StatusCode::FORBIDDEN);
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        if let Some(url) = redirect.and_then(|u| HeaderValue::try_from(u).ok())
-            && status.is_redirection()
-        {
-            headers.insert(header::LOCATION, url);
-        }
-        let id = self
-            .done
-            .request_id
-            .as_ref()
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-");
-        let body = format!("request blocked by the web application firewall; request ID {id}\n");
-        Stop::Answer(Box::new((status, headers, Bytes::from(body))))
+/// The answer to a request (or a response) a rule refused: the rule's status (a redirect's
+/// `Location` where the rule redirects) and a body that names the request ID for support.
+pub(crate) fn blocked(
+    request_id: Option<&HeaderValue>,
+    status: u16,
+    redirect: Option<String>,
+) -> Stop {
+    let status = StatusCode::from_u16(status)
+        .ok()
+        .filter(|s| s.is_client_error() || s.is_server_error() || s.is_redirection())
+        .unwrap_or(StatusCode::FORBIDDEN);
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let Some(url) = redirect.and_then(|u| HeaderValue::try_from(u).ok())
+        && status.is_redirection()
+    {
+        headers.insert(header::LOCATION, url);
     }
+    let id = request_id.and_then(|v| v.to_str().ok()).unwrap_or("-");
+    let body = format!("request blocked by the web application firewall; request ID {id}\n");
+    Stop::Answer(Box::new((status, headers, Bytes::from(body))))
 }
 
 /// The request's body for the rules: read whole when it fits `request_body_limit` (then sent

@@ -2,7 +2,8 @@
 //! share (`context`, `conn_state`, and `done`: a request's end, logged and counted), the handler (`handler`: admission, routing, policy),
 //! the proxying of a routed request as named phases with retries (`proxy`), the response
 //! cache (`cache`: a phase before `proxy`), compression, forwarding headers, edge policy (ACLs, answers, rewrites, rate
-//! limits, traffic splits), the web application firewall (`firewall`), gRPC, the router, the access log and the failure statuses.
+//! limits, traffic splits), the web application firewall (`firewall` for requests,
+//! `response_inspection` for responses), gRPC, the router, the access log and the failure statuses.
 
 pub(crate) mod cache;
 pub(crate) mod compression;
@@ -20,6 +21,7 @@ pub(crate) mod phases;
 pub(crate) mod policy;
 pub(crate) mod proxy;
 pub(crate) mod rate_limit;
+pub(crate) mod response_inspection;
 pub(crate) mod router;
 pub(crate) mod scripting;
 pub(crate) mod split;

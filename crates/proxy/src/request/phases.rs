@@ -102,6 +102,7 @@ impl<'a> RequestCtx<'a> {
             _server: None,
             trace: None,
             lua: None,
+            waf: None,
         };
         if let Some(tracer) = &listener.tracer {
             let span = crate::request::trace::server_span(tracer, conn, req, &host, client, &done);
@@ -433,17 +434,23 @@ impl<'a> RequestCtx<'a> {
     /// The response that ends the request at `stop`: logged, counted and traced when its
     /// body ends, like every response.
     pub(crate) fn stop(self, stop: Stop) -> Response<ProxyBody> {
-        match stop {
-            Stop::Fail(why) => failure(self.done, why),
-            Stop::FailWith(why, headers) => {
-                let mut resp = failure(self.done, why);
-                resp.headers_mut().extend(*headers);
-                resp
-            }
-            Stop::Answer(answer) => {
-                let (status, headers, body) = *answer;
-                respond(self.done, status, headers, body)
-            }
+        stopped(self.done, stop)
+    }
+}
+
+/// The response that ends a request at `stop` (before it went upstream, or instead of the
+/// upstream's response).
+pub(crate) fn stopped(done: Done, stop: Stop) -> Response<ProxyBody> {
+    match stop {
+        Stop::Fail(why) => failure(done, why),
+        Stop::FailWith(why, headers) => {
+            let mut resp = failure(done, why);
+            resp.headers_mut().extend(*headers);
+            resp
+        }
+        Stop::Answer(answer) => {
+            let (status, headers, body) = *answer;
+            respond(done, status, headers, body)
         }
     }
 }

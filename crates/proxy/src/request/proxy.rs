@@ -29,8 +29,9 @@ use super::forward::{
     Forwarding, add_forwarding, forwardable, strip_hop_by_hop, upgrade_protocol, write_forwardable,
 };
 use super::mirror::{self, Teed};
-use super::phases::RequestCtx;
+use super::phases::{RequestCtx, stopped};
 use super::policy;
+use super::response_inspection;
 use crate::body::{BadRequestBody, BodyTooLarge, GunzipBody, LimitedBody, ProxyBody, TrackedBody};
 use crate::exchange::ClientBody;
 use crate::http1::client::WrittenFields;
@@ -677,6 +678,19 @@ impl<'a> Proxied<'a> {
         };
         self.response_head(&mut rparts.headers, marks, server.index);
         done._server = Some(server);
+        let rbody = match done.waf.take() {
+            // Boxed: only routes that inspect responses carry its future.
+            Some(pending) if !switching => {
+                let inspected = Box::pin(response_inspection::inspect(
+                    pending, &mut done, &rparts, rbody,
+                ));
+                match inspected.await {
+                    Ok(body) => body,
+                    Err(stop) => return stopped(done, stop),
+                }
+            }
+            _ => rbody,
+        };
         let rbody = match &done.lua {
             Some(lua) => match crate::request::scripting::lua_response(
                 lua,

@@ -572,3 +572,104 @@ async fn a_saturated_waf_fails_open_or_closed_as_each_route_says() {
     );
     assert_eq!((of("open").overload_open, of("open").inspected), (1, 0));
 }
+
+/// `inspect_response = true`: the upstream's response goes through phases 3 and 4 before
+/// anything of it is sent. A rule on the body or the head replaces the response with its
+/// status (nothing of the original reaches the client); `detect` forwards it and records the
+/// match with the request's; a media type outside `response_mime_types` and a body's part
+/// beyond `response_body_limit` pass as they came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_are_inspected_where_the_route_asks() {
+    let origin = Origin::start("api").await;
+    let route = |name: &str, headers: &str, waf: &str| {
+        format!(
+            "[[route]]\nname = \"{name}\"\npath_prefix = \"/{name}/\"\nstrip_prefix = \"/{name}\"\nupstream = \"api\"\n\
+             [route.response_headers]\nset = {{ {headers} }}\n\
+             [route.waf]\nruleset = \"outbound\"\ninspect_response = true\nresponse_body_limit = \"1k\"\n{waf}\n"
+        )
+    };
+    let html = "\"content-type\" = \"text/html; charset=utf-8\"";
+    let extra = format!(
+        "[[waf.ruleset]]\nname = \"outbound\"\nrules = '''\n\
+         SecRule ARGS:q \"@streq odd\" \"id:10020,phase:1,pass,log,msg:'odd request'\"\n\
+         SecRule RESPONSE_BODY \"@contains ORA-00933\" \"id:10021,phase:4,deny,status:502,log,msg:'database error leak'\"\n\
+         SecRule RESPONSE_HEADERS:X-Leak \"@streq yes\" \"id:10022,phase:3,deny,status:503,log,msg:'header leak'\"\n\
+         '''\n{}{}{}{}",
+        route("out", html, ""),
+        route("outd", html, "mode = \"detect\""),
+        route("bin", "\"content-type\" = \"application/octet-stream\"", ""),
+        route("leak", &format!("{html}, \"x-leak\" = \"yes\""), ""),
+    );
+    let text = config(origin.addr, &extra).replace(
+        "access_format = \"json\"",
+        "access_format = \"json\"\naccess_flush = \"0s\"",
+    );
+    let gw = TestGateway::start_logged(&text, tempfile::tempdir().unwrap()).await;
+    let web = gw.addr("web");
+    let leak = "/echo?e=ORA-00933";
+    let blocked = send(web, get(&format!("/out{leak}"))).await;
+    assert_eq!(blocked.status, 502);
+    assert!(
+        blocked
+            .body
+            .contains("blocked by the web application firewall")
+            && !blocked.body.contains("ORA"),
+        "{}",
+        blocked.body
+    );
+    let fine = send(web, get("/out/whoami")).await;
+    assert_eq!((fine.status, fine.body.as_str()), (200, "api"));
+    let detected = send(web, get(&format!("/outd{leak}&q=odd"))).await;
+    assert_eq!(
+        (detected.status, detected.body.as_str()),
+        (200, "/echo?e=ORA-00933&q=odd")
+    );
+    let binary = send(web, get(&format!("/bin{leak}"))).await;
+    assert_eq!(
+        binary.status, 200,
+        "application/octet-stream is not inspected"
+    );
+    assert_eq!(send(web, get("/leak/whoami")).await.status, 503, "phase 3");
+    // 5000 bytes against a 1k limit: the rules see the start, the client gets every byte.
+    let long = send(web, get("/out/bytes?n=5000")).await;
+    assert_eq!((long.status, long.body.len()), (200, 5000));
+    let log = std::fs::read_to_string(gw.dir().join("access.log")).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let rules = |l: &serde_json::Value| -> Vec<u64> {
+        l["waf"]["matches"]
+            .as_array()
+            .map(|m| m.iter().map(|x| x["id"].as_u64().unwrap()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(lines[0]["status"], 502);
+    assert_eq!(
+        (lines[0]["waf"]["action"].as_str(), rules(&lines[0])),
+        (Some("block"), vec![10021])
+    );
+    assert!(
+        lines[1]["waf"].is_null(),
+        "nothing matched: no record {}",
+        lines[1]
+    );
+    assert_eq!(
+        (lines[2]["waf"]["action"].as_str(), rules(&lines[2])),
+        (Some("detect"), vec![10020, 10021]),
+        "the request's match and the response's in one record"
+    );
+    assert!(lines[3]["waf"].is_null(), "{}", lines[3]);
+    assert_eq!(rules(&lines[4]), vec![10022]);
+    let (admin, _task) = admin_for(&gw).await;
+    let metrics = crate::auth::get(admin, "/metrics", &[]).await.body;
+    for want in [
+        "sluice_waf_responses_inspected_total{route=\"out\"} 3",
+        "sluice_waf_blocked_total{route=\"out\"} 1",
+        "sluice_waf_detected_total{route=\"outd\"} 1",
+        "sluice_waf_blocked_total{route=\"leak\"} 1",
+        "sluice_waf_rule_matches_total{route=\"outd\",rule=\"10021\"} 1",
+    ] {
+        assert!(metrics.contains(want), "{want} in\n{metrics}");
+    }
+}
