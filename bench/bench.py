@@ -139,6 +139,21 @@ def tree_cpu_split(pid):
     return user / TICK, system / TICK
 
 
+def threads_cpu_seconds(pid, prefix):
+    """utime + stime of a process's threads whose name starts with `prefix` (a thread pool:
+    `sluice-waf`), in seconds."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            head, rest = (task / "stat").read_text().rsplit(")", 1)
+        except (OSError, ValueError):
+            continue
+        if head.split("(", 1)[1].startswith(prefix):
+            fields = rest.split()
+            total += int(fields[11]) + int(fields[12])
+    return total / TICK
+
+
 def tree_cpu_seconds(pid):
     """utime + stime of a process and its direct children, all threads."""
     return sum(tree_cpu_split(pid))
