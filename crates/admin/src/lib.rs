@@ -431,6 +431,19 @@ pub fn metrics(s: &Sources) -> String {
     }
     family(
         &mut out,
+        "sluice_mqtt_connections_total",
+        "counter",
+        "Connections of kind = \"mqtt\" listeners by outcome: proxied to the device's broker, or refused (denied, not_connect, malformed, protocol_error, unsupported_version, client_id_not_valid, too_large, timeout, closed) or no broker reachable (upstream_unavailable).",
+    );
+    for (i, outcome) in sluice_proxy::MQTT_OUTCOMES.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "sluice_mqtt_connections_total{{outcome=\"{outcome}\"}} {}",
+            p.mqtt[i]
+        );
+    }
+    family(
+        &mut out,
         "sluice_proxy_protocol_total",
         "counter",
         "Connections of proxy_protocol listeners: header accepted, peer not in trusted_proxies (closed), header malformed or missing (closed), none within header_read_timeout (closed).",
@@ -793,6 +806,7 @@ fn listeners(s: &Sources) -> Vec<serde_json::Value> {
             let kind = l.map(|l| match l.kind {
                 sluice_config::ListenerKind::Http => "http",
                 sluice_config::ListenerKind::Tcp(_) => "tcp",
+                sluice_config::ListenerKind::Mqtt(_) => "mqtt",
             });
             let tls = l.is_some_and(|l| l.tls.is_some());
             let http3 = l.is_some_and(|l| l.http3);

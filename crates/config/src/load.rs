@@ -385,6 +385,9 @@ impl<'a> Cx<'a> {
                 &raw.broken,
                 &upstream_names,
             ) {
+                if let ListenerKind::Mqtt(m) = &listener.kind {
+                    self.mqtt_brokers_hashed(l, &upstreams[m.upstream]);
+                }
                 // Port 0 asks the OS for a free port, so it can never clash.
                 let clash = (listener.address.port() != 0)
                     .then(|| addresses.insert(listener.address, listener.name.clone()))
@@ -460,7 +463,7 @@ impl<'a> Cx<'a> {
             for l in r.listeners.iter().flatten() {
                 let tcp = listeners
                     .iter()
-                    .any(|x| x.name == *l.get_ref() && matches!(x.kind, ListenerKind::Tcp(_)));
+                    .any(|x| x.name == *l.get_ref() && !matches!(x.kind, ListenerKind::Http));
                 if tcp {
                     self.err_at(
                         l,

@@ -182,7 +182,8 @@ pub struct RawListener {
     pub max_connections: Option<Spanned<u32>>,
     /// Open connections per client address at most (default: no limit).
     pub max_connections_per_client: Option<Spanned<u32>>,
-    /// `"http"` (the default) or `"tcp"`: a layer-4 listener that proxies bytes.
+    /// `"http"` (the default), `"tcp"` (a layer-4 listener that proxies bytes) or `"mqtt"`
+    /// (a layer-4 listener that reads each connection's MQTT CONNECT first).
     pub kind: Option<Spanned<String>>,
     /// A TCP listener's upstream group (for a passthrough listener: server names not listed).
     pub upstream: Option<Spanned<String>>,
@@ -193,6 +194,22 @@ pub struct RawListener {
     pub idle_timeout: Option<SpannedStr>,
     /// Expect a PROXY protocol header (v1 or v2) from `trusted_proxies` before anything else.
     pub proxy_protocol: Option<Spanned<bool>>,
+    /// `[listener.mqtt]`: what a `kind = "mqtt"` listener reads of each connection's CONNECT.
+    pub mqtt: Option<Spanned<RawListenerMqtt>>,
+}
+
+/// `[listener.mqtt]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListenerMqtt {
+    /// The whole CONNECT must arrive within this long of the connection (after TLS)
+    /// (default `"10s"`).
+    pub connect_timeout: Option<SpannedStr>,
+    /// The largest CONNECT accepted (default `"64k"`).
+    pub max_connect_size: Option<Spanned<RawSize>>,
+    /// What picks a device's broker on the upstream's hash ring: `"client_id"` (default) or
+    /// `"username"`.
+    pub route_by: Option<SpannedStr>,
 }
 
 /// `[listener.tls]`: makes a listener HTTPS.

@@ -428,6 +428,34 @@ pub enum ListenerKind {
     /// Layer 4: each connection's bytes go to a server of an upstream group (after TLS, when
     /// the listener terminates it).
     Tcp(TcpProxy),
+    /// Layer 4 for MQTT: each connection's CONNECT is read and checked, and its bytes go to
+    /// the broker its client identifier (or user name) hashes to.
+    Mqtt(MqttProxy),
+}
+
+/// A `kind = "mqtt"` listener's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MqttProxy {
+    /// Index into [`Snapshot::upstreams`]: the brokers (`balance = "consistent_hash"`).
+    pub upstream: usize,
+    /// The CONNECT must be whole within this long.
+    pub connect_timeout: Duration,
+    /// The largest CONNECT accepted, in bytes.
+    pub max_connect_size: usize,
+    /// What a device's broker is chosen by.
+    pub route_by: MqttRouteBy,
+    /// A connection whose CONNECT asked for no keep alive is closed after this long without
+    /// a byte either way; one with a keep alive, after 1.5 times it (MQTT-3.1.2-24).
+    pub idle_timeout: Duration,
+}
+
+/// What an MQTT listener hashes to choose a device's broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MqttRouteBy {
+    /// The CONNECT's client identifier (a device returns to the broker holding its session).
+    ClientId,
+    /// The CONNECT's user name (an empty one: the client identifier).
+    Username,
 }
 
 /// A `kind = "tcp"` listener's settings.

@@ -123,7 +123,12 @@ pub fn parse_connect(bytes: &[u8], max_len: usize) -> Result<Parsed<'_>, Refusal
         return Ok(Parsed::Incomplete);
     }
     let mut body = Reader::new(&bytes[header..total]);
-    let version = protocol(&mut body).map_err(refuse)?;
+    let version = protocol(&mut body).map_err(|fault| Refusal {
+        fault,
+        // A level this reader does not know is answered in 3.1.1's CONNACK, 0x01 (MQTT
+        // 3.1.2-2), as mosquitto answers it.
+        version: (fault == Fault::UnsupportedVersion).then_some(Version::V311),
+    })?;
     let connect = fields(&mut body, version).map_err(|fault| Refusal {
         fault,
         version: Some(version),

@@ -194,7 +194,8 @@ fn every_rule_refuses_with_its_fault_and_the_version_it_got_to() {
     assert!(malformed(&packet(&body(b"HTTP", 4, 2, &[&id]))));
     assert_eq!(
         fault(&packet(&body(b"MQTT", 3, 2, &[&id]))),
-        (Fault::UnsupportedVersion, None)
+        (Fault::UnsupportedVersion, Some(Version::V311)),
+        "answered with 3.1.1's CONNACK 0x01"
     );
     assert_eq!(
         fault(&packet(&body(b"MQTT", 6, 2, &[&id]))).0,

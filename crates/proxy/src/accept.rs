@@ -204,5 +204,8 @@ async fn dispatch(
         sluice_config::ListenerKind::Tcp(_) => {
             crate::layer4::stream::serve(ctx, tcp, at, signals, permit).await
         }
+        sluice_config::ListenerKind::Mqtt(_) => {
+            crate::layer4::mqtt::serve(ctx, tcp, at, signals, permit).await
+        }
     }
 }

@@ -48,8 +48,8 @@ pub use handshakes::{HandshakeScheduler, HandshakeStats, Priority};
 pub use http3::set_generation as set_quic_generation;
 pub use metrics::mirror::{MIRROR_FAILURES, MIRROR_SIDES, MIRROR_SKIPS, MirrorSnapshot};
 pub use metrics::{
-    PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, QUIC_DROPPED, REQUEST_LATENCY_BUCKETS_US,
-    STATUS_CLASSES, TCP_OUTCOMES, TLS_VERSIONS, UPSTREAM_ERRORS,
+    MQTT_OUTCOMES, PROXY_PROTOCOL_OUTCOMES, ProxyMetrics, ProxySnapshot, QUIC_DROPPED,
+    REQUEST_LATENCY_BUCKETS_US, STATUS_CLASSES, TCP_OUTCOMES, TLS_VERSIONS, UPSTREAM_ERRORS,
 };
 pub use request::cache::ResponseCache;
 pub use request::compression::Compressor;

@@ -29,6 +29,8 @@ pub struct ProxyMetrics {
     refused: [AtomicU64; 2],
     /// TCP listeners' connections by [`TCP_OUTCOMES`].
     tcp: [AtomicU64; 5],
+    /// MQTT listeners' connections by [`MQTT_OUTCOMES`].
+    mqtt: [AtomicU64; 11],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`].
     proxy_protocol: [AtomicU64; 4],
     /// HTTP request and response body bytes: from clients, to clients.
@@ -74,6 +76,25 @@ pub const TCP_OUTCOMES: [&str; 5] = [
     "upstream_unavailable",
 ];
 
+/// How a `kind = "mqtt"` listener's connection went: proxied to its broker; refused by the
+/// listener's `allow`/`deny`; a first packet that is not a CONNECT; a CONNECT that is
+/// malformed, breaks a protocol rule, asks for a version other than 3.1, 3.1.1 or 5, has an
+/// unacceptable client identifier, or is over `max_connect_size`; no whole CONNECT within
+/// `connect_timeout` (or the client closed first); no broker could be connected to.
+pub const MQTT_OUTCOMES: [&str; 11] = [
+    "proxied",
+    "denied",
+    "not_connect",
+    "malformed",
+    "protocol_error",
+    "unsupported_version",
+    "client_id_not_valid",
+    "too_large",
+    "timeout",
+    "closed",
+    "upstream_unavailable",
+];
+
 /// What became of connections on `proxy_protocol` listeners: a header read; a peer outside
 /// `trusted_proxies` (closed without reading); a missing or malformed header; none in
 /// `header_read_timeout`.
@@ -98,6 +119,8 @@ pub struct ProxySnapshot {
     pub connections_refused: [u64; 2],
     /// TCP listeners' connections by [`TCP_OUTCOMES`] index.
     pub tcp: [u64; 5],
+    /// MQTT listeners' connections by [`MQTT_OUTCOMES`] index.
+    pub mqtt: [u64; 11],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`] index.
     pub proxy_protocol: [u64; 4],
     /// HTTP body bytes from clients and to clients.
@@ -224,6 +247,11 @@ impl ProxyMetrics {
         self.tcp[outcome].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// `outcome` is an index into [`MQTT_OUTCOMES`].
+    pub(crate) fn mqtt(&self, outcome: usize) {
+        self.mqtt[outcome].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// `outcome` is an index into [`PROXY_PROTOCOL_OUTCOMES`].
     pub(crate) fn proxy_protocol(&self, outcome: usize) {
         self.proxy_protocol[outcome].fetch_add(1, Ordering::Relaxed);
@@ -265,6 +293,7 @@ impl ProxyMetrics {
             denied: l(&self.denied),
             connections_refused: std::array::from_fn(|i| l(&self.refused[i])),
             tcp: std::array::from_fn(|i| l(&self.tcp[i])),
+            mqtt: std::array::from_fn(|i| l(&self.mqtt[i])),
             proxy_protocol: std::array::from_fn(|i| l(&self.proxy_protocol[i])),
             bytes: std::array::from_fn(|i| l(&self.bytes[i])),
             quic_handshakes: std::array::from_fn(|i| l(&self.quic_handshakes[i])),

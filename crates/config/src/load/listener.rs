@@ -216,18 +216,30 @@ impl Cx<'_> {
         upstream_names: &HashMap<String, usize>,
         broken: &HashMap<&'static str, HashSet<String>>,
     ) -> Option<ListenerKind> {
-        #[derive(Clone, Copy)]
+        #[derive(Clone, Copy, PartialEq, Eq)]
         enum Kind {
             Http,
             Tcp,
+            Mqtt,
         }
         let kind = self
             .choice(
                 raw.kind.as_ref(),
                 "kind",
-                &[("http", Kind::Http), ("tcp", Kind::Tcp)],
+                &[
+                    ("http", Kind::Http),
+                    ("tcp", Kind::Tcp),
+                    ("mqtt", Kind::Mqtt),
+                ],
             )
             .unwrap_or(Kind::Http);
+        if let Some(m) = raw.mqtt.as_ref().filter(|_| kind != Kind::Mqtt) {
+            self.err_at(
+                m,
+                format!("listener `{name}`: [listener.mqtt] is for kind = \"mqtt\" listeners"),
+                "add kind = \"mqtt\", or remove [listener.mqtt]",
+            );
+        }
         if let Kind::Http = kind {
             let tcp_only: [(&str, Option<usize>); 3] = [
                 ("upstream", raw.upstream.as_ref().map(|v| v.span().start)),
@@ -332,18 +344,92 @@ impl Cx<'_> {
             ok = false;
             self.err(
                 raw.name.span().start,
-                format!("listener `{name}` is kind = \"tcp\" but has no upstream"),
+                format!("listener `{name}` is kind = \"{}\" but has no upstream", if kind == Kind::Mqtt { "mqtt" } else { "tcp" }),
                 "add upstream = \"NAME\" (an [[upstream]] group), or passthrough = { \"name.example\" = \"NAME\" }",
             );
         }
         let idle_timeout = self
             .duration(raw.idle_timeout.as_ref())
             .unwrap_or(Duration::from_secs(600));
+        if kind == Kind::Mqtt {
+            if let Some(p) = &raw.passthrough {
+                self.err_at(
+                    p,
+                    format!("listener `{name}`: an MQTT listener reads each CONNECT, so it cannot pass TLS through"),
+                    "remove passthrough (terminate TLS here with [listener.tls], or use a kind = \"tcp\" listener)",
+                );
+                return None;
+            }
+            let settings = self.mqtt_settings(raw.mqtt.as_ref().map(Spanned::get_ref));
+            return match (ok, upstream, settings) {
+                (true, Some(upstream), Some((connect_timeout, max_connect_size, route_by))) => {
+                    Some(ListenerKind::Mqtt(MqttProxy {
+                        upstream,
+                        connect_timeout,
+                        max_connect_size,
+                        route_by,
+                        idle_timeout,
+                    }))
+                }
+                _ => None,
+            };
+        }
         ok.then_some(ListenerKind::Tcp(TcpProxy {
             upstream,
             passthrough,
             idle_timeout,
         }))
+    }
+
+    /// An MQTT listener's brokers are on a hash ring: a device returns to the broker that
+    /// holds its session only if its key always hashes to the same one.
+    pub(super) fn mqtt_brokers_hashed(&mut self, raw: &RawListener, brokers: &Upstream) {
+        if brokers.balance == Balance::ConsistentHash {
+            return;
+        }
+        let at = raw
+            .upstream
+            .as_ref()
+            .map_or(raw.name.span().start, |u| u.span().start);
+        self.err(
+            at,
+            format!(
+                "listener `{}`: an MQTT listener sends each device to the broker its client identifier hashes to, and upstream `{}` does not hash",
+                raw.name.get_ref(),
+                brokers.name
+            ),
+            format!(
+                "give upstream `{}` balance = \"consistent_hash\" (and hash_balance_factor = 0, so that load never moves a device off its broker)",
+                brokers.name
+            ),
+        );
+    }
+
+    /// `[listener.mqtt]`, with its defaults: the CONNECT's time and size limits and what
+    /// routes a device. `None` when it has a mistake (reported).
+    fn mqtt_settings(
+        &mut self,
+        raw: Option<&RawListenerMqtt>,
+    ) -> Option<(Duration, usize, MqttRouteBy)> {
+        let before = self.errors.len();
+        let timeout = self
+            .duration(raw.and_then(|m| m.connect_timeout.as_ref()))
+            .unwrap_or(Duration::from_secs(10));
+        let size = self
+            .size(raw.and_then(|m| m.max_connect_size.as_ref()))
+            .unwrap_or(64 << 10);
+        let route_by = self
+            .choice(
+                raw.and_then(|m| m.route_by.as_ref()),
+                "route_by",
+                &[
+                    ("client_id", MqttRouteBy::ClientId),
+                    ("username", MqttRouteBy::Username),
+                ],
+            )
+            .unwrap_or(MqttRouteBy::ClientId);
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+        (self.errors.len() == before).then_some((timeout, size, route_by))
     }
 
     pub(super) fn listener_tls(

@@ -55,7 +55,7 @@ pub(crate) async fn serve(
     // The connection's context for `relay`, once its log entry is complete.
     let tcp_conn = |log: Entry| TcpConn {
         listener: &listener,
-        proxy,
+        idle_timeout: proxy.idle_timeout,
         at,
         log,
         start,
@@ -90,13 +90,13 @@ pub(crate) async fn serve(
             return finish(log, 502, NO_UPSTREAM);
         };
         let group = listener.upstreams[group].group();
-        return relay(tcp_conn(log), group, tcp, &hello.bytes).await;
+        return proxied(relay(tcp_conn(log), group, tcp, &hello.bytes).await);
     }
     let Some(group) = proxy.upstream.map(|i| listener.upstreams[i].group()) else {
         return finish(log, 502, NO_UPSTREAM);
     };
     match &listener.tls {
-        None => relay(tcp_conn(log), group, tcp, &[]).await,
+        None => proxied(relay(tcp_conn(log), group, tcp, &[]).await),
         Some(acceptor) => {
             let Some((stream, info)) = crate::listen::connection::handshake(
                 &listener, acceptor, tcp, at.client, &signals, permit,
@@ -110,8 +110,20 @@ pub(crate) async fn serve(
             log.tls_resumed = Some(info.resumed);
             log.host = info.sni.clone().unwrap_or_default();
             log.tls_cipher = info.cipher.into();
-            relay(tcp_conn(log), group, stream, &[]).await;
+            proxied(relay(tcp_conn(log), group, stream, &[]).await);
         }
+    }
+}
+
+/// A TCP connection's end after [`relay`]: counted by outcome, and its access-log line.
+fn proxied(relayed: Option<Relayed<'_>>) {
+    if let Some(r) = relayed {
+        let (status, outcome) = if r.connected {
+            (200, PROXIED)
+        } else {
+            (502, UNAVAILABLE)
+        };
+        end(r.listener, r.log, r.start, status, outcome);
     }
 }
 
@@ -128,32 +140,63 @@ fn passthrough_group(proxy: &TcpProxy, name: Option<&str>) -> Option<usize> {
     .or(proxy.upstream)
 }
 
-/// A layer-4 connection's context: its listener and proxy settings, its addresses, its log
-/// entry and start, and the gateway's signals.
-struct TcpConn<'a> {
-    listener: &'a ListenerCtx,
-    proxy: &'a TcpProxy,
-    at: Addresses,
-    log: Entry,
-    start: Instant,
-    signals: &'a Signals,
+/// A layer-4 connection's context: its listener, idle timeout and addresses, its log entry
+/// and start, and the gateway's signals.
+pub(crate) struct TcpConn<'a> {
+    pub(crate) listener: &'a ListenerCtx,
+    pub(crate) idle_timeout: std::time::Duration,
+    pub(crate) at: Addresses,
+    pub(crate) log: Entry,
+    pub(crate) start: Instant,
+    pub(crate) signals: &'a Signals,
+}
+
+/// How a relay ended, for its listener's count and log line.
+pub(crate) struct Relayed<'a> {
+    pub(crate) listener: &'a ListenerCtx,
+    /// The log entry, with the server, bytes and upstream time filled in.
+    pub(crate) log: Entry,
+    pub(crate) start: Instant,
+    /// A server was connected to (else none of the group could be).
+    pub(crate) connected: bool,
 }
 
 /// Connects to a server of `group` (the next one when one refuses), sends the PROXY header
-/// and `replay`, then splices the two until both directions have ended.
-async fn relay<C>(conn: TcpConn<'_>, group: Arc<UpstreamGroup>, client: C, replay: &[u8])
+/// and `replay`, then splices the two until both directions have ended. The server is the
+/// one the group's balancer gives the client's address; see [`relay_keyed`].
+pub(crate) async fn relay<'a, C>(
+    conn: TcpConn<'a>,
+    group: Arc<UpstreamGroup>,
+    client: C,
+    replay: &[u8],
+) -> Option<Relayed<'a>>
+where
+    C: AsyncRead + AsyncWrite + crate::layer4::splice::FinOnClose + Unpin,
+{
+    let key = group.client_key(conn.at.client.ip());
+    relay_keyed(conn, key, group, client, replay).await
+}
+
+/// [`relay`] to the server the group's balancer gives `key` (a consistent hash ring: the
+/// same key, the same server while it is up). `None`: the gateway stopped it.
+pub(crate) async fn relay_keyed<'a, C>(
+    conn: TcpConn<'a>,
+    key: u64,
+    group: Arc<UpstreamGroup>,
+    client: C,
+    replay: &[u8],
+) -> Option<Relayed<'a>>
 where
     C: AsyncRead + AsyncWrite + crate::layer4::splice::FinOnClose + Unpin,
 {
     let TcpConn {
         listener,
-        proxy,
+        idle_timeout,
         at,
         mut log,
         start,
         signals,
     } = conn;
-    let key = group.client_key(at.client.ip());
     let mut tried = Vec::with_capacity(2);
     let (upstream, server) = loop {
         let server = match group.acquire(key, &tried, None).await {
@@ -163,7 +206,12 @@ where
                     tracing::warn!(upstream = %group.config.name, ?busy, "every upstream server is at max_conns");
                 }
                 log.upstream_time = Some(start.elapsed());
-                return end(listener, log, start, 502, UNAVAILABLE);
+                return Some(Relayed {
+                    listener,
+                    log,
+                    start,
+                    connected: false,
+                });
             }
         };
         tried.push(server.index);
@@ -172,7 +220,7 @@ where
         let connect = tokio::time::timeout(group.config.connect_timeout, TcpStream::connect(addr));
         let connected = tokio::select! {
             r = connect => r,
-            () = signals.force.cancelled() => return,
+            () = signals.force.cancelled() => return None,
         };
         let failure = match connected {
             Ok(Ok(up)) => {
@@ -196,11 +244,16 @@ where
     };
     log.upstream_time = Some(start.elapsed());
     let (sent, received) =
-        crate::layer4::splice::splice(client, upstream, proxy.idle_timeout, signals).await;
+        crate::layer4::splice::splice(client, upstream, idle_timeout, signals).await;
     drop(server);
     log.bytes_in = sent;
     log.bytes_out = received;
-    end(listener, log, start, 200, PROXIED);
+    Some(Relayed {
+        listener,
+        log,
+        start,
+        connected: true,
+    })
 }
 
 /// A connection's end: counted by outcome, and its access-log line.

@@ -32,6 +32,7 @@ pub(crate) mod layer4;
 mod logs;
 mod lua;
 mod mirror;
+mod mqtt;
 pub(crate) mod ocsp;
 mod offload;
 mod policy;

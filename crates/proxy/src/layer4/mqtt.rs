@@ -1,0 +1,206 @@
+//! Layer 4 for MQTT: a `kind = "mqtt"` listener's connections (after TLS, when the listener
+//! terminates it). The first packet must be a valid CONNECT (`sluice-mqtt`), whole within
+//! `connect_timeout` and `max_connect_size`; else the connection is closed, with a CONNACK
+//! that says why where the client's version has a code for it, and counted. An admitted
+//! connection goes to the broker its client identifier (or user name) hashes to on the
+//! upstream's ring, the next one on the ring when that one is down, with the CONNECT (and
+//! anything the client sent behind it) replayed first; then its bytes are relayed until
+//! either side ends or nothing crosses for 1.5 times the CONNECT's keep alive
+//! (MQTT-3.1.2-24).
+//!
+//! Each connection ends with one access-log line: method `MQTT`, the client identifier as
+//! its path, the user name as its subject; status 200 proxied, 400 refused, 403 denied, 408
+//! no CONNECT in time, 413 too large, 502 no broker.
+
+use crate::access_log::Entry;
+use crate::addresses::Addresses;
+use crate::layer4::stream::{Relayed, TcpConn, relay_keyed};
+use crate::listen::connection::Signals;
+use crate::request::context::ListenerCtx;
+use sluice_config::{MqttProxy, MqttRouteBy};
+use sluice_mqtt::{Fault, Parsed, Refusal, parse_connect};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+/// Indexes into [`crate::MQTT_OUTCOMES`].
+const PROXIED: usize = 0;
+const DENIED: usize = 1;
+const TIMEOUT: usize = 8;
+const CLOSED: usize = 9;
+const UNAVAILABLE: usize = 10;
+
+/// Serves one connection of an MQTT listener to its end.
+pub(crate) async fn serve(
+    listener: Arc<ListenerCtx>,
+    tcp: TcpStream,
+    at: Addresses,
+    signals: Signals,
+    permit: Option<crate::handshakes::HandshakePermit>,
+) {
+    let sluice_config::ListenerKind::Mqtt(mqtt) = &listener.config.kind else {
+        return;
+    };
+    let _ = tcp.set_nodelay(true);
+    let mut log = Entry {
+        time: Some(SystemTime::now()),
+        client: Some(at.client),
+        listener: listener.name.clone(),
+        method: "MQTT".into(),
+        path: "-".into(),
+        protocol: "mqtt",
+        ..Entry::default()
+    };
+    let start = Instant::now();
+    if !listener.config.acl.permits(at.client.ip()) {
+        listener.metrics.denied();
+        return end(&listener, log, start, 403, DENIED);
+    }
+    let conn = |log: Entry| TcpConn {
+        listener: &listener,
+        idle_timeout: mqtt.idle_timeout,
+        at,
+        log,
+        start,
+        signals: &signals,
+    };
+    match &listener.tls {
+        None => admit(conn(log), mqtt, tcp).await,
+        Some(acceptor) => {
+            let Some((stream, info)) = crate::listen::connection::handshake(
+                &listener, acceptor, tcp, at.client, &signals, permit,
+            )
+            .await
+            else {
+                return;
+            };
+            log.protocol = "mqtts";
+            log.tls_version = info.version;
+            log.tls_resumed = Some(info.resumed);
+            log.host = info.sni.clone().unwrap_or_default();
+            log.tls_cipher = info.cipher.into();
+            admit(conn(log), mqtt, stream).await;
+        }
+    }
+}
+
+/// What an admitted CONNECT decides for its connection.
+struct Admitted {
+    /// The client identifier (the log line's path).
+    client_id: String,
+    /// The user name, where one was sent.
+    username: Option<String>,
+    /// The broker's key on the ring.
+    key: u64,
+    /// The keep alive asked for, seconds.
+    keep_alive: u16,
+}
+
+/// Reads and checks the CONNECT, then relays the connection to its broker.
+async fn admit<C>(mut conn: TcpConn<'_>, mqtt: &MqttProxy, mut client: C)
+where
+    C: AsyncRead + AsyncWrite + crate::layer4::splice::FinOnClose + Unpin,
+{
+    let mut read = Vec::with_capacity(512);
+    let first = tokio::select! {
+        r = tokio::time::timeout(mqtt.connect_timeout, read_connect(&mut client, &mut read, mqtt)) => r,
+        () = conn.signals.force.cancelled() => return,
+    };
+    let admitted = match first {
+        Ok(Ok(Some(a))) => a,
+        Ok(Ok(None)) => return end(conn.listener, conn.log, conn.start, 400, CLOSED),
+        Ok(Err(refusal)) => return refuse(conn, client, refusal).await,
+        Err(_) => return end(conn.listener, conn.log, conn.start, 408, TIMEOUT),
+    };
+    conn.log.path = admitted.client_id;
+    conn.log.subject = admitted.username.map(Arc::from);
+    if admitted.keep_alive > 0 {
+        // MQTT-3.1.2-24: a server closes a connection silent for 1.5 times its keep alive.
+        conn.idle_timeout = Duration::from_millis(u64::from(admitted.keep_alive) * 1500);
+    }
+    let group = conn.listener.upstreams[mqtt.upstream].group();
+    let relayed = relay_keyed(conn, admitted.key, group, client, &read).await;
+    if let Some(Relayed {
+        listener,
+        log,
+        start,
+        connected,
+    }) = relayed
+    {
+        let (status, outcome) = if connected {
+            (200, PROXIED)
+        } else {
+            (502, UNAVAILABLE)
+        };
+        end(listener, log, start, status, outcome);
+    }
+}
+
+/// Reads until `read` holds a whole CONNECT (and whatever the client sent behind it, which is
+/// replayed to the broker). `Ok(None)`: the client closed first.
+async fn read_connect<C>(
+    client: &mut C,
+    read: &mut Vec<u8>,
+    mqtt: &MqttProxy,
+) -> Result<Option<Admitted>, Refusal>
+where
+    C: AsyncRead + Unpin,
+{
+    loop {
+        match parse_connect(read, mqtt.max_connect_size)? {
+            Parsed::Complete(c, _) => {
+                let by = match mqtt.route_by {
+                    MqttRouteBy::Username => c.username.filter(|u| !u.is_empty()),
+                    MqttRouteBy::ClientId => None,
+                }
+                .unwrap_or(c.client_id);
+                return Ok(Some(Admitted {
+                    key: crate::hash::hash64(0, by.as_bytes()),
+                    client_id: c.client_id.to_owned(),
+                    username: c.username.map(str::to_owned),
+                    keep_alive: c.keep_alive,
+                }));
+            }
+            Parsed::Incomplete => {
+                read.reserve(1024);
+                match client.read_buf(read).await {
+                    Ok(0) | Err(_) => return Ok(None),
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Closes a refused connection: the CONNACK that says why first, where there is one.
+async fn refuse<C>(conn: TcpConn<'_>, mut client: C, refusal: Refusal)
+where
+    C: AsyncWrite + Unpin,
+{
+    tracing::debug!(listener = %conn.listener.name, client = %conn.at.client, %refusal, "MQTT connection refused");
+    if let Some(connack) = refusal.connack() {
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            let _ = client.write_all(&connack).await;
+            let _ = client.shutdown().await;
+        })
+        .await;
+    }
+    let (status, outcome) = match refusal.fault {
+        Fault::NotConnect => (400, 2),
+        Fault::Malformed(_) => (400, 3),
+        Fault::ProtocolError(_) => (400, 4),
+        Fault::UnsupportedVersion => (400, 5),
+        Fault::ClientIdNotValid => (400, 6),
+        Fault::TooLarge => (413, 7),
+    };
+    end(conn.listener, conn.log, conn.start, status, outcome);
+}
+
+/// A connection's end: counted by outcome, and its access-log line.
+fn end(listener: &ListenerCtx, mut log: Entry, start: Instant, status: u16, outcome: usize) {
+    listener.metrics.mqtt(outcome);
+    log.status = status;
+    log.duration = start.elapsed();
+    listener.access_log.log(&log);
+}

@@ -1,0 +1,360 @@
+//! The MQTT listener end to end with Debian's mosquitto brokers and clients
+//! (`mosquitto_pub`, `mosquitto_sub`): devices routed by client identifier (and by user
+//! name) to the broker holding their session, failover when that broker dies, QoS 1 and 2 and
+//! retained messages through the relay, and each refusal (not MQTT, malformed, a protocol
+//! error, an unsupported version, too large, too slow) with its CONNACK and its count.
+
+use crate::support::*;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A mosquitto broker on 127.0.0.1 and a free port, anonymous, without persistence, in a
+/// temporary folder; stopped by PID when dropped.
+struct Mosquitto {
+    port: u16,
+    child: Option<std::process::Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl Mosquitto {
+    async fn start() -> Mosquitto {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let conf = dir.path().join("mosquitto.conf");
+        std::fs::write(
+            &conf,
+            format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_type none\n"),
+        )
+        .unwrap();
+        let child = std::process::Command::new("mosquitto")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("mosquitto is needed (scripts/test-deps installs Debian's mosquitto)");
+        for _ in 0..250 {
+            if TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return Mosquitto {
+                    port,
+                    child: Some(child),
+                    _dir: dir,
+                };
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("mosquitto did not listen on {port} within 5 s");
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn config(brokers: &[&Mosquitto], mqtt: &str) -> String {
+    let servers: Vec<String> = brokers
+        .iter()
+        .map(|b| format!("{{ address = \"{}\" }}", b.addr()))
+        .collect();
+    format!(
+        r#"
+[log]
+access_log = "{{dir}}/access.log"
+access_format = "json"
+access_flush = "0s"
+[[upstream]]
+name = "brokers"
+balance = "consistent_hash"
+hash_balance_factor = 0
+connect_timeout = "1s"
+servers = [{}]
+[[listener]]
+name = "devices"
+address = "127.0.0.1:0"
+kind = "mqtt"
+upstream = "brokers"
+[listener.mqtt]
+connect_timeout = "500ms"
+max_connect_size = "1k"
+{mqtt}
+"#,
+        servers.join(", ")
+    )
+}
+
+/// A 3.1.1 CONNECT: clean session, keep alive 60.
+fn connect(client_id: &str) -> Vec<u8> {
+    let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 4, 0x02, 0, 60];
+    body.extend((client_id.len() as u16).to_be_bytes());
+    body.extend(client_id.as_bytes());
+    let mut p = vec![0x10, body.len() as u8];
+    p.extend(body);
+    p
+}
+
+/// Sends `bytes` in pieces (`pause` between them) and returns what comes back until the
+/// connection closes or 4 bytes of CONNACK arrived.
+async fn exchange(gw: SocketAddr, pieces: &[&[u8]], pause: Duration) -> Vec<u8> {
+    let mut s = TcpStream::connect(gw).await.unwrap();
+    for p in pieces {
+        if s.write_all(p).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+            if got.len() >= 4 {
+                break;
+            }
+        }
+    })
+    .await;
+    got
+}
+
+/// The access log's lines so far.
+fn lines(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("access.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The broker each line of client `id` went to.
+fn brokers_of(dir: &Path, id: &str) -> Vec<String> {
+    lines(dir)
+        .iter()
+        .filter(|l| l["path"] == id && l["status"] == 200)
+        .map(|l| l["upstream"].as_str().unwrap_or("-").to_string())
+        .collect()
+}
+
+const CONNACK_OK: [u8; 4] = [0x20, 0x02, 0x00, 0x00];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_returns_to_its_broker_and_fails_over_when_it_dies() {
+    let mut brokers = vec![
+        Mosquitto::start().await,
+        Mosquitto::start().await,
+        Mosquitto::start().await,
+    ];
+    let text = config(&brokers.iter().collect::<Vec<_>>(), "");
+    let gw = TestGateway::start_logged(&text, tempfile::tempdir().unwrap()).await;
+    let web = gw.addr("devices");
+    let ids: Vec<String> = (0..12).map(|i| format!("sensor-{i}")).collect();
+    for round in 0..2 {
+        for id in &ids {
+            let got = exchange(web, &[&connect(id)], Duration::ZERO).await;
+            assert_eq!(got, CONNACK_OK, "{id}, round {round}");
+        }
+    }
+    wait_until(|| lines(gw.dir()).len() >= 24).await;
+    let mut used = std::collections::BTreeSet::new();
+    for id in &ids {
+        let b = brokers_of(gw.dir(), id);
+        assert_eq!(b.len(), 2, "{id}: {b:?}");
+        assert_eq!(b[0], b[1], "{id} came back to its broker");
+        used.insert(b[0].clone());
+    }
+    assert!(used.len() >= 2, "12 devices over 3 brokers used {used:?}");
+    // The broker of sensor-0 dies: sensor-0 goes to the next on the ring, and comes back
+    // there again; the other devices stay where they were.
+    let home = brokers_of(gw.dir(), "sensor-0")[0].clone();
+    let dead = brokers
+        .iter()
+        .position(|b| b.addr().to_string() == home)
+        .unwrap();
+    brokers[dead].kill();
+    for _ in 0..2 {
+        assert_eq!(
+            exchange(web, &[&connect("sensor-0")], Duration::ZERO).await,
+            CONNACK_OK
+        );
+    }
+    wait_until(|| brokers_of(gw.dir(), "sensor-0").len() >= 4).await;
+    let after = brokers_of(gw.dir(), "sensor-0");
+    assert_ne!(after[2], home, "failed over");
+    assert_eq!(after[2], after[3], "and stays on the next broker");
+    for id in ids.iter().skip(1) {
+        let before = brokers_of(gw.dir(), id)[0].clone();
+        if before != home {
+            assert_eq!(
+                exchange(web, &[&connect(id)], Duration::ZERO).await,
+                CONNACK_OK
+            );
+            wait_until(|| brokers_of(gw.dir(), id).len() >= 3).await;
+            assert_eq!(brokers_of(gw.dir(), id)[2], before, "{id} did not move");
+        }
+    }
+}
+
+/// Real clients through the relay: by user name, a publisher and a subscriber land on one
+/// broker, so QoS 1 and 2 publishes complete and a retained message reaches a later
+/// subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_clients_publish_and_subscribe_through_it() {
+    let brokers = [Mosquitto::start().await, Mosquitto::start().await];
+    let text = config(
+        &brokers.iter().collect::<Vec<_>>(),
+        "route_by = \"username\"",
+    );
+    let gw = TestGateway::start_logged(&text, tempfile::tempdir().unwrap()).await;
+    let port = gw.addr("devices").port().to_string();
+    let run = |args: &[&str]| {
+        std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .expect("mosquitto-clients is needed (scripts/test-deps installs it)")
+    };
+    for (qos, id) in [("1", "pub-1"), ("2", "pub-2")] {
+        let out = run(&[
+            "mosquitto_pub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-u",
+            "plant-7",
+            "-i",
+            id,
+            "-q",
+            qos,
+            "-t",
+            "plant/7/temp",
+            "-m",
+            "21.5",
+            "-r",
+        ]);
+        assert!(
+            out.status.success(),
+            "QoS {qos}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = run(&[
+        "mosquitto_sub",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-u",
+        "plant-7",
+        "-i",
+        "sub-1",
+        "-t",
+        "plant/7/temp",
+        "-C",
+        "1",
+        "-W",
+        "5",
+        "-q",
+        "1",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "21.5",
+        "the retained message, from the broker the user name hashes to: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_that_is_not_right_is_refused_with_its_code_and_counted() {
+    let broker = Mosquitto::start().await;
+    let gw = TestGateway::start_logged(&config(&[&broker], ""), tempfile::tempdir().unwrap()).await;
+    let web = gw.addr("devices");
+    // Not MQTT: closed without a CONNACK.
+    assert_eq!(
+        exchange(web, &[b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"], Duration::ZERO).await,
+        b""
+    );
+    // MQTT 5 with a receive maximum of 0: CONNACK 0x82 (protocol error), then closed.
+    let v5 = [
+        0x10, 0x11, 0, 4, b'M', b'Q', b'T', b'T', 5, 0x02, 0, 60, 3, 0x21, 0, 0, 0, 1, b'x',
+    ];
+    // Cut short, then the client goes: nothing answered, counted as closed.
+    let mut s = TcpStream::connect(web).await.unwrap();
+    s.write_all(&v5[..v5.len() - 1]).await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+    assert_eq!(rest, b"", "cut short: no answer");
+    let got = exchange(web, &[&v5], Duration::ZERO).await;
+    assert_eq!(got, [0x20, 0x03, 0x00, 0x82, 0x00]);
+    // MQTT at level 6: 3.1.1's "unacceptable protocol version".
+    let mut level6 = connect("x");
+    level6[8] = 6;
+    assert_eq!(
+        exchange(web, &[&level6], Duration::ZERO).await,
+        [0x20, 0x02, 0x00, 0x01]
+    );
+    // 3.1.1 with an empty identifier and no clean session: "identifier rejected".
+    let mut anon = connect("");
+    anon[9] = 0x00;
+    assert_eq!(
+        exchange(web, &[&anon], Duration::ZERO).await,
+        [0x20, 0x02, 0x00, 0x02]
+    );
+    // Over max_connect_size (1k), declared in the fixed header: closed at once.
+    let big = [0x10, 0xff, 0x7f];
+    assert_eq!(exchange(web, &[&big], Duration::ZERO).await, b"");
+    // Split across segments, within connect_timeout: accepted.
+    let c = connect("split-1");
+    let (a, b) = c.split_at(7);
+    assert_eq!(
+        exchange(web, &[a, b], Duration::from_millis(100)).await,
+        CONNACK_OK
+    );
+    // Too slow: half a CONNECT, then nothing past connect_timeout (500ms).
+    assert_eq!(
+        exchange(web, &[&c[..5]], Duration::from_millis(900)).await,
+        b""
+    );
+    let (admin, _task) = admin_for(&gw).await;
+    wait_until(|| lines(gw.dir()).len() >= 8).await;
+    let metrics = crate::auth::get(admin, "/metrics", &[]).await.body;
+    for want in [
+        "sluice_mqtt_connections_total{outcome=\"proxied\"} 1",
+        "sluice_mqtt_connections_total{outcome=\"not_connect\"} 1",
+        "sluice_mqtt_connections_total{outcome=\"protocol_error\"} 1",
+        "sluice_mqtt_connections_total{outcome=\"unsupported_version\"} 1",
+        "sluice_mqtt_connections_total{outcome=\"client_id_not_valid\"} 1",
+        "sluice_mqtt_connections_total{outcome=\"too_large\"} 1",
+        "sluice_mqtt_connections_total{outcome=\"timeout\"} 1",
+        "sluice_mqtt_connections_total{outcome=\"closed\"} 1",
+    ] {
+        assert!(metrics.contains(want), "{want} in\n{metrics}");
+    }
+    let statuses: Vec<u64> = lines(gw.dir())
+        .iter()
+        .map(|l| l["status"].as_u64().unwrap())
+        .collect();
+    assert!(
+        statuses.contains(&408) && statuses.contains(&413),
+        "{statuses:?}"
+    );
+}
