@@ -228,3 +228,113 @@ ca = "not-pem.txt"
         "{errs:#?}"
     );
 }
+
+#[test]
+fn mqtt_listeners_load_with_their_defaults_and_their_mistakes_are_named() {
+    let brokers = r#"
+[[upstream]]
+name = "brokers"
+balance = "consistent_hash"
+hash_balance_factor = 0
+servers = [{ address = "127.0.0.1:1883" }, { address = "127.0.0.1:1884" }]
+"#;
+    let src = format!(
+        r#"
+[[listener]]
+name = "devices"
+address = "127.0.0.1:1883"
+kind = "mqtt"
+upstream = "brokers"
+[[listener]]
+name = "by-user"
+address = "127.0.0.1:1884"
+kind = "mqtt"
+upstream = "brokers"
+idle_timeout = "2m"
+[listener.mqtt]
+connect_timeout = "3s"
+max_connect_size = "8k"
+route_by = "username"
+{brokers}"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let s = load_str(&src, "t.toml", dir.path()).unwrap();
+    let ListenerKind::Mqtt(d) = &s.listeners[0].kind else {
+        panic!("{:?}", s.listeners[0].kind)
+    };
+    assert_eq!(
+        (d.connect_timeout, d.max_connect_size, d.route_by),
+        (
+            Duration::from_secs(10),
+            64 << 10,
+            crate::MqttRouteBy::ClientId
+        ),
+        "defaults"
+    );
+    let ListenerKind::Mqtt(u) = &s.listeners[1].kind else {
+        panic!("{:?}", s.listeners[1].kind)
+    };
+    assert_eq!(
+        (
+            u.connect_timeout,
+            u.max_connect_size,
+            u.route_by,
+            u.idle_timeout
+        ),
+        (
+            Duration::from_secs(3),
+            8 << 10,
+            crate::MqttRouteBy::Username,
+            Duration::from_secs(120)
+        )
+    );
+
+    let bad = format!(
+        r#"
+[[listener]]
+name = "round"
+address = "127.0.0.1:1885"
+kind = "mqtt"
+upstream = "db"
+[[listener]]
+name = "web"
+address = "127.0.0.1:8080"
+[listener.mqtt]
+route_by = "ip"
+[[listener]]
+name = "pass"
+address = "127.0.0.1:8883"
+kind = "mqtt"
+passthrough = {{ "a.example.com" = "brokers" }}
+[[listener]]
+name = "lost"
+address = "127.0.0.1:1886"
+kind = "mqtt"
+[listener.mqtt]
+route_by = "device"
+{UPSTREAMS}{brokers}"#
+    );
+    let errs = errors(&bad, dir.path());
+    let at = |needle: &str| said_at(&errs, &bad, needle);
+    assert!(
+        at("upstream = \"db\"").contains("does not hash"),
+        "{errs:#?}"
+    );
+    assert!(at("upstream = \"db\"").contains("consistent_hash"));
+    assert!(
+        at("[listener.mqtt]").contains("is for kind = \"mqtt\" listeners"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("passthrough = {").contains("cannot pass TLS through"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("name = \"lost\"").contains("kind = \"mqtt\" but has no upstream"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("route_by = \"device\"").contains("route_by"),
+        "{errs:#?}"
+    );
+}

@@ -29,7 +29,12 @@ impl Mosquitto {
             format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_type none\n"),
         )
         .unwrap();
-        let child = std::process::Command::new("mosquitto")
+        // Debian installs it in /usr/sbin, which is not on every user's PATH.
+        let bin = ["/usr/sbin/mosquitto", "mosquitto"]
+            .into_iter()
+            .find(|b| Path::new(b).exists())
+            .unwrap_or("mosquitto");
+        let child = std::process::Command::new(bin)
             .arg("-c")
             .arg(&conf)
             .stdout(std::process::Stdio::null())
@@ -356,5 +361,182 @@ async fn a_connect_that_is_not_right_is_refused_with_its_code_and_counted() {
     assert!(
         statuses.contains(&408) && statuses.contains(&413),
         "{statuses:?}"
+    );
+}
+
+/// A stand-in broker for the side-by-side test: answers `OK` to whatever arrives, so a
+/// connection that got through a gateway says so.
+async fn recorder() -> SocketAddr {
+    let socket = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = socket.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                if matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {
+                    let _ = tcp.write_all(b"OK").await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Whether a gateway let `bytes` through to the stand-in broker.
+async fn passes(gw: SocketAddr, bytes: Vec<u8>) -> bool {
+    let Ok(mut s) = TcpStream::connect(gw).await else {
+        return false;
+    };
+    if s.write_all(&bytes).await.is_err() {
+        return false;
+    }
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(4), s.read_to_end(&mut got)).await;
+    got.starts_with(b"OK")
+}
+
+/// Valid CONNECTs of 3.1.1 and 5 (with a will, a login, properties), and mutations of them.
+fn vectors() -> Vec<Vec<u8>> {
+    let s = |b: &[u8]| {
+        let mut v = (b.len() as u16).to_be_bytes().to_vec();
+        v.extend_from_slice(b);
+        v
+    };
+    let packet = |body: Vec<u8>| {
+        let mut p = vec![0x10, body.len() as u8];
+        p.extend(body);
+        p
+    };
+    let mut v311 = vec![0, 4, b'M', b'Q', b'T', b'T', 4, 0xCE, 0, 30];
+    for f in [&b"dev-9"[..], b"will/dev-9", b"bye", b"user", b"pass"] {
+        v311.extend(s(f));
+    }
+    let mut v5 = vec![
+        0, 4, b'M', b'Q', b'T', b'T', 5, 0xC2, 0, 30, 8, 0x11, 0, 0, 0, 60, 0x21, 0, 8,
+    ];
+    for f in [&b"dev-5"[..], b"user", b"pass"] {
+        v5.extend(s(f));
+    }
+    let bases = [packet(v311), packet(v5), connect("plain-1")];
+    let mut out: Vec<Vec<u8>> = bases.to_vec();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..450 {
+        let mut m = bases[i % bases.len()].clone();
+        for _ in 0..=(next() % 2) {
+            let at = (next() % m.len() as u64) as usize;
+            m[at] = match next() % 3 {
+                0 => next() as u8,
+                1 => m[at] ^ (1 << (next() % 8)),
+                _ => [0x00, 0x01, 0x7f, 0x80, 0xff][(next() % 5) as usize],
+            };
+        }
+        out.push(m);
+    }
+    out
+}
+
+/// Where the standards allow what HAProxy 2.6's `mqtt_is_valid` refuses (docs/mqtt.md): MQTT
+/// 3.1, an empty client identifier, an empty string as the packet's last field.
+fn allowed_difference(bytes: &[u8]) -> Option<&'static str> {
+    let Ok(sluice_mqtt::Parsed::Complete(c, n)) = sluice_mqtt::parse_connect(bytes, 1 << 16) else {
+        return None;
+    };
+    if c.version == sluice_mqtt::Version::V31 {
+        return Some("MQTT 3.1");
+    }
+    if c.client_id.is_empty() {
+        return Some("an empty client identifier");
+    }
+    // A string (or binary field) of length 0 at the very end: its two length bytes end it.
+    if bytes[..n].ends_with(&[0, 0]) {
+        return Some("an empty last field");
+    }
+    None
+}
+
+/// The same CONNECTs, valid and malformed, through HAProxy 2.6 with `mqtt_is_valid` and
+/// through Sluice: Sluice never lets through what HAProxy refuses, except where the standards
+/// allow it (each such case named), and it refuses what HAProxy refuses for other reasons.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_lets_through_no_connect_haproxy_refuses() {
+    use futures_util::StreamExt as _;
+    let broker = recorder().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = dir.path().join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n    maxconn 512\ndefaults\n    mode tcp\n    timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\
+             frontend mqtt\n    bind 127.0.0.1:{port}\n    tcp-request inspect-delay 1s\n\
+             \x20   tcp-request content reject unless {{ req.payload(0,0),mqtt_is_valid }}\n    default_backend b\n\
+             backend b\n    server s {broker}\n"
+        ),
+    )
+    .unwrap();
+    let _haproxy = crate::differential::Child(
+        std::process::Command::new(crate::differential::binary("haproxy"))
+            .arg("-db")
+            .arg("-f")
+            .arg(&cfg)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("haproxy starts"),
+    );
+    let haproxy = SocketAddr::from(([127, 0, 0, 1], port));
+    crate::differential::wait_listening(haproxy).await;
+    let text = format!(
+        r#"
+[[upstream]]
+name = "brokers"
+balance = "consistent_hash"
+servers = [{{ address = "{broker}" }}]
+[[listener]]
+name = "devices"
+address = "127.0.0.1:0"
+kind = "mqtt"
+upstream = "brokers"
+[listener.mqtt]
+connect_timeout = "1s"
+"#
+    );
+    let gw = TestGateway::plain(&text).await;
+    let sluice = gw.addr("devices");
+    let results: Vec<(Vec<u8>, bool, bool)> = futures_util::stream::iter(vectors())
+        .map(|v| async move {
+            let (h, s) = tokio::join!(passes(haproxy, v.clone()), passes(sluice, v.clone()));
+            (v, h, s)
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let mut differences = std::collections::BTreeMap::<&str, usize>::new();
+    let (mut both, mut neither) = (0, 0);
+    for (v, h, s) in &results {
+        match (h, s) {
+            (true, true) => both += 1,
+            (false, false) => neither += 1,
+            (false, true) => {
+                let why = allowed_difference(v)
+                    .unwrap_or_else(|| panic!("Sluice let through what HAProxy refused: {v:02x?}"));
+                *differences.entry(why).or_default() += 1;
+            }
+            (true, false) => *differences.entry("refused by Sluice only").or_default() += 1,
+        }
+    }
+    println!(
+        "{} CONNECTs: {both} through both, {neither} through neither, {differences:?}",
+        results.len()
+    );
+    assert!(
+        both >= 3 && neither > 100,
+        "{both} through both, {neither} through neither, {differences:?}"
     );
 }
