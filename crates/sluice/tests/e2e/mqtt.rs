@@ -540,3 +540,55 @@ connect_timeout = "1s"
         "{both} through both, {neither} through neither, {differences:?}"
     );
 }
+
+/// MQTT over TLS: the listener terminates TLS with its certificate, and mosquitto_pub's QoS 1
+/// publish completes through it; the access log says `mqtts`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_over_tls_terminates_at_the_listener() {
+    let broker = Mosquitto::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(
+        dir.path(),
+        "devices",
+        sluice_tls::selfsigned::KeyKind::EcdsaP256,
+        &["devices.test"],
+    );
+    let text = config(&[&broker], "").replace("[listener.mqtt]", "[listener.tls]\n[listener.mqtt]")
+        + "[[certificate]]\nname = \"devices\"\ncert = \"devices.crt\"\nkey = \"devices.key\"\n";
+    let gw = TestGateway::start_logged(&text, dir).await;
+    let port = gw.addr("devices").port().to_string();
+    let ca = gw.dir().join("devices.crt");
+    let out = std::process::Command::new("mosquitto_pub")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-i",
+            "tls-1",
+            "-q",
+            "1",
+            "-t",
+            "t",
+            "-m",
+            "over tls",
+        ])
+        .arg("--cafile")
+        .arg(&ca)
+        // The certificate names devices.test, not 127.0.0.1.
+        .arg("--insecure")
+        .output()
+        .expect("mosquitto-clients is needed (scripts/test-deps installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until(|| !brokers_of(gw.dir(), "tls-1").is_empty()).await;
+    let line = lines(gw.dir())
+        .into_iter()
+        .find(|l| l["path"] == "tls-1")
+        .unwrap();
+    assert_eq!(line["protocol"], "mqtts", "{line}");
+    assert_eq!(line["upstream"], broker.addr().to_string());
+}
