@@ -210,6 +210,8 @@ pub struct RawListenerMqtt {
     /// What picks a device's broker on the upstream's hash ring: `"client_id"` (default) or
     /// `"username"`.
     pub route_by: Option<SpannedStr>,
+    /// A regular expression every client identifier must match (default: any).
+    pub client_id_pattern: Option<SpannedStr>,
 }
 
 /// `[listener.tls]`: makes a listener HTTPS.

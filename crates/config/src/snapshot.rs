@@ -444,10 +444,26 @@ pub struct MqttProxy {
     pub max_connect_size: usize,
     /// What a device's broker is chosen by.
     pub route_by: MqttRouteBy,
+    /// Client identifiers that may connect (others are refused, "client identifier not
+    /// valid"); `None`: any.
+    pub client_id_pattern: Option<IdPattern>,
     /// A connection whose CONNECT asked for no keep alive is closed after this long without
     /// a byte either way; one with a keep alive, after 1.5 times it (MQTT-3.1.2-24).
     pub idle_timeout: Duration,
 }
+
+/// A regular expression compared by its text (so that a listener's settings compare equal
+/// across reloads when the pattern is unchanged).
+#[derive(Debug, Clone)]
+pub struct IdPattern(pub regex::Regex);
+
+impl PartialEq for IdPattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl Eq for IdPattern {}
 
 /// What an MQTT listener hashes to choose a device's broker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -362,15 +362,18 @@ impl Cx<'_> {
             }
             let settings = self.mqtt_settings(raw.mqtt.as_ref().map(Spanned::get_ref));
             return match (ok, upstream, settings) {
-                (true, Some(upstream), Some((connect_timeout, max_connect_size, route_by))) => {
-                    Some(ListenerKind::Mqtt(MqttProxy {
-                        upstream,
-                        connect_timeout,
-                        max_connect_size,
-                        route_by,
-                        idle_timeout,
-                    }))
-                }
+                (
+                    true,
+                    Some(upstream),
+                    Some((connect_timeout, max_connect_size, route_by, client_id_pattern)),
+                ) => Some(ListenerKind::Mqtt(MqttProxy {
+                    upstream,
+                    connect_timeout,
+                    max_connect_size,
+                    route_by,
+                    client_id_pattern,
+                    idle_timeout,
+                })),
                 _ => None,
             };
         }
@@ -410,7 +413,7 @@ impl Cx<'_> {
     fn mqtt_settings(
         &mut self,
         raw: Option<&RawListenerMqtt>,
-    ) -> Option<(Duration, usize, MqttRouteBy)> {
+    ) -> Option<(Duration, usize, MqttRouteBy, Option<IdPattern>)> {
         let before = self.errors.len();
         let timeout = self
             .duration(raw.and_then(|m| m.connect_timeout.as_ref()))
@@ -429,7 +432,19 @@ impl Cx<'_> {
             )
             .unwrap_or(MqttRouteBy::ClientId);
         let size = usize::try_from(size).unwrap_or(usize::MAX);
-        (self.errors.len() == before).then_some((timeout, size, route_by))
+        let pattern = raw.and_then(|m| m.client_id_pattern.as_ref()).and_then(|p| {
+            regex::Regex::new(p.get_ref())
+                .map_err(|e| {
+                    self.err_at(
+                        p,
+                        format!("client_id_pattern does not compile: {e}"),
+                        "fix the regular expression (Rust regex syntax), anchored as \"^dev-[0-9a-f]{8}$\"",
+                    );
+                })
+                .ok()
+                .map(IdPattern)
+        });
+        (self.errors.len() == before).then_some((timeout, size, route_by, pattern))
     }
 
     pub(super) fn listener_tls(

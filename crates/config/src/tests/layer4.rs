@@ -312,6 +312,7 @@ address = "127.0.0.1:1886"
 kind = "mqtt"
 [listener.mqtt]
 route_by = "device"
+client_id_pattern = "^dev-[0-9"
 {UPSTREAMS}{brokers}"#
     );
     let errs = errors(&bad, dir.path());

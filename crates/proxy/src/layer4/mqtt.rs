@@ -1,6 +1,7 @@
 //! Layer 4 for MQTT: a `kind = "mqtt"` listener's connections (after TLS, when the listener
 //! terminates it). The first packet must be a valid CONNECT (`sluice-mqtt`), whole within
-//! `connect_timeout` and `max_connect_size`; else the connection is closed, with a CONNACK
+//! `connect_timeout` and `max_connect_size`, with a client identifier that matches
+//! `client_id_pattern` where there is one; else the connection is closed, with a CONNACK
 //! that says why where the client's version has a code for it, and counted. An admitted
 //! connection goes to the broker its client identifier (or user name) hashes to on the
 //! upstream's ring, the next one on the ring when that one is down, with the CONNECT (and
@@ -150,6 +151,14 @@ where
     loop {
         match parse_connect(read, mqtt.max_connect_size)? {
             Parsed::Complete(c, _) => {
+                if let Some(p) = &mqtt.client_id_pattern
+                    && !p.0.is_match(c.client_id)
+                {
+                    return Err(Refusal {
+                        fault: Fault::ClientIdNotValid,
+                        version: Some(c.version),
+                    });
+                }
                 let by = match mqtt.route_by {
                     MqttRouteBy::Username => c.username.filter(|u| !u.is_empty()),
                     MqttRouteBy::ClientId => None,

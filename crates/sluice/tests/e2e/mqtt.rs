@@ -290,7 +290,8 @@ async fn mosquitto_clients_publish_and_subscribe_through_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_that_is_not_right_is_refused_with_its_code_and_counted() {
     let broker = Mosquitto::start().await;
-    let gw = TestGateway::start_logged(&config(&[&broker], ""), tempfile::tempdir().unwrap()).await;
+    let text = config(&[&broker], "client_id_pattern = \"^[a-z0-9-]+$\"");
+    let gw = TestGateway::start_logged(&text, tempfile::tempdir().unwrap()).await;
     let web = gw.addr("devices");
     // Not MQTT: closed without a CONNACK.
     assert_eq!(
@@ -324,6 +325,11 @@ async fn a_connect_that_is_not_right_is_refused_with_its_code_and_counted() {
         exchange(web, &[&anon], Duration::ZERO).await,
         [0x20, 0x02, 0x00, 0x02]
     );
+    // An identifier outside the listener's client_id_pattern: "identifier rejected".
+    assert_eq!(
+        exchange(web, &[&connect("Bad_Id!")], Duration::ZERO).await,
+        [0x20, 0x02, 0x00, 0x02]
+    );
     // Over max_connect_size (1k), declared in the fixed header: closed at once.
     let big = [0x10, 0xff, 0x7f];
     assert_eq!(exchange(web, &[&big], Duration::ZERO).await, b"");
@@ -340,14 +346,14 @@ async fn a_connect_that_is_not_right_is_refused_with_its_code_and_counted() {
         b""
     );
     let (admin, _task) = admin_for(&gw).await;
-    wait_until(|| lines(gw.dir()).len() >= 8).await;
+    wait_until(|| lines(gw.dir()).len() >= 9).await;
     let metrics = crate::auth::get(admin, "/metrics", &[]).await.body;
     for want in [
         "sluice_mqtt_connections_total{outcome=\"proxied\"} 1",
         "sluice_mqtt_connections_total{outcome=\"not_connect\"} 1",
         "sluice_mqtt_connections_total{outcome=\"protocol_error\"} 1",
         "sluice_mqtt_connections_total{outcome=\"unsupported_version\"} 1",
-        "sluice_mqtt_connections_total{outcome=\"client_id_not_valid\"} 1",
+        "sluice_mqtt_connections_total{outcome=\"client_id_not_valid\"} 2",
         "sluice_mqtt_connections_total{outcome=\"too_large\"} 1",
         "sluice_mqtt_connections_total{outcome=\"timeout\"} 1",
         "sluice_mqtt_connections_total{outcome=\"closed\"} 1",
