@@ -7,10 +7,12 @@
 
 mod connect;
 mod refusal;
+mod version;
 mod wire;
 
-pub use connect::{Connect, Parsed, Properties, Version, Will, parse_connect};
+pub use connect::{Connect, Parsed, Properties, Will, parse_connect};
 pub use refusal::{Fault, Refusal, connack};
+pub use version::Version;
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@
 //! refusal and the version is known (the packet got as far as its protocol level), then
 //! closes; otherwise it closes without one.
 
-use crate::connect::Version;
+use crate::version::Version;
 
 /// What is wrong with a first packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -41,13 +41,15 @@ impl Mosquitto {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("mosquitto is needed (scripts/test-deps installs Debian's mosquitto)");
+        // Owned at once, so that a broker that never listens is still stopped.
+        let broker = Mosquitto {
+            port,
+            child: Some(child),
+            _dir: dir,
+        };
         for _ in 0..250 {
             if TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-                return Mosquitto {
-                    port,
-                    child: Some(child),
-                    _dir: dir,
-                };
+                return broker;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -162,7 +164,7 @@ const CONNACK_OK: [u8; 4] = [0x20, 0x02, 0x00, 0x00];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_returns_to_its_broker_and_fails_over_when_it_dies() {
-    let mut brokers = vec![
+    let mut brokers = [
         Mosquitto::start().await,
         Mosquitto::start().await,
         Mosquitto::start().await,
