@@ -15,13 +15,13 @@
 
 use crate::access_log::Entry;
 use crate::addresses::Addresses;
-use crate::layer4::stream::{Relayed, TcpConn, relay_keyed};
+use crate::layer4::stream::{Relayed, TcpConn, opened, relay_keyed};
 use crate::listen::connection::Signals;
 use crate::request::context::ListenerCtx;
 use sluice_config::{MqttProxy, MqttRouteBy};
 use sluice_mqtt::{Fault, Parsed, Refusal, parse_connect};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -44,16 +44,7 @@ pub(crate) async fn serve(
         return;
     };
     let _ = tcp.set_nodelay(true);
-    let mut log = Entry {
-        time: Some(SystemTime::now()),
-        client: Some(at.client),
-        listener: listener.name.clone(),
-        method: "MQTT".into(),
-        path: "-".into(),
-        protocol: "mqtt",
-        ..Entry::default()
-    };
-    let start = Instant::now();
+    let (mut log, start) = opened(&listener, at, "MQTT", "mqtt");
     if !listener.config.acl.permits(at.client.ip()) {
         listener.metrics.denied();
         return end(&listener, log, start, 403, DENIED);

@@ -40,16 +40,7 @@ pub(crate) async fn serve(
         return;
     };
     let _ = tcp.set_nodelay(true);
-    let mut log = Entry {
-        time: Some(SystemTime::now()),
-        client: Some(at.client),
-        listener: listener.name.clone(),
-        method: "TCP".into(),
-        path: "-".into(),
-        protocol: "tcp",
-        ..Entry::default()
-    };
-    let start = Instant::now();
+    let (mut log, start) = opened(&listener, at, "TCP", "tcp");
     let finish =
         |log: Entry, status: u16, outcome: usize| end(&listener, log, start, status, outcome);
     // The connection's context for `relay`, once its log entry is complete.
@@ -125,6 +116,26 @@ fn proxied(relayed: Option<Relayed<'_>>) {
         };
         end(r.listener, r.log, r.start, status, outcome);
     }
+}
+
+/// A layer-4 connection's log entry as it opens (`method` and `protocol` name the listener's
+/// kind), and when it opened.
+pub(crate) fn opened(
+    listener: &ListenerCtx,
+    at: Addresses,
+    method: &'static str,
+    protocol: &'static str,
+) -> (Entry, Instant) {
+    let log = Entry {
+        time: Some(SystemTime::now()),
+        client: Some(at.client),
+        listener: listener.name.clone(),
+        method: method.into(),
+        path: "-".into(),
+        protocol,
+        ..Entry::default()
+    };
+    (log, Instant::now())
 }
 
 /// The group for a ClientHello's server name: exact names, then wildcards, then the
