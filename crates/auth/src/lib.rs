@@ -553,5 +553,20 @@ pub fn check(routes: &[Arc<sluice_config::Route>]) -> Vec<String> {
         .collect()
 }
 
+/// The same for the MQTT listeners' `[listener.mqtt.auth]` files.
+pub fn check_listeners(listeners: &[sluice_config::Listener]) -> Vec<String> {
+    listeners
+        .iter()
+        .filter_map(|l| {
+            let sluice_config::ListenerKind::Mqtt(m) = &l.kind else {
+                return None;
+            };
+            Authenticator::new(m.auth.as_ref()?)
+                .err()
+                .map(|e| format!("listener `{}` [listener.mqtt.auth]: {e}", l.name))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

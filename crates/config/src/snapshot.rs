@@ -447,6 +447,8 @@ pub struct MqttProxy {
     /// Client identifiers that may connect (others are refused, "client identifier not
     /// valid"); `None`: any.
     pub client_id_pattern: Option<IdPattern>,
+    /// `[listener.mqtt.auth]`: who may connect (`basic` and `jwt` only).
+    pub auth: Option<Arc<crate::RouteAuth>>,
     /// A connection whose CONNECT asked for no keep alive is closed after this long without
     /// a byte either way; one with a keep alive, after 1.5 times it (MQTT-3.1.2-24).
     pub idle_timeout: Duration,

@@ -25,6 +25,12 @@ pub enum Fault {
     ClientIdNotValid,
     /// The packet is larger than the listener accepts.
     TooLarge,
+    /// The user name and password (or token) were not accepted, or none was sent.
+    BadCredentials,
+    /// The credentials were accepted but do not allow this connection.
+    NotAuthorized,
+    /// What checks the credentials could not answer (a token issuer's keys unreachable).
+    Unavailable,
 }
 
 /// A refusal of a connection's first packet: what is wrong and, where the packet got that
@@ -47,6 +53,9 @@ impl Refusal {
             Fault::UnsupportedVersion => "unsupported_version",
             Fault::ClientIdNotValid => "client_id_not_valid",
             Fault::TooLarge => "too_large",
+            Fault::BadCredentials => "bad_credentials",
+            Fault::NotAuthorized => "not_authorized",
+            Fault::Unavailable => "auth_unavailable",
         }
     }
 
@@ -60,8 +69,14 @@ impl Refusal {
             (Fault::UnsupportedVersion, Version::V5) => 0x84,
             (Fault::ClientIdNotValid, Version::V5) => 0x85,
             (Fault::TooLarge, Version::V5) => 0x95,
+            (Fault::BadCredentials, Version::V5) => 0x86,
+            (Fault::NotAuthorized, Version::V5) => 0x87,
+            (Fault::Unavailable, Version::V5) => 0x88,
             (Fault::UnsupportedVersion, _) => 0x01,
             (Fault::ClientIdNotValid, _) => 0x02,
+            (Fault::Unavailable, _) => 0x03,
+            (Fault::BadCredentials, _) => 0x04,
+            (Fault::NotAuthorized, _) => 0x05,
             (Fault::Malformed(_) | Fault::ProtocolError(_) | Fault::TooLarge, _) => return None,
         };
         Some(connack(version, code))
@@ -79,6 +94,9 @@ impl std::fmt::Display for Refusal {
             }
             Fault::ClientIdNotValid => write!(f, "the client identifier is not acceptable"),
             Fault::TooLarge => write!(f, "the CONNECT is larger than the listener accepts"),
+            Fault::BadCredentials => write!(f, "bad user name or password"),
+            Fault::NotAuthorized => write!(f, "not authorized"),
+            Fault::Unavailable => write!(f, "the credentials could not be checked now"),
         }
     }
 }
@@ -117,5 +135,17 @@ mod tests {
         );
         assert_eq!(r(Fault::Malformed("x"), None).connack(), None);
         assert_eq!(r(Fault::NotConnect, Some(Version::V5)).connack(), None);
+        assert_eq!(
+            r(Fault::BadCredentials, Some(Version::V5)).connack(),
+            Some(vec![0x20, 3, 0, 0x86, 0])
+        );
+        assert_eq!(
+            r(Fault::BadCredentials, Some(Version::V311)).connack(),
+            Some(vec![0x20, 2, 0, 0x04])
+        );
+        assert_eq!(
+            r(Fault::NotAuthorized, Some(Version::V31)).connack(),
+            Some(vec![0x20, 2, 0, 0x05])
+        );
     }
 }

@@ -637,6 +637,8 @@ async fn prepare(
             report.listeners_added.push(l.name.clone());
         }
         let plans = crate::request::filters::plans_for(&mut plan_tables, &router, &guards);
+        let mqtt_auth = crate::layer4::mqtt_auth::authenticator(l, old_ctx.as_deref())
+            .map_err(ProxyError::Auth)?;
         let ctx = Arc::new(ListenerCtx {
             name: Arc::from(l.name.as_str()),
             config: l.clone(),
@@ -651,6 +653,7 @@ async fn prepare(
             tracer: tracer.clone(),
             plans,
             alt_svc: crate::request::context::AltSvc::new(l.http3, l.address.port()),
+            mqtt_auth,
         });
         listeners.push((placement, ctx));
     }

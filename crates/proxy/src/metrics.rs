@@ -30,7 +30,7 @@ pub struct ProxyMetrics {
     /// TCP listeners' connections by [`TCP_OUTCOMES`].
     tcp: [AtomicU64; 5],
     /// MQTT listeners' connections by [`MQTT_OUTCOMES`].
-    mqtt: [AtomicU64; 11],
+    mqtt: [AtomicU64; 14],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`].
     proxy_protocol: [AtomicU64; 4],
     /// HTTP request and response body bytes: from clients, to clients.
@@ -80,8 +80,10 @@ pub const TCP_OUTCOMES: [&str; 5] = [
 /// listener's `allow`/`deny`; a first packet that is not a CONNECT; a CONNECT that is
 /// malformed, breaks a protocol rule, asks for a version other than 3.1, 3.1.1 or 5, has an
 /// unacceptable client identifier, or is over `max_connect_size`; no whole CONNECT within
-/// `connect_timeout` (or the client closed first); no broker could be connected to.
-pub const MQTT_OUTCOMES: [&str; 11] = [
+/// `connect_timeout` (or the client closed first); no broker could be connected to; refused
+/// by `[listener.mqtt.auth]`: bad or no credentials, credentials that do not allow it, or
+/// credentials that could not be checked.
+pub const MQTT_OUTCOMES: [&str; 14] = [
     "proxied",
     "denied",
     "not_connect",
@@ -93,6 +95,9 @@ pub const MQTT_OUTCOMES: [&str; 11] = [
     "timeout",
     "closed",
     "upstream_unavailable",
+    "bad_credentials",
+    "not_authorized",
+    "auth_unavailable",
 ];
 
 /// What became of connections on `proxy_protocol` listeners: a header read; a peer outside
@@ -120,7 +125,7 @@ pub struct ProxySnapshot {
     /// TCP listeners' connections by [`TCP_OUTCOMES`] index.
     pub tcp: [u64; 5],
     /// MQTT listeners' connections by [`MQTT_OUTCOMES`] index.
-    pub mqtt: [u64; 11],
+    pub mqtt: [u64; 14],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`] index.
     pub proxy_protocol: [u64; 4],
     /// HTTP body bytes from clients and to clients.

@@ -12,11 +12,19 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
+/// What the routes' `[route.auth]` and the MQTT listeners' `[listener.mqtt.auth]` files say:
+/// each problem with its owner, file and line.
+fn auth_problems(s: &Snapshot) -> Vec<String> {
+    let mut problems = sluice_auth::check(&s.routes);
+    problems.extend(sluice_auth::check_listeners(&s.listeners));
+    problems
+}
+
 /// `sluice check --config FILE`: every error at once, exit status 1 when there is any.
 pub(crate) fn check(path: &Path) -> ExitCode {
     match load_file(path) {
-        Ok(s) if !sluice_auth::check(&s.routes).is_empty() => {
-            for problem in sluice_auth::check(&s.routes) {
+        Ok(s) if !auth_problems(&s).is_empty() => {
+            for problem in auth_problems(&s) {
                 eprintln!("{}: {problem}", path.display());
             }
             ExitCode::FAILURE

@@ -12,8 +12,15 @@ use std::time::Duration;
 use toml::Spanned;
 
 impl Cx<'_> {
-    /// `[route.auth]`; `None` when it has a mistake (reported).
-    pub(super) fn auth(&mut self, route: &str, raw: &Spanned<RawAuth>) -> Option<RouteAuth> {
+    /// `[route.auth]` (or an MQTT listener's `[listener.mqtt.auth]`); `None` when it has a
+    /// mistake (reported). `route` names its owner in errors (``route `api` ``); `name` is
+    /// the default realm.
+    pub(super) fn auth(
+        &mut self,
+        route: &str,
+        name: &str,
+        raw: &Spanned<RawAuth>,
+    ) -> Option<RouteAuth> {
         let r = raw.get_ref();
         let before = self.errors.len();
         let jwt = r.jwt.as_ref().map(|j| Arc::new(self.jwt(route, j)));
@@ -34,7 +41,7 @@ impl Cx<'_> {
         {
             self.err_at(
                 raw,
-                format!("route `{route}`: [route.auth] names no method"),
+                format!("{route}: [route.auth] names no method"),
                 "add cert = {…}, jwt = {…}, keys = {…}, basic = {…} or forward = {…}",
             );
         }
@@ -53,15 +60,13 @@ impl Cx<'_> {
         let realm = r
             .realm
             .as_ref()
-            .map_or_else(|| route.to_owned(), |r| r.get_ref().clone());
+            .map_or_else(|| name.to_owned(), |r| r.get_ref().clone());
         if (realm.contains(['"', '\\']) || realm.chars().any(char::is_control))
             && let Some(at) = &r.realm
         {
             self.err_at(
                 at,
-                format!(
-                    "route `{route}`: realm may not hold quotes, backslashes or control characters"
-                ),
+                format!("{route}: realm may not hold quotes, backslashes or control characters"),
                 "use plain text",
             );
         }
@@ -87,7 +92,7 @@ impl Cx<'_> {
         if jwks_url.is_some() == keys_file.is_some() {
             self.err_at(
                 raw,
-                format!("route `{route}`: jwt needs exactly one of jwks_url and keys"),
+                format!("{route}: jwt needs exactly one of jwks_url and keys"),
                 "give the issuer's JWKS URL, or a file of its public keys (JWKS or PEM)",
             );
         }
@@ -99,7 +104,7 @@ impl Cx<'_> {
             } else {
                 self.err_at(
                     a,
-                    format!("route `{route}`: jwt algorithm `{}` is not supported", a.get_ref()),
+                    format!("{route}: jwt algorithm `{}` is not supported", a.get_ref()),
                     format!(
                         "use some of {} (HMAC and `none` are refused: a public key is not a secret)",
                         JWT_ALGORITHMS.join(", ")
@@ -126,7 +131,7 @@ impl Cx<'_> {
                 _ => {
                     self.err_at(
                         t,
-                        format!("route `{route}`: token_from `{}` is not a place", t.get_ref()),
+                        format!("{route}: token_from `{}` is not a place", t.get_ref()),
                         "use \"header\" (Authorization: Bearer), \"header:NAME\", \"cookie:NAME\" or \"query:NAME\"",
                     );
                     TokenSource::Bearer
@@ -167,7 +172,7 @@ impl Cx<'_> {
                 }
                 _ => self.err_at(
                     s,
-                    format!("route `{route}`: `{}` is not a subjectAltName", s.get_ref()),
+                    format!("{route}: `{}` is not a subjectAltName", s.get_ref()),
                     "write DNS:name, URI:spiffe://… or email:someone@example.com",
                 ),
             }
@@ -250,7 +255,8 @@ impl Cx<'_> {
         }
     }
 
-    /// `[route.cors]`; `None` when it has a mistake (reported).
+    /// `[route.cors]`; `None` when it has a mistake (reported). `route` names its owner in
+    /// errors (``route `api` ``).
     pub(super) fn cors(&mut self, route: &str, raw: &Spanned<RawCors>) -> Option<Cors> {
         let r = raw.get_ref();
         let before = self.errors.len();
@@ -262,7 +268,7 @@ impl Cx<'_> {
                 Some(Some(p)) => origins.push(p),
                 None => self.err_at(
                     o,
-                    format!("route `{route}`: CORS origin `{}` is not an origin", o.get_ref()),
+                    format!("{route}: CORS origin `{}` is not an origin", o.get_ref()),
                     "write scheme://host[:port] (\"https://app.example.com\"), with \"*.\" before a domain for its subdomains, or \"*\"",
                 ),
             }
@@ -271,7 +277,7 @@ impl Cx<'_> {
         if credentials && any_origin {
             self.err_at(
                 raw,
-                format!("route `{route}`: CORS credentials = true with origin \"*\""),
+                format!("{route}: CORS credentials = true with origin \"*\""),
                 "browsers refuse credentials with a wildcard origin: list the origins",
             );
         }
@@ -284,7 +290,7 @@ impl Cx<'_> {
                         Ok(method) => methods.push(method),
                         Err(_) => self.err_at(
                             m,
-                            format!("route `{route}`: `{}` is not a method", m.get_ref()),
+                            format!("{route}: `{}` is not a method", m.get_ref()),
                             "use methods such as \"GET\", \"PUT\"",
                         ),
                     }
@@ -326,7 +332,7 @@ impl Cx<'_> {
             Err(_) => {
                 self.err_at(
                     h,
-                    format!("route `{route}`: `{}` is not a header name", h.get_ref()),
+                    format!("{route}: `{}` is not a header name", h.get_ref()),
                     "use letters, digits and '-'",
                 );
                 None
@@ -346,7 +352,7 @@ impl Cx<'_> {
                 self.err_at(
                     u,
                     format!(
-                        "route `{route}`: `{}` is not an http:// or https:// URL",
+                        "{route}: `{}` is not an http:// or https:// URL",
                         u.get_ref()
                     ),
                     "write it whole, such as \"https://idp.example.com/.well-known/jwks.json\"",
@@ -362,7 +368,7 @@ impl Cx<'_> {
         if let Err(e) = std::fs::metadata(&path) {
             self.err_at(
                 p,
-                format!("route `{route}`: {what} {}: {e}", path.display()),
+                format!("{route}: {what} {}: {e}", path.display()),
                 "check the path (relative paths start at the configuration file's directory)",
             );
         }
@@ -378,10 +384,7 @@ impl Cx<'_> {
             Ok(_) => {
                 self.err_at(
                     p,
-                    format!(
-                        "route `{route}`: {} holds no PEM certificate",
-                        path.display()
-                    ),
+                    format!("{route}: {} holds no PEM certificate", path.display()),
                     "give a file of PEM CA certificates",
                 );
                 None
@@ -389,7 +392,7 @@ impl Cx<'_> {
             Err(e) => {
                 self.err_at(
                     p,
-                    format!("route `{route}`: cannot read {}: {e}", path.display()),
+                    format!("{route}: cannot read {}: {e}", path.display()),
                     "check the path (relative paths start at the configuration file's directory)",
                 );
                 None

@@ -352,30 +352,7 @@ impl Cx<'_> {
             .duration(raw.idle_timeout.as_ref())
             .unwrap_or(Duration::from_secs(600));
         if kind == Kind::Mqtt {
-            if let Some(p) = &raw.passthrough {
-                self.err_at(
-                    p,
-                    format!("listener `{name}`: an MQTT listener reads each CONNECT, so it cannot pass TLS through"),
-                    "remove passthrough (terminate TLS here with [listener.tls], or use a kind = \"tcp\" listener)",
-                );
-                return None;
-            }
-            let settings = self.mqtt_settings(raw.mqtt.as_ref().map(Spanned::get_ref));
-            return match (ok, upstream, settings) {
-                (
-                    true,
-                    Some(upstream),
-                    Some((connect_timeout, max_connect_size, route_by, client_id_pattern)),
-                ) => Some(ListenerKind::Mqtt(MqttProxy {
-                    upstream,
-                    connect_timeout,
-                    max_connect_size,
-                    route_by,
-                    client_id_pattern,
-                    idle_timeout,
-                })),
-                _ => None,
-            };
+            return self.mqtt_kind(name, raw, upstream.filter(|_| ok), idle_timeout);
         }
         ok.then_some(ListenerKind::Tcp(TcpProxy {
             upstream,
@@ -406,6 +383,83 @@ impl Cx<'_> {
                 brokers.name
             ),
         );
+    }
+
+    /// A `kind = "mqtt"` listener's settings; `upstream` is `None` when it is missing or
+    /// another of the listener's keys has a mistake (reported).
+    fn mqtt_kind(
+        &mut self,
+        name: &str,
+        raw: &RawListener,
+        upstream: Option<usize>,
+        idle_timeout: Duration,
+    ) -> Option<ListenerKind> {
+        if let Some(p) = &raw.passthrough {
+            self.err_at(
+                p,
+                format!("listener `{name}`: an MQTT listener reads each CONNECT, so it cannot pass TLS through"),
+                "remove passthrough (terminate TLS here with [listener.tls], or use a kind = \"tcp\" listener)",
+            );
+            return None;
+        }
+        let mqtt = raw.mqtt.as_ref().map(Spanned::get_ref);
+        let settings = self.mqtt_settings(mqtt);
+        let auth = self.mqtt_auth(name, mqtt.and_then(|m| m.auth.as_ref()));
+        let (
+            Some(upstream),
+            Some((connect_timeout, max_connect_size, route_by, client_id_pattern)),
+            Ok(auth),
+        ) = (upstream, settings, auth)
+        else {
+            return None;
+        };
+        Some(ListenerKind::Mqtt(MqttProxy {
+            upstream,
+            connect_timeout,
+            max_connect_size,
+            route_by,
+            client_id_pattern,
+            auth,
+            idle_timeout,
+        }))
+    }
+
+    /// `[listener.mqtt.auth]`: `[route.auth]`'s `basic` and `jwt`, which read what a
+    /// CONNECT carries (its user name and password); the other methods read HTTP.
+    fn mqtt_auth(
+        &mut self,
+        name: &str,
+        raw: Option<&Spanned<RawAuth>>,
+    ) -> Result<Option<std::sync::Arc<crate::RouteAuth>>, ()> {
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
+        let r = raw.get_ref();
+        let http_only = [
+            ("cert", r.cert.is_some()),
+            ("keys", r.keys.is_some()),
+            ("forward", r.forward.is_some()),
+        ];
+        let mut ok = true;
+        for (method, given) in http_only {
+            if given {
+                ok = false;
+                self.err_at(
+                    raw,
+                    format!("listener `{name}` [listener.mqtt.auth]: `{method}` reads HTTP requests, not a CONNECT"),
+                    "use basic = { htpasswd = \"…\" } (the CONNECT's user name and password) or jwt = { … } (the password is the token)",
+                );
+            }
+        }
+        let auth = self.auth(
+            &format!("listener `{name}` [listener.mqtt.auth]"),
+            name,
+            raw,
+        );
+        match (ok, auth) {
+            (true, Some(a)) => Ok(Some(std::sync::Arc::new(a))),
+            _ => Err(()),
+        }
     }
 
     /// `[listener.mqtt]`, with its defaults: the CONNECT's time and size limits and what

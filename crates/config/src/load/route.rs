@@ -189,12 +189,12 @@ impl Cx<'_> {
         let auth = raw
             .auth
             .as_ref()
-            .and_then(|a| self.auth(&name, a))
+            .and_then(|a| self.auth(&format!("route `{name}`"), &name, a))
             .map(Arc::new);
         let cors = raw
             .cors
             .as_ref()
-            .and_then(|c| self.cors(&name, c))
+            .and_then(|c| self.cors(&format!("route `{name}`"), c))
             .map(Arc::new);
         let max_request_body = self.size(raw.max_request_body.as_ref());
         if let (Some(r), None) = (&raw.rate_limit, &raw.auth)

@@ -339,3 +339,46 @@ client_id_pattern = "^dev-[0-9"
         "{errs:#?}"
     );
 }
+
+#[test]
+fn an_mqtt_listener_checks_credentials_with_basic_or_jwt_only() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("devices.htpasswd"), "").unwrap();
+    std::fs::write(dir.path().join("keys.txt"), "").unwrap();
+    let listener = |auth: &str| {
+        format!(
+            r#"
+[[upstream]]
+name = "brokers"
+balance = "consistent_hash"
+servers = [{{ address = "127.0.0.1:1883" }}]
+[[listener]]
+name = "devices"
+address = "127.0.0.1:1883"
+kind = "mqtt"
+upstream = "brokers"
+[listener.mqtt.auth]
+{auth}
+"#
+        )
+    };
+    let good = listener(r#"basic = { htpasswd = "devices.htpasswd" }"#);
+    let s = load_str(&good, "t.toml", dir.path()).unwrap();
+    let ListenerKind::Mqtt(m) = &s.listeners[0].kind else {
+        panic!("{:?}", s.listeners[0].kind)
+    };
+    assert!(m.auth.as_ref().is_some_and(|a| a.basic.is_some()));
+    let bad = listener(r#"keys = { file = "keys.txt" }"#);
+    let errs = errors(&bad, dir.path());
+    let said = said_at(&errs, &bad, "[listener.mqtt.auth]");
+    assert!(
+        said.contains("`keys` reads HTTP requests, not a CONNECT"),
+        "{errs:#?}"
+    );
+    let missing = listener(r#"basic = { htpasswd = "nowhere.htpasswd" }"#);
+    let errs = errors(&missing, dir.path());
+    assert!(
+        said_at(&errs, &missing, "nowhere").contains("listener `devices` [listener.mqtt.auth]"),
+        "the owner is named: {errs:#?}"
+    );
+}

@@ -230,12 +230,19 @@ impl<'de> de::VariantAccess<'de> for FirstVariant {
 fn documented(md: &str) -> Tables {
     let mut tables = Tables::new();
     let mut current: Option<String> = None;
+    // A section that says "Same keys as `[other]`" documents other's keys and subtables as
+    // its own (one reference, read by two loaders).
+    let mut aliases = Vec::new();
     for line in md.lines() {
         if line.starts_with("## ") || line.starts_with("### ") {
             current = line
                 .split('`')
                 .nth(1)
                 .map(|t| t.trim_matches(['[', ']']).to_owned());
+        } else if let (Some(table), Some(rest)) = (&current, line.strip_prefix("Same keys as `["))
+            && let Some(source) = rest.split(']').next()
+        {
+            aliases.push((table.clone(), source.to_owned()));
         } else if let (Some(table), Some(row)) = (&current, line.strip_prefix("| `"))
             && let Some(key) = row.split('`').next()
         {
@@ -243,6 +250,19 @@ fn documented(md: &str) -> Tables {
                 .entry(table.clone())
                 .or_default()
                 .insert(key.to_owned());
+        }
+    }
+    for (alias, source) in aliases {
+        let copied: Vec<(String, BTreeSet<String>)> = tables
+            .iter()
+            .filter_map(|(t, keys)| {
+                let suffix = t.strip_prefix(&source)?;
+                (suffix.is_empty() || suffix.starts_with('.'))
+                    .then(|| (format!("{alias}{suffix}"), keys.clone()))
+            })
+            .collect();
+        for (t, keys) in copied {
+            tables.entry(t).or_default().extend(keys);
         }
     }
     tables

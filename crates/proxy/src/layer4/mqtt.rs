@@ -9,9 +9,13 @@
 //! either side ends or nothing crosses for 1.5 times the CONNECT's keep alive
 //! (MQTT-3.1.2-24).
 //!
+//! With `[listener.mqtt.auth]` its user name and password are checked first
+//! (`mqtt_auth`); refused: "bad user name or password" or "not authorized".
+//!
 //! Each connection ends with one access-log line: method `MQTT`, the client identifier as
-//! its path, the user name as its subject; status 200 proxied, 400 refused, 403 denied, 408
-//! no CONNECT in time, 413 too large, 502 no broker.
+//! its path, the user name (or the subject its credentials were accepted as) as its subject;
+//! status 200 proxied, 400 refused, 401 bad credentials, 403 denied or not authorized, 408 no
+//! CONNECT in time, 413 too large, 502 no broker, 503 credentials not checkable.
 
 use crate::access_log::Entry;
 use crate::addresses::Addresses;
@@ -87,6 +91,10 @@ struct Admitted {
     key: u64,
     /// The keep alive asked for, seconds.
     keep_alive: u16,
+    /// The password, where one was sent (for `[listener.mqtt.auth]`).
+    password: Option<Vec<u8>>,
+    /// The version asked for (for a refusal's CONNACK).
+    version: sluice_mqtt::Version,
 }
 
 /// Reads and checks the CONNECT, then relays the connection to its broker.
@@ -105,8 +113,27 @@ where
         Ok(Err(refusal)) => return refuse(conn, client, refusal).await,
         Err(_) => return end(conn.listener, conn.log, conn.start, 408, TIMEOUT),
     };
+    conn.log.subject = match &conn.listener.mqtt_auth {
+        None => admitted.username.as_deref().map(Arc::from),
+        Some(auth) => {
+            let who = crate::layer4::mqtt_auth::Credentials {
+                username: admitted.username.as_deref(),
+                password: admitted.password.as_deref(),
+                client: conn.at.client.ip(),
+                host: &conn.log.host,
+                tls: conn.listener.tls.is_some(),
+            };
+            match crate::layer4::mqtt_auth::check(auth, &who).await {
+                Ok(subject) => Some(subject),
+                Err(fault) => {
+                    conn.log.path = admitted.client_id;
+                    let version = Some(admitted.version);
+                    return refuse(conn, client, Refusal { fault, version }).await;
+                }
+            }
+        }
+    };
     conn.log.path = admitted.client_id;
-    conn.log.subject = admitted.username.map(Arc::from);
     if admitted.keep_alive > 0 {
         // MQTT-3.1.2-24: a server closes a connection silent for 1.5 times its keep alive.
         conn.idle_timeout = Duration::from_millis(u64::from(admitted.keep_alive) * 1500);
@@ -160,6 +187,8 @@ where
                     client_id: c.client_id.to_owned(),
                     username: c.username.map(str::to_owned),
                     keep_alive: c.keep_alive,
+                    password: c.password.map(<[u8]>::to_vec),
+                    version: c.version,
                 }));
             }
             Parsed::Incomplete => {
@@ -193,6 +222,9 @@ where
         Fault::UnsupportedVersion => (400, 5),
         Fault::ClientIdNotValid => (400, 6),
         Fault::TooLarge => (413, 7),
+        Fault::BadCredentials => (401, 11),
+        Fault::NotAuthorized => (403, 12),
+        Fault::Unavailable => (503, 13),
     };
     end(conn.listener, conn.log, conn.start, status, outcome);
 }

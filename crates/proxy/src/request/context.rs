@@ -34,6 +34,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) plans: Arc<[RoutePlan]>,
     /// The `Alt-Svc` its TCP responses carry where it also serves HTTP/3.
     pub(crate) alt_svc: AltSvc,
+    /// An MQTT listener's `[listener.mqtt.auth]` checker.
+    pub(crate) mqtt_auth: Option<Arc<sluice_auth::Authenticator>>,
 }
 
 /// `Alt-Svc: h3=":PORT"; ma=86400`, which a listener that also serves HTTP/3 puts on its TCP

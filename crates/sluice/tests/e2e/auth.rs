@@ -32,7 +32,7 @@ fn python(script: &str, args: &[&str]) -> String {
 }
 
 /// A JWKS of the public halves of `keys` (kid, PEM private key file), as jwcrypto writes one.
-fn jwks(keys: &[(&str, &Path)]) -> String {
+pub(crate) fn jwks(keys: &[(&str, &Path)]) -> String {
     let script = r#"
 import json, sys
 from jwcrypto import jwk
@@ -52,7 +52,7 @@ print(json.dumps({"keys": keys}))
 }
 
 /// A token PyJWT signs with `alg` and the key in `pem`, naming `kid`.
-fn token(alg: &str, kid: &str, pem: &Path, claims: &str) -> String {
+pub(crate) fn token(alg: &str, kid: &str, pem: &Path, claims: &str) -> String {
     let script = r#"
 import json, sys, jwt
 alg, kid, path, claims = sys.argv[1:5]
@@ -61,7 +61,7 @@ print(jwt.encode(json.loads(claims), open(path, "rb").read(), algorithm=alg, hea
     python(script, &[alg, kid, &pem.display().to_string(), claims])
 }
 
-fn ec_key(dir: &Path, name: &str) -> std::path::PathBuf {
+pub(crate) fn ec_key(dir: &Path, name: &str) -> std::path::PathBuf {
     use boring::ec::{EcGroup, EcKey};
     let group = EcGroup::from_curve_name(boring::nid::Nid::X9_62_PRIME256V1).unwrap();
     let key = boring::pkey::PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap();
@@ -373,7 +373,7 @@ http {{
 }
 
 /// `htpasswd` from apache2-utils: `flag` -B (bcrypt), -m (apr1) or -s (SHA-1).
-fn htpasswd(file: &Path, flag: &str, user: &str, password: &str) {
+pub(crate) fn htpasswd(file: &Path, flag: &str, user: &str, password: &str) {
     let create = if file.exists() { "-b" } else { "-cb" };
     let out = std::process::Command::new("htpasswd")
         .args([create, flag, &file.display().to_string(), user, password])

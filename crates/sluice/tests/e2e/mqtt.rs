@@ -600,3 +600,133 @@ async fn mqtt_over_tls_terminates_at_the_listener() {
     assert_eq!(line["protocol"], "mqtts", "{line}");
     assert_eq!(line["upstream"], broker.addr().to_string());
 }
+
+/// A 5 CONNECT with a user name and password.
+fn connect_v5(client_id: &str, user: &str, password: &[u8]) -> Vec<u8> {
+    let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 5, 0xC2, 0, 60, 0];
+    for f in [client_id.as_bytes(), user.as_bytes(), password] {
+        body.extend((f.len() as u16).to_be_bytes());
+        body.extend_from_slice(f);
+    }
+    let mut p = vec![0x10];
+    let mut n = body.len();
+    loop {
+        let b = (n % 128) as u8;
+        n /= 128;
+        p.push(if n > 0 { b | 0x80 } else { b });
+        if n == 0 {
+            break;
+        }
+    }
+    p.extend(body);
+    p
+}
+
+/// `[listener.mqtt.auth]`: the CONNECT's user name and password against an htpasswd file
+/// (bcrypt), or its password as a JWT against a JWKS; refused with "bad user name or
+/// password" (3.1.1: 0x04, 5: 0x86) and counted; the accepted subject in the access log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_checked_against_a_password_file_or_as_a_token() {
+    use crate::auth::{ec_key, htpasswd, jwks, token};
+    let broker = Mosquitto::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    htpasswd(
+        &dir.path().join("devices.htpasswd"),
+        "-B",
+        "dev-7",
+        "s3cret",
+    );
+    let key = ec_key(dir.path(), "idp");
+    std::fs::write(dir.path().join("jwks.json"), jwks(&[("k1", &key)])).unwrap();
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let good = token(
+        "ES256",
+        "k1",
+        &key,
+        &format!(r#"{{"sub":"dev-8","exp":{exp}}}"#),
+    );
+    let expired = token("ES256", "k1", &key, r#"{"sub":"dev-8","exp":1000}"#);
+    let auth = "[listener.mqtt.auth]\n\
+        basic = { htpasswd = \"{dir}/devices.htpasswd\" }\n\
+        jwt = { keys = \"{dir}/jwks.json\", algorithms = [\"ES256\"] }\n";
+    let gw = TestGateway::start_logged(&config(&[&broker], auth), dir).await;
+    let web = gw.addr("devices");
+    let port = web.port().to_string();
+    let publish = |user: &str, password: &str| {
+        std::process::Command::new("mosquitto_pub")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-i",
+                "cred-1",
+                "-q",
+                "1",
+                "-t",
+                "t",
+                "-m",
+                "x",
+            ])
+            .args(["-u", user, "-P", password])
+            .output()
+            .expect("mosquitto-clients is needed (scripts/test-deps installs it)")
+            .status
+            .success()
+    };
+    assert!(publish("dev-7", "s3cret"), "the htpasswd user");
+    assert!(!publish("dev-7", "wrong"), "a wrong password");
+    assert!(publish("anyone", &good), "a valid token as password");
+    assert!(!publish("anyone", &expired), "an expired token");
+    // No credentials at all, 3.1.1: 0x04.
+    assert_eq!(
+        exchange(web, &[&connect("bare")], Duration::ZERO).await,
+        [0x20, 0x02, 0x00, 0x04]
+    );
+    // 5: 0x86.
+    let v5 = connect_v5("v5-dev", "dev-7", b"wrong");
+    assert_eq!(
+        exchange(web, &[&v5], Duration::ZERO).await,
+        [0x20, 0x03, 0x00, 0x86, 0x00]
+    );
+    let v5 = connect_v5("v5-dev", "dev-7", b"s3cret");
+    let accepted = exchange(web, &[&v5], Duration::ZERO).await;
+    assert_eq!(
+        (accepted[0], accepted[3]),
+        (0x20, 0x00),
+        "the broker's own CONNACK, success (with its properties): {accepted:02x?}"
+    );
+    wait_until(|| lines(gw.dir()).len() >= 7).await;
+    let subjects: Vec<(String, u64, String)> = lines(gw.dir())
+        .iter()
+        .map(|l| {
+            (
+                l["path"].as_str().unwrap_or("").to_string(),
+                l["status"].as_u64().unwrap(),
+                l["subject"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        subjects.contains(&("cred-1".into(), 200, "dev-7".into())),
+        "{subjects:?}"
+    );
+    assert!(
+        subjects.contains(&("cred-1".into(), 200, "dev-8".into())),
+        "the token's subject: {subjects:?}"
+    );
+    assert!(
+        subjects.iter().any(|(p, s, _)| p == "bare" && *s == 401),
+        "{subjects:?}"
+    );
+    let (admin, _task) = admin_for(&gw).await;
+    let metrics = crate::auth::get(admin, "/metrics", &[]).await.body;
+    assert!(
+        metrics.contains("sluice_mqtt_connections_total{outcome=\"bad_credentials\"} 4"),
+        "{metrics}"
+    );
+}
