@@ -566,27 +566,9 @@ async fn mqtt_over_tls_terminates_at_the_listener() {
     let gw = TestGateway::start_logged(&text, dir).await;
     let port = gw.addr("devices").port().to_string();
     let ca = gw.dir().join("devices.crt");
-    let out = std::process::Command::new("mosquitto_pub")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-i",
-            "tls-1",
-            "-q",
-            "1",
-            "-t",
-            "t",
-            "-m",
-            "over tls",
-        ])
-        .arg("--cafile")
-        .arg(&ca)
-        // The certificate names devices.test, not 127.0.0.1.
-        .arg("--insecure")
-        .output()
-        .expect("mosquitto-clients is needed (scripts/test-deps installs it)");
+    let ca = ca.display().to_string();
+    // The certificate names devices.test, not 127.0.0.1: --insecure skips the name only.
+    let out = publish(&port, "tls-1", &["--cafile", &ca, "--insecure"]);
     assert!(
         out.status.success(),
         "{}",
@@ -599,6 +581,28 @@ async fn mqtt_over_tls_terminates_at_the_listener() {
         .unwrap();
     assert_eq!(line["protocol"], "mqtts", "{line}");
     assert_eq!(line["upstream"], broker.addr().to_string());
+}
+
+/// `mosquitto_pub` of one QoS 1 message as `id` through the gateway's `port`, with `extra`.
+fn publish(port: &str, id: &str, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new("mosquitto_pub")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-i",
+            id,
+            "-q",
+            "1",
+            "-t",
+            "t",
+            "-m",
+            "x",
+        ])
+        .args(extra)
+        .output()
+        .expect("mosquitto-clients is needed (scripts/test-deps installs it)")
 }
 
 /// A 5 CONNECT with a user name and password.
@@ -657,24 +661,7 @@ async fn credentials_are_checked_against_a_password_file_or_as_a_token() {
     let web = gw.addr("devices");
     let port = web.port().to_string();
     let publish = |user: &str, password: &str| {
-        std::process::Command::new("mosquitto_pub")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-i",
-                "cred-1",
-                "-q",
-                "1",
-                "-t",
-                "t",
-                "-m",
-                "x",
-            ])
-            .args(["-u", user, "-P", password])
-            .output()
-            .expect("mosquitto-clients is needed (scripts/test-deps installs it)")
+        publish(&port, "cred-1", &["-u", user, "-P", password])
             .status
             .success()
     };
