@@ -241,7 +241,7 @@ mod tests {
 }
 
 /// `[route.rate_limit]`: GCRA, which is NGINX's leaky bucket in another form.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimit {
     /// Requests per `window` (the N of `"N/s"`).
     pub quota: u32,

@@ -215,6 +215,10 @@ pub struct RawListenerMqtt {
     /// `[listener.mqtt.auth]`: the CONNECT's user name and password checked (`basic`: an
     /// htpasswd file; `jwt`: the password is a token), as `[route.auth]` checks requests.
     pub auth: Option<Spanned<RawAuth>>,
+    /// `[listener.mqtt.rate_per_client]`: new connections per client address.
+    pub rate_per_client: Option<Spanned<RawRateLimit>>,
+    /// `[listener.mqtt.rate_per_client_id]`: new connections per client identifier.
+    pub rate_per_client_id: Option<Spanned<RawRateLimit>>,
 }
 
 /// `[listener.tls]`: makes a listener HTTPS.

@@ -449,6 +449,10 @@ pub struct MqttProxy {
     pub client_id_pattern: Option<IdPattern>,
     /// `[listener.mqtt.auth]`: who may connect (`basic` and `jwt` only).
     pub auth: Option<Arc<crate::RouteAuth>>,
+    /// New connections per client address (keyless, never delayed).
+    pub rate_per_client: Option<crate::RateLimit>,
+    /// New connections per client identifier (keyless, never delayed).
+    pub rate_per_client_id: Option<crate::RateLimit>,
     /// A connection whose CONNECT asked for no keep alive is closed after this long without
     /// a byte either way; one with a keep alive, after 1.5 times it (MQTT-3.1.2-24).
     pub idle_timeout: Duration,

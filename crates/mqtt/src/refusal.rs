@@ -31,6 +31,8 @@ pub enum Fault {
     NotAuthorized,
     /// What checks the credentials could not answer (a token issuer's keys unreachable).
     Unavailable,
+    /// Over the listener's connection rate for the client's address or identifier.
+    RateExceeded,
 }
 
 /// A refusal of a connection's first packet: what is wrong and, where the packet got that
@@ -56,6 +58,7 @@ impl Refusal {
             Fault::BadCredentials => "bad_credentials",
             Fault::NotAuthorized => "not_authorized",
             Fault::Unavailable => "auth_unavailable",
+            Fault::RateExceeded => "rate_limited",
         }
     }
 
@@ -72,9 +75,11 @@ impl Refusal {
             (Fault::BadCredentials, Version::V5) => 0x86,
             (Fault::NotAuthorized, Version::V5) => 0x87,
             (Fault::Unavailable, Version::V5) => 0x88,
+            (Fault::RateExceeded, Version::V5) => 0x9F,
             (Fault::UnsupportedVersion, _) => 0x01,
             (Fault::ClientIdNotValid, _) => 0x02,
-            (Fault::Unavailable, _) => 0x03,
+            // 3.x has no code for a rate: "server unavailable", as brokers answer one.
+            (Fault::Unavailable | Fault::RateExceeded, _) => 0x03,
             (Fault::BadCredentials, _) => 0x04,
             (Fault::NotAuthorized, _) => 0x05,
             (Fault::Malformed(_) | Fault::ProtocolError(_) | Fault::TooLarge, _) => return None,
@@ -97,6 +102,7 @@ impl std::fmt::Display for Refusal {
             Fault::BadCredentials => write!(f, "bad user name or password"),
             Fault::NotAuthorized => write!(f, "not authorized"),
             Fault::Unavailable => write!(f, "the credentials could not be checked now"),
+            Fault::RateExceeded => write!(f, "over the listener's connection rate"),
         }
     }
 }

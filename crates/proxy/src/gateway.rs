@@ -639,6 +639,12 @@ async fn prepare(
         let plans = crate::request::filters::plans_for(&mut plan_tables, &router, &guards);
         let mqtt_auth = crate::layer4::mqtt_auth::authenticator(l, old_ctx.as_deref())
             .map_err(ProxyError::Auth)?;
+        let mqtt_rates = crate::layer4::mqtt_rates::ConnectRates::build(
+            l,
+            old_ctx.as_deref().and_then(|o| o.mqtt_rates.as_deref()),
+            &snapshot.rate_limit_store,
+            redis.as_ref(),
+        );
         let ctx = Arc::new(ListenerCtx {
             name: Arc::from(l.name.as_str()),
             config: l.clone(),
@@ -654,6 +660,7 @@ async fn prepare(
             plans,
             alt_svc: crate::request::context::AltSvc::new(l.http3, l.address.port()),
             mqtt_auth,
+            mqtt_rates,
         });
         listeners.push((placement, ctx));
     }

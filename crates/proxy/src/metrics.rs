@@ -30,7 +30,7 @@ pub struct ProxyMetrics {
     /// TCP listeners' connections by [`TCP_OUTCOMES`].
     tcp: [AtomicU64; 5],
     /// MQTT listeners' connections by [`MQTT_OUTCOMES`].
-    mqtt: [AtomicU64; 14],
+    mqtt: [AtomicU64; 15],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`].
     proxy_protocol: [AtomicU64; 4],
     /// HTTP request and response body bytes: from clients, to clients.
@@ -82,8 +82,8 @@ pub const TCP_OUTCOMES: [&str; 5] = [
 /// unacceptable client identifier, or is over `max_connect_size`; no whole CONNECT within
 /// `connect_timeout` (or the client closed first); no broker could be connected to; refused
 /// by `[listener.mqtt.auth]`: bad or no credentials, credentials that do not allow it, or
-/// credentials that could not be checked.
-pub const MQTT_OUTCOMES: [&str; 14] = [
+/// credentials that could not be checked; over a connection rate.
+pub const MQTT_OUTCOMES: [&str; 15] = [
     "proxied",
     "denied",
     "not_connect",
@@ -98,6 +98,7 @@ pub const MQTT_OUTCOMES: [&str; 14] = [
     "bad_credentials",
     "not_authorized",
     "auth_unavailable",
+    "rate_limited",
 ];
 
 /// What became of connections on `proxy_protocol` listeners: a header read; a peer outside
@@ -125,7 +126,7 @@ pub struct ProxySnapshot {
     /// TCP listeners' connections by [`TCP_OUTCOMES`] index.
     pub tcp: [u64; 5],
     /// MQTT listeners' connections by [`MQTT_OUTCOMES`] index.
-    pub mqtt: [u64; 14],
+    pub mqtt: [u64; 15],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`] index.
     pub proxy_protocol: [u64; 4],
     /// HTTP body bytes from clients and to clients.

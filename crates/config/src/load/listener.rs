@@ -405,6 +405,16 @@ impl Cx<'_> {
         let mqtt = raw.mqtt.as_ref().map(Spanned::get_ref);
         let settings = self.mqtt_settings(mqtt);
         let auth = self.mqtt_auth(name, mqtt.and_then(|m| m.auth.as_ref()));
+        let before = self.errors.len();
+        let rate_per_client = mqtt
+            .and_then(|m| m.rate_per_client.as_ref())
+            .map(|r| self.mqtt_rate(name, "rate_per_client", r));
+        let rate_per_client_id = mqtt
+            .and_then(|m| m.rate_per_client_id.as_ref())
+            .map(|r| self.mqtt_rate(name, "rate_per_client_id", r));
+        if self.errors.len() != before {
+            return None;
+        }
         let (
             Some(upstream),
             Some((connect_timeout, max_connect_size, route_by, client_id_pattern)),
@@ -420,8 +430,39 @@ impl Cx<'_> {
             route_by,
             client_id_pattern,
             auth,
+            rate_per_client,
+            rate_per_client_id,
             idle_timeout,
         }))
+    }
+
+    /// One of an MQTT listener's connection rates: `[route.rate_limit]`'s `rate`, `burst` and
+    /// `store`; its key is the address or identifier, and a connection is never delayed.
+    fn mqtt_rate(
+        &mut self,
+        name: &str,
+        table: &str,
+        raw: &Spanned<RawRateLimit>,
+    ) -> crate::RateLimit {
+        let owner = format!("listener `{name}` [listener.mqtt.{table}]");
+        if let Some(k) = &raw.get_ref().key {
+            self.err_at(
+                k,
+                format!("{owner}: `key` does not apply; the table's name says what is limited"),
+                "remove key (rate_per_client: by address; rate_per_client_id: by client identifier)",
+            );
+        }
+        if let Some(n) = &raw.get_ref().nodelay {
+            self.err_at(
+                n,
+                format!("{owner}: `nodelay` does not apply; a connection over the rate is refused, never delayed"),
+                "remove nodelay",
+            );
+        }
+        let mut limit = self.rate_limit(&owner, raw);
+        limit.key = None;
+        limit.nodelay = true;
+        limit
     }
 
     /// `[listener.mqtt.auth]`: `[route.auth]`'s `basic` and `jwt`, which read what a

@@ -7,6 +7,8 @@ use std::time::Duration;
 use toml::Spanned;
 
 impl Cx<'_> {
+    /// `[route.rate_limit]`, or one of an MQTT listener's connection rates; `route` names its
+    /// owner in errors (``route `api` ``).
     pub(super) fn rate_limit(&mut self, route: &str, raw: &Spanned<RawRateLimit>) -> RateLimit {
         let r = raw.get_ref();
         let (quota, window) = match parse_rate(r.rate.get_ref()) {
@@ -14,7 +16,7 @@ impl Cx<'_> {
             None => {
                 self.err_at(
                     &r.rate,
-                    format!("route `{route}`: rate `{}` is not a rate", r.rate.get_ref()),
+                    format!("{route}: rate `{}` is not a rate", r.rate.get_ref()),
                     "write it as \"5/s\", \"300/m\" or \"1000/h\" (a whole number of requests, at least 1)",
                 );
                 (1, Duration::from_secs(1))
@@ -28,7 +30,7 @@ impl Cx<'_> {
                 Some(crate::HashKey::Uri) | None => {
                     self.err_at(
                         k,
-                        format!("route `{route}`: rate_limit key `{}` is not a key", k.get_ref()),
+                        format!("{route}: rate_limit key `{}` is not a key", k.get_ref()),
                         "use \"client\", \"header:NAME\", \"cookie:NAME\", \"query:NAME\", \"subject\" (with [route.auth]) or \"route\"",
                     );
                     None
@@ -44,7 +46,7 @@ impl Cx<'_> {
                 other => {
                     self.err_at(
                         s,
-                        format!("route `{route}`: rate_limit store `{other}` is not a store"),
+                        format!("{route}: rate_limit store `{other}` is not a store"),
                         "use \"local\" or \"redis\"",
                     );
                     false

@@ -154,7 +154,10 @@ impl Cx<'_> {
                 found
             }
         };
-        let rate_limit = raw.rate_limit.as_ref().map(|r| self.rate_limit(&name, r));
+        let rate_limit = raw
+            .rate_limit
+            .as_ref()
+            .map(|r| self.rate_limit(&format!("route `{name}`"), r));
         let cache = raw.cache.as_ref().map(|c| {
             if raw.upstream.is_none() {
                 self.err_at(

@@ -375,6 +375,14 @@ upstream = "brokers"
         said.contains("`keys` reads HTTP requests, not a CONNECT"),
         "{errs:#?}"
     );
+    let keyed = listener(
+        "basic = { htpasswd = \"devices.htpasswd\" }\n[listener.mqtt.rate_per_client]\nrate = \"10/s\"\nkey = \"client\"",
+    );
+    let errs = errors(&keyed, dir.path());
+    assert!(
+        said_at(&errs, &keyed, "key = \"client\"").contains("`key` does not apply"),
+        "{errs:#?}"
+    );
     let missing = listener(r#"basic = { htpasswd = "nowhere.htpasswd" }"#);
     let errs = errors(&missing, dir.path());
     assert!(

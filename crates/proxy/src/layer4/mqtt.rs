@@ -9,13 +9,15 @@
 //! either side ends or nothing crosses for 1.5 times the CONNECT's keep alive
 //! (MQTT-3.1.2-24).
 //!
-//! With `[listener.mqtt.auth]` its user name and password are checked first
-//! (`mqtt_auth`); refused: "bad user name or password" or "not authorized".
+//! Then the listener's connection rates (`mqtt_rates`: per address, per identifier; over
+//! them: "connection rate exceeded") and, with `[listener.mqtt.auth]`, its user name and
+//! password (`mqtt_auth`; refused: "bad user name or password" or "not authorized").
 //!
 //! Each connection ends with one access-log line: method `MQTT`, the client identifier as
 //! its path, the user name (or the subject its credentials were accepted as) as its subject;
 //! status 200 proxied, 400 refused, 401 bad credentials, 403 denied or not authorized, 408 no
-//! CONNECT in time, 413 too large, 502 no broker, 503 credentials not checkable.
+//! CONNECT in time, 413 too large, 429 over a rate, 502 no broker, 503 credentials not
+//! checkable.
 
 use crate::access_log::Entry;
 use crate::addresses::Addresses;
@@ -113,6 +115,14 @@ where
         Ok(Err(refusal)) => return refuse(conn, client, refusal).await,
         Err(_) => return end(conn.listener, conn.log, conn.start, 408, TIMEOUT),
     };
+    if let Some(rates) = &conn.listener.mqtt_rates
+        && !rates.admit(conn.at.client.ip(), &admitted.client_id).await
+    {
+        conn.log.path = admitted.client_id;
+        let version = Some(admitted.version);
+        let fault = Fault::RateExceeded;
+        return refuse(conn, client, Refusal { fault, version }).await;
+    }
     conn.log.subject = match &conn.listener.mqtt_auth {
         None => admitted.username.as_deref().map(Arc::from),
         Some(auth) => {
@@ -225,6 +235,7 @@ where
         Fault::BadCredentials => (401, 11),
         Fault::NotAuthorized => (403, 12),
         Fault::Unavailable => (503, 13),
+        Fault::RateExceeded => (429, 14),
     };
     end(conn.listener, conn.log, conn.start, status, outcome);
 }

@@ -172,6 +172,15 @@ impl RateLimiter {
 
     /// The request's key hash: its client, header, cookie, argument or authenticated
     /// `subject`, or the route.
+    /// Whether it uses `redis` (the same store) or, `None`, none.
+    pub(crate) fn shares(&self, redis: Option<&Arc<RedisStore>>) -> bool {
+        match (&self.redis, redis) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+
     pub(crate) fn key(
         &self,
         uri: &http::Uri,
@@ -369,14 +378,9 @@ pub(crate) fn build(
         .iter()
         .filter_map(|r| {
             let cfg = r.rate_limit.clone()?;
-            let kept = old.get(&r.name).filter(|l| {
-                l.config == cfg
-                    && match (&l.redis, redis.filter(|_| cfg.shared)) {
-                        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                        (None, None) => true,
-                        _ => false,
-                    }
-            });
+            let kept = old
+                .get(&r.name)
+                .filter(|l| l.config == cfg && l.shares(redis.filter(|_| cfg.shared)));
             let limiter = match kept {
                 Some(l) => l.clone(),
                 None => Arc::new(RateLimiter::new(&r.name, cfg, store, redis.cloned())),

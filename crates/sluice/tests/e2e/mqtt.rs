@@ -717,3 +717,50 @@ async fn credentials_are_checked_against_a_password_file_or_as_a_token() {
         "{metrics}"
     );
 }
+
+/// Connection rates per client identifier and per address: over either, refused with
+/// "connection rate exceeded" (5: 0x9F; 3.1.1 has no code for it: 0x03, "server
+/// unavailable") before any credential is checked, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_rates_hold_per_identifier_and_per_address() {
+    let broker = Mosquitto::start().await;
+    let rates = "[listener.mqtt.rate_per_client_id]\nrate = \"1/m\"\nburst = 1\n\
+                 [listener.mqtt.rate_per_client]\nrate = \"1/m\"\nburst = 5\n";
+    let gw =
+        TestGateway::start_logged(&config(&[&broker], rates), tempfile::tempdir().unwrap()).await;
+    let web = gw.addr("devices");
+    let go = |id: &'static str| async move { exchange(web, &[&connect(id)], Duration::ZERO).await };
+    assert_eq!(go("storm-1").await, CONNACK_OK);
+    assert_eq!(go("storm-1").await, CONNACK_OK, "the burst");
+    assert_eq!(
+        go("storm-1").await,
+        [0x20, 0x02, 0x00, 0x03],
+        "over its identifier's rate"
+    );
+    let v5 = connect_v5("storm-1", "u", b"p");
+    assert_eq!(
+        exchange(web, &[&v5], Duration::ZERO).await,
+        [0x20, 0x03, 0x00, 0x9f, 0x00]
+    );
+    assert_eq!(go("other-1").await, CONNACK_OK, "another identifier");
+    assert_eq!(go("other-2").await, CONNACK_OK);
+    assert_eq!(
+        go("other-3").await,
+        [0x20, 0x02, 0x00, 0x03],
+        "over the address's rate"
+    );
+    let (admin, _task) = admin_for(&gw).await;
+    let metrics = crate::auth::get(admin, "/metrics", &[]).await.body;
+    assert!(
+        metrics.contains("sluice_mqtt_connections_total{outcome=\"rate_limited\"} 3"),
+        "{metrics}"
+    );
+    wait_until(|| {
+        lines(gw.dir())
+            .iter()
+            .filter(|l| l["status"] == 429)
+            .count()
+            == 3
+    })
+    .await;
+}

@@ -1,0 +1,83 @@
+//! An MQTT listener's connection rates (`[listener.mqtt.rate_per_client]` by address,
+//! `[listener.mqtt.rate_per_client_id]` by client identifier): the routes' GCRA limiter
+//! (`request::rate_limit`), in this gateway's memory or shared by the fleet through Redis,
+//! kept across reloads while a rate stays so that a reload resets no device's allowance.
+
+use crate::request::rate_limit::{RateLimiter, RedisStore, Verdict};
+use sluice_config::{Listener, ListenerKind, RateLimit, RateLimitStore};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// A listener's two limiters (either may be absent).
+#[derive(Debug, Default)]
+pub(crate) struct ConnectRates {
+    per_client: Option<Arc<RateLimiter>>,
+    per_client_id: Option<Arc<RateLimiter>>,
+}
+
+impl ConnectRates {
+    /// The listener's limiters: the old ones where their rate (and store) did not change.
+    pub(crate) fn build(
+        listener: &Listener,
+        old: Option<&ConnectRates>,
+        store: &RateLimitStore,
+        redis: Option<&Arc<RedisStore>>,
+    ) -> Option<Arc<ConnectRates>> {
+        let ListenerKind::Mqtt(mqtt) = &listener.kind else {
+            return None;
+        };
+        if mqtt.rate_per_client.is_none() && mqtt.rate_per_client_id.is_none() {
+            return None;
+        }
+        let one = |config: &Option<RateLimit>,
+                   kept: Option<&Arc<RateLimiter>>,
+                   what: &str|
+         -> Option<Arc<RateLimiter>> {
+            let config = config.clone()?;
+            let redis = redis.filter(|_| config.shared);
+            match kept {
+                Some(k) if k.config == config && k.shares(redis) => Some(k.clone()),
+                _ => Some(Arc::new(RateLimiter::new(
+                    &format!("mqtt:{}:{what}", listener.name),
+                    config,
+                    store,
+                    redis.cloned(),
+                ))),
+            }
+        };
+        Some(Arc::new(ConnectRates {
+            per_client: one(
+                &mqtt.rate_per_client,
+                old.and_then(|o| o.per_client.as_ref()),
+                "client",
+            ),
+            per_client_id: one(
+                &mqtt.rate_per_client_id,
+                old.and_then(|o| o.per_client_id.as_ref()),
+                "client_id",
+            ),
+        }))
+    }
+
+    /// Whether a new connection from `client` as `client_id` is within both rates (each
+    /// counts it).
+    pub(crate) async fn admit(&self, client: IpAddr, client_id: &str) -> bool {
+        if let Some(l) = &self.per_client
+            && matches!(
+                l.check(crate::hash::hash_ip(client)).await,
+                Verdict::Reject(_)
+            )
+        {
+            return false;
+        }
+        if let Some(l) = &self.per_client_id
+            && matches!(
+                l.check(crate::hash::hash64(0, client_id.as_bytes())).await,
+                Verdict::Reject(_)
+            )
+        {
+            return false;
+        }
+        true
+    }
+}
