@@ -17,6 +17,7 @@ mod config_state;
 mod firewall;
 mod health;
 mod mirror;
+mod mqtt;
 mod reply;
 mod requests;
 mod scripting;
@@ -858,6 +859,7 @@ pub fn status(s: &Sources) -> String {
         "auth": auth::status(s),
         "lua": scripting::status(s),
         "waf": firewall::status(s),
+        "mqtt": mqtt::status(s),
         "tracing": tracing_export::status(s),
         "log_shipping": requests::shipping_status(s),
         "request_log": requests::request_log_status(s),

@@ -362,6 +362,26 @@ async fn a_connect_that_is_not_right_is_refused_with_its_code_and_counted() {
     ] {
         assert!(metrics.contains(want), "{want} in\n{metrics}");
     }
+    // `/status`: the outcomes, and the broker with the one device connection held open now.
+    let mut held = TcpStream::connect(web).await.unwrap();
+    held.write_all(&connect("held-1")).await.unwrap();
+    let mut ack = [0u8; 4];
+    held.read_exact(&mut ack).await.unwrap();
+    assert_eq!(ack, CONNACK_OK);
+    let status: serde_json::Value =
+        serde_json::from_str(&crate::auth::get(admin, "/status", &[]).await.body).unwrap();
+    let mqtt = &status["mqtt"];
+    assert_eq!(mqtt["connections"]["timeout"], 1, "{mqtt}");
+    assert_eq!(
+        mqtt["brokers"][0]["broker"],
+        broker.addr().to_string(),
+        "{mqtt}"
+    );
+    assert_eq!(
+        mqtt["brokers"][0]["connections"], 1,
+        "held-1 is open: {mqtt}"
+    );
+    drop(held);
     let statuses: Vec<u64> = lines(gw.dir())
         .iter()
         .map(|l| l["status"].as_u64().unwrap())
