@@ -60,6 +60,10 @@ struct Target {
     /// Its private key (PEM).
     #[arg(long, requires = "client_cert")]
     client_key: Option<std::path::PathBuf>,
+    /// After the handshake, an MQTT 3.1.1 CONNECT (client identifier `lg-N`), its CONNACK
+    /// and a DISCONNECT instead of an HTTP request (`bench/mqtt`).
+    #[arg(long)]
+    mqtt: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -310,8 +314,33 @@ async fn tls_connect(
 async fn one_connection(connector: &SslConnector, t: &Target) -> anyhow::Result<bool> {
     let mut s = tls_connect(connector, t).await?;
     let resumed = s.ssl().session_reused();
-    request_and_close(&mut s, t).await?;
+    if t.mqtt {
+        mqtt_session(&mut s).await?;
+    } else {
+        request_and_close(&mut s, t).await?;
+    }
     Ok(resumed)
+}
+
+/// An MQTT 3.1.1 session on a new connection: CONNECT with a fresh client identifier, a
+/// CONNACK that accepts it, DISCONNECT.
+async fn mqtt_session(s: &mut tokio_boring::SslStream<TcpStream>) -> anyhow::Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = format!("lg-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 4, 0x02, 0, 60];
+    body.extend(u16::try_from(id.len())?.to_be_bytes());
+    body.extend(id.as_bytes());
+    let mut packet = vec![0x10, u8::try_from(body.len())?];
+    packet.extend(body);
+    s.write_all(&packet).await?;
+    let mut connack = [0u8; 4];
+    s.read_exact(&mut connack).await?;
+    if connack != [0x20, 0x02, 0x00, 0x00] {
+        bail!("CONNACK {connack:02x?}");
+    }
+    s.write_all(&[0xE0, 0x00]).await?;
+    let _ = s.shutdown().await;
+    Ok(())
 }
 
 /// `GET t.path` with `Connection: close` on a new connection, read to its end: a 200 or an
