@@ -639,7 +639,7 @@ async fn prepare(
         let plans = crate::request::filters::plans_for(&mut plan_tables, &router, &guards);
         let mqtt_auth = crate::layer4::mqtt_auth::authenticator(l, old_ctx.as_deref())
             .map_err(ProxyError::Auth)?;
-        let mqtt_rates = crate::layer4::mqtt_rates::ConnectRates::build(
+        let mqtt_rates = crate::request::rate_limit::connect_rates::ConnectRates::build(
             l,
             old_ctx.as_deref().and_then(|o| o.mqtt_rates.as_deref()),
             &snapshot.rate_limit_store,

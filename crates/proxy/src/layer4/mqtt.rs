@@ -9,7 +9,7 @@
 //! either side ends or nothing crosses for 1.5 times the CONNECT's keep alive
 //! (MQTT-3.1.2-24).
 //!
-//! Then the listener's connection rates (`mqtt_rates`: per address, per identifier; over
+//! Then the listener's connection rates (`request::rate_limit::connect_rates`: per address, per identifier; over
 //! them: "connection rate exceeded") and, with `[listener.mqtt.auth]`, its user name and
 //! password (`mqtt_auth`; refused: "bad user name or password" or "not authorized").
 //!

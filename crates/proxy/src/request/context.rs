@@ -37,7 +37,7 @@ pub(crate) struct ListenerCtx {
     /// An MQTT listener's `[listener.mqtt.auth]` checker.
     pub(crate) mqtt_auth: Option<Arc<sluice_auth::Authenticator>>,
     /// An MQTT listener's connection rates.
-    pub(crate) mqtt_rates: Option<Arc<crate::layer4::mqtt_rates::ConnectRates>>,
+    pub(crate) mqtt_rates: Option<Arc<crate::request::rate_limit::connect_rates::ConnectRates>>,
 }
 
 /// `Alt-Svc: h3=":PORT"; ma=86400`, which a listener that also serves HTTP/3 puts on its TCP

@@ -17,6 +17,7 @@
 //! expected_gateways`, counted, and a background task reconnects with back-off. A request
 //! never fails because Redis did.
 
+pub(crate) mod connect_rates;
 mod redis_store;
 
 pub(crate) use redis_store::RedisStore;

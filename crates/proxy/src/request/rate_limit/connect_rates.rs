@@ -1,9 +1,8 @@
 //! An MQTT listener's connection rates (`[listener.mqtt.rate_per_client]` by address,
-//! `[listener.mqtt.rate_per_client_id]` by client identifier): the routes' GCRA limiter
-//! (`request::rate_limit`), in this gateway's memory or shared by the fleet through Redis,
+//! `[listener.mqtt.rate_per_client_id]` by client identifier): the routes' GCRA limiter, in this gateway's memory or shared by the fleet through Redis,
 //! kept across reloads while a rate stays so that a reload resets no device's allowance.
 
-use crate::request::rate_limit::{RateLimiter, RedisStore, Verdict};
+use super::{RateLimiter, RedisStore, Verdict};
 use sluice_config::{Listener, ListenerKind, RateLimit, RateLimitStore};
 use std::net::IpAddr;
 use std::sync::Arc;
