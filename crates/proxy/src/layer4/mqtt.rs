@@ -21,7 +21,7 @@
 
 use crate::access_log::Entry;
 use crate::addresses::Addresses;
-use crate::layer4::stream::{Relayed, TcpConn, opened, relay_keyed};
+use crate::layer4::stream::{Relayed, TcpConn, handshaken, opened, relay_keyed};
 use crate::listen::connection::Signals;
 use crate::request::context::ListenerCtx;
 use sluice_config::{MqttProxy, MqttRouteBy};
@@ -73,11 +73,7 @@ pub(crate) async fn serve(
             else {
                 return;
             };
-            log.protocol = "mqtts";
-            log.tls_version = info.version;
-            log.tls_resumed = Some(info.resumed);
-            log.host = info.sni.clone().unwrap_or_default();
-            log.tls_cipher = info.cipher.into();
+            handshaken(&mut log, "mqtts", &info);
             admit(conn(log), mqtt, stream).await;
         }
     }
@@ -225,18 +221,19 @@ where
         })
         .await;
     }
-    let (status, outcome) = match refusal.fault {
-        Fault::NotConnect => (400, 2),
-        Fault::Malformed(_) => (400, 3),
-        Fault::ProtocolError(_) => (400, 4),
-        Fault::UnsupportedVersion => (400, 5),
-        Fault::ClientIdNotValid => (400, 6),
-        Fault::TooLarge => (413, 7),
-        Fault::BadCredentials => (401, 11),
-        Fault::NotAuthorized => (403, 12),
-        Fault::Unavailable => (503, 13),
-        Fault::RateExceeded => (429, 14),
+    let status = match refusal.fault {
+        Fault::TooLarge => 413,
+        Fault::BadCredentials => 401,
+        Fault::NotAuthorized => 403,
+        Fault::Unavailable => 503,
+        Fault::RateExceeded => 429,
+        _ => 400,
     };
+    // Each refusal's name is its outcome's (`tests::every_refusal_has_its_outcome`).
+    let outcome = crate::MQTT_OUTCOMES
+        .iter()
+        .position(|o| *o == refusal.name())
+        .unwrap_or(0);
     end(conn.listener, conn.log, conn.start, status, outcome);
 }
 
@@ -246,4 +243,36 @@ fn end(listener: &ListenerCtx, mut log: Entry, start: Instant, status: u16, outc
     log.status = status;
     log.duration = start.elapsed();
     listener.access_log.log(&log);
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_mqtt::{Fault, Refusal};
+
+    #[test]
+    fn every_refusal_has_its_outcome() {
+        let faults = [
+            Fault::NotConnect,
+            Fault::Malformed("x"),
+            Fault::ProtocolError("x"),
+            Fault::UnsupportedVersion,
+            Fault::ClientIdNotValid,
+            Fault::TooLarge,
+            Fault::BadCredentials,
+            Fault::NotAuthorized,
+            Fault::Unavailable,
+            Fault::RateExceeded,
+        ];
+        for fault in faults {
+            let name = Refusal {
+                fault,
+                version: None,
+            }
+            .name();
+            assert!(
+                crate::MQTT_OUTCOMES[1..].contains(&name),
+                "{name} is counted under its own outcome"
+            );
+        }
+    }
 }

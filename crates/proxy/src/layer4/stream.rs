@@ -96,11 +96,7 @@ pub(crate) async fn serve(
             else {
                 return;
             };
-            log.protocol = "tls";
-            log.tls_version = info.version;
-            log.tls_resumed = Some(info.resumed);
-            log.host = info.sni.clone().unwrap_or_default();
-            log.tls_cipher = info.cipher.into();
+            handshaken(&mut log, "tls", &info);
             proxied(relay(tcp_conn(log), group, stream, &[]).await);
         }
     }
@@ -136,6 +132,16 @@ pub(crate) fn opened(
         ..Entry::default()
     };
     (log, Instant::now())
+}
+
+/// A layer-4 connection's log entry after its TLS handshake: `protocol` (`tls`, `mqtts`),
+/// the version, resumption, server name and cipher.
+pub(crate) fn handshaken(log: &mut Entry, protocol: &'static str, info: &sluice_tls::TlsInfo) {
+    log.protocol = protocol;
+    log.tls_version = info.version;
+    log.tls_resumed = Some(info.resumed);
+    log.host = info.sni.clone().unwrap_or_default();
+    log.tls_cipher = info.cipher.into();
 }
 
 /// The group for a ClientHello's server name: exact names, then wildcards, then the
