@@ -315,6 +315,9 @@ impl<'a> Cx<'a> {
             shutdown_timeout: self
                 .duration(raw.global.shutdown_timeout.as_ref())
                 .unwrap_or(Duration::from_secs(30)),
+            stream_drain_timeout: self
+                .duration(raw.global.stream_drain_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(3600)),
         };
         let log = self.log(&raw.log);
         let allow_insecure_keys = raw

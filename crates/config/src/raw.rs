@@ -27,6 +27,9 @@ pub type SpannedStr = Spanned<String>;
 pub struct RawGlobal {
     /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
     pub shutdown_timeout: Option<SpannedStr>,
+    /// After `sluice upgrade`: how long the old process keeps relaying its TCP and MQTT
+    /// connections.
+    pub stream_drain_timeout: Option<SpannedStr>,
 }
 
 /// `[resolver]`: the DNS servers and timing of upstreams with `resolve = true`.

@@ -310,6 +310,11 @@ impl Default for CryptoOffload {
 pub struct Global {
     /// Deadline for in-flight requests after SIGTERM/SIGINT.
     pub shutdown_timeout: Duration,
+    /// After `sluice upgrade`, how long the old process keeps relaying the TCP and MQTT
+    /// connections it holds (a device's session lives on its connection: cutting it makes
+    /// every device reconnect at once) before closing them. A stop by signal gives them
+    /// `shutdown_timeout`, as requests.
+    pub stream_drain_timeout: Duration,
 }
 
 /// A TLS protocol version Sluice accepts.

@@ -110,6 +110,11 @@ fn a_good_file_loads_with_its_values_and_defaults() {
     write_cert(dir.path(), "a", "example.com");
     let s = load_str(GOOD, "good.toml", dir.path()).unwrap();
     assert_eq!(s.global.shutdown_timeout, Duration::from_secs(5));
+    assert_eq!(
+        s.global.stream_drain_timeout,
+        Duration::from_secs(3600),
+        "default"
+    );
     let https = &s.listeners[0];
     assert_eq!(https.max_body_bytes, 2 << 20);
     assert_eq!(https.keepalive_timeout, Duration::from_secs(75), "default");

@@ -30,7 +30,7 @@ use crate::request::router::Router;
 use crate::upstreams::dns::{Resolver, UpstreamSlot};
 use arc_swap::ArcSwap;
 use running::{RunningListener, spawn_listener, spawn_quic};
-use sluice_config::{CompressOffload, Listener, LogConfig, Snapshot};
+use sluice_config::{CompressOffload, Listener, ListenerKind, LogConfig, Snapshot};
 use sluice_tls::{KeyOffload, TlsAcceptor, TlsIdentity};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -423,6 +423,14 @@ impl Gateway {
     /// what is left. Returns whether everything finished in time. Later calls to `apply`
     /// fail.
     pub async fn shutdown(&self, deadline: Duration) -> bool {
+        self.shutdown_keeping_streams(deadline, deadline).await
+    }
+
+    /// [`Gateway::shutdown`], except that the layer-4 listeners' connections (TCP and MQTT)
+    /// get `streams` (at least `deadline`) before they are closed: after an upgrade, the old
+    /// process keeps relaying devices' long-lived connections while the new one takes the new
+    /// ones.
+    pub async fn shutdown_keeping_streams(&self, deadline: Duration, streams: Duration) -> bool {
         let mut state = self.state.lock().await;
         state.stopped = true;
         for l in &state.listeners {
@@ -431,28 +439,26 @@ impl Gateway {
         for l in &mut state.listeners {
             let _ = (&mut l.accept).await;
         }
-        let trackers: Vec<TaskTracker> = state
-            .listeners
-            .iter()
-            .map(|l| l.connections.clone())
-            .chain(state.draining.iter().cloned())
-            .collect();
-        let all = async {
-            for t in &trackers {
-                t.wait().await;
+        let drains = state.listeners.iter().map(|l| {
+            let layer4 = !matches!(l.ctx.load().config.kind, ListenerKind::Http);
+            let within = if layer4 { streams.max(deadline) } else { deadline };
+            let (connections, force) = (l.connections.clone(), l.force.clone());
+            async move {
+                if tokio::time::timeout(within, connections.wait()).await.is_ok() {
+                    return true;
+                }
+                force.cancel();
+                connections.wait().await;
+                false
             }
-        };
-        let clean = tokio::time::timeout(deadline, all).await.is_ok();
-        if !clean {
-            for l in &state.listeners {
-                l.force.cancel();
-            }
-            for t in &trackers {
-                t.wait().await;
-            }
+        });
+        let clean = futures_util::future::join_all(drains).await;
+        // Listeners a reload removed: their own timers force them (see `commit`).
+        for t in &state.draining {
+            t.wait().await;
         }
         state.access_log.flush();
-        clean
+        clean.into_iter().all(|c| c)
     }
 }
 

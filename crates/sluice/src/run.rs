@@ -3,7 +3,7 @@
 
 use crate::instance::{Instance, ReloadRecord};
 use anyhow::Context as _;
-use sluice_config::{CertCache, DefaultConfigParams, Snapshot, load_file};
+use sluice_config::{CertCache, DefaultConfigParams, ListenerKind, Snapshot, load_file};
 use sluice_control::{Controller, Source, Target, TargetFuture};
 use sluice_proxy::Gateway;
 use std::net::SocketAddr;
@@ -416,11 +416,23 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .stop();
-        let shutdown_timeout = gateway.snapshot().global.shutdown_timeout;
+        let global = gateway.snapshot().global.clone();
+        let shutdown_timeout = global.shutdown_timeout;
         eprintln!(
             "sluice: shutting down; in-flight requests have {}s to finish",
             shutdown_timeout.as_secs_f32()
         );
+        // After an upgrade, devices' TCP and MQTT connections stay here until they end (or
+        // `stream_drain_timeout`): the new process takes only new ones.
+        let streams = if handed_over {
+            eprintln!(
+                "sluice: open TCP and MQTT connections stay with this process for up to {}s",
+                global.stream_drain_timeout.as_secs_f32()
+            );
+            global.stream_drain_timeout
+        } else {
+            shutdown_timeout
+        };
         // Not after an upgrade: the service goes on in the new process (which is the main
         // one now), and systemd hears every process of the unit.
         if !handed_over {
@@ -431,7 +443,10 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         if let Some(d) = demo.as_ref().filter(|_| handed_over) {
             d.stop_accepting();
         }
-        if !gateway.shutdown(shutdown_timeout).await {
+        if !gateway
+            .shutdown_keeping_streams(shutdown_timeout, streams)
+            .await
+        {
             eprintln!("sluice: some requests did not finish in time and were closed");
         }
         if let Some(admin) = running
@@ -545,13 +560,29 @@ fn banner(
         )),
     }
     for (l, (name, addr)) in snapshot.listeners.iter().zip(gateway.addresses()) {
-        let (scheme, protos) = match (&l.tls, l.h2, l.http1) {
-            (Some(_), true, true) => ("https", "HTTP/2 and HTTP/1.1 by ALPN"),
-            (Some(_), true, false) => ("https", "HTTP/2"),
-            (Some(_), _, _) => ("https", "HTTP/1.1"),
-            (None, true, true) => ("http", "HTTP/1.1, and HTTP/2 with prior knowledge"),
-            (None, true, false) => ("http", "HTTP/2 with prior knowledge"),
-            (None, _, _) => ("http", "HTTP/1.1"),
+        let relayed;
+        let (scheme, protos) = match (&l.kind, &l.tls, l.h2, l.http1) {
+            (ListenerKind::Tcp(tcp), tls, _, _) => {
+                relayed = match (tcp.passthrough.is_empty(), tcp.upstream) {
+                    (false, _) => "TLS passed through by server name".to_owned(),
+                    (true, Some(u)) => format!("relayed to upstream {}", snapshot.upstreams[u].name),
+                    (true, None) => "relayed".to_owned(),
+                };
+                (if tls.is_some() { "tls" } else { "tcp" }, relayed.as_str())
+            }
+            (ListenerKind::Mqtt(mqtt), tls, _, _) => {
+                relayed = format!(
+                    "MQTT to the brokers of upstream {}",
+                    snapshot.upstreams[mqtt.upstream].name
+                );
+                (if tls.is_some() { "mqtts" } else { "mqtt" }, relayed.as_str())
+            }
+            (_, Some(_), true, true) => ("https", "HTTP/2 and HTTP/1.1 by ALPN"),
+            (_, Some(_), true, false) => ("https", "HTTP/2"),
+            (_, Some(_), _, _) => ("https", "HTTP/1.1"),
+            (_, None, true, true) => ("http", "HTTP/1.1, and HTTP/2 with prior knowledge"),
+            (_, None, true, false) => ("http", "HTTP/2 with prior knowledge"),
+            (_, None, _, _) => ("http", "HTTP/1.1"),
         };
         let h3 = if l.http3 {
             format!("; HTTP/3 on UDP {}", addr.port())

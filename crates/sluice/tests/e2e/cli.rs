@@ -130,6 +130,8 @@ pub(super) struct Running {
     pub(super) child: std::process::Child,
     pub(super) http: std::net::SocketAddr,
     pub(super) admin: std::net::SocketAddr,
+    /// The banner's lines, up to "Stop with".
+    pub(super) banner: Vec<String>,
 }
 
 impl Drop for Running {
@@ -160,9 +162,10 @@ pub(super) fn start_from(
         .spawn()
         .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (mut http, mut admin) = (None, None);
+    let (mut http, mut admin, mut banner) = (None, None, Vec::new());
     for line in stdout.by_ref().take(12) {
         let line = line.unwrap();
+        banner.push(line.clone());
         let addr = || {
             line.split("://")
                 .nth(1)
@@ -185,10 +188,11 @@ pub(super) fn start_from(
         child,
         http: http.expect("the banner names the listener"),
         admin: admin.expect("the banner names the admin listener"),
+        banner,
     }
 }
 
-fn reload_cmd(pid_file: &std::path::Path) -> std::process::Output {
+pub(super) fn reload_cmd(pid_file: &std::path::Path) -> std::process::Output {
     sluice()
         .args(["reload", "--pid-file"])
         .arg(pid_file)

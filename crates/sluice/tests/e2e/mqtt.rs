@@ -13,14 +13,14 @@ use tokio::net::TcpStream;
 
 /// A mosquitto broker on 127.0.0.1 and a free port, anonymous, without persistence, in a
 /// temporary folder; stopped by PID when dropped.
-struct Mosquitto {
+pub(super) struct Mosquitto {
     port: u16,
     child: Option<std::process::Child>,
     _dir: tempfile::TempDir,
 }
 
 impl Mosquitto {
-    async fn start() -> Mosquitto {
+    pub(super) async fn start() -> Mosquitto {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let conf = dir.path().join("mosquitto.conf");
@@ -56,7 +56,7 @@ impl Mosquitto {
         panic!("mosquitto did not listen on {port} within 5 s");
     }
 
-    fn addr(&self) -> SocketAddr {
+    pub(super) fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
