@@ -22,6 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 mod mix;
+mod mqtt;
 mod quic;
 mod soak;
 mod tcp;
@@ -159,6 +160,36 @@ enum Mode {
         /// Connections to open and hold.
         #[arg(long, default_value_t = 1000)]
         connections: usize,
+    },
+    /// MQTT-over-TLS devices held idle (`bench/mqtt`'s memory figure): opens
+    /// `--connections`, each a CONNECT and its CONNACK, prints its JSON line once all are
+    /// open, holds them silent for `--duration` and exits.
+    MqttIdle {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        devices: mqtt::Devices,
+        /// Connections to open and hold.
+        #[arg(long, default_value_t = 1000)]
+        connections: usize,
+    },
+    /// QoS 0 messages through an MQTT-over-TLS gateway (`bench/mqtt`'s relay figure):
+    /// `--pairs` subscribers and publishers; a line once all are ready, then `--rate`
+    /// messages a second for `--duration`.
+    MqttPublish {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        devices: mqtt::Devices,
+        /// Publishers, and as many subscribers (one topic each).
+        #[arg(long, default_value_t = 50)]
+        pairs: usize,
+        /// Messages a second, all publishers together.
+        #[arg(long, default_value_t = 20_000)]
+        rate: u64,
+        /// Payload bytes per message.
+        #[arg(long, default_value_t = 100)]
+        payload: usize,
     },
     /// Keep-alive request latency while a handshake storm runs.
     Latency {
@@ -704,6 +735,30 @@ fn main() -> anyhow::Result<()> {
                 tokio::time::sleep(target.duration).await;
                 drop(held);
                 line
+            }
+            Mode::MqttIdle {
+                target,
+                devices,
+                connections,
+            } => {
+                mqtt::idle(
+                    &connector(&target)?,
+                    &target,
+                    &devices,
+                    connections,
+                    &counters,
+                )
+                .await?
+            }
+            Mode::MqttPublish {
+                target,
+                devices,
+                pairs,
+                rate,
+                payload,
+            } => {
+                let c = connector(&target)?;
+                mqtt::publish(&c, &target, &devices, pairs, rate, payload, &counters).await?
             }
             Mode::Latency {
                 target,

@@ -441,10 +441,17 @@ impl Gateway {
         }
         let drains = state.listeners.iter().map(|l| {
             let layer4 = !matches!(l.ctx.load().config.kind, ListenerKind::Http);
-            let within = if layer4 { streams.max(deadline) } else { deadline };
+            let within = if layer4 {
+                streams.max(deadline)
+            } else {
+                deadline
+            };
             let (connections, force) = (l.connections.clone(), l.force.clone());
             async move {
-                if tokio::time::timeout(within, connections.wait()).await.is_ok() {
+                if tokio::time::timeout(within, connections.wait())
+                    .await
+                    .is_ok()
+                {
                     return true;
                 }
                 force.cancel();

@@ -565,7 +565,9 @@ fn banner(
             (ListenerKind::Tcp(tcp), tls, _, _) => {
                 relayed = match (tcp.passthrough.is_empty(), tcp.upstream) {
                     (false, _) => "TLS passed through by server name".to_owned(),
-                    (true, Some(u)) => format!("relayed to upstream {}", snapshot.upstreams[u].name),
+                    (true, Some(u)) => {
+                        format!("relayed to upstream {}", snapshot.upstreams[u].name)
+                    }
                     (true, None) => "relayed".to_owned(),
                 };
                 (if tls.is_some() { "tls" } else { "tcp" }, relayed.as_str())
@@ -575,7 +577,10 @@ fn banner(
                     "MQTT to the brokers of upstream {}",
                     snapshot.upstreams[mqtt.upstream].name
                 );
-                (if tls.is_some() { "mqtts" } else { "mqtt" }, relayed.as_str())
+                (
+                    if tls.is_some() { "mqtts" } else { "mqtt" },
+                    relayed.as_str(),
+                )
             }
             (_, Some(_), true, true) => ("https", "HTTP/2 and HTTP/1.1 by ALPN"),
             (_, Some(_), true, false) => ("https", "HTTP/2"),

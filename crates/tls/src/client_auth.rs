@@ -32,6 +32,9 @@ pub struct ClientCert {
     pub error: Option<String>,
     /// The subject, RFC 4514 (`CN=alice,O=Example`).
     pub subject: String,
+    /// The subject's common name (its last CN, the most specific), where it has one: the
+    /// identity a device's certificate names (an MQTT listener's `certificate_identity`).
+    pub common_name: Option<String>,
     /// `DNS:…`, `URI:…`, `email:…` subjectAltNames, in the certificate's order.
     pub sans: Vec<String>,
     /// SHA-256 of the DER certificate, lower-case hex.
@@ -47,6 +50,7 @@ impl ClientCert {
             verified: result.is_ok(),
             error: result.err().map(|e| e.error_string().to_owned()),
             subject: subject(&cert),
+            common_name: common_name(&cert),
             sans: sans(&cert),
             sha256: cert
                 .digest(MessageDigest::sha256())
@@ -99,6 +103,14 @@ fn subject(cert: &X509) -> String {
     }
     parts.reverse();
     parts.join(",")
+}
+
+/// The subject's last CN, unescaped.
+fn common_name(cert: &X509) -> Option<String> {
+    cert.subject_name()
+        .entries_by_nid(boring::nid::Nid::COMMONNAME)
+        .last()
+        .and_then(|e| e.data().as_utf8().ok().map(|v| v.to_string()))
 }
 
 fn escape_rdn(v: &str) -> String {
@@ -262,7 +274,9 @@ mod tests {
         b.set_not_after(&boring::asn1::Asn1Time::days_from_now(1).unwrap())
             .unwrap();
         b.sign(&key, MessageDigest::sha256()).unwrap();
-        assert_eq!(subject(&b.build()), "CN=alice,O=Example\\, Inc.");
+        let cert = b.build();
+        assert_eq!(subject(&cert), "CN=alice,O=Example\\, Inc.");
+        assert_eq!(common_name(&cert).as_deref(), Some("alice"));
     }
 
     #[test]
@@ -271,6 +285,7 @@ mod tests {
             verified: true,
             error: None,
             subject: "CN=alice,O=Example".into(),
+            common_name: Some("alice".into()),
             sans: vec![
                 "URI:spiffe://test/alice".into(),
                 "DNS:a.test".into(),

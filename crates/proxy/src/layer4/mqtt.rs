@@ -66,9 +66,11 @@ pub(crate) async fn serve(
     match &listener.tls {
         None => admit(conn(log), mqtt, tcp).await,
         Some(acceptor) => {
-            let Some((stream, info)) = crate::listen::connection::handshake(
+            // Boxed, as are the other steps before the relay: a device's connection spends
+            // its life relaying, and its task's size is that of its largest step.
+            let Some((stream, info)) = Box::pin(crate::listen::connection::handshake(
                 &listener, acceptor, tcp, at.client, &signals, permit,
-            )
+            ))
             .await
             else {
                 return;
@@ -112,7 +114,7 @@ where
         Err(_) => return end(conn.listener, conn.log, conn.start, 408, TIMEOUT),
     };
     if let Some(rates) = &conn.listener.mqtt_rates
-        && !rates.admit(conn.at.client.ip(), &admitted.client_id).await
+        && !Box::pin(rates.admit(conn.at.client.ip(), &admitted.client_id)).await
     {
         conn.log.path = admitted.client_id;
         let version = Some(admitted.version);
@@ -129,7 +131,7 @@ where
                 host: &conn.log.host,
                 tls: conn.listener.tls.is_some(),
             };
-            match crate::layer4::mqtt_auth::check(auth, &who).await {
+            match Box::pin(crate::layer4::mqtt_auth::check(auth, &who)).await {
                 Ok(subject) => Some(subject),
                 Err(fault) => {
                     conn.log.path = admitted.client_id;

@@ -89,9 +89,10 @@ pub(crate) async fn serve(
     match &listener.tls {
         None => proxied(relay(tcp_conn(log), group, tcp, &[]).await),
         Some(acceptor) => {
-            let Some((stream, info)) = crate::listen::connection::handshake(
+            // Boxed: see `relay_keyed`.
+            let Some((stream, info)) = Box::pin(crate::listen::connection::handshake(
                 &listener, acceptor, tcp, at.client, &signals, permit,
-            )
+            ))
             .await
             else {
                 return;
@@ -216,7 +217,9 @@ where
     } = conn;
     let mut tried = Vec::with_capacity(2);
     let (upstream, server) = loop {
-        let server = match group.acquire(key, &tried, None).await {
+        // The steps before the splice are boxed: the connection spends its life splicing,
+        // and its task's size is that of its largest step.
+        let server = match Box::pin(group.acquire(key, &tried, None)).await {
             Ok(s) => s,
             Err(busy) => {
                 if busy != crate::upstreams::upstream::Busy::NoServer {
@@ -234,7 +237,10 @@ where
         tried.push(server.index);
         let addr = server.server().addr;
         log.upstream = Some(addr);
-        let connect = tokio::time::timeout(group.config.connect_timeout, TcpStream::connect(addr));
+        let connect = Box::pin(tokio::time::timeout(
+            group.config.connect_timeout,
+            TcpStream::connect(addr),
+        ));
         let connected = tokio::select! {
             r = connect => r,
             () = signals.force.cancelled() => return None,
@@ -242,7 +248,7 @@ where
         let failure = match connected {
             Ok(Ok(up)) => {
                 let _ = up.set_nodelay(true);
-                match hello_upstream(up, &group, addr, at, replay).await {
+                match Box::pin(hello_upstream(up, &group, addr, at, replay)).await {
                     Ok(up) => {
                         server.server().succeeded();
                         group.outcome(server.index, false);

@@ -133,9 +133,11 @@ fn a_subscriber_keeps_its_connection_and_messages_across_reload_and_upgrade() {
     let pid_file = dir.path().join("sluice.pid");
     let mut gw = cli::start_from(cli::sluice(), &path, &pid_file);
     assert!(
-        gw.banner.iter().any(|l| l.trim_start().starts_with("devices")
-            && l.contains(&format!("mqtt://127.0.0.1:{port}/"))
-            && l.contains("MQTT to the brokers of upstream brokers")),
+        gw.banner
+            .iter()
+            .any(|l| l.trim_start().starts_with("devices")
+                && l.contains(&format!("mqtt://127.0.0.1:{port}/"))
+                && l.contains("MQTT to the brokers of upstream brokers")),
         "the banner names the MQTT listener as such: {:?}",
         gw.banner
     );
