@@ -215,6 +215,9 @@ pub struct RawListenerMqtt {
     pub route_by: Option<SpannedStr>,
     /// A regular expression every client identifier must match (default: any).
     pub client_id_pattern: Option<SpannedStr>,
+    /// The CONNECT field (`"client_id"` or `"username"`) that must equal the common name of
+    /// the device's verified client certificate.
+    pub certificate_identity: Option<SpannedStr>,
     /// `[listener.mqtt.auth]`: the CONNECT's user name and password checked (`basic`: an
     /// htpasswd file; `jwt`: the password is a token), as `[route.auth]` checks requests.
     pub auth: Option<Spanned<RawAuth>>,

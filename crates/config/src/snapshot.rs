@@ -454,6 +454,9 @@ pub struct MqttProxy {
     pub client_id_pattern: Option<IdPattern>,
     /// `[listener.mqtt.auth]`: who may connect (`basic` and `jwt` only).
     pub auth: Option<Arc<crate::RouteAuth>>,
+    /// The CONNECT field that must equal the verified client certificate's common name
+    /// (`[listener.tls] client_auth = "required"`); `None`: no such binding.
+    pub certificate_identity: Option<MqttRouteBy>,
     /// New connections per client address (keyless, never delayed).
     pub rate_per_client: Option<crate::RateLimit>,
     /// New connections per client identifier (keyless, never delayed).

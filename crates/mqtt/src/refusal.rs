@@ -33,6 +33,12 @@ pub enum Fault {
     Unavailable,
     /// Over the listener's connection rate for the client's address or identifier.
     RateExceeded,
+    /// The listener requires a client certificate and the device sent none.
+    NoCertificate,
+    /// The device's client certificate did not verify against the listener's CAs.
+    BadCertificate,
+    /// The CONNECT field the listener binds to the certificate is not its common name.
+    CertificateMismatch,
 }
 
 /// A refusal of a connection's first packet: what is wrong and, where the packet got that
@@ -59,6 +65,9 @@ impl Refusal {
             Fault::NotAuthorized => "not_authorized",
             Fault::Unavailable => "auth_unavailable",
             Fault::RateExceeded => "rate_limited",
+            Fault::NoCertificate => "no_certificate",
+            Fault::BadCertificate => "bad_certificate",
+            Fault::CertificateMismatch => "certificate_mismatch",
         }
     }
 
@@ -73,7 +82,13 @@ impl Refusal {
             (Fault::ClientIdNotValid, Version::V5) => 0x85,
             (Fault::TooLarge, Version::V5) => 0x95,
             (Fault::BadCredentials, Version::V5) => 0x86,
-            (Fault::NotAuthorized, Version::V5) => 0x87,
+            (
+                Fault::NotAuthorized
+                | Fault::NoCertificate
+                | Fault::BadCertificate
+                | Fault::CertificateMismatch,
+                Version::V5,
+            ) => 0x87,
             (Fault::Unavailable, Version::V5) => 0x88,
             (Fault::RateExceeded, Version::V5) => 0x9F,
             (Fault::UnsupportedVersion, _) => 0x01,
@@ -81,7 +96,13 @@ impl Refusal {
             // 3.x has no code for a rate: "server unavailable", as brokers answer one.
             (Fault::Unavailable | Fault::RateExceeded, _) => 0x03,
             (Fault::BadCredentials, _) => 0x04,
-            (Fault::NotAuthorized, _) => 0x05,
+            (
+                Fault::NotAuthorized
+                | Fault::NoCertificate
+                | Fault::BadCertificate
+                | Fault::CertificateMismatch,
+                _,
+            ) => 0x05,
             (Fault::Malformed(_) | Fault::ProtocolError(_) | Fault::TooLarge, _) => return None,
         };
         Some(connack(version, code))
@@ -103,6 +124,13 @@ impl std::fmt::Display for Refusal {
             Fault::NotAuthorized => write!(f, "not authorized"),
             Fault::Unavailable => write!(f, "the credentials could not be checked now"),
             Fault::RateExceeded => write!(f, "over the listener's connection rate"),
+            Fault::NoCertificate => {
+                write!(f, "no client certificate, and the listener requires one")
+            }
+            Fault::BadCertificate => write!(f, "the client certificate did not verify"),
+            Fault::CertificateMismatch => {
+                write!(f, "the CONNECT does not name its certificate's common name")
+            }
         }
     }
 }
@@ -145,6 +173,20 @@ mod tests {
             r(Fault::BadCredentials, Some(Version::V5)).connack(),
             Some(vec![0x20, 3, 0, 0x86, 0])
         );
+        for cert in [
+            Fault::NoCertificate,
+            Fault::BadCertificate,
+            Fault::CertificateMismatch,
+        ] {
+            assert_eq!(
+                r(cert, Some(Version::V5)).connack(),
+                Some(vec![0x20, 3, 0, 0x87, 0])
+            );
+            assert_eq!(
+                r(cert, Some(Version::V311)).connack(),
+                Some(vec![0x20, 2, 0, 0x05])
+            );
+        }
         assert_eq!(
             r(Fault::BadCredentials, Some(Version::V311)).connack(),
             Some(vec![0x20, 2, 0, 0x04])

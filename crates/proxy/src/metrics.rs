@@ -30,7 +30,7 @@ pub struct ProxyMetrics {
     /// TCP listeners' connections by [`TCP_OUTCOMES`].
     tcp: [AtomicU64; 5],
     /// MQTT listeners' connections by [`MQTT_OUTCOMES`].
-    mqtt: [AtomicU64; 15],
+    mqtt: [AtomicU64; 18],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`].
     proxy_protocol: [AtomicU64; 4],
     /// HTTP request and response body bytes: from clients, to clients.
@@ -83,7 +83,7 @@ pub const TCP_OUTCOMES: [&str; 5] = [
 /// `connect_timeout` (or the client closed first); no broker could be connected to; refused
 /// by `[listener.mqtt.auth]`: bad or no credentials, credentials that do not allow it, or
 /// credentials that could not be checked; over a connection rate.
-pub const MQTT_OUTCOMES: [&str; 15] = [
+pub const MQTT_OUTCOMES: [&str; 18] = [
     "proxied",
     "denied",
     "not_connect",
@@ -99,6 +99,9 @@ pub const MQTT_OUTCOMES: [&str; 15] = [
     "not_authorized",
     "auth_unavailable",
     "rate_limited",
+    "no_certificate",
+    "bad_certificate",
+    "certificate_mismatch",
 ];
 
 /// What became of connections on `proxy_protocol` listeners: a header read; a peer outside
@@ -126,7 +129,7 @@ pub struct ProxySnapshot {
     /// TCP listeners' connections by [`TCP_OUTCOMES`] index.
     pub tcp: [u64; 5],
     /// MQTT listeners' connections by [`MQTT_OUTCOMES`] index.
-    pub mqtt: [u64; 15],
+    pub mqtt: [u64; 18],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`] index.
     pub proxy_protocol: [u64; 4],
     /// HTTP body bytes from clients and to clients.

@@ -110,12 +110,25 @@ impl Cx<'_> {
         }
         let mut tls = tls;
         if let (Some(t), Some(raw_tls)) = (&mut tls, &raw.tls) {
-            let tcp = kind.as_ref().is_some_and(|k| *k != ListenerKind::Http);
+            let tcp = kind
+                .as_ref()
+                .is_some_and(|k| matches!(k, ListenerKind::Tcp(_)));
+            let mqtt = kind
+                .as_ref()
+                .is_some_and(|k| matches!(k, ListenerKind::Mqtt(_)));
             match self.client_auth(&name, raw_tls, http3) {
                 Ok(Some(_)) if tcp => self.err_at(
                     raw_tls.client_auth.as_ref().or(raw_tls.client_ca.as_ref()).unwrap_or(&raw.name),
                     format!("listener `{name}`: client certificates on a kind = \"tcp\" listener"),
-                    "ask for client certificates on HTTP listeners (their routes decide what a certificate allows)",
+                    "ask for client certificates on HTTP listeners (their routes decide what a certificate allows) or MQTT listeners",
+                ),
+                Ok(Some(auth)) if mqtt && auth.forward_client_cert => self.err(
+                    raw_tls
+                        .forward_client_cert
+                        .as_ref()
+                        .map_or(raw.name.span().start, |f| f.span().start),
+                    format!("listener `{name}`: forward_client_cert adds an HTTP header, and an MQTT listener relays bytes"),
+                    "remove forward_client_cert (certificate_identity in [listener.mqtt] binds a device to its certificate)",
                 ),
                 Ok(auth) => t.client_auth = auth,
                 Err(()) => {}
@@ -406,6 +419,17 @@ impl Cx<'_> {
         let settings = self.mqtt_settings(mqtt);
         let auth = self.mqtt_auth(name, mqtt.and_then(|m| m.auth.as_ref()));
         let before = self.errors.len();
+        let certificate_identity = self.choice(
+            mqtt.and_then(|m| m.certificate_identity.as_ref()),
+            "certificate_identity",
+            &[
+                ("client_id", MqttRouteBy::ClientId),
+                ("username", MqttRouteBy::Username),
+            ],
+        );
+        if let Some(at) = mqtt.and_then(|m| m.certificate_identity.as_ref()) {
+            self.mqtt_certificates_required(name, raw, at);
+        }
         let rate_per_client = mqtt
             .and_then(|m| m.rate_per_client.as_ref())
             .map(|r| self.mqtt_rate(name, "rate_per_client", r));
@@ -430,10 +454,28 @@ impl Cx<'_> {
             route_by,
             client_id_pattern,
             auth,
+            certificate_identity,
             rate_per_client,
             rate_per_client_id,
             idle_timeout,
         }))
+    }
+
+    /// `certificate_identity` binds a CONNECT field to the certificate, so every device must
+    /// present one: `[listener.tls] client_auth = "required"`.
+    fn mqtt_certificates_required(&mut self, name: &str, raw: &RawListener, at: &SpannedStr) {
+        let required = raw
+            .tls
+            .as_ref()
+            .and_then(|t| t.client_auth.as_ref())
+            .is_some_and(|m| m.get_ref() == "required");
+        if !required {
+            self.err_at(
+                at,
+                format!("listener `{name}`: certificate_identity needs every device to present a client certificate"),
+                "set [listener.tls] client_ca = \"devices-ca.pem\" and client_auth = \"required\"",
+            );
+        }
     }
 
     /// One of an MQTT listener's connection rates: `[route.rate_limit]`'s `rate`, `burst` and

@@ -390,3 +390,79 @@ upstream = "brokers"
         "the owner is named: {errs:#?}"
     );
 }
+
+#[test]
+fn an_mqtt_listener_asks_for_client_certificates_and_binds_a_field_to_them() {
+    let dir = tempfile::tempdir().unwrap();
+    super::write_cert(dir.path(), "site", "mqtt.test");
+    super::write_cert(dir.path(), "ca", "devices-ca.test");
+    let listener = |tls: &str, mqtt: &str| {
+        format!(
+            r#"
+[[certificate]]
+name = "site"
+cert = "site.crt"
+key = "site.key"
+[[upstream]]
+name = "brokers"
+balance = "consistent_hash"
+servers = [{{ address = "127.0.0.1:1883" }}]
+[[listener]]
+name = "devices"
+address = "127.0.0.1:8883"
+kind = "mqtt"
+upstream = "brokers"
+[listener.tls]
+client_ca = "ca.crt"
+{tls}
+[listener.mqtt]
+{mqtt}
+"#
+        )
+    };
+    let good = listener(
+        "client_auth = \"required\"",
+        "certificate_identity = \"client_id\"",
+    );
+    let s = load_str(&good, "t.toml", dir.path()).unwrap();
+    let ListenerKind::Mqtt(m) = &s.listeners[0].kind else {
+        panic!("{:?}", s.listeners[0].kind)
+    };
+    assert_eq!(m.certificate_identity, Some(crate::MqttRouteBy::ClientId));
+    let auth = s.listeners[0].tls.as_ref().unwrap().client_auth.as_ref();
+    assert_eq!(auth.map(|a| a.mode), Some(crate::ClientAuthMode::Required));
+
+    let optional = listener(
+        "client_auth = \"optional\"",
+        "certificate_identity = \"username\"",
+    );
+    let errs = errors(&optional, dir.path());
+    assert!(
+        said_at(&errs, &optional, "certificate_identity").contains("needs every device"),
+        "{errs:#?}"
+    );
+    let forwarded = listener("client_auth = \"required\"\nforward_client_cert = true", "");
+    let errs = errors(&forwarded, dir.path());
+    assert!(
+        said_at(&errs, &forwarded, "forward_client_cert").contains("HTTP header"),
+        "{errs:#?}"
+    );
+    let unknown = listener(
+        "client_auth = \"required\"",
+        "certificate_identity = \"cn\"",
+    );
+    let errs = errors(&unknown, dir.path());
+    assert!(
+        said_at(&errs, &unknown, "certificate_identity").contains("certificate_identity"),
+        "{errs:#?}"
+    );
+    let tcp = good.replace("kind = \"mqtt\"", "kind = \"tcp\"").replace(
+        "[listener.mqtt]\ncertificate_identity = \"client_id\"\n",
+        "",
+    );
+    let errs = errors(&tcp, dir.path());
+    assert!(
+        said_at(&errs, &tcp, "client_auth").contains("kind = \"tcp\""),
+        "{errs:#?}"
+    );
+}

@@ -9,7 +9,9 @@
 //! either side ends or nothing crosses for 1.5 times the CONNECT's keep alive
 //! (MQTT-3.1.2-24).
 //!
-//! Then the listener's connection rates (`request::rate_limit::connect_rates`: per address, per identifier; over
+//! Then the device's client certificate where the listener asks for one (`mqtt_cert`: none
+//! where required, one that did not verify, a client identifier or user name that is not its
+//! common name: "not authorized"), the listener's connection rates (`request::rate_limit::connect_rates`: per address, per identifier; over
 //! them: "connection rate exceeded") and, with `[listener.mqtt.auth]`, its user name and
 //! password (`mqtt_auth`; refused: "bad user name or password" or "not authorized").
 //!
@@ -26,6 +28,7 @@ use crate::listen::connection::Signals;
 use crate::request::context::ListenerCtx;
 use sluice_config::{MqttProxy, MqttRouteBy};
 use sluice_mqtt::{Fault, Parsed, Refusal, parse_connect};
+use sluice_tls::ClientCert;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -64,7 +67,7 @@ pub(crate) async fn serve(
         signals: &signals,
     };
     match &listener.tls {
-        None => admit(conn(log), mqtt, tcp).await,
+        None => admit(conn(log), mqtt, tcp, Ok(None)).await,
         Some(acceptor) => {
             // Boxed, as are the other steps before the relay: a device's connection spends
             // its life relaying, and its task's size is that of its largest step.
@@ -76,7 +79,9 @@ pub(crate) async fn serve(
                 return;
             };
             handshaken(&mut log, "mqtts", &info);
-            admit(conn(log), mqtt, stream).await;
+            let cert = crate::layer4::mqtt_cert::presented(&listener, &info);
+            drop(info);
+            admit(conn(log), mqtt, stream, cert).await;
         }
     }
 }
@@ -97,9 +102,14 @@ struct Admitted {
     version: sluice_mqtt::Version,
 }
 
-/// Reads and checks the CONNECT, then relays the connection to its broker.
-async fn admit<C>(mut conn: TcpConn<'_>, mqtt: &MqttProxy, mut client: C)
-where
+/// Reads and checks the CONNECT, then relays the connection to its broker. `cert`: what
+/// the handshake left of the device's certificate (`mqtt_cert::presented`).
+async fn admit<C>(
+    mut conn: TcpConn<'_>,
+    mqtt: &MqttProxy,
+    mut client: C,
+    cert: Result<Option<Arc<ClientCert>>, Fault>,
+) where
     C: AsyncRead + AsyncWrite + crate::layer4::splice::FinOnClose + Unpin,
 {
     let mut read = Vec::with_capacity(512);
@@ -113,6 +123,20 @@ where
         Ok(Err(refusal)) => return refuse(conn, client, refusal).await,
         Err(_) => return end(conn.listener, conn.log, conn.start, 408, TIMEOUT),
     };
+    // The certificate first: it costs nothing to check, and binds the fields checked next.
+    let cert = cert.and_then(|c| {
+        let (id, user) = (&admitted.client_id, admitted.username.as_deref());
+        crate::layer4::mqtt_cert::bound(mqtt.certificate_identity, c.as_deref(), id, user)
+            .map(|()| c)
+    });
+    let cert = match cert {
+        Ok(c) => c,
+        Err(fault) => {
+            conn.log.path = admitted.client_id;
+            let version = Some(admitted.version);
+            return refuse(conn, client, Refusal { fault, version }).await;
+        }
+    };
     if let Some(rates) = &conn.listener.mqtt_rates
         && !Box::pin(rates.admit(conn.at.client.ip(), &admitted.client_id)).await
     {
@@ -122,7 +146,10 @@ where
         return refuse(conn, client, Refusal { fault, version }).await;
     }
     conn.log.subject = match &conn.listener.mqtt_auth {
-        None => admitted.username.as_deref().map(Arc::from),
+        // The certificate's subject where one verified, else the user name.
+        None => cert
+            .map(|c| Arc::from(c.subject.as_str()))
+            .or_else(|| admitted.username.as_deref().map(Arc::from)),
         Some(auth) => {
             let who = crate::layer4::mqtt_auth::Credentials {
                 username: admitted.username.as_deref(),
@@ -226,7 +253,7 @@ where
     let status = match refusal.fault {
         Fault::TooLarge => 413,
         Fault::BadCredentials => 401,
-        Fault::NotAuthorized => 403,
+        Fault::NotAuthorized | Fault::CertificateMismatch => 403,
         Fault::Unavailable => 503,
         Fault::RateExceeded => 429,
         _ => 400,
@@ -264,6 +291,9 @@ mod tests {
             Fault::NotAuthorized,
             Fault::Unavailable,
             Fault::RateExceeded,
+            Fault::NoCertificate,
+            Fault::BadCertificate,
+            Fault::CertificateMismatch,
         ];
         for fault in faults {
             let name = Refusal {

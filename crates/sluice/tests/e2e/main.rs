@@ -33,6 +33,7 @@ mod logs;
 mod lua;
 mod mirror;
 mod mqtt;
+mod mqtt_identity;
 mod mqtt_upgrade;
 pub(crate) mod ocsp;
 mod offload;

@@ -74,7 +74,7 @@ impl Drop for Mosquitto {
     }
 }
 
-fn config(brokers: &[&Mosquitto], mqtt: &str) -> String {
+pub(super) fn config(brokers: &[&Mosquitto], mqtt: &str) -> String {
     let servers: Vec<String> = brokers
         .iter()
         .map(|b| format!("{{ address = \"{}\" }}", b.addr()))
@@ -143,7 +143,7 @@ async fn exchange(gw: SocketAddr, pieces: &[&[u8]], pause: Duration) -> Vec<u8> 
 }
 
 /// The access log's lines so far.
-fn lines(dir: &Path) -> Vec<serde_json::Value> {
+pub(super) fn lines(dir: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(dir.join("access.log"))
         .unwrap_or_default()
         .lines()
@@ -604,7 +604,7 @@ async fn mqtt_over_tls_terminates_at_the_listener() {
 }
 
 /// `mosquitto_pub` of one QoS 1 message as `id` through the gateway's `port`, with `extra`.
-fn publish(port: &str, id: &str, extra: &[&str]) -> std::process::Output {
+pub(super) fn publish(port: &str, id: &str, extra: &[&str]) -> std::process::Output {
     std::process::Command::new("mosquitto_pub")
         .args([
             "-h",
