@@ -416,39 +416,7 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .stop();
-        let global = gateway.snapshot().global.clone();
-        let shutdown_timeout = global.shutdown_timeout;
-        eprintln!(
-            "sluice: shutting down; in-flight requests have {}s to finish",
-            shutdown_timeout.as_secs_f32()
-        );
-        // After an upgrade, devices' TCP and MQTT connections stay here until they end (or
-        // `stream_drain_timeout`): the new process takes only new ones.
-        let streams = if handed_over {
-            eprintln!(
-                "sluice: open TCP and MQTT connections stay with this process for up to {}s",
-                global.stream_drain_timeout.as_secs_f32()
-            );
-            global.stream_drain_timeout
-        } else {
-            shutdown_timeout
-        };
-        // Not after an upgrade: the service goes on in the new process (which is the main
-        // one now), and systemd hears every process of the unit.
-        if !handed_over {
-            crate::service::stopping("draining");
-        }
-        // After an upgrade the new process's demo origin takes every new connection at once;
-        // this one's connections close only after the gateway has drained (see `Demo`).
-        if let Some(d) = demo.as_ref().filter(|_| handed_over) {
-            d.stop_accepting();
-        }
-        if !gateway
-            .shutdown_keeping_streams(shutdown_timeout, streams)
-            .await
-        {
-            eprintln!("sluice: some requests did not finish in time and were closed");
-        }
+        let shutdown_timeout = drain(&gateway, handed_over, demo.as_ref()).await;
         if let Some(admin) = running
             .admin
             .lock()
@@ -466,6 +434,49 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
         eprintln!("sluice: stopped");
         Ok(())
     })
+}
+
+/// Stops accepting and drains the gateway: requests get `shutdown_timeout`; after an upgrade
+/// (`handed_over`), devices' TCP and MQTT connections stay with this process until they end
+/// or `stream_drain_timeout` passes, as the new process takes only new ones. Returns
+/// `shutdown_timeout`.
+async fn drain(
+    gateway: &Gateway,
+    handed_over: bool,
+    demo: Option<&crate::demo::Demo>,
+) -> std::time::Duration {
+    let global = gateway.snapshot().global.clone();
+    let shutdown_timeout = global.shutdown_timeout;
+    eprintln!(
+        "sluice: shutting down; in-flight requests have {}s to finish",
+        shutdown_timeout.as_secs_f32()
+    );
+    let streams = if handed_over {
+        eprintln!(
+            "sluice: open TCP and MQTT connections stay with this process for up to {}s",
+            global.stream_drain_timeout.as_secs_f32()
+        );
+        global.stream_drain_timeout
+    } else {
+        shutdown_timeout
+    };
+    // Not after an upgrade: the service goes on in the new process (which is the main one
+    // now), and systemd hears every process of the unit.
+    if !handed_over {
+        crate::service::stopping("draining");
+    }
+    // After an upgrade the new process's demo origin takes every new connection at once;
+    // this one's connections close only after the gateway has drained (see `Demo`).
+    if let Some(d) = demo.filter(|_| handed_over) {
+        d.stop_accepting();
+    }
+    if !gateway
+        .shutdown_keeping_streams(shutdown_timeout, streams)
+        .await
+    {
+        eprintln!("sluice: some requests did not finish in time and were closed");
+    }
+    shutdown_timeout
 }
 
 /// The ACME manager: alone, or, in fleet mode, taking turns through etcd and following what
