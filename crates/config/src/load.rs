@@ -389,7 +389,12 @@ impl<'a> Cx<'a> {
                 &upstream_names,
             ) {
                 if let ListenerKind::Mqtt(m) = &listener.kind {
-                    self.mqtt_brokers_hashed(l, &upstreams[m.upstream]);
+                    let at = l
+                        .upstream
+                        .as_ref()
+                        .map_or(l.name.span().start, |u| u.span().start);
+                    let owner = format!("listener `{}`", l.name.get_ref());
+                    self.mqtt_brokers_hashed(&owner, at, &upstreams[m.upstream]);
                 }
                 // Port 0 asks the OS for a free port, so it can never clash.
                 let clash = (listener.address.port() != 0)
@@ -436,6 +441,10 @@ impl<'a> Cx<'a> {
         for (r, raw_r) in routes.iter().zip(&raw.routes) {
             if let (Some(w), Some(at)) = (&r.waf, &raw_r.waf) {
                 self.waf_ruleset_exists(&r.name, &w.ruleset, at, &waf);
+            }
+            if let (Some(m), Some(at)) = (&r.mqtt, &raw_r.mqtt) {
+                let owner = format!("route `{}` [route.mqtt]", r.name);
+                self.mqtt_brokers_hashed(&owner, at.span().start, &upstreams[m.upstream]);
             }
         }
 

@@ -591,6 +591,25 @@ pub struct RawRoute {
     pub lua: Option<Spanned<RawRouteLua>>,
     /// `[route.waf]`: the web application firewall's rule set for this route.
     pub waf: Option<Spanned<RawRouteWaf>>,
+    /// `[route.mqtt]`: MQTT over WebSocket, each device sent to the broker of the route's
+    /// upstream its client identifier hashes to.
+    pub mqtt: Option<Spanned<RawRouteMqtt>>,
+}
+
+/// `[route.mqtt]`: what an MQTT-over-WebSocket route reads of each device's CONNECT (the
+/// MQTT listener's keys that concern the CONNECT; the upgrade request itself is checked by
+/// the route's `[route.auth]` and `[route.rate_limit]`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRouteMqtt {
+    /// As `[listener.mqtt]`'s, counted from the WebSocket's opening.
+    pub connect_timeout: Option<SpannedStr>,
+    /// As `[listener.mqtt]`'s.
+    pub max_connect_size: Option<Spanned<RawSize>>,
+    /// As `[listener.mqtt]`'s.
+    pub route_by: Option<SpannedStr>,
+    /// As `[listener.mqtt]`'s.
+    pub client_id_pattern: Option<SpannedStr>,
 }
 
 /// `[[route.mirror]]`: NGINX's `mirror`, Envoy's request mirror policy.

@@ -827,6 +827,10 @@ pub struct Route {
     pub lua: Option<Arc<crate::RouteLua>>,
     /// `[route.waf]`.
     pub waf: Option<Arc<crate::RouteWaf>>,
+    /// `[route.mqtt]`: the route answers WebSocket upgrades asking for MQTT itself and relays
+    /// each device to its broker (`upstream` is the route's; no credentials or rates of its
+    /// own: the route's `[route.auth]` and `[route.rate_limit]` check the upgrade).
+    pub mqtt: Option<Arc<MqttProxy>>,
 }
 
 /// One `[[route.split]]`.

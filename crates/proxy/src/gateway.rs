@@ -674,6 +674,7 @@ async fn prepare(
             alt_svc: crate::request::context::AltSvc::new(l.http3, l.address.port()),
             mqtt_auth,
             mqtt_rates,
+            mqtt_bridge: Some(crate::layer4::mqtt_ws::bridge),
         });
         listeners.push((placement, ctx));
     }

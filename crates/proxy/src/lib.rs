@@ -37,6 +37,7 @@ mod listen;
 mod metrics;
 mod proxy_protocol;
 mod request;
+mod signals;
 mod text;
 mod upstreams;
 

@@ -374,21 +374,17 @@ impl Cx<'_> {
         }))
     }
 
-    /// An MQTT listener's brokers are on a hash ring: a device returns to the broker that
-    /// holds its session only if its key always hashes to the same one.
-    pub(super) fn mqtt_brokers_hashed(&mut self, raw: &RawListener, brokers: &Upstream) {
+    /// An MQTT listener's (or route's) brokers are on a hash ring: a device returns to the
+    /// broker that holds its session only if its key always hashes to the same one. `owner`:
+    /// "listener `devices`"; `at`: where its upstream is named.
+    pub(super) fn mqtt_brokers_hashed(&mut self, owner: &str, at: usize, brokers: &Upstream) {
         if brokers.balance == Balance::ConsistentHash {
             return;
         }
-        let at = raw
-            .upstream
-            .as_ref()
-            .map_or(raw.name.span().start, |u| u.span().start);
         self.err(
             at,
             format!(
-                "listener `{}`: an MQTT listener sends each device to the broker its client identifier hashes to, and upstream `{}` does not hash",
-                raw.name.get_ref(),
+                "{owner}: MQTT sends each device to the broker its client identifier hashes to, and upstream `{}` does not hash",
                 brokers.name
             ),
             format!(
@@ -416,7 +412,12 @@ impl Cx<'_> {
             return None;
         }
         let mqtt = raw.mqtt.as_ref().map(Spanned::get_ref);
-        let settings = self.mqtt_settings(mqtt);
+        let settings = self.mqtt_settings(mqtt.map(|m| MqttConnectKeys {
+            connect_timeout: m.connect_timeout.as_ref(),
+            max_connect_size: m.max_connect_size.as_ref(),
+            route_by: m.route_by.as_ref(),
+            client_id_pattern: m.client_id_pattern.as_ref(),
+        }));
         let auth = self.mqtt_auth(name, mqtt.and_then(|m| m.auth.as_ref()));
         let before = self.errors.len();
         let certificate_identity = self.choice(
@@ -547,20 +548,21 @@ impl Cx<'_> {
 
     /// `[listener.mqtt]`, with its defaults: the CONNECT's time and size limits and what
     /// routes a device. `None` when it has a mistake (reported).
-    fn mqtt_settings(
+    pub(super) fn mqtt_settings(
         &mut self,
-        raw: Option<&RawListenerMqtt>,
+        raw: Option<MqttConnectKeys<'_>>,
     ) -> Option<(Duration, usize, MqttRouteBy, Option<IdPattern>)> {
+        let raw = raw.as_ref();
         let before = self.errors.len();
         let timeout = self
-            .duration(raw.and_then(|m| m.connect_timeout.as_ref()))
+            .duration(raw.and_then(|m| m.connect_timeout))
             .unwrap_or(Duration::from_secs(10));
         let size = self
-            .size(raw.and_then(|m| m.max_connect_size.as_ref()))
+            .size(raw.and_then(|m| m.max_connect_size))
             .unwrap_or(64 << 10);
         let route_by = self
             .choice(
-                raw.and_then(|m| m.route_by.as_ref()),
+                raw.and_then(|m| m.route_by),
                 "route_by",
                 &[
                     ("client_id", MqttRouteBy::ClientId),
@@ -569,7 +571,7 @@ impl Cx<'_> {
             )
             .unwrap_or(MqttRouteBy::ClientId);
         let size = usize::try_from(size).unwrap_or(usize::MAX);
-        let pattern = raw.and_then(|m| m.client_id_pattern.as_ref()).and_then(|p| {
+        let pattern = raw.and_then(|m| m.client_id_pattern).and_then(|p| {
             regex::Regex::new(p.get_ref())
                 .map_err(|e| {
                     self.err_at(
@@ -794,4 +796,12 @@ impl Cx<'_> {
         }
         ok.then_some(out)
     }
+}
+
+/// The `[listener.mqtt]` (or `[route.mqtt]`) keys that concern the CONNECT itself.
+pub(super) struct MqttConnectKeys<'a> {
+    pub(super) connect_timeout: Option<&'a SpannedStr>,
+    pub(super) max_connect_size: Option<&'a Spanned<RawSize>>,
+    pub(super) route_by: Option<&'a SpannedStr>,
+    pub(super) client_id_pattern: Option<&'a SpannedStr>,
 }

@@ -227,12 +227,23 @@ impl Cx<'_> {
             },
             None => None,
         };
+        let mqtt = match (&raw.mqtt, upstream) {
+            (None, _) => None,
+            (Some(m), upstream) => match self.route_mqtt(&name, m, upstream, raw) {
+                Some(m) => Some(Arc::new(m)),
+                None => {
+                    ok = false;
+                    None
+                }
+            },
+        };
         if !ok {
             return None;
         }
         Some(Route {
             lua,
             waf,
+            mqtt,
             auth,
             cors,
             max_request_body,
@@ -337,5 +348,62 @@ impl Cx<'_> {
         p.per_try_timeout = self.duration(r.per_try_timeout.as_ref());
         p.timeout = self.duration(r.timeout.as_ref());
         p
+    }
+}
+
+impl Cx<'_> {
+    /// `[route.mqtt]`: the CONNECT's limits and what routes a device, with the route's own
+    /// upstream as the brokers (`None`, reported, when it has none or a mistake). What the
+    /// WebSocket's bytes would pass through is refused: a cache, mirrors, a traffic split.
+    fn route_mqtt(
+        &mut self,
+        name: &str,
+        raw: &Spanned<RawRouteMqtt>,
+        upstream: Option<usize>,
+        route: &RawRoute,
+    ) -> Option<MqttProxy> {
+        let m = raw.get_ref();
+        let settings = self.mqtt_settings(Some(super::listener::MqttConnectKeys {
+            connect_timeout: m.connect_timeout.as_ref(),
+            max_connect_size: m.max_connect_size.as_ref(),
+            route_by: m.route_by.as_ref(),
+            client_id_pattern: m.client_id_pattern.as_ref(),
+        }));
+        let conflicts = [
+            ("[route.cache]", route.cache.is_some()),
+            ("[[route.mirror]]", route.mirror.is_some()),
+            ("[[route.split]]", route.split.is_some()),
+        ];
+        if let Some((what, _)) = conflicts.iter().find(|(_, set)| *set) {
+            self.err_at(
+                raw,
+                format!("route `{name}`: [route.mqtt] relays each device's connection to its broker, which {what} cannot take part in"),
+                format!("remove {what} from this route"),
+            );
+            return None;
+        }
+        let Some(upstream) = upstream else {
+            if route.upstream.is_none() {
+                self.err_at(
+                    raw,
+                    format!("route `{name}`: [route.mqtt] needs the brokers as the route's upstream"),
+                    "add upstream = \"brokers\" (an [[upstream]] with balance = \"consistent_hash\")",
+                );
+            }
+            return None;
+        };
+        let (connect_timeout, max_connect_size, route_by, client_id_pattern) = settings?;
+        Some(MqttProxy {
+            upstream,
+            connect_timeout,
+            max_connect_size,
+            route_by,
+            client_id_pattern,
+            auth: None,
+            rate_per_client: None,
+            rate_per_client_id: None,
+            certificate_identity: None,
+            idle_timeout: std::time::Duration::from_secs(600),
+        })
     }
 }

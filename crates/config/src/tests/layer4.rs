@@ -466,3 +466,49 @@ client_ca = "ca.crt"
         "{errs:#?}"
     );
 }
+
+#[test]
+fn an_mqtt_over_websocket_route_loads_and_its_mistakes_are_named() {
+    let route = |extra: &str, balance: &str| {
+        format!(
+            r#"
+[[upstream]]
+name = "brokers"
+balance = "{balance}"
+servers = [{{ address = "127.0.0.1:1883" }}]
+[[listener]]
+name = "web"
+address = "127.0.0.1:8080"
+[[route]]
+name = "devices-ws"
+path_exact = "/mqtt"
+upstream = "brokers"
+{extra}
+[route.mqtt]
+route_by = "username"
+client_id_pattern = "^dev-"
+"#
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let good = route("", "consistent_hash");
+    let s = load_str(&good, "t.toml", dir.path()).unwrap();
+    let m = s.routes[0].mqtt.as_ref().expect("[route.mqtt]");
+    assert_eq!(m.upstream, 0);
+    assert_eq!(m.route_by, crate::MqttRouteBy::Username);
+    assert_eq!(m.connect_timeout, Duration::from_secs(10), "default");
+    assert!(m.client_id_pattern.as_ref().unwrap().0.is_match("dev-1"));
+
+    let round = route("", "round_robin");
+    let errs = errors(&round, dir.path());
+    assert!(
+        said_at(&errs, &round, "[route.mqtt]").contains("does not hash"),
+        "{errs:#?}"
+    );
+    let cached = route("[route.cache]", "consistent_hash");
+    let errs = errors(&cached, dir.path());
+    assert!(
+        said_at(&errs, &cached, "[route.mqtt]").contains("[route.cache]"),
+        "{errs:#?}"
+    );
+}

@@ -153,6 +153,7 @@ pub(crate) async fn serve(setup: Setup) {
         peer,
         listener,
         slot,
+        signals: signals.clone(),
         ctx: None,
         timer: Box::pin(tokio::time::sleep_until(deadline)),
         handshake_deadline: deadline,
@@ -193,6 +194,7 @@ struct Driver {
     peer: SocketAddr,
     listener: Arc<ListenerCtx>,
     slot: Arc<ArcSwap<ListenerCtx>>,
+    signals: Signals,
     /// The connection as requests see it, once the handshake is done.
     ctx: Option<Arc<ConnCtx>>,
     timer: Pin<Box<Sleep>>,
@@ -339,6 +341,7 @@ impl Driver {
                 client_cert: None,
             }),
             state,
+            signals: self.signals.clone(),
         }));
     }
 

@@ -104,7 +104,7 @@ struct Admitted {
 
 /// Reads and checks the CONNECT, then relays the connection to its broker. `cert`: what
 /// the handshake left of the device's certificate (`mqtt_cert::presented`).
-async fn admit<C>(
+pub(crate) async fn admit<C>(
     mut conn: TcpConn<'_>,
     mqtt: &MqttProxy,
     mut client: C,

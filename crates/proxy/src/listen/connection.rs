@@ -16,8 +16,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 /// How long a draining gateway waits for the next request on an idle connection before it
 /// closes it (bounded by `header_read_timeout`). See `run`.
@@ -129,16 +127,7 @@ impl AsyncWrite for Lingering {
     }
 }
 
-/// Signals a connection receives from its gateway.
-#[derive(Clone, Debug)]
-pub(crate) struct Signals {
-    /// Becomes true when the gateway starts a graceful shutdown.
-    pub(crate) draining: watch::Receiver<bool>,
-    /// Cancelled when the shutdown deadline has passed: close at once.
-    pub(crate) force: CancellationToken,
-    /// The listener's TCP connections' idle timeouts.
-    pub(crate) idle: Arc<crate::listen::idle_sweep::IdleSweep>,
-}
+pub(crate) use crate::signals::Signals;
 
 /// Serves one accepted connection to the end.
 ///
@@ -183,6 +172,7 @@ pub(crate) async fn serve(
             local: at.local,
             tls: Some(info),
             state: state.clone(),
+            signals: signals.clone(),
         });
         // ALPN decided the protocol: an h2 connection that then sends an HTTP/1.1 request is
         // a connection error (RFC 9113 §3.4), not a request.
@@ -227,6 +217,7 @@ pub(crate) async fn serve(
             local: at.local,
             tls: None,
             state: state.clone(),
+            signals: signals.clone(),
         });
         run(proto, io, ctx, signals).await;
     }

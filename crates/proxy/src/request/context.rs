@@ -38,6 +38,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) mqtt_auth: Option<Arc<sluice_auth::Authenticator>>,
     /// An MQTT listener's connection rates.
     pub(crate) mqtt_rates: Option<Arc<crate::request::rate_limit::connect_rates::ConnectRates>>,
+    /// The relay `[route.mqtt]` routes hand their devices' WebSockets to.
+    pub(crate) mqtt_bridge: Option<MqttBridge>,
 }
 
 /// `Alt-Svc: h3=":PORT"; ma=86400`, which a listener that also serves HTTP/3 puts on its TCP
@@ -87,7 +89,28 @@ pub(crate) struct ConnCtx {
     pub(crate) local: SocketAddr,
     pub(crate) tls: Option<TlsInfo>,
     pub(crate) state: Arc<ConnState>,
+    /// The gateway's signals to the connection: what outlives a request on it (an MQTT
+    /// device's WebSocket, `[route.mqtt]`) closes when the gateway forces its connections.
+    pub(crate) signals: crate::signals::Signals,
 }
+
+/// An MQTT device's WebSocket, handed from its route (`request::mqtt_ws`) to the relay once
+/// the `101` is written.
+pub(crate) struct WsHandoff {
+    /// The HTTP listener's context as it is now (its metrics, access log, upstream groups).
+    pub(crate) listener: Arc<ListenerCtx>,
+    /// The route's `[route.mqtt]`, with the brokers' group.
+    pub(crate) mqtt: Arc<sluice_config::MqttProxy>,
+    /// The client's connection once it has switched protocols.
+    pub(crate) upgrade: crate::http1::OnUpgrade,
+    pub(crate) at: crate::addresses::Addresses,
+    pub(crate) signals: crate::signals::Signals,
+}
+
+/// The relay that takes a device's WebSocket to its end (`layer4::mqtt_ws::bridge`, set by
+/// the gateway: the relay sits above the request path, which names only the handoff).
+pub(crate) type MqttBridge =
+    fn(WsHandoff) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 #[cfg(test)]
 mod tests {

@@ -108,6 +108,12 @@ pub(crate) fn handle(
             Err(stop) => ctx.stop(stop),
             Ok((plan, upstream)) => {
                 let route = &*plan.route;
+                if let Some(mqtt) = &route.mqtt {
+                    // `[route.mqtt]`: the route answers the WebSocket upgrade itself and
+                    // hands the device to the MQTT relay (`mqtt_ws`).
+                    let stop = crate::request::mqtt_ws::answer(&ctx, listener, mqtt, &mut req);
+                    return Ok(with_alt_svc(ctx.stop(stop), alt_svc));
+                }
                 // Phase `cache lookup` (routes with `[route.cache]`), then the upstream
                 // phases of `proxy::run`. Inline rather than an async fn of their own:
                 // an async fn keeps its arguments (the context, the request) for its

@@ -35,6 +35,7 @@ mod mirror;
 mod mqtt;
 mod mqtt_identity;
 mod mqtt_upgrade;
+mod mqtt_ws;
 pub(crate) mod ocsp;
 mod offload;
 mod policy;
