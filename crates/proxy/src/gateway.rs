@@ -37,6 +37,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, UdpSocket};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// A running gateway: its listeners, upstream groups and engines, and the means to
@@ -426,10 +427,11 @@ impl Gateway {
         self.shutdown_keeping_streams(deadline, deadline).await
     }
 
-    /// [`Gateway::shutdown`], except that the layer-4 listeners' connections (TCP and MQTT)
-    /// get `streams` (at least `deadline`) before they are closed: after an upgrade, the old
-    /// process keeps relaying devices' long-lived connections while the new one takes the new
-    /// ones.
+    /// [`Gateway::shutdown`], except that long-lived relays get `streams` (at least
+    /// `deadline`) before they are closed: the layer-4 listeners' connections (TCP and MQTT)
+    /// and, on HTTP listeners, the relays that outlived their requests (WebSocket tunnels,
+    /// MQTT over WebSocket). After an upgrade the old process keeps relaying them while the
+    /// new one takes the new connections.
     pub async fn shutdown_keeping_streams(&self, deadline: Duration, streams: Duration) -> bool {
         let mut state = self.state.lock().await;
         state.stopped = true;
@@ -439,25 +441,14 @@ impl Gateway {
         for l in &mut state.listeners {
             let _ = (&mut l.accept).await;
         }
-        let drains = state.listeners.iter().map(|l| {
+        let streams = streams.max(deadline);
+        let drains = state.listeners.iter().flat_map(|l| {
             let layer4 = !matches!(l.ctx.load().config.kind, ListenerKind::Http);
-            let within = if layer4 {
-                streams.max(deadline)
-            } else {
-                deadline
-            };
-            let (connections, force) = (l.connections.clone(), l.force.clone());
-            async move {
-                if tokio::time::timeout(within, connections.wait())
-                    .await
-                    .is_ok()
-                {
-                    return true;
-                }
-                force.cancel();
-                connections.wait().await;
-                false
-            }
+            let within = if layer4 { streams } else { deadline };
+            [
+                drain(l.connections.clone(), l.force.clone(), within),
+                drain(l.streams.tasks.clone(), l.streams.force.clone(), streams),
+            ]
         });
         let clean = futures_util::future::join_all(drains).await;
         // Listeners a reload removed: their own timers force them (see `commit`).
@@ -467,6 +458,17 @@ impl Gateway {
         state.access_log.flush();
         clean.into_iter().all(|c| c)
     }
+}
+
+/// Waits up to `within` for `tasks` to end, then cancels `force` and waits for them to close;
+/// whether they ended in time.
+async fn drain(tasks: TaskTracker, force: CancellationToken, within: Duration) -> bool {
+    if tokio::time::timeout(within, tasks.wait()).await.is_ok() {
+        return true;
+    }
+    force.cancel();
+    tasks.wait().await;
+    false
 }
 
 fn open_access_log(config: &LogConfig) -> Result<AccessLog, ProxyError> {
@@ -939,15 +941,15 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
         tracing::info!(listener = %l.name, address = %l.bound, "listener removed; draining its connections");
         l.stop_accepting();
         let (tracker, force) = (l.connections.clone(), l.force.clone());
-        tokio::spawn(async move {
-            if tokio::time::timeout(shutdown_timeout, tracker.wait())
-                .await
-                .is_err()
-            {
-                force.cancel();
-            }
-        });
+        tokio::spawn(drain(tracker, force, shutdown_timeout));
+        let streams = l.streams.clone();
+        tokio::spawn(drain(
+            streams.tasks.clone(),
+            streams.force,
+            shutdown_timeout,
+        ));
         state.draining.push(l.connections);
+        state.draining.push(streams.tasks);
     }
     state.draining.retain(|t| !t.is_empty());
     state.listeners = running;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Signals a connection receives from its gateway.
 #[derive(Clone, Debug)]
@@ -15,4 +16,17 @@ pub(crate) struct Signals {
     pub(crate) force: CancellationToken,
     /// The listener's TCP connections' idle timeouts.
     pub(crate) idle: Arc<crate::listen::idle_sweep::IdleSweep>,
+    /// Where relays that outlive their request run.
+    pub(crate) streams: Streams,
+}
+
+/// Where a request's long-lived relays run once they have left its connection (a
+/// WebSocket's tunnel after `101`, an MQTT device over WebSocket): tracked apart from the
+/// listener's connections, so that the drain after `sluice upgrade` waits for them as long as
+/// for layer-4 connections (`stream_drain_timeout`) while requests get `shutdown_timeout`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Streams {
+    pub(crate) tasks: TaskTracker,
+    /// Cancelled when their drain's deadline has passed: close at once.
+    pub(crate) force: CancellationToken,
 }

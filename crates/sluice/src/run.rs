@@ -437,9 +437,9 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// Stops accepting and drains the gateway: requests get `shutdown_timeout`; after an upgrade
-/// (`handed_over`), devices' TCP and MQTT connections stay with this process until they end
-/// or `stream_drain_timeout` passes, as the new process takes only new ones. Returns
-/// `shutdown_timeout`.
+/// (`handed_over`), long-lived relays (TCP, MQTT, WebSocket) stay with this process until
+/// they end or `stream_drain_timeout` passes, as the new process takes only new ones.
+/// Returns `shutdown_timeout`.
 async fn drain(
     gateway: &Gateway,
     handed_over: bool,
@@ -453,7 +453,7 @@ async fn drain(
     );
     let streams = if handed_over {
         eprintln!(
-            "sluice: open TCP and MQTT connections stay with this process for up to {}s",
+            "sluice: open TCP, MQTT and WebSocket connections stay with this process for up to {}s",
             global.stream_drain_timeout.as_secs_f32()
         );
         global.stream_drain_timeout

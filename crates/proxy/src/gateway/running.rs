@@ -30,6 +30,8 @@ pub(super) struct RunningListener {
     pub(super) draining: watch::Sender<bool>,
     pub(super) force: CancellationToken,
     pub(super) connections: TaskTracker,
+    /// Relays that outlived their requests (WebSocket tunnels, MQTT over WebSocket).
+    pub(super) streams: crate::signals::Streams,
     /// Open connections against `max_connections` and `max_connections_per_client`, TCP and
     /// QUIC together.
     pub(super) counts: Arc<crate::listen::conn_limit::ConnCounts>,
@@ -43,6 +45,7 @@ impl RunningListener {
         self.accept.abort();
         let _ = self.draining.send(true);
         self.connections.close();
+        self.streams.tasks.close();
     }
 }
 
@@ -56,6 +59,7 @@ pub(super) fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> Runn
     let (draining, draining_rx) = watch::channel(false);
     let force = CancellationToken::new();
     let connections = TaskTracker::new();
+    let streams = crate::signals::Streams::default();
     let counts = Arc::new(crate::listen::conn_limit::ConnCounts::default());
     let name = ctx.name.to_string();
     let configured = ctx.config.address;
@@ -64,6 +68,7 @@ pub(super) fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> Runn
         draining: draining_rx,
         force: force.clone(),
         idle: Arc::default(),
+        streams: streams.clone(),
     };
     let accept = tokio::spawn(crate::accept::accept_loop(
         bound,
@@ -84,6 +89,7 @@ pub(super) fn spawn_listener(socket: TcpListener, ctx: Arc<ListenerCtx>) -> Runn
         draining,
         force,
         connections,
+        streams,
         counts,
     }
 }
@@ -95,6 +101,7 @@ pub(super) fn spawn_quic(udp: UdpSocket, l: &RunningListener) -> JoinHandle<()> 
         draining: l.draining.subscribe(),
         force: l.force.clone(),
         idle: Arc::default(),
+        streams: l.streams.clone(),
     };
     tracing::info!(listener = %l.name, address = %l.bound, "serving HTTP/3 (QUIC) on UDP");
     tokio::spawn(crate::http3::run(

@@ -39,6 +39,11 @@ async fn relay(h: WsHandoff) {
     let Some(io) = upgrade.wait().await else {
         return;
     };
+    // The relay ends when its own drain does, not when its HTTP connection's would.
+    let signals = crate::signals::Signals {
+        force: signals.streams.force.clone(),
+        ..signals
+    };
     let ws = WebSocketStream::from_raw_socket(io, Role::Server, None).await;
     let protocol = if listener.tls.is_some() {
         "mqtt-wss"

@@ -76,7 +76,9 @@ pub(crate) fn answer<B>(
         },
         signals: ctx.conn.signals.clone(),
     };
-    tokio::spawn(bridge(handoff));
+    // Tracked with the listener's long-lived relays: an upgrade's drain waits for it as for
+    // an MQTT listener's devices (`stream_drain_timeout`).
+    ctx.conn.signals.streams.tasks.spawn(bridge(handoff));
     let mut h = HeaderMap::new();
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));

@@ -649,7 +649,9 @@ impl<'a> Proxied<'a> {
         if let (true, Some(client_upgrade), Some(upstream_upgrade)) =
             (switching, self.client_upgrade.take(), upstream_upgrade)
         {
-            tokio::spawn(tunnel(
+            let streams = &self.conn.signals.streams;
+            streams.tasks.spawn(tunnel(
+                streams.force.clone(),
                 client_upgrade,
                 upstream_upgrade,
                 server.server().addr,
@@ -796,8 +798,11 @@ fn is_idempotent(m: &Method) -> bool {
     )
 }
 
-/// Copies bytes both ways between an upgraded client connection and upstream connection.
+/// Copies bytes both ways between an upgraded client connection and upstream connection,
+/// until both end or the listener's long-lived relays are forced closed (`force`: their
+/// drain's deadline, `stream_drain_timeout` after an upgrade).
 async fn tunnel(
+    force: tokio_util::sync::CancellationToken,
     client: crate::http1::OnUpgrade,
     mut upstream: crate::http1::Upgraded,
     addr: SocketAddr,
@@ -806,8 +811,13 @@ async fn tunnel(
         tracing::debug!(%addr, "the client connection did not switch protocols");
         return;
     };
-    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-        tracing::debug!(%addr, error = %e, "upgraded connection ended with an error");
+    tokio::select! {
+        r = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+            if let Err(e) = r {
+                tracing::debug!(%addr, error = %e, "upgraded connection ended with an error");
+            }
+        }
+        () = force.cancelled() => {}
     }
 }
 

@@ -1,7 +1,8 @@
-//! Devices' connections across `sluice reload` and `sluice upgrade`: a subscriber connected
-//! before both keeps its one connection (and so its broker session) and receives QoS 1, QoS 2
-//! and retained messages published after them through the new process; the old process
-//! keeps relaying it beyond `shutdown_timeout` and exits once it has ended.
+//! Devices' connections across `sluice reload` and `sluice upgrade`: subscribers connected
+//! before both, one on the MQTT listener (`mosquitto_sub`) and one over WebSocket on an HTTP
+//! route (paho), keep their one connection (and so their broker session) and receive QoS 1,
+//! QoS 2 and retained messages published after them through the new process; the old process
+//! keeps relaying them beyond `shutdown_timeout` and exits once they have ended.
 
 use crate::cli;
 use crate::mqtt::Mosquitto;
@@ -11,22 +12,54 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
-/// A `mosquitto_sub -d` child and its output lines (debug lines name each CONNECT sent).
+/// A subscriber child and its output lines: its payloads, and a line with `connect_marker`
+/// for each connection it made.
 struct Subscriber {
     child: Child,
     lines: Receiver<String>,
     seen: Vec<String>,
+    connect_marker: &'static str,
 }
 
+/// paho over a WebSocket to `/mqtt` as `ws-keeper`, subscribed to `plant/#` with QoS 2:
+/// prints `connected` on each CONNACK (paho reconnects by itself) and each payload.
+const WS_SUBSCRIBER: &str = r#"
+import sys
+import paho.mqtt.client as mqtt
+c = mqtt.Client(client_id="ws-keeper", transport="websockets", protocol=mqtt.MQTTv311)
+c.ws_set_options(path="/mqtt")
+def connected(cl, u, f, rc):
+    print("connected", rc, flush=True)
+    cl.subscribe("plant/#", qos=2)
+c.on_connect = connected
+c.on_message = lambda cl, u, m: print(m.payload.decode(), flush=True)
+c.connect("127.0.0.1", int(sys.argv[1]), keepalive=30)
+c.loop_forever()
+"#;
+
 impl Subscriber {
+    /// `mosquitto_sub -d` on the MQTT listener (its debug lines name each CONNECT sent).
     fn start(port: u16) -> Subscriber {
-        let mut child = Command::new("mosquitto_sub")
+        let mut command = Command::new("mosquitto_sub");
+        command
             .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-            .args(["-i", "keeper", "-q", "2", "-t", "plant/#", "-d", "-k", "30"])
+            .args(["-i", "keeper", "-q", "2", "-t", "plant/#", "-d", "-k", "30"]);
+        Subscriber::spawn(command, "sending CONNECT")
+    }
+
+    /// paho over WebSocket through the HTTP listener at `web`.
+    fn over_websocket(web: std::net::SocketAddr) -> Subscriber {
+        let mut command = Command::new("/usr/bin/python3");
+        command.args(["-c", WS_SUBSCRIBER, &web.port().to_string()]);
+        Subscriber::spawn(command, "connected")
+    }
+
+    fn spawn(mut command: Command, connect_marker: &'static str) -> Subscriber {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("mosquitto-clients is needed (scripts/test-deps installs it)");
+            .expect("mosquitto-clients and python3-paho-mqtt (scripts/test-deps installs them)");
         let out = BufReader::new(child.stdout.take().unwrap());
         let (tx, lines) = channel();
         std::thread::spawn(move || {
@@ -40,6 +73,7 @@ impl Subscriber {
             child,
             lines,
             seen: Vec::new(),
+            connect_marker,
         }
     }
 
@@ -64,7 +98,7 @@ impl Subscriber {
     fn connects(&self) -> usize {
         self.seen
             .iter()
-            .filter(|l| l.contains("sending CONNECT"))
+            .filter(|l| l.contains(self.connect_marker))
             .count()
     }
 }
@@ -109,6 +143,11 @@ servers = [{{ address = "127.0.0.1:9" }}]
 [[route]]
 name = "web"
 upstream = "web"
+[[route]]
+name = "devices-ws"
+path_exact = "/mqtt"
+upstream = "brokers"
+[route.mqtt]
 [[listener]]
 name = "http"
 address = "127.0.0.1:0"
@@ -142,17 +181,24 @@ fn a_subscriber_keeps_its_connection_and_messages_across_reload_and_upgrade() {
         gw.banner
     );
     let mut sub = Subscriber::start(port);
-    // Published until the subscription is in place (a message before it is not kept).
+    let mut ws = Subscriber::over_websocket(gw.http);
+    // Published until both subscriptions are in place (a message before one is not kept).
     let subscribed = (0..25).any(|_| {
         publish(port, "p0", "1", "m0", &[]);
-        sub.receives("m0", Duration::from_millis(200))
+        let tcp = sub.receives("m0", Duration::from_millis(200));
+        tcp && ws.receives("m0", Duration::from_millis(200))
     });
-    assert!(subscribed, "the subscriber never got m0: {:?}", sub.seen);
+    assert!(
+        subscribed,
+        "the subscribers never both got m0: {:?} {:?}",
+        sub.seen, ws.seen
+    );
 
     let out = cli::reload_cmd(&pid_file);
     assert!(out.status.success(), "{out:?}");
     publish(port, "p1", "1", "m1", &[]);
     assert!(sub.receives("m1", Duration::from_secs(5)), "{:?}", sub.seen);
+    assert!(ws.receives("m1", Duration::from_secs(5)), "{:?}", ws.seen);
 
     let out = cli::upgrade_cmd(&pid_file);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -167,14 +213,16 @@ fn a_subscriber_keeps_its_connection_and_messages_across_reload_and_upgrade() {
     );
     publish(port, "p2", "2", "m2", &["-r"]);
     publish(port, "p3", "1", "m3", &[]);
-    assert!(sub.receives("m2", Duration::from_secs(5)), "{:?}", sub.seen);
-    assert!(sub.receives("m3", Duration::from_secs(5)), "{:?}", sub.seen);
-    assert_eq!(
-        sub.connects(),
-        1,
-        "one connection throughout, never a reconnect: {:?}",
-        sub.seen
-    );
+    for s in [&mut sub, &mut ws] {
+        assert!(s.receives("m2", Duration::from_secs(5)), "{:?}", s.seen);
+        assert!(s.receives("m3", Duration::from_secs(5)), "{:?}", s.seen);
+        assert_eq!(
+            s.connects(),
+            1,
+            "one connection throughout, never a reconnect: {:?}",
+            s.seen
+        );
+    }
     // A subscriber after the upgrade reaches the broker through the new process and gets
     // the retained message.
     let late = Command::new("mosquitto_sub")
@@ -184,7 +232,17 @@ fn a_subscriber_keeps_its_connection_and_messages_across_reload_and_upgrade() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&late.stdout).trim(), "m2");
 
+    // The WebSocket device alone keeps the old process relaying.
     drop(sub);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        gw.child.try_wait().unwrap().is_none(),
+        "the old process still relays the WebSocket device"
+    );
+    publish(port, "p4", "1", "m4", &[]);
+    assert!(ws.receives("m4", Duration::from_secs(5)), "{:?}", ws.seen);
+    assert_eq!(ws.connects(), 1, "{:?}", ws.seen);
+    drop(ws);
     assert_eq!(
         gw.child.wait().unwrap().code(),
         Some(0),
