@@ -25,40 +25,33 @@ const SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
 const WS_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
 /// Answers an upgrade to MQTT over WebSocket (`101`, the relay spawned for the connection
-/// once it has switched), or refuses what is not one: a request that is not a WebSocket
-/// upgrade gets 426 with `Upgrade: websocket`, one without an MQTT subprotocol or a valid
-/// key 400.
+/// once it has switched), or refuses what is not one (`Refused`).
 pub(crate) fn answer<B>(
     ctx: &RequestCtx<'_>,
     listener: &Arc<ListenerCtx>,
     mqtt: &Arc<MqttProxy>,
     req: &mut Request<B>,
 ) -> Stop {
-    let headers = req.headers();
-    let upgrading = req.version() == Version::HTTP_11
-        && req.method() == Method::GET
-        && token_in(headers, header::CONNECTION, "upgrade")
-        && token_in(headers, header::UPGRADE, "websocket");
-    if !upgrading {
-        let mut h = HeaderMap::new();
-        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        let body = Bytes::from_static(b"MQTT over WebSocket: upgrade to websocket\n");
-        return Stop::Answer(Box::new((StatusCode::UPGRADE_REQUIRED, h, body)));
-    }
-    let version_13 = headers
-        .get(header::SEC_WEBSOCKET_VERSION)
-        .is_some_and(|v| v.as_bytes() == b"13");
-    let key = headers
-        .get(header::SEC_WEBSOCKET_KEY)
-        .filter(|k| valid_key(k.as_bytes()));
-    let protocol = SUBPROTOCOLS
-        .into_iter()
-        .find(|p| token_in(headers, header::SEC_WEBSOCKET_PROTOCOL, p));
-    let (Some(key), Some(protocol), true) = (key, protocol, version_13) else {
-        return Stop::Fail(Failure::BadRequest);
+    let (accept, protocol) = match handshake(req.method(), req.version(), req.headers()) {
+        Ok(h) => h,
+        Err(Refused::BadRequest) => return Stop::Fail(Failure::BadRequest),
+        Err(Refused::NotUpgrade) => {
+            let mut h = HeaderMap::new();
+            h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+            h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            let body = Bytes::from_static(b"MQTT over WebSocket: upgrade to websocket\n");
+            return Stop::Answer(Box::new((StatusCode::UPGRADE_REQUIRED, h, body)));
+        }
+        Err(Refused::Version) => {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::SEC_WEBSOCKET_VERSION,
+                HeaderValue::from_static("13"),
+            );
+            let body = Bytes::from_static(b"WebSocket version 13 only\n");
+            return Stop::Answer(Box::new((StatusCode::UPGRADE_REQUIRED, h, body)));
+        }
     };
-    let accept = accept_key(key.as_bytes());
     let Some(upgrade) = req.extensions_mut().remove::<crate::http1::OnUpgrade>() else {
         // Not an HTTP/1.1 connection that can switch (the version was checked above).
         return Stop::Fail(Failure::BadRequest);
@@ -90,6 +83,48 @@ pub(crate) fn answer<B>(
         h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
     }
     Stop::Answer(Box::new((StatusCode::SWITCHING_PROTOCOLS, h, Bytes::new())))
+}
+
+/// Why an upgrade request is not answered with `101`.
+#[derive(Debug, PartialEq, Eq)]
+enum Refused {
+    /// Not a WebSocket upgrade (426 with `Upgrade: websocket`).
+    NotUpgrade,
+    /// Another WebSocket version than 13 (426 with `Sec-WebSocket-Version: 13`, RFC 6455
+    /// §4.4).
+    Version,
+    /// No valid key, or no MQTT subprotocol (400).
+    BadRequest,
+}
+
+/// An upgrade request's `Sec-WebSocket-Accept` and the MQTT subprotocol chosen, or why not.
+fn handshake(
+    method: &Method,
+    version: Version,
+    headers: &HeaderMap,
+) -> Result<(String, &'static str), Refused> {
+    let upgrading = version == Version::HTTP_11
+        && method == Method::GET
+        && token_in(headers, header::CONNECTION, "upgrade")
+        && token_in(headers, header::UPGRADE, "websocket");
+    if !upgrading {
+        return Err(Refused::NotUpgrade);
+    }
+    if headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_none_or(|v| v.as_bytes() != b"13")
+    {
+        return Err(Refused::Version);
+    }
+    let key = headers
+        .get(header::SEC_WEBSOCKET_KEY)
+        .filter(|k| valid_key(k.as_bytes()))
+        .ok_or(Refused::BadRequest)?;
+    let protocol = SUBPROTOCOLS
+        .into_iter()
+        .find(|p| token_in(headers, header::SEC_WEBSOCKET_PROTOCOL, p))
+        .ok_or(Refused::BadRequest)?;
+    Ok((accept_key(key.as_bytes()), protocol))
 }
 
 /// Whether a comma-separated header (every line of it) holds `token`, case-insensitively.
@@ -134,6 +169,59 @@ mod tests {
         assert!(valid_key(b"dGhlIHNhbXBsZSBub25jZQ=="));
         assert!(!valid_key(b"c2hvcnQ="), "8 bytes");
         assert!(!valid_key(b"not base64!"));
+    }
+
+    #[test]
+    fn an_upgrade_is_answered_and_what_is_not_one_is_told_why() {
+        let upgrade = |extra: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in [
+                ("connection", "Upgrade"),
+                ("upgrade", "websocket"),
+                ("sec-websocket-version", "13"),
+                ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                ("sec-websocket-protocol", "mqtt"),
+            ] {
+                h.insert(k, HeaderValue::from_static(v));
+            }
+            for (k, v) in extra {
+                h.insert(*k, HeaderValue::from_static(v));
+            }
+            h
+        };
+        let get = |h: &HeaderMap| handshake(&Method::GET, Version::HTTP_11, h);
+        assert_eq!(
+            get(&upgrade(&[])),
+            Ok(("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".to_owned(), "mqtt"))
+        );
+        assert_eq!(
+            get(&upgrade(&[("sec-websocket-protocol", "chat, mqttv3.1")])).map(|h| h.1),
+            Ok("mqttv3.1")
+        );
+        assert_eq!(
+            handshake(&Method::POST, Version::HTTP_11, &upgrade(&[])),
+            Err(Refused::NotUpgrade)
+        );
+        assert_eq!(
+            handshake(&Method::GET, Version::HTTP_2, &upgrade(&[])),
+            Err(Refused::NotUpgrade)
+        );
+        assert_eq!(
+            get(&upgrade(&[("connection", "keep-alive")])),
+            Err(Refused::NotUpgrade)
+        );
+        assert_eq!(
+            get(&upgrade(&[("sec-websocket-version", "8")])),
+            Err(Refused::Version)
+        );
+        assert_eq!(
+            get(&upgrade(&[("sec-websocket-protocol", "chat")])),
+            Err(Refused::BadRequest)
+        );
+        assert_eq!(
+            get(&upgrade(&[("sec-websocket-key", "c2hvcnQ=")])),
+            Err(Refused::BadRequest)
+        );
     }
 
     #[test]
