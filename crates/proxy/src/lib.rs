@@ -8,8 +8,10 @@
 //! TLS, timers, HTTP/1.1 or HTTP/2) → `request` (the request path) → `upstreams` (groups, balancing,
 //! health, the keep-alive pool) → `http1` (the HTTP/1.1 codec, both sides) → shared leaves
 //! (`exchange`: what every protocol's server shares with the request path, `Service` and the
-//! protocol-neutral `ClientBody`; `body`, `addresses`, `clock`, `hash`: hashing and
-//! randomness, `proxy_protocol`, `metrics`, `text`, `handshakes`: where TLS handshakes run).
+//! protocol-neutral `ClientBody`; `signals`: what the gateway tells a connection, and the
+//! idle sweep; `conn_state`: a connection's requests in flight and timeouts; `body`,
+//! `addresses`, `clock`, `hash`: hashing and randomness, `proxy_protocol`, `metrics`, `text`,
+//! `handshakes`: where TLS handshakes run).
 //!
 //! Dependencies point one way: `proxy` reads a [`sluice_config::Snapshot`], asks
 //! `sluice_tls` for handshakes, and knows no offload engine by name.
@@ -23,6 +25,7 @@ mod access_log;
 mod addresses;
 mod body;
 mod clock;
+mod conn_state;
 mod exchange;
 mod gateway;
 mod handshakes;

@@ -10,10 +10,10 @@
 
 use super::message;
 use crate::body::{BoxError, ProxyBody};
+use crate::conn_state::ConnState;
 use crate::exchange::ClientBody;
 use crate::exchange::client_body::{BodySender, Demand, channel as body_channel};
 use crate::listen::connection::Signals;
-use crate::request::conn_state::ConnState;
 use crate::request::context::{ConnCtx, ListenerCtx};
 use arc_swap::ArcSwap;
 use bytes::{Buf, Bytes};

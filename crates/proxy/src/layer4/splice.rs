@@ -207,11 +207,11 @@ impl Half {
 struct Counted<S> {
     inner: S,
     read: u64,
-    activity: Arc<crate::listen::idle_sweep::Activity>,
+    activity: Arc<crate::signals::idle_sweep::Activity>,
 }
 
 impl<S> Counted<S> {
-    fn new(inner: S, activity: Arc<crate::listen::idle_sweep::Activity>) -> Self {
+    fn new(inner: S, activity: Arc<crate::signals::idle_sweep::Activity>) -> Self {
         Counted {
             inner,
             read: 0,

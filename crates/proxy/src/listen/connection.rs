@@ -1,9 +1,9 @@
 //! Serving one client connection: TLS handshake, HTTP/1.1 or HTTP/2 by ALPN, and the
 //! connection's timers (request head deadline, keep-alive idle, graceful shutdown).
 
+use crate::conn_state::{ConnState, Timeout};
 use crate::listen::h2_streams::StreamSet;
 use crate::listen::wake_gate::WakeGate;
-use crate::request::conn_state::{ConnState, Timeout};
 use crate::request::context::{ConnCtx, ListenerCtx};
 use arc_swap::ArcSwap;
 use hyper::server::conn::http2;

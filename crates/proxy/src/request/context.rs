@@ -2,7 +2,7 @@
 //! accept loop (`gateway`), read by both HTTP servers, the handler and the layer-4 relay.
 
 use crate::access_log::AccessLog;
-use crate::request::conn_state::ConnState;
+use crate::conn_state::ConnState;
 use crate::request::filters::RoutePlan;
 use crate::request::router::Router;
 use crate::upstreams::dns::UpstreamSlot;

@@ -4,7 +4,7 @@
 
 use crate::access_log::{AccessLog, Entry};
 use crate::body::{OnDone, ProxyBody, TrackedBody};
-use crate::request::conn_state::ConnState;
+use crate::conn_state::ConnState;
 use crate::request::error::Failure;
 use crate::request::policy;
 use crate::upstreams::upstream::ActiveGuard;

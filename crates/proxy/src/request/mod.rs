@@ -1,5 +1,5 @@
 //! The HTTP request path, for both protocols: what a listener's and a connection's requests
-//! share (`context`, `conn_state`, and `done`: a request's end, logged and counted), the handler (`handler`: admission, routing, policy),
+//! share (`context`, and `done`: a request's end, logged and counted), the handler (`handler`: admission, routing, policy),
 //! the proxying of a routed request as named phases with retries (`proxy`), the response
 //! cache (`cache`: a phase before `proxy`), compression, forwarding headers, edge policy (ACLs, answers, rewrites, rate
 //! limits, traffic splits), the web application firewall (`firewall` for requests,
@@ -7,7 +7,6 @@
 
 pub(crate) mod cache;
 pub(crate) mod compression;
-pub(crate) mod conn_state;
 pub(crate) mod context;
 pub(crate) mod done;
 pub(crate) mod error;

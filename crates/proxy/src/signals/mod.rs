@@ -1,6 +1,9 @@
 //! What the gateway tells each connection: a drain has begun, the drain's deadline has
-//! passed, and the listener's idle timers. Its own module, below both the connection serving
-//! (`listen`) and the request context (`request::context`), which both hold it.
+//! passed, and the listener's idle timers (`idle_sweep`). Its own module, below both the
+//! connection serving (`listen`) and the request context (`request::context`), which both
+//! hold it.
+
+pub(crate) mod idle_sweep;
 
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -15,7 +18,7 @@ pub(crate) struct Signals {
     /// Cancelled when the shutdown deadline has passed: close at once.
     pub(crate) force: CancellationToken,
     /// The listener's TCP connections' idle timeouts.
-    pub(crate) idle: Arc<crate::listen::idle_sweep::IdleSweep>,
+    pub(crate) idle: Arc<idle_sweep::IdleSweep>,
     /// Where relays that outlive their request run.
     pub(crate) streams: Streams,
 }

@@ -15,7 +15,7 @@
 //! connections whose last byte is older than their `idle_timeout`. The price is precision:
 //! a connection closes up to a quarter of its `idle_timeout` (at most 1 s) late.
 
-use crate::request::conn_state::ConnState;
+use crate::conn_state::ConnState;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};

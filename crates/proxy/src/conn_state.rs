@@ -34,7 +34,7 @@ pub(crate) struct ConnState {
     pub(crate) last_request_ms: AtomicU64,
     /// When the first byte of a not-yet-complete request head arrived (HTTP/1 only).
     pub(crate) head_started_ms: AtomicU64,
-    /// Notified by the listener's sweep (`listen::idle_sweep`) when a timeout is due.
+    /// Notified by the listener's sweep (`signals::idle_sweep`) when a timeout is due.
     pub(crate) due: tokio::sync::Notify,
 }
 
