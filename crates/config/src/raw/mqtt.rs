@@ -1,9 +1,13 @@
 //! `[listener.mqtt]` and `[route.mqtt]`: what an MQTT listener, or an MQTT-over-WebSocket
 //! route, reads of each device's CONNECT.
 
-use super::{RawAuth, RawRateLimit, RawSize, SpannedStr};
+use super::auth::RawAuth;
+use super::rate_limit::RawRateLimit;
+use super::size::RawSize;
 use serde::Deserialize;
 use toml::Spanned;
+
+type SpannedStr = Spanned<String>;
 
 /// `[listener.mqtt]`.
 #[derive(Debug, Deserialize)]
