@@ -676,7 +676,7 @@ async fn prepare(
             alt_svc: crate::request::context::AltSvc::new(l.http3, l.address.port()),
             mqtt_auth,
             mqtt_rates,
-            mqtt_bridge: Some(crate::layer4::mqtt_ws::bridge),
+            mqtt_bridge: crate::layer4::mqtt_ws::bridge,
         });
         listeners.push((placement, ctx));
     }

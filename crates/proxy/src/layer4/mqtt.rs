@@ -131,19 +131,12 @@ pub(crate) async fn admit<C>(
     });
     let cert = match cert {
         Ok(c) => c,
-        Err(fault) => {
-            conn.log.path = admitted.client_id;
-            let version = Some(admitted.version);
-            return refuse(conn, client, Refusal { fault, version }).await;
-        }
+        Err(fault) => return refuse_admitted(conn, client, admitted, fault).await,
     };
     if let Some(rates) = &conn.listener.mqtt_rates
         && !Box::pin(rates.admit(conn.at.client.ip(), &admitted.client_id)).await
     {
-        conn.log.path = admitted.client_id;
-        let version = Some(admitted.version);
-        let fault = Fault::RateExceeded;
-        return refuse(conn, client, Refusal { fault, version }).await;
+        return refuse_admitted(conn, client, admitted, Fault::RateExceeded).await;
     }
     conn.log.subject = match &conn.listener.mqtt_auth {
         // The certificate's subject where one verified, else the user name.
@@ -160,11 +153,7 @@ pub(crate) async fn admit<C>(
             };
             match Box::pin(crate::layer4::mqtt_auth::check(auth, &who)).await {
                 Ok(subject) => Some(subject),
-                Err(fault) => {
-                    conn.log.path = admitted.client_id;
-                    let version = Some(admitted.version);
-                    return refuse(conn, client, Refusal { fault, version }).await;
-                }
+                Err(fault) => return refuse_admitted(conn, client, admitted, fault).await,
             }
         }
     };
@@ -235,6 +224,17 @@ where
             }
         }
     }
+}
+
+/// Refuses a connection whose CONNECT was read whole: its client identifier is the log
+/// line's path, and the CONNACK is in its version.
+async fn refuse_admitted<C>(mut conn: TcpConn<'_>, client: C, admitted: Admitted, fault: Fault)
+where
+    C: AsyncWrite + Unpin,
+{
+    conn.log.path = admitted.client_id;
+    let version = Some(admitted.version);
+    refuse(conn, client, Refusal { fault, version }).await;
 }
 
 /// Closes a refused connection: the CONNACK that says why first, where there is one.

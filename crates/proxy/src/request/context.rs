@@ -39,7 +39,7 @@ pub(crate) struct ListenerCtx {
     /// An MQTT listener's connection rates.
     pub(crate) mqtt_rates: Option<Arc<crate::request::rate_limit::connect_rates::ConnectRates>>,
     /// The relay `[route.mqtt]` routes hand their devices' WebSockets to.
-    pub(crate) mqtt_bridge: Option<MqttBridge>,
+    pub(crate) mqtt_bridge: MqttBridge,
 }
 
 /// `Alt-Svc: h3=":PORT"; ma=86400`, which a listener that also serves HTTP/3 puts on its TCP

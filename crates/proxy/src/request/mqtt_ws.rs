@@ -56,9 +56,7 @@ pub(crate) fn answer<B>(
         // Not an HTTP/1.1 connection that can switch (the version was checked above).
         return Stop::Fail(Failure::BadRequest);
     };
-    let Some(bridge) = listener.mqtt_bridge else {
-        return Stop::Fail(Failure::BadRequest);
-    };
+    let bridge = listener.mqtt_bridge;
     let handoff = WsHandoff {
         listener: listener.clone(),
         mqtt: mqtt.clone(),
