@@ -430,19 +430,7 @@ pub fn metrics(s: &Sources) -> String {
             p.tcp[i]
         );
     }
-    family(
-        &mut out,
-        "sluice_mqtt_connections_total",
-        "counter",
-        "Connections of kind = \"mqtt\" listeners by outcome: proxied to the device's broker, or refused (denied, not_connect, malformed, protocol_error, unsupported_version, client_id_not_valid, too_large, timeout, closed) or no broker reachable (upstream_unavailable).",
-    );
-    for (i, outcome) in sluice_proxy::MQTT_OUTCOMES.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "sluice_mqtt_connections_total{{outcome=\"{outcome}\"}} {}",
-            p.mqtt[i]
-        );
-    }
+    mqtt::metrics(&mut out, s, &p.mqtt);
     family(
         &mut out,
         "sluice_proxy_protocol_total",

@@ -1,10 +1,13 @@
 //! MQTT listeners on the admin listener: `/status`'s and the dashboard's `mqtt`, with the
 //! connections by outcome (relayed, or refused and why) and each listener's brokers with the
 //! device connections each holds now (`sluice_mqtt_connections_total` and
-//! `sluice_upstream_server_in_flight` on `/metrics`).
+//! `sluice_upstream_server_in_flight` on `/metrics`), and the takeovers of
+//! `max_connections_per_client_id` (`sluice_mqtt_takeovers_total`,
+//! `sluice_mqtt_unshared_admissions_total`).
 
-use crate::Sources;
+use crate::{Sources, family};
 use serde_json::{Value, json};
+use std::fmt::Write as _;
 
 /// `null` while no listener is `kind = "mqtt"`.
 pub(crate) fn status(s: &Sources) -> Value {
@@ -46,5 +49,47 @@ pub(crate) fn status(s: &Sources) -> Value {
             })
         })
         .collect();
-    json!({ "connections": outcomes, "brokers": brokers })
+    let t = s.gateway.mqtt_takeovers();
+    let takeovers = json!({
+        "taken_over": t.taken_over, "by_fleet": t.by_fleet, "unshared": t.unshared,
+    });
+    json!({ "connections": outcomes, "brokers": brokers, "takeovers": takeovers })
+}
+
+/// The MQTT families of `/metrics`: connections by outcome (`counts`, by
+/// `sluice_proxy::MQTT_OUTCOMES`), takeovers, and admissions the fleet did not see.
+pub(crate) fn metrics(out: &mut String, s: &Sources, counts: &[u64]) {
+    family(
+        out,
+        "sluice_mqtt_connections_total",
+        "counter",
+        "Connections of kind = \"mqtt\" listeners and [route.mqtt] routes by outcome: proxied to the device's broker, refused (denied, not_connect, malformed, protocol_error, unsupported_version, client_id_not_valid, too_large, timeout, closed, bad_credentials, not_authorized, auth_unavailable, rate_limited, no_certificate, bad_certificate, certificate_mismatch), no broker reachable (upstream_unavailable), or proxied until a newer connection with the client identifier took over (taken_over).",
+    );
+    for (i, outcome) in sluice_proxy::MQTT_OUTCOMES.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "sluice_mqtt_connections_total{{outcome=\"{outcome}\"}} {}",
+            counts[i]
+        );
+    }
+    let t = s.gateway.mqtt_takeovers();
+    family(
+        out,
+        "sluice_mqtt_takeovers_total",
+        "counter",
+        "MQTT connections closed by max_connections_per_client_id: by a newer connection here (gateway) or, through Redis, on another gateway (fleet).",
+    );
+    let _ = writeln!(
+        out,
+        "sluice_mqtt_takeovers_total{{by=\"gateway\"}} {}\nsluice_mqtt_takeovers_total{{by=\"fleet\"}} {}",
+        t.taken_over.saturating_sub(t.by_fleet),
+        t.by_fleet
+    );
+    family(
+        out,
+        "sluice_mqtt_unshared_admissions_total",
+        "counter",
+        "MQTT admissions under max_connections_store = \"redis\" that the fleet could not count (Redis unreachable): only this gateway's connections were capped.",
+    );
+    let _ = writeln!(out, "sluice_mqtt_unshared_admissions_total {}", t.unshared);
 }

@@ -66,11 +66,12 @@ pub use policy::{
 pub use quic::{QuicRetry, QuicSettings};
 pub use resolver::DnsResolver;
 pub use snapshot::{
-    Admin, AdminTls, Balance, Certificate, CryptoEngine, CryptoOffload, DEFAULT_GROUPS,
-    FleetSource, Global, Handshakes, HealthCheck, HealthProbe, KNOWN_GROUPS, KeyType,
-    KeylessOffload, Listener, ListenerKind, MqttProxy, MqttRouteBy, Offload, Outlier, PassHost,
-    PathMatch, ProxyProtocol, RetryPolicy, Route, ServerAddr, Snapshot, Split, Sticky, TcpProxy,
-    TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol, UpstreamServer, UpstreamTls,
+    Admin, AdminTls, Balance, Certificate, ClientIdCap, CryptoEngine, CryptoOffload,
+    DEFAULT_GROUPS, FleetSource, Global, Handshakes, HealthCheck, HealthProbe, KNOWN_GROUPS,
+    KeyType, KeylessOffload, Listener, ListenerKind, MqttProxy, MqttRouteBy, Offload, Outlier,
+    PassHost, PathMatch, ProxyProtocol, RetryPolicy, Route, ServerAddr, Snapshot, Split, Sticky,
+    TcpProxy, TlsListener, TlsVersion, UnknownSni, Upstream, UpstreamProtocol, UpstreamServer,
+    UpstreamTls,
 };
 pub use tracing::{OtlpProtocol, TracingSettings};
 pub use units::{parse_byte_size, parse_duration};

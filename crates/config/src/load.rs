@@ -494,8 +494,8 @@ impl<'a> Cx<'a> {
             for at in std::mem::take(&mut self.redis_users) {
                 self.err(
                     at,
-                    "rate_limit store = \"redis\" but no Redis is configured",
-                    "add [rate_limit] redis = \"redis://127.0.0.1:6379/\", or use store = \"local\"",
+                    "store = \"redis\" shares this limit through Redis, and no Redis is configured",
+                    "add [rate_limit] redis = \"redis://127.0.0.1:6379/\", or use store = \"local\" (max_connections_store = \"local\" for an MQTT cap)",
                 );
             }
         }

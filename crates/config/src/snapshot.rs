@@ -461,9 +461,21 @@ pub struct MqttProxy {
     pub rate_per_client: Option<crate::RateLimit>,
     /// New connections per client identifier (keyless, never delayed).
     pub rate_per_client_id: Option<crate::RateLimit>,
+    /// At most this many open connections per client identifier to the brokers.
+    pub max_connections_per_client_id: Option<ClientIdCap>,
     /// A connection whose CONNECT asked for no keep alive is closed after this long without
     /// a byte either way; one with a keep alive, after 1.5 times it (MQTT-3.1.2-24).
     pub idle_timeout: Duration,
+}
+
+/// `max_connections_per_client_id`: a newer connection with a client identifier already
+/// connected this many times closes the oldest, as a broker's session takeover does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientIdCap {
+    /// Connections allowed at once (at least 1).
+    pub max: u32,
+    /// Counted across the fleet in `[rate_limit] redis` (else in this gateway).
+    pub shared: bool,
 }
 
 /// A regular expression compared by its text (so that a listener's settings compare equal

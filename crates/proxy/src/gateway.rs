@@ -26,6 +26,7 @@ use crate::handshakes::{HandshakeScheduler, HandshakeStats};
 use crate::request::context::ListenerCtx;
 use crate::request::filters::RouteGuards;
 use crate::request::rate_limit::RedisStore;
+use crate::request::rate_limit::takeover::Takeovers;
 use crate::request::router::Router;
 use crate::upstreams::dns::{Resolver, UpstreamSlot};
 use arc_swap::ArcSwap;
@@ -49,6 +50,7 @@ pub struct Gateway {
     /// What readers (the admin listener, the banner) see, swapped with each applied snapshot.
     view: ArcSwap<View>,
     metrics: Arc<crate::ProxyMetrics>,
+    takeovers: Arc<Takeovers>,
 }
 
 /// The parts of the running configuration that readers need.
@@ -99,6 +101,8 @@ struct State {
     /// Rate limiters and authenticators by route, and the shared store's connection.
     guards: Arc<RouteGuards>,
     redis: Option<Arc<RedisStore>>,
+    /// MQTT connections per client identifier, for the gateway's life.
+    takeovers: Arc<Takeovers>,
     stopped: bool,
 }
 
@@ -231,12 +235,14 @@ impl Gateway {
             log_config: snapshot.log.clone(),
             guards: Arc::default(),
             redis: None,
+            takeovers: Takeovers::new(),
             stopped: false,
         };
         let prepared = prepare(&state, &snapshot, &metrics, inherited).await?;
         commit(&mut state, snapshot.clone(), prepared);
         let view = ArcSwap::from_pointee(view_of(&state));
         Ok(Gateway {
+            takeovers: state.takeovers.clone(),
             state: tokio::sync::Mutex::new(state),
             view,
             metrics,
@@ -354,6 +360,12 @@ impl Gateway {
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
+    }
+
+    /// MQTT connections closed by newer ones with their client identifier
+    /// (`max_connections_per_client_id`).
+    pub fn mqtt_takeovers(&self) -> crate::TakeoverCounts {
+        self.takeovers.counts()
     }
 
     /// The shared rate-limit store as `/status` shows it; `None` when not used.
@@ -676,6 +688,7 @@ async fn prepare(
             alt_svc: crate::request::context::AltSvc::new(l.http3, l.address.port()),
             mqtt_auth,
             mqtt_rates,
+            takeovers: state.takeovers.clone(),
             mqtt_bridge: crate::layer4::mqtt_ws::bridge,
         });
         listeners.push((placement, ctx));
@@ -962,6 +975,7 @@ fn commit(state: &mut State, snapshot: Arc<Snapshot>, prepared: Prepared) {
     state.resolver = prepared.resolver;
     state.guards = prepared.guards;
     state.redis = prepared.redis;
+    (state.takeovers).use_store(state.redis.clone(), &state.snapshot);
     state.key_offload = prepared.key_offload;
     state.handshakes = prepared.handshakes;
     state.key_identity = prepared.key_identity;

@@ -58,6 +58,7 @@ pub use metrics::{
 pub use request::cache::ResponseCache;
 pub use request::compression::Compressor;
 pub use request::error::ProxyError;
+pub use request::rate_limit::takeover::TakeoverCounts;
 pub use request::router::Router;
 pub use upstreams::upstream::DnsReport;
 pub use upstreams::upstream::{ServerHealthReport, UpstreamHealth};

@@ -30,7 +30,7 @@ pub struct ProxyMetrics {
     /// TCP listeners' connections by [`TCP_OUTCOMES`].
     tcp: [AtomicU64; 5],
     /// MQTT listeners' connections by [`MQTT_OUTCOMES`].
-    mqtt: [AtomicU64; 18],
+    mqtt: [AtomicU64; MQTT_OUTCOMES.len()],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`].
     proxy_protocol: [AtomicU64; 4],
     /// HTTP request and response body bytes: from clients, to clients.
@@ -82,8 +82,10 @@ pub const TCP_OUTCOMES: [&str; 5] = [
 /// unacceptable client identifier, or is over `max_connect_size`; no whole CONNECT within
 /// `connect_timeout` (or the client closed first); no broker could be connected to; refused
 /// by `[listener.mqtt.auth]`: bad or no credentials, credentials that do not allow it, or
-/// credentials that could not be checked; over a connection rate.
-pub const MQTT_OUTCOMES: [&str; 18] = [
+/// credentials that could not be checked; over a connection rate; refused by its client
+/// certificate (none, one that did not verify, one naming another device); proxied until a
+/// newer connection with its client identifier took over (`max_connections_per_client_id`).
+pub const MQTT_OUTCOMES: [&str; 19] = [
     "proxied",
     "denied",
     "not_connect",
@@ -102,6 +104,7 @@ pub const MQTT_OUTCOMES: [&str; 18] = [
     "no_certificate",
     "bad_certificate",
     "certificate_mismatch",
+    "taken_over",
 ];
 
 /// What became of connections on `proxy_protocol` listeners: a header read; a peer outside
@@ -129,7 +132,7 @@ pub struct ProxySnapshot {
     /// TCP listeners' connections by [`TCP_OUTCOMES`] index.
     pub tcp: [u64; 5],
     /// MQTT listeners' connections by [`MQTT_OUTCOMES`] index.
-    pub mqtt: [u64; 18],
+    pub mqtt: [u64; MQTT_OUTCOMES.len()],
     /// PROXY protocol headers by [`PROXY_PROTOCOL_OUTCOMES`] index.
     pub proxy_protocol: [u64; 4],
     /// HTTP body bytes from clients and to clients.

@@ -346,7 +346,7 @@ pub fn load_route(
             for at in std::mem::take(&mut c.redis_users) {
                 c.err(
                     at,
-                    "rate_limit store = \"redis\" but no Redis is configured",
+                    "store = \"redis\" shares this limit through Redis, and no Redis is configured",
                     "add [rate_limit] redis = \"redis://127.0.0.1:6379/\" to the fleet's settings, or use store = \"local\"",
                 );
             }

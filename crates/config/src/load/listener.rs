@@ -437,6 +437,11 @@ impl Cx<'_> {
         let rate_per_client_id = mqtt
             .and_then(|m| m.rate_per_client_id.as_ref())
             .map(|r| self.mqtt_rate(name, "rate_per_client_id", r));
+        let max_connections_per_client_id = self.mqtt_client_id_cap(
+            &format!("listener `{name}`"),
+            mqtt.and_then(|m| m.max_connections_per_client_id.as_ref()),
+            mqtt.and_then(|m| m.max_connections_store.as_ref()),
+        );
         if self.errors.len() != before {
             return None;
         }
@@ -458,8 +463,50 @@ impl Cx<'_> {
             certificate_identity,
             rate_per_client,
             rate_per_client_id,
+            max_connections_per_client_id,
             idle_timeout,
         }))
+    }
+
+    /// `max_connections_per_client_id` and `max_connections_store` of `[listener.mqtt]` or
+    /// `[route.mqtt]`; `None` when there is no cap or a mistake (reported).
+    pub(super) fn mqtt_client_id_cap(
+        &mut self,
+        owner: &str,
+        max: Option<&Spanned<u32>>,
+        store: Option<&SpannedStr>,
+    ) -> Option<crate::ClientIdCap> {
+        let shared = self.choice(
+            store,
+            "max_connections_store",
+            &[("local", false), ("redis", true)],
+        );
+        let Some(max) = max else {
+            if let Some(s) = store {
+                self.err_at(
+                    s,
+                    format!("{owner}: max_connections_store says where a cap is counted, and there is no cap"),
+                    "add max_connections_per_client_id = 1 (or remove max_connections_store)",
+                );
+            }
+            return None;
+        };
+        if *max.get_ref() == 0 {
+            self.err_at(
+                max,
+                format!("{owner}: max_connections_per_client_id = 0 would refuse every device"),
+                "use 1 (one connection per client identifier, as brokers keep one session) or more",
+            );
+            return None;
+        }
+        let shared = shared.unwrap_or(false);
+        if let (true, Some(s)) = (shared, store) {
+            self.redis_users.push(s.span().start);
+        }
+        Some(crate::ClientIdCap {
+            max: *max.get_ref(),
+            shared,
+        })
     }
 
     /// `certificate_identity` binds a CONNECT field to the certificate, so every device must

@@ -392,6 +392,11 @@ impl Cx<'_> {
             }
             return None;
         };
+        let max_connections_per_client_id = self.mqtt_client_id_cap(
+            &format!("route `{name}` [route.mqtt]"),
+            m.max_connections_per_client_id.as_ref(),
+            m.max_connections_store.as_ref(),
+        );
         let (connect_timeout, max_connect_size, route_by, client_id_pattern) = settings?;
         Some(MqttProxy {
             upstream,
@@ -402,6 +407,7 @@ impl Cx<'_> {
             auth: None,
             rate_per_client: None,
             rate_per_client_id: None,
+            max_connections_per_client_id,
             certificate_identity: None,
             idle_timeout: std::time::Duration::from_secs(600),
         })

@@ -33,6 +33,12 @@ pub struct RawListenerMqtt {
     pub rate_per_client: Option<Spanned<RawRateLimit>>,
     /// `[listener.mqtt.rate_per_client_id]`: new connections per client identifier.
     pub rate_per_client_id: Option<Spanned<RawRateLimit>>,
+    /// At most this many connections per client identifier to the listener's brokers; a
+    /// newer one closes the oldest (a broker's session takeover).
+    pub max_connections_per_client_id: Option<Spanned<u32>>,
+    /// Where that cap is counted: `"local"` (default: this gateway) or `"redis"` (the
+    /// fleet, through `[rate_limit] redis`).
+    pub max_connections_store: Option<SpannedStr>,
 }
 
 /// `[route.mqtt]`: what an MQTT-over-WebSocket route reads of each device's CONNECT (the
@@ -49,4 +55,9 @@ pub struct RawRouteMqtt {
     pub route_by: Option<SpannedStr>,
     /// As `[listener.mqtt]`'s.
     pub client_id_pattern: Option<SpannedStr>,
+    /// As `[listener.mqtt]`'s (the cap counts this route's and the listeners' devices of
+    /// the same brokers together).
+    pub max_connections_per_client_id: Option<Spanned<u32>>,
+    /// As `[listener.mqtt]`'s.
+    pub max_connections_store: Option<SpannedStr>,
 }

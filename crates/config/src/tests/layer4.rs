@@ -512,3 +512,62 @@ client_id_pattern = "^dev-"
         "{errs:#?}"
     );
 }
+
+#[test]
+fn a_cap_per_client_identifier_loads_and_its_mistakes_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = |mqtt: &str, redis: &str| {
+        format!(
+            r#"
+{redis}
+[[upstream]]
+name = "brokers"
+balance = "consistent_hash"
+servers = [{{ address = "127.0.0.1:1883" }}]
+[[listener]]
+name = "devices"
+address = "127.0.0.1:1884"
+kind = "mqtt"
+upstream = "brokers"
+[listener.mqtt]
+{mqtt}
+"#
+        )
+    };
+    let cap = |toml: &str| {
+        let s = load_str(toml, "t.toml", dir.path()).unwrap();
+        let ListenerKind::Mqtt(m) = &s.listeners[0].kind else {
+            panic!("{:?}", s.listeners[0].kind)
+        };
+        m.max_connections_per_client_id
+    };
+    let local = listener("max_connections_per_client_id = 1", "");
+    let want = crate::ClientIdCap {
+        max: 1,
+        shared: false,
+    };
+    assert_eq!(cap(&local), Some(want));
+    assert_eq!(cap(&listener("", "")), None);
+    let shared = listener(
+        "max_connections_per_client_id = 2\nmax_connections_store = \"redis\"",
+        "[rate_limit]\nredis = \"redis://127.0.0.1:6379/\"",
+    );
+    let want = crate::ClientIdCap {
+        max: 2,
+        shared: true,
+    };
+    assert_eq!(cap(&shared), Some(want));
+
+    let refused = |mqtt: &str, said: &str| {
+        let toml = listener(mqtt, "");
+        let errs = errors(&toml, dir.path());
+        let at = said_at(&errs, &toml, mqtt.lines().last().unwrap_or(mqtt));
+        assert!(at.contains(said), "{mqtt}: {errs:#?}");
+    };
+    let cap_in_redis = "max_connections_per_client_id = 1\nmax_connections_store = \"redis\"";
+    refused(cap_in_redis, "no Redis is configured");
+    refused("max_connections_per_client_id = 0", "every device");
+    refused("max_connections_store = \"local\"", "there is no cap");
+    let unknown = "max_connections_per_client_id = 1\nmax_connections_store = \"etcd\"";
+    refused(unknown, "not a known value");
+}

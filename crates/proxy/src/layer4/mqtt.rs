@@ -18,8 +18,9 @@
 //! Each connection ends with one access-log line: method `MQTT`, the client identifier as
 //! its path, the user name (or the subject its credentials were accepted as) as its subject;
 //! status 200 proxied, 400 refused, 401 bad credentials, 403 denied or not authorized, 408 no
-//! CONNECT in time, 413 too large, 429 over a rate, 502 no broker, 503 credentials not
-//! checkable.
+//! CONNECT in time, 409 proxied until a newer connection with its client identifier took over
+//! (`max_connections_per_client_id`, `request::rate_limit::takeover`), 413 too large, 429
+//! over a rate, 502 no broker, 503 credentials not checkable.
 
 use crate::access_log::Entry;
 use crate::addresses::Addresses;
@@ -40,6 +41,7 @@ const DENIED: usize = 1;
 const TIMEOUT: usize = 8;
 const CLOSED: usize = 9;
 const UNAVAILABLE: usize = 10;
+const TAKEN_OVER: usize = 18;
 
 /// Serves one connection of an MQTT listener to its end.
 pub(crate) async fn serve(
@@ -163,7 +165,29 @@ pub(crate) async fn admit<C>(
         conn.idle_timeout = Duration::from_millis(u64::from(admitted.keep_alive) * 1500);
     }
     let group = conn.listener.upstreams[mqtt.upstream].group();
+    // A newer connection with this identifier beyond the cap closes the oldest; this one's
+    // relay watches the session's token, a child of the gateway's own.
+    let gateway_force = conn.signals.force.clone();
+    let session = mqtt.max_connections_per_client_id.map(|cap| {
+        let id = &conn.log.path;
+        (conn.listener.takeovers).admit(&group.config.name, id, cap, &gateway_force)
+    });
+    let signals;
+    let conn = match &session {
+        None => conn,
+        Some(s) => {
+            signals = Signals {
+                force: s.token.clone(),
+                ..conn.signals.clone()
+            };
+            TcpConn {
+                signals: &signals,
+                ..conn
+            }
+        }
+    };
     let relayed = relay_keyed(conn, admitted.key, group, client, &read).await;
+    let taken_over = session.is_some_and(|s| s.taken_over(&gateway_force));
     if let Some(Relayed {
         listener,
         log,
@@ -171,10 +195,10 @@ pub(crate) async fn admit<C>(
         connected,
     }) = relayed
     {
-        let (status, outcome) = if connected {
-            (200, PROXIED)
-        } else {
-            (502, UNAVAILABLE)
+        let (status, outcome) = match (connected, taken_over) {
+            (_, true) => (409, TAKEN_OVER),
+            (true, false) => (200, PROXIED),
+            (false, false) => (502, UNAVAILABLE),
         };
         end(listener, log, start, status, outcome);
     }
@@ -277,6 +301,21 @@ fn end(listener: &ListenerCtx, mut log: Entry, start: Instant, status: u16, outc
 #[cfg(test)]
 mod tests {
     use sluice_mqtt::{Fault, Refusal};
+
+    #[test]
+    fn the_named_outcomes_are_where_they_are_counted() {
+        let named = [
+            (super::PROXIED, "proxied"),
+            (super::DENIED, "denied"),
+            (super::TIMEOUT, "timeout"),
+            (super::CLOSED, "closed"),
+            (super::UNAVAILABLE, "upstream_unavailable"),
+            (super::TAKEN_OVER, "taken_over"),
+        ];
+        for (i, name) in named {
+            assert_eq!(crate::MQTT_OUTCOMES[i], name);
+        }
+    }
 
     #[test]
     fn every_refusal_has_its_outcome() {

@@ -38,6 +38,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) mqtt_auth: Option<Arc<sluice_auth::Authenticator>>,
     /// An MQTT listener's connection rates.
     pub(crate) mqtt_rates: Option<Arc<crate::request::rate_limit::connect_rates::ConnectRates>>,
+    /// The gateway's MQTT connections per client identifier (`max_connections_per_client_id`).
+    pub(crate) takeovers: Arc<crate::request::rate_limit::takeover::Takeovers>,
     /// The relay `[route.mqtt]` routes hand their devices' WebSockets to.
     pub(crate) mqtt_bridge: MqttBridge,
 }

@@ -19,6 +19,7 @@
 
 pub(crate) mod connect_rates;
 mod redis_store;
+pub(crate) mod takeover;
 
 pub(crate) use redis_store::RedisStore;
 

@@ -34,6 +34,7 @@ mod lua;
 mod mirror;
 mod mqtt;
 mod mqtt_identity;
+mod mqtt_takeover;
 mod mqtt_upgrade;
 mod mqtt_ws;
 pub(crate) mod ocsp;

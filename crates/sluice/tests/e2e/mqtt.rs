@@ -106,7 +106,7 @@ max_connect_size = "1k"
 }
 
 /// A 3.1.1 CONNECT: clean session, keep alive 60.
-fn connect(client_id: &str) -> Vec<u8> {
+pub(super) fn connect(client_id: &str) -> Vec<u8> {
     let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 4, 0x02, 0, 60];
     body.extend((client_id.len() as u16).to_be_bytes());
     body.extend(client_id.as_bytes());
@@ -160,7 +160,7 @@ fn brokers_of(dir: &Path, id: &str) -> Vec<String> {
         .collect()
 }
 
-const CONNACK_OK: [u8; 4] = [0x20, 0x02, 0x00, 0x00];
+pub(super) const CONNACK_OK: [u8; 4] = [0x20, 0x02, 0x00, 0x00];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_returns_to_its_broker_and_fails_over_when_it_dies() {

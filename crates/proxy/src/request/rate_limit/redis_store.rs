@@ -175,6 +175,34 @@ impl RedisStore {
         self.reconnect();
     }
 
+    /// The connection, for another user of the store (`takeover`); `None` while Redis is
+    /// unreachable (a reconnection is under way).
+    pub(crate) fn connection(self: &Arc<Self>) -> Option<redis::aio::MultiplexedConnection> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if conn.is_none() {
+            self.reconnect();
+        }
+        conn
+    }
+
+    /// Another user's exchange failed: the connection is dropped and made again.
+    pub(crate) fn failed(self: &Arc<Self>, why: &str) {
+        self.down(why);
+    }
+
+    /// A connection of its own for subscriptions (RESP2 pub/sub), made as the shared one is.
+    pub(crate) async fn pubsub(&self) -> redis::RedisResult<redis::aio::PubSub> {
+        match &self.client {
+            Connect::Plain(client) => client.get_async_pubsub().await,
+            Connect::Tls {
+                host,
+                port,
+                connector,
+                info,
+            } => redis::aio::PubSub::new(info, tls_stream(host, *port, connector).await?).await,
+        }
+    }
+
     /// One GCRA check in Redis for up to `want` requests: Some(Ok((granted, wait µs))) /
     /// Some(Err(retry µs)), None when Redis could not answer in time.
     pub(super) async fn check(
@@ -245,18 +273,9 @@ impl Connect {
                 connector,
                 info,
             } => {
-                let io = |e: String| redis::RedisError::from(std::io::Error::other(e));
-                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                let _ = tcp.set_nodelay(true);
-                let config = connector.configure().map_err(|e| io(e.to_string()))?;
-                // Verifies the certificate's chain and that it names `host` (an IP address
-                // against its IP entries).
-                let stream = tokio_boring::connect(config, host, tcp)
-                    .await
-                    .map_err(|e| io(format!("TLS handshake with Redis: {e}")))?;
                 let (conn, driver) = redis::aio::MultiplexedConnection::new_with_config(
                     info,
-                    stream,
+                    tls_stream(host, *port, connector).await?,
                     redis::AsyncConnectionConfig::new(),
                 )
                 .await?;
@@ -265,6 +284,23 @@ impl Connect {
             }
         }
     }
+}
+
+/// `rediss://`: a TCP connection to `host` with TLS over it, Redis's certificate verified.
+async fn tls_stream(
+    host: &str,
+    port: u16,
+    connector: &boring::ssl::SslConnector,
+) -> redis::RedisResult<tokio_boring::SslStream<tokio::net::TcpStream>> {
+    let io = |e: String| redis::RedisError::from(std::io::Error::other(e));
+    let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+    let _ = tcp.set_nodelay(true);
+    let config = connector.configure().map_err(|e| io(e.to_string()))?;
+    // Verifies the certificate's chain and that it names `host` (an IP address against its
+    // IP entries).
+    tokio_boring::connect(config, host, tcp)
+        .await
+        .map_err(|e| io(format!("TLS handshake with Redis: {e}")))
 }
 
 /// A TLS client for Redis: peer verification on, TLS 1.2 at least, the client certificate
