@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.request
 import time
 from pathlib import Path
 
@@ -53,6 +54,9 @@ SLUICE_MIRROR_PORT = 18449
 # The mirror rows: a second origin (the same NGINX on another port) that receives 10% of the
 # requests, and a listener that accepts connections into its backlog and never answers.
 MIRROR_ORIGIN_PORT = 18081
+# The origin's stub_status (connections it accepted, requests it served), on a port of its
+# own so that reading it is not counted as the gateways' traffic.
+ORIGIN_STATUS_PORT = 18083
 STALLED_PORT = 18082
 # The tracing rows: the same gateway with [tracing] at 1% and at 100%, exporting to a Jaeger
 # (built by scripts/test-deps) on the load core.
@@ -284,6 +288,10 @@ def nginx_origin_conf(d):
         listen 127.0.0.1:{MIRROR_ORIGIN_PORT} reuseport backlog=4096;
         root {d}/www;
         location /cached/ {{ expires 10m; }}
+    }}
+    server {{
+        listen 127.0.0.1:{ORIGIN_STATUS_PORT};
+        location = /status {{ stub_status; }}
     }}
 }}
 """
@@ -915,6 +923,11 @@ def scenarios(page_len):
                   "run": lambda port, dur, path=path, clients=clients: h2load(port, dur, path, True, clients, 1)})
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/2", "cert": "rsa", "metric": "req/s",
               "run": lambda port, dur: h2load(port, dur, "/1k", False, 4, 16)})
+    # Many streams in flight (16 connections x 16 streams: 256 requests at once), with the
+    # upstream side counted: connections opened to the origin and requests per connection.
+    s.append({"name": "keep-alive req/s, 1 KiB, HTTP/2, 16 connections x 16 streams", "cert": "rsa",
+              "metric": "req/s", "upstream_counted": True,
+              "run": lambda port, dur: h2load(port, dur, "/1k", False, 16, 16)})
     # HTTP/3 (Sluice only: Debian's NGINX 1.22 and HAProxy 2.6 are built without QUIC). The
     # same 4 connections x 16 streams as the HTTP/2 row above, to compare CPU per request.
     s.append({"name": "keep-alive req/s, 1 KiB, HTTP/3 (QUIC)", "cert": "rsa", "metric": "req/s", "quic": True,
@@ -963,8 +976,19 @@ def scenarios(page_len):
     return s
 
 
+def origin_counts():
+    """The origin's (connections accepted, requests served) so far, from its stub_status."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{ORIGIN_STATUS_PORT}/status", timeout=5) as r:
+        text = r.read().decode()
+    # "Active connections: N\nserver accepts handled requests\n A H R\n..."
+    accepts, _handled, requests = (int(x) for x in text.splitlines()[2].split())
+    return accepts, requests
+
+
 def measure(gw, origin, which, sc, duration):
     proc = gw.procs[which]
+    counted = sc.get("upstream_counted")
+    counts0 = origin_counts() if counted else None
     cpu0, origin0 = proc.cpu(), origin.cpu()
     split0 = proc.cpu_split()
     t0 = time.time()
@@ -988,6 +1012,13 @@ def measure(gw, origin, which, sc, duration):
         r["gateway_user_s"], r["gateway_sys_s"] = split1[0] - split0[0], split1[1] - split0[1]
         r["origin_cpu_s"] = origin.cpu() - origin0
         r["wall_s"] = wall
+    if counted:
+        # The upstream side: connections the gateway opened to the origin, and requests per
+        # connection (the stub_status request itself excluded).
+        accepts, requests = origin_counts()
+        r["origin_connections"] = accepts - counts0[0] - 1
+        r["origin_requests"] = requests - counts0[1] - 1
+        r["origin_requests_per_connection"] = r["origin_requests"] / max(r["origin_connections"], 1)
     r["gateway_util"] = r["gateway_cpu_s"] / wall
     r["loadgen_util"] = r["loadgen_cpu_s"] / wall
     # The load core also runs the origin: what it had left decides who was the bottleneck.
@@ -1158,6 +1189,11 @@ def main():
                             log(f"  {sc['name']} [{which} run {i + 1}]: {fmt(r['value'])} {sc['metric']}, "
                                 f"gateway CPU {r['gateway_util']:.0%}, load core CPU {r['load_core_util']:.0%} "
                                 f"(load generator {r['loadgen_util']:.0%})"
+                                + (f"; {r.get('cpu_us_per_unit', 0):.1f} µs/req, origin: "
+                                   f"{r['origin_connections']:,} connections opened, "
+                                   f"{r['origin_requests_per_connection']:,.0f} requests each, "
+                                   f"{r['origin_cpu_s'] / r['wall_s']:.0%} CPU"
+                                   if sc.get("upstream_counted") else "")
                                 + (f"; first error: {r['first_error']}" if r.get("first_error") else ""))
                     if sc.get("full_handshake"):
                         resumed = sum(r.get("resumed", 0) for w in row["runs"].values() for r in w)
@@ -1315,6 +1351,10 @@ def render(results, runs, duration, cpu, date):
                 r.get("storm_completed") for w in row["runs"].values() for r in w):
             notes.append("storm handshakes/s (N / H / S): " + " / ".join(
                 fmt(med(row, w, "storm_rate")) for w, _ in GATEWAYS if w in row["runs"]))
+        if all("origin_connections" in r for w in row["runs"].values() for r in w):
+            notes.append("origin connections opened / requests per connection / origin CPU (N / H / S): " + " / ".join(
+                f"{med(row, w, 'origin_connections'):,.0f} / {med(row, w, 'origin_requests_per_connection'):,.0f} / "
+                f"{med(row, w, 'origin_cpu_s') / med(row, w, 'wall_s'):.0%}" for w, _ in GATEWAYS if w in row["runs"]))
         if row.get("site_mix"):
             notes.append(f"mix: {sitemix.MIX_STATED}")
             notes += sitemix.notes(row, GATEWAYS)

@@ -6,8 +6,13 @@
 //! connection. The idle lists are per server (the balancer already chose one), and the
 //! response body gives its connection back itself when it ends.
 //!
-//! What NGINX's `keepalive` does, an operator can expect here: at most `keepalive` idle
-//! connections per server, closed after `keepalive_timeout` idle; a request that meets a
+//! What NGINX's `keepalive` does, an operator can expect here, with one difference: idle
+//! connections per server are closed after `keepalive_timeout` idle, and `keepalive` of them
+//! are kept that long; above that, a connection given back is kept while the traffic needs
+//! it, as HAProxy's idle pool does (`Slot`): NGINX closes every connection given back beyond
+//! `keepalive`, so with more requests in flight than that it opens a new connection every
+//! few requests (at 256 in flight over `keepalive 64`: one per 2-3 requests, `bench/run`'s
+//! HTTP/2 16 x 16 row). A request that meets a
 //! connection the server has just closed is sent again on a fresh one (when the server closed
 //! it before answering anything and no body was sent, so this is safe for every method); a
 //! connection whose response was not read to the end, whose request was not written whole, or
@@ -87,10 +92,55 @@ impl Idle {
     }
 }
 
+/// One server's idle connections, most recently used last, and the fewest there were since
+/// the sweeper last looked: that many were not needed all that while.
+///
+/// A connection given back is always kept (the in-flight requests that had them are what
+/// bounds their number: keeping one never raises the count of connections above what the
+/// traffic opened). Each sweep closes the surplus, oldest first, down to `keepalive`.
+struct Slot<T> {
+    list: Vec<T>,
+    low: usize,
+}
+
+impl<T> Slot<T> {
+    fn new() -> Self {
+        Slot {
+            list: Vec::new(),
+            low: 0,
+        }
+    }
+
+    /// The most recently used.
+    fn pop(&mut self) -> Option<T> {
+        let c = self.list.pop();
+        self.low = self.low.min(self.list.len());
+        c
+    }
+
+    /// Drops whatever `keep` says not to, and counts what is left as the new low.
+    fn retain(&mut self, keep: impl FnMut(&mut T) -> bool) {
+        self.list.retain_mut(keep);
+        self.low = self.low.min(self.list.len());
+    }
+
+    /// Closes the connections no request needed since the last sweep, oldest first, but
+    /// keeps `floor` (`keepalive`); the next period starts counting from here.
+    fn trim(&mut self, floor: usize) {
+        let surplus = self.low.min(self.list.len().saturating_sub(floor));
+        self.list.drain(..surplus);
+        self.low = self.list.len();
+    }
+}
+
+/// How often surplus idle connections (beyond `keepalive`) are looked for: one unused for
+/// that long is closed.
+const SURPLUS_PERIOD: Duration = Duration::from_secs(2);
+
 /// The idle connections of one upstream group, per server.
 pub(crate) struct ConnPool {
     /// Indexed like the group's servers.
-    idle: Vec<Mutex<Vec<Idle>>>,
+    idle: Vec<Mutex<Slot<Idle>>>,
     max_idle: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
@@ -120,7 +170,7 @@ impl ConnPool {
         tls: Option<Arc<crate::upstreams::upstream_tls::UpstreamConnector>>,
     ) -> Self {
         ConnPool {
-            idle: (0..servers).map(|_| Mutex::new(Vec::new())).collect(),
+            idle: (0..servers).map(|_| Mutex::new(Slot::new())).collect(),
             max_idle,
             idle_timeout,
             connect_timeout,
@@ -133,12 +183,14 @@ impl ConnPool {
     /// Takes the idle connections `from` holds for its server `index` as server `to`'s (the
     /// same address in the group a DNS change built).
     pub(crate) fn adopt(&self, to: usize, from: &ConnPool, index: usize) {
-        let taken =
-            std::mem::take(&mut *from.idle[index].lock().unwrap_or_else(|e| e.into_inner()));
-        self.idle[to]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(taken);
+        let taken = std::mem::take(
+            &mut from.idle[index]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .list,
+        );
+        let mut slot = self.idle[to].lock().unwrap_or_else(|e| e.into_inner());
+        slot.list.extend(taken);
     }
 
     /// Sends `req` (origin-form URI, Host set) to server `index` at `addr`, on an idle
@@ -204,9 +256,11 @@ impl ConnPool {
         }
         // Connections that belong to one client each: this client's, if any.
         let timeout = self.idle_timeout;
-        idle.retain_mut(|c| c.usable(timeout));
-        let i = idle.iter().rposition(|c| c.owner == owner)?;
-        Some(idle.remove(i).io)
+        idle.retain(|c| c.usable(timeout));
+        let i = idle.list.iter().rposition(|c| c.owner == owner)?;
+        let c = idle.list.remove(i);
+        idle.low = idle.low.min(idle.list.len());
+        Some(c.io)
     }
 
     async fn connect(
@@ -270,29 +324,36 @@ impl ConnPool {
 
     fn give_back(&self, index: usize, io: UpstreamIo, owner: Option<SocketAddr>) {
         let mut idle = self.idle[index].lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < self.max_idle {
-            idle.push(Idle {
-                io,
-                since_ms: coarse_ms(),
-                owner,
-            });
-        }
+        idle.list.push(Idle {
+            io,
+            since_ms: coarse_ms(),
+            owner,
+        });
     }
 
     /// Closes connections idle past `keepalive_timeout` even when no request comes to find
-    /// them, as NGINX does; stops when the group is dropped (a reload).
+    /// them, as NGINX does, and every `SURPLUS_PERIOD` those beyond `keepalive` that no
+    /// request needed in that time; stops when the group is dropped (a reload).
     fn start_sweeper(self: &Arc<Self>) {
         let pool: Weak<Self> = Arc::downgrade(self);
-        let every = (self.idle_timeout / 2).max(Duration::from_millis(50));
+        let every = (self.idle_timeout / 2).clamp(Duration::from_millis(50), SURPLUS_PERIOD);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut trimmed = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
                 let Some(pool) = pool.upgrade() else { return };
-                for list in &pool.idle {
-                    let mut idle = list.lock().unwrap_or_else(|e| e.into_inner());
-                    idle.retain_mut(|c| c.usable(pool.idle_timeout));
+                let trim = trimmed.elapsed() >= SURPLUS_PERIOD;
+                if trim {
+                    trimmed = tokio::time::Instant::now();
+                }
+                for slot in &pool.idle {
+                    let mut idle = slot.lock().unwrap_or_else(|e| e.into_inner());
+                    idle.retain(|c| c.usable(pool.idle_timeout));
+                    if trim {
+                        idle.trim(pool.max_idle);
+                    }
                 }
             }
         });
@@ -374,5 +435,62 @@ impl Body for PooledBody {
         self.exchange
             .as_ref()
             .map_or_else(|| SizeHint::with_exact(0), Exchange::size_hint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Slot;
+
+    fn slot(n: u32) -> Slot<u32> {
+        let mut s = Slot::new();
+        s.list.extend(0..n);
+        s.low = s.list.len();
+        s
+    }
+
+    #[test]
+    fn connections_the_traffic_used_are_kept_beyond_keepalive() {
+        // 8 idle, keepalive 2: within the period, requests took 6 of them at once.
+        let mut s = slot(8);
+        for _ in 0..6 {
+            s.pop();
+        }
+        s.list.extend(100..106);
+        s.trim(2);
+        assert_eq!(s.list.len(), 6, "only the 2 never needed are closed");
+        assert_eq!(s.list[0], 100, "the oldest, 0 and 1, went");
+    }
+
+    #[test]
+    fn unused_connections_are_closed_down_to_keepalive_and_no_further() {
+        let mut s = slot(8);
+        s.trim(3);
+        assert_eq!(s.list, [5, 6, 7], "the most recently used are kept");
+        s.trim(3);
+        assert_eq!(
+            s.list.len(),
+            3,
+            "keepalive's are kept until keepalive_timeout"
+        );
+    }
+
+    #[test]
+    fn each_period_counts_from_what_the_last_left() {
+        let mut s = slot(4);
+        s.pop();
+        s.pop();
+        s.list.extend([10, 11]);
+        s.trim(0);
+        assert_eq!(s.list, [10, 11], "two never needed");
+        s.pop();
+        s.trim(0);
+        assert_eq!(
+            s.list,
+            Vec::<u32>::new(),
+            "then the one left was not needed either"
+        );
+        s.retain(|_| true);
+        assert_eq!(s.low, 0);
     }
 }

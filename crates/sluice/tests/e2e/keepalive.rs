@@ -135,3 +135,31 @@ async fn idle_upstream_connections_close_after_keepalive_timeout() {
     assert_eq!(http1_get(gw.addr("http"), "x", "/").await.status, 200);
     assert_eq!(origin.accepted.load(Ordering::SeqCst), 2);
 }
+
+/// More requests in flight than `keepalive`: the connections they opened are kept while the
+/// traffic needs them (NGINX would close all but `keepalive` after each round and open them
+/// again), and those no request needs are closed after a sweep period, down to `keepalive`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_keepalive_are_kept_while_used_then_closed() {
+    let origin = raw_origin(false).await;
+    let gw = gateway(&origin, "keepalive = 2").await;
+    let at = gw.addr("http");
+    for round in 0..10 {
+        let requests: Vec<_> = (0..8)
+            .map(|i| tokio::spawn(async move { http1_get(at, "x", &format!("/r{i}")).await }))
+            .collect();
+        for r in requests {
+            assert_eq!(r.await.unwrap().status, 200, "round {round}");
+        }
+    }
+    let opened = origin.accepted.load(Ordering::SeqCst);
+    // At most 8 at once, whatever the order the gateway ran them in; each round would
+    // otherwise open about 6 again (over 50 in all).
+    assert!(
+        opened <= 16,
+        "{opened} connections for 10 rounds of 8 at once"
+    );
+    // No more traffic: all but keepalive's 2 are closed by the sweeper.
+    let surplus = opened.saturating_sub(2);
+    wait_until(|| origin.closed_by_gateway.load(Ordering::SeqCst) == surplus).await;
+}
