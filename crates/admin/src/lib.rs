@@ -265,6 +265,17 @@ pub fn metrics(s: &Sources) -> String {
     }
     family(
         &mut out,
+        "sluice_tls_handshakes_placed_total",
+        "counter",
+        "TLS handshakes by where they ran: on the handshake threads (handed off while several were in progress) or on the event loop (alone, or not isolated).",
+    );
+    let _ = writeln!(
+        out,
+        "sluice_tls_handshakes_placed_total{{on=\"handshake_threads\"}} {}\nsluice_tls_handshakes_placed_total{{on=\"event_loop\"}} {}",
+        hs.handed_off, hs.kept_on_loop
+    );
+    family(
+        &mut out,
         "sluice_http_requests_total",
         "counter",
         "Responses sent, by status class.",
@@ -766,6 +777,8 @@ fn handshake_scheduler(s: &Sources) -> serde_json::Value {
         "in_progress": hs.in_progress,
         "limit": hs.limit,
         "expired": hs.expired,
+        "handed_off": hs.handed_off,
+        "kept_on_loop": hs.kept_on_loop,
     })
 }
 

@@ -27,6 +27,16 @@
 //! readiness event crossed threads (the serving thread woke the handshake thread), which
 //! cost an ECDSA handshake 22 µs more system time (134 against 112 µs, `bench/run`).
 //!
+//! Handing a handshake off costs too: the socket's two moves, a wake-up of a handshake thread
+//! and one back, on a core the serving thread shares. While handshakes are rare that is
+//! pure cost: on the site mix (100 new connections a second beside 3,300 requests) handing
+//! every one off spent 106 µs of gateway CPU per request against 97 with all of them on the
+//! event loop, and its p99 was worse (4.5 ms against 3.9). So each handshake is placed by
+//! how many are in progress when it starts ([`HandshakeScheduler::hand_off`]): on the event
+//! loop while it is alone, handed off once `2 x CPUs` (at least 4) are in progress, and kept
+//! handed off until it is alone again (hysteresis), as the seeds' QAT deployments poll their
+//! cards heuristically by load. A storm fills the count within its first accept batch.
+//!
 //! A bounded number of handshakes are in progress at once: the accept loop of a TLS listener
 //! takes a permit before it accepts, so a storm larger than that waits in the kernel's listen
 //! backlog, not in the gateway's memory; a handshake still unfinished after the listener's
@@ -34,7 +44,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Where TLS handshakes run, and how many at once.
@@ -46,6 +56,13 @@ pub struct HandshakeScheduler {
     limit: usize,
     priority: Priority,
     expired: AtomicU64,
+    /// Whether handshakes are being handed off now (see [`HandshakeScheduler::hand_off`]).
+    handing_off: AtomicBool,
+    /// In progress at which handshakes start being handed off.
+    hand_off_at: usize,
+    /// Handshakes placed on the handshake threads, and on the event loop.
+    handed_off: AtomicU64,
+    kept_on_loop: AtomicU64,
 }
 
 /// How the handshake threads sit below the serving ones.
@@ -84,6 +101,11 @@ pub struct HandshakeStats {
     /// How the handshake threads sit below the serving ones; `None` when handshakes run on
     /// the event loop.
     pub priority: Option<Priority>,
+    /// Handshakes run on the handshake threads.
+    pub handed_off: u64,
+    /// Handshakes run on the event loop (all of them when not isolated; else those that
+    /// started alone while few were in progress).
+    pub kept_on_loop: u64,
 }
 
 impl HandshakeScheduler {
@@ -113,7 +135,38 @@ impl HandshakeScheduler {
             limit,
             priority,
             expired: AtomicU64::new(0),
+            handing_off: AtomicBool::new(false),
+            hand_off_at: (2 * cpus).max(4),
+            handed_off: AtomicU64::new(0),
+            kept_on_loop: AtomicU64::new(0),
         }))
+    }
+
+    /// Where the handshake starting now runs: on the handshake threads (`true`) or on the
+    /// caller's event loop. Not isolated: always the loop. Isolated: on the loop while it is
+    /// the only one in progress, handed off from `hand_off_at` in progress until one is
+    /// alone again. Call it holding the handshake's permit (which it counts). Counted.
+    pub(crate) fn hand_off(&self) -> bool {
+        let off = self.runtime.is_some() && {
+            let in_progress = self.limit - self.permits.available_permits();
+            let was = self.handing_off.load(Ordering::Relaxed);
+            let now = if was {
+                in_progress > 1
+            } else {
+                in_progress >= self.hand_off_at
+            };
+            if now != was {
+                self.handing_off.store(now, Ordering::Relaxed);
+            }
+            now
+        };
+        let count = if off {
+            &self.handed_off
+        } else {
+            &self.kept_on_loop
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        off
     }
 
     /// Waits until there is a place among the handshakes in progress, without taking it (the
@@ -131,15 +184,15 @@ impl HandshakeScheduler {
             .expect("the handshake semaphore is never closed")
     }
 
-    /// Runs `handshake` on the handshake threads (or here, when handshakes are not
-    /// isolated) and returns what it returned; `None` when the scheduler is shutting down.
-    /// Dropping the returned future abandons the handshake.
-    pub(crate) async fn run<F>(&self, handshake: F) -> Option<F::Output>
+    /// Runs `handshake` on the handshake threads when `off` ([`Self::hand_off`]; here when
+    /// not, or when handshakes are not isolated) and returns what it returned; `None` when
+    /// the scheduler is shutting down. Dropping the returned future abandons the handshake.
+    pub(crate) async fn run<F>(&self, handshake: F, off: bool) -> Option<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let Some(rt) = &self.runtime else {
+        let Some(rt) = self.runtime.as_ref().filter(|_| off) else {
             return Some(handshake.await);
         };
         let mut task = AbortOnDrop(rt.spawn(handshake));
@@ -163,6 +216,8 @@ impl HandshakeScheduler {
             limit: self.limit,
             expired: self.expired.load(Ordering::Relaxed),
             priority: self.isolated().then_some(self.priority),
+            handed_off: self.handed_off.load(Ordering::Relaxed),
+            kept_on_loop: self.kept_on_loop.load(Ordering::Relaxed),
         }
     }
 }
@@ -358,7 +413,7 @@ mod tests {
     async fn where_it_ran(
         s: &HandshakeScheduler,
     ) -> (std::thread::ThreadId, Option<String>, i32, i32) {
-        s.run(async {
+        let here = async {
             let t = std::thread::current();
             (
                 t.id(),
@@ -366,9 +421,8 @@ mod tests {
                 current_nice(),
                 current_policy(),
             )
-        })
-        .await
-        .unwrap()
+        };
+        s.run(here, true).await.unwrap()
     }
 
     #[tokio::test]
@@ -431,7 +485,7 @@ mod tests {
         // Not isolated: the handshake runs on the caller's thread.
         let here = std::thread::current().id();
         assert_eq!(
-            s.run(async { std::thread::current().id() }).await,
+            s.run(async { std::thread::current().id() }, true).await,
             Some(here)
         );
         assert_eq!(s.stats().priority, None);
@@ -449,15 +503,18 @@ mod tests {
         client.write_all(b"hello").await.unwrap();
         // Read and answer on the handshake threads, their reactor driving the socket.
         let mut homed = s
-            .run(async move {
-                let mut h = Homed::new(tcp);
-                h.rehome().unwrap();
-                let mut got = [0u8; 5];
-                h.read_exact(&mut got).await.unwrap();
-                assert_eq!(&got, b"hello");
-                h.write_all(b"there").await.unwrap();
-                h
-            })
+            .run(
+                async move {
+                    let mut h = Homed::new(tcp);
+                    h.rehome().unwrap();
+                    let mut got = [0u8; 5];
+                    h.read_exact(&mut got).await.unwrap();
+                    assert_eq!(&got, b"hello");
+                    h.write_all(b"there").await.unwrap();
+                    h
+                },
+                true,
+            )
             .await
             .unwrap();
         let mut got = [0u8; 5];
@@ -483,10 +540,13 @@ mod tests {
             }
         }
         let guard = SetOnDrop(dropped.clone());
-        let pending = s.run(async move {
-            let _guard = guard;
-            let _ = rx.await;
-        });
+        let pending = s.run(
+            async move {
+                let _guard = guard;
+                let _ = rx.await;
+            },
+            true,
+        );
         let _ = tokio::time::timeout(std::time::Duration::from_millis(20), pending).await;
         for _ in 0..100 {
             if dropped.load(Ordering::SeqCst) {
@@ -496,5 +556,48 @@ mod tests {
         }
         assert!(dropped.load(Ordering::SeqCst), "the task was aborted");
         drop(tx);
+    }
+
+    #[tokio::test]
+    async fn a_lone_handshake_stays_on_the_loop_and_a_crowd_is_handed_off_until_alone() {
+        let s = HandshakeScheduler::start(&sluice_config::Handshakes::default()).unwrap();
+        let first = s.permit().await;
+        assert!(!s.hand_off(), "alone: on the event loop");
+        let here = std::thread::current().id();
+        let ran = s.run(async { std::thread::current().id() }, false).await;
+        assert_eq!(ran, Some(here), "not handed off: run here");
+        let mut crowd = vec![first];
+        while crowd.len() + 1 < s.hand_off_at {
+            crowd.push(s.permit().await);
+            assert!(
+                !s.hand_off(),
+                "{} in progress: still on the loop",
+                crowd.len()
+            );
+        }
+        crowd.push(s.permit().await);
+        assert!(s.hand_off(), "{} in progress: handed off", crowd.len());
+        let ran = s.run(async { std::thread::current().id() }, true).await;
+        assert_ne!(ran, Some(here), "handed off: on the handshake threads");
+        // Hysteresis: handed off until one is alone again.
+        crowd.truncate(2);
+        assert!(s.hand_off(), "two in progress: still handed off");
+        crowd.truncate(1);
+        assert!(!s.hand_off(), "alone again: back on the loop");
+        let stats = s.stats();
+        assert_eq!(stats.handed_off, 2);
+        assert_eq!(stats.kept_on_loop, s.hand_off_at as u64);
+    }
+
+    #[tokio::test]
+    async fn not_isolated_every_handshake_is_on_the_loop() {
+        let s = HandshakeScheduler::start(&sluice_config::Handshakes {
+            isolate: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let _crowd: Vec<_> = futures_util::future::join_all((0..8).map(|_| s.permit())).await;
+        assert!(!s.hand_off());
+        assert_eq!(s.stats().kept_on_loop, 1);
     }
 }

@@ -216,11 +216,25 @@ impl TlsAcceptor {
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
+        self.accept_placed(stream, false).await
+    }
+
+    /// [`Self::accept`] for a handshake the caller runs `alone` on its event loop (no other
+    /// in progress): with the engine chain chosen at start, its key signs right there
+    /// instead of on an engine (one job gains nothing from a thread hop).
+    pub async fn accept_placed<S>(
+        &self,
+        stream: S,
+        alone: bool,
+    ) -> Result<SslStream<OffloadIo<S>>, AcceptError<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
         let slot = Arc::new(WakerSlot::default());
         let mut ssl = Ssl::new(self.inner.context()).map_err(AcceptError::Setup)?;
         ssl.set_ex_data(
             ConnOffload::index(),
-            ConnOffload::new(self.offload.clone(), slot.clone()),
+            ConnOffload::new(self.offload.clone(), slot.clone(), alone),
         );
         let result = tokio_boring::SslStreamBuilder::new(ssl, OffloadIo::new(stream, slot.clone()))
             .accept()

@@ -156,7 +156,7 @@ thread_local! {
 /// unseen.
 pub(crate) fn attach_current(ssl: &mut SslRef) {
     if let Some((offload, slot)) = CURRENT_QUIC.with(|c| c.borrow().clone()) {
-        ssl.set_ex_data(ConnOffload::index(), ConnOffload::new(offload, slot));
+        ssl.set_ex_data(ConnOffload::index(), ConnOffload::new(offload, slot, false));
     } else {
         tracing::error!("a QUIC handshake began outside QuicHandshake::enter");
     }
@@ -338,16 +338,22 @@ impl KeyOperation {
 pub(crate) struct ConnOffload {
     offload: Arc<KeyOffload>,
     slot: Arc<WakerSlot>,
+    /// The handshake runs alone on the event loop (the gateway placed it there while no
+    /// other was in progress): with the chain chosen at start, its key signs right here,
+    /// as with `engines = []`, rather than crossing to an engine's thread and back for one
+    /// job. A configured engine list is obeyed as written.
+    alone: bool,
     op: Mutex<Option<(Option<tokio::task::JoinHandle<()>>, Outcome)>>,
     /// The last operation's trace, taken by `TlsInfo::from_ssl` (`info.rs`).
     traced: Arc<Mutex<Option<KeyOperation>>>,
 }
 
 impl ConnOffload {
-    pub(crate) fn new(offload: Arc<KeyOffload>, slot: Arc<WakerSlot>) -> Self {
+    pub(crate) fn new(offload: Arc<KeyOffload>, slot: Arc<WakerSlot>, alone: bool) -> Self {
         ConnOffload {
             offload,
             slot,
+            alone,
             op: Mutex::new(None),
             traced: Arc::default(),
         }
@@ -498,8 +504,13 @@ unsafe fn start(
     let Some((key, engines)) = key else {
         return FAILURE;
     };
-    let only_inline = engines.is_empty() || conn.offload.inline_only;
-    let Some(job) = prepare(key, conn.offload.verify).map(|j| j.only(Some(engines))) else {
+    let probed = conn.offload.chain().origin == crate::chain::Origin::Probed;
+    let in_place = conn.alone && probed;
+    let only_inline = engines.is_empty() || conn.offload.inline_only || in_place;
+    // In place: no engine of the chain may take it (each routes it past at once, uncounted
+    // as a fallback), so the software engine signs it now.
+    let allowed = if in_place { Arc::from([]) } else { engines };
+    let Some(job) = prepare(key, conn.offload.verify).map(|j| j.only(Some(allowed))) else {
         return FAILURE;
     };
     let outcome: Outcome = Arc::new(Mutex::new(None));

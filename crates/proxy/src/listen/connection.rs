@@ -239,7 +239,10 @@ pub(crate) async fn handshake(
     TlsInfo,
 )> {
     let (acceptor, deadline) = (acceptor.clone(), listener.config.header_read_timeout);
-    let isolated = listener.handshakes.isolated();
+    // On the handshake threads when enough are in progress, else on this loop (counted),
+    // where a lone handshake signs its key in place too (`accept_placed`).
+    let isolated = listener.handshakes.hand_off();
+    let alone = !isolated && listener.handshakes.isolated();
     let began = (std::time::SystemTime::now(), std::time::Instant::now());
     let accepting = async move {
         let mut tcp = crate::handshakes::Homed::new(tcp);
@@ -250,10 +253,10 @@ pub(crate) async fn handshake(
                 )
                 .ok()?;
         }
-        Some(tokio::time::timeout(deadline, acceptor.accept(tcp)).await)
+        Some(tokio::time::timeout(deadline, acceptor.accept_placed(tcp, alone)).await)
     };
     let accepted = tokio::select! {
-        r = listener.handshakes.run(accepting) => r??,
+        r = listener.handshakes.run(accepting, isolated) => r??,
         () = signals.force.cancelled() => return None,
     };
     drop(permit);

@@ -223,7 +223,7 @@ impl Takeovers {
             }
         }
         for t in closed {
-            self.take_over(&t);
+            self.take_over(&t, false);
         }
         if cap.shared {
             let admit = Exchange::Admit {
@@ -245,14 +245,16 @@ impl Takeovers {
     }
 
     /// Closes a connection a newer one took over (once: a connection closed by the gateway
-    /// itself is not counted).
-    fn take_over(&self, token: &CancellationToken) -> bool {
+    /// itself is not counted). Counted first, so that whoever sees it closed sees it counted.
+    fn take_over(&self, token: &CancellationToken, by_fleet: bool) {
         if token.is_cancelled() {
-            return false;
+            return;
+        }
+        self.taken_over.fetch_add(1, Ordering::Relaxed);
+        if by_fleet {
+            self.by_fleet.fetch_add(1, Ordering::Relaxed);
         }
         token.cancel();
-        self.taken_over.fetch_add(1, Ordering::Relaxed);
-        true
     }
 
     /// A takeover another gateway's admission decided (a message on this gateway's channel).
@@ -270,10 +272,8 @@ impl Takeovers {
             .shared
             .get(&seq)
             .cloned();
-        if let Some(t) = token
-            && self.take_over(&t)
-        {
-            self.by_fleet.fetch_add(1, Ordering::Relaxed);
+        if let Some(t) = token {
+            self.take_over(&t, true);
         }
     }
 
