@@ -118,7 +118,14 @@ impl<T> Slot<T> {
         c
     }
 
-    /// Drops whatever `keep` says not to, and counts what is left as the new low.
+    /// The one at `i`.
+    fn remove(&mut self, i: usize) -> T {
+        let c = self.list.remove(i);
+        self.low = self.low.min(self.list.len());
+        c
+    }
+
+    /// Drops whatever `keep` says not to (the low then is at most what is left).
     fn retain(&mut self, keep: impl FnMut(&mut T) -> bool) {
         self.list.retain_mut(keep);
         self.low = self.low.min(self.list.len());
@@ -258,9 +265,7 @@ impl ConnPool {
         let timeout = self.idle_timeout;
         idle.retain(|c| c.usable(timeout));
         let i = idle.list.iter().rposition(|c| c.owner == owner)?;
-        let c = idle.list.remove(i);
-        idle.low = idle.low.min(idle.list.len());
-        Some(c.io)
+        Some(idle.remove(i).io)
     }
 
     async fn connect(

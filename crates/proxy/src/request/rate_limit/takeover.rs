@@ -228,7 +228,7 @@ impl Takeovers {
         if cap.shared {
             let admit = Exchange::Admit {
                 key: redis_key(brokers, client_id),
-                member: format!("{}/{seq}", self.gateway),
+                member: self.member(seq),
                 max: cap.max,
             };
             if !self.send(admit) {
@@ -308,7 +308,12 @@ impl Takeovers {
         *queue = Some(tx);
     }
 
-    fn leave(self: &Arc<Self>, session: &Session) {
+    /// A connection's name in the fleet's sets: this gateway's, then its sequence number.
+    fn member(&self, seq: u64) -> String {
+        format!("{}/{seq}", self.gateway)
+    }
+
+    fn leave(&self, session: &Session) {
         {
             let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(held) = open.by_id.get_mut(&session.key) {
@@ -324,7 +329,7 @@ impl Takeovers {
         if session.shared {
             let _ = self.send(Exchange::Leave {
                 key: redis_key(&session.key.0, &session.key.1),
-                member: format!("{}/{}", self.gateway, session.seq),
+                member: self.member(session.seq),
             });
         }
     }
@@ -348,7 +353,7 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.takeovers.clone().leave(self);
+        self.takeovers.leave(self);
     }
 }
 
@@ -394,7 +399,6 @@ async fn exchange_all(takeovers: Weak<Takeovers>, mut rx: mpsc::Receiver<Exchang
                 (admit, r)
             }
         });
-        let calls: Vec<_> = calls.collect();
         let results = tokio::time::timeout(ANSWER, futures_util::future::join_all(calls)).await;
         let Ok(results) = results else {
             t.unshared.fetch_add(admits, Ordering::Relaxed);
