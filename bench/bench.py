@@ -70,6 +70,10 @@ SLUICE_NOLOG_PORT = 18452
 # after side by side in one run.
 SLUICE_BASELINE_PORT = 18453
 BASELINE = None
+# The site mix both ways: the default gateway negotiates X25519MLKEM768 with clients that
+# offer it (as the load generator and browsers do); this one only X25519, as NGINX and HAProxy
+# with Debian's OpenSSL 3.0 do.
+SLUICE_X25519_PORT = 18454
 SLUICE_ADMIN_PORT = 18901
 # The 100% tracing gateway's admin listener: what became of its spans (exported or dropped).
 SLUICE_TRACE100_ADMIN_PORT = 18902
@@ -387,10 +391,12 @@ backend origin
 MB_LANES = "auto"
 
 
-def sluice_conf(d, cert, engine="default", port=SLUICE_PORT, log="sluice-access.log", request_log=None, admin=None):
+def sluice_conf(d, cert, engine="default", port=SLUICE_PORT, log="sluice-access.log", request_log=None, admin=None,
+                groups=None):
     """engine: "default" (no `engines` line and handshakes on threads of their own: what a
     new user gets), "pool" (the default before this round: signatures on `pool` threads,
-    handshakes on the event loop) or "inline" (everything on the event loop)."""
+    handshakes on the event loop) or "inline" (everything on the event loop). groups: the
+    listener's key-exchange groups (None: Sluice's default, X25519MLKEM768 first)."""
     engines = {"default": "", "pool": 'engines = ["pool"]'}.get(engine, "engines = []")
     mb_lanes = f'\nmb_lanes = {MB_LANES if MB_LANES != "auto" else chr(34) + "auto" + chr(34)}'
     compress_engines = '["pool"]' if engine in ("pool", "default") else "[]"
@@ -398,6 +404,7 @@ def sluice_conf(d, cert, engine="default", port=SLUICE_PORT, log="sluice-access.
     certificates = "".join(f"[[certificate]]\nname = \"{c}\"\ncert = '{d}/{c}.crt'\nkey = '{d}/{c}.key'\n"
                            for c in CERTS[cert])
     request_log = "" if request_log is None else f"\nrequest_log = {request_log}"
+    groups_line = "" if groups is None else f"groups = {json.dumps(groups)}\n"
     admin = "enabled = false" if admin is None else f'address = "127.0.0.1:{admin}"'
     return f"""
 [global]
@@ -417,7 +424,7 @@ address = "127.0.0.1:{port}"
 http3 = true
 [listener.tls]
 session_tickets = {"true" if cert == "mix" else "false"}
-{certificates}[[upstream]]
+{groups_line}{certificates}[[upstream]]
 name = "origin"
 keepalive = 64
 servers = [{{ address = "127.0.0.1:{ORIGIN_PORT}" }}]
@@ -559,7 +566,8 @@ class Gateways:
         self.d = d
         for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-pool-access.log",
                   "sluice-routes-access.log", "sluice-mirror-access.log", "sluice-trace1-access.log",
-                  "sluice-trace100-access.log", "sluice-nolog-access.log", "sluice-baseline-access.log"):
+                  "sluice-trace100-access.log", "sluice-nolog-access.log", "sluice-baseline-access.log",
+                  "sluice-x25519-access.log"):
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
         Path(d, "haproxy.cfg").write_text(haproxy_conf(d, cert))
@@ -575,6 +583,8 @@ class Gateways:
         Path(d, "sluice-trace1.toml").write_text(sluice_traced_conf(d, cert, 1, SLUICE_TRACE1_PORT))
         Path(d, "sluice-trace100.toml").write_text(sluice_traced_conf(d, cert, 100, SLUICE_TRACE100_PORT,
                                                                        admin=SLUICE_TRACE100_ADMIN_PORT))
+        Path(d, "sluice-x25519.toml").write_text(
+            sluice_conf(d, cert, "default", SLUICE_X25519_PORT, "sluice-x25519-access.log", groups=["X25519"]))
         if BASELINE:
             Path(d, "sluice-baseline.toml").write_text(
                 sluice_conf(d, cert, "default", SLUICE_BASELINE_PORT, "sluice-baseline-access.log"))
@@ -591,7 +601,7 @@ class Gateways:
                       "sluice-pool": SLUICE_POOL_PORT, "sluice-routes": SLUICE_ROUTES_PORT,
                       "sluice-mirror": SLUICE_MIRROR_PORT, "sluice-trace1": SLUICE_TRACE1_PORT,
                       "sluice-trace100": SLUICE_TRACE100_PORT, "sluice-nolog": SLUICE_NOLOG_PORT,
-                      "sluice-baseline": SLUICE_BASELINE_PORT}
+                      "sluice-baseline": SLUICE_BASELINE_PORT, "sluice-x25519": SLUICE_X25519_PORT}
 
     def _start(self, d):
         specs = [
@@ -616,6 +626,9 @@ class Gateways:
             # The same without the in-memory request log (the request-log row).
             ("sluice-nolog", [str(SLUICE), "run", "--config", f"{d}/sluice-nolog.toml", "--pid-file",
                               f"{d}/sluice-nolog.pid"], SLUICE_NOLOG_PORT),
+            # The same with X25519 alone as key exchange (the site mix both ways).
+            ("sluice-x25519", [str(SLUICE), "run", "--config", f"{d}/sluice-x25519.toml", "--pid-file",
+                               f"{d}/sluice-x25519.pid"], SLUICE_X25519_PORT),
         ]
         if BASELINE:
             specs.append(("sluice-baseline", [str(BASELINE), "run", "--config", f"{d}/sluice-baseline.toml",
@@ -970,7 +983,7 @@ def scenarios(page_len):
                                                                      "--rate", "250", "--storm", "32"])})
     # The headline: a site's usual traffic at a fixed offered load (see sitemix.py).
     s.append({"name": "site mix: gateway CPU per 1,000 requests at a fixed offered load", "cert": "mix",
-              "metric": "CPU ms/1k req", "lower_is_better": True, "engines": True, "site_mix": True,
+              "metric": "CPU ms/1k req", "lower_is_better": True, "engines": True, "site_mix": True, "key_share": True,
               "run": lambda proc, origin, port, dur: sitemix.run(LOADGEN, LOAD_CORE, tree_cpu_split, proc, origin, port,
                                                                  dur, SITE_MIX_IDLE)})
     return s
@@ -1164,6 +1177,8 @@ def main():
                         who_all += ("sluice-pool", "sluice-inline")
                     if sc.get("routes"):
                         who_all += ("sluice-routes",)
+                    if sc.get("key_share"):
+                        who_all += ("sluice-x25519",)
                     if sc.get("mirror"):
                         who_all = ("sluice", "sluice-mirror")
                     if sc.get("traced"):
@@ -1375,6 +1390,7 @@ def render(results, runs, duration, cpu, date):
                            ("sluice-trace1", "Sluice [tracing] sample_percent = 1"),
                            ("sluice-trace100", "Sluice [tracing] sample_percent = 100"),
                            ("sluice-nolog", "Sluice [log] request_log = 0 (no request log)"),
+                           ("sluice-x25519", "Sluice [listener.tls] groups = [\"X25519\"] (NGINX's and HAProxy's key share)"),
                            ("sluice-baseline", f"the baseline binary ({BASELINE})")):
             if who not in row["runs"]:
                 continue

@@ -26,11 +26,12 @@ MIX_STATED = ("3,200 established req/s (16 HTTP/1.1 connections x 100 req/s, 4 H
               "(20% resumed, the rest half RSA-2048, half ECDSA P-256), idle connections held open")
 
 
-def run(loadgen, load_core, cpu_split, gateway, origin, port, duration, idle):
+def run(loadgen, load_core, cpu_split, gateway, origin, port, duration, idle, extra=()):
     """One run of the mix against `gateway` (a bench.Proc listening on `port`); returns the
-    loadgen's figures with the gateway's, origin's and load generator's CPU over the window."""
+    loadgen's figures with the gateway's, origin's and load generator's CPU over the window.
+    `extra`: more of the loadgen's arguments (`--class`: one class of the mix alone)."""
     argv = ["taskset", "-c", load_core, str(loadgen), "mix", "--addr", f"127.0.0.1:{port}", "--path", "/1k",
-            "--duration", f"{duration}s", "--idle", str(idle)]
+            "--duration", f"{duration}s", "--idle", str(idle), *extra]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     marks, other = {}, []
     try:
@@ -60,6 +61,15 @@ def run(loadgen, load_core, cpu_split, gateway, origin, port, duration, idle):
     return r
 
 
+def key_shares(runs):
+    """The groups a gateway's new connections negotiated over its runs, most used first."""
+    n = {}
+    for r in runs:
+        for g, k in (r.get("key_shares_new") or {}).items():
+            n[g] = n.get(g, 0) + k
+    return "+".join(g for g, _ in sorted(n.items(), key=lambda x: -x[1])) or "?"
+
+
 def notes(row, gateways):
     """The mix row's notes: the split of its CPU, the latency of its established requests,
     and what was actually served (so that a gateway that dropped work cannot look cheap)."""
@@ -76,6 +86,7 @@ def notes(row, gateways):
         "resumed / full RSA / full ECDSA per run (N / H / S): " + " / ".join(
             f"{med(w, 'resumed'):.0f}/{med(w, 'full_rsa'):.0f}/{med(w, 'full_ecdsa'):.0f}" for w in present),
         f"idle connections held: {med(present[0], 'idle_opened'):,.0f}",
+        "key share of new connections (N / H / S): " + " / ".join(key_shares(row["runs"][w]) for w in present),
     ]
     failed = {w: sum(r.get("failed", 0) for r in row["runs"][w]) for w in row["runs"]}
     if any(failed.values()):

@@ -13,6 +13,11 @@
 //! The measured window starts after the idle connections are open and a warm-up has passed;
 //! "window start" and "window end" are written to stderr at its edges so that the caller can
 //! read the gateway's CPU time exactly over it.
+//!
+//! `--class` sends one class of the mix alone, on the mix's own schedule (the requests of the
+//! other classes are skipped, not replaced), so that the gateway's CPU over the window is what
+//! that class costs within the mix: the classes partition the mix, and their costs add up to
+//! it but for what they share (`bench/mixclasses.py`).
 
 use crate::{Counters, Target, percentile};
 use anyhow::{Context as _, bail};
@@ -24,6 +29,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -70,14 +76,71 @@ pub(crate) struct SiteMix {
     /// The incompressible response (an image; the gateway passes it through).
     #[arg(long, default_value = "/img.jpg")]
     image: String,
+    /// One class of the mix alone (the others' requests skipped), or `all`.
+    #[arg(long, value_enum, default_value_t = Class::All)]
+    class: Class,
 }
 
-/// Of every 20 established requests: 14 small responses (`Target::path`), 3 pages, 3 images.
-fn path_of(mix: &SiteMix, t: &Target, k: u64) -> String {
+/// The mix's classes of traffic: each request and new connection belongs to exactly one.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// Every class: the mix itself.
+    All,
+    /// Small responses on established HTTP/2 connections.
+    H2,
+    /// Small responses on established HTTP/1.1 connections.
+    H1,
+    /// The compressible page, gzipped by the gateway (both protocols).
+    Gzip,
+    /// The incompressible image (both protocols).
+    Image,
+    /// New connections with a full handshake on the RSA-2048 certificate.
+    FullRsa,
+    /// New connections with a full handshake on the ECDSA P-256 certificate.
+    FullEcdsa,
+    /// New connections resuming a session.
+    Resumed,
+    /// The idle connections alone, held open through the window.
+    Idle,
+}
+
+impl Class {
+    /// Whether traffic of class `c` is sent in this run.
+    fn sends(self, c: Class) -> bool {
+        self == Class::All || self == c
+    }
+}
+
+/// Of every 20 established requests: 14 small responses (`Target::path`, the class of the
+/// connection's protocol `small`), 3 pages, 3 images.
+fn path_of(mix: &SiteMix, t: &Target, k: u64, small: Class) -> (String, Class) {
     match k % 20 {
-        0..14 => t.path.clone(),
-        14..17 => mix.page.clone(),
-        _ => mix.image.clone(),
+        0..14 => (t.path.clone(), small),
+        14..17 => (mix.page.clone(), Class::Gzip),
+        _ => (mix.image.clone(), Class::Image),
+    }
+}
+
+/// Key-exchange groups negotiated, by name (BoringSSL's), counted per connection.
+#[derive(Default)]
+struct KeyShares(Mutex<BTreeMap<&'static str, u64>>);
+
+impl KeyShares {
+    fn count<S>(&self, s: &tokio_boring::SslStream<S>) {
+        self.add(s.ssl().curve_name().unwrap_or("none"));
+    }
+
+    fn add(&self, name: &'static str) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name)
+            .or_default() += 1;
+    }
+
+    fn to_json(&self) -> Value {
+        json!(*self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -93,6 +156,8 @@ fn spread(k: u64, percent: u32) -> bool {
 struct Established {
     c: Counters,
     lat: Mutex<Vec<f64>>,
+    /// Groups of the established connections.
+    groups: KeyShares,
 }
 
 impl Established {
@@ -149,6 +214,8 @@ struct Kind {
     session: Arc<Mutex<Option<SslSession>>>,
     full: AtomicU64,
     resumed: AtomicU64,
+    /// Groups of the connections counted (inside the window).
+    groups: KeyShares,
 }
 
 impl Kind {
@@ -170,11 +237,13 @@ impl Kind {
             session,
             full: AtomicU64::new(0),
             resumed: AtomicU64::new(0),
+            groups: KeyShares::default(),
         })
     }
 
-    /// One new connection, one request, close; returns whether the session was resumed.
-    async fn connect(&self, t: &Target, resume: bool) -> anyhow::Result<bool> {
+    /// One new connection, one request, close; returns whether the session was resumed and
+    /// the group negotiated.
+    async fn connect(&self, t: &Target, resume: bool) -> anyhow::Result<(bool, &'static str)> {
         let tcp = tokio::net::TcpStream::connect(t.addr).await?;
         tcp.set_nodelay(true)?;
         let mut cfg = self.connector.configure()?;
@@ -197,10 +266,11 @@ impl Kind {
         }
         let mut s = tokio_boring::connect(cfg, &t.sni, tcp).await?;
         let resumed = s.ssl().session_reused();
+        let group = s.ssl().curve_name().unwrap_or("none");
         crate::request_and_close(&mut s, t)
             .await
             .with_context(|| format!("{} connection", self.name))?;
-        Ok(resumed)
+        Ok((resumed, group))
     }
 }
 
@@ -243,6 +313,7 @@ async fn http1(
     e: Arc<Established>,
 ) -> anyhow::Result<()> {
     let s = open(&connector, &t).await.context("HTTP/1.1 connection")?;
+    e.groups.count(&s);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await?;
     tokio::spawn(conn);
     let period = period(mix.http1_rate);
@@ -251,15 +322,14 @@ async fn http1(
         if due >= w.end {
             break;
         }
+        let (path, class) = path_of(&mix, &t, k, Class::H1);
+        if !mix.class.sends(class) {
+            continue;
+        }
         tokio::time::sleep_until(due).await;
         let result = async {
             sender.ready().await?;
-            check(
-                sender
-                    .send_request(request(&path_of(&mix, &t, k), &t)?)
-                    .await,
-            )
-            .await
+            check(sender.send_request(request(&path, &t)?).await).await
         }
         .await;
         e.record(&w, due, result, "HTTP/1.1");
@@ -281,6 +351,7 @@ async fn http2(
     e: Arc<Established>,
 ) -> anyhow::Result<()> {
     let s = open(&connector, &t).await.context("HTTP/2 connection")?;
+    e.groups.count(&s);
     let (sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s)).await?;
     tokio::spawn(conn);
@@ -291,12 +362,12 @@ async fn http2(
         if due >= w.end {
             break;
         }
+        let (path, class) = path_of(&mix, &t, k, Class::H2);
+        if !mix.class.sends(class) {
+            continue;
+        }
         tokio::time::sleep_until(due).await;
-        let (mut sender, req, e) = (
-            sender.clone(),
-            request(&path_of(&mix, &t, k), &t)?,
-            e.clone(),
-        );
+        let (mut sender, req, e) = (sender.clone(), request(&path, &t)?, e.clone());
         streams.spawn(async move {
             let result = check(sender.send_request(req).await).await;
             e.record(&w, due, result, "HTTP/2");
@@ -361,7 +432,6 @@ async fn new_connections(
         if due >= w.end || mix.new_rate == 0 {
             break;
         }
-        tokio::time::sleep_until(due).await;
         let resume = spread(k, mix.resume_percent);
         let kind = if resume {
             resumes += 1;
@@ -370,6 +440,15 @@ async fn new_connections(
             fulls += 1;
             usize::from(spread(fulls, mix.ecdsa_percent))
         };
+        let class = match (resume, kind) {
+            (true, _) => Class::Resumed,
+            (false, 0) => Class::FullRsa,
+            (false, _) => Class::FullEcdsa,
+        };
+        if !mix.class.sends(class) {
+            continue;
+        }
+        tokio::time::sleep_until(due).await;
         let (t, kinds, c) = (t.clone(), kinds.clone(), c.clone());
         tasks.spawn(async move {
             let k = &kinds[kind];
@@ -378,12 +457,9 @@ async fn new_connections(
                 return;
             }
             match result {
-                Ok(Ok(true)) => {
-                    k.resumed.fetch_add(1, Ordering::Relaxed);
-                    c.ok.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(Ok(false)) => {
-                    k.full.fetch_add(1, Ordering::Relaxed);
+                Ok(Ok((resumed, group))) => {
+                    if resumed { &k.resumed } else { &k.full }.fetch_add(1, Ordering::Relaxed);
+                    k.groups.add(group);
                     c.ok.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok(Err(e)) => c.fail(format!("{e:#}")),
@@ -393,6 +469,15 @@ async fn new_connections(
         while tasks.try_join_next().is_some() {}
     }
     while tasks.join_next().await.is_some() {}
+}
+
+/// Two kinds' key-share counts together.
+fn merged(a: &KeyShares, b: &KeyShares) -> Value {
+    let mut all = a.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    for (k, v) in b.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        *all.entry(k).or_default() += v;
+    }
+    json!(all)
 }
 
 /// The time between two requests at `rate` a second.
@@ -415,7 +500,12 @@ fn mark(what: &str) {
 /// Runs the mix against `t` (its `duration` is the measured window) and returns the figures.
 pub(crate) async fn run(t: Target, mix: SiteMix) -> anyhow::Result<Value> {
     let (t, mix) = (Arc::new(t), Arc::new(mix));
-    let held = idle(mix.idle, t.clone()).await?;
+    let idle_n = if mix.class.sends(Class::Idle) {
+        mix.idle
+    } else {
+        0
+    };
+    let held = idle(idle_n, t.clone()).await?;
     let kinds = Arc::new([
         Kind::new(
             "RSA",
@@ -511,7 +601,9 @@ pub(crate) async fn run(t: Target, mix: SiteMix) -> anyhow::Result<Value> {
         "seconds": seconds,
         "completed": established_ok + new_ok,
         "rate": (established_ok + new_ok) as f64 / seconds,
+        // The whole mix's, whatever the class sent: what a class's share is counted against.
         "offered_rate": offered_established + f64::from(mix.new_rate),
+        "class": format!("{:?}", mix.class).to_lowercase(),
         "failed": failed,
         "first_error": est.c.first_error().or_else(|| fresh.first_error()),
         "p50_ms": percentile(&lat, 0.5),
@@ -522,7 +614,9 @@ pub(crate) async fn run(t: Target, mix: SiteMix) -> anyhow::Result<Value> {
         "full_rsa": kinds[0].full.load(Ordering::Relaxed),
         "full_ecdsa": kinds[1].full.load(Ordering::Relaxed),
         "resumed": kinds[0].resumed.load(Ordering::Relaxed) + kinds[1].resumed.load(Ordering::Relaxed),
-        "idle_opened": mix.idle,
+        "key_shares_new": merged(&kinds[0].groups, &kinds[1].groups),
+        "key_shares_established": est.groups.to_json(),
+        "idle_opened": idle_n,
         "idle_still_open": still_open,
     }))
 }
