@@ -82,7 +82,7 @@ pub(crate) struct SiteMix {
 }
 
 /// The mix's classes of traffic: each request and new connection belongs to exactly one.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Class {
     /// Every class: the mix itself.
     All,
@@ -623,7 +623,47 @@ pub(crate) async fn run(t: Target, mix: SiteMix) -> anyhow::Result<Value> {
 
 #[cfg(test)]
 mod tests {
-    use super::spread;
+    use super::{Class, spread};
+
+    /// Every established request belongs to exactly one class, in the mix's proportions, and
+    /// a class run sends only its own.
+    #[test]
+    fn classes_partition_the_established_requests() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Args {
+            #[command(flatten)]
+            target: crate::Target,
+            #[command(flatten)]
+            mix: super::SiteMix,
+        }
+        let Args { target: t, mix } =
+            Args::parse_from(["mix", "--addr", "127.0.0.1:1", "--path", "/1k"]);
+        let mut counts = std::collections::HashMap::new();
+        for k in 0..2000 {
+            for small in [Class::H1, Class::H2] {
+                let (path, class) = super::path_of(&mix, &t, k, small);
+                let expected = match class {
+                    Class::H1 | Class::H2 => "/1k",
+                    Class::Gzip => "/gz1/page.html",
+                    Class::Image => "/img.jpg",
+                    other => panic!("an established request of class {other:?}"),
+                };
+                assert_eq!(path, expected);
+                *counts.entry(class).or_insert(0) += 1;
+                let sent: Vec<Class> =
+                    [Class::All, Class::H1, Class::H2, Class::Gzip, Class::Image]
+                        .into_iter()
+                        .filter(|c| c.sends(class))
+                        .collect();
+                assert_eq!(sent, [Class::All, class]);
+            }
+        }
+        assert_eq!(counts[&Class::H1], 1400);
+        assert_eq!(counts[&Class::H2], 1400);
+        assert_eq!(counts[&Class::Gzip], 600);
+        assert_eq!(counts[&Class::Image], 600);
+    }
 
     #[test]
     fn spread_picks_the_share_asked_evenly() {
