@@ -197,8 +197,8 @@ fn a_subscriber_keeps_its_connection_and_messages_across_reload_and_upgrade() {
     let out = cli::reload_cmd(&pid_file);
     assert!(out.status.success(), "{out:?}");
     publish(port, "p1", "1", "m1", &[]);
-    assert!(sub.receives("m1", Duration::from_secs(5)), "{:?}", sub.seen);
-    assert!(ws.receives("m1", Duration::from_secs(5)), "{:?}", ws.seen);
+    assert!(sub.receives("m1", Duration::from_secs(15)), "{:?}", sub.seen);
+    assert!(ws.receives("m1", Duration::from_secs(15)), "{:?}", ws.seen);
 
     let out = cli::upgrade_cmd(&pid_file);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -214,8 +214,8 @@ fn a_subscriber_keeps_its_connection_and_messages_across_reload_and_upgrade() {
     publish(port, "p2", "2", "m2", &["-r"]);
     publish(port, "p3", "1", "m3", &[]);
     for s in [&mut sub, &mut ws] {
-        assert!(s.receives("m2", Duration::from_secs(5)), "{:?}", s.seen);
-        assert!(s.receives("m3", Duration::from_secs(5)), "{:?}", s.seen);
+        assert!(s.receives("m2", Duration::from_secs(15)), "{:?}", s.seen);
+        assert!(s.receives("m3", Duration::from_secs(15)), "{:?}", s.seen);
         assert_eq!(
             s.connects(),
             1,
@@ -240,7 +240,7 @@ fn a_subscriber_keeps_its_connection_and_messages_across_reload_and_upgrade() {
         "the old process still relays the WebSocket device"
     );
     publish(port, "p4", "1", "m4", &[]);
-    assert!(ws.receives("m4", Duration::from_secs(5)), "{:?}", ws.seen);
+    assert!(ws.receives("m4", Duration::from_secs(15)), "{:?}", ws.seen);
     assert_eq!(ws.connects(), 1, "{:?}", ws.seen);
     drop(ws);
     assert_eq!(
