@@ -197,7 +197,11 @@ fn a_subscriber_keeps_its_connection_and_messages_across_reload_and_upgrade() {
     let out = cli::reload_cmd(&pid_file);
     assert!(out.status.success(), "{out:?}");
     publish(port, "p1", "1", "m1", &[]);
-    assert!(sub.receives("m1", Duration::from_secs(15)), "{:?}", sub.seen);
+    assert!(
+        sub.receives("m1", Duration::from_secs(15)),
+        "{:?}",
+        sub.seen
+    );
     assert!(ws.receives("m1", Duration::from_secs(15)), "{:?}", ws.seen);
 
     let out = cli::upgrade_cmd(&pid_file);
