@@ -64,8 +64,11 @@ def measure(gw, origin, who, cls, duration, idle):
 
 
 def spread(values):
-    m = statistics.median(values)
-    return f"{m:.1f}" if len(values) == 1 else f"{m:.1f} [{min(values):.1f}-{max(values):.1f}]"
+    """`median [min-max]` to a tenth (`bench.spread` prints every digit `:g` keeps)."""
+    s = bench.summarize(values)
+    if len(values) == 1:
+        return f"{s['median']:.1f}"
+    return f"{s['median']:.1f} [{s['min']:.1f}-{s['max']:.1f}]"
 
 
 def med(runs, key):
