@@ -74,6 +74,11 @@ BASELINE = None
 # offer it (as the load generator and browsers do); this one only X25519, as NGINX and HAProxy
 # with Debian's OpenSSL 3.0 do.
 SLUICE_X25519_PORT = 18454
+# The storm rows' floor: the default gateway in a process of its own whose every thread is
+# SCHED_IDLE, on the same core. A storm aimed at it reaches the measured gateway only through
+# the host (the kernel's network work for the storm's packets, the shared core and caches, the
+# load core's own share of the storm), which no gateway's isolation can take away.
+SLUICE_FLOOR_PORT = 18455
 SLUICE_ADMIN_PORT = 18901
 # The 100% tracing gateway's admin listener: what became of its spans (exported or dropped).
 SLUICE_TRACE100_ADMIN_PORT = 18902
@@ -567,7 +572,7 @@ class Gateways:
         for f in ("nginx-access.log", "sluice-access.log", "sluice-inline-access.log", "sluice-pool-access.log",
                   "sluice-routes-access.log", "sluice-mirror-access.log", "sluice-trace1-access.log",
                   "sluice-trace100-access.log", "sluice-nolog-access.log", "sluice-baseline-access.log",
-                  "sluice-x25519-access.log"):
+                  "sluice-x25519-access.log", "sluice-floor-access.log"):
             Path(d, f).unlink(missing_ok=True)
         Path(d, "nginx.conf").write_text(nginx_gateway_conf(d, cert))
         Path(d, "haproxy.cfg").write_text(haproxy_conf(d, cert))
@@ -585,6 +590,8 @@ class Gateways:
                                                                        admin=SLUICE_TRACE100_ADMIN_PORT))
         Path(d, "sluice-x25519.toml").write_text(
             sluice_conf(d, cert, "default", SLUICE_X25519_PORT, "sluice-x25519-access.log", groups=["X25519"]))
+        Path(d, "sluice-floor.toml").write_text(
+            sluice_conf(d, cert, "default", SLUICE_FLOOR_PORT, "sluice-floor-access.log"))
         if BASELINE:
             Path(d, "sluice-baseline.toml").write_text(
                 sluice_conf(d, cert, "default", SLUICE_BASELINE_PORT, "sluice-baseline-access.log"))
@@ -601,7 +608,8 @@ class Gateways:
                       "sluice-pool": SLUICE_POOL_PORT, "sluice-routes": SLUICE_ROUTES_PORT,
                       "sluice-mirror": SLUICE_MIRROR_PORT, "sluice-trace1": SLUICE_TRACE1_PORT,
                       "sluice-trace100": SLUICE_TRACE100_PORT, "sluice-nolog": SLUICE_NOLOG_PORT,
-                      "sluice-baseline": SLUICE_BASELINE_PORT, "sluice-x25519": SLUICE_X25519_PORT}
+                      "sluice-baseline": SLUICE_BASELINE_PORT, "sluice-x25519": SLUICE_X25519_PORT,
+                      "sluice-floor": SLUICE_FLOOR_PORT}
 
     def _start(self, d):
         specs = [
@@ -629,6 +637,10 @@ class Gateways:
             # The same with X25519 alone as key exchange (the site mix both ways).
             ("sluice-x25519", [str(SLUICE), "run", "--config", f"{d}/sluice-x25519.toml", "--pid-file",
                                f"{d}/sluice-x25519.pid"], SLUICE_X25519_PORT),
+            # The storm rows' floor (SLUICE_FLOOR_PORT): chrt puts every thread it starts at
+            # SCHED_IDLE.
+            ("sluice-floor", ["chrt", "--idle", "0", str(SLUICE), "run", "--config", f"{d}/sluice-floor.toml",
+                              "--pid-file", f"{d}/sluice-floor.pid"], SLUICE_FLOOR_PORT),
         ]
         if BASELINE:
             specs.append(("sluice-baseline", [str(BASELINE), "run", "--config", f"{d}/sluice-baseline.toml",
@@ -981,6 +993,14 @@ def scenarios(page_len):
               "metric": "p99 ms", "lower_is_better": True, "engines": True,
               "run": lambda port, dur: loadgen("latency", port, dur, ["--tls", "1.3", "--path", "/1k", "--keepalive", "4",
                                                                      "--rate", "250", "--storm", "32"])})
+    # What the host alone lets the storm do: the same storm, aimed at a separate gateway whose
+    # threads all run at SCHED_IDLE on the same core. The gap between this row and the one
+    # above is what the measured gateway's own isolation still lets through.
+    s.append({"name": "keep-alive p99 ms, 1,000 req/s, the same storm at a separate SCHED_IDLE gateway (the host's floor)",
+              "cert": "rsa", "metric": "p99 ms", "lower_is_better": True,
+              "run": lambda port, dur: loadgen("latency", port, dur, ["--tls", "1.3", "--path", "/1k", "--keepalive", "4",
+                                                                     "--rate", "250", "--storm", "32", "--storm-addr",
+                                                                     f"127.0.0.1:{SLUICE_FLOOR_PORT}"])})
     # The headline: a site's usual traffic at a fixed offered load (see sitemix.py).
     s.append({"name": "site mix: gateway CPU per 1,000 requests at a fixed offered load", "cert": "mix",
               "metric": "CPU ms/1k req", "lower_is_better": True, "engines": True, "site_mix": True, "key_share": True,

@@ -207,6 +207,12 @@ enum Mode {
         /// traffic arrives at its own rate.
         #[arg(long, default_value_t = 0)]
         rate: u32,
+        /// Aim the storm at this address instead of the measured gateway: at a separate
+        /// gateway on the same core, the storm then reaches the measured traffic only through
+        /// the host (the kernel's network work, the shared core and caches), which bounds what
+        /// any gateway's own isolation can achieve there.
+        #[arg(long)]
+        storm_addr: Option<SocketAddr>,
     },
     /// Sign requests to a key server (`sluice-keyserver`), pipelined on a few connections.
     Keyless {
@@ -765,13 +771,18 @@ fn main() -> anyhow::Result<()> {
                 keepalive,
                 storm: storm_n,
                 rate,
+                storm_addr,
             } => {
                 let connector = Arc::new(connector(&target)?);
                 let duration = target.duration;
+                let storm_target = Arc::new(Target {
+                    addr: storm_addr.unwrap_or(target.addr),
+                    ..target.clone()
+                });
                 let t = Arc::new(target);
                 let storm_task = tokio::spawn(storm(
                     connector.clone(),
-                    t.clone(),
+                    storm_target.clone(),
                     storm_n,
                     stop.clone(),
                     counters.clone(),
@@ -826,6 +837,7 @@ fn main() -> anyhow::Result<()> {
                     "first_error": counters.first_error(),
                     "storm_rate": counters.ok.load(Ordering::Relaxed) as f64 / elapsed,
                     "storm_priority": storm_priority,
+                    "storm_addr": storm_target.addr.to_string(),
                     "seconds": elapsed,
                 })
             }
