@@ -14,7 +14,7 @@ load core, and reads the gateway's user and system CPU from /proc over the load.
 
     bench/ab.py OLD_BINARY NEW_BINARY [--load h1|h1-paced|h2|h2-paced] [--rounds 6] [--duration 4]
 
-Build the two binaries first (`git worktree add`, `cargo build --release --locked -p sluice
+Build the two binaries first (`git worktree add`, `scripts/build-release -p sluice
 -p sluice-loadgen`, copy `target/release/sluice` aside).
 """
 

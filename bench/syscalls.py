@@ -14,7 +14,7 @@ gateway spent.
 
 `--load h1`: 32 HTTP/1.1 connections; `h2`: 4 connections x 16 streams (as `bench/ab.py`).
 Needs `perf` with tracepoints readable (root, or `kernel.perf_event_paranoid` <= -1) and
-`bench/run`'s packages; build Sluice first (`cargo build --release --locked -p sluice`).
+`bench/run`'s packages; build Sluice first (`scripts/build-release -p sluice`).
 2026-11-27, Intel Xeon, `--load h2`: NGINX 4.22 (a `write` to the client per request),
 HAProxy 2.80 (`sendto` to the client 0.17), Sluice 2.80 with `sendto` 0.55, then 2.32 with
 0.14 after its HTTP/2 flush was held until quiet (README, "HTTP/2's flush held until quiet").
@@ -96,7 +96,7 @@ def main():
     ap.add_argument("--gateways", default="nginx,haproxy,sluice")
     args = ap.parse_args()
     if not os.access(bench.SLUICE, os.X_OK):
-        sys.exit(f"syscalls: {bench.SLUICE} is missing; cargo build --release --locked -p sluice")
+        sys.exit(f"syscalls: {bench.SLUICE} is missing; scripts/build-release -p sluice")
     d, origin, _ = bench.prepared("sluice-syscalls-")
     try:
         gw = bench.Gateways(d, "rsa")
