@@ -24,11 +24,14 @@ pub enum Reason {
     ForwardDenied,
     /// The authorization service failed (no answer, another status).
     ForwardError,
+    /// The password-hashing pool was full (every thread busy, `[auth] hash_queue` checks
+    /// waiting): 503 rather than a longer wait.
+    HashQueueFull,
 }
 
 impl Reason {
     /// Every reason, in the order [`AuthCounters::refusals`] lists them.
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::Missing,
         Reason::CertNotAllowed,
         Reason::Token(TokenError::Malformed),
@@ -45,6 +48,7 @@ impl Reason {
         Reason::MalformedBasic,
         Reason::ForwardDenied,
         Reason::ForwardError,
+        Reason::HashQueueFull,
     ];
 
     /// The reason's name on `/metrics` and in the log.
@@ -66,6 +70,7 @@ impl Reason {
             Reason::MalformedBasic => "malformed_basic",
             Reason::ForwardDenied => "forward_denied",
             Reason::ForwardError => "forward_error",
+            Reason::HashQueueFull => "hash_queue_full",
         }
     }
 
@@ -84,7 +89,7 @@ pub const METHODS: [&str; 5] = ["cert", "jwt", "key", "basic", "forward"];
 #[derive(Debug, Default)]
 pub struct AuthCounters {
     allowed: [AtomicU64; 5],
-    refused: [AtomicU64; 16],
+    refused: [AtomicU64; Reason::ALL.len()],
     /// Token signatures verified (the rest of the tokens accepted came from the cache).
     pub signatures_verified: AtomicU64,
     /// Basic credentials hashed (the rest came from the cache).

@@ -14,11 +14,32 @@ pub(crate) enum Stored {
     Sha1([u8; 20]),
 }
 
+/// What checking a password against a stored hash costs, cheapest first: its algorithm and,
+/// for bcrypt, its cost factor (2^cost rounds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Cost {
+    Sha1,
+    Apr1,
+    Bcrypt(u32),
+}
+
 impl Stored {
     /// Whether checking it is slow enough to leave the event loop (bcrypt's cost, apr1's
     /// thousand rounds).
     pub(crate) fn is_slow(&self) -> bool {
         !matches!(self, Stored::Sha1(_))
+    }
+
+    /// What checking a password against it costs.
+    pub(crate) fn cost(&self) -> Cost {
+        match self {
+            Stored::Sha1(_) => Cost::Sha1,
+            Stored::Apr1 { .. } => Cost::Apr1,
+            // `$2y$NN$`: parsed as 60 characters with this prefix.
+            Stored::Bcrypt(h) => {
+                Cost::Bcrypt(h.get(4..6).and_then(|c| c.parse().ok()).unwrap_or(0))
+            }
+        }
     }
 
     /// Whether `password` hashes to it.
@@ -39,6 +60,11 @@ impl Stored {
 #[derive(Debug, Default)]
 pub(crate) struct Htpasswd {
     pub(crate) users: HashMap<String, Stored>,
+    /// What an unknown user's password is checked against: the file's costliest hash (the
+    /// highest bcrypt cost, else apr1, else SHA-1), so that an unknown name costs what a
+    /// wrong password does and cannot be told from one by the time it takes. Its answer is
+    /// never used. `None` for a file without users.
+    pub(crate) decoy: Option<Stored>,
 }
 
 impl Htpasswd {
@@ -61,7 +87,8 @@ impl Htpasswd {
                 parse_hash(stored).map_err(|e| format!("line {at} (user `{user}`): {e}"))?;
             users.insert(user.to_owned(), stored);
         }
-        Ok(Htpasswd { users })
+        let decoy = users.values().max_by_key(|s| s.cost()).cloned();
+        Ok(Htpasswd { users, decoy })
     }
 }
 
@@ -192,6 +219,22 @@ mod tests {
             assert!(!stored.verify(b""), "{user}");
         }
         assert!(!h.users["bob"].is_slow() && h.users["carol"].is_slow());
+    }
+
+    /// An unknown user is checked against the costliest hash in the file, whatever the
+    /// order of its lines.
+    #[test]
+    fn the_decoy_is_the_costliest_hash() {
+        let file = "sha:{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=\n\
+                    cheap:$2y$05$Xcl/aAsnwSTbu0tlVkY/k..WfLCrLQM5fEdyWxXjU96auSWfaPHe.\n\
+                    dear:$2y$07$Xcl/aAsnwSTbu0tlVkY/k..WfLCrLQM5fEdyWxXjU96auSWfaPHe.\n\
+                    apr:$apr1$/oBKQl8R$I91kEsGzPTywSlBSI9SQa.\n";
+        let h = Htpasswd::parse(file).unwrap();
+        assert_eq!(h.decoy.as_ref().map(Stored::cost), Some(Cost::Bcrypt(7)));
+        assert!(Cost::Bcrypt(4) > Cost::Apr1 && Cost::Apr1 > Cost::Sha1);
+        let h = Htpasswd::parse("apr:$apr1$/oBKQl8R$I91kEsGzPTywSlBSI9SQa.\n").unwrap();
+        assert_eq!(h.decoy.as_ref().map(Stored::cost), Some(Cost::Apr1));
+        assert!(Htpasswd::parse("# nobody\n").unwrap().decoy.is_none());
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! applied and kept across reloads while its settings stay (with its caches, its JWKS and its
 //! file watchers). Its methods are tried in a fixed order, cheapest first: `cert` (the client
 //! certificate the listener verified), `jwt` (a cache lookup for a known token), `keys` (a
-//! hash), `basic` (a cache lookup, else bcrypt off the event loop), `forward` (a subrequest). With `require = "any"` the first that accepts the
+//! hash), `basic` (a cache lookup, else bcrypt on the gateway's bounded [`HashPool`]),
+//! `forward` (a subrequest). With `require = "any"` the first that accepts the
 //! request decides; a method whose credentials are absent is skipped; when none accepts, the
 //! first refusal answers (401 with every method's challenge when nothing was presented).
 //! With `"all"` every method must accept. The subject comes from the first method that
@@ -19,19 +20,23 @@ mod client;
 pub mod cors;
 mod counters;
 mod forward;
+mod hashing;
 mod htpasswd;
 mod jwt;
+pub mod query;
 mod token_error;
 mod ttl_cache;
 mod watched;
 
 pub use api_keys::{KeyEditError, key_line};
 pub use counters::{AuthCounters, METHODS, Reason};
+pub use hashing::HashPool;
 pub use token_error::TokenError;
 
 use api_keys::ApiKeys;
 use forward::{Decision, Forwarder, Original};
-use htpasswd::Htpasswd;
+use hashing::Busy;
+use htpasswd::{Htpasswd, Stored};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri};
 use jwt::JwtVerifier;
@@ -84,7 +89,7 @@ pub struct Identity {
 /// Why and how a request is refused.
 #[derive(Debug)]
 pub struct Denial {
-    /// 401, 403 or 500.
+    /// 401, 403, 500, or 503 (the password-hashing pool full).
     pub status: StatusCode,
     /// `WWW-Authenticate` challenges, or the service's headers.
     pub headers: HeaderMap,
@@ -116,8 +121,15 @@ pub struct Authenticator {
     keys: Option<Arc<Watched<ApiKeys>>>,
     basic: Option<Basic>,
     forward: Option<Forwarder>,
+    /// Where passwords are hashed: the gateway's pool.
+    hashing: Arc<HashPool>,
+    /// The query arguments that may carry a credential (`keys.query`, `jwt.token_from`).
+    query_names: Vec<String>,
     /// What it did.
     pub counters: Arc<AuthCounters>,
+    /// The cost of each password check run, in order (tests count them: no test times one).
+    #[cfg(test)]
+    checked: std::sync::Mutex<Vec<htpasswd::Cost>>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -129,9 +141,10 @@ impl std::fmt::Debug for Authenticator {
 }
 
 impl Authenticator {
-    /// Reads the route's files and prepares its clients; starts nothing (see `start`). An
-    /// error names the file and line and says what to do.
-    pub fn new(config: &Arc<RouteAuth>) -> Result<Self, String> {
+    /// Reads the route's files and prepares its clients; starts nothing (see `start`).
+    /// Passwords are checked on `hashing`. An error names the file and line and says what to
+    /// do.
+    pub fn new(config: &Arc<RouteAuth>, hashing: &Arc<HashPool>) -> Result<Self, String> {
         let counters = Arc::new(AuthCounters::default());
         let jwt = config
             .jwt
@@ -152,14 +165,34 @@ impl Authenticator {
             }),
         };
         let forward = config.forward.as_ref().map(Forwarder::new).transpose()?;
+        let key_query = config.keys.as_ref().and_then(|k| k.query.clone());
+        let token_query = config.jwt.as_ref().and_then(|j| match &j.token_from {
+            TokenSource::Part(HashKey::Query(name)) => Some(name.clone()),
+            _ => None,
+        });
         Ok(Authenticator {
             config: config.clone(),
             jwt,
             keys,
             basic,
             forward,
+            hashing: hashing.clone(),
+            query_names: key_query.into_iter().chain(token_query).collect(),
             counters,
+            #[cfg(test)]
+            checked: Default::default(),
         })
+    }
+
+    /// Whether it checks passwords on `hashing` (a reload keeps it only while it does).
+    pub fn hashes_on(&self, hashing: &Arc<HashPool>) -> bool {
+        Arc::ptr_eq(&self.hashing, hashing)
+    }
+
+    /// The query arguments that may carry a credential: masked in logs and traces, and
+    /// removed from the target sent upstream unless `forward_credential` (see [`query`]).
+    pub fn query_credentials(&self) -> &[String] {
+        &self.query_names
     }
 
     /// Starts the JWKS fetches and the file watchers (on the current Tokio runtime).
@@ -176,8 +209,9 @@ impl Authenticator {
     }
 
     /// The request headers an identity may set upstream (`claims_to_headers`, the
-    /// service's `upstream_headers`): a client's own copies are removed before they are set.
-    pub fn identity_headers(&self) -> impl Iterator<Item = &HeaderName> {
+    /// service's `upstream_headers`): a client's own copies are removed before they are set,
+    /// and its underscore spellings of them (`X_User`) where a listener keeps those.
+    pub fn identity_headers(&self) -> impl Iterator<Item = &HeaderName> + Clone {
         let claims = self
             .config
             .jwt
@@ -397,8 +431,12 @@ impl Authenticator {
             return refuse(Reason::MalformedBasic);
         };
         let (users, generation) = basic.file.current();
-        let Some(stored) = users.users.get(&user).cloned() else {
-            return refuse(Reason::BadPassword);
+        // An unknown user's password is checked too, against the file's costliest hash, and
+        // refused whatever it says: the name cannot be learnt from the time a refusal takes.
+        let (stored, known) = match (users.users.get(&user), &users.decoy) {
+            (Some(stored), _) => (stored.clone(), true),
+            (None, Some(decoy)) => (decoy.clone(), false),
+            (None, None) => return refuse(Reason::BadPassword),
         };
         let mut key = user.as_bytes().to_vec();
         key.push(0);
@@ -409,25 +447,45 @@ impl Authenticator {
         if let Some(subject) = basic.verified.get(&key, generation, now) {
             return Verdict::Pass(subject, Vec::new());
         }
-        self.counters
-            .passwords_hashed
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ok = if stored.is_slow() {
-            // bcrypt (milliseconds) and apr1 leave the event loop.
-            tokio::task::spawn_blocking(move || stored.verify(password.as_bytes()))
-                .await
-                .unwrap_or(false)
-        } else {
-            stored.verify(password.as_bytes())
-        };
-        if !ok {
-            return refuse(Reason::BadPassword);
+        match self.check_password(stored, password).await {
+            Ok(true) if known => {}
+            Ok(_) => return refuse(Reason::BadPassword),
+            Err(Busy) => {
+                return Verdict::Fail(Denial {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    headers: HeaderMap::new(),
+                    reason: Reason::HashQueueFull,
+                });
+            }
         }
         let subject: Arc<str> = Arc::from(user);
         basic
             .verified
             .put(&key, subject.clone(), now + 3600, generation);
         Verdict::Pass(subject, Vec::new())
+    }
+
+    /// Whether `password` hashes to `stored`: bcrypt and apr1 (milliseconds) on the
+    /// gateway's pool, never on the event loop; `Busy` when the pool is full (nothing
+    /// hashed). Each hash is counted.
+    async fn check_password(&self, stored: Stored, password: String) -> Result<bool, Busy> {
+        #[cfg(test)]
+        let cost = stored.cost();
+        let checked = if stored.is_slow() {
+            self.hashing
+                .run(move || stored.verify(password.as_bytes()))
+                .await
+        } else {
+            Ok(stored.verify(password.as_bytes()))
+        };
+        if checked.is_ok() {
+            #[cfg(test)]
+            self.checked.lock().unwrap().push(cost);
+            self.counters
+                .passwords_hashed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        checked
     }
 
     async fn forward(&self, req: &Presented<'_>) -> Verdict {
@@ -520,15 +578,17 @@ fn random_salt() -> [u8; 16] {
 pub fn build(
     routes: &[Arc<sluice_config::Route>],
     old: &HashMap<String, Arc<Authenticator>>,
+    hashing: &Arc<HashPool>,
 ) -> Result<HashMap<String, Arc<Authenticator>>, String> {
     let mut made = HashMap::new();
     for r in routes {
         let Some(cfg) = &r.auth else { continue };
         let a = match old.get(&r.name) {
-            Some(a) if *a.config == **cfg => a.clone(),
+            Some(a) if *a.config == **cfg && a.hashes_on(hashing) => a.clone(),
             _ => {
                 let a = Arc::new(
-                    Authenticator::new(cfg).map_err(|e| format!("route `{}`: {e}", r.name))?,
+                    Authenticator::new(cfg, hashing)
+                        .map_err(|e| format!("route `{}`: {e}", r.name))?,
                 );
                 a.start();
                 a
@@ -542,11 +602,13 @@ pub fn build(
 /// What `sluice check` says about the routes' key, htpasswd and JWT files: every problem,
 /// each with the route, the file and the line.
 pub fn check(routes: &[Arc<sluice_config::Route>]) -> Vec<String> {
+    // Nothing is hashed here: the pool starts no thread.
+    let hashing = Arc::new(HashPool::default());
     routes
         .iter()
         .filter_map(|r| {
             let cfg = r.auth.as_ref()?;
-            Authenticator::new(cfg)
+            Authenticator::new(cfg, &hashing)
                 .err()
                 .map(|e| format!("route `{}`: {e}", r.name))
         })
@@ -555,13 +617,14 @@ pub fn check(routes: &[Arc<sluice_config::Route>]) -> Vec<String> {
 
 /// The same for the MQTT listeners' `[listener.mqtt.auth]` files.
 pub fn check_listeners(listeners: &[sluice_config::Listener]) -> Vec<String> {
+    let hashing = Arc::new(HashPool::default());
     listeners
         .iter()
         .filter_map(|l| {
             let sluice_config::ListenerKind::Mqtt(m) = &l.kind else {
                 return None;
             };
-            Authenticator::new(m.auth.as_ref()?)
+            Authenticator::new(m.auth.as_ref()?, &hashing)
                 .err()
                 .map(|e| format!("listener `{}` [listener.mqtt.auth]: {e}", l.name))
         })

@@ -70,8 +70,9 @@ impl Scene {
             all,
             subject_header: Some(HeaderName::from_static("x-auth-subject")),
             realm: "api".into(),
+            forward_credential: false,
         };
-        Authenticator::new(&Arc::new(config)).unwrap()
+        Authenticator::new(&Arc::new(config), &Arc::new(HashPool::default())).unwrap()
     }
 
     fn token(&self, exp: u64) -> String {
@@ -216,4 +217,135 @@ fn all_needs_every_method() {
     assert_eq!(d.reason, Reason::UnknownKey);
     let d = run(&a, &[("x-api-key", "k-0123456789abcdef")], "/").unwrap_err();
     assert_eq!(d.reason, Reason::Missing);
+}
+
+/// A route with basic authentication only, on `hashing`: alice's bcrypt (cost 5) and bob's
+/// SHA-1 entries, password "secret" each (Apache's `htpasswd -B` and `-s`).
+fn basic_only(dir: &std::path::Path, hashing: &Arc<HashPool>) -> Authenticator {
+    let file = dir.join("users");
+    std::fs::write(
+        &file,
+        "bob:{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=\n\
+         alice:$2y$05$Xcl/aAsnwSTbu0tlVkY/k..WfLCrLQM5fEdyWxXjU96auSWfaPHe.\n",
+    )
+    .unwrap();
+    let config = RouteAuth {
+        cert: None,
+        jwt: None,
+        keys: None,
+        basic: Some(Arc::new(BasicAuth {
+            htpasswd: file,
+            cache_size: 100,
+        })),
+        forward: None,
+        all: false,
+        subject_header: None,
+        realm: "api".into(),
+        forward_credential: false,
+    };
+    Authenticator::new(&Arc::new(config), hashing).unwrap()
+}
+
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    let pair = format!("{user}:{password}");
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+/// An unknown user costs what a wrong password does: one check, against a hash of the
+/// file's highest cost (bcrypt 5 here, not bob's SHA-1). Counted, never timed.
+#[test]
+fn an_unknown_user_costs_one_check_at_the_files_highest_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = basic_only(dir.path(), &Arc::new(HashPool::default()));
+    let hashed = || {
+        a.counters
+            .passwords_hashed
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let d = run(&a, &[("authorization", &basic("alice", "wrong"))], "/").unwrap_err();
+    assert_eq!(d.reason, Reason::BadPassword);
+    let known: Vec<_> = a.checked.lock().unwrap().drain(..).collect();
+    assert_eq!(known, [htpasswd::Cost::Bcrypt(5)]);
+    assert_eq!(hashed(), 1);
+    let d = run(&a, &[("authorization", &basic("mallory", "wrong"))], "/").unwrap_err();
+    assert_eq!(
+        (d.status, d.reason),
+        (StatusCode::UNAUTHORIZED, Reason::BadPassword)
+    );
+    let unknown: Vec<_> = a.checked.lock().unwrap().drain(..).collect();
+    assert_eq!(unknown, known, "the same number of checks at the same cost");
+    assert_eq!(hashed(), 2);
+    // alice's password under another name is still refused.
+    let d = run(&a, &[("authorization", &basic("mallory", "secret"))], "/").unwrap_err();
+    assert_eq!(d.reason, Reason::BadPassword);
+    let id = run(&a, &[("authorization", &basic("alice", "secret"))], "/").unwrap();
+    assert_eq!(&*id.subject, "alice");
+}
+
+/// With the pool's one thread held and no queue, a bcrypt check is refused at once with
+/// 503, counted as `hash_queue_full`; SHA-1 entries, checked inline, still pass.
+#[test]
+fn a_full_hashing_pool_answers_503_and_counts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = Arc::new(HashPool::new(sluice_config::AuthSettings {
+        hash_threads: std::num::NonZeroUsize::MIN,
+        hash_queue: 0,
+    }));
+    let a = basic_only(dir.path(), &pool);
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let pool = pool.clone();
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(pool.run(move || gate.recv().is_ok()))
+        })
+    };
+    while pool.in_flight() < 1 {
+        std::thread::yield_now();
+    }
+    let d = run(&a, &[("authorization", &basic("alice", "secret"))], "/").unwrap_err();
+    assert_eq!(
+        (d.status, d.reason),
+        (StatusCode::SERVICE_UNAVAILABLE, Reason::HashQueueFull)
+    );
+    let full = a
+        .counters
+        .refusals()
+        .find(|(r, _)| *r == "hash_queue_full")
+        .map(|(_, n)| n);
+    assert_eq!(full, Some(1));
+    let hashed = || {
+        a.counters
+            .passwords_hashed
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(hashed(), 0, "a refused check hashed nothing");
+    run(&a, &[("authorization", &basic("bob", "secret"))], "/").unwrap();
+    assert_eq!(hashed(), 1);
+    open.send(()).unwrap();
+    assert_eq!(holder.join().unwrap(), Ok(true));
+    run(&a, &[("authorization", &basic("alice", "secret"))], "/").unwrap();
+}
+
+#[test]
+fn query_credentials_are_the_key_and_token_arguments() {
+    let s = Scene::new();
+    let a = s.auth(false);
+    assert_eq!(
+        a.query_credentials(),
+        ["api_key"],
+        "a bearer token is no argument"
+    );
+    let mut cfg = (*a.config).clone();
+    let mut jwt = (**cfg.jwt.as_ref().unwrap()).clone();
+    jwt.token_from = TokenSource::Part(HashKey::Query("access_token".into()));
+    cfg.jwt = Some(Arc::new(jwt));
+    let b = Authenticator::new(&Arc::new(cfg), &Arc::new(HashPool::default())).unwrap();
+    assert_eq!(b.query_credentials(), ["api_key", "access_token"]);
 }

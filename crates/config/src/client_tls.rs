@@ -36,8 +36,14 @@ pub struct ClientAuth {
     pub mode: ClientAuthMode,
     /// PEM of the CAs client certificates must chain to.
     pub ca_pem: Vec<u8>,
-    /// PEM CRLs, if any.
+    /// PEM CRLs, if any: then every certificate of a client's chain (the client's and each
+    /// CA's, as NGINX's `ssl_crl`) is checked against its issuer's CRL.
     pub crl_pem: Option<Vec<u8>>,
+    /// `client_crl_missing = "allow"`: a certificate of the chain whose issuer has no CRL in
+    /// `crl_pem` still verifies, for a PKI where some CAs publish none. False
+    /// (`"refuse"`, the default) refuses it, as NGINX and `openssl verify -crl_check_all` do,
+    /// so that a CRL left out of the file by mistake cannot let a revoked CA through.
+    pub allow_missing_crl: bool,
     /// `X-Forwarded-Client-Cert` upstream.
     pub forward_client_cert: bool,
 }
@@ -47,6 +53,7 @@ impl std::fmt::Debug for ClientAuth {
         f.debug_struct("ClientAuth")
             .field("mode", &self.mode)
             .field("crl", &self.crl_pem.is_some())
+            .field("allow_missing_crl", &self.allow_missing_crl)
             .field("forward_client_cert", &self.forward_client_cert)
             .finish()
     }

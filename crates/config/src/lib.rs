@@ -21,6 +21,7 @@ mod hash_key;
 mod load;
 mod logging;
 mod lua;
+mod paths;
 mod pattern;
 mod policy;
 mod quic;
@@ -37,8 +38,8 @@ pub use acme::{
     Secret, TsigAlgorithm,
 };
 pub use auth::{
-    BasicAuth, CertAuth, Cors, ForwardAuth, JWT_ALGORITHMS, JwtAuth, KeyAuth, OriginPattern,
-    RouteAuth, TokenSource,
+    AuthSettings, BasicAuth, CertAuth, Cors, ForwardAuth, JWT_ALGORITHMS, JwtAuth, KeyAuth,
+    OriginPattern, RouteAuth, TokenSource,
 };
 pub use cache::CertCache;
 pub use client_tls::{ClientAuth, ClientAuthMode, ClientIdentity};
@@ -58,6 +59,7 @@ pub use logging::{
     HttpLogFormat, LogConfig, LogShip, SYSLOG_FACILITIES, ShipSink, SyslogTransport,
 };
 pub use lua::{DEFAULT_MAX_INSTRUCTIONS, LuaCode, LuaPhase, LuaSettings, RouteLua, SharedDictSize};
+pub use paths::{EscapedSlashes, ForwardPath, PathPolicy};
 pub use pattern::{HostPattern, normalize_host, normalized_host};
 pub use policy::{
     Acl, Answer, CacheKey, CacheSettings, HeaderEdits, IpNet, Mirror, Part, RateLimit,

@@ -127,12 +127,13 @@ struct RawConfig {
     acme: Option<RawAcme>,
     lua: Option<RawLua>,
     waf: Option<RawWaf>,
+    auth: Option<RawAuthSettings>,
     /// Names of entries that failed to parse, by section: references to them are not
     /// reported again as "not defined".
     broken: HashMap<&'static str, HashSet<String>>,
 }
 
-pub(crate) const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [cache], [tracing], [resolver], [acme], [lua], [waf], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
+pub(crate) const SECTIONS: &str = "[config], [global], [log], [admin], [demo], [offload], [compression], [rate_limit], [cache], [tracing], [resolver], [acme], [lua], [waf], [auth], [dangerous], [[listener]], [[certificate]], [[upstream]], [[route]]";
 
 struct Cx<'a> {
     loc: Locator<'a>,
@@ -222,6 +223,7 @@ impl<'a> Cx<'a> {
                 "acme" => raw.acme = self.section(value),
                 "lua" => raw.lua = self.section(value),
                 "waf" => raw.waf = self.section(value),
+                "auth" => raw.auth = self.section(value),
                 "listener" => raw.listeners = self.array("listener", value, &mut raw.broken),
                 "certificate" => {
                     raw.certificates = self.array("certificate", value, &mut raw.broken)
@@ -531,6 +533,7 @@ impl<'a> Cx<'a> {
             cache: self.cache_settings(raw.cache.as_ref()),
             lua: Arc::new(self.lua_settings(raw.lua.as_ref())),
             waf: Arc::new(waf),
+            auth: self.auth_settings(raw.auth.as_ref()),
             tracing: raw.tracing.as_ref().and_then(|t| self.tracing(t)),
             acme,
             resolver: self.resolver(&raw.resolver),

@@ -255,6 +255,9 @@ pub struct RateLimit {
     pub key: Option<crate::HashKey>,
     /// Shared through Redis (else this gateway's memory).
     pub shared: bool,
+    /// Checked before the route's `[route.auth]` (so that refused credentials count), else
+    /// after it (a limit per subject).
+    pub before_auth: bool,
 }
 
 impl RateLimit {

@@ -168,6 +168,12 @@ pub struct RawListener {
     pub max_body_bytes: Option<Spanned<RawSize>>,
     /// Also send the RFC 7239 `Forwarded` header upstream.
     pub forwarded_header: Option<bool>,
+    /// Collapse runs of `/` in request paths before routing (NGINX's `merge_slashes`;
+    /// default true).
+    pub merge_slashes: Option<Spanned<bool>>,
+    /// An encoded `/`, `\` or NUL in a request path: `"reject"` (400, the default), `"keep"`
+    /// or `"decode"` (Envoy's `path_with_escaped_slashes_action`).
+    pub escaped_slashes: Option<Spanned<String>>,
     /// Serve HTTP/3 over QUIC on the same address (UDP), beside HTTPS.
     pub http3: Option<Spanned<bool>>,
     /// QUIC address validation: `"auto"`, `"always"` or `"off"`.
@@ -203,6 +209,9 @@ pub struct RawListener {
     pub proxy_protocol: Option<Spanned<bool>>,
     /// `[listener.mqtt]`: what a `kind = "mqtt"` listener reads of each connection's CONNECT.
     pub mqtt: Option<Spanned<RawListenerMqtt>>,
+    /// Keep request header fields whose names contain `_` (NGINX's `underscores_in_headers`;
+    /// default false: they are dropped).
+    pub underscores_in_headers: Option<Spanned<bool>>,
 }
 
 /// `[listener.tls]`: makes a listener HTTPS.
@@ -235,8 +244,12 @@ pub struct RawListenerTls {
     pub client_auth: Option<Spanned<String>>,
     /// PEM of the CAs client certificates must chain to (with `client_auth`).
     pub client_ca: Option<SpannedStr>,
-    /// PEM CRLs of those CAs: a revoked client certificate is refused.
+    /// PEM CRLs of those CAs: a client certificate, or a CA certificate of its chain, that
+    /// its issuer's CRL revokes is refused.
     pub client_crl: Option<SpannedStr>,
+    /// With `client_crl`, a certificate of the chain whose issuer has no CRL there:
+    /// `"refuse"` (default, as NGINX's `ssl_crl`) or `"allow"`.
+    pub client_crl_missing: Option<Spanned<String>>,
     /// Send the verified client certificate's details upstream in
     /// `X-Forwarded-Client-Cert` (Envoy's format; default false). A client's own copy of the
     /// header is removed either way.
@@ -540,6 +553,9 @@ pub struct RawRoute {
     pub strip_prefix: Option<Spanned<String>>,
     /// A regular-expression rewrite of the path sent upstream.
     pub rewrite: Option<Spanned<RawRewrite>>,
+    /// `"normalized"` (default: the path every decision was made on goes upstream) or
+    /// `"original"` (the path as the client sent it).
+    pub forward_path: Option<Spanned<String>>,
     /// Answer with a redirect instead of proxying.
     pub redirect: Option<Spanned<RawRedirect>>,
     /// Answer with a fixed response instead of proxying.

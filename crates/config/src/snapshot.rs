@@ -62,6 +62,8 @@ pub struct Snapshot {
     pub lua: Arc<crate::LuaSettings>,
     /// `[waf]`: the rule sets routes name.
     pub waf: Arc<crate::WafSettings>,
+    /// `[auth]`: what every route's authentication shares (the password-hashing pool).
+    pub auth: crate::AuthSettings,
 }
 
 /// `[config]` of a gateway in fleet mode: its etcd and what it keeps locally.
@@ -403,6 +405,9 @@ pub struct Listener {
     pub max_body_bytes: u64,
     /// Send RFC 7239 `Forwarded` too.
     pub forwarded_header: bool,
+    /// How request paths are normalized before any decision (`merge_slashes`,
+    /// `escaped_slashes`).
+    pub paths: crate::PathPolicy,
     /// Also serve HTTP/3 over QUIC on the same address and port (UDP); TLS listeners of
     /// kind HTTP only. TCP responses then advertise it with `Alt-Svc`.
     pub http3: bool,
@@ -423,6 +428,11 @@ pub struct Listener {
     /// A PROXY protocol header (v1 or v2) from a `trusted_proxies` peer opens every
     /// connection; its source address is the client's everywhere.
     pub proxy_protocol: bool,
+    /// Keep request header fields whose names contain `_` (NGINX's `underscores_in_headers`).
+    /// Off, they are dropped: an origin that reads `X_Auth_Subject` as `X-Auth-Subject`
+    /// (CGI, PHP, WSGI) would take a client's field for one the gateway vouches for. On or
+    /// off, an underscore spelling of a field the gateway sets is always dropped.
+    pub underscores_in_headers: bool,
 }
 
 /// What a listener speaks.
@@ -835,6 +845,9 @@ pub struct Route {
     pub max_request_body: Option<u64>,
     /// Read the whole request body before going upstream.
     pub request_buffering: bool,
+    /// Which spelling of the path goes upstream: the normalized one every decision was
+    /// made on (default), or the client's own.
+    pub forward_path: crate::ForwardPath,
     /// `[route.lua]`.
     pub lua: Option<Arc<crate::RouteLua>>,
     /// `[route.waf]`.

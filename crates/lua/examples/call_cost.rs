@@ -92,6 +92,7 @@ fn main() {
                 local,
                 scheme: "http",
                 request_id: None,
+                request_uri: None,
                 arrived: Instant::now(),
             });
             let mut req = Request::get(Uri::from_static("/1k"))

@@ -79,6 +79,7 @@ mod tests {
                 local: "127.0.0.1:2".parse().unwrap(),
                 scheme: "http",
                 request_id: None,
+                request_uri: None,
                 arrived: std::time::Instant::now(),
             },
         )

@@ -19,6 +19,7 @@ fn facts() -> Facts {
         local: "127.0.0.1:8443".parse().unwrap(),
         scheme: "https",
         request_id: Some("rid-1".into()),
+        request_uri: None,
         arrived: std::time::Instant::now(),
     }
 }
@@ -95,6 +96,33 @@ log = 'assert(ngx.ctx.who == "192.0.2.7")'
         0,
         "ngx.ctx carried to log"
     );
+}
+
+/// `ngx.var.request_uri` is the target as the client sent it where the gateway normalized
+/// the path (the facts carry it), and `ngx.var.uri` the normalized path decoded, as NGINX
+/// keeps `$request_uri` and `$uri` apart.
+#[test]
+fn request_uri_is_the_clients_own_target() {
+    let rt = runtime(
+        r#"[[route]]
+name = "r"
+upstream = "u"
+[route.lua]
+access = 'ngx.req.set_header("X-Seen", ngx.var.request_uri .. " " .. ngx.var.uri)'
+"#,
+    );
+    let scripts = rt.scripts("r").unwrap();
+    let sent = Facts {
+        request_uri: Some("/a/./b%41?x=1".into()),
+        ..facts()
+    };
+    for (facts, want) in [(sent, "/a/./b%41?x=1 /a/bA"), (facts(), "/a/bA?x=1 /a/bA")] {
+        let lua = scripts.request(facts);
+        let mut req = get("/a/bA?x=1");
+        let out = run(&lua, LuaPhase::Access, head(&mut req));
+        assert!(matches!(out, Outcome::Continue), "{out:?}");
+        assert_eq!(req.headers_mut()["x-seen"], want);
+    }
 }
 
 #[test]

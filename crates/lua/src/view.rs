@@ -25,6 +25,9 @@ pub struct Facts {
     /// `X-Request-Id` where the listener gives one (shared: the view and the request's
     /// Lua each hold the facts).
     pub request_id: Option<Arc<str>>,
+    /// The request target as the client sent it (`ngx.var.request_uri`), where the
+    /// gateway's path normalization changed it; `None`: the request's target is the client's.
+    pub request_uri: Option<Arc<str>>,
     /// When the request arrived (`ngx.req.start_time`, `request_time`): a monotonic instant,
     /// turned into wall-clock time only when a script asks, which spares a clock read per
     /// request.

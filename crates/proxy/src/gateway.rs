@@ -588,11 +588,20 @@ async fn prepare(
         .await?
     };
     let waf = waf.map_err(ProxyError::Waf)?.map(Arc::new);
+    // The password-hashing pool, kept while `[auth]` stays (a new one: every authenticator
+    // is made again on it, and the old pool's threads end with its last check).
+    let hashing = if state.guards.hashing.settings() == snapshot.auth {
+        state.guards.hashing.clone()
+    } else {
+        Arc::new(sluice_auth::HashPool::new(snapshot.auth))
+    };
     // Authenticators read their files here (small ones) and start their JWKS fetches and
     // file watchers on this runtime.
     let guards = Arc::new(RouteGuards {
         limiters,
-        auth: sluice_auth::build(&snapshot.routes, &state.guards.auth).map_err(ProxyError::Auth)?,
+        auth: sluice_auth::build(&snapshot.routes, &state.guards.auth, &hashing)
+            .map_err(ProxyError::Auth)?,
+        hashing,
         // Scripts compiled into new states, unless nothing Lua sees changed.
         lua: sluice_lua::LuaRuntime::build(
             &snapshot.lua,
@@ -664,8 +673,9 @@ async fn prepare(
             report.listeners_added.push(l.name.clone());
         }
         let plans = crate::request::filters::plans_for(&mut plan_tables, &router, &guards);
-        let mqtt_auth = crate::layer4::mqtt_auth::authenticator(l, old_ctx.as_deref())
-            .map_err(ProxyError::Auth)?;
+        let mqtt_auth =
+            crate::layer4::mqtt_auth::authenticator(l, old_ctx.as_deref(), &guards.hashing)
+                .map_err(ProxyError::Auth)?;
         let mqtt_rates = crate::request::rate_limit::connect_rates::ConnectRates::build(
             l,
             old_ctx.as_deref().and_then(|o| o.mqtt_rates.as_deref()),

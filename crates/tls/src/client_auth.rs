@@ -6,6 +6,18 @@
 //! subject, subjectAltNames and hash go to routes (`[route.auth] cert`) and upstream
 //! (`X-Forwarded-Client-Cert`).
 //!
+//! CRLs: with `client_crl`, every certificate of the chain (the client's, each intermediate
+//! CA's and the root's) is checked against its issuer's CRL, as NGINX's `ssl_crl` does
+//! (`CRL_CHECK | CRL_CHECK_ALL`, `openssl verify -crl_check_all`): a revoked intermediate
+//! revokes every client under it. A certificate whose issuer has no CRL in the file fails
+//! (`unable to get certificate CRL`), as in NGINX, unless `client_crl_missing = "allow"`:
+//! BoringSSL has no flag for that, so the verify callback forgives that one error and no
+//! other (see [`forgive_missing_crl`]).
+//!
+//! One check BoringSSL leaves out and OpenSSL (so NGINX) makes is added in the same
+//! callback: a `client_ca` root's own path length constraint (see
+//! [`anchor_path_length_exceeded`]).
+//!
 //! Resumed sessions: a session (ticket) carries the certificate and the verification result
 //! it was made with, so a resumed connection has the same identity. Each listener's session
 //! ID context is a hash of its client-auth settings, and BoringSSL resumes a session only
@@ -14,14 +26,15 @@
 //! fleet shares ticket keys.
 
 use crate::TlsError;
+use boring::ex_data::Index;
 use boring::hash::MessageDigest;
 use boring::ssl::{SslContextBuilder, SslRef, SslVerifyMode};
-use boring::x509::X509;
 use boring::x509::store::{X509StoreBuilder, X509StoreBuilderRef};
 use boring::x509::verify::X509VerifyFlags;
+use boring::x509::{X509, X509Ref, X509StoreContext, X509StoreContextRef, X509VerifyError};
 use foreign_types::ForeignTypeRef as _;
 use sluice_config::{ClientAuth, ClientAuthMode};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A client certificate as the handshake left it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,29 +190,123 @@ pub(crate) fn configure(b: &mut SslContextBuilder, auth: &ClientAuth) -> Result<
                 n
             )));
         }
-        // The leaf's issuer must have a CRL (every CA in client_ca that issues clients).
-        store.set_flags(X509VerifyFlags::CRL_CHECK);
+        // Every certificate of the chain against its issuer's CRL, the root's included, as
+        // NGINX's ssl_crl sets them: CRL_CHECK alone checks the client's certificate only,
+        // and a client under a revoked intermediate would verify.
+        store.set_flags(X509VerifyFlags::CRL_CHECK | X509VerifyFlags::CRL_CHECK_ALL);
     }
     b.set_verify_cert_store(store.build())
         .map_err(TlsError::boring("setting the client CA store"))?;
-    b.set_verify_callback(verify_mode(auth.mode), |_ok, _ctx| true);
+    let forgive = auth.allow_missing_crl && auth.crl_pem.is_some();
+    b.set_verify_callback(verify_mode(auth.mode), move |ok, ctx| {
+        let ok = ok && !anchor_path_length_exceeded(ctx);
+        if !ok && forgive {
+            forgive_missing_crl(ctx);
+        }
+        // Never fail the handshake: the result stays with the connection (and its session)
+        // and the request path answers, as NGINX does.
+        true
+    });
     b.set_session_id_context(&session_context(auth))
         .map_err(TlsError::boring("setting the session ID context"))?;
     Ok(())
 }
 
 /// For one connection whose SNI name's certificate says `mode` instead of the listener's.
+/// The listener's verify callback ([`configure`]'s) stays: `SSL_set_verify` without a
+/// callback changes the mode only.
 pub(crate) fn override_mode(ssl: &mut SslRef, mode: ClientAuthMode) {
-    ssl.set_verify_callback(verify_mode(mode), |_ok, _ctx| true);
+    ssl.set_verify(verify_mode(mode));
+}
+
+/// `client_crl_missing = "allow"`, called with each failure BoringSSL's verification reports
+/// (the callback returns true, so it goes on, and the error it last set is the result the
+/// connection keeps). `UNABLE_TO_GET_CRL` is forgiven: the result goes back to the last
+/// other failure of this verification, or to OK when there was none. Any other failure is
+/// remembered (in the store context, which lives for one verification) so that a missing
+/// CRL after it cannot clear it: a chain that is expired, over its path length, outside
+/// its name constraints or revoked still fails.
+fn forgive_missing_crl(ctx: &mut X509StoreContextRef) {
+    static FAILURE: OnceLock<Option<Index<X509StoreContext, X509VerifyError>>> = OnceLock::new();
+    // Without a slot to remember other failures in, forgive nothing (fail closed).
+    let Some(slot) = *FAILURE.get_or_init(|| X509StoreContext::new_ex_index().ok()) else {
+        return;
+    };
+    match ctx.verify_result() {
+        Err(e) if e == X509VerifyError::UNABLE_TO_GET_CRL => {
+            let earlier = ctx.ex_data(slot).copied();
+            ctx.set_error(earlier.map_or(Ok(()), Err));
+        }
+        Err(e) => ctx.set_ex_data(slot, e),
+        Ok(()) => {}
+    }
+}
+
+/// Whether the chain's trust anchor (a `client_ca` certificate) has a path length
+/// constraint that the chain under it exceeds (`pathlen:0` with an intermediate below), and
+/// if so sets the verification's result to `path length constraint exceeded`.
+///
+/// BoringSSL checks the constraint of the certificates the client sent only, not of the
+/// trust anchor (RFC 5280 leaves an anchor's constraints to the implementation); OpenSSL
+/// checks the anchor's too, so NGINX refuses such a chain, and so does Sluice: a root
+/// made `pathlen:0` to issue clients only must not vouch for intermediates. The count is
+/// OpenSSL's: the intermediates that are not self-issued. Checked once, at the callback's
+/// success report for the anchor (BoringSSL's last pass goes from the anchor down).
+fn anchor_path_length_exceeded(ctx: &mut X509StoreContextRef) -> bool {
+    let Some(chain) = ctx.chain() else {
+        return false;
+    };
+    let n = chain.len();
+    if n < 3 || ctx.error_depth() as usize != n - 1 {
+        return false;
+    }
+    let limit = path_length(&chain[n - 1]);
+    let intermediates = chain
+        .iter()
+        .take(n - 1)
+        .skip(1)
+        .filter(|c| !self_issued(c))
+        .count();
+    let exceeded = limit.is_some_and(|l| intermediates > l);
+    if exceeded {
+        ctx.set_error(Err(X509VerifyError::PATH_LENGTH_EXCEEDED));
+    }
+    exceeded
+}
+
+/// `cert`'s basicConstraints pathLenConstraint, where it has one.
+#[expect(unsafe_code, reason = "boring has no X509_get_pathlen")]
+fn path_length(cert: &X509Ref) -> Option<usize> {
+    // SAFETY: `cert` is a live X509 for the call; X509_get_pathlen only reads it (caching
+    // its parsed extensions, as every BoringSSL getter does) and keeps no pointer.
+    let n = unsafe { boring_sys::X509_get_pathlen(cert.as_ptr()) };
+    usize::try_from(n).ok()
+}
+
+/// Whether `cert`'s subject is its issuer's name (RFC 5280's self-issued, which a path
+/// length does not count). Unreadable names count as not self-issued (counted: strict).
+fn self_issued(cert: &X509Ref) -> bool {
+    match (cert.subject_name().to_der(), cert.issuer_name().to_der()) {
+        (Ok(subject), Ok(issuer)) => subject == issuer,
+        _ => false,
+    }
 }
 
 /// The session ID context: the client-auth settings' hash (32 bytes, BoringSSL's most).
 fn session_context(auth: &ClientAuth) -> [u8; 32] {
     let mut h = boring::sha::Sha256::new();
-    h.update(b"sluice client auth v1\0");
+    // v2: CRLs check the whole chain; a session verified by v1 (the client's certificate
+    // only) must not resume with its verdict.
+    h.update(b"sluice client auth v2\0");
     h.update(format!("{:?}", auth.mode).as_bytes());
     h.update(&auth.ca_pem);
     h.update(auth.crl_pem.as_deref().unwrap_or(b"\0no crl"));
+    let missing: &[u8] = if auth.allow_missing_crl {
+        b"\0missing crl allowed"
+    } else {
+        b"\0missing crl refused"
+    };
+    h.update(missing);
     h.finish()
 }
 

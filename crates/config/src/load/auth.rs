@@ -79,7 +79,30 @@ impl Cx<'_> {
             all,
             subject_header,
             realm,
+            forward_credential: r.forward_credential.as_ref().is_some_and(|f| *f.get_ref()),
         })
+    }
+
+    /// `[auth]`: the password-hashing pool's size.
+    pub(super) fn auth_settings(&mut self, raw: Option<&RawAuthSettings>) -> AuthSettings {
+        let mut s = AuthSettings::default();
+        let Some(raw) = raw else {
+            return s;
+        };
+        if let Some(t) = &raw.hash_threads {
+            match std::num::NonZeroUsize::new(*t.get_ref()) {
+                Some(n) => s.hash_threads = n,
+                None => self.err_at(
+                    t,
+                    "[auth] hash_threads = 0: no password could be checked",
+                    "give it at least 1 (default: one per core)",
+                ),
+            }
+        }
+        if let Some(q) = &raw.hash_queue {
+            s.hash_queue = *q.get_ref();
+        }
+        s
     }
 
     fn jwt(&mut self, route: &str, raw: &Spanned<RawJwt>) -> JwtAuth {

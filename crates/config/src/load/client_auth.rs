@@ -1,5 +1,5 @@
-//! `[listener.tls] client_auth`, `client_ca`, `client_crl` and `forward_client_cert`, and a
-//! certificate's own `client_auth`.
+//! `[listener.tls] client_auth`, `client_ca`, `client_crl`, `client_crl_missing` and
+//! `forward_client_cert`, and a certificate's own `client_auth`.
 
 use super::Cx;
 use crate::client_tls::{ClientAuth, ClientAuthMode};
@@ -55,6 +55,14 @@ impl Cx<'_> {
                 );
                 return Err(());
             }
+            if let Some(at) = &raw.client_crl_missing {
+                self.err_at(
+                    at,
+                    format!("listener `{listener}`: client_crl_missing without client_ca"),
+                    "give client_ca and client_crl too, or remove client_crl_missing",
+                );
+                return Err(());
+            }
             return Ok(None);
         };
         if http3 && mode != ClientAuthMode::Off {
@@ -80,15 +88,42 @@ impl Cx<'_> {
             Some(at) => Some(self.pem_blocks(listener, at, "X509 CRL", "client_crl")?),
             None => None,
         };
+        let allow_missing_crl = self.client_crl_missing(listener, raw)?;
         Ok(Some(Arc::new(ClientAuth {
             mode,
             ca_pem,
             crl_pem,
+            allow_missing_crl,
             forward_client_cert: raw
                 .forward_client_cert
                 .as_ref()
                 .is_some_and(|f| *f.get_ref()),
         })))
+    }
+
+    /// `client_crl_missing`: whether a chain certificate whose issuer has no CRL in
+    /// `client_crl` is allowed (default refused, as NGINX); `Err(())` when a mistake was
+    /// reported.
+    fn client_crl_missing(&mut self, listener: &str, raw: &RawListenerTls) -> Result<bool, ()> {
+        let Some(at) = &raw.client_crl_missing else {
+            return Ok(false);
+        };
+        if raw.client_crl.is_none() {
+            self.err_at(
+                at,
+                format!(
+                    "listener `{listener}`: client_crl_missing without client_crl: no CRL is checked, so none can be missing"
+                ),
+                "give client_crl = \"clients.crl\" (PEM CRLs of the client CAs), or remove client_crl_missing",
+            );
+            return Err(());
+        }
+        self.choice(
+            Some(at),
+            "client_crl_missing",
+            &[("refuse", false), ("allow", true)],
+        )
+        .ok_or(())
     }
 
     /// The file at `at`, which must hold PEM blocks labelled `label`.
@@ -128,3 +163,6 @@ impl Cx<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
 //! `[[listener]]` and `[listener.tls]`.
 
 use super::Cx;
+use crate::paths::{EscapedSlashes, PathPolicy};
 use crate::quic::{QuicRetry, QuicSettings};
 use crate::raw::*;
 use crate::snapshot::*;
@@ -210,6 +211,11 @@ impl Cx<'_> {
             max_header_bytes: max_header_bytes as usize,
             max_body_bytes: self.size(raw.max_body_bytes.as_ref()).unwrap_or(10 << 20),
             forwarded_header: raw.forwarded_header.unwrap_or(false),
+            underscores_in_headers: raw
+                .underscores_in_headers
+                .as_ref()
+                .is_some_and(|b| *b.get_ref()),
+            paths: self.path_policy(raw),
             tls: None,
         };
         if raw.tls.is_some() {
@@ -219,6 +225,28 @@ impl Cx<'_> {
             });
         }
         Some(listener)
+    }
+
+    /// `merge_slashes` and `escaped_slashes`: how the listener normalizes request paths.
+    fn path_policy(&mut self, raw: &RawListener) -> PathPolicy {
+        let default = PathPolicy::default();
+        PathPolicy {
+            merge_slashes: raw
+                .merge_slashes
+                .as_ref()
+                .map_or(default.merge_slashes, |b| *b.get_ref()),
+            escaped_slashes: self
+                .choice(
+                    raw.escaped_slashes.as_ref(),
+                    "escaped_slashes",
+                    &[
+                        ("reject", EscapedSlashes::Reject),
+                        ("keep", EscapedSlashes::Keep),
+                        ("decode", EscapedSlashes::Decode),
+                    ],
+                )
+                .unwrap_or(default.escaped_slashes),
+        }
     }
 
     /// `kind`, `upstream`, `passthrough` and `idle_timeout`: what a listener speaks.
@@ -547,6 +575,13 @@ impl Cx<'_> {
                 n,
                 format!("{owner}: `nodelay` does not apply; a connection over the rate is refused, never delayed"),
                 "remove nodelay",
+            );
+        }
+        if let Some(l) = &raw.get_ref().limit {
+            self.err_at(
+                l,
+                format!("{owner}: `limit` does not apply; a connection's rate is checked before its credentials"),
+                "remove limit",
             );
         }
         let mut limit = self.rate_limit(&owner, raw);

@@ -56,6 +56,7 @@ impl Cx<'_> {
         if let (true, Some(s)) = (shared, &r.store) {
             self.redis_users.push(s.span().start);
         }
+        let before_auth = self.limit_order(route, r, key.as_ref());
         RateLimit {
             quota,
             window,
@@ -63,7 +64,35 @@ impl Cx<'_> {
             nodelay: r.nodelay.as_ref().is_some_and(|n| *n.get_ref()),
             key,
             shared,
+            before_auth,
         }
+    }
+
+    /// `limit`: whether the limit is checked before the route's credentials (the default,
+    /// so that failed logins count) or after them. A limit per subject needs authentication
+    /// first: it defaults to after, and asking for before is an error.
+    fn limit_order(&mut self, route: &str, r: &RawRateLimit, key: Option<&crate::HashKey>) -> bool {
+        let per_subject = key == Some(&crate::HashKey::Subject);
+        let before = self
+            .choice(
+                r.limit.as_ref(),
+                "limit",
+                &[("before_auth", true), ("after_auth", false)],
+            )
+            .unwrap_or(!per_subject);
+        if before
+            && per_subject
+            && let Some(at) = &r.limit
+        {
+            self.err_at(
+                at,
+                format!(
+                    "{route}: rate_limit limit = \"before_auth\" with key = \"subject\": the subject is known only after authentication"
+                ),
+                "use limit = \"after_auth\" (the default with key = \"subject\"), or key = \"client\" to count failed logins per address",
+            );
+        }
+        before && !per_subject
     }
 
     pub(super) fn rate_limit_store(

@@ -2,6 +2,7 @@
 
 use super::Cx;
 use crate::compression::*;
+use crate::paths::ForwardPath;
 use crate::pattern::HostPattern;
 use crate::raw::*;
 use crate::snapshot::*;
@@ -248,6 +249,16 @@ impl Cx<'_> {
             cors,
             max_request_body,
             request_buffering: raw.request_buffering.as_ref().is_some_and(|b| *b.get_ref()),
+            forward_path: self
+                .choice(
+                    raw.forward_path.as_ref(),
+                    "forward_path",
+                    &[
+                        ("normalized", ForwardPath::Normalized),
+                        ("original", ForwardPath::Original),
+                    ],
+                )
+                .unwrap_or_default(),
             rate_limit,
             cache,
             mirrors,

@@ -29,6 +29,21 @@ pub struct RawAuth {
     pub subject_header: Option<Spanned<String>>,
     /// The realm named in `WWW-Authenticate` challenges (default the route's name).
     pub realm: Option<Spanned<String>>,
+    /// Keep the query argument that carries a credential (`keys.query`, `jwt.token_from =
+    /// "query:NAME"`) in the target sent upstream (default false: removed). Logs and traces
+    /// mask it either way.
+    pub forward_credential: Option<Spanned<bool>>,
+}
+
+/// `[auth]`: what every route's authentication shares: the threads that hash passwords.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuthSettings {
+    /// Threads hashing basic-authentication passwords (bcrypt, apr1; default one per core).
+    pub hash_threads: Option<Spanned<usize>>,
+    /// Passwords waiting for a hashing thread before further ones are refused with 503
+    /// (default 256).
+    pub hash_queue: Option<Spanned<usize>>,
 }
 
 /// `cert = { subjects = [...], sans = [...] }`: empty lists accept any verified certificate.

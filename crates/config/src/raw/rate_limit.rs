@@ -21,6 +21,10 @@ pub struct RawRateLimit {
     pub key: Option<Spanned<String>>,
     /// `"local"` (default: this gateway's memory) or `"redis"` (shared, `[rate_limit]`).
     pub store: Option<Spanned<String>>,
+    /// On a route with `[route.auth]`: `"before_auth"` (default: failed logins count, as
+    /// NGINX's `limit_req` runs before `auth_basic`) or `"after_auth"` (the default with
+    /// `key = "subject"`, which only authentication knows).
+    pub limit: Option<Spanned<String>>,
 }
 
 /// `[rate_limit]`: the shared store of `store = "redis"` limits.

@@ -666,3 +666,156 @@ response_mime_types = ["application/json"]
         "{errs:#?}"
     );
 }
+
+#[test]
+fn path_normalization_keys_their_defaults_and_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "strict"
+address = "127.0.0.1:0"
+[[listener]]
+name = "lax"
+address = "127.0.0.1:0"
+merge_slashes = false
+escaped_slashes = "decode"
+[[upstream]]
+name = "app"
+servers = [{ address = "127.0.0.1:9001" }]
+[[route]]
+name = "raw"
+path_prefix = "/raw/"
+upstream = "app"
+forward_path = "original"
+[[route]]
+name = "rest"
+upstream = "app"
+"#;
+    let s = load_str(src, "good.toml", dir.path()).unwrap();
+    assert_eq!(s.listeners[0].paths, crate::PathPolicy::default());
+    assert!(s.listeners[0].paths.merge_slashes, "NGINX's default");
+    assert_eq!(
+        s.listeners[0].paths.escaped_slashes,
+        crate::EscapedSlashes::Reject
+    );
+    assert!(!s.listeners[1].paths.merge_slashes);
+    assert_eq!(
+        s.listeners[1].paths.escaped_slashes,
+        crate::EscapedSlashes::Decode
+    );
+    assert_eq!(s.routes[0].forward_path, crate::ForwardPath::Original);
+    assert_eq!(s.routes[1].forward_path, crate::ForwardPath::Normalized);
+
+    let bad = src
+        .replace(
+            r#"escaped_slashes = "decode""#,
+            r#"escaped_slashes = "allow""#,
+        )
+        .replace(r#"forward_path = "original""#, r#"forward_path = "raw""#);
+    let errs = errors(&bad, dir.path());
+    let said = said_at(&errs, &bad, "escaped_slashes");
+    assert!(said.contains(r#""reject", "keep", "decode""#), "{said}");
+    let said = said_at(&errs, &bad, "forward_path");
+    assert!(said.contains(r#""normalized", "original""#), "{said}");
+}
+
+#[test]
+fn underscores_in_headers_is_off_unless_a_listener_turns_it_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = r#"
+[[listener]]
+name = "plain"
+address = "127.0.0.1:0"
+[[listener]]
+name = "keeps"
+address = "127.0.0.1:0"
+underscores_in_headers = true
+[[upstream]]
+name = "o"
+servers = [{ address = "127.0.0.1:9000" }]
+[[route]]
+name = "a"
+upstream = "o"
+"#;
+    let s = load_str(src, "good.toml", dir.path()).unwrap();
+    assert!(!s.listeners[0].underscores_in_headers, "dropped by default");
+    assert!(s.listeners[1].underscores_in_headers);
+
+    let bad = r#"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+underscores_in_headers = "on"
+"#;
+    let errs = errors(bad, dir.path());
+    assert!(
+        !said_at(&errs, bad, "underscores_in_headers").is_empty(),
+        "{errs:#?}"
+    );
+}
+
+/// A route's limit is checked before its credentials unless it says otherwise or limits per
+/// subject (known only after them); asking for before with a subject key is an error that
+/// names the key and the fix. `[auth]` sizes the password-hashing pool.
+#[test]
+fn limits_come_before_credentials_unless_per_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("keys"), "").unwrap();
+    let route = |name: &str, limit: &str| {
+        format!(
+            "[[route]]\nname = \"{name}\"\nupstream = \"o\"\npath_prefix = \"/{name}\"\n\
+             rate_limit = {{ rate = \"5/s\"{limit} }}\n\
+             auth = {{ keys = {{ file = \"keys\", query = \"api_key\" }}, forward_credential = true }}\n"
+        )
+    };
+    let head = "[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n\
+                [[upstream]]\nname = \"o\"\nservers = [{ address = \"127.0.0.1:9000\" }]\n";
+    let src = format!(
+        "[auth]\nhash_threads = 2\nhash_queue = 0\n{head}{}{}{}{}",
+        route("plain", ""),
+        route("after", ", limit = \"after_auth\""),
+        route("subject", ", key = \"subject\""),
+        route("both", ", key = \"subject\", limit = \"after_auth\""),
+    );
+    let s = load_str(&src, "good.toml", dir.path()).unwrap();
+    let before: Vec<bool> = s
+        .routes
+        .iter()
+        .map(|r| r.rate_limit.as_ref().unwrap().before_auth)
+        .collect();
+    assert_eq!(before, [true, false, false, false]);
+    assert!(s.routes[0].auth.as_ref().unwrap().forward_credential);
+    assert_eq!((s.auth.hash_threads.get(), s.auth.hash_queue), (2, 0));
+    let plain = load_str(&format!("{head}{}", route("p", "")), "p.toml", dir.path()).unwrap();
+    assert_eq!(plain.auth, crate::AuthSettings::default());
+    assert_eq!(plain.auth.hash_queue, 256);
+
+    let bad = format!(
+        "[auth]\nhash_threads = 0\n{head}{}{}",
+        route("a", ", key = \"subject\", limit = \"before_auth\""),
+        route("b", ", limit = \"first\""),
+    );
+    let errs = errors(&bad, dir.path());
+    let at = |needle: &str| said_at(&errs, &bad, needle);
+    let subject = at("limit = \"before_auth\"");
+    assert!(
+        subject.contains("key = \"subject\"") && subject.contains("limit = \"after_auth\""),
+        "{errs:#?}"
+    );
+    assert!(
+        at("limit = \"first\"").contains("\"before_auth\""),
+        "{errs:#?}"
+    );
+    assert!(at("hash_threads = 0").contains("at least 1"), "{errs:#?}");
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+
+    // An MQTT listener's connection rates have no credentials to come before or after.
+    let mqtt = "[[listener]]\nname = \"m\"\naddress = \"127.0.0.1:0\"\nkind = \"mqtt\"\nupstream = \"o\"\n\
+                [listener.mqtt.rate_per_client]\nrate = \"5/s\"\nlimit = \"after_auth\"\n\
+                [[upstream]]\nname = \"o\"\nservers = [{ address = \"127.0.0.1:1883\" }]\n";
+    let errs = errors(mqtt, dir.path());
+    assert!(
+        said_at(&errs, mqtt, "limit = \"after_auth\"").contains("does not apply"),
+        "{errs:#?}"
+    );
+}

@@ -39,6 +39,7 @@ fn sections() -> Tables {
     walk::<RawAcme>(&tables, "acme");
     walk::<RawLua>(&tables, "lua");
     walk::<RawWaf>(&tables, "waf");
+    walk::<RawAuthSettings>(&tables, "auth");
     walk::<RawListener>(&tables, "listener");
     walk::<RawCertificate>(&tables, "certificate");
     walk::<RawUpstream>(&tables, "upstream");

@@ -24,7 +24,10 @@ pub(crate) fn get<'a>(view: &'a View, name: &str) -> Option<Cow<'a, [u8]>> {
     let owned = |s: String| Some(Cow::Owned(s.into_bytes()));
     match name {
         "uri" | "document_uri" => Some(Cow::Owned(normalized_path(uri.path().as_bytes()))),
-        "request_uri" => text(uri.path_and_query().map_or("/", |p| p.as_str())),
+        "request_uri" => match &f.request_uri {
+            Some(sent) => text(sent),
+            None => text(uri.path_and_query().map_or("/", |p| p.as_str())),
+        },
         "args" | "query_string" => query.and_then(text),
         "is_args" => text(if query.is_some() { "?" } else { "" }),
         "host" => host(view),

@@ -39,6 +39,9 @@ pub(crate) struct Entry {
     pub(crate) subject: Option<std::sync::Arc<str>>,
     /// Why `[route.auth]` refused it (`sluice_auth::Reason::name`).
     pub(crate) auth_refused: Option<&'static str>,
+    /// Why the gateway refused the request before any route's policy ran (a path that
+    /// normalization refused, a Host the SNI's certificate does not serve, ...).
+    pub(crate) refused: Option<&'static str>,
     /// What `[route.waf]` did, when it did more than pass a request nothing matched.
     pub(crate) waf: Option<Box<super::WafRecord>>,
 }
@@ -181,6 +184,10 @@ pub(crate) fn push_text_line(out: &mut String, e: &Entry) {
         out.push_str(" auth=");
         out.push_str(why);
     }
+    if let Some(why) = e.refused {
+        out.push_str(" refused=");
+        out.push_str(why);
+    }
     if let Some(waf) = &e.waf {
         waf.push_text(out);
     }
@@ -264,6 +271,10 @@ pub(crate) fn json_line(e: &Entry) -> String {
         out.push_str(",\"auth_refused\":");
         push_json_str(&mut out, why);
     }
+    if let Some(why) = e.refused {
+        out.push_str(",\"refused\":");
+        push_json_str(&mut out, why);
+    }
     if let Some(waf) = &e.waf {
         waf.push_json(&mut out, push_json_str);
     }
@@ -341,6 +352,7 @@ mod tests {
             trace: None,
             subject: None,
             auth_refused: None,
+            refused: None,
             waf: None,
         }
     }

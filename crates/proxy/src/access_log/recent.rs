@@ -62,6 +62,7 @@ pub(crate) struct Record {
     has_route: bool,
     has_subject: bool,
     auth_refused: Option<&'static str>,
+    refused: Option<&'static str>,
     /// `[route.waf]`'s action and anomaly score, and its first rule ids (0: none).
     waf: Option<(&'static str, Option<u32>)>,
     waf_rules: [u32; WAF_RULES],
@@ -89,6 +90,7 @@ impl Record {
             has_route: false,
             has_subject: false,
             auth_refused: None,
+            refused: None,
             waf: None,
             waf_rules: [0; WAF_RULES],
             ends: [0; 8],
@@ -116,6 +118,7 @@ impl Record {
         self.has_route = e.route.is_some();
         self.has_subject = e.subject.is_some();
         self.auth_refused = e.auth_refused;
+        self.refused = e.refused;
         self.waf = e.waf.as_ref().map(|w| (w.action, w.anomaly_score));
         self.waf_rules = [0; WAF_RULES];
         for (slot, m) in self
@@ -179,6 +182,7 @@ impl Record {
             trace: self.trace,
             subject: self.has_subject.then(|| self.text(SUBJECT).into()),
             auth_refused: self.auth_refused,
+            refused: self.refused,
             // Rule ids only: the messages and data stay in the access log.
             waf: self.waf.map(|(action, anomaly_score)| {
                 Box::new(crate::access_log::WafRecord {

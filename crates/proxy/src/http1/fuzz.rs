@@ -21,3 +21,17 @@ pub fn response_head(data: &[u8]) {
 pub fn chunked_body(data: &[u8]) {
     super::decode::check_invariants(data);
 }
+
+/// Request paths: the normalizer's invariants (`request::path::check_invariants`) over a
+/// path and the bytes that choose another spelling of it. The input is split at its first
+/// NUL: the path before, the spelling's choices after.
+pub fn path(data: &[u8]) {
+    let (path, spell) = match data.iter().position(|&b| b == 0) {
+        Some(at) => (&data[..at], &data[at + 1..]),
+        None => (data, &[][..]),
+    };
+    // Request paths reach the normalizer as `str` (`http::Uri` holds UTF-8).
+    if let Ok(path) = std::str::from_utf8(path) {
+        crate::request::path::check_invariants(path, spell);
+    }
+}

@@ -19,6 +19,7 @@ use std::sync::Arc;
 pub(crate) fn authenticator(
     listener: &Listener,
     old: Option<&ListenerCtx>,
+    hashing: &Arc<sluice_auth::HashPool>,
 ) -> Result<Option<Arc<Authenticator>>, String> {
     let ListenerKind::Mqtt(mqtt) = &listener.kind else {
         return Ok(None);
@@ -28,10 +29,11 @@ pub(crate) fn authenticator(
     };
     if let Some(a) = old.and_then(|o| o.mqtt_auth.as_ref())
         && *a.config == **config
+        && a.hashes_on(hashing)
     {
         return Ok(Some(a.clone()));
     }
-    let a = Authenticator::new(config)
+    let a = Authenticator::new(config, hashing)
         .map_err(|e| format!("listener `{}` [listener.mqtt.auth]: {e}", listener.name))?;
     a.start();
     Ok(Some(Arc::new(a)))

@@ -52,7 +52,13 @@ impl OnDone for Done {
             .map_or(0, |n| n.load(Ordering::Relaxed));
         self.entry.duration = self.start.elapsed();
         self.entry.aborted = !complete;
-        if let Some(span) = self.trace.take() {
+        if let Some(mut span) = self.trace.take() {
+            // `url.query` from the log's target, a route's query credentials masked
+            // (`sluice_auth::query`): only routing told which they are.
+            if let (Some(s), Some((_, query))) = (span.recording(), self.entry.path.split_once('?'))
+            {
+                s.str("url.query", query);
+            }
             span.end(self.entry.status, std::time::SystemTime::now());
         }
         self.metrics.response(

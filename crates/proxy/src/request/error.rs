@@ -71,6 +71,15 @@ pub(crate) enum Failure {
     BodyTooLarge,
     /// The request could not be understood (client).
     BadRequest,
+    /// More than one `Authorization` or `Proxy-Authorization` field (client; NGINX answers
+    /// 400 too): the gateway would verify one and the origin might read another.
+    DuplicateAuthorization,
+    /// The request's path was refused by normalization (`request::path`: a broken
+    /// percent-encoding, an encoded separator, a `..` above the root; client).
+    BadPath,
+    /// The `Host` names a site whose client-certificate settings differ from those of the
+    /// certificate the connection's SNI chose (RFC 9110 §15.5.20; NGINX answers 421 too).
+    Misdirected,
     /// No server could be connected to (upstream).
     UpstreamConnect,
     /// A server accepted the request but failed before responding (upstream).
@@ -91,6 +100,8 @@ pub(crate) enum Failure {
     AuthForbidden,
     /// `[route.auth]`'s authorization service failed (`on_error = "deny"`).
     AuthUnavailable,
+    /// `[route.auth]` could not check a password: the `[auth]` hashing pool is full.
+    AuthBusy,
     /// Every upstream server at `max_conns` and the queue full or waited out.
     ServiceUnavailable,
     /// The route's Lua script raised an error or ran past its budget (logged, counted).
@@ -106,16 +117,19 @@ impl Failure {
             Failure::NoRoute => StatusCode::NOT_FOUND,
             Failure::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Failure::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Failure::BadRequest | Failure::NoClientCert | Failure::BadClientCert => {
-                StatusCode::BAD_REQUEST
-            }
+            Failure::BadRequest
+            | Failure::DuplicateAuthorization
+            | Failure::BadPath
+            | Failure::NoClientCert
+            | Failure::BadClientCert => StatusCode::BAD_REQUEST,
+            Failure::Misdirected => StatusCode::MISDIRECTED_REQUEST,
             Failure::UpstreamConnect | Failure::UpstreamError => StatusCode::BAD_GATEWAY,
             Failure::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Failure::Forbidden | Failure::AuthForbidden => StatusCode::FORBIDDEN,
             Failure::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Failure::Unauthorized => StatusCode::UNAUTHORIZED,
             Failure::AuthUnavailable | Failure::ScriptFailed => StatusCode::INTERNAL_SERVER_ERROR,
-            Failure::ServiceUnavailable | Failure::WafUnavailable => {
+            Failure::ServiceUnavailable | Failure::WafUnavailable | Failure::AuthBusy => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         }
@@ -127,6 +141,13 @@ impl Failure {
             Failure::HeadersTooLarge => "request header fields too large\n",
             Failure::BodyTooLarge => "request body too large\n",
             Failure::BadRequest => "bad request\n",
+            Failure::DuplicateAuthorization => {
+                "bad request: more than one Authorization or Proxy-Authorization header\n"
+            }
+            Failure::BadPath => "bad request: the path is not valid\n",
+            Failure::Misdirected => {
+                "misdirected request: this connection's certificate does not serve this host\n"
+            }
             Failure::UpstreamConnect => "no upstream server could be reached\n",
             Failure::UpstreamError => "the upstream server failed to respond\n",
             Failure::UpstreamTimeout => "the upstream server did not respond in time\n",
@@ -137,6 +158,7 @@ impl Failure {
             Failure::BadClientCert => "the SSL certificate error\n",
             Failure::AuthForbidden => "access denied\n",
             Failure::AuthUnavailable => "authentication is unavailable; try again shortly\n",
+            Failure::AuthBusy => "too many logins are being checked; try again shortly\n",
             Failure::ServiceUnavailable => "every upstream server is busy; try again shortly\n",
             Failure::ScriptFailed => "internal server error\n",
             Failure::WafUnavailable => {

@@ -25,6 +25,9 @@ use std::sync::Arc;
 pub(crate) struct RouteGuards {
     pub(crate) limiters: HashMap<String, Arc<RateLimiter>>,
     pub(crate) auth: HashMap<String, Arc<Authenticator>>,
+    /// `[auth]`: where the authenticators (routes' and MQTT listeners') hash passwords;
+    /// kept across reloads while its size stays.
+    pub(crate) hashing: Arc<sluice_auth::HashPool>,
     /// The configuration's Lua states, where a route has a script.
     pub(crate) lua: Option<Arc<LuaRuntime>>,
     /// The configuration's firewall, where a route has `[route.waf]`.
@@ -46,6 +49,9 @@ pub(crate) struct RoutePlan {
     /// `[route.lua]`: the route's scripts (a request takes its state at phase `access`;
     /// `header_filter` and `body_filter` run on the upstream response, `log` at its end).
     pub(crate) lua: Option<Arc<RouteScripts>>,
+    /// The route's authenticator where it reads a credential from the query: masked in the
+    /// log at the start of `access`, whatever ends the request.
+    pub(crate) query_credentials: Option<Arc<Authenticator>>,
 }
 
 /// A filter of phase `access`.
@@ -58,11 +64,13 @@ pub(crate) enum Access {
     /// `[route.cors]`: a preflight is answered here (204), before authentication (a
     /// browser sends no credentials with one).
     CorsPreflight,
-    /// `[route.auth]`: who the request comes from (401, 403, 500), its subject and headers
-    /// for the upstream request.
+    /// `[route.auth]`: who the request comes from (401, 403, 500, 503 with the hashing pool
+    /// full), its subject and headers for the upstream request.
     Auth(Arc<Authenticator>),
-    /// `[route.rate_limit]`: its limiter (kept across reloads while its limit stays); after
-    /// authentication, so that a limit may be per subject.
+    /// `[route.rate_limit]`: its limiter (kept across reloads while its limit stays). Before
+    /// authentication by default (`limit = "before_auth"`), so that refused credentials count
+    /// and a client over the limit costs no password check, as NGINX's `limit_req` runs
+    /// before `auth_basic`; after it with `limit = "after_auth"` or a limit per subject.
     RateLimit(Arc<RateLimiter>),
     /// `[route.waf]`: the request's head and body through the route's rule set on the
     /// WAF's threads (403 or the rule's status; 503 saturated with `on_overload = "closed"`;
@@ -107,14 +115,19 @@ impl RoutePlan {
         if route.cors.is_some() {
             access.push(Access::CorsPreflight);
         }
+        let limit = route
+            .rate_limit
+            .as_ref()
+            .and_then(|l| Some((l.before_auth, guards.limiters.get(&route.name)?)));
+        if let Some((true, limiter)) = limit {
+            access.push(Access::RateLimit(limiter.clone()));
+        }
         if route.auth.is_some()
             && let Some(auth) = guards.auth.get(&route.name)
         {
             access.push(Access::Auth(auth.clone()));
         }
-        if route.rate_limit.is_some()
-            && let Some(limiter) = guards.limiters.get(&route.name)
-        {
+        if let Some((false, limiter)) = limit {
             access.push(Access::RateLimit(limiter.clone()));
         }
         if route.waf.is_some()
@@ -136,12 +149,17 @@ impl RoutePlan {
         if route.cors.is_some() {
             upstream_response.push(UpstreamResponse::Cors);
         }
+        let query_credentials = access.iter().find_map(|f| match f {
+            Access::Auth(a) if !a.query_credentials().is_empty() => Some(a.clone()),
+            _ => None,
+        });
         RoutePlan {
             route: route.clone(),
             access: access.into(),
             upstream_request: upstream_request.into(),
             upstream_response: upstream_response.into(),
             lua,
+            query_credentials,
         }
     }
 }
@@ -254,16 +272,14 @@ mod tests {
         assert_eq!(&*plan.upstream_response, [UpstreamResponse::HeaderEdits]);
     }
 
-    /// CORS preflights before authentication (a browser sends none with them), and
-    /// authentication before the limit (which may count per subject).
-    #[test]
-    fn identity_filters_come_between_the_acl_and_the_limit() {
+    /// A route with `[route.auth]` and `[route.cors]` limited by `limit`, and its guards.
+    fn guarded(limit: &str) -> (Arc<Route>, RouteGuards, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let keys = dir.path().join("keys");
         std::fs::write(&keys, sluice_auth::key_line("k", b"secret-key-0123")).unwrap();
         let r = route(&format!(
             "allow = [\"10.0.0.0/8\"]\n\
-             rate_limit = {{ rate = \"10/s\", key = \"subject\" }}\n\
+             rate_limit = {{ rate = \"10/s\"{limit} }}\n\
              [route.auth]\nkeys = {{ file = \"{}\" }}\n\
              [route.cors]\norigins = [\"*\"]\n",
             keys.display()
@@ -272,14 +288,46 @@ mod tests {
         let mut guards = RouteGuards::default();
         let limiter = RateLimiter::new("r", r.rate_limit.clone().unwrap(), &store, None);
         guards.limiters.insert("r".to_owned(), Arc::new(limiter));
-        let auth = sluice_auth::Authenticator::new(r.auth.as_ref().unwrap()).unwrap();
+        let auth =
+            sluice_auth::Authenticator::new(r.auth.as_ref().unwrap(), &guards.hashing).unwrap();
         guards.auth.insert("r".to_owned(), Arc::new(auth));
+        (r, guards, dir)
+    }
+
+    /// CORS preflights before authentication (a browser sends none with them), and the
+    /// limit before authentication by default, so that refused credentials count.
+    #[test]
+    fn identity_filters_come_after_the_acl_and_the_limit_before_them() {
+        let (r, guards, _dir) = guarded("");
         let plan = RoutePlan::resolve(&r, &guards);
         assert!(matches!(
             &*plan.access,
-            [Access::Acl, Access::CorsPreflight, Access::Auth(a), Access::RateLimit(_)]
+            [Access::Acl, Access::CorsPreflight, Access::RateLimit(_), Access::Auth(a)]
                 if Arc::ptr_eq(a, &guards.auth["r"])
         ));
         assert_eq!(&*plan.upstream_response, [UpstreamResponse::Cors]);
+    }
+
+    /// `limit = "after_auth"`, and a limit per subject (which only authentication knows):
+    /// the limit after authentication.
+    #[test]
+    fn a_limit_after_auth_or_per_subject_follows_authentication() {
+        for limit in [", limit = \"after_auth\"", ", key = \"subject\""] {
+            let (r, guards, _dir) = guarded(limit);
+            let plan = RoutePlan::resolve(&r, &guards);
+            assert!(
+                matches!(
+                    &*plan.access,
+                    [
+                        Access::Acl,
+                        Access::CorsPreflight,
+                        Access::Auth(_),
+                        Access::RateLimit(_)
+                    ]
+                ),
+                "{limit}: {:?}",
+                plan.access
+            );
+        }
     }
 }

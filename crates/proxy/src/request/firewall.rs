@@ -33,9 +33,12 @@ impl RequestCtx<'_> {
             client: SocketAddr::new(self.client, self.conn.peer.port()),
             server: self.conn.local,
             method: req.method().clone(),
-            target: req
-                .uri()
-                .path_and_query()
+            // The target as the client sent it too (ModSecurity-nginx passes NGINX's
+            // unparsed URI: CRS's transformations decode it, and an evasion the path's
+            // normalization undid is still there to be scored); the route it runs for was
+            // chosen by the normalized path.
+            target: crate::request::path::original_target(req.uri(), req.extensions())
+                .or(req.uri().path_and_query())
                 .map_or("/", |p| p.as_str())
                 .to_string(),
             version: version(req.version()),

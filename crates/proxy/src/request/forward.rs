@@ -72,19 +72,32 @@ fn never_forwarded(name: &HeaderName) -> bool {
     is_hop_by_hop(name) || *name == XFCC
 }
 
-/// A copy of `headers` without the hop-by-hop ones (as [`strip_hop_by_hop`] leaves them),
-/// with room for `room` more fields. A request's head is copied like this for each try
-/// (the client's stays as it came, for a retry, the log and the mirrors); `clone` gave the
-/// copy no room, so the forwarding headers added next reallocated it twice.
+/// Removes the fields a request's `Connection` names (RFC 9110 §7.6.1: options for this hop
+/// only), except those `keep` vouches for. Done once, where the request arrives
+/// (`vouched::screen`), not when its copy goes upstream: by then the gateway has set its
+/// own fields (the subject, claims, `X-Request-Id`), and a client's `Connection:
+/// X-Auth-Subject` named them away. The hop-by-hop fields themselves, `Connection`
+/// included, go when the request is copied upstream ([`forwardable`]).
+pub(crate) fn remove_connection_options(
+    headers: &mut HeaderMap,
+    keep: impl Fn(&HeaderName) -> bool,
+) {
+    for name in connection_named(headers) {
+        if !keep(&name) {
+            headers.remove(&name);
+        }
+    }
+}
+
+/// A copy of a request's `headers` without the hop-by-hop ones, with room for `room` more
+/// fields. A request's head is copied like this for each try (the client's stays as it
+/// came, for a retry, the log and the mirrors); `clone` gave the copy no room, so the
+/// forwarding headers added next reallocated it twice. The fields its `Connection` named
+/// are gone already ([`remove_connection_options`]).
 pub(crate) fn forwardable(headers: &HeaderMap, room: usize) -> HeaderMap {
-    let named = if headers.contains_key(header::CONNECTION) {
-        connection_named(headers)
-    } else {
-        SmallVec::new()
-    };
     let mut out = HeaderMap::with_capacity(headers.len() + room);
     for (name, value) in headers {
-        if !never_forwarded(name) && !named.contains(name) {
+        if !never_forwarded(name) {
             out.append(name.clone(), value.clone());
         }
     }
@@ -254,11 +267,6 @@ pub(crate) fn write_forwardable(
     fwd: &Forwarding<'_>,
     stop: impl Fn(&HeaderName) -> bool,
 ) -> Option<WrittenFields> {
-    let named = if headers.contains_key(header::CONNECTION) {
-        connection_named(headers)
-    } else {
-        SmallVec::new()
-    };
     // Replaced only by a valid value, as a failed `HeaderValue::from_str` leaves the
     // request's own field in the map.
     let fwd_host_ok = is_value(fwd.host);
@@ -276,7 +284,7 @@ pub(crate) fn write_forwardable(
         if stop(name) {
             return None;
         }
-        if never_forwarded(name) || named.contains(name) {
+        if never_forwarded(name) {
             continue;
         }
         let replaced = match name.as_str() {
@@ -464,6 +472,41 @@ mod tests {
         assert_eq!(forwardable(&h, 0), map(&[("host", "a")]));
     }
 
+    /// A field the gateway set after the request arrived goes upstream whatever the
+    /// client's `Connection` named: the options were removed on arrival, and a copy reads
+    /// `Connection` no more.
+    #[test]
+    fn connection_options_go_on_arrival_and_spare_what_the_gateway_vouches_for() {
+        let mut h = map(&[
+            (
+                "connection",
+                "keep-alive, X-Auth-Subject, x-request-id, X-Private, x-absent",
+            ),
+            ("x-auth-subject", "forged"),
+            ("x-request-id", "gateway-made"),
+            ("x-private", "1"),
+            ("host", "a"),
+        ]);
+        remove_connection_options(&mut h, |n| n == "x-request-id");
+        assert!(!h.contains_key("x-auth-subject"));
+        assert!(!h.contains_key("x-private"));
+        assert_eq!(h["x-request-id"], "gateway-made");
+        // Authentication sets its subject afterwards; the copy keeps it.
+        h.insert("x-auth-subject", HeaderValue::from_static("alice"));
+        let copy = forwardable(&h, 0);
+        assert_eq!(copy["x-auth-subject"], "alice");
+        assert_eq!(copy["x-request-id"], "gateway-made");
+        assert!(!copy.contains_key(header::CONNECTION));
+        let peer: SocketAddr = "10.0.0.7:5000".parse().unwrap();
+        let peer_ip = ip(peer);
+        let f = fwd(peer, &peer_ip, peer.ip(), true, "a", false);
+        let w = write_forwardable(&h, "a", &f, |_| false).unwrap();
+        let text = String::from_utf8(w.lines).unwrap();
+        assert!(text.contains("x-auth-subject: alice\r\n"), "{text}");
+        assert!(text.contains("x-request-id: gateway-made\r\n"), "{text}");
+        assert!(!text.contains("connection"), "{text}");
+    }
+
     #[test]
     fn the_hop_by_hop_match_is_the_list() {
         for name in &HOP_BY_HOP {
@@ -498,7 +541,10 @@ mod tests {
             let original = map(pairs);
             let mut stripped = original.clone();
             strip_hop_by_hop(&mut stripped);
-            let copy = forwardable(&original, 6);
+            // As the request arrived: its `Connection` options removed (`vouched::screen`).
+            let mut arrived = original.clone();
+            remove_connection_options(&mut arrived, |_| false);
+            let copy = forwardable(&arrived, 6);
             assert_eq!(copy, stripped, "{pairs:?}");
             // Multi-valued fields keep their order.
             let kept: Vec<_> = copy.get_all("x-kept").iter().collect();

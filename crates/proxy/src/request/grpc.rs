@@ -50,17 +50,20 @@ pub(crate) fn status(why: Failure) -> (u8, &'static str) {
     match why {
         Failure::NoRoute => (12, "UNIMPLEMENTED"),
         Failure::HeadersTooLarge | Failure::BodyTooLarge => (8, "RESOURCE_EXHAUSTED"),
-        Failure::BadRequest => (13, "INTERNAL"),
+        Failure::BadRequest | Failure::BadPath => (13, "INTERNAL"),
+        Failure::Misdirected => (14, "UNAVAILABLE"),
         Failure::UpstreamConnect
         | Failure::UpstreamError
         | Failure::ServiceUnavailable
         | Failure::WafUnavailable
+        | Failure::AuthBusy
         | Failure::TooManyRequests => (14, "UNAVAILABLE"),
         Failure::UpstreamTimeout => (4, "DEADLINE_EXCEEDED"),
         Failure::Forbidden | Failure::AuthForbidden => (7, "PERMISSION_DENIED"),
-        Failure::Unauthorized | Failure::NoClientCert | Failure::BadClientCert => {
-            (16, "UNAUTHENTICATED")
-        }
+        Failure::Unauthorized
+        | Failure::NoClientCert
+        | Failure::BadClientCert
+        | Failure::DuplicateAuthorization => (16, "UNAUTHENTICATED"),
         Failure::AuthUnavailable | Failure::ScriptFailed => (13, "INTERNAL"),
     }
 }

@@ -184,6 +184,7 @@ async fn phases<'a>(
     ctx: &mut RequestCtx<'a>,
     req: &mut Request<ClientBody>,
 ) -> Flow<(&'a RoutePlan, usize)> {
+    ctx.normalize_path(req)?;
     ctx.early(req)?;
     let plan = ctx.route(req)?;
     ctx.access(plan, req).await?;

@@ -18,6 +18,7 @@ use crate::request::forward::head_size;
 use crate::request::policy;
 use crate::request::rate_limit::{RateLimiter, Verdict};
 use crate::request::split;
+use crate::request::vouched;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
@@ -121,8 +122,9 @@ impl<'a> RequestCtx<'a> {
     /// Phase `early`: what is checked before routing, for every request of the listener: the
     /// head's size (431), HTTP/1.1's `Host` (400), an ACME CA's HTTP-01 validation (answered
     /// before routes and ACLs: a CA's validation servers are anywhere, and only for a token
-    /// the ACME manager has published), and the listener's ACL (403).
-    pub(crate) fn early(&self, req: &Request<ClientBody>) -> Flow<()> {
+    /// the ACME manager has published), the listener's ACL (403), the header fields the
+    /// gateway vouches for (400, `vouched_fields`).
+    pub(crate) fn early(&mut self, req: &mut Request<ClientBody>) -> Flow<()> {
         let listener = self.listener;
         if head_size(req.method(), req.uri(), req.headers()) > listener.config.max_header_bytes {
             return Err(Stop::Fail(Failure::HeadersTooLarge));
@@ -153,7 +155,22 @@ impl<'a> RequestCtx<'a> {
             listener.metrics.denied();
             return Err(Stop::Fail(Failure::Forbidden));
         }
+        self.vouched_fields(req)?;
         self.client_cert_check()
+    }
+
+    /// Phase `early`, the header fields: a second `Authorization` or `Proxy-Authorization`
+    /// is 400 (the reason in the log), underscored names are dropped (unless the listener's
+    /// `underscores_in_headers` keeps them; never an underscore spelling of a field the
+    /// gateway sets), and the fields `Connection` names go now, before the gateway sets its
+    /// own (`vouched::screen`).
+    fn vouched_fields(&mut self, req: &mut Request<ClientBody>) -> Flow<()> {
+        let keep_underscores = self.listener.config.underscores_in_headers;
+        let request_id = self.done.request_id.is_some();
+        vouched::screen(req.headers_mut(), keep_underscores, request_id).map_err(|why| {
+            self.done.entry.refused = Some(why);
+            Stop::Fail(Failure::DuplicateAuthorization)
+        })
     }
 
     /// A listener that asks for client certificates: 400 where one is required and none was
@@ -169,11 +186,26 @@ impl<'a> RequestCtx<'a> {
             return Ok(());
         };
         let tls = self.conn.tls.as_ref();
-        let mode = match (tls.and_then(|t| t.sni.as_deref()), &self.listener.tls) {
-            (Some(sni), Some(acceptor)) => acceptor.store().client_auth_for(sni),
-            _ => None,
+        let mode_for = |name: Option<&str>| {
+            match (name, &self.listener.tls) {
+                (Some(name), Some(acceptor)) => acceptor.store().client_auth_for(name),
+                _ => None,
+            }
+            .unwrap_or(auth.mode)
+        };
+        let mode = mode_for(tls.and_then(|t| t.sni.as_deref()));
+        // The handshake asked for a certificate as the SNI name's settings say. A `Host` (or
+        // `:authority`, also on an HTTP/2 connection coalesced across names) whose site asks
+        // for certificates otherwise would skip or change its check, so the request is
+        // misdirected (NGINX answers 421 too). A site that asks for none is served on any
+        // connection, and one whose settings are the SNI name's was checked as it asks.
+        let host = policy::host_name(&self.host);
+        if !host.is_empty() {
+            let wanted = mode_for(Some(host));
+            if wanted != sluice_config::ClientAuthMode::Off && wanted != mode {
+                return Err(Stop::Fail(Failure::Misdirected));
+            }
         }
-        .unwrap_or(auth.mode);
         match (mode, tls.and_then(|t| t.client_cert.as_deref())) {
             (sluice_config::ClientAuthMode::Off, _) => Ok(()),
             (_, Some(cert)) if !cert.verified => Err(Stop::Fail(Failure::BadClientCert)),
@@ -182,6 +214,30 @@ impl<'a> RequestCtx<'a> {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Phase `early`'s first step: the path in normal form (`request::path`), set on the
+    /// request so that every later phase (routing, ACLs, limits, authentication, the WAF,
+    /// Lua, the cache key, the target sent upstream) sees the one spelling; the client's own
+    /// is kept for a route with `forward_path = "original"`. A refused path is 400 with its
+    /// reason in the log.
+    pub(crate) fn normalize_path(&mut self, req: &mut Request<ClientBody>) -> Flow<()> {
+        let policy = &self.listener.config.paths;
+        let normal = match crate::request::path::normalize(req.uri().path(), policy) {
+            Ok(None) => return Ok(()),
+            Ok(Some(normal)) => normal,
+            Err(why) => {
+                self.done.entry.refused = Some(why.name());
+                return Err(Stop::Fail(Failure::BadPath));
+            }
+        };
+        let Some((uri, original)) = crate::request::path::with_path(req.uri(), &normal) else {
+            self.done.entry.refused = Some("path_not_a_target");
+            return Err(Stop::Fail(Failure::BadPath));
+        };
+        *req.uri_mut() = uri;
+        req.extensions_mut().insert(original);
+        Ok(())
     }
 
     /// Phase `route`: the route for the request's host, path, method and headers (404),
@@ -211,8 +267,13 @@ impl<'a> RequestCtx<'a> {
         req: &mut Request<ClientBody>,
     ) -> Flow<()> {
         let mut subject = None;
+        if let Some(auth) = &plan.query_credentials {
+            // Before any filter may end the request: a refused or limited request's key is
+            // not written down either.
+            self.mask_query_credentials(auth.query_credentials());
+        }
         if let Some(scripts) = &plan.lua {
-            self.lua_start(scripts);
+            self.lua_start(scripts, req);
         }
         for filter in &*plan.access {
             match filter {
@@ -252,6 +313,15 @@ impl<'a> RequestCtx<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The route's query credentials (`keys.query`, `jwt.token_from = "query:NAME"`) masked
+    /// in the target the log keeps, which the access log, the request log, shipped lines and
+    /// the trace's `url.query` all read (`sluice_auth::query`).
+    fn mask_query_credentials(&mut self, names: &[String]) {
+        if let Some(masked) = sluice_auth::query::mask(&self.done.entry.path, names) {
+            self.done.entry.path = masked;
+        }
     }
 
     /// Filter `CorsPreflight` of phase `access`: a preflight from any origin is answered
@@ -303,12 +373,23 @@ impl<'a> RequestCtx<'a> {
         };
         let verdict = auth.authenticate(&presented).await;
         let cfg = &auth.config;
+        if !cfg.forward_credential {
+            strip_query_credentials(req, auth.query_credentials());
+        }
         let headers = req.headers_mut();
         if let Some(h) = &cfg.subject_header {
             headers.remove(h);
         }
         for name in auth.identity_headers() {
             headers.remove(name);
+        }
+        if self.listener.config.underscores_in_headers {
+            // A listener that keeps `_` names: the client's `X_Auth_Subject` would go on
+            // beside the subject set below (`early` dropped the gateway-wide ones).
+            vouched::drop_spellings(
+                headers,
+                cfg.subject_header.iter().chain(auth.identity_headers()),
+            );
         }
         match verdict {
             Ok(id) => {
@@ -330,6 +411,7 @@ impl<'a> RequestCtx<'a> {
                 let why = match denial.status {
                     StatusCode::UNAUTHORIZED => Failure::Unauthorized,
                     StatusCode::FORBIDDEN => Failure::AuthForbidden,
+                    StatusCode::SERVICE_UNAVAILABLE => Failure::AuthBusy,
                     _ => Failure::AuthUnavailable,
                 };
                 Err(Stop::FailWith(why, Box::new(denial.headers)))
@@ -464,6 +546,49 @@ pub(crate) fn set_buffered(req: &mut Request<ClientBody>, bytes: Bytes) {
     *req.body_mut() = ClientBody::Buffered(bytes);
 }
 
+/// `req`'s target without the query arguments in `names` (a route's query credentials,
+/// unless it has `forward_credential`), its path as it is: the upstream never sees them.
+fn strip_query_credentials(req: &mut Request<ClientBody>, names: &[String]) {
+    let uri = req.uri();
+    let Some(kept) = uri
+        .query()
+        .and_then(|q| sluice_auth::query::strip(q, names))
+    else {
+        return;
+    };
+    let target = match kept.as_str() {
+        "" => uri.path().to_owned(),
+        kept => format!("{}?{kept}", uri.path()),
+    };
+    let mut parts = uri.clone().into_parts();
+    // Arguments removed from a valid target leave a valid one.
+    parts.path_and_query = http::uri::PathAndQuery::try_from(target).ok();
+    let Ok(stripped) = http::Uri::from_parts(parts) else {
+        return;
+    };
+    // The client's own target, kept for `forward_path = "original"`, loses them too (the
+    // query is the same in both: normalization leaves it as it came).
+    let original = crate::request::path::original_target(req.uri(), req.extensions())
+        .map(|pq| pq.path().to_owned());
+    *req.uri_mut() = stripped;
+    if let Some(path) = original {
+        let target = match kept.as_str() {
+            "" => path,
+            kept => format!("{path}?{kept}"),
+        };
+        let normalized = req.uri().path_and_query().cloned();
+        if let (Ok(sent), Some(normalized), Some(slot)) = (
+            http::uri::PathAndQuery::try_from(target),
+            normalized,
+            req.extensions_mut()
+                .get_mut::<crate::request::path::OriginalTarget>(),
+        ) {
+            slot.original = sent;
+            slot.normalized = normalized;
+        }
+    }
+}
+
 /// `stop` with the route's CORS response headers (`[route.cors]`): a page on an allowed
 /// origin reads the gateway's own 401 or 429 as it reads the upstream's answers.
 fn with_cors(route: &Route, req: &Request<ClientBody>, stop: Stop) -> Stop {
@@ -592,6 +717,25 @@ mod tests {
                 "{m}"
             );
         }
+    }
+
+    /// The credential leaves the target, the rest of the query keeps its order, and the path
+    /// (and an absolute form's scheme and authority) stays as it was.
+    #[test]
+    fn a_query_credential_leaves_the_target_and_the_rest_stays() {
+        let names = ["api_key".to_owned()];
+        let strip = |target: &str| {
+            let mut req = Request::get(target).body(ClientBody::Empty).unwrap();
+            strip_query_credentials(&mut req, &names);
+            req.uri().to_string()
+        };
+        assert_eq!(strip("/a%2Fb/c?x=1&api_key=k&y=2"), "/a%2Fb/c?x=1&y=2");
+        assert_eq!(strip("/p?api_key=k"), "/p");
+        assert_eq!(strip("/p?x=1"), "/p?x=1");
+        assert_eq!(
+            strip("https://api.test:8443/p?api_key=k&x"),
+            "https://api.test:8443/p?x"
+        );
     }
 
     #[test]

@@ -44,7 +44,7 @@ use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
-use sluice_config::{PassHost, Route, UpstreamProtocol};
+use sluice_config::{ForwardPath, PassHost, Route, UpstreamProtocol};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -271,10 +271,13 @@ impl<'a> Proxied<'a> {
         group.budget.request(group.now_s());
         let deadline = deadline(route, done.grpc, &parts.headers);
         let key = group.hash_key(&parts, client);
-        let rewritten = route
-            .rewrite
-            .as_ref()
-            .and_then(|rw| policy::rewrite(rw, &parts.uri));
+        let rewritten = match &route.rewrite {
+            Some(rw) => policy::rewrite(rw, &parts.uri),
+            None if route.forward_path == ForwardPath::Original => {
+                crate::request::path::original_target(&parts.uri, &parts.extensions).cloned()
+            }
+            None => None,
+        };
         let sticky = group.sticky.as_ref().and_then(|s| s.server(&parts.headers));
         Proxied {
             conn,

@@ -404,6 +404,7 @@ mod tests {
             nodelay,
             key: None,
             shared: false,
+            before_auth: true,
         }
     }
 

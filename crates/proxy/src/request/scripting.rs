@@ -26,7 +26,7 @@ use std::task::{Context, Poll};
 
 impl RequestCtx<'_> {
     /// The request's Lua, on the state of the thread it is on (once, at phase `access`).
-    pub(crate) fn lua_start(&mut self, scripts: &Arc<RouteScripts>) {
+    pub(crate) fn lua_start(&mut self, scripts: &Arc<RouteScripts>, req: &Request<ClientBody>) {
         if self.done.lua.is_some() {
             return;
         }
@@ -41,6 +41,12 @@ impl RequestCtx<'_> {
                 "http"
             },
             request_id: (!entry.request_id.is_empty()).then(|| entry.request_id.as_str().into()),
+            // `ngx.var.request_uri` is the client's own target; kept apart only where the
+            // path's normalization changed it (`request::path`).
+            request_uri: req
+                .extensions()
+                .get::<crate::request::path::OriginalTarget>()
+                .map(|t| t.original.as_str().into()),
             arrived: self.done.start,
         };
         self.done.lua = Some(scripts.request(facts));

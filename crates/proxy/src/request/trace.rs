@@ -36,9 +36,8 @@ pub(crate) fn server_span(
         .display("client.address", client)
         .display("network.peer.address", conn.peer.ip())
         .str("network.protocol.version", protocol_version(req.version()));
-    if let Some(q) = req.uri().query() {
-        s.str("url.query", q);
-    }
+    // `url.query` is set at the end (`done::Done`), from the target as the log keeps it: a
+    // route's query credentials are masked there, and only routing tells which they are.
     if let Some(ua) = req
         .headers()
         .get(http::header::USER_AGENT)

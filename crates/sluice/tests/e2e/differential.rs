@@ -304,6 +304,49 @@ pub(crate) fn binary(name: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("{name} is not installed: run scripts/deps"))
 }
 
+/// Debian's NGINX in the foreground on `dir` (its configuration, pid, temporary files and
+/// error log there, at `log_level`), serving `servers` (the `server` blocks of its `http`
+/// block); `lua` loads lua-nginx-module first. Stopped by PID when the value is dropped.
+pub(crate) fn nginx_with(dir: &Path, servers: &str, lua: bool, log_level: &str) -> Child {
+    let d = dir.display();
+    let modules = if lua {
+        "load_module /usr/lib/nginx/modules/ndk_http_module.so;\n\
+         load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;\n"
+    } else {
+        ""
+    };
+    let conf = format!(
+        r#"{modules}
+daemon off;
+master_process off;
+worker_processes 1;
+error_log {d}/nginx-error.log {log_level};
+pid {d}/nginx.pid;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/nginx-body;
+    proxy_temp_path {d}/nginx-proxy;
+    fastcgi_temp_path {d}/nginx-fcgi;
+    uwsgi_temp_path {d}/nginx-uwsgi;
+    scgi_temp_path {d}/nginx-scgi;
+{servers}
+}}
+"#
+    );
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    let child = std::process::Command::new(binary("nginx"))
+        .arg("-c")
+        .arg(&path)
+        .arg("-p")
+        .arg(dir)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nginx starts");
+    Child(child)
+}
+
 fn start_nginx(dir: &Path, port: u16, origin: SocketAddr) -> Child {
     let d = dir.display();
     let conf = format!(
