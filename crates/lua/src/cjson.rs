@@ -46,6 +46,8 @@ pub(crate) fn fmt_g14(n: f64) -> String {
 #[derive(Clone, Copy)]
 struct Options {
     empty_table_as_object: bool,
+    /// The most bytes the text may come to (`crate::api::resp::output_limit`).
+    limit: usize,
 }
 
 fn encode_string(out: &mut Vec<u8>, s: &[u8]) {
@@ -102,6 +104,14 @@ fn encode(out: &mut Vec<u8>, v: &Value, opts: Options, depth: usize) -> mlua::Re
         return Err(mlua::Error::runtime(
             "Cannot serialise, excessive nesting (1001)",
         ));
+    }
+    // A table repeated at every level doubles the text per level: the result is bounded as
+    // a call's output is (checked per value, so it passes the bound by one string at most).
+    if out.len() > opts.limit {
+        return Err(mlua::Error::runtime(format!(
+            "Cannot serialise: result past [lua] max_memory ({} bytes)",
+            opts.limit
+        )));
     }
     match v {
         Value::Nil => out.extend_from_slice(b"null"),
@@ -204,10 +214,11 @@ fn module(lua: &Lua, safe: bool) -> mlua::Result<Table> {
     let flag = empty_as_object.clone();
     m.set(
         "encode",
-        lua.create_function(move |lua, v: Value| {
+        crate::guard::function(lua, "cjson.encode", move |lua, v: Value| {
             let mut out = Vec::new();
             let opts = Options {
                 empty_table_as_object: flag.load(std::sync::atomic::Ordering::Relaxed),
+                limit: crate::api::resp::output_limit(lua),
             };
             // One value on success, as lua-cjson (`ngx.say(cjson.encode(t))` prints it alone).
             match encode(&mut out, &v, opts, 0) {
@@ -224,7 +235,7 @@ fn module(lua: &Lua, safe: bool) -> mlua::Result<Table> {
     )?;
     m.set(
         "decode",
-        lua.create_function(move |lua, s: mlua::LuaString| {
+        crate::guard::function(lua, "cjson.decode", move |lua, s: mlua::LuaString| {
             match serde_json::from_slice::<serde_json::Value>(&s.as_bytes()) {
                 Ok(v) => Ok((decode(lua, v)?, None)),
                 Err(e) if safe => Ok((
@@ -240,12 +251,16 @@ fn module(lua: &Lua, safe: bool) -> mlua::Result<Table> {
     let flag = empty_as_object;
     m.set(
         "encode_empty_table_as_object",
-        lua.create_function(move |_, on: Value| {
-            if let Value::Boolean(b) = on {
-                flag.store(b, std::sync::atomic::Ordering::Relaxed);
-            }
-            Ok(flag.load(std::sync::atomic::Ordering::Relaxed))
-        })?,
+        crate::guard::function(
+            lua,
+            "cjson.encode_empty_table_as_object",
+            move |_, on: Value| {
+                if let Value::Boolean(b) = on {
+                    flag.store(b, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(flag.load(std::sync::atomic::Ordering::Relaxed))
+            },
+        )?,
     )?;
     // Accepted for scripts that tune them; Sluice keeps lua-cjson's defaults.
     for name in [
@@ -257,7 +272,10 @@ fn module(lua: &Lua, safe: bool) -> mlua::Result<Table> {
         "encode_invalid_numbers",
         "decode_invalid_numbers",
     ] {
-        m.set(name, lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
+        m.set(
+            name,
+            crate::guard::function(lua, "cjson (a setting)", |_, _: mlua::MultiValue| Ok(()))?,
+        )?;
     }
     m.set(
         "null",
@@ -278,11 +296,15 @@ pub(crate) fn install(lua: &Lua) -> mlua::Result<()> {
     let preload: Table = lua.globals().get::<Table>("package")?.get("preload")?;
     preload.set(
         "cjson",
-        lua.create_function(|lua, _: mlua::MultiValue| module(lua, false))?,
+        crate::guard::function(lua, "require \"cjson\"", |lua, _: mlua::MultiValue| {
+            module(lua, false)
+        })?,
     )?;
     preload.set(
         "cjson.safe",
-        lua.create_function(|lua, _: mlua::MultiValue| module(lua, true))?,
+        crate::guard::function(lua, "require \"cjson.safe\"", |lua, _: mlua::MultiValue| {
+            module(lua, true)
+        })?,
     )?;
     Ok(())
 }

@@ -10,14 +10,18 @@
 //!
 //! A script cannot take the gateway down: a compile error refuses the configuration (file
 //! and line), a runtime error answers 500 with its traceback logged, a call that runs past
-//! its instruction budget is stopped, a state's memory is bounded, and nothing in the API
-//! blocks. Each is counted per script ([`stats`]).
+//! its instruction budget is stopped, a state's memory and a call's output are bounded, a
+//! panic in the API's Rust is the call's Lua error (`guard.rs`), and nothing in the API
+//! blocks. Each is counted ([`stats`]).
 
 mod api;
 mod budget;
 mod cfunc;
 mod cjson;
 mod current;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
+mod guard;
 mod re;
 mod runner;
 mod shared;

@@ -123,12 +123,17 @@ fn ctx_start(ctx: &Option<Table>) -> mlua::Result<usize> {
     })
 }
 
-/// Expands a replacement template for one match.
+/// What [`expand`] says when the result would pass its bound; `sub`/`gsub` raise it.
+const PAST_LIMIT: &str = "result past [lua] max_memory";
+
+/// Expands a replacement template for one match, `out` kept within `limit` bytes (a
+/// template of many `$0` repeats the subject as often).
 fn expand(
     template: &[u8],
     subject: &[u8],
     groups: &Groups,
     out: &mut Vec<u8>,
+    limit: usize,
 ) -> Result<(), String> {
     let group = |i: usize| {
         groups
@@ -137,8 +142,12 @@ fn expand(
             .flatten()
             .map(|(s, e)| &subject[s..e])
     };
+    let past = |out: &Vec<u8>, more: usize| more > limit.saturating_sub(out.len());
     let mut i = 0;
     while i < template.len() {
+        if past(out, 1) {
+            return Err(PAST_LIMIT.to_owned());
+        }
         let c = template[i];
         if c != b'$' {
             out.push(c);
@@ -159,7 +168,11 @@ fn expand(
                     .unwrap_or("0")
                     .parse()
                     .unwrap_or(usize::MAX);
-                out.extend_from_slice(group(n).unwrap_or_default());
+                let g = group(n).unwrap_or_default();
+                if past(out, g.len()) {
+                    return Err(PAST_LIMIT.to_owned());
+                }
+                out.extend_from_slice(g);
                 i = j;
             }
             Some(b'{') => {
@@ -173,7 +186,11 @@ fn expand(
                 let n: usize = name
                     .parse()
                     .map_err(|_| "failed to compile the replacement template")?;
-                out.extend_from_slice(group(n).unwrap_or_default());
+                let g = group(n).unwrap_or_default();
+                if past(out, g.len()) {
+                    return Err(PAST_LIMIT.to_owned());
+                }
+                out.extend_from_slice(g);
                 i += close + 3;
             }
             _ => return Err("failed to compile the replacement template".to_owned()),
@@ -196,6 +213,8 @@ fn substitute(
         Err(e) => return Ok(Err(e)),
     };
     let utf = opts.contains(['u', 'U']);
+    let limit = crate::api::resp::output_limit(lua);
+    let past_limit = || mlua::Error::runtime(format!("{PAST_LIMIT} ({limit} bytes)"));
     let (mut out, mut from, mut last, mut n) = (Vec::with_capacity(subject.len()), 0, 0, 0);
     loop {
         let groups = match match_at(&re, subject, from) {
@@ -206,11 +225,11 @@ fn substitute(
         let Some((s, e)) = groups[0] else { break };
         out.extend_from_slice(&subject[last..s]);
         match replace {
-            Value::String(t) => {
-                if let Err(e) = expand(&t.as_bytes(), subject, &groups, &mut out) {
-                    return Ok(Err(e));
-                }
-            }
+            Value::String(t) => match expand(&t.as_bytes(), subject, &groups, &mut out, limit) {
+                Err(e) if e == PAST_LIMIT => return Err(past_limit()),
+                Err(e) => return Ok(Err(e)),
+                Ok(()) => {}
+            },
             Value::Function(f) => {
                 let m = captures_table(lua, &re, subject, &groups)?;
                 let r: Value = f.call(m)?;
@@ -222,6 +241,9 @@ fn substitute(
                     other.type_name()
                 )));
             }
+        }
+        if out.len() > limit {
+            return Err(past_limit());
         }
         n += 1;
         last = e;
@@ -251,7 +273,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let re = lua.create_table()?;
     re.set(
         "match",
-        lua.create_function(
+        crate::guard::function(lua, "ngx.re.match", 
             |lua, (subject, pattern, opts, ctx): (LuaString, String, Option<String>, Option<Table>)| {
                 let opts = opts.unwrap_or_default();
                 let compiled = match compile(lua, &pattern, &opts) {
@@ -274,7 +296,9 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     re.set(
         "find",
-        lua.create_function(
+        crate::guard::function(
+            lua,
+            "ngx.re.find",
             |lua,
              (subject, pattern, opts, ctx, nth): (
                 LuaString,
@@ -308,7 +332,9 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     for (name, all) in [("sub", false), ("gsub", true)] {
         re.set(
             name,
-            lua.create_function(
+            crate::guard::function(
+                lua,
+                if all { "ngx.re.gsub" } else { "ngx.re.sub" },
                 move |lua,
                       (subject, pattern, replace, opts): (
                     LuaString,
@@ -331,7 +357,9 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
 
 /// `ngx.re.gmatch(subject, regex, options)`: an iterator of captures tables.
 fn gmatch(lua: &Lua) -> mlua::Result<Function> {
-    lua.create_function(
+    crate::guard::function(
+        lua,
+        "ngx.re.gmatch",
         |lua, (subject, pattern, opts): (LuaString, String, Option<String>)| {
             let opts = opts.unwrap_or_default();
             let compiled = match compile(lua, &pattern, &opts) {
@@ -341,30 +369,31 @@ fn gmatch(lua: &Lua) -> mlua::Result<Function> {
             let utf = opts.contains(['u', 'U']);
             let subject = subject.as_bytes().to_vec();
             let from = std::cell::Cell::new(Some(0usize));
-            let iter = lua.create_function_mut(move |lua, ()| {
-                let Some(at) = from.get() else {
-                    return Ok((Value::Nil, None));
-                };
-                match match_at(&compiled, &subject, at) {
-                    Ok(Some(g)) => {
-                        let (s, e) = g[0].unwrap_or((at, at));
-                        let next = next_from(&subject, s, e, utf);
-                        from.set((next <= subject.len()).then_some(next));
-                        Ok((
-                            Value::Table(captures_table(lua, &compiled, &subject, &g)?),
-                            None,
-                        ))
+            let iter =
+                crate::guard::function_mut(lua, "ngx.re.gmatch iterator", move |lua, ()| {
+                    let Some(at) = from.get() else {
+                        return Ok((Value::Nil, None));
+                    };
+                    match match_at(&compiled, &subject, at) {
+                        Ok(Some(g)) => {
+                            let (s, e) = g[0].unwrap_or((at, at));
+                            let next = next_from(&subject, s, e, utf);
+                            from.set((next <= subject.len()).then_some(next));
+                            Ok((
+                                Value::Table(captures_table(lua, &compiled, &subject, &g)?),
+                                None,
+                            ))
+                        }
+                        Ok(None) => {
+                            from.set(None);
+                            Ok((Value::Nil, None))
+                        }
+                        Err(e) => {
+                            from.set(None);
+                            Ok((Value::Nil, Some(e)))
+                        }
                     }
-                    Ok(None) => {
-                        from.set(None);
-                        Ok((Value::Nil, None))
-                    }
-                    Err(e) => {
-                        from.set(None);
-                        Ok((Value::Nil, Some(e)))
-                    }
-                }
-            })?;
+                })?;
             Ok((Value::Function(iter), None))
         },
     )

@@ -140,6 +140,7 @@ impl State {
         let limited = lua.set_memory_limit(max_memory).is_ok();
         lua.set_app_data(Outside(std::cell::Cell::new("init")));
         lua.set_app_data(WorkerId(worker));
+        lua.set_app_data(crate::api::resp::OutputLimit(max_memory));
         let budget =
             budgeted.then(|| Budget::new(settings.max_instructions, lua.current_thread().state()));
         let over = budget
@@ -156,7 +157,9 @@ impl State {
                 package.set("path", path.replace(";;", &format!(";{default};")))?;
             }
             let flag = over.clone();
-            let over_budget = lua.create_function(move |_, ()| Ok(flag.load(Ordering::Relaxed)))?;
+            let over_budget = crate::guard::function(lua, "ngx._over_budget", move |_, ()| {
+                Ok(flag.load(Ordering::Relaxed))
+            })?;
             // Timers hold the state weakly: a strong handle in its own functions would keep
             // it alive for ever.
             let run_timer: crate::api::TimerRunner = Arc::new(move |key| {

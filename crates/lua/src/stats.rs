@@ -81,6 +81,17 @@ pub fn all() -> Vec<(String, LuaPhase, Arc<ScriptStats>)> {
 
 static TIMER_FAILURES: AtomicU64 = AtomicU64::new(0);
 static OVER_MEMORY: AtomicU64 = AtomicU64::new(0);
+static PANICS: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn panicked() {
+    PANICS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Panics in the `ngx` API's Rust functions, each turned into its call's Lua error
+/// (`guard.rs`): a bug to report, which stopped one request rather than the process.
+pub fn panic_count() -> u64 {
+    PANICS.load(Ordering::Relaxed)
+}
 
 pub(crate) fn timer_failed() {
     TIMER_FAILURES.fetch_add(1, Ordering::Relaxed);

@@ -715,3 +715,6 @@ ngx.req.set_header("X-Ran", "1")
         assert_eq!(req.headers()["x-ran"], "1");
     }
 }
+
+mod fuzz;
+mod robustness;

@@ -108,7 +108,7 @@ pub(crate) fn install(
     ngx.raw_set("_over_budget", over_budget)?;
     ngx.raw_set(
         "_failed",
-        lua.create_function(|_, e: Value| {
+        crate::guard::function(lua, "ngx._failed", |_, e: Value| {
             let message = e.to_string().unwrap_or_else(|_| e.type_name().to_owned());
             crate::current::with_view(|v| {
                 v.failure = Some(message);
@@ -118,7 +118,9 @@ pub(crate) fn install(
     )?;
     ngx.raw_set(
         "_traceback",
-        lua.create_function(|lua, message: String| lua.traceback(Some(&message), 1))?,
+        crate::guard::function(lua, "ngx._traceback", |lua, message: String| {
+            lua.traceback(Some(&message), 1)
+        })?,
     )?;
     outbound::install(lua, &ngx)?;
     crate::cjson::install(lua)?;
@@ -139,25 +141,42 @@ fn install_process(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     config.set("nginx_version", 1022001)?;
     config.set("debug", false)?;
     config.set("is_console", false)?;
-    config.set("prefix", lua.create_function(|_, ()| Ok(String::new()))?)?;
+    config.set(
+        "prefix",
+        crate::guard::function(lua, "ngx.config.prefix", |_, ()| Ok(String::new()))?,
+    )?;
     config.set(
         "nginx_configure",
-        lua.create_function(|_, ()| Ok(String::new()))?,
+        crate::guard::function(lua, "ngx.config.nginx_configure", |_, ()| Ok(String::new()))?,
     )?;
     ngx.set("config", config)?;
     let worker = lua.create_table()?;
-    worker.set("pid", lua.create_function(|_, ()| Ok(std::process::id()))?)?;
+    worker.set(
+        "pid",
+        crate::guard::function(lua, "ngx.worker.pid", |_, ()| Ok(std::process::id()))?,
+    )?;
     let id = lua
         .app_data_ref::<crate::worker::WorkerId>()
         .map_or(0, |w| w.0);
-    worker.set("id", lua.create_function(move |_, ()| Ok(id))?)?;
+    worker.set(
+        "id",
+        crate::guard::function(lua, "ngx.worker.id", move |_, ()| Ok(id))?,
+    )?;
     let count = crate::worker::worker_count();
-    worker.set("count", lua.create_function(move |_, ()| Ok(count))?)?;
-    worker.set("exiting", lua.create_function(|_, ()| Ok(false))?)?;
+    worker.set(
+        "count",
+        crate::guard::function(lua, "ngx.worker.count", move |_, ()| Ok(count))?,
+    )?;
+    worker.set(
+        "exiting",
+        crate::guard::function(lua, "ngx.worker.exiting", |_, ()| Ok(false))?,
+    )?;
     ngx.set("worker", worker)?;
     ngx.set(
         "get_phase",
-        lua.create_function(|lua, ()| Ok(crate::current::phase_name(lua)))?,
+        crate::guard::function(lua, "ngx.get_phase", |lua, ()| {
+            Ok(crate::current::phase_name(lua))
+        })?,
     )?;
     Ok(())
 }
@@ -168,7 +187,9 @@ fn install_timer(lua: &Lua, ngx: &Table, run_timer: TimerRunner) -> mlua::Result
     let timer = lua.create_table()?;
     timer.set(
         "at",
-        lua.create_function(
+        crate::guard::function(
+            lua,
+            "ngx.timer.at",
             move |lua, (delay, callback, args): (f64, Function, MultiValue)| {
                 let Ok(handle) = tokio::runtime::Handle::try_current() else {
                     return Ok((None, Some("no event loop to run timers on (init code)")));
@@ -192,7 +213,13 @@ fn install_timer(lua: &Lua, ngx: &Table, run_timer: TimerRunner) -> mlua::Result
             },
         )?,
     )?;
-    timer.set("running_count", lua.create_function(|_, ()| Ok(0))?)?;
-    timer.set("pending_count", lua.create_function(|_, ()| Ok(0))?)?;
+    timer.set(
+        "running_count",
+        crate::guard::function(lua, "ngx.timer.running_count", |_, ()| Ok(0))?,
+    )?;
+    timer.set(
+        "pending_count",
+        crate::guard::function(lua, "ngx.timer.pending_count", |_, ()| Ok(0))?,
+    )?;
     ngx.set("timer", timer)
 }

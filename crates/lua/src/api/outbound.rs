@@ -78,7 +78,9 @@ fn build(uri: &str, params: Option<&Table>, timeout_ms: Option<f64>) -> Result<O
     }
     if !headers.contains_key(http::header::HOST) {
         let host = http::HeaderValue::from_str(authority.as_str()).map_err(|e| e.to_string())?;
-        headers.insert(http::header::HOST, host);
+        headers
+            .try_insert(http::header::HOST, host)
+            .map_err(|_| crate::api::req::too_many_headers().to_string())?;
     }
     let body = match get("body") {
         Value::Nil => Bytes::new(),
@@ -210,6 +212,9 @@ package.preload["resty.http"] = function() return http end
 
 /// Installs what [`LUA`] takes from Rust.
 pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
-    ngx.raw_set("_outbound", lua.create_function(outbound)?)?;
-    ngx.raw_set("_sleep", lua.create_function(sleep)?)
+    ngx.raw_set(
+        "_outbound",
+        crate::guard::function(lua, "ngx._outbound", outbound)?,
+    )?;
+    ngx.raw_set("_sleep", crate::guard::function(lua, "ngx._sleep", sleep)?)
 }

@@ -83,14 +83,25 @@ pub(crate) fn set_header(
         Value::Nil => {}
         Value::Table(list) => {
             for v in list.sequence_values::<Value>() {
-                headers.append(name.clone(), header_value(&v?)?);
+                headers
+                    .try_append(name.clone(), header_value(&v?)?)
+                    .map_err(|_| too_many_headers())?;
             }
         }
         v => {
-            headers.insert(name, header_value(v)?);
+            headers
+                .try_insert(name, header_value(v)?)
+                .map_err(|_| too_many_headers())?;
         }
     }
     Ok(())
+}
+
+/// The error for a header past what a header map holds (http's `HeaderMap`, 32,768
+/// entries): NGINX has no such bound, but a request with that many headers is an attack or
+/// a bug, and the map would panic.
+pub(crate) fn too_many_headers() -> mlua::Error {
+    mlua::Error::runtime("too many headers (at most 32768)")
 }
 
 /// `ngx.req.set_header(name, value)` with a string value, where the request may change.
@@ -100,7 +111,9 @@ unsafe extern "C-unwind" fn set_header_raw(l: *mut ffi::lua_State) -> c_int {
     // while they are on the stack.
     unsafe {
         let done = match (text_at(l, 1), text_at(l, 2)) {
-            (Some(name), Some(value)) => set_fast(name, value),
+            (Some(name), Some(value)) => {
+                crate::guard::shielded(l, "ngx.req.set_header", || set_fast(name, value))
+            }
             _ => false,
         };
         if done { 0 } else { delegate(l) }
@@ -119,8 +132,8 @@ fn set_fast(name: &[u8], value: &[u8]) -> bool {
         if !v.request_writable() {
             return false;
         }
-        v.headers.insert(name, value);
-        true
+        // Past the map's bound the slow path raises the error.
+        v.headers.try_insert(name, value).is_ok()
     })
     .unwrap_or(false)
 }
@@ -156,35 +169,47 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let meta = lua.create_table()?;
     meta.set(
         "__index",
-        lua.create_function(|_, (t, k): (Table, LuaString)| {
-            let normal = k.to_str()?.to_ascii_lowercase().replace('_', "-");
-            t.raw_get::<Value>(normal)
-        })?,
+        crate::guard::function(
+            lua,
+            "ngx.req.get_headers().__index",
+            |_, (t, k): (Table, LuaString)| {
+                let normal = k.to_str()?.to_ascii_lowercase().replace('_', "-");
+                t.raw_get::<Value>(normal)
+            },
+        )?,
     )?;
     lua.set_named_registry_value("sluice.headers_meta", meta)?;
 
     let req = lua.create_table()?;
     req.set(
         "get_headers",
-        lua.create_function(|lua, (max, raw): (Option<usize>, Option<bool>)| {
-            headers_table(lua, max.unwrap_or(100), raw.unwrap_or(false))
-        })?,
+        crate::guard::function(
+            lua,
+            "ngx.req.get_headers",
+            |lua, (max, raw): (Option<usize>, Option<bool>)| {
+                headers_table(lua, max.unwrap_or(100), raw.unwrap_or(false))
+            },
+        )?,
     )?;
-    let slow = lua.create_function(|_, (name, value): (String, Value)| {
-        with_view(|v| {
-            if !v.request_writable() {
-                return Err(disabled(v.phase));
-            }
-            set_header(&mut v.headers, &name, &value)
-        })
-    })?;
+    let slow = crate::guard::function(
+        lua,
+        "ngx.req.set_header",
+        |_, (name, value): (String, Value)| {
+            with_view(|v| {
+                if !v.request_writable() {
+                    return Err(disabled(v.phase));
+                }
+                set_header(&mut v.headers, &name, &value)
+            })
+        },
+    )?;
     req.set(
         "set_header",
         crate::cfunc::closure(lua, set_header_raw, slow, None)?,
     )?;
     req.set(
         "clear_header",
-        lua.create_function(|_, name: String| {
+        crate::guard::function(lua, "ngx.req.clear_header", |_, name: String| {
             with_view(|v| {
                 if !v.request_writable() {
                     return Err(disabled(v.phase));
@@ -195,11 +220,13 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     req.set(
         "get_method",
-        lua.create_function(|_, ()| with_view(|v| Ok(v.method.as_str().to_owned())))?,
+        crate::guard::function(lua, "ngx.req.get_method", |_, ()| {
+            with_view(|v| Ok(v.method.as_str().to_owned()))
+        })?,
     )?;
     req.set(
         "set_method",
-        lua.create_function(|_, code: i64| {
+        crate::guard::function(lua, "ngx.req.set_method", |_, code: i64| {
             let name = METHODS
                 .iter()
                 .find(|(_, c)| *c == code)
@@ -223,14 +250,14 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
 fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
     req.set(
         "get_uri_args",
-        lua.create_function(|lua, max: Option<usize>| {
+        crate::guard::function(lua, "ngx.req.get_uri_args", |lua, max: Option<usize>| {
             let query = with_view(|v| Ok(v.uri.query().unwrap_or("").to_owned()))?;
             decode_args(lua, query.as_bytes(), max.unwrap_or(100))
         })?,
     )?;
     req.set(
         "set_uri_args",
-        lua.create_function(|_, args: Value| {
+        crate::guard::function(lua, "ngx.req.set_uri_args", |_, args: Value| {
             let query = match &args {
                 Value::Table(t) => String::from_utf8(encode_args(t)?).unwrap_or_default(),
                 Value::String(s) => s.to_str()?.to_owned(),
@@ -251,7 +278,7 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
     )?;
     req.set(
         "set_uri",
-        lua.create_function(|_, (uri, jump): (LuaString, Option<bool>)| {
+        crate::guard::function(lua, "ngx.req.set_uri", |_, (uri, jump): (LuaString, Option<bool>)| {
             if jump.unwrap_or(false) {
                 return Err(mlua::Error::runtime(
                     "ngx.req.set_uri(uri, true): Sluice does not route a request again; the route stays, the new URI goes upstream (call it with jump = false)",
@@ -277,7 +304,7 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
     )?;
     req.set(
         "http_version",
-        lua.create_function(|_, ()| {
+        crate::guard::function(lua, "ngx.req.http_version", |_, ()| {
             with_view(|v| {
                 Ok(match v.version {
                     http::Version::HTTP_10 => 1.0,
@@ -291,7 +318,7 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
     )?;
     req.set(
         "start_time",
-        lua.create_function(|_, ()| {
+        crate::guard::function(lua, "ngx.req.start_time", |_, ()| {
             with_view(|v| {
                 let start = std::time::SystemTime::now() - v.facts.arrived.elapsed();
                 let d = start
@@ -307,11 +334,17 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
 /// `read_body`, `get_body_data`, `discard_body`: the body is there where the route buffers
 /// it (`request_buffering = true`, as `lua_need_request_body on`), else `get_body_data` is nil.
 fn install_body(lua: &Lua, req: &Table) -> mlua::Result<()> {
-    req.set("read_body", lua.create_function(|_, ()| Ok(()))?)?;
-    req.set("discard_body", lua.create_function(|_, ()| Ok(()))?)?;
+    req.set(
+        "read_body",
+        crate::guard::function(lua, "ngx.req.read_body", |_, ()| Ok(()))?,
+    )?;
+    req.set(
+        "discard_body",
+        crate::guard::function(lua, "ngx.req.discard_body", |_, ()| Ok(()))?,
+    )?;
     req.set(
         "get_body_data",
-        lua.create_function(|lua, ()| {
+        crate::guard::function(lua, "ngx.req.get_body_data", |lua, ()| {
             let body = with_view(|v| Ok(v.body.clone()))?;
             match body {
                 Some(b) if !b.is_empty() => Ok(Value::String(lua.create_string(&b)?)),

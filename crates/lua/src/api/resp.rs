@@ -59,23 +59,51 @@ const STATUSES: [(&str, i64); 33] = [
 /// Appends the values of `ngx.say`/`ngx.print` as lua-nginx-module writes them: strings and
 /// numbers as they are, nil as `nil`, booleans, `ngx.null` as `null`, tables (arrays) item
 /// by item.
-fn write_values(out: &mut Vec<u8>, values: &MultiValue, depth: usize) -> mlua::Result<()> {
+/// The most bytes a call's output may come to (`ngx.say`, `ngx.print`, `ngx.arg[1]`): the
+/// state's `[lua] max_memory` ([`OutputLimit`]), as the output is held outside the state's
+/// allocator. A nested table repeats its strings, so one call's arguments can make far more
+/// bytes than the state holds.
+pub(crate) struct OutputLimit(pub(crate) usize);
+
+/// The state's output limit (none where the state sets none: tests' bare states).
+pub(crate) fn output_limit(lua: &Lua) -> usize {
+    lua.app_data_ref::<OutputLimit>()
+        .map_or(usize::MAX, |l| l.0)
+}
+
+/// Appends `bytes` to `out` within `limit`, else a Lua error (the request's 500).
+fn put(out: &mut Vec<u8>, bytes: &[u8], limit: usize) -> mlua::Result<()> {
+    if bytes.len() > limit.saturating_sub(out.len()) {
+        return Err(mlua::Error::runtime(format!(
+            "output past [lua] max_memory ({limit} bytes)"
+        )));
+    }
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+fn write_values(
+    out: &mut Vec<u8>,
+    values: &MultiValue,
+    depth: usize,
+    limit: usize,
+) -> mlua::Result<()> {
     for v in values {
-        write_value(out, v, depth)?;
+        write_value(out, v, depth, limit)?;
     }
     Ok(())
 }
 
-fn write_value(out: &mut Vec<u8>, v: &Value, depth: usize) -> mlua::Result<()> {
+fn write_value(out: &mut Vec<u8>, v: &Value, depth: usize, limit: usize) -> mlua::Result<()> {
     match v {
-        Value::String(s) => out.extend_from_slice(&s.as_bytes()),
-        Value::Nil => out.extend_from_slice(b"nil"),
-        Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::LightUserData(p) if p.0.is_null() => out.extend_from_slice(b"null"),
-        Value::Number(_) | Value::Integer(_) => out.extend_from_slice(v.to_string()?.as_bytes()),
+        Value::String(s) => put(out, &s.as_bytes(), limit)?,
+        Value::Nil => put(out, b"nil", limit)?,
+        Value::Boolean(b) => put(out, if *b { b"true" } else { b"false" }, limit)?,
+        Value::LightUserData(p) if p.0.is_null() => put(out, b"null", limit)?,
+        Value::Number(_) | Value::Integer(_) => put(out, v.to_string()?.as_bytes(), limit)?,
         Value::Table(t) if depth < 32 => {
             for item in t.clone().sequence_values::<Value>() {
-                write_value(out, &item?, depth + 1)?;
+                write_value(out, &item?, depth + 1, limit)?;
             }
         }
         other => {
@@ -96,7 +124,7 @@ fn log_text(values: &MultiValue) -> mlua::Result<String> {
             Value::Table(_) | Value::Function(_) | Value::UserData(_) | Value::Thread(_) => {
                 out.extend_from_slice(v.to_string()?.as_bytes());
             }
-            v => write_value(&mut out, v, 32)?,
+            v => write_value(&mut out, v, 32, usize::MAX)?,
         }
     }
     Ok(String::from_utf8_lossy(&out).into_owned())
@@ -198,28 +226,36 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     install_arg(lua, ngx)?;
     ngx.set(
         "log",
-        lua.create_function(|lua, (level, rest): (i64, MultiValue)| log(lua, level, &rest))?,
+        crate::guard::function(lua, "ngx.log", |lua, (level, rest): (i64, MultiValue)| {
+            log(lua, level, &rest)
+        })?,
     )?;
     lua.globals().set(
         "print",
-        lua.create_function(|lua, rest: MultiValue| log(lua, 6, &rest))?,
+        crate::guard::function(lua, "print", |lua, rest: MultiValue| log(lua, 6, &rest))?,
     )?;
 
     let meta = lua.create_table()?;
     meta.set(
         "__index",
-        lua.create_function(|lua, (_, k): (Table, LuaString)| match &*k.as_bytes() {
-            b"status" => with_view(|v| Ok(Value::Integer(i64::from(v.status)))),
-            b"ctx" => Ok(Value::Table(ctx(lua)?)),
-            b"headers_sent" => with_view(|v| Ok(Value::Boolean(!v.response_writable()))),
-            b"is_subrequest" => Ok(Value::Boolean(false)),
-            _ => Ok(Value::Nil),
-        })?,
+        crate::guard::function(
+            lua,
+            "ngx.__index",
+            |lua, (_, k): (Table, LuaString)| match &*k.as_bytes() {
+                b"status" => with_view(|v| Ok(Value::Integer(i64::from(v.status)))),
+                b"ctx" => Ok(Value::Table(ctx(lua)?)),
+                b"headers_sent" => with_view(|v| Ok(Value::Boolean(!v.response_writable()))),
+                b"is_subrequest" => Ok(Value::Boolean(false)),
+                _ => Ok(Value::Nil),
+            },
+        )?,
     )?;
     meta.set(
         "__newindex",
-        lua.create_function(|lua, (t, k, value): (Table, LuaString, Value)| {
-            match &*k.as_bytes() {
+        crate::guard::function(
+            lua,
+            "ngx.__newindex",
+            |lua, (t, k, value): (Table, LuaString, Value)| match &*k.as_bytes() {
                 b"status" => {
                     let status = match value {
                         Value::Integer(n) => n,
@@ -252,8 +288,8 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                     })
                 }
                 _ => t.raw_set(k, value),
-            }
-        })?,
+            },
+        )?,
     )?;
     ngx.set_metatable(Some(meta))?;
     Ok(())
@@ -262,28 +298,41 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
 /// `ngx.say`, `ngx.print`, `ngx.flush`, `ngx.eof`, `ngx.exit`'s record, `ngx.redirect`'s.
 fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let writer = |newline: bool| {
-        move |_lua: &Lua, values: MultiValue| {
+        move |lua: &Lua, values: MultiValue| {
+            let limit = output_limit(lua);
             with_view(|v| {
                 if !matches!(v.phase, LuaPhase::Rewrite | LuaPhase::Access) {
                     return Err(disabled(v.phase));
                 }
-                write_values(&mut v.output, &values, 0)?;
-                if newline {
-                    v.output.push(b'\n');
+                // All of a call's output or none of it (a script may catch the error).
+                let before = v.output.len();
+                let written = write_values(&mut v.output, &values, 0, limit)
+                    .and_then(|()| put(&mut v.output, &b"\n"[..usize::from(newline)], limit));
+                if written.is_err() {
+                    v.output.truncate(before);
                 }
-                Ok(1)
+                written.map(|()| 1)
             })
         }
     };
-    ngx.set("say", lua.create_function(writer(true))?)?;
-    ngx.set("print", lua.create_function(writer(false))?)?;
-    ngx.set("flush", lua.create_function(|_, _: MultiValue| Ok(1))?)?;
-    ngx.set("eof", lua.create_function(|_, ()| Ok(1))?)?;
+    ngx.set("say", crate::guard::function(lua, "ngx.say", writer(true))?)?;
+    ngx.set(
+        "print",
+        crate::guard::function(lua, "ngx.print", writer(false))?,
+    )?;
+    ngx.set(
+        "flush",
+        crate::guard::function(lua, "ngx.flush", |_, _: MultiValue| Ok(1))?,
+    )?;
+    ngx.set(
+        "eof",
+        crate::guard::function(lua, "ngx.eof", |_, ()| Ok(1))?,
+    )?;
     // `ngx.exit` and `ngx.redirect` are Lua (state.rs): they record here, then end the
     // script with an error only the runner knows.
     ngx.set(
         "_record_exit",
-        lua.create_function(|_, status: i64| {
+        crate::guard::function(lua, "ngx._record_exit", |_, status: i64| {
             with_view(|v| {
                 if matches!(v.phase, LuaPhase::BodyFilter | LuaPhase::Log) {
                     return Err(disabled(v.phase));
@@ -295,7 +344,7 @@ fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     ngx.set(
         "_record_redirect",
-        lua.create_function(|_, (uri, status): (LuaString, Option<i64>)| {
+        crate::guard::function(lua, "ngx._record_redirect", |_, (uri, status): (LuaString, Option<i64>)| {
             let status = status.unwrap_or(302);
             if ![301, 302, 303, 307, 308].contains(&status) {
                 return Err(mlua::Error::runtime(format!(
@@ -325,22 +374,26 @@ fn install_header(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let meta = lua.create_table()?;
     meta.set(
         "__index",
-        lua.create_function(|lua, (_, k): (Table, String)| {
+        crate::guard::function(lua, "ngx.header.__index", |lua, (_, k): (Table, String)| {
             with_view(|v| response_header(lua, v, &k))
         })?,
     )?;
     meta.set(
         "__newindex",
-        lua.create_function(|_, (_, k, value): (Table, String, Value)| {
-            with_view(|v| {
-                if !v.response_writable() {
-                    return Err(mlua::Error::runtime(format!(
-                        "attempt to set ngx.header.{k} after sending out response headers"
-                    )));
-                }
-                crate::api::req::set_header(&mut v.response_headers, &k, &value)
-            })
-        })?,
+        crate::guard::function(
+            lua,
+            "ngx.header.__newindex",
+            |_, (_, k, value): (Table, String, Value)| {
+                with_view(|v| {
+                    if !v.response_writable() {
+                        return Err(mlua::Error::runtime(format!(
+                            "attempt to set ngx.header.{k} after sending out response headers"
+                        )));
+                    }
+                    crate::api::req::set_header(&mut v.response_headers, &k, &value)
+                })
+            },
+        )?,
     )?;
     header.set_metatable(Some(meta))?;
     ngx.set("header", header)
@@ -353,7 +406,7 @@ fn install_arg(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let meta = lua.create_table()?;
     meta.set(
         "__index",
-        lua.create_function(|lua, (_, i): (Table, i64)| {
+        crate::guard::function(lua, "ngx.arg.__index", |lua, (_, i): (Table, i64)| {
             with_view(|v| {
                 if v.phase != LuaPhase::BodyFilter {
                     return Ok(Value::Nil);
@@ -370,25 +423,30 @@ fn install_arg(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     meta.set(
         "__newindex",
-        lua.create_function(|_, (_, i, value): (Table, i64, Value)| {
-            with_view(|v| {
-                if v.phase != LuaPhase::BodyFilter {
-                    return Err(disabled(v.phase));
-                }
-                match i {
-                    1 => {
-                        let mut out = Vec::new();
-                        if !value.is_nil() {
-                            write_value(&mut out, &value, 0)?;
-                        }
-                        v.chunk = Some(out.into());
+        crate::guard::function(
+            lua,
+            "ngx.arg.__newindex",
+            |lua, (_, i, value): (Table, i64, Value)| {
+                let limit = output_limit(lua);
+                with_view(|v| {
+                    if v.phase != LuaPhase::BodyFilter {
+                        return Err(disabled(v.phase));
                     }
-                    2 => v.eof = value.as_boolean().unwrap_or(false),
-                    _ => {}
-                }
-                Ok(())
-            })
-        })?,
+                    match i {
+                        1 => {
+                            let mut out = Vec::new();
+                            if !value.is_nil() {
+                                write_value(&mut out, &value, 0, limit)?;
+                            }
+                            v.chunk = Some(out.into());
+                        }
+                        2 => v.eof = value.as_boolean().unwrap_or(false),
+                        _ => {}
+                    }
+                    Ok(())
+                })
+            },
+        )?,
     )?;
     arg.set_metatable(Some(meta))?;
     ngx.set("arg", arg)

@@ -161,42 +161,56 @@ pub(crate) fn encode_args(t: &Table) -> mlua::Result<Vec<u8>> {
 pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     ngx.set(
         "escape_uri",
-        lua.create_function(|lua, (s, kind): (Option<LuaString>, Option<i64>)| {
-            let s = s.map(|s| s.as_bytes().to_vec()).unwrap_or_default();
-            lua.create_string(escape_uri(&s, kind.unwrap_or(2)))
-        })?,
+        crate::guard::function(
+            lua,
+            "ngx.escape_uri",
+            |lua, (s, kind): (Option<LuaString>, Option<i64>)| {
+                let s = s.map(|s| s.as_bytes().to_vec()).unwrap_or_default();
+                lua.create_string(escape_uri(&s, kind.unwrap_or(2)))
+            },
+        )?,
     )?;
     ngx.set(
         "unescape_uri",
-        lua.create_function(|lua, s: Option<LuaString>| {
+        crate::guard::function(lua, "ngx.unescape_uri", |lua, s: Option<LuaString>| {
             let s = s.map(|s| s.as_bytes().to_vec()).unwrap_or_default();
             lua.create_string(unescape_uri(&s))
         })?,
     )?;
     ngx.set(
         "encode_args",
-        lua.create_function(|lua, t: Table| lua.create_string(encode_args(&t)?))?,
+        crate::guard::function(lua, "ngx.encode_args", |lua, t: Table| {
+            lua.create_string(encode_args(&t)?)
+        })?,
     )?;
     ngx.set(
         "decode_args",
-        lua.create_function(|lua, (s, max): (LuaString, Option<usize>)| {
-            decode_args(lua, &s.as_bytes(), max.unwrap_or(100))
-        })?,
+        crate::guard::function(
+            lua,
+            "ngx.decode_args",
+            |lua, (s, max): (LuaString, Option<usize>)| {
+                decode_args(lua, &s.as_bytes(), max.unwrap_or(100))
+            },
+        )?,
     )?;
     ngx.set(
         "encode_base64",
-        lua.create_function(|lua, (s, no_pad): (LuaString, Option<bool>)| {
-            let e = if no_pad.unwrap_or(false) {
-                base64::engine::general_purpose::STANDARD_NO_PAD.encode(s.as_bytes())
-            } else {
-                base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
-            };
-            lua.create_string(e)
-        })?,
+        crate::guard::function(
+            lua,
+            "ngx.encode_base64",
+            |lua, (s, no_pad): (LuaString, Option<bool>)| {
+                let e = if no_pad.unwrap_or(false) {
+                    base64::engine::general_purpose::STANDARD_NO_PAD.encode(s.as_bytes())
+                } else {
+                    base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
+                };
+                lua.create_string(e)
+            },
+        )?,
     )?;
     ngx.set(
         "decode_base64",
-        lua.create_function(|lua, s: LuaString| {
+        crate::guard::function(lua, "ngx.decode_base64", |lua, s: LuaString| {
             // NGINX's decoder accepts the padding or its absence, nothing else.
             let bytes = s.as_bytes();
             let trimmed = bytes
@@ -222,23 +236,27 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     };
     ngx.set(
         "md5",
-        lua.create_function(digest(MessageDigest::md5, true))?,
+        crate::guard::function(lua, "ngx.md5", digest(MessageDigest::md5, true))?,
     )?;
     ngx.set(
         "md5_bin",
-        lua.create_function(digest(MessageDigest::md5, false))?,
+        crate::guard::function(lua, "ngx.md5_bin", digest(MessageDigest::md5, false))?,
     )?;
     ngx.set(
         "sha1_bin",
-        lua.create_function(digest(MessageDigest::sha1, false))?,
+        crate::guard::function(lua, "ngx.sha1_bin", digest(MessageDigest::sha1, false))?,
     )?;
     ngx.set(
         "hmac_sha1",
-        lua.create_function(|lua, (key, s): (LuaString, LuaString)| {
-            let mac = boring::hash::hmac_sha1(&key.as_bytes(), &s.as_bytes())
-                .map_err(mlua::Error::external)?;
-            lua.create_string(mac)
-        })?,
+        crate::guard::function(
+            lua,
+            "ngx.hmac_sha1",
+            |lua, (key, s): (LuaString, LuaString)| {
+                let mac = boring::hash::hmac_sha1(&key.as_bytes(), &s.as_bytes())
+                    .map_err(mlua::Error::external)?;
+                lua.create_string(mac)
+            },
+        )?,
     )?;
     install_time(lua, ngx)
 }
@@ -255,27 +273,27 @@ pub(crate) fn now() -> f64 {
 /// `cookie_time`, `parse_http_time`. The clock is read at each call (`update_time` has
 /// nothing to refresh: there is no cached time to go stale).
 fn install_time(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
-    ngx.set("now", lua.create_function(|_, ()| Ok(now()))?)?;
+    ngx.set(
+        "now",
+        crate::guard::function(lua, "ngx.now", |_, ()| Ok(now()))?,
+    )?;
     ngx.set(
         "time",
-        lua.create_function(|_, ()| Ok(now().floor() as i64))?,
+        crate::guard::function(lua, "ngx.time", |_, ()| Ok(now().floor() as i64))?,
     )?;
-    ngx.set("update_time", lua.create_function(|_, ()| Ok(()))?)?;
+    ngx.set(
+        "update_time",
+        crate::guard::function(lua, "ngx.update_time", |_, ()| Ok(()))?,
+    )?;
     ngx.set(
         "http_time",
-        lua.create_function(|_, t: f64| {
-            Ok(httpdate::fmt_http_date(
-                UNIX_EPOCH + std::time::Duration::from_secs(t.max(0.0) as u64),
-            ))
-        })?,
+        crate::guard::function(lua, "ngx.http_time", |_, t: f64| Ok(http_date(t)))?,
     )?;
     ngx.set(
         "cookie_time",
-        lua.create_function(|_, t: f64| {
+        crate::guard::function(lua, "ngx.cookie_time", |_, t: f64| {
             // "Thu, 18-Nov-2010 11:27:35 GMT", as `ngx_http_cookie_time` writes it.
-            let s = httpdate::fmt_http_date(
-                UNIX_EPOCH + std::time::Duration::from_secs(t.max(0.0) as u64),
-            );
+            let s = http_date(t);
             // "Thu, 18 Nov 2010 11:27:35 GMT" -> "Thu, 18-Nov-2010 11:27:35 GMT"
             let mut parts: Vec<&str> = s.split(' ').collect();
             if parts.len() == 6 {
@@ -288,7 +306,7 @@ fn install_time(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     ngx.set(
         "parse_http_time",
-        lua.create_function(|_, s: String| {
+        crate::guard::function(lua, "ngx.parse_http_time", |_, s: String| {
             Ok(httpdate::parse_http_date(&s)
                 .ok()
                 .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
@@ -297,18 +315,35 @@ fn install_time(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     ngx.set(
         "utctime",
-        lua.create_function(|_, ()| Ok(utc(SystemTime::now(), " ")))?,
+        crate::guard::function(lua, "ngx.utctime", |_, ()| Ok(utc(SystemTime::now(), " ")))?,
     )?;
     // The gateway keeps no local time zone: local time is UTC.
     ngx.set(
         "localtime",
-        lua.create_function(|_, ()| Ok(utc(SystemTime::now(), " ")))?,
+        crate::guard::function(lua, "ngx.localtime", |_, ()| {
+            Ok(utc(SystemTime::now(), " "))
+        })?,
     )?;
     ngx.set(
         "today",
-        lua.create_function(|_, ()| Ok(utc(SystemTime::now(), " ")[..10].to_owned()))?,
+        crate::guard::function(lua, "ngx.today", |_, ()| {
+            Ok(utc(SystemTime::now(), " ")[..10].to_owned())
+        })?,
     )?;
     Ok(())
+}
+
+/// `sec` as an HTTP date. NGINX writes any `time_t` (after C's float-to-integer cast,
+/// undefined past its range); here NaN is 0 and the time saturates to what an HTTP date
+/// holds, 1970 to the end of 9999 (httpdate panics past it).
+pub(crate) fn http_date(sec: f64) -> String {
+    const LAST: f64 = 253_402_300_799.0; // 9999-12-31 23:59:59 UTC
+    let sec = if sec.is_nan() {
+        0.0
+    } else {
+        sec.clamp(0.0, LAST)
+    };
+    httpdate::fmt_http_date(UNIX_EPOCH + std::time::Duration::from_secs(sec as u64))
 }
 
 /// `yyyy-mm-dd hh:mm:ss` in UTC.

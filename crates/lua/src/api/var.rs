@@ -211,23 +211,31 @@ pub(crate) fn normalized_path(path: &[u8]) -> Vec<u8> {
 pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let var = lua.create_table()?;
     let meta = lua.create_table()?;
-    let slow = lua.create_function(|lua, (_, name): (Table, mlua::LuaString)| {
-        let name = name.to_str()?;
-        with_view(|v| match get(v, &name) {
-            Some(bytes) => Ok(Value::String(lua.create_string(&*bytes)?)),
-            None => Ok(Value::Nil),
-        })
-    })?;
+    let slow = crate::guard::function(
+        lua,
+        "ngx.var.__index",
+        |lua, (_, name): (Table, mlua::LuaString)| {
+            let name = name.to_str()?;
+            with_view(|v| match get(v, &name) {
+                Some(bytes) => Ok(Value::String(lua.create_string(&*bytes)?)),
+                None => Ok(Value::Nil),
+            })
+        },
+    )?;
     meta.set(
         "__index",
         crate::cfunc::closure(lua, var_index, slow, None)?,
     )?;
     meta.set(
         "__newindex",
-        lua.create_function(|_, (_, name, value): (Table, mlua::LuaString, Value)| {
-            let name = name.to_str()?.to_owned();
-            with_view(|v| set(v, &name, &value))
-        })?,
+        crate::guard::function(
+            lua,
+            "ngx.var.__newindex",
+            |_, (_, name, value): (Table, mlua::LuaString, Value)| {
+                let name = name.to_str()?.to_owned();
+                with_view(|v| set(v, &name, &value))
+            },
+        )?,
     )?;
     var.set_metatable(Some(meta))?;
     ngx.set("var", var)
@@ -245,15 +253,17 @@ unsafe extern "C-unwind" fn var_index(l: *mut ffi::lua_State) -> c_int {
         // through the slot's guard.
         // None: no view, or not UTF-8 (the slow path); Some(None): nil.
         let found = str_at(l, 2).and_then(|name| {
-            crate::current::try_with(|v| {
-                get_spelled(v, name).map(|value| {
-                    value.map(|value| match value {
-                        Cow::Borrowed(b) => (b.as_ptr(), b.len(), None),
-                        Cow::Owned(o) => (std::ptr::null(), 0, Some(o)),
+            crate::guard::shielded(l, "ngx.var", || {
+                crate::current::try_with(|v| {
+                    get_spelled(v, name).map(|value| {
+                        value.map(|value| match value {
+                            Cow::Borrowed(b) => (b.as_ptr(), b.len(), None),
+                            Cow::Owned(o) => (std::ptr::null(), 0, Some(o)),
+                        })
                     })
                 })
+                .flatten()
             })
-            .flatten()
         });
         match found {
             Some(Some((_, _, Some(owned)))) => push_bytes(l, &owned),

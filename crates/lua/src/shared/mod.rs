@@ -140,6 +140,7 @@ impl SharedDict {
         flags: u32,
     ) -> Result<bool, &'static str> {
         let now = Instant::now();
+        let expires = expiry(now, ttl);
         let mut inner = self.lock();
         let live = inner.entries.peek(key).is_some_and(|e| !e.expired(now));
         match how {
@@ -188,7 +189,7 @@ impl SharedDict {
             Entry {
                 value,
                 flags,
-                expires: ttl.map(|t| now + t),
+                expires,
             },
         );
         Ok(forcible)
@@ -234,10 +235,11 @@ impl SharedDict {
 
     fn expire(&self, key: &[u8], ttl: Option<Duration>) -> bool {
         let now = Instant::now();
+        let expires = expiry(now, ttl);
         let mut inner = self.lock();
         match inner.entries.peek_mut(key).filter(|e| !e.expired(now)) {
             Some(e) => {
-                e.expires = ttl.map(|t| now + t);
+                e.expires = expires;
                 true
             }
             None => false,
@@ -337,11 +339,34 @@ fn stored(value: &Value) -> mlua::Result<Option<Stored>> {
     })
 }
 
-/// A TTL in seconds (0 or absent: never expires).
-fn ttl(seconds: Option<f64>) -> Option<Duration> {
-    seconds
-        .filter(|s| *s > 0.0)
-        .map(|s| Duration::from_secs_f64(s.max(0.001)))
+/// An exptime in seconds, as lua-resty-core 0.1.25 (lua-nginx-module 0.10.23's) takes it:
+/// absent or 0 never expires; negative is refused with its error; NaN passes its `< 0`
+/// check and NGINX's `> 0` one, so it never expires. Past what a `Duration` holds (±inf
+/// included) it saturates: never expires ([`expiry`] does the same for one the clock
+/// cannot reach).
+fn ttl(seconds: Option<f64>) -> Result<Option<Duration>, &'static str> {
+    match seconds {
+        Some(s) if s < 0.0 => Err("bad \"exptime\" argument"),
+        Some(s) if s > 0.0 => Ok(Duration::try_from_secs_f64(s.max(0.001)).ok()),
+        _ => Ok(None),
+    }
+}
+
+/// `incr`'s `init_ttl`, checked as lua-resty-core does: negative, or given without `init`,
+/// is refused; else as [`ttl`].
+fn init_ttl(seconds: Option<f64>, init: Option<f64>) -> Result<Option<Duration>, &'static str> {
+    match seconds {
+        Some(s) if s < 0.0 => Err("bad \"init_ttl\" argument"),
+        Some(_) if init.is_none() => Err("must provide \"init\" when providing \"init_ttl\""),
+        s => ttl(s),
+    }
+}
+
+/// When an entry written now with `ttl` expires: `None` (never) for one past what the
+/// clock can hold. Computed before the dictionary is changed, so that nothing can fail
+/// between its size counted and its entry put.
+fn expiry(now: Instant, ttl: Option<Duration>) -> Option<Instant> {
+    ttl.and_then(|t| now.checked_add(t))
 }
 
 /// `ok, err, forcible` as lua-nginx-module returns them.
@@ -354,8 +379,11 @@ fn answer(r: Result<bool, &'static str>) -> (bool, Option<&'static str>, bool) {
 
 impl UserData for DictHandle {
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_method("get", |lua, d, key: Value| {
-            match d.0.get(&key_bytes(&key)?, false) {
+        crate::guard::method(
+            methods,
+            "ngx.shared.DICT",
+            "get",
+            |lua, d, key: Value| match d.0.get(&key_bytes(&key)?, false) {
                 Some((v, flags, _)) => {
                     let flags = if flags == 0 {
                         Value::Nil
@@ -365,10 +393,13 @@ impl UserData for DictHandle {
                     Ok((v.into_lua(lua)?, flags))
                 }
                 None => Ok((Value::Nil, Value::Nil)),
-            }
-        });
-        methods.add_method("get_stale", |lua, d, key: Value| {
-            match d.0.get(&key_bytes(&key)?, true) {
+            },
+        );
+        crate::guard::method(
+            methods,
+            "ngx.shared.DICT",
+            "get_stale",
+            |lua, d, key: Value| match d.0.get(&key_bytes(&key)?, true) {
                 Some((v, flags, stale)) => {
                     let flags = if flags == 0 {
                         Value::Nil
@@ -378,8 +409,8 @@ impl UserData for DictHandle {
                     Ok((v.into_lua(lua)?, flags, stale))
                 }
                 None => Ok((Value::Nil, Value::Nil, false)),
-            }
-        });
+            },
+        );
         for (name, how) in [
             ("set", Write::Set),
             ("safe_set", Write::SafeSet),
@@ -387,57 +418,88 @@ impl UserData for DictHandle {
             ("safe_add", Write::SafeAdd),
             ("replace", Write::Replace),
         ] {
-            methods.add_method(
+            crate::guard::method(
+                methods,
+                "ngx.shared.DICT",
                 name,
                 move |_, d, (key, value, exptime, flags): (Value, Value, Option<f64>, Option<u32>)| {
                     let key = key_bytes(&key)?;
-                    Ok(answer(d.0.write(how, &key, stored(&value)?, ttl(exptime), flags.unwrap_or(0))))
+                    let ttl = ttl(exptime).map_err(mlua::Error::runtime)?;
+                    Ok(answer(d.0.write(how, &key, stored(&value)?, ttl, flags.unwrap_or(0))))
                 },
             );
         }
-        methods.add_method("delete", |_, d, key: Value| {
+        crate::guard::method(methods, "ngx.shared.DICT", "delete", |_, d, key: Value| {
             let key = key_bytes(&key)?;
             d.0.write(Write::Set, &key, None, None, 0).ok();
             Ok(())
         });
-        methods.add_method(
+        crate::guard::method(
+            methods,
+            "ngx.shared.DICT",
             "incr",
-            |_, d, (key, by, init, init_ttl): (Value, f64, Option<f64>, Option<f64>)| match d
-                .0
-                .incr(&key_bytes(&key)?, by, init, ttl(init_ttl))
-            {
+            |_, d, (key, by, init, ttl): (Value, f64, Option<f64>, Option<f64>)| match d.0.incr(
+                &key_bytes(&key)?,
+                by,
+                init,
+                init_ttl(ttl, init).map_err(mlua::Error::runtime)?,
+            ) {
                 Ok((n, forcible)) => Ok((Some(n), None, forcible)),
                 Err(e) => Ok((None, Some(e), false)),
             },
         );
-        methods.add_method("ttl", |_, d, key: Value| match d.0.ttl(&key_bytes(&key)?) {
-            Some(t) => Ok((Some(t), None)),
-            None => Ok((None, Some("not found"))),
-        });
-        methods.add_method("expire", |_, d, (key, exptime): (Value, Option<f64>)| {
-            if d.0.expire(&key_bytes(&key)?, ttl(exptime)) {
-                Ok((true, None))
-            } else {
-                Ok((false, Some("not found")))
-            }
-        });
-        methods.add_method("get_keys", |lua, d, max: Option<usize>| {
-            let keys = d.0.keys(max.unwrap_or(1024));
-            lua.create_sequence_from(
-                keys.into_iter()
-                    .map(|k| lua.create_string(k))
-                    .collect::<mlua::Result<Vec<LuaString>>>()?,
-            )
-        });
-        methods.add_method("flush_all", |_, d, ()| {
+        crate::guard::method(
+            methods,
+            "ngx.shared.DICT",
+            "ttl",
+            |_, d, key: Value| match d.0.ttl(&key_bytes(&key)?) {
+                Some(t) => Ok((Some(t), None)),
+                None => Ok((None, Some("not found"))),
+            },
+        );
+        crate::guard::method(
+            methods,
+            "ngx.shared.DICT",
+            "expire",
+            |_, d, (key, exptime): (Value, Option<f64>)| {
+                let Some(exptime) = exptime else {
+                    return Err(mlua::Error::runtime("bad \"exptime\" argument"));
+                };
+                let ttl = ttl(Some(exptime)).map_err(mlua::Error::runtime)?;
+                if d.0.expire(&key_bytes(&key)?, ttl) {
+                    Ok((true, None))
+                } else {
+                    Ok((false, Some("not found")))
+                }
+            },
+        );
+        crate::guard::method(
+            methods,
+            "ngx.shared.DICT",
+            "get_keys",
+            |lua, d, max: Option<usize>| {
+                let keys = d.0.keys(max.unwrap_or(1024));
+                lua.create_sequence_from(
+                    keys.into_iter()
+                        .map(|k| lua.create_string(k))
+                        .collect::<mlua::Result<Vec<LuaString>>>()?,
+                )
+            },
+        );
+        crate::guard::method(methods, "ngx.shared.DICT", "flush_all", |_, d, ()| {
             d.0.flush_all();
             Ok(())
         });
-        methods.add_method("flush_expired", |_, d, max: Option<usize>| {
-            Ok(d.0.flush_expired(max.unwrap_or(0)))
+        crate::guard::method(
+            methods,
+            "ngx.shared.DICT",
+            "flush_expired",
+            |_, d, max: Option<usize>| Ok(d.0.flush_expired(max.unwrap_or(0))),
+        );
+        crate::guard::method(methods, "ngx.shared.DICT", "capacity", |_, d, ()| {
+            Ok(d.0.capacity)
         });
-        methods.add_method("capacity", |_, d, ()| Ok(d.0.capacity));
-        methods.add_method("free_space", |_, d, ()| {
+        crate::guard::method(methods, "ngx.shared.DICT", "free_space", |_, d, ()| {
             let (used, cap) = d.0.usage();
             Ok(cap.saturating_sub(used))
         });
@@ -503,5 +565,30 @@ mod tests {
             d.write(Write::Replace, b"t", Some(Stored::Bool(false)), None, 0),
             Err("not found")
         );
+    }
+
+    #[test]
+    fn a_ttl_past_the_clock_never_expires_and_is_counted_once() {
+        // On the old code `now + ttl` panicked after the entry's size was counted.
+        let d = SharedDict::new("t", 1 << 20);
+        for (k, secs) in [(&b"a"[..], 1e18), (b"b", f64::MAX), (b"c", f64::INFINITY)] {
+            let ttl = ttl(Some(secs)).unwrap();
+            assert_eq!(
+                d.write(Write::Set, k, Some(Stored::Number(1.0)), ttl, 0),
+                Ok(false)
+            );
+            assert!(d.expire(k, ttl));
+            // 1e18 s is within the clock's reach (a real, distant expiry); past it, none.
+            let left = d.ttl(k).unwrap();
+            assert!(left == 0.0 || left > 1e17, "{left}");
+        }
+        assert_eq!(d.usage().0, 3 * (1 + 8 + ENTRY_OVERHEAD));
+        assert_eq!(ttl(Some(f64::NAN)), Ok(None));
+        assert_eq!(ttl(Some(-0.5)), Err("bad \"exptime\" argument"));
+        assert_eq!(
+            init_ttl(Some(1.0), None).unwrap_err(),
+            "must provide \"init\" when providing \"init_ttl\""
+        );
+        assert_eq!(init_ttl(None, None), Ok(None));
     }
 }

@@ -6,10 +6,11 @@
 
 #![expect(unsafe_code, reason = "raw lua_CFunctions over LuaJIT's C API")]
 
-use super::{DictHandle, SharedDict, Stored, Write, answer, ttl};
+use super::{DictHandle, SharedDict, Stored, Write, answer, init_ttl, ttl};
 use crate::cfunc::{
     closure, delegate, nil_at, number_at, optional_number_at, push_bytes, str_at, text_at,
 };
+use crate::guard::shielded;
 use mlua::{Function, Lua, Table, ffi};
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -104,7 +105,8 @@ unsafe extern "C-unwind" fn get(l: *mut ffi::lua_State) -> c_int {
         let Some(key) = key_at(l, 2) else {
             return delegate(l);
         };
-        match dict(l).get(key, false) {
+        let d = dict(l);
+        match shielded(l, "ngx.shared.DICT:get", || d.get(key, false)) {
             Some((v, flags, _)) => {
                 push_stored(l, &v);
                 if flags == 0 {
@@ -132,18 +134,21 @@ unsafe extern "C-unwind" fn set(l: *mut ffi::lua_State) -> c_int {
             ffi::LUA_TBOOLEAN => Some(Stored::Bool(ffi::lua_toboolean(l, 3) != 0)),
             _ => None,
         };
+        // An exptime the slow path refuses (negative, not a number) goes there.
         let exptime = if nil_at(l, 4) {
             Some(None)
         } else {
-            number_at(l, 4).map(Some)
+            number_at(l, 4).and_then(|t| ttl(Some(t)).ok())
         };
         let (Some(key), Some(value), Some(exptime), true) =
             (key_at(l, 2), value, exptime, nil_at(l, 5))
         else {
             return delegate(l);
         };
-        let (ok, err, forcible) =
-            answer(dict(l).write(Write::Set, key, Some(value), ttl(exptime), 0));
+        let d = dict(l);
+        let (ok, err, forcible) = shielded(l, "ngx.shared.DICT:set", move || {
+            answer(d.write(Write::Set, key, Some(value), exptime, 0))
+        });
         ffi::lua_pushboolean(l, c_int::from(ok));
         push_err(l, err);
         ffi::lua_pushboolean(l, c_int::from(forcible));
@@ -155,7 +160,7 @@ unsafe extern "C-unwind" fn set(l: *mut ffi::lua_State) -> c_int {
 unsafe extern "C-unwind" fn incr(l: *mut ffi::lua_State) -> c_int {
     // SAFETY: as `get`.
     unsafe {
-        let (Some(key), Some(by), Some(init), Some(init_ttl)) = (
+        let (Some(key), Some(by), Some(init), Some(ttl)) = (
             key_at(l, 2),
             number_at(l, 3),
             optional_number_at(l, 4),
@@ -163,7 +168,14 @@ unsafe extern "C-unwind" fn incr(l: *mut ffi::lua_State) -> c_int {
         ) else {
             return delegate(l);
         };
-        match dict(l).incr(key, by, init, ttl(init_ttl)) {
+        // An init_ttl the slow path refuses (negative, or without init) goes there.
+        let Ok(init_ttl) = init_ttl(ttl, init) else {
+            return delegate(l);
+        };
+        let d = dict(l);
+        match shielded(l, "ngx.shared.DICT:incr", || {
+            d.incr(key, by, init, init_ttl)
+        }) {
             Ok((n, forcible)) => {
                 ffi::lua_pushnumber(l, n);
                 ffi::lua_pushnil(l);

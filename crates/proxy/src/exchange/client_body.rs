@@ -225,6 +225,20 @@ impl ClientBody {
     }
 }
 
+/// A request's trailer fields are dropped (its body ends where they start), as NGINX drops
+/// them: they arrive after every decision was made on the head, so a client could put there a
+/// second `Authorization` or its own `X-Auth-Subject` or `X-Forwarded-For`, which an origin
+/// that merges trailers into the head would believe (RFC 9110 §6.5.1 lets a recipient
+/// discard them). gRPC's requests carry none; its responses' trailers pass.
+fn without_trailers(
+    frame: Poll<Option<Result<Frame<Bytes>, BoxError>>>,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    match frame {
+        Poll::Ready(Some(Ok(f))) if f.is_trailers() => Poll::Ready(None),
+        other => other,
+    }
+}
+
 impl Body for ClientBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -235,8 +249,10 @@ impl Body for ClientBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             ClientBody::Empty => Poll::Ready(None),
-            ClientBody::Http1(b) => Pin::new(b).poll_frame(cx),
-            ClientBody::Http2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            ClientBody::Http1(b) => without_trailers(Pin::new(b).poll_frame(cx)),
+            ClientBody::Http2(b) => {
+                without_trailers(Pin::new(b).poll_frame(cx).map_err(Into::into))
+            }
             ClientBody::Buffered(b) if b.is_empty() => Poll::Ready(None),
             ClientBody::Buffered(b) => Poll::Ready(Some(Ok(Frame::data(std::mem::take(b))))),
             ClientBody::Prefixed(start, _) if !start.is_empty() => {

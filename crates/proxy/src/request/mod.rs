@@ -5,6 +5,7 @@
 //! limits, traffic splits), the web application firewall (`firewall` for requests,
 //! `response_inspection` for responses), gRPC, the router, the access log and the failure statuses.
 
+pub(crate) mod authority;
 pub(crate) mod cache;
 pub(crate) mod compression;
 pub(crate) mod context;

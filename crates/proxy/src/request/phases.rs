@@ -133,6 +133,10 @@ impl<'a> RequestCtx<'a> {
             // RFC 9112 §3.2: a server MUST respond 400 to an HTTP/1.1 request without Host.
             return Err(Stop::Fail(Failure::BadRequest));
         }
+        if !self.host.is_empty() && !crate::request::authority::is_plain(&self.host) {
+            self.done.entry.refused = Some("bad_host");
+            return Err(Stop::Fail(Failure::BadRequest));
+        }
         if req
             .uri()
             .path()
@@ -223,8 +227,15 @@ impl<'a> RequestCtx<'a> {
     /// reason in the log.
     pub(crate) fn normalize_path(&mut self, req: &mut Request<ClientBody>) -> Flow<()> {
         let policy = &self.listener.config.paths;
+        // An absolute-form target with an empty path (`http://a?x`, or an HTTP/2 `:path`
+        // of `?x`) goes on in origin form with the path `/` (RFC 9112 §3.2.1).
+        let no_path = req
+            .uri()
+            .path_and_query()
+            .is_some_and(|pq| pq.as_str().starts_with('?'));
         let normal = match crate::request::path::normalize(req.uri().path(), policy) {
-            Ok(None) => return Ok(()),
+            Ok(None) if !no_path => return Ok(()),
+            Ok(None) => "/".to_owned(),
             Ok(Some(normal)) => normal,
             Err(why) => {
                 self.done.entry.refused = Some(why.name());

@@ -341,3 +341,45 @@ cert = {{ sans = ["DNS:alice.clients.test"] }}
         .collect();
     assert!(underscored.is_empty(), "{underscored:?}");
 }
+
+/// Trailer fields of a request never reach the origin: they come after every decision, so a
+/// client could put a second `Authorization`, its own `X-Auth-Subject` or `X-Forwarded-For`
+/// there for an origin that merges trailers into the head. Dropped as NGINX drops them, over
+/// HTTP/1.1 (chunked) and HTTP/2 (a trailing HEADERS frame); the body still arrives whole.
+#[tokio::test]
+async fn request_trailers_never_reach_the_origin() {
+    let origin = Origin::start("o").await;
+    let asked = Arc::new(AtomicUsize::new(0));
+    let gw = gateway(origin.addr, auth_service(asked).await).await;
+    let addr = gw.addr("web");
+    let raw = "POST /api/trailers HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer good\r\n\
+               Transfer-Encoding: chunked\r\nTE: trailers\r\nConnection: close\r\n\r\n\
+               3\r\nabc\r\n0\r\nX-Auth-Subject: mallory\r\nAuthorization: Bearer evil\r\n\
+               X-Forwarded-For: 6.6.6.6\r\n\r\n";
+    let got = raw_exchange(addr, raw.as_bytes(), std::time::Duration::from_secs(10)).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(got.ends_with("none 3"), "the origin got trailers: {got}");
+
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-auth-subject", "mallory".parse().unwrap());
+    trailers.insert("authorization", "Bearer evil".parse().unwrap());
+    let frames = vec![
+        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from_static(b"abc"))),
+        Ok(hyper::body::Frame::trailers(trailers)),
+    ];
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+    let req = http::Request::post("http://api.test/api/trailers")
+        .header("authorization", "Bearer good")
+        .body(body)
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let got = collect(sender.send_request(req).await.unwrap()).await;
+    assert_eq!((got.status, got.body.as_str()), (200, "none 3"));
+}

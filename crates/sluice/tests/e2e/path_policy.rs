@@ -388,6 +388,19 @@ async fn the_origin_gets_the_normalized_path_unless_the_route_asks_for_the_origi
     // The query goes on as it came: only the path is normalized.
     let got = http1_get(addr, "a.test", "/echo/./x?q=%2e%2e/a").await;
     assert_eq!(got.body, "/echo/x?q=%2e%2e/a");
+    // An absolute-form target with an empty path goes on in origin form, path `/`.
+    let (s, body) = h1(addr, "http://a.test?/admin/x").await;
+    assert_eq!((s, body.as_str()), (200, "public /"));
+    // A host an origin could read as another (userinfo, a list, an encoding) is refused.
+    for host in ["a@a.test", "a.test,admin.test", "a%2etest", ".a.test"] {
+        let got = raw_exchange(
+            addr,
+            format!("GET /x HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert!(got.starts_with("HTTP/1.1 400"), "{host}: {got}");
+    }
     let before = o.public.hits() + o.admin.hits();
     for bad in ["/../x", "/a/%2e%2e/..%2F", "/a%zz", "/a%2Fb"] {
         let (s, _) = h1(addr, bad).await;

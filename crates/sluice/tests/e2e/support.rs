@@ -194,6 +194,22 @@ async fn origin_respond(
                     .collect::<Vec<u8>>(),
             )
         }
+        // The request's trailer fields as this origin received them (`none` without any),
+        // then the body's length.
+        "/trailers" => {
+            let collected = req.into_body().collect().await.ok();
+            let trailers = collected.as_ref().and_then(|c| c.trailers()).map_or_else(
+                || "none".to_owned(),
+                |t| {
+                    t.iter()
+                        .map(|(k, v)| format!("{k}={}", String::from_utf8_lossy(v.as_bytes())))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                },
+            );
+            let n = collected.map_or(0, |c| c.to_bytes().len());
+            text(format!("{trailers} {n}"))
+        }
         "/upload" => {
             let n = req
                 .into_body()
