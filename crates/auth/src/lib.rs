@@ -225,6 +225,19 @@ impl Authenticator {
         claims.chain(forwarded)
     }
 
+    /// The request headers other than `Authorization` that carry the route's credential (the
+    /// API key's header, a JWT's `token_from = "header:NAME"`): a request with two of one is
+    /// refused, as with two `Authorization` fields, where the gateway would verify one and
+    /// the origin might read the other.
+    pub fn credential_headers(&self) -> impl Iterator<Item = &str> {
+        let key = self.config.keys.iter().map(|k| k.header.as_str());
+        let token = self.config.jwt.iter().filter_map(|j| match &j.token_from {
+            sluice_config::TokenSource::Part(sluice_config::HashKey::Header(h)) => Some(h.as_str()),
+            _ => None,
+        });
+        key.chain(token)
+    }
+
     /// The names of the route's API keys; `None` without `keys`.
     pub fn key_names(&self) -> Option<Vec<String>> {
         Some(self.keys.as_ref()?.current().0.names())

@@ -360,6 +360,13 @@ impl<'a> RequestCtx<'a> {
         auth: &sluice_auth::Authenticator,
         req: &mut Request<ClientBody>,
     ) -> Flow<Arc<str>> {
+        if auth
+            .credential_headers()
+            .any(|h| req.headers().get_all(h).iter().nth(1).is_some())
+        {
+            self.done.entry.refused = Some("duplicate_credential");
+            return Err(Stop::Fail(Failure::BadRequest));
+        }
         let (parts, uri) = (req.headers(), req.uri());
         let part =
             |k: &sluice_config::HashKey| crate::upstreams::request_key::key_value(k, uri, parts);

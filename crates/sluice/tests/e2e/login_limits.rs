@@ -331,3 +331,21 @@ async fn a_query_key_is_masked_in_the_logs_and_kept_from_the_origin() {
         ]
     );
 }
+
+/// Two copies of the header that carries the route's key are refused with 400 before either
+/// is checked (the gateway would verify one and the origin might read the other), as two
+/// `Authorization` fields are; one good copy passes.
+#[tokio::test]
+async fn two_key_headers_are_refused_before_either_is_checked() {
+    let origin = Origin::start("o").await;
+    let gw = keyed_gateway(&origin).await;
+    let web = gw.addr("http");
+    let good = ("x-api-key", "GOOD-KEY-0123456789");
+    let got = crate::auth::get(web, "/echo/one", &[good]).await;
+    assert_eq!((got.status, got.body.as_str()), (200, "/echo/one"));
+    for second in ["GOOD-KEY-0123456789", "WRONG-KEY-987654321"] {
+        let got = crate::auth::get(web, "/echo/two", &[good, ("x-api-key", second)]).await;
+        assert_eq!(got.status, 400, "{second}");
+    }
+    assert_eq!(origin.hits(), 1, "no request with two keys went upstream");
+}
