@@ -46,7 +46,7 @@ pub(crate) fn fmt_g14(n: f64) -> String {
 #[derive(Clone, Copy)]
 struct Options {
     empty_table_as_object: bool,
-    /// The most bytes the text may come to (`crate::api::resp::output_limit`).
+    /// The most bytes the text may come to (`crate::output::output_limit`).
     limit: usize,
 }
 
@@ -218,7 +218,7 @@ fn module(lua: &Lua, safe: bool) -> mlua::Result<Table> {
             let mut out = Vec::new();
             let opts = Options {
                 empty_table_as_object: flag.load(std::sync::atomic::Ordering::Relaxed),
-                limit: crate::api::resp::output_limit(lua),
+                limit: crate::output::output_limit(lua),
             };
             // One value on success, as lua-cjson (`ngx.say(cjson.encode(t))` prints it alone).
             match encode(&mut out, &v, opts, 0) {

@@ -22,6 +22,7 @@ mod current;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 mod guard;
+mod output;
 mod re;
 mod runner;
 mod shared;

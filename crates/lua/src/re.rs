@@ -213,7 +213,7 @@ fn substitute(
         Err(e) => return Ok(Err(e)),
     };
     let utf = opts.contains(['u', 'U']);
-    let limit = crate::api::resp::output_limit(lua);
+    let limit = crate::output::output_limit(lua);
     let past_limit = || mlua::Error::runtime(format!("{PAST_LIMIT} ({limit} bytes)"));
     let (mut out, mut from, mut last, mut n) = (Vec::with_capacity(subject.len()), 0, 0, 0);
     loop {

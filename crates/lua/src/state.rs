@@ -140,7 +140,7 @@ impl State {
         let limited = lua.set_memory_limit(max_memory).is_ok();
         lua.set_app_data(Outside(std::cell::Cell::new("init")));
         lua.set_app_data(WorkerId(worker));
-        lua.set_app_data(crate::api::resp::OutputLimit(max_memory));
+        lua.set_app_data(crate::output::OutputLimit(max_memory));
         let budget =
             budgeted.then(|| Budget::new(settings.max_instructions, lua.current_thread().state()));
         let over = budget

@@ -56,22 +56,8 @@ const STATUSES: [(&str, i64); 33] = [
     ("HTTP_GATEWAY_TIMEOUT", 504),
 ];
 
-/// Appends the values of `ngx.say`/`ngx.print` as lua-nginx-module writes them: strings and
-/// numbers as they are, nil as `nil`, booleans, `ngx.null` as `null`, tables (arrays) item
-/// by item.
-/// The most bytes a call's output may come to (`ngx.say`, `ngx.print`, `ngx.arg[1]`): the
-/// state's `[lua] max_memory` ([`OutputLimit`]), as the output is held outside the state's
-/// allocator. A nested table repeats its strings, so one call's arguments can make far more
-/// bytes than the state holds.
-pub(crate) struct OutputLimit(pub(crate) usize);
-
-/// The state's output limit (none where the state sets none: tests' bare states).
-pub(crate) fn output_limit(lua: &Lua) -> usize {
-    lua.app_data_ref::<OutputLimit>()
-        .map_or(usize::MAX, |l| l.0)
-}
-
-/// Appends `bytes` to `out` within `limit`, else a Lua error (the request's 500).
+/// Appends `bytes` to `out` within `limit` (`crate::output`), else a Lua error (the
+/// request's 500).
 fn put(out: &mut Vec<u8>, bytes: &[u8], limit: usize) -> mlua::Result<()> {
     if bytes.len() > limit.saturating_sub(out.len()) {
         return Err(mlua::Error::runtime(format!(
@@ -82,6 +68,9 @@ fn put(out: &mut Vec<u8>, bytes: &[u8], limit: usize) -> mlua::Result<()> {
     Ok(())
 }
 
+/// Appends the values of `ngx.say`/`ngx.print` as lua-nginx-module writes them: strings and
+/// numbers as they are, nil as `nil`, booleans, `ngx.null` as `null`, tables (arrays) item
+/// by item.
 fn write_values(
     out: &mut Vec<u8>,
     values: &MultiValue,
@@ -299,7 +288,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
 fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let writer = |newline: bool| {
         move |lua: &Lua, values: MultiValue| {
-            let limit = output_limit(lua);
+            let limit = crate::output::output_limit(lua);
             with_view(|v| {
                 if !matches!(v.phase, LuaPhase::Rewrite | LuaPhase::Access) {
                     return Err(disabled(v.phase));
@@ -427,7 +416,7 @@ fn install_arg(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             lua,
             "ngx.arg.__newindex",
             |lua, (_, i, value): (Table, i64, Value)| {
-                let limit = output_limit(lua);
+                let limit = crate::output::output_limit(lua);
                 with_view(|v| {
                     if v.phase != LuaPhase::BodyFilter {
                         return Err(disabled(v.phase));

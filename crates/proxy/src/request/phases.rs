@@ -574,10 +574,7 @@ fn strip_query_credentials(req: &mut Request<ClientBody>, names: &[String]) {
     else {
         return;
     };
-    let target = match kept.as_str() {
-        "" => uri.path().to_owned(),
-        kept => format!("{}?{kept}", uri.path()),
-    };
+    let target = with_query(uri.path(), &kept);
     let mut parts = uri.clone().into_parts();
     // Arguments removed from a valid target leave a valid one.
     parts.path_and_query = http::uri::PathAndQuery::try_from(target).ok();
@@ -590,10 +587,7 @@ fn strip_query_credentials(req: &mut Request<ClientBody>, names: &[String]) {
         .map(|pq| pq.path().to_owned());
     *req.uri_mut() = stripped;
     if let Some(path) = original {
-        let target = match kept.as_str() {
-            "" => path,
-            kept => format!("{path}?{kept}"),
-        };
+        let target = with_query(&path, &kept);
         let normalized = req.uri().path_and_query().cloned();
         if let (Ok(sent), Some(normalized), Some(slot)) = (
             http::uri::PathAndQuery::try_from(target),
@@ -604,6 +598,14 @@ fn strip_query_credentials(req: &mut Request<ClientBody>, names: &[String]) {
             slot.original = sent;
             slot.normalized = normalized;
         }
+    }
+}
+
+/// `path` with the query `kept` (none when it is empty).
+fn with_query(path: &str, kept: &str) -> String {
+    match kept {
+        "" => path.to_owned(),
+        kept => format!("{path}?{kept}"),
     }
 }
 

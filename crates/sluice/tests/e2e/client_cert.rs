@@ -5,7 +5,7 @@
 //! upstream, `X-Forwarded-Client-Cert` (a client's forged one removed), and a resumed
 //! session keeping its identity.
 
-use crate::differential::{Child, binary, wait_listening};
+use crate::differential::{Child, nginx_with, wait_listening};
 use crate::support::*;
 use bytes::Bytes;
 use http_body_util::Full;
@@ -70,21 +70,8 @@ openssl x509 -req -in mallory.csr -CA other.crt -CAkey other.key -CAcreateserial
 
 fn start_nginx(d: &Path, port: u16, origin: SocketAddr) -> Child {
     let dir = d.display();
-    let conf = format!(
+    let servers = format!(
         r#"
-daemon off;
-master_process off;
-worker_processes 1;
-error_log {dir}/nginx-error.log warn;
-pid {dir}/nginx.pid;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/nginx-body;
-    proxy_temp_path {dir}/nginx-proxy;
-    fastcgi_temp_path {dir}/nginx-fcgi;
-    uwsgi_temp_path {dir}/nginx-uwsgi;
-    scgi_temp_path {dir}/nginx-scgi;
     server {{
         listen 127.0.0.1:{port} ssl;
         ssl_certificate {dir}/server.crt;
@@ -93,21 +80,9 @@ http {{
         ssl_crl {dir}/ca.crl;
         ssl_verify_client on;
         location / {{ proxy_pass http://{origin}; }}
-    }}
-}}
-"#
+    }}"#
     );
-    let path = d.join("nginx.conf");
-    std::fs::write(&path, conf).unwrap();
-    let child = std::process::Command::new(binary("nginx"))
-        .arg("-c")
-        .arg(&path)
-        .arg("-p")
-        .arg(d)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("nginx starts");
-    Child(child)
+    nginx_with(d, &servers, false, "warn")
 }
 
 /// What one request over TLS got.

@@ -322,7 +322,7 @@ master_process off;
 worker_processes 1;
 error_log {d}/nginx-error.log {log_level};
 pid {d}/nginx.pid;
-events {{ worker_connections 64; }}
+events {{ worker_connections 256; }}
 http {{
     access_log off;
     client_body_temp_path {d}/nginx-body;
@@ -348,22 +348,8 @@ http {{
 }
 
 fn start_nginx(dir: &Path, port: u16, origin: SocketAddr) -> Child {
-    let d = dir.display();
-    let conf = format!(
+    let servers = format!(
         r#"
-daemon off;
-master_process off;
-worker_processes 1;
-error_log {d}/nginx-error.log warn;
-pid {d}/nginx.pid;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
-    client_body_temp_path {d}/nginx-body;
-    proxy_temp_path {d}/nginx-proxy;
-    fastcgi_temp_path {d}/nginx-fcgi;
-    uwsgi_temp_path {d}/nginx-uwsgi;
-    scgi_temp_path {d}/nginx-scgi;
     upstream o {{ server {origin}; keepalive 8; }}
     server {{
         listen 127.0.0.1:{port};
@@ -375,21 +361,9 @@ http {{
             # The client half-closes after its request: finish the exchange regardless.
             proxy_ignore_client_abort on;
         }}
-    }}
-}}
-"#
+    }}"#
     );
-    let path = dir.join("nginx.conf");
-    std::fs::write(&path, conf).unwrap();
-    let child = std::process::Command::new(binary("nginx"))
-        .arg("-c")
-        .arg(&path)
-        .arg("-p")
-        .arg(dir)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("nginx starts");
-    Child(child)
+    nginx_with(dir, &servers, false, "warn")
 }
 
 fn start_haproxy(dir: &Path, port: u16, origin: SocketAddr) -> Child {
