@@ -29,6 +29,8 @@ pub enum LuaPhase {
     Rewrite,
     /// Last in `access`.
     Access,
+    /// After `access`: the script's output is the response (OpenResty's `content_by_lua`).
+    Content,
     /// The response's head.
     HeaderFilter,
     /// Each piece of the response's body.
@@ -39,9 +41,10 @@ pub enum LuaPhase {
 
 impl LuaPhase {
     /// Every phase, in request order.
-    pub const ALL: [LuaPhase; 5] = [
+    pub const ALL: [LuaPhase; 6] = [
         LuaPhase::Rewrite,
         LuaPhase::Access,
+        LuaPhase::Content,
         LuaPhase::HeaderFilter,
         LuaPhase::BodyFilter,
         LuaPhase::Log,
@@ -52,6 +55,7 @@ impl LuaPhase {
         match self {
             LuaPhase::Rewrite => "rewrite",
             LuaPhase::Access => "access",
+            LuaPhase::Content => "content",
             LuaPhase::HeaderFilter => "header_filter",
             LuaPhase::BodyFilter => "body_filter",
             LuaPhase::Log => "log",
@@ -66,6 +70,8 @@ pub struct RouteLua {
     pub rewrite: Option<LuaCode>,
     /// Last in phase `access`.
     pub access: Option<LuaCode>,
+    /// After phase `access`: answers the request instead of an upstream.
+    pub content: Option<LuaCode>,
     /// On the upstream response's head.
     pub header_filter: Option<LuaCode>,
     /// On each piece of the upstream response's body.
@@ -80,6 +86,7 @@ impl RouteLua {
         match phase {
             LuaPhase::Rewrite => self.rewrite.as_ref(),
             LuaPhase::Access => self.access.as_ref(),
+            LuaPhase::Content => self.content.as_ref(),
             LuaPhase::HeaderFilter => self.header_filter.as_ref(),
             LuaPhase::BodyFilter => self.body_filter.as_ref(),
             LuaPhase::Log => self.log.as_ref(),

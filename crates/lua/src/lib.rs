@@ -38,7 +38,7 @@ pub use view::{Facts, View};
 pub use wait::{Fetched, Fetcher, Outbound};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode};
+use http::{HeaderMap, Method, Request, StatusCode, Uri, Version, header};
 use sluice_config::{LuaCode, LuaPhase, LuaSettings, Route};
 use state::{Ended, State, Step};
 use stats::ScriptStats;
@@ -64,7 +64,7 @@ pub struct LuaRuntime {
 #[derive(Debug)]
 pub struct RouteScripts {
     route: Arc<str>,
-    at: [Option<(usize, Arc<ScriptStats>)>; 5],
+    at: [Option<(usize, Arc<ScriptStats>)>; 6],
     states: Box<[Arc<State>]>,
 }
 
@@ -127,9 +127,10 @@ fn phase_index(phase: LuaPhase) -> usize {
     match phase {
         LuaPhase::Rewrite => 0,
         LuaPhase::Access => 1,
-        LuaPhase::HeaderFilter => 2,
-        LuaPhase::BodyFilter => 3,
-        LuaPhase::Log => 4,
+        LuaPhase::Content => 2,
+        LuaPhase::HeaderFilter => 3,
+        LuaPhase::BodyFilter => 4,
+        LuaPhase::Log => 5,
     }
 }
 
@@ -220,6 +221,34 @@ pub fn check(settings: &Arc<LuaSettings>, routes: &[Arc<Route>]) -> Option<Strin
     let dicts = shared::dictionaries(&settings.shared_dicts);
     let code: Vec<LuaCode> = scripts.into_iter().map(|(_, _, c)| c).collect();
     State::new(settings, &dicts, &code, 0).err()
+}
+
+/// What `sluice check` warns about in the configuration's scripts: each call of a part of
+/// lua-nginx-module's API that Sluice does not have (a scan of the text: a name in a
+/// comment counts too, so it is a warning; the call raises at request time).
+pub fn warnings(settings: &LuaSettings, routes: &[Arc<Route>]) -> Vec<String> {
+    let init = settings
+        .init
+        .iter()
+        .map(|c| ("[lua] init".to_owned(), c.clone()));
+    let scripts = scripts_of(routes).into_iter().map(|(route, phase, code)| {
+        (
+            format!("route `{route}` [route.lua] {}", phase.name()),
+            code,
+        )
+    });
+    init.chain(scripts)
+        .flat_map(|(at, code)| {
+            api::compat::unsupported_in(&code.source)
+                .into_iter()
+                .map(move |name| {
+                    format!(
+                        "{}: {at} calls {name}, which Sluice does not have: it raises an error when reached (docs/lua.md lists the API)",
+                        code.file()
+                    )
+                })
+        })
+        .collect()
 }
 
 thread_local! {
@@ -435,6 +464,44 @@ impl RequestLua {
         outcome(ended, view)
     }
 
+    /// The request's method, target and version for a route whose scripts all run after
+    /// the request phases (`header_filter`, `body_filter`, `log`): copied once, at the
+    /// request's start, as no request phase moves them into the view.
+    pub fn keep_head(&self, method: &Method, uri: &Uri, version: Version) {
+        let mut view = self.view();
+        view.method.clone_from(method);
+        view.uri.clone_from(uri);
+        view.version = version;
+    }
+
+    /// The request's headers for the `log` script (`ngx.var.http_*` there), copied once
+    /// the response's head is on its way.
+    pub fn keep_for_log(&self, request_headers: &HeaderMap) {
+        self.view().headers.clone_from(request_headers);
+    }
+
+    /// The response headers a request phase's script set (`ngx.header`) on a request that
+    /// then went on: added to the response, as NGINX keeps them beside the upstream's
+    /// fields; the upstream's `Content-Type` and `Content-Length` win, as in NGINX.
+    pub fn add_script_headers(&self, headers: &mut HeaderMap) {
+        let mut view = self.view();
+        if view.response_headers.is_empty() {
+            return;
+        }
+        let set = std::mem::take(&mut view.response_headers);
+        drop(view);
+        let mut name = None;
+        for (n, value) in set {
+            if let Some(n) = n {
+                let upstream_wins = n == header::CONTENT_TYPE || n == header::CONTENT_LENGTH;
+                name = (!upstream_wins || !headers.contains_key(&n)).then_some(n);
+            }
+            if let Some(n) = &name {
+                headers.append(n.clone(), value);
+            }
+        }
+    }
+
     /// Phase `header_filter`: the response's status and head, which the script may change;
     /// `false` when it failed (the response becomes a 500).
     pub fn run_header_filter(
@@ -496,27 +563,62 @@ async fn wait<F: Fetcher>(pending: Pending, fetcher: &F, stats: &ScriptStats) ->
     }
 }
 
-/// What a request phase's call comes to.
+/// The page NGINX sends for `ngx.exit(status)` or `ngx.redirect` without output (its
+/// `ngx_http_error_pages`, signed `sluice`): scripts and their clients that look for the
+/// status's words in the body find them.
+fn error_page(status: StatusCode) -> Vec<u8> {
+    let line = format!(
+        "{} {}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    );
+    format!(
+        "<html>\r\n<head><title>{line}</title></head>\r\n<body>\r\n<center><h1>{line}</h1></center>\r\n<hr><center>sluice</center>\r\n</body>\r\n</html>\r\n"
+    )
+    .into_bytes()
+}
+
+/// What a request phase's call comes to, as lua-nginx-module's `ngx_http_lua_handle_exit`
+/// decides it: an answer once the script sent its head (output, `ngx.flush`) or ran in
+/// `content`; `ngx.exit(2xx)` answers with `ngx.status` where the script set one, and
+/// `ngx.exit(3xx-5xx, 204)` before output with that status; after output the status sent
+/// stays. `ngx.exit(ngx.OK)` (or a return) in `rewrite`/`access` goes on.
 fn outcome(ended: Ended, view: &mut View) -> Outcome {
-    match ended {
-        Ended::Failed(_) | Ended::Stopped => Outcome::Failed,
-        Ended::Exit(status) if status < 0 => Outcome::Failed,
-        Ended::Exit(status) if status < 200 && view.output.is_empty() => Outcome::Continue,
-        Ended::Returned if view.output.is_empty() => Outcome::Continue,
-        ended => {
-            let status = match ended {
-                Ended::Exit(s) if s >= 200 => u16::try_from(s).unwrap_or(500),
-                _ if view.status >= 200 => view.status,
-                _ => 200,
-            };
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-            Outcome::Respond(
-                status,
-                std::mem::take(&mut view.response_headers),
-                std::mem::take(&mut view.output).into(),
-            )
+    let sent_status = if view.status >= 200 { view.status } else { 200 };
+    let status = match ended {
+        Ended::Failed(_) | Ended::Stopped => return Outcome::Failed,
+        Ended::Exit(s) if s < 0 => return Outcome::Failed,
+        _ if view.header_sent => sent_status,
+        Ended::Exit(s) if s >= 300 || s == 204 => {
+            let status = u16::try_from(s)
+                .ok()
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            if status.as_u16() != 304 && status.as_u16() >= 300 {
+                view.output = error_page(status);
+                view.response_headers.insert(
+                    header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/html"),
+                );
+            }
+            status.as_u16()
         }
-    }
+        Ended::Exit(s) if s >= 200 => {
+            if view.status >= 200 {
+                view.status
+            } else {
+                u16::try_from(s).unwrap_or(500)
+            }
+        }
+        _ if view.phase == LuaPhase::Content => sent_status,
+        _ => return Outcome::Continue,
+    };
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    Outcome::Respond(
+        status,
+        std::mem::take(&mut view.response_headers),
+        std::mem::take(&mut view.output).into(),
+    )
 }
 
 #[cfg(test)]

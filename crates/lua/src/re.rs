@@ -2,7 +2,7 @@
 //! lua-nginx-module's options, captures (numbered, named, `false` for a group that did not
 //! take part) and replacement templates (`$0`, `$1`, `${1}`, `$$`).
 
-use mlua::{Function, Lua, LuaString, Table, Value};
+use mlua::{Function, Lua, LuaString, MultiValue, Table, Value};
 use pcre2::bytes::{Regex, RegexBuilder};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -16,6 +16,17 @@ pub(crate) struct RegexCache(RefCell<HashMap<(String, String), Arc<Regex>>>);
 /// At most this many compiled expressions per state (`lua_regex_cache_max_entries`).
 const CACHE_MAX: usize = 1024;
 
+/// `pattern` compiled with `opts` for `subject`: under `u` a subject that is not UTF-8 is
+/// an error, as PCRE's check makes it in NGINX (`U` skips the check there; PCRE2 matches
+/// such a subject safely here, as not matching).
+fn compile_for(lua: &Lua, pattern: &str, opts: &str, subject: &[u8]) -> Result<Arc<Regex>, String> {
+    let re = compile(lua, pattern, opts)?;
+    if opts.contains('u') && std::str::from_utf8(subject).is_err() {
+        return Err("pcre_exec() failed: -10".to_owned());
+    }
+    Ok(re)
+}
+
 /// `pattern` compiled with `opts` (lua-nginx-module's letters), from the state's cache.
 fn compile(lua: &Lua, pattern: &str, opts: &str) -> Result<Arc<Regex>, String> {
     let key = (pattern.to_owned(), opts.to_owned());
@@ -27,17 +38,20 @@ fn compile(lua: &Lua, pattern: &str, opts: &str) -> Result<Arc<Regex>, String> {
     let mut b = RegexBuilder::new();
     b.jit_if_available(true);
     let mut anchored = false;
+    let mut dup_names = false;
     for c in opts.chars() {
         match c {
             'i' => drop(b.caseless(true)),
             'm' => drop(b.multi_line(true)),
             's' => drop(b.dotall(true)),
             'x' => drop(b.extended(true)),
-            // `U` skips PCRE's UTF-8 check in NGINX; PCRE2 checks cheaply, so both check.
-            'u' | 'U' => drop(b.utf(true).ucp(true)),
+            // UTF-8 without Unicode properties, as lua-nginx-module compiles it: `\w`,
+            // `\d` and `[[:alpha:]]` stay ASCII. `u` checks the subject (`utf8_error`).
+            'u' | 'U' => drop(b.utf(true)),
             'a' => anchored = true,
-            // Compile once, JIT, duplicate names: what Sluice does anyway.
-            'o' | 'j' | 'D' => {}
+            // Compile once, JIT: what Sluice does anyway.
+            'o' | 'j' => {}
+            'D' => dup_names = true,
             'd' => return Err("the DFA matcher (option d) is not supported".to_owned()),
             'J' => return Err("JavaScript compatibility (option J) is not supported".to_owned()),
             other => return Err(format!("unknown flag \"{other}\" (flags \"{opts}\")")),
@@ -47,6 +61,12 @@ fn compile(lua: &Lua, pattern: &str, opts: &str) -> Result<Arc<Regex>, String> {
         format!("\\G(?:{pattern})")
     } else {
         pattern.to_owned()
+    };
+    // PCRE2_DUPNAMES has no builder switch: its inline form.
+    let source = if dup_names {
+        format!("(?J){source}")
+    } else {
+        source
     };
     let re = Arc::new(
         b.build(&source)
@@ -208,7 +228,7 @@ fn substitute(
     opts: &str,
     all: bool,
 ) -> mlua::Result<Result<(Vec<u8>, usize), String>> {
-    let re = match compile(lua, pattern, opts) {
+    let re = match compile_for(lua, pattern, opts, subject) {
         Ok(re) => re,
         Err(e) => return Ok(Err(e)),
     };
@@ -276,11 +296,11 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         crate::guard::function(lua, "ngx.re.match", 
             |lua, (subject, pattern, opts, ctx): (LuaString, String, Option<String>, Option<Table>)| {
                 let opts = opts.unwrap_or_default();
-                let compiled = match compile(lua, &pattern, &opts) {
+                let subject = subject.as_bytes();
+                let compiled = match compile_for(lua, &pattern, &opts, &subject) {
                     Ok(r) => r,
                     Err(e) => return Ok((Value::Nil, Some(e))),
                 };
-                let subject = subject.as_bytes();
                 match match_at(&compiled, &subject, ctx_start(&ctx)?) {
                     Ok(Some(g)) => {
                         if let (Some(c), Some((_, e))) = (&ctx, g[0]) {
@@ -308,11 +328,11 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                 Option<usize>,
             )| {
                 let opts = opts.unwrap_or_default();
-                let compiled = match compile(lua, &pattern, &opts) {
+                let subject = subject.as_bytes();
+                let compiled = match compile_for(lua, &pattern, &opts, &subject) {
                     Ok(r) => r,
                     Err(e) => return Ok((None, None, Some(e))),
                 };
-                let subject = subject.as_bytes();
                 match match_at(&compiled, &subject, ctx_start(&ctx)?) {
                     Ok(Some(g)) => {
                         if let (Some(c), Some((_, e))) = (&ctx, g[0]) {
@@ -362,35 +382,35 @@ fn gmatch(lua: &Lua) -> mlua::Result<Function> {
         "ngx.re.gmatch",
         |lua, (subject, pattern, opts): (LuaString, String, Option<String>)| {
             let opts = opts.unwrap_or_default();
-            let compiled = match compile(lua, &pattern, &opts) {
+            let subject = subject.as_bytes().to_vec();
+            let compiled = match compile_for(lua, &pattern, &opts, &subject) {
                 Ok(r) => r,
                 Err(e) => return Ok((Value::Nil, Some(e))),
             };
             let utf = opts.contains(['u', 'U']);
-            let subject = subject.as_bytes().to_vec();
             let from = std::cell::Cell::new(Some(0usize));
             let iter =
                 crate::guard::function_mut(lua, "ngx.re.gmatch iterator", move |lua, ()| {
+                    // A finished iterator returns one nil, as lua-nginx-module's.
                     let Some(at) = from.get() else {
-                        return Ok((Value::Nil, None));
+                        return Ok(MultiValue::from_vec(vec![Value::Nil]));
                     };
                     match match_at(&compiled, &subject, at) {
                         Ok(Some(g)) => {
                             let (s, e) = g[0].unwrap_or((at, at));
                             let next = next_from(&subject, s, e, utf);
                             from.set((next <= subject.len()).then_some(next));
-                            Ok((
-                                Value::Table(captures_table(lua, &compiled, &subject, &g)?),
-                                None,
-                            ))
+                            let m = captures_table(lua, &compiled, &subject, &g)?;
+                            Ok(MultiValue::from_vec(vec![Value::Table(m)]))
                         }
                         Ok(None) => {
                             from.set(None);
-                            Ok((Value::Nil, None))
+                            Ok(MultiValue::from_vec(vec![Value::Nil]))
                         }
                         Err(e) => {
                             from.set(None);
-                            Ok((Value::Nil, Some(e)))
+                            let e = Value::String(lua.create_string(e)?);
+                            Ok(MultiValue::from_vec(vec![Value::Nil, e]))
                         }
                     }
                 })?;

@@ -160,7 +160,9 @@ rewrite = 'return ngx.redirect("/elsewhere", 301)'
         Outcome::Respond(s, h, b) => {
             assert_eq!(s, 401);
             assert_eq!(h["www-authenticate"], "Bearer");
-            assert!(b.is_empty());
+            // NGINX's error page for the status.
+            assert_eq!(h["content-type"], "text/html");
+            assert!(String::from_utf8_lossy(&b).contains("<title>401 Unauthorized</title>"));
         }
         other => panic!("{other:?}"),
     }
@@ -593,11 +595,12 @@ header_filter = 'ngx.header["X-Late"] = tostring((pcall(ngx.req.set_header, "X-L
     ));
     assert_eq!(
         req.headers_mut()["x-out"],
-        "va,nil,false,true,false,true,nil,false,str,nil,true,nil,false,1.5,nil,\
-         true,nil,false,true,nil,true,nil,false,x,7,3.5,nil,false,nil,not a number,false,\
-         nil,not found,false,11,nil,false,1,nil,false,1,nil,nil,nil,false,0,nil,true"
+        "va,nil,true,false,true,true,nil,false,str,true,nil,false,1.5,true,nil,false,true,\
+         true,nil,false,x,7,3.5,nil,not a number,nil,not found,11,nil,false,1,nil,false,1,nil,\
+         true,0,true"
     );
-    assert_eq!(req.headers_mut()["x-under"], "u");
+    // `ngx.req.set_header` keeps `_` in a name, as lua-nginx-module does.
+    assert_eq!(req.headers_mut()["x_under"], "u");
     assert_eq!(req.headers_mut()["x-num"], "42");
     let list: Vec<_> = req.headers_mut().get_all("x-list").iter().collect();
     assert_eq!(list, ["a", "b"]);

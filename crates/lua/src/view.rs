@@ -60,6 +60,11 @@ pub struct View {
     pub response_headers: HeaderMap,
     /// What `ngx.say`/`ngx.print` wrote.
     pub output: Vec<u8>,
+    /// Whether the script's answer has "sent" its head (output, `ngx.flush`, `ngx.eof`):
+    /// `ngx.status` and `ngx.header` no longer change it, as in NGINX.
+    pub header_sent: bool,
+    /// Whether `ngx.eof` was called: later output is refused (`nil, "seen eof"`).
+    pub eof_seen: bool,
     /// `ngx.exit`'s status, once called.
     pub exit: Option<i64>,
     /// `body_filter`: the piece of body in hand (`ngx.arg[1]`) and whether it is the last
@@ -92,6 +97,8 @@ impl View {
             status: 0,
             response_headers: HeaderMap::new(),
             output: Vec::new(),
+            header_sent: false,
+            eof_seen: false,
             exit: None,
             chunk: None,
             eof: false,
@@ -109,6 +116,8 @@ impl View {
     pub(crate) fn begin(&mut self, phase: LuaPhase) {
         self.phase = phase;
         self.output.clear();
+        self.header_sent = false;
+        self.eof_seen = false;
         self.exit = None;
         self.chunk = None;
         self.eof = false;
@@ -116,14 +125,24 @@ impl View {
         self.failure = None;
     }
 
-    /// Whether the request's head may still change (`rewrite`, `access`).
+    /// Whether the request's head may still change (`rewrite`, `access`, `content`).
     pub fn request_writable(&self) -> bool {
-        matches!(self.phase, LuaPhase::Rewrite | LuaPhase::Access)
+        self.answers()
     }
 
-    /// Whether the response's head may still change (every phase before the body).
+    /// Whether the call may end the request with its own answer (output, `ngx.exit`,
+    /// `ngx.redirect`) and wait (`rewrite`, `access`, `content`).
+    pub fn answers(&self) -> bool {
+        matches!(
+            self.phase,
+            LuaPhase::Rewrite | LuaPhase::Access | LuaPhase::Content
+        )
+    }
+
+    /// Whether the response's head may still change (every phase before the body, until
+    /// the script's own output sends it).
     pub fn response_writable(&self) -> bool {
-        !matches!(self.phase, LuaPhase::BodyFilter | LuaPhase::Log)
+        !self.header_sent && !matches!(self.phase, LuaPhase::BodyFilter | LuaPhase::Log)
     }
 }
 

@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use sluice_config::{CertCache, DefaultConfigParams, ListenerKind, Snapshot, load_file};
 use sluice_control::{Controller, Source, Target, TargetFuture};
 use sluice_proxy::Gateway;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -44,7 +45,14 @@ pub(crate) fn check(path: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
         Ok(s) => {
-            println!(
+            for warning in sluice_lua::warnings(&s.lua, &s.routes) {
+                eprintln!("warning: {warning}");
+            }
+            // Written, not printed: `sluice check | head -1` closes the pipe early, which
+            // is no failure of the check.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(
+                out,
                 "{}: OK ({} listener(s), {} certificate(s), {} upstream(s), {} route(s))",
                 path.display(),
                 s.listeners.len(),
@@ -53,7 +61,8 @@ pub(crate) fn check(path: &Path) -> ExitCode {
                 s.routes.len()
             );
             let chain = sluice_tls::chain::Chain::of(&s);
-            println!(
+            let _ = writeln!(
+                out,
                 "private-key engines on this machine: {} ({})",
                 chain.names(),
                 chain.why

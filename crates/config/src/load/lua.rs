@@ -67,6 +67,7 @@ impl Cx<'_> {
         let lua = RouteLua {
             rewrite: self.lua_code(&at, "rewrite", r.rewrite.as_ref(), r.rewrite_file.as_ref()),
             access: self.lua_code(&at, "access", r.access.as_ref(), r.access_file.as_ref()),
+            content: self.lua_code(&at, "content", r.content.as_ref(), r.content_file.as_ref()),
             header_filter: self.lua_code(
                 &at,
                 "header_filter",
@@ -85,7 +86,7 @@ impl Cx<'_> {
             self.err_at(
                 raw,
                 format!("{at} has no script"),
-                "add one of rewrite, access, header_filter, body_filter, log (inline code) or the same with _file",
+                "add one of rewrite, access, content, header_filter, body_filter, log (inline code) or the same with _file",
             );
         }
         (self.errors.len() == before).then_some(lua)

@@ -115,15 +115,20 @@ impl Cx<'_> {
             listeners.push(l.get_ref().clone());
         }
         let answer = self.answer(&name, raw);
+        // A `[route.lua] content` script answers the request as `respond` does.
+        let content = raw.lua.as_ref().is_some_and(|l| {
+            let l = l.get_ref();
+            l.content.is_some() || l.content_file.is_some()
+        });
         let upstream = match &raw.upstream {
             None => {
-                ok &= answer.is_some();
+                ok &= answer.is_some() || content;
                 // A route with a misspelt key (`upstrem`) has had that reported already.
-                if answer.is_none() && !is_broken("route", &name) {
+                if answer.is_none() && !content && !is_broken("route", &name) {
                     self.err(
                         raw.name.span().start,
                         format!("route `{name}` has no upstream"),
-                        "add upstream = \"NAME\", or answer with redirect = { location = \"…\" } or respond = { status = 200 }",
+                        "add upstream = \"NAME\", or answer with redirect = { location = \"…\" }, respond = { status = 200 } or [route.lua] content",
                     );
                 }
                 None

@@ -41,6 +41,11 @@ pub struct RawRouteLua {
     pub access: Option<SpannedStr>,
     /// The same, from a file.
     pub access_file: Option<SpannedStr>,
+    /// After `access`: the script's output answers the request (`content_by_lua`); the
+    /// route then needs no upstream.
+    pub content: Option<SpannedStr>,
+    /// The same, from a file.
+    pub content_file: Option<SpannedStr>,
     /// On the response's head (`header_filter_by_lua`).
     pub header_filter: Option<SpannedStr>,
     /// The same, from a file.

@@ -1,6 +1,7 @@
 //! The `ngx` table: the OpenResty API subset Sluice gives scripts, with lua-nginx-module's
 //! names and semantics (docs/lua.md lists it, and what is left out and why).
 
+pub(crate) mod compat;
 pub(crate) mod outbound;
 pub(crate) mod req;
 pub(crate) mod resp;
@@ -24,12 +25,13 @@ use std::time::Duration;
 /// pass on the instruction budget's error (else a script could catch it and run on).
 const PRELUDE: &str = r#"
 local DONE_MARKER = ...
-local ngx, error, select = ngx, error, select
+local ngx, error, select, type = ngx, error, select, type
 local record_exit, record_redirect = ngx._record_exit, ngx._record_redirect
-local over_budget = ngx._over_budget
+local over_budget, error_text = ngx._over_budget, ngx._error_text
 rawset(ngx, "_record_exit", nil)
 rawset(ngx, "_record_redirect", nil)
 rawset(ngx, "_over_budget", nil)
+rawset(ngx, "_error_text", nil)
 local EXIT = setmetatable({}, { __tostring = function() return "ngx.exit" end })
 rawset(ngx, "exit", function(status)
     record_exit(status)
@@ -39,15 +41,29 @@ rawset(ngx, "redirect", function(uri, status)
     record_redirect(uri, status)
     error(EXIT, 0)
 end)
+-- An error a built-in function raised reaches the script as its message, a string, as
+-- lua-nginx-module's C functions raise theirs (mlua carries it as a userdata).
+local function plain(e)
+    if type(e) == "userdata" then return error_text(e) end
+    return e
+end
 local function pass(ok, ...)
-    if not ok and (select(1, ...) == EXIT or over_budget()) then
-        error((select(1, ...)), 0)
+    if not ok then
+        local e = ...
+        if e == EXIT or over_budget() then error(e, 0) end
+        if type(e) == "userdata" then return ok, error_text(e) end
     end
     return ok, ...
 end
 local raw_pcall, raw_xpcall, raw_resume = pcall, xpcall, coroutine.resume
 pcall = function(...) return pass(raw_pcall(...)) end
-xpcall = function(...) return pass(raw_xpcall(...)) end
+-- The message handler does not see `ngx.exit` nor the budget's stop: they go on past it.
+xpcall = function(f, handler, ...)
+    return pass(raw_xpcall(f, function(e)
+        if e == EXIT or over_budget() then return e end
+        return handler(plain(e))
+    end, ...))
+end
 coroutine.resume = function(...) return pass(raw_resume(...)) end
 
 -- The runners: coroutines that run calls of `rewrite` and `access` scripts, which may wait
@@ -103,9 +119,15 @@ pub(crate) fn install(
     ngx.set("shared", shared)?;
     install_process(lua, &ngx)?;
     install_timer(lua, &ngx, run_timer)?;
-    // Last: it sets `ngx`'s metatable (`ngx.status`, `ngx.ctx`).
+    // It sets `ngx`'s metatable (`ngx.status`, `ngx.ctx`).
     resp::install(lua, &ngx)?;
+    // Last: it stubs what is absent in the tables made above.
+    compat::install(lua, &ngx)?;
     ngx.raw_set("_over_budget", over_budget)?;
+    ngx.raw_set(
+        "_error_text",
+        crate::guard::function(lua, "ngx._error_text", |_, e: Value| Ok(error_text(&e)))?,
+    )?;
     ngx.raw_set(
         "_failed",
         crate::guard::function(lua, "ngx._failed", |_, e: Value| {
@@ -131,6 +153,25 @@ pub(crate) fn install(
         .set_name("=sluice")
         .call::<()>((pending, runners))?;
     Ok(new_runner)
+}
+
+/// The message of an error a Rust function raised, without mlua's wrapping (its
+/// traceback, "runtime error: "): what lua-nginx-module's C function would have raised.
+fn error_text(e: &Value) -> String {
+    fn innermost(e: &mlua::Error) -> String {
+        match e {
+            mlua::Error::CallbackError { cause, .. } => innermost(cause),
+            mlua::Error::RuntimeError(m) => m.clone(),
+            mlua::Error::WithContext { cause, .. } => innermost(cause),
+            other => other.to_string(),
+        }
+    }
+    match e {
+        Value::Error(e) => innermost(e),
+        other => other
+            .to_string()
+            .unwrap_or_else(|_| other.type_name().to_owned()),
+    }
 }
 
 /// `ngx.config`, `ngx.worker`, `ngx.get_phase`.

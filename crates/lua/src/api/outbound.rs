@@ -73,7 +73,13 @@ fn build(uri: &str, params: Option<&Table>, timeout_ms: Option<f64>) -> Result<O
     if let Value::Table(t) = get("headers") {
         for pair in t.pairs::<String, Value>() {
             let (name, value) = pair.map_err(|e| e.to_string())?;
-            crate::api::req::set_header(&mut headers, &name, &value).map_err(|e| e.to_string())?;
+            crate::api::req::set_header(
+                &mut headers,
+                &name,
+                crate::api::req::Underscores::Kept,
+                &value,
+            )
+            .map_err(|e| e.to_string())?;
         }
     }
     if !headers.contains_key(http::header::HOST) {
@@ -170,7 +176,7 @@ rawset(ngx, "_sleep", nil)
 local function may_wait(what)
     if runners[running() or false] then return end
     local phase = ngx.get_phase()
-    if phase ~= "rewrite" and phase ~= "access" then
+    if phase ~= "rewrite" and phase ~= "access" and phase ~= "content" then
         error("API disabled in the context of " .. phase .. (phase == "timer" and "" or "_by_lua*"), 3)
     end
     error(what .. " cannot wait inside a coroutine the script made itself (Sluice waits only in the script's own)", 3)

@@ -39,6 +39,15 @@ fn with_path_and_query(view: &mut View, path: &str, query: Option<&str>) -> mlua
     };
     let pq =
         PathAndQuery::try_from(pq).map_err(|e| mlua::Error::runtime(format!("bad URI: {e}")))?;
+    if view.facts.request_uri.is_none() {
+        // `ngx.var.request_uri` stays the client's target, as NGINX's `$request_uri`.
+        view.facts.request_uri = Some(
+            view.uri
+                .path_and_query()
+                .map_or("/", PathAndQuery::as_str)
+                .into(),
+        );
+    }
     let mut parts = std::mem::take(&mut view.uri).into_parts();
     parts.path_and_query = Some(pq);
     view.uri = Uri::from_parts(parts).map_err(|e| mlua::Error::runtime(format!("bad URI: {e}")))?;
@@ -58,29 +67,53 @@ pub(crate) fn set_query(view: &mut View, query: Option<&str>) -> mlua::Result<()
     with_path_and_query(view, &path, query.as_deref())
 }
 
-fn header_name(name: &str) -> mlua::Result<HeaderName> {
-    HeaderName::from_bytes(name.replace('_', "-").as_bytes())
+/// How a script's header name is spelled on the wire: as given (`ngx.req.set_header`,
+/// `resty.http`), or with `_` as `-` (`ngx.header.content_type`, lua-nginx-module's
+/// `lua_transform_underscores_in_response_headers`, on by default).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Underscores {
+    Kept,
+    AsDashes,
+}
+
+fn header_name(name: &str, underscores: Underscores) -> mlua::Result<HeaderName> {
+    let name = match underscores {
+        Underscores::Kept => name.to_owned(),
+        Underscores::AsDashes => name.replace('_', "-"),
+    };
+    // What a name may not hold is percent-escaped, as lua-nginx-module escapes it.
+    HeaderName::from_bytes(&escape(name.as_bytes(), name_byte))
         .map_err(|_| mlua::Error::runtime(format!("bad header name \"{name}\"")))
 }
 
-/// A header value from a script: a string or number; CR and LF refused (a script can never
-/// split a header into two).
-fn header_value(v: &Value) -> mlua::Result<HeaderValue> {
-    let bytes = crate::values::scalar_bytes(v)?;
-    HeaderValue::from_bytes(&bytes)
-        .map_err(|_| mlua::Error::runtime("bad header value: control characters are not allowed"))
+/// Bytes lua-nginx-module leaves as they are in a header name it is given (its
+/// `header_name` escape table): visible ASCII but separators.
+fn name_byte(b: u8) -> bool {
+    (0x21..0x7f).contains(&b) && !b"\"(),/:;<=>?@[\\]{}".contains(&b)
 }
 
-/// Sets (or with nil removes) `name` in `headers`; a table sets several values.
+/// A header value from a script: a string or number; control characters but tab
+/// percent-escaped (`a%0Ab`), as lua-nginx-module does: a script can never split a header
+/// into two.
+fn header_value(v: &Value) -> mlua::Result<HeaderValue> {
+    let bytes = crate::values::scalar_bytes(v)?;
+    HeaderValue::from_bytes(&escape(&bytes, |b| b == b'\t' || (b >= 0x20 && b != 0x7f)))
+        .map_err(|_| mlua::Error::runtime("bad header value"))
+}
+
+/// Sets (or with nil or `""` removes, as lua-nginx-module does) `name` in `headers`; a
+/// table sets several values.
 pub(crate) fn set_header(
     headers: &mut http::HeaderMap,
     name: &str,
+    underscores: Underscores,
     value: &Value,
 ) -> mlua::Result<()> {
-    let name = header_name(name)?;
+    let name = header_name(name, underscores)?;
     headers.remove(&name);
     match value {
         Value::Nil => {}
+        Value::String(s) if s.as_bytes().is_empty() => {}
         Value::Table(list) => {
             for v in list.sequence_values::<Value>() {
                 headers
@@ -122,6 +155,11 @@ unsafe extern "C-unwind" fn set_header_raw(l: *mut ffi::lua_State) -> c_int {
 
 /// Sets the header, if the call may and both are valid (else the slow path says why).
 fn set_fast(name: &[u8], value: &[u8]) -> bool {
+    // Names with `_` (kept as they are, unlike `ngx.var.http_*`'s) and empty values (a
+    // removal) take the slow path.
+    if name.contains(&b'_') || value.is_empty() {
+        return false;
+    }
     let (Some(name), Some(value)) = (
         crate::api::spellings::header_name(name),
         crate::api::spellings::header_value(value),
@@ -139,14 +177,19 @@ fn set_fast(name: &[u8], value: &[u8]) -> bool {
 }
 
 /// `ngx.req.get_headers()`'s table: lower-case names, a repeated header's values in a list,
-/// and (unless `raw`) a metatable that finds `Foo_Bar` as `foo-bar`.
-fn headers_table(lua: &Lua, max: usize, raw: bool) -> mlua::Result<Table> {
-    let pairs: Vec<(String, Vec<u8>)> = with_view(|v| {
-        Ok(v.headers
-            .iter()
-            .take(if max == 0 { usize::MAX } else { max })
-            .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
-            .collect())
+/// and (unless `raw`) a metatable that finds `Foo_Bar` as `foo-bar`; and whether `max` cut
+/// it short (`"truncated"`).
+fn headers_table(lua: &Lua, max: usize, raw: bool) -> mlua::Result<(Table, bool)> {
+    let max = if max == 0 { usize::MAX } else { max };
+    let (pairs, total): (Vec<(String, Vec<u8>)>, usize) = with_view(|v| {
+        Ok((
+            v.headers
+                .iter()
+                .take(max)
+                .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
+                .collect(),
+            v.headers.len(),
+        ))
     })?;
     let t = lua.create_table_with_capacity(0, pairs.len())?;
     for (k, v) in pairs {
@@ -161,7 +204,7 @@ fn headers_table(lua: &Lua, max: usize, raw: bool) -> mlua::Result<Table> {
         let meta: Table = lua.named_registry_value("sluice.headers_meta")?;
         t.set_metatable(Some(meta))?;
     }
-    Ok(t)
+    Ok((t, total > max))
 }
 
 /// Installs `ngx.req`.
@@ -187,7 +230,9 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             lua,
             "ngx.req.get_headers",
             |lua, (max, raw): (Option<usize>, Option<bool>)| {
-                headers_table(lua, max.unwrap_or(100), raw.unwrap_or(false))
+                let (headers, truncated) =
+                    headers_table(lua, max.unwrap_or(100), raw.unwrap_or(false))?;
+                Ok((headers, truncated.then_some("truncated")))
             },
         )?,
     )?;
@@ -199,7 +244,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                 if !v.request_writable() {
                     return Err(disabled(v.phase));
                 }
-                set_header(&mut v.headers, &name, &value)
+                set_header(&mut v.headers, &name, Underscores::Kept, &value)
             })
         },
     )?;
@@ -214,7 +259,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                 if !v.request_writable() {
                     return Err(disabled(v.phase));
                 }
-                set_header(&mut v.headers, &name, &Value::Nil)
+                set_header(&mut v.headers, &name, Underscores::Kept, &Value::Nil)
             })
         })?,
     )?;
@@ -252,7 +297,8 @@ fn install_uri(lua: &Lua, req: &Table) -> mlua::Result<()> {
         "get_uri_args",
         crate::guard::function(lua, "ngx.req.get_uri_args", |lua, max: Option<usize>| {
             let query = with_view(|v| Ok(v.uri.query().unwrap_or("").to_owned()))?;
-            decode_args(lua, query.as_bytes(), max.unwrap_or(100))
+            let (args, truncated) = decode_args(lua, query.as_bytes(), max.unwrap_or(100))?;
+            Ok((args, truncated.then_some("truncated")))
         })?,
     )?;
     req.set(

@@ -89,7 +89,9 @@ fn write_value(out: &mut Vec<u8>, v: &Value, depth: usize, limit: usize) -> mlua
         Value::Nil => put(out, b"nil", limit)?,
         Value::Boolean(b) => put(out, if *b { b"true" } else { b"false" }, limit)?,
         Value::LightUserData(p) if p.0.is_null() => put(out, b"null", limit)?,
-        Value::Number(_) | Value::Integer(_) => put(out, v.to_string()?.as_bytes(), limit)?,
+        Value::Number(_) | Value::Integer(_) => {
+            put(out, crate::values::number_text(v).as_bytes(), limit)?;
+        }
         Value::Table(t) if depth < 32 => {
             for item in t.clone().sequence_values::<Value>() {
                 write_value(out, &item?, depth + 1, limit)?;
@@ -233,7 +235,11 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             |lua, (_, k): (Table, LuaString)| match &*k.as_bytes() {
                 b"status" => with_view(|v| Ok(Value::Integer(i64::from(v.status)))),
                 b"ctx" => Ok(Value::Table(ctx(lua)?)),
-                b"headers_sent" => with_view(|v| Ok(Value::Boolean(!v.response_writable()))),
+                b"headers_sent" => with_view(|v| {
+                    Ok(Value::Boolean(
+                        v.header_sent || matches!(v.phase, LuaPhase::BodyFilter | LuaPhase::Log),
+                    ))
+                }),
                 b"is_subrequest" => Ok(Value::Boolean(false)),
                 _ => Ok(Value::Nil),
             },
@@ -246,16 +252,27 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             "ngx.__newindex",
             |lua, (t, k, value): (Table, LuaString, Value)| match &*k.as_bytes() {
                 b"status" => {
-                    let status = match value {
-                        Value::Integer(n) => n,
-                        Value::Number(n) => n as i64,
+                    // A numeric string too, as lua-resty-core's `tonumber`.
+                    let status = match &value {
+                        Value::Integer(n) => *n,
+                        Value::Number(n) => *n as i64,
+                        Value::String(s) => {
+                            match s.to_str().ok().and_then(|t| t.trim().parse::<f64>().ok()) {
+                                Some(n) => n as i64,
+                                None => {
+                                    return Err(mlua::Error::runtime(
+                                        "ngx.status must be a number",
+                                    ));
+                                }
+                            }
+                        }
                         _ => return Err(mlua::Error::runtime("ngx.status must be a number")),
                     };
                     with_view(|v| {
                         if !v.response_writable() {
-                            return Err(mlua::Error::runtime(
-                                "attempt to set ngx.status after sending out response headers",
-                            ));
+                            // lua-nginx-module logs it and goes on.
+                            late_write(v, "ngx.status");
+                            return Ok(());
                         }
                         v.status = u16::try_from(status)
                             .ok()
@@ -290,8 +307,11 @@ fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         move |lua: &Lua, values: MultiValue| {
             let limit = crate::output::output_limit(lua);
             with_view(|v| {
-                if !matches!(v.phase, LuaPhase::Rewrite | LuaPhase::Access) {
+                if !v.answers() {
                     return Err(disabled(v.phase));
+                }
+                if v.eof_seen {
+                    return Ok((Value::Nil, Some("seen eof")));
                 }
                 // All of a call's output or none of it (a script may catch the error).
                 let before = v.output.len();
@@ -300,7 +320,9 @@ fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                 if written.is_err() {
                     v.output.truncate(before);
                 }
-                written.map(|()| 1)
+                written?;
+                v.header_sent = true;
+                Ok((Value::Integer(1), None))
             })
         }
     };
@@ -309,14 +331,28 @@ fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         "print",
         crate::guard::function(lua, "ngx.print", writer(false))?,
     )?;
+    // The answer is sent whole when the call ends; flushing only sends its head.
+    let sends = |eof: bool| {
+        move |_: &Lua, _: MultiValue| {
+            with_view(|v| {
+                if !v.answers() {
+                    return Err(disabled(v.phase));
+                }
+                v.header_sent = true;
+                v.eof_seen |= eof;
+                Ok(1)
+            })
+        }
+    };
     ngx.set(
         "flush",
-        crate::guard::function(lua, "ngx.flush", |_, _: MultiValue| Ok(1))?,
+        crate::guard::function(lua, "ngx.flush", sends(false))?,
     )?;
     ngx.set(
-        "eof",
-        crate::guard::function(lua, "ngx.eof", |_, ()| Ok(1))?,
+        "send_headers",
+        crate::guard::function(lua, "ngx.send_headers", sends(false))?,
     )?;
+    ngx.set("eof", crate::guard::function(lua, "ngx.eof", sends(true))?)?;
     // `ngx.exit` and `ngx.redirect` are Lua (state.rs): they record here, then end the
     // script with an error only the runner knows.
     ngx.set(
@@ -341,12 +377,13 @@ fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                 )));
             }
             with_view(|v| {
-                if !matches!(v.phase, LuaPhase::Rewrite | LuaPhase::Access) {
+                if !v.answers() {
                     return Err(disabled(v.phase));
                 }
                 crate::api::req::set_header(
                     &mut v.response_headers,
                     "location",
+                    crate::api::req::Underscores::Kept,
                     &Value::String(uri),
                 )?;
                 v.exit = Some(status);
@@ -355,6 +392,17 @@ fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         })?,
     )?;
     Ok(())
+}
+
+/// A write to the response's head after it was sent: logged and ignored, as
+/// lua-nginx-module does.
+fn late_write(v: &View, what: &str) {
+    tracing::error!(
+        target: "sluice::lua",
+        route = &*v.facts.route,
+        request = v.facts.request_id.as_deref().unwrap_or(""),
+        "attempt to set {what} after sending out response headers"
+    );
 }
 
 /// `ngx.header.NAME`: read and written on the response in hand.
@@ -375,11 +423,16 @@ fn install_header(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             |_, (_, k, value): (Table, String, Value)| {
                 with_view(|v| {
                     if !v.response_writable() {
-                        return Err(mlua::Error::runtime(format!(
-                            "attempt to set ngx.header.{k} after sending out response headers"
-                        )));
+                        // lua-nginx-module logs it and goes on.
+                        late_write(v, "ngx.header.HEADER");
+                        return Ok(());
                     }
-                    crate::api::req::set_header(&mut v.response_headers, &k, &value)
+                    crate::api::req::set_header(
+                        &mut v.response_headers,
+                        &k,
+                        crate::api::req::Underscores::AsDashes,
+                        &value,
+                    )
                 })
             },
         )?,

@@ -1,16 +1,20 @@
 //! `ngx.escape_uri`, `unescape_uri`, `encode_args`, `decode_args`, base64, digests and
 //! time: pure functions of their arguments, as lua-nginx-module defines them.
 
-use crate::values::scalar_bytes;
+use crate::values::{Text, scalar_bytes};
 use base64::Engine as _;
 use boring::hash::{MessageDigest, hash};
 use mlua::{Lua, LuaString, Table, Value};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Bytes `ngx.escape_uri` (type 2, the default: a URI component) leaves as they are:
-/// NGINX's `NGX_ESCAPE_URI_COMPONENT` table, letters, digits and `-._~`.
+/// lua-nginx-module's `uri_component` table, letters, digits and `-._~!*'()`.
 fn unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'.' | b'_' | b'~' | b'!' | b'*' | b'\'' | b'(' | b')'
+        )
 }
 
 /// Bytes type 0 (a whole URI, `NGX_ESCAPE_URI`) leaves: everything printable but space,
@@ -81,7 +85,7 @@ fn hex(b: u8) -> Option<u8> {
 
 /// `ngx.decode_args(s, max)` and `ngx.req.get_uri_args`: decoded keys and values; a key
 /// repeated gives an array of its values in order; a key without `=` is `true`.
-pub(crate) fn decode_args(lua: &Lua, query: &[u8], max: usize) -> mlua::Result<Table> {
+pub(crate) fn decode_args(lua: &Lua, query: &[u8], max: usize) -> mlua::Result<(Table, bool)> {
     let t = lua.create_table()?;
     for (n, pair) in query
         .split(|&b| b == b'&')
@@ -89,7 +93,7 @@ pub(crate) fn decode_args(lua: &Lua, query: &[u8], max: usize) -> mlua::Result<T
         .enumerate()
     {
         if max > 0 && n >= max {
-            break;
+            return Ok((t, true));
         }
         let (k, v) = match pair.iter().position(|&b| b == b'=') {
             Some(at) => (
@@ -111,7 +115,7 @@ pub(crate) fn decode_args(lua: &Lua, query: &[u8], max: usize) -> mlua::Result<T
             }
         }
     }
-    Ok(t)
+    Ok((t, false))
 }
 
 /// `ngx.encode_args(t)`: `k=v` pairs joined by `&`, each escaped as a URI component; a
@@ -132,7 +136,7 @@ pub(crate) fn encode_args(t: &Table) -> mlua::Result<Vec<u8>> {
         let (k, v) = kv?;
         let key = match &k {
             Value::String(s) => s.as_bytes().to_vec(),
-            Value::Number(_) | Value::Integer(_) => k.to_string()?.into_bytes(),
+            Value::Number(_) | Value::Integer(_) => crate::values::number_text(&k).into_bytes(),
             _ => {
                 return Err(mlua::Error::runtime(
                     "bad argument #1 to 'encode_args' (bad key)",
@@ -164,17 +168,15 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         crate::guard::function(
             lua,
             "ngx.escape_uri",
-            |lua, (s, kind): (Option<LuaString>, Option<i64>)| {
-                let s = s.map(|s| s.as_bytes().to_vec()).unwrap_or_default();
-                lua.create_string(escape_uri(&s, kind.unwrap_or(2)))
+            |lua, (s, kind): (Text, Option<i64>)| {
+                lua.create_string(escape_uri(&s.0, kind.unwrap_or(2)))
             },
         )?,
     )?;
     ngx.set(
         "unescape_uri",
-        crate::guard::function(lua, "ngx.unescape_uri", |lua, s: Option<LuaString>| {
-            let s = s.map(|s| s.as_bytes().to_vec()).unwrap_or_default();
-            lua.create_string(unescape_uri(&s))
+        crate::guard::function(lua, "ngx.unescape_uri", |lua, s: Text| {
+            lua.create_string(unescape_uri(&s.0))
         })?,
     )?;
     ngx.set(
@@ -189,7 +191,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             lua,
             "ngx.decode_args",
             |lua, (s, max): (LuaString, Option<usize>)| {
-                decode_args(lua, &s.as_bytes(), max.unwrap_or(100))
+                decode_args(lua, &s.as_bytes(), max.unwrap_or(100)).map(|(t, _)| t)
             },
         )?,
     )?;
@@ -198,11 +200,11 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         crate::guard::function(
             lua,
             "ngx.encode_base64",
-            |lua, (s, no_pad): (LuaString, Option<bool>)| {
+            |lua, (s, no_pad): (Text, Option<bool>)| {
                 let e = if no_pad.unwrap_or(false) {
-                    base64::engine::general_purpose::STANDARD_NO_PAD.encode(s.as_bytes())
+                    base64::engine::general_purpose::STANDARD_NO_PAD.encode(&s.0)
                 } else {
-                    base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
+                    base64::engine::general_purpose::STANDARD.encode(&s.0)
                 };
                 lua.create_string(e)
             },
@@ -224,8 +226,8 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         })?,
     )?;
     let digest = |md: fn() -> MessageDigest, hex_out: bool| {
-        move |lua: &Lua, s: LuaString| {
-            let d = hash(md(), &s.as_bytes()).map_err(mlua::Error::external)?;
+        move |lua: &Lua, s: Text| {
+            let d = hash(md(), &s.0).map_err(mlua::Error::external)?;
             if hex_out {
                 let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
                 lua.create_string(hex)
@@ -292,12 +294,17 @@ fn install_time(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     ngx.set(
         "cookie_time",
         crate::guard::function(lua, "ngx.cookie_time", |_, t: f64| {
-            // "Thu, 18-Nov-2010 11:27:35 GMT", as `ngx_http_cookie_time` writes it.
+            // "Thu, 18-Nov-10 11:27:35 GMT", as `ngx_http_cookie_time` writes it: a
+            // two-digit year, but for 2037 (its four digits, for old browsers' sake).
             let s = http_date(t);
-            // "Thu, 18 Nov 2010 11:27:35 GMT" -> "Thu, 18-Nov-2010 11:27:35 GMT"
+            // "Thu, 18 Nov 2010 11:27:35 GMT" -> "Thu, 18-Nov-10 11:27:35 GMT"
             let mut parts: Vec<&str> = s.split(' ').collect();
             if parts.len() == 6 {
-                let date = format!("{}-{}-{}", parts[1], parts[2], parts[3]);
+                let year = match parts[3] {
+                    "2037" => "2037",
+                    y => &y[y.len().saturating_sub(2)..],
+                };
+                let date = format!("{}-{}-{year}", parts[1], parts[2]);
                 parts.splice(1..4, [date.as_str()]);
                 return Ok(parts.join(" "));
             }

@@ -148,10 +148,9 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &[u8]) -> Option<&'a [u8]> {
 /// `$arg_NAME`: the first argument of that name (compared without case, as NGINX), as sent.
 fn arg<'a>(query: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
     query.split(|&b| b == b'&').find_map(|pair| {
-        let (k, v) = match pair.iter().position(|&b| b == b'=') {
-            Some(at) => (&pair[..at], &pair[at + 1..]),
-            None => (pair, &b""[..]),
-        };
+        // NGINX's `ngx_http_arg` finds `name=` only: `?flag` has no `$arg_flag`.
+        let at = pair.iter().position(|&b| b == b'=')?;
+        let (k, v) = (&pair[..at], &pair[at + 1..]);
         k.eq_ignore_ascii_case(name).then_some(v)
     })
 }
@@ -288,7 +287,7 @@ fn set(view: &mut View, name: &str, value: &Value) -> mlua::Result<()> {
     let query = match value {
         Value::Nil => None,
         Value::String(s) => Some(s.to_str()?.to_owned()),
-        Value::Number(_) | Value::Integer(_) => Some(value.to_string()?),
+        Value::Number(_) | Value::Integer(_) => Some(crate::values::number_text(value)),
         other => {
             return Err(mlua::Error::runtime(format!(
                 "bad value for ngx.var.args: {}",
@@ -324,7 +323,9 @@ mod tests {
             b"a=1; sid=xyz; b=2"
         );
         assert_eq!(arg(b"x=1&Token=abc%20d&y", b"token").unwrap(), b"abc%20d");
-        assert_eq!(arg(b"x=1&y", b"y").unwrap(), b"");
+        // NGINX finds `name=` only: `?y` has no `$arg_y`.
+        assert!(arg(b"x=1&y", b"y").is_none());
+        assert_eq!(arg(b"x=1&y=", b"y").unwrap(), b"");
         assert_eq!(host_name("Example.com:8443"), "Example.com");
         assert_eq!(host_name("[::1]:80"), "[::1]");
     }

@@ -6,7 +6,7 @@
 pub(crate) mod raw;
 
 use lru::LruCache;
-use mlua::{Lua, LuaString, UserData, UserDataMethods, Value};
+use mlua::{IntoLua, Lua, LuaString, MultiValue, UserData, UserDataMethods, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -310,32 +310,40 @@ pub(crate) fn dictionaries(sizes: &[sluice_config::SharedDictSize]) -> Vec<Arc<S
 /// A dictionary as Lua sees it (`ngx.shared.NAME`, called with `:`).
 pub(crate) struct DictHandle(pub(crate) Arc<SharedDict>);
 
-fn key_bytes(key: &Value) -> mlua::Result<Vec<u8>> {
-    match key {
-        Value::String(s) if !s.as_bytes().is_empty() => Ok(s.as_bytes().to_vec()),
-        Value::String(_) => Err(mlua::Error::runtime("empty key")),
-        Value::Number(_) | Value::Integer(_) => Ok(key.to_string()?.into_bytes()),
-        Value::Nil => Err(mlua::Error::runtime("nil key")),
-        other => Err(mlua::Error::runtime(format!(
-            "bad key type: {}",
-            other.type_name()
-        ))),
-    }
+/// The longest key lua-resty-core takes.
+const MAX_KEY: usize = 65535;
+
+/// A key as lua-resty-core checks it: a nil, empty or too long key is answered `nil, err`
+/// (the outer `Err`'s text), not raised; a key that is neither string nor number raises.
+fn key_bytes(key: &Value) -> mlua::Result<Result<Vec<u8>, &'static str>> {
+    let bytes = match key {
+        Value::String(s) => s.as_bytes().to_vec(),
+        Value::Number(_) | Value::Integer(_) => crate::values::number_text(key).into_bytes(),
+        Value::Nil => return Ok(Err("nil key")),
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "bad key type: {}",
+                other.type_name()
+            )));
+        }
+    };
+    Ok(match bytes.len() {
+        0 => Err("empty key"),
+        n if n > MAX_KEY => Err("key too long"),
+        _ => Ok(bytes),
+    })
 }
 
-fn stored(value: &Value) -> mlua::Result<Option<Stored>> {
+/// A value to store; `Err("bad value type")` (answered `nil, err`, as lua-resty-core
+/// does) for a table, function or userdata.
+fn stored(value: &Value) -> Result<Option<Stored>, &'static str> {
     Ok(match value {
         Value::Nil => None,
         Value::Boolean(b) => Some(Stored::Bool(*b)),
         Value::Integer(n) => Some(Stored::Number(*n as f64)),
         Value::Number(n) => Some(Stored::Number(*n)),
         Value::String(s) => Some(Stored::Str(s.as_bytes().to_vec())),
-        other => {
-            return Err(mlua::Error::runtime(format!(
-                "bad value type: {}",
-                other.type_name()
-            )));
-        }
+        _ => return Err("bad value type"),
     })
 }
 
@@ -377,38 +385,60 @@ fn answer(r: Result<bool, &'static str>) -> (bool, Option<&'static str>, bool) {
     }
 }
 
+/// A write's answer, or `nil, err` for a key or value refused before it (lua-resty-core's
+/// counts: three values, or two).
+fn write_answer(
+    lua: &Lua,
+    checked: Result<(), &'static str>,
+    write: impl FnOnce() -> Result<bool, &'static str>,
+) -> mlua::Result<MultiValue> {
+    if let Err(e) = checked {
+        return Ok(MultiValue::from_vec(vec![Value::Nil, e.into_lua(lua)?]));
+    }
+    let (ok, err, forcible) = answer(write());
+    Ok(MultiValue::from_vec(vec![
+        Value::Boolean(ok),
+        err.into_lua(lua)?,
+        Value::Boolean(forcible),
+    ]))
+}
+
 impl UserData for DictHandle {
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        crate::guard::method(
-            methods,
-            "ngx.shared.DICT",
-            "get",
-            |lua, d, key: Value| match d.0.get(&key_bytes(&key)?, false) {
+        crate::guard::method(methods, "ngx.shared.DICT", "get", |lua, d, key: Value| {
+            let key = match key_bytes(&key)? {
+                Ok(k) => k,
+                Err(e) => return Ok(MultiValue::from_vec(vec![Value::Nil, e.into_lua(lua)?])),
+            };
+            // One value unless there are flags, as lua-resty-core returns.
+            Ok(match d.0.get(&key, false) {
+                Some((v, 0, _)) => MultiValue::from_vec(vec![v.into_lua(lua)?]),
                 Some((v, flags, _)) => {
-                    let flags = if flags == 0 {
-                        Value::Nil
-                    } else {
-                        Value::Integer(i64::from(flags))
-                    };
-                    Ok((v.into_lua(lua)?, flags))
+                    MultiValue::from_vec(vec![v.into_lua(lua)?, Value::Integer(i64::from(flags))])
                 }
-                None => Ok((Value::Nil, Value::Nil)),
-            },
-        );
+                None => MultiValue::from_vec(vec![Value::Nil]),
+            })
+        });
         crate::guard::method(
             methods,
             "ngx.shared.DICT",
             "get_stale",
-            |lua, d, key: Value| match d.0.get(&key_bytes(&key)?, true) {
-                Some((v, flags, stale)) => {
-                    let flags = if flags == 0 {
-                        Value::Nil
-                    } else {
-                        Value::Integer(i64::from(flags))
-                    };
-                    Ok((v.into_lua(lua)?, flags, stale))
+            |lua, d, key: Value| {
+                let key = match key_bytes(&key)? {
+                    Ok(k) => k,
+                    Err(e) => return Ok((Value::Nil, Value::String(lua.create_string(e)?), false)),
+                };
+                match d.0.get(&key, true) {
+                    Some((v, flags, stale)) => {
+                        let flags = if flags == 0 {
+                            Value::Nil
+                        } else {
+                            Value::Integer(i64::from(flags))
+                        };
+                        Ok((v.into_lua(lua)?, flags, stale))
+                    }
+                    None => Ok((Value::Nil, Value::Nil, false)),
                 }
-                None => Ok((Value::Nil, Value::Nil, false)),
             },
         );
         for (name, how) in [
@@ -422,41 +452,55 @@ impl UserData for DictHandle {
                 methods,
                 "ngx.shared.DICT",
                 name,
-                move |_, d, (key, value, exptime, flags): (Value, Value, Option<f64>, Option<u32>)| {
-                    let key = key_bytes(&key)?;
+                move |lua, d, (key, value, exptime, flags): (Value, Value, Option<f64>, Option<u32>)| {
                     let ttl = ttl(exptime).map_err(mlua::Error::runtime)?;
-                    Ok(answer(d.0.write(how, &key, stored(&value)?, ttl, flags.unwrap_or(0))))
+                    match key_bytes(&key)?.and_then(|key| Ok((key, stored(&value)?))) {
+                        Ok((key, value)) => write_answer(lua, Ok(()), || {
+                            d.0.write(how, &key, value, ttl, flags.unwrap_or(0))
+                        }),
+                        Err(e) => write_answer(lua, Err(e), || Ok(false)),
+                    }
                 },
             );
         }
-        crate::guard::method(methods, "ngx.shared.DICT", "delete", |_, d, key: Value| {
-            let key = key_bytes(&key)?;
-            d.0.write(Write::Set, &key, None, None, 0).ok();
-            Ok(())
-        });
+        // lua-resty-core's `delete` is `set(key, nil)`, with its answers.
+        crate::guard::method(
+            methods,
+            "ngx.shared.DICT",
+            "delete",
+            |lua, d, key: Value| match key_bytes(&key)? {
+                Ok(key) => write_answer(lua, Ok(()), || d.0.write(Write::Set, &key, None, None, 0)),
+                Err(e) => write_answer(lua, Err(e), || Ok(false)),
+            },
+        );
         crate::guard::method(
             methods,
             "ngx.shared.DICT",
             "incr",
-            |_, d, (key, by, init, ttl): (Value, f64, Option<f64>, Option<f64>)| match d.0.incr(
-                &key_bytes(&key)?,
-                by,
-                init,
-                init_ttl(ttl, init).map_err(mlua::Error::runtime)?,
-            ) {
-                Ok((n, forcible)) => Ok((Some(n), None, forcible)),
-                Err(e) => Ok((None, Some(e), false)),
+            |lua, d, (key, by, init, ttl): (Value, f64, Option<f64>, Option<f64>)| {
+                let ttl = init_ttl(ttl, init).map_err(mlua::Error::runtime)?;
+                // `n` alone without `init`, as lua-resty-core returns.
+                let values = match key_bytes(&key)?.and_then(|key| d.0.incr(&key, by, init, ttl)) {
+                    Ok((n, _)) if init.is_none() => vec![Value::Number(n)],
+                    Ok((n, forcible)) => {
+                        vec![Value::Number(n), Value::Nil, Value::Boolean(forcible)]
+                    }
+                    Err(e) => vec![Value::Nil, e.into_lua(lua)?],
+                };
+                Ok(MultiValue::from_vec(values))
             },
         );
-        crate::guard::method(
-            methods,
-            "ngx.shared.DICT",
-            "ttl",
-            |_, d, key: Value| match d.0.ttl(&key_bytes(&key)?) {
-                Some(t) => Ok((Some(t), None)),
-                None => Ok((None, Some("not found"))),
-            },
-        );
+        crate::guard::method(methods, "ngx.shared.DICT", "ttl", |lua, d, key: Value| {
+            match key_bytes(&key)?.map(|key| d.0.ttl(&key)) {
+                // The seconds alone, as lua-resty-core returns them.
+                Ok(Some(t)) => Ok(MultiValue::from_vec(vec![t.into_lua(lua)?])),
+                Ok(None) => Ok(MultiValue::from_vec(vec![
+                    Value::Nil,
+                    "not found".into_lua(lua)?,
+                ])),
+                Err(e) => Ok(MultiValue::from_vec(vec![Value::Nil, e.into_lua(lua)?])),
+            }
+        });
         crate::guard::method(
             methods,
             "ngx.shared.DICT",
@@ -466,10 +510,10 @@ impl UserData for DictHandle {
                     return Err(mlua::Error::runtime("bad \"exptime\" argument"));
                 };
                 let ttl = ttl(Some(exptime)).map_err(mlua::Error::runtime)?;
-                if d.0.expire(&key_bytes(&key)?, ttl) {
-                    Ok((true, None))
-                } else {
-                    Ok((false, Some("not found")))
+                match key_bytes(&key)?.map(|key| d.0.expire(&key, ttl)) {
+                    Ok(true) => Ok((Some(true), None)),
+                    Ok(false) => Ok((None, Some("not found"))),
+                    Err(e) => Ok((None, Some(e))),
                 }
             },
         );

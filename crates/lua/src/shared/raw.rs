@@ -59,14 +59,14 @@ unsafe fn dict<'a>(l: *mut ffi::lua_State) -> &'a SharedDict {
     unsafe { &*ffi::lua_touserdata(l, ffi::lua_upvalueindex(2)).cast::<SharedDict>() }
 }
 
-/// The key at `idx`: a non-empty string, or a number as its string (else the slow path,
-/// which refuses it).
+/// The key at `idx`: a non-empty string of at most 65,535 bytes, or a number as its string
+/// (else the slow path, which answers `nil, err` or raises as lua-resty-core does).
 ///
 /// # Safety
 /// As [`text_at`].
 unsafe fn key_at<'a>(l: *mut ffi::lua_State, idx: c_int) -> Option<&'a [u8]> {
     // SAFETY: as the function's contract says.
-    unsafe { text_at(l, idx).filter(|k| !k.is_empty()) }
+    unsafe { text_at(l, idx).filter(|k| !k.is_empty() && k.len() <= 65535) }
 }
 
 /// Pushes a stored value.
@@ -98,7 +98,8 @@ unsafe fn push_err(l: *mut ffi::lua_State, err: Option<&str>) {
     }
 }
 
-/// `d:get(key)`: `value, flags` (flags nil when 0), or `nil`.
+/// `d:get(key)`: `value` (and `flags` where they are not 0), or `nil`: one value unless
+/// there are flags, as lua-resty-core returns (`ngx.say(d:get(k))` shows no `nil`).
 unsafe extern "C-unwind" fn get(l: *mut ffi::lua_State) -> c_int {
     // SAFETY: a closure made by `handle`; the key is read while it is on the stack.
     unsafe {
@@ -110,17 +111,16 @@ unsafe extern "C-unwind" fn get(l: *mut ffi::lua_State) -> c_int {
             Some((v, flags, _)) => {
                 push_stored(l, &v);
                 if flags == 0 {
-                    ffi::lua_pushnil(l);
-                } else {
-                    ffi::lua_pushnumber(l, f64::from(flags));
+                    return 1;
                 }
+                ffi::lua_pushnumber(l, f64::from(flags));
+                2
             }
             None => {
                 ffi::lua_pushnil(l);
-                ffi::lua_pushnil(l);
+                1
             }
         }
-        2
     }
 }
 
@@ -156,7 +156,8 @@ unsafe extern "C-unwind" fn set(l: *mut ffi::lua_State) -> c_int {
     }
 }
 
-/// `d:incr(key, by, init, init_ttl)`: `n, err, forcible` (`nil, err` when it cannot).
+/// `d:incr(key, by, init, init_ttl)`: `n` (`n, nil, forcible` with `init`; `nil, err`
+/// when it cannot), as lua-resty-core returns.
 unsafe extern "C-unwind" fn incr(l: *mut ffi::lua_State) -> c_int {
     // SAFETY: as `get`.
     unsafe {
@@ -178,15 +179,18 @@ unsafe extern "C-unwind" fn incr(l: *mut ffi::lua_State) -> c_int {
         }) {
             Ok((n, forcible)) => {
                 ffi::lua_pushnumber(l, n);
+                if init.is_none() {
+                    return 1;
+                }
                 ffi::lua_pushnil(l);
                 ffi::lua_pushboolean(l, c_int::from(forcible));
+                3
             }
             Err(e) => {
                 ffi::lua_pushnil(l);
                 push_err(l, Some(e));
-                ffi::lua_pushboolean(l, 0);
+                2
             }
         }
-        3
     }
 }

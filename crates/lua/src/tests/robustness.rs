@@ -114,8 +114,9 @@ assert(ngx.http_time(math.huge) == last)
 assert(ngx.http_time(1e300) == last)
 assert(ngx.http_time(-math.huge) == "Thu, 01 Jan 1970 00:00:00 GMT")
 assert(ngx.http_time(0/0) == "Thu, 01 Jan 1970 00:00:00 GMT")
-assert(ngx.cookie_time(math.huge) == "Fri, 31-Dec-9999 23:59:59 GMT")
-assert(ngx.cookie_time(0/0) == "Thu, 01-Jan-1970 00:00:00 GMT")
+assert(ngx.cookie_time(math.huge) == "Fri, 31-Dec-99 23:59:59 GMT")
+assert(ngx.cookie_time(0/0) == "Thu, 01-Jan-70 00:00:00 GMT")
+assert(ngx.cookie_time(2114380800) == "Thu, 01-Jan-2037 00:00:00 GMT")
 assert(#ngx.utctime() == 19 and #ngx.today() == 10)"#,
         "",
     );

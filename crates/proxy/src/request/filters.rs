@@ -77,9 +77,12 @@ pub(crate) enum Access {
     /// 413 over the body limit). After the cheap refusals (ACL, authentication, the limit),
     /// so that rule evaluation is spent only on requests they let through.
     Waf(Arc<sluice_waf::RouteFirewall>),
-    /// `[route.lua] access`: last, after authentication and the limit, as OpenResty's
+    /// `[route.lua] access`: after authentication and the limit, as OpenResty's
     /// `access_by_lua` runs at the end of its access phase.
     Lua,
+    /// `[route.lua] content`: last; its answer ends the request (`content_by_lua`), so the
+    /// route's upstream, `respond` or `redirect` is never reached.
+    LuaContent,
 }
 
 /// A filter of phase `upstream_request`.
@@ -137,6 +140,9 @@ impl RoutePlan {
         }
         if lua.as_ref().is_some_and(|s| s.has(LuaPhase::Access)) {
             access.push(Access::Lua);
+        }
+        if lua.as_ref().is_some_and(|s| s.has(LuaPhase::Content)) {
+            access.push(Access::LuaContent);
         }
         let mut upstream_request = Vec::new();
         if !route.request_headers.is_empty() {

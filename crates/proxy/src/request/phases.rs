@@ -41,6 +41,9 @@ pub(crate) enum Stop {
     FailWith(Failure, Box<HeaderMap>),
     /// The gateway's own answer: a route's redirect or fixed response, an ACME token.
     Answer(Box<(StatusCode, HeaderMap, Bytes)>),
+    /// A script's answer through the route's `header_filter` and `body_filter`
+    /// (`request::scripting`).
+    Scripted(Box<Response<ProxyBody>>),
 }
 
 /// One request's context, built once when it arrives and read by every phase: its
@@ -288,9 +291,10 @@ impl<'a> RequestCtx<'a> {
         }
         for filter in &*plan.access {
             match filter {
-                Access::LuaRewrite | Access::Lua => {
+                Access::LuaRewrite | Access::Lua | Access::LuaContent => {
                     let (phase, subject) = match filter {
                         Access::Lua => (LuaPhase::Access, subject.clone()),
+                        Access::LuaContent => (LuaPhase::Content, subject.clone()),
                         _ => (LuaPhase::Rewrite, None),
                     };
                     if plan.route.request_buffering {
@@ -552,6 +556,10 @@ pub(crate) fn stopped(done: Done, stop: Stop) -> Response<ProxyBody> {
             let (status, headers, body) = *answer;
             respond(done, status, headers, body)
         }
+        Stop::Scripted(resp) => {
+            let (parts, body) = resp.into_parts();
+            respond_with(done, parts.status, parts.headers, body)
+        }
     }
 }
 
@@ -626,20 +634,34 @@ fn with_cors(route: &Route, req: &Request<ClientBody>, stop: Stop) -> Stop {
             sluice_auth::cors::on_response(cors, origin, &mut headers);
             Stop::FailWith(why, headers)
         }
-        answer @ Stop::Answer(_) => answer,
+        answer @ (Stop::Answer(_) | Stop::Scripted(_)) => answer,
     }
 }
 
 /// A response the gateway makes itself (a route's redirect or fixed response).
 pub(crate) fn respond(
-    mut done: Done,
+    done: Done,
     status: StatusCode,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response<ProxyBody> {
+    respond_with(done, status, headers, Full::new(body))
+}
+
+/// [`respond`] with a body of any kind (a script's answer through its `body_filter`).
+fn respond_with<B>(
+    mut done: Done,
+    status: StatusCode,
+    headers: HeaderMap,
+    body: B,
+) -> Response<ProxyBody>
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<crate::body::BoxError>,
+{
     done.entry.status = status.as_u16();
     let id = done.request_id.clone();
-    let mut resp = Response::new(TrackedBody::new(Full::new(body), done).boxed());
+    let mut resp = Response::new(TrackedBody::new(body, done).boxed());
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
     if let Some(id) = id {

@@ -49,7 +49,14 @@ impl RequestCtx<'_> {
                 .map(|t| t.original.as_str().into()),
             arrived: self.done.start,
         };
-        self.done.lua = Some(scripts.request(facts));
+        let lua = scripts.request(facts);
+        if !(scripts.has(LuaPhase::Rewrite)
+            || scripts.has(LuaPhase::Access)
+            || scripts.has(LuaPhase::Content))
+        {
+            lua.keep_head(req.method(), req.uri(), req.version());
+        }
+        self.done.lua = Some(lua);
     }
 
     /// Filters `LuaRewrite` and `LuaAccess`: the script over the request's head (and its
@@ -76,7 +83,7 @@ impl RequestCtx<'_> {
             subject,
         };
         match lua.start_request(phase, &mut head) {
-            Started::Done(outcome) => flow(outcome).map(|()| None),
+            Started::Done(outcome) => script_flow(lua, outcome, req).map(|()| None),
             Started::Waiting(waiting) => Ok(Some(waiting)),
         }
     }
@@ -97,18 +104,39 @@ impl RequestCtx<'_> {
                 local: self.conn.local,
             },
         };
-        flow(lua.finish_request(waiting, req, &fetcher).await)
+        let outcome = lua.finish_request(waiting, req, &fetcher).await;
+        script_flow(lua, outcome, req)
     }
 }
 
-/// What a request phase's outcome means for the request.
-fn flow(outcome: Outcome) -> Flow<()> {
-    match outcome {
-        Outcome::Continue => Ok(()),
-        Outcome::Failed => Err(Stop::Fail(Failure::ScriptFailed)),
-        Outcome::Respond(status, headers, body) => {
-            Err(Stop::Answer(Box::new(answer(status, headers, body))))
-        }
+/// What a request phase's outcome means for the request. A script's own answer goes
+/// through the route's `header_filter` and `body_filter`, as NGINX's filters run on a
+/// `content_by_lua` or `ngx.exit` response (the gateway's own answers, a 401 or a 429, do
+/// not).
+fn script_flow(lua: &Arc<RequestLua>, outcome: Outcome, req: &mut Request<ClientBody>) -> Flow<()> {
+    let (status, headers, body) = match outcome {
+        Outcome::Continue => return Ok(()),
+        Outcome::Failed => return Err(Stop::Fail(Failure::ScriptFailed)),
+        Outcome::Respond(status, headers, body) => answer(status, headers, body),
+    };
+    let scripts = lua.scripts();
+    if !scripts.has(LuaPhase::HeaderFilter)
+        && !scripts.has(LuaPhase::BodyFilter)
+        && !scripts.has(LuaPhase::Log)
+    {
+        return Err(Stop::Answer(Box::new((status, headers, body))));
+    }
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    parts.status = status;
+    parts.headers = headers;
+    let body = http_body_util::Full::new(body)
+        .map_err(|never| match never {})
+        .boxed();
+    match lua_response(lua, req.headers_mut(), &mut parts, body) {
+        Ok(body) => Err(Stop::Scripted(Box::new(http::Response::from_parts(
+            parts, body,
+        )))),
+        Err(_) => Err(Stop::Fail(Failure::ScriptFailed)),
     }
 }
 
@@ -219,31 +247,22 @@ async fn read_whole(mut body: ProxyBody, max: usize) -> Result<Bytes, String> {
     Ok(all.freeze())
 }
 
-/// A script's answer as it goes out: a body of text where the script wrote one (with
-/// `text/plain`, NGINX's default type, where it set none), else the status's reason for an
-/// error status (where NGINX would send its error page).
+/// A script's answer as it goes out: `text/plain`, NGINX's default type, where it has a
+/// body and the script set no type.
 fn answer(
     status: StatusCode,
     mut headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, HeaderMap, Bytes) {
-    let body = if body.is_empty() && status.as_u16() >= 400 {
-        Bytes::from(format!(
-            "{} {}\n",
-            status.as_u16(),
-            status.canonical_reason().unwrap_or("")
-        ))
-    } else {
-        body
-    };
     if !body.is_empty() && !headers.contains_key(header::CONTENT_TYPE) {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     }
     (status, headers, body)
 }
 
-/// `header_filter` and `body_filter` on an upstream response: `false` when the header
-/// filter failed (the response becomes a 500). With a body filter the length is no longer
+/// `header_filter` and `body_filter` on an upstream response or a script's answer (the
+/// headers a `rewrite` or `access` script set first, on a request that went upstream):
+/// `Err` when the header filter failed (the response becomes a 500). With a body filter the length is no longer
 /// known (`Content-Length` goes; the body is chunked or framed by the protocol).
 pub(crate) fn lua_response(
     lua: &Arc<RequestLua>,
@@ -252,10 +271,14 @@ pub(crate) fn lua_response(
     body: ProxyBody,
 ) -> Result<ProxyBody, ProxyBody> {
     let scripts = lua.scripts();
+    lua.add_script_headers(&mut parts.headers);
     if scripts.has(LuaPhase::HeaderFilter)
         && !lua.run_header_filter(request_headers, &mut parts.status, &mut parts.headers)
     {
         return Err(body);
+    }
+    if scripts.has(LuaPhase::Log) {
+        lua.keep_for_log(request_headers);
     }
     if !scripts.has(LuaPhase::BodyFilter) {
         return Ok(body);

@@ -35,6 +35,7 @@ pub(crate) mod layer4;
 mod login_limits;
 mod logs;
 mod lua;
+mod lua_families;
 mod mirror;
 mod mqtt;
 mod mqtt_identity;
