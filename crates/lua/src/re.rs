@@ -27,6 +27,33 @@ fn compile_for(lua: &Lua, pattern: &str, opts: &str, subject: &[u8]) -> Result<A
     Ok(re)
 }
 
+/// An unknown option letter is raised, as lua-resty-core raises it (a bad pattern is
+/// returned as `nil, err` instead).
+fn check_flags(opts: &str) -> mlua::Result<()> {
+    match opts.chars().find(|c| !"imsxuUajoDdJ".contains(*c)) {
+        Some(bad) => Err(mlua::Error::runtime(format!(
+            "unknown flag \"{bad}\" (flags \"{opts}\")"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A compile error in the words of PCRE 1, which Debian's lua-nginx-module links (scripts
+/// and their tests match them): PCRE2's message without its "error compiling pattern at
+/// offset N" preamble, the commonest messages as PCRE 1 spelled them.
+fn pcre1_words(e: &pcre2::Error) -> String {
+    let text = e.to_string();
+    let message = text.rsplit_once(": ").map_or(text.as_str(), |(_, m)| m);
+    match message {
+        "missing closing parenthesis" => "missing )",
+        "quantifier does not follow a repeatable item" => "nothing to repeat",
+        "unmatched closing parenthesis" => "unmatched parentheses",
+        "missing terminating ] for character class" => "missing terminating ] for character class",
+        other => other,
+    }
+    .to_owned()
+}
+
 /// `pattern` compiled with `opts` (lua-nginx-module's letters), from the state's cache.
 fn compile(lua: &Lua, pattern: &str, opts: &str) -> Result<Arc<Regex>, String> {
     let key = (pattern.to_owned(), opts.to_owned());
@@ -68,10 +95,12 @@ fn compile(lua: &Lua, pattern: &str, opts: &str) -> Result<Arc<Regex>, String> {
     } else {
         source
     };
-    let re = Arc::new(
-        b.build(&source)
-            .map_err(|e| format!("pcre2_compile() failed: {e} in \"{pattern}\""))?,
-    );
+    let re = Arc::new(b.build(&source).map_err(|e| {
+        format!(
+            "pcre_compile() failed: {} in \"{pattern}\"",
+            pcre1_words(&e)
+        )
+    })?);
     if let Some(cache) = lua.app_data_ref::<RegexCache>() {
         let mut cache = cache.0.borrow_mut();
         if cache.len() >= CACHE_MAX {
@@ -228,6 +257,7 @@ fn substitute(
     opts: &str,
     all: bool,
 ) -> mlua::Result<Result<(Vec<u8>, usize), String>> {
+    check_flags(opts)?;
     let re = match compile_for(lua, pattern, opts, subject) {
         Ok(re) => re,
         Err(e) => return Ok(Err(e)),
@@ -245,11 +275,15 @@ fn substitute(
         let Some((s, e)) = groups[0] else { break };
         out.extend_from_slice(&subject[last..s]);
         match replace {
-            Value::String(t) => match expand(&t.as_bytes(), subject, &groups, &mut out, limit) {
-                Err(e) if e == PAST_LIMIT => return Err(past_limit()),
-                Err(e) => return Ok(Err(e)),
-                Ok(()) => {}
-            },
+            // A number is its text, as lua-resty-core's `tostring` makes it.
+            Value::String(_) | Value::Integer(_) | Value::Number(_) => {
+                let t = crate::values::scalar_bytes(replace)?;
+                match expand(&t, subject, &groups, &mut out, limit) {
+                    Err(e) if e == PAST_LIMIT => return Err(past_limit()),
+                    Err(e) => return Ok(Err(e)),
+                    Ok(()) => {}
+                }
+            }
             Value::Function(f) => {
                 let m = captures_table(lua, &re, subject, &groups)?;
                 let r: Value = f.call(m)?;
@@ -297,6 +331,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             |lua, (subject, pattern, opts, ctx): (LuaString, String, Option<String>, Option<Table>)| {
                 let opts = opts.unwrap_or_default();
                 let subject = subject.as_bytes();
+                check_flags(&opts)?;
                 let compiled = match compile_for(lua, &pattern, &opts, &subject) {
                     Ok(r) => r,
                     Err(e) => return Ok((Value::Nil, Some(e))),
@@ -329,6 +364,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             )| {
                 let opts = opts.unwrap_or_default();
                 let subject = subject.as_bytes();
+                check_flags(&opts)?;
                 let compiled = match compile_for(lua, &pattern, &opts, &subject) {
                     Ok(r) => r,
                     Err(e) => return Ok((None, None, Some(e))),
@@ -338,7 +374,11 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                         if let (Some(c), Some((_, e))) = (&ctx, g[0]) {
                             c.set("pos", e + 1)?;
                         }
-                        match g.get(nth.unwrap_or(0)).copied().flatten() {
+                        let nth = nth.unwrap_or(0);
+                        if nth >= g.len() {
+                            return Ok((None, None, Some("nth out of bound".to_owned())));
+                        }
+                        match g[nth] {
                             Some((s, e)) => Ok((Some(s + 1), Some(e), None)),
                             None => Ok((None, None, None)),
                         }
@@ -383,6 +423,7 @@ fn gmatch(lua: &Lua) -> mlua::Result<Function> {
         |lua, (subject, pattern, opts): (LuaString, String, Option<String>)| {
             let opts = opts.unwrap_or_default();
             let subject = subject.as_bytes().to_vec();
+            check_flags(&opts)?;
             let compiled = match compile_for(lua, &pattern, &opts, &subject) {
                 Ok(r) => r,
                 Err(e) => return Ok((Value::Nil, Some(e))),
@@ -504,6 +545,16 @@ mod tests {
             .load(r#"return ngx.re.gsub("x", "(", "y")"#)
             .eval()
             .unwrap();
-        assert!(err.2.contains("pcre2_compile"), "{}", err.2);
+        // PCRE 1's words, as Debian's lua-nginx-module says it.
+        assert_eq!(err.2, "pcre_compile() failed: missing ) in \"(\"");
+        let raised = lua
+            .load(r#"return ngx.re.match("x", "x", "Hm")"#)
+            .eval::<Value>()
+            .unwrap_err();
+        assert!(
+            raised
+                .to_string()
+                .contains(r#"unknown flag "H" (flags "Hm")"#)
+        );
     }
 }

@@ -37,7 +37,7 @@ pub(crate) const UNSUPPORTED: &[(&str, &[&str])] = &[
         ],
     ),
     ("timer", &["every", "running_count", "pending_count"]),
-    ("worker", &["exiting"]),
+    ("worker", &["exiting", "pids"]),
 ];
 
 /// Modules of lua-resty-core that Sluice does not have (`require` raises as above).
@@ -232,6 +232,8 @@ function ngx_resp.add_header(key, value)
     ngx.header[key] = cur
 end
 package.preload["ngx.resp"] = function() return ngx_resp end
+
+package.loaded["ngx"] = ngx
 
 -- What lua-resty-core gives is built in: requiring it is a no-op, as it is in OpenResty.
 local resty_core = { version = "0.1.25" }

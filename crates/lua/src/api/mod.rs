@@ -184,7 +184,14 @@ fn install_process(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     config.set("is_console", false)?;
     config.set(
         "prefix",
-        crate::guard::function(lua, "ngx.config.prefix", |_, ()| Ok(String::new()))?,
+        // NGINX's prefix is its working directory's: Sluice's, with the trailing `/`.
+        crate::guard::function(lua, "ngx.config.prefix", |_, ()| {
+            let dir = std::env::current_dir().unwrap_or_default();
+            Ok(format!(
+                "{}/",
+                dir.display().to_string().trim_end_matches('/')
+            ))
+        })?,
     )?;
     config.set(
         "nginx_configure",

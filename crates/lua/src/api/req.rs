@@ -1,6 +1,8 @@
 //! `ngx.req`: the request's method, URI, arguments, headers and body.
 
-use crate::api::text::{decode_args, encode_args, escape};
+use crate::api::text::{
+    ESCAPE_HEADER_NAME, ESCAPE_HEADER_VALUE, decode_args, encode_args, escape, kept,
+};
 use crate::cfunc::{delegate, text_at};
 use crate::current::with_view;
 use crate::view::{View, disabled};
@@ -82,14 +84,8 @@ fn header_name(name: &str, underscores: Underscores) -> mlua::Result<HeaderName>
         Underscores::AsDashes => name.replace('_', "-"),
     };
     // What a name may not hold is percent-escaped, as lua-nginx-module escapes it.
-    HeaderName::from_bytes(&escape(name.as_bytes(), name_byte))
+    HeaderName::from_bytes(&escape(name.as_bytes(), |b| kept(ESCAPE_HEADER_NAME, b)))
         .map_err(|_| mlua::Error::runtime(format!("bad header name \"{name}\"")))
-}
-
-/// Bytes lua-nginx-module leaves as they are in a header name it is given (its
-/// `header_name` escape table): visible ASCII but separators.
-fn name_byte(b: u8) -> bool {
-    (0x21..0x7f).contains(&b) && !b"\"(),/:;<=>?@[\\]{}".contains(&b)
 }
 
 /// A header value from a script: a string or number; control characters but tab
@@ -97,7 +93,7 @@ fn name_byte(b: u8) -> bool {
 /// into two.
 fn header_value(v: &Value) -> mlua::Result<HeaderValue> {
     let bytes = crate::values::scalar_bytes(v)?;
-    HeaderValue::from_bytes(&escape(&bytes, |b| b == b'\t' || (b >= 0x20 && b != 0x7f)))
+    HeaderValue::from_bytes(&escape(&bytes, |b| kept(ESCAPE_HEADER_VALUE, b)))
         .map_err(|_| mlua::Error::runtime("bad header value"))
 }
 
@@ -386,7 +382,13 @@ fn install_body(lua: &Lua, req: &Table) -> mlua::Result<()> {
     )?;
     req.set(
         "discard_body",
-        crate::guard::function(lua, "ngx.req.discard_body", |_, ()| Ok(()))?,
+        // The body is gone for the script (`get_body_data` is nil after), as in NGINX.
+        crate::guard::function(lua, "ngx.req.discard_body", |_, ()| {
+            with_view(|v| {
+                v.body = None;
+                Ok(())
+            })
+        })?,
     )?;
     req.set(
         "get_body_data",

@@ -20,7 +20,7 @@ const LEVELS: [(&str, i64); 9] = [
 ];
 
 /// Status constants scripts name (`ngx.HTTP_FORBIDDEN`, …).
-const STATUSES: [(&str, i64); 33] = [
+const STATUSES: [(&str, i64); 36] = [
     ("HTTP_CONTINUE", 100),
     ("HTTP_SWITCHING_PROTOCOLS", 101),
     ("HTTP_OK", 200),
@@ -50,10 +50,13 @@ const STATUSES: [(&str, i64); 33] = [
     ("HTTP_CLOSE", 444),
     ("HTTP_ILLEGAL", 451),
     ("HTTP_INTERNAL_SERVER_ERROR", 500),
+    ("HTTP_NOT_IMPLEMENTED", 501),
     ("HTTP_METHOD_NOT_IMPLEMENTED", 501),
     ("HTTP_BAD_GATEWAY", 502),
     ("HTTP_SERVICE_UNAVAILABLE", 503),
     ("HTTP_GATEWAY_TIMEOUT", 504),
+    ("HTTP_VERSION_NOT_SUPPORTED", 505),
+    ("HTTP_INSUFFICIENT_STORAGE", 507),
 ];
 
 /// Appends `bytes` to `out` within `limit` (`crate::output`), else a Lua error (the
@@ -107,13 +110,29 @@ fn write_value(out: &mut Vec<u8>, v: &Value, depth: usize, limit: usize) -> mlua
     Ok(())
 }
 
-/// What `ngx.log` writes: its arguments joined, as `tostring` would.
+/// What `ngx.log` writes: its arguments joined, as lua-nginx-module's `log_wrapper` takes
+/// them: a table only with a `__tostring` metamethod, no functions or userdata.
 fn log_text(values: &MultiValue) -> mlua::Result<String> {
     let mut out = Vec::new();
-    for v in values {
+    for (i, v) in values.iter().enumerate() {
+        let n = i + 2;
         match v {
-            Value::Table(_) | Value::Function(_) | Value::UserData(_) | Value::Thread(_) => {
+            Value::Table(t) => {
+                let printable = t
+                    .metatable()
+                    .is_some_and(|m| m.contains_key("__tostring").unwrap_or(false));
+                if !printable {
+                    return Err(mlua::Error::runtime(format!(
+                        "bad argument #{n} to 'log' (expected table to have __tostring metamethod)"
+                    )));
+                }
                 out.extend_from_slice(v.to_string()?.as_bytes());
+            }
+            Value::Function(_) | Value::UserData(_) | Value::Thread(_) => {
+                return Err(mlua::Error::runtime(format!(
+                    "bad argument #{n} to 'log' (string, number, boolean, or nil expected, got {})",
+                    v.type_name()
+                )));
             }
             v => write_value(&mut out, v, 32, usize::MAX)?,
         }
@@ -218,6 +237,9 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     ngx.set(
         "log",
         crate::guard::function(lua, "ngx.log", |lua, (level, rest): (i64, MultiValue)| {
+            if !(0..=8).contains(&level) {
+                return Err(mlua::Error::runtime(format!("bad log level: {level}")));
+            }
             log(lua, level, &rest)
         })?,
     )?;
@@ -233,7 +255,15 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             lua,
             "ngx.__index",
             |lua, (_, k): (Table, LuaString)| match &*k.as_bytes() {
-                b"status" => with_view(|v| Ok(Value::Integer(i64::from(v.status)))),
+                // 0 until set, 200 once a script's answer sent its head without one.
+                b"status" => with_view(|v| {
+                    let sent = if v.status == 0 && v.header_sent {
+                        200
+                    } else {
+                        v.status
+                    };
+                    Ok(Value::Integer(i64::from(sent)))
+                }),
                 b"ctx" => Ok(Value::Table(ctx(lua)?)),
                 b"headers_sent" => with_view(|v| {
                     Ok(Value::Boolean(
@@ -331,28 +361,37 @@ fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         "print",
         crate::guard::function(lua, "ngx.print", writer(false))?,
     )?;
-    // The answer is sent whole when the call ends; flushing only sends its head.
-    let sends = |eof: bool| {
+    // The answer is sent whole when the call ends: `send_headers` and `eof` send its head
+    // (then `ngx.status` and `ngx.header` stay as they are); `flush` sends what was
+    // written, nothing before output (lua-nginx-module's answers).
+    let sends = |how: &'static str| {
         move |_: &Lua, _: MultiValue| {
             with_view(|v| {
                 if !v.answers() {
                     return Err(disabled(v.phase));
                 }
+                if v.eof_seen {
+                    return Ok((None, Some("seen eof")));
+                }
+                match how {
+                    "flush" if !v.header_sent => return Ok((None, Some("nothing to flush"))),
+                    "eof" => v.eof_seen = true,
+                    _ => {}
+                }
                 v.header_sent = true;
-                v.eof_seen |= eof;
-                Ok(1)
+                Ok((Some(1), None))
             })
         }
     };
     ngx.set(
         "flush",
-        crate::guard::function(lua, "ngx.flush", sends(false))?,
+        crate::guard::function(lua, "ngx.flush", sends("flush"))?,
     )?;
     ngx.set(
         "send_headers",
-        crate::guard::function(lua, "ngx.send_headers", sends(false))?,
+        crate::guard::function(lua, "ngx.send_headers", sends("send_headers"))?,
     )?;
-    ngx.set("eof", crate::guard::function(lua, "ngx.eof", sends(true))?)?;
+    ngx.set("eof", crate::guard::function(lua, "ngx.eof", sends("eof"))?)?;
     // `ngx.exit` and `ngx.redirect` are Lua (state.rs): they record here, then end the
     // script with an error only the runner knows.
     ngx.set(
@@ -374,6 +413,12 @@ fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             if ![301, 302, 303, 307, 308].contains(&status) {
                 return Err(mlua::Error::runtime(format!(
                     "only ngx.HTTP_MOVED_TEMPORARILY, ngx.HTTP_MOVED_PERMANENTLY, ngx.HTTP_PERMANENT_REDIRECT, ngx.HTTP_SEE_OTHER, and ngx.HTTP_TEMPORARY_REDIRECT are allowed, not {status}"
+                )));
+            }
+            if uri.as_bytes().iter().any(|b| matches!(b, b'\r' | b'\n')) {
+                return Err(mlua::Error::runtime(format!(
+                    "unsafe uri \"{}\" arg #1",
+                    uri.to_string_lossy().escape_default()
                 )));
             }
             with_view(|v| {

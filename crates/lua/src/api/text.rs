@@ -7,20 +7,52 @@ use boring::hash::{MessageDigest, hash};
 use mlua::{Lua, LuaString, Table, Value};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Bytes `ngx.escape_uri` (type 2, the default: a URI component) leaves as they are:
-/// lua-nginx-module's `uri_component` table, letters, digits and `-._~!*'()`.
-fn unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.' | b'_' | b'~' | b'!' | b'*' | b'\'' | b'(' | b')'
-        )
-}
+/// lua-nginx-module 0.10.23's escape tables (`ngx_http_lua_escape_uri`), one bit per byte,
+/// set where the byte is escaped: `ngx.escape_uri`'s types 0 (a URI), 1 (arguments), 2 (a
+/// URI component, the default), 3 (HTML), 4 (refresh), 5 (memcached), 6 (mail auth, the
+/// memcached table), and the header name (7) and value (8) tables `ngx.req.set_header` and
+/// `ngx.header` escape with.
+const ESCAPES: [[u32; 8]; 9] = {
+    const HIGH: u32 = 0xffff_ffff;
+    const MEMCACHED: [u32; 8] = [HIGH, 0x0000_0021, 0, 0, 0, 0, 0, 0];
+    [
+        [HIGH, 0x8000_0029, 0, 0x8000_0000, HIGH, HIGH, HIGH, HIGH],
+        [HIGH, 0x8000_0829, 0, 0x8000_0000, HIGH, HIGH, HIGH, HIGH],
+        [
+            HIGH,
+            0xfc00_987d,
+            0x7800_0001,
+            0xb800_0001,
+            HIGH,
+            HIGH,
+            HIGH,
+            HIGH,
+        ],
+        [HIGH, 0x0000_00ad, 0, 0x8000_0000, HIGH, HIGH, HIGH, HIGH],
+        [HIGH, 0x0000_0085, 0, 0x8000_0000, HIGH, HIGH, HIGH, HIGH],
+        MEMCACHED,
+        MEMCACHED,
+        [
+            HIGH,
+            0xfc00_9305,
+            0x3800_0001,
+            0xa800_0000,
+            HIGH,
+            HIGH,
+            HIGH,
+            HIGH,
+        ],
+        [0xffff_fdff, 0, 0, 0x8000_0000, 0, 0, 0, 0],
+    ]
+};
 
-/// Bytes type 0 (a whole URI, `NGX_ESCAPE_URI`) leaves: everything printable but space,
-/// `"`, `#`, `%`, `?` and the controls and 8-bit bytes.
-fn uri_safe(b: u8) -> bool {
-    (0x21..0x7f).contains(&b) && !matches!(b, b'"' | b'#' | b'%' | b'?')
+/// The header tables' numbers in [`ESCAPES`].
+pub(crate) const ESCAPE_HEADER_NAME: usize = 7;
+pub(crate) const ESCAPE_HEADER_VALUE: usize = 8;
+
+/// Whether table `kind` leaves `b` as it is.
+pub(crate) fn kept(kind: usize, b: u8) -> bool {
+    ESCAPES[kind][usize::from(b >> 5)] & (1 << (b & 31)) == 0
 }
 
 /// Percent-encodes `s` with upper-case hex, as NGINX does.
@@ -37,13 +69,14 @@ pub(crate) fn escape(s: &[u8], keep: impl Fn(u8) -> bool) -> Vec<u8> {
     out
 }
 
-/// `ngx.escape_uri(s, type)`: type 2 (default) a URI component, type 0 a whole URI.
-pub(crate) fn escape_uri(s: &[u8], kind: i64) -> Vec<u8> {
-    if kind == 0 {
-        escape(s, uri_safe)
-    } else {
-        escape(s, unreserved)
-    }
+/// `ngx.escape_uri(s, type)`: type 2 (default) a URI component, 0 a whole URI, … 6
+/// ([`ESCAPES`]); another type is refused, as lua-resty-core refuses it.
+pub(crate) fn escape_uri(s: &[u8], kind: i64) -> mlua::Result<Vec<u8>> {
+    let kind = usize::try_from(kind)
+        .ok()
+        .filter(|k| *k <= 6)
+        .ok_or_else(|| mlua::Error::runtime(format!("\"type\" {kind} out of range")))?;
+    Ok(escape(s, |b| kept(kind, b)))
 }
 
 /// `ngx.unescape_uri`: `%XX` decoded, `+` turned into a space (lua-nginx-module's
@@ -126,10 +159,10 @@ pub(crate) fn encode_args(t: &Table) -> mlua::Result<Vec<u8>> {
         if !out.is_empty() {
             out.push(b'&');
         }
-        out.extend(escape_uri(k, 2));
+        out.extend(escape(k, |b| kept(2, b)));
         if let Some(v) = v {
             out.push(b'=');
-            out.extend(escape_uri(v, 2));
+            out.extend(escape(v, |b| kept(2, b)));
         }
     };
     for kv in t.pairs::<Value, Value>() {
@@ -169,7 +202,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             lua,
             "ngx.escape_uri",
             |lua, (s, kind): (Text, Option<i64>)| {
-                lua.create_string(escape_uri(&s.0, kind.unwrap_or(2)))
+                lua.create_string(escape_uri(&s.0, kind.unwrap_or(2))?)
             },
         )?,
     )?;
@@ -200,8 +233,18 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         crate::guard::function(
             lua,
             "ngx.encode_base64",
-            |lua, (s, no_pad): (Text, Option<bool>)| {
-                let e = if no_pad.unwrap_or(false) {
+            |lua, (s, no_pad): (Text, Value)| {
+                let no_pad = match no_pad {
+                    Value::Nil => false,
+                    Value::Boolean(b) => b,
+                    other => {
+                        return Err(mlua::Error::runtime(format!(
+                            "bad no_padding: boolean expected, got {}",
+                            other.type_name()
+                        )));
+                    }
+                };
+                let e = if no_pad {
                     base64::engine::general_purpose::STANDARD_NO_PAD.encode(&s.0)
                 } else {
                     base64::engine::general_purpose::STANDARD.encode(&s.0)
@@ -212,7 +255,10 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     ngx.set(
         "decode_base64",
-        crate::guard::function(lua, "ngx.decode_base64", |lua, s: LuaString| {
+        crate::guard::function(lua, "ngx.decode_base64", |lua, s: Value| {
+            let Value::String(s) = s else {
+                return Err(mlua::Error::runtime("string argument only"));
+            };
             // NGINX's decoder accepts the padding or its absence, nothing else.
             let bytes = s.as_bytes();
             let trimmed = bytes
@@ -381,8 +427,13 @@ mod tests {
 
     #[test]
     fn escaping_is_nginxs() {
-        assert_eq!(escape_uri(b"a b/c?d=e&f~", 2), b"a%20b%2Fc%3Fd%3De%26f~");
-        assert_eq!(escape_uri(b"/a b?c", 0), b"/a%20b%3Fc");
+        assert_eq!(
+            escape_uri(b"a b/c?d=e&f~!*'()", 2).unwrap(),
+            b"a%20b%2Fc%3Fd%3De%26f~!*'()"
+        );
+        assert_eq!(escape_uri(b"/a b?c", 0).unwrap(), b"/a%20b%3Fc");
+        assert_eq!(escape_uri(b"a+b c", 1).unwrap(), b"a%2Bb%20c");
+        assert!(escape_uri(b"x", 7).is_err() && escape_uri(b"x", -1).is_err());
         assert_eq!(unescape_uri(b"a%20b+c%2f%zz%4"), b"a b c/%zz%4");
     }
 

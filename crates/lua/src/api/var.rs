@@ -48,6 +48,9 @@ pub(crate) fn get<'a>(view: &'a View, name: &str) -> Option<Cow<'a, [u8]>> {
         "remote_user" => view.subject.as_deref().and_then(text),
         "content_type" => header(&view.headers, &http::header::CONTENT_TYPE),
         "content_length" => header(&view.headers, &http::header::CONTENT_LENGTH),
+        // The body where the route buffers it (`request_buffering`), as NGINX's
+        // `$request_body` is the body read in memory.
+        "request_body" => view.body.as_deref().map(Cow::Borrowed),
         "status" if view.status > 0 => owned(view.status.to_string()),
         "bytes_sent" => owned(view.bytes_sent.to_string()),
         "request_time" => owned(format!("{:.3}", f.arrived.elapsed().as_secs_f64())),
@@ -57,6 +60,7 @@ pub(crate) fn get<'a>(view: &'a View, name: &str) -> Option<Cow<'a, [u8]>> {
             crate::api::text::utc(std::time::SystemTime::now(), "T")
         )),
         "hostname" => owned(hostname()),
+        "pid" => owned(std::process::id().to_string()),
         _ => prefixed(view, name),
     }
 }

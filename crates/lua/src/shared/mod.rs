@@ -144,6 +144,9 @@ impl SharedDict {
         let mut inner = self.lock();
         let live = inner.entries.peek(key).is_some_and(|e| !e.expired(now));
         match how {
+            Write::Add | Write::SafeAdd | Write::Replace if value.is_none() => {
+                return Err("attempt to add or replace nil values");
+            }
             Write::Add | Write::SafeAdd if live => return Err("exists"),
             Write::Replace if !live => return Err("not found"),
             _ => {}

@@ -79,6 +79,9 @@ impl OnDone for Done {
     }
 }
 
+/// NGINX's page for a 500, signed as Sluice's pages are (`sluice_lua`'s `error_page`).
+const SCRIPT_FAILED_PAGE: &str = "<html>\r\n<head><title>500 Internal Server Error</title></head>\r\n<body>\r\n<center><h1>500 Internal Server Error</h1></center>\r\n<hr><center>sluice</center>\r\n</body>\r\n</html>\r\n";
+
 /// A short response for a request that failed before (or instead of) reaching a server.
 pub(crate) fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
     let status = why.status();
@@ -95,19 +98,18 @@ pub(crate) fn failure(mut done: Done, why: Failure) -> Response<ProxyBody> {
         }
         return resp;
     }
+    // A script's failure is answered with the page OpenResty sends for it (its clients,
+    // and tests written for it, look for the status's words there).
+    let (body, content_type) = match why {
+        Failure::ScriptFailed => (SCRIPT_FAILED_PAGE, "text/html"),
+        _ => (why.message(), "text/plain; charset=utf-8"),
+    };
     let mut resp = Response::new(
-        TrackedBody::new(
-            Full::new(Bytes::from_static(why.message().as_bytes())),
-            done,
-        )
-        .boxed(),
+        TrackedBody::new(Full::new(Bytes::from_static(body.as_bytes())), done).boxed(),
     );
     *resp.status_mut() = status;
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if let Some(id) = id {
         h.insert(policy::X_REQUEST_ID, id);
     }
