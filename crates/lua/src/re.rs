@@ -327,8 +327,17 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let re = lua.create_table()?;
     re.set(
         "match",
-        crate::guard::function(lua, "ngx.re.match", 
-            |lua, (subject, pattern, opts, ctx): (LuaString, String, Option<String>, Option<Table>)| {
+        crate::guard::function(
+            lua,
+            "ngx.re.match",
+            |lua,
+             (subject, pattern, opts, ctx, res): (
+                LuaString,
+                String,
+                Option<String>,
+                Option<Table>,
+                Option<Table>,
+            )| {
                 let opts = opts.unwrap_or_default();
                 let subject = subject.as_bytes();
                 check_flags(&opts)?;
@@ -341,7 +350,20 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                         if let (Some(c), Some((_, e))) = (&ctx, g[0]) {
                             c.set("pos", e + 1)?;
                         }
-                        Ok((Value::Table(captures_table(lua, &compiled, &subject, &g)?), None))
+                        let m = captures_table(lua, &compiled, &subject, &g)?;
+                        // A table given as the 5th argument is filled and returned instead
+                        // (what it held before stays where this match sets nothing).
+                        let m = match res {
+                            Some(res) => {
+                                for pair in m.pairs::<Value, Value>() {
+                                    let (k, v) = pair?;
+                                    res.raw_set(k, v)?;
+                                }
+                                res
+                            }
+                            None => m,
+                        };
+                        Ok((Value::Table(m), None))
                     }
                     Ok(None) => Ok((Value::Nil, None)),
                     Err(e) => Ok((Value::Nil, Some(e))),

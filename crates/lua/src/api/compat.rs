@@ -271,7 +271,15 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     req.set(
         "get_post_args",
         crate::guard::function(lua, "ngx.req.get_post_args", |lua, max: Option<usize>| {
-            let Some(body) = with_view(|v| Ok(v.body.clone()))? else {
+            let (body, bodiless) = with_view(|v| {
+                let length = v.headers.get(http::header::CONTENT_LENGTH);
+                let bodiless = !v.headers.contains_key(http::header::TRANSFER_ENCODING)
+                    && length.is_none_or(|l| l.as_bytes() == b"0");
+                Ok((v.body.clone(), bodiless))
+            })?;
+            // A request without a body has no arguments (nothing to read).
+            let body = if bodiless { Some(bytes::Bytes::new()) } else { body };
+            let Some(body) = body else {
                 return Err(mlua::Error::runtime(
                     "no request body found; maybe you should turn on lua_need_request_body? (in Sluice: request_buffering = true on the route)",
                 ));

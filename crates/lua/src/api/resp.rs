@@ -95,9 +95,19 @@ fn write_value(out: &mut Vec<u8>, v: &Value, depth: usize, limit: usize) -> mlua
         Value::Number(_) | Value::Integer(_) => {
             put(out, crate::values::number_text(v).as_bytes(), limit)?;
         }
+        // An array's elements up to its largest index, `nil`s included, as
+        // lua-nginx-module writes them; a key that is not a positive integer is refused.
         Value::Table(t) if depth < 32 => {
-            for item in t.clone().sequence_values::<Value>() {
-                write_value(out, &item?, depth + 1, limit)?;
+            let mut last = 0;
+            for pair in t.clone().pairs::<Value, Value>() {
+                match pair?.0 {
+                    Value::Integer(i) if i > 0 => last = last.max(i),
+                    Value::Number(n) if n >= 1.0 && n.fract() == 0.0 => last = last.max(n as i64),
+                    _ => return Err(mlua::Error::runtime("non-array table found")),
+                }
+            }
+            for i in 1..=last {
+                write_value(out, &t.raw_get::<Value>(i)?, depth + 1, limit)?;
             }
         }
         other => {

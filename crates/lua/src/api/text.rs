@@ -223,8 +223,11 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         crate::guard::function(
             lua,
             "ngx.decode_args",
-            |lua, (s, max): (LuaString, Option<usize>)| {
-                decode_args(lua, &s.as_bytes(), max.unwrap_or(100)).map(|(t, _)| t)
+            // A max of 0 or less takes every argument, as lua-resty-core's.
+            |lua, (s, max): (LuaString, Option<i64>)| {
+                let max = usize::try_from(max.unwrap_or(100)).unwrap_or(0);
+                let (args, truncated) = decode_args(lua, &s.as_bytes(), max)?;
+                Ok((args, truncated.then_some("truncated")))
             },
         )?,
     )?;

@@ -550,3 +550,32 @@ fn sluice_check_names_a_scripts_file_and_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("guard.lua:2:"), "{err}");
 }
+
+/// A script that calls a part of lua-nginx-module's API Sluice does not have passes the
+/// check with a warning that names the call (the call raises when reached), and a route
+/// whose `content` script answers needs no upstream.
+#[test]
+fn sluice_check_warns_about_api_sluice_does_not_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        "[[listener]]\nname = \"web\"\naddress = \"127.0.0.1:0\"\n\
+         [[route]]\nname = \"page\"\n[route.lua]\n\
+         content = '''\nlocal res = ngx.location.capture(\"/sub\")\nngx.say(ngx.var.uri)\n'''\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("warning:")
+            && err.contains("route `page` [route.lua] content calls ngx.location"),
+        "{err}"
+    );
+    assert!(!err.contains("ngx.say"), "{err}");
+}
