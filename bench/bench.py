@@ -1272,7 +1272,30 @@ def main():
     if bad:
         log(f"bench: resumed handshakes found in: {bad}")
         return 1
-    return 0
+    broken = failed_runs(results)
+    for line in broken:
+        log(f"bench: FAILED: {line}")
+    return 1 if broken else 0
+
+
+def failed_runs(results):
+    """Every run that measured nothing or failed requests: a value of 0 or none, no request
+    completed, or failures with an error (the smoke CI runs must be able to fail: a scenario
+    that breaks shows here, not as a row of zeros)."""
+    broken = []
+    for row in results:
+        for who, runs in row["runs"].items():
+            for i, r in enumerate(runs):
+                why = None
+                if not r.get("value"):
+                    why = f"measured {r.get('value')!r}"
+                elif "completed" in r and not r["completed"]:
+                    why = "no request completed"
+                elif r.get("failed") and r.get("first_error"):
+                    why = f"{r['failed']} failed, first: {r['first_error']}"
+                if why:
+                    broken.append(f"{row['name']} [{who} run {i + 1}]: {why}")
+    return broken
 
 
 def comparable(row):

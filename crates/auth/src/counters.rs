@@ -31,7 +31,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order [`AuthCounters::refusals`] lists them.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 18] = [
         Reason::Missing,
         Reason::CertNotAllowed,
         Reason::Token(TokenError::Malformed),
@@ -42,6 +42,7 @@ impl Reason {
         Reason::Token(TokenError::NotYetValid),
         Reason::Token(TokenError::Issuer),
         Reason::Token(TokenError::Audience),
+        Reason::Token(TokenError::MissingClaim),
         Reason::Token(TokenError::NoKeys),
         Reason::UnknownKey,
         Reason::BadPassword,
@@ -64,6 +65,7 @@ impl Reason {
             Reason::Token(TokenError::NotYetValid) => "jwt_not_yet_valid",
             Reason::Token(TokenError::Issuer) => "jwt_issuer",
             Reason::Token(TokenError::Audience) => "jwt_audience",
+            Reason::Token(TokenError::MissingClaim) => "jwt_missing_claim",
             Reason::Token(TokenError::NoKeys) => "jwt_no_keys",
             Reason::UnknownKey => "unknown_api_key",
             Reason::BadPassword => "bad_password",

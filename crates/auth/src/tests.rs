@@ -40,21 +40,35 @@ impl Scene {
     }
 
     fn auth_with(&self, all: bool, with_basic: bool) -> Authenticator {
+        self.auth_tuned(all, with_basic, |_| {})
+    }
+
+    /// The scene's authenticator with its JWT settings changed by `tune`.
+    fn auth_tuned(
+        &self,
+        all: bool,
+        with_basic: bool,
+        tune: impl FnOnce(&mut JwtAuth),
+    ) -> Authenticator {
         let p = self.dir.path();
+        let mut jwt = JwtAuth {
+            jwks_url: None,
+            jwks_ca: None,
+            keys_file: Some(p.join("keys.pem")),
+            issuer: Some("https://idp.example".into()),
+            audiences: vec![],
+            algorithms: vec!["ES256".into()],
+            claims_to_headers: vec![("email".into(), HeaderName::from_static("x-email"))],
+            leeway: Duration::from_secs(0),
+            token_from: TokenSource::Bearer,
+            cache_size: 100,
+            required_claims: vec![],
+            max_token_size: 8192,
+        };
+        tune(&mut jwt);
         let config = RouteAuth {
             cert: None,
-            jwt: Some(Arc::new(JwtAuth {
-                jwks_url: None,
-                jwks_ca: None,
-                keys_file: Some(p.join("keys.pem")),
-                issuer: Some("https://idp.example".into()),
-                audiences: vec![],
-                algorithms: vec!["ES256".into()],
-                claims_to_headers: vec![("email".into(), HeaderName::from_static("x-email"))],
-                leeway: Duration::from_secs(0),
-                token_from: TokenSource::Bearer,
-                cache_size: 100,
-            })),
+            jwt: Some(Arc::new(jwt)),
             keys: Some(Arc::new(KeyAuth {
                 file: p.join("api-keys"),
                 header: HeaderName::from_static("x-api-key"),
@@ -177,6 +191,32 @@ fn refusals_say_why_with_rfc_6750_challenges() {
     assert_eq!(d.reason, Reason::UnknownKey);
     let refused: u64 = a.counters.refusals().map(|(_, n)| n).sum();
     assert_eq!(refused, 5);
+}
+
+/// `jwt.require` refuses a token without a listed claim, and `jwt.max_token_size` one past
+/// the size, both as bad tokens (401 `invalid_token`), counted by reason.
+#[test]
+fn required_claims_and_the_token_size_are_the_routes() {
+    let s = Scene::new();
+    let strict = s.auth_tuned(false, false, |j| j.required_claims = vec!["nbf".into()]);
+    let token = s.token(unix_now() + 600);
+    let d = run(
+        &strict,
+        &[("authorization", &format!("Bearer {token}"))],
+        "/",
+    )
+    .unwrap_err();
+    assert_eq!(d.reason, Reason::Token(TokenError::MissingClaim));
+    let lax = s.auth_tuned(false, false, |_| {});
+    assert!(run(&lax, &[("authorization", &format!("Bearer {token}"))], "/").is_ok());
+    let small = s.auth_tuned(false, false, |j| j.max_token_size = token.len() - 1);
+    let d = run(
+        &small,
+        &[("authorization", &format!("Bearer {token}"))],
+        "/",
+    )
+    .unwrap_err();
+    assert_eq!(d.reason, Reason::Token(TokenError::Malformed));
 }
 
 #[test]

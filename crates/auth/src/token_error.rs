@@ -21,6 +21,8 @@ pub enum TokenError {
     Issuer,
     /// No `aud` value is one of the audiences.
     Audience,
+    /// A claim the route requires (`jwt.require`) is absent.
+    MissingClaim,
     /// No keys to verify with (the JWKS could not be fetched yet).
     NoKeys,
 }
@@ -37,6 +39,7 @@ impl TokenError {
             TokenError::NotYetValid => "not_yet_valid",
             TokenError::Issuer => "issuer",
             TokenError::Audience => "audience",
+            TokenError::MissingClaim => "missing_claim",
             TokenError::NoKeys => "no_keys",
         }
     }
@@ -52,6 +55,7 @@ impl TokenError {
             TokenError::NotYetValid => "the token is not valid yet",
             TokenError::Issuer => "the token's issuer is not accepted",
             TokenError::Audience => "the token's audience is not accepted",
+            TokenError::MissingClaim => "the token lacks a required claim",
             TokenError::NoKeys => "the token cannot be verified now",
         }
     }

@@ -90,6 +90,10 @@ pub struct JwtAuth {
     pub token_from: TokenSource,
     /// Verified tokens remembered at most.
     pub cache_size: usize,
+    /// Claims a token must carry (`require`).
+    pub required_claims: Vec<String>,
+    /// The longest token read, bytes; a longer one is malformed.
+    pub max_token_size: usize,
 }
 
 /// Where a bearer token is found.

@@ -100,6 +100,9 @@ impl JwtVerifier {
         if let Some(hit) = self.cache.get(token, generation, now) {
             return Ok(hit);
         }
+        if token.len() > self.config.max_token_size {
+            return Err(TokenError::Malformed);
+        }
         let parsed = Parsed::new(token)?;
         if !self.config.algorithms.contains(&parsed.alg) {
             return Err(TokenError::Algorithm);
@@ -125,6 +128,7 @@ impl JwtVerifier {
             issuer: self.config.issuer.as_deref(),
             audiences: &self.config.audiences,
             leeway_s: self.config.leeway.as_secs(),
+            required: &self.config.required_claims,
         };
         let until = check_claims(&claims, &rules, now)?.unwrap_or(now + NO_EXP_TTL);
         let verified = Arc::new(self.identity(&claims));

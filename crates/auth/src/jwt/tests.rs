@@ -164,6 +164,7 @@ fn claims_are_checked_with_leeway() {
         issuer: Some("https://idp.example"),
         audiences: &["api".to_owned()],
         leeway_s: 60,
+        required: &[],
     };
     let check = |claims: &str, now| {
         let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(claims).unwrap();
@@ -182,4 +183,24 @@ fn claims_are_checked_with_leeway() {
     assert_eq!(check(no_aud, 1), Err(TokenError::Audience));
     let bad_exp = r#"{"iss":"https://idp.example","aud":"api","exp":"soon"}"#;
     assert_eq!(check(bad_exp, 1), Err(TokenError::Malformed));
+}
+
+/// `jwt.require = ["exp"]`: a token without `exp` (remembered for 5 minutes otherwise) is
+/// refused; one with it passes.
+#[test]
+fn required_claims_must_be_present() {
+    let required = ["exp".to_owned(), "sub".to_owned()];
+    let rules = Rules {
+        issuer: None,
+        audiences: &[],
+        leeway_s: 0,
+        required: &required,
+    };
+    let check = |claims: &str| {
+        let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(claims).unwrap();
+        check_claims(&map, &rules, 10)
+    };
+    assert_eq!(check(r#"{"sub":"a"}"#), Err(TokenError::MissingClaim));
+    assert_eq!(check(r#"{"exp":100}"#), Err(TokenError::MissingClaim));
+    assert_eq!(check(r#"{"sub":"a","exp":100}"#), Ok(Some(100)));
 }

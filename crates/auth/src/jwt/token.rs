@@ -10,9 +10,9 @@ use boring::rsa::Padding;
 use boring::sign::{RsaPssSaltlen, Verifier};
 use serde_json::{Map, Value};
 
-/// The longest token read (a header's worth; RFC 7519 sets none, NGINX's default header
-/// buffer is 8 KiB).
-pub(crate) const MAX_TOKEN: usize = 8192;
+/// The longest token read at most (`jwt.max_token_size` sets the route's, 8 KiB by
+/// default: RFC 7519 sets none, NGINX's default header buffer is 8 KiB).
+pub(crate) const MAX_TOKEN: usize = 64 * 1024;
 
 /// A token split and its header read; not verified.
 pub(crate) struct Parsed<'a> {
@@ -147,6 +147,8 @@ pub(crate) struct Rules<'a> {
     pub(crate) issuer: Option<&'a str>,
     pub(crate) audiences: &'a [String],
     pub(crate) leeway_s: u64,
+    /// Claims that must be present (`jwt.require`).
+    pub(crate) required: &'a [String],
 }
 
 /// Checks `exp`, `nbf`, `iat`, `iss` and `aud` at `now` (Unix seconds). What it returns:
@@ -167,6 +169,9 @@ pub(crate) fn check_claims(
             Some(_) => Err(TokenError::Malformed),
         }
     };
+    if rules.required.iter().any(|c| !claims.contains_key(c)) {
+        return Err(TokenError::MissingClaim);
+    }
     let exp = number("exp")?.map(|e| e.saturating_add(rules.leeway_s));
     if exp.is_some_and(|e| now >= e) {
         return Err(TokenError::Expired);

@@ -182,7 +182,41 @@ impl Cx<'_> {
                 .cache_size
                 .as_ref()
                 .map_or(10_000, |n| *n.get_ref() as usize),
+            required_claims: self.required_claims(route, r),
+            max_token_size: self.max_token_size(route, r),
         }
+    }
+
+    /// `jwt.require`: claim names, none empty.
+    fn required_claims(&mut self, route: &str, r: &RawJwt) -> Vec<String> {
+        let mut names = Vec::new();
+        for c in r.require.iter().flatten() {
+            if c.get_ref().is_empty() {
+                self.err_at(
+                    c,
+                    format!("{route}: jwt.require names an empty claim"),
+                    "list claim names such as \"exp\", \"sub\"",
+                );
+            } else {
+                names.push(c.get_ref().clone());
+            }
+        }
+        names
+    }
+
+    /// `jwt.max_token_size`: 8 KiB by default (NGINX's header buffer), 256 bytes to 64 KiB.
+    fn max_token_size(&mut self, route: &str, r: &RawJwt) -> usize {
+        let size = self.size(r.max_token_size.as_ref()).unwrap_or(8192);
+        if let Some(v) = &r.max_token_size
+            && !(256..=64 * 1024).contains(&size)
+        {
+            self.err_at(
+                v,
+                format!("{route}: jwt.max_token_size must be between 256 and 64k"),
+                "the default, 8k, holds the tokens identity providers issue",
+            );
+        }
+        usize::try_from(size).unwrap_or(8192)
     }
 
     fn cert_auth(&mut self, route: &str, raw: &Spanned<RawCertAuth>) -> CertAuth {

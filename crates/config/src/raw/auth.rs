@@ -81,6 +81,10 @@ pub struct RawJwt {
     pub token_from: Option<SpannedStr>,
     /// Verified tokens remembered until they expire (default 10000; 0 for none).
     pub cache_size: Option<Spanned<u32>>,
+    /// Claims a token must carry (`["exp"]`: no token without an expiry is accepted).
+    pub require: Option<Vec<SpannedStr>>,
+    /// The longest token read (default `"8k"`, NGINX's header buffer; at most `"64k"`).
+    pub max_token_size: Option<Spanned<crate::raw::RawSize>>,
 }
 
 /// `keys = { file = "keys.txt" }`.
