@@ -4,7 +4,7 @@
 //! `luaL_argerror`: "bad argument #1 to 'encode_max_depth' (expected integer between 1 and
 //! 2147483647)"), so that a script that probes or tunes them sees what OpenResty shows.
 
-use super::type_name;
+use crate::values::type_name;
 use mlua::{Lua, MultiValue, Table, Value};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -59,7 +59,7 @@ impl Default for Config {
 /// the calling Lua line when a Lua function called it directly.
 pub(super) fn arg_error(lua: &Lua, narg: usize, msg: &str, inner: bool) -> mlua::Error {
     if inner {
-        return super::raise(format!("bad argument #{narg} to '?' ({msg})"));
+        return super::error::raise(format!("bad argument #{narg} to '?' ({msg})"));
     }
     let (name, method) = lua
         .inspect_stack(0, |d| {
@@ -144,7 +144,7 @@ fn check_c_string(lua: &Lua, v: &Value, narg: usize) -> mlua::Result<Vec<u8>> {
     let bytes = match v {
         Value::String(s) => s.as_bytes().to_vec(),
         Value::Integer(_) | Value::Number(_) => {
-            super::fmt_g14(lua.coerce_number(v.clone())?.unwrap_or(0.0)).into_bytes()
+            crate::values::fmt_g14(lua.coerce_number(v.clone())?.unwrap_or(0.0)).into_bytes()
         }
         other => {
             let msg = format!("string expected, got {}", type_name(other));

@@ -351,7 +351,7 @@ impl Parser<'_> {
         } else {
             t.kind.name()
         };
-        super::raise(format!(
+        super::error::raise(format!(
             "Expected {expected} but found {found} at character {}",
             t.index + 1
         ))
@@ -424,7 +424,7 @@ impl Builder<'_> {
         if i64::try_from(depth).unwrap_or(i64::MAX) > i64::from(self.max_depth)
             || self.slots + need > MAX_C_STACK
         {
-            return Err(super::raise(format!(
+            return Err(super::error::raise(format!(
                 "Found too many nested data structures ({depth}) at character {ptr}"
             )));
         }
@@ -579,7 +579,7 @@ impl Parser<'_> {
 pub(super) fn decode(lua: &Lua, data: &[u8], opts: &Options) -> mlua::Result<Value> {
     // RFC 4627: only the first two bytes tell the encoding, and JSON's is UTF-8.
     if data.len() >= 2 && (data[0] == 0 || data[1] == 0) {
-        return Err(super::raise(
+        return Err(super::error::raise(
             "JSON parser does not support UTF-16 or UTF-32",
         ));
     }

@@ -16,7 +16,9 @@
 
 use super::config::Config;
 use super::decode::MAX_C_STACK;
-use super::{Shared, empty_array, fmt_g, type_name};
+use super::{Shared, empty_array};
+use crate::values::fmt_g;
+use crate::values::type_name;
 use mlua::{Lua, Table, Value};
 
 /// An open array or object.
@@ -65,7 +67,7 @@ struct Encoder<'a> {
 }
 
 fn runtime(msg: String) -> mlua::Error {
-    super::raise(msg)
+    super::error::raise(msg)
 }
 
 /// C's `(int)d` on x86-64: truncation, out of range (and NaN) as `INT_MIN`.

@@ -12,11 +12,14 @@
 mod config;
 mod decode;
 mod encode;
+mod error;
 mod numbers;
 #[cfg(test)]
 mod tests;
 
 use config::Config;
+use error::cjson_error;
+
 use mlua::{Function, LightUserData, Lua, MultiValue, Table, Value};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -33,80 +36,6 @@ fn empty_array() -> Value {
 /// `cjson.null`: the NULL light userdata (lua-cjson's, and `ngx.null`).
 fn null() -> Value {
     Value::LightUserData(LightUserData(std::ptr::null_mut()))
-}
-
-/// A number as C's `%.14g` writes it (LuaJIT's `tostring`, lua-cjson's default precision).
-pub(crate) fn fmt_g14(n: f64) -> String {
-    fmt_g(n, 14)
-}
-
-/// A finite number as C's `%.{precision}g` writes it (`precision` 1 to 17): lua-cjson's
-/// `fpconv_g_fmt` with `encode_number_precision`.
-fn fmt_g(n: f64, precision: usize) -> String {
-    let precision = precision.max(1);
-    if n == 0.0 {
-        return if n.is_sign_negative() { "-0" } else { "0" }.into();
-    }
-    // `%e` rounding decides the exponent `%g` goes by (9.99e5 rounds to 1e6 at 2 digits).
-    let sci = format!("{n:.*e}", precision - 1);
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i64 = exp.parse().unwrap_or(0);
-    let trim = |s: &str| -> String {
-        if s.contains('.') {
-            s.trim_end_matches('0').trim_end_matches('.').to_owned()
-        } else {
-            s.to_owned()
-        }
-    };
-    let p = i64::try_from(precision).unwrap_or(17);
-    if exp < -4 || exp >= p {
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{}e{sign}{:02}", trim(mantissa), exp.abs())
-    } else {
-        let decimals = usize::try_from(p - 1 - exp).unwrap_or(0);
-        trim(&format!("{n:.decimals$}"))
-    }
-}
-
-/// What C's `lua_typename(L, lua_type(L, i))` says of a value (a light userdata is
-/// "userdata", a LuaJIT cdata "cdata").
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Nil => "nil",
-        Value::Boolean(_) => "boolean",
-        Value::LightUserData(_) | Value::UserData(_) | Value::Error(_) => "userdata",
-        Value::Integer(_) | Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Table(_) => "table",
-        Value::Function(_) => "function",
-        Value::Thread(_) => "thread",
-        _ => "cdata",
-    }
-}
-
-/// An error lua-cjson raises with `luaL_error`: its message, to which the raising call
-/// adds where the Lua code that called it stands ([`finish`]).
-#[derive(Debug)]
-struct CjsonError(String);
-
-impl std::fmt::Display for CjsonError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for CjsonError {}
-
-fn raise(msg: impl Into<String>) -> mlua::Error {
-    mlua::Error::external(CjsonError(msg.into()))
-}
-
-/// The text of a [`CjsonError`], if `e` is one.
-fn cjson_error(e: &mlua::Error) -> Option<&str> {
-    match e {
-        mlua::Error::ExternalError(inner) => inner.downcast_ref::<CjsonError>().map(|c| &*c.0),
-        _ => None,
-    }
 }
 
 /// The Lua values every instance of a state shares: lua-cjson keeps `array_mt` and
@@ -233,12 +162,12 @@ fn decode_function(
             Value::String(s) => decode::decode(lua, &s.as_bytes(), &opts),
             Value::Integer(_) | Value::Number(_) => {
                 let n = lua.coerce_number(v.clone())?.unwrap_or(0.0);
-                decode::decode(lua, fmt_g14(n).as_bytes(), &opts)
+                decode::decode(lua, crate::values::fmt_g14(n).as_bytes(), &opts)
             }
             other => Err(config::arg_error(
                 lua,
                 1,
-                &format!("string expected, got {}", type_name(other)),
+                &format!("string expected, got {}", crate::values::type_name(other)),
                 safe,
             )),
         };

@@ -33,6 +33,7 @@
 //! (`testdata/LICENSE`).
 
 use super::*;
+use crate::values::{fmt_g, fmt_g14};
 
 /// The message of an error, without mlua's wrapping: what Sluice's prelude gives `pcall`.
 fn error_message(e: &mlua::Error) -> String {
