@@ -6,7 +6,7 @@
 
 use crate::api::text::decode_args;
 use crate::current::with_view;
-use mlua::{Lua, Table, Value};
+use mlua::{Lua, Table};
 
 /// lua-nginx-module 0.10.23's API that Sluice does not have, by table (`""` is `ngx`
 /// itself): calling one raises "… is not supported by Sluice", and `sluice check` warns
@@ -310,31 +310,13 @@ fn install_resp(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             lua,
             "ngx.resp.get_headers",
             |lua, (max, raw): (Option<usize>, Option<bool>)| {
-                let max = max.filter(|m| *m > 0).unwrap_or(100);
-                let (pairs, total): (Vec<(String, Vec<u8>)>, usize) = with_view(|v| {
-                    Ok((
-                        v.response_headers
-                            .iter()
-                            .take(max)
-                            .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
-                            .collect(),
-                        v.response_headers.len(),
-                    ))
-                })?;
-                let t = lua.create_table()?;
-                for (k, v) in pairs {
-                    let v = Value::String(lua.create_string(v)?);
-                    match t.raw_get::<Value>(k.as_str())? {
-                        Value::Nil => t.raw_set(k, v)?,
-                        Value::Table(list) => list.raw_push(v)?,
-                        first => t.raw_set(k, lua.create_sequence_from([first, v])?)?,
-                    }
-                }
-                if !raw.unwrap_or(false) {
-                    let meta: Table = lua.named_registry_value("sluice.headers_meta")?;
-                    t.set_metatable(Some(meta))?;
-                }
-                Ok((t, (total > max).then_some("truncated")))
+                let (headers, truncated) = crate::api::req::headers_table(
+                    lua,
+                    |v| &v.response_headers,
+                    max.unwrap_or(100),
+                    raw.unwrap_or(false),
+                )?;
+                Ok((headers, truncated.then_some("truncated")))
             },
         )?,
     )?;

@@ -172,19 +172,26 @@ fn set_fast(name: &[u8], value: &[u8]) -> bool {
     .unwrap_or(false)
 }
 
-/// `ngx.req.get_headers()`'s table: lower-case names, a repeated header's values in a list,
-/// and (unless `raw`) a metatable that finds `Foo_Bar` as `foo-bar`; and whether `max` cut
-/// it short (`"truncated"`).
-fn headers_table(lua: &Lua, max: usize, raw: bool) -> mlua::Result<(Table, bool)> {
+/// `ngx.req.get_headers()`'s table (and `ngx.resp.get_headers()`'s, of the headers `which`
+/// picks from the view): lower-case names, a repeated header's values in a list, and
+/// (unless `raw`) a metatable that finds `Foo_Bar` as `foo-bar`; and whether `max` cut it
+/// short (`"truncated"`).
+pub(crate) fn headers_table(
+    lua: &Lua,
+    which: fn(&View) -> &http::HeaderMap,
+    max: usize,
+    raw: bool,
+) -> mlua::Result<(Table, bool)> {
     let max = if max == 0 { usize::MAX } else { max };
     let (pairs, total): (Vec<(String, Vec<u8>)>, usize) = with_view(|v| {
+        let headers = which(v);
         Ok((
-            v.headers
+            headers
                 .iter()
                 .take(max)
                 .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
                 .collect(),
-            v.headers.len(),
+            headers.len(),
         ))
     })?;
     let t = lua.create_table_with_capacity(0, pairs.len())?;
@@ -226,8 +233,12 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             lua,
             "ngx.req.get_headers",
             |lua, (max, raw): (Option<usize>, Option<bool>)| {
-                let (headers, truncated) =
-                    headers_table(lua, max.unwrap_or(100), raw.unwrap_or(false))?;
+                let (headers, truncated) = headers_table(
+                    lua,
+                    |v| &v.headers,
+                    max.unwrap_or(100),
+                    raw.unwrap_or(false),
+                )?;
                 Ok((headers, truncated.then_some("truncated")))
             },
         )?,
