@@ -27,20 +27,7 @@ pub(crate) async fn respond(
     match (&method, path.as_str()) {
         // The page is public like /metrics; its data, from elsewhere than loopback, needs the
         // token, which the page asks for.
-        (&Method::GET, "/") => {
-            let mut r = reply(
-                StatusCode::OK,
-                "text/html; charset=utf-8",
-                crate::stats::PAGE,
-            );
-            r.headers_mut().insert(
-                header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(
-                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'",
-                ),
-            );
-            r
-        }
+        (&Method::GET, "/") => page(),
         (&Method::GET, "/api/v1/stats" | "/api/v1/requests" | "/metrics" | "/status")
             if let Some(denied) = refuse_read(s, &req, peer) =>
         {
@@ -82,39 +69,60 @@ pub(crate) async fn respond(
             crate::auth::keys(s, req).await
         }
         (_, "/api/v1/config") if method != Method::GET => not_allowed("GET"),
-        (_, p) if p.starts_with("/api/v1/") => {
-            let write = method != Method::GET && method != Method::HEAD;
-            let denied = if write {
-                refuse_unauthorized(s, &req)
-            } else {
-                refuse_read(s, &req, peer)
-            };
-            if let Some(denied) = denied {
-                return denied;
-            }
-            if let Some(name) = p
-                .strip_prefix("/api/v1/upstreams/")
-                .and_then(|rest| rest.strip_suffix("/health"))
-            {
-                if method != Method::GET {
-                    return not_allowed("GET");
-                }
-                return match crate::health::upstream(s, name) {
-                    Some(doc) => json_reply(StatusCode::OK, &doc),
-                    None => error(
-                        StatusCode::NOT_FOUND,
-                        &format!("no upstream `{name}` is running; GET /api/v1/config lists them"),
-                    ),
-                };
-            }
-            objects(s, req).await
-        }
+        (_, p) if p.starts_with("/api/v1/") => api_v1(s, req, peer).await,
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
             "not found: try / (the dashboard), /metrics, /status, /api/v1/stats, /api/v1/requests, /api/v1/config, /api/v1/{routes,upstreams,certificates}/NAME, /api/v1/upstreams/NAME/health, /api/v1/auth/keys?route=NAME, POST /api/v1/reload or POST /api/v1/cache/purge\n",
         ),
     }
+}
+
+/// The dashboard's page, allowed to reach nothing but its own listener.
+fn page() -> Reply {
+    let mut r = reply(
+        StatusCode::OK,
+        "text/html; charset=utf-8",
+        crate::stats::PAGE,
+    );
+    r.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'",
+        ),
+    );
+    r
+}
+
+/// The rest of `/api/v1/`: an upstream's health, and the configuration's objects.
+async fn api_v1(s: &Sources, req: Request<Incoming>, peer: SocketAddr) -> Reply {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let write = method != Method::GET && method != Method::HEAD;
+    let denied = if write {
+        refuse_unauthorized(s, &req)
+    } else {
+        refuse_read(s, &req, peer)
+    };
+    if let Some(denied) = denied {
+        return denied;
+    }
+    if let Some(name) = path
+        .strip_prefix("/api/v1/upstreams/")
+        .and_then(|rest| rest.strip_suffix("/health"))
+    {
+        if method != Method::GET {
+            return not_allowed("GET");
+        }
+        return match crate::health::upstream(s, name) {
+            Some(doc) => json_reply(StatusCode::OK, &doc),
+            None => error(
+                StatusCode::NOT_FOUND,
+                &format!("no upstream `{name}` is running; GET /api/v1/config lists them"),
+            ),
+        };
+    }
+    objects(s, req).await
 }
 
 /// `GET /api/v1/config` and `GET|PUT|DELETE /api/v1/{routes,upstreams,certificates}/NAME`.
@@ -369,13 +377,10 @@ fn refuse_unauthorized(s: &Sources, req: &Request<Incoming>) -> Option<Reply> {
     Some(r)
 }
 
-/// Compares without an early exit, so the time taken does not tell how much of a guess was
-/// right.
+/// Compares in constant time (BoringSSL's `CRYPTO_memcmp`), so the time taken does not tell
+/// how much of a guess was right. Only the length can show: `memcmp::eq` needs equal ones.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len() && boring::memcmp::eq(a, b)
 }
 
 async fn reload(s: &Sources) -> Reply {

@@ -2,94 +2,96 @@
 //! dashboard's `auth` (each authenticated route's passes and refusals by reason).
 
 use crate::Sources;
+use crate::exposition::{Exposition, Kind};
+use crate::reply::{Reply, error, json_reply};
+use http::{Method, Request, StatusCode};
+use hyper::body::Incoming;
 use serde_json::{Value, json};
-use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 /// One counter of a route's authentication.
 type Reading = fn(&sluice_auth::AuthCounters) -> u64;
 
+/// The counters of the work each route's authentication did: name, help, count.
+const WORK: [(&str, &str, Reading); 8] = [
+    (
+        "sluice_auth_signatures_verified_total",
+        "Token signatures verified (accepted tokens not counted here came from the verified-token cache).",
+        |c| c.signatures_verified.load(Ordering::Relaxed),
+    ),
+    (
+        "sluice_auth_passwords_hashed_total",
+        "Basic passwords hashed (the rest came from the verified-credential cache).",
+        |c| c.passwords_hashed.load(Ordering::Relaxed),
+    ),
+    (
+        "sluice_auth_jwks_fetched_total",
+        "JWKS fetches that brought a key set.",
+        |c| c.jwks_fetched.load(Ordering::Relaxed),
+    ),
+    (
+        "sluice_auth_jwks_failed_total",
+        "JWKS fetches that failed; the last good set stayed in force.",
+        |c| c.jwks_failed.load(Ordering::Relaxed),
+    ),
+    (
+        "sluice_auth_jwks_refresh_limited_total",
+        "Fetches for an unknown kid not made because one was tried within 10 s.",
+        |c| c.jwks_refresh_limited.load(Ordering::Relaxed),
+    ),
+    (
+        "sluice_auth_files_reloaded_total",
+        "Key and htpasswd files read again after they changed.",
+        |c| c.files_reloaded.load(Ordering::Relaxed),
+    ),
+    (
+        "sluice_auth_files_refused_total",
+        "Changed key and htpasswd files that did not parse; the previous contents stayed.",
+        |c| c.files_refused.load(Ordering::Relaxed),
+    ),
+    (
+        "sluice_auth_forward_failed_open_total",
+        "Requests let through because the authorization service failed (on_error = \"allow\").",
+        |c| c.forward_failed_open.load(Ordering::Relaxed),
+    ),
+];
+
 /// The `sluice_auth_*` families (none while no route authenticates).
-pub(crate) fn metrics(out: &mut String, s: &Sources) {
+pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
     let routes = s.gateway.authentication();
     if routes.is_empty() {
         return;
     }
-    crate::family(
-        out,
-        "sluice_auth_allowed_total",
-        "counter",
+    let name = "sluice_auth_allowed_total";
+    out.family(
+        name,
+        Kind::Counter,
         "Requests [route.auth] let through, by the method that accepted them.",
     );
     for (route, c) in &routes {
         for (method, n) in c.allowed() {
-            let _ = writeln!(
-                out,
-                "sluice_auth_allowed_total{{route=\"{route}\",method=\"{method}\"}} {n}"
-            );
+            out.sample(name, &[("route", route), ("method", method)], n);
         }
     }
-    crate::family(
-        out,
-        "sluice_auth_refused_total",
-        "counter",
+    let name = "sluice_auth_refused_total";
+    out.family(
+        name,
+        Kind::Counter,
         "Requests [route.auth] refused, by reason (missing credentials, jwt_expired, bad_password, forward_denied, ...).",
     );
     for (route, c) in &routes {
         for (reason, n) in c.refusals() {
-            let _ = writeln!(
-                out,
-                "sluice_auth_refused_total{{route=\"{route}\",reason=\"{reason}\"}} {n}"
-            );
+            out.sample(name, &[("route", route), ("reason", reason)], n);
         }
     }
-    let work: [(&str, &str, Reading); 8] = [
-        (
-            "sluice_auth_signatures_verified_total",
-            "Token signatures verified (accepted tokens not counted here came from the verified-token cache).",
-            |c| c.signatures_verified.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_auth_passwords_hashed_total",
-            "Basic passwords hashed (the rest came from the verified-credential cache).",
-            |c| c.passwords_hashed.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_auth_jwks_fetched_total",
-            "JWKS fetches that brought a key set.",
-            |c| c.jwks_fetched.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_auth_jwks_failed_total",
-            "JWKS fetches that failed; the last good set stayed in force.",
-            |c| c.jwks_failed.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_auth_jwks_refresh_limited_total",
-            "Fetches for an unknown kid not made because one was tried within 10 s.",
-            |c| c.jwks_refresh_limited.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_auth_files_reloaded_total",
-            "Key and htpasswd files read again after they changed.",
-            |c| c.files_reloaded.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_auth_files_refused_total",
-            "Changed key and htpasswd files that did not parse; the previous contents stayed.",
-            |c| c.files_refused.load(Ordering::Relaxed),
-        ),
-        (
-            "sluice_auth_forward_failed_open_total",
-            "Requests let through because the authorization service failed (on_error = \"allow\").",
-            |c| c.forward_failed_open.load(Ordering::Relaxed),
-        ),
-    ];
-    for (name, help, get) in work {
-        crate::family(out, name, "counter", help);
-        for (route, c) in &routes {
-            let _ = writeln!(out, "{name}{{route=\"{route}\"}} {}", get(c));
-        }
+    for (name, help, get) in WORK {
+        out.family_by(
+            name,
+            Kind::Counter,
+            help,
+            "route",
+            routes.iter().map(|(route, c)| (route.as_str(), get(c))),
+        );
     }
 }
 
@@ -124,32 +126,11 @@ pub(crate) fn status(s: &Sources) -> Value {
 /// `"key"`, the gateway makes a random one and answers it, once); `DELETE {"route",
 /// "name"}` removes one. The file is rewritten whole and read again at once. The file is
 /// this gateway's: in a fleet, each gateway has its own.
-pub(crate) async fn keys(
-    s: &Sources,
-    req: http::Request<hyper::body::Incoming>,
-) -> crate::reply::Reply {
-    use crate::reply::{error, json_reply};
-    use http::{Method, StatusCode};
+pub(crate) async fn keys(s: &Sources, req: Request<Incoming>) -> Reply {
     let method = req.method().clone();
-    let (route, name, key) = if method == Method::GET {
-        let q = req.uri().query().unwrap_or("");
-        let route = q
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("route="))
-            .unwrap_or("")
-            .to_owned();
-        (route, String::new(), None)
-    } else {
-        let body = match crate::reply::json_body(req).await {
-            Ok(b) => b,
-            Err(r) => return *r,
-        };
-        let text = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
-        (
-            text("route").unwrap_or_default(),
-            text("name").unwrap_or_default(),
-            text("key"),
-        )
+    let (route, name, key) = match key_request(req).await {
+        Ok(r) => r,
+        Err(r) => return *r,
     };
     let Some(auth) = s.gateway.authenticator(&route) else {
         return error(
@@ -190,20 +171,45 @@ pub(crate) async fn keys(
             json_reply(StatusCode::CREATED, &answer)
         }
         Ok(Ok(())) => json_reply(StatusCode::OK, &json!({ "route": route, "removed": name })),
-        Ok(Err(None)) => error(
+        Ok(Err(e)) => edit_failed(&route, e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+/// What a keys request names: the route (a GET's `?route=`, else the JSON body's), and a
+/// write's key name and key.
+async fn key_request(
+    req: Request<Incoming>,
+) -> Result<(String, String, Option<String>), Box<Reply>> {
+    if req.method() == Method::GET {
+        let q = req.uri().query().unwrap_or("");
+        let route = q
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("route="))
+            .unwrap_or("")
+            .to_owned();
+        return Ok((route, String::new(), None));
+    }
+    let body = crate::reply::json_body(req).await?;
+    let text = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
+    Ok((
+        text("route").unwrap_or_default(),
+        text("name").unwrap_or_default(),
+        text("key"),
+    ))
+}
+
+/// A key edit that did not happen (`None`: the route keeps no keys file).
+fn edit_failed(route: &str, e: Option<sluice_auth::KeyEditError>) -> Reply {
+    use sluice_auth::KeyEditError;
+    match e {
+        None => error(
             StatusCode::NOT_FOUND,
             &format!("route `{route}` has no keys = {{ file = … }}"),
         ),
-        Ok(Err(Some(e @ sluice_auth::KeyEditError::Exists))) => {
-            error(StatusCode::CONFLICT, &e.to_string())
-        }
-        Ok(Err(Some(e @ sluice_auth::KeyEditError::Missing))) => {
-            error(StatusCode::NOT_FOUND, &e.to_string())
-        }
-        Ok(Err(Some(e @ sluice_auth::KeyEditError::Invalid(_)))) => {
-            error(StatusCode::BAD_REQUEST, &e.to_string())
-        }
-        Ok(Err(Some(e))) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        Some(e @ KeyEditError::Exists) => error(StatusCode::CONFLICT, &e.to_string()),
+        Some(e @ KeyEditError::Missing) => error(StatusCode::NOT_FOUND, &e.to_string()),
+        Some(e @ KeyEditError::Invalid(_)) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+        Some(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
 }

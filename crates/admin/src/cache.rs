@@ -2,110 +2,118 @@
 //! purge endpoint is with the API's other writes, in `api`).
 
 use crate::Sources;
+use crate::exposition::{Exposition, Kind};
 use serde_json::{Value, json};
-use std::fmt::Write as _;
+use sluice_cache::CacheSnapshot;
 
-/// The `sluice_cache_*` families.
-pub(crate) fn metrics(out: &mut String, s: &Sources) {
-    let cache = s.gateway.cache();
-    let c = cache.snapshot();
-    let mut counter = |name: &str, help: &str, label: &str, values: &[(&str, u64)]| {
-        crate::family(out, name, "counter", help);
-        for (k, v) in values {
-            let _ = writeln!(out, "{name}{{{label}=\"{}\"}} {v}", k.to_ascii_lowercase());
-        }
-    };
-    counter(
+/// A family of the cache's counters by one label: its counts by that label's value.
+type ByLabel = fn(&CacheSnapshot) -> &[(&'static str, u64)];
+
+/// The families by a label: name, help, label, counts.
+const BY_LABEL: [(&str, &str, &str, ByLabel); 5] = [
+    (
         "sluice_cache_requests_total",
         "Requests on routes with [route.cache], by how they were answered (hit, miss, revalidated, expired, stale, bypass).",
         "outcome",
-        &c.outcomes,
-    );
-    counter(
+        |c| c.outcomes.as_slice(),
+    ),
+    (
         "sluice_cache_not_stored_total",
         "Responses the cache did not store, by reason.",
         "reason",
-        &c.not_stored,
-    );
-    counter(
+        |c| c.not_stored.as_slice(),
+    ),
+    (
         "sluice_cache_served_bytes_total",
         "Body bytes served from the cache, by content coding.",
         "coding",
-        &c.served_bytes,
-    );
-    counter(
+        |c| c.served_bytes.as_slice(),
+    ),
+    (
         "sluice_cache_variants_made_total",
         "Encoded variants made (once per entry and coding, on the first request for it).",
         "coding",
-        &c.variants_made,
-    );
-    counter(
+        |c| c.variants_made.as_slice(),
+    ),
+    (
         "sluice_cache_upgrades_total",
         "Variants re-encoded in the background at their codec's best level.",
         "coding",
-        &c.upgrades,
-    );
-    for (name, help, v) in [
-        (
-            "sluice_cache_collapsed_total",
-            "Misses that waited for another request's fetch of the same key instead of going upstream.",
-            c.collapsed,
-        ),
-        (
-            "sluice_cache_not_modified_total",
-            "Client conditional requests answered 304 from the cache.",
-            c.not_modified,
-        ),
-        (
-            "sluice_cache_upgrades_dropped_total",
-            "Background upgrades dropped because their queue was full (asked for again later).",
-            c.upgrades_dropped,
-        ),
-        (
-            "sluice_cache_upgrade_saved_bytes_total",
-            "Bytes per copy the background upgrades saved (old variant less new).",
-            c.upgrade_bytes_saved,
-        ),
-        (
-            "sluice_cache_purges_total",
-            "Purge requests (by key or prefix) through the admin API.",
-            c.purges,
-        ),
-    ] {
-        crate::family(out, name, "counter", help);
-        let _ = writeln!(out, "{name} {v}");
+        |c| c.upgrades.as_slice(),
+    ),
+];
+
+/// One counter of the cache's snapshot.
+type Reading = fn(&CacheSnapshot) -> u64;
+
+/// The counters without labels: name, help, count.
+const TOTALS: [(&str, &str, Reading); 5] = [
+    (
+        "sluice_cache_collapsed_total",
+        "Misses that waited for another request's fetch of the same key instead of going upstream.",
+        |c| c.collapsed,
+    ),
+    (
+        "sluice_cache_not_modified_total",
+        "Client conditional requests answered 304 from the cache.",
+        |c| c.not_modified,
+    ),
+    (
+        "sluice_cache_upgrades_dropped_total",
+        "Background upgrades dropped because their queue was full (asked for again later).",
+        |c| c.upgrades_dropped,
+    ),
+    (
+        "sluice_cache_upgrade_saved_bytes_total",
+        "Bytes per copy the background upgrades saved (old variant less new).",
+        |c| c.upgrade_bytes_saved,
+    ),
+    (
+        "sluice_cache_purges_total",
+        "Purge requests (by key or prefix) through the admin API.",
+        |c| c.purges,
+    ),
+];
+
+/// The `sluice_cache_*` families.
+pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
+    let cache = s.gateway.cache();
+    let c = cache.snapshot();
+    for (name, help, label, counts) in BY_LABEL {
+        let lower: Vec<(String, u64)> = counts(&c)
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), *v))
+            .collect();
+        let values = lower.iter().map(|(k, v)| (k.as_str(), v));
+        out.family_by(name, Kind::Counter, help, label, values);
     }
-    crate::family(
-        out,
+    for (name, help, count) in TOTALS {
+        out.single(name, Kind::Counter, help, count(&c));
+    }
+    out.single(
         "sluice_cache_cpu_saved_seconds_total",
-        "counter",
+        Kind::Counter,
         "Compression CPU not spent: encoded bytes served from the cache at the measured inline cost of the route's encoding (an estimate).",
+        c.cpu_saved_s,
     );
-    let _ = writeln!(
-        out,
-        "sluice_cache_cpu_saved_seconds_total {}",
-        c.cpu_saved_s
+    out.single(
+        "sluice_cache_bytes",
+        Kind::Gauge,
+        "Bytes the cache holds (heads, bodies and every variant).",
+        cache.bytes(),
     );
-    for (name, help, v) in [
-        (
-            "sluice_cache_bytes",
-            "Bytes the cache holds (heads, bodies and every variant).",
-            cache.bytes(),
-        ),
-        (
-            "sluice_cache_max_bytes",
-            "The cache's bound ([cache] max_size).",
-            cache.settings().max_size,
-        ),
-        (
-            "sluice_cache_entries",
-            "Entries the cache holds.",
-            cache.entries(),
-        ),
-    ] {
-        crate::family(out, name, "gauge", help);
-        let _ = writeln!(out, "{name} {v}");
-    }
+    out.single(
+        "sluice_cache_max_bytes",
+        Kind::Gauge,
+        "The cache's bound ([cache] max_size).",
+        cache.settings().max_size,
+    );
+    out.single(
+        "sluice_cache_entries",
+        Kind::Gauge,
+        "Entries the cache holds.",
+        cache.entries(),
+    );
 }
 
 /// `/status`'s `cache` section.

@@ -3,8 +3,8 @@
 //! is next ordered and how its orders went; whether each stapling certificate carries a
 //! current staple, and how its fetches went.
 
+use crate::exposition::{Exposition, Kind};
 use serde_json::{Value, json};
-use std::fmt::Write as _;
 
 /// One entry per ACME certificate, by name.
 pub(crate) fn status() -> Value {
@@ -43,91 +43,64 @@ pub(crate) fn ocsp_status() -> Value {
     )
 }
 
-use crate::label;
-
-pub(crate) fn metrics(out: &mut String) {
+/// `sluice_ocsp_*`, then `sluice_acme_*` (none while no certificate staples or is ACME's).
+pub(crate) fn metrics(out: &mut Exposition) {
     ocsp_metrics(out);
     let all = sluice_tls::live().statuses();
     if all.is_empty() {
         return;
     }
-    crate::family(
-        out,
-        "sluice_acme_orders_total",
-        "counter",
+    let family = "sluice_acme_orders_total";
+    out.family(
+        family,
+        Kind::Counter,
         "ACME orders by outcome (issued: the certificate is in force).",
     );
     for (name, s) in &all {
         for (result, n) in [("issued", s.issued), ("failed", s.failures)] {
-            let _ = writeln!(
-                out,
-                "sluice_acme_orders_total{{certificate=\"{}\",result=\"{result}\"}} {n}",
-                label(name)
-            );
+            out.sample(family, &[("certificate", name), ("result", result)], n);
         }
     }
-    crate::family(
-        out,
+    out.family_by(
         "sluice_acme_placeholder",
-        "gauge",
+        Kind::Gauge,
         "1 while an ACME certificate's self-signed placeholder serves (no certificate from the CA yet).",
+        "certificate",
+        all.iter()
+            .map(|(name, s)| (name.as_str(), u8::from(s.not_after.is_none()))),
     );
-    for (name, s) in &all {
-        let _ = writeln!(
-            out,
-            "sluice_acme_placeholder{{certificate=\"{}\"}} {}",
-            label(name),
-            u8::from(s.not_after.is_none())
-        );
-    }
-    crate::family(
-        out,
+    out.family_by(
         "sluice_acme_certificate_expiry_timestamp_seconds",
-        "gauge",
+        Kind::Gauge,
         "When the ACME certificate in force expires (Unix time).",
+        "certificate",
+        all.iter()
+            .filter_map(|(name, s)| Some((name.as_str(), s.not_after?))),
     );
-    for (name, s) in all.iter().filter(|(_, s)| s.not_after.is_some()) {
-        let _ = writeln!(
-            out,
-            "sluice_acme_certificate_expiry_timestamp_seconds{{certificate=\"{}\"}} {}",
-            label(name),
-            s.not_after.unwrap_or_default()
-        );
-    }
 }
 
-fn ocsp_metrics(out: &mut String) {
+fn ocsp_metrics(out: &mut Exposition) {
     let all = sluice_tls::live().ocsp_statuses();
     if all.is_empty() {
         return;
     }
-    crate::family(
-        out,
+    out.family_by(
         "sluice_ocsp_stapled",
-        "gauge",
+        Kind::Gauge,
         "1 while a certificate's handshakes carry a current OCSP response.",
+        "certificate",
+        all.iter()
+            .map(|(name, s)| (name.as_str(), u8::from(s.stapled))),
     );
-    for (name, s) in &all {
-        let _ = writeln!(
-            out,
-            "sluice_ocsp_stapled{{certificate=\"{}\"}} {}",
-            label(name),
-            u8::from(s.stapled)
-        );
-    }
-    crate::family(
-        out,
-        "sluice_ocsp_fetches_total",
-        "counter",
+    let family = "sluice_ocsp_fetches_total";
+    out.family(
+        family,
+        Kind::Counter,
         "OCSP fetches by outcome (ok: a response for this certificate, whatever its status).",
     );
     for (name, s) in &all {
         for (result, n) in [("ok", s.fetched), ("failed", s.failures)] {
-            let _ = writeln!(
-                out,
-                "sluice_ocsp_fetches_total{{certificate=\"{}\",result=\"{result}\"}} {n}",
-                label(name)
-            );
+            out.sample(family, &[("certificate", name), ("result", result)], n);
         }
     }
 }

@@ -3,9 +3,9 @@
 //! module because the admin API and the dashboard's data both report it.
 
 use crate::Sources;
+use crate::exposition::{Exposition, Kind};
 use serde_json::{Value, json};
 use sluice_control::{ReloadError, Status};
-use std::fmt::Write as _;
 use std::time::SystemTime;
 
 /// A failed reload as JSON: the message and every located error.
@@ -54,29 +54,30 @@ pub(crate) fn config_status(s: &Sources) -> Value {
 }
 
 /// The configuration's families in `/metrics`.
-pub(crate) fn config_metrics(out: &mut String, s: &Sources) {
+pub(crate) fn config_metrics(out: &mut Exposition, s: &Sources) {
     let Some(control) = &s.control else { return };
     if let Some(store) = control.shared() {
-        store.metrics(out);
+        store.metrics(out.text());
     }
     let status = control.status();
-    let _ = writeln!(
-        out,
-        "# HELP sluice_config_reloads_total Configuration reloads, by result (failed: the old configuration kept serving).\n# TYPE sluice_config_reloads_total counter"
+    out.family_by(
+        "sluice_config_reloads_total",
+        Kind::Counter,
+        "Configuration reloads, by result (failed: the old configuration kept serving).",
+        "result",
+        [("ok", status.reloads_ok), ("failed", status.reloads_failed)],
     );
-    let _ = writeln!(
-        out,
-        "sluice_config_reloads_total{{result=\"ok\"}} {}\nsluice_config_reloads_total{{result=\"failed\"}} {}",
-        status.reloads_ok, status.reloads_failed
+    out.family_by(
+        "sluice_config_info",
+        Kind::Gauge,
+        "The configuration serving, by revision (a content hash).",
+        "revision",
+        [(status.revision.as_str(), 1)],
     );
-    let _ = writeln!(
-        out,
-        "# HELP sluice_config_info The configuration serving, by revision (a content hash).\n# TYPE sluice_config_info gauge\nsluice_config_info{{revision=\"{}\"}} 1",
-        status.revision
-    );
-    let _ = writeln!(
-        out,
-        "# HELP sluice_config_loaded_timestamp_seconds When the serving configuration was loaded.\n# TYPE sluice_config_loaded_timestamp_seconds gauge\nsluice_config_loaded_timestamp_seconds {:.3}",
-        unix_seconds(status.loaded_at)
+    out.single(
+        "sluice_config_loaded_timestamp_seconds",
+        Kind::Gauge,
+        "When the serving configuration was loaded.",
+        format_args!("{:.3}", unix_seconds(status.loaded_at)),
     );
 }

@@ -3,8 +3,8 @@
 //! limit outcomes, and its most matched rules).
 
 use crate::Sources;
+use crate::exposition::{Exposition, Kind};
 use serde_json::{Value, json};
-use std::fmt::Write as _;
 
 /// One counter of a route.
 type Reading = fn(&sluice_waf::StatsSnapshot) -> u64;
@@ -13,7 +13,7 @@ type Reading = fn(&sluice_waf::StatsSnapshot) -> u64;
 const TOP_RULES: usize = 10;
 
 /// The `sluice_waf_*` families (none while no route has `[route.waf]`).
-pub(crate) fn metrics(out: &mut String, s: &Sources) {
+pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
     let Some(waf) = s.gateway.waf() else {
         return;
     };
@@ -58,37 +58,31 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
         ),
         (
             "sluice_waf_body_partial_total",
-            "Requests whose body was inspected only up to request_body_limit (inspect_partial).",
+            "Requests whose body was inspected only up to request_body_limit and forwarded whole (inspect_partial, or mode detect).",
             |c| c.body_partial,
         ),
     ];
     for (name, help, get) in counters {
-        crate::family(out, name, "counter", help);
-        for (route, c) in &routes {
-            let _ = writeln!(out, "{name}{{route=\"{route}\"}} {}", get(c));
-        }
+        let values = routes.iter().map(|(route, c)| (*route, get(c)));
+        out.family_by(name, Kind::Counter, help, "route", values);
     }
-    crate::family(
-        out,
-        "sluice_waf_rule_matches_total",
-        "counter",
+    let name = "sluice_waf_rule_matches_total";
+    out.family(
+        name,
+        Kind::Counter,
         "Matches of each rule, by route and rule id.",
     );
     for (route, c) in &routes {
         for (id, n) in &c.rules {
-            let _ = writeln!(
-                out,
-                "sluice_waf_rule_matches_total{{route=\"{route}\",rule=\"{id}\"}} {n}"
-            );
+            out.sample(name, &[("route", route), ("rule", &id.to_string())], n);
         }
     }
-    crate::family(
-        out,
+    out.single(
         "sluice_waf_in_flight",
-        "gauge",
+        Kind::Gauge,
         "Requests waiting for or in evaluation.",
+        waf.in_flight(),
     );
-    let _ = writeln!(out, "sluice_waf_in_flight {}", waf.in_flight());
 }
 
 /// `/status`'s `waf`: per route, its counters and top rules; `null` without a WAF route.

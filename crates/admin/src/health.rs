@@ -2,9 +2,9 @@
 //! `upstreams` object of `/status` and the `sluice_upstream_*` metrics.
 
 use crate::Sources;
+use crate::exposition::{Exposition, Kind};
 use serde_json::{Value, json};
 use sluice_proxy::UpstreamHealth;
-use std::fmt::Write as _;
 use std::time::SystemTime;
 
 fn unix_seconds(t: SystemTime) -> f64 {
@@ -81,110 +81,88 @@ pub(crate) fn status(s: &Sources) -> Value {
     )
 }
 
-use crate::label;
-
-pub(crate) fn metrics(out: &mut String, s: &Sources) {
+/// The `sluice_upstream_*` families of each upstream and server (none without upstreams).
+pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
     let all = s.gateway.upstream_health();
     if all.is_empty() {
         return;
     }
-    crate::family(
-        out,
-        "sluice_upstream_server_up",
-        "gauge",
-        "Whether an upstream server is in use (1) or skipped by health checks or passive marks (0).",
-    );
-    for h in &all {
-        for sv in &h.servers {
-            let _ = writeln!(
-                out,
-                "sluice_upstream_server_up{{upstream=\"{}\",server=\"{}\"}} {}",
-                label(&h.name),
-                label(&sv.address),
-                u8::from(sv.up)
-            );
-        }
-    }
-    crate::family(
-        out,
-        "sluice_upstream_server_in_flight",
-        "gauge",
-        "Requests in flight to an upstream server.",
-    );
-    for h in &all {
-        for sv in &h.servers {
-            let _ = writeln!(
-                out,
-                "sluice_upstream_server_in_flight{{upstream=\"{}\",server=\"{}\"}} {}",
-                label(&h.name),
-                label(&sv.address),
-                sv.in_flight
-            );
-        }
-    }
-    crate::family(
-        out,
-        "sluice_upstream_ejections_total",
-        "counter",
+    servers(out, &all);
+    let name = "sluice_upstream_ejections_total";
+    out.family(
+        name,
+        Kind::Counter,
         "Outlier ejections of upstream servers, by whether max_ejected_percent allowed them.",
     );
     for h in &all {
         for (result, v) in [("ejected", h.ejections), ("capped", h.ejections_capped)] {
-            let _ = writeln!(
-                out,
-                "sluice_upstream_ejections_total{{upstream=\"{}\",result=\"{result}\"}} {v}",
-                label(&h.name)
-            );
+            out.sample(name, &[("upstream", &h.name), ("result", result)], v);
         }
     }
-    crate::family(
-        out,
+    out.family_by(
         "sluice_upstream_fail_open_total",
-        "counter",
+        Kind::Counter,
         "Requests sent to a server marked down because every server of the upstream was down.",
+        "upstream",
+        all.iter().map(|h| (h.name.as_str(), h.fail_open)),
     );
-    for h in &all {
-        let _ = writeln!(
-            out,
-            "sluice_upstream_fail_open_total{{upstream=\"{}\"}} {}",
-            label(&h.name),
-            h.fail_open
-        );
-    }
     if all.iter().any(|h| h.dns.is_some()) {
-        crate::family(
-            out,
-            "sluice_upstream_dns_lookups_total",
-            "counter",
-            "DNS lookups of upstream servers with resolve = true, by result (a failure keeps the last good addresses).",
-        );
-        for h in &all {
-            let Some(d) = &h.dns else { continue };
-            for (result, v) in [
-                ("ok", d.lookups - d.failures.min(d.lookups)),
-                ("failed", d.failures),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "sluice_upstream_dns_lookups_total{{upstream=\"{}\",result=\"{result}\"}} {v}",
-                    label(&h.name)
+        dns_metrics(out, &all);
+    }
+}
+
+/// Each server's state and requests in flight.
+fn servers(out: &mut Exposition, all: &[UpstreamHealth]) {
+    type Reading = fn(&sluice_proxy::ServerHealthReport) -> u64;
+    let families: [(&str, &str, Reading); 2] = [
+        (
+            "sluice_upstream_server_up",
+            "Whether an upstream server is in use (1) or skipped by health checks or passive marks (0).",
+            |sv| u64::from(sv.up),
+        ),
+        (
+            "sluice_upstream_server_in_flight",
+            "Requests in flight to an upstream server.",
+            |sv| sv.in_flight as u64,
+        ),
+    ];
+    for (name, help, get) in families {
+        out.family(name, Kind::Gauge, help);
+        for h in all {
+            for sv in &h.servers {
+                out.sample(
+                    name,
+                    &[("upstream", &h.name), ("server", &sv.address)],
+                    get(sv),
                 );
             }
         }
-        crate::family(
-            out,
-            "sluice_upstream_dns_changes_total",
-            "counter",
-            "Times DNS changed an upstream's servers.",
-        );
-        for h in &all {
-            let Some(d) = &h.dns else { continue };
-            let _ = writeln!(
-                out,
-                "sluice_upstream_dns_changes_total{{upstream=\"{}\"}} {}",
-                label(&h.name),
-                d.changes
-            );
+    }
+}
+
+/// The upstreams that follow DNS: lookups by result, and changes.
+fn dns_metrics(out: &mut Exposition, all: &[UpstreamHealth]) {
+    let name = "sluice_upstream_dns_lookups_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "DNS lookups of upstream servers with resolve = true, by result (a failure keeps the last good addresses).",
+    );
+    for h in all {
+        let Some(d) = &h.dns else { continue };
+        for (result, v) in [
+            ("ok", d.lookups - d.failures.min(d.lookups)),
+            ("failed", d.failures),
+        ] {
+            out.sample(name, &[("upstream", &h.name), ("result", result)], v);
         }
     }
+    out.family_by(
+        "sluice_upstream_dns_changes_total",
+        Kind::Counter,
+        "Times DNS changed an upstream's servers.",
+        "upstream",
+        all.iter()
+            .filter_map(|h| Some((h.name.as_str(), h.dns.as_ref()?.changes))),
+    );
 }

@@ -2,113 +2,88 @@
 //! the dashboard's `mirrors` (each route's mirror beside its primary).
 
 use crate::Sources;
+use crate::exposition::{Exposition, Kind};
 use serde_json::{Value, json};
-use sluice_proxy::{MIRROR_FAILURES, MIRROR_SIDES, MIRROR_SKIPS, STATUS_CLASSES};
-use std::fmt::Write as _;
+use sluice_proxy::{MIRROR_FAILURES, MIRROR_SIDES, MIRROR_SKIPS, MirrorSnapshot, STATUS_CLASSES};
 
 /// The `sluice_mirror_*` families (none while no route mirrors).
-pub(crate) fn metrics(out: &mut String, s: &Sources) {
+pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
     let mirrors = s.gateway.metrics().mirrors();
     if mirrors.is_empty() {
         return;
     }
-    let labels = |m: &sluice_proxy::MirrorSnapshot| {
-        format!("route=\"{}\",upstream=\"{}\"", m.route, m.upstream)
-    };
-    crate::family(
-        out,
-        "sluice_mirror_requests_total",
-        "counter",
-        "Copies sent to a route's mirror.",
-    );
+    let name = "sluice_mirror_requests_total";
+    out.family(name, Kind::Counter, "Copies sent to a route's mirror.");
     for m in &mirrors {
-        let _ = writeln!(
-            out,
-            "sluice_mirror_requests_total{{{}}} {}",
-            labels(m),
-            m.sent
-        );
+        out.sample(name, &labels(m, &[]), m.sent);
     }
-    crate::family(
-        out,
-        "sluice_mirror_in_flight",
-        "gauge",
-        "Copies in flight to a route's mirror.",
-    );
+    let name = "sluice_mirror_in_flight";
+    out.family(name, Kind::Gauge, "Copies in flight to a route's mirror.");
     for m in &mirrors {
-        let _ = writeln!(
-            out,
-            "sluice_mirror_in_flight{{{}}} {}",
-            labels(m),
-            m.in_flight
-        );
+        out.sample(name, &labels(m, &[]), m.in_flight);
     }
-    crate::family(
-        out,
-        "sluice_mirror_skipped_total",
-        "counter",
+    let name = "sluice_mirror_skipped_total";
+    out.family(
+        name,
+        Kind::Counter,
         "Sampled requests not copied, by reason (busy: max_in_flight reached; body_too_large; body_incomplete; no_server).",
     );
     for m in &mirrors {
-        for (i, r) in MIRROR_SKIPS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "sluice_mirror_skipped_total{{{},reason=\"{r}\"}} {}",
-                labels(m),
-                m.skipped[i]
-            );
+        for (r, n) in MIRROR_SKIPS.iter().zip(m.skipped) {
+            out.sample(name, &labels(m, &[("reason", r)]), n);
         }
     }
-    crate::family(
-        out,
-        "sluice_mirror_failed_total",
-        "counter",
-        "Copies sent that failed, by reason.",
-    );
+    let name = "sluice_mirror_failed_total";
+    out.family(name, Kind::Counter, "Copies sent that failed, by reason.");
     for m in &mirrors {
-        for (i, r) in MIRROR_FAILURES.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "sluice_mirror_failed_total{{{},reason=\"{r}\"}} {}",
-                labels(m),
-                m.failed[i]
-            );
+        for (r, n) in MIRROR_FAILURES.iter().zip(m.failed) {
+            out.sample(name, &labels(m, &[("reason", r)]), n);
         }
     }
-    crate::family(
-        out,
-        "sluice_mirror_responses_total",
-        "counter",
+    responses(out, &mirrors);
+}
+
+/// A mirror's `route` and `upstream`, then `more`.
+fn labels<'a>(m: &'a MirrorSnapshot, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut all = vec![
+        ("route", m.route.as_str()),
+        ("upstream", m.upstream.as_str()),
+    ];
+    all.extend_from_slice(more);
+    all
+}
+
+/// The responses to mirrored requests, on each side: by class, and how long they took.
+fn responses(out: &mut Exposition, mirrors: &[MirrorSnapshot]) {
+    let name = "sluice_mirror_responses_total";
+    out.family(
+        name,
+        Kind::Counter,
         "Responses to mirrored requests by side (the mirror's copy, the primary's original) and status class.",
     );
-    for m in &mirrors {
-        for (side, name) in MIRROR_SIDES.iter().enumerate() {
-            for (c, class) in STATUS_CLASSES.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "sluice_mirror_responses_total{{{},side=\"{name}\",class=\"{class}\"}} {}",
-                    labels(m),
-                    m.classes[side][c]
+    for m in mirrors {
+        for (side, side_name) in MIRROR_SIDES.iter().enumerate() {
+            for (class, n) in STATUS_CLASSES.iter().zip(m.classes[side]) {
+                out.sample(
+                    name,
+                    &labels(m, &[("side", side_name), ("class", class)]),
+                    n,
                 );
             }
         }
     }
-    crate::family(
-        out,
-        "sluice_mirror_response_seconds",
-        "summary",
+    let name = "sluice_mirror_response_seconds";
+    out.family(
+        name,
+        Kind::Summary,
         "Time to the response of mirrored requests, by side (the mirror's whole response; the primary's head).",
     );
-    for m in &mirrors {
-        for (side, name) in MIRROR_SIDES.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "sluice_mirror_response_seconds_sum{{{},side=\"{name}\"}} {}\nsluice_mirror_response_seconds_count{{{},side=\"{name}\"}} {}",
-                labels(m),
-                m.latency_us[side] as f64 / 1e6,
-                labels(m),
-                m.latency_n[side]
-            );
+    for m in mirrors {
+        for (side, side_name) in MIRROR_SIDES.iter().enumerate() {
+            let labels = labels(m, &[("side", side_name)]);
+            let sum = m.latency_us[side] as f64 / 1e6;
+            out.sample(&format!("{name}_sum"), &labels, sum);
+            out.sample(&format!("{name}_count"), &labels, m.latency_n[side]);
         }
     }
 }

@@ -5,9 +5,9 @@
 //! `max_connections_per_client_id` (`sluice_mqtt_takeovers_total`,
 //! `sluice_mqtt_unshared_admissions_total`).
 
-use crate::{Sources, family};
+use crate::Sources;
+use crate::exposition::{Exposition, Kind};
 use serde_json::{Value, json};
-use std::fmt::Write as _;
 
 /// `null` while no listener is `kind = "mqtt"`.
 pub(crate) fn status(s: &Sources) -> Value {
@@ -58,38 +58,29 @@ pub(crate) fn status(s: &Sources) -> Value {
 
 /// The MQTT families of `/metrics`: connections by outcome (`counts`, by
 /// `sluice_proxy::MQTT_OUTCOMES`), takeovers, and admissions the fleet did not see.
-pub(crate) fn metrics(out: &mut String, s: &Sources, counts: &[u64]) {
-    family(
-        out,
+pub(crate) fn metrics(out: &mut Exposition, s: &Sources, counts: &[u64]) {
+    out.family_by(
         "sluice_mqtt_connections_total",
-        "counter",
+        Kind::Counter,
         "Connections of kind = \"mqtt\" listeners and [route.mqtt] routes by outcome: proxied to the device's broker, refused (denied, not_connect, malformed, protocol_error, unsupported_version, client_id_not_valid, too_large, timeout, closed, bad_credentials, not_authorized, auth_unavailable, rate_limited, no_certificate, bad_certificate, certificate_mismatch), no broker reachable (upstream_unavailable), or proxied until a newer connection with the client identifier took over (taken_over).",
+        "outcome",
+        sluice_proxy::MQTT_OUTCOMES.iter().copied().zip(counts),
     );
-    for (i, outcome) in sluice_proxy::MQTT_OUTCOMES.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "sluice_mqtt_connections_total{{outcome=\"{outcome}\"}} {}",
-            counts[i]
-        );
-    }
     let t = s.gateway.mqtt_takeovers();
-    family(
-        out,
+    out.family_by(
         "sluice_mqtt_takeovers_total",
-        "counter",
+        Kind::Counter,
         "MQTT connections closed by max_connections_per_client_id: by a newer connection here (gateway) or, through Redis, on another gateway (fleet).",
+        "by",
+        [
+            ("gateway", t.taken_over.saturating_sub(t.by_fleet)),
+            ("fleet", t.by_fleet),
+        ],
     );
-    let _ = writeln!(
-        out,
-        "sluice_mqtt_takeovers_total{{by=\"gateway\"}} {}\nsluice_mqtt_takeovers_total{{by=\"fleet\"}} {}",
-        t.taken_over.saturating_sub(t.by_fleet),
-        t.by_fleet
-    );
-    family(
-        out,
+    out.single(
         "sluice_mqtt_unshared_admissions_total",
-        "counter",
+        Kind::Counter,
         "MQTT admissions under max_connections_store = \"redis\" that the fleet could not count (Redis unreachable): only this gateway's connections were capped.",
+        t.unshared,
     );
-    let _ = writeln!(out, "sluice_mqtt_unshared_admissions_total {}", t.unshared);
 }

@@ -3,8 +3,9 @@
 //! merged), and what the `[[log.ship]]` shippers did (`sluice_log_ship_*`, `/status`'s
 //! `log_shipping` and `request_log`).
 
+use crate::Sources;
+use crate::exposition::{Exposition, Kind};
 use crate::reply::{Reply, error, json_reply, reply};
-use crate::{Sources, label};
 use bytes::Bytes;
 use http::{HeaderValue, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
@@ -195,38 +196,36 @@ pub(crate) fn search(s: &Sources, query: Option<&str>) -> Reply {
     reply(StatusCode::OK, "application/json", body)
 }
 
-pub(crate) fn metrics(out: &mut String, s: &Sources) {
+/// The in-memory request log's families, then each `[[log.ship]]` shipper's.
+pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
     let log = s.gateway.access_log();
     let st = log.recent().stats();
-    crate::family(
-        out,
+    out.single(
         "sluice_request_log_entries",
-        "gauge",
+        Kind::Gauge,
         "Requests kept in memory for /api/v1/requests.",
+        st.entries,
     );
-    let _ = writeln!(out, "sluice_request_log_entries {}", st.entries);
-    crate::family(
-        out,
+    out.single(
         "sluice_request_log_bytes",
-        "gauge",
+        Kind::Gauge,
         "Memory the kept requests take, against [log] request_log.",
+        st.bytes,
     );
-    let _ = writeln!(out, "sluice_request_log_bytes {}", st.bytes);
-    crate::family(
-        out,
+    out.single(
         "sluice_request_log_evicted_total",
-        "counter",
+        Kind::Counter,
         "Kept requests evicted (oldest first) to stay within [log] request_log.",
+        st.evicted_total,
     );
-    let _ = writeln!(out, "sluice_request_log_evicted_total {}", st.evicted_total);
     let shippers = log.shippers();
     if shippers.is_empty() {
         return;
     }
-    crate::family(
-        out,
-        "sluice_log_ship_lines_total",
-        "counter",
+    let name = "sluice_log_ship_lines_total";
+    out.family(
+        name,
+        Kind::Counter,
         "Access log lines per [[log.ship]] by outcome: sent; dropped (the queue was full: the store was slow or down); rejected (the store refused them).",
     );
     for sh in &shippers {
@@ -235,41 +234,25 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
             ("dropped", sh.dropped),
             ("rejected", sh.rejected),
         ] {
-            let _ = writeln!(
-                out,
-                "sluice_log_ship_lines_total{{shipper=\"{}\",outcome=\"{outcome}\"}} {n}",
-                label(&sh.name)
-            );
+            out.sample(name, &[("shipper", &sh.name), ("outcome", outcome)], n);
         }
     }
-    crate::family(
-        out,
+    out.family_by(
         "sluice_log_ship_failures_total",
-        "counter",
+        Kind::Counter,
         "Sends to a log store or syslog server that failed (each retried with back-off).",
+        "shipper",
+        shippers.iter().map(|sh| (sh.name.as_str(), sh.failures)),
     );
-    for sh in &shippers {
-        let _ = writeln!(
-            out,
-            "sluice_log_ship_failures_total{{shipper=\"{}\"}} {}",
-            label(&sh.name),
-            sh.failures
-        );
-    }
-    crate::family(
-        out,
+    out.family_by(
         "sluice_log_ship_queue_bytes",
-        "gauge",
+        Kind::Gauge,
         "Bytes of access log lines waiting to be shipped (bounded by the shipper's queue).",
+        "shipper",
+        shippers
+            .iter()
+            .map(|sh| (sh.name.as_str(), sh.queued_bytes)),
     );
-    for sh in &shippers {
-        let _ = writeln!(
-            out,
-            "sluice_log_ship_queue_bytes{{shipper=\"{}\"}} {}",
-            label(&sh.name),
-            sh.queued_bytes
-        );
-    }
 }
 
 /// `/status`'s `log_shipping`: one object per shipper.

@@ -2,15 +2,15 @@
 //! `lua` (each script's calls, errors, budget stops and time; the shared dictionaries).
 
 use crate::Sources;
+use crate::exposition::{Exposition, Kind};
 use serde_json::{Value, json};
-use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 /// One counter of a script.
 type Reading = fn(&sluice_lua::stats::ScriptStats) -> u64;
 
 /// The `sluice_lua_*` families (none before any script has been loaded).
-pub(crate) fn metrics(out: &mut String, s: &Sources) {
+pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
     let scripts = sluice_lua::stats::all();
     if scripts.is_empty() {
         return;
@@ -48,80 +48,60 @@ pub(crate) fn metrics(out: &mut String, s: &Sources) {
         ),
     ];
     for (name, help, get) in counters {
-        crate::family(out, name, "counter", help);
+        out.family(name, Kind::Counter, help);
         for (route, phase, c) in &scripts {
-            let _ = writeln!(
-                out,
-                "{name}{{route=\"{route}\",phase=\"{}\"}} {}",
-                phase.name(),
-                get(c)
-            );
+            out.sample(name, &[("route", route), ("phase", phase.name())], get(c));
         }
     }
-    crate::family(
-        out,
-        "sluice_lua_call_seconds",
-        "histogram",
+    let name = "sluice_lua_call_seconds";
+    out.family(
+        name,
+        Kind::Histogram,
         "Time each call of a route's script took, by phase.",
     );
     for (route, phase, c) in &scripts {
-        let labels = format!("route=\"{route}\",phase=\"{}\"", phase.name());
-        let mut cumulative = 0;
-        for (i, bound) in sluice_lua::stats::TIME_BUCKETS_US.iter().enumerate() {
-            cumulative += c.buckets[i].load(Ordering::Relaxed);
-            let le = *bound as f64 / 1e6;
-            let _ = writeln!(
-                out,
-                "sluice_lua_call_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}"
-            );
-        }
-        let all = c.calls();
-        let _ = writeln!(
-            out,
-            "sluice_lua_call_seconds_bucket{{{labels},le=\"+Inf\"}} {all}"
-        );
+        let bounds = sluice_lua::stats::TIME_BUCKETS_US.iter().enumerate();
+        let buckets = bounds.map(|(i, b)| (*b as f64 / 1e6, c.buckets[i].load(Ordering::Relaxed)));
         let sum = c.time_us.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "sluice_lua_call_seconds_sum{{{labels}}} {sum}");
-        let _ = writeln!(out, "sluice_lua_call_seconds_count{{{labels}}} {all}");
+        let labels = [("route", route.as_str()), ("phase", phase.name())];
+        out.histogram(name, &labels, buckets, sum, c.calls());
     }
-    crate::family(
-        out,
+    out.single(
         "sluice_lua_timer_failures_total",
-        "counter",
+        Kind::Counter,
         "ngx.timer.at callbacks that raised an error.",
-    );
-    let _ = writeln!(
-        out,
-        "sluice_lua_timer_failures_total {}",
-        sluice_lua::stats::timer_failures()
+        sluice_lua::stats::timer_failures(),
     );
     if let Some(rt) = s.gateway.lua() {
-        crate::family(
-            out,
-            "sluice_lua_shared_dict_bytes",
-            "gauge",
-            "Bytes each ngx.shared dictionary holds, and its capacity.",
-        );
-        for (name, used, cap) in rt.dictionaries() {
-            let _ = writeln!(
-                out,
-                "sluice_lua_shared_dict_bytes{{dict=\"{name}\",kind=\"used\"}} {used}"
-            );
-            let _ = writeln!(
-                out,
-                "sluice_lua_shared_dict_bytes{{dict=\"{name}\",kind=\"capacity\"}} {cap}"
-            );
-        }
-        crate::family(
-            out,
-            "sluice_lua_state_bytes",
-            "gauge",
-            "Bytes each worker's Lua state holds.",
-        );
-        for (i, bytes) in rt.memory().iter().enumerate() {
-            let _ = writeln!(out, "sluice_lua_state_bytes{{state=\"{i}\"}} {bytes}");
-        }
+        memory(out, &rt);
     }
+}
+
+/// The shared dictionaries' and the Lua states' memory.
+fn memory(out: &mut Exposition, rt: &sluice_lua::LuaRuntime) {
+    let name = "sluice_lua_shared_dict_bytes";
+    out.family(
+        name,
+        Kind::Gauge,
+        "Bytes each ngx.shared dictionary holds, and its capacity.",
+    );
+    for (dict, used, cap) in rt.dictionaries() {
+        out.sample(name, &[("dict", &dict), ("kind", "used")], used);
+        out.sample(name, &[("dict", &dict), ("kind", "capacity")], cap);
+    }
+    let states = rt.memory();
+    let states: Vec<(String, &usize)> = states
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| (i.to_string(), bytes))
+        .collect();
+    out.family_by(
+        "sluice_lua_state_bytes",
+        Kind::Gauge,
+        "Bytes each worker's Lua state holds.",
+        "state",
+        states.iter().map(|(i, bytes)| (i.as_str(), *bytes)),
+    );
 }
 
 /// `/status`'s and the dashboard's `lua`: each script's counts and mean time; the

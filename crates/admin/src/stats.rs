@@ -149,7 +149,45 @@ fn engine_key(service: &str, engine: &str) -> String {
     format!("{service}/{engine}")
 }
 
+/// The dashboard's document: the series over the kept samples, the totals and each
+/// engine now, and the sections `/status` shows too.
 fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
+    json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "build": crate::build_label::label(),
+        "uptime_s": s.started.elapsed().as_secs(),
+        "interval_s": PERIOD.as_secs_f64(),
+        "config": crate::config_state::config_status(s),
+        "series": series(samples, now),
+        "totals": {
+            "requests": now.proxy.requests.iter().sum::<u64>(),
+            "handshakes": now.proxy.handshakes.iter().flatten().sum::<u64>(),
+            "handshake_failures": now.proxy.handshake_failures,
+            "quic_handshakes": now.proxy.quic_handshakes.iter().sum::<u64>(),
+            "quic_connections_open": now.proxy.quic_open,
+            "bytes_in": now.proxy.bytes[0],
+            "bytes_out": now.proxy.bytes[1],
+        },
+        "cpu": { "used_s": now.cpu_s, "saved_s": now.saved_s },
+        "engines": now.engines.iter().map(|e| engine(e, samples.last(), now)).collect::<Vec<_>>(),
+        "compression": compression(s),
+        "cache": crate::cache::status(s),
+        "mirrors": crate::mirror::status(s),
+        "auth": crate::auth::status(s),
+        "lua": crate::scripting::status(s),
+        "waf": crate::firewall::status(s),
+        "trace_url": s.gateway.snapshot().tracing.as_ref().and_then(|t| t.trace_url.clone()),
+        "fleet_mode": s.control.as_ref().is_some_and(|c| c.shared().is_some()),
+        "upstreams": upstreams(s),
+        "key_servers": key_servers(s),
+        "acme": crate::certificates::status(),
+        "ocsp": crate::certificates::ocsp_status(),
+        "rate_limit_store": crate::rate_limit_store(s),
+    })
+}
+
+/// The charts' series: per-second rates (and latency quantiles) between kept samples.
+fn series(samples: &[Sample], now: &Sample) -> Value {
     let t: Vec<f64> = samples.iter().skip(1).map(|x| x.unix).collect();
     let mut requests = Map::new();
     for (i, class) in STATUS_CLASSES.iter().enumerate() {
@@ -174,62 +212,81 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
         };
         engine_jobs.insert(key, json!(rates(samples, find)));
     }
-    let previous = samples.last();
-    let engines: Vec<Value> = now
-        .engines
+    json!({
+        "t": t,
+        "requests": requests,
+        "handshakes": handshakes,
+        "handshake_failures": rates(samples, |x| x.proxy.handshake_failures as f64),
+        // Counted in `handshakes` (TLSv1.3) too: the share that came over QUIC.
+        "quic_handshakes": rates(samples, |x| x.proxy.quic_handshakes.iter().sum::<u64>() as f64),
+        "latency_p50_ms": latency_ms(samples, 0.5),
+        "latency_p99_ms": latency_ms(samples, 0.99),
+        "bytes_in": rates(samples, |x| x.proxy.bytes[0] as f64),
+        "bytes_out": rates(samples, |x| x.proxy.bytes[1] as f64),
+        "cpu": rates(samples, |x| x.cpu_s.unwrap_or(0.0)),
+        "cpu_saved": rates(samples, |x| x.saved_s),
+        "engine_jobs": engine_jobs,
+    })
+}
+
+/// One engine now: its counters, and its rates since the `previous` sample.
+fn engine(
+    (service, c, open): &(&'static str, CountersSnapshot, bool),
+    previous: Option<&Sample>,
+    now: &Sample,
+) -> Value {
+    let before = previous.and_then(|p| {
+        p.engines
+            .iter()
+            .find(|(sv, e, _)| sv == service && e.engine == c.engine)
+            .map(|(_, e, _)| e)
+    });
+    let dt = previous.map_or(0.0, |p| now.unix - p.unix);
+    let per_s = |now: u64, then: u64| {
+        if dt > 0.0 {
+            now.saturating_sub(then) as f64 / dt
+        } else {
+            0.0
+        }
+    };
+    let fell_back: Map<String, Value> = FallbackReason::ALL
         .iter()
-        .map(|(service, c, open)| {
-            let before = previous.and_then(|p| {
-                p.engines
-                    .iter()
-                    .find(|(sv, e, _)| sv == service && e.engine == c.engine)
-                    .map(|(_, e, _)| e)
-            });
-            let dt = previous.map_or(0.0, |p| now.unix - p.unix);
-            let per_s = |now: u64, then: u64| {
-                if dt > 0.0 {
-                    now.saturating_sub(then) as f64 / dt
-                } else {
-                    0.0
-                }
-            };
-            let fell_back: Map<String, Value> = FallbackReason::ALL
-                .iter()
-                .map(|r| (r.as_str().to_owned(), json!(c.fell_back(*r))))
-                .collect();
-            let fell_back_per_s: Map<String, Value> = FallbackReason::ALL
-                .iter()
-                .map(|r| {
-                    let then = before.map_or(0, |b| b.fell_back(*r));
-                    (r.as_str().to_owned(), json!(per_s(c.fell_back(*r), then)))
-                })
-                .collect();
-            let batches = c.batch_size.total() > 0;
-            json!({
-                "service": service,
-                "engine": c.engine,
-                "breaker_open": open,
-                "jobs_per_s": per_s(c.completed, before.map_or(0, |b| b.completed)),
-                "in_flight": c.in_flight,
-                "submitted": c.submitted,
-                "completed": c.completed,
-                "failed": c.failed,
-                "fell_back": fell_back,
-                "fell_back_per_s": fell_back_per_s,
-                "routed_past": c.routed_past,
-                "latency_p50_us": c.latency_us.quantile(0.5),
-                "latency_p99_us": c.latency_us.quantile(0.99),
-                "batch_sizes": batches.then(|| c.batch_size.bounds.iter().map(|b| b.to_string())
-                    .chain(std::iter::once("more".to_owned()))
-                    .zip(&c.batch_size.counts)
-                    .filter(|(_, n)| **n > 0)
-                    .map(|(b, n)| json!([b, n]))
-                    .collect::<Vec<_>>()),
-            })
+        .map(|r| (r.as_str().to_owned(), json!(c.fell_back(*r))))
+        .collect();
+    let fell_back_per_s: Map<String, Value> = FallbackReason::ALL
+        .iter()
+        .map(|r| {
+            let then = before.map_or(0, |b| b.fell_back(*r));
+            (r.as_str().to_owned(), json!(per_s(c.fell_back(*r), then)))
         })
         .collect();
-    let compression: Vec<Value> = s
-        .gateway
+    let batches = c.batch_size.total() > 0;
+    json!({
+        "service": service,
+        "engine": c.engine,
+        "breaker_open": open,
+        "jobs_per_s": per_s(c.completed, before.map_or(0, |b| b.completed)),
+        "in_flight": c.in_flight,
+        "submitted": c.submitted,
+        "completed": c.completed,
+        "failed": c.failed,
+        "fell_back": fell_back,
+        "fell_back_per_s": fell_back_per_s,
+        "routed_past": c.routed_past,
+        "latency_p50_us": c.latency_us.quantile(0.5),
+        "latency_p99_us": c.latency_us.quantile(0.99),
+        "batch_sizes": batches.then(|| c.batch_size.bounds.iter().map(|b| b.to_string())
+            .chain(std::iter::once("more".to_owned()))
+            .zip(&c.batch_size.counts)
+            .filter(|(_, n)| **n > 0)
+            .map(|(b, n)| json!([b, n]))
+            .collect::<Vec<_>>()),
+    })
+}
+
+/// Bytes through each compression codec and engine.
+fn compression(s: &Sources) -> Vec<Value> {
+    s.gateway
         .compressor()
         .counters()
         .bytes()
@@ -240,9 +297,12 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
                 "bytes_in": b.bytes_in, "bytes_out": b.bytes_out,
             })
         })
-        .collect();
-    let upstreams: Vec<Value> = s
-        .gateway
+        .collect()
+}
+
+/// Every upstream server's state.
+fn upstreams(s: &Sources) -> Vec<Value> {
+    s.gateway
         .upstream_health()
         .iter()
         .flat_map(|h| {
@@ -254,61 +314,17 @@ fn document(s: &Sources, samples: &[Sample], now: &Sample) -> Value {
                 })
             })
         })
-        .collect();
-    let key_servers: Vec<Value> = s
-        .gateway
+        .collect()
+}
+
+/// The `keyless` engine's key servers.
+fn key_servers(s: &Sources) -> Vec<Value> {
+    s.gateway
         .key_offload()
         .key_servers()
         .iter()
         .map(|k| json!({ "server": k.address, "up": k.up, "in_flight": k.in_flight, "ok": k.ok, "failed": k.failed }))
-        .collect();
-    let cpu = rates(samples, |x| x.cpu_s.unwrap_or(0.0));
-    json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "build": crate::build_label::label(),
-        "uptime_s": s.started.elapsed().as_secs(),
-        "interval_s": PERIOD.as_secs_f64(),
-        "config": crate::config_state::config_status(s),
-        "series": {
-            "t": t,
-            "requests": requests,
-            "handshakes": handshakes,
-            "handshake_failures": rates(samples, |x| x.proxy.handshake_failures as f64),
-            // Counted in `handshakes` (TLSv1.3) too: the share that came over QUIC.
-            "quic_handshakes": rates(samples, |x| x.proxy.quic_handshakes.iter().sum::<u64>() as f64),
-            "latency_p50_ms": latency_ms(samples, 0.5),
-            "latency_p99_ms": latency_ms(samples, 0.99),
-            "bytes_in": rates(samples, |x| x.proxy.bytes[0] as f64),
-            "bytes_out": rates(samples, |x| x.proxy.bytes[1] as f64),
-            "cpu": cpu,
-            "cpu_saved": rates(samples, |x| x.saved_s),
-            "engine_jobs": engine_jobs,
-        },
-        "totals": {
-            "requests": now.proxy.requests.iter().sum::<u64>(),
-            "handshakes": now.proxy.handshakes.iter().flatten().sum::<u64>(),
-            "handshake_failures": now.proxy.handshake_failures,
-            "quic_handshakes": now.proxy.quic_handshakes.iter().sum::<u64>(),
-            "quic_connections_open": now.proxy.quic_open,
-            "bytes_in": now.proxy.bytes[0],
-            "bytes_out": now.proxy.bytes[1],
-        },
-        "cpu": { "used_s": now.cpu_s, "saved_s": now.saved_s },
-        "engines": engines,
-        "compression": compression,
-        "cache": crate::cache::status(s),
-        "mirrors": crate::mirror::status(s),
-        "auth": crate::auth::status(s),
-        "lua": crate::scripting::status(s),
-        "waf": crate::firewall::status(s),
-        "trace_url": s.gateway.snapshot().tracing.as_ref().and_then(|t| t.trace_url.clone()),
-        "fleet_mode": s.control.as_ref().is_some_and(|c| c.shared().is_some()),
-        "upstreams": upstreams,
-        "key_servers": key_servers,
-        "acme": crate::certificates::status(),
-        "ocsp": crate::certificates::ocsp_status(),
-        "rate_limit_store": crate::rate_limit_store(s),
-    })
+        .collect()
 }
 
 #[cfg(test)]

@@ -3,51 +3,40 @@
 //! slower requests.
 
 use crate::Sources;
+use crate::exposition::{Exposition, Kind};
 use serde_json::{Value, json};
-use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 /// The `sluice_tracing_*` families (none while `[tracing]` never was on).
-pub(crate) fn metrics(out: &mut String, s: &Sources) {
+pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
     let Some(settings) = &s.gateway.snapshot().tracing else {
         return;
     };
     let c = s.gateway.trace_counters();
-    crate::family(
-        out,
+    out.family_by(
         "sluice_tracing_spans_total",
-        "counter",
+        Kind::Counter,
         "Finished spans by outcome: exported, or dropped because the export queue was full or their export failed.",
+        "outcome",
+        [
+            ("exported", &c.exported),
+            ("dropped_queue_full", &c.dropped_queue_full),
+            ("dropped_export_failed", &c.dropped_export_failed),
+        ]
+        .map(|(outcome, n)| (outcome, n.load(Ordering::Relaxed))),
     );
-    for (outcome, n) in [
-        ("exported", &c.exported),
-        ("dropped_queue_full", &c.dropped_queue_full),
-        ("dropped_export_failed", &c.dropped_export_failed),
-    ] {
-        let _ = writeln!(
-            out,
-            "sluice_tracing_spans_total{{outcome=\"{outcome}\"}} {}",
-            n.load(Ordering::Relaxed)
-        );
-    }
-    crate::family(
-        out,
+    out.single(
         "sluice_tracing_export_errors_total",
-        "counter",
+        Kind::Counter,
         "Export requests to the collector that failed (refused, unreachable or timed out).",
+        c.export_errors.load(Ordering::Relaxed),
     );
-    let _ = writeln!(
-        out,
-        "sluice_tracing_export_errors_total {}",
-        c.export_errors.load(Ordering::Relaxed)
-    );
-    crate::family(
-        out,
+    out.single(
         "sluice_tracing_sample_ratio",
-        "gauge",
+        Kind::Gauge,
         "Share of the traces started at this gateway that are recorded.",
+        settings.sample_ratio,
     );
-    let _ = writeln!(out, "sluice_tracing_sample_ratio {}", settings.sample_ratio);
 }
 
 /// `/status`'s `tracing` (null while off).

@@ -396,7 +396,8 @@ impl<'a> Cx<'a> {
                         .as_ref()
                         .map_or(l.name.span().start, |u| u.span().start);
                     let owner = format!("listener `{}`", l.name.get_ref());
-                    self.mqtt_brokers_hashed(&owner, at, &upstreams[m.upstream]);
+                    let (u, raw_u) = (&upstreams[m.upstream], &raw.upstreams[m.upstream]);
+                    self.mqtt_brokers_hashed(&owner, at, u, raw_u);
                 }
                 // Port 0 asks the OS for a free port, so it can never clash.
                 let clash = (listener.address.port() != 0)
@@ -446,7 +447,8 @@ impl<'a> Cx<'a> {
             }
             if let (Some(m), Some(at)) = (&r.mqtt, &raw_r.mqtt) {
                 let owner = format!("route `{}` [route.mqtt]", r.name);
-                self.mqtt_brokers_hashed(&owner, at.span().start, &upstreams[m.upstream]);
+                let (u, raw_u) = (&upstreams[m.upstream], &raw.upstreams[m.upstream]);
+                self.mqtt_brokers_hashed(&owner, at.span().start, u, raw_u);
             }
         }
 

@@ -164,6 +164,8 @@ pub struct RawListener {
     pub keepalive_timeout: Option<SpannedStr>,
     /// Largest request head (request line and headers) accepted (→ 431).
     pub max_header_bytes: Option<Spanned<RawSize>>,
+    /// Most header fields in a request head accepted (→ 431; default 100).
+    pub max_header_fields: Option<Spanned<u32>>,
     /// Largest request body accepted (→ 413).
     pub max_body_bytes: Option<Spanned<RawSize>>,
     /// Also send the RFC 7239 `Forwarded` header upstream.

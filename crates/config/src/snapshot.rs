@@ -401,6 +401,9 @@ pub struct Listener {
     pub keepalive_timeout: Duration,
     /// Request head size limit.
     pub max_header_bytes: usize,
+    /// Request header field count limit (`max_header_fields`, default 100): more is 431, on
+    /// every protocol.
+    pub max_header_fields: usize,
     /// Request body size limit.
     pub max_body_bytes: u64,
     /// Send RFC 7239 `Forwarded` too.
@@ -915,3 +918,13 @@ impl Default for RetryPolicy {
         }
     }
 }
+
+/// `max_header_fields`' default: 100, the limit of Apache (`LimitRequestFields`), Envoy and
+/// hyper (HAProxy's is 101). NGINX counts none and bounds the head by its bytes alone
+/// (`large_client_header_buffers`, `max_header_bytes` here); no browser or common client
+/// sends near 100, so a larger default would only let a head hold more work per byte.
+pub(crate) const DEFAULT_MAX_HEADER_FIELDS: usize = 100;
+
+/// `max_header_fields`' largest value: below `http::HeaderMap`'s capacity (32,768 entries)
+/// with room for the fields the gateway adds.
+pub(crate) const MAX_HEADER_FIELDS_LIMIT: usize = 10_000;

@@ -71,7 +71,9 @@ pub enum WafOverload {
 /// What a route does with a request body larger than `request_body_limit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WafBodyOverLimit {
-    /// 413 (ModSecurity's `SecRequestBodyLimitAction Reject`).
+    /// 413 (ModSecurity's `SecRequestBodyLimitAction Reject`) in mode `block`; in mode
+    /// `detect`, inspected in part and recorded, as detection refuses nothing (libmodsecurity
+    /// does not enforce `Reject` in `DetectionOnly` either).
     Reject,
     /// Inspect the first `request_body_limit` bytes and forward the whole body, counted
     /// (`ProcessPartial`).

@@ -82,7 +82,10 @@ pub fn parse_connect(bytes: &[u8], max_len: usize) -> Result<Parsed<'_>, Refusal
     let Some(&first) = bytes.first() else {
         return Ok(Parsed::Incomplete);
     };
-    if first >> 4 != 1 {
+    // 0x16 is a TLS record's first byte (a ClientHello sent to a cleartext listener): its
+    // high nibble is a CONNECT's, but it is not MQTT at all, so it is `NotConnect`, not a
+    // CONNECT with bad flags.
+    if first >> 4 != 1 || first == TLS_HANDSHAKE {
         return Err(refuse(Fault::NotConnect));
     }
     if first & 0x0f != 0 {
@@ -128,6 +131,9 @@ fn protocol(body: &mut Reader<'_>) -> Result<Version, Fault> {
         _ => Err(Fault::Malformed("protocol name")),
     }
 }
+
+/// The first byte of a TLS handshake record (RFC 8446 §5.1, `ContentType.handshake`).
+const TLS_HANDSHAKE: u8 = 0x16;
 
 const USERNAME: u8 = 0x80;
 const PASSWORD: u8 = 0x40;

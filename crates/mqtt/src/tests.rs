@@ -180,6 +180,9 @@ fn every_rule_refuses_with_its_fault_and_the_version_it_got_to() {
     // Not a CONNECT: an HTTP request, a PUBLISH first.
     assert_eq!(fault(b"GET / HTTP/1.1\r\n").0, Fault::NotConnect);
     assert_eq!(fault(&[0x30, 0x00]).0, Fault::NotConnect);
+    // A TLS ClientHello to a cleartext listener: 0x16 has a CONNECT's high nibble, but it is
+    // not MQTT at all.
+    assert_eq!(fault(&[0x16, 0x03, 0x01, 0x02, 0x00]).0, Fault::NotConnect);
     assert!(malformed(&[0x11, 0x00]), "CONNECT's reserved header flags");
     assert!(
         malformed(&[0x10, 0x80, 0x80, 0x80, 0x80, 0x01]),

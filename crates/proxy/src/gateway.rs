@@ -659,6 +659,16 @@ async fn prepare(
     let (upstreams, groups, resolver) = upstream_groups(state, snapshot, kept, &mut report).await?;
 
     let routers = routers(state, snapshot, &mut report).await?;
+    let old_gates = (state.listeners.first()).map(|l| l.ctx.load_full().mqtt_gates.clone());
+    let mqtt_gates = Arc::new(
+        crate::layer4::mqtt_ws::gates(
+            snapshot,
+            old_gates.as_deref(),
+            &guards.hashing,
+            redis.as_ref(),
+        )
+        .map_err(ProxyError::Auth)?,
+    );
     let mut listeners = Vec::with_capacity(snapshot.listeners.len());
     let mut plan_tables = Vec::new();
     for (l, router) in snapshot.listeners.iter().zip(routers) {
@@ -700,6 +710,7 @@ async fn prepare(
             mqtt_rates,
             takeovers: state.takeovers.clone(),
             mqtt_bridge: crate::layer4::mqtt_ws::bridge,
+            mqtt_gates: mqtt_gates.clone(),
         });
         listeners.push((placement, ctx));
     }

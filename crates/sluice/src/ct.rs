@@ -30,35 +30,9 @@ pub(crate) fn run(
         bail!("--bits {bits}: the mb engine takes RSA-2048, 3072 and 4096 keys");
     }
     let leaky = kernel == "leaky";
-    let kernel = match kernel {
-        "leaky" => Kernel::Reference,
-        "auto" => Kernel::detect().unwrap_or(Kernel::Reference),
-        "ifma" => Kernel::detect_lanes(8).ok_or_else(|| {
-            anyhow::anyhow!("this CPU has no AVX-512 IFMA; use --kernel portable")
-        })?,
-        "ifma4" => Kernel::detect_lanes(4).ok_or_else(|| {
-            anyhow::anyhow!("this CPU has no AVX-512 IFMA with VL; use --kernel portable")
-        })?,
-        "portable" => Kernel::Reference,
-        other => bail!("unknown kernel `{other}`: use auto, ifma, ifma4, portable or leaky"),
-    };
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    // A fixed key and 15 others, new for each run.
-    let keys = (0..16)
-        .map(|_| {
-            boring::rsa::Rsa::generate(bits)
-                .and_then(boring::pkey::PKey::from_rsa)
-                .and_then(|k| k.private_key_to_der_pkcs8())
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let kernel = choose(kernel)?;
+    let cpu = cpu_name();
+    let keys = keys(bits)?;
     let duration = Duration::from_secs_f64(seconds);
     let r = if leaky {
         sluice_crypto::ct::measure_leaky(&keys, duration, max_samples)
@@ -115,4 +89,45 @@ pub(crate) fn run(
         );
     }
     Ok(())
+}
+
+/// The kernel `--kernel` names (`leaky`: the portable one, made to leak by the measurement).
+fn choose(kernel: &str) -> Result<Kernel> {
+    Ok(match kernel {
+        "leaky" => Kernel::Reference,
+        "auto" => Kernel::detect().unwrap_or(Kernel::Reference),
+        "ifma" => Kernel::detect_lanes(8).ok_or_else(|| {
+            anyhow::anyhow!("this CPU has no AVX-512 IFMA; use --kernel portable")
+        })?,
+        "ifma4" => Kernel::detect_lanes(4).ok_or_else(|| {
+            anyhow::anyhow!("this CPU has no AVX-512 IFMA with VL; use --kernel portable")
+        })?,
+        "portable" => Kernel::Reference,
+        other => bail!("unknown kernel `{other}`: use auto, ifma, ifma4, portable or leaky"),
+    })
+}
+
+/// The CPU's model name, for the report.
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// A fixed key and 15 others, new for each run (PKCS#8 DER).
+fn keys(bits: u32) -> Result<Vec<Vec<u8>>> {
+    (0..16)
+        .map(|_| {
+            boring::rsa::Rsa::generate(bits)
+                .and_then(boring::pkey::PKey::from_rsa)
+                .and_then(|k| k.private_key_to_der_pkcs8())
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Into::into)
 }

@@ -284,8 +284,23 @@ fn main() -> ExitCode {
         } => {
             return exit_code(upgrade::upgrade(&pid_file_of(state_dir, pid_file), timeout));
         }
-
         Command::Check { config } => return run::check(&config),
+        Command::HashKey { name } => return hash_key(&name),
+        command => tool(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The commands that print, write or measure something and succeed or fail; `main` answers
+/// the others, which have exit statuses of their own.
+fn tool(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::DefaultConfig { state_dir } => run::default_config_file(state_dir),
         Command::Config {
             action: ConfigAction::Push { file, etcd },
@@ -338,45 +353,41 @@ fn main() -> ExitCode {
             },
         ),
         Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut <Cli as clap::CommandFactory>::command(),
-                "sluice",
-                &mut std::io::stdout(),
-            );
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "sluice", &mut std::io::stdout());
             Ok(())
         }
         Command::Manpages { dir } => manpages(&dir),
-        Command::HashKey { name } => {
-            let mut key = String::new();
-            if std::io::stdin().read_line(&mut key).is_err() || key.trim().is_empty() {
-                eprintln!(
-                    "sluice hash-key: give the key on standard input (echo KEY | sluice hash-key NAME)"
-                );
-                return ExitCode::FAILURE;
-            }
-            if name.contains([':', '\n']) || name.is_empty() {
-                eprintln!("sluice hash-key: a key name may not be empty or hold ':'");
-                return ExitCode::FAILURE;
-            }
-            println!(
-                "{}",
-                sluice_auth::key_line(&name, key.trim_end_matches(['\r', '\n']).as_bytes())
-            );
-            Ok(())
-        }
         Command::DemoPage => {
             use std::io::Write;
             std::io::stdout()
                 .write_all(demo::page())
                 .map_err(Into::into)
         }
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("sluice: {e:#}");
-            ExitCode::FAILURE
-        }
+        Command::Run { .. }
+        | Command::Reload { .. }
+        | Command::Upgrade { .. }
+        | Command::Check { .. }
+        | Command::HashKey { .. } => unreachable!("`main` answers {command:?} itself"),
     }
+}
+
+/// `sluice hash-key NAME`: the key file line for the key on standard input.
+fn hash_key(name: &str) -> ExitCode {
+    let mut key = String::new();
+    if std::io::stdin().read_line(&mut key).is_err() || key.trim().is_empty() {
+        eprintln!(
+            "sluice hash-key: give the key on standard input (echo KEY | sluice hash-key NAME)"
+        );
+        return ExitCode::FAILURE;
+    }
+    if name.contains([':', '\n']) || name.is_empty() {
+        eprintln!("sluice hash-key: a key name may not be empty or hold ':'");
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "{}",
+        sluice_auth::key_line(name, key.trim_end_matches(['\r', '\n']).as_bytes())
+    );
+    ExitCode::SUCCESS
 }

@@ -259,192 +259,243 @@ pub(crate) fn default_config_file(state_dir: Option<PathBuf>) -> anyhow::Result<
 /// `sluice run`.
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
     // Before any thread exists: it edits the environment.
-    let mut inherited = crate::upgrade::Inherited::from_env()?;
+    let inherited = crate::upgrade::Inherited::from_env()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
-        let dir = args
-            .state_dir
-            .clone()
-            .unwrap_or_else(sluice_tls::selfsigned::default_state_dir);
-        let certs = Arc::new(CertCache::new());
-        let autosave = dir.join("sluice.toml");
-        let (source, embedded) = match &args.config {
-            Some(path) => (Source::File(path.clone()), None),
-            None if autosave.exists() => {
-                eprintln!(
-                    "sluice: resuming from {}, saved by an admin API edit of the embedded default (delete it to start from the embedded default again)",
-                    autosave.display()
-                );
-                (Source::File(autosave.clone()), None)
-            }
-            None => {
-                let generated = prepare_state_dir(&dir)?;
-                let source = Source::Text {
-                    text: sluice_config::default_config_text(&DefaultConfigParams {
-                        state_dir: &dir,
-                    }),
-                    name: "<embedded default>".to_owned(),
-                    base_dir: dir.clone(),
-                    autosave: Some(autosave.clone()),
-                };
-                (source, Some(generated))
-            }
-        };
-        let fleet = match &source {
-            Source::File(path) => crate::fleet::start(path).await?,
-            Source::Text { .. } => None,
-        };
-        let snapshot = match &fleet {
-            Some(f) => crate::fleet::initial(f)?,
-            None => Controller::load(&source, &certs)?,
-        };
-        init_tracing(&snapshot.log.level);
-        let demo = match snapshot.demo {
-            Some(addr) => Some(
-                crate::demo::start(addr, inherited.take(crate::upgrade::DEMO))
-                    .await
-                    .with_context(|| {
-                        format!("starting the demo origin on {addr}; change or remove [demo]")
-                    })?,
-            ),
-            None => None,
-        };
-        let snapshot = Arc::new(snapshot);
-        // Before the listeners' stores are built: they staple what the last process kept.
-        sluice_tls::ocsp::kept::set_dir(Some(snapshot.acme.storage.join("ocsp")));
-        let admin_socket = inherited.take(crate::upgrade::ADMIN);
-        let access_log = sluice_proxy::AccessLog::open(&snapshot.log).with_context(|| {
-            format!("opening the access log {:?}", snapshot.log.access_log)
-        })?;
-        let gateway = Arc::new(
-            Gateway::start_inherited(
-                snapshot.clone(),
-                access_log,
-                std::mem::take(&mut inherited.sockets),
-            )
-            .await?,
-        );
-        let running = Arc::new(Running {
-            gateway: gateway.clone(),
-            admin: Mutex::new(None),
-            control: OnceLock::new(),
-            started: Instant::now(),
-            demo_fd: demo.as_ref().map(crate::demo::Demo::fd),
-            acme: Mutex::new(acme_manager(&snapshot, fleet.as_deref()).await),
-            ocsp: Mutex::new(sluice_tls::ocsp::Stapler::start(&snapshot)),
-        });
-        let control = Arc::new(Controller::new(source, running.clone(), certs, &snapshot));
-        let _ = running.control.set(control.clone());
-        if let Some(f) = &fleet {
-            control.set_shared(f.clone());
-            // Until the purges etcd keeps are applied, nothing the disk tier holds from
-            // before this start is served; after, only what is older than etcd keeps purges
-            // (those cannot be known) stays distrusted (sluice_fleet::purge).
-            let started = std::time::SystemTime::now();
-            gateway.cache().distrust_before(started);
-            let (purged, synced) = (gateway.clone(), gateway.clone());
-            // Detached: it follows etcd for as long as the process runs.
-            drop(f.follow_purges(
-                Arc::new(move |host, path, prefix, at| {
-                    purged.cache().purge(host, path, prefix, at);
-                }),
-                Arc::new(move || {
-                    synced
-                        .cache()
-                        .trust_from(started - sluice_fleet::purge::KEEP);
-                }),
-            ));
-            f.spawn(
-                Arc::downgrade(&control),
-                Arc::new(sluice_tls::reread_ticket_key_files),
-            );
-        }
-        running.place_admin(&snapshot, admin_socket).await?;
-        if let (Some(f), Some(at)) = (&fleet, running.admin_address()) {
-            // So that another gateway's admin API can ask this one (the fleet's request log).
-            let tls = snapshot.admin.as_ref().is_some_and(|a| a.tls.is_some());
-            let (name, url) = crate::fleet::member(at, tls);
-            drop(f.announce(name, url));
-        }
+    runtime.block_on(serve(args, inherited))
+}
 
-        let pid_file = args
-            .pid_file
-            .clone()
-            .unwrap_or_else(|| dir.join("sluice.pid"));
-        let instance = Instance::create(&pid_file, inherited.is_upgrade())?;
-        // Every signal the banner names is handled before it is printed: a supervisor (or a
-        // test) that sends one as soon as it reads the banner must not meet the default
-        // action, which for SIGTERM, SIGINT, SIGHUP and SIGUSR2 ends the process at once.
-        let signals = Signals::install()?;
-        // Serving: an old process that started this one may stop accepting now.
-        let after_upgrade = inherited.is_upgrade();
-        inherited.ready();
-        crate::service::ready(after_upgrade, &format!("serving {}", snapshot.source));
-        banner(
-            &snapshot,
-            &gateway,
-            demo.as_ref().map(|d| d.addr),
-            embedded.map(|generated| (dir.as_path(), generated)),
-            running.admin_address(),
-            &pid_file,
-        );
+/// Loads the configuration, starts everything it asks for, serves until a signal says to
+/// stop (or a new binary took over), then drains and stops.
+async fn serve(args: RunArgs, mut inherited: crate::upgrade::Inherited) -> anyhow::Result<()> {
+    let dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(sluice_tls::selfsigned::default_state_dir);
+    let certs = Arc::new(CertCache::new());
+    let (source, embedded) = configuration_source(args.config.as_ref(), &dir)?;
+    let fleet = match &source {
+        Source::File(path) => crate::fleet::start(path).await?,
+        Source::Text { .. } => None,
+    };
+    let snapshot = match &fleet {
+        Some(f) => crate::fleet::initial(f)?,
+        None => Controller::load(&source, &certs)?,
+    };
+    init_tracing(&snapshot.log.level);
+    let demo = start_demo(&snapshot, &mut inherited).await?;
+    let snapshot = Arc::new(snapshot);
+    // Before the listeners' stores are built: they staple what the last process kept.
+    sluice_tls::ocsp::kept::set_dir(Some(snapshot.acme.storage.join("ocsp")));
+    let admin_socket = inherited.take(crate::upgrade::ADMIN);
+    let running = start(&snapshot, &mut inherited, demo.as_ref(), fleet.as_deref()).await?;
+    let control = Arc::new(Controller::new(source, running.clone(), certs, &snapshot));
+    let _ = running.control.set(control.clone());
+    if let Some(f) = &fleet {
+        join_fleet(f, &control, &running.gateway);
+    }
+    running.place_admin(&snapshot, admin_socket).await?;
+    if let (Some(f), Some(at)) = (&fleet, running.admin_address()) {
+        // So that another gateway's admin API can ask this one (the fleet's request log).
+        let tls = snapshot.admin.as_ref().is_some_and(|a| a.tls.is_some());
+        let (name, url) = crate::fleet::member(at, tls);
+        drop(f.announce(name, url));
+    }
 
-        let Signals {
-            hup,
-            usr2,
-            mut term,
-            mut int,
-        } = signals;
-        let reloads = tokio::spawn(reload_on_hangup(hup, control.clone(), instance.clone()));
-        let upgraded = tokio::sync::watch::channel(false);
-        let upgrades = tokio::spawn(upgrade_on_usr2(
-            usr2,
-            running.clone(),
-            pid_file.clone(),
-            upgraded.0,
-        ));
-        let mut upgraded = upgraded.1;
-        let handed_over = tokio::select! {
-            _ = term.recv() => false,
-            _ = int.recv() => false,
-            _ = upgraded.wait_for(|done| *done) => {
-                eprintln!("sluice: the new binary serves; this process stops accepting");
-                true
-            }
-        };
-        reloads.abort();
-        upgrades.abort();
-        // Orders stop here: after an upgrade the new process renews (from the same storage).
-        running
-            .acme
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .stop();
-        running
-            .ocsp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .stop();
-        let shutdown_timeout = drain(&gateway, handed_over, demo.as_ref()).await;
-        if let Some(admin) = running
-            .admin
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            admin.task.abort();
+    let pid_file = args
+        .pid_file
+        .clone()
+        .unwrap_or_else(|| dir.join("sluice.pid"));
+    let instance = Instance::create(&pid_file, inherited.is_upgrade())?;
+    // Every signal the banner names is handled before it is printed: a supervisor (or a
+    // test) that sends one as soon as it reads the banner must not meet the default
+    // action, which for SIGTERM, SIGINT, SIGHUP and SIGUSR2 ends the process at once.
+    let signals = Signals::install()?;
+    // Serving: an old process that started this one may stop accepting now.
+    let after_upgrade = inherited.is_upgrade();
+    inherited.ready();
+    crate::service::ready(after_upgrade, &format!("serving {}", snapshot.source));
+    banner(
+        &snapshot,
+        &running.gateway,
+        demo.as_ref().map(|d| d.addr),
+        embedded.map(|generated| (dir.as_path(), generated)),
+        running.admin_address(),
+        &pid_file,
+    );
+    let handed_over = until_stopped(signals, &control, &instance, &running, &pid_file).await;
+    stop(&running, handed_over, demo, instance.as_deref()).await;
+    Ok(())
+}
+
+/// Where the configuration comes from: `--config`, else the file an admin API edit of the
+/// embedded default saved, else the embedded default itself (then also whether its
+/// certificates were generated now).
+fn configuration_source(
+    config: Option<&PathBuf>,
+    dir: &Path,
+) -> anyhow::Result<(Source, Option<bool>)> {
+    let autosave = dir.join("sluice.toml");
+    if let Some(path) = config {
+        return Ok((Source::File(path.clone()), None));
+    }
+    if autosave.exists() {
+        eprintln!(
+            "sluice: resuming from {}, saved by an admin API edit of the embedded default (delete it to start from the embedded default again)",
+            autosave.display()
+        );
+        return Ok((Source::File(autosave), None));
+    }
+    let generated = prepare_state_dir(dir)?;
+    let source = Source::Text {
+        text: sluice_config::default_config_text(&DefaultConfigParams { state_dir: dir }),
+        name: "<embedded default>".to_owned(),
+        base_dir: dir.to_path_buf(),
+        autosave: Some(autosave),
+    };
+    Ok((source, Some(generated)))
+}
+
+/// The demo origin of `[demo]`, on the socket a previous process handed over if any.
+async fn start_demo(
+    snapshot: &Snapshot,
+    inherited: &mut crate::upgrade::Inherited,
+) -> anyhow::Result<Option<crate::demo::Demo>> {
+    let Some(addr) = snapshot.demo else {
+        return Ok(None);
+    };
+    let demo = crate::demo::start(addr, inherited.take(crate::upgrade::DEMO))
+        .await
+        .with_context(|| format!("starting the demo origin on {addr}; change or remove [demo]"))?;
+    Ok(Some(demo))
+}
+
+/// The gateway on its listeners (those handed over taken first) with its access log, and
+/// the certificate tasks that follow its configuration.
+async fn start(
+    snapshot: &Arc<Snapshot>,
+    inherited: &mut crate::upgrade::Inherited,
+    demo: Option<&crate::demo::Demo>,
+    fleet: Option<&sluice_fleet::Fleet>,
+) -> anyhow::Result<Arc<Running>> {
+    let access_log = sluice_proxy::AccessLog::open(&snapshot.log)
+        .with_context(|| format!("opening the access log {:?}", snapshot.log.access_log))?;
+    let gateway = Gateway::start_inherited(
+        snapshot.clone(),
+        access_log,
+        std::mem::take(&mut inherited.sockets),
+    )
+    .await?;
+    Ok(Arc::new(Running {
+        gateway: Arc::new(gateway),
+        admin: Mutex::new(None),
+        control: OnceLock::new(),
+        started: Instant::now(),
+        demo_fd: demo.map(crate::demo::Demo::fd),
+        acme: Mutex::new(acme_manager(snapshot, fleet).await),
+        ocsp: Mutex::new(sluice_tls::ocsp::Stapler::start(snapshot)),
+    }))
+}
+
+/// Fleet mode: objects shared through etcd, cache purges followed from it, and the
+/// configuration kept in sync with it.
+fn join_fleet(f: &Arc<sluice_fleet::Fleet>, control: &Arc<Controller>, gateway: &Arc<Gateway>) {
+    control.set_shared(f.clone());
+    // Until the purges etcd keeps are applied, nothing the disk tier holds from
+    // before this start is served; after, only what is older than etcd keeps purges
+    // (those cannot be known) stays distrusted (sluice_fleet::purge).
+    let started = std::time::SystemTime::now();
+    gateway.cache().distrust_before(started);
+    let (purged, synced) = (gateway.clone(), gateway.clone());
+    // Detached: it follows etcd for as long as the process runs.
+    drop(f.follow_purges(
+        Arc::new(move |host, path, prefix, at| {
+            purged.cache().purge(host, path, prefix, at);
+        }),
+        Arc::new(move || {
+            synced
+                .cache()
+                .trust_from(started - sluice_fleet::purge::KEEP);
+        }),
+    ));
+    f.spawn(
+        Arc::downgrade(control),
+        Arc::new(sluice_tls::reread_ticket_key_files),
+    );
+}
+
+/// Reloads on SIGHUP and upgrades on SIGUSR2 until SIGTERM or SIGINT, or until a new
+/// binary serves. Returns whether one does (the sockets were handed over).
+async fn until_stopped(
+    signals: Signals,
+    control: &Arc<Controller>,
+    instance: &Option<Arc<Instance>>,
+    running: &Arc<Running>,
+    pid_file: &Path,
+) -> bool {
+    let Signals {
+        hup,
+        usr2,
+        mut term,
+        mut int,
+    } = signals;
+    let reloads = tokio::spawn(reload_on_hangup(hup, control.clone(), instance.clone()));
+    let (upgraded_tx, mut upgraded) = tokio::sync::watch::channel(false);
+    let upgrades = tokio::spawn(upgrade_on_usr2(
+        usr2,
+        running.clone(),
+        pid_file.to_path_buf(),
+        upgraded_tx,
+    ));
+    let handed_over = tokio::select! {
+        _ = term.recv() => false,
+        _ = int.recv() => false,
+        _ = upgraded.wait_for(|done| *done) => {
+            eprintln!("sluice: the new binary serves; this process stops accepting");
+            true
         }
-        if let Some(demo) = demo {
-            demo.stop(shutdown_timeout).await;
-        }
-        if let Some(instance) = &instance {
-            instance.remove();
-        }
-        eprintln!("sluice: stopped");
-        Ok(())
-    })
+    };
+    reloads.abort();
+    upgrades.abort();
+    handed_over
+}
+
+/// Stops the certificate tasks, drains the gateway, then closes the admin listener and the
+/// demo origin and removes the pid file.
+async fn stop(
+    running: &Running,
+    handed_over: bool,
+    demo: Option<crate::demo::Demo>,
+    instance: Option<&Instance>,
+) {
+    // Orders stop here: after an upgrade the new process renews (from the same storage).
+    running
+        .acme
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .stop();
+    running
+        .ocsp
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .stop();
+    let shutdown_timeout = drain(&running.gateway, handed_over, demo.as_ref()).await;
+    if let Some(admin) = running
+        .admin
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        admin.task.abort();
+    }
+    if let Some(demo) = demo {
+        demo.stop(shutdown_timeout).await;
+    }
+    if let Some(instance) = instance {
+        instance.remove();
+    }
+    eprintln!("sluice: stopped");
 }
 
 /// Stops accepting and drains the gateway: requests get `shutdown_timeout`; after an upgrade
@@ -561,6 +612,8 @@ async fn reload_on_hangup(
     Ok(())
 }
 
+/// What `sluice run` prints once it serves: each listener, the admin listener, the demo
+/// origin, the embedded default's certificates, and how to reload, upgrade and stop.
 fn banner(
     snapshot: &Snapshot,
     gateway: &Gateway,
@@ -582,35 +635,7 @@ fn banner(
         )),
     }
     for (l, (name, addr)) in snapshot.listeners.iter().zip(gateway.addresses()) {
-        let relayed;
-        let (scheme, protos) = match (&l.kind, &l.tls, l.h2, l.http1) {
-            (ListenerKind::Tcp(tcp), tls, _, _) => {
-                relayed = match (tcp.passthrough.is_empty(), tcp.upstream) {
-                    (false, _) => "TLS passed through by server name".to_owned(),
-                    (true, Some(u)) => {
-                        format!("relayed to upstream {}", snapshot.upstreams[u].name)
-                    }
-                    (true, None) => "relayed".to_owned(),
-                };
-                (if tls.is_some() { "tls" } else { "tcp" }, relayed.as_str())
-            }
-            (ListenerKind::Mqtt(mqtt), tls, _, _) => {
-                relayed = format!(
-                    "MQTT to the brokers of upstream {}",
-                    snapshot.upstreams[mqtt.upstream].name
-                );
-                (
-                    if tls.is_some() { "mqtts" } else { "mqtt" },
-                    relayed.as_str(),
-                )
-            }
-            (_, Some(_), true, true) => ("https", "HTTP/2 and HTTP/1.1 by ALPN"),
-            (_, Some(_), true, false) => ("https", "HTTP/2"),
-            (_, Some(_), _, _) => ("https", "HTTP/1.1"),
-            (_, None, true, true) => ("http", "HTTP/1.1, and HTTP/2 with prior knowledge"),
-            (_, None, true, false) => ("http", "HTTP/2 with prior knowledge"),
-            (_, None, _, _) => ("http", "HTTP/1.1"),
-        };
+        let (scheme, protos) = speaks(snapshot, l);
         let h3 = if l.http3 {
             format!("; HTTP/3 on UDP {}", addr.port())
         } else {
@@ -619,23 +644,7 @@ fn banner(
         out.push_str(&format!("  {name:<8} {scheme}://{addr}/  ({protos}{h3})\n"));
     }
     if let Some(a) = admin {
-        let scheme = if snapshot.admin.as_ref().is_some_and(|a| a.tls.is_some()) {
-            "https"
-        } else {
-            "http"
-        };
-        out.push_str(&format!(
-            "  admin    {scheme}://{a}/ (dashboard), /metrics (Prometheus) and /status (JSON)\n"
-        ));
-        if snapshot.admin.as_ref().is_some_and(|a| a.token.is_some()) {
-            out.push_str(&format!(
-                "           admin API ({scheme}://{a}/api/v1/config, /api/v1/routes/NAME, POST /api/v1/reload): writes take the bearer token in {}\n",
-                embedded.map_or_else(
-                    || "[admin] token_file".to_owned(),
-                    |(dir, _)| dir.join("admin.token").display().to_string()
-                )
-            ));
-        }
+        admin_lines(&mut out, snapshot, a, embedded.map(|(dir, _)| dir));
     }
     if let Some(origin) = demo {
         out.push_str(&format!(
@@ -662,6 +671,58 @@ fn banner(
     ));
     // Not print!: a closed stdout (a supervisor that stopped reading) must not panic.
     let _ = std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes());
+}
+
+/// A listener's URL scheme and what it speaks, as the banner shows them.
+fn speaks(snapshot: &Snapshot, l: &sluice_config::Listener) -> (&'static str, String) {
+    let (scheme, protos) = match (&l.kind, &l.tls, l.h2, l.http1) {
+        (ListenerKind::Tcp(tcp), tls, _, _) => {
+            let relayed = match (tcp.passthrough.is_empty(), tcp.upstream) {
+                (false, _) => "TLS passed through by server name".to_owned(),
+                (true, Some(u)) => {
+                    format!("relayed to upstream {}", snapshot.upstreams[u].name)
+                }
+                (true, None) => "relayed".to_owned(),
+            };
+            return (if tls.is_some() { "tls" } else { "tcp" }, relayed);
+        }
+        (ListenerKind::Mqtt(mqtt), tls, _, _) => {
+            let relayed = format!(
+                "MQTT to the brokers of upstream {}",
+                snapshot.upstreams[mqtt.upstream].name
+            );
+            return (if tls.is_some() { "mqtts" } else { "mqtt" }, relayed);
+        }
+        (_, Some(_), true, true) => ("https", "HTTP/2 and HTTP/1.1 by ALPN"),
+        (_, Some(_), true, false) => ("https", "HTTP/2"),
+        (_, Some(_), _, _) => ("https", "HTTP/1.1"),
+        (_, None, true, true) => ("http", "HTTP/1.1, and HTTP/2 with prior knowledge"),
+        (_, None, true, false) => ("http", "HTTP/2 with prior knowledge"),
+        (_, None, _, _) => ("http", "HTTP/1.1"),
+    };
+    (scheme, protos.to_owned())
+}
+
+/// The admin listener's lines: where it is, and where its API's token is when it has one
+/// (`embedded`: the embedded default's state directory).
+fn admin_lines(out: &mut String, snapshot: &Snapshot, a: SocketAddr, embedded: Option<&Path>) {
+    let scheme = if snapshot.admin.as_ref().is_some_and(|a| a.tls.is_some()) {
+        "https"
+    } else {
+        "http"
+    };
+    out.push_str(&format!(
+        "  admin    {scheme}://{a}/ (dashboard), /metrics (Prometheus) and /status (JSON)\n"
+    ));
+    if snapshot.admin.as_ref().is_some_and(|a| a.token.is_some()) {
+        out.push_str(&format!(
+            "           admin API ({scheme}://{a}/api/v1/config, /api/v1/routes/NAME, POST /api/v1/reload): writes take the bearer token in {}\n",
+            embedded.map_or_else(
+                || "[admin] token_file".to_owned(),
+                |dir| dir.join("admin.token").display().to_string()
+            )
+        ));
+    }
 }
 
 /// How a shell reaches this binary: `sluice` where the PATH finds this very file, else its

@@ -42,8 +42,11 @@ pub struct ResponseFacts {
     pub protocol: &'static str,
     /// The response's header fields.
     pub headers: http::HeaderMap,
-    /// The body read (empty where its type is not inspected), up to the limit.
+    /// The body read (empty where its type is not inspected), up to the limit, as the
+    /// upstream sent it (compressed where its `Content-Encoding` says so).
     pub body: Bytes,
+    /// `response_body_limit`: the most bytes of the body the rules see once decoded.
+    pub body_limit: usize,
 }
 
 /// A request's transaction, kept after its request was inspected so that its response is
@@ -110,8 +113,9 @@ pub fn inspect_response(session: &mut Session, response: &ResponseFacts) -> Verd
     t.response_headers_done(response.status, response.protocol);
     let mut intervention = t.intervention();
     if intervention.is_none() {
-        if !response.body.is_empty() {
-            t.response_body(&response.body);
+        let body = crate::decode::for_rules(&response.headers, &response.body, response.body_limit);
+        if !body.is_empty() {
+            t.response_body(&body);
         }
         t.response_body_done();
         intervention = t.intervention();

@@ -16,6 +16,8 @@
 //! with what to do.
 
 #[cfg(feature = "modsecurity")]
+mod decode;
+#[cfg(feature = "modsecurity")]
 mod engine;
 #[cfg(not(feature = "modsecurity"))]
 #[path = "without_engine.rs"]

@@ -303,6 +303,7 @@ fn page(status: u16, content_type: &str, body: &str) -> ResponseFacts {
         protocol: "HTTP 1.1",
         headers,
         body: Bytes::from(body.to_string()),
+        body_limit: 512 << 10,
     }
 }
 
@@ -363,4 +364,29 @@ fn a_transaction_is_kept_only_where_asked_and_not_after_a_block() {
     assert!(inspect(&rules, &get("/a?q=kind"), true).1.is_some());
     let (v, kept) = inspect(&rules, &get("/a?q=evil"), true);
     assert!(v.intervention.is_some() && kept.is_none());
+}
+
+/// CRS's data-leak rules see a gzip (or brotli, deflate, zstd) upstream body decoded: the
+/// MySQL error page leaks through 951230 and blocks at the outbound threshold (959100), as
+/// the same page uncompressed does; compressed as it came, nothing matched.
+#[test]
+fn crs_data_leak_rules_match_a_compressed_response() {
+    use std::io::Write as _;
+    let mut r = route();
+    r.inspect_response = true;
+    let rules = Arc::new(Rules::build(&pieces(&crs_set(), &r)).expect("CRS 3.3.4 compiles"));
+    let leak = "<html><body>You have an error in your SQL syntax; check the manual that \
+                corresponds to your MySQL server version for the right syntax to use near \
+                '1'' at line 1</body></html>";
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(leak.as_bytes()).unwrap();
+    let mut response = page(200, "text/html", "");
+    response.body = Bytes::from(gz.finish().unwrap());
+    response
+        .headers
+        .insert("content-encoding", "gzip".parse().unwrap());
+    let (_, session) = inspect(&rules, &get("/article?id=1"), true);
+    let v = inspect_response(&mut session.expect("kept"), &response);
+    assert!(ids(&v).contains(&951230), "{:?}", ids(&v));
+    assert_eq!(v.intervention.map(|i| i.status), Some(403), "959100 blocks");
 }

@@ -75,6 +75,7 @@ impl Cx<'_> {
                 "NGINX's default is 32k",
             );
         }
+        let max_header_fields = self.max_header_fields(&name, raw);
         let trusted_proxies = self.cidrs(
             raw.trusted_proxies.as_ref(),
             &format!("listener `{name}`: trusted_proxies"),
@@ -209,6 +210,7 @@ impl Cx<'_> {
                 .unwrap_or(Duration::from_secs(30)),
             keepalive_timeout,
             max_header_bytes: max_header_bytes as usize,
+            max_header_fields,
             max_body_bytes: self.size(raw.max_body_bytes.as_ref()).unwrap_or(10 << 20),
             forwarded_header: raw.forwarded_header.unwrap_or(false),
             underscores_in_headers: raw
@@ -403,23 +405,48 @@ impl Cx<'_> {
     }
 
     /// An MQTT listener's (or route's) brokers are on a hash ring: a device returns to the
-    /// broker that holds its session only if its key always hashes to the same one. `owner`:
-    /// "listener `devices`"; `at`: where its upstream is named.
-    pub(super) fn mqtt_brokers_hashed(&mut self, owner: &str, at: usize, brokers: &Upstream) {
-        if brokers.balance == Balance::ConsistentHash {
+    /// broker that holds its session only if its key always hashes to the same one, so the
+    /// ring must not bound loads (`hash_balance_factor`, on by default, moves a device off a
+    /// busier broker), and a health check must be one a broker answers (an HTTP one marks
+    /// every broker down). `owner`: "listener `devices`"; `at`: where its upstream is named;
+    /// `raw`: the upstream as written, for where to point.
+    pub(super) fn mqtt_brokers_hashed(
+        &mut self,
+        owner: &str,
+        at: usize,
+        brokers: &Upstream,
+        raw: &RawUpstream,
+    ) {
+        let name = &brokers.name;
+        if brokers.balance != Balance::ConsistentHash {
+            self.err(
+                at,
+                format!("{owner}: MQTT sends each device to the broker its client identifier hashes to, and upstream `{name}` does not hash"),
+                format!("give upstream `{name}` balance = \"consistent_hash\" and hash_balance_factor = 0 (so that load never moves a device off its broker)"),
+            );
             return;
         }
-        self.err(
-            at,
-            format!(
-                "{owner}: MQTT sends each device to the broker its client identifier hashes to, and upstream `{}` does not hash",
-                brokers.name
-            ),
-            format!(
-                "give upstream `{}` balance = \"consistent_hash\" (and hash_balance_factor = 0, so that load never moves a device off its broker)",
-                brokers.name
-            ),
-        );
+        if let Some(factor) = brokers.hash_balance_factor {
+            let said = raw.hash_balance_factor.as_ref().map(|f| f.span().start);
+            self.err(
+                said.unwrap_or(raw.name.span().start),
+                format!(
+                    "{owner}: upstream `{name}` bounds each broker's load (hash_balance_factor = {factor}{}), which sends a device to another broker, away from its session, whenever its own is busier than its share",
+                    if said.is_none() { ", the default" } else { "" }
+                ),
+                format!("set hash_balance_factor = 0 in upstream `{name}` (no bound: a device always reaches the broker its key hashes to while that broker is up)"),
+            );
+        }
+        if let (Some(HealthProbe::Http { .. }), Some(check)) = (
+            brokers.health_check.as_ref().map(|h| &h.probe),
+            &raw.health_check,
+        ) {
+            self.err_at(
+                check,
+                format!("{owner}: upstream `{name}`'s health check sends HTTP requests, which an MQTT broker does not answer, so every broker would be marked down"),
+                "set type = \"tcp\" in [upstream.health_check] (a broker that accepts a connection is up)",
+            );
+        }
     }
 
     /// A `kind = "mqtt"` listener's settings; `upstream` is `None` when it is missing or
@@ -446,7 +473,11 @@ impl Cx<'_> {
             route_by: m.route_by.as_ref(),
             client_id_pattern: m.client_id_pattern.as_ref(),
         }));
-        let auth = self.mqtt_auth(name, mqtt.and_then(|m| m.auth.as_ref()));
+        let auth = self.mqtt_auth(
+            &format!("listener `{name}` [listener.mqtt.auth]"),
+            name,
+            mqtt.and_then(|m| m.auth.as_ref()),
+        );
         let before = self.errors.len();
         let certificate_identity = self.choice(
             mqtt.and_then(|m| m.certificate_identity.as_ref()),
@@ -459,12 +490,16 @@ impl Cx<'_> {
         if let Some(at) = mqtt.and_then(|m| m.certificate_identity.as_ref()) {
             self.mqtt_certificates_required(name, raw, at);
         }
-        let rate_per_client = mqtt
-            .and_then(|m| m.rate_per_client.as_ref())
-            .map(|r| self.mqtt_rate(name, "rate_per_client", r));
-        let rate_per_client_id = mqtt
-            .and_then(|m| m.rate_per_client_id.as_ref())
-            .map(|r| self.mqtt_rate(name, "rate_per_client_id", r));
+        let rate_per_client = mqtt.and_then(|m| m.rate_per_client.as_ref()).map(|r| {
+            self.mqtt_rate(
+                &format!("listener `{name}` [listener.mqtt.rate_per_client]"),
+                r,
+            )
+        });
+        let rate_per_client_id = mqtt.and_then(|m| m.rate_per_client_id.as_ref()).map(|r| {
+            let owner = format!("listener `{name}` [listener.mqtt.rate_per_client_id]");
+            self.mqtt_rate(&owner, r)
+        });
         let max_connections_per_client_id = self.mqtt_client_id_cap(
             &format!("listener `{name}`"),
             mqtt.and_then(|m| m.max_connections_per_client_id.as_ref()),
@@ -556,13 +591,11 @@ impl Cx<'_> {
 
     /// One of an MQTT listener's connection rates: `[route.rate_limit]`'s `rate`, `burst` and
     /// `store`; its key is the address or identifier, and a connection is never delayed.
-    fn mqtt_rate(
+    pub(super) fn mqtt_rate(
         &mut self,
-        name: &str,
-        table: &str,
+        owner: &str,
         raw: &Spanned<RawRateLimit>,
     ) -> crate::RateLimit {
-        let owner = format!("listener `{name}` [listener.mqtt.{table}]");
         if let Some(k) = &raw.get_ref().key {
             self.err_at(
                 k,
@@ -584,7 +617,7 @@ impl Cx<'_> {
                 "remove limit",
             );
         }
-        let mut limit = self.rate_limit(&owner, raw);
+        let mut limit = self.rate_limit(owner, raw);
         limit.key = None;
         limit.nodelay = true;
         limit
@@ -592,8 +625,9 @@ impl Cx<'_> {
 
     /// `[listener.mqtt.auth]`: `[route.auth]`'s `basic` and `jwt`, which read what a
     /// CONNECT carries (its user name and password); the other methods read HTTP.
-    fn mqtt_auth(
+    pub(super) fn mqtt_auth(
         &mut self,
+        owner: &str,
         name: &str,
         raw: Option<&Spanned<RawAuth>>,
     ) -> Result<Option<std::sync::Arc<crate::RouteAuth>>, ()> {
@@ -612,16 +646,12 @@ impl Cx<'_> {
                 ok = false;
                 self.err_at(
                     raw,
-                    format!("listener `{name}` [listener.mqtt.auth]: `{method}` reads HTTP requests, not a CONNECT"),
+                    format!("{owner}: `{method}` reads HTTP requests, not a CONNECT"),
                     "use basic = { htpasswd = \"…\" } (the CONNECT's user name and password) or jwt = { … } (the password is the token)",
                 );
             }
         }
-        let auth = self.auth(
-            &format!("listener `{name}` [listener.mqtt.auth]"),
-            name,
-            raw,
-        );
+        let auth = self.auth(owner, name, raw);
         match (ok, auth) {
             (true, Some(a)) => Ok(Some(std::sync::Arc::new(a))),
             _ => Err(()),
@@ -886,4 +916,26 @@ pub(super) struct MqttConnectKeys<'a> {
     pub(super) max_connect_size: Option<&'a Spanned<RawSize>>,
     pub(super) route_by: Option<&'a SpannedStr>,
     pub(super) client_id_pattern: Option<&'a SpannedStr>,
+}
+
+impl Cx<'_> {
+    /// `max_header_fields`: 1 to [`crate::snapshot::MAX_HEADER_FIELDS_LIMIT`], default
+    /// [`crate::snapshot::DEFAULT_MAX_HEADER_FIELDS`].
+    fn max_header_fields(&mut self, name: &str, raw: &RawListener) -> usize {
+        let Some(v) = &raw.max_header_fields else {
+            return crate::snapshot::DEFAULT_MAX_HEADER_FIELDS;
+        };
+        let n = usize::try_from(*v.get_ref()).unwrap_or(usize::MAX);
+        if !(1..=crate::snapshot::MAX_HEADER_FIELDS_LIMIT).contains(&n) {
+            self.err_at(
+                v,
+                format!(
+                    "listener `{name}`: max_header_fields must be between 1 and {}",
+                    crate::snapshot::MAX_HEADER_FIELDS_LIMIT
+                ),
+                "the default is 100 (Apache's, Envoy's and hyper's limit); max_header_bytes bounds the head's size too",
+            );
+        }
+        n
+    }
 }

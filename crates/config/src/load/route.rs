@@ -413,19 +413,63 @@ impl Cx<'_> {
             m.max_connections_per_client_id.as_ref(),
             m.max_connections_store.as_ref(),
         );
+        let admission = self.route_mqtt_admission(name, m);
         let (connect_timeout, max_connect_size, route_by, client_id_pattern) = settings?;
+        let admission = admission?;
         Some(MqttProxy {
             upstream,
             connect_timeout,
             max_connect_size,
             route_by,
             client_id_pattern,
-            auth: None,
-            rate_per_client: None,
-            rate_per_client_id: None,
+            auth: admission.auth,
+            rate_per_client: admission.rate_per_client,
+            rate_per_client_id: admission.rate_per_client_id,
             max_connections_per_client_id,
-            certificate_identity: None,
-            idle_timeout: std::time::Duration::from_secs(600),
+            certificate_identity: admission.certificate_identity,
+            idle_timeout: admission.idle_timeout,
         })
     }
+
+    /// `[route.mqtt]`'s admission keys, as `[listener.mqtt]`'s: a device over WebSocket is
+    /// admitted by the same rules as over TCP. `None` when one has a mistake (reported).
+    fn route_mqtt_admission(&mut self, name: &str, m: &RawRouteMqtt) -> Option<MqttAdmission> {
+        let before = self.errors.len();
+        let owner = |table: &str| format!("route `{name}` [route.mqtt.{table}]");
+        let auth = self.mqtt_auth(&owner("auth"), name, m.auth.as_ref());
+        let rate_per_client =
+            (m.rate_per_client.as_ref()).map(|r| self.mqtt_rate(&owner("rate_per_client"), r));
+        let rate_per_client_id = (m.rate_per_client_id.as_ref())
+            .map(|r| self.mqtt_rate(&owner("rate_per_client_id"), r));
+        let certificate_identity = self.choice(
+            m.certificate_identity.as_ref(),
+            "certificate_identity",
+            &[
+                ("client_id", MqttRouteBy::ClientId),
+                ("username", MqttRouteBy::Username),
+            ],
+        );
+        let idle_timeout = self
+            .duration(m.idle_timeout.as_ref())
+            .unwrap_or(std::time::Duration::from_secs(600));
+        if self.errors.len() != before {
+            return None;
+        }
+        Some(MqttAdmission {
+            auth: auth.ok()?,
+            rate_per_client,
+            rate_per_client_id,
+            certificate_identity,
+            idle_timeout,
+        })
+    }
+}
+
+/// `[route.mqtt]`'s keys that admit a device, beside the CONNECT's limits.
+struct MqttAdmission {
+    auth: Option<Arc<crate::RouteAuth>>,
+    rate_per_client: Option<crate::RateLimit>,
+    rate_per_client_id: Option<crate::RateLimit>,
+    certificate_identity: Option<MqttRouteBy>,
+    idle_timeout: std::time::Duration,
 }

@@ -41,9 +41,10 @@ pub struct RawListenerMqtt {
     pub max_connections_store: Option<SpannedStr>,
 }
 
-/// `[route.mqtt]`: what an MQTT-over-WebSocket route reads of each device's CONNECT (the
-/// MQTT listener's keys that concern the CONNECT; the upgrade request itself is checked by
-/// the route's `[route.auth]` and `[route.rate_limit]`).
+/// `[route.mqtt]`: what an MQTT-over-WebSocket route reads of each device's CONNECT: the
+/// MQTT listener's keys, so that a device is admitted by the same rules over WebSocket as
+/// over TCP (the upgrade request itself is checked by the route's `[route.auth]` and
+/// `[route.rate_limit]`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRouteMqtt {
@@ -60,4 +61,16 @@ pub struct RawRouteMqtt {
     pub max_connections_per_client_id: Option<Spanned<u32>>,
     /// As `[listener.mqtt]`'s.
     pub max_connections_store: Option<SpannedStr>,
+    /// As `[listener.mqtt]`'s: the CONNECT's user name and password checked.
+    pub auth: Option<Spanned<RawAuth>>,
+    /// As `[listener.mqtt]`'s.
+    pub rate_per_client: Option<Spanned<RawRateLimit>>,
+    /// As `[listener.mqtt]`'s.
+    pub rate_per_client_id: Option<Spanned<RawRateLimit>>,
+    /// As `[listener.mqtt]`'s: the field must be the common name of the certificate the
+    /// device presented on its HTTPS connection.
+    pub certificate_identity: Option<SpannedStr>,
+    /// A device that asked for no keep alive is closed after this long without a byte
+    /// either way (default `"10m"`, as a listener's `idle_timeout`).
+    pub idle_timeout: Option<SpannedStr>,
 }

@@ -351,6 +351,7 @@ fn an_mqtt_listener_checks_credentials_with_basic_or_jwt_only() {
 [[upstream]]
 name = "brokers"
 balance = "consistent_hash"
+hash_balance_factor = 0
 servers = [{{ address = "127.0.0.1:1883" }}]
 [[listener]]
 name = "devices"
@@ -406,6 +407,7 @@ key = "site.key"
 [[upstream]]
 name = "brokers"
 balance = "consistent_hash"
+hash_balance_factor = 0
 servers = [{{ address = "127.0.0.1:1883" }}]
 [[listener]]
 name = "devices"
@@ -470,12 +472,18 @@ client_ca = "ca.crt"
 #[test]
 fn an_mqtt_over_websocket_route_loads_and_its_mistakes_are_named() {
     let route = |extra: &str, balance: &str| {
+        let factor = if balance == "consistent_hash" {
+            "hash_balance_factor = 0"
+        } else {
+            ""
+        };
         format!(
             r#"
 [[upstream]]
 name = "brokers"
 balance = "{balance}"
 servers = [{{ address = "127.0.0.1:1883" }}]
+{factor}
 [[listener]]
 name = "web"
 address = "127.0.0.1:8080"
@@ -523,6 +531,7 @@ fn a_cap_per_client_identifier_loads_and_its_mistakes_are_named() {
 [[upstream]]
 name = "brokers"
 balance = "consistent_hash"
+hash_balance_factor = 0
 servers = [{{ address = "127.0.0.1:1883" }}]
 [[listener]]
 name = "devices"
@@ -570,4 +579,134 @@ upstream = "brokers"
     refused("max_connections_store = \"local\"", "there is no cap");
     let unknown = "max_connections_per_client_id = 1\nmax_connections_store = \"etcd\"";
     refused(unknown, "not a known value");
+}
+
+/// Two upstream settings that look harmless and break an MQTT entrance: a bounded-load ring
+/// (the default `hash_balance_factor`, or any factor) moves a device away from its session,
+/// and an HTTP health check marks every broker down. `sluice check` refuses both, on the line
+/// to change, with the value to write.
+#[test]
+fn brokers_that_would_lose_devices_their_sessions_are_refused_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |upstream_extra: &str, kind: &str| {
+        format!(
+            r#"
+[[upstream]]
+name = "brokers"
+balance = "consistent_hash"
+servers = [{{ address = "127.0.0.1:1883" }}]
+{upstream_extra}
+[[listener]]
+name = "devices"
+address = "127.0.0.1:1884"
+{kind}
+upstream = "brokers"
+"#
+        )
+    };
+    let mqtt = r#"kind = "mqtt""#;
+    let default_factor = config("", mqtt);
+    let errs = errors(&default_factor, dir.path());
+    let said = said_at(&errs, &default_factor, r#"name = "brokers""#);
+    assert!(
+        said.contains("hash_balance_factor = 1.25, the default"),
+        "{errs:#?}"
+    );
+    assert!(said.contains("set hash_balance_factor = 0"), "{errs:#?}");
+    let bounded = config("hash_balance_factor = 2.0", mqtt);
+    let errs = errors(&bounded, dir.path());
+    assert!(
+        said_at(&errs, &bounded, "hash_balance_factor = 2.0")
+            .contains("set hash_balance_factor = 0"),
+        "{errs:#?}"
+    );
+    let http_check = config(
+        "hash_balance_factor = 0\n[upstream.health_check]\npath = \"/\"",
+        mqtt,
+    );
+    let errs = errors(&http_check, dir.path());
+    assert!(
+        said_at(&errs, &http_check, "[upstream.health_check]").contains("type = \"tcp\""),
+        "{errs:#?}"
+    );
+    let tcp_check = config(
+        "hash_balance_factor = 0\n[upstream.health_check]\ntype = \"tcp\"",
+        mqtt,
+    );
+    load_str(&tcp_check, "t.toml", dir.path()).unwrap();
+    // The same upstream behind a TCP listener is not MQTT's business.
+    let tcp = config("", r#"kind = "tcp""#);
+    load_str(&tcp, "t.toml", dir.path()).unwrap();
+    // A WebSocket route in front of the brokers is held to the same rule.
+    let route = format!(
+        "{}\n[[route]]\nname = \"ws\"\npath_exact = \"/mqtt\"\nupstream = \"brokers\"\n[route.mqtt]\n",
+        config("", mqtt).replace("kind = \"mqtt\"\nupstream = \"brokers\"\n", "")
+    );
+    let errs = errors(&route, dir.path());
+    assert!(
+        said_at(&errs, &route, r#"name = "brokers""#).contains("route `ws` [route.mqtt]"),
+        "{errs:#?}"
+    );
+}
+
+/// `[route.mqtt]` admits a device by the MQTT listener's rules: credentials, connection
+/// rates, the certificate binding and the idle timeout load as `[listener.mqtt]`'s do.
+#[test]
+fn an_mqtt_over_websocket_route_admits_by_the_listeners_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("devices.htpasswd"), "dev:{PLAIN}pw\n").unwrap();
+    let src = |mqtt: &str| {
+        format!(
+            r#"
+[[upstream]]
+name = "brokers"
+balance = "consistent_hash"
+hash_balance_factor = 0
+servers = [{{ address = "127.0.0.1:1883" }}]
+[[listener]]
+name = "web"
+address = "127.0.0.1:8080"
+[[route]]
+name = "ws"
+path_exact = "/mqtt"
+upstream = "brokers"
+[route.mqtt]
+{mqtt}
+"#
+        )
+    };
+    let good = src(r#"certificate_identity = "client_id"
+idle_timeout = "2m"
+[route.mqtt.auth]
+basic = { htpasswd = "devices.htpasswd" }
+[route.mqtt.rate_per_client]
+rate = "10/s"
+[route.mqtt.rate_per_client_id]
+rate = "6/m"
+burst = 3"#);
+    let s = load_str(&good, "t.toml", dir.path()).unwrap();
+    let m = s.routes[0].mqtt.as_ref().unwrap();
+    assert!(m.auth.as_ref().is_some_and(|a| a.basic.is_some()));
+    assert!(m.rate_per_client.is_some() && m.rate_per_client_id.is_some());
+    assert_eq!(m.certificate_identity, Some(crate::MqttRouteBy::ClientId));
+    assert_eq!(m.idle_timeout, Duration::from_secs(120));
+    let plain = load_str(&src(""), "t.toml", dir.path()).unwrap();
+    let m = plain.routes[0].mqtt.as_ref().unwrap();
+    assert_eq!(
+        m.idle_timeout,
+        Duration::from_secs(600),
+        "a listener's default"
+    );
+    let keyed = src("[route.mqtt.rate_per_client]\nrate = \"1/s\"\nkey = \"client\"");
+    let errs = errors(&keyed, dir.path());
+    assert!(
+        said_at(&errs, &keyed, "key = ").contains("route `ws` [route.mqtt.rate_per_client]"),
+        "{errs:#?}"
+    );
+    let forward = src("[route.mqtt.auth]\nforward = { url = \"http://127.0.0.1:9/\" }");
+    let errs = errors(&forward, dir.path());
+    assert!(
+        said_at(&errs, &forward, "[route.mqtt.auth]").contains("reads HTTP requests"),
+        "{errs:#?}"
+    );
 }

@@ -63,8 +63,8 @@ pub(crate) struct Record {
     has_subject: bool,
     auth_refused: Option<&'static str>,
     refused: Option<&'static str>,
-    /// `[route.waf]`'s action and anomaly score, and its first rule ids (0: none).
-    waf: Option<(&'static str, Option<u32>)>,
+    /// `[route.waf]`'s action, anomaly score and reason, and its first rule ids (0: none).
+    waf: Option<(&'static str, Option<u32>, Option<&'static str>)>,
     waf_rules: [u32; WAF_RULES],
     /// End of each string in `text` (string `i` is `text[ends[i - 1]..ends[i]]`).
     ends: [u16; 8],
@@ -119,7 +119,10 @@ impl Record {
         self.has_subject = e.subject.is_some();
         self.auth_refused = e.auth_refused;
         self.refused = e.refused;
-        self.waf = e.waf.as_ref().map(|w| (w.action, w.anomaly_score));
+        self.waf = e
+            .waf
+            .as_ref()
+            .map(|w| (w.action, w.anomaly_score, w.reason));
         self.waf_rules = [0; WAF_RULES];
         for (slot, m) in self
             .waf_rules
@@ -184,10 +187,11 @@ impl Record {
             auth_refused: self.auth_refused,
             refused: self.refused,
             // Rule ids only: the messages and data stay in the access log.
-            waf: self.waf.map(|(action, anomaly_score)| {
+            waf: self.waf.map(|(action, anomaly_score, reason)| {
                 Box::new(crate::access_log::WafRecord {
                     action,
                     anomaly_score,
+                    reason,
                     matches: self
                         .waf_rules
                         .iter()
@@ -639,7 +643,7 @@ impl Query {
             })
             && self.waf.as_ref().is_none_or(|want| {
                 r.waf
-                    .is_some_and(|(action, _)| want == "any" || action == want)
+                    .is_some_and(|(action, _, _)| want == "any" || action == want)
             })
             && self.rule_id.is_none_or(|id| r.waf_rules.contains(&id))
             && self.min_duration.is_none_or(|d| r.duration >= d)

@@ -13,6 +13,11 @@ pub(crate) struct WafRecord {
     pub(crate) anomaly_score: Option<u32>,
     /// The rules that matched (data truncated by `sluice-waf`).
     pub(crate) matches: Vec<Match>,
+    /// Why, where no rule says it: `"body_over_limit"` (the body was larger than
+    /// `request_body_limit` with `body_over_limit = "reject"`: refused with 413 in mode
+    /// `block`, forwarded uninspected past the limit in mode `detect`). A 413 without it
+    /// came from the listener's `max_body_bytes`, not the WAF.
+    pub(crate) reason: Option<&'static str>,
 }
 
 impl WafRecord {
@@ -21,6 +26,7 @@ impl WafRecord {
             action,
             anomaly_score: verdict.anomaly_score,
             matches: verdict.matches,
+            reason: None,
         })
     }
 
@@ -36,14 +42,25 @@ impl WafRecord {
             out.push_str(" score=");
             out.push_str(itoa::Buffer::new().format(score));
         }
+        if let Some(reason) = self.reason {
+            out.push_str(" reason=");
+            out.push_str(reason);
+        }
     }
 
     /// `,"waf":{"action":...,"anomaly_score":...,"matches":[{"id":..,"msg":..,"data":..,
-    /// "severity":..}]}` for the JSON line.
+    /// "severity":..}]}` for the JSON line, with `"reason"` after the action where there is
+    /// one (left out otherwise: most records have none).
     pub(crate) fn push_json(&self, out: &mut String, push_str: fn(&mut String, &str)) {
         out.push_str(",\"waf\":{\"action\":\"");
         out.push_str(self.action);
-        out.push_str("\",\"anomaly_score\":");
+        out.push('"');
+        if let Some(reason) = self.reason {
+            out.push_str(",\"reason\":\"");
+            out.push_str(reason);
+            out.push('"');
+        }
+        out.push_str(",\"anomaly_score\":");
         match self.anomaly_score {
             Some(s) => out.push_str(itoa::Buffer::new().format(s)),
             None => out.push_str("null"),

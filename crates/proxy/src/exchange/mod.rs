@@ -27,6 +27,8 @@ pub(crate) trait Service: Send + Sync + 'static {
     fn call(self: Arc<Self>, req: Request<ClientBody>) -> Responding;
     /// The largest request head taken (`max_header_bytes`).
     fn max_head(&self) -> usize;
+    /// The most header fields a request head may have (`max_header_fields`; more is 431).
+    fn max_fields(&self) -> usize;
     /// A request refused before it became one (a malformed or oversized head, bad chunked
     /// framing), answered `status` by the protocol server: logged and counted like any
     /// request, as NGINX logs its 400s. `line` is the request line as received, possibly

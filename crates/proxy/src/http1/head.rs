@@ -11,7 +11,10 @@ use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
 
-/// At most this many header fields in a request head (hyper's limit too); more is 431.
+/// Header fields parsed into an array on the stack: the listener's `max_header_fields` up to
+/// this many costs no allocation (and the default is this, the limit of hyper, Apache's
+/// `LimitRequestFields` and Envoy; HAProxy's is 101). A listener that allows more parses a
+/// head with more fields a second time into the heap (`parse_many`).
 pub(crate) const MAX_HEADERS: usize = 100;
 
 /// How many fields a head's map has room for beyond its own: those the gateway adds on the
@@ -74,39 +77,82 @@ pub(crate) fn has_end(buf: &[u8], from: usize) -> bool {
     tail.windows(2).any(|w| w == b"\n\n") || tail.windows(3).any(|w| w == b"\n\r\n")
 }
 
-/// Parses a request head from the front of `buf`; `max` bounds its size in bytes.
-pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
-    skip_empty_lines(buf);
-    // Neither array is zeroed: httparse writes the fields it parses (its `_uninit` entry
-    // point), and only those are read; zeroing 100 fields and their offsets per request
-    // cost more instructions than parsing a typical head.
-    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+/// What httparse found of a complete head, as offsets into the buffer: owned, so that the
+/// parsed fields' borrow of the buffer ends before the head is split off it.
+struct Scanned {
+    len: usize,
+    version: Option<u8>,
+    method: Option<(usize, usize)>,
+    path: Option<(usize, usize)>,
+    ranges: FieldRanges,
+}
+
+/// What one pass of httparse over the buffer found. Not boxed: it lives once on the stack
+/// of `parse`, and a box would cost every request an allocation.
+#[allow(clippy::large_enum_variant)]
+enum Scan {
+    Head(Scanned),
+    Partial,
+    /// More fields than the array had room for.
+    TooMany,
+}
+
+/// One pass of httparse over `buf` into `fields` (not zeroed: httparse writes the fields it
+/// parses, its `_uninit` entry point, and only those are read; zeroing 100 fields and their
+/// offsets per request cost more instructions than parsing a typical head).
+#[inline(always)]
+fn scan<'b>(
+    buf: &'b [u8],
+    fields: &mut [MaybeUninit<httparse::Header<'b>>],
+) -> Result<Scan, Reject> {
     let mut req = httparse::Request::new(&mut []);
-    let len = match req.parse_with_uninit_headers(buf, &mut fields) {
+    let len = match req.parse_with_uninit_headers(buf, fields) {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return partial(buf, max),
+        Ok(httparse::Status::Partial) => return Ok(Scan::Partial),
+        Err(httparse::Error::TooManyHeaders) => return Ok(Scan::TooMany),
         Err(e) => return Err(refused(e, buf)),
     };
-    if len > max {
+    Ok(Scan::Head(Scanned {
+        len,
+        version: req.version,
+        method: req.method.map(|m| range_in(buf, m.as_bytes())),
+        path: req.path.map(|p| range_in(buf, p.as_bytes())),
+        ranges: req
+            .headers
+            .iter()
+            .map(|f| (range_in(buf, f.name.as_bytes()), range_in(buf, f.value)))
+            .collect(),
+    }))
+}
+
+/// Parses a request head from the front of `buf`; `max` bounds its size in bytes and
+/// `max_fields` its header fields (more is 431).
+pub(crate) fn parse(buf: &mut BytesMut, max: usize, max_fields: usize) -> Result<Parsed, Reject> {
+    skip_empty_lines(buf);
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let scanned = match scan(buf, &mut fields[..max_fields.min(MAX_HEADERS)])? {
+        Scan::Head(scanned) => scanned,
+        Scan::Partial => return partial(buf, max),
+        Scan::TooMany if max_fields > MAX_HEADERS => match parse_many(buf, max_fields)? {
+            Scan::Head(scanned) => scanned,
+            Scan::Partial => return partial(buf, max),
+            Scan::TooMany => return Err(too_many_fields()),
+        },
+        Scan::TooMany => return Err(too_many_fields()),
+    };
+    if scanned.len > max {
         return Err(reject(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             "request head too large",
         ));
     }
-    let version = version_of(req.version)?;
-    let method = req.method.ok_or_else(|| bad("no method"))?;
-    let method = Method::from_bytes(method.as_bytes()).map_err(|_| bad("invalid method"))?;
-    let path = req.path.ok_or_else(|| bad("no request target"))?;
-    // The slices above borrow `buf`; their offsets are kept to cut them from the frozen head.
-    let path_range = range_in(buf, path.as_bytes());
-    let ranges: FieldRanges = req
-        .headers
-        .iter()
-        .map(|f| (range_in(buf, f.name.as_bytes()), range_in(buf, f.value)))
-        .collect();
-    let bytes: Bytes = buf.split_to(len).freeze();
+    let version = version_of(scanned.version)?;
+    let (m0, m1) = scanned.method.ok_or_else(|| bad("no method"))?;
+    let method = Method::from_bytes(&buf[m0..m1]).map_err(|_| bad("invalid method"))?;
+    let path = scanned.path.ok_or_else(|| bad("no request target"))?;
+    let bytes: Bytes = buf.split_to(scanned.len).freeze();
     let (uri, headers, facts, framing) =
-        match checked(&bytes, path_range, &ranges, &method, version) {
+        match checked(&bytes, path, &scanned.ranges, &method, version) {
             Ok(checked) => checked,
             Err(refused) => {
                 restore(buf, &bytes);
@@ -129,6 +175,25 @@ pub(crate) fn parse(buf: &mut BytesMut, max: usize) -> Result<Parsed, Reject> {
         expect_continue: version == Version::HTTP_11 && facts.expect_continue,
         upgrade: version == Version::HTTP_11 && facts.upgrade_token && facts.upgrade_header,
     })))
+}
+
+/// A head with more fields than the stack array holds, on a listener that allows them
+/// (`max_header_fields` above [`MAX_HEADERS`]): parsed again into the heap. Rare by design,
+/// so the common head never pays for the allocation.
+#[cold]
+#[inline(never)]
+fn parse_many(buf: &[u8], max_fields: usize) -> Result<Scan, Reject> {
+    let mut fields = Vec::with_capacity(max_fields);
+    fields.resize_with(max_fields, MaybeUninit::<httparse::Header<'_>>::uninit);
+    scan(buf, &mut fields)
+}
+
+#[cold]
+fn too_many_fields() -> Reject {
+    reject(
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "too many header fields",
+    )
 }
 
 /// The head's target, fields and framing, or why it is refused.
@@ -197,10 +262,7 @@ fn partial(buf: &BytesMut, max: usize) -> Result<Parsed, Reject> {
 #[cold]
 fn refused(e: httparse::Error, head: &[u8]) -> Reject {
     match e {
-        httparse::Error::TooManyHeaders => reject(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "too many header fields",
-        ),
+        httparse::Error::TooManyHeaders => too_many_fields(),
         httparse::Error::Version => version_refused(head),
         _ => bad("malformed request head"),
     }
@@ -284,7 +346,7 @@ pub(crate) fn check_invariants(raw: &[u8]) {
     let mut buf = BytesMut::from(raw);
     while !buf.is_empty() {
         let before = buf.len();
-        let Ok(Parsed::Head(h)) = parse(&mut buf, 8192) else {
+        let Ok(Parsed::Head(h)) = parse(&mut buf, 8192, MAX_HEADERS) else {
             return;
         };
         assert!(buf.len() < before, "a head consumed nothing: {raw:?}");
@@ -487,7 +549,7 @@ mod tests {
 
     fn head(raw: &str) -> Result<Head, Reject> {
         let mut buf = BytesMut::from(raw.as_bytes());
-        match parse(&mut buf, 8192)? {
+        match parse(&mut buf, 8192, MAX_HEADERS)? {
             Parsed::Head(h) => Ok(*h),
             Parsed::Partial => panic!("partial: {raw:?}"),
         }
@@ -552,7 +614,7 @@ mod tests {
     fn a_simple_head_parses_into_slices_of_the_buffer() {
         let raw = "GET /a?b=c HTTP/1.1\r\nHost: x\r\nX-One: 1\r\nx-one: 2\r\n\r\nNEXT";
         let mut buf = BytesMut::from(raw.as_bytes());
-        let Parsed::Head(h) = parse(&mut buf, 8192).unwrap() else {
+        let Parsed::Head(h) = parse(&mut buf, 8192, MAX_HEADERS).unwrap() else {
             panic!()
         };
         assert_eq!(&buf[..], b"NEXT", "the next request's bytes stay");
@@ -571,14 +633,39 @@ mod tests {
     #[test]
     fn an_incomplete_head_is_partial_until_the_limit() {
         let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: x\r\n"[..]);
-        assert!(matches!(parse(&mut buf, 8192), Ok(Parsed::Partial)));
+        assert!(matches!(
+            parse(&mut buf, 8192, MAX_HEADERS),
+            Ok(Parsed::Partial)
+        ));
         let mut buf = BytesMut::from(format!("GET /{} HTTP/1.1", "a".repeat(100)).as_bytes());
-        assert_eq!(parse(&mut buf, 64).unwrap_err().status, 414);
+        assert_eq!(parse(&mut buf, 64, MAX_HEADERS).unwrap_err().status, 414);
         let mut buf =
             BytesMut::from(format!("GET / HTTP/1.1\r\nx: {}", "a".repeat(100)).as_bytes());
-        assert_eq!(parse(&mut buf, 64).unwrap_err().status, 431);
+        assert_eq!(parse(&mut buf, 64, MAX_HEADERS).unwrap_err().status, 431);
         let fields: String = (0..101).map(|i| format!("x{i}: 1\r\n")).collect();
         assert_eq!(status(&format!("GET / HTTP/1.1\r\n{fields}\r\n")), 431);
+    }
+
+    /// `max_header_fields`: below the stack array's size, and above it (the heap pass), the
+    /// limit is the listener's, exactly.
+    #[test]
+    fn the_field_limit_is_the_listeners() {
+        let with = |n: usize, limit: usize| {
+            let fields: String = (0..n).map(|i| format!("x{i}: 1\r\n")).collect();
+            let mut buf = BytesMut::from(format!("GET / HTTP/1.1\r\n{fields}\r\n").as_bytes());
+            match parse(&mut buf, 1 << 20, limit) {
+                Ok(Parsed::Head(h)) => Ok(h.request.headers().len()),
+                Ok(Parsed::Partial) => panic!("partial"),
+                Err(r) => Err(r.status.as_u16()),
+            }
+        };
+        assert_eq!(with(10, 10), Ok(10));
+        assert_eq!(with(11, 10), Err(431));
+        assert_eq!(with(100, 100), Ok(100));
+        assert_eq!(with(101, 100), Err(431));
+        assert_eq!(with(101, 300), Ok(101));
+        assert_eq!(with(300, 300), Ok(300));
+        assert_eq!(with(301, 300), Err(431));
     }
 
     #[test]

@@ -74,6 +74,7 @@ pub(crate) fn serve<S: Io + 'static, C: Service>(
         io,
         rbuf: None,
         max_head: ctx.max_head(),
+        max_fields: ctx.max_fields(),
         shutdown: shutdown.clone(),
     };
     (conn.run(ctx), shutdown)
@@ -84,6 +85,8 @@ struct Conn<S> {
     /// Bytes read and not yet parsed; `None` while idle.
     rbuf: Option<BytesMut>,
     max_head: usize,
+    /// `max_header_fields`.
+    max_fields: usize,
     shutdown: Arc<Shutdown>,
 }
 
@@ -303,7 +306,7 @@ impl<S: Io + 'static> Conn<S> {
                 let ended = scanned == 0 || head::has_end(buf, scanned);
                 scanned = buf.len();
                 if ended || buf.len() >= self.max_head {
-                    match head::parse(buf, self.max_head)? {
+                    match head::parse(buf, self.max_head, self.max_fields)? {
                         Parsed::Head(head) => return Ok(Some(head)),
                         Parsed::Partial => {}
                     }

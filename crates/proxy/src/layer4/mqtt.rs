@@ -24,11 +24,11 @@
 
 use crate::access_log::Entry;
 use crate::addresses::Addresses;
-use crate::layer4::stream::{Relayed, TcpConn, handshaken, opened, relay_keyed};
+use crate::layer4::stream::{Greeting, Relayed, TcpConn, handshaken, opened, relay_greeted};
 use crate::listen::connection::Signals;
 use crate::request::context::ListenerCtx;
 use sluice_config::{MqttProxy, MqttRouteBy};
-use sluice_mqtt::{Fault, Parsed, Refusal, parse_connect};
+use sluice_mqtt::{BrokerReply, Fault, Parsed, Refusal, parse_connect};
 use sluice_tls::ClientCert;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,8 +68,12 @@ pub(crate) async fn serve(
         start,
         signals: &signals,
     };
+    let gate = Gate {
+        auth: listener.mqtt_auth.as_deref(),
+        rates: listener.mqtt_rates.as_deref(),
+    };
     match &listener.tls {
-        None => admit(conn(log), mqtt, tcp, Ok(None)).await,
+        None => admit(conn(log), mqtt, gate, tcp, Ok(None)).await,
         Some(acceptor) => {
             // Boxed, as are the other steps before the relay: a device's connection spends
             // its life relaying, and its task's size is that of its largest step.
@@ -83,7 +87,7 @@ pub(crate) async fn serve(
             handshaken(&mut log, "mqtts", &info);
             let cert = crate::layer4::mqtt_cert::presented(&listener, &info);
             drop(info);
-            admit(conn(log), mqtt, stream, cert).await;
+            admit(conn(log), mqtt, gate, stream, cert).await;
         }
     }
 }
@@ -104,74 +108,130 @@ struct Admitted {
     version: sluice_mqtt::Version,
 }
 
+/// What admits a connection beyond its CONNECT's own checks: the credentials' checker and
+/// the connection rates of an MQTT listener, or of a `[route.mqtt]` route (the same rules
+/// over WebSocket as over TCP).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Gate<'a> {
+    pub(crate) auth: Option<&'a sluice_auth::Authenticator>,
+    pub(crate) rates: Option<&'a crate::request::rate_limit::connect_rates::ConnectRates>,
+}
+
+/// A client stream told when its CONNECT has been admitted: a WebSocket lifts the bounds it
+/// kept on its frames until then (`mqtt_ws::WsBytes`); a socket has none.
+pub(crate) trait Admits {
+    fn admitted(&mut self) {}
+}
+
+impl Admits for TcpStream {}
+
+impl<S> Admits for tokio_boring::SslStream<S> {}
+
 /// Reads and checks the CONNECT, then relays the connection to its broker. `cert`: what
 /// the handshake left of the device's certificate (`mqtt_cert::presented`).
 pub(crate) async fn admit<C>(
     mut conn: TcpConn<'_>,
     mqtt: &MqttProxy,
+    gate: Gate<'_>,
     mut client: C,
     cert: Result<Option<Arc<ClientCert>>, Fault>,
 ) where
-    C: AsyncRead + AsyncWrite + crate::layer4::splice::FinOnClose + Unpin,
+    C: AsyncRead + AsyncWrite + crate::layer4::splice::FinOnClose + Admits + Unpin,
 {
     let mut read = Vec::with_capacity(512);
     let first = tokio::select! {
-        r = tokio::time::timeout(mqtt.connect_timeout, read_connect(&mut client, &mut read, mqtt)) => r,
+        r = tokio::time::timeout(mqtt.connect_timeout, read_connect(&mut client, &mut read, mqtt, conn.at)) => r,
         () = conn.signals.force.cancelled() => return,
     };
+    // Every byte the client sent counts, the CONNECT and what came with it included.
+    conn.log.bytes_in = read.len() as u64;
     let admitted = match first {
         Ok(Ok(Some(a))) => a,
         Ok(Ok(None)) => return end(conn.listener, conn.log, conn.start, 400, CLOSED),
         Ok(Err(refusal)) => return refuse(conn, client, refusal).await,
         Err(_) => return end(conn.listener, conn.log, conn.start, 408, TIMEOUT),
     };
-    // The certificate first: it costs nothing to check, and binds the fields checked next.
+    match Box::pin(checked(&conn, mqtt, gate, &admitted, cert)).await {
+        Ok(subject) => conn.log.subject = subject,
+        Err(fault) => return refuse_admitted(conn, client, admitted, fault).await,
+    }
+    client.admitted();
+    conn.log.path = admitted.client_id;
+    if admitted.keep_alive > 0 {
+        // MQTT-3.1.2-24: a server closes a connection silent for 1.5 times its keep alive.
+        conn.idle_timeout = keep_alive_timeout(admitted.keep_alive);
+    }
+    let greeting = (admitted.version == sluice_mqtt::Version::V5).then_some(ServerKeepAlive {
+        wait: mqtt.connect_timeout,
+        none: mqtt.idle_timeout,
+    });
+    relayed(conn, mqtt, admitted.key, client, &read, greeting).await;
+}
+
+/// How long a connection may be silent with keep alive `secs` (MQTT-3.1.2-24: 1.5 times it).
+fn keep_alive_timeout(secs: u16) -> Duration {
+    Duration::from_millis(u64::from(secs) * 1500)
+}
+
+/// The checks after the CONNECT: the certificate (it costs nothing, and binds the fields
+/// checked next), the rates (before the credentials, so that a reconnect storm costs no
+/// bcrypt), then the credentials. The log line's subject, or why the device is refused.
+async fn checked(
+    conn: &TcpConn<'_>,
+    mqtt: &MqttProxy,
+    gate: Gate<'_>,
+    admitted: &Admitted,
+    cert: Result<Option<Arc<ClientCert>>, Fault>,
+) -> Result<Option<Arc<str>>, Fault> {
     let cert = cert.and_then(|c| {
         let (id, user) = (&admitted.client_id, admitted.username.as_deref());
         crate::layer4::mqtt_cert::bound(mqtt.certificate_identity, c.as_deref(), id, user)
             .map(|()| c)
-    });
-    let cert = match cert {
-        Ok(c) => c,
-        Err(fault) => return refuse_admitted(conn, client, admitted, fault).await,
-    };
-    if let Some(rates) = &conn.listener.mqtt_rates
-        && !Box::pin(rates.admit(conn.at.client.ip(), &admitted.client_id)).await
+    })?;
+    if let Some(rates) = gate.rates
+        && !rates.admit(conn.at.client.ip(), &admitted.client_id).await
     {
-        return refuse_admitted(conn, client, admitted, Fault::RateExceeded).await;
+        return Err(Fault::RateExceeded);
     }
-    conn.log.subject = match &conn.listener.mqtt_auth {
+    let Some(auth) = gate.auth else {
         // The certificate's subject where one verified, else the user name.
-        None => cert
+        return Ok(cert
             .map(|c| Arc::from(c.subject.as_str()))
-            .or_else(|| admitted.username.as_deref().map(Arc::from)),
-        Some(auth) => {
-            let who = crate::layer4::mqtt_auth::Credentials {
-                username: admitted.username.as_deref(),
-                password: admitted.password.as_deref(),
-                client: conn.at.client.ip(),
-                host: &conn.log.host,
-                tls: conn.listener.tls.is_some(),
-            };
-            match Box::pin(crate::layer4::mqtt_auth::check(auth, &who)).await {
-                Ok(subject) => Some(subject),
-                Err(fault) => return refuse_admitted(conn, client, admitted, fault).await,
-            }
-        }
+            .or_else(|| admitted.username.as_deref().map(Arc::from)));
     };
-    conn.log.path = admitted.client_id;
-    if admitted.keep_alive > 0 {
-        // MQTT-3.1.2-24: a server closes a connection silent for 1.5 times its keep alive.
-        conn.idle_timeout = Duration::from_millis(u64::from(admitted.keep_alive) * 1500);
-    }
+    let who = crate::layer4::mqtt_auth::Credentials {
+        username: admitted.username.as_deref(),
+        password: admitted.password.as_deref(),
+        client: conn.at.client.ip(),
+        host: &conn.log.host,
+        tls: conn.listener.tls.is_some(),
+    };
+    crate::layer4::mqtt_auth::check(auth, &who).await.map(Some)
+}
+
+/// Relays an admitted connection to the broker `key` hashes to, under its identifier's cap
+/// where there is one, and logs its end.
+async fn relayed<C>(
+    conn: TcpConn<'_>,
+    mqtt: &MqttProxy,
+    key: u64,
+    client: C,
+    read: &[u8],
+    greeting: Option<ServerKeepAlive>,
+) where
+    C: AsyncRead + AsyncWrite + crate::layer4::splice::FinOnClose + Unpin,
+{
     let group = conn.listener.upstreams[mqtt.upstream].group();
     // A newer connection with this identifier beyond the cap closes the oldest; this one's
-    // relay watches the session's token, a child of the gateway's own.
+    // relay watches the session's token, a child of the gateway's own. An empty identifier
+    // is the connection itself (the broker assigns one): nothing else can take it over.
     let gateway_force = conn.signals.force.clone();
-    let session = mqtt.max_connections_per_client_id.map(|cap| {
-        let id = &conn.log.path;
-        (conn.listener.takeovers).admit(&group.config.name, id, cap, &gateway_force)
-    });
+    let session = (mqtt.max_connections_per_client_id)
+        .filter(|_| !conn.log.path.is_empty())
+        .map(|cap| {
+            let id = &conn.log.path;
+            (conn.listener.takeovers).admit(&group.config.name, id, cap, &gateway_force)
+        });
     let signals;
     let conn = match &session {
         None => conn,
@@ -186,7 +246,8 @@ pub(crate) async fn admit<C>(
             }
         }
     };
-    let relayed = relay_keyed(conn, admitted.key, group, client, &read).await;
+    let greeting = greeting.as_ref().map(|g| g as &dyn Greeting);
+    let relayed = relay_greeted(conn, key, group, client, read, greeting).await;
     let taken_over = session.is_some_and(|s| s.taken_over(&gateway_force));
     if let Some(Relayed {
         listener,
@@ -204,12 +265,56 @@ pub(crate) async fn admit<C>(
     }
 }
 
+/// An MQTT 5 connection's first packet from its broker, its CONNACK, read for Server Keep
+/// Alive (5.0 §3.2.2.3.14): the client must use the broker's value instead of its own
+/// (MQTT-3.2.2-21), so the idle timeout follows it (1.5 times, as for the client's own).
+/// Read within `wait` (the CONNECT's own time limit); a broker that answers otherwise
+/// (enhanced authentication's AUTH) or later leaves the client's value in force.
+struct ServerKeepAlive {
+    wait: Duration,
+    /// The idle timeout for a Server Keep Alive of 0 (no keep alive).
+    none: Duration,
+}
+
+impl Greeting for ServerKeepAlive {
+    fn greet<'g>(
+        &'g self,
+        up: &'g mut crate::upstreams::upstream_tls::UpstreamIo,
+        read: &'g mut Vec<u8>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Duration>> + Send + 'g>> {
+        Box::pin(async move {
+            let reply = tokio::time::timeout(self.wait, async {
+                loop {
+                    match sluice_mqtt::read_connack(read) {
+                        BrokerReply::Incomplete => {}
+                        BrokerReply::Connack {
+                            server_keep_alive, ..
+                        } => return server_keep_alive,
+                        BrokerReply::Other => return None,
+                    }
+                    read.reserve(64);
+                    match up.read_buf(read).await {
+                        Ok(0) | Err(_) => return None,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            match reply.ok().flatten()? {
+                0 => Some(self.none),
+                secs => Some(keep_alive_timeout(secs)),
+            }
+        })
+    }
+}
+
 /// Reads until `read` holds a whole CONNECT (and whatever the client sent behind it, which is
 /// replayed to the broker). `Ok(None)`: the client closed first.
 async fn read_connect<C>(
     client: &mut C,
     read: &mut Vec<u8>,
     mqtt: &MqttProxy,
+    at: Addresses,
 ) -> Result<Option<Admitted>, Refusal>
 where
     C: AsyncRead + Unpin,
@@ -225,13 +330,8 @@ where
                         version: Some(c.version),
                     });
                 }
-                let by = match mqtt.route_by {
-                    MqttRouteBy::Username => c.username.filter(|u| !u.is_empty()),
-                    MqttRouteBy::ClientId => None,
-                }
-                .unwrap_or(c.client_id);
                 return Ok(Some(Admitted {
-                    key: crate::hash::hash64(0, by.as_bytes()),
+                    key: ring_key(mqtt.route_by, c.username, c.client_id, at),
                     client_id: c.client_id.to_owned(),
                     username: c.username.map(str::to_owned),
                     keep_alive: c.keep_alive,
@@ -248,6 +348,23 @@ where
             }
         }
     }
+}
+
+/// A device's key on the brokers' ring: its client identifier (or, `route_by = "username"`,
+/// its user name, falling back to the identifier). A device with neither is placed by its
+/// connection, address and port: the broker assigns it an identifier of its own, so it has
+/// no session to return to, and one key for all of them would put every unnamed device of
+/// the fleet on one broker.
+fn ring_key(route_by: MqttRouteBy, username: Option<&str>, client_id: &str, at: Addresses) -> u64 {
+    let by = match route_by {
+        MqttRouteBy::Username => username.filter(|u| !u.is_empty()),
+        MqttRouteBy::ClientId => None,
+    }
+    .unwrap_or(client_id);
+    if by.is_empty() {
+        return crate::hash::hash64(0, at.client.to_string().as_bytes());
+    }
+    crate::hash::hash64(0, by.as_bytes())
 }
 
 /// Refuses a connection whose CONNECT was read whole: its client identifier is the log

@@ -27,16 +27,27 @@ pub(crate) fn authenticator(
     let Some(config) = &mqtt.auth else {
         return Ok(None);
     };
-    if let Some(a) = old.and_then(|o| o.mqtt_auth.as_ref())
+    let owner = format!("listener `{}` [listener.mqtt.auth]", listener.name);
+    let old = old.and_then(|o| o.mqtt_auth.as_ref());
+    checker(&owner, config, old, hashing).map(Some)
+}
+
+/// The checker of `config` (`owner` names it in errors): `old` where it checks the same.
+pub(crate) fn checker(
+    owner: &str,
+    config: &Arc<sluice_config::RouteAuth>,
+    old: Option<&Arc<Authenticator>>,
+    hashing: &Arc<sluice_auth::HashPool>,
+) -> Result<Arc<Authenticator>, String> {
+    if let Some(a) = old
         && *a.config == **config
         && a.hashes_on(hashing)
     {
-        return Ok(Some(a.clone()));
+        return Ok(a.clone());
     }
-    let a = Authenticator::new(config, hashing)
-        .map_err(|e| format!("listener `{}` [listener.mqtt.auth]: {e}", listener.name))?;
+    let a = Authenticator::new(config, hashing).map_err(|e| format!("{owner}: {e}"))?;
     a.start();
-    Ok(Some(Arc::new(a)))
+    Ok(Arc::new(a))
 }
 
 /// What a CONNECT carries for its check.

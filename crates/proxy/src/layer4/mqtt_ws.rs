@@ -11,9 +11,11 @@
 //! and what the broker sends goes back in binary frames, one per read. A text frame is a
 //! protocol error (MQTT-6.0.0-1) and ends the connection; pings are answered by tungstenite.
 
+use crate::layer4::mqtt::{Admits, Gate};
 use crate::layer4::splice::FinOnClose;
 use crate::layer4::stream::{TcpConn, opened};
 use crate::request::context::WsHandoff;
+use crate::request::mqtt_gate::{MqttGate, MqttGates, gate_key};
 use bytes::Bytes;
 use futures_util::{Sink, Stream};
 use std::pin::Pin;
@@ -21,7 +23,7 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
 /// Takes a device's WebSocket to its end ([`crate::request::context::MqttBridge`]).
 pub(crate) fn bridge(h: WsHandoff) -> Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
@@ -35,6 +37,8 @@ async fn relay(h: WsHandoff) {
         upgrade,
         at,
         signals,
+        gate,
+        cert,
     } = h;
     let Some(io) = upgrade.wait().await else {
         return;
@@ -44,7 +48,9 @@ async fn relay(h: WsHandoff) {
         force: signals.streams.force.clone(),
         ..signals
     };
-    let ws = WebSocketStream::from_raw_socket(io, Role::Server, None).await;
+    let io = Bounded::new(io, pre_admission_bound(mqtt.max_connect_size));
+    let config = WebSocketConfig::default().read_buffer_size(READ_BUFFER);
+    let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
     let protocol = if listener.tls.is_some() {
         "mqtt-wss"
     } else {
@@ -59,7 +65,201 @@ async fn relay(h: WsHandoff) {
         start,
         signals: &signals,
     };
-    crate::layer4::mqtt::admit(conn, &mqtt, WsBytes::new(ws), Ok(None)).await;
+    let gate = Gate {
+        auth: gate.as_ref().and_then(|g| g.auth.as_deref()),
+        rates: gate.as_ref().and_then(|g| g.rates.as_deref()),
+    };
+    crate::layer4::mqtt::admit(conn, &mqtt, gate, WsBytes::new(ws), Ok(cert)).await;
+}
+
+/// tungstenite's read buffer: the relay's own buffer size (its default, 128 KiB, would be
+/// held by every idle device).
+const READ_BUFFER: usize = 16 * 1024;
+
+/// What a device may send before its CONNECT is admitted, frame headers included, and the
+/// largest frame it may declare: the largest CONNECT, as much again for a packet sent behind
+/// it in the same frames, and 1 KiB of headers. tungstenite reserves a frame's declared
+/// length as soon as it reads the header (16 MiB by default), so the bound is applied to the
+/// bytes before tungstenite sees them.
+fn pre_admission_bound(max_connect_size: usize) -> usize {
+    max_connect_size.saturating_mul(2).saturating_add(1024)
+}
+
+/// Each `[route.mqtt]` route's gate for a new configuration: the old one's checker and
+/// rates where the route's settings for them stay.
+pub(crate) fn gates(
+    snapshot: &sluice_config::Snapshot,
+    old: Option<&MqttGates>,
+    hashing: &std::sync::Arc<sluice_auth::HashPool>,
+    redis: Option<&std::sync::Arc<crate::request::rate_limit::RedisStore>>,
+) -> Result<MqttGates, String> {
+    let mut gates = MqttGates::new();
+    for route in &snapshot.routes {
+        let Some(mqtt) = &route.mqtt else {
+            continue;
+        };
+        let kept = old.and_then(|o| o.values().find(|g| g.route == route.name));
+        let auth = match &mqtt.auth {
+            None => None,
+            Some(config) => Some(crate::layer4::mqtt_auth::checker(
+                &format!("route `{}` [route.mqtt.auth]", route.name),
+                config,
+                kept.and_then(|k| k.auth.as_ref()),
+                hashing,
+            )?),
+        };
+        let rates = crate::request::rate_limit::connect_rates::ConnectRates::build_for(
+            &format!("route-{}", route.name),
+            mqtt,
+            kept.and_then(|k| k.rates.as_deref()),
+            &snapshot.rate_limit_store,
+            redis,
+        );
+        let gate = MqttGate {
+            route: route.name.clone(),
+            auth,
+            rates,
+        };
+        gates.insert(gate_key(mqtt), std::sync::Arc::new(gate));
+    }
+    Ok(gates)
+}
+
+/// The upgraded connection's bytes, held to [`pre_admission_bound`] until the CONNECT is
+/// admitted: a frame that declares more, or more bytes in all, is an error before tungstenite
+/// reads (and reserves room for) it. Then its bytes pass untouched.
+pub(crate) struct Bounded<S> {
+    io: S,
+    /// `None` once the CONNECT is admitted.
+    guard: Option<FrameGuard>,
+}
+
+impl<S> Bounded<S> {
+    fn new(io: S, bound: usize) -> Self {
+        Bounded {
+            io,
+            guard: Some(FrameGuard {
+                bound: bound as u64,
+                seen: 0,
+                header: [0; 14],
+                have: 0,
+                payload_left: 0,
+            }),
+        }
+    }
+}
+
+/// The frame headers in a WebSocket's bytes before admission (RFC 6455 §5.2).
+struct FrameGuard {
+    bound: u64,
+    /// Bytes seen so far.
+    seen: u64,
+    /// The header being read (at most 14 bytes: 2, 8 of length, 4 of mask).
+    header: [u8; 14],
+    have: usize,
+    /// The current frame's payload bytes still to come.
+    payload_left: u64,
+}
+
+impl FrameGuard {
+    /// Notes `bytes`; an error where the bound is passed.
+    fn scan(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let too_much = |what: &str| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{what} before the CONNECT was admitted (more than max_connect_size allows)"
+                ),
+            )
+        };
+        self.seen += bytes.len() as u64;
+        if self.seen > self.bound {
+            return Err(too_much("too many bytes"));
+        }
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            if self.payload_left > 0 {
+                let n = rest
+                    .len()
+                    .min(usize::try_from(self.payload_left).unwrap_or(usize::MAX));
+                self.payload_left -= n as u64;
+                rest = &rest[n..];
+                continue;
+            }
+            self.header[self.have] = rest[0];
+            self.have += 1;
+            rest = &rest[1..];
+            if let Some(len) = frame_length(&self.header[..self.have]) {
+                if len > self.bound {
+                    return Err(too_much("a frame too large"));
+                }
+                self.payload_left = len;
+                self.have = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A whole frame header's payload length; `None` while it is incomplete.
+fn frame_length(h: &[u8]) -> Option<u64> {
+    let (&b1, _) = h.get(1).zip(h.first())?;
+    let short = b1 & 0x7f;
+    let extended = match short {
+        126 => 2,
+        127 => 8,
+        _ => 0,
+    };
+    let mask = if b1 & 0x80 != 0 { 4 } else { 0 };
+    if h.len() < 2 + extended + mask {
+        return None;
+    }
+    Some(match short {
+        126 => u64::from(u16::from_be_bytes([h[2], h[3]])),
+        127 => u64::from_be_bytes(h[2..10].try_into().ok()?),
+        n => u64::from(n),
+    })
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Bounded<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.io).poll_read(cx, buf))?;
+        if let Some(g) = &mut this.guard {
+            g.scan(&buf.filled()[before..])?;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Bounded<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Admits for WsBytes<Bounded<S>> {
+    /// The CONNECT is in: the frames' bound is lifted (tungstenite's own limits stay).
+    fn admitted(&mut self) {
+        self.ws.get_mut().guard = None;
+    }
 }
 
 /// A WebSocket's binary messages as a byte stream: reads give their payloads in order,
@@ -200,6 +400,116 @@ mod tests {
             }
         }
         assert_eq!(seen, [0x20, 2, 0, 0]);
+    }
+
+    /// A masked binary frame's header (as a client sends it) declaring `len` bytes.
+    fn header(len: u64) -> Vec<u8> {
+        let mut h = vec![0x82];
+        match len {
+            0..=125 => h.push(0x80 | len as u8),
+            126..=0xffff => {
+                h.push(0x80 | 126);
+                h.extend((len as u16).to_be_bytes());
+            }
+            _ => {
+                h.push(0x80 | 127);
+                h.extend(len.to_be_bytes());
+            }
+        }
+        h.extend([1, 2, 3, 4]);
+        h
+    }
+
+    #[test]
+    fn the_bound_is_twice_the_largest_connect_and_a_kilobyte() {
+        assert_eq!(pre_admission_bound(1024), 3 * 1024);
+        assert_eq!(pre_admission_bound(64 * 1024), 129 * 1024);
+        assert_eq!(pre_admission_bound(usize::MAX), usize::MAX, "saturates");
+    }
+
+    #[test]
+    fn a_frames_length_is_read_once_its_header_is_whole() {
+        for len in [0, 125, 126, 0xffff, 0x1_0000, u64::MAX] {
+            let h = header(len);
+            assert_eq!(frame_length(&h), Some(len), "{len}");
+            for cut in 0..h.len() {
+                assert_eq!(frame_length(&h[..cut]), None, "{len}, {cut} bytes of it");
+            }
+        }
+        // Unmasked (a server's): no mask bytes to wait for.
+        assert_eq!(frame_length(&[0x82, 5]), Some(5));
+        assert_eq!(frame_length(&[0x82, 126, 1, 0]), Some(256));
+    }
+
+    /// A frame that declares more than the bound is refused at its header, however its
+    /// bytes arrive, before any of its payload; one that declares the bound passes.
+    #[test]
+    fn a_frame_declared_past_the_bound_is_refused_at_its_header() {
+        let bound = pre_admission_bound(1024) as u64;
+        for declared in [bound + 1, 0x1_0000, 16 << 20, u64::MAX] {
+            let h = header(declared);
+            let mut whole = Bounded::new((), bound as usize).guard.unwrap();
+            let err = whole.scan(&h).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{declared}");
+            // A byte at a time: nothing until the header is whole, then the refusal.
+            let mut bytes = Bounded::new((), bound as usize).guard.unwrap();
+            let (last, first) = h.split_last().unwrap();
+            for b in first {
+                bytes.scan(std::slice::from_ref(b)).unwrap();
+            }
+            assert!(bytes.scan(&[*last]).is_err(), "{declared}");
+        }
+        let mut at_bound = Bounded::new((), bound as usize).guard.unwrap();
+        at_bound.scan(&header(bound)).unwrap();
+        assert_eq!(
+            at_bound.payload_left, bound,
+            "a frame may declare the bound itself"
+        );
+    }
+
+    /// Frames each within the bound pass, their payloads skipped (a payload that looks like
+    /// a header is not read as one), until the bytes in all pass it.
+    #[test]
+    fn small_frames_pass_until_the_bytes_in_all_pass_the_bound() {
+        let bound = 3 * 1024;
+        let mut g = Bounded::new((), bound).guard.unwrap();
+        // A 100-byte payload of bytes that would declare 2^63 as a header.
+        let mut frame = header(100);
+        frame.extend(std::iter::repeat_n(0xff, 100));
+        let mut sent = 0;
+        while sent + frame.len() <= bound {
+            g.scan(&frame).unwrap();
+            sent += frame.len();
+        }
+        assert_eq!((g.have, g.payload_left), (0, 0), "between frames");
+        // Empty frames (pings) count too.
+        let ping = [0x89, 0x80, 1, 2, 3, 4];
+        let err = loop {
+            if let Err(e) = g.scan(&ping) {
+                break e;
+            }
+        };
+        assert!(err.to_string().contains("too many bytes"), "{err}");
+    }
+
+    /// Over a stream: the refusal is a read error; once the CONNECT is admitted, no bound.
+    #[tokio::test]
+    async fn the_bound_is_lifted_once_the_connect_is_admitted() {
+        let (mut device, gateway) = tokio::io::duplex(64 * 1024);
+        let mut guarded = Bounded::new(gateway, 3 * 1024);
+        device.write_all(&header(1 << 20)).await.unwrap();
+        let mut buf = [0u8; 64];
+        let err = guarded.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+
+        let (mut device, gateway) = tokio::io::duplex(64 * 1024);
+        let mut guarded = Bounded::new(gateway, 3 * 1024);
+        guarded.guard = None;
+        let big = [header(1 << 20), vec![0; 16 * 1024]].concat();
+        device.write_all(&big).await.unwrap();
+        let mut got = vec![0u8; big.len()];
+        guarded.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, big, "untouched");
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ use crate::upstreams::upstream::UpstreamGroup;
 use sluice_config::TcpProxy;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -207,9 +207,37 @@ pub(crate) async fn relay_keyed<'a, C>(
 where
     C: AsyncRead + AsyncWrite + crate::layer4::splice::FinOnClose + Unpin,
 {
+    relay_greeted(conn, key, group, client, replay, None).await
+}
+
+/// What a protocol reads of the server's first bytes before the splice (MQTT 5's CONNACK,
+/// whose Server Keep Alive sets the connection's idle timeout). What it read is passed on to
+/// the client as it was.
+pub(crate) trait Greeting: Sync {
+    /// Reads from `up` into `read`; the idle timeout from then on, where it sets one.
+    fn greet<'g>(
+        &'g self,
+        up: &'g mut crate::upstreams::upstream_tls::UpstreamIo,
+        read: &'g mut Vec<u8>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Duration>> + Send + 'g>>;
+}
+
+/// [`relay_keyed`], with `greeting` read from the server before the splice. The log's
+/// bytes count everything: `replay` (already read from the client) and the greeting too.
+pub(crate) async fn relay_greeted<'a, C>(
+    conn: TcpConn<'a>,
+    key: u64,
+    group: Arc<UpstreamGroup>,
+    mut client: C,
+    replay: &[u8],
+    greeting: Option<&dyn Greeting>,
+) -> Option<Relayed<'a>>
+where
+    C: AsyncRead + AsyncWrite + crate::layer4::splice::FinOnClose + Unpin,
+{
     let TcpConn {
         listener,
-        idle_timeout,
+        mut idle_timeout,
         at,
         mut log,
         start,
@@ -266,11 +294,24 @@ where
         tracing::warn!(upstream = %group.config.name, %addr, error = %failure, "connecting to the upstream server failed");
     };
     log.upstream_time = Some(start.elapsed());
+    let mut upstream = upstream;
+    let mut greeted = Vec::new();
+    if let Some(g) = greeting {
+        let idle = tokio::select! {
+            idle = g.greet(&mut upstream, &mut greeted) => idle,
+            () = signals.force.cancelled() => return None,
+        };
+        idle_timeout = idle.unwrap_or(idle_timeout);
+        if !greeted.is_empty() {
+            // A CONNACK's few bytes: the client's socket buffer takes them at once.
+            let _ = client.write_all(&greeted).await;
+        }
+    }
     let (sent, received) =
         crate::layer4::splice::splice(client, upstream, idle_timeout, signals).await;
     drop(server);
-    log.bytes_in = sent;
-    log.bytes_out = received;
+    log.bytes_in = replay.len() as u64 + sent;
+    log.bytes_out = greeted.len() as u64 + received;
     Some(Relayed {
         listener,
         log,

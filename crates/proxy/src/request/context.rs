@@ -42,6 +42,9 @@ pub(crate) struct ListenerCtx {
     pub(crate) takeovers: Arc<crate::request::rate_limit::takeover::Takeovers>,
     /// The relay `[route.mqtt]` routes hand their devices' WebSockets to.
     pub(crate) mqtt_bridge: MqttBridge,
+    /// Each `[route.mqtt]` route's credentials checker and connection rates (one set for the
+    /// gateway, shared by its listeners).
+    pub(crate) mqtt_gates: Arc<crate::request::mqtt_gate::MqttGates>,
 }
 
 /// `Alt-Svc: h3=":PORT"; ma=86400`, which a listener that also serves HTTP/3 puts on its TCP
@@ -107,6 +110,11 @@ pub(crate) struct WsHandoff {
     pub(crate) upgrade: crate::http1::OnUpgrade,
     pub(crate) at: crate::addresses::Addresses,
     pub(crate) signals: crate::signals::Signals,
+    /// The route's credentials checker and connection rates.
+    pub(crate) gate: Option<Arc<crate::request::mqtt_gate::MqttGate>>,
+    /// The verified client certificate of the device's HTTPS connection, for
+    /// `certificate_identity`.
+    pub(crate) cert: Option<Arc<sluice_tls::ClientCert>>,
 }
 
 /// The relay that takes a device's WebSocket to its end (`layer4::mqtt_ws::bridge`, set by

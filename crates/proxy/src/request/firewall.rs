@@ -12,7 +12,7 @@ use crate::request::phases::{Flow, RequestCtx, Stop, set_buffered};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Request, StatusCode, Version, header};
 use http_body_util::BodyExt as _;
-use sluice_config::WafBodyOverLimit;
+use sluice_config::{WafBodyOverLimit, WafMode};
 use sluice_waf::{Outcome, RequestFacts, RouteFirewall, Verdict};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,7 +28,14 @@ impl RequestCtx<'_> {
         // `Transfer-Encoding` with a `Content-Length` for the upstream, and rules such as
         // CRS's 920171 (a GET with a chunked body) look for the former.
         let headers = head_fields(req, &self.host);
-        let body = read_body(firewall, req).await?;
+        let (body, over_limit) = match read_body(firewall, req).await? {
+            ReadBody::Whole(body) => (body, false),
+            ReadBody::Partial(body) => (body, true),
+            ReadBody::Refused => {
+                self.done.entry.waf = Some(over_limit_record("block", Verdict::default()));
+                return Err(Stop::Fail(Failure::BodyTooLarge));
+            }
+        };
         let facts = RequestFacts {
             client: SocketAddr::new(self.client, self.conn.peer.port()),
             server: self.conn.local,
@@ -52,9 +59,21 @@ impl RequestCtx<'_> {
                 .unwrap_or("")
                 .to_string(),
         };
-        match firewall.check(facts).await {
+        let outcome = firewall.check(facts).await;
+        // Mode `detect` with `body_over_limit = "reject"`: the limit would have refused the
+        // body, so the request is recorded as a detection even where no rule matched.
+        let limit_detected =
+            over_limit && firewall.settings.body_over_limit == WafBodyOverLimit::Reject;
+        self.verdict(outcome, limit_detected)
+    }
+
+    /// Applies the WAF's outcome: the request's record, and forward or stop.
+    fn verdict(&mut self, outcome: Outcome, limit_detected: bool) -> Flow<()> {
+        match outcome {
             Outcome::Pass(verdict, pending) => {
-                if !verdict.matches.is_empty() {
+                if limit_detected {
+                    self.done.entry.waf = Some(over_limit_record("detect", verdict));
+                } else if !verdict.matches.is_empty() {
                     self.done.entry.waf = Some(WafRecord::new("detect", verdict));
                 }
                 self.done.waf = pending;
@@ -75,6 +94,14 @@ impl RequestCtx<'_> {
             }
         }
     }
+}
+
+/// A record whose reason is the body limit (`reason=body_over_limit`): a 413 the WAF
+/// answered, or, in mode `detect`, a body forwarded that the limit would have refused.
+fn over_limit_record(action: &'static str, verdict: Verdict) -> Box<WafRecord> {
+    let mut record = WafRecord::new(action, verdict);
+    record.reason = Some("body_over_limit");
+    record
 }
 
 /// The answer to a request (or a response) a rule refused: the rule's status (a redirect's
@@ -103,14 +130,28 @@ pub(crate) fn blocked(
     Stop::Answer(Box::new((status, headers, Bytes::from(body))))
 }
 
+/// A request's body as read for the rules.
+enum ReadBody {
+    /// Within `request_body_limit`: read whole, sent on as one piece.
+    Whole(Bytes),
+    /// Over the limit and forwarded: its first `request_body_limit` bytes, which the rules
+    /// see (the whole body goes upstream).
+    Partial(Bytes),
+    /// Over the limit and refused (413).
+    Refused,
+}
+
 /// The request's body for the rules: read whole when it fits `request_body_limit` (then sent
-/// on as one piece with its `Content-Length`, NGINX's buffering); a larger one is refused (413)
-/// or, with `inspect_partial`, inspected up to the limit and forwarded whole. Read from the
-/// connection as it arrives: a slow body waits in this request's task, never on the loop.
-async fn read_body(firewall: &RouteFirewall, req: &mut Request<ClientBody>) -> Flow<Bytes> {
+/// on as one piece with its `Content-Length`, NGINX's buffering). A larger one is refused
+/// (413) with `body_over_limit = "reject"` in mode `block`; otherwise inspected up to the
+/// limit and forwarded whole: with `"inspect_partial"`, and in mode `detect` whatever the
+/// setting, as detection never refuses what a rule would not (ModSecurity's `DetectionOnly`
+/// does not enforce `SecRequestBodyLimitAction Reject` either). Read from the connection as
+/// it arrives: a slow body waits in this request's task, never on the loop.
+async fn read_body(firewall: &RouteFirewall, req: &mut Request<ClientBody>) -> Flow<ReadBody> {
     use http_body::Body as _;
     if req.body().is_end_stream() {
-        return Ok(Bytes::new());
+        return Ok(ReadBody::Whole(Bytes::new()));
     }
     let settings = &firewall.settings;
     let limit = usize::try_from(settings.request_body_limit).unwrap_or(usize::MAX);
@@ -133,20 +174,17 @@ async fn read_body(firewall: &RouteFirewall, req: &mut Request<ClientBody>) -> F
     let read = read.freeze();
     if !over {
         set_buffered(req, read.clone());
-        return Ok(read);
+        return Ok(ReadBody::Whole(read));
     }
-    match settings.body_over_limit {
-        WafBodyOverLimit::Reject => {
-            firewall.stats.body_over_limit(true);
-            Err(Stop::Fail(Failure::BodyTooLarge))
-        }
-        WafBodyOverLimit::InspectPartial => {
-            firewall.stats.body_over_limit(false);
-            let inspected = read.slice(..limit);
-            *req.body_mut() = ClientBody::Prefixed(read, Box::new(body));
-            Ok(inspected)
-        }
+    let refuse =
+        settings.body_over_limit == WafBodyOverLimit::Reject && settings.mode == WafMode::Block;
+    firewall.stats.body_over_limit(refuse);
+    if refuse {
+        return Ok(ReadBody::Refused);
     }
+    let inspected = read.slice(..limit);
+    *req.body_mut() = ClientBody::Prefixed(read, Box::new(body));
+    Ok(ReadBody::Partial(inspected))
 }
 
 /// The request's header fields as the rules see them, with `Host` for HTTP/2 and HTTP/3

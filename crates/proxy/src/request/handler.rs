@@ -31,6 +31,10 @@ impl crate::exchange::Service for ConnCtx {
         self.listener.config.max_header_bytes
     }
 
+    fn max_fields(&self) -> usize {
+        self.listener.config.max_header_fields
+    }
+
     fn refused(&self, status: http::StatusCode, line: &[u8]) {
         let listener = self.slot.load();
         let entry = crate::access_log::Entry {

@@ -17,6 +17,7 @@ pub(crate) mod forward;
 pub(crate) mod grpc;
 pub(crate) mod handler;
 pub(crate) mod mirror;
+pub(crate) mod mqtt_gate;
 pub(crate) mod mqtt_ws;
 pub(crate) mod path;
 pub(crate) mod phases;

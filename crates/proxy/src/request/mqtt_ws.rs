@@ -66,6 +66,15 @@ pub(crate) fn answer<B>(
             local: ctx.conn.local,
         },
         signals: ctx.conn.signals.clone(),
+        gate: listener
+            .mqtt_gates
+            .get(&crate::request::mqtt_gate::gate_key(mqtt))
+            .cloned(),
+        // Only a certificate that verified binds anything; the listener's `client_auth`
+        // already refused the connection where one was required.
+        cert: (ctx.conn.tls.as_ref())
+            .and_then(|t| t.client_cert.clone())
+            .filter(|c| c.verified),
     };
     // Tracked with the listener's long-lived relays: an upgrade's drain waits for it as for
     // an MQTT listener's devices (`stream_drain_timeout`).

@@ -28,6 +28,21 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The access log's `refused` for an HTTP/2 or HTTP/3 request with more header fields than
+/// the listener's `max_header_fields` (431).
+const TOO_MANY_FIELDS: &str = "too_many_fields";
+
+/// More header fields than the listener's `max_header_fields` (HTTP/1.1's parser refuses
+/// them before; this is HTTP/2's and HTTP/3's check, whose servers bound the head's bytes
+/// only). `Cookie` counts once however many fields carry it: an HTTP/2 browser sends each
+/// cookie as a field of its own (RFC 9113 §8.2.3), which NGINX joins into one.
+fn too_many_fields(headers: &HeaderMap, max: usize) -> bool {
+    headers.len() > max && {
+        let cookies = headers.get_all(header::COOKIE).iter().count();
+        headers.len() - cookies.saturating_sub(1) > max
+    }
+}
+
 /// What a phase decided: go on (`Ok`), or end the request here.
 pub(crate) type Flow<T> = Result<T, Stop>;
 
@@ -79,11 +94,17 @@ impl<'a> RequestCtx<'a> {
                 &cfg.trusted_proxies,
             ))
         });
+        // Counted before the gateway adds its own field; refused in `early`.
+        let too_many = matches!(req.version(), Version::HTTP_2 | Version::HTTP_3)
+            && too_many_fields(req.headers(), cfg.max_header_fields);
         if let Some(id) = &request_id {
             req.headers_mut().insert(policy::X_REQUEST_ID, id.clone());
         }
         let host = host_of(req);
         let mut entry = entry(conn, listener, req, start);
+        if too_many {
+            entry.refused = Some(TOO_MANY_FIELDS);
+        }
         // The client behind trusted proxies has no port we know.
         entry.client = Some(if client == conn.peer.ip() {
             conn.peer
@@ -129,7 +150,9 @@ impl<'a> RequestCtx<'a> {
     /// gateway vouches for (400, `vouched_fields`).
     pub(crate) fn early(&mut self, req: &mut Request<ClientBody>) -> Flow<()> {
         let listener = self.listener;
-        if head_size(req.method(), req.uri(), req.headers()) > listener.config.max_header_bytes {
+        if head_size(req.method(), req.uri(), req.headers()) > listener.config.max_header_bytes
+            || self.done.entry.refused == Some(TOO_MANY_FIELDS)
+        {
             return Err(Stop::Fail(Failure::HeadersTooLarge));
         }
         if req.version() == Version::HTTP_11 && self.host.is_empty() {

@@ -54,6 +54,7 @@ pub(crate) async fn inspect(
         },
         headers: parts.headers.clone(),
         body: held.data.slice(..held.data.len().min(limit)),
+        body_limit: limit,
     };
     let matched_before = done.entry.waf.is_some();
     match pending.check(facts, matched_before).await {

@@ -180,105 +180,121 @@ pub(crate) fn run(args: &SpeedArgs, algorithms: Vec<String>) -> anyhow::Result<(
         let (pkey, scheme) = key(name)?;
         let r = match args.engine.as_str() {
             "boringssl" => boringssl(&pkey, scheme, args.seconds)?,
-            engine => {
-                let key = Arc::new(PrivateKey::from_pkcs8(&pkey.private_key_to_der_pkcs8()?)?);
-                // As the gateway does on loading a key: its inline and batch costs, which
-                // decide where the mb engine computes a partial batch.
-                sluice_crypto::calibrate(&key);
-                let dispatcher = match engine {
-                    "inline" => {
-                        DispatcherBuilder::new(Arc::new(Inline::new(sluice_crypto::run))).build()
-                    }
-                    "pool" => {
-                        let threads = args.threads.unwrap_or_else(|| {
-                            std::thread::available_parallelism().map_or(1, |n| n.get())
-                        });
-                        build_dispatcher(
-                            &CryptoConfig {
-                                engines: vec![EngineKind::Pool],
-                                pool_threads: threads,
-                                pool_capacity: args.jobs.max(1),
-                                deadline: Duration::from_secs(10),
-                                ..CryptoConfig::default()
-                            },
-                            None,
-                        )?
-                    }
-                    "mb" | "mb-worker" => {
-                        let Some(kernel) = sluice_crypto::Kernel::choose(args.mb_lanes) else {
-                            bail!(
-                                "--engine mb needs AVX-512 IFMA (and VL for --mb-lanes 4), which this CPU lacks"
-                            );
-                        };
-                        let mb = sluice_crypto::Mb::with_kernel(
-                            sluice_crypto::MbConfig {
-                                capacity: args.jobs.max(1),
-                                on_worker: engine == "mb-worker",
-                                ..Default::default()
-                            },
-                            Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-                            kernel,
-                            None,
-                        )?;
-                        DispatcherBuilder::new(Arc::new(Inline::new(sluice_crypto::run)))
-                            .engine(Arc::new(mb))
-                            .deadline(Duration::from_secs(10))
-                            .build()
-                    }
-                    other => {
-                        bail!("--engine {other}: use inline, pool, mb, mb-worker or boringssl")
-                    }
-                };
-                let dispatcher = Arc::new(dispatcher);
-                let mut r = rt.block_on(through(dispatcher.clone(), key, scheme, args, verify))?;
-                let first = &dispatcher.counters()[0];
-                if first.engine != "inline" {
-                    r.fell_back = sluice_offload::FallbackReason::ALL
-                        .iter()
-                        .zip(first.fell_back)
-                        .filter(|(_, n)| *n > 0)
-                        .map(|(reason, n)| (reason.as_str(), n))
-                        .collect();
-                }
-                if first.batch_size.sum > 0 {
-                    r.batch_sizes = Some(first.batch_size.clone());
-                }
-                r
-            }
+            engine => through_engine(&rt, engine, &pkey, scheme, args, verify)?,
         };
-        if args.json {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "algorithm": name, "engine": args.engine, "jobs": args.jobs,
-                    "ops_per_sec": r.ops_per_sec, "mean_us": r.mean_us, "p99_us": r.p99_us,
-                    "verify": args.verify,
-                    "batch_sizes": r.batch_sizes.as_ref().map(histogram_json),
-                    "fell_back": r.fell_back.iter().map(|(k, n)| (k.to_string(), serde_json::Value::from(*n))).collect::<serde_json::Map<_, _>>(),
-                })
-            );
-        } else {
-            println!(
-                "{:<10} {:<9} {:>5} {:>12.0} {:>10.1} {:>10.1}",
-                name, args.engine, args.jobs, r.ops_per_sec, r.mean_us, r.p99_us
-            );
-            if let Some(h) = &r.batch_sizes {
-                println!("{:<10} batch sizes: {}", "", histogram_json(h));
-            }
-            if !r.fell_back.is_empty() {
-                let total: u64 = r.fell_back.iter().map(|(_, n)| n).sum();
-                let reasons: Vec<String> = r
-                    .fell_back
-                    .iter()
-                    .map(|(k, n)| format!("{k} {n}"))
-                    .collect();
-                println!(
-                    "{:<10} fell back to software: {total} jobs ({}); the figure includes them",
-                    "",
-                    reasons.join(", ")
-                );
-            }
-        }
+        report(name, args, &r);
     }
     Ok(())
+}
+
+/// Signing with `pkey` through one of our engines, as the gateway signs: the result with
+/// the first engine's batch sizes and the jobs it passed on to software.
+fn through_engine(
+    rt: &tokio::runtime::Runtime,
+    engine: &str,
+    pkey: &PKey<Private>,
+    scheme: SignatureScheme,
+    args: &SpeedArgs,
+    verify: VerifyPolicy,
+) -> anyhow::Result<Result_> {
+    let key = Arc::new(PrivateKey::from_pkcs8(&pkey.private_key_to_der_pkcs8()?)?);
+    // As the gateway does on loading a key: its inline and batch costs, which decide where
+    // the mb engine computes a partial batch.
+    sluice_crypto::calibrate(&key);
+    let dispatcher = Arc::new(dispatcher(engine, args)?);
+    let mut r = rt.block_on(through(dispatcher.clone(), key, scheme, args, verify))?;
+    let first = &dispatcher.counters()[0];
+    if first.engine != "inline" {
+        r.fell_back = sluice_offload::FallbackReason::ALL
+            .iter()
+            .zip(first.fell_back)
+            .filter(|(_, n)| *n > 0)
+            .map(|(reason, n)| (reason.as_str(), n))
+            .collect();
+    }
+    if first.batch_size.sum > 0 {
+        r.batch_sizes = Some(first.batch_size.clone());
+    }
+    Ok(r)
+}
+
+/// The dispatcher `--engine` names, in front of the inline engine.
+fn dispatcher(engine: &str, args: &SpeedArgs) -> anyhow::Result<Dispatcher<KeyJob>> {
+    Ok(match engine {
+        "inline" => DispatcherBuilder::new(Arc::new(Inline::new(sluice_crypto::run))).build(),
+        "pool" => {
+            let threads = args
+                .threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            build_dispatcher(
+                &CryptoConfig {
+                    engines: vec![EngineKind::Pool],
+                    pool_threads: threads,
+                    pool_capacity: args.jobs.max(1),
+                    deadline: Duration::from_secs(10),
+                    ..CryptoConfig::default()
+                },
+                None,
+            )?
+        }
+        "mb" | "mb-worker" => {
+            let Some(kernel) = sluice_crypto::Kernel::choose(args.mb_lanes) else {
+                bail!(
+                    "--engine mb needs AVX-512 IFMA (and VL for --mb-lanes 4), which this CPU lacks"
+                );
+            };
+            let mb = sluice_crypto::Mb::with_kernel(
+                sluice_crypto::MbConfig {
+                    capacity: args.jobs.max(1),
+                    on_worker: engine == "mb-worker",
+                    ..Default::default()
+                },
+                Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+                kernel,
+                None,
+            )?;
+            DispatcherBuilder::new(Arc::new(Inline::new(sluice_crypto::run)))
+                .engine(Arc::new(mb))
+                .deadline(Duration::from_secs(10))
+                .build()
+        }
+        other => bail!("--engine {other}: use inline, pool, mb, mb-worker or boringssl"),
+    })
+}
+
+/// One algorithm's line: JSON, or a table row with its batch sizes and fallbacks.
+fn report(name: &str, args: &SpeedArgs, r: &Result_) {
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "algorithm": name, "engine": args.engine, "jobs": args.jobs,
+                "ops_per_sec": r.ops_per_sec, "mean_us": r.mean_us, "p99_us": r.p99_us,
+                "verify": args.verify,
+                "batch_sizes": r.batch_sizes.as_ref().map(histogram_json),
+                "fell_back": r.fell_back.iter().map(|(k, n)| (k.to_string(), serde_json::Value::from(*n))).collect::<serde_json::Map<_, _>>(),
+            })
+        );
+        return;
+    }
+    println!(
+        "{:<10} {:<9} {:>5} {:>12.0} {:>10.1} {:>10.1}",
+        name, args.engine, args.jobs, r.ops_per_sec, r.mean_us, r.p99_us
+    );
+    if let Some(h) = &r.batch_sizes {
+        println!("{:<10} batch sizes: {}", "", histogram_json(h));
+    }
+    if !r.fell_back.is_empty() {
+        let total: u64 = r.fell_back.iter().map(|(_, n)| n).sum();
+        let reasons: Vec<String> = r
+            .fell_back
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        println!(
+            "{:<10} fell back to software: {total} jobs ({}); the figure includes them",
+            "",
+            reasons.join(", ")
+        );
+    }
 }

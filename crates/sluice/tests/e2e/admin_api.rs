@@ -592,3 +592,186 @@ async fn the_admin_listener_serves_https_to_clients_with_certificates_and_follow
     assert_eq!(status, 200);
     assert_ne!(renewed, first, "the renewed certificate is served");
 }
+
+/// `/metrics` of a gateway with most sections in use (a cache, a mirror, a rate limit, Lua,
+/// API keys, health checks, tracing, a controller), after some traffic: every line is a
+/// `# HELP`, a `# TYPE` or a sample of the family just declared, each family is declared
+/// once with its help before its type, labels are well formed, histograms are cumulative,
+/// and the families of each section are there.
+#[tokio::test]
+async fn the_metrics_exposition_is_well_formed_for_every_section() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("keys"),
+        format!("{}\n", sluice_auth::key_line("ios", b"k-ios-0123456789")),
+    )
+    .unwrap();
+    let origin = Origin::start("o").await;
+    let text = format!(
+        r#"[admin]
+address = "127.0.0.1:0"
+token_file = "admin.token"
+[lua]
+shared_dicts = {{ small = "8k" }}
+[tracing]
+endpoint = "http://127.0.0.1:9"
+sample_percent = 100
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "o"
+servers = [{{ address = "{origin}" }}]
+[upstream.health_check]
+path = "/healthz"
+interval = "100ms"
+[[route]]
+name = "cached"
+path_prefix = "/c/"
+upstream = "o"
+[route.cache]
+default_ttl = "1m"
+[[route.mirror]]
+upstream = "o"
+[[route]]
+name = "limited"
+path_prefix = "/l/"
+upstream = "o"
+rate_limit = {{ rate = "100/s", burst = 10 }}
+[route.lua]
+access = 'ngx.req.set_header("X-Lua", "1")'
+[[route]]
+name = "keys"
+path_prefix = "/keys/"
+upstream = "o"
+[route.auth]
+keys = {{ file = "keys", query = "api_key" }}
+"#,
+        origin = origin.addr
+    );
+    let m = Managed::start(dir, &text).await;
+    for path in [
+        "/c/a",
+        "/c/a",
+        "/l/b",
+        "/keys/x?api_key=k-ios-0123456789",
+        "/keys/y",
+    ] {
+        http1_get(m.http(), "x", path).await;
+    }
+    // The mirror's copies are sent in the background.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (status, _, body) = m.call("GET", "/metrics", None, &[]).await;
+    assert_eq!(status, 200);
+    let Value::String(text) = body else {
+        panic!("/metrics is not text: {body}")
+    };
+    let families = exposition_families(&text);
+    for want in [
+        "sluice_tls_handshakes_total",
+        "sluice_http_request_duration_seconds",
+        "sluice_rate_limit_requests_total",
+        "sluice_offload_jobs_submitted_total",
+        "sluice_compress_bytes_out_total",
+        "sluice_cache_requests_total",
+        "sluice_mirror_response_seconds",
+        "sluice_auth_allowed_total",
+        "sluice_lua_call_seconds",
+        "sluice_tracing_spans_total",
+        "sluice_request_log_entries",
+        "sluice_upstream_server_up",
+        "sluice_config_loaded_timestamp_seconds",
+    ] {
+        assert!(families.iter().any(|f| f == want), "no {want} in\n{text}");
+    }
+}
+
+/// Checks the Prometheus text format line by line; returns the families declared.
+fn exposition_families(text: &str) -> Vec<String> {
+    let mut families: Vec<String> = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    let mut help: Option<String> = None;
+    // A histogram's or summary's series: its buckets so far, by its other labels.
+    let mut buckets: std::collections::HashMap<String, f64> = Default::default();
+    assert!(text.ends_with('\n'), "the exposition ends with a newline");
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, doc) = rest.split_once(' ').expect(line);
+            assert!(!doc.is_empty() && help.is_none(), "{line}");
+            assert!(!families.iter().any(|f| f == name), "{name} declared twice");
+            help = Some(name.to_owned());
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect(line);
+            assert_eq!(
+                help.take().as_deref(),
+                Some(name),
+                "HELP before TYPE: {line}"
+            );
+            assert!(
+                ["counter", "gauge", "histogram", "summary"].contains(&kind),
+                "{line}"
+            );
+            families.push(name.to_owned());
+            current = Some((name.to_owned(), kind.to_owned()));
+            buckets.clear();
+            continue;
+        }
+        assert!(help.is_none(), "a HELP without its TYPE before {line}");
+        let (series, value) = line.rsplit_once(' ').expect(line);
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            v => v.parse().unwrap_or_else(|_| panic!("value of {line}")),
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((n, l)) => (n, l.strip_suffix('}').expect(line)),
+            None => (series, ""),
+        };
+        let labels = exposition_labels(labels, line);
+        let (family, kind) = current.as_ref().expect("a sample before any family");
+        let suffix = name.strip_prefix(family.as_str()).expect(line);
+        match kind.as_str() {
+            "histogram" => assert!(["_bucket", "_sum", "_count"].contains(&suffix), "{line}"),
+            "summary" => assert!(["_sum", "_count", ""].contains(&suffix), "{line}"),
+            _ => assert_eq!(suffix, "", "{line}"),
+        }
+        if suffix == "_bucket" {
+            let others: Vec<_> = labels.iter().filter(|(k, _)| k != "le").collect();
+            let key = format!("{others:?}");
+            let before = buckets.insert(key, value).unwrap_or(0.0);
+            assert!(value >= before, "buckets are cumulative: {line}");
+        }
+    }
+    assert!(help.is_none(), "a HELP without its TYPE at the end");
+    families
+}
+
+/// `k="v",k="v"` as pairs, each value unescaped; panics on anything else.
+fn exposition_labels(mut s: &str, line: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    while !s.is_empty() {
+        let (key, rest) = s.split_once("=\"").expect(line);
+        assert!(
+            !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "label name in {line}"
+        );
+        let mut value = String::new();
+        let mut chars = rest.char_indices();
+        let end = loop {
+            match chars.next().expect(line) {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next().expect(line).1 {
+                    'n' => value.push('\n'),
+                    c @ ('\\' | '"') => value.push(c),
+                    c => panic!("escape \\{c} in {line}"),
+                },
+                (_, c) => value.push(c),
+            }
+        };
+        out.push((key.to_owned(), value));
+        s = &rest[end + 1..];
+        s = s.strip_prefix(',').unwrap_or(s);
+    }
+    out
+}

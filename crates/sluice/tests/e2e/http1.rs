@@ -151,3 +151,57 @@ async fn http_1_0_keeps_alive_only_when_asked_and_head_has_no_body() {
     assert_eq!(answer.matches("content-length: 1").count(), 3, "{answer}");
     assert_eq!(answer.matches("\r\n\r\no").count(), 2, "{answer}");
 }
+
+/// `max_header_fields`: the default (100) refuses a head with 101 fields with 431; a listener
+/// that allows 150 takes 140 (parsed past the stack array, into the heap) and refuses 151, over
+/// HTTP/1.1 and over HTTP/2 (whose server bounds only the head's bytes: the request path
+/// counts), where a browser's one-field-per-cookie crumbs count as one field.
+#[tokio::test]
+async fn the_header_field_limit_is_the_listeners_on_http1_and_http2() {
+    let cfg = |extra: &str| {
+        format!(
+            "[log]\naccess_log = \"off\"\n[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n{extra}\n\
+             [[route]]\nname = \"ok\"\nrespond = {{ status = 200, body = \"ok\" }}\n"
+        )
+    };
+    let h1 = |addr, n: usize| async move {
+        // `n` fields in all, with Host and Connection.
+        let fields: String = (0..n - 2).map(|i| format!("x-f{i}: v\r\n")).collect();
+        let raw = format!("GET / HTTP/1.1\r\nHost: x\r\n{fields}Connection: close\r\n\r\n");
+        let answer = raw_exchange(addr, raw.as_bytes(), LIMIT).await;
+        answer[9..12].parse::<u16>().unwrap()
+    };
+    let h2 = |addr, n: usize, cookies: usize| async move {
+        let mut req = http::Request::get("http://x/");
+        for i in 0..n {
+            req = req.header(format!("x-f{i}"), "v");
+        }
+        for i in 0..cookies {
+            req = req.header("cookie", format!("c{i}=v"));
+        }
+        let req = req
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        http2_send(tokio::net::TcpStream::connect(addr).await.unwrap(), req)
+            .await
+            .status
+    };
+    let default = TestGateway::plain(&cfg("")).await;
+    let addr = default.addr("http");
+    assert_eq!(h1(addr, 100).await, 200);
+    assert_eq!(h1(addr, 101).await, 431);
+    assert_eq!(h2(addr, 100, 0).await, 200);
+    assert_eq!(h2(addr, 101, 0).await, 431);
+    assert_eq!(
+        h2(addr, 90, 30).await,
+        200,
+        "30 cookie crumbs are one field"
+    );
+    let wide = TestGateway::plain(&cfg("max_header_fields = 150")).await;
+    let addr = wide.addr("http");
+    assert_eq!(h1(addr, 140).await, 200);
+    assert_eq!(h1(addr, 150).await, 200);
+    assert_eq!(h1(addr, 151).await, 431);
+    assert_eq!(h2(addr, 150, 0).await, 200);
+    assert_eq!(h2(addr, 151, 0).await, 431);
+}

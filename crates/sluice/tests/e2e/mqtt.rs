@@ -21,12 +21,17 @@ pub(super) struct Mosquitto {
 
 impl Mosquitto {
     pub(super) async fn start() -> Mosquitto {
+        Self::start_with("").await
+    }
+
+    /// A broker with `extra` lines in its configuration (`max_keepalive 5`).
+    pub(super) async fn start_with(extra: &str) -> Mosquitto {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let conf = dir.path().join("mosquitto.conf");
         std::fs::write(
             &conf,
-            format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_type none\n"),
+            format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_type none\n{extra}\n"),
         )
         .unwrap();
         // Debian installs it in /usr/sbin, which is not on every user's PATH.
@@ -525,6 +530,7 @@ async fn sluice_lets_through_no_connect_haproxy_refuses() {
 [[upstream]]
 name = "brokers"
 balance = "consistent_hash"
+hash_balance_factor = 0
 servers = [{{ address = "{broker}" }}]
 [[listener]]
 name = "devices"

@@ -142,6 +142,7 @@ address = "127.0.0.1:0"
 [[upstream]]
 name = "brokers"
 balance = "consistent_hash"
+hash_balance_factor = 0
 servers = [{{ address = "{}" }}]
 [[upstream]]
 name = "web"

@@ -543,7 +543,11 @@ async fn a_saturated_waf_fails_open_or_closed_as_each_route_says() {
          [[route]]\nname = \"open\"\npath_prefix = \"/open/\"\nstrip_prefix = \"/open\"\nupstream = \"api\"\n[route.waf]\nruleset = \"held\"\non_overload = \"open\"\n",
         script.display()
     );
-    let gw = TestGateway::start(&config(origin.addr, &extra), dir).await;
+    let text = config(origin.addr, &extra).replace(
+        "access_format = \"json\"",
+        "access_format = \"json\"\naccess_flush = \"0s\"",
+    );
+    let gw = TestGateway::start_logged(&text, dir).await;
     let web = gw.addr("web");
     let waf = gw.gateway().waf().expect("a firewall");
     let held = tokio::spawn(async move { send(web, get("/closed/whoami?hold=1")).await });
@@ -571,6 +575,181 @@ async fn a_saturated_waf_fails_open_or_closed_as_each_route_says() {
         (1, 1)
     );
     assert_eq!((of("open").overload_open, of("open").inspected), (1, 0));
+    // The 503 the WAF caused says so in its access log line, as the forwarded one does.
+    let lines = log_lines(&gw);
+    let refused = lines.iter().find(|l| l["status"] == 503).expect("the 503");
+    assert_eq!(refused["waf"]["action"], "closed", "{refused}");
+    let open = lines.iter().find(|l| l["route"] == "open").expect("open");
+    assert_eq!(open["waf"]["action"], "open", "{open}");
+}
+
+/// The JSON access log's lines so far.
+fn log_lines(gw: &TestGateway) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(gw.dir().join("access.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Mode `detect` refuses nothing the rules would not: a body over `request_body_limit` with
+/// `body_over_limit = "reject"` (the default) is inspected up to the limit and forwarded
+/// whole, counted and recorded (`waf=detect reason=body_over_limit`); in mode `block` the
+/// same body is refused with 413, and that 413 carries the WAF's record too, as a rule's 403
+/// does. A 413 from the listener's own `max_body_bytes` has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detect_mode_refuses_no_body_and_each_waf_status_has_its_record() {
+    let origin = Origin::start("api").await;
+    let extra = "[[route]]\nname = \"dl\"\npath_prefix = \"/dl/\"\nstrip_prefix = \"/dl\"\nupstream = \"api\"\n\
+                 [route.waf]\nruleset = \"crs\"\nmode = \"detect\"\nrequest_body_limit = \"1k\"\n";
+    let text = config(origin.addr, extra)
+        .replace(
+            "access_format = \"json\"",
+            "access_format = \"json\"\naccess_flush = \"0s\"",
+        )
+        .replace(
+            "address = \"127.0.0.1:0\"",
+            "address = \"127.0.0.1:0\"\nmax_body_bytes = \"8k\"",
+        );
+    let gw = TestGateway::start_logged(&text, tempfile::tempdir().unwrap()).await;
+    let web = gw.addr("web");
+    let hits = origin.hits();
+    let got = send(web, post("/dl/upload", "text/plain", vec![b'a'; 3000])).await;
+    assert_eq!(
+        (got.status, got.body.as_str()),
+        (200, "api got 3000 bytes"),
+        "detect forwards the whole body"
+    );
+    assert_eq!(origin.hits(), hits + 1);
+    let refused = send(web, post("/g/upload", "text/plain", vec![b'a'; 5000])).await;
+    assert_eq!(refused.status, 413, "block refuses it");
+    let listener = send(web, post("/p/upload", "text/plain", vec![b'a'; 9000])).await;
+    assert_eq!(listener.status, 413, "max_body_bytes");
+    assert_eq!(send(web, get(SQLI)).await.status, 403);
+    let lines = log_lines(&gw);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    let waf = |i: usize| {
+        (
+            lines[i]["status"].as_u64().unwrap(),
+            lines[i]["waf"]["action"].as_str(),
+            lines[i]["waf"]["reason"].as_str(),
+        )
+    };
+    assert_eq!(waf(0), (200, Some("detect"), Some("body_over_limit")));
+    assert_eq!(waf(1), (413, Some("block"), Some("body_over_limit")));
+    assert_eq!(waf(2), (413, None, None), "not the WAF's: no record");
+    assert_eq!(waf(3), (403, Some("block"), None));
+    let (admin, _task) = admin_for(&gw).await;
+    let metrics = crate::auth::get(admin, "/metrics", &[]).await.body;
+    for want in [
+        "sluice_waf_body_partial_total{route=\"dl\"} 1",
+        "sluice_waf_body_rejected_total{route=\"dl\"} 0",
+        "sluice_waf_body_rejected_total{route=\"guarded\"} 1",
+    ] {
+        assert!(metrics.contains(want), "{want} in\n{metrics}");
+    }
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+const LEAK_PAGE: &str = "<html><body>ORA-00933: SQL command not properly ended</body></html>";
+const FINE_PAGE: &str = "<html><body>all is well</body></html>";
+
+/// An origin that answers `/leak` with `LEAK_PAGE` and anything else with `FINE_PAGE`, both
+/// HTML compressed with gzip (`Content-Encoding: gzip`), on keep-alive connections.
+async fn gzip_origin() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let leak = buf.starts_with(b"GET /leak");
+                    buf.drain(..end);
+                    let body = gzip(if leak { LEAK_PAGE } else { FINE_PAGE }.as_bytes());
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    if s.write_all(head.as_bytes()).await.is_err()
+                        || s.write_all(&body).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// `inspect_response` with a gzip upstream body: the rules see it decoded (a leak in it is
+/// blocked, as the same page uncompressed is), and the client gets the upstream's bytes as
+/// they were sent (compressed, byte for byte) when nothing matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_response_is_inspected_decoded_and_sent_as_it_came() {
+    let origin = Origin::start("api").await;
+    let zipped = gzip_origin().await;
+    let extra = format!(
+        "[[upstream]]\nname = \"zipped\"\nservers = [{{ address = \"{zipped}\" }}]\n\
+         [[waf.ruleset]]\nname = \"outbound\"\nrules = '''\n\
+         SecRule RESPONSE_BODY \"@contains ORA-00933\" \"id:10021,phase:4,deny,status:502,log,msg:'database error leak'\"\n'''\n\
+         [[route]]\nname = \"z\"\npath_prefix = \"/z/\"\nstrip_prefix = \"/z\"\nupstream = \"zipped\"\n\
+         [route.waf]\nruleset = \"outbound\"\ninspect_response = true\n"
+    );
+    let gw = TestGateway::start(&config(origin.addr, &extra), tempfile::tempdir().unwrap()).await;
+    let web = gw.addr("web");
+    let fetch = |path: &'static str| async move {
+        let req = Request::get(path)
+            .header("host", "shop.test")
+            .header("accept-encoding", "gzip")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let mut sender = http1_sender(web).await;
+        let resp = sender.send_request(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let encoding = resp.headers().get("content-encoding").cloned();
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        (status, encoding, body)
+    };
+    let (status, _, body) = fetch("/z/leak").await;
+    assert_eq!(
+        status, 502,
+        "the leak, gzip-compressed, is seen and blocked"
+    );
+    assert!(
+        String::from_utf8_lossy(&body).contains("blocked by the web application firewall"),
+        "{body:?}"
+    );
+    let (status, encoding, body) = fetch("/z/fine").await;
+    assert_eq!(
+        (status, encoding.as_ref().map(|v| v.as_bytes())),
+        (200, Some(&b"gzip"[..]))
+    );
+    assert_eq!(
+        &body[..],
+        &gzip(FINE_PAGE.as_bytes())[..],
+        "the upstream's bytes"
+    );
 }
 
 /// `inspect_response = true`: the upstream's response goes through phases 3 and 4 before
