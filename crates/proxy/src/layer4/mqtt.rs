@@ -121,6 +121,12 @@ pub(crate) struct Gate<'a> {
 /// kept on its frames until then (`mqtt_ws::WsBytes`); a socket has none.
 pub(crate) trait Admits {
     fn admitted(&mut self) {}
+
+    /// Whether a read error before admission is the stream's own bound refusing more bytes
+    /// than `max_connect_size` allows (logged as a CONNECT too large), not a broken stream.
+    fn over_bound(_e: &std::io::Error) -> bool {
+        false
+    }
 }
 
 impl Admits for TcpStream {}
@@ -317,7 +323,7 @@ async fn read_connect<C>(
     at: Addresses,
 ) -> Result<Option<Admitted>, Refusal>
 where
-    C: AsyncRead + Unpin,
+    C: AsyncRead + Admits + Unpin,
 {
     loop {
         match parse_connect(read, mqtt.max_connect_size)? {
@@ -342,6 +348,12 @@ where
             Parsed::Incomplete => {
                 read.reserve(1024);
                 match client.read_buf(read).await {
+                    Err(e) if C::over_bound(&e) => {
+                        return Err(Refusal {
+                            fault: Fault::TooLarge,
+                            version: None,
+                        });
+                    }
                     Ok(0) | Err(_) => return Ok(None),
                     Ok(_) => {}
                 }

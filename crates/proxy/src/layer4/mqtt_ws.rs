@@ -164,13 +164,8 @@ struct FrameGuard {
 impl FrameGuard {
     /// Notes `bytes`; an error where the bound is passed.
     fn scan(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        let too_much = |what: &str| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "{what} before the CONNECT was admitted (more than max_connect_size allows)"
-                ),
-            )
+        let too_much = |what: &'static str| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, OverBound(what))
         };
         self.seen += bytes.len() as u64;
         if self.seen > self.bound {
@@ -199,6 +194,42 @@ impl FrameGuard {
         }
         Ok(())
     }
+}
+
+/// What [`FrameGuard`] refuses: more before the CONNECT than `max_connect_size` allows. Its
+/// own type, so that the CONNECT's reader can tell it, through tungstenite's error, from a
+/// connection that broke ([`is_over_bound`]), and log it as the TCP listener logs a CONNECT
+/// too large (413, `too_large`).
+#[derive(Debug)]
+pub(crate) struct OverBound(&'static str);
+
+impl std::fmt::Display for OverBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} before the CONNECT was admitted (more than max_connect_size allows)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for OverBound {}
+
+/// Whether a read failed because [`FrameGuard`] refused the bytes: its [`OverBound`] is in
+/// the error's chain (tungstenite wraps the stream's `io::Error` in its own, which
+/// [`WsBytes`] wraps in another).
+pub(crate) fn is_over_bound(e: &std::io::Error) -> bool {
+    let mut at: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|r| r as _);
+    while let Some(err) = at {
+        if err.is::<OverBound>() {
+            return true;
+        }
+        at = match err.downcast_ref::<tokio_tungstenite::tungstenite::Error>() {
+            Some(tokio_tungstenite::tungstenite::Error::Io(io)) => io.get_ref().map(|r| r as _),
+            _ => err.source(),
+        };
+    }
+    false
 }
 
 /// A whole frame header's payload length; `None` while it is incomplete.
@@ -259,6 +290,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Admits for WsBytes<Bounded<S>> {
     /// The CONNECT is in: the frames' bound is lifted (tungstenite's own limits stay).
     fn admitted(&mut self) {
         self.ws.get_mut().guard = None;
+    }
+
+    fn over_bound(e: &std::io::Error) -> bool {
+        is_over_bound(e)
     }
 }
 
@@ -510,6 +545,30 @@ mod tests {
         let mut got = vec![0u8; big.len()];
         guarded.read_exact(&mut got).await.unwrap();
         assert_eq!(got, big, "untouched");
+    }
+
+    /// The refusal reaches the CONNECT's reader through tungstenite as itself, so that the
+    /// reader logs a CONNECT too large (413) rather than a connection that broke; other
+    /// errors are not taken for it.
+    #[tokio::test]
+    async fn the_refusal_is_told_apart_through_tungstenite() {
+        let (mut device, gateway) = tokio::io::duplex(64 * 1024);
+        let ws =
+            WebSocketStream::from_raw_socket(Bounded::new(gateway, 3 * 1024), Role::Server, None)
+                .await;
+        let mut bytes = WsBytes::new(ws);
+        device.write_all(&header(1 << 20)).await.unwrap();
+        let err = bytes.read(&mut [0u8; 64]).await.unwrap_err();
+        assert!(is_over_bound(&err), "{err}");
+
+        let (mut server, mut client) = pair().await;
+        client.send(Message::Text("hello".into())).await.unwrap();
+        let err = server.read(&mut [0u8; 8]).await.unwrap_err();
+        assert!(!is_over_bound(&err), "{err}");
+        let broken = std::io::Error::other(tokio_tungstenite::tungstenite::Error::Io(
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+        ));
+        assert!(!is_over_bound(&broken));
     }
 
     #[tokio::test]
