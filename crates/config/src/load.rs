@@ -20,6 +20,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 mod acme;
 mod acme_secrets;
+mod admin;
 mod auth;
 mod cache;
 mod certificate;
@@ -312,211 +313,42 @@ impl<'a> Cx<'a> {
 
     // ---- stage 2: values, defaults and cross-references ----
 
+    /// Every section checked and its defaults applied, then the cross-references between
+    /// them; `None` when a certificate failed (the errors say why).
     fn validate(&mut self, raw: RawConfig, file: &str, src: &str) -> Option<Snapshot> {
-        let global = Global {
-            shutdown_timeout: self
-                .duration(raw.global.shutdown_timeout.as_ref())
-                .unwrap_or(Duration::from_secs(30)),
-            stream_drain_timeout: self
-                .duration(raw.global.stream_drain_timeout.as_ref())
-                .unwrap_or(Duration::from_secs(3600)),
-        };
+        let global = self.global(&raw.global);
         let log = self.log(&raw.log);
         let allow_insecure_keys = raw
             .dangerous
             .allow_insecure_key_permissions
             .unwrap_or(false);
         let admin = self.admin(&raw.admin, allow_insecure_keys);
-        let offload = Offload {
-            crypto: self.crypto_offload(raw.offload.crypto.as_ref()),
-            compress: self.compress_offload(raw.offload.compress.as_ref()),
-            keyless: raw
-                .offload
-                .keyless
-                .as_ref()
-                .and_then(|k| self.keyless_offload(k, allow_insecure_keys)),
-            handshakes: self.handshakes(raw.offload.handshakes.as_ref()),
-        };
+        let offload = self.offload(&raw.offload, allow_insecure_keys);
         self.check_keyless_wiring(&raw);
         let compression = self.compression(
             &Compression::default(),
             raw.compression.as_ref(),
             "[compression]",
         );
-
         let acme = self.acme_settings(raw.acme.as_ref());
-        let mut cert_names = HashMap::new();
-        let mut certificates = Vec::new();
-        for c in &raw.certificates {
-            self.unique(&mut cert_names, &c.name, "certificate", certificates.len());
-            // A certificate that failed keeps its slot (None) so that indexes stay aligned
-            // with the file; the load then fails because an error was recorded.
-            let remote_ok = c.offload_engines.as_ref().map_or_else(
-                || {
-                    // A chain chosen at start never includes key servers: they are where
-                    // keys live, a choice the file makes, not a property of the machine.
-                    offload
-                        .crypto
-                        .engines
-                        .as_ref()
-                        .is_some_and(|e| e.contains(&CryptoEngine::Keyless))
-                },
-                |list| list.get_ref().iter().any(|e| e == "keyless"),
-            );
-            certificates.push(match &c.acme {
-                Some(a) => {
-                    self.acme_certificate(c, a, raw.acme.as_ref(), &acme, allow_insecure_keys)
-                }
-                None => self.certificate(c, allow_insecure_keys, remote_ok),
-            });
-        }
-
-        let mut upstream_names = HashMap::new();
-        let mut upstreams = Vec::new();
-        for u in &raw.upstreams {
-            self.unique(&mut upstream_names, &u.name, "upstream", upstreams.len());
-            upstreams.push(Arc::new(self.upstream(u)));
-        }
-
-        let mut listener_names = HashMap::new();
-        let mut addresses: HashMap<SocketAddr, String> = HashMap::new();
-        let mut listeners = Vec::new();
-        for l in &raw.listeners {
-            self.unique(&mut listener_names, &l.name, "listener", listeners.len());
-            if let Some(listener) = self.listener(
-                l,
-                &cert_names,
-                &raw.certificates,
-                &raw.broken,
-                &upstream_names,
-            ) {
-                if let ListenerKind::Mqtt(m) = &listener.kind {
-                    let at = l
-                        .upstream
-                        .as_ref()
-                        .map_or(l.name.span().start, |u| u.span().start);
-                    let owner = format!("listener `{}`", l.name.get_ref());
-                    let (u, raw_u) = (&upstreams[m.upstream], &raw.upstreams[m.upstream]);
-                    self.mqtt_brokers_hashed(&owner, at, u, raw_u);
-                }
-                // Port 0 asks the OS for a free port, so it can never clash.
-                let clash = (listener.address.port() != 0)
-                    .then(|| addresses.insert(listener.address, listener.name.clone()))
-                    .flatten();
-                if let Some(other) = clash {
-                    self.err_at(
-                        &l.address,
-                        format!(
-                            "listener `{}` binds {}, which listener `{other}` already binds",
-                            listener.name, listener.address
-                        ),
-                        "give each listener its own address or port",
-                    );
-                }
-                listeners.push(listener);
-            }
-        }
-        // A listener that failed to parse has been reported already.
-        if raw.listeners.is_empty() && !raw.broken.contains_key("listener") {
-            self.err(
-                0,
-                "the configuration has no [[listener]], so Sluice would accept nothing",
-                "add one, for example:\n      [[listener]]\n      name = \"http\"\n      address = \"127.0.0.1:8080\"",
-            );
-        }
-
+        let (cert_names, certificates) =
+            self.certificates(&raw, &offload, &acme, allow_insecure_keys);
+        let (upstream_names, upstreams) = self.upstreams(&raw.upstreams);
+        let (listener_names, listeners) =
+            self.listeners(&raw, &cert_names, &upstream_names, &upstreams);
         let rate_limit_store = self.rate_limit_store(raw.rate_limit.as_ref(), allow_insecure_keys);
         let waf = self.waf_settings(raw.waf.as_ref());
-        let mut route_names = HashMap::new();
-        let mut routes = Vec::new();
-        for r in &raw.routes {
-            self.unique(&mut route_names, &r.name, "route", routes.len());
-            if let Some(route) = self.route(
-                r,
-                &upstream_names,
-                &listener_names,
-                &raw.broken,
-                &compression,
-            ) {
-                routes.push(Arc::new(route));
-            }
-        }
-        for (r, raw_r) in routes.iter().zip(&raw.routes) {
-            if let (Some(w), Some(at)) = (&r.waf, &raw_r.waf) {
-                self.waf_ruleset_exists(&r.name, &w.ruleset, at, &waf);
-            }
-            if let (Some(m), Some(at)) = (&r.mqtt, &raw_r.mqtt) {
-                let owner = format!("route `{}` [route.mqtt]", r.name);
-                let (u, raw_u) = (&upstreams[m.upstream], &raw.upstreams[m.upstream]);
-                self.mqtt_brokers_hashed(&owner, at.span().start, u, raw_u);
-            }
-        }
-
-        // Passthrough hands the client's own TLS to the server: wrapping it in TLS again
-        // would reach no server that could read it.
-        for l in &listeners {
-            let raw_l = raw.listeners.iter().find(|r| *r.name.get_ref() == l.name);
-            if let (ListenerKind::Tcp(t), Some(raw_l)) = (&l.kind, raw_l) {
-                for (_, g) in &t.passthrough {
-                    let u = &upstreams[*g];
-                    if u.tls.is_some()
-                        && let Some(at) = &raw_l.passthrough
-                    {
-                        self.err_at(
-                            at,
-                            format!(
-                                "listener `{}` passes TLS through to upstream `{}`, which has [upstream.tls]",
-                                l.name, u.name
-                            ),
-                            "remove [upstream.tls] from that upstream (the client's TLS goes through as it is), or terminate TLS here with [listener.tls]",
-                        );
-                    }
-                }
-            }
-        }
-        // A TCP listener sends every connection to its upstream: no route applies there.
-        for r in &raw.routes {
-            for l in r.listeners.iter().flatten() {
-                let tcp = listeners
-                    .iter()
-                    .any(|x| x.name == *l.get_ref() && !matches!(x.kind, ListenerKind::Http));
-                if tcp {
-                    self.err_at(
-                        l,
-                        format!(
-                            "route `{}` names listener `{}`, a kind = \"tcp\" listener, which does not route requests",
-                            r.name.get_ref(),
-                            l.get_ref()
-                        ),
-                        "remove it from the route's listeners: a TCP listener sends every connection to its upstream",
-                    );
-                }
-            }
-        }
-
-        if rate_limit_store.redis.is_none() {
-            for at in std::mem::take(&mut self.redis_users) {
-                self.err(
-                    at,
-                    "store = \"redis\" shares this limit through Redis, and no Redis is configured",
-                    "add [rate_limit] redis = \"redis://127.0.0.1:6379/\", or use store = \"local\" (max_connections_store = \"local\" for an MQTT cap)",
-                );
-            }
-        }
+        let routes = self.routes(&raw, &upstream_names, &listener_names, &compression);
+        self.check_route_tables(&raw, &routes, &upstreams, &waf);
+        self.check_passthrough_tls(&raw, &listeners, &upstreams);
+        self.check_no_route_on_tcp(&raw, &listeners);
+        self.check_redis_configured(&rate_limit_store);
         let fleet = raw
             .config
             .as_ref()
             .and_then(|c| self.fleet_source(c, allow_insecure_keys));
         self.check_acme_listeners(&raw.certificates, &certificates, &listeners);
-        if fleet.as_ref().is_some_and(|f| f.keyring.is_empty())
-            && let Some(at) = raw.certificates.iter().find_map(|c| c.acme.as_ref())
-        {
-            self.err_at(
-                at,
-                "an ACME certificate in fleet mode needs [config] keyring: the gateway that orders shares the key with the others through etcd, sealed",
-                "add keyring = [...] to [config] (the same keys on every gateway), as for certificates stored in etcd",
-            );
-        }
+        self.check_acme_in_fleet(&raw.certificates, fleet.as_ref());
         let certificates = certificates.into_iter().collect::<Option<Vec<_>>>()?;
         Some(Snapshot {
             compression: compression.clone(),
@@ -539,140 +371,38 @@ impl<'a> Cx<'a> {
             tracing: raw.tracing.as_ref().and_then(|t| self.tracing(t)),
             acme,
             resolver: self.resolver(&raw.resolver),
-            demo: raw
-                .demo
-                .as_ref()
-                .and_then(|d| match d.address.get_ref().parse::<SocketAddr>() {
-                    Ok(a) => Some(a),
-                    Err(_) => {
-                        self.err_at(
-                            &d.address,
-                            format!(
-                                "[demo] address `{}` is not an ip:port address",
-                                d.address.get_ref()
-                            ),
-                            "write it as \"127.0.0.1:8081\"",
-                        );
-                        None
-                    }
-                }),
+            demo: raw.demo.as_ref().and_then(|d| self.demo(d)),
         })
     }
 
-    fn admin(&mut self, raw: &RawAdmin, allow_insecure: bool) -> Option<Admin> {
-        if raw.enabled == Some(false) {
-            return None;
+    /// `[global]`: how long shutdown and a binary upgrade wait for what is in flight.
+    fn global(&mut self, raw: &RawGlobal) -> Global {
+        Global {
+            shutdown_timeout: self
+                .duration(raw.shutdown_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(30)),
+            stream_drain_timeout: self
+                .duration(raw.stream_drain_timeout.as_ref())
+                .unwrap_or(Duration::from_secs(3600)),
         }
-        let address = match &raw.address {
-            None => SocketAddr::from(([127, 0, 0, 1], 9901)),
-            Some(a) => match a.get_ref().parse::<SocketAddr>() {
-                Ok(addr) => addr,
-                Err(_) => {
-                    self.err_at(
-                        a,
-                        format!(
-                            "[admin] address `{}` is not an ip:port address",
-                            a.get_ref()
-                        ),
-                        "write it as \"127.0.0.1:9901\"",
-                    );
-                    return None;
-                }
-            },
-        };
-        let token = raw
-            .token_file
-            .as_ref()
-            .and_then(|at| self.token_file("[admin] token_file", at, allow_insecure));
-        let read_token = raw
-            .read_token_file
-            .as_ref()
-            .and_then(|at| self.token_file("[admin] read_token_file", at, allow_insecure));
-        let read_networks = self.cidrs(raw.read_networks.as_ref(), "[admin] read_networks");
-        let tls = raw
-            .tls
-            .as_ref()
-            .and_then(|t| self.admin_tls(t, allow_insecure));
-        let insecure = raw.insecure.as_ref().is_some_and(|i| *i.get_ref());
-        if !address.ip().is_loopback() && raw.tls.is_none() && !insecure {
-            let at = raw.address.as_ref().map_or(0, |a| a.span().start);
-            self.err(
-                at,
-                format!(
-                    "[admin] address {address} is off loopback and the admin listener has no TLS: its token, /metrics and /status would cross the network in clear"
-                ),
-                "add [admin.tls] with certificate and key (and client_ca to ask for client certificates), or write insecure = true in [admin] if the network is one you trust",
-            );
-        }
-        Some(Admin {
-            address,
-            token,
-            read_token,
-            read_networks,
-            tls,
-        })
     }
 
-    /// A token file: mode 0600 and one token of at least 16 printable characters.
-    fn token_file(
-        &mut self,
-        what: &str,
-        at: &Spanned<String>,
-        allow_insecure: bool,
-    ) -> Option<String> {
-        let path = self.path(at.get_ref());
-        let bytes = self.key_file(what, at, &path, allow_insecure)?;
-        let token = String::from_utf8_lossy(&bytes).trim().to_owned();
-        if token.len() < 16 || token.chars().any(|c| !c.is_ascii_graphic()) {
-            self.err_at(
-                at,
-                format!(
-                    "{what} {} must hold one token of at least 16 printable characters",
-                    path.display()
-                ),
-                format!(
-                    "write a random one: `openssl rand -hex 32 > {}; chmod 600 {}`",
-                    path.display(),
-                    path.display()
-                ),
-            );
-            return None;
+    /// `[demo]`: where the built-in demo origin listens.
+    fn demo(&mut self, raw: &RawDemo) -> Option<SocketAddr> {
+        match raw.address.get_ref().parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.err_at(
+                    &raw.address,
+                    format!(
+                        "[demo] address `{}` is not an ip:port address",
+                        raw.address.get_ref()
+                    ),
+                    "write it as \"127.0.0.1:8081\"",
+                );
+                None
+            }
         }
-        Some(token)
-    }
-
-    /// `[admin.tls]`: the chain, its key (which must match), the client CAs.
-    fn admin_tls(&mut self, raw: &RawAdminTls, allow_insecure: bool) -> Option<AdminTls> {
-        let certificate = self.pem_certificates(
-            &raw.certificate,
-            "[admin.tls] certificate",
-            "the admin listener's certificate, leaf first",
-        );
-        let path = self.path(raw.key.get_ref());
-        let key = self.private_key("[admin.tls] key", &raw.key, &path, allow_insecure);
-        let client_ca = match &raw.client_ca {
-            Some(at) => self.pem_certificates(
-                at,
-                "[admin.tls] client_ca",
-                "the CAs that issue the operators' client certificates",
-            ),
-            None => Some(Vec::new()),
-        };
-        let (certificate, key, client_ca) = (certificate?, key?, client_ca?);
-        let matches = key_belongs(&certificate[0], &key);
-        if !matches {
-            self.err_at(
-                &raw.key,
-                "[admin.tls]: key does not belong to certificate",
-                "give the key the certificate was issued for",
-            );
-            return None;
-        }
-        Some(AdminTls {
-            certificate,
-            key,
-            client_ca,
-        })
     }
 
     fn unique(

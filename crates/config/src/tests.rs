@@ -177,14 +177,9 @@ fn line_of(src: &str, needle: &str) -> usize {
         + 1
 }
 
-#[test]
-fn every_error_is_reported_at_once_with_its_line() {
-    let dir = tempfile::tempdir().unwrap();
-    write_cert(dir.path(), "good", "good.test");
-    write_cert(dir.path(), "other", "other.test");
-    write_cert(dir.path(), "open", "open.test");
-    set_mode(&dir.path().join("open.key"), 0o644);
-    let src = r#"
+/// One configuration with a mistake of every kind, for
+/// `every_error_is_reported_at_once_with_its_line`.
+const EVERY_KIND_OF_MISTAKE: &str = r#"
 [[listener]]
 name = "web"
 address = "127.0.0.1:80800"
@@ -228,6 +223,15 @@ upstream = "ghost"
 name = "to-app"
 upstream = "app"
 "#;
+
+#[test]
+fn every_error_is_reported_at_once_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "good", "good.test");
+    write_cert(dir.path(), "other", "other.test");
+    write_cert(dir.path(), "open", "open.test");
+    set_mode(&dir.path().join("open.key"), 0o644);
+    let src = EVERY_KIND_OF_MISTAKE;
     let errs = errors(src, dir.path());
     let rendered: Vec<String> = errs.iter().map(ToString::to_string).collect();
     let find = |needle: &str| {

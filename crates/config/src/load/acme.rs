@@ -57,24 +57,7 @@ impl Cx<'_> {
         allow_insecure_keys: bool,
     ) -> Option<Arc<Certificate>> {
         let name = raw.name.get_ref();
-        if let Some(at) = raw.cert.as_ref().or(raw.key.as_ref()) {
-            self.err_at(
-                at,
-                format!("certificate `{name}` has both `acme` and a certificate or key file"),
-                "remove `cert` and `key`: an ACME certificate is kept in [acme] storage",
-            );
-            return None;
-        }
-        if !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            || name.starts_with('.')
-        {
-            self.err_at(
-                &raw.name,
-                format!("certificate `{name}`: an ACME certificate's name names its directory in storage"),
-                "use letters, digits, '-', '_' and '.' only (not starting with '.')",
-            );
+        if !self.acme_entry_fits(raw) {
             return None;
         }
         let ocsp = self.ocsp_setting(raw);
@@ -91,32 +74,81 @@ impl Cx<'_> {
                 .filter_map(|n| HostPattern::parse(n).ok())
                 .collect(),
         };
+        let serves = Serves {
+            hosts,
+            offload_engines,
+            ocsp,
+        };
+        if let Some(c) = self.acme_from_storage(raw, acme, &order, &serves, allow_insecure_keys) {
+            return Some(c);
+        }
+        // Nothing usable in storage: serve the placeholder, order again.
+        self.acme_placeholder(raw, acme, order, serves)
+    }
 
-        // What an earlier order stored, if it is there, whole and for these names.
+    /// An ACME certificate is kept in storage under its name: it has no files of its own,
+    /// and its name must make a directory name.
+    fn acme_entry_fits(&mut self, raw: &RawCertificate) -> bool {
+        let name = raw.name.get_ref();
+        if let Some(at) = raw.cert.as_ref().or(raw.key.as_ref()) {
+            self.err_at(
+                at,
+                format!("certificate `{name}` has both `acme` and a certificate or key file"),
+                "remove `cert` and `key`: an ACME certificate is kept in [acme] storage",
+            );
+            return false;
+        }
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            || name.starts_with('.')
+        {
+            self.err_at(
+                &raw.name,
+                format!("certificate `{name}`: an ACME certificate's name names its directory in storage"),
+                "use letters, digits, '-', '_' and '.' only (not starting with '.')",
+            );
+            return false;
+        }
+        true
+    }
+
+    /// What an earlier order stored, if it is there, whole and for these names; `None` when
+    /// it is not (torn, or for other names).
+    fn acme_from_storage(
+        &mut self,
+        raw: &RawCertificate,
+        acme: &Spanned<RawCertAcme>,
+        order: &Arc<AcmeOrder>,
+        serves: &Serves,
+        allow_insecure_keys: bool,
+    ) -> Option<Arc<Certificate>> {
         let cert_path = order.cert_path();
         let key_path = order.key_path();
-        if cert_path.exists() {
-            let what = format!("certificate `{name}` (ACME storage)");
-            let at = &acme.get_ref().names;
-            let stored = std::fs::read(&cert_path).ok().zip(self.key_file(
-                &what,
-                &key_span(at),
-                &key_path,
-                allow_insecure_keys,
-            ));
-            let serves = Serves {
-                hosts: hosts.clone(),
-                offload_engines: offload_engines.clone(),
-                ocsp,
-            };
-            if let Some((cert_pem, key_pem)) = stored
-                && let Some(c) =
-                    self.stored_acme_certificate(raw, &order, (&cert_pem, &key_pem), serves)
-            {
-                return Some(c);
-            }
-            // Unusable (torn, or for other names): serve the placeholder, order again.
+        if !cert_path.exists() {
+            return None;
         }
+        let what = format!("certificate `{}` (ACME storage)", raw.name.get_ref());
+        let at = &acme.get_ref().names;
+        let stored = std::fs::read(&cert_path).ok().zip(self.key_file(
+            &what,
+            &key_span(at),
+            &key_path,
+            allow_insecure_keys,
+        ));
+        let (cert_pem, key_pem) = stored?;
+        self.stored_acme_certificate(raw, order, (&cert_pem, &key_pem), serves.clone())
+    }
+
+    /// A self-signed certificate for the order's names, served until the CA issues one.
+    fn acme_placeholder(
+        &mut self,
+        raw: &RawCertificate,
+        acme: &Spanned<RawCertAcme>,
+        order: Arc<AcmeOrder>,
+        serves: Serves,
+    ) -> Option<Arc<Certificate>> {
+        let name = raw.name.get_ref();
         let fingerprint = acme_fingerprint(raw, &order, None);
         if let Some(cached) = self.certs.lookup(&fingerprint) {
             self.used_certs.push(cached.clone());
@@ -150,16 +182,15 @@ impl Cx<'_> {
             chain: vec![leaf],
             key: Some(key),
             key_type,
-            hosts,
-            offload_engines,
+            hosts: serves.hosts,
+            offload_engines: serves.offload_engines,
             fingerprint,
             acme: Some(order),
             placeholder: true,
-            ocsp,
+            ocsp: serves.ocsp,
             client_auth,
         }))
     }
-
     /// The certificate an earlier order stored (`stored`: its chain and key as PEM), if it
     /// is whole and for the order's names.
     fn stored_acme_certificate(
@@ -220,6 +251,7 @@ impl Cx<'_> {
         }))
     }
 
+    /// `acme = { ... }` over `[acme]`'s shared settings: what to order, from which CA, how.
     fn acme_order(
         &mut self,
         name: &str,
@@ -229,13 +261,62 @@ impl Cx<'_> {
     ) -> Option<AcmeOrder> {
         let a = acme.get_ref();
         let what = format!("certificate `{name}`: acme");
-        let pick = |own: &Option<Spanned<String>>, shared: Option<&Option<Spanned<String>>>| {
-            own.clone().or_else(|| shared.and_then(Clone::clone))
-        };
         let challenge =
             self.acme_challenge(&what, pick(&a.challenge, defaults.map(|d| &d.challenge)))?;
         let names = self.acme_names(&what, &a.names, challenge)?;
-        let directory = pick(&a.directory, defaults.map(|d| &d.directory));
+        let directory = self.acme_directory(&what, acme, defaults)?;
+        let email = pick(&a.email, defaults.map(|d| &d.email)).map(|e| e.into_inner());
+        if let Some(e) = &email
+            && !e.contains('@')
+        {
+            self.err_at(
+                acme,
+                format!("{what}: email `{e}` is not an address"),
+                "give a contact address such as ops@example.com, or leave email out",
+            );
+        }
+        let key_type =
+            self.acme_key_type(&what, pick(&a.key_type, defaults.map(|d| &d.key_type)))?;
+        let ca_file = match pick(&a.ca, defaults.map(|d| &d.ca)) {
+            None => None,
+            Some(c) => Some(self.acme_ca_file(&what, &c)?),
+        };
+        let renew_at = a
+            .renew_before
+            .as_ref()
+            .or(defaults.and_then(|d| d.renew_before.as_ref()));
+        let renew_before = self
+            .duration(renew_at)
+            .unwrap_or(Duration::from_secs(30 * 86_400));
+        let dns = self.acme_order_dns(&what, acme, defaults, challenge).ok()?;
+        let eab = match a.eab.as_ref().or(defaults.and_then(|d| d.eab.as_ref())) {
+            Some(e) => Some(self.acme_eab(&what, e)?),
+            None => None,
+        };
+        Some(AcmeOrder {
+            directory,
+            email,
+            names,
+            challenge,
+            ca_file,
+            renew_before,
+            key_type,
+            dir: settings.storage.join(name),
+            settings: settings.clone(),
+            dns,
+            eab,
+        })
+    }
+
+    /// `directory` (default Let's Encrypt's): the CA's ACME directory URL, which must be
+    /// HTTPS.
+    fn acme_directory(
+        &mut self,
+        what: &str,
+        acme: &Spanned<RawCertAcme>,
+        defaults: Option<&RawAcme>,
+    ) -> Option<String> {
+        let directory = pick(&acme.get_ref().directory, defaults.map(|d| &d.directory));
         let directory_url = directory
             .as_ref()
             .map_or(LETS_ENCRYPT.to_owned(), |d| d.get_ref().clone());
@@ -250,73 +331,54 @@ impl Cx<'_> {
             );
             return None;
         }
-        let email = pick(&a.email, defaults.map(|d| &d.email)).map(|e| e.into_inner());
-        if let Some(e) = &email
-            && !e.contains('@')
-        {
-            self.err_at(
-                acme,
-                format!("{what}: email `{e}` is not an address"),
-                "give a contact address such as ops@example.com, or leave email out",
-            );
+        Some(directory_url)
+    }
+
+    /// `key_type = "ecdsa" | "rsa"` (default ecdsa): the certificate's key.
+    fn acme_key_type(
+        &mut self,
+        what: &str,
+        chosen: Option<Spanned<String>>,
+    ) -> Option<AcmeKeyType> {
+        let Some(k) = chosen else {
+            return Some(AcmeKeyType::EcdsaP256);
+        };
+        match k.get_ref().as_str() {
+            "ecdsa" => Some(AcmeKeyType::EcdsaP256),
+            "rsa" => Some(AcmeKeyType::Rsa2048),
+            other => {
+                self.err_at(
+                    &k,
+                    format!("{what}: unknown key_type `{other}`"),
+                    "use \"ecdsa\" (P-256) or \"rsa\" (2048 bits)",
+                );
+                None
+            }
         }
-        let key_type = match pick(&a.key_type, defaults.map(|d| &d.key_type)) {
-            None => AcmeKeyType::EcdsaP256,
-            Some(k) => match k.get_ref().as_str() {
-                "ecdsa" => AcmeKeyType::EcdsaP256,
-                "rsa" => AcmeKeyType::Rsa2048,
-                other => {
-                    self.err_at(
-                        &k,
-                        format!("{what}: unknown key_type `{other}`"),
-                        "use \"ecdsa\" (P-256) or \"rsa\" (2048 bits)",
-                    );
-                    return None;
-                }
-            },
-        };
-        let ca_file = match pick(&a.ca, defaults.map(|d| &d.ca)) {
-            None => None,
-            Some(c) => Some(self.acme_ca_file(&what, &c)?),
-        };
-        let renew_at = a
-            .renew_before
-            .as_ref()
-            .or(defaults.and_then(|d| d.renew_before.as_ref()));
-        let renew_before = self
-            .duration(renew_at)
-            .unwrap_or(Duration::from_secs(30 * 86_400));
-        let dns = match (challenge, pick_dns(a, defaults)) {
-            (AcmeChallenge::Dns01, Some(d)) => Some(self.acme_dns(&what, d)?),
+    }
+
+    /// `dns = { ... }` (here or in `[acme]`), which the dns-01 challenge needs and the others
+    /// do not use; `Err` on a mistake (reported).
+    fn acme_order_dns(
+        &mut self,
+        what: &str,
+        acme: &Spanned<RawCertAcme>,
+        defaults: Option<&RawAcme>,
+        challenge: AcmeChallenge,
+    ) -> Result<Option<DnsUpdate>, ()> {
+        match (challenge, pick_dns(acme.get_ref(), defaults)) {
+            (AcmeChallenge::Dns01, Some(d)) => self.acme_dns(what, d).map(Some).ok_or(()),
             (AcmeChallenge::Dns01, None) => {
                 self.err_at(
                     acme,
                     format!("{what}: the dns-01 challenge needs dns = {{ ... }}"),
                     "say where to publish the TXT records: dns = { server = \"ns1.example.com\", key_name = \"acme-update\", secret_file = \"acme-update.key\" } (here or in [acme])",
                 );
-                return None;
+                Err(())
             }
-            _ => None,
-        };
-        let eab = match a.eab.as_ref().or(defaults.and_then(|d| d.eab.as_ref())) {
-            Some(e) => Some(self.acme_eab(&what, e)?),
-            None => None,
-        };
-        Some(AcmeOrder {
-            directory: directory_url,
-            email,
-            names,
-            challenge,
-            ca_file,
-            renew_before,
-            key_type,
-            dir: settings.storage.join(name),
-            settings: settings.clone(),
-            dns,
-            eab,
-        })
+            _ => Ok(None),
+        }
     }
-
     /// `challenge = "..."` (default http-01).
     fn acme_challenge(
         &mut self,
@@ -409,6 +471,24 @@ impl Cx<'_> {
         Some(names)
     }
 
+    /// In fleet mode, the gateway that orders an ACME certificate shares its key with the
+    /// others through etcd, sealed with `[config] keyring`.
+    pub(super) fn check_acme_in_fleet(
+        &mut self,
+        raw_certs: &[RawCertificate],
+        fleet: Option<&FleetSource>,
+    ) {
+        if fleet.is_some_and(|f| f.keyring.is_empty())
+            && let Some(at) = raw_certs.iter().find_map(|c| c.acme.as_ref())
+        {
+            self.err_at(
+                at,
+                "an ACME certificate in fleet mode needs [config] keyring: the gateway that orders shares the key with the others through etcd, sealed",
+                "add keyring = [...] to [config] (the same keys on every gateway), as for certificates stored in etcd",
+            );
+        }
+    }
+
     /// Each ACME certificate's challenge must have a listener to answer it.
     pub(super) fn check_acme_listeners(
         &mut self,
@@ -453,6 +533,14 @@ impl Cx<'_> {
             }
         }
     }
+}
+
+/// A key of `acme = { ... }`, or else of `[acme]`.
+fn pick(
+    own: &Option<Spanned<String>>,
+    shared: Option<&Option<Spanned<String>>>,
+) -> Option<Spanned<String>> {
+    own.clone().or_else(|| shared.and_then(Clone::clone))
 }
 
 /// The order's own `dns`, else `[acme]`'s.
@@ -507,6 +595,7 @@ fn acme_fingerprint(
 
 /// What a `[[certificate]]` entry says about serving its certificate: the hosts it is for,
 /// the engines its key's operations may use, and OCSP stapling.
+#[derive(Clone)]
 struct Serves {
     hosts: Vec<HostPattern>,
     offload_engines: Option<Vec<CryptoEngine>>,

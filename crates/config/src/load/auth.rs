@@ -105,6 +105,7 @@ impl Cx<'_> {
         s
     }
 
+    /// `[route.auth] jwt`: bearer tokens checked against the issuer's public keys.
     fn jwt(&mut self, route: &str, raw: &Spanned<RawJwt>) -> JwtAuth {
         let r = raw.get_ref();
         let jwks_url = r.jwks_url.as_ref().and_then(|u| self.http_url(route, u));
@@ -120,47 +121,14 @@ impl Cx<'_> {
             );
         }
         let jwks_ca = r.jwks_ca.as_ref().and_then(|c| self.pem_file(route, c));
-        let mut algorithms = Vec::new();
-        for a in r.algorithms.iter().flatten() {
-            if JWT_ALGORITHMS.contains(&a.get_ref().as_str()) {
-                algorithms.push(a.get_ref().clone());
-            } else {
-                self.err_at(
-                    a,
-                    format!("{route}: jwt algorithm `{}` is not supported", a.get_ref()),
-                    format!(
-                        "use some of {} (HMAC and `none` are refused: a public key is not a secret)",
-                        JWT_ALGORITHMS.join(", ")
-                    ),
-                );
-            }
-        }
-        if r.algorithms.is_none() {
-            algorithms = JWT_ALGORITHMS.iter().map(|a| (*a).to_owned()).collect();
-        }
+        let algorithms = self.jwt_algorithms(route, r);
         let mut claims_to_headers = Vec::new();
         for (claim, header) in r.claims_to_headers.iter().flatten() {
             if let Some(h) = self.header_name(route, header) {
                 claims_to_headers.push((claim.clone(), h));
             }
         }
-        let token_from = match &r.token_from {
-            None => TokenSource::Bearer,
-            Some(t) if t.get_ref() == "header" => TokenSource::Bearer,
-            Some(t) => match super::upstream::hash_key(t.get_ref()) {
-                Some(k @ (HashKey::Header(_) | HashKey::Cookie(_) | HashKey::Query(_))) => {
-                    TokenSource::Part(k)
-                }
-                _ => {
-                    self.err_at(
-                        t,
-                        format!("{route}: token_from `{}` is not a place", t.get_ref()),
-                        "use \"header\" (Authorization: Bearer), \"header:NAME\", \"cookie:NAME\" or \"query:NAME\"",
-                    );
-                    TokenSource::Bearer
-                }
-            },
-        };
+        let token_from = self.jwt_token_from(route, r);
         JwtAuth {
             jwks_url,
             jwks_ca,
@@ -184,6 +152,52 @@ impl Cx<'_> {
                 .map_or(10_000, |n| *n.get_ref() as usize),
             required_claims: self.required_claims(route, r),
             max_token_size: self.max_token_size(route, r),
+        }
+    }
+
+    /// `jwt.algorithms` (default all of [`JWT_ALGORITHMS`]): the signatures accepted, all
+    /// of them public-key ones.
+    fn jwt_algorithms(&mut self, route: &str, r: &RawJwt) -> Vec<String> {
+        let mut algorithms = Vec::new();
+        for a in r.algorithms.iter().flatten() {
+            if JWT_ALGORITHMS.contains(&a.get_ref().as_str()) {
+                algorithms.push(a.get_ref().clone());
+            } else {
+                self.err_at(
+                    a,
+                    format!("{route}: jwt algorithm `{}` is not supported", a.get_ref()),
+                    format!(
+                        "use some of {} (HMAC and `none` are refused: a public key is not a secret)",
+                        JWT_ALGORITHMS.join(", ")
+                    ),
+                );
+            }
+        }
+        if r.algorithms.is_none() {
+            algorithms = JWT_ALGORITHMS.iter().map(|a| (*a).to_owned()).collect();
+        }
+        algorithms
+    }
+
+    /// `jwt.token_from` (default the Authorization header's bearer token): where the token
+    /// is read.
+    fn jwt_token_from(&mut self, route: &str, r: &RawJwt) -> TokenSource {
+        match &r.token_from {
+            None => TokenSource::Bearer,
+            Some(t) if t.get_ref() == "header" => TokenSource::Bearer,
+            Some(t) => match super::upstream::hash_key(t.get_ref()) {
+                Some(k @ (HashKey::Header(_) | HashKey::Cookie(_) | HashKey::Query(_))) => {
+                    TokenSource::Part(k)
+                }
+                _ => {
+                    self.err_at(
+                        t,
+                        format!("{route}: token_from `{}` is not a place", t.get_ref()),
+                        "use \"header\" (Authorization: Bearer), \"header:NAME\", \"cookie:NAME\" or \"query:NAME\"",
+                    );
+                    TokenSource::Bearer
+                }
+            },
         }
     }
 

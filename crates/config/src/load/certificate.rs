@@ -1,19 +1,45 @@
 //! `[[certificate]]`: reading certificate chains and private keys, and checking that they
 //! belong together, are strong enough and are not exposed to other users.
 
-use super::{Cx, key_belongs};
+use super::{Cx, RawConfig, key_belongs};
+use crate::acme::AcmeSettings;
 use crate::pattern::HostPattern;
 use crate::raw::*;
 use crate::snapshot::*;
 use boring::nid::Nid;
 use boring::pkey::{Id, PKey, Private};
 use boring::x509::X509;
-use std::collections::HashSet;
-use std::path::Path;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use toml::Spanned;
 
 impl Cx<'_> {
+    /// Every `[[certificate]]`, with the index of each name. A certificate that failed keeps
+    /// its slot (`None`) so that indexes stay aligned with the file; the load then fails
+    /// because an error was recorded.
+    pub(super) fn certificates(
+        &mut self,
+        raw: &RawConfig,
+        offload: &Offload,
+        acme: &AcmeSettings,
+        allow_insecure_keys: bool,
+    ) -> (HashMap<String, usize>, Vec<Option<Arc<Certificate>>>) {
+        let mut cert_names = HashMap::new();
+        let mut certificates = Vec::new();
+        for c in &raw.certificates {
+            self.unique(&mut cert_names, &c.name, "certificate", certificates.len());
+            let remote_ok = signs_remotely(c, offload);
+            certificates.push(match &c.acme {
+                Some(a) => {
+                    self.acme_certificate(c, a, raw.acme.as_ref(), acme, allow_insecure_keys)
+                }
+                None => self.certificate(c, allow_insecure_keys, remote_ok),
+            });
+        }
+        (cert_names, certificates)
+    }
+
     /// Reads, checks and parses one certificate. Its files are read on every load, but when
     /// they and the entry's settings are what the cache holds from the previous load, the
     /// parsed certificate is taken from there: a reload of an unchanged file parses no key.
@@ -35,121 +61,41 @@ impl Cx<'_> {
         let cert_path = self.path(cert_at.get_ref());
         let ocsp = self.ocsp_setting(raw);
         let client_auth = self.client_auth_mode(raw.client_auth.as_ref());
-
-        let cert_pem = match std::fs::read(&cert_path) {
-            Err(e) => {
+        let cert_pem = std::fs::read(&cert_path)
+            .inspect_err(|e| {
                 self.err_at(
                     cert_at,
                     format!("certificate `{name}`: cannot read {}: {e}", cert_path.display()),
                     "check the path (relative paths start at the configuration file's directory) and that Sluice may read it",
                 );
-                None
-            }
-            Ok(pem) => Some(pem),
-        };
-        let key_pem = match &raw.key {
-            None if !remote_ok => {
-                self.err_at(
-                    &raw.name,
-                    format!("certificate `{name}` has no `key`"),
-                    "give `key = \"site.key\"`, or sign through key servers: add \"keyless\" to [offload.crypto] engines (or this certificate's offload_engines) and configure [offload.keyless]",
-                );
-                return None;
-            }
-            None => None,
-            Some(at) => {
-                let path = self.path(at.get_ref());
-                let what = format!("certificate `{name}`");
-                Some((
-                    at,
-                    path.clone(),
-                    self.key_file(&what, at, &path, allow_insecure_keys)?,
-                ))
-            }
-        };
+            })
+            .ok();
+        let key_file = self
+            .certificate_key_file(raw, allow_insecure_keys, remote_ok)
+            .ok()?;
         let cert_pem = cert_pem?;
         let fingerprint =
-            certificate_fingerprint(raw, &cert_pem, key_pem.as_ref().map(|k| &k.2[..]));
+            certificate_fingerprint(raw, &cert_pem, key_file.as_ref().map(|k| &k.pem[..]));
         if let Some(cached) = self.certs.lookup(&fingerprint) {
             self.used_certs.push(cached.clone());
             return Some(cached);
         }
-
-        let chain = match X509::stack_from_pem(&cert_pem) {
-            Ok(chain) if !chain.is_empty() => chain,
-            _ => {
-                self.err_at(
-                    cert_at,
-                    format!("certificate `{name}`: {} holds no PEM certificate", cert_path.display()),
-                    "give a PEM file that starts with -----BEGIN CERTIFICATE-----, leaf first, then intermediates",
-                );
-                return None;
-            }
-        };
+        let chain = self.certificate_chain(name, cert_at, &cert_path, &cert_pem)?;
         let offload_engines = raw.offload_engines.as_ref().map(|list| {
             self.crypto_engines(list, &format!("certificate `{name}`: offload_engines"))
         });
-
-        let Some((key_span, key_path, key_pem)) = key_pem else {
-            let public = match chain[0].public_key() {
-                Ok(k) => k,
-                Err(_) => {
-                    self.err_at(
-                        cert_at,
-                        format!("certificate `{name}`: cannot read its public key"),
-                        "use an RSA, ECDSA (P-256, P-384) or Ed25519 certificate",
-                    );
-                    return None;
-                }
-            };
-            let key_type = self.key_type(name, cert_at, public.id(), public.bits())?;
-            let hosts = self.certificate_hosts(raw, cert_at, &chain[0]);
-            return Some(self.keep_certificate(Certificate {
-                name: name.clone(),
-                chain,
-                key: None,
-                key_type,
-                hosts,
-                offload_engines,
-                fingerprint,
-                acme: None,
-                placeholder: false,
-                ocsp,
-                client_auth,
-            }));
-        };
-        let key = match PKey::private_key_from_pem(&key_pem) {
-            Ok(k) => k,
-            Err(_) => {
-                self.err_at(
-                    key_span,
-                    format!("certificate `{name}`: {} holds no PEM private key", key_path.display()),
-                    "give an unencrypted PEM key (-----BEGIN PRIVATE KEY----- or -----BEGIN RSA/EC PRIVATE KEY-----)",
-                );
-                return None;
+        let (key, key_type) = match key_file {
+            None => (None, self.public_key_type(name, cert_at, &chain[0])?),
+            Some(k) => {
+                let (key, key_type) = self.certificate_key(name, &k, &chain[0], &cert_path)?;
+                (Some(key), key_type)
             }
         };
-
-        let leaf = &chain[0];
-        let matches = key_belongs(leaf, &key);
-        if !matches {
-            self.err_at(
-                key_span,
-                format!(
-                    "certificate `{name}`: the private key in {} does not belong to the certificate in {}",
-                    key_path.display(),
-                    cert_path.display()
-                ),
-                "pair each certificate with the key it was issued for (compare `openssl x509 -noout -pubkey` with `openssl pkey -pubout`)",
-            );
-            return None;
-        }
-        let key_type = self.key_type(name, key_span, key.id(), key.bits())?;
-        let hosts = self.certificate_hosts(raw, cert_at, leaf);
+        let hosts = self.certificate_hosts(raw, cert_at, &chain[0]);
         Some(self.keep_certificate(Certificate {
             name: name.clone(),
             chain,
-            key: Some(key),
+            key,
             key_type,
             hosts,
             offload_engines,
@@ -161,6 +107,107 @@ impl Cx<'_> {
         }))
     }
 
+    /// `key`: its file, read. `Ok(None)` when there is none and the key lives on key servers
+    /// (`remote_ok`); `Err` when it is missing or unreadable (reported).
+    fn certificate_key_file<'r>(
+        &mut self,
+        raw: &'r RawCertificate,
+        allow_insecure_keys: bool,
+        remote_ok: bool,
+    ) -> Result<Option<KeyFile<'r>>, ()> {
+        let name = raw.name.get_ref();
+        match &raw.key {
+            None if !remote_ok => {
+                self.err_at(
+                    &raw.name,
+                    format!("certificate `{name}` has no `key`"),
+                    "give `key = \"site.key\"`, or sign through key servers: add \"keyless\" to [offload.crypto] engines (or this certificate's offload_engines) and configure [offload.keyless]",
+                );
+                Err(())
+            }
+            None => Ok(None),
+            Some(at) => {
+                let path = self.path(at.get_ref());
+                let what = format!("certificate `{name}`");
+                let pem = self
+                    .key_file(&what, at, &path, allow_insecure_keys)
+                    .ok_or(())?;
+                Ok(Some(KeyFile { at, path, pem }))
+            }
+        }
+    }
+
+    /// The certificates in `cert`'s PEM, leaf first; `None` when there is none (reported).
+    fn certificate_chain(
+        &mut self,
+        name: &str,
+        cert_at: &Spanned<String>,
+        cert_path: &Path,
+        cert_pem: &[u8],
+    ) -> Option<Vec<X509>> {
+        match X509::stack_from_pem(cert_pem) {
+            Ok(chain) if !chain.is_empty() => Some(chain),
+            _ => {
+                self.err_at(
+                    cert_at,
+                    format!("certificate `{name}`: {} holds no PEM certificate", cert_path.display()),
+                    "give a PEM file that starts with -----BEGIN CERTIFICATE-----, leaf first, then intermediates",
+                );
+                None
+            }
+        }
+    }
+
+    /// The key type of a certificate whose key lives on key servers, read from its public
+    /// key.
+    fn public_key_type(
+        &mut self,
+        name: &str,
+        cert_at: &Spanned<String>,
+        leaf: &X509,
+    ) -> Option<KeyType> {
+        let Ok(public) = leaf.public_key() else {
+            self.err_at(
+                cert_at,
+                format!("certificate `{name}`: cannot read its public key"),
+                "use an RSA, ECDSA (P-256, P-384) or Ed25519 certificate",
+            );
+            return None;
+        };
+        self.key_type(name, cert_at, public.id(), public.bits())
+    }
+
+    /// The private key in `key`, which must be `leaf`'s, and its type.
+    fn certificate_key(
+        &mut self,
+        name: &str,
+        key: &KeyFile<'_>,
+        leaf: &X509,
+        cert_path: &Path,
+    ) -> Option<(PKey<Private>, KeyType)> {
+        let Ok(private) = PKey::private_key_from_pem(&key.pem) else {
+            self.err_at(
+                key.at,
+                format!("certificate `{name}`: {} holds no PEM private key", key.path.display()),
+                "give an unencrypted PEM key (-----BEGIN PRIVATE KEY----- or -----BEGIN RSA/EC PRIVATE KEY-----)",
+            );
+            return None;
+        };
+        if !key_belongs(leaf, &private) {
+            self.err_at(
+                key.at,
+                format!(
+                    "certificate `{name}`: the private key in {} does not belong to the certificate in {}",
+                    key.path.display(),
+                    cert_path.display()
+                ),
+                "pair each certificate with the key it was issued for (compare `openssl x509 -noout -pubkey` with `openssl pkey -pubout`)",
+            );
+            return None;
+        }
+        let key_type = self.key_type(name, key.at, private.id(), private.bits())?;
+        Some((private, key_type))
+    }
     /// `ocsp = "auto" | "off"` (default auto).
     pub(super) fn ocsp_setting(&mut self, raw: &RawCertificate) -> bool {
         match raw.ocsp.as_ref().map(|o| (o, o.get_ref().as_str())) {
@@ -331,6 +378,31 @@ impl Cx<'_> {
             }
         }
     }
+}
+
+/// A certificate's `key` file, read.
+struct KeyFile<'a> {
+    /// Where the configuration names it.
+    at: &'a Spanned<String>,
+    path: PathBuf,
+    pem: Vec<u8>,
+}
+
+/// Whether `raw`'s key may live on key servers (so the entry needs no `key`): its own
+/// `offload_engines`, or `[offload.crypto] engines`, include "keyless".
+fn signs_remotely(raw: &RawCertificate, offload: &Offload) -> bool {
+    raw.offload_engines.as_ref().map_or_else(
+        || {
+            // A chain chosen at start never includes key servers: they are where keys live,
+            // a choice the file makes, not a property of the machine.
+            offload
+                .crypto
+                .engines
+                .as_ref()
+                .is_some_and(|e| e.contains(&CryptoEngine::Keyless))
+        },
+        |list| list.get_ref().iter().any(|e| e == "keyless"),
+    )
 }
 
 /// SHA-256 over everything a `[[certificate]]` is made of: its settings and its files' bytes.

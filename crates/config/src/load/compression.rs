@@ -3,6 +3,7 @@
 use super::Cx;
 use crate::compression::*;
 use crate::raw::*;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use toml::Spanned;
 
@@ -23,29 +24,7 @@ impl Cx<'_> {
             c.enabled = e;
         }
         if let Some(list) = &raw.codecs {
-            let mut codecs = Vec::new();
-            for name in list.get_ref() {
-                match name.as_str() {
-                    "gzip" => codecs.push(ContentCoding::Gzip),
-                    "br" => codecs.push(ContentCoding::Brotli),
-                    "zstd" => codecs.push(ContentCoding::Zstd),
-                    other => self.err_at(
-                        list,
-                        format!(
-                            "{section} codecs names \"{other}\", which Sluice does not produce"
-                        ),
-                        "use \"zstd\", \"br\" and/or \"gzip\", in your order of preference",
-                    ),
-                }
-            }
-            if codecs.is_empty() && list.get_ref().is_empty() {
-                self.err_at(
-                    list,
-                    format!("{section} codecs is empty"),
-                    "name at least one of \"zstd\", \"br\", \"gzip\", or set enabled = false",
-                );
-            }
-            c.codecs = codecs;
+            c.codecs = self.codecs(section, list);
         }
         if let Some(b) = self.choice(
             raw.gzip_backend.as_ref(),
@@ -57,88 +36,12 @@ impl Cx<'_> {
         ) {
             c.gzip_backend = b;
         }
-        let level = |cx: &mut Self,
-                     v: Option<&Spanned<u32>>,
-                     key: &str,
-                     range: std::ops::RangeInclusive<u32>,
-                     help: &str|
-         -> Option<u32> {
-            let v = v?;
-            if !range.contains(v.get_ref()) {
-                cx.err_at(
-                    v,
-                    format!(
-                        "{section} {key} = {} is out of range {}-{}",
-                        v.get_ref(),
-                        range.start(),
-                        range.end()
-                    ),
-                    help.to_owned(),
-                );
-                return None;
-            }
-            Some(*v.get_ref())
-        };
-        let gzip_range = match c.gzip_backend {
-            GzipBackend::Isal => 0..=3,
-            GzipBackend::ZlibRs => 1..=9,
-        };
-        match (raw.gzip_level.as_ref(), c.gzip_backend) {
-            (Some(v), b) => {
-                if let Some(l) = level(
-                    self,
-                    Some(v),
-                    "gzip_level",
-                    gzip_range,
-                    if b == GzipBackend::Isal {
-                        "ISA-L has levels 0-3 (1 is about zlib's 1 in size, several times faster); use gzip_backend = \"zlib-rs\" for levels 1-9"
-                    } else {
-                        "zlib levels are 1 (fastest) to 9 (smallest)"
-                    },
-                ) {
-                    c.gzip_level = l;
-                }
-            }
-            // A level inherited from a zlib-rs base does not fit ISA-L's scale: clamp.
-            (None, GzipBackend::Isal) => c.gzip_level = c.gzip_level.min(3),
-            (None, GzipBackend::ZlibRs) => c.gzip_level = c.gzip_level.max(1),
-        }
-        if let Some(l) = level(
-            self,
-            raw.brotli_level.as_ref(),
-            "brotli_level",
-            0..=11,
-            "brotli qualities are 0 to 11; 4-5 suit dynamic responses",
-        ) {
-            c.brotli_level = l;
-        }
-        if let Some(l) = level(
-            self,
-            raw.zstd_level.as_ref(),
-            "zstd_level",
-            1..=19,
-            "zstd levels are 1 to 19; 3 is zstd's default",
-        ) {
-            c.zstd_level = l;
-        }
+        self.codec_levels(section, raw, &mut c);
         if let Some(n) = self.size(raw.min_length.as_ref()) {
             c.min_length = n;
         }
         if let Some(list) = &raw.types {
-            let mut types = Vec::new();
-            for t in list.get_ref() {
-                let t = t.trim().to_ascii_lowercase();
-                if t != "*" && !t.contains('/') {
-                    self.err_at(
-                        list,
-                        format!("{section} types has `{t}`, which is not a MIME type"),
-                        "write types as \"text/html\", \"text/*\", \"application/*+json\" or \"*\"",
-                    );
-                    continue;
-                }
-                types.push(t);
-            }
-            c.types = types;
+            c.types = self.compressed_types(section, list);
         }
         if let Some(n) = self.size(raw.chunk_size.as_ref()) {
             if (4096..=(16 << 20)).contains(&n) {
@@ -164,5 +67,118 @@ impl Cx<'_> {
             c.max_decompressed_bytes = n;
         }
         Arc::new(c)
+    }
+
+    /// `codecs`: the codings Sluice produces, in order of preference; at least one.
+    fn codecs(&mut self, section: &str, list: &Spanned<Vec<String>>) -> Vec<ContentCoding> {
+        let mut codecs = Vec::new();
+        for name in list.get_ref() {
+            match name.as_str() {
+                "gzip" => codecs.push(ContentCoding::Gzip),
+                "br" => codecs.push(ContentCoding::Brotli),
+                "zstd" => codecs.push(ContentCoding::Zstd),
+                other => self.err_at(
+                    list,
+                    format!("{section} codecs names \"{other}\", which Sluice does not produce"),
+                    "use \"zstd\", \"br\" and/or \"gzip\", in your order of preference",
+                ),
+            }
+        }
+        if codecs.is_empty() && list.get_ref().is_empty() {
+            self.err_at(
+                list,
+                format!("{section} codecs is empty"),
+                "name at least one of \"zstd\", \"br\", \"gzip\", or set enabled = false",
+            );
+        }
+        codecs
+    }
+
+    /// `gzip_level` on the scale of `c`'s gzip backend (a level inherited from the base is
+    /// brought onto it), `brotli_level` and `zstd_level`.
+    fn codec_levels(&mut self, section: &str, raw: &RawCompression, c: &mut Compression) {
+        let gzip_range = match c.gzip_backend {
+            GzipBackend::Isal => 0..=3,
+            GzipBackend::ZlibRs => 1..=9,
+        };
+        match (raw.gzip_level.as_ref(), c.gzip_backend) {
+            (Some(v), b) => {
+                let help = if b == GzipBackend::Isal {
+                    "ISA-L has levels 0-3 (1 is about zlib's 1 in size, several times faster); use gzip_backend = \"zlib-rs\" for levels 1-9"
+                } else {
+                    "zlib levels are 1 (fastest) to 9 (smallest)"
+                };
+                if let Some(l) = self.codec_level(section, Some(v), "gzip_level", gzip_range, help)
+                {
+                    c.gzip_level = l;
+                }
+            }
+            // A level inherited from a zlib-rs base does not fit ISA-L's scale: clamp.
+            (None, GzipBackend::Isal) => c.gzip_level = c.gzip_level.min(3),
+            (None, GzipBackend::ZlibRs) => c.gzip_level = c.gzip_level.max(1),
+        }
+        if let Some(l) = self.codec_level(
+            section,
+            raw.brotli_level.as_ref(),
+            "brotli_level",
+            0..=11,
+            "brotli qualities are 0 to 11; 4-5 suit dynamic responses",
+        ) {
+            c.brotli_level = l;
+        }
+        if let Some(l) = self.codec_level(
+            section,
+            raw.zstd_level.as_ref(),
+            "zstd_level",
+            1..=19,
+            "zstd levels are 1 to 19; 3 is zstd's default",
+        ) {
+            c.zstd_level = l;
+        }
+    }
+
+    /// One codec's level `key`, if given and within `range`.
+    fn codec_level(
+        &mut self,
+        section: &str,
+        v: Option<&Spanned<u32>>,
+        key: &str,
+        range: RangeInclusive<u32>,
+        help: &str,
+    ) -> Option<u32> {
+        let v = v?;
+        if !range.contains(v.get_ref()) {
+            self.err_at(
+                v,
+                format!(
+                    "{section} {key} = {} is out of range {}-{}",
+                    v.get_ref(),
+                    range.start(),
+                    range.end()
+                ),
+                help.to_owned(),
+            );
+            return None;
+        }
+        Some(*v.get_ref())
+    }
+
+    /// `types`: the MIME types compressed (`text/*` and `*` allowed), lower-cased; a
+    /// mistaken one is reported and left out.
+    fn compressed_types(&mut self, section: &str, list: &Spanned<Vec<String>>) -> Vec<String> {
+        let mut types = Vec::new();
+        for t in list.get_ref() {
+            let t = t.trim().to_ascii_lowercase();
+            if t != "*" && !t.contains('/') {
+                self.err_at(
+                    list,
+                    format!("{section} types has `{t}`, which is not a MIME type"),
+                    "write types as \"text/html\", \"text/*\", \"application/*+json\" or \"*\"",
+                );
+                continue;
+            }
+            types.push(t);
+        }
+        types
     }
 }

@@ -15,13 +15,48 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use toml::Spanned;
 
 impl Cx<'_> {
+    /// `[config]`: whether the gateway runs in fleet mode, and how it reaches etcd. `None` in
+    /// file mode, or when a setting has a mistake (reported).
     pub(super) fn fleet_source(
         &mut self,
         raw: &RawConfigSource,
         allow_insecure: bool,
     ) -> Option<FleetSource> {
+        let source = self.etcd_source(raw)?;
+        let before = self.errors.len();
+        let endpoints = self.etcd_endpoints(raw, source)?;
+        let prefix = self.etcd_prefix(raw);
+        let cache_file = raw.cache_file.as_ref().map(|p| self.path(p.get_ref()));
+        let ca_pem = self.etcd_ca(raw);
+        let client_identity = self.etcd_client_identity(raw, allow_insecure);
+        let user = self.etcd_user(raw, allow_insecure);
+        let keyring = self.fleet_keyring(raw, allow_insecure);
+        let ticket_key_rotation = self
+            .duration(raw.ticket_key_rotation.as_ref())
+            .unwrap_or(Duration::from_secs(12 * 3600));
+        let timeout = self
+            .duration(raw.timeout.as_ref())
+            .unwrap_or(Duration::from_secs(5));
+        // Each mistake above was reported: none may have been.
+        (self.errors.len() == before).then_some(FleetSource {
+            endpoints,
+            prefix,
+            cache_file,
+            ca_pem,
+            client_identity,
+            user,
+            keyring,
+            ticket_key_rotation,
+            timeout,
+        })
+    }
+
+    /// `source` (default "file"): where it says "etcd", or `None` for file mode (or a
+    /// mistake, reported).
+    fn etcd_source<'r>(&mut self, raw: &'r RawConfigSource) -> Option<&'r Spanned<String>> {
         let source = raw.source.as_ref();
         match source.map(|s| s.get_ref().as_str()) {
             None | Some("file") => {
@@ -32,9 +67,9 @@ impl Cx<'_> {
                         "add source = \"etcd\" to run in fleet mode, or remove the etcd settings",
                     );
                 }
-                return None;
+                None
             }
-            Some("etcd") => {}
+            Some("etcd") => source,
             Some(other) => {
                 let at = source.expect("matched a value");
                 self.err_at(
@@ -42,70 +77,81 @@ impl Cx<'_> {
                     format!("[config] source is \"{other}\", which is not a known source"),
                     "use \"file\" (everything in this file) or \"etcd\" (fleet mode)",
                 );
-                return None;
+                None
             }
         }
-        let before = self.errors.len();
-        let mut ok = true;
-        let endpoints: Vec<String> = match &raw.endpoints {
-            Some(list) if !list.get_ref().is_empty() => {
-                let mut out = Vec::new();
-                for e in list.get_ref() {
-                    match endpoint_url(e) {
-                        Ok(url) => out.push(url),
-                        Err(why) => {
-                            ok = false;
-                            self.err_at(
-                                list,
-                                why,
-                                "write each as \"127.0.0.1:2379\" or \"https://etcd-1:2379\"",
-                            );
-                        }
-                    }
-                }
-                out
+    }
+
+    /// `endpoints`: etcd's URLs, the ones that are not left out (reported); `None` when there
+    /// are none at all (reported at `source`).
+    fn etcd_endpoints(
+        &mut self,
+        raw: &RawConfigSource,
+        source: &Spanned<String>,
+    ) -> Option<Vec<String>> {
+        let Some(list) = raw.endpoints.as_ref().filter(|l| !l.get_ref().is_empty()) else {
+            self.err_at(
+                source,
+                "[config] source = \"etcd\" needs endpoints",
+                "add endpoints = [\"127.0.0.1:2379\"]",
+            );
+            return None;
+        };
+        let mut out = Vec::new();
+        for e in list.get_ref() {
+            match endpoint_url(e) {
+                Ok(url) => out.push(url),
+                Err(why) => self.err_at(
+                    list,
+                    why,
+                    "write each as \"127.0.0.1:2379\" or \"https://etcd-1:2379\"",
+                ),
             }
-            _ => {
+        }
+        Some(out)
+    }
+
+    /// `prefix` (default "/sluice"): under which etcd key the fleet's objects live.
+    fn etcd_prefix(&mut self, raw: &RawConfigSource) -> String {
+        let Some(p) = &raw.prefix else {
+            return "/sluice".to_owned();
+        };
+        let v = p.get_ref().trim_end_matches('/').to_owned();
+        if !v.starts_with('/') || v.is_empty() {
+            self.err_at(
+                p,
+                format!(
+                    "[config] prefix `{}` must start with `/` and name a key prefix",
+                    p.get_ref()
+                ),
+                "write it as \"/sluice\" or \"/sites/shop\"",
+            );
+        }
+        v
+    }
+
+    /// `ca`: the PEM of the CAs etcd's certificates chain to, for etcd over TLS.
+    fn etcd_ca(&mut self, raw: &RawConfigSource) -> Option<Vec<u8>> {
+        let at = raw.ca.as_ref()?;
+        let path = self.path(at.get_ref());
+        std::fs::read(&path)
+            .inspect_err(|e| {
                 self.err_at(
-                    source.expect("etcd"),
-                    "[config] source = \"etcd\" needs endpoints",
-                    "add endpoints = [\"127.0.0.1:2379\"]",
+                    at,
+                    format!("[config] ca: cannot read {}: {e}", path.display()),
+                    "check the path (relative paths start at the configuration file's directory)",
                 );
-                return None;
-            }
-        };
-        let prefix = match &raw.prefix {
-            None => "/sluice".to_owned(),
-            Some(p) => {
-                let v = p.get_ref().trim_end_matches('/').to_owned();
-                if !v.starts_with('/') || v.is_empty() {
-                    ok = false;
-                    self.err_at(
-                        p,
-                        format!(
-                            "[config] prefix `{}` must start with `/` and name a key prefix",
-                            p.get_ref()
-                        ),
-                        "write it as \"/sluice\" or \"/sites/shop\"",
-                    );
-                }
-                v
-            }
-        };
-        let cache_file = raw.cache_file.as_ref().map(|p| self.path(p.get_ref()));
-        let ca_pem = raw.ca.as_ref().and_then(|at| {
-            let path = self.path(at.get_ref());
-            std::fs::read(&path)
-                .inspect_err(|e| {
-                    self.err_at(
-                        at,
-                        format!("[config] ca: cannot read {}: {e}", path.display()),
-                        "check the path (relative paths start at the configuration file's directory)",
-                    );
-                })
-                .ok()
-        });
-        let client_identity = match (&raw.cert, &raw.key) {
+            })
+            .ok()
+    }
+
+    /// `cert` and `key`, both or neither: the PEM of etcd's client certificate and its key.
+    fn etcd_client_identity(
+        &mut self,
+        raw: &RawConfigSource,
+        allow_insecure: bool,
+    ) -> Option<(Vec<u8>, Vec<u8>)> {
+        match (&raw.cert, &raw.key) {
             (None, None) => None,
             (Some(cert), Some(key)) => {
                 let cert_path = self.path(cert.get_ref());
@@ -123,7 +169,6 @@ impl Cx<'_> {
                 cert_pem.zip(key_pem)
             }
             (Some(at), None) | (None, Some(at)) => {
-                ok = false;
                 self.err_at(
                     at,
                     "[config] cert and key go together (etcd's client certificate)",
@@ -131,8 +176,16 @@ impl Cx<'_> {
                 );
                 None
             }
-        };
-        let user = match (&raw.user, &raw.password_file) {
+        }
+    }
+
+    /// `user` and `password_file`, both or neither: etcd's user and password.
+    fn etcd_user(
+        &mut self,
+        raw: &RawConfigSource,
+        allow_insecure: bool,
+    ) -> Option<(String, String)> {
+        match (&raw.user, &raw.password_file) {
             (None, None) => None,
             (Some(user), Some(pw)) => {
                 let path = self.path(pw.get_ref());
@@ -145,7 +198,6 @@ impl Cx<'_> {
                     })
             }
             (Some(at), None) | (None, Some(at)) => {
-                ok = false;
                 self.err_at(
                     at,
                     "[config] user and password_file go together",
@@ -153,48 +205,34 @@ impl Cx<'_> {
                 );
                 None
             }
+        }
+    }
+
+    /// `keyring`: the keys that seal private keys stored in etcd (see [`parse_keyring`]);
+    /// empty when unset or unusable (reported).
+    fn fleet_keyring(
+        &mut self,
+        raw: &RawConfigSource,
+        allow_insecure: bool,
+    ) -> Vec<(String, [u8; 32])> {
+        let Some(at) = &raw.keyring else {
+            return Vec::new();
         };
-        let keyring = match &raw.keyring {
-            None => Vec::new(),
-            Some(at) => {
-                let path = self.path(at.get_ref());
-                match self.key_file("[config] keyring", at, &path, allow_insecure) {
-                    None => {
-                        ok = false;
-                        Vec::new()
-                    }
-                    Some(bytes) => match parse_keyring(&String::from_utf8_lossy(&bytes)) {
-                        Ok(keys) => keys,
-                        Err(why) => {
-                            ok = false;
-                            self.err_at(
-                                at,
-                                format!("[config] keyring {}: {why}", path.display()),
-                                "write one key per line, newest first: `echo \"k2 $(openssl rand -hex 32)\" | cat - keyring > keyring.new`",
-                            );
-                            Vec::new()
-                        }
-                    },
-                }
+        let path = self.path(at.get_ref());
+        let Some(bytes) = self.key_file("[config] keyring", at, &path, allow_insecure) else {
+            return Vec::new();
+        };
+        match parse_keyring(&String::from_utf8_lossy(&bytes)) {
+            Ok(keys) => keys,
+            Err(why) => {
+                self.err_at(
+                    at,
+                    format!("[config] keyring {}: {why}", path.display()),
+                    "write one key per line, newest first: `echo \"k2 $(openssl rand -hex 32)\" | cat - keyring > keyring.new`",
+                );
+                Vec::new()
             }
-        };
-        let ticket_key_rotation = self
-            .duration(raw.ticket_key_rotation.as_ref())
-            .unwrap_or(Duration::from_secs(12 * 3600));
-        let timeout = self
-            .duration(raw.timeout.as_ref())
-            .unwrap_or(Duration::from_secs(5));
-        (ok && self.errors.len() == before).then_some(FleetSource {
-            endpoints,
-            prefix,
-            cache_file,
-            ca_pem,
-            client_identity,
-            user,
-            keyring,
-            ticket_key_rotation,
-            timeout,
-        })
+        }
     }
 }
 

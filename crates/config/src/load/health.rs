@@ -9,101 +9,26 @@ use std::time::Duration;
 use toml::Spanned;
 
 impl Cx<'_> {
+    /// `[upstream.health_check]`: how each server is probed, and how often.
     pub(super) fn health_check(
         &mut self,
         upstream: &str,
         raw: &Spanned<RawHealthCheck>,
     ) -> HealthCheck {
         let r = raw.get_ref();
-        #[derive(Clone, Copy, PartialEq)]
-        enum Kind {
-            Http,
-            Tcp,
-        }
         let kind = self
             .choice(
                 r.kind.as_ref(),
                 "type",
-                &[("http", Kind::Http), ("tcp", Kind::Tcp)],
+                &[("http", ProbeKind::Http), ("tcp", ProbeKind::Tcp)],
             )
-            .unwrap_or(Kind::Http);
+            .unwrap_or(ProbeKind::Http);
         let probe = match kind {
-            Kind::Tcp => {
-                for (field, set) in [
-                    ("path", r.path.as_ref().map(Spanned::span)),
-                    ("host", r.host.as_ref().map(Spanned::span)),
-                    ("body", r.body.as_ref().map(Spanned::span)),
-                    (
-                        "statuses",
-                        r.statuses
-                            .as_ref()
-                            .and_then(|s| s.first())
-                            .map(Spanned::span),
-                    ),
-                ] {
-                    if let Some(span) = set {
-                        self.err(
-                            span.start,
-                            format!("upstream `{upstream}`: health_check `{field}` is for HTTP checks, and this one is type = \"tcp\""),
-                            format!("remove `{field}`, or use type = \"http\""),
-                        );
-                    }
-                }
+            ProbeKind::Tcp => {
+                self.check_no_http_probe_keys(upstream, r);
                 HealthProbe::Tcp
             }
-            Kind::Http => {
-                let path = match &r.path {
-                    None => "/".to_string(),
-                    Some(p)
-                        if p.get_ref().starts_with('/')
-                            && !p.get_ref().contains(char::is_whitespace) =>
-                    {
-                        p.get_ref().clone()
-                    }
-                    Some(p) => {
-                        self.err_at(
-                            p,
-                            format!(
-                                "upstream `{upstream}`: health_check path `{}` is not a path",
-                                p.get_ref()
-                            ),
-                            "write it from the root, such as \"/healthz\"",
-                        );
-                        "/".to_string()
-                    }
-                };
-                let statuses = match &r.statuses {
-                    None => vec![(200, 399)],
-                    Some(list) if list.is_empty() => {
-                        self.err_at(
-                            raw,
-                            format!("upstream `{upstream}`: health_check statuses is empty, so no check could pass"),
-                            "list at least one, such as statuses = [\"2xx\"]",
-                        );
-                        vec![(200, 399)]
-                    }
-                    Some(list) => list
-                        .iter()
-                        .filter_map(|s| {
-                            let range = status_range(s.get_ref());
-                            if range.is_none() {
-                                self.err_at(
-                                    s,
-                                    format!("upstream `{upstream}`: `{}` is not a status, range or class", s.get_ref()),
-                                    "use \"200\", \"200-399\" or \"2xx\"",
-                                );
-                            }
-                            range
-                        })
-                        .collect(),
-                };
-                HealthProbe::Http {
-                    path,
-                    host: r.host.as_ref().map(|h| h.get_ref().clone()),
-                    statuses,
-                    body: r.body.as_ref().map(|b| b.get_ref().clone()),
-                }
-            }
+            ProbeKind::Http => self.http_probe(upstream, raw),
         };
         let interval = self
             .duration(r.interval.as_ref())
@@ -120,7 +45,117 @@ impl Cx<'_> {
                 "make the timeout shorter than the interval",
             );
         }
-        let mut count = |v: &Option<Spanned<u32>>, field: &str, default: u32| match v {
+        let healthy = self.check_count(upstream, &r.healthy, "healthy", 2);
+        let unhealthy = self.check_count(upstream, &r.unhealthy, "unhealthy", 3);
+        HealthCheck {
+            probe,
+            interval,
+            timeout,
+            healthy,
+            unhealthy,
+        }
+    }
+
+    /// A TCP check only connects: the keys of an HTTP request are refused.
+    fn check_no_http_probe_keys(&mut self, upstream: &str, r: &RawHealthCheck) {
+        for (field, set) in [
+            ("path", r.path.as_ref().map(Spanned::span)),
+            ("host", r.host.as_ref().map(Spanned::span)),
+            ("body", r.body.as_ref().map(Spanned::span)),
+            (
+                "statuses",
+                r.statuses
+                    .as_ref()
+                    .and_then(|s| s.first())
+                    .map(Spanned::span),
+            ),
+        ] {
+            if let Some(span) = set {
+                self.err(
+                    span.start,
+                    format!("upstream `{upstream}`: health_check `{field}` is for HTTP checks, and this one is type = \"tcp\""),
+                    format!("remove `{field}`, or use type = \"http\""),
+                );
+            }
+        }
+    }
+
+    /// An HTTP check: the request (`path`, `host`) and what answer passes (`statuses`,
+    /// `body`).
+    fn http_probe(&mut self, upstream: &str, raw: &Spanned<RawHealthCheck>) -> HealthProbe {
+        let r = raw.get_ref();
+        let path = match &r.path {
+            None => "/".to_string(),
+            Some(p)
+                if p.get_ref().starts_with('/') && !p.get_ref().contains(char::is_whitespace) =>
+            {
+                p.get_ref().clone()
+            }
+            Some(p) => {
+                self.err_at(
+                    p,
+                    format!(
+                        "upstream `{upstream}`: health_check path `{}` is not a path",
+                        p.get_ref()
+                    ),
+                    "write it from the root, such as \"/healthz\"",
+                );
+                "/".to_string()
+            }
+        };
+        HealthProbe::Http {
+            path,
+            host: r.host.as_ref().map(|h| h.get_ref().clone()),
+            statuses: self.passing_statuses(upstream, raw),
+            body: r.body.as_ref().map(|b| b.get_ref().clone()),
+        }
+    }
+
+    /// `statuses` (default 200-399): the status ranges a passing check answers with.
+    fn passing_statuses(
+        &mut self,
+        upstream: &str,
+        raw: &Spanned<RawHealthCheck>,
+    ) -> Vec<(u16, u16)> {
+        match &raw.get_ref().statuses {
+            None => vec![(200, 399)],
+            Some(list) if list.is_empty() => {
+                self.err_at(
+                    raw,
+                    format!("upstream `{upstream}`: health_check statuses is empty, so no check could pass"),
+                    "list at least one, such as statuses = [\"2xx\"]",
+                );
+                vec![(200, 399)]
+            }
+            Some(list) => list
+                .iter()
+                .filter_map(|s| {
+                    let range = status_range(s.get_ref());
+                    if range.is_none() {
+                        self.err_at(
+                            s,
+                            format!(
+                                "upstream `{upstream}`: `{}` is not a status, range or class",
+                                s.get_ref()
+                            ),
+                            "use \"200\", \"200-399\" or \"2xx\"",
+                        );
+                    }
+                    range
+                })
+                .collect(),
+        }
+    }
+
+    /// `healthy` or `unhealthy`: how many checks in a row change a server's state.
+    fn check_count(
+        &mut self,
+        upstream: &str,
+        v: &Option<Spanned<u32>>,
+        field: &str,
+        default: u32,
+    ) -> NonZeroU32 {
+        match v {
             None => NonZeroU32::new(default).expect("defaults are positive"),
             Some(n) => NonZeroU32::new(*n.get_ref()).unwrap_or_else(|| {
                 self.err_at(
@@ -130,17 +165,15 @@ impl Cx<'_> {
                 );
                 NonZeroU32::MIN
             }),
-        };
-        let healthy = count(&r.healthy, "healthy", 2);
-        let unhealthy = count(&r.unhealthy, "unhealthy", 3);
-        HealthCheck {
-            probe,
-            interval,
-            timeout,
-            healthy,
-            unhealthy,
         }
     }
+}
+
+/// A health check's `type`.
+#[derive(Clone, Copy, PartialEq)]
+enum ProbeKind {
+    Http,
+    Tcp,
 }
 
 impl Cx<'_> {

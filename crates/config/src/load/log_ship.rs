@@ -1,6 +1,7 @@
 //! `[[log.ship]]`: where access log lines go besides the file.
 
 use super::Cx;
+use crate::client_tls::ClientIdentity;
 use crate::logging::{HttpLogFormat, LogShip, SYSLOG_FACILITIES, ShipSink, SyslogTransport};
 use crate::raw::RawLogShip;
 use std::collections::HashSet;
@@ -103,6 +104,7 @@ impl Cx<'_> {
         })
     }
 
+    /// An `http://` or `https://` log store: batches of lines in `format`.
     fn http_sink(&mut self, r: &RawLogShip, https: bool) -> Option<ShipSink> {
         let url = match r.url.get_ref().parse::<http::Uri>() {
             Ok(u) if u.authority().is_some() && u.port_u16() != Some(0) => u,
@@ -115,7 +117,32 @@ impl Cx<'_> {
                 return None;
             }
         };
-        let format = match r.format.as_ref().map(|f| f.get_ref().as_str()) {
+        let format = self.http_log_format(r)?;
+        self.check_http_format_keys(r, &format);
+        let headers = self.ship_headers(r);
+        for (key, given) in [("facility", &r.facility), ("app_name", &r.app_name)] {
+            if let Some(v) = given {
+                self.err_at(
+                    v,
+                    format!("[[log.ship]] `{key}` is for syslog shippers; this one is HTTP"),
+                    format!("remove `{key}`, or ship to a udp:// or tcp:// url"),
+                );
+            }
+        }
+        let (ca, client_identity) = self.http_sink_tls(r, https)?;
+        Some(ShipSink::Http {
+            url,
+            format,
+            headers,
+            ca,
+            client_identity,
+        })
+    }
+
+    /// `format` (default JSON lines) of an HTTP shipper, with `protocol` for OTLP and
+    /// `index` for Elasticsearch.
+    fn http_log_format(&mut self, r: &RawLogShip) -> Option<HttpLogFormat> {
+        Some(match r.format.as_ref().map(|f| f.get_ref().as_str()) {
             None | Some("json_lines") => {
                 if let Some(i) = &r.index {
                     self.err_at(
@@ -152,7 +179,12 @@ impl Cx<'_> {
                 );
                 return None;
             }
-        };
+        })
+    }
+
+    /// `protocol` belongs to OTLP shippers, and an Elasticsearch `index` must be a valid
+    /// index name.
+    fn check_http_format_keys(&mut self, r: &RawLogShip, format: &HttpLogFormat) {
         if let (Some(p), false) = (&r.protocol, matches!(format, HttpLogFormat::Otlp { .. })) {
             self.err_at(
                 p,
@@ -160,7 +192,7 @@ impl Cx<'_> {
                 "remove it, or set format = \"otlp\"",
             );
         }
-        if let HttpLogFormat::Elasticsearch { index } = &format
+        if let HttpLogFormat::Elasticsearch { index } = format
             && (index.is_empty() || index.contains(['"', '\\', '/', ' ']))
         {
             self.err_at(
@@ -169,16 +201,15 @@ impl Cx<'_> {
                 "use lowercase letters, digits, '-' and '_', such as \"sluice-access\"",
             );
         }
-        let headers = self.ship_headers(r);
-        for (key, given) in [("facility", &r.facility), ("app_name", &r.app_name)] {
-            if let Some(v) = given {
-                self.err_at(
-                    v,
-                    format!("[[log.ship]] `{key}` is for syslog shippers; this one is HTTP"),
-                    format!("remove `{key}`, or ship to a udp:// or tcp:// url"),
-                );
-            }
-        }
+    }
+
+    /// `ca`, `client_cert` and `client_key`, for `https://` stores only; `None` when one has
+    /// a mistake (reported).
+    fn http_sink_tls(
+        &mut self,
+        r: &RawLogShip,
+        https: bool,
+    ) -> Option<(Option<Vec<u8>>, Option<ClientIdentity>)> {
         let ca = match &r.ca {
             Some(at) if !https => {
                 self.err_at(
@@ -205,15 +236,8 @@ impl Cx<'_> {
                 r.client_key.as_ref(),
             )
             .ok()?;
-        Some(ShipSink::Http {
-            url,
-            format,
-            headers,
-            ca,
-            client_identity,
-        })
+        Some((ca, client_identity))
     }
-
     /// `headers`: each a valid HTTP header.
     fn ship_headers(&mut self, r: &RawLogShip) -> Vec<(String, String)> {
         let mut headers = Vec::new();

@@ -4,11 +4,25 @@ use super::{Cx, RawConfig, key_belongs};
 use crate::compression::*;
 use crate::raw::*;
 use crate::snapshot::*;
+use boring::pkey::{PKey, Private};
 use boring::x509::X509;
 use std::time::Duration;
 use toml::Spanned;
 
 impl Cx<'_> {
+    /// `[offload]`: where TLS key operations and compression run, and the key servers.
+    pub(super) fn offload(&mut self, raw: &RawOffload, allow_insecure_keys: bool) -> Offload {
+        Offload {
+            crypto: self.crypto_offload(raw.crypto.as_ref()),
+            compress: self.compress_offload(raw.compress.as_ref()),
+            keyless: raw
+                .keyless
+                .as_ref()
+                .and_then(|k| self.keyless_offload(k, allow_insecure_keys)),
+            handshakes: self.handshakes(raw.handshakes.as_ref()),
+        }
+    }
+
     pub(super) fn crypto_engines(
         &mut self,
         list: &Spanned<Vec<String>>,
@@ -141,33 +155,13 @@ impl Cx<'_> {
         }
     }
 
+    /// `[offload.keyless]`: the key servers, and this gateway's client certificate for them.
     pub(super) fn keyless_offload(
         &mut self,
         raw: &RawOffloadKeyless,
         allow_insecure: bool,
     ) -> Option<KeylessOffload> {
-        let servers = raw.servers.get_ref().clone();
-        if servers.is_empty() {
-            self.err_at(
-                &raw.servers,
-                "[offload.keyless] servers is empty",
-                "list the key servers, e.g. servers = [\"10.0.0.5:2407\", \"10.0.0.6:2407\"]",
-            );
-            return None;
-        }
-        for a in &servers {
-            let ok = a
-                .rsplit_once(':')
-                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-            if !ok {
-                self.err_at(
-                    &raw.servers,
-                    format!("[offload.keyless] server \"{a}\" is not host:port"),
-                    "write each key server as host:port, e.g. \"10.0.0.5:2407\"",
-                );
-                return None;
-            }
-        }
+        let servers = self.key_servers(raw)?;
         let server_name = raw.server_name.as_ref().map_or_else(
             || {
                 let host = servers[0].rsplit_once(':').map_or("", |(h, _)| h);
@@ -175,28 +169,7 @@ impl Cx<'_> {
             },
             |n| n.get_ref().clone(),
         );
-        let ca = self.pem_certificates(
-            &raw.ca,
-            "[offload.keyless] ca",
-            "the CA (or the certificates) that key servers' certificates chain to",
-        );
-        let certificate = self.pem_certificates(
-            &raw.certificate,
-            "[offload.keyless] certificate",
-            "this gateway's client certificate, leaf first",
-        );
-        let key_path = self.path(raw.key.get_ref());
-        let key = self.private_key("[offload.keyless]", &raw.key, &key_path, allow_insecure);
-        let (ca, certificate, key) = (ca?, certificate?, key?);
-        let matches = key_belongs(&certificate[0], &key);
-        if !matches {
-            self.err_at(
-                &raw.key,
-                "[offload.keyless]: key does not belong to certificate",
-                "give the key the client certificate was issued for",
-            );
-            return None;
-        }
+        let (ca, certificate, key) = self.keyless_identity(raw, allow_insecure)?;
         let connections = match &raw.connections {
             Some(c) if *c.get_ref() == 0 => {
                 self.err_at(
@@ -233,6 +206,64 @@ impl Cx<'_> {
         })
     }
 
+    /// `servers`: at least one key server, each host:port.
+    fn key_servers(&mut self, raw: &RawOffloadKeyless) -> Option<Vec<String>> {
+        let servers = raw.servers.get_ref().clone();
+        if servers.is_empty() {
+            self.err_at(
+                &raw.servers,
+                "[offload.keyless] servers is empty",
+                "list the key servers, e.g. servers = [\"10.0.0.5:2407\", \"10.0.0.6:2407\"]",
+            );
+            return None;
+        }
+        for a in &servers {
+            let ok = a
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !ok {
+                self.err_at(
+                    &raw.servers,
+                    format!("[offload.keyless] server \"{a}\" is not host:port"),
+                    "write each key server as host:port, e.g. \"10.0.0.5:2407\"",
+                );
+                return None;
+            }
+        }
+        Some(servers)
+    }
+
+    /// `ca`, `certificate` and `key`: the CAs key servers' certificates chain to, and the
+    /// client certificate (with its key, which must match) this gateway presents to them.
+    fn keyless_identity(
+        &mut self,
+        raw: &RawOffloadKeyless,
+        allow_insecure: bool,
+    ) -> Option<(Vec<X509>, Vec<X509>, PKey<Private>)> {
+        let ca = self.pem_certificates(
+            &raw.ca,
+            "[offload.keyless] ca",
+            "the CA (or the certificates) that key servers' certificates chain to",
+        );
+        let certificate = self.pem_certificates(
+            &raw.certificate,
+            "[offload.keyless] certificate",
+            "this gateway's client certificate, leaf first",
+        );
+        let key_path = self.path(raw.key.get_ref());
+        let key = self.private_key("[offload.keyless]", &raw.key, &key_path, allow_insecure);
+        let (ca, certificate, key) = (ca?, certificate?, key?);
+        let matches = key_belongs(&certificate[0], &key);
+        if !matches {
+            self.err_at(
+                &raw.key,
+                "[offload.keyless]: key does not belong to certificate",
+                "give the key the client certificate was issued for",
+            );
+            return None;
+        }
+        Some((ca, certificate, key))
+    }
     /// Reads a non-empty PEM certificate list for `key`.
     pub(super) fn pem_certificates(
         &mut self,

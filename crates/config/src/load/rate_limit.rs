@@ -7,6 +7,20 @@ use std::time::Duration;
 use toml::Spanned;
 
 impl Cx<'_> {
+    /// Every `store = "redis"` (recorded in `redis_users` as it was read) needs `[rate_limit]
+    /// redis`.
+    pub(super) fn check_redis_configured(&mut self, store: &RateLimitStore) {
+        if store.redis.is_none() {
+            for at in std::mem::take(&mut self.redis_users) {
+                self.err(
+                    at,
+                    "store = \"redis\" shares this limit through Redis, and no Redis is configured",
+                    "add [rate_limit] redis = \"redis://127.0.0.1:6379/\", or use store = \"local\" (max_connections_store = \"local\" for an MQTT cap)",
+                );
+            }
+        }
+    }
+
     /// `[route.rate_limit]`, or one of an MQTT listener's connection rates; `route` names its
     /// owner in errors (``route `api` ``).
     pub(super) fn rate_limit(&mut self, route: &str, raw: &Spanned<RawRateLimit>) -> RateLimit {

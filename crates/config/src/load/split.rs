@@ -10,6 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use toml::Spanned;
 
 impl Cx<'_> {
+    /// `[[route.split]]` and `split_on`: the route's traffic splits, and what keeps a user on
+    /// their side of a weighted one. A split naming no defined upstream is reported and left
+    /// out.
     pub(super) fn split(
         &mut self,
         raw: &RawRoute,
@@ -17,20 +20,7 @@ impl Cx<'_> {
         is_broken: &dyn Fn(&str, &str) -> bool,
     ) -> (Vec<Split>, HashKey) {
         let route = raw.name.get_ref();
-        let split_on = match &raw.split_on {
-            None => HashKey::Client,
-            Some(v) => match super::upstream::hash_key(v.get_ref()) {
-                Some(HashKey::Uri) | None => {
-                    self.err_at(
-                        v,
-                        format!("route `{route}`: split_on = \"{}\" is not a split key", v.get_ref()),
-                        "use \"cookie:NAME\" or \"header:NAME\" (a user keeps their side), \"query:NAME\" or \"client\"",
-                    );
-                    HashKey::Client
-                }
-                Some(k) => k,
-            },
-        };
+        let split_on = self.split_on(raw);
         let mut out = Vec::new();
         let mut weighted_total = 0u32;
         for s in raw.split.iter().flatten() {
@@ -46,41 +36,11 @@ impl Cx<'_> {
                     "fix the name or add an [[upstream]] with it",
                 );
             }
-            let basis_points = match &r.weight {
-                None => 10_000,
-                Some(w) if *w.get_ref() > 0.0 && *w.get_ref() <= 100.0 => {
-                    (w.get_ref() * 100.0).round() as u32
-                }
-                Some(w) => {
-                    self.err_at(
-                        w,
-                        format!(
-                            "route `{route}`: split weight {} is not a percentage above 0",
-                            w.get_ref()
-                        ),
-                        "use a percentage such as 5 (or 0.5), at most 100",
-                    );
-                    0
-                }
-            };
-            let matches = r.header.is_some() || r.cookie.is_some() || r.query.is_some();
-            if !matches {
+            let basis_points = self.split_weight(route, r);
+            if r.header.is_none() && r.cookie.is_none() && r.query.is_none() {
                 weighted_total += basis_points;
-                if r.weight.is_none() {
-                    self.err_at(
-                        &r.upstream,
-                        format!("route `{route}`: a split to `{}` with neither weight nor match takes everything", r.upstream.get_ref()),
-                        "add weight = 5 (percent), or header/cookie/query to match; or make it the route's upstream",
-                    );
-                }
             }
             let headers = self.header_match(route, "split", r.header.as_ref());
-            let pairs = |m: &Option<BTreeMap<String, Spanned<String>>>| -> Vec<(String, String)> {
-                m.iter()
-                    .flatten()
-                    .map(|(k, v)| (k.clone(), v.get_ref().clone()))
-                    .collect()
-            };
             if let Some(u) = upstream {
                 out.push(Split {
                     upstream: u,
@@ -105,4 +65,66 @@ impl Cx<'_> {
         }
         (out, split_on)
     }
+
+    /// `split_on` (default the client's address): what a weighted split hashes, so that a
+    /// user stays on one side.
+    fn split_on(&mut self, raw: &RawRoute) -> HashKey {
+        let Some(v) = &raw.split_on else {
+            return HashKey::Client;
+        };
+        match super::upstream::hash_key(v.get_ref()) {
+            Some(HashKey::Uri) | None => {
+                self.err_at(
+                    v,
+                    format!(
+                        "route `{}`: split_on = \"{}\" is not a split key",
+                        raw.name.get_ref(),
+                        v.get_ref()
+                    ),
+                    "use \"cookie:NAME\" or \"header:NAME\" (a user keeps their side), \"query:NAME\" or \"client\"",
+                );
+                HashKey::Client
+            }
+            Some(k) => k,
+        }
+    }
+
+    /// A split's `weight` in basis points (all of the traffic by default); a split without a
+    /// match needs one, or it would take everything.
+    fn split_weight(&mut self, route: &str, r: &RawSplit) -> u32 {
+        let basis_points = match &r.weight {
+            None => 10_000,
+            Some(w) if *w.get_ref() > 0.0 && *w.get_ref() <= 100.0 => {
+                (w.get_ref() * 100.0).round() as u32
+            }
+            Some(w) => {
+                self.err_at(
+                    w,
+                    format!(
+                        "route `{route}`: split weight {} is not a percentage above 0",
+                        w.get_ref()
+                    ),
+                    "use a percentage such as 5 (or 0.5), at most 100",
+                );
+                0
+            }
+        };
+        let matches = r.header.is_some() || r.cookie.is_some() || r.query.is_some();
+        if !matches && r.weight.is_none() {
+            self.err_at(
+                &r.upstream,
+                format!("route `{route}`: a split to `{}` with neither weight nor match takes everything", r.upstream.get_ref()),
+                "add weight = 5 (percent), or header/cookie/query to match; or make it the route's upstream",
+            );
+        }
+        basis_points
+    }
+}
+
+/// A split's `cookie` or `query` matches, as name and value.
+fn pairs(m: &Option<BTreeMap<String, Spanned<String>>>) -> Vec<(String, String)> {
+    m.iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+        .collect()
 }

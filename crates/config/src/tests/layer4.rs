@@ -2,6 +2,7 @@
 
 use super::{errors, said_at};
 use crate::{HostPattern, ListenerKind, ProxyProtocol, load_str};
+use std::path::Path;
 use std::time::Duration;
 
 const UPSTREAMS: &str = r#"
@@ -68,7 +69,48 @@ passthrough = {{ "*.example.com" = "b", "a.example.com" = "db" }}
 
 #[test]
 fn a_broken_layer4_configuration_says_what_to_write() {
-    let src = format!(
+    let src = broken_layer4_configuration();
+    let dir = tempfile::tempdir().unwrap();
+    let errs = errors(&src, dir.path());
+    let at = |needle: &str| said_at(&errs, &src, needle);
+    assert!(
+        at("name = \"no-upstream\"").contains("has no upstream"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("upstream = \"dbb\"").contains("use one of: b, db, h2, v3"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("passthrough = {").contains("both terminates TLS"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("# on an HTTP listener").contains("for kind = \"tcp\" listeners"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("proxy_protocol = true").contains("trusted_proxies = ["),
+        "{errs:#?}"
+    );
+    assert!(at("kind = \"udp\"").contains("\"http\""), "{errs:#?}");
+    assert!(
+        at("send_proxy_protocol = \"v1\"").contains("use protocol = \"http1\""),
+        "{errs:#?}"
+    );
+    assert!(
+        at("send_proxy_protocol = \"v3\"").contains("v2"),
+        "{errs:#?}"
+    );
+    assert!(
+        at("listeners = [\"fine-tcp\"]").contains("does not route requests"),
+        "{errs:#?}"
+    );
+}
+
+/// A configuration with one mistake of each kind a layer-4 listener or upstream can make.
+fn broken_layer4_configuration() -> String {
+    format!(
         r#"
 [[listener]]
 name = "no-upstream"
@@ -116,43 +158,7 @@ name = "r"
 listeners = ["fine-tcp"]
 upstream = "h2"
 {UPSTREAMS}"#
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let errs = errors(&src, dir.path());
-    let at = |needle: &str| said_at(&errs, &src, needle);
-    assert!(
-        at("name = \"no-upstream\"").contains("has no upstream"),
-        "{errs:#?}"
-    );
-    assert!(
-        at("upstream = \"dbb\"").contains("use one of: b, db, h2, v3"),
-        "{errs:#?}"
-    );
-    assert!(
-        at("passthrough = {").contains("both terminates TLS"),
-        "{errs:#?}"
-    );
-    assert!(
-        at("# on an HTTP listener").contains("for kind = \"tcp\" listeners"),
-        "{errs:#?}"
-    );
-    assert!(
-        at("proxy_protocol = true").contains("trusted_proxies = ["),
-        "{errs:#?}"
-    );
-    assert!(at("kind = \"udp\"").contains("\"http\""), "{errs:#?}");
-    assert!(
-        at("send_proxy_protocol = \"v1\"").contains("use protocol = \"http1\""),
-        "{errs:#?}"
-    );
-    assert!(
-        at("send_proxy_protocol = \"v3\"").contains("v2"),
-        "{errs:#?}"
-    );
-    assert!(
-        at("listeners = [\"fine-tcp\"]").contains("does not route requests"),
-        "{errs:#?}"
-    );
+    )
 }
 
 #[test]
@@ -238,6 +244,13 @@ balance = "consistent_hash"
 hash_balance_factor = 0
 servers = [{ address = "127.0.0.1:1883" }, { address = "127.0.0.1:1884" }]
 "#;
+    let dir = tempfile::tempdir().unwrap();
+    mqtt_listeners_load_with_their_defaults(dir.path(), brokers);
+    mqtt_listener_mistakes_are_named(dir.path(), brokers);
+}
+
+/// Two MQTT listeners, one with the defaults and one with every setting.
+fn mqtt_listeners_load_with_their_defaults(dir: &Path, brokers: &str) {
     let src = format!(
         r#"
 [[listener]]
@@ -257,8 +270,7 @@ max_connect_size = "8k"
 route_by = "username"
 {brokers}"#
     );
-    let dir = tempfile::tempdir().unwrap();
-    let s = load_str(&src, "t.toml", dir.path()).unwrap();
+    let s = load_str(&src, "t.toml", dir).unwrap();
     let ListenerKind::Mqtt(d) = &s.listeners[0].kind else {
         panic!("{:?}", s.listeners[0].kind)
     };
@@ -288,7 +300,10 @@ route_by = "username"
             Duration::from_secs(120)
         )
     );
+}
 
+/// Each mistake of an MQTT listener (or of `[listener.mqtt]` elsewhere), where it is.
+fn mqtt_listener_mistakes_are_named(dir: &Path, brokers: &str) {
     let bad = format!(
         r#"
 [[listener]]
@@ -315,7 +330,7 @@ route_by = "device"
 client_id_pattern = "^dev-[0-9"
 {UPSTREAMS}{brokers}"#
     );
-    let errs = errors(&bad, dir.path());
+    let errs = errors(&bad, dir);
     let at = |needle: &str| said_at(&errs, &bad, needle);
     assert!(
         at("upstream = \"db\"").contains("does not hash"),

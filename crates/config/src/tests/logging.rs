@@ -116,43 +116,7 @@ app_name = "edge"
 #[test]
 fn log_shipper_mistakes_are_named_where_they_are() {
     let dir = tempfile::tempdir().unwrap();
-    let bad = format!(
-        r#"{BASE}
-[[log.ship]]
-name = "a"
-url = "ftp://logs:21"
-[[log.ship]]
-name = "a"
-url = "http://127.0.0.1:9428/x"
-format = "gelf"
-[[log.ship]]
-name = "s"
-url = "udp://logs example:514"
-[[log.ship]]
-name = "t"
-url = "udp://127.0.0.1:514"
-facility = "local9"
-index = "x"
-[[log.ship]]
-name = "h"
-url = "http://127.0.0.1:9428/x"
-facility = "local0"
-batch = 0
-ca = "ca.pem"
-[[log.ship]]
-name = "proto"
-url = "http://127.0.0.1:9428/x"
-protocol = "grpc"
-[[log.ship]]
-name = "half"
-url = "tls://logs.example:6514"
-client_cert = "c.pem"
-[[log.ship]]
-name = "missing-ca"
-url = "https://logs.example/_bulk"
-ca = "nothere.pem"
-"#
-    );
+    let bad = bad_shippers();
     let errs = errors(&bad, dir.path());
     let at = |needle: &str| said_at(&errs, &bad, needle);
     assert!(
@@ -195,4 +159,45 @@ ca = "nothere.pem"
         "{errs:#?}"
     );
     assert_eq!(errs.len(), 12, "{errs:#?}");
+}
+
+/// `[[log.ship]]` entries with one mistake or more each.
+fn bad_shippers() -> String {
+    format!(
+        r#"{BASE}
+[[log.ship]]
+name = "a"
+url = "ftp://logs:21"
+[[log.ship]]
+name = "a"
+url = "http://127.0.0.1:9428/x"
+format = "gelf"
+[[log.ship]]
+name = "s"
+url = "udp://logs example:514"
+[[log.ship]]
+name = "t"
+url = "udp://127.0.0.1:514"
+facility = "local9"
+index = "x"
+[[log.ship]]
+name = "h"
+url = "http://127.0.0.1:9428/x"
+facility = "local0"
+batch = 0
+ca = "ca.pem"
+[[log.ship]]
+name = "proto"
+url = "http://127.0.0.1:9428/x"
+protocol = "grpc"
+[[log.ship]]
+name = "half"
+url = "tls://logs.example:6514"
+client_cert = "c.pem"
+[[log.ship]]
+name = "missing-ca"
+url = "https://logs.example/_bulk"
+ca = "nothere.pem"
+"#
+    )
 }

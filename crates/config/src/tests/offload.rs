@@ -75,11 +75,15 @@ fn offload_settings_load_and_bad_engines_are_named() {
         Some("127.0.0.1:9901".parse().unwrap()),
         "admin on loopback by default"
     );
+    bad_engines_are_named(dir.path(), base);
+}
 
+/// Unknown engines, a pool of no threads and a bad admin address, each named.
+fn bad_engines_are_named(dir: &Path, base: &str) {
     let bad = format!(
         "{base}[offload.crypto]\nengines = [\"gpu\"]\npool_threads = 0\n[admin]\naddress = \"nowhere\"\n[[certificate]]\nname = \"a\"\ncert = \"a.crt\"\nkey = \"a.key\"\noffload_engines = [\"qat\"]\n"
     );
-    let errs = errors(&bad, dir.path());
+    let errs = errors(&bad, dir);
     for needle in [
         "\"gpu\"",
         "pool_threads must be at least 1",

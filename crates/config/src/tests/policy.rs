@@ -154,10 +154,16 @@ upstream = "o"
 rate = "5/s"
 store = "redis"
 "#;
+    redis_over_tls_loads_its_files(dir.path(), tail);
+    unservable_redis_urls_are_refused(dir.path(), tail);
+}
+
+/// `rediss://` with its CA and client certificate, with the system's roots, and `redis://`.
+fn redis_over_tls_loads_its_files(dir: &Path, tail: &str) {
     let good = format!(
         "[rate_limit]\nredis = \"rediss://:pw@redis.internal:6380/2\"\nredis_ca = \"ca.crt\"\nredis_certificate = \"gw.crt\"\nredis_key = \"gw.key\"\n{tail}"
     );
-    let s = load_str(&good, "good.toml", dir.path()).unwrap();
+    let s = load_str(&good, "good.toml", dir).unwrap();
     let tls = s
         .rate_limit_store
         .redis_tls
@@ -171,17 +177,21 @@ store = "redis"
     );
     // The system's roots when no CA is given; no TLS for redis://.
     let roots = format!("[rate_limit]\nredis = \"rediss://redis.internal/\"\n{tail}");
-    let s = load_str(&roots, "good.toml", dir.path()).unwrap();
+    let s = load_str(&roots, "good.toml", dir).unwrap();
     assert!(s.rate_limit_store.redis_tls.as_ref().unwrap().ca.is_empty());
     let plain = format!("[rate_limit]\nredis = \"redis://127.0.0.1:6379/\"\n{tail}");
     assert!(
-        load_str(&plain, "good.toml", dir.path())
+        load_str(&plain, "good.toml", dir)
             .unwrap()
             .rate_limit_store
             .redis_tls
             .is_none()
     );
+}
 
+/// Each Redis URL or TLS file the gateway cannot use, refused where it is written, and never
+/// with the password in the message.
+fn unservable_redis_urls_are_refused(dir: &Path, tail: &str) {
     for (store, needle, says) in [
         (
             "redis = \"rediss://127.0.0.1:6380/#insecure\"",
@@ -232,7 +242,7 @@ store = "redis"
         ),
     ] {
         let src = format!("[rate_limit]\n{store}\n{tail}");
-        let errs = errors(&src, dir.path());
+        let errs = errors(&src, dir);
         let said = said_at(&errs, &src, needle);
         assert!(said.contains(says), "{store}: {errs:#?}");
         assert!(
@@ -354,6 +364,12 @@ servers = [{ address = "127.0.0.1:9000" }]
 #[test]
 fn route_caches_and_their_mistakes() {
     let dir = tempfile::tempdir().unwrap();
+    route_caches_load_as_written(dir.path());
+    route_cache_mistakes_are_located(dir.path());
+}
+
+/// `[cache]` and `[route.cache]` as written, and `[cache]`'s defaults.
+fn route_caches_load_as_written(dir: &Path) {
     let good = r#"
 [cache]
 max_size = "64m"
@@ -384,7 +400,7 @@ bypass = ["cookie:session", "query:nocache"]
 name = "uncached"
 upstream = "o"
 "#;
-    let s = load_str(good, "good.toml", dir.path()).unwrap();
+    let s = load_str(good, "good.toml", dir).unwrap();
     assert_eq!(s.cache.max_size, 64 << 20);
     assert_eq!(s.cache.max_object_size, Some(20 << 20));
     assert_eq!(s.cache.upgrade_share_percent, 10);
@@ -422,13 +438,17 @@ upstream = "o"
     let unset = load_str(
         "[[listener]]\nname = \"http\"\naddress = \"127.0.0.1:0\"\n",
         "none.toml",
-        dir.path(),
+        dir,
     )
     .unwrap();
     assert_eq!(unset.cache.max_size, 256 << 20);
     assert_eq!(unset.cache.max_object_size, None);
+}
+
+/// Each mistake of `[cache]` and `[route.cache]`, where it is.
+fn route_cache_mistakes_are_located(dir: &Path) {
     let over = "[cache]\nmax_size = \"2m\"\nmax_object_size = \"3m\"\n";
-    let errs = errors(over, dir.path());
+    let errs = errors(over, dir);
     assert!(
         said_at(&errs, over, "\"3m\"").contains("not between 1 and max_size"),
         "{errs:#?}"
@@ -462,7 +482,7 @@ upstream = "o"
 [route.cache]
 max_age = 5
 "#;
-    let errs = errors(bad, dir.path());
+    let errs = errors(bad, dir);
     let at = |needle: &str| said_at(&errs, bad, needle);
     assert!(at("\"100k\"").contains("too small"), "{errs:#?}");
     assert!(
