@@ -26,6 +26,9 @@ slower pass: the stacks are parsed after each run).
 Part 2, `ngx.shared` incr: a script that increments one key 100 times and answers 204, on
 both gateways (every worker incrementing the same dictionary); increments per second per
 gateway core (100 x requests / gateway CPU seconds), including the request's own cost.
+Sluice runs it twice: with the default instruction budget, under which the JIT compiler is
+off, and in a second process with `max_instructions = 0` (no budget, as NGINX has none),
+where the JIT is on and `incr` is an FFI call compiled into the script's trace.
 
 Called by bench/lua.
 """
@@ -44,6 +47,8 @@ import bench as B
 
 ORIGIN = 18700
 SLUICE = {"none": 18710, "lua": 18711, "incr": 18712}
+# The second Sluice process, without an instruction budget (the JIT on).
+SLUICE_JIT = {"incr": 18713}
 NGINX = {"none": 18720, "lua": 18721, "incr": 18722}
 
 ACCESS = """
@@ -97,7 +102,7 @@ def nginx_conf(d):
 """
 
 
-def sluice_conf(d):
+def sluice_conf(d, ports=SLUICE, budget=True):
     scripts = {"none": "", "lua": f"[route.lua]\naccess = '''{ACCESS}'''\n",
                "incr": f"[route.lua]\naccess = '''{INCR}'''\n"}
     out = [f"""
@@ -110,12 +115,13 @@ access_log = "off"
 enabled = false
 [lua]
 shared_dicts = {{ counts = "1m" }}
+{"" if budget else "max_instructions = 0"}
 [[upstream]]
 name = "o"
 keepalive = 64
 servers = [{{ address = "127.0.0.1:{ORIGIN}" }}]
 """]
-    for row, port in SLUICE.items():
+    for row, port in ports.items():
         out.append(f"""
 [[listener]]
 name = "{row}"
@@ -226,7 +232,8 @@ def main():
         args.runs, args.duration = 1, 1.0
     cpu = B.cpu_model()
     B.log(f"CPU: {cpu}; {args.runs} runs x {args.duration:g} s per row")
-    rows = {f"{g} {k}": [] for g, ports in (("sluice", SLUICE), ("nginx", NGINX)) for k in ports}
+    rows = {f"{g} {k}": [] for g, ports in (("sluice", SLUICE), ("nginx", NGINX), ("sluice-jit", SLUICE_JIT))
+            for k in ports}
     sampled = not args.no_perf and shutil.which("perf") is not None
     if sampled:
         rows.update({"sluice sampled": [], "nginx sampled": []})
@@ -238,6 +245,7 @@ def main():
         Path(d, "origin.conf").write_text(origin_conf(d))
         Path(d, "nginx.conf").write_text(nginx_conf(d))
         Path(d, "sluice.toml").write_text(sluice_conf(d))
+        Path(d, "sluice-jit.toml").write_text(sluice_conf(d, SLUICE_JIT, budget=False))
         procs = []
         try:
             procs.append(B.Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], B.LOAD_CORE, ORIGIN, f"{d}/origin.out"))
@@ -246,8 +254,12 @@ def main():
             sluice = B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file", f"{d}/sluice.pid"],
                             B.GW_CORE, SLUICE["lua"], f"{d}/sluice.out")
             procs.append(sluice)
+            jit = B.Proc("sluice-jit", [str(B.SLUICE), "run", "--config", f"{d}/sluice-jit.toml", "--pid-file",
+                                        f"{d}/sluice-jit.pid"], B.GW_CORE, SLUICE_JIT["incr"], f"{d}/sluice-jit.out")
+            procs.append(jit)
             plan = [(f"sluice {k}", sluice, p) for k, p in SLUICE.items()] + \
-                   [(f"nginx {k}", nginx, p) for k, p in NGINX.items()]
+                   [(f"nginx {k}", nginx, p) for k, p in NGINX.items()] + \
+                   [(f"sluice-jit {k}", jit, p) for k, p in SLUICE_JIT.items()]
             for name, proc, port in plan:
                 measure(proc, port, 1)  # warm-up
             for run in range(args.runs):
@@ -317,12 +329,16 @@ def report(cpu, args, rows):
     print("| gateway | increments per second per gateway core |")
     print("|---|---|")
     per_core = {who: [r["completed"] * 100 / max(r["cpu_s"], 1e-9) for r in rows[f"{who} incr"]]
-                for who in ("sluice", "nginx")}
+                for who in ("sluice", "sluice-jit", "nginx")}
     g = lambda s: f"{s['median']:,.0f} [{s['min']:,.0f}-{s['max']:,.0f}]"
-    for who in ("sluice", "nginx"):
-        print(f"| {who} | {g(B.summarize(per_core[who]))} |")
-    r = B.summarize([a / b for a, b in zip(per_core["sluice"], per_core["nginx"])])
-    print(f"\nSluice / NGINX, run by run: {r['median']:.2f}x [{r['min']:.2f}-{r['max']:.2f}]")
+    names = {"sluice": "sluice (instruction budget, JIT off: the default)",
+             "sluice-jit": "sluice, max_instructions = 0 (no budget, JIT on)", "nginx": "nginx"}
+    for who in ("sluice", "sluice-jit", "nginx"):
+        print(f"| {names[who]} | {g(B.summarize(per_core[who]))} |")
+    print()
+    for who in ("sluice", "sluice-jit"):
+        r = B.summarize([a / b for a, b in zip(per_core[who], per_core["nginx"])])
+        print(f"{names[who]} / NGINX, run by run: {r['median']:.2f}x [{r['min']:.2f}-{r['max']:.2f}]  ")
 
 
 if __name__ == "__main__":

@@ -150,6 +150,8 @@ impl State {
             lua.load(OS_REMOVED).set_name("=sluice").exec()?;
             if budgeted {
                 lua.load(JIT_OFF).set_name("=sluice").exec()?;
+            } else {
+                lua.set_app_data(crate::shared::jit::JitOn);
             }
             if let Some(path) = &settings.package_path {
                 let package: mlua::Table = lua.globals().get("package")?;

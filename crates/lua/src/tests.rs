@@ -720,4 +720,5 @@ ngx.req.set_header("X-Ran", "1")
 }
 
 mod fuzz;
+mod jit;
 mod robustness;

@@ -726,7 +726,7 @@ fn admin_lines(out: &mut String, snapshot: &Snapshot, a: SocketAddr, embedded: O
 }
 
 /// How a shell reaches this binary: `sluice` where the PATH finds this very file, else its
-/// full path (`scripts/run` runs target/release/sluice, which no PATH names), so that the
+/// full path (`scripts/run` runs target/quick/sluice, which no PATH names), so that the
 /// commands the banner prints work when pasted.
 fn self_command() -> String {
     let Ok(exe) = std::env::current_exe() else {

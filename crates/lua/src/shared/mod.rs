@@ -3,6 +3,7 @@
 //! (`ok, err, forcible`). A dictionary outlives configurations while its size stays, as an
 //! NGINX shared zone outlives a reload.
 
+pub(crate) mod jit;
 pub(crate) mod raw;
 
 use lru::LruCache;

@@ -1,0 +1,138 @@
+//! `ngx.shared.DICT:incr` through LuaJIT's FFI, for states whose JIT compiler is on (`[lua]
+//! max_instructions = 0`: no budget).
+//!
+//! Compiled code calls an FFI function as a plain machine call, while a `lua_CFunction` is
+//! something a trace cannot hold: each call leaves it and the interpreter runs the call
+//! ([`super::raw`]'s C functions). lua-resty-core calls lua-nginx-module's dictionary through
+//! the FFI for the same reason. Under a budget the JIT is off (`crate::budget`), and in the
+//! interpreter an FFI call costs more than a C function: those states keep [`super::raw`].
+//!
+//! The FFI library is opened for this module alone: scripts get no `ffi` (it can take the
+//! process down), so it is taken out of `package.loaded` where LuaJIT registers it, and the
+//! wrapper's upvalues are out of reach without `debug`.
+
+#![expect(
+    unsafe_code,
+    reason = "an FFI entry point that compiled Lua code calls"
+)]
+
+use super::SharedDict;
+use mlua::{Function, Lua, Table, ffi};
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+/// The mark (app data) of a state whose JIT compiler is on: its dictionaries get the FFI
+/// `incr` ([`install`]).
+pub(crate) struct JitOn;
+
+/// `out[0]` of [`incr`]: the increment was made; anything else sends the call to the
+/// C function, which answers it (errors included) as lua-resty-core does.
+const DONE: c_int = 0;
+/// `out[0]` of [`incr`]: not made (no such key, not a number, no memory, a panic).
+const NOT_DONE: c_int = 1;
+
+/// The Lua side: argument checks as [`super::raw`]'s fast path makes them, then the FFI
+/// call; every other shape of call, and every call the FFI function did not make, goes to
+/// `slow` (the C closure).
+const WRAPPER: &str = r#"
+local ffi, dict, entry, slow = ...
+local c_incr = ffi.cast("double (*)(const void *, const char *, size_t, double, double, int, int *)", entry)
+local ptr = ffi.cast("const void *", dict)
+local out = ffi.new("int[2]")
+local type = type
+return function(self, key, value, init, init_ttl, ...)
+    if type(key) == "string" and type(value) == "number" and init_ttl == nil then
+        local len, kind = #key, type(init)
+        if len > 0 and len <= 65535 and (kind == "nil" or kind == "number") then
+            local n = c_incr(ptr, key, len, value, init or 0, init and 1 or 0, out)
+            if out[0] == 0 then
+                if init == nil then return n end
+                return n, nil, out[1] == 1
+            end
+        end
+    end
+    return slow(self, key, value, init, init_ttl, ...)
+end
+"#;
+
+/// Calls made through the FFI function, for the tests to tell which path ran.
+#[cfg(test)]
+pub(crate) static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `d:incr(key, by, init)` as compiled code calls it: the new value, with `out[0]` [`DONE`]
+/// and `out[1]` whether it evicted (`forcible`), or `out[0]` [`NOT_DONE`] and nothing changed.
+///
+/// # Safety
+/// `dict` is a live [`SharedDict`] (the wrapper holds the C closure, which holds it),
+/// `key` points at `len` readable bytes (a Lua string the caller holds), `out` at two
+/// writable `c_int`s.
+unsafe extern "C" fn incr(
+    dict: *const c_void,
+    key: *const u8,
+    len: usize,
+    by: f64,
+    init: f64,
+    has_init: c_int,
+    out: *mut c_int,
+) -> f64 {
+    #[cfg(test)]
+    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: as the function's contract says.
+    let (d, key, out) = unsafe {
+        (
+            &*dict.cast::<SharedDict>(),
+            std::slice::from_raw_parts(key, len),
+            std::slice::from_raw_parts_mut(out, 2),
+        )
+    };
+    let init = (has_init != 0).then_some(init);
+    // No unwinding may cross into compiled Lua code: a panic is a call not made, which the
+    // C function then makes and reports as a Lua error.
+    match std::panic::catch_unwind(|| d.incr(key, by, init, None)) {
+        Ok(Ok((n, forcible))) => {
+            out[0] = DONE;
+            out[1] = c_int::from(forcible);
+            n
+        }
+        Ok(Err(_)) | Err(_) => {
+            out[0] = NOT_DONE;
+            0.0
+        }
+    }
+}
+
+/// Puts the FFI `incr` in front of `t.incr` (the C closure) in `t`, an `ngx.shared.NAME`
+/// table for `dict`.
+pub(crate) fn install(lua: &Lua, t: &Table, dict: &Arc<SharedDict>) -> mlua::Result<()> {
+    let slow: Function = t.raw_get("incr")?;
+    let dict = mlua::LightUserData(Arc::as_ptr(dict).cast_mut().cast::<c_void>());
+    let entry = mlua::LightUserData(incr as *mut c_void);
+    let wrapper: Function =
+        lua.load(WRAPPER)
+            .set_name("=sluice")
+            .call((module(lua)?, dict, entry, slow))?;
+    t.raw_set("incr", wrapper)
+}
+
+/// LuaJIT's `ffi` module, where no script reaches it: opened once per state (a second
+/// `luaopen_ffi` would replace the state's C type table under the cdata made with the
+/// first, which `lua_close` then frees wrongly), kept in the registry.
+fn module(lua: &Lua) -> mlua::Result<Table> {
+    const KEY: &str = "sluice.ffi";
+    if let Some(module) = lua.named_registry_value::<Option<Table>>(KEY)? {
+        return Ok(module);
+    }
+    // SAFETY: `exec_raw` protects the call; `luaopen_ffi` pushes the module, the one result
+    // (LuaJIT creates no global for it; it does enter it in `package.loaded`, undone below).
+    let module: Table = unsafe {
+        lua.exec_raw((), |state| {
+            ffi::lua_pushcfunction(state, ffi::luaopen_ffi);
+            ffi::lua_call(state, 0, 1);
+        })?
+    };
+    let package: Table = lua.globals().raw_get("package")?;
+    let loaded: Table = package.raw_get("loaded")?;
+    loaded.raw_set("ffi", mlua::Value::Nil)?;
+    lua.set_named_registry_value(KEY, &module)?;
+    Ok(module)
+}

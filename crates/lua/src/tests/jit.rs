@@ -1,0 +1,49 @@
+//! With the budget off (`[lua] max_instructions = 0`) the JIT compiler is on and `incr`
+//! runs through the FFI (`shared/jit.rs`): the same answers as the C function gives, and no
+//! `ffi` for scripts.
+
+use super::*;
+
+#[test]
+fn incr_through_the_ffi_answers_as_the_c_function_does() {
+    let rt = runtime(
+        r##"[lua]
+max_instructions = 0
+shared_dicts = { jit_incr = "1m" }
+[[route]]
+name = "r"
+upstream = "u"
+[route.lua]
+access = '''
+local d = ngx.shared.jit_incr
+local n
+for i = 1, 1000 do n = d:incr("hot", 1, 0) end
+assert(n == 1000, n)
+local v, err, forcible = d:incr("fresh", 2, 10)
+assert(v == 12 and err == nil and forcible == false, tostring(v))
+assert(select("#", d:incr("fresh", 1)) == 1 and d:get("fresh") == 13)
+v, err = d:incr("absent", 1)
+assert(v == nil and err == "not found", tostring(err))
+assert(d:set("s", "x"))
+v, err = d:incr("s", 1)
+assert(v == nil and err == "not a number", tostring(err))
+assert(d:incr(7, 1, 0) == 1 and d:get("7") == 1)
+assert(d:incr("t", 1, 0, 100) == 1 and d:ttl("t") > 99)
+local ok, e = pcall(d.incr, d, "x", 1, nil, 1)
+assert(not ok and tostring(e):find('must provide "init"', 1, true), tostring(e))
+assert(not pcall(require, "ffi"), "a script may not load the FFI")
+assert(package.loaded.ffi == nil and ffi == nil)
+ngx.req.set_header("X-Done", "1")
+'''
+"##,
+    );
+    let before = crate::shared::jit::CALLS.load(Ordering::Relaxed);
+    let lua = rt.scripts("r").unwrap().request(facts());
+    let mut req = get("/");
+    let outcome = run(&lua, LuaPhase::Access, head(&mut req));
+    assert!(matches!(outcome, Outcome::Continue), "{outcome:?}");
+    assert_eq!(req.headers()["x-done"], "1");
+    // The loop, `fresh` twice, `absent` and `s`: through the FFI function.
+    let calls = crate::shared::jit::CALLS.load(Ordering::Relaxed) - before;
+    assert!(calls >= 1004, "{calls} calls through the FFI");
+}
