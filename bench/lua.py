@@ -302,9 +302,18 @@ def report(cpu, args, rows):
             name = f"{who} {k}"
             add = "—" if k == "none" else f(B.summarize(added(who)))
             print(f"| {name} | {f(B.summarize([r['cpu_us_per_req'] for r in rows[name]]))} | {add} |")
-    ratio = B.summarize([s / n if n > 0 else float("nan") for s, n in zip(added("sluice"), added("nginx"))])
-    print(f"\nSluice's added CPU / NGINX + lua-nginx-module's, run by run: {ratio['median']:.2f}x "
-          f"[{ratio['min']:.2f}-{ratio['max']:.2f}]")
+    # A run whose NGINX difference is not above zero (noise larger than the script) has no
+    # ratio: it is left out and counted, rather than a NaN taking the median with it.
+    pairs = list(zip(added("sluice"), added("nginx")))
+    ratios = [s / n for s, n in pairs if n > 0]
+    left_out = len(pairs) - len(ratios)
+    note = f" ({left_out} of {len(pairs)} runs left out: NGINX's difference not above zero)" if left_out else ""
+    if ratios:
+        ratio = B.summarize(ratios)
+        print(f"\nSluice's added CPU / NGINX + lua-nginx-module's, run by run: {ratio['median']:.2f}x "
+              f"[{ratio['min']:.2f}-{ratio['max']:.2f}]{note}")
+    else:
+        print(f"\nSluice's added CPU / NGINX + lua-nginx-module's: no run to compare{note}")
     if rows.get("sluice sampled"):
         how = ("every sample with a Lua frame on its call stack (`--inclusive`)" if args.inclusive
                else "the gateway's own samples in its Lua machinery (not what it calls elsewhere)")

@@ -193,9 +193,10 @@ pub(crate) fn apr1(password: &[u8], salt: &[u8]) -> String {
     out
 }
 
-/// Whether `a` and `b` are equal, in time that depends on their length only.
+/// Whether `a` and `b` are equal, in time that depends on their length only (BoringSSL's
+/// `CRYPTO_memcmp`, which the optimizer cannot turn into an early exit as it may a loop).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len() && boring::memcmp::eq(a, b)
 }
 
 #[cfg(test)]

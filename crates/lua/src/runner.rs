@@ -25,13 +25,14 @@ use std::ffi::c_int;
 /// Different values, so that the two can never be merged into one address.
 static DONE: u8 = 0;
 static PENDING: u8 = 1;
+static EXITED: u8 = 2;
 
-/// The markers as Lua values, for the prelude: (done, pending).
-pub(crate) fn markers() -> (Value, Value) {
+/// The markers as Lua values, for the prelude: (done, pending, exited).
+pub(crate) fn markers() -> (Value, Value, Value) {
     let of = |m: &'static u8| {
         Value::LightUserData(LightUserData(std::ptr::from_ref(m).cast_mut().cast()))
     };
-    (of(&DONE), of(&PENDING))
+    (of(&DONE), of(&PENDING), of(&EXITED))
 }
 
 /// Where a runner stands after a resume.
@@ -41,6 +42,9 @@ pub(crate) enum Yielded {
     Done,
     /// Its call waits for what it left in the view.
     Pending,
+    /// Its call ended at `ngx.exit` (or `ngx.redirect`), the runner suspended inside it:
+    /// the runner is dropped, never resumed.
+    Exited,
     /// The script's own `coroutine.yield()`: it goes on at once.
     Other,
     /// The runner itself failed (out of memory): it is dropped.
@@ -52,6 +56,8 @@ fn of_pointer(p: *const std::ffi::c_void) -> Yielded {
         Yielded::Done
     } else if std::ptr::eq(p.cast(), &PENDING) {
         Yielded::Pending
+    } else if std::ptr::eq(p.cast(), &EXITED) {
+        Yielded::Exited
     } else {
         Yielded::Other
     }
@@ -170,7 +176,7 @@ mod tests {
     "#;
 
     fn runner(lua: &Lua) -> Thread {
-        let (done, _) = markers();
+        let (done, _, _) = markers();
         let make: Function = lua.load(BODY).call(done).unwrap();
         make.call(()).unwrap()
     }
@@ -196,7 +202,7 @@ mod tests {
     fn a_bare_yield_and_a_wait_are_told_apart_and_resumed() {
         let lua = Lua::new();
         let co = runner(&lua);
-        let (_, pending) = markers();
+        let (_, pending, _) = markers();
         lua.globals().set("PENDING", pending).unwrap();
         let f = lua
             .load("coroutine.yield() ; coroutine.yield(PENDING) ; coroutine.yield(1, 2) ; done = true")

@@ -104,6 +104,11 @@ fn libs() -> StdLib {
         | StdLib::JIT
 }
 
+/// Runners dropped at `ngx.exit`, for the tests to tell that path ran.
+#[cfg(test)]
+pub(crate) static EXITED_RUNNERS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
 /// With an instruction budget the JIT compiler is off: LuaJIT calls no hook from compiled
 /// code, so a compiled loop would never meet its budget (`budget.rs`). `jit` stays for the scripts that
 /// read its version, with switches that do nothing.
@@ -341,6 +346,13 @@ impl State {
                 if idle.len() < MAX_IDLE_RUNNERS {
                     idle.push(thread);
                 }
+                Step::Ended(self.ended(view, result))
+            }
+            // Suspended inside `ngx.exit`: dropped (the collector takes it), not reused.
+            Yielded::Exited => {
+                #[cfg(test)]
+                EXITED_RUNNERS.fetch_add(1, Ordering::Relaxed);
+                let result = view.failure.take().map_or(Ok(()), Err);
                 Step::Ended(self.ended(view, result))
             }
         }

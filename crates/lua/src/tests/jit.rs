@@ -47,3 +47,47 @@ ngx.req.set_header("X-Done", "1")
     let calls = crate::shared::jit::CALLS.load(Ordering::Relaxed) - before;
     assert!(calls >= 1004, "{calls} calls through the FFI");
 }
+
+/// `ngx.exit` on a runner ends the call by dropping the runner instead of unwinding
+/// (`api/mod.rs`): however deep in `pcall`, `xpcall` or function calls, and, where a C call
+/// in between refuses the yield or the script runs its own coroutine, by the error as
+/// before. The state serves call after call, each exit on a new runner.
+#[test]
+fn ngx_exit_ends_the_call_from_any_depth() {
+    let rt = runtime(
+        r#"[[route]]
+name = "r"
+upstream = "u"
+[route.lua]
+access = '''
+local how = ngx.var.arg_how
+local function deep(n) if n == 0 then return ngx.exit(403) end return deep(n - 1) end
+if how == "plain" then return ngx.exit(403) end
+if how == "deep" then pcall(function() xpcall(function() deep(50) end, function() error("handler ran") end) end) end
+if how == "gsub" then string.gsub("a", "a", function() ngx.exit(403) end) end
+if how == "coroutine" then coroutine.wrap(function() ngx.exit(403) end)() end
+if how == "sort" then table.sort({ 3, 2, 1 }, function(a, b) ngx.exit(403) end) end
+error("not reached: " .. tostring(how))
+'''
+"#,
+    );
+    let scripts = rt.scripts("r").unwrap();
+    let before = crate::state::EXITED_RUNNERS.load(Ordering::Relaxed);
+    for round in 0..50 {
+        for how in ["plain", "deep", "gsub", "coroutine", "sort"] {
+            let lua = scripts.request(facts());
+            let outcome = run(
+                &lua,
+                LuaPhase::Access,
+                head(&mut get(&format!("/?how={how}"))),
+            );
+            assert!(
+                matches!(&outcome, Outcome::Respond(s, _, _) if s.as_u16() == 403),
+                "{how} (round {round}): {outcome:?}"
+            );
+        }
+    }
+    // "plain" and "deep" left by the yield, 50 times each; the others by the error.
+    let exited = crate::state::EXITED_RUNNERS.load(Ordering::Relaxed) - before;
+    assert!(exited >= 100, "{exited} runners left at ngx.exit");
+}

@@ -21,9 +21,6 @@ use std::sync::Arc;
 /// The subprotocols MQTT registers: `mqtt` (3.1.1 and 5), `mqttv3.1` (3.1).
 const SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
 
-/// RFC 6455 §1.3: the key's digest is taken with this appended.
-const WS_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-
 /// Answers an upgrade to MQTT over WebSocket (`101`, the relay spawned for the connection
 /// once it has switched), or refuses what is not one (`Refused`).
 pub(crate) fn answer<B>(
@@ -152,15 +149,10 @@ fn valid_key(key: &[u8]) -> bool {
         .is_ok_and(|k| k.len() == 16)
 }
 
-/// `Sec-WebSocket-Accept` for `key`: base64(SHA-1(key ‖ GUID)).
+/// `Sec-WebSocket-Accept` for `key`: base64(SHA-1(key ‖ GUID)), RFC 6455 §1.3, as
+/// tungstenite (which relays the frames) derives it.
 fn accept_key(key: &[u8]) -> String {
-    use base64::Engine as _;
-    let mut input = key.to_vec();
-    input.extend_from_slice(WS_GUID.as_bytes());
-    let digest = boring::hash::hash(boring::hash::MessageDigest::sha1(), &input)
-        .map(|d| d.to_vec())
-        .unwrap_or_default();
-    base64::engine::general_purpose::STANDARD.encode(digest)
+    tokio_tungstenite::tungstenite::handshake::derive_accept_key(key)
 }
 
 #[cfg(test)]
