@@ -190,6 +190,17 @@ impl<'a> Cx<'a> {
         self.err(at.span().start, message, help);
     }
 
+    /// `at` as an ip:port address; else `None` and the error "`{what} `…` is not an ip:port
+    /// address`" with `help`.
+    fn ip_port(&mut self, at: &Spanned<String>, what: &str, help: &str) -> Option<SocketAddr> {
+        let parsed = at.get_ref().parse::<SocketAddr>().ok();
+        if parsed.is_none() {
+            let message = format!("{what} `{}` is not an ip:port address", at.get_ref());
+            self.err_at(at, message, help);
+        }
+        parsed
+    }
+
     // ---- stage 1: syntax and schema ----
 
     fn parse(&mut self, src: &str) -> Option<RawConfig> {
@@ -389,20 +400,11 @@ impl<'a> Cx<'a> {
 
     /// `[demo]`: where the built-in demo origin listens.
     fn demo(&mut self, raw: &RawDemo) -> Option<SocketAddr> {
-        match raw.address.get_ref().parse::<SocketAddr>() {
-            Ok(a) => Some(a),
-            Err(_) => {
-                self.err_at(
-                    &raw.address,
-                    format!(
-                        "[demo] address `{}` is not an ip:port address",
-                        raw.address.get_ref()
-                    ),
-                    "write it as \"127.0.0.1:8081\"",
-                );
-                None
-            }
-        }
+        self.ip_port(
+            &raw.address,
+            "[demo] address",
+            "write it as \"127.0.0.1:8081\"",
+        )
     }
 
     fn unique(

@@ -15,20 +15,7 @@ impl Cx<'_> {
         }
         let address = match &raw.address {
             None => SocketAddr::from(([127, 0, 0, 1], 9901)),
-            Some(a) => match a.get_ref().parse::<SocketAddr>() {
-                Ok(addr) => addr,
-                Err(_) => {
-                    self.err_at(
-                        a,
-                        format!(
-                            "[admin] address `{}` is not an ip:port address",
-                            a.get_ref()
-                        ),
-                        "write it as \"127.0.0.1:9901\"",
-                    );
-                    return None;
-                }
-            },
+            Some(a) => self.ip_port(a, "[admin] address", "write it as \"127.0.0.1:9901\"")?,
         };
         let token = raw
             .token_file

@@ -199,20 +199,11 @@ impl Cx<'_> {
 
     /// `address`: the ip:port the listener binds.
     fn listener_address(&mut self, name: &str, raw: &RawListener) -> Option<SocketAddr> {
-        match raw.address.get_ref().parse::<SocketAddr>() {
-            Ok(a) => Some(a),
-            Err(_) => {
-                self.err_at(
-                    &raw.address,
-                    format!(
-                        "listener `{name}`: `{}` is not an ip:port address",
-                        raw.address.get_ref()
-                    ),
-                    "write it as \"127.0.0.1:8443\", \"0.0.0.0:443\" or \"[::]:443\"",
-                );
-                None
-            }
-        }
+        self.ip_port(
+            &raw.address,
+            &format!("listener `{name}`:"),
+            "write it as \"127.0.0.1:8443\", \"0.0.0.0:443\" or \"[::]:443\"",
+        )
     }
 
     /// `protocols`: whether HTTP/2 and HTTP/1.1 are served (both by default).
