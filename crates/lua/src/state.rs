@@ -341,18 +341,15 @@ impl State {
                     pending,
                 )
             }
-            Yielded::Done | Yielded::Other => {
+            ended @ (Yielded::Done | Yielded::Other | Yielded::Exited) => {
                 let result = view.failure.take().map_or(Ok(()), Err);
-                if idle.len() < MAX_IDLE_RUNNERS {
+                // One suspended inside `ngx.exit` is dropped (the collector takes it).
+                if ended == Yielded::Exited {
+                    #[cfg(test)]
+                    EXITED_RUNNERS.fetch_add(1, Ordering::Relaxed);
+                } else if idle.len() < MAX_IDLE_RUNNERS {
                     idle.push(thread);
                 }
-                Step::Ended(self.ended(view, result))
-            }
-            // Suspended inside `ngx.exit`: dropped (the collector takes it), not reused.
-            Yielded::Exited => {
-                #[cfg(test)]
-                EXITED_RUNNERS.fetch_add(1, Ordering::Relaxed);
-                let result = view.failure.take().map_or(Ok(()), Err);
                 Step::Ended(self.ended(view, result))
             }
         }
