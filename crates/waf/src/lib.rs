@@ -26,6 +26,7 @@ mod engine;
 mod ffi;
 mod inspect;
 mod matches;
+pub mod native;
 pub mod rules;
 mod runtime;
 mod stats;
