@@ -117,13 +117,9 @@ fn op(name: &str, arg: &str, dir: &Path) -> Result<Op, String> {
     })
 }
 
-/// A regular expression PCRE2 compiles (the library libmodsecurity matches with).
+/// A regular expression PCRE2 compiles as libmodsecurity compiles it.
 fn check_regex(pattern: &str) -> Result<(), String> {
-    pcre2::bytes::RegexBuilder::new()
-        .utf(false)
-        .build(pattern)
-        .map(drop)
-        .map_err(|e| format!("the regular expression does not compile: {e}"))
+    super::pattern::pcre(pattern).map(drop)
 }
 
 fn phrases(arg: &str) -> Result<Vec<String>, String> {
