@@ -1,5 +1,17 @@
 //! A rule's transformations (`t:lowercase,t:urlDecodeUni`): what a value goes through before
-//! the operator sees it, ModSecurity v3's names.
+//! the operator sees it, ModSecurity v3's names, and what each does to a value: byte for byte
+//! what libmodsecurity 3.0.9 does, quirks included, which `transform/tests.rs` checks
+//! against libmodsecurity itself.
+
+mod base64;
+mod comment;
+mod decode;
+mod escape;
+mod html;
+mod path;
+#[cfg(all(test, feature = "modsecurity"))]
+mod tests;
+mod text;
 
 /// The transformations the engine knows. A name not here is refused at load.
 #[expect(
@@ -111,5 +123,52 @@ impl Transform {
             .iter()
             .find(|&&(_, t)| t == self)
             .map_or("?", |(n, _)| n)
+    }
+}
+
+impl Transform {
+    /// Writes the transformed `input` into `out` (cleared first), so that a rule's chain
+    /// reuses two buffers for every value it sees. Values are bytes, not text: every
+    /// transformation takes any input, as libmodsecurity's do.
+    #[allow(
+        dead_code,
+        reason = "evaluation, which calls it, is not built yet; the differential test does"
+    )]
+    pub(crate) fn apply(self, input: &[u8], out: &mut Vec<u8>) {
+        out.clear();
+        match self {
+            Transform::Base64Decode => base64::decode(input, out),
+            Transform::Base64DecodeExt => base64::decode_ext(input, out),
+            Transform::Base64Encode => base64::encode(input, out),
+            Transform::CmdLine => text::cmd_line(input, out),
+            Transform::CompressWhitespace => text::compress_whitespace(input, out),
+            Transform::CssDecode => escape::css_decode(input, out),
+            Transform::EscapeSeqDecode => escape::escape_seq_decode(input, out),
+            Transform::HexDecode => decode::hex_decode(input, out),
+            Transform::HexEncode => text::hex_encode(input, out),
+            Transform::HtmlEntityDecode => html::html_entity_decode(input, out),
+            Transform::JsDecode => escape::js_decode(input, out),
+            Transform::Length => text::length(input, out),
+            Transform::Lowercase => text::lowercase(input, out),
+            Transform::Md5 => text::md5(input, out),
+            Transform::NormalizePath => path::normalize_path(input, false, out),
+            Transform::NormalizePathWin => path::normalize_path(input, true, out),
+            Transform::RemoveComments => comment::remove_comments(input, out),
+            Transform::RemoveCommentsChar => comment::remove_comments_char(input, out),
+            Transform::RemoveNulls => text::remove_nulls(input, out),
+            Transform::RemoveWhitespace => text::remove_whitespace(input, out),
+            Transform::ReplaceComments => comment::replace_comments(input, out),
+            Transform::ReplaceNulls => text::replace_nulls(input, out),
+            Transform::Sha1 => text::sha1(input, out),
+            Transform::SqlHexDecode => decode::sql_hex_decode(input, out),
+            Transform::Trim => text::trim(input, true, true, out),
+            Transform::TrimLeft => text::trim(input, true, false, out),
+            Transform::TrimRight => text::trim(input, false, true, out),
+            Transform::Uppercase => text::uppercase(input, out),
+            Transform::UrlDecode => decode::url_decode(input, out),
+            Transform::UrlDecodeUni => decode::url_decode_uni(input, out),
+            Transform::UrlEncode => text::url_encode(input, out),
+            Transform::Utf8ToUnicode => text::utf8_to_unicode(input, out),
+        }
     }
 }

@@ -70,6 +70,8 @@ fn pcre_constructs_match_as_pcre_matches_them() {
         r"\d{2,}-\d{,3}",
         r"(?|(a)|(b))c",
         r"(?i:AB)c",
+        r"^(?:|x)$",
+        r"^.",
         r"[\h]x",
         r"a\Z",
         r"\Aab\z",
