@@ -10,11 +10,15 @@
 
 mod action;
 mod directive;
+mod evaluate;
 mod expand;
 mod load;
+mod operate;
 mod operator;
 mod pattern;
+mod request;
 mod ruleset;
+mod transaction;
 mod transform;
 mod variable;
 
@@ -22,6 +26,7 @@ pub use action::{
     Actions, AllowScope, BodyProcessor, Ctl, Disruptive, Effect, Engine, Phase, SetOp, SetVar,
 };
 pub use directive::Origin;
+pub use evaluate::{NativeRules, Outcome};
 pub use expand::{Expansion, Part, RuleField};
 pub use load::load;
 pub use operator::{Op, Operator};

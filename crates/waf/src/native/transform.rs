@@ -130,10 +130,6 @@ impl Transform {
     /// Writes the transformed `input` into `out` (cleared first), so that a rule's chain
     /// reuses two buffers for every value it sees. Values are bytes, not text: every
     /// transformation takes any input, as libmodsecurity's do.
-    #[allow(
-        dead_code,
-        reason = "evaluation, which calls it, is not built yet; the differential test does"
-    )]
     pub(crate) fn apply(self, input: &[u8], out: &mut Vec<u8>) {
         out.clear();
         match self {

@@ -1,0 +1,164 @@
+//! What one request costs each WAF engine, in process, on the calling thread: the native
+//! engine beside libmodsecurity, the same Core Rule Set 4.22 pieces as Sluice loads them
+//! (paranoia level 1, blocking), a benign keep-alive GET and a 10 KiB urlencoded form POST.
+//! The engine alone: no gateway, no WAF threads (bench/waf measures the gateway).
+//!
+//! `cargo run --profile quick -p sluice-waf --example engines -- CRS_RULES_DIR` where the
+//! directory holds `crs-setup.conf` and `rules/*.conf` (bench/crs.py's `prepare_rules`
+//! writes one; bench/README.md, "WAF engines"). Prints the CPU model and µs per request
+//! (median of 7 runs [min-max]) for each engine, and the ratio.
+
+use bytes::Bytes;
+use sluice_config::{RouteWaf, WafBodyOverLimit, WafMode, WafOverload, WafRuleSet};
+use sluice_waf::native::{NativeRules, load};
+use sluice_waf::rules::pieces;
+use sluice_waf::{RequestFacts, Rules, inspect};
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+fn main() {
+    let dir = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .expect("usage: engines CRS_RULES_DIR"),
+    );
+    let route = RouteWaf {
+        ruleset: "crs".into(),
+        mode: WafMode::Block,
+        paranoia_level: 1,
+        inbound_anomaly_threshold: 5,
+        outbound_anomaly_threshold: 4,
+        exclusions: Vec::new(),
+        request_body_limit: 128 << 10,
+        body_over_limit: WafBodyOverLimit::Reject,
+        on_overload: WafOverload::Closed,
+        inspect_response: false,
+        response_body_limit: 512 << 10,
+        response_mime_types: vec!["text/html".into()],
+    };
+    let set = WafRuleSet {
+        name: "crs".into(),
+        files: vec![dir.join("crs-setup.conf"), dir.join("rules/*.conf")],
+        rules: None,
+    };
+    let pieces = pieces(&set, &route);
+    let oracle = Arc::new(Rules::build(&pieces).expect("libmodsecurity loads the rules"));
+    let native = NativeRules::new(load(&pieces).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("CPU: {}\n", cpu_model());
+    println!("| request | libmodsecurity µs | native µs | ratio |");
+    println!("|---|---|---|---|");
+    for (name, request, n) in [
+        ("GET 1 KiB page", get(), 2000),
+        ("POST 10 KiB form", post(), 200),
+    ] {
+        let a = runs(n, || {
+            black_box(inspect(&oracle, &request, false));
+        });
+        let b = runs(n, || {
+            black_box(native.inspect(&request));
+        });
+        let ratios: Vec<f64> = a.iter().zip(&b).map(|(x, y)| y / x).collect();
+        println!(
+            "| {name} | {} | {} | {} |",
+            summary(&a, "µs"),
+            summary(&b, "µs"),
+            summary(&ratios, "x")
+        );
+    }
+}
+
+/// µs per call, 7 runs of `n` calls (after one warm-up run).
+fn runs(n: u32, mut f: impl FnMut()) -> Vec<f64> {
+    (0..8)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            t.elapsed().as_secs_f64() * 1e6 / f64::from(n)
+        })
+        .skip(1)
+        .collect()
+}
+
+fn summary(xs: &[f64], unit: &str) -> String {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let f = |x: f64| {
+        if unit == "x" {
+            format!("{x:.3}x")
+        } else {
+            format!("{x:.1}")
+        }
+    };
+    format!("{} [{}-{}]", f(v[v.len() / 2]), f(v[0]), f(v[v.len() - 1]))
+}
+
+fn get() -> RequestFacts {
+    let mut headers = http::HeaderMap::new();
+    for (k, v) in [
+        ("host", "www.example.com"),
+        (
+            "user-agent",
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36",
+        ),
+        (
+            "accept",
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+        ),
+        ("accept-language", "en-GB,en;q=0.9"),
+        ("accept-encoding", "gzip, deflate, br"),
+        ("cookie", "session=3f2a9c0e7b1d4e5f; theme=dark"),
+    ] {
+        headers.insert(k, v.parse().unwrap());
+    }
+    RequestFacts {
+        client: "192.0.2.7:40000".parse().unwrap(),
+        server: "127.0.0.1:443".parse().unwrap(),
+        method: http::Method::GET,
+        target: "/shop/items?page=2&sort=price".into(),
+        version: "1.1",
+        headers,
+        body: Bytes::new(),
+        id: "0".into(),
+    }
+}
+
+fn post() -> RequestFacts {
+    let mut r = get();
+    // bench/waf.py's form: a comment box's words.
+    let words = "the quick brown fox jumps over a lazy dog while sluice keeps the gate ";
+    let mut form = String::from("name=Ann+Example&email=ann%40example.com&comment=");
+    for w in words.split_whitespace().cycle() {
+        if form.len() >= 10240 {
+            break;
+        }
+        form.push_str(w);
+        form.push('+');
+    }
+    let body: Vec<u8> = form.into_bytes().into_iter().take(10240).collect();
+    r.method = http::Method::POST;
+    r.target = "/form".into();
+    r.headers.insert(
+        "content-type",
+        "application/x-www-form-urlencoded".parse().unwrap(),
+    );
+    r.headers
+        .insert("content-length", body.len().to_string().parse().unwrap());
+    r.body = Bytes::from(body);
+    r
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}

@@ -1,0 +1,586 @@
+//! Running a loaded rule set on a request: the phase loop and one rule's evaluation, in the
+//! order and with the quirks of libmodsecurity 3.0.9 (`RulesSet::evaluate`,
+//! `RuleWithOperator::evaluate`, `RuleWithActions::executeActions*`), which the
+//! differential tests hold it to:
+//!
+//! - a rule's `setvar`s run once per value that matched (so CRS's anomaly score grows with
+//!   each matching argument), its other actions once, after the whole chain matched;
+//! - `block` takes the phase's `SecDefaultAction` disruptive action; disruptive actions run
+//!   only with the engine `On`; a disruptive match ends the phase;
+//! - `skipAfter` skips to the named marker, `skip:N` the next N rules, `allow` the rest of
+//!   its scope;
+//! - a target excluded with `!VAR:key` is compared by its full name as written (with case),
+//!   a `ctl:ruleRemoveTargetById` likewise, and neither reaches a chained rule.
+
+use super::LoadError;
+use super::action::{Actions, AllowScope, Ctl, Disruptive, Effect, Engine, SetOp};
+use super::expand::{Expansion, Part};
+use super::operate::Matcher;
+use super::operator::{Op, Operator};
+use super::request::RequestData;
+use super::ruleset::{Kind, Rule, RuleSet};
+use super::transaction::{Intervention, Transaction, Value, stoi};
+use super::transform::{Step, Transform};
+use super::variable::{Selector, Target};
+use crate::inspect::RequestFacts;
+use crate::matches::Match;
+
+/// A rule set ready to run: each rule's operators compiled, the rules of each phase listed.
+#[derive(Debug)]
+pub struct NativeRules {
+    set: RuleSet,
+    /// Indexes into `set.rules`, by phase (0 is phase 1).
+    phases: [Vec<usize>; 5],
+    /// For each rule: its operator's matcher then each chained rule's (empty for
+    /// `SecAction` and markers).
+    matchers: Vec<Vec<Matcher>>,
+}
+
+/// What a request's phases 1 and 2 gave.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The disruptive action, if a rule took one.
+    pub intervention: Option<crate::Intervention>,
+    /// The rules that matched and log, in order.
+    pub matches: Vec<Match>,
+}
+
+impl NativeRules {
+    /// `set` compiled; an operator that cannot be compiled names its rule.
+    pub fn new(set: RuleSet) -> Result<NativeRules, LoadError> {
+        let mut matchers = Vec::with_capacity(set.rules.len());
+        for rule in &set.rules {
+            let ops: Vec<&Operator> = match &rule.kind {
+                Kind::Match { operator, .. } => std::iter::once(operator)
+                    .chain(rule.chain.iter().map(|l| &l.operator))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let compiled = ops
+                .iter()
+                .map(|o| Matcher::new(&o.op))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|why| LoadError::at(&rule.origin, "SecRule", why))?;
+            matchers.push(compiled);
+        }
+        let mut phases: [Vec<usize>; 5] = Default::default();
+        for (p, list) in phases.iter_mut().enumerate() {
+            let phase = u8::try_from(p + 1).unwrap_or(5);
+            *list = (0..set.rules.len())
+                .filter(|&i| {
+                    let r = &set.rules[i];
+                    matches!(r.kind, Kind::Marker(_)) || r.phase() == phase
+                })
+                .collect();
+        }
+        Ok(NativeRules {
+            set,
+            phases,
+            matchers,
+        })
+    }
+
+    /// Phases 1 and 2 of `facts`, as the libmodsecurity engine runs them.
+    pub fn inspect(&self, facts: &RequestFacts) -> Outcome {
+        let mut t = Transaction::new(RequestData::head(facts), self.set.settings.engine);
+        self.phase(&mut t, 1);
+        // Without body access libmodsecurity runs no phase 2 (`processRequestBody`).
+        if t.intervention.is_none()
+            && t.body_access
+                .unwrap_or(self.set.settings.request_body_access)
+        {
+            t.request.body(facts, t.body_processor, &self.set.settings);
+            self.phase(&mut t, 2);
+        }
+        Outcome {
+            intervention: t.intervention.map(|i| crate::Intervention {
+                status: i.status,
+                url: i.redirect,
+                log: None,
+            }),
+            matches: t.messages,
+        }
+    }
+
+    fn phase(&self, t: &mut Transaction, phase: u8) {
+        match t.allow {
+            Some(AllowScope::All) if phase != 5 => return,
+            Some(AllowScope::Request) if phase <= 2 => return,
+            _ => t.allow = None,
+        }
+        for &i in &self.phases[usize::from(phase - 1)] {
+            let rule = &self.set.rules[i];
+            if let Kind::Marker(name) = &rule.kind {
+                if t.marker.as_deref() == Some(name) {
+                    t.marker = None;
+                }
+                continue;
+            }
+            if t.marker.is_some() {
+                continue;
+            }
+            if t.skip_next > 0 {
+                t.skip_next -= 1;
+                continue;
+            }
+            if t.allow.is_some() || self.set.removed(rule) || removed_by_tag(t, &rule.actions) {
+                continue;
+            }
+            self.rule(t, i);
+            if t.intervention.is_some() {
+                break;
+            }
+        }
+    }
+
+    /// One rule with its chain; whether it matched.
+    fn rule(&self, t: &mut Transaction, i: usize) -> bool {
+        let rule = &self.set.rules[i];
+        let Kind::Match { targets, operator } = &rule.kind else {
+            // SecAction: everything runs, once.
+            self.setvars(t, rule, &rule.actions);
+            self.after_match(t, rule, &rule.actions, true);
+            return true;
+        };
+        let id = rule.id().unwrap_or(0);
+        if t.removed_ids.iter().any(|&(a, b)| (a..=b).contains(&id)) {
+            return true;
+        }
+        let link = Link {
+            targets: self.final_targets(rule, targets),
+            exclusions: targets.iter().filter(|t| t.exclude).cloned().collect(),
+            updates: self.exclusions(rule),
+            operator,
+            matcher: &self.matchers[i][0],
+            actions: &rule.actions,
+            id: Some(id),
+            tags: &rule.actions.tags,
+        };
+        if !self.link(t, rule, &link) {
+            return false;
+        }
+        for (k, l) in rule.chain.iter().enumerate() {
+            let chained = Link {
+                targets: l.targets.iter().filter(|t| !t.exclude).cloned().collect(),
+                exclusions: l.targets.iter().filter(|t| t.exclude).cloned().collect(),
+                updates: Vec::new(),
+                operator: &l.operator,
+                matcher: &self.matchers[i][k + 1],
+                actions: &l.actions,
+                id: None,
+                tags: &[],
+            };
+            if !self.link(t, rule, &chained) {
+                return false;
+            }
+        }
+        // The chain's actions after the whole chain matched: the last rule's first, as
+        // libmodsecurity's recursion runs them.
+        for l in rule.chain.iter().rev() {
+            self.after_match(t, rule, &l.actions, false);
+        }
+        self.after_match(t, rule, &rule.actions, true);
+        true
+    }
+
+    /// The rule's targets with `SecRuleUpdateTargetById/ByTag` additions.
+    fn final_targets(&self, rule: &Rule, targets: &[Target]) -> Vec<Target> {
+        let id = rule.id().unwrap_or(0);
+        let ex = &self.set.exclusions;
+        let by_id = ex
+            .targets_by_id
+            .iter()
+            .filter(|((a, b), _)| (*a..=*b).contains(&id))
+            .map(|(_, t)| t);
+        let by_tag = ex
+            .targets_by_tag
+            .iter()
+            .filter(|(tag, _)| rule.actions.tags.iter().any(|t| t == tag))
+            .map(|(_, t)| t);
+        targets
+            .iter()
+            .chain(by_id)
+            .chain(by_tag)
+            .filter(|t| !t.exclude)
+            .cloned()
+            .collect()
+    }
+
+    /// `SecRuleUpdateTargetBy*`'s exclusions (`!VAR:key`) for the rule.
+    fn exclusions(&self, rule: &Rule) -> Vec<Target> {
+        let id = rule.id().unwrap_or(0);
+        let ex = &self.set.exclusions;
+        let by_id = ex
+            .targets_by_id
+            .iter()
+            .filter(|((a, b), _)| (*a..=*b).contains(&id))
+            .map(|(_, t)| t);
+        let by_tag = ex
+            .targets_by_tag
+            .iter()
+            .filter(|(tag, _)| rule.actions.tags.iter().any(|t| t == tag))
+            .map(|(_, t)| t);
+        by_id.chain(by_tag).filter(|t| t.exclude).cloned().collect()
+    }
+}
+
+/// One rule of a chain as it is evaluated.
+struct Link<'a> {
+    targets: Vec<Target>,
+    /// The rule's own `!VAR:key`: keys left out of the same collection, compared without
+    /// regard to case (libmodsecurity's parser makes them key exclusions).
+    exclusions: Vec<Target>,
+    /// `SecRuleUpdateTargetBy*`'s: a value's full name compared with case, or the
+    /// regular expression on its key (`getVariablesExceptions`).
+    updates: Vec<Target>,
+    operator: &'a Operator,
+    matcher: &'a Matcher,
+    actions: &'a Actions,
+    /// The chain's first rule's id (chained rules have none: ctl's target removal and
+    /// `ruleRemoveById` do not reach them).
+    id: Option<u64>,
+    tags: &'a [String],
+}
+
+impl NativeRules {
+    /// Whether any value of the link's targets matches; each match runs the link's
+    /// `setvar`s.
+    fn link(&self, t: &mut Transaction, rule: &Rule, link: &Link<'_>) -> bool {
+        let arg = macro_arg(&link.operator.op).map(|e| t.expand(e, rule));
+        let mut matched = false;
+        let mut values = Vec::new();
+        for target in &link.targets {
+            if removed_whole(t, link, target) {
+                continue;
+            }
+            values.clear();
+            t.values(target, &mut values);
+            for v in &values {
+                if excluded(&link.exclusions, target, v)
+                    || updated_out(&link.updates, v)
+                    || removed_target(t, link, v)
+                {
+                    continue;
+                }
+                for stage in self.stages(rule, link.actions, &v.bytes) {
+                    let capture = link.actions.capture;
+                    let mut groups = Vec::new();
+                    let hit = link.matcher.matches(
+                        &stage,
+                        arg.as_deref(),
+                        capture.then_some(&mut groups),
+                    );
+                    // The captures are stored when the operator matched, even where a
+                    // negated rule then does not.
+                    if capture && hit {
+                        for (k, g) in groups.into_iter().enumerate() {
+                            t.tx.insert(k.to_string(), g);
+                        }
+                    }
+                    if hit == link.operator.negated {
+                        continue;
+                    }
+                    t.matched(v, &stage);
+                    self.setvars(t, rule, link.actions);
+                    // With multiMatch libmodsecurity logs each match as it happens
+                    // (`performLogging` before the chain), and not after the chain.
+                    if link.actions.multi_match && self.logs(rule, link.actions) {
+                        let m = self.message(t, rule);
+                        t.messages.push(m);
+                    }
+                    matched = true;
+                }
+            }
+        }
+        if !matched {
+            t.matched_var = None;
+            t.matched_vars.clear();
+        }
+        matched
+    }
+
+    /// The values the operator sees: the transformed value, or with `multiMatch` the
+    /// original and each transformation's result that changed it.
+    fn stages(&self, rule: &Rule, actions: &Actions, value: &[u8]) -> Vec<Vec<u8>> {
+        let chain = chain(actions, self.defaults(rule));
+        let mut out = Vec::new();
+        let mut current = value.to_vec();
+        if actions.multi_match {
+            out.push(current.clone());
+        }
+        let mut next = Vec::new();
+        for tr in chain {
+            tr.apply(&current, &mut next);
+            if next != current {
+                std::mem::swap(&mut current, &mut next);
+                if actions.multi_match {
+                    out.push(current.clone());
+                }
+            }
+        }
+        if !actions.multi_match {
+            out.push(current);
+        }
+        out
+    }
+
+    fn defaults(&self, rule: &Rule) -> Option<&Actions> {
+        self.set.settings.defaults[usize::from(rule.phase().clamp(1, 5) - 1)].as_ref()
+    }
+
+    /// `setvar`s of `actions`, in order.
+    fn setvars(&self, t: &mut Transaction, rule: &Rule, actions: &Actions) {
+        for e in &actions.effects {
+            let Effect::SetVar(s) = e else { continue };
+            if s.var != super::variable::Var::Tx {
+                continue;
+            }
+            let key = String::from_utf8_lossy(&t.expand(&s.key, rule)).to_ascii_lowercase();
+            match &s.op {
+                SetOp::Set(v) => {
+                    let v = t.expand(v, rule);
+                    t.tx.insert(key, v);
+                }
+                SetOp::Add(v) | SetOp::Sub(v) => {
+                    let by = stoi(&t.expand(v, rule));
+                    let now = t.tx_int(&key);
+                    let n = if matches!(s.op, SetOp::Add(_)) {
+                        now + by
+                    } else {
+                        now - by
+                    };
+                    t.tx.insert(key, n.to_string().into_bytes());
+                }
+                SetOp::Delete => {
+                    t.tx.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// What runs once the whole chain matched: ctl, skip, status, the disruptive action and
+    /// (for the chain's first rule) the message.
+    fn after_match(&self, t: &mut Transaction, rule: &Rule, actions: &Actions, first: bool) {
+        for e in &actions.effects {
+            if let Effect::Ctl(c) = e {
+                ctl(t, c);
+            }
+        }
+        if let Some(n) = actions.skip {
+            t.skip_next = n;
+        }
+        if let Some(m) = &actions.skip_after {
+            t.marker = Some(m.clone());
+        }
+        if let Some(s) = actions.status {
+            t.status = Some(s);
+        }
+        if !first {
+            return;
+        }
+        let defaults = self.defaults(rule);
+        let log = self.logs(rule, actions);
+        let disruptive = match &actions.disruptive {
+            Some(Disruptive::Block) => defaults.and_then(|d| d.disruptive.clone()),
+            other => other.clone(),
+        };
+        let status = actions.status.or_else(|| defaults.and_then(|d| d.status));
+        if log && !actions.multi_match {
+            t.messages.push(self.message(t, rule));
+        }
+        if t.engine != Engine::On {
+            return;
+        }
+        let id = rule.id().unwrap_or(0);
+        let intervene = |drop, redirect| Intervention {
+            status: status.unwrap_or(403),
+            rule: id,
+            drop,
+            redirect,
+        };
+        match disruptive {
+            Some(Disruptive::Deny) => t.intervention = Some(intervene(false, None)),
+            Some(Disruptive::Drop) => t.intervention = Some(intervene(true, None)),
+            Some(Disruptive::Redirect(to)) => {
+                let url = String::from_utf8_lossy(&t.expand(&to, rule)).into_owned();
+                let mut i = intervene(false, Some(url));
+                i.status = status.unwrap_or(302);
+                t.intervention = Some(i);
+            }
+            Some(Disruptive::Allow(scope)) => t.allow = Some(scope),
+            Some(Disruptive::Pass | Disruptive::Block) | None => {}
+        }
+    }
+
+    /// Whether a match of `rule` is logged: its own `log`/`nolog`, else its phase's
+    /// `SecDefaultAction`'s, else yes.
+    fn logs(&self, rule: &Rule, actions: &Actions) -> bool {
+        actions
+            .log
+            .or(rule.actions.log)
+            .or_else(|| self.defaults(rule).and_then(|d| d.log))
+            .unwrap_or(true)
+    }
+
+    fn message(&self, t: &Transaction, rule: &Rule) -> Match {
+        let text = |e: &Option<Expansion>| {
+            e.as_ref()
+                .map(|e| String::from_utf8_lossy(&t.expand(e, rule)).into_owned())
+                .unwrap_or_default()
+        };
+        let mut data = text(&rule.actions.logdata);
+        if data.len() > crate::matches::MAX_DATA {
+            let mut cut = crate::matches::MAX_DATA;
+            while !data.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            data.truncate(cut);
+            data.push('…');
+        }
+        Match {
+            id: u32::try_from(rule.id().unwrap_or(0)).unwrap_or(u32::MAX),
+            msg: text(&rule.actions.msg),
+            data,
+            severity: rule.actions.severity,
+        }
+    }
+}
+
+/// The transformations a rule applies: the phase's default ones unless the rule has a
+/// `t:none`, then the rule's after its last `t:none`.
+fn chain(actions: &Actions, defaults: Option<&Actions>) -> Vec<Transform> {
+    let own = &actions.transforms;
+    let reset = own.iter().rposition(|s| *s == Step::Reset);
+    let apply = |steps: &[Step]| -> Vec<Transform> {
+        steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Apply(t) => Some(*t),
+                Step::Reset => None,
+            })
+            .collect()
+    };
+    match reset {
+        Some(r) => apply(&own[r + 1..]),
+        None => {
+            let mut v = defaults.map(|d| apply(&d.transforms)).unwrap_or_default();
+            v.extend(apply(own));
+            v
+        }
+    }
+}
+
+/// The operator's argument when it has macros (expanded per transaction).
+fn macro_arg(op: &Op) -> Option<&Expansion> {
+    let e = match op {
+        Op::Rx(e)
+        | Op::Eq(e)
+        | Op::Ge(e)
+        | Op::Gt(e)
+        | Op::Le(e)
+        | Op::Lt(e)
+        | Op::StrEq(e)
+        | Op::Contains(e)
+        | Op::BeginsWith(e)
+        | Op::EndsWith(e)
+        | Op::Within(e)
+        | Op::ContainsWord(e) => e,
+        _ => return None,
+    };
+    e.parts
+        .iter()
+        .any(|p| !matches!(p, Part::Text(_)))
+        .then_some(e)
+}
+
+/// Whether the rule's own `!VAR:key` or `!VAR:/regex/` leaves `v` of `target` out.
+fn excluded(exclusions: &[Target], target: &Target, v: &Value) -> bool {
+    exclusions.iter().any(|x| {
+        x.var == target.var
+            && match &x.selector {
+                Selector::Key(k) => v.key.eq_ignore_ascii_case(k.as_bytes()),
+                Selector::Regex(re) => key_matches(re, &v.key),
+                Selector::All | Selector::XPath(_) => false,
+            }
+    })
+}
+
+/// Whether a `SecRuleUpdateTargetBy*` exclusion leaves `v` out: its full name as written
+/// (with case), or its regular expression on the key of any variable.
+fn updated_out(updates: &[Target], v: &Value) -> bool {
+    updates.iter().any(|x| match &x.selector {
+        Selector::Key(k) => v.name == format!("{}:{k}", x.var.name()),
+        Selector::Regex(re) => key_matches(re, &v.key),
+        Selector::All | Selector::XPath(_) => v.name == x.var.name(),
+    })
+}
+
+fn key_matches(re: &str, key: &[u8]) -> bool {
+    super::transaction::with_key_regex(re, |r| r.is_some_and(|r| r.is_match(key).unwrap_or(false)))
+}
+
+/// Whether this transaction's `ctl:ruleRemoveTarget*` names the whole target as written
+/// (`getFinalVars`).
+fn removed_whole(t: &Transaction, link: &Link<'_>, target: &Target) -> bool {
+    let Some(id) = link.id else { return false };
+    let full = match &target.selector {
+        Selector::Key(k) => format!("{}:{k}", target.var.name()),
+        Selector::Regex(re) => format!("{}:/{re}/", target.var.name()),
+        _ => target.var.name().to_string(),
+    };
+    t.removed_targets_by_id
+        .iter()
+        .any(|(r, n)| *r == id && *n == full)
+        || t.removed_targets_by_tag
+            .iter()
+            .any(|(tag, n)| link.tags.iter().any(|x| x == tag) && *n == full)
+}
+
+/// Whether this transaction's `ctl:ruleRemoveTarget*` took `v` out of the link.
+fn removed_target(t: &Transaction, link: &Link<'_>, v: &Value) -> bool {
+    let Some(id) = link.id else { return false };
+    t.removed_targets_by_id
+        .iter()
+        .any(|(r, name)| *r == id && *name == v.name)
+        || t.removed_targets_by_tag
+            .iter()
+            .any(|(tag, name)| link.tags.iter().any(|x| x == tag) && *name == v.name)
+}
+
+fn removed_by_tag(t: &Transaction, actions: &Actions) -> bool {
+    actions
+        .tags
+        .iter()
+        .any(|tag| t.removed_tags.iter().any(|x| x == tag))
+}
+
+/// A `ctl:` for the rest of the transaction.
+fn ctl(t: &mut Transaction, c: &Ctl) {
+    let name = |target: &Target| match &target.selector {
+        Selector::Key(k) => format!("{}:{k}", target.var.name()),
+        _ => target.var.name().to_string(),
+    };
+    match c {
+        Ctl::RuleEngine(e) => t.engine = *e,
+        Ctl::RequestBodyProcessor(p) => {
+            t.body_processor = Some(*p);
+            t.request.set_processor(*p);
+        }
+        Ctl::RuleRemoveById(ids) => t.removed_ids.extend(ids.iter().copied()),
+        Ctl::RuleRemoveByTag(tag) => t.removed_tags.push(tag.clone()),
+        // libmodsecurity reads one id (`stoi` of the text before `;`).
+        Ctl::RuleRemoveTargetById(ids, target) => {
+            if let Some(&(id, _)) = ids.first() {
+                t.removed_targets_by_id.push((id, name(target)));
+            }
+        }
+        Ctl::RuleRemoveTargetByTag(tag, target) => {
+            t.removed_targets_by_tag.push((tag.clone(), name(target)));
+        }
+        Ctl::RequestBodyAccess(on) => t.body_access = Some(*on),
+        Ctl::ForceRequestBodyVariable(_) | Ctl::Audit => {}
+    }
+}
+
+#[cfg(all(test, feature = "modsecurity"))]
+mod tests;

@@ -1,0 +1,133 @@
+//! `@rx`: PCRE2 as libmodsecurity 3.0.9 runs it (`Regex::searchOneMatch`), with the
+//! patterns whose macros are expanded per transaction compiled on demand and kept in a
+//! small cache.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// `PCRE2_ERROR_JIT_STACKLIMIT`: the JIT ran out of stack, and libmodsecurity runs the
+/// interpreter instead.
+const JIT_STACKLIMIT: i32 = -46;
+
+/// Patterns from expanded macros kept compiled, most recent first.
+const CACHED: usize = 16;
+
+/// One compiled pattern, and the same without the JIT for the values that exhaust its stack.
+#[derive(Debug)]
+pub(super) struct Pattern {
+    jit: pcre2::bytes::Regex,
+    interpreted: OnceLock<Option<pcre2::bytes::Regex>>,
+}
+
+impl Pattern {
+    pub(super) fn new(pattern: &str) -> Result<Pattern, String> {
+        Ok(Pattern {
+            jit: super::super::pattern::pcre(pattern)?,
+            interpreted: OnceLock::new(),
+        })
+    }
+
+    /// Whether the pattern matches `value`; with `capture`, every group up to the last one
+    /// that took part, as ModSecurity stores them in TX.0, TX.1, ... (a group that took no
+    /// part, which ModSecurity leaves as it was, is given empty). A match that fails
+    /// (PCRE2's match limit) is no match, as in libmodsecurity.
+    pub(super) fn matches(&self, value: &[u8], capture: Option<&mut Vec<Vec<u8>>>) -> bool {
+        let Some(out) = capture else {
+            return self.run(|re| re.is_match(value));
+        };
+        let mut locs = self.jit.capture_locations();
+        if !self.run(|re| re.captures_read(&mut locs, value).map(|m| m.is_some())) {
+            return false;
+        }
+        let last = (0..locs.len()).rev().find(|&i| locs.get(i).is_some());
+        for i in 0..=last.unwrap_or(0) {
+            out.push(
+                locs.get(i)
+                    .map_or_else(Vec::new, |(s, e)| value[s..e].to_vec()),
+            );
+        }
+        true
+    }
+
+    /// `f` on the JIT-compiled pattern, and on the interpreted one where the JIT's stack
+    /// ran out (`searchOneMatch`'s fallback).
+    fn run(&self, mut f: impl FnMut(&pcre2::bytes::Regex) -> Result<bool, pcre2::Error>) -> bool {
+        match f(&self.jit) {
+            Ok(hit) => hit,
+            Err(e) if e.code() == JIT_STACKLIMIT => {
+                let interpreted = self.interpreted.get_or_init(|| {
+                    pcre2::bytes::RegexBuilder::new()
+                        .utf(false)
+                        .dotall(true)
+                        .multi_line(true)
+                        .build(self.jit.as_str())
+                        .ok()
+                });
+                interpreted
+                    .as_ref()
+                    .is_some_and(|re| f(re).unwrap_or(false))
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// Patterns compiled from expanded macros: `None` for one that does not compile (no match,
+/// as libmodsecurity's `hasError`).
+#[derive(Debug, Default)]
+pub(super) struct Cache(Mutex<Vec<Cached>>);
+
+/// An expanded pattern and what it compiled to.
+type Cached = (Vec<u8>, Option<Arc<Pattern>>);
+
+impl Cache {
+    /// The pattern `expanded` compiles to, as libmodsecurity compiles an expanded argument:
+    /// up to its first NUL (`PCRE2_ZERO_TERMINATED`), `.*` if empty.
+    pub(super) fn get(&self, expanded: &[u8]) -> Option<Arc<Pattern>> {
+        let expanded = expanded.split(|&b| b == 0).next().unwrap_or_default();
+        let mut cache = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = cache.iter().position(|(k, _)| k == expanded) {
+            let hit = cache.remove(at);
+            let pattern = hit.1.clone();
+            cache.insert(0, hit);
+            return pattern;
+        }
+        drop(cache);
+        let text = if expanded.is_empty() {
+            Cow::Borrowed(".*")
+        } else {
+            pattern_text(expanded)
+        };
+        let pattern = Pattern::new(&text).ok().map(Arc::new);
+        let mut cache = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        cache.insert(0, (expanded.to_vec(), pattern.clone()));
+        cache.truncate(CACHED);
+        pattern
+    }
+}
+
+/// `bytes` as pattern text for the `&str` the pcre2 crate takes: a byte above 0x7F that is
+/// not UTF-8 becomes `\x{HH}` (the same byte to PCRE2 without UTF), and `\` before such a
+/// byte (an escaped literal) is dropped. (Inside `\Q...\E` this would differ; expanded
+/// patterns with raw non-UTF-8 bytes there are not worth the parser.)
+fn pattern_text(bytes: &[u8]) -> Cow<'_, str> {
+    if let Ok(s) = std::str::from_utf8(bytes) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(bytes.len() * 2);
+    let mut backslashes = 0;
+    for &b in bytes {
+        if b < 0x80 {
+            out.push(char::from(b));
+            backslashes = if b == b'\\' { backslashes + 1 } else { 0 };
+            continue;
+        }
+        if backslashes % 2 == 1 {
+            out.pop();
+        }
+        let _ = write!(out, "\\x{{{b:02x}}}");
+        backslashes = 0;
+    }
+    Cow::Owned(out)
+}

@@ -1,0 +1,284 @@
+//! One request's state while the rules run, as libmodsecurity 3.0.9 keeps it: the TX
+//! collection, the matched variables of the rule being evaluated, what `ctl:` changed for
+//! this transaction, the skip and marker state of the phase, the intervention and the
+//! messages; and how a rule's targets become (name, value) pairs and its macros text.
+
+use super::action::{AllowScope, BodyProcessor, Engine};
+use super::expand::{Expansion, Part, RuleField};
+use super::request::RequestData;
+use super::ruleset::Rule;
+use super::variable::{Selector, Target, Var};
+use std::collections::BTreeMap;
+
+/// What a rule that intervened decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Intervention {
+    pub(crate) status: u16,
+    pub(crate) rule: u64,
+    /// `drop`: close the connection rather than answer.
+    pub(crate) drop: bool,
+    pub(crate) redirect: Option<String>,
+}
+
+/// A value a rule inspects: its name as `MATCHED_VAR_NAME` gives it (`ARGS:id`,
+/// `REQUEST_URI`) and its bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct Value {
+    pub(crate) name: String,
+    /// The key alone (for `!VAR:/regex/` exclusions).
+    pub(crate) key: Vec<u8>,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// The transaction.
+#[derive(Debug)]
+pub(crate) struct Transaction {
+    pub(crate) request: RequestData,
+    /// TX, keys lower-cased (looked up without regard to case, as libmodsecurity does).
+    pub(crate) tx: BTreeMap<String, Vec<u8>>,
+    pub(crate) matched_var: Option<Value>,
+    pub(crate) matched_vars: Vec<Value>,
+    pub(crate) engine: Engine,
+    pub(crate) body_processor: Option<BodyProcessor>,
+    /// `ctl:requestBodyAccess`, over `SecRequestBodyAccess`.
+    pub(crate) body_access: Option<bool>,
+    pub(crate) removed_ids: Vec<(u64, u64)>,
+    pub(crate) removed_tags: Vec<String>,
+    /// `ctl:ruleRemoveTargetById=ID;TARGET`: the rule and the target's full name.
+    pub(crate) removed_targets_by_id: Vec<(u64, String)>,
+    pub(crate) removed_targets_by_tag: Vec<(String, String)>,
+    pub(crate) skip_next: u32,
+    pub(crate) marker: Option<String>,
+    pub(crate) allow: Option<AllowScope>,
+    pub(crate) intervention: Option<Intervention>,
+    /// `status:` of the rule that matched last (the status a `deny` answers with).
+    pub(crate) status: Option<u16>,
+    pub(crate) messages: Vec<crate::Match>,
+}
+
+impl Transaction {
+    pub(crate) fn new(request: RequestData, engine: Engine) -> Transaction {
+        Transaction {
+            request,
+            tx: BTreeMap::new(),
+            matched_var: None,
+            matched_vars: Vec::new(),
+            engine,
+            body_processor: None,
+            body_access: None,
+            removed_ids: Vec::new(),
+            removed_tags: Vec::new(),
+            removed_targets_by_id: Vec::new(),
+            removed_targets_by_tag: Vec::new(),
+            skip_next: 0,
+            marker: None,
+            allow: None,
+            intervention: None,
+            status: None,
+            messages: Vec::new(),
+        }
+    }
+
+    /// The values of `target` (selector applied, `&` counted), appended to `out`.
+    pub(crate) fn values(&self, target: &Target, out: &mut Vec<Value>) {
+        let start = out.len();
+        match &target.selector {
+            Selector::All => self.all_values(target.var, out),
+            Selector::XPath(path) => {
+                self.all_values(target.var, out);
+                retain_from(out, start, |v| v.key == path.as_bytes());
+            }
+            Selector::Key(k) => {
+                // A request collection gives a key's values as libmodsecurity does (the
+                // latest added first); the others are filtered in order.
+                let mut pairs = Vec::new();
+                if self
+                    .request
+                    .values_named(target.var, k.as_bytes(), &mut pairs)
+                {
+                    out.extend(pairs.into_iter().map(|(key, v)| named(target.var, key, v)));
+                } else {
+                    self.all_values(target.var, out);
+                    retain_from(out, start, |v| v.key.eq_ignore_ascii_case(k.as_bytes()));
+                }
+            }
+            Selector::Regex(re) => {
+                self.all_values(target.var, out);
+                with_key_regex(re, |r| {
+                    retain_from(out, start, |v| {
+                        r.is_some_and(|r| r.is_match(&v.key).unwrap_or(false))
+                    });
+                });
+            }
+        }
+        if target.count {
+            let n = out.len() - start;
+            out.truncate(start);
+            let name = match &target.selector {
+                Selector::Key(k) => format!("{}:{k}", target.var.name()),
+                _ => target.var.name().to_string(),
+            };
+            out.push(Value {
+                name,
+                key: Vec::new(),
+                bytes: n.to_string().into_bytes(),
+            });
+        }
+    }
+
+    /// Every value of `var`, named `VAR:key` (collections) or `VAR` (scalars).
+    fn all_values(&self, var: Var, out: &mut Vec<Value>) {
+        let one = |key: &[u8], bytes: &[u8]| named(var, key, bytes);
+        match var {
+            Var::Tx => out.extend(self.tx.iter().map(|(k, v)| one(k.as_bytes(), v))),
+            Var::MatchedVar => out.extend(self.matched_var.iter().map(|m| one(b"", &m.bytes))),
+            Var::MatchedVarName => {
+                out.extend(self.matched_var.iter().map(|m| one(b"", m.name.as_bytes())));
+            }
+            Var::MatchedVars => out.extend(
+                self.matched_vars
+                    .iter()
+                    .map(|m| one(m.name.as_bytes(), &m.bytes)),
+            ),
+            Var::MatchedVarsNames => out.extend(
+                self.matched_vars
+                    .iter()
+                    .map(|m| one(m.name.as_bytes(), m.name.as_bytes())),
+            ),
+            _ => {
+                let mut pairs = Vec::new();
+                self.request.values(var, &mut pairs);
+                out.extend(pairs.into_iter().map(|(k, v)| one(k, v)));
+            }
+        }
+    }
+
+    /// `text` with its macros replaced, for `rule`.
+    pub(crate) fn expand(&self, text: &Expansion, rule: &Rule) -> Vec<u8> {
+        let mut out = Vec::new();
+        for part in &text.parts {
+            match part {
+                Part::Text(t) => out.extend_from_slice(t.as_bytes()),
+                Part::Rule(field) => {
+                    out.extend_from_slice(self.rule_field(*field, rule).as_bytes())
+                }
+                Part::Var(var, key) => {
+                    let target = Target {
+                        var: *var,
+                        selector: key.clone().map_or(Selector::All, Selector::Key),
+                        count: false,
+                        exclude: false,
+                    };
+                    let mut values = Vec::new();
+                    self.values(&target, &mut values);
+                    if let Some(v) = values.first() {
+                        out.extend_from_slice(&v.bytes);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn rule_field(&self, field: RuleField, rule: &Rule) -> String {
+        let a = &rule.actions;
+        match field {
+            RuleField::Id => a.id.map(|i| i.to_string()).unwrap_or_default(),
+            RuleField::Msg => a
+                .msg
+                .as_ref()
+                .map(|m| String::from_utf8_lossy(&self.expand(m, rule)).into_owned())
+                .unwrap_or_default(),
+            RuleField::Severity => a.severity.map(|s| s.to_string()).unwrap_or_default(),
+            RuleField::LogData => a
+                .logdata
+                .as_ref()
+                .map(|m| String::from_utf8_lossy(&self.expand(m, rule)).into_owned())
+                .unwrap_or_default(),
+            RuleField::Ver => a.ver.clone().unwrap_or_default(),
+            RuleField::Rev => a.rev.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Records a value a rule matched (MATCHED_VAR, MATCHED_VAR_NAME, MATCHED_VARS).
+    pub(crate) fn matched(&mut self, value: &Value, transformed: &[u8]) {
+        let v = Value {
+            name: value.name.clone(),
+            key: value.key.clone(),
+            bytes: transformed.to_vec(),
+        };
+        self.matched_vars.push(v.clone());
+        self.matched_var = Some(v);
+    }
+
+    /// The TX value `key` as an integer, as libmodsecurity's `stoi` reads it (0 when it
+    /// does not start with a number).
+    pub(crate) fn tx_int(&self, key: &str) -> i64 {
+        self.tx.get(key).map_or(0, |v| stoi(v))
+    }
+}
+
+/// A value of `var` with key `key`, named as libmodsecurity names it.
+fn named(var: Var, key: &[u8], bytes: &[u8]) -> Value {
+    Value {
+        name: if var.is_collection() {
+            format!("{}:{}", var.name(), String::from_utf8_lossy(key))
+        } else {
+            var.name().to_string()
+        },
+        key: key.to_vec(),
+        bytes: bytes.to_vec(),
+    }
+}
+
+/// Keeps, of `out[start..]`, the values `keep` accepts, in order.
+fn retain_from(out: &mut Vec<Value>, start: usize, mut keep: impl FnMut(&Value) -> bool) {
+    let mut i = start;
+    while i < out.len() {
+        if keep(&out[i]) {
+            i += 1;
+        } else {
+            out.remove(i);
+        }
+    }
+}
+
+/// `std::stoi` as setvar uses it: leading blanks, a sign, digits; anything else (or a value
+/// out of `int`'s range) is 0.
+pub(crate) fn stoi(v: &[u8]) -> i64 {
+    let s = std::str::from_utf8(v).unwrap_or("");
+    let s = s.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (neg, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let n = digits.bytes().take_while(u8::is_ascii_digit).count();
+    let Ok(x) = digits[..n].parse::<i64>() else {
+        return 0;
+    };
+    let x = if neg { -x } else { x };
+    if i32::try_from(x).is_err() { 0 } else { x }
+}
+
+/// Calls `f` with a selector's regular expression, compiled without regard to case (as
+/// libmodsecurity compiles it) once per thread; `None` if it does not compile.
+pub(crate) fn with_key_regex<T>(re: &str, f: impl FnOnce(Option<&pcre2::bytes::Regex>) -> T) -> T {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    thread_local! {
+        static CACHE: RefCell<HashMap<String, Option<pcre2::bytes::Regex>>> = RefCell::new(HashMap::new());
+    }
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        let r = c.entry(re.to_string()).or_insert_with(|| {
+            pcre2::bytes::RegexBuilder::new()
+                .caseless(true)
+                .dotall(true)
+                .multi_line(true)
+                .build(re)
+                .ok()
+        });
+        f(r.as_ref())
+    })
+}
