@@ -16,6 +16,7 @@ mod load;
 mod operate;
 mod operator;
 mod pattern;
+mod plan;
 mod request;
 mod ruleset;
 mod transaction;

@@ -15,12 +15,11 @@
 use super::LoadError;
 use super::action::{Actions, AllowScope, Ctl, Disruptive, Effect, Engine, SetOp};
 use super::expand::{Expansion, Part};
-use super::operate::Matcher;
 use super::operator::{Op, Operator};
+use super::plan::{LinkPlan, Plan};
 use super::request::RequestData;
 use super::ruleset::{Kind, Rule, RuleSet};
-use super::transaction::{Intervention, Transaction, Value, stoi};
-use super::transform::{Step, Transform};
+use super::transaction::{Intervention, Memo, Transaction, Value, stoi};
 use super::variable::{Selector, Target};
 use crate::inspect::RequestFacts;
 use crate::matches::Match;
@@ -31,9 +30,7 @@ pub struct NativeRules {
     set: RuleSet,
     /// Indexes into `set.rules`, by phase (0 is phase 1).
     phases: [Vec<usize>; 5],
-    /// For each rule: its operator's matcher then each chained rule's (empty for
-    /// `SecAction` and markers).
-    matchers: Vec<Vec<Matcher>>,
+    plan: Plan,
 }
 
 /// What a request's phases 1 and 2 gave.
@@ -48,21 +45,7 @@ pub struct Outcome {
 impl NativeRules {
     /// `set` compiled; an operator that cannot be compiled names its rule.
     pub fn new(set: RuleSet) -> Result<NativeRules, LoadError> {
-        let mut matchers = Vec::with_capacity(set.rules.len());
-        for rule in &set.rules {
-            let ops: Vec<&Operator> = match &rule.kind {
-                Kind::Match { operator, .. } => std::iter::once(operator)
-                    .chain(rule.chain.iter().map(|l| &l.operator))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            let compiled = ops
-                .iter()
-                .map(|o| Matcher::new(&o.op))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|why| LoadError::at(&rule.origin, "SecRule", why))?;
-            matchers.push(compiled);
-        }
+        let plan = Plan::new(&set)?;
         let mut phases: [Vec<usize>; 5] = Default::default();
         for (p, list) in phases.iter_mut().enumerate() {
             let phase = u8::try_from(p + 1).unwrap_or(5);
@@ -73,16 +56,13 @@ impl NativeRules {
                 })
                 .collect();
         }
-        Ok(NativeRules {
-            set,
-            phases,
-            matchers,
-        })
+        Ok(NativeRules { set, phases, plan })
     }
 
     /// Phases 1 and 2 of `facts`, as the libmodsecurity engine runs them.
     pub fn inspect(&self, facts: &RequestFacts) -> Outcome {
         let mut t = Transaction::new(RequestData::head(facts), self.set.settings.engine);
+        t.scratch = self.plan.take_scratch();
         self.phase(&mut t, 1);
         // Without body access libmodsecurity runs no phase 2 (`processRequestBody`).
         if t.intervention.is_none()
@@ -90,8 +70,10 @@ impl NativeRules {
                 .unwrap_or(self.set.settings.request_body_access)
         {
             t.request.body(facts, t.body_processor, &self.set.settings);
+            t.memo.clear();
             self.phase(&mut t, 2);
         }
+        self.plan.give_back(std::mem::take(&mut t.scratch));
         Outcome {
             intervention: t.intervention.map(|i| crate::Intervention {
                 status: i.status,
@@ -151,7 +133,7 @@ impl NativeRules {
             exclusions: targets.iter().filter(|t| t.exclude).cloned().collect(),
             updates: self.exclusions(rule),
             operator,
-            matcher: &self.matchers[i][0],
+            plan: &self.plan.links[i][0],
             actions: &rule.actions,
             id: Some(id),
             tags: &rule.actions.tags,
@@ -165,7 +147,7 @@ impl NativeRules {
                 exclusions: l.targets.iter().filter(|t| t.exclude).cloned().collect(),
                 updates: Vec::new(),
                 operator: &l.operator,
-                matcher: &self.matchers[i][k + 1],
+                plan: &self.plan.links[i][k + 1],
                 actions: &l.actions,
                 id: None,
                 tags: &[],
@@ -234,7 +216,7 @@ struct Link<'a> {
     /// regular expression on its key (`getVariablesExceptions`).
     updates: Vec<Target>,
     operator: &'a Operator,
-    matcher: &'a Matcher,
+    plan: &'a LinkPlan,
     actions: &'a Actions,
     /// The chain's first rule's id (chained rules have none: ctl's target removal and
     /// `ruleRemoveById` do not reach them).
@@ -262,33 +244,17 @@ impl NativeRules {
                 {
                     continue;
                 }
-                for stage in self.stages(rule, link.actions, &v.bytes) {
-                    let capture = link.actions.capture;
-                    let mut groups = Vec::new();
-                    let hit = link.matcher.matches(
-                        &stage,
-                        arg.as_deref(),
-                        capture.then_some(&mut groups),
-                    );
-                    // The captures are stored when the operator matched, even where a
-                    // negated rule then does not.
-                    if capture && hit {
-                        for (k, g) in groups.into_iter().enumerate() {
-                            t.tx.insert(k.to_string(), g);
-                        }
+                if link.actions.multi_match {
+                    for stage in self.stages(link, &v.bytes) {
+                        matched |= self.try_value(t, rule, link, v, &stage, arg.as_deref(), None);
                     }
-                    if hit == link.operator.negated {
+                } else {
+                    let (stage, known) = self.transformed(t, link, v);
+                    if known == Some(false) && !link.operator.negated {
                         continue;
                     }
-                    t.matched(v, &stage);
-                    self.setvars(t, rule, link.actions);
-                    // With multiMatch libmodsecurity logs each match as it happens
-                    // (`performLogging` before the chain), and not after the chain.
-                    if link.actions.multi_match && self.logs(rule, link.actions) {
-                        let m = self.message(t, rule);
-                        t.messages.push(m);
-                    }
-                    matched = true;
+                    let stage = stage.unwrap_or_else(|| self.memo_value(t, link, v));
+                    matched |= self.try_value(t, rule, link, v, &stage, arg.as_deref(), known);
                 }
             }
         }
@@ -299,27 +265,142 @@ impl NativeRules {
         matched
     }
 
-    /// The values the operator sees: the transformed value, or with `multiMatch` the
-    /// original and each transformation's result that changed it.
-    fn stages(&self, rule: &Rule, actions: &Actions, value: &[u8]) -> Vec<Vec<u8>> {
-        let chain = chain(actions, self.defaults(rule));
-        let mut out = Vec::new();
-        let mut current = value.to_vec();
-        if actions.multi_match {
-            out.push(current.clone());
+    /// One value (one stage of it with multiMatch) through the operator: captures, the
+    /// negation, MATCHED_VAR, the link's `setvar`s and multiMatch's message. `known`: the
+    /// prefilter's answer for the operator, where it has one.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one value's evaluation needs each"
+    )]
+    fn try_value(
+        &self,
+        t: &mut Transaction,
+        rule: &Rule,
+        link: &Link<'_>,
+        v: &Value,
+        stage: &[u8],
+        arg: Option<&[u8]>,
+        known: Option<bool>,
+    ) -> bool {
+        let capture = link.actions.capture;
+        let mut groups = Vec::new();
+        let hit = match known {
+            Some(false) => false,
+            Some(true) if !capture => true,
+            _ => link
+                .plan
+                .matcher
+                .matches(stage, arg, capture.then_some(&mut groups)),
+        };
+        // The captures are stored when the operator matched, even where a negated rule
+        // then does not.
+        if capture && hit {
+            for (k, g) in groups.into_iter().enumerate() {
+                t.tx.insert(k.to_string(), g);
+            }
         }
+        if hit == link.operator.negated {
+            return false;
+        }
+        t.matched(v, stage);
+        self.setvars(t, rule, link.actions);
+        // With multiMatch libmodsecurity logs each match as it happens (`performLogging`
+        // before the chain), and not after the chain.
+        if link.actions.multi_match && self.logs(rule, link.actions) {
+            let m = self.message(t, rule);
+            t.messages.push(m);
+        }
+        true
+    }
+
+    /// A request value through the link's chain, from the memo where another rule of the
+    /// chain already transformed it (then `None`: [`NativeRules::memo_value`] copies it
+    /// out only if needed); with a literal `@rx`, the prefilter's answer for it.
+    fn transformed(
+        &self,
+        t: &mut Transaction,
+        link: &Link<'_>,
+        v: &Value,
+    ) -> (Option<Vec<u8>>, Option<bool>) {
+        let chain = link.plan.chain;
+        let Some((addr, len)) = v.origin else {
+            let value = self.apply_chain(chain, &v.bytes);
+            let known = link
+                .plan
+                .rx
+                .map(|p| self.prefiltered(&mut t.scratch, chain, p, &value));
+            return (Some(value), known);
+        };
+        let memo = t.memo.entry((addr, len, chain)).or_insert_with(|| Memo {
+            value: self.apply_chain(chain, &v.bytes),
+            hits: None,
+        });
+        let known = link.plan.rx.map(|p| {
+            let hits = memo.hits.get_or_insert_with(|| {
+                let mut out = Vec::new();
+                if let (Some(set), Some(Some(scratch))) = (
+                    &self.plan.prefilters[chain as usize],
+                    t.scratch.get_mut(chain as usize),
+                ) {
+                    set.matches(&memo.value, scratch, &mut out);
+                }
+                out
+            });
+            hits.binary_search(&(p as usize)).is_ok()
+        });
+        (None, known)
+    }
+
+    /// The memo's transformed value of `v` for the link's chain (put there by
+    /// [`NativeRules::transformed`]).
+    fn memo_value(&self, t: &Transaction, link: &Link<'_>, v: &Value) -> Vec<u8> {
+        let (addr, len) = v.origin.unwrap_or_default();
+        match t.memo.get(&(addr, len, link.plan.chain)) {
+            Some(m) => m.value.clone(),
+            None => self.apply_chain(link.plan.chain, &v.bytes),
+        }
+    }
+
+    /// Whether pattern `p` of chain `chain`'s prefilter matches `value` (no memo).
+    fn prefiltered(
+        &self,
+        scratch: &mut [Option<super::pattern::Scratch>],
+        chain: u32,
+        p: u32,
+        value: &[u8],
+    ) -> bool {
+        let (Some(set), Some(Some(s))) = (
+            &self.plan.prefilters[chain as usize],
+            scratch.get_mut(chain as usize),
+        ) else {
+            return false;
+        };
+        let mut out = Vec::new();
+        set.matches(value, s, &mut out);
+        out.binary_search(&(p as usize)).is_ok()
+    }
+
+    fn apply_chain(&self, chain: u32, value: &[u8]) -> Vec<u8> {
+        let mut current = value.to_vec();
         let mut next = Vec::new();
-        for tr in chain {
+        for tr in &self.plan.chains[chain as usize] {
+            tr.apply(&current, &mut next);
+            std::mem::swap(&mut current, &mut next);
+        }
+        current
+    }
+
+    /// multiMatch's values: the original, then each transformation's result that changed it.
+    fn stages(&self, link: &Link<'_>, value: &[u8]) -> Vec<Vec<u8>> {
+        let mut out = vec![value.to_vec()];
+        let mut current = value.to_vec();
+        let mut next = Vec::new();
+        for tr in &self.plan.chains[link.plan.chain as usize] {
             tr.apply(&current, &mut next);
             if next != current {
                 std::mem::swap(&mut current, &mut next);
-                if actions.multi_match {
-                    out.push(current.clone());
-                }
+                out.push(current.clone());
             }
-        }
-        if !actions.multi_match {
-            out.push(current);
         }
         out
     }
@@ -446,30 +527,6 @@ impl NativeRules {
     }
 }
 
-/// The transformations a rule applies: the phase's default ones unless the rule has a
-/// `t:none`, then the rule's after its last `t:none`.
-fn chain(actions: &Actions, defaults: Option<&Actions>) -> Vec<Transform> {
-    let own = &actions.transforms;
-    let reset = own.iter().rposition(|s| *s == Step::Reset);
-    let apply = |steps: &[Step]| -> Vec<Transform> {
-        steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Apply(t) => Some(*t),
-                Step::Reset => None,
-            })
-            .collect()
-    };
-    match reset {
-        Some(r) => apply(&own[r + 1..]),
-        None => {
-            let mut v = defaults.map(|d| apply(&d.transforms)).unwrap_or_default();
-            v.extend(apply(own));
-            v
-        }
-    }
-}
-
 /// The operator's argument when it has macros (expanded per transaction).
 fn macro_arg(op: &Op) -> Option<&Expansion> {
     let e = match op {
@@ -509,9 +566,9 @@ fn excluded(exclusions: &[Target], target: &Target, v: &Value) -> bool {
 /// (with case), or its regular expression on the key of any variable.
 fn updated_out(updates: &[Target], v: &Value) -> bool {
     updates.iter().any(|x| match &x.selector {
-        Selector::Key(k) => v.name == format!("{}:{k}", x.var.name()),
+        Selector::Key(k) => v.var == x.var && v.keyed && v.key == k.as_bytes(),
         Selector::Regex(re) => key_matches(re, &v.key),
-        Selector::All | Selector::XPath(_) => v.name == x.var.name(),
+        Selector::All | Selector::XPath(_) => v.var == x.var && !v.keyed,
     })
 }
 
@@ -541,10 +598,10 @@ fn removed_target(t: &Transaction, link: &Link<'_>, v: &Value) -> bool {
     let Some(id) = link.id else { return false };
     t.removed_targets_by_id
         .iter()
-        .any(|(r, name)| *r == id && *name == v.name)
+        .any(|(r, name)| *r == id && v.name_is(name))
         || t.removed_targets_by_tag
             .iter()
-            .any(|(tag, name)| link.tags.iter().any(|x| x == tag) && *name == v.name)
+            .any(|(tag, name)| link.tags.iter().any(|x| x == tag) && v.name_is(name))
 }
 
 fn removed_by_tag(t: &Transaction, actions: &Actions) -> bool {
@@ -565,6 +622,7 @@ fn ctl(t: &mut Transaction, c: &Ctl) {
         Ctl::RequestBodyProcessor(p) => {
             t.body_processor = Some(*p);
             t.request.set_processor(*p);
+            t.memo.clear();
         }
         Ctl::RuleRemoveById(ids) => t.removed_ids.extend(ids.iter().copied()),
         Ctl::RuleRemoveByTag(tag) => t.removed_tags.push(tag.clone()),

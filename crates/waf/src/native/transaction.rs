@@ -5,10 +5,11 @@
 
 use super::action::{AllowScope, BodyProcessor, Engine};
 use super::expand::{Expansion, Part, RuleField};
+use super::pattern::Scratch;
 use super::request::RequestData;
 use super::ruleset::Rule;
 use super::variable::{Selector, Target, Var};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// What a rule that intervened decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,10 +25,42 @@ pub(crate) struct Intervention {
 /// `REQUEST_URI`) and its bytes.
 #[derive(Debug, Clone)]
 pub(crate) struct Value {
-    pub(crate) name: String,
-    /// The key alone (for `!VAR:/regex/` exclusions).
+    /// Where the bytes live in the request's data (address, length), for the memo of
+    /// transformed values; none for TX and the matched variables, which change.
+    pub(crate) origin: Option<(usize, usize)>,
+    pub(crate) var: Var,
+    /// The key (for a collection's value, or a counted `&VAR:key`).
     pub(crate) key: Vec<u8>,
+    /// Whether the name carries the key (`VAR:key`) or is the variable's alone.
+    pub(crate) keyed: bool,
     pub(crate) bytes: Vec<u8>,
+}
+
+impl Value {
+    /// Its name as `MATCHED_VAR_NAME` gives it (`ARGS:id`, `REQUEST_URI`), made only when
+    /// asked (most values never match).
+    pub(crate) fn name(&self) -> String {
+        if self.keyed {
+            format!("{}:{}", self.var.name(), String::from_utf8_lossy(&self.key))
+        } else {
+            self.var.name().to_string()
+        }
+    }
+
+    /// Whether its name is `name` (compared with case), without making it.
+    pub(crate) fn name_is(&self, name: &str) -> bool {
+        let var = self.var.name();
+        match name.strip_prefix(var) {
+            Some("") => !self.keyed,
+            Some(rest) => {
+                self.keyed
+                    && rest
+                        .strip_prefix(':')
+                        .is_some_and(|k| k.as_bytes() == self.key)
+            }
+            None => false,
+        }
+    }
 }
 
 /// The transaction.
@@ -54,6 +87,20 @@ pub(crate) struct Transaction {
     /// `status:` of the rule that matched last (the status a `deny` answers with).
     pub(crate) status: Option<u16>,
     pub(crate) messages: Vec<crate::Match>,
+    /// Request values already transformed, by (origin, chain): the value and, once a rule
+    /// of the chain asked, which of the chain's prefilter patterns match it. Cleared
+    /// whenever the request's data change (the body's phase, a `ctl`).
+    pub(crate) memo: HashMap<(usize, usize, u32), Memo>,
+    /// The prefilters' scratch spaces, by chain (from the plan, given back at the end).
+    pub(crate) scratch: Vec<Option<Scratch>>,
+}
+
+/// A request value through one transformation chain.
+#[derive(Debug)]
+pub(crate) struct Memo {
+    pub(crate) value: Vec<u8>,
+    /// The chain's prefilter patterns that match `value`, in increasing order.
+    pub(crate) hits: Option<Vec<usize>>,
 }
 
 impl Transaction {
@@ -76,6 +123,8 @@ impl Transaction {
             intervention: None,
             status: None,
             messages: Vec::new(),
+            memo: HashMap::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -96,7 +145,11 @@ impl Transaction {
                     .request
                     .values_named(target.var, k.as_bytes(), &mut pairs)
                 {
-                    out.extend(pairs.into_iter().map(|(key, v)| named(target.var, key, v)));
+                    out.extend(
+                        pairs
+                            .into_iter()
+                            .map(|(key, v)| from_request(target.var, key, v)),
+                    );
                 } else {
                     self.all_values(target.var, out);
                     retain_from(out, start, |v| v.key.eq_ignore_ascii_case(k.as_bytes()));
@@ -114,13 +167,15 @@ impl Transaction {
         if target.count {
             let n = out.len() - start;
             out.truncate(start);
-            let name = match &target.selector {
-                Selector::Key(k) => format!("{}:{k}", target.var.name()),
-                _ => target.var.name().to_string(),
+            let (key, keyed) = match &target.selector {
+                Selector::Key(k) => (k.as_bytes().to_vec(), true),
+                _ => (Vec::new(), false),
             };
             out.push(Value {
-                name,
-                key: Vec::new(),
+                origin: None,
+                var: target.var,
+                key,
+                keyed,
                 bytes: n.to_string().into_bytes(),
             });
         }
@@ -133,22 +188,25 @@ impl Transaction {
             Var::Tx => out.extend(self.tx.iter().map(|(k, v)| one(k.as_bytes(), v))),
             Var::MatchedVar => out.extend(self.matched_var.iter().map(|m| one(b"", &m.bytes))),
             Var::MatchedVarName => {
-                out.extend(self.matched_var.iter().map(|m| one(b"", m.name.as_bytes())));
+                out.extend(
+                    self.matched_var
+                        .iter()
+                        .map(|m| one(b"", m.name().as_bytes())),
+                );
             }
             Var::MatchedVars => out.extend(
                 self.matched_vars
                     .iter()
-                    .map(|m| one(m.name.as_bytes(), &m.bytes)),
+                    .map(|m| one(m.name().as_bytes(), &m.bytes)),
             ),
-            Var::MatchedVarsNames => out.extend(
-                self.matched_vars
-                    .iter()
-                    .map(|m| one(m.name.as_bytes(), m.name.as_bytes())),
-            ),
+            Var::MatchedVarsNames => out.extend(self.matched_vars.iter().map(|m| {
+                let n = m.name();
+                one(n.as_bytes(), n.as_bytes())
+            })),
             _ => {
                 let mut pairs = Vec::new();
                 self.request.values(var, &mut pairs);
-                out.extend(pairs.into_iter().map(|(k, v)| one(k, v)));
+                out.extend(pairs.into_iter().map(|(k, v)| from_request(var, k, v)));
             }
         }
     }
@@ -203,7 +261,9 @@ impl Transaction {
     /// Records a value a rule matched (MATCHED_VAR, MATCHED_VAR_NAME, MATCHED_VARS).
     pub(crate) fn matched(&mut self, value: &Value, transformed: &[u8]) {
         let v = Value {
-            name: value.name.clone(),
+            origin: None,
+            var: value.var,
+            keyed: value.keyed,
             key: value.key.clone(),
             bytes: transformed.to_vec(),
         };
@@ -221,14 +281,19 @@ impl Transaction {
 /// A value of `var` with key `key`, named as libmodsecurity names it.
 fn named(var: Var, key: &[u8], bytes: &[u8]) -> Value {
     Value {
-        name: if var.is_collection() {
-            format!("{}:{}", var.name(), String::from_utf8_lossy(key))
-        } else {
-            var.name().to_string()
-        },
+        origin: None,
+        var,
+        keyed: var.is_collection(),
         key: key.to_vec(),
         bytes: bytes.to_vec(),
     }
+}
+
+/// A value of the request's data: as [`named`], with where its bytes live.
+fn from_request(var: Var, key: &[u8], bytes: &[u8]) -> Value {
+    let mut v = named(var, key, bytes);
+    v.origin = Some((bytes.as_ptr() as usize, bytes.len()));
+    v
 }
 
 /// Keeps, of `out[start..]`, the values `keep` accepts, in order.
