@@ -62,7 +62,7 @@ impl NativeRules {
     /// Phases 1 and 2 of `facts`, as the libmodsecurity engine runs them.
     pub fn inspect(&self, facts: &RequestFacts) -> Outcome {
         let mut t = Transaction::new(RequestData::head(facts), self.set.settings.engine);
-        t.scratch = self.plan.take_scratch();
+        t.scratch = std::cell::RefCell::new(self.plan.take_scratch());
         self.phase(&mut t, 1);
         // Without body access libmodsecurity runs no phase 2 (`processRequestBody`).
         if t.intervention.is_none()
@@ -70,10 +70,10 @@ impl NativeRules {
                 .unwrap_or(self.set.settings.request_body_access)
         {
             t.request.body(facts, t.body_processor, &self.set.settings);
-            t.memo.clear();
+            t.memo.borrow_mut().clear();
             self.phase(&mut t, 2);
         }
-        self.plan.give_back(std::mem::take(&mut t.scratch));
+        self.plan.give_back(t.scratch.take());
         Outcome {
             intervention: t.intervention.map(|i| crate::Intervention {
                 status: i.status,
@@ -206,6 +206,12 @@ impl NativeRules {
     }
 }
 
+/// What a value did to the operator, applied once the link's values were all seen.
+enum Event {
+    Capture(Vec<Vec<u8>>),
+    Match(Value<'static>, Vec<u8>),
+}
+
 /// One rule of a chain as it is evaluated.
 struct Link<'a> {
     targets: Vec<Target>,
@@ -226,10 +232,44 @@ struct Link<'a> {
 
 impl NativeRules {
     /// Whether any value of the link's targets matches; each match runs the link's
-    /// `setvar`s.
+    /// `setvar`s. Two passes: the values are looked at without copying them (the
+    /// transaction borrowed, its memo behind a `RefCell`), and what the matches change
+    /// (captures, MATCHED_VAR, `setvar`, multiMatch's messages) is applied after, in the
+    /// order it happened. The operator reads no TX of its own (its macro argument is
+    /// expanded first), so the order of evaluation is libmodsecurity's.
     fn link(&self, t: &mut Transaction, rule: &Rule, link: &Link<'_>) -> bool {
         let arg = macro_arg(&link.operator.op).map(|e| t.expand(e, rule));
-        let mut matched = false;
+        let events = self.look(t, link, arg.as_deref());
+        let matched = events.iter().any(|e| matches!(e, Event::Match(..)));
+        for e in events {
+            match e {
+                Event::Capture(groups) => {
+                    for (k, g) in groups.into_iter().enumerate() {
+                        t.tx.insert(k.to_string(), g);
+                    }
+                }
+                Event::Match(v, stage) => {
+                    t.matched(v, &stage);
+                    self.setvars(t, rule, link.actions);
+                    // With multiMatch libmodsecurity logs each match as it happens
+                    // (`performLogging` before the chain), and not after the chain.
+                    if link.actions.multi_match && self.logs(rule, link.actions) {
+                        let m = self.message(t, rule);
+                        t.messages.push(m);
+                    }
+                }
+            }
+        }
+        if !matched {
+            t.matched_var = None;
+            t.matched_vars.clear();
+        }
+        matched
+    }
+
+    /// The first pass of [`NativeRules::link`]: each value through the operator.
+    fn look(&self, t: &Transaction, link: &Link<'_>, arg: Option<&[u8]>) -> Vec<Event> {
+        let mut events = Vec::new();
         let mut values = Vec::new();
         for target in &link.targets {
             if removed_whole(t, link, target) {
@@ -246,42 +286,32 @@ impl NativeRules {
                 }
                 if link.actions.multi_match {
                     for stage in self.stages(link, &v.bytes) {
-                        matched |= self.try_value(t, rule, link, v, &stage, arg.as_deref(), None);
+                        self.operate(link, v, stage, arg, None, &mut events);
                     }
-                } else {
-                    let (stage, known) = self.transformed(t, link, v);
-                    if known == Some(false) && !link.operator.negated {
-                        continue;
-                    }
-                    let stage = stage.unwrap_or_else(|| self.memo_value(t, link, v));
-                    matched |= self.try_value(t, rule, link, v, &stage, arg.as_deref(), known);
+                    continue;
                 }
+                let known = self.prefilter(t, link, v);
+                if known == Some(false) && !link.operator.negated {
+                    continue;
+                }
+                let stage = self.transformed(t, link, v);
+                self.operate(link, v, stage, arg, known, &mut events);
             }
         }
-        if !matched {
-            t.matched_var = None;
-            t.matched_vars.clear();
-        }
-        matched
+        events
     }
 
-    /// One value (one stage of it with multiMatch) through the operator: captures, the
-    /// negation, MATCHED_VAR, the link's `setvar`s and multiMatch's message. `known`: the
+    /// One value (one stage of it with multiMatch) through the operator. `known`: the
     /// prefilter's answer for the operator, where it has one.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one value's evaluation needs each"
-    )]
-    fn try_value(
+    fn operate(
         &self,
-        t: &mut Transaction,
-        rule: &Rule,
         link: &Link<'_>,
-        v: &Value,
-        stage: &[u8],
+        v: &Value<'_>,
+        stage: Vec<u8>,
         arg: Option<&[u8]>,
         known: Option<bool>,
-    ) -> bool {
+        events: &mut Vec<Event>,
+    ) {
         let capture = link.actions.capture;
         let mut groups = Vec::new();
         let hit = match known {
@@ -290,94 +320,56 @@ impl NativeRules {
             _ => link
                 .plan
                 .matcher
-                .matches(stage, arg, capture.then_some(&mut groups)),
+                .matches(&stage, arg, capture.then_some(&mut groups)),
         };
         // The captures are stored when the operator matched, even where a negated rule
         // then does not.
         if capture && hit {
-            for (k, g) in groups.into_iter().enumerate() {
-                t.tx.insert(k.to_string(), g);
-            }
+            events.push(Event::Capture(groups));
         }
-        if hit == link.operator.negated {
-            return false;
+        if hit != link.operator.negated {
+            events.push(Event::Match(v.clone().into_owned(), stage));
         }
-        t.matched(v, stage);
-        self.setvars(t, rule, link.actions);
-        // With multiMatch libmodsecurity logs each match as it happens (`performLogging`
-        // before the chain), and not after the chain.
-        if link.actions.multi_match && self.logs(rule, link.actions) {
-            let m = self.message(t, rule);
-            t.messages.push(m);
-        }
-        true
     }
 
-    /// A request value through the link's chain, from the memo where another rule of the
-    /// chain already transformed it (then `None`: [`NativeRules::memo_value`] copies it
-    /// out only if needed); with a literal `@rx`, the prefilter's answer for it.
-    fn transformed(
-        &self,
-        t: &mut Transaction,
-        link: &Link<'_>,
-        v: &Value,
-    ) -> (Option<Vec<u8>>, Option<bool>) {
+    /// Whether the link's literal `@rx` matches `v` through its chain, by the chain's
+    /// prefilter (asked once per value and chain); `None` for other operators.
+    fn prefilter(&self, t: &Transaction, link: &Link<'_>, v: &Value<'_>) -> Option<bool> {
+        let p = link.plan.rx? as usize;
         let chain = link.plan.chain;
+        let set = self.plan.prefilters[chain as usize].as_ref()?;
+        let mut scratch = t.scratch.borrow_mut();
+        let scratch = scratch.get_mut(chain as usize)?.as_mut()?;
+        let mut out = Vec::new();
         let Some((addr, len)) = v.origin else {
-            let value = self.apply_chain(chain, &v.bytes);
-            let known = link
-                .plan
-                .rx
-                .map(|p| self.prefiltered(&mut t.scratch, chain, p, &value));
-            return (Some(value), known);
+            set.matches(&self.apply_chain(chain, &v.bytes), scratch, &mut out);
+            return Some(out.binary_search(&p).is_ok());
         };
-        let memo = t.memo.entry((addr, len, chain)).or_insert_with(|| Memo {
+        let mut memo = t.memo.borrow_mut();
+        let entry = memo.entry((addr, len, chain)).or_insert_with(|| Memo {
             value: self.apply_chain(chain, &v.bytes),
             hits: None,
         });
-        let known = link.plan.rx.map(|p| {
-            let hits = memo.hits.get_or_insert_with(|| {
-                let mut out = Vec::new();
-                if let (Some(set), Some(Some(scratch))) = (
-                    &self.plan.prefilters[chain as usize],
-                    t.scratch.get_mut(chain as usize),
-                ) {
-                    set.matches(&memo.value, scratch, &mut out);
-                }
-                out
-            });
-            hits.binary_search(&(p as usize)).is_ok()
+        let hits = entry.hits.get_or_insert_with(|| {
+            set.matches(&entry.value, scratch, &mut out);
+            std::mem::take(&mut out)
         });
-        (None, known)
+        Some(hits.binary_search(&p).is_ok())
     }
 
-    /// The memo's transformed value of `v` for the link's chain (put there by
-    /// [`NativeRules::transformed`]).
-    fn memo_value(&self, t: &Transaction, link: &Link<'_>, v: &Value) -> Vec<u8> {
-        let (addr, len) = v.origin.unwrap_or_default();
-        match t.memo.get(&(addr, len, link.plan.chain)) {
-            Some(m) => m.value.clone(),
-            None => self.apply_chain(link.plan.chain, &v.bytes),
-        }
-    }
-
-    /// Whether pattern `p` of chain `chain`'s prefilter matches `value` (no memo).
-    fn prefiltered(
-        &self,
-        scratch: &mut [Option<super::pattern::Scratch>],
-        chain: u32,
-        p: u32,
-        value: &[u8],
-    ) -> bool {
-        let (Some(set), Some(Some(s))) = (
-            &self.plan.prefilters[chain as usize],
-            scratch.get_mut(chain as usize),
-        ) else {
-            return false;
+    /// `v` through the link's chain, from the memo where another rule of the chain already
+    /// transformed it.
+    fn transformed(&self, t: &Transaction, link: &Link<'_>, v: &Value<'_>) -> Vec<u8> {
+        let chain = link.plan.chain;
+        let Some((addr, len)) = v.origin else {
+            return self.apply_chain(chain, &v.bytes);
         };
-        let mut out = Vec::new();
-        set.matches(value, s, &mut out);
-        out.binary_search(&(p as usize)).is_ok()
+        let mut memo = t.memo.borrow_mut();
+        let entry = memo.entry((addr, len, chain)).or_insert_with(|| Memo {
+            value: self.apply_chain(chain, &v.bytes),
+            hits: None,
+        });
+        entry.value.clone()
     }
 
     fn apply_chain(&self, chain: u32, value: &[u8]) -> Vec<u8> {
@@ -551,7 +543,7 @@ fn macro_arg(op: &Op) -> Option<&Expansion> {
 }
 
 /// Whether the rule's own `!VAR:key` or `!VAR:/regex/` leaves `v` of `target` out.
-fn excluded(exclusions: &[Target], target: &Target, v: &Value) -> bool {
+fn excluded(exclusions: &[Target], target: &Target, v: &Value<'_>) -> bool {
     exclusions.iter().any(|x| {
         x.var == target.var
             && match &x.selector {
@@ -564,9 +556,9 @@ fn excluded(exclusions: &[Target], target: &Target, v: &Value) -> bool {
 
 /// Whether a `SecRuleUpdateTargetBy*` exclusion leaves `v` out: its full name as written
 /// (with case), or its regular expression on the key of any variable.
-fn updated_out(updates: &[Target], v: &Value) -> bool {
+fn updated_out(updates: &[Target], v: &Value<'_>) -> bool {
     updates.iter().any(|x| match &x.selector {
-        Selector::Key(k) => v.var == x.var && v.keyed && v.key == k.as_bytes(),
+        Selector::Key(k) => v.var == x.var && v.keyed && &*v.key == k.as_bytes(),
         Selector::Regex(re) => key_matches(re, &v.key),
         Selector::All | Selector::XPath(_) => v.var == x.var && !v.keyed,
     })
@@ -594,7 +586,7 @@ fn removed_whole(t: &Transaction, link: &Link<'_>, target: &Target) -> bool {
 }
 
 /// Whether this transaction's `ctl:ruleRemoveTarget*` took `v` out of the link.
-fn removed_target(t: &Transaction, link: &Link<'_>, v: &Value) -> bool {
+fn removed_target(t: &Transaction, link: &Link<'_>, v: &Value<'_>) -> bool {
     let Some(id) = link.id else { return false };
     t.removed_targets_by_id
         .iter()
@@ -622,7 +614,7 @@ fn ctl(t: &mut Transaction, c: &Ctl) {
         Ctl::RequestBodyProcessor(p) => {
             t.body_processor = Some(*p);
             t.request.set_processor(*p);
-            t.memo.clear();
+            t.memo.borrow_mut().clear();
         }
         Ctl::RuleRemoveById(ids) => t.removed_ids.extend(ids.iter().copied()),
         Ctl::RuleRemoveByTag(tag) => t.removed_tags.push(tag.clone()),

@@ -341,14 +341,12 @@ impl RequestData {
     }
 
     fn multipart_body(&mut self, body: &[u8], settings: &Settings) {
-        let content_type = self
-            .headers
-            .first(b"Content-Type")
-            .unwrap_or_default()
-            .to_vec();
-        let m = multipart::parse(&content_type, body);
+        let content_type = self.headers.first(b"Content-Type").map(<[u8]>::to_vec);
+        let m = multipart::parse(content_type.as_deref(), body);
+        // Set as they are, not through `addArgument`: ARGS_COMBINED_SIZE leaves them out.
         for (name, value) in m.args {
-            self.argument(Source::Post, name, value);
+            self.args.insert(name.clone(), value.clone());
+            self.args_post.insert(name, value);
         }
         for f in m.files {
             self.files.insert(f.name.clone(), f.filename);
@@ -365,7 +363,10 @@ impl RequestData {
         self.s.multipart_strict_error = m.strict_error.to_vec();
         self.s.multipart_unmatched_boundary = m.unmatched_boundary.to_vec();
         match m.error {
-            Some(e) => self.processed("Multipart", Some(e)),
+            Some(e) => {
+                self.s.reqbody_error = b"1".to_vec();
+                self.s.reqbody_error_msg = [&b"Multipart parsing error: "[..], &e].concat();
+            }
             None if m.no_files_length > settings.request_body_no_files_limit => {
                 self.s.reqbody_error = b"1".to_vec();
                 self.s.reqbody_error_msg =

@@ -9,6 +9,8 @@ use super::pattern::Scratch;
 use super::request::RequestData;
 use super::ruleset::Rule;
 use super::variable::{Selector, Target, Var};
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
 /// What a rule that intervened decided.
@@ -24,19 +26,32 @@ pub(crate) struct Intervention {
 /// A value a rule inspects: its name as `MATCHED_VAR_NAME` gives it (`ARGS:id`,
 /// `REQUEST_URI`) and its bytes.
 #[derive(Debug, Clone)]
-pub(crate) struct Value {
+pub(crate) struct Value<'a> {
     /// Where the bytes live in the request's data (address, length), for the memo of
     /// transformed values; none for TX and the matched variables, which change.
     pub(crate) origin: Option<(usize, usize)>,
     pub(crate) var: Var,
     /// The key (for a collection's value, or a counted `&VAR:key`).
-    pub(crate) key: Vec<u8>,
+    pub(crate) key: Cow<'a, [u8]>,
     /// Whether the name carries the key (`VAR:key`) or is the variable's alone.
     pub(crate) keyed: bool,
-    pub(crate) bytes: Vec<u8>,
+    /// Borrowed from the request's data where it lives there: a rule looks at most values
+    /// without copying them.
+    pub(crate) bytes: Cow<'a, [u8]>,
 }
 
-impl Value {
+impl Value<'_> {
+    /// A copy that owns its bytes (to keep as MATCHED_VAR).
+    pub(crate) fn into_owned(self) -> Value<'static> {
+        Value {
+            origin: self.origin,
+            var: self.var,
+            key: Cow::Owned(self.key.into_owned()),
+            keyed: self.keyed,
+            bytes: Cow::Owned(self.bytes.into_owned()),
+        }
+    }
+
     /// Its name as `MATCHED_VAR_NAME` gives it (`ARGS:id`, `REQUEST_URI`), made only when
     /// asked (most values never match).
     pub(crate) fn name(&self) -> String {
@@ -56,7 +71,7 @@ impl Value {
                 self.keyed
                     && rest
                         .strip_prefix(':')
-                        .is_some_and(|k| k.as_bytes() == self.key)
+                        .is_some_and(|k| k.as_bytes() == &*self.key)
             }
             None => false,
         }
@@ -69,8 +84,8 @@ pub(crate) struct Transaction {
     pub(crate) request: RequestData,
     /// TX, keys lower-cased (looked up without regard to case, as libmodsecurity does).
     pub(crate) tx: BTreeMap<String, Vec<u8>>,
-    pub(crate) matched_var: Option<Value>,
-    pub(crate) matched_vars: Vec<Value>,
+    pub(crate) matched_var: Option<Value<'static>>,
+    pub(crate) matched_vars: Vec<Value<'static>>,
     pub(crate) engine: Engine,
     pub(crate) body_processor: Option<BodyProcessor>,
     /// `ctl:requestBodyAccess`, over `SecRequestBodyAccess`.
@@ -90,9 +105,9 @@ pub(crate) struct Transaction {
     /// Request values already transformed, by (origin, chain): the value and, once a rule
     /// of the chain asked, which of the chain's prefilter patterns match it. Cleared
     /// whenever the request's data change (the body's phase, a `ctl`).
-    pub(crate) memo: HashMap<(usize, usize, u32), Memo>,
+    pub(crate) memo: RefCell<HashMap<(usize, usize, u32), Memo>>,
     /// The prefilters' scratch spaces, by chain (from the plan, given back at the end).
-    pub(crate) scratch: Vec<Option<Scratch>>,
+    pub(crate) scratch: RefCell<Vec<Option<Scratch>>>,
 }
 
 /// A request value through one transformation chain.
@@ -123,19 +138,19 @@ impl Transaction {
             intervention: None,
             status: None,
             messages: Vec::new(),
-            memo: HashMap::new(),
-            scratch: Vec::new(),
+            memo: RefCell::new(HashMap::new()),
+            scratch: RefCell::new(Vec::new()),
         }
     }
 
     /// The values of `target` (selector applied, `&` counted), appended to `out`.
-    pub(crate) fn values(&self, target: &Target, out: &mut Vec<Value>) {
+    pub(crate) fn values<'a>(&'a self, target: &Target, out: &mut Vec<Value<'a>>) {
         let start = out.len();
         match &target.selector {
             Selector::All => self.all_values(target.var, out),
             Selector::XPath(path) => {
                 self.all_values(target.var, out);
-                retain_from(out, start, |v| v.key == path.as_bytes());
+                retain_from(out, start, |v| &*v.key == path.as_bytes());
             }
             Selector::Key(k) => {
                 // A request collection gives a key's values as libmodsecurity does (the
@@ -174,18 +189,18 @@ impl Transaction {
             out.push(Value {
                 origin: None,
                 var: target.var,
-                key,
+                key: Cow::Owned(key),
                 keyed,
-                bytes: n.to_string().into_bytes(),
+                bytes: Cow::Owned(n.to_string().into_bytes()),
             });
         }
     }
 
     /// Every value of `var`, named `VAR:key` (collections) or `VAR` (scalars).
-    fn all_values(&self, var: Var, out: &mut Vec<Value>) {
-        let one = |key: &[u8], bytes: &[u8]| named(var, key, bytes);
+    fn all_values<'a>(&'a self, var: Var, out: &mut Vec<Value<'a>>) {
+        let one = |key: &[u8], bytes: &[u8]| named(var, key, bytes).into_owned();
         match var {
-            Var::Tx => out.extend(self.tx.iter().map(|(k, v)| one(k.as_bytes(), v))),
+            Var::Tx => out.extend(self.tx.iter().map(|(k, v)| named(var, k.as_bytes(), v))),
             Var::MatchedVar => out.extend(self.matched_var.iter().map(|m| one(b"", &m.bytes))),
             Var::MatchedVarName => {
                 out.extend(
@@ -259,13 +274,11 @@ impl Transaction {
     }
 
     /// Records a value a rule matched (MATCHED_VAR, MATCHED_VAR_NAME, MATCHED_VARS).
-    pub(crate) fn matched(&mut self, value: &Value, transformed: &[u8]) {
+    pub(crate) fn matched(&mut self, value: Value<'static>, transformed: &[u8]) {
         let v = Value {
             origin: None,
-            var: value.var,
-            keyed: value.keyed,
-            key: value.key.clone(),
-            bytes: transformed.to_vec(),
+            bytes: Cow::Owned(transformed.to_vec()),
+            ..value
         };
         self.matched_vars.push(v.clone());
         self.matched_var = Some(v);
@@ -279,25 +292,25 @@ impl Transaction {
 }
 
 /// A value of `var` with key `key`, named as libmodsecurity names it.
-fn named(var: Var, key: &[u8], bytes: &[u8]) -> Value {
+fn named<'a>(var: Var, key: &'a [u8], bytes: &'a [u8]) -> Value<'a> {
     Value {
         origin: None,
         var,
         keyed: var.is_collection(),
-        key: key.to_vec(),
-        bytes: bytes.to_vec(),
+        key: Cow::Borrowed(key),
+        bytes: Cow::Borrowed(bytes),
     }
 }
 
 /// A value of the request's data: as [`named`], with where its bytes live.
-fn from_request(var: Var, key: &[u8], bytes: &[u8]) -> Value {
+fn from_request<'a>(var: Var, key: &'a [u8], bytes: &'a [u8]) -> Value<'a> {
     let mut v = named(var, key, bytes);
     v.origin = Some((bytes.as_ptr() as usize, bytes.len()));
     v
 }
 
 /// Keeps, of `out[start..]`, the values `keep` accepts, in order.
-fn retain_from(out: &mut Vec<Value>, start: usize, mut keep: impl FnMut(&Value) -> bool) {
+fn retain_from(out: &mut Vec<Value<'_>>, start: usize, mut keep: impl FnMut(&Value<'_>) -> bool) {
     let mut i = start;
     while i < out.len() {
         if keep(&out[i]) {

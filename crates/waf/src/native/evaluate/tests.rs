@@ -211,14 +211,19 @@ fn summary(
 
 /// Each case's disagreement between the engines, if any, and by rule: how often each rule
 /// id was reported by one engine only (`+id`: libmodsecurity only, `-id`: native only).
-pub(crate) fn differences(cases: &[Case], pieces: &[Piece]) -> (Vec<String>, Vec<(String, usize)>) {
+pub(crate) fn differences(
+    cases: &[Case],
+    pieces: &[Piece],
+) -> (Vec<String>, Vec<(String, usize)>, usize) {
     let oracle = Arc::new(Rules::build(pieces).expect("libmodsecurity loads CRS"));
     let native = NativeRules::new(load(pieces).expect("the native engine loads CRS")).unwrap();
     let mut out = Vec::new();
     let mut by_rule = std::collections::BTreeMap::<String, usize>::new();
+    let mut blocked = 0;
     for c in cases {
         let (v, _): (Verdict, _) = inspect(&oracle, &c.request, false);
         let want = summary(&v.matches, v.intervention.as_ref());
+        blocked += usize::from(v.intervention.is_some());
         let o = native.inspect(&c.request);
         let got = summary(&o.matches, o.intervention.as_ref());
         if want != got {
@@ -236,44 +241,42 @@ pub(crate) fn differences(cases: &[Case], pieces: &[Piece]) -> (Vec<String>, Vec
     }
     let mut by_rule: Vec<(String, usize)> = by_rule.into_iter().collect();
     by_rule.sort_by_key(|r| std::cmp::Reverse(r.1));
-    (out, by_rule)
-}
-
-/// Whether the request's body goes to a processor the native engine does not have yet
-/// (multipart, XML: `request/multipart.rs` and `request/xml.rs` give no values and no
-/// errors), empty bodies included (libmodsecurity's XML parser fails on one).
-fn unbuilt_body(c: &Case) -> bool {
-    let t = c
-        .request
-        .headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    t.contains("multipart") || t.contains("xml")
+    (out, by_rule, blocked)
 }
 
 #[test]
 fn crs_regression_requests_give_libmodsecurity_s_verdicts() {
     let dir = crs4().join("tests");
-    let all = cases(&dir);
-    assert!(all.len() > 3000, "{} cases", all.len());
-    let (cases, unbuilt): (Vec<Case>, Vec<Case>) = all.into_iter().partition(|c| !unbuilt_body(c));
-    assert!(
-        cases.len() > 3500 && unbuilt.len() < 500,
-        "{} and {}",
-        cases.len(),
-        unbuilt.len()
-    );
+    let cases = cases(&dir);
+    assert!(cases.len() > 4000, "{} cases", cases.len());
     let crs = prepared_crs();
     let pieces = crs_pieces(crs.path(), WafMode::Detect, 4);
-    let (diffs, by_rule) = differences(&cases, &pieces);
+    let (diffs, by_rule, _) = differences(&cases, &pieces);
     eprintln!(
-        "{} of {} requests agree ({} with multipart or XML bodies left out)",
+        "{} of {} requests agree",
         cases.len() - diffs.len(),
-        cases.len(),
-        unbuilt.len()
+        cases.len()
     );
+    assert!(
+        diffs.is_empty(),
+        "{} of {} differ; by rule {:?}\n{}",
+        diffs.len(),
+        cases.len(),
+        &by_rule[..by_rule.len().min(40)],
+        diffs[..diffs.len().min(40)].join("\n")
+    );
+}
+
+/// The same requests blocking at paranoia level 1, as a site runs CRS: the same
+/// interventions (status) and the same rules up to the one that denied.
+#[test]
+fn crs_regression_requests_are_blocked_as_libmodsecurity_blocks_them() {
+    let cases = cases(&crs4().join("tests"));
+    let crs = prepared_crs();
+    let pieces = crs_pieces(crs.path(), WafMode::Block, 1);
+    let (diffs, by_rule, blocked) = differences(&cases, &pieces);
+    // Most of CRS's test requests are attacks that paranoia level 1 blocks.
+    assert!(blocked > 1500, "libmodsecurity blocked only {blocked}");
     assert!(
         diffs.is_empty(),
         "{} of {} differ; by rule {:?}\n{}",

@@ -221,13 +221,19 @@ fn entries(s: &[u8]) -> Vec<String> {
 }
 
 /// One request and the processor its rules asked for.
-struct Case {
+pub(super) struct Case {
     label: String,
     facts: RequestFacts,
     processor: Option<BodyProcessor>,
 }
 
-fn case(label: &str, method: &str, target: &str, headers: &[(&str, &[u8])], body: &[u8]) -> Case {
+pub(super) fn case(
+    label: &str,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+) -> Case {
     let mut map = http::HeaderMap::new();
     let mut processor = None;
     for (name, value) in headers {
@@ -261,7 +267,7 @@ fn case(label: &str, method: &str, target: &str, headers: &[(&str, &[u8])], body
 }
 
 /// Compares every case; returns the number of cases and one line per difference.
-fn compare(cases: &[Case]) -> (usize, Vec<String>) {
+pub(super) fn compare(cases: &[Case]) -> (usize, Vec<String>) {
     let mut cache = HashMap::new();
     let mut differences = Vec::new();
     let settings = settings();
@@ -556,15 +562,15 @@ fn crs_cases() -> Vec<Case> {
 
 /// One test stage's input: its keys' values, and its headers.
 #[derive(Default)]
-struct Input {
-    fields: HashMap<String, Vec<u8>>,
-    headers: Vec<(String, Vec<u8>)>,
+pub(super) struct Input {
+    pub(super) fields: HashMap<String, Vec<u8>>,
+    pub(super) headers: Vec<(String, Vec<u8>)>,
 }
 
 /// The `input:` blocks of a go-ftw test file, read as far as these tests write YAML:
 /// single-line scalars (plain, single- or double-quoted), `|` and `|-` blocks, one nested
 /// map (`headers`).
-fn crs_inputs(text: &str) -> Vec<Input> {
+pub(super) fn crs_inputs(text: &str) -> Vec<Input> {
     let indent = |l: &str| l.len() - l.trim_start().len();
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
