@@ -8,23 +8,8 @@
 //!   preceded by `\` and keeps its inner text as written (`\"` stays two characters, which a
 //!   regular expression reads as `"`; ModSecurity's scanner does the same).
 
-use super::LoadError;
+use super::error::{LoadError, Origin};
 use std::sync::Arc;
-
-/// Where a directive starts, for errors and for a rule's `file:line`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
-    /// The file, or what the text is when it is not a file ("[route.waf] ...").
-    pub file: Arc<str>,
-    /// 1-based.
-    pub line: usize,
-}
-
-impl std::fmt::Display for Origin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.file, self.line)
-    }
-}
 
 /// One directive as written.
 #[derive(Debug, Clone, PartialEq, Eq)]

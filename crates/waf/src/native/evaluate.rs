@@ -12,8 +12,8 @@
 //! - a target excluded with `!VAR:key` is compared by its full name as written (with case),
 //!   a `ctl:ruleRemoveTargetById` likewise, and neither reaches a chained rule.
 
-use super::LoadError;
 use super::action::{Actions, AllowScope, Ctl, Disruptive, Effect, Engine, SetOp};
+use super::error::LoadError;
 use super::expand::{Expansion, Part};
 use super::operator::{Op, Operator};
 use super::plan::{LinkPlan, Plan};

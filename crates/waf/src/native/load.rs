@@ -3,9 +3,9 @@
 //! engine does not implement is refused here, naming the file, line and directive; nothing
 //! is skipped.
 
-use super::LoadError;
 use super::action::{self, Actions, Disruptive, Engine};
 use super::directive::{self, Directive, shorten};
+use super::error::LoadError;
 use super::operator;
 use super::ruleset::{Kind, LimitAction, Link, Rule, RuleSet, Settings};
 use super::variable;

@@ -4,8 +4,8 @@
 //! prefilter over the literal `@rx` of the rules that use it (a value is scanned once per
 //! chain; each rule then looks its pattern up).
 
-use super::LoadError;
 use super::action::Actions;
+use super::error::LoadError;
 use super::operate::Matcher;
 use super::operator::Op;
 use super::pattern::{PatternSet, Scratch};

@@ -4,7 +4,7 @@
 //! written before or after its rule has the same effect.
 
 use super::action::{Actions, Engine, Phase};
-use super::directive::Origin;
+use super::error::Origin;
 use super::operator::Operator;
 use super::variable::Target;
 

@@ -28,11 +28,9 @@
 
 mod content_type;
 mod part;
+mod state;
 
-use part::Part;
-
-/// `MULTIPART_BUF_SIZE`: the longest line (or piece of one) looked at at once.
-const BUF_SIZE: usize = 4096;
+use state::{AFTER_LF, BUF_SIZE, Parser, at, cstr, is_space, starts_at, strlen};
 
 /// One file part.
 #[derive(Debug, Clone)]
@@ -78,76 +76,6 @@ pub(super) fn parse(content_type: Option<&[u8]>, body: &[u8]) -> Multipart {
         p.process(body);
     }
     p.complete()
-}
-
-/// The flags MULTIPART_STRICT_ERROR is the "or" of (`m_flag_*`). `file_limit_exceeded`
-/// is left out: it cannot be raised here (see the module's doc).
-#[derive(Debug, Default)]
-struct Flags {
-    error: bool,
-    data_before: bool,
-    data_after: bool,
-    header_folding: bool,
-    boundary_quoted: bool,
-    lf_line: bool,
-    crlf_line: bool,
-    /// 0, 1 (a line looked like a boundary and was not ours) or 2 (ours after the first).
-    unmatched_boundary: u8,
-    boundary_whitespace: bool,
-    missing_semicolon: bool,
-    invalid_quoting: bool,
-    invalid_part: bool,
-    invalid_header_folding: bool,
-}
-
-impl Flags {
-    fn strict_error(&self) -> bool {
-        self.error
-            || self.boundary_quoted
-            || self.boundary_whitespace
-            || self.data_before
-            || self.data_after
-            || self.header_folding
-            || self.lf_line
-            || self.missing_semicolon
-            || self.invalid_quoting
-            || self.invalid_part
-            || self.invalid_header_folding
-    }
-}
-
-/// The line-ending state (`m_crlf_state`) after a lone LF.
-const AFTER_LF: u8 = 2;
-
-/// libmodsecurity's `Multipart` while it reads one body.
-#[derive(Debug, Default)]
-struct Parser {
-    boundary: Vec<u8>,
-    /// The line being gathered (`m_buf` up to `m_bufptr`).
-    buf: Vec<u8>,
-    /// Whether `buf` starts a line (the chunk before it ended with LF).
-    buf_contains_line: bool,
-    /// 0: none, 1: after CR, 2: after a lone LF, 3: after CRLF.
-    crlf_state: u8,
-    crlf_state_buf_end: u8,
-    /// The part being built (`m_mpp`), none before the first boundary and after the last.
-    part: Option<Part>,
-    /// False while reading a part's headers, true for its data (`m_mpp_state`).
-    in_data: bool,
-    /// Whether any data came since the part's empty line.
-    data_read: bool,
-    /// The line ending held back from the last data chunk (`m_reserve`): its length.
-    reserve: usize,
-    seen_data: bool,
-    is_complete: bool,
-    boundary_count: usize,
-    flags: Flags,
-    /// Finished parts with a name (`m_parts`).
-    parts: Vec<Part>,
-    part_headers: Vec<(Vec<u8>, Vec<u8>)>,
-    no_files_length: u64,
-    /// The last error message assigned (`*error`), without the "Multipart parsing error".
-    error: Option<Vec<u8>>,
 }
 
 impl Parser {
@@ -374,31 +302,6 @@ impl Parser {
             && starts_at(&self.buf, 2, b)
             && self.buf.ends_with(b"--")
     }
-}
-
-/// The byte at `i` of a NUL-terminated buffer: past its end, the terminator.
-fn at(s: &[u8], i: usize) -> u8 {
-    s.get(i).copied().unwrap_or(0)
-}
-
-/// `strlen`: up to the first NUL.
-fn strlen(s: &[u8]) -> usize {
-    s.iter().position(|&b| b == 0).unwrap_or(s.len())
-}
-
-/// `std::string(char *)`: the bytes before the first NUL.
-fn cstr(s: &[u8]) -> &[u8] {
-    &s[..strlen(s)]
-}
-
-/// `strncmp(s + i, t, strlen(t)) == 0`, for a `t` without NUL.
-fn starts_at(s: &[u8], i: usize, t: &[u8]) -> bool {
-    t.iter().enumerate().all(|(k, &b)| at(s, i + k) == b)
-}
-
-/// `isspace` in the C locale.
-fn is_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
 }
 
 #[cfg(all(test, feature = "modsecurity"))]

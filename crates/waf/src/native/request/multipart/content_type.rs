@@ -2,7 +2,7 @@
 //! tolerates (one semicolon, white space around `=`, quotes, a parameter after the
 //! boundary) raises a flag, what it does not is an error and no body is read.
 
-use super::{Parser, is_space, strlen};
+use super::state::{Parser, is_space, strlen};
 
 /// `boundary_characters_valid`: RFC 2046's `bchars`, a space allowed but not last.
 fn boundary_characters_valid(b: &[u8]) -> bool {

@@ -2,44 +2,7 @@
 //! (`parse_content_disposition`), its data (`process_part_data`) and its end
 //! (`process_boundary`).
 
-use super::{BUF_SIZE, Parser, at, is_space};
-
-/// `MultipartPart`, as far as its variables need.
-#[derive(Debug, Default)]
-pub(super) struct Part {
-    /// `filename` was given (not empty) and the header says `filename=`.
-    pub(super) is_file: bool,
-    pub(super) name: Vec<u8>,
-    pub(super) filename: Vec<u8>,
-    /// A field's value: its data chunks, each without its line ending.
-    pub(super) value: Vec<u8>,
-    /// A file's size, line endings within it included.
-    pub(super) file_size: usize,
-    /// The part's headers, keyed without regard to case.
-    headers: Vec<(Vec<u8>, Vec<u8>)>,
-    last_header_name: Vec<u8>,
-    /// The header line being built: the raw line, or `name: value` once folded.
-    last_header_line: Vec<u8>,
-    /// Finished header lines (MULTIPART_PART_HEADERS).
-    header_lines: Vec<Vec<u8>>,
-}
-
-impl Part {
-    fn header(&mut self, name: &[u8]) -> Option<&mut Vec<u8>> {
-        self.headers
-            .iter_mut()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
-    }
-
-    /// Records the header line being built, if any.
-    fn end_header_line(&mut self) {
-        if !self.last_header_line.is_empty() {
-            let line = std::mem::take(&mut self.last_header_line);
-            self.header_lines.push(line);
-        }
-    }
-}
+use super::state::{BUF_SIZE, Parser, Part, at, is_space};
 
 /// `utils::string::chomp`: trailing CRs and LFs dropped, unless there is nothing else.
 fn chomp(s: &mut Vec<u8>) {
