@@ -165,6 +165,13 @@ impl Transaction {
                             .into_iter()
                             .map(|(key, v)| from_request(target.var, key, v)),
                     );
+                } else if target.var == Var::Tx {
+                    // TX keys are kept lower-cased: one lookup, not a walk of them all
+                    // (CRS asks TX:name in most of its rules).
+                    let key = k.to_ascii_lowercase();
+                    if let Some((name, v)) = self.tx.get_key_value(&key) {
+                        out.push(named(Var::Tx, name.as_bytes(), v));
+                    }
                 } else {
                     self.all_values(target.var, out);
                     retain_from(out, start, |v| v.key.eq_ignore_ascii_case(k.as_bytes()));
@@ -311,14 +318,9 @@ fn from_request<'a>(var: Var, key: &'a [u8], bytes: &'a [u8]) -> Value<'a> {
 
 /// Keeps, of `out[start..]`, the values `keep` accepts, in order.
 fn retain_from(out: &mut Vec<Value<'_>>, start: usize, mut keep: impl FnMut(&Value<'_>) -> bool) {
-    let mut i = start;
-    while i < out.len() {
-        if keep(&out[i]) {
-            i += 1;
-        } else {
-            out.remove(i);
-        }
-    }
+    let mut tail = out.split_off(start);
+    tail.retain(|v| keep(v));
+    out.append(&mut tail);
 }
 
 /// `std::stoi` as setvar uses it: leading blanks, a sign, digits; anything else (or a value
