@@ -14,6 +14,8 @@
 //! this engine until they are and its cost target is met (docs/waf.md, "The native engine").
 
 mod action;
+#[cfg(test)]
+mod crs_module;
 mod directive;
 mod error;
 mod evaluate;

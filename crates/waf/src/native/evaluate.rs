@@ -15,11 +15,12 @@
 use super::action::{Actions, AllowScope, Ctl, Disruptive, Effect, Engine, SetOp};
 use super::error::LoadError;
 use super::expand::{Expansion, Part};
+use super::operate::stoi;
 use super::operator::{Op, Operator};
 use super::plan::{LinkPlan, Plan};
 use super::request::RequestData;
 use super::ruleset::{Kind, Rule, RuleSet};
-use super::transaction::{Intervention, Memo, Transaction, Value, stoi};
+use super::transaction::{Intervention, Memo, Transaction, Value};
 use super::variable::{Selector, Target};
 use crate::inspect::RequestFacts;
 use crate::matches::Match;
@@ -167,22 +168,9 @@ impl NativeRules {
 
     /// The rule's targets with `SecRuleUpdateTargetById/ByTag` additions.
     fn final_targets(&self, rule: &Rule, targets: &[Target]) -> Vec<Target> {
-        let id = rule.id().unwrap_or(0);
-        let ex = &self.set.exclusions;
-        let by_id = ex
-            .targets_by_id
-            .iter()
-            .filter(|((a, b), _)| (*a..=*b).contains(&id))
-            .map(|(_, t)| t);
-        let by_tag = ex
-            .targets_by_tag
-            .iter()
-            .filter(|(tag, _)| rule.actions.tags.iter().any(|t| t == tag))
-            .map(|(_, t)| t);
         targets
             .iter()
-            .chain(by_id)
-            .chain(by_tag)
+            .chain(self.updates(rule))
             .filter(|t| !t.exclude)
             .cloned()
             .collect()
@@ -190,19 +178,25 @@ impl NativeRules {
 
     /// `SecRuleUpdateTargetBy*`'s exclusions (`!VAR:key`) for the rule.
     fn exclusions(&self, rule: &Rule) -> Vec<Target> {
+        self.updates(rule).filter(|t| t.exclude).cloned().collect()
+    }
+
+    /// The targets `SecRuleUpdateTargetById/ByTag` give the rule (added, or with `!` left
+    /// out).
+    fn updates<'s>(&'s self, rule: &'s Rule) -> impl Iterator<Item = &'s Target> {
         let id = rule.id().unwrap_or(0);
         let ex = &self.set.exclusions;
         let by_id = ex
             .targets_by_id
             .iter()
-            .filter(|((a, b), _)| (*a..=*b).contains(&id))
+            .filter(move |((a, b), _)| (*a..=*b).contains(&id))
             .map(|(_, t)| t);
         let by_tag = ex
             .targets_by_tag
             .iter()
             .filter(|(tag, _)| rule.actions.tags.iter().any(|t| t == tag))
             .map(|(_, t)| t);
-        by_id.chain(by_tag).filter(|t| t.exclude).cloned().collect()
+        by_id.chain(by_tag)
     }
 }
 
@@ -572,11 +566,10 @@ fn key_matches(re: &str, key: &[u8]) -> bool {
 /// (`getFinalVars`).
 fn removed_whole(t: &Transaction, link: &Link<'_>, target: &Target) -> bool {
     let Some(id) = link.id else { return false };
-    let full = match &target.selector {
-        Selector::Key(k) => format!("{}:{k}", target.var.name()),
-        Selector::Regex(re) => format!("{}:/{re}/", target.var.name()),
-        _ => target.var.name().to_string(),
-    };
+    if t.removed_targets_by_id.is_empty() && t.removed_targets_by_tag.is_empty() {
+        return false;
+    }
+    let full = target.full_name();
     t.removed_targets_by_id
         .iter()
         .any(|(r, n)| *r == id && *n == full)
@@ -605,10 +598,6 @@ fn removed_by_tag(t: &Transaction, actions: &Actions) -> bool {
 
 /// A `ctl:` for the rest of the transaction.
 fn ctl(t: &mut Transaction, c: &Ctl) {
-    let name = |target: &Target| match &target.selector {
-        Selector::Key(k) => format!("{}:{k}", target.var.name()),
-        _ => target.var.name().to_string(),
-    };
     match c {
         Ctl::RuleEngine(e) => t.engine = *e,
         Ctl::RequestBodyProcessor(p) => {
@@ -621,11 +610,12 @@ fn ctl(t: &mut Transaction, c: &Ctl) {
         // libmodsecurity reads one id (`stoi` of the text before `;`).
         Ctl::RuleRemoveTargetById(ids, target) => {
             if let Some(&(id, _)) = ids.first() {
-                t.removed_targets_by_id.push((id, name(target)));
+                t.removed_targets_by_id.push((id, target.full_name()));
             }
         }
         Ctl::RuleRemoveTargetByTag(tag, target) => {
-            t.removed_targets_by_tag.push((tag.clone(), name(target)));
+            t.removed_targets_by_tag
+                .push((tag.clone(), target.full_name()));
         }
         Ctl::RequestBodyAccess(on) => t.body_access = Some(*on),
         Ctl::ForceRequestBodyVariable(_) | Ctl::Audit => {}

@@ -250,9 +250,9 @@ fn leading_number(s: &[u8]) -> Option<i128> {
     Some(if negative { -magnitude } else { magnitude })
 }
 
-/// `std::stoi` inside `try { } catch (...) { 0 }` (`@eq`): no digits, or a number outside
-/// `int` (strtol's range error included), is 0.
-fn stoi(s: &[u8]) -> i64 {
+/// `std::stoi` inside `try { } catch (...) { 0 }` (`@eq`, and `setvar`'s `=+`/`=-`): no
+/// digits, or a number outside `int` (strtol's range error included), is 0.
+pub(crate) fn stoi(s: &[u8]) -> i64 {
     leading_number(s)
         .and_then(|n| i32::try_from(n).ok())
         .map_or(0, i64::from)

@@ -133,30 +133,9 @@ fn debian_crs_3_loads_every_rule_but_the_ip_reputation_file() {
     assert!(loaded.len() > 500, "{}", loaded.len());
 }
 
-/// CRS 4.22's directory in the Go module cache (bench/crs downloads the same module).
+/// CRS 4.22's rules directory in the Go module cache (bench/crs downloads the same module).
 fn crs4() -> PathBuf {
-    let out = std::process::Command::new("go")
-        .args([
-            "mod",
-            "download",
-            "-json",
-            "github.com/corazawaf/coraza-coreruleset/v4@v4.22.0",
-        ])
-        .current_dir(std::env::temp_dir())
-        .output()
-        .expect("go runs (scripts/test-deps installs it)");
-    let json = String::from_utf8_lossy(&out.stdout);
-    let dir = json
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("\"Dir\": \""))
-        .and_then(|l| l.strip_suffix("\","))
-        .unwrap_or_else(|| {
-            panic!(
-                "go mod download: {json} {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-    PathBuf::from(dir).join("rules")
+    super::crs_module::dir().join("rules")
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 use super::action::{AllowScope, BodyProcessor, Engine};
 use super::expand::{Expansion, Part, RuleField};
+use super::operate::stoi;
 use super::pattern::Scratch;
 use super::request::RequestData;
 use super::ruleset::Rule;
@@ -321,24 +322,6 @@ fn retain_from(out: &mut Vec<Value<'_>>, start: usize, mut keep: impl FnMut(&Val
     let mut tail = out.split_off(start);
     tail.retain(|v| keep(v));
     out.append(&mut tail);
-}
-
-/// `std::stoi` as setvar uses it: leading blanks, a sign, digits; anything else (or a value
-/// out of `int`'s range) is 0.
-pub(crate) fn stoi(v: &[u8]) -> i64 {
-    let s = std::str::from_utf8(v).unwrap_or("");
-    let s = s.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
-    let (neg, digits) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let n = digits.bytes().take_while(u8::is_ascii_digit).count();
-    let Ok(x) = digits[..n].parse::<i64>() else {
-        return 0;
-    };
-    let x = if neg { -x } else { x };
-    if i32::try_from(x).is_err() { 0 } else { x }
 }
 
 /// Calls `f` with a selector's regular expression, compiled without regard to case (as

@@ -211,6 +211,19 @@ pub struct Target {
     pub exclude: bool,
 }
 
+impl Target {
+    /// The target as written, without `!` or `&` (`ARGS:id`, `ARGS:/^a/`, `XML:/*`): what
+    /// `ctl:ruleRemoveTarget*` names and libmodsecurity compares.
+    pub fn full_name(&self) -> String {
+        let var = self.var.name();
+        match &self.selector {
+            Selector::All => var.to_string(),
+            Selector::Key(k) | Selector::XPath(k) => format!("{var}:{k}"),
+            Selector::Regex(re) => format!("{var}:/{re}/"),
+        }
+    }
+}
+
 /// The targets of `text`, or why not.
 pub(super) fn parse(text: &str) -> Result<Vec<Target>, String> {
     let mut out = Vec::new();

@@ -38,22 +38,7 @@ fn route(mode: WafMode, paranoia_level: u8) -> RouteWaf {
 
 /// CRS 4.22's module directory (rules and tests).
 pub(crate) fn crs4() -> PathBuf {
-    let out = std::process::Command::new("go")
-        .args([
-            "mod",
-            "download",
-            "-json",
-            "github.com/corazawaf/coraza-coreruleset/v4@v4.22.0",
-        ])
-        .current_dir(std::env::temp_dir())
-        .output()
-        .expect("go runs (scripts/test-deps installs it)");
-    let json = String::from_utf8_lossy(&out.stdout);
-    json.lines()
-        .find_map(|l| l.trim().strip_prefix("\"Dir\": \""))
-        .and_then(|l| l.strip_suffix("\","))
-        .map(PathBuf::from)
-        .expect("the CRS module's directory")
+    crate::native::crs_module::dir().to_path_buf()
 }
 
 /// The CRS regression setup's variables (bench/crs.py's, go-ftw's and Coraza's values).

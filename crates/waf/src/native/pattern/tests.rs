@@ -6,7 +6,6 @@ use super::translate::translate;
 use super::{PatternSet, pcre};
 use crate::native::{Kind, Op, RuleSet, load};
 use crate::rules::Piece;
-use std::path::PathBuf;
 
 /// Every (pattern, value) on which the set and PCRE2 disagree.
 fn disagreements(patterns: &[&str], values: &[Vec<u8>]) -> Vec<String> {
@@ -153,23 +152,7 @@ fn pcre_constructs_match_as_pcre_matches_them() {
 }
 
 fn crs_sets() -> Vec<RuleSet> {
-    let out = std::process::Command::new("go")
-        .args([
-            "mod",
-            "download",
-            "-json",
-            "github.com/corazawaf/coraza-coreruleset/v4@v4.22.0",
-        ])
-        .current_dir(std::env::temp_dir())
-        .output()
-        .expect("go runs (scripts/test-deps installs it)");
-    let json = String::from_utf8_lossy(&out.stdout);
-    let dir = json
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("\"Dir\": \""))
-        .and_then(|l| l.strip_suffix("\","))
-        .map(PathBuf::from)
-        .expect("the CRS module's directory");
+    let dir = crate::native::crs_module::dir();
     let v4 = load(&[Piece::File(dir.join("rules/@owasp_crs/*.conf"))]).unwrap();
     let v3_files: Vec<Piece> = glob::glob("/usr/share/modsecurity-crs/rules/*.conf")
         .unwrap()
@@ -178,11 +161,8 @@ fn crs_sets() -> Vec<RuleSet> {
         .map(Piece::File)
         .collect();
     let v3 = load(&v3_files).unwrap();
-    CORPUS_DIR.set(dir.join("tests")).ok();
     vec![v4, v3]
 }
-
-static CORPUS_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 /// Every literal `@rx` of `set`, chained rules' included.
 fn rx_patterns(set: &RuleSet) -> Vec<String> {
@@ -266,7 +246,7 @@ fn percent_decode(s: &[u8]) -> Vec<u8> {
 #[test]
 fn every_crs_pattern_matches_the_regression_payloads_as_pcre2_does() {
     let sets = crs_sets();
-    let values = corpus(CORPUS_DIR.get().unwrap());
+    let values = corpus(&crate::native::crs_module::dir().join("tests"));
     assert!(values.len() > 5000, "{} payloads", values.len());
     for set in &sets {
         let owned = rx_patterns(set);

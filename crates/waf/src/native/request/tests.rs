@@ -534,30 +534,33 @@ fn json_bodies_match_libmodsecurity() {
     assert_same(&json_cases());
 }
 
-/// The CRS regression tests' requests (coraza-coreruleset v4.22.0, as the Go module cache
-/// holds it), one in `STEP`, those with a multipart or XML body left out.
+/// The CRS regression tests' requests (coraza-coreruleset v4.22.0, from Go's module
+/// cache), one in `STEP`, those with a multipart or XML body left out.
 fn crs_cases() -> Vec<Case> {
     const STEP: usize = 3;
-    let Some(home) = std::env::var_os("HOME") else {
-        return Vec::new();
-    };
-    let root = std::path::Path::new(&home)
-        .join("go/pkg/mod/github.com/corazawaf/coraza-coreruleset/v4@v4.22.0/tests");
+    let cases: Vec<Case> = crs_labelled_inputs()
+        .iter()
+        .filter_map(|(label, input)| crs_case(label, input))
+        .collect();
+    cases.into_iter().step_by(STEP).collect()
+}
+
+/// Every stage input of the CRS regression tests, labelled `file #n`, in file order.
+pub(super) fn crs_labelled_inputs() -> Vec<(String, Input)> {
+    let root = crate::native::crs_module::dir().join("tests");
     let mut files: Vec<_> = glob::glob(&format!("{}/**/*.yaml", root.display()))
         .map(|g| g.flatten().collect())
         .unwrap_or_default();
     files.sort();
-    let mut cases = Vec::new();
+    let mut out = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned());
         for (i, input) in crs_inputs(&text).into_iter().enumerate() {
-            if let Some(c) = crs_case(&format!("{} #{i}", stem.as_deref().unwrap_or("?")), &input) {
-                cases.push(c);
-            }
+            out.push((format!("{} #{i}", stem.as_deref().unwrap_or("?")), input));
         }
     }
-    cases.into_iter().step_by(STEP).collect()
+    out
 }
 
 /// One test stage's input: its keys' values, and its headers.
@@ -570,7 +573,7 @@ pub(super) struct Input {
 /// The `input:` blocks of a go-ftw test file, read as far as these tests write YAML:
 /// single-line scalars (plain, single- or double-quoted), `|` and `|-` blocks, one nested
 /// map (`headers`).
-pub(super) fn crs_inputs(text: &str) -> Vec<Input> {
+fn crs_inputs(text: &str) -> Vec<Input> {
     let indent = |l: &str| l.len() - l.trim_start().len();
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();

@@ -4,7 +4,7 @@
 //! combines and take each error path of `multipart.cc`; the CRS regression tests' multipart
 //! requests add what clients and attackers send.
 
-use crate::native::request::tests::{Case, case, compare, crs_inputs};
+use crate::native::request::tests::{Case, case, compare, crs_labelled_inputs};
 
 const B: &str = "XyZ";
 
@@ -412,31 +412,17 @@ fn content_type_cases() -> Vec<Case> {
 
 /// The CRS regression tests' requests whose Content-Type says multipart.
 fn crs_multipart_cases() -> Vec<Case> {
-    let Some(home) = std::env::var_os("HOME") else {
-        return Vec::new();
-    };
-    let root = std::path::Path::new(&home)
-        .join("go/pkg/mod/github.com/corazawaf/coraza-coreruleset/v4@v4.22.0/tests");
-    let mut files: Vec<_> = glob::glob(&format!("{}/**/*.yaml", root.display()))
-        .map(|g| g.flatten().collect())
-        .unwrap_or_default();
-    files.sort();
     let mut cases = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned());
-        for (i, input) in crs_inputs(&text).into_iter().enumerate() {
-            let multipart = input.headers.iter().any(|(k, v)| {
-                k.eq_ignore_ascii_case("content-type")
-                    && v.to_ascii_lowercase().windows(9).any(|w| w == b"multipart")
-            });
-            if !multipart || input.fields.contains_key("encoded_request") {
-                continue;
-            }
-            let label = format!("{} #{i}", stem.as_deref().unwrap_or("?"));
-            if let Some(c) = crs_case(&label, &input.fields, &input.headers) {
-                cases.push(c);
-            }
+    for (label, input) in crs_labelled_inputs() {
+        let multipart = input.headers.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case("content-type")
+                && v.to_ascii_lowercase().windows(9).any(|w| w == b"multipart")
+        });
+        if !multipart || input.fields.contains_key("encoded_request") {
+            continue;
+        }
+        if let Some(c) = crs_case(&label, &input.fields, &input.headers) {
+            cases.push(c);
         }
     }
     cases

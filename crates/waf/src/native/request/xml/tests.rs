@@ -3,7 +3,7 @@
 //! XML://@*, REQBODY_ERROR and REQBODY_ERROR_MSG among them) through the request
 //! differential's helpers.
 
-use super::super::tests::{Case, case, compare, crs_inputs};
+use super::super::tests::{Case, case, compare, crs_labelled_inputs};
 
 /// A POST of `body` read as XML (the oracle's rules apply `ctl:requestBodyProcessor=XML`).
 fn xml_case(label: &str, content_type: &[u8], body: &[u8]) -> Case {
@@ -236,35 +236,21 @@ fn hand_picked_xml_bodies_match_libmodsecurity() {
 
 /// The requests of CRS's regression tests whose Content-Type names XML.
 fn crs_xml_cases() -> Vec<Case> {
-    let Some(home) = std::env::var_os("HOME") else {
-        return Vec::new();
-    };
-    let root = std::path::Path::new(&home)
-        .join("go/pkg/mod/github.com/corazawaf/coraza-coreruleset/v4@v4.22.0/tests");
-    let mut files: Vec<_> = glob::glob(&format!("{}/**/*.yaml", root.display()))
-        .map(|g| g.flatten().collect())
-        .unwrap_or_default();
-    files.sort();
     let mut cases = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned());
-        for (i, input) in crs_inputs(&text).into_iter().enumerate() {
-            let Some((_, ct)) = input
-                .headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
-            else {
-                continue;
-            };
-            let l = ct.to_ascii_lowercase();
-            if !l.windows(3).any(|w| w == b"xml") || input.fields.contains_key("encoded_request") {
-                continue;
-            }
-            let body = input.fields.get("data").cloned().unwrap_or_default();
-            let label = format!("{} #{i}", stem.as_deref().unwrap_or("?"));
-            cases.push(xml_case(&label, ct, &body));
+    for (label, input) in crs_labelled_inputs() {
+        let Some((_, ct)) = input
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        else {
+            continue;
+        };
+        let l = ct.to_ascii_lowercase();
+        if !l.windows(3).any(|w| w == b"xml") || input.fields.contains_key("encoded_request") {
+            continue;
         }
+        let body = input.fields.get("data").cloned().unwrap_or_default();
+        cases.push(xml_case(&label, ct, &body));
     }
     cases
 }
