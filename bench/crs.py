@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The OWASP Core Rule Set's regression suite against Sluice's WAF and against NGINX with
+"""The OWASP Core Rule Set's regression suite against Sluice's WAF (each engine: libmodsecurity
+and the native one) and against NGINX with
 ModSecurity-nginx (Debian's libnginx-mod-http-modsecurity), side by side: the same
 libmodsecurity 3.0.9, the same rules (CRS 4.22.0 from the Go module
 github.com/corazawaf/coraza-coreruleset/v4, which carries CRS's rules and its go-ftw tests),
@@ -13,8 +14,9 @@ NGINX writes ModSecurity's messages to its error log; Sluice writes its JSON acc
 (`access_flush = "0s"`).
 
 What a run asserts: every test NGINX's connector passes, Sluice passes, except the ones
-listed in bench/crs-overrides.toml, each with its reason; and every listed test still differs
-(a fixed difference leaves the list). Tests both gateways fail are the engine's (libmodsecurity
+listed in bench/crs-overrides.toml, each with its reason; every listed test still differs
+(a fixed difference leaves the list); and every test Sluice passes with libmodsecurity it
+passes with its native engine (`[[waf.ruleset]] engine = "native"`, a second Sluice). Tests both gateways fail are the engine's (libmodsecurity
 3.0.9 with rules written for later engines) and are counted, not hidden.
 
 Called by bench/crs (the whole suite: ~4,100 tests, minutes) and bench/crs --smoke (a subset
@@ -38,7 +40,7 @@ import waf as W
 
 CRS_MODULE = "github.com/corazawaf/coraza-coreruleset/v4"
 CRS_VERSION = "v4.22.0"
-ALBEDO, SLUICE, NGINX = 18960, 18961, 18962
+ALBEDO, SLUICE, NGINX, NATIVE = 18960, 18961, 18962, 18963
 TOOLS = Path(os.environ.get("SLUICE_TOOLS") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice" / "bin")
 OVERRIDES = B.ROOT / "bench" / "crs-overrides.toml"
 BODY_LIMIT = 1 << 20
@@ -122,14 +124,14 @@ def nginx_conf(d, crs):
 """
 
 
-def sluice_conf(d, crs):
+def sluice_conf(d, crs, engine="modsecurity", port=SLUICE, log="sluice-access.log"):
     listed = ", ".join(f'"{f}"' for f in files(crs))
     return f"""
 [global]
 shutdown_timeout = "2s"
 [log]
 level = "warn"
-access_log = "{d}/sluice-access.log"
+access_log = "{d}/{log}"
 access_format = "json"
 access_flush = "0s"
 [admin]
@@ -139,10 +141,11 @@ name = "albedo"
 servers = [{{ address = "127.0.0.1:{ALBEDO}" }}]
 [[waf.ruleset]]
 name = "crs"
+engine = "{engine}"
 files = [{listed}]
 [[listener]]
 name = "crs"
-address = "127.0.0.1:{SLUICE}"
+address = "127.0.0.1:{port}"
 [[route]]
 name = "crs"
 upstream = "albedo"
@@ -214,20 +217,26 @@ def compare(nginx, sluice, listed):
             "both_fail": sorted(nginx["failed"] & sluice["failed"])}
 
 
-def report(cpu, nginx, sluice, cmp, smoke):
+def report(cpu, nginx, sluice, cmp, smoke, native=None):
     n = lambda r: len(r["passed"]) + len(r["failed"])
     print(f"# The CRS {CRS_VERSION} regression suite (go-ftw), paranoia level {PARANOIA}, detection only"
           f"{' (smoke subset)' if smoke else ''}\n")
     print(f"CPU: {cpu}. libmodsecurity 3.0.9 in both gateways; backend albedo.\n")
     print("| gateway | tests run | passed | failed | passed when run again |")
     print("|---|---|---|---|---|")
-    for name, r in (("NGINX + ModSecurity-nginx", nginx), ("Sluice", sluice)):
+    gateways = [("NGINX + ModSecurity-nginx", nginx), ("Sluice (libmodsecurity)", sluice),
+                ("Sluice (native engine)", native)]
+    for name, r in gateways:
         print(f"| {name} | {n(r)} | {len(r['passed'])} | {len(r['failed'])} | {len(r['flaky'])} |")
     print()
     print(f"- NGINX passes and Sluice fails: {len(cmp['differs'])}, each listed in bench/crs-overrides.toml "
           f"with its reason ({len(cmp['unexplained'])} unlisted)")
     print(f"- Sluice passes and NGINX fails: {len(cmp['sluice_only'])}: {' '.join(cmp['sluice_only'][:40])}")
     print(f"- both fail (the engine's, with these rules): {len(cmp['both_fail'])}")
+    print(f"- Sluice's libmodsecurity engine passes and its native engine fails: {len(cmp['native_misses'])}: "
+          f"{' '.join(cmp['native_misses'][:40])}")
+    print(f"- the native engine passes and libmodsecurity fails: {len(cmp['native_only'])}: "
+          f"{' '.join(cmp['native_only'][:40])}")
 
 
 def main():
@@ -249,6 +258,7 @@ def main():
         crs = prepare_rules(module, d)
         Path(d, "nginx.conf").write_text(nginx_conf(d, crs))
         Path(d, "sluice.toml").write_text(sluice_conf(d, crs))
+        Path(d, "native.toml").write_text(sluice_conf(d, crs, "native", NATIVE, "native-access.log"))
         procs = []
         try:
             procs.append(B.Proc("albedo", [str(TOOLS / "albedo"), "-b", "127.0.0.1", "-p", str(ALBEDO)],
@@ -256,11 +266,19 @@ def main():
             procs.append(B.Proc("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], B.GW_CORE, NGINX, f"{d}/nginx.out"))
             procs.append(B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file",
                                            f"{d}/sluice.pid"], B.GW_CORE, SLUICE, f"{d}/sluice.out"))
+            procs.append(B.Proc("sluice-native", [str(B.SLUICE), "run", "--config", f"{d}/native.toml", "--pid-file",
+                                                  f"{d}/native.pid"], B.GW_CORE, NATIVE, f"{d}/native.out"))
             B.log("go-ftw against NGINX + ModSecurity-nginx")
             nginx = go_ftw("nginx", NGINX, f"{d}/nginx-error.log", d, crs, include)
             B.log("go-ftw against Sluice")
             sluice = go_ftw("sluice", SLUICE, f"{d}/sluice-access.log", d, crs, include)
+            B.log("go-ftw against Sluice's native engine")
+            native = go_ftw("native", NATIVE, f"{d}/native-access.log", d, crs, include)
             cmp = compare(nginx, sluice, overrides())
+            # The issue's bar: the native engine passes every test the libmodsecurity engine
+            # passes, in the same gateway (same parsing, same settings, same backend).
+            cmp["native_misses"] = sorted(sluice["passed"] - native["passed"])
+            cmp["native_only"] = sorted(native["passed"] - sluice["passed"])
             if cmp["stale"]:
                 # A listed test that passed: run it again before calling the list stale (a
                 # half-read log line can also make a test pass, see `go_ftw`).
@@ -270,7 +288,7 @@ def main():
         finally:
             for p in reversed(procs):
                 p.stop()
-    report(cpu, nginx, sluice, cmp, args.smoke)
+    report(cpu, nginx, sluice, cmp, args.smoke, native)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
@@ -278,11 +296,14 @@ def main():
     counts = lambda r: {"passed": len(r["passed"]), "failed": len(r["failed"]), "skipped": r["skipped"], "flaky": r["flaky"],
                         "failed_tests": sorted(r["failed"])}
     path.write_text(json.dumps({"cpu": cpu, "crs": CRS_VERSION, "paranoia_level": PARANOIA, "include": include,
-                                "nginx": counts(nginx), "sluice": counts(sluice), "compare": cmp}, indent=1))
+                                "nginx": counts(nginx), "sluice": counts(sluice), "native": counts(native),
+                                "compare": cmp}, indent=1))
     B.log(f"results: {path}")
     bad = []
     if cmp["unexplained"]:
         bad.append(f"NGINX passes and Sluice fails, not in {OVERRIDES.name}: {' '.join(cmp['unexplained'])}")
+    if cmp["native_misses"]:
+        bad.append(f"Sluice's libmodsecurity engine passes and its native engine fails: {' '.join(cmp['native_misses'])}")
     if cmp["stale"]:
         bad.append(f"listed in {OVERRIDES.name} but no longer different (remove them): {' '.join(cmp['stale'])}")
     if bad:

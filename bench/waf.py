@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """What the web application firewall costs: Sluice's `[route.waf]` beside NGINX with
 ModSecurity-nginx (Debian's libnginx-mod-http-modsecurity), the same libmodsecurity 3.0.9
-and the same rules (Debian's OWASP Core Rule Set 3.3.4 at paranoia level 1, blocking mode,
+and the same rules (Debian's OWASP Core Rule Set 3.3.4 without its IP reputation file, at
+paranoia level 1, blocking mode,
 ModSecurity's recommended body settings), side by side on the gateway core.
 
-Rows, each gateway: a listener without a WAF, then a WAF listener with keep-alive HTTP/1.1
+Rows, each gateway: a listener without a WAF, then a WAF listener (for Sluice, one per engine:
+libmodsecurity and the native engine, `[[waf.ruleset]] engine = "native"`) with keep-alive HTTP/1.1
 GETs of a 1 KiB page and POSTs of a 10 KiB urlencoded form (benign: nothing matches; h2load,
 32 connections, on the load core with the NGINX origin). Per row: gateway CPU µs per request
 (all threads, user + system, the WAF's threads included), median of the runs [min-max]; what
@@ -29,9 +31,17 @@ from pathlib import Path
 import bench as B
 
 ORIGIN = 18800
-SLUICE = {"none": 18810, "waf": 18811}
+SLUICE = {"none": 18810, "waf": 18811, "native": 18812}
 NGINX = {"none": 18820, "waf": 18821}
-CRS = ["/etc/modsecurity/crs/crs-setup.conf", "/usr/share/modsecurity-crs/rules/*.conf"]
+RULES = Path("/usr/share/modsecurity-crs/rules")
+
+
+def crs_files():
+    """Debian's CRS 3.3.4 in load order without REQUEST-910 (IP reputation, which needs an
+    HTTP:BL key to do anything and whose `@rbl` the native engine refuses): the same files
+    for every gateway and engine."""
+    rules = sorted(str(p) for p in RULES.glob("*.conf") if not p.name.startswith("REQUEST-910-"))
+    return ["/etc/modsecurity/crs/crs-setup.conf"] + rules
 
 # What Sluice loads before and after the rule set's files for a route (crates/waf/src/rules.rs,
 # `head` and `tail`): NGINX gets the same directives. `engine` is "On" (mode = "block") or
@@ -108,11 +118,11 @@ def nginx_conf(d):
 
 
 def modsec_conf():
-    return modsec_head() + "".join(f"Include {f}\n" for f in CRS) + modsec_tail()
+    return modsec_head() + "".join(f"Include {f}\n" for f in crs_files()) + modsec_tail()
 
 
 def sluice_conf():
-    files = ", ".join(f'"{f}"' for f in CRS)
+    files = ", ".join(f'"{f}"' for f in crs_files())
     return f"""
 [global]
 shutdown_timeout = "2s"
@@ -128,6 +138,10 @@ servers = [{{ address = "127.0.0.1:{ORIGIN}" }}]
 [[waf.ruleset]]
 name = "crs"
 files = [{files}]
+[[waf.ruleset]]
+name = "crs-native"
+engine = "native"
+files = [{files}]
 [[listener]]
 name = "none"
 address = "127.0.0.1:{SLUICE['none']}"
@@ -136,6 +150,16 @@ request_id = false
 name = "waf"
 address = "127.0.0.1:{SLUICE['waf']}"
 request_id = false
+[[listener]]
+name = "native"
+address = "127.0.0.1:{SLUICE['native']}"
+request_id = false
+[[route]]
+name = "native"
+listeners = ["native"]
+upstream = "o"
+[route.waf]
+ruleset = "crs-native"
 [[route]]
 name = "none"
 listeners = ["none"]
@@ -189,7 +213,7 @@ def check_rules_run(ports):
     for name, port in ports.items():
         attack = status(port, "/1k?id=1%27%20or%20%271%27%3D%271")
         benign = status(port, "/1k?page=2")
-        want = "403" if name.endswith("waf") else "200"
+        want = "403" if name.split()[-1] in ("waf", "native") else "200"
         if (attack, benign) != (want, "200"):
             raise RuntimeError(f"{name}: attack {attack}, benign {benign}: the rules do not run as configured")
 
@@ -257,10 +281,11 @@ def report(cpu, args, rows):
     print("| request | gateway | without WAF | with WAF | added by the WAF |")
     print("|---|---|---|---|---|")
     for kind, what in (("get", "GET 1 KiB page"), ("post", "POST 10 KiB form")):
-        for g in ("sluice", "nginx"):
-            added = [a - b for a, b in zip(us(f"{g} waf {kind}"), us(f"{g} none {kind}"))]
-            print(f"| {what} | {g} | {f(B.summarize(us(f'{g} none {kind}')))} | "
-                  f"{f(B.summarize(us(f'{g} waf {kind}')))} | {f(B.summarize(added))} |")
+        for g, engine in (("sluice", "native"), ("sluice", "waf"), ("nginx", "waf")):
+            label = f"{g} (native engine)" if engine == "native" else f"{g} (libmodsecurity)"
+            added = [a - b for a, b in zip(us(f"{g} {engine} {kind}"), us(f"{g} none {kind}"))]
+            print(f"| {what} | {label} | {f(B.summarize(us(f'{g} none {kind}')))} | "
+                  f"{f(B.summarize(us(f'{g} {engine} {kind}')))} | {f(B.summarize(added))} |")
     print()
     for kind, what in (("get", "GET"), ("post", "POST 10 KiB form")):
         total = B.summarize([a / b for a, b in zip(us(f"sluice waf {kind}"), us(f"nginx waf {kind}"))])
@@ -272,6 +297,16 @@ def report(cpu, args, rows):
         print(f"- {what}: Sluice's CPU per request with the WAF / NGINX + ModSecurity's, run by run: {x(total)}; "
               f"what the WAF adds, Sluice / NGINX: {x(added)}; Sluice's WAF threads alone (the engine's "
               f"evaluation): {f(engine)} µs, {x(bound)} of NGINX's whole request")
+        native = B.summarize([a / b for a, b in zip(us(f"sluice native {kind}"), us(f"sluice waf {kind}"))])
+        native_nginx = B.summarize([a / b for a, b in zip(us(f"sluice native {kind}"), us(f"nginx waf {kind}"))])
+        native_added = B.summarize([(a - b) / (c - b) if c > b else float("nan") for a, b, c in
+                                    zip(us(f"sluice native {kind}"), us(f"sluice none {kind}"), us(f"sluice waf {kind}"))])
+        native_threads = B.summarize([r["waf_threads_us_per_req"] / m["waf_threads_us_per_req"]
+                                      for r, m in zip(rows[f"sluice native {kind}"], rows[f"sluice waf {kind}"])
+                                      if m["waf_threads_us_per_req"] > 0] or [float("nan")])
+        print(f"- {what}, the native engine: Sluice's CPU per request with it / with libmodsecurity: {x(native)}; "
+              f"/ NGINX + ModSecurity's: {x(native_nginx)}; what the WAF adds, native / libmodsecurity: "
+              f"{x(native_added)}; WAF threads, native / libmodsecurity: {x(native_threads)}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
     let mut routes: Vec<(&str, sluice_waf::StatsSnapshot)> =
         waf.stats().map(|(r, st)| (r, st.snapshot())).collect();
     routes.sort_by(|a, b| a.0.cmp(b.0));
-    let counters: [(&str, &str, Reading); 8] = [
+    let counters: [(&str, &str, Reading); 9] = [
         (
             "sluice_waf_inspected_total",
             "Requests the route's rules evaluated.",
@@ -50,6 +50,11 @@ pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
             "sluice_waf_overload_closed_total",
             "Requests (or responses) refused with 503: the WAF was saturated (on_overload = \"closed\").",
             |c| c.overload_closed,
+        ),
+        (
+            "sluice_waf_faults_total",
+            "Requests (or responses) the engine failed on (a fault caught on its thread), then forwarded or refused as on_overload says.",
+            |c| c.faults,
         ),
         (
             "sluice_waf_body_rejected_total",
@@ -105,6 +110,7 @@ pub(crate) fn status(s: &Sources) -> Value {
                 "detected": c.detected,
                 "overload_open": c.overload_open,
                 "overload_closed": c.overload_closed,
+                "faults": c.faults,
                 "body_rejected": c.body_rejected,
                 "body_partial": c.body_partial,
                 "mean_us": c.inspect_us.checked_div(c.inspected + c.responses),

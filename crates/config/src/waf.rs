@@ -37,6 +37,19 @@ pub struct WafRuleSet {
     pub files: Vec<PathBuf>,
     /// `rules = '''...'''`, loaded after the files.
     pub rules: Option<WafInline>,
+    /// `engine`: which engine evaluates the set.
+    pub engine: WafEngine,
+}
+
+/// `[[waf.ruleset]] engine`: what evaluates a rule set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WafEngine {
+    /// libmodsecurity 3 (the default): every SecLang feature it has.
+    #[default]
+    ModSecurity,
+    /// Sluice's own SecLang engine (`sluice_waf::native`): the Core Rule Set's verdicts at a
+    /// fraction of libmodsecurity's CPU; refuses at load what it does not implement.
+    Native,
 }
 
 /// Rules written in the configuration file, with where they are.

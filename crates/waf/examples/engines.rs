@@ -39,6 +39,7 @@ fn main() {
         response_mime_types: vec!["text/html".into()],
     };
     let set = WafRuleSet {
+        engine: sluice_config::WafEngine::ModSecurity,
         name: "crs".into(),
         files: vec![dir.join("crs-setup.conf"), dir.join("rules/*.conf")],
         rules: None,

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 fn main() {
     let set = WafRuleSet {
+        engine: sluice_config::WafEngine::ModSecurity,
         name: "crs".into(),
         files: [
             "/etc/modsecurity/crs/crs-setup.conf",

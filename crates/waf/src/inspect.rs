@@ -1,59 +1,61 @@
 //! One request through the rules: phases 1 (head) and 2 (body), then, with
 //! `inspect_response`, phases 3 (response head) and 4 (response body) on the same
 //! transaction, in the order ModSecurity-nginx drives one, each on the thread that runs its
-//! job. Phase 5 (logging) is not run: see `inspect`.
+//! job; with libmodsecurity ([`inspect`]) or the native engine ([`inspect_native`]), whose
+//! sessions [`inspect_response`] takes alike. Phase 5 (logging) is not run: see `inspect`.
 
 use crate::engine::{Rules, Transaction};
-use crate::verdict::Verdict;
-use bytes::Bytes;
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-/// What the rules see of a request: copied from it, so that a client that goes away while
-/// its job runs leaves nothing the job reads.
-#[derive(Debug, Clone)]
-pub struct RequestFacts {
-    /// The client (behind trusted proxies, the real one).
-    pub client: SocketAddr,
-    /// The address it connected to.
-    pub server: SocketAddr,
-    /// The method.
-    pub method: http::Method,
-    /// The request target as the client sent it (path and query).
-    pub target: String,
-    /// `"1.0"`, `"1.1"`, `"2.0"` or `"3.0"`.
-    pub version: &'static str,
-    /// The request's header fields (with `Host` for HTTP/2 and HTTP/3, from `:authority`).
-    pub headers: http::HeaderMap,
-    /// The body read, up to the route's limit.
-    pub body: Bytes,
-    /// The request's ID (`X-Request-Id`), which becomes ModSecurity's `UNIQUE_ID`; empty:
-    /// a number of the process's own.
-    pub id: String,
-}
-
-/// What the rules see of a response (`inspect_response`): its head as it goes to the client
-/// and its body up to the route's `response_body_limit`.
-#[derive(Debug, Clone)]
-pub struct ResponseFacts {
-    /// The status.
-    pub status: u16,
-    /// `"HTTP 1.1"` or `"HTTP 2.0"`, as ModSecurity-nginx passes it.
-    pub protocol: &'static str,
-    /// The response's header fields.
-    pub headers: http::HeaderMap,
-    /// The body read (empty where its type is not inspected), up to the limit, as the
-    /// upstream sent it (compressed where its `Content-Encoding` says so).
-    pub body: Bytes,
-    /// `response_body_limit`: the most bytes of the body the rules see once decoded.
-    pub body_limit: usize,
-}
+use crate::facts::{RequestFacts, ResponseFacts};
+use crate::matches::{Match, SCORE_RULE, anomaly_score};
+use crate::native::{self, NativeRules};
+use crate::verdict::{Intervention, Verdict};
+use std::sync::{Arc, Mutex};
 
 /// A request's transaction, kept after its request was inspected so that its response is
 /// inspected by the same transaction (the rules' `TX` variables carry over, as CRS's
 /// outbound rules expect).
 #[derive(Debug)]
-pub struct Session(Transaction);
+pub struct Session(Kept);
+
+/// The transaction of either engine.
+#[derive(Debug)]
+enum Kept {
+    #[cfg_attr(
+        not(feature = "modsecurity"),
+        expect(
+            dead_code,
+            reason = "no libmodsecurity transaction exists in this build"
+        )
+    )]
+    ModSecurity(Transaction),
+    /// Behind a mutex: a session must be `Sync` (it rides in a response body), and the
+    /// native transaction's memo is a `RefCell`; only the response's job locks it.
+    Native(Arc<NativeRules>, Mutex<native::Kept>),
+}
+
+/// Evaluates `request` with the native engine's `rules` on the calling thread, as
+/// [`inspect`] does with libmodsecurity's.
+pub fn inspect_native(
+    rules: &Arc<NativeRules>,
+    request: &RequestFacts,
+    keep: bool,
+) -> (Verdict, Option<Session>) {
+    let (outcome, kept) = rules.request(request, keep);
+    let verdict = verdict(outcome.matches, outcome.intervention);
+    let session = kept.map(|k| Session(Kept::Native(rules.clone(), Mutex::new(k))));
+    (verdict, session)
+}
+
+/// The verdict of `all` (the matches) and `intervention`: CRS's inbound anomaly score as
+/// Sluice's score rule reported it, and the matches without that rule.
+fn verdict(all: Vec<Match>, intervention: Option<Intervention>) -> Verdict {
+    let anomaly_score = anomaly_score(&all);
+    Verdict {
+        intervention,
+        matches: all.into_iter().filter(|m| m.id != SCORE_RULE).collect(),
+        anomaly_score,
+    }
+}
 
 /// A transaction ID for a request without one: unique within the process.
 #[cfg(feature = "modsecurity")]
@@ -98,15 +100,31 @@ pub fn inspect(
     // ModSecurity's audit log, which Sluice's own record replaces (docs/waf.md).
     let kept = keep && intervention.is_none();
     let verdict = gather(&mut t, intervention);
-    (verdict, kept.then_some(Session(t)))
+    (verdict, kept.then_some(Session(Kept::ModSecurity(t))))
 }
 
 /// Evaluates `response` with the transaction its request was inspected by, on the calling
 /// thread: phase 3, then phase 4 unless phase 3 intervened. The verdict holds only what the
 /// response matched.
-#[cfg(feature = "modsecurity")]
 pub fn inspect_response(session: &mut Session, response: &ResponseFacts) -> Verdict {
-    let t = &mut session.0;
+    let mut verdict = match &mut session.0 {
+        Kept::ModSecurity(t) => modsecurity_response(t, response),
+        Kept::Native(rules, kept) => {
+            let kept = kept.get_mut().unwrap_or_else(|e| e.into_inner());
+            let body =
+                crate::decode::for_rules(&response.headers, &response.body, response.body_limit);
+            let o = rules.response(kept, response, &body);
+            verdict(o.matches, o.intervention)
+        }
+    };
+    // The request's inbound score was reported with the request; a score found here would be
+    // CRS's outbound one ("Total Score" of its blocking evaluation), not comparable.
+    verdict.anomaly_score = None;
+    verdict
+}
+
+#[cfg(feature = "modsecurity")]
+fn modsecurity_response(t: &mut Transaction, response: &ResponseFacts) -> Verdict {
     for (name, value) in &response.headers {
         t.response_header(name.as_str().as_bytes(), value.as_bytes());
     }
@@ -120,17 +138,18 @@ pub fn inspect_response(session: &mut Session, response: &ResponseFacts) -> Verd
         t.response_body_done();
         intervention = t.intervention();
     }
-    let mut verdict = gather(t, intervention);
-    // The request's inbound score was reported with the request; a score found here would be
-    // CRS's outbound one ("Total Score" of its blocking evaluation), not comparable.
-    verdict.anomaly_score = None;
-    verdict
+    gather(t, intervention)
+}
+
+/// Without the engine no libmodsecurity transaction can exist.
+#[cfg(not(feature = "modsecurity"))]
+fn modsecurity_response(t: &mut Transaction, _response: &ResponseFacts) -> Verdict {
+    match t.0 {}
 }
 
 /// The transaction's messages since the last call, as matches, with `intervention`'s.
 #[cfg(feature = "modsecurity")]
-fn gather(t: &mut Transaction, intervention: Option<crate::Intervention>) -> Verdict {
-    use crate::matches::{Match, SCORE_RULE, anomaly_score};
+fn gather(t: &mut Transaction, intervention: Option<Intervention>) -> Verdict {
     let messages = std::mem::take(t.messages());
     let mut all: Vec<Match> = messages
         .lines
@@ -144,12 +163,7 @@ fn gather(t: &mut Transaction, intervention: Option<crate::Intervention>) -> Ver
             .as_ref()
             .and_then(|i| Match::parse(i.log.as_deref()?)),
     );
-    let anomaly_score = anomaly_score(&all);
-    Verdict {
-        intervention,
-        matches: all.into_iter().filter(|m| m.id != SCORE_RULE).collect(),
-        anomaly_score,
-    }
+    verdict(all, intervention)
 }
 
 /// Without the engine no `Rules` can exist (`Rules::build` refuses), so nothing calls this.
@@ -160,10 +174,4 @@ pub fn inspect(
     _keep: bool,
 ) -> (Verdict, Option<Session>) {
     match rules.0 {}
-}
-
-/// Without the engine no `Session` can exist.
-#[cfg(not(feature = "modsecurity"))]
-pub fn inspect_response(session: &mut Session, _response: &ResponseFacts) -> Verdict {
-    match session.0.0 {}
 }

@@ -56,13 +56,6 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 
 /// CRS's inbound anomaly score, where the matches say it: Sluice's score rule's data, or
 /// the blocking evaluation's "(Total Score: N)".
-#[cfg_attr(
-    not(feature = "modsecurity"),
-    allow(
-        dead_code,
-        reason = "read by inspect(), which needs the engine (and by the tests)"
-    )
-)]
 pub(crate) fn anomaly_score(matches: &[Match]) -> Option<u32> {
     let mut score = None;
     for m in matches {

@@ -35,7 +35,7 @@ pub use action::{
     Actions, AllowScope, BodyProcessor, Ctl, Disruptive, Effect, Engine, Phase, SetOp, SetVar,
 };
 pub use error::{LoadError, Origin};
-pub use evaluate::{NativeRules, Outcome};
+pub use evaluate::{Kept, NativeRules, Outcome};
 pub use expand::{Expansion, Part, RuleField};
 pub use load::load;
 pub use operator::{Op, Operator};

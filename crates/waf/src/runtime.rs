@@ -2,11 +2,13 @@
 //! that evaluate them.
 
 use crate::engine::Rules;
-use crate::inspect::{RequestFacts, ResponseFacts, Session, inspect, inspect_response};
+use crate::facts::{RequestFacts, ResponseFacts};
+use crate::inspect::{Session, inspect, inspect_native, inspect_response};
+use crate::native::NativeRules;
 use crate::rules::{Piece, pieces};
 use crate::stats::RouteStats;
 use crate::verdict::Verdict;
-use sluice_config::{Route, RouteWaf, WafMode, WafOverload, WafSettings};
+use sluice_config::{Route, RouteWaf, WafEngine, WafMode, WafOverload, WafSettings};
 use sluice_offload::{Engine as _, Job, Pool};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -24,12 +26,35 @@ pub struct WafError {
     pub message: String,
 }
 
+/// A compiled rule set, of the engine its `[[waf.ruleset]]` names.
+#[derive(Debug, Clone)]
+enum Engine {
+    ModSecurity(Arc<Rules>),
+    Native(Arc<NativeRules>),
+}
+
+impl Engine {
+    /// `pieces` compiled by `engine`; the error names the file and line.
+    fn build(engine: WafEngine, pieces: &[Piece]) -> Result<Engine, String> {
+        Ok(match engine {
+            WafEngine::ModSecurity => Engine::ModSecurity(Arc::new(Rules::build(pieces)?)),
+            WafEngine::Native => {
+                let set = crate::native::load(pieces).map_err(|e| {
+                    format!("{e} (the native engine refuses what it does not implement: use engine = \"modsecurity\" for this rule set, or leave the rule out)")
+                })?;
+                let rules = NativeRules::new(set).map_err(|e| e.to_string())?;
+                Engine::Native(Arc::new(rules))
+            }
+        })
+    }
+}
+
 /// One job for the WAF's threads: a request (phases 1-2; its transaction kept where the
 /// route inspects responses) or a response (phases 3-4, with its request's transaction).
 #[derive(Clone)]
 enum InspectJob {
     Request {
-        rules: Arc<Rules>,
+        rules: Engine,
         facts: Arc<RequestFacts>,
         keep: bool,
     },
@@ -42,13 +67,29 @@ enum InspectJob {
 }
 
 impl Job for InspectJob {
-    type Output = (Verdict, Option<Session>);
+    /// `None`: the engine failed on this request (a panic in the native engine, caught on
+    /// the WAF thread, which goes on); the route's `on_overload` decides, counted.
+    type Output = Option<(Verdict, Option<Session>)>;
 }
 
-/// Runs `job` on the calling thread (a WAF thread).
-fn run(job: &InspectJob) -> (Verdict, Option<Session>) {
+/// Runs `job` on the calling thread (a WAF thread). A panic is caught here: it must neither
+/// end the thread (its pool slot would never come back) nor reach libmodsecurity's frames.
+fn run(job: &InspectJob) -> Option<(Verdict, Option<Session>)> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_unguarded(job))).ok()
+}
+
+fn run_unguarded(job: &InspectJob) -> (Verdict, Option<Session>) {
     match job {
-        InspectJob::Request { rules, facts, keep } => inspect(rules, facts, *keep),
+        InspectJob::Request {
+            rules: Engine::ModSecurity(rules),
+            facts,
+            keep,
+        } => inspect(rules, facts, *keep),
+        InspectJob::Request {
+            rules: Engine::Native(rules),
+            facts,
+            keep,
+        } => inspect_native(rules, facts, *keep),
         InspectJob::Response { session, facts } => {
             let taken = session.lock().unwrap_or_else(|e| e.into_inner()).take();
             match taken {
@@ -119,7 +160,7 @@ pub enum Outcome {
 pub struct RouteFirewall {
     /// `[route.waf]`.
     pub settings: Arc<RouteWaf>,
-    rules: Arc<Rules>,
+    rules: Engine,
     /// Its counters (kept across reloads while the route keeps its name).
     pub stats: Arc<RouteStats>,
     inspector: Arc<Inspector>,
@@ -154,15 +195,22 @@ impl RouteFirewall {
             Ok(pending) => pending.await.ok(),
             Err(_) => None,
         };
-        let Some((verdict, session)) = done else {
-            let open = self.settings.on_overload == WafOverload::Open;
-            if open {
-                &self.stats.overload_open
-            } else {
-                &self.stats.overload_closed
+        let open = self.settings.on_overload == WafOverload::Open;
+        let (verdict, session) = match done {
+            Some(Some(done)) => done,
+            Some(None) => {
+                self.stats.faults.fetch_add(1, Relaxed);
+                return (Outcome::Overloaded(open), None);
             }
-            .fetch_add(1, Relaxed);
-            return (Outcome::Overloaded(open), None);
+            None => {
+                if open {
+                    &self.stats.overload_open
+                } else {
+                    &self.stats.overload_closed
+                }
+                .fetch_add(1, Relaxed);
+                return (Outcome::Overloaded(open), None);
+            }
         };
         let s = &self.stats;
         match response {
@@ -231,7 +279,7 @@ pub fn check(settings: &WafSettings, routes: &[Arc<Route>]) -> Option<WafError> 
 struct Compiled<'a> {
     route: &'a Route,
     waf: &'a Arc<RouteWaf>,
-    rules: Arc<Rules>,
+    rules: Engine,
 }
 
 /// Each route with `[route.waf]` compiled, in order; routes whose pieces are equal share one
@@ -240,7 +288,7 @@ fn compile<'a>(
     settings: &WafSettings,
     routes: &'a [Arc<Route>],
 ) -> Result<Vec<Compiled<'a>>, WafError> {
-    let mut compiled: Vec<(Vec<Piece>, Arc<Rules>)> = Vec::new();
+    let mut compiled: Vec<((WafEngine, Vec<Piece>), Engine)> = Vec::new();
     let mut out = Vec::new();
     for route in routes {
         let Some(waf) = &route.waf else { continue };
@@ -253,12 +301,12 @@ fn compile<'a>(
             .iter()
             .find(|s| s.name == waf.ruleset)
             .ok_or_else(|| error(format!("ruleset `{}` is not defined in [waf]", waf.ruleset)))?;
-        let pieces = pieces(set, waf);
-        let rules = match compiled.iter().find(|(p, _)| *p == pieces) {
+        let key = (set.engine, pieces(set, waf));
+        let rules = match compiled.iter().find(|(k, _)| *k == key) {
             Some((_, r)) => r.clone(),
             None => {
-                let rules = Arc::new(Rules::build(&pieces).map_err(error)?);
-                compiled.push((pieces, rules.clone()));
+                let rules = Engine::build(set.engine, &key.1).map_err(error)?;
+                compiled.push((key, rules.clone()));
                 rules
             }
         };

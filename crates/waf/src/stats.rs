@@ -13,6 +13,7 @@ pub struct RouteStats {
     pub(crate) detected: AtomicU64,
     pub(crate) overload_open: AtomicU64,
     pub(crate) overload_closed: AtomicU64,
+    pub(crate) faults: AtomicU64,
     pub(crate) body_rejected: AtomicU64,
     pub(crate) body_partial: AtomicU64,
     pub(crate) inspect_us: AtomicU64,
@@ -36,6 +37,9 @@ pub struct StatsSnapshot {
     pub overload_open: u64,
     /// Requests refused because the WAF was saturated (`on_overload = "closed"`).
     pub overload_closed: u64,
+    /// Requests the engine failed on (a fault caught on its thread), then forwarded or
+    /// refused as `on_overload` says.
+    pub faults: u64,
     /// Requests refused with 413: body over `request_body_limit`.
     pub body_rejected: u64,
     /// Requests whose body was inspected only up to `request_body_limit`.
@@ -57,6 +61,7 @@ impl RouteStats {
             detected: self.detected.load(Relaxed),
             overload_open: self.overload_open.load(Relaxed),
             overload_closed: self.overload_closed.load(Relaxed),
+            faults: self.faults.load(Relaxed),
             body_rejected: self.body_rejected.load(Relaxed),
             body_partial: self.body_partial.load(Relaxed),
             inspect_us: self.inspect_us.load(Relaxed),

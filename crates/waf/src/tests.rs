@@ -36,6 +36,7 @@ pub(crate) fn route() -> RouteWaf {
 
 fn crs_set() -> WafRuleSet {
     WafRuleSet {
+        engine: sluice_config::WafEngine::ModSecurity,
         name: "crs".into(),
         files: CRS.iter().map(PathBuf::from).collect(),
         rules: None,
@@ -44,6 +45,7 @@ fn crs_set() -> WafRuleSet {
 
 fn inline_set(text: &str) -> WafRuleSet {
     WafRuleSet {
+        engine: sluice_config::WafEngine::ModSecurity,
         name: "own".into(),
         files: Vec::new(),
         rules: Some(WafInline {
@@ -138,6 +140,7 @@ fn a_broken_rule_names_its_file_and_line() {
     let file = dir.path().join("bad.conf");
     std::fs::write(&file, "SecRuleEngine On\nSecRequestBodyAcess On\n").unwrap();
     let set = WafRuleSet {
+        engine: sluice_config::WafEngine::ModSecurity,
         name: "bad".into(),
         files: vec![file.clone()],
         rules: None,

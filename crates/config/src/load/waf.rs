@@ -62,10 +62,21 @@ impl Cx<'_> {
                 );
                 continue;
             }
+            let engine = self
+                .choice(
+                    r.engine.as_ref(),
+                    "engine",
+                    &[
+                        ("modsecurity", WafEngine::ModSecurity),
+                        ("native", WafEngine::Native),
+                    ],
+                )
+                .unwrap_or_default();
             s.rulesets.push(WafRuleSet {
                 name: name.clone(),
                 files,
                 rules,
+                engine,
             });
         }
         s

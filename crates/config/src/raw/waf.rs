@@ -30,6 +30,8 @@ pub struct RawWafRuleSet {
     pub files: Option<Vec<SpannedStr>>,
     /// `SecRule` and other directives, after the files.
     pub rules: Option<SpannedStr>,
+    /// `"modsecurity"` (default) or `"native"`.
+    pub engine: Option<SpannedStr>,
 }
 
 /// `[route.waf]`.

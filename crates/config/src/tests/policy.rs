@@ -672,6 +672,17 @@ response_mime_types = ["application/json"]
     assert!(out.inspect_response);
     assert_eq!(out.response_body_limit, 64 << 10);
     assert_eq!(out.response_mime_types, ["application/json"]);
+    assert_eq!(s.waf.rulesets[0].engine, crate::WafEngine::ModSecurity);
+    let native = src.replace("name = \"own\"\n", "name = \"own\"\nengine = \"native\"\n");
+    let s = load_str(&native, "good.toml", dir.path()).unwrap();
+    assert_eq!(s.waf.rulesets[0].engine, crate::WafEngine::Native);
+    let bad = src.replace("name = \"own\"\n", "name = \"own\"\nengine = \"coraza\"\n");
+    let errs = errors(&bad, dir.path());
+    let said = said_at(&errs, &bad, "coraza");
+    assert!(
+        said.contains("`engine` is \"coraza\"") && said.contains("\"native\""),
+        "{errs:#?}"
+    );
 
     let bad = src.replace(
         r#"["application/json"]"#,

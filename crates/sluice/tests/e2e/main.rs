@@ -57,3 +57,4 @@ mod tls;
 mod tracing;
 mod upstream_mtls;
 mod waf;
+mod waf_native;

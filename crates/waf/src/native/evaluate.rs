@@ -18,11 +18,11 @@ use super::expand::{Expansion, Part};
 use super::operate::stoi;
 use super::operator::{Op, Operator};
 use super::plan::{LinkPlan, Plan};
-use super::request::RequestData;
+use super::request::{BodyLimit, RequestData};
 use super::ruleset::{Kind, Rule, RuleSet};
 use super::transaction::{Intervention, Memo, Transaction, Value};
 use super::variable::{Selector, Target};
-use crate::inspect::RequestFacts;
+use crate::facts::{RequestFacts, ResponseFacts};
 use crate::matches::Match;
 
 /// A rule set ready to run: each rule's operators compiled, the rules of each phase listed.
@@ -34,7 +34,11 @@ pub struct NativeRules {
     plan: Plan,
 }
 
-/// What a request's phases 1 and 2 gave.
+/// A request's transaction kept for its response's phases.
+#[derive(Debug)]
+pub struct Kept(Box<Transaction>);
+
+/// What a request's phases 1 and 2 (or a response's 3 and 4) gave.
 #[derive(Debug, Default)]
 pub struct Outcome {
     /// The disruptive action, if a rule took one.
@@ -62,6 +66,13 @@ impl NativeRules {
 
     /// Phases 1 and 2 of `facts`, as the libmodsecurity engine runs them.
     pub fn inspect(&self, facts: &RequestFacts) -> Outcome {
+        self.request(facts, false).0
+    }
+
+    /// Phases 1 and 2 of `facts`; with `keep`, and unless a rule intervened, the
+    /// transaction for [`NativeRules::response`] (TX carries over to the response's
+    /// phases, as CRS's outbound rules expect).
+    pub fn request(&self, facts: &RequestFacts, keep: bool) -> (Outcome, Option<Kept>) {
         let mut t = Transaction::new(RequestData::head(facts), self.set.settings.engine);
         t.scratch = std::cell::RefCell::new(self.plan.take_scratch());
         self.phase(&mut t, 1);
@@ -75,14 +86,44 @@ impl NativeRules {
             self.phase(&mut t, 2);
         }
         self.plan.give_back(t.scratch.take());
-        Outcome {
-            intervention: t.intervention.map(|i| crate::Intervention {
-                status: i.status,
-                url: i.redirect,
-                log: None,
-            }),
-            matches: t.messages,
+        let outcome = outcome(&mut t);
+        let kept = (keep && outcome.intervention.is_none()).then(|| Kept(Box::new(t)));
+        (outcome, kept)
+    }
+
+    /// Phases 3 and 4 of `facts` with its request's transaction, as libmodsecurity runs
+    /// them (`processResponseHeaders`, `appendResponseBody`, `processResponseBody`): none
+    /// with the engine `Off` (`ctl:ruleEngine` included), phase 4 only with response body
+    /// access and a listed type. `body`: the body as the rules see it (decoded, at most the
+    /// route's limit). The outcome holds only what the response matched.
+    pub fn response(&self, kept: &mut Kept, facts: &ResponseFacts, body: &[u8]) -> Outcome {
+        let t = &mut *kept.0;
+        t.request.response_head(facts);
+        if t.engine == Engine::Off {
+            return Outcome::default();
         }
+        t.scratch = std::cell::RefCell::new(self.plan.take_scratch());
+        t.memo.borrow_mut().clear();
+        self.phase(t, 3);
+        let settings = &self.set.settings;
+        if t.intervention.is_none() && t.request.response_body_inspected(settings) {
+            // Rejected, libmodsecurity decides its 403 and still runs phase 4, where the
+            // first rule runs and a matching `pass` rule takes the decision back.
+            if t.request.response_body(body, settings) == BodyLimit::Rejected
+                && t.engine == Engine::On
+            {
+                t.intervention = Some(Intervention {
+                    status: 403,
+                    rule: 0,
+                    drop: false,
+                    redirect: None,
+                });
+            }
+            t.memo.borrow_mut().clear();
+            self.phase(t, 4);
+        }
+        self.plan.give_back(t.scratch.take());
+        outcome(t)
     }
 
     fn phase(&self, t: &mut Transaction, phase: u8) {
@@ -119,7 +160,7 @@ impl NativeRules {
     /// One rule with its chain; whether it matched.
     fn rule(&self, t: &mut Transaction, i: usize) -> bool {
         let rule = &self.set.rules[i];
-        let Kind::Match { targets, operator } = &rule.kind else {
+        let Kind::Match { operator, .. } = &rule.kind else {
             // SecAction: everything runs, once.
             self.setvars(t, rule, &rule.actions);
             self.after_match(t, rule, &rule.actions, true);
@@ -130,11 +171,8 @@ impl NativeRules {
             return true;
         }
         let link = Link {
-            targets: self.final_targets(rule, targets),
-            exclusions: targets.iter().filter(|t| t.exclude).cloned().collect(),
-            updates: self.exclusions(rule),
-            operator,
             plan: &self.plan.links[i][0],
+            operator,
             actions: &rule.actions,
             id: Some(id),
             tags: &rule.actions.tags,
@@ -144,11 +182,8 @@ impl NativeRules {
         }
         for (k, l) in rule.chain.iter().enumerate() {
             let chained = Link {
-                targets: l.targets.iter().filter(|t| !t.exclude).cloned().collect(),
-                exclusions: l.targets.iter().filter(|t| t.exclude).cloned().collect(),
-                updates: Vec::new(),
-                operator: &l.operator,
                 plan: &self.plan.links[i][k + 1],
+                operator: &l.operator,
                 actions: &l.actions,
                 id: None,
                 tags: &[],
@@ -165,39 +200,6 @@ impl NativeRules {
         self.after_match(t, rule, &rule.actions, true);
         true
     }
-
-    /// The rule's targets with `SecRuleUpdateTargetById/ByTag` additions.
-    fn final_targets(&self, rule: &Rule, targets: &[Target]) -> Vec<Target> {
-        targets
-            .iter()
-            .chain(self.updates(rule))
-            .filter(|t| !t.exclude)
-            .cloned()
-            .collect()
-    }
-
-    /// `SecRuleUpdateTargetBy*`'s exclusions (`!VAR:key`) for the rule.
-    fn exclusions(&self, rule: &Rule) -> Vec<Target> {
-        self.updates(rule).filter(|t| t.exclude).cloned().collect()
-    }
-
-    /// The targets `SecRuleUpdateTargetById/ByTag` give the rule (added, or with `!` left
-    /// out).
-    fn updates<'s>(&'s self, rule: &'s Rule) -> impl Iterator<Item = &'s Target> {
-        let id = rule.id().unwrap_or(0);
-        let ex = &self.set.exclusions;
-        let by_id = ex
-            .targets_by_id
-            .iter()
-            .filter(move |((a, b), _)| (*a..=*b).contains(&id))
-            .map(|(_, t)| t);
-        let by_tag = ex
-            .targets_by_tag
-            .iter()
-            .filter(|(tag, _)| rule.actions.tags.iter().any(|t| t == tag))
-            .map(|(_, t)| t);
-        by_id.chain(by_tag)
-    }
 }
 
 /// What a value did to the operator, applied once the link's values were all seen.
@@ -208,15 +210,9 @@ enum Event {
 
 /// One rule of a chain as it is evaluated.
 struct Link<'a> {
-    targets: Vec<Target>,
-    /// The rule's own `!VAR:key`: keys left out of the same collection, compared without
-    /// regard to case (libmodsecurity's parser makes them key exclusions).
-    exclusions: Vec<Target>,
-    /// `SecRuleUpdateTargetBy*`'s: a value's full name compared with case, or the
-    /// regular expression on its key (`getVariablesExceptions`).
-    updates: Vec<Target>,
-    operator: &'a Operator,
+    /// Its operator, transformations and targets, compiled.
     plan: &'a LinkPlan,
+    operator: &'a Operator,
     actions: &'a Actions,
     /// The chain's first rule's id (chained rules have none: ctl's target removal and
     /// `ruleRemoveById` do not reach them).
@@ -265,15 +261,15 @@ impl NativeRules {
     fn look(&self, t: &Transaction, link: &Link<'_>, arg: Option<&[u8]>) -> Vec<Event> {
         let mut events = Vec::new();
         let mut values = Vec::new();
-        for target in &link.targets {
+        for target in &link.plan.targets {
             if removed_whole(t, link, target) {
                 continue;
             }
             values.clear();
             t.values(target, &mut values);
             for v in &values {
-                if excluded(&link.exclusions, target, v)
-                    || updated_out(&link.updates, v)
+                if excluded(&link.plan.exclusions, target, v)
+                    || updated_out(&link.plan.updates, v)
                     || removed_target(t, link, v)
                 {
                     continue;
@@ -475,7 +471,10 @@ impl NativeRules {
                 t.intervention = Some(i);
             }
             Some(Disruptive::Allow(scope)) => t.allow = Some(scope),
-            Some(Disruptive::Pass | Disruptive::Block) | None => {}
+            // libmodsecurity's `pass` clears a decision taken before its rule ran (one a
+            // body over its limit took, say).
+            Some(Disruptive::Pass) => t.intervention = None,
+            Some(Disruptive::Block) | None => {}
         }
     }
 
@@ -510,6 +509,18 @@ impl NativeRules {
             data,
             severity: rule.actions.severity,
         }
+    }
+}
+
+/// The intervention and messages so far, taken from `t`.
+fn outcome(t: &mut Transaction) -> Outcome {
+    Outcome {
+        intervention: t.intervention.take().map(|i| crate::Intervention {
+            status: i.status,
+            url: i.redirect,
+            log: None,
+        }),
+        matches: std::mem::take(&mut t.messages),
     }
 }
 

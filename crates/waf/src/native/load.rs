@@ -350,13 +350,16 @@ fn settings(s: &mut Settings, name: &str, args: &[&str]) -> Option<Result<(), St
             limit_action(v).map(|v| s.response_body_limit_action = v)
         }
         ("secresponsebodymimetype", types) if !types.is_empty() => {
-            let more = types.iter().flat_map(|t| t.split_whitespace());
-            s.response_mime_types
-                .extend(more.map(str::to_ascii_lowercase));
+            let list = s.response_mime_types.get_or_insert_with(Vec::new);
+            for t in types.iter().flat_map(|t| t.split_whitespace()) {
+                if !list.iter().any(|x| x == t) {
+                    list.push(t.to_string());
+                }
+            }
             Ok(())
         }
         ("secresponsebodymimetypesclear", []) => {
-            s.response_mime_types.clear();
+            s.response_mime_types = Some(Vec::new());
             Ok(())
         }
         _ => return None,

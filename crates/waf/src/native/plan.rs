@@ -9,8 +9,9 @@ use super::error::LoadError;
 use super::operate::Matcher;
 use super::operator::Op;
 use super::pattern::{PatternSet, Scratch};
-use super::ruleset::{Kind, RuleSet};
+use super::ruleset::{Kind, Rule, RuleSet};
 use super::transform::{Step, Transform};
+use super::variable::Target;
 use std::sync::Mutex;
 
 /// One rule of a chain, compiled.
@@ -22,6 +23,16 @@ pub(crate) struct LinkPlan {
     /// Its pattern in the chain's prefilter, for a literal `@rx` the prefilter decides
     /// (not with multiMatch, whose values are each stage of the chain).
     pub(crate) rx: Option<u32>,
+    /// The targets it reads: its own and, for a chain's first rule, those
+    /// `SecRuleUpdateTargetById/ByTag` add (computed once: they do not change per request).
+    pub(crate) targets: Vec<Target>,
+    /// Its own `!VAR:key`: keys left out of the same collection, compared without regard
+    /// to case (libmodsecurity's parser makes them key exclusions).
+    pub(crate) exclusions: Vec<Target>,
+    /// `SecRuleUpdateTargetBy*`'s `!VAR:key` for a chain's first rule: a value's full name
+    /// compared with case, or the regular expression on its key
+    /// (`getVariablesExceptions`); none for the chained rules, which they do not reach.
+    pub(crate) updates: Vec<Target>,
 }
 
 /// The plan of a rule set.
@@ -45,16 +56,40 @@ impl Plan {
         let mut patterns: Vec<Vec<String>> = Vec::new();
         let mut links = Vec::with_capacity(set.rules.len());
         for rule in &set.rules {
-            let Kind::Match { operator, .. } = &rule.kind else {
+            let Kind::Match { operator, targets } = &rule.kind else {
                 links.push(Vec::new());
                 continue;
             };
             let defaults =
                 set.settings.defaults[usize::from(rule.phase().clamp(1, 5) - 1)].as_ref();
-            let ops = std::iter::once((operator, &rule.actions))
-                .chain(rule.chain.iter().map(|l| (&l.operator, &l.actions)));
+            let added: Vec<&Target> = updates(set, rule).collect();
+            let first = (
+                targets
+                    .iter()
+                    .chain(added.iter().copied())
+                    .filter(|t| !t.exclude)
+                    .cloned()
+                    .collect(),
+                targets.iter().filter(|t| t.exclude).cloned().collect(),
+                added
+                    .iter()
+                    .filter(|t| t.exclude)
+                    .map(|&t| t.clone())
+                    .collect(),
+            );
+            let chained = rule.chain.iter().map(|l| {
+                let (excluded, read): (Vec<Target>, Vec<Target>) =
+                    l.targets.iter().cloned().partition(|t| t.exclude);
+                (read, excluded, Vec::new())
+            });
+            let ops = std::iter::once((operator, &rule.actions, first)).chain(
+                rule.chain
+                    .iter()
+                    .zip(chained)
+                    .map(|(l, t)| (&l.operator, &l.actions, t)),
+            );
             let mut plans = Vec::new();
-            for (op, actions) in ops {
+            for (op, actions, (targets, exclusions, updates)) in ops {
                 let matcher = Matcher::new(&op.op)
                     .map_err(|why| LoadError::at(&rule.origin, "SecRule", why))?;
                 let steps = chain(actions, defaults);
@@ -81,6 +116,9 @@ impl Plan {
                     matcher,
                     chain: id as u32,
                     rx,
+                    targets,
+                    exclusions,
+                    updates,
                 });
             }
             links.push(plans);
@@ -126,6 +164,23 @@ impl Plan {
             .unwrap_or_else(|p| p.into_inner())
             .push(scratch);
     }
+}
+
+/// The targets `SecRuleUpdateTargetById/ByTag` give `rule` (added, or with `!` left out).
+fn updates<'s>(set: &'s RuleSet, rule: &'s Rule) -> impl Iterator<Item = &'s Target> {
+    let id = rule.id().unwrap_or(0);
+    let ex = &set.exclusions;
+    let by_id = ex
+        .targets_by_id
+        .iter()
+        .filter(move |((a, b), _)| (*a..=*b).contains(&id))
+        .map(|(_, t)| t);
+    let by_tag = ex
+        .targets_by_tag
+        .iter()
+        .filter(|(tag, _)| rule.actions.tags.iter().any(|t| t == tag))
+        .map(|(_, t)| t);
+    by_id.chain(by_tag)
 }
 
 /// The transformations a rule applies: the phase's default ones unless the rule has a

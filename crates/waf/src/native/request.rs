@@ -6,18 +6,30 @@
 //! differential test (`request/tests.rs`) compares the two variable by variable.
 //!
 //! Values are bytes: a query string decodes to any byte, and libmodsecurity keeps them so.
-//! The evaluator keeps what this does not (TX, MATCHED_*, RESPONSE_*, ...).
+//! The response's variables are kept here too (`response.rs`): one transaction's.
+//! The evaluator keeps what this does not (TX, MATCHED_*, ...).
 
 mod json;
 mod multipart;
+mod response;
 mod table;
 mod xml;
 
 use super::action::BodyProcessor;
 use super::ruleset::{LimitAction, Settings};
 use super::variable::Var;
-use crate::RequestFacts;
+use crate::facts::RequestFacts;
 use table::Table;
+
+/// What appending the response body decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyLimit {
+    /// Within the limit, or over it and inspected in part (`ProcessPartial`).
+    Kept,
+    /// Over the limit with `SecResponseBodyLimitAction Reject`: libmodsecurity decides 403
+    /// (with the engine `On`) and keeps none of it; phase 4 still runs, on an empty body.
+    Rejected,
+}
 
 /// Where an argument came from: ARGS always, ARGS_GET or ARGS_POST by source (a JSON
 /// body's arguments go to ARGS alone: libmodsecurity adds them as "JSON").
@@ -64,6 +76,11 @@ struct Scalars {
     multipart_unmatched_boundary: Vec<u8>,
     inbound_data_error: Vec<u8>,
     full_request_length: Vec<u8>,
+    response_status: Vec<u8>,
+    response_protocol: Vec<u8>,
+    response_content_type: Vec<u8>,
+    response_content_length: Vec<u8>,
+    outbound_data_error: Vec<u8>,
 }
 
 /// A request's variables, read once per transaction.
@@ -81,6 +98,10 @@ pub(crate) struct RequestData {
     files_names: Table,
     files_sizes: Table,
     part_headers: Table,
+    response_headers: Table,
+    response_headers_names: Table,
+    /// RESPONSE_BODY (kept apart from the scalars: it is the one that can be large).
+    response_body_bytes: Vec<u8>,
     /// XML: `("/*", the root element's text)` then `("//@*", value)` per attribute.
     xml: Vec<(Vec<u8>, Vec<u8>)>,
     body_type: Option<BodyType>,
@@ -380,7 +401,7 @@ impl RequestData {
     /// Appends `(key, value)` for each of `var`'s values in libmodsecurity's order (for a
     /// scalar: one pair with an empty key; for a *_NAMES collection the value is the key;
     /// for XML the key is the XPath expression, `/*` or `//@*`, the evaluator picks by).
-    /// False when `var` is not held here (TX, IP, GLOBAL, MATCHED_*, RESPONSE_*, GEO,
+    /// False when `var` is not held here (TX, IP, GLOBAL, MATCHED_*, GEO,
     /// DURATION, HIGHEST_SEVERITY: the evaluator keeps those).
     ///
     /// A `:key` selector takes, in libmodsecurity, that key's values latest first
@@ -449,6 +470,8 @@ impl RequestData {
             Var::FilesNames => &self.files_names,
             Var::FilesSizes => &self.files_sizes,
             Var::MultipartPartHeaders => &self.part_headers,
+            Var::ResponseHeaders => &self.response_headers,
+            Var::ResponseHeadersNames => &self.response_headers_names,
             _ => return None,
         })
     }
@@ -480,6 +503,12 @@ impl RequestData {
             Var::MultipartUnmatchedBoundary => &s.multipart_unmatched_boundary,
             Var::InboundDataError => &s.inbound_data_error,
             Var::FullRequestLength => &s.full_request_length,
+            Var::ResponseStatus => &s.response_status,
+            Var::ResponseProtocol => &s.response_protocol,
+            Var::ResponseContentType => &s.response_content_type,
+            Var::ResponseContentLength => &s.response_content_length,
+            Var::ResponseBody => &self.response_body_bytes,
+            Var::OutboundDataError => &s.outbound_data_error,
             _ => return None,
         })
     }

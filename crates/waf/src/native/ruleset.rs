@@ -94,7 +94,9 @@ pub struct Settings {
     pub response_body_access: bool,
     pub response_body_limit: u64,
     pub response_body_limit_action: LimitAction,
-    pub response_mime_types: Vec<String>,
+    /// `SecResponseBodyMimeType`'s types as written (libmodsecurity compares them with
+    /// case); `None` until the directive is given, when every type is inspected.
+    pub response_mime_types: Option<Vec<String>>,
     /// `SecDefaultAction` by phase (index 0 is phase 1).
     pub defaults: [Option<Actions>; 5],
 }
@@ -111,7 +113,7 @@ impl Default for Settings {
             response_body_access: false,
             response_body_limit: 524_288,
             response_body_limit_action: LimitAction::Reject,
-            response_mime_types: vec!["text/plain".into(), "text/html".into()],
+            response_mime_types: None,
             defaults: Default::default(),
         }
     }

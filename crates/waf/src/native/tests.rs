@@ -33,6 +33,7 @@ fn route() -> RouteWaf {
 /// What Sluice loads for `files` on a route: its settings, the files, its tail.
 fn load_files(files: &[PathBuf]) -> Result<RuleSet, LoadError> {
     let set = WafRuleSet {
+        engine: sluice_config::WafEngine::ModSecurity,
         name: "crs".into(),
         files: files.to_vec(),
         rules: None,

@@ -3,7 +3,8 @@
 //! uses), both engines loading the same pieces (Sluice's settings, CRS's setup and rules),
 //! compared on the rules that matched and logged, in order, and on the intervention.
 
-use crate::inspect::{RequestFacts, inspect};
+use crate::facts::{RequestFacts, ResponseFacts};
+use crate::inspect::{inspect, inspect_native, inspect_response};
 use crate::native::{NativeRules, load};
 use crate::rules::{Piece, pieces};
 use crate::{Rules, Verdict};
@@ -19,7 +20,7 @@ pub(crate) struct Case {
     pub(crate) request: RequestFacts,
 }
 
-fn route(mode: WafMode, paranoia_level: u8) -> RouteWaf {
+fn route_inspecting(mode: WafMode, paranoia_level: u8, inspect_response: bool) -> RouteWaf {
     RouteWaf {
         ruleset: "crs".into(),
         mode,
@@ -30,9 +31,12 @@ fn route(mode: WafMode, paranoia_level: u8) -> RouteWaf {
         request_body_limit: 128 << 10,
         body_over_limit: WafBodyOverLimit::Reject,
         on_overload: WafOverload::Closed,
-        inspect_response: false,
+        inspect_response,
         response_body_limit: 512 << 10,
-        response_mime_types: vec!["text/html".into()],
+        response_mime_types: sluice_config::DEFAULT_RESPONSE_MIME_TYPES
+            .iter()
+            .map(|t| t.to_string())
+            .collect(),
     }
 }
 
@@ -84,7 +88,17 @@ pub(crate) fn prepared_crs() -> tempfile::TempDir {
 
 /// Sluice's pieces for the prepared CRS 4.22 on a route.
 pub(crate) fn crs_pieces(crs: &Path, mode: WafMode, paranoia_level: u8) -> Vec<Piece> {
+    crs_pieces_inspecting(crs, mode, paranoia_level, false)
+}
+
+fn crs_pieces_inspecting(
+    crs: &Path,
+    mode: WafMode,
+    paranoia_level: u8,
+    inspect_response: bool,
+) -> Vec<Piece> {
     let set = WafRuleSet {
+        engine: sluice_config::WafEngine::ModSecurity,
         name: "crs".into(),
         files: vec![
             crs.join("setup.conf"),
@@ -93,7 +107,10 @@ pub(crate) fn crs_pieces(crs: &Path, mode: WafMode, paranoia_level: u8) -> Vec<P
         ],
         rules: None,
     };
-    pieces(&set, &route(mode, paranoia_level))
+    pieces(
+        &set,
+        &route_inspecting(mode, paranoia_level, inspect_response),
+    )
 }
 
 /// Every stage input of the YAML tests under `dir` that is a plain request (method, URI,
@@ -270,4 +287,115 @@ fn crs_regression_requests_are_blocked_as_libmodsecurity_blocks_them() {
         &by_rule[..by_rule.len().min(40)],
         diffs[..diffs.len().min(40)].join("\n")
     );
+}
+
+/// The response CRS's backend (albedo) gives `request`: for `POST /reflect`, the status,
+/// headers and body its JSON asks for (Go's `text/plain; charset=utf-8` where it names no
+/// type); for any other request a small HTML page.
+fn response_to(request: &RequestFacts) -> ResponseFacts {
+    let mut headers = http::HeaderMap::new();
+    let (mut status, mut body) = (200, b"<html><body>ok</body></html>".to_vec());
+    let reflect: Option<serde_json::Value> = request
+        .target
+        .starts_with("/reflect")
+        .then(|| serde_json::from_slice(&request.body).ok())
+        .flatten();
+    match &reflect {
+        Some(json) => {
+            status = json["status"].as_u64().map_or(200, |s| s as u16);
+            body = match (json["body"].as_str(), json["encodedBody"].as_str()) {
+                (Some(b), _) => b.as_bytes().to_vec(),
+                (None, Some(e)) => {
+                    use base64::Engine as _;
+                    base64::engine::general_purpose::STANDARD
+                        .decode(e)
+                        .unwrap_or_default()
+                }
+                _ => Vec::new(),
+            };
+            for (k, v) in json["headers"].as_object().into_iter().flatten() {
+                if let (Ok(k), Some(Ok(v))) = (
+                    http::HeaderName::from_bytes(k.as_bytes()),
+                    v.as_str().map(http::HeaderValue::from_str),
+                ) {
+                    headers.append(k, v);
+                }
+            }
+            if !headers.contains_key(http::header::CONTENT_TYPE) {
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+            }
+        }
+        None => {
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/html"),
+            );
+        }
+    }
+    headers.insert(http::header::CONTENT_LENGTH, body.len().into());
+    ResponseFacts {
+        status,
+        protocol: "HTTP 1.1",
+        headers,
+        body: Bytes::from(body),
+        body_limit: 512 << 10,
+    }
+}
+
+/// Every CRS regression request that reaches its backend, then its response (phases 3 and
+/// 4, CRS's RESPONSE-95x data-leak rules and the outbound blocking evaluation) on both
+/// engines: the same rules and the same intervention for the response, with the request's
+/// TX carried over.
+#[test]
+fn crs_regression_responses_give_libmodsecurity_s_verdicts() {
+    let cases = cases(&crs4().join("tests"));
+    let crs = prepared_crs();
+    for (mode, level) in [(WafMode::Detect, 4), (WafMode::Block, 1)] {
+        let pieces = crs_pieces_inspecting(crs.path(), mode, level, true);
+        let oracle = Arc::new(Rules::build(&pieces).expect("libmodsecurity loads CRS"));
+        let native = Arc::new(NativeRules::new(load(&pieces).expect("native loads CRS")).unwrap());
+        let (mut diffs, mut compared, mut matched) = (Vec::new(), 0, 0);
+        // Every request that asks for a response of its own, and one in five of the others
+        // (the whole suite is already compared request by request above).
+        let some = cases
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| c.request.target.starts_with("/reflect") || i % 5 == 0);
+        for (_, c) in some {
+            let (_, want) = inspect(&oracle, &c.request, true);
+            let (_, got) = inspect_native(&native, &c.request, true);
+            let (Some(mut want), Some(mut got)) = (want, got) else {
+                continue;
+            };
+            let response = response_to(&c.request);
+            let w = inspect_response(&mut want, &response);
+            let g = inspect_response(&mut got, &response);
+            let (w, g) = (
+                summary(&w.matches, w.intervention.as_ref()),
+                summary(&g.matches, g.intervention.as_ref()),
+            );
+            compared += 1;
+            matched += usize::from(!w.0.is_empty());
+            if w != g {
+                diffs.push(format!("{}: libmodsecurity {w:?}, native {g:?}", c.name));
+            }
+        }
+        eprintln!(
+            "{mode:?} PL{level}: {compared} responses, {matched} matched, {} differ",
+            diffs.len()
+        );
+        assert!(
+            compared > 300 && matched > 30,
+            "{compared} compared, {matched} matched"
+        );
+        assert!(
+            diffs.is_empty(),
+            "{mode:?} PL{level}: {} of {compared} responses differ\n{}",
+            diffs.len(),
+            diffs[..diffs.len().min(40)].join("\n")
+        );
+    }
 }

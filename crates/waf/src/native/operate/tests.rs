@@ -110,6 +110,7 @@ fn rules_text(cases: &[Case]) -> String {
 /// libmodsecurity's rule set for `cases`.
 fn oracle(op: &str, text: &str) -> Arc<Rules> {
     let set = WafRuleSet {
+        engine: sluice_config::WafEngine::ModSecurity,
         name: "oracle".into(),
         files: Vec::new(),
         rules: Some(WafInline {

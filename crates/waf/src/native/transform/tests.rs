@@ -68,6 +68,7 @@ fn rules(chains: &[(usize, String)], slices: usize) -> Arc<Rules> {
         }
     }
     let set = WafRuleSet {
+        engine: sluice_config::WafEngine::ModSecurity,
         name: "oracle".into(),
         files: Vec::new(),
         rules: Some(WafInline {
