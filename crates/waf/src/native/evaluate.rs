@@ -276,7 +276,7 @@ impl NativeRules {
                 }
                 if link.actions.multi_match {
                     for stage in self.stages(link, &v.bytes) {
-                        self.operate(link, v, stage, arg, None, &mut events);
+                        self.operate(link, v, &stage, arg, None, &mut events);
                     }
                     continue;
                 }
@@ -284,8 +284,9 @@ impl NativeRules {
                 if known == Some(false) && !link.operator.negated {
                     continue;
                 }
-                let stage = self.transformed(t, link, v);
-                self.operate(link, v, stage, arg, known, &mut events);
+                self.with_transformed(t, link, v, |stage| {
+                    self.operate(link, v, stage, arg, known, &mut events);
+                });
             }
         }
         events
@@ -297,7 +298,7 @@ impl NativeRules {
         &self,
         link: &Link<'_>,
         v: &Value<'_>,
-        stage: Vec<u8>,
+        stage: &[u8],
         arg: Option<&[u8]>,
         known: Option<bool>,
         events: &mut Vec<Event>,
@@ -310,7 +311,7 @@ impl NativeRules {
             _ => link
                 .plan
                 .matcher
-                .matches(&stage, arg, capture.then_some(&mut groups)),
+                .matches(stage, arg, capture.then_some(&mut groups)),
         };
         // The captures are stored when the operator matched, even where a negated rule
         // then does not.
@@ -318,7 +319,7 @@ impl NativeRules {
             events.push(Event::Capture(groups));
         }
         if hit != link.operator.negated {
-            events.push(Event::Match(v.clone().into_owned(), stage));
+            events.push(Event::Match(v.clone().into_owned(), stage.to_vec()));
         }
     }
 
@@ -335,31 +336,47 @@ impl NativeRules {
             set.matches(&self.apply_chain(chain, &v.bytes), scratch, &mut out);
             return Some(out.binary_search(&p).is_ok());
         };
+        // A value through no transformation is not copied: the memo keeps its hits only.
+        let identity = self.plan.chains[chain as usize].is_empty();
         let mut memo = t.memo.borrow_mut();
         let entry = memo.entry((addr, len, chain)).or_insert_with(|| Memo {
-            value: self.apply_chain(chain, &v.bytes),
+            value: if identity {
+                Vec::new()
+            } else {
+                self.apply_chain(chain, &v.bytes)
+            },
             hits: None,
         });
         let hits = entry.hits.get_or_insert_with(|| {
-            set.matches(&entry.value, scratch, &mut out);
+            let value: &[u8] = if identity { &v.bytes } else { &entry.value };
+            set.matches(value, scratch, &mut out);
             std::mem::take(&mut out)
         });
         Some(hits.binary_search(&p).is_ok())
     }
 
-    /// `v` through the link's chain, from the memo where another rule of the chain already
-    /// transformed it.
-    fn transformed(&self, t: &Transaction, link: &Link<'_>, v: &Value<'_>) -> Vec<u8> {
+    /// Calls `f` with `v` through the link's chain, from the memo where another rule of the
+    /// chain already transformed it (borrowed there, not copied: most values match nothing).
+    fn with_transformed(
+        &self,
+        t: &Transaction,
+        link: &Link<'_>,
+        v: &Value<'_>,
+        f: impl FnOnce(&[u8]),
+    ) {
         let chain = link.plan.chain;
+        if self.plan.chains[chain as usize].is_empty() {
+            return f(&v.bytes);
+        }
         let Some((addr, len)) = v.origin else {
-            return self.apply_chain(chain, &v.bytes);
+            return f(&self.apply_chain(chain, &v.bytes));
         };
         let mut memo = t.memo.borrow_mut();
         let entry = memo.entry((addr, len, chain)).or_insert_with(|| Memo {
             value: self.apply_chain(chain, &v.bytes),
             hits: None,
         });
-        entry.value.clone()
+        f(&entry.value);
     }
 
     fn apply_chain(&self, chain: u32, value: &[u8]) -> Vec<u8> {
@@ -635,3 +652,5 @@ fn ctl(t: &mut Transaction, c: &Ctl) {
 
 #[cfg(all(test, feature = "modsecurity"))]
 mod tests;
+#[cfg(all(test, feature = "modsecurity"))]
+mod variants;
