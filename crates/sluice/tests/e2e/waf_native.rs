@@ -61,14 +61,17 @@ fn request(method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Re
     r.body(Full::new(Bytes::from(body.to_string()))).unwrap()
 }
 
-/// Requests of each kind the rules read: query, form, JSON, multipart, cookie, user agent,
-/// a response that leaks, and benign ones of the same kinds.
-fn requests() -> Vec<(
+/// One request: method, path, extra header fields, body.
+type Case = (
     &'static str,
     String,
     Vec<(&'static str, &'static str)>,
     String,
-)> {
+);
+
+/// Requests of each kind the rules read: query, form, JSON, multipart, cookie, user agent,
+/// a response that leaks, and benign ones of the same kinds.
+fn requests() -> Vec<Case> {
     let form = ("content-type", "application/x-www-form-urlencoded");
     let json = ("content-type", "application/json");
     let multipart = ("content-type", "multipart/form-data; boundary=b0undary");
