@@ -39,9 +39,8 @@ impl Engine {
         Ok(match engine {
             WafEngine::ModSecurity => Engine::ModSecurity(Arc::new(Rules::build(pieces)?)),
             WafEngine::Native => {
-                let set = crate::native::load(pieces).map_err(|e| {
-                    format!("{e} (the native engine refuses what it does not implement: use engine = \"modsecurity\" for this rule set, or leave the rule out)")
-                })?;
+                // The error names file, line and directive, and what to do instead.
+                let set = crate::native::load(pieces).map_err(|e| e.to_string())?;
                 let rules = NativeRules::new(set).map_err(|e| e.to_string())?;
                 Engine::Native(Arc::new(rules))
             }
