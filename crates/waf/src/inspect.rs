@@ -1,14 +1,17 @@
 //! One request through the rules: phases 1 (head) and 2 (body), then, with
 //! `inspect_response`, phases 3 (response head) and 4 (response body) on the same
 //! transaction, in the order ModSecurity-nginx drives one, each on the thread that runs its
-//! job; with libmodsecurity ([`inspect`]) or the native engine ([`inspect_native`]), whose
-//! sessions [`inspect_response`] takes alike. Phase 5 (logging) is not run: see `inspect`.
+//! job; with libmodsecurity ([`inspect`]) or the native engine
+//! ([`crate::native::inspect_native`]), whose sessions [`inspect_response`] takes alike.
+//! Phase 5 (logging) is not run: see `inspect`.
 
 use crate::engine::{Rules, Transaction};
 use crate::facts::{RequestFacts, ResponseFacts};
-use crate::matches::{Match, SCORE_RULE, anomaly_score};
-use crate::native::{self, NativeRules};
-use crate::verdict::{Intervention, Verdict};
+#[cfg(feature = "modsecurity")]
+use crate::matches::Match;
+#[cfg(feature = "modsecurity")]
+use crate::verdict::Intervention;
+use crate::verdict::Verdict;
 use std::sync::{Arc, Mutex};
 
 /// A request's transaction, kept after its request was inspected so that its response is
@@ -28,32 +31,22 @@ enum Kept {
         )
     )]
     ModSecurity(Transaction),
-    /// Behind a mutex: a session must be `Sync` (it rides in a response body), and the
-    /// native transaction's memo is a `RefCell`; only the response's job locks it.
-    Native(Arc<NativeRules>, Mutex<native::Kept>),
+    /// The native engine's (`native::session`), behind a mutex: a session must be `Sync`
+    /// (it rides in a response body) and the native transaction's memo is a `RefCell`;
+    /// only the response's job locks it.
+    Native(Mutex<Box<dyn Respond>>),
 }
 
-/// Evaluates `request` with the native engine's `rules` on the calling thread, as
-/// [`inspect`] does with libmodsecurity's.
-pub fn inspect_native(
-    rules: &Arc<NativeRules>,
-    request: &RequestFacts,
-    keep: bool,
-) -> (Verdict, Option<Session>) {
-    let (outcome, kept) = rules.request(request, keep);
-    let verdict = verdict(outcome.matches, outcome.intervention);
-    let session = kept.map(|k| Session(Kept::Native(rules.clone(), Mutex::new(k))));
-    (verdict, session)
+/// A kept transaction of an engine other than libmodsecurity: its response's phases.
+pub(crate) trait Respond: Send + std::fmt::Debug {
+    /// Phases 3 and 4 of `response`: what the response matched.
+    fn respond(&mut self, response: &ResponseFacts) -> Verdict;
 }
 
-/// The verdict of `all` (the matches) and `intervention`: CRS's inbound anomaly score as
-/// Sluice's score rule reported it, and the matches without that rule.
-fn verdict(all: Vec<Match>, intervention: Option<Intervention>) -> Verdict {
-    let anomaly_score = anomaly_score(&all);
-    Verdict {
-        intervention,
-        matches: all.into_iter().filter(|m| m.id != SCORE_RULE).collect(),
-        anomaly_score,
+impl Session {
+    /// A session of an engine other than libmodsecurity.
+    pub(crate) fn of(kept: Box<dyn Respond>) -> Session {
+        Session(Kept::Native(Mutex::new(kept)))
     }
 }
 
@@ -109,13 +102,10 @@ pub fn inspect(
 pub fn inspect_response(session: &mut Session, response: &ResponseFacts) -> Verdict {
     let mut verdict = match &mut session.0 {
         Kept::ModSecurity(t) => modsecurity_response(t, response),
-        Kept::Native(rules, kept) => {
-            let kept = kept.get_mut().unwrap_or_else(|e| e.into_inner());
-            let body =
-                crate::decode::for_rules(&response.headers, &response.body, response.body_limit);
-            let o = rules.response(kept, response, &body);
-            verdict(o.matches, o.intervention)
-        }
+        Kept::Native(kept) => kept
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .respond(response),
     };
     // The request's inbound score was reported with the request; a score found here would be
     // CRS's outbound one ("Total Score" of its blocking evaluation), not comparable.
@@ -163,7 +153,7 @@ fn gather(t: &mut Transaction, intervention: Option<Intervention>) -> Verdict {
             .as_ref()
             .and_then(|i| Match::parse(i.log.as_deref()?)),
     );
-    verdict(all, intervention)
+    Verdict::of(all, intervention)
 }
 
 /// Without the engine no `Rules` can exist (`Rules::build` refuses), so nothing calls this.

@@ -37,8 +37,9 @@ mod verdict;
 
 pub use engine::{Rules, version};
 pub use facts::{RequestFacts, ResponseFacts};
-pub use inspect::{Session, inspect, inspect_native, inspect_response};
+pub use inspect::{Session, inspect, inspect_response};
 pub use matches::{MAX_DATA, Match};
+pub use native::inspect_native;
 pub use rules::Piece;
 pub use runtime::{
     Inspector, Outcome, PendingResponse, RouteFirewall, WafError, WafRuntime, check,

@@ -27,6 +27,7 @@ mod pattern;
 mod plan;
 mod request;
 mod ruleset;
+pub(crate) mod session;
 mod transaction;
 mod transform;
 mod variable;
@@ -41,6 +42,7 @@ pub use load::load;
 pub use operator::{Op, Operator};
 pub use pattern::{PatternSet, Scratch};
 pub use ruleset::{Exclusions, Kind, LimitAction, Link, Rule, RuleSet, Settings};
+pub use session::inspect_native;
 pub use transform::{Step, Transform};
 pub use variable::{Selector, Target, Var};
 

@@ -3,8 +3,9 @@
 
 use crate::engine::Rules;
 use crate::facts::{RequestFacts, ResponseFacts};
-use crate::inspect::{Session, inspect, inspect_native, inspect_response};
+use crate::inspect::{Session, inspect, inspect_response};
 use crate::native::NativeRules;
+use crate::native::session::inspect_native;
 use crate::rules::{Piece, pieces};
 use crate::stats::RouteStats;
 use crate::verdict::Verdict;

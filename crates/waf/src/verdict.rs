@@ -1,7 +1,7 @@
 //! What the rules decided about a request: a leaf the engine (which reads interventions) and
 //! the inspection (which gathers the verdict) both import.
 
-use crate::matches::Match;
+use crate::matches::{Match, SCORE_RULE, anomaly_score};
 
 /// What the rules decided about a request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,4 +23,17 @@ pub struct Intervention {
     pub url: Option<String>,
     /// The engine's line about it.
     pub log: Option<String>,
+}
+
+impl Verdict {
+    /// The verdict of `all` (a transaction's matches) and `intervention`: CRS's inbound
+    /// anomaly score as Sluice's score rule reported it, and the matches without that rule.
+    pub(crate) fn of(all: Vec<Match>, intervention: Option<Intervention>) -> Verdict {
+        let anomaly_score = anomaly_score(&all);
+        Verdict {
+            intervention,
+            matches: all.into_iter().filter(|m| m.id != SCORE_RULE).collect(),
+            anomaly_score,
+        }
+    }
 }

@@ -62,25 +62,15 @@ impl Plan {
             };
             let defaults =
                 set.settings.defaults[usize::from(rule.phase().clamp(1, 5) - 1)].as_ref();
-            let added: Vec<&Target> = updates(set, rule).collect();
-            let first = (
-                targets
-                    .iter()
-                    .chain(added.iter().copied())
-                    .filter(|t| !t.exclude)
-                    .cloned()
-                    .collect(),
-                targets.iter().filter(|t| t.exclude).cloned().collect(),
-                added
-                    .iter()
-                    .filter(|t| t.exclude)
-                    .map(|&t| t.clone())
-                    .collect(),
-            );
+            // The first rule reads its own targets and those SecRuleUpdateTarget* adds; the
+            // chained rules only theirs.
+            let (mut read, own) = split(targets);
+            let (added, updates) = split(updates(set, rule));
+            read.extend(added);
+            let first = (read, own, updates);
             let chained = rule.chain.iter().map(|l| {
-                let (excluded, read): (Vec<Target>, Vec<Target>) =
-                    l.targets.iter().cloned().partition(|t| t.exclude);
-                (read, excluded, Vec::new())
+                let (read, own) = split(&l.targets);
+                (read, own, Vec::new())
             });
             let ops = std::iter::once((operator, &rule.actions, first)).chain(
                 rule.chain
@@ -164,6 +154,12 @@ impl Plan {
             .unwrap_or_else(|p| p.into_inner())
             .push(scratch);
     }
+}
+
+/// `targets` as (those read, those excluded with `!`).
+fn split<'t>(targets: impl IntoIterator<Item = &'t Target>) -> (Vec<Target>, Vec<Target>) {
+    let (excluded, read) = targets.into_iter().cloned().partition(|t| t.exclude);
+    (read, excluded)
 }
 
 /// The targets `SecRuleUpdateTargetById/ByTag` give `rule` (added, or with `!` left out).

@@ -4,7 +4,8 @@
 //! compared on the rules that matched and logged, in order, and on the intervention.
 
 use crate::facts::{RequestFacts, ResponseFacts};
-use crate::inspect::{inspect, inspect_native, inspect_response};
+use crate::inspect::{inspect, inspect_response};
+use crate::native::session::inspect_native;
 use crate::native::{NativeRules, load};
 use crate::rules::{Piece, pieces};
 use crate::{Rules, Verdict};

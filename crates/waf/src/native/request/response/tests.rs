@@ -5,7 +5,8 @@
 //! rejected, a phase 3 deny).
 
 use crate::facts::{RequestFacts, ResponseFacts};
-use crate::inspect::{inspect, inspect_native, inspect_response};
+use crate::inspect::{inspect, inspect_response};
+use crate::native::session::inspect_native;
 use crate::native::{NativeRules, load};
 use crate::rules::Piece;
 use crate::{Rules, Verdict};
