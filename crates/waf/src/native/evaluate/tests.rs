@@ -247,6 +247,17 @@ pub(crate) fn differences(
     (out, by_rule, blocked)
 }
 
+/// Fails listing the first differences and the rules behind them, if any of `n` differ.
+pub(crate) fn assert_agree(diffs: &[String], by_rule: &[(String, usize)], n: usize) {
+    assert!(
+        diffs.is_empty(),
+        "{} of {n} differ; by rule {:?}\n{}",
+        diffs.len(),
+        &by_rule[..by_rule.len().min(40)],
+        diffs[..diffs.len().min(40)].join("\n")
+    );
+}
+
 #[test]
 fn crs_regression_requests_give_libmodsecurity_s_verdicts() {
     let dir = crs4().join("tests");
@@ -260,14 +271,7 @@ fn crs_regression_requests_give_libmodsecurity_s_verdicts() {
         cases.len() - diffs.len(),
         cases.len()
     );
-    assert!(
-        diffs.is_empty(),
-        "{} of {} differ; by rule {:?}\n{}",
-        diffs.len(),
-        cases.len(),
-        &by_rule[..by_rule.len().min(40)],
-        diffs[..diffs.len().min(40)].join("\n")
-    );
+    assert_agree(&diffs, &by_rule, cases.len());
 }
 
 /// The same requests blocking at paranoia level 1, as a site runs CRS: the same
@@ -280,14 +284,7 @@ fn crs_regression_requests_are_blocked_as_libmodsecurity_blocks_them() {
     let (diffs, by_rule, blocked) = differences(&cases, &pieces);
     // Most of CRS's test requests are attacks that paranoia level 1 blocks.
     assert!(blocked > 1500, "libmodsecurity blocked only {blocked}");
-    assert!(
-        diffs.is_empty(),
-        "{} of {} differ; by rule {:?}\n{}",
-        diffs.len(),
-        cases.len(),
-        &by_rule[..by_rule.len().min(40)],
-        diffs[..diffs.len().min(40)].join("\n")
-    );
+    assert_agree(&diffs, &by_rule, cases.len());
 }
 
 /// The response CRS's backend (albedo) gives `request`: for `POST /reflect`, the status,
