@@ -130,6 +130,22 @@ for _, name in ipairs({ "execute", "exit", "remove", "rename", "tmpname", "setlo
 end
 "#;
 
+/// `load`, `loadstring`, `loadfile` and `dofile` take source text only: LuaJIT checks no
+/// bytecode it loads, and a crafted binary chunk can read and write the process's memory.
+/// lua-nginx-module loads bytecode; the configuration's scripts and `require`d modules are
+/// the operator's and still may (they do not go through these functions).
+const TEXT_ONLY: &str = r#"
+local load_, loadfile_, error = load, loadfile, error
+load = function(chunk, name, _, env) return load_(chunk, name, "t", env) end
+loadstring = function(s, name) return load_(s, name, "t") end
+loadfile = function(file, _, env) return loadfile_(file, "t", env) end
+dofile = function(file)
+    local f, err = loadfile_(file, "t")
+    if not f then error(err, 2) end
+    return f()
+end
+"#;
+
 impl State {
     /// A state for `settings` with `scripts` compiled in it (script number = index); the
     /// first compile error, with its file and line, when one does not compile.
@@ -153,6 +169,7 @@ impl State {
             .map_or_else(|| Arc::new(AtomicBool::new(false)), |b| b.over.clone());
         let setup = |lua: &Lua, state: std::sync::Weak<State>| -> mlua::Result<Function> {
             lua.load(OS_REMOVED).set_name("=sluice").exec()?;
+            lua.load(TEXT_ONLY).set_name("=sluice").exec()?;
             if budgeted {
                 lua.load(JIT_OFF).set_name("=sluice").exec()?;
             } else {

@@ -389,6 +389,22 @@ const RETRY: ffi::ssl_private_key_result_t = ffi::ssl_private_key_result_t::ssl_
 const FAILURE: ffi::ssl_private_key_result_t =
     ffi::ssl_private_key_result_t::ssl_private_key_failure;
 
+/// A private-key callback's work with no panic crossing into BoringSSL: a panic cannot
+/// unwind out of an `extern "C"` function and would abort the process, so one (a bug) fails
+/// that handshake, logged, and every other connection goes on.
+fn guarded(
+    callback: &str,
+    work: impl FnOnce() -> ffi::ssl_private_key_result_t,
+) -> ffi::ssl_private_key_result_t {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|_| {
+        tracing::error!(
+            callback,
+            "the private-key callback panicked (a bug): this handshake fails"
+        );
+        FAILURE
+    })
+}
+
 /// Copies a finished result (a signature or a decrypted premaster block) out to BoringSSL.
 #[expect(unsafe_code, reason = "writing BoringSSL's output buffer")]
 fn deliver(
@@ -424,23 +440,25 @@ unsafe extern "C" fn sign_cb(
     input: *const u8,
     input_len: usize,
 ) -> ffi::ssl_private_key_result_t {
-    // SAFETY: `input` points to `input_len` readable bytes for the duration of the call.
-    let message = unsafe { std::slice::from_raw_parts(input, input_len) };
-    // SAFETY: BoringSSL calls this with a live SSL during its handshake, and `out`,
-    // `out_len`, `max_out` as `start` requires.
-    unsafe {
-        start(ssl, out, out_len, max_out, |key, verify| {
-            let job = SignatureScheme::from_u16(algorithm)
-                .and_then(|s| KeyJob::sign(key, s, message, verify));
-            if job.is_none() {
-                tracing::error!(
-                    algorithm,
-                    "BoringSSL asked for a signature scheme the key cannot make"
-                );
-            }
-            job
-        })
-    }
+    guarded("sign", || {
+        // SAFETY: `input` points to `input_len` readable bytes for the duration of the call.
+        let message = unsafe { std::slice::from_raw_parts(input, input_len) };
+        // SAFETY: BoringSSL calls this with a live SSL during its handshake, and `out`,
+        // `out_len`, `max_out` as `start` requires.
+        unsafe {
+            start(ssl, out, out_len, max_out, |key, verify| {
+                let job = SignatureScheme::from_u16(algorithm)
+                    .and_then(|s| KeyJob::sign(key, s, message, verify));
+                if job.is_none() {
+                    tracing::error!(
+                        algorithm,
+                        "BoringSSL asked for a signature scheme the key cannot make"
+                    );
+                }
+                job
+            })
+        }
+    })
 }
 
 /// TLS 1.2 RSA key exchange (`rsa_key_exchange = true`): the raw private-key operation on
@@ -454,20 +472,22 @@ unsafe extern "C" fn decrypt_cb(
     input: *const u8,
     input_len: usize,
 ) -> ffi::ssl_private_key_result_t {
-    // SAFETY: `input` points to `input_len` readable bytes for the duration of the call.
-    let ciphertext = unsafe { std::slice::from_raw_parts(input, input_len) };
-    // SAFETY: as in `sign_cb`.
-    unsafe {
-        start(ssl, out, out_len, max_out, |key, _| {
-            let job = KeyJob::decrypt(key, ciphertext);
-            if job.is_none() {
-                // A client's ciphertext of the wrong length: its handshake fails, as
-                // BoringSSL's own decryption would make it.
-                tracing::debug!(len = input_len, "RSA key exchange ciphertext refused");
-            }
-            job
-        })
-    }
+    guarded("decrypt", || {
+        // SAFETY: `input` points to `input_len` readable bytes for the duration of the call.
+        let ciphertext = unsafe { std::slice::from_raw_parts(input, input_len) };
+        // SAFETY: as in `sign_cb`.
+        unsafe {
+            start(ssl, out, out_len, max_out, |key, _| {
+                let job = KeyJob::decrypt(key, ciphertext);
+                if job.is_none() {
+                    // A client's ciphertext of the wrong length: its handshake fails, as
+                    // BoringSSL's own decryption would make it.
+                    tracing::debug!(len = input_len, "RSA key exchange ciphertext refused");
+                }
+                job
+            })
+        }
+    })
 }
 
 /// Starts a private-key operation for the handshake on `ssl`: runs it on the spot when only
@@ -560,28 +580,41 @@ unsafe extern "C" fn complete_cb(
     out_len: *mut usize,
     max_out: usize,
 ) -> ffi::ssl_private_key_result_t {
-    // SAFETY: as in `sign_cb`.
-    let ssl_ref = unsafe { SslRef::from_ptr_mut(ssl) };
-    let Some(conn) = ssl_ref.ex_data(*CONN_INDEX) else {
-        return FAILURE;
-    };
-    let mut op = conn.op.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((_, outcome)) = op.as_ref() else {
-        return FAILURE;
-    };
-    let ready = outcome.lock().unwrap_or_else(|e| e.into_inner()).take();
-    match ready {
-        None => RETRY,
-        Some(result) => {
-            *op = None;
-            match result {
-                Ok(signature) => deliver(&signature, out, out_len, max_out),
-                Err(e) => {
-                    tracing::warn!(error = %e, "private-key operation failed on every engine");
-                    FAILURE
+    guarded("complete", || {
+        // SAFETY: as in `sign_cb`.
+        let ssl_ref = unsafe { SslRef::from_ptr_mut(ssl) };
+        let Some(conn) = ssl_ref.ex_data(*CONN_INDEX) else {
+            return FAILURE;
+        };
+        let mut op = conn.op.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((_, outcome)) = op.as_ref() else {
+            return FAILURE;
+        };
+        let ready = outcome.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match ready {
+            None => RETRY,
+            Some(result) => {
+                *op = None;
+                match result {
+                    Ok(signature) => deliver(&signature, out, out_len, max_out),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "private-key operation failed on every engine");
+                        FAILURE
+                    }
                 }
             }
         }
+    })
+}
+
+#[cfg(test)]
+mod guarded_tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_callback_fails_its_handshake_and_the_thread_goes_on() {
+        assert!(guarded("test", || panic!("planted")) == FAILURE);
+        assert!(guarded("test", || RETRY) == RETRY);
     }
 }
 

@@ -89,9 +89,13 @@ extern "C" fn log_callback(data: *mut c_void, message: *const c_void) {
             CStr::from_ptr(message.cast::<c_char>()),
         )
     };
-    if messages.lines.len() < MAX_MESSAGES {
-        messages.lines.push(text.to_string_lossy().into_owned());
-    }
+    // No panic may unwind into libmodsecurity (it would abort the process): one here loses
+    // this message line, nothing more.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if messages.lines.len() < MAX_MESSAGES {
+            messages.lines.push(text.to_string_lossy().into_owned());
+        }
+    }));
 }
 
 /// A compiled rule set (`RulesSet`), read-only once built.

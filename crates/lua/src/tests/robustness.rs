@@ -206,3 +206,45 @@ return tostring(a), tostring(b)"#,
     assert!(stats::panic_count() >= before + 3);
     assert_eq!(lua.load("return 1 + 1").eval::<i64>().unwrap(), 2);
 }
+
+/// A script cannot load bytecode (LuaJIT verifies none, and a crafted chunk reaches the
+/// process's memory): `load`, `loadstring`, `loadfile` and `dofile` refuse a binary chunk
+/// with LuaJIT's own error ("wrong mode") and still load source text.
+#[test]
+fn a_script_cannot_load_a_binary_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("chunk.luac");
+    let text = dir.path().join("chunk.lua");
+    std::fs::write(&text, "return 40 + 2").unwrap();
+    let checks = format!(
+        r#"local bin = string.dump(function() return 1 end)
+assert(bin:byte(1) == 27)
+local f, err = load(bin)
+assert(f == nil and err:find("wrong mode"), tostring(err))
+f, err = load(bin, "=x", "b")
+assert(f == nil and err:find("wrong mode"), tostring(err))
+local i = 0
+f, err = load(function() i = i + 1; if i == 1 then return bin end end)
+assert(f == nil and err:find("wrong mode"), tostring(err))
+f, err = loadstring(bin)
+assert(f == nil and err:find("wrong mode"), tostring(err))
+assert(loadstring("return 1 + 1")() == 2)
+assert(load("return x", "=t", "t", {{ x = 7 }})() == 7)
+f, err = loadfile("{bin}")
+assert(f == nil and err:find("wrong mode"), tostring(err))
+assert(loadfile("{text}")() == 42 and dofile("{text}") == 42)
+local ok, e = pcall(dofile, "{bin}")
+assert(not ok and tostring(e):find("wrong mode"), tostring(e))"#,
+        bin = file.display(),
+        text = text.display()
+    );
+    // The binary chunk on disk, written by LuaJIT itself.
+    let lua = mlua::Lua::new();
+    let bytes: mlua::LuaString = lua
+        .load("return string.dump(function() return 1 end)")
+        .eval()
+        .unwrap();
+    std::fs::write(&file, bytes.as_bytes()).unwrap();
+    let rt = with_probe("", "t", &checks, "error('planted')");
+    fails_then_serves(&rt, failed);
+}
