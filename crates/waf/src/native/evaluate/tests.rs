@@ -258,20 +258,27 @@ pub(crate) fn assert_agree(diffs: &[String], by_rule: &[(String, usize)], n: usi
     );
 }
 
+/// Runs `cases` through both engines on CRS v4 at paranoia level 4, detecting (every rule
+/// evaluated), and fails unless each gives the same rules and intervention; `what` names
+/// the cases in the count it prints.
+pub(crate) fn assert_agree_at_pl4(cases: &[Case], what: &str) {
+    let crs = prepared_crs();
+    let pieces = crs_pieces(crs.path(), WafMode::Detect, 4);
+    let (diffs, by_rule, _) = differences(cases, &pieces);
+    eprintln!(
+        "{} of {} {what} agree",
+        cases.len() - diffs.len(),
+        cases.len()
+    );
+    assert_agree(&diffs, &by_rule, cases.len());
+}
+
 #[test]
 fn crs_regression_requests_give_libmodsecurity_s_verdicts() {
     let dir = crs4().join("tests");
     let cases = cases(&dir);
     assert!(cases.len() > 4000, "{} cases", cases.len());
-    let crs = prepared_crs();
-    let pieces = crs_pieces(crs.path(), WafMode::Detect, 4);
-    let (diffs, by_rule, _) = differences(&cases, &pieces);
-    eprintln!(
-        "{} of {} requests agree",
-        cases.len() - diffs.len(),
-        cases.len()
-    );
-    assert_agree(&diffs, &by_rule, cases.len());
+    assert_agree_at_pl4(&cases, "requests");
 }
 
 /// The same requests blocking at paranoia level 1, as a site runs CRS: the same
