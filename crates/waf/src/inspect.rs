@@ -1,8 +1,8 @@
 //! One request through the rules: phases 1 (head) and 2 (body), then, with
 //! `inspect_response`, phases 3 (response head) and 4 (response body) on the same
 //! transaction, in the order ModSecurity-nginx drives one, each on the thread that runs its
-//! job; with libmodsecurity ([`inspect`]) or the native engine
-//! (`inspect_native`, which calls into this module), whose sessions [`inspect_response`] takes alike.
+//! job; with libmodsecurity ([`inspect`]) or the native engine (`inspect_native`, which
+//! calls into this module), whose sessions [`inspect_response`] takes alike.
 //! Phase 5 (logging) is not run: see `inspect`.
 
 use crate::engine::{Rules, Transaction};
