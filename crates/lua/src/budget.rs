@@ -8,8 +8,13 @@
 //! [`TICK`], and a call it finds running at two looks in a row (running for one to two
 //! ticks) gets a signal on its thread, whose handler sets the count hook there, as LuaJIT's
 //! own `luajit` does from its SIGINT handler. From then on the call has `max_instructions`
-//! left; its end takes the hook off. The JIT compiler stays off: LuaJIT calls no hook from
-//! compiled code, so a compiled loop could not be stopped.
+//! left; its end takes the hook off.
+//!
+//! LuaJIT calls no hook from compiled code, so the handler also raises a flag that compiled
+//! code polls: every chunk is compiled with a poll at each place where it can go round again
+//! ([`rewrite`]), and a poll that finds the flag up turns the JIT compiler off and flushes
+//! the compiled code ([`loaders`]), after which the hook counts. The call's end turns the
+//! compiler back on. A state with a chunk that cannot carry polls runs with the JIT off.
 
 #![expect(
     unsafe_code,
@@ -23,6 +28,16 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering, compiler_fence};
 use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::Duration;
+
+pub(crate) mod loaders;
+pub(crate) mod rewrite;
+
+unsafe extern "C" {
+    /// LuaJIT's switch for its compiler (`luajit.h`), which mlua does not declare.
+    fn luaJIT_setmode(l: *mut ffi::lua_State, idx: c_int, mode: c_int) -> c_int;
+}
+/// `LUAJIT_MODE_ENGINE | LUAJIT_MODE_ON`: the whole compiler on.
+const JIT_ENGINE_ON: c_int = 0x0100;
 
 /// How often the watchdog looks at the states' calls.
 pub(crate) const TICK: Duration = Duration::from_millis(10);
@@ -51,6 +66,9 @@ pub(crate) struct Budget {
     thread: AtomicI32,
     /// The state's main thread (the hook is the whole state's).
     main: usize,
+    /// Whether the state's code may be compiled: every chunk carries polls (cleared for good
+    /// when one cannot, [`loaders`]).
+    pub(crate) jit: AtomicBool,
 }
 
 thread_local! {
@@ -61,6 +79,14 @@ thread_local! {
         const { Cell::new((ptr::null_mut(), ptr::null())) };
     /// This thread's kernel id, once asked (0 until then).
     static TID: Cell<i32> = const { Cell::new(0) };
+    /// Raised by the signal handler, taken down by the poll that sees it (or the call's end).
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The poll compiled code calls through the FFI (a trace keeps a call; it would hoist a load
+/// out of the loop): 1 once, when the budget of the call on this thread has been armed.
+pub(crate) extern "C" fn poll() -> c_int {
+    c_int::from(ARMED.with(|a| a.replace(false)))
 }
 
 impl Budget {
@@ -74,6 +100,7 @@ impl Budget {
             seen: AtomicU64::new(0),
             thread: AtomicI32::new(0),
             main: main as usize,
+            jit: AtomicBool::new(true),
         });
         watch(Arc::downgrade(&budget));
         budget
@@ -92,6 +119,7 @@ impl Budget {
         let main = self.main as *mut ffi::lua_State;
         let previous = RUNNING.with(|r| r.replace((main, ptr::from_ref(self))));
         self.thread.store(tid, Ordering::Relaxed);
+        ARMED.with(|a| a.set(false));
         bump(&self.calls);
         Running {
             budget: self,
@@ -129,13 +157,18 @@ impl Drop for Running<'_> {
         // The handler arms only while the slot names a state: once it is cleared, the check
         // below sees any arming that came before.
         compiler_fence(Ordering::SeqCst);
+        ARMED.with(|a| a.set(false));
         bump(&self.budget.calls);
         let main = self.budget.main as *mut ffi::lua_State;
         // SAFETY: the state is alive (the budget lives in it) and no Lua code runs on it now
-        // (the call just ended or yielded on this thread, which holds the state's gate).
+        // (the call just ended or yielded on this thread, which holds the state's gate). A
+        // call that was armed may have turned the compiler off at a poll: on again.
         unsafe {
             if ffi::lua_gethookmask(main) != 0 {
                 ffi::lua_sethook(main, None, 0, 0);
+                if self.budget.jit.load(Ordering::Relaxed) {
+                    luaJIT_setmode(main, 0, JIT_ENGINE_ON);
+                }
             }
         }
     }
@@ -160,10 +193,12 @@ unsafe extern "C-unwind" fn count_hook(l: *mut ffi::lua_State, _: *mut ffi::lua_
     }
 }
 
-/// The watchdog's signal: sets the count hook on the state whose call runs on this thread.
+/// The watchdog's signal: sets the count hook on the state whose call runs on this thread,
+/// and the flag its compiled code polls.
 extern "C" fn on_signal(_: c_int) {
     let (l, _) = RUNNING.with(Cell::get);
     if !l.is_null() {
+        ARMED.with(|a| a.set(true));
         // SAFETY: `lua_sethook` only writes the state's hook fields and dispatch table, which
         // LuaJIT allows from a signal handler interrupting that state (its `luajit` does so
         // on SIGINT); `l` is the state of the call this handler interrupted.
@@ -187,7 +222,8 @@ fn watch(budget: Weak<Budget>) {
         .unwrap_or_else(|p| p.into_inner())
         .push(budget);
     START.call_once(|| {
-        // SAFETY: a handler that only reads thread-local cells and calls `lua_sethook`;
+        // SAFETY: a handler that only reads and writes thread-local cells and calls
+        // `lua_sethook`;
         // SA_RESTART so that a signal landing after the call ended restarts the system call
         // it interrupts.
         unsafe {

@@ -4,6 +4,8 @@
 //! ±inf, huge and negative numbers, long and binary strings, tables with metatables that
 //! raise) and runs under `pcall`; whatever the calls do, the state must then serve a probe
 //! request. A panic that escapes, an abort, or a probe that fails is the fuzzer's crash.
+//!
+//! [`check_rewrite`] is the `rewrite` target's: the budget's source rewrite on any text.
 
 use crate::{Facts, LuaRuntime, Outcome, RequestHead, Started};
 use http::Request;
@@ -77,6 +79,47 @@ impl Driver {
         );
         (started, req)
     }
+}
+
+/// The budget's polls put into `source` (any bytes, as a script or `load` may hand over):
+/// panics unless the rewrite keeps every line where it was and, where `source` compiles as it
+/// is, compiles too (short of LuaJIT's limits, which one more function level or two more
+/// upvalues can cross: the state then runs the chunk as it is, with the compiler off).
+pub fn check_rewrite(source: &[u8]) {
+    let Some(out) = crate::budget::rewrite::instrument(source) else {
+        return;
+    };
+    let lines = |b: &[u8]| b.iter().filter(|&&c| c == b'\n').count();
+    assert_eq!(lines(&out), lines(source) + 1, "the rewrite moved lines");
+    thread_local! {
+        static LUA: mlua::Lua = mlua::Lua::new();
+    }
+    LUA.with(|lua| {
+        let compiles = |text: &[u8]| {
+            lua.load(text)
+                .set_mode(mlua::chunk::ChunkMode::Text)
+                .into_function()
+                .map(drop)
+        };
+        if compiles(source).is_ok()
+            && let Err(e) = compiles(&out)
+        {
+            let e = e.to_string();
+            let limit = [
+                "upvalues",
+                "syntax levels",
+                "more than",
+                "too many",
+                "overflow",
+            ];
+            assert!(
+                limit.iter().any(|l| e.contains(l)),
+                "compiles as it is, not rewritten: {e}\n{}",
+                String::from_utf8_lossy(&out)
+            );
+        }
+        lua.gc_collect().ok();
+    });
 }
 
 /// What the probe checks: a dictionary, a header, a pure function, memory for a table.

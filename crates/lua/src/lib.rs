@@ -19,6 +19,7 @@ mod budget;
 mod cfunc;
 mod cjson;
 mod current;
+mod ffi_lib;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 mod guard;

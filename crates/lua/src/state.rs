@@ -109,20 +109,6 @@ fn libs() -> StdLib {
 pub(crate) static EXITED_RUNNERS: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(0);
 
-/// With an instruction budget the JIT compiler is off: LuaJIT calls no hook from compiled
-/// code, so a compiled loop would never meet its budget (`budget.rs`). `jit` stays for the scripts that
-/// read its version, with switches that do nothing.
-const JIT_OFF: &str = r#"
-jit.off()
-jit.flush()
-local version, version_num, os_name, arch = jit.version, jit.version_num, jit.os, jit.arch
-local function nothing() end
-jit = { version = version, version_num = version_num, os = os_name, arch = arch,
-        on = nothing, off = nothing, flush = nothing,
-        status = function() return false end }
-package.loaded.jit = jit
-"#;
-
 /// The functions of `os` that touch the process or the file system go.
 const OS_REMOVED: &str = r#"
 for _, name in ipairs({ "execute", "exit", "remove", "rename", "tmpname", "setlocale", "getenv" }) do
@@ -169,12 +155,11 @@ impl State {
             .map_or_else(|| Arc::new(AtomicBool::new(false)), |b| b.over.clone());
         let setup = |lua: &Lua, state: std::sync::Weak<State>| -> mlua::Result<Function> {
             lua.load(OS_REMOVED).set_name("=sluice").exec()?;
-            lua.load(TEXT_ONLY).set_name("=sluice").exec()?;
-            if budgeted {
-                lua.load(JIT_OFF).set_name("=sluice").exec()?;
-            } else {
-                lua.set_app_data(crate::shared::jit::JitOn);
+            match &budget {
+                Some(budget) => crate::budget::loaders::install(lua, budget)?,
+                None => lua.load(TEXT_ONLY).set_name("=sluice").exec()?,
             }
+            lua.set_app_data(crate::shared::jit::JitOn);
             if let Some(path) = &settings.package_path {
                 let package: mlua::Table = lua.globals().get("package")?;
                 let default: String = package.get("path")?;
@@ -202,7 +187,10 @@ impl State {
                 .map_err(|e| e.to_string())
                 .and_then(|runner| {
                     new_runner = Some(runner);
-                    scripts.iter().map(|code| compile(&lua, code)).collect()
+                    scripts
+                        .iter()
+                        .map(|code| compile(&lua, code, budgeted))
+                        .collect()
                 })
                 .unwrap_or_else(|e| {
                     failure = Some(e);
@@ -232,7 +220,7 @@ impl State {
             return Err(e);
         }
         if let Some(init) = &settings.init {
-            let f = compile(&state.lua, init)?;
+            let f = compile(&state.lua, init, state.budget.is_some())?;
             let _gate = state.lock();
             state.start_call();
             let _running = state.budget.as_deref().map(Budget::enter);
@@ -438,13 +426,21 @@ impl State {
     }
 }
 
-/// `code` compiled: a syntax error names its file and line (`file:line: message`).
-fn compile(lua: &Lua, code: &LuaCode) -> Result<Function, String> {
-    lua.load(&*code.source)
+/// `code` compiled, with the budget's polls where it is `budgeted`: a syntax error names its
+/// file and line (`file:line: message`), as the chunk reads without polls.
+fn compile(lua: &Lua, code: &LuaCode, budgeted: bool) -> Result<Function, String> {
+    let plain = lua
+        .load(&*code.source)
         .set_name(code.chunk.as_str())
         .into_function()
         .map_err(|e| match e {
             mlua::Error::SyntaxError { message, .. } => message,
             other => other.to_string(),
-        })
+        })?;
+    if !budgeted {
+        return Ok(plain);
+    }
+    crate::budget::loaders::compile(lua, code.source.as_bytes(), &code.chunk)
+        .map(|polled| polled.unwrap_or(plain))
+        .map_err(|e| e.to_string())
 }

@@ -719,6 +719,7 @@ ngx.req.set_header("X-Ran", "1")
     }
 }
 
+mod budget;
 mod fuzz;
 mod jit;
 mod robustness;

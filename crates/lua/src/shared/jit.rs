@@ -1,15 +1,14 @@
-//! `ngx.shared.DICT:incr` through LuaJIT's FFI, for states whose JIT compiler is on (`[lua]
-//! max_instructions = 0`: no budget).
+//! `ngx.shared.DICT:incr` through LuaJIT's FFI, for compiled code.
 //!
 //! Compiled code calls an FFI function as a plain machine call, while a `lua_CFunction` is
 //! something a trace cannot hold: each call leaves it and the interpreter runs the call
 //! ([`super::raw`]'s C functions). lua-resty-core calls lua-nginx-module's dictionary through
-//! the FFI for the same reason. Under a budget the JIT is off (`crate::budget`), and in the
-//! interpreter an FFI call costs more than a C function: those states keep [`super::raw`].
+//! the FFI for the same reason. In the interpreter an FFI call costs more than a C function,
+//! so a state whose compiler is off for good (a chunk without the budget's polls,
+//! `crate::budget`) pays more per call here than [`super::raw`] would; the answers are the same.
 //!
-//! The FFI library is opened for this module alone: scripts get no `ffi` (it can take the
-//! process down), so it is taken out of `package.loaded` where LuaJIT registers it, and the
-//! wrapper's upvalues are out of reach without `debug`.
+//! The FFI library is the crate's own ([`crate::ffi_lib`]), and the wrapper's upvalues are out
+//! of reach without `debug`.
 
 #![expect(
     unsafe_code,
@@ -17,11 +16,11 @@
 )]
 
 use super::SharedDict;
-use mlua::{Function, Lua, Table, ffi};
+use mlua::{Function, Lua, Table};
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-/// The mark (app data) of a state whose JIT compiler is on: its dictionaries get the FFI
+/// The mark (app data) of a state whose code is compiled: its dictionaries get the FFI
 /// `incr` ([`install`]).
 pub(crate) struct JitOn;
 
@@ -107,32 +106,11 @@ pub(crate) fn install(lua: &Lua, t: &Table, dict: &Arc<SharedDict>) -> mlua::Res
     let slow: Function = t.raw_get("incr")?;
     let dict = mlua::LightUserData(Arc::as_ptr(dict).cast_mut().cast::<c_void>());
     let entry = mlua::LightUserData(incr as *mut c_void);
-    let wrapper: Function =
-        lua.load(WRAPPER)
-            .set_name("=sluice")
-            .call((module(lua)?, dict, entry, slow))?;
+    let wrapper: Function = lua.load(WRAPPER).set_name("=sluice").call((
+        crate::ffi_lib::module(lua)?,
+        dict,
+        entry,
+        slow,
+    ))?;
     t.raw_set("incr", wrapper)
-}
-
-/// LuaJIT's `ffi` module, where no script reaches it: opened once per state (a second
-/// `luaopen_ffi` would replace the state's C type table under the cdata made with the
-/// first, which `lua_close` then frees wrongly), kept in the registry.
-fn module(lua: &Lua) -> mlua::Result<Table> {
-    const KEY: &str = "sluice.ffi";
-    if let Some(module) = lua.named_registry_value::<Option<Table>>(KEY)? {
-        return Ok(module);
-    }
-    // SAFETY: `exec_raw` protects the call; `luaopen_ffi` pushes the module, the one result
-    // (LuaJIT creates no global for it; it does enter it in `package.loaded`, undone below).
-    let module: Table = unsafe {
-        lua.exec_raw((), |state| {
-            ffi::lua_pushcfunction(state, ffi::luaopen_ffi);
-            ffi::lua_call(state, 0, 1);
-        })?
-    };
-    let package: Table = lua.globals().raw_get("package")?;
-    let loaded: Table = package.raw_get("loaded")?;
-    loaded.raw_set("ffi", mlua::Value::Nil)?;
-    lua.set_named_registry_value(KEY, &module)?;
-    Ok(module)
 }

@@ -1,0 +1,4 @@
+#!/usr/bin/env luajit
+local s = [==[ do ]] ]==] --[=[
+repeat ]=]
+return f"x"

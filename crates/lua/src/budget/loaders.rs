@@ -1,0 +1,171 @@
+//! Every way code enters a budgeted state compiles it with polls ([`super::rewrite`]): the
+//! configuration's scripts ([`compile`]), `load`, `loadstring`, `loadfile`, `dofile` and
+//! `require`'s Lua searcher ([`install`]). What cannot carry polls (a chunk the rewrite
+//! refuses or whose rewrite does not compile, a precompiled module) still loads, and turns
+//! the state's JIT compiler off for good ([`Budget::jit`]): the count hook stops it then.
+//!
+//! `load` and the others take source text only, as in unbudgeted states (`state.rs`), and
+//! `jit.on`, `jit.off` and `jit.flush` do nothing: a script that turned the compiler back on
+//! after a poll turned it off would run past its budget.
+
+use super::{Budget, rewrite};
+use crate::guard;
+use mlua::{Function, LightUserData, Lua, Value};
+use std::ffi::c_void;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Where the poll and the stop function are kept, for [`compile`].
+const POLL_KEY: &str = "sluice.budget.poll";
+const STOP_KEY: &str = "sluice.budget.stop";
+
+/// The Lua side: the poll (an FFI function pointer), the stop function, the loaders and the
+/// `jit` table scripts see. The reader loop of `load` polls by hand: a reader that never ends
+/// it would otherwise spin in compiled code.
+const PRELUDE: &str = r#"
+local ffi, entry, instrument, read, no_jit = ...
+local load_, loadfile_ = load, loadfile
+local type, error, setfenv, concat, format = type, error, setfenv, table.concat, string.format
+local searchpath, package = package.searchpath, package
+local real_jit = jit
+local jit_off, jit_flush, jit_status = real_jit.off, real_jit.flush, real_jit.status
+
+local poll = ffi.cast("int (*)(void)", entry)
+local function stop() jit_off() jit_flush() end
+
+local function fall_back(name)
+    jit_off() jit_flush()
+    no_jit(name)
+end
+
+-- `text` compiled as load_ would (name, env), with polls: the function, or nil and the error.
+local function compile(text, name, env)
+    local rewritten = instrument(text)
+    if rewritten then
+        local factory = load_(rewritten, name, "t")
+        if factory then
+            if env ~= nil then setfenv(factory, env) end
+            return factory(poll, stop)
+        end
+    end
+    local f, err = load_(text, name, "t", env)
+    if f then fall_back(name) end
+    return f, err
+end
+
+load = function(chunk, name, _, env)
+    if type(chunk) == "string" then return compile(chunk, name or chunk, env) end
+    if type(chunk) ~= "function" then return load_(chunk, name, "t", env) end
+    local parts, n = {}, 0
+    while true do
+        if poll() ~= 0 then stop() end
+        local piece = chunk()
+        if piece == nil or piece == "" then break end
+        if type(piece) ~= "string" then return nil, "reader function must return a string" end
+        n = n + 1
+        parts[n] = piece
+    end
+    return compile(concat(parts, "", 1, n), name or "=(load)", env)
+end
+loadstring = function(s, name)
+    if type(s) ~= "string" then return load_(s, name, "t") end
+    return compile(s, name or s)
+end
+loadfile = function(file, _, env)
+    local text = type(file) == "string" and read(file)
+    if not text then return loadfile_(file, "t", env) end
+    return compile(text, "@" .. file, env)
+end
+dofile = function(file)
+    local f, err = loadfile(file)
+    if not f then error(err, 2) end
+    return f()
+end
+
+-- require's Lua searcher (LuaJIT's messages); a precompiled module loads without polls.
+package.loaders[2] = function(name)
+    local path, err = searchpath(name, package.path)
+    if not path then return err end
+    local text = read(path)
+    local f
+    if text and text:byte(1) ~= 27 then
+        f, err = compile(text, "@" .. path)
+    else
+        f, err = loadfile_(path)
+        if f then fall_back(path) end
+    end
+    if not f then
+        error(format("error loading module '%s' from file '%s':\n\t%s", name, path, err), 0)
+    end
+    return f
+end
+
+local function nothing() end
+jit = { version = real_jit.version, version_num = real_jit.version_num, os = real_jit.os,
+        arch = real_jit.arch, on = nothing, off = nothing, flush = nothing, status = jit_status }
+package.loaded.jit = jit
+return poll, stop, fall_back
+"#;
+
+/// Sets up `lua`, a state with `budget`, to compile everything with polls.
+pub(crate) fn install(lua: &Lua, budget: &Arc<Budget>) -> mlua::Result<()> {
+    let instrument = guard::function(lua, "load", |lua, text: mlua::LuaString| {
+        rewrite::instrument(&text.as_bytes())
+            .map(|t| lua.create_string(t))
+            .transpose()
+    })?;
+    // A file's text, or nil (no such file, or larger than the state may hold): LuaJIT's own
+    // loadfile then says why.
+    let read = guard::function(lua, "loadfile", |lua, path: mlua::LuaString| {
+        let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&path.as_bytes()));
+        let bound = lua
+            .app_data_ref::<crate::output::OutputLimit>()
+            .map_or(usize::MAX, |l| l.0);
+        let fits = std::fs::metadata(&path).is_ok_and(|m| m.len() <= bound as u64);
+        let text = fits.then(|| std::fs::read(&path).ok()).flatten();
+        text.map(|t| lua.create_string(t)).transpose()
+    })?;
+    let flag = Arc::downgrade(budget);
+    let no_jit = guard::function(lua, "load", move |_, name: Value| {
+        if let Some(budget) = flag.upgrade()
+            && budget.jit.swap(false, Ordering::Relaxed)
+        {
+            tracing::warn!(target: "sluice::lua", "[lua] {} cannot carry the instruction budget's polls (it names __sluice_poll or __sluice_stop, has too many upvalues, or is precompiled): this worker's scripts run with the JIT compiler off", name.to_string().unwrap_or_default());
+        }
+        Ok(())
+    })?;
+    let entry = LightUserData(super::poll as *mut c_void);
+    let (poll, stop, fall_back): (Value, Function, Function) =
+        lua.load(PRELUDE).set_name("=sluice").call((
+            crate::ffi_lib::module(lua)?,
+            entry,
+            instrument,
+            read,
+            no_jit,
+        ))?;
+    lua.set_named_registry_value(POLL_KEY, poll)?;
+    lua.set_named_registry_value(STOP_KEY, stop)?;
+    lua.set_named_registry_value("sluice.budget.fall_back", fall_back)
+}
+
+/// `source` (a configuration script or `init`, already compiled once as it is, for its
+/// errors) compiled with polls under `chunk`, its name; where it cannot be, the state's
+/// compiler goes off for good and `None` says to run the chunk as it is.
+pub(crate) fn compile(lua: &Lua, source: &[u8], chunk: &str) -> mlua::Result<Option<Function>> {
+    let factory = rewrite::instrument(source).and_then(|text| {
+        lua.load(text)
+            .set_name(chunk)
+            .set_mode(mlua::chunk::ChunkMode::Text)
+            .into_function()
+            .ok()
+    });
+    let Some(factory) = factory else {
+        let fall_back: Function = lua.named_registry_value("sluice.budget.fall_back")?;
+        fall_back.call::<()>(chunk)?;
+        return Ok(None);
+    };
+    let poll: Value = lua.named_registry_value(POLL_KEY)?;
+    let stop: Function = lua.named_registry_value(STOP_KEY)?;
+    factory.call((poll, stop)).map(Some)
+}

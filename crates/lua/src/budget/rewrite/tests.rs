@@ -1,0 +1,133 @@
+use super::{POLL_STATEMENT, PREFIX, SUFFIX, instrument};
+
+/// The body of `source`'s rewrite (prefix and suffix checked and taken off), with each poll
+/// shown as `@`.
+fn polled(source: &str) -> String {
+    let out = String::from_utf8(instrument(source.as_bytes()).expect("rewritten")).unwrap();
+    let body = out
+        .strip_prefix(PREFIX)
+        .and_then(|b| b.strip_suffix(SUFFIX))
+        .expect("the wrapper");
+    body.replace(POLL_STATEMENT, "@")
+}
+
+#[test]
+fn loops_and_gotos_poll_and_nothing_else_changes() {
+    assert_eq!(
+        polled("while true do x = x + 1 end"),
+        "while true do@ x = x + 1 end"
+    );
+    assert_eq!(polled("for i = 1, 3 do end"), "for i = 1, 3 do@ end");
+    assert_eq!(
+        polled("for k, v in pairs(t) do f(k) end"),
+        "for k, v in pairs(t) do@ f(k) end"
+    );
+    assert_eq!(
+        polled("repeat n = n - 1 until n == 0"),
+        "repeat@ n = n - 1 until n == 0"
+    );
+    assert_eq!(polled("::top:: goto top"), "::top:: @goto top");
+    assert_eq!(polled("local undo, redo = 1, 2"), "local undo, redo = 1, 2");
+}
+
+#[test]
+fn keywords_in_strings_and_comments_are_not_polled() {
+    let source = "local s = \"do\" .. 'repeat \\' do' -- do\n--[[ do\n]] local l = [==[ do ]] ]==] --[=[\nrepeat ]=] x = 1";
+    assert_eq!(polled(source), source);
+    assert_eq!(
+        polled("x = 1e+5 .. 0x1p-4 -- do"),
+        "x = 1e+5 .. 0x1p-4 -- do"
+    );
+}
+
+#[test]
+fn only_a_return_of_a_tail_call_polls() {
+    for tail in [
+        "return f(x)",
+        "return f(x);",
+        "return a.b:c 'x'",
+        "return a.b[1](x)",
+        "return f{1}",
+        "return f[[x]]",
+        "return (f)(x)",
+        "return m:n{ } ",
+        "if x then return f() else return g() end",
+    ] {
+        assert!(polled(tail).contains("@return"), "{tail}: {}", polled(tail));
+    }
+    for plain in [
+        "return",
+        "return x",
+        "return (f(x))",
+        "return f(x) + 1",
+        "return f(x), g(y)",
+        "return t[1]",
+        "return a.b",
+        "return 'x'",
+        "return function() end",
+        "return ...",
+        "return not f()",
+    ] {
+        assert_eq!(polled(plain), plain, "{plain}");
+    }
+}
+
+#[test]
+fn line_numbers_are_kept() {
+    let source =
+        "-- one\nlocal function f(n)\n  while n > 0 do n = n - 1 end\n  return g(n)\nend\nreturn f";
+    let out = instrument(source.as_bytes()).unwrap();
+    let lines = |b: &[u8]| b.iter().filter(|&&c| c == b'\n').count();
+    // The suffix's own line comes after the last of the chunk's.
+    assert_eq!(lines(&out), lines(source.as_bytes()) + 1);
+    let out = String::from_utf8(out).unwrap();
+    for (line, text) in out.lines().zip(source.lines()) {
+        let kept = line.replace(POLL_STATEMENT, "").replace(PREFIX, "");
+        assert_eq!(kept, text);
+    }
+}
+
+#[test]
+fn first_lines_luajit_skips_become_comments() {
+    let out = instrument(b"#!/usr/bin/env luajit\nreturn 1").unwrap();
+    assert!(out.starts_with(format!("{PREFIX}-- !/usr/bin/env luajit\nreturn 1").as_bytes()));
+    // `#[[` must not open a long comment that swallows the chunk.
+    let out = instrument(b"#[[\nreturn 1").unwrap();
+    assert!(out.starts_with(format!("{PREFIX}-- [[\nreturn 1").as_bytes()));
+    let out = instrument(b"\xEF\xBB\xBFreturn 1").unwrap();
+    assert!(out.starts_with(format!("{PREFIX}return 1").as_bytes()));
+}
+
+#[test]
+fn what_cannot_be_rewritten_is_refused() {
+    // A binary chunk, the poll's own names (a script could replace the poll), and text that
+    // does not lex or balance (it will not compile either).
+    for source in [
+        &b"\x1bLJ\x02"[..],
+        b"__sluice_poll = function() return 0 end",
+        b"local __sluice_stop",
+        b"x = 'unfinished",
+        b"x = [==[ unfinished ]]",
+        b"f(x]",
+        b"f((x)",
+    ] {
+        assert!(
+            instrument(source).is_none(),
+            "{}",
+            String::from_utf8_lossy(source)
+        );
+    }
+}
+
+/// The `rewrite` fuzz target's saved inputs (every script of lua-nginx-module's tests that
+/// bench/luat ports, and edge cases of the lexical grammar) keep their lines and compile.
+#[test]
+fn the_fuzz_targets_inputs_rewrite_and_compile() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/rewrite");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        crate::fuzzing::check_rewrite(&std::fs::read(entry.unwrap().path()).unwrap());
+        n += 1;
+    }
+    assert!(n > 1000, "{n} inputs");
+}
