@@ -109,10 +109,19 @@ fn libs() -> StdLib {
 pub(crate) static EXITED_RUNNERS: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(0);
 
-/// The functions of `os` that touch the process or the file system go.
-const OS_REMOVED: &str = r#"
+/// What scripts do not get: the functions of `os` that touch the process or the file system;
+/// `newproxy`, whose `__gc` finalizers run where neither the count hook nor an error can stop
+/// them (LuaJIT runs finalizers with hooks off, and a `pcall` there catches the budget's
+/// error); `jit.profile`, whose callback raising an error exits the process, and `jit.util`,
+/// which reads any function's bytecode and constants.
+const REMOVED: &str = r#"
 for _, name in ipairs({ "execute", "exit", "remove", "rename", "tmpname", "setlocale", "getenv" }) do
     os[name] = nil
+end
+newproxy = nil
+for _, name in ipairs({ "jit.profile", "jit.util" }) do
+    package.loaded[name] = nil
+    package.preload[name] = nil
 end
 "#;
 
@@ -124,7 +133,10 @@ const TEXT_ONLY: &str = r#"
 local load_, loadfile_, error = load, loadfile, error
 load = function(chunk, name, _, env) return load_(chunk, name, "t", env) end
 loadstring = function(s, name) return load_(s, name, "t") end
-loadfile = function(file, _, env) return loadfile_(file, "t", env) end
+loadfile = function(file, _, env)
+    if file == nil then return nil, "loadfile: no standard input for scripts; give a file name" end
+    return loadfile_(file, "t", env)
+end
 dofile = function(file)
     local f, err = loadfile_(file, "t")
     if not f then error(err, 2) end
@@ -154,7 +166,7 @@ impl State {
             .as_ref()
             .map_or_else(|| Arc::new(AtomicBool::new(false)), |b| b.over.clone());
         let setup = |lua: &Lua, state: std::sync::Weak<State>| -> mlua::Result<Function> {
-            lua.load(OS_REMOVED).set_name("=sluice").exec()?;
+            lua.load(REMOVED).set_name("=sluice").exec()?;
             match &budget {
                 Some(budget) => crate::budget::loaders::install(lua, budget)?,
                 None => lua.load(TEXT_ONLY).set_name("=sluice").exec()?,

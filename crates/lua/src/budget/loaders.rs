@@ -54,9 +54,17 @@ local function compile(text, name, env)
     return f, err
 end
 
+-- What load_ takes besides strings and readers (a string.buffer, a number) is text too: load_
+-- says whether it compiles, and its text is compiled again with polls.
+local function compile_other(chunk, name, env)
+    local f, err = load_(chunk, name, "t", env)
+    if not f then return f, err end
+    return compile(tostring(chunk), name or "=(load)", env)
+end
+
 load = function(chunk, name, _, env)
     if type(chunk) == "string" then return compile(chunk, name or chunk, env) end
-    if type(chunk) ~= "function" then return load_(chunk, name, "t", env) end
+    if type(chunk) ~= "function" then return compile_other(chunk, name, env) end
     local parts, n = {}, 0
     while true do
         if poll() ~= 0 then stop() end
@@ -69,11 +77,15 @@ load = function(chunk, name, _, env)
     return compile(concat(parts, "", 1, n), name or "=(load)", env)
 end
 loadstring = function(s, name)
-    if type(s) ~= "string" then return load_(s, name, "t") end
+    if type(s) ~= "string" then return compile_other(s, name) end
     return compile(s, name or s)
 end
+-- No standard input and nothing but regular files: a worker must not wait on a terminal or
+-- read /dev/zero.
 loadfile = function(file, _, env)
-    local text = type(file) == "string" and read(file)
+    if file == nil then return nil, "loadfile: no standard input for scripts; give a file name" end
+    local text, why = read(file)
+    if why then return nil, why end
     if not text then return loadfile_(file, "t", env) end
     return compile(text, "@" .. file, env)
 end
@@ -87,10 +99,12 @@ end
 package.loaders[2] = function(name)
     local path, err = searchpath(name, package.path)
     if not path then return err end
-    local text = read(path)
+    local text, why = read(path)
     local f
     if text and text:byte(1) ~= 27 then
         f, err = compile(text, "@" .. path)
+    elseif why then
+        err = why
     else
         f, err = loadfile_(path)
         if f then fall_back(path) end
@@ -115,16 +129,8 @@ pub(crate) fn install(lua: &Lua, budget: &Arc<Budget>) -> mlua::Result<()> {
             .map(|t| lua.create_string(t))
             .transpose()
     })?;
-    // A file's text, or nil (no such file, or larger than the state may hold): LuaJIT's own
-    // loadfile then says why.
     let read = guard::function(lua, "loadfile", |lua, path: mlua::LuaString| {
-        let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&path.as_bytes()));
-        let bound = lua
-            .app_data_ref::<crate::output::OutputLimit>()
-            .map_or(usize::MAX, |l| l.0);
-        let fits = std::fs::metadata(&path).is_ok_and(|m| m.len() <= bound as u64);
-        let text = fits.then(|| std::fs::read(&path).ok()).flatten();
-        text.map(|t| lua.create_string(t)).transpose()
+        read(lua, &path)
     })?;
     let flag = Arc::downgrade(budget);
     let no_jit = guard::function(lua, "load", move |_, name: Value| {
@@ -147,6 +153,39 @@ pub(crate) fn install(lua: &Lua, budget: &Arc<Budget>) -> mlua::Result<()> {
     lua.set_named_registry_value(POLL_KEY, poll)?;
     lua.set_named_registry_value(STOP_KEY, stop)?;
     lua.set_named_registry_value("sluice.budget.fall_back", fall_back)
+}
+
+/// A file's text; or nil and why it is not read (not a regular file, larger than the state
+/// may hold); or nil alone where it cannot be opened, for LuaJIT's own loadfile to say why.
+fn read(
+    lua: &Lua,
+    path: &mlua::LuaString,
+) -> mlua::Result<(Option<mlua::LuaString>, Option<String>)> {
+    let bytes = path.as_bytes();
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&bytes));
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok((None, None));
+    };
+    let name = path.display();
+    if !meta.is_file() {
+        return Ok((
+            None,
+            Some(format!("cannot read {name}: not a regular file")),
+        ));
+    }
+    let bound = lua
+        .app_data_ref::<crate::output::OutputLimit>()
+        .map_or(usize::MAX, |l| l.0);
+    if meta.len() > bound as u64 {
+        return Ok((
+            None,
+            Some(format!("cannot read {name}: larger than [lua] max_memory")),
+        ));
+    }
+    match std::fs::read(path) {
+        Ok(text) => Ok((Some(lua.create_string(text)?), None)),
+        Err(_) => Ok((None, None)),
+    }
 }
 
 /// `source` (a configuration script or `init`, already compiled once as it is, for its

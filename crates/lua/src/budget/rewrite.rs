@@ -2,24 +2,25 @@
 //!
 //! LuaJIT calls no hook from compiled code, so a budget that stops a script through the count
 //! hook alone needs the JIT compiler off (`bench/lua_jit_poll.c` measured what that costs, and
-//! what stops a compiled loop). Code runs without end only by going round a loop or by a
-//! tail call (any other recursion grows the stack, and overflowing it is an error), so a poll
-//! goes wherever control can come back to run again: at the start of every `do` block (the
-//! body of each `while` and `for`) and every `repeat` body, before every `goto`, and before
-//! every `return` of a tail call. A poll is an FFI call (`if __sluice_poll() ~= 0 then
+//! what stops a compiled loop). Code runs long only by going round a loop or by calling
+//! functions (a recursion 60 deep that calls itself twice makes 2^61 calls, and LuaJIT
+//! compiles recursion into traces that link to each other), so a poll goes wherever control
+//! can come back to run again: at the start of every `do` block (the body of each `while` and
+//! `for`) and every `repeat` body, before every `goto`, and at the start of every function's
+//! body, the chunk's own included. A poll is an FFI call (`if __sluice_poll() ~= 0 then
 //! __sluice_stop() end`): the trace compiler keeps a call in the loop, where it hoists a
 //! plain load of a flag out of it.
 //!
 //! The chunk is wrapped in a function that takes the two as its upvalues: `local
-//! __sluice_poll, __sluice_stop = ... return function(...) <chunk> end`, all on the chunk's
-//! first line, so every line keeps its number and errors their `file:line`. A chunk that
-//! names either itself (it could replace the poll) is not rewritten, and its state runs
+//! __sluice_poll, __sluice_stop = ... return function(...) <poll> <chunk> end`, all on the
+//! chunk's first line, so every line keeps its number and errors their `file:line`. A chunk
+//! that names either itself (it could replace the poll) is not rewritten, and its state runs
 //! with the JIT off, as does any chunk whose rewrite does not compile (LuaJIT's limits on
 //! upvalues).
 //!
 //! A lexer, not a parser: Lua's lexical grammar (LuaJIT's, long brackets and all) is enough
-//! to find keywords, and a `return`'s tail call is read from its tokens. Where it cannot tell,
-//! it polls: a poll too many costs a call, a poll too few loses the budget.
+//! to find the keywords, and a function's body starts after the bracket that closes its
+//! parameters.
 
 use std::ops::Range;
 
@@ -32,7 +33,8 @@ pub(crate) const STOP: &str = "__sluice_stop";
 const POLL_STATEMENT: &str = " if __sluice_poll() ~= 0 then __sluice_stop() end ";
 
 /// What goes before the chunk, on its first line.
-const PREFIX: &str = "local __sluice_poll, __sluice_stop = ... return function(...) ";
+const PREFIX: &str = "local __sluice_poll, __sluice_stop = ... return function(...) \
+                      if __sluice_poll() ~= 0 then __sluice_stop() end ";
 
 /// What goes after the chunk (on a line of its own: the chunk may end in a comment).
 const SUFFIX: &str = "\nend";
@@ -76,7 +78,7 @@ pub(crate) fn instrument(source: &[u8]) -> Option<Vec<u8>> {
         let at = match text(t) {
             b"do" | b"repeat" => t.span.end,
             b"goto" => t.span.start,
-            b"return" if tail_call(&tokens, &closing, body, i + 1) => t.span.start,
+            b"function" => tokens[body_start(&tokens, &closing, body, i)?].span.end,
             _ => continue,
         };
         out.extend_from_slice(&body[copied..at]);
@@ -108,58 +110,19 @@ fn split_header(source: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     Some((header, &source[end..]))
 }
 
-/// Whether the tokens from `j` are one call expression ending a block: `name(...)`,
-/// `a.b:c "x"`, `(f)(x)`, and so on, followed by `end`, `else`, `elseif`, `until`, `;`
-/// or the end of the chunk.
-fn tail_call(tokens: &[Token], closing: &[usize], body: &[u8], mut j: usize) -> bool {
-    let text = |j: usize| tokens.get(j).map(|t| (&t.kind, &body[t.span.clone()]));
-    match text(j) {
-        Some((Kind::Name, name)) if !is_keyword(name) => j += 1,
-        Some((Kind::Punct, b"(")) => j = closing[j] + 1,
-        _ => return false,
-    }
-    let mut call = false;
+/// The token after which the body of the function whose `function` keyword is token `i`
+/// starts: the `)` closing its parameters, after its name (`a.b:c`) if it has one.
+fn body_start(tokens: &[Token], closing: &[usize], body: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
     loop {
-        match text(j) {
-            Some((Kind::Punct, b".")) => {
-                j += 2;
-                call = false;
-            }
-            Some((Kind::Punct, b"[")) => {
-                j = closing[j] + 1;
-                call = false;
-            }
-            Some((Kind::Punct, b":")) => {
-                j += 2;
-                match text(j) {
-                    Some((Kind::Punct, b"(" | b"{")) => j = closing[j] + 1,
-                    Some((Kind::Literal, s)) if is_string(s) => j += 1,
-                    // Not a method call: it will not compile; poll anyway.
-                    _ => return true,
-                }
-                call = true;
-            }
-            Some((Kind::Punct, b"(" | b"{")) => {
-                j = closing[j] + 1;
-                call = true;
-            }
-            Some((Kind::Literal, s)) if is_string(s) => {
-                j += 1;
-                call = true;
-            }
-            _ => break,
+        let t = tokens.get(j)?;
+        match (&t.kind, &body[t.span.clone()]) {
+            (Kind::Punct, b"(") => return Some(closing[j]),
+            (Kind::Punct, b"." | b":") => j += 1,
+            (Kind::Name, name) if !is_keyword(name) => j += 1,
+            _ => return None,
         }
     }
-    call && matches!(
-        text(j),
-        None | Some((Kind::Punct, b";"))
-            | Some((Kind::Name, b"end" | b"else" | b"elseif" | b"until"))
-    )
-}
-
-/// Whether a literal token is a string (the other literals are numbers).
-fn is_string(literal: &[u8]) -> bool {
-    matches!(literal.first(), Some(b'"' | b'\'' | b'['))
 }
 
 /// Lua's reserved words (LuaJIT's, `goto` included).

@@ -73,6 +73,22 @@ fn compiled_loops_of_every_shape_meet_the_budget() {
                 .to_owned(),
         ),
         ("endless_reader", "load(function() return ' ' end)".to_owned()),
+        (
+            "loaded_from_a_buffer",
+            "local b = require('string.buffer').new(); b:put('while true do end'); load(b)()".to_owned(),
+        ),
+        (
+            "loadstring_of_a_buffer",
+            "local b = require('string.buffer').new(); b:put('while true do end'); loadstring(b)()".to_owned(),
+        ),
+        (
+            "doubling_recursion",
+            "local function f(n) if n == 0 then return 1 end return f(n - 1) + f(n - 1) end; f(60)".to_owned(),
+        ),
+        (
+            "doubling_recursion_of_a_chunk",
+            "g = load('local n = ... if n > 0 then g(n - 1) g(n - 1) end'); g(60)".to_owned(),
+        ),
         ("required", "require('spinner')()".to_owned()),
         ("dofile", format!("dofile('{}')", file.display())),
     ];
@@ -189,4 +205,32 @@ fn a_chunk_that_cannot_carry_polls_runs_with_the_compiler_off_and_is_still_stopp
         )
     );
     assert_eq!(output(&runtime(&toml), "probe"), "true");
+}
+
+/// What could run where no budget reaches is not there: finalizers (`newproxy`), the
+/// profiler (its callback's error exits the process), `jit.util`, and files that are not
+/// regular (standard input, `/dev/zero`).
+#[test]
+fn what_no_budget_can_stop_is_out_of_reach() {
+    let script = r#"
+local out = {}
+out[#out + 1] = tostring(newproxy)
+out[#out + 1] = tostring(pcall(require, "jit.profile"))
+out[#out + 1] = tostring(pcall(require, "jit.util"))
+local f, err = loadfile()
+out[#out + 1] = tostring(f) .. ":" .. err
+f, err = loadfile("/dev/zero")
+out[#out + 1] = tostring(f) .. ":" .. err
+package.path = "/dev/zero"
+local ok, e = pcall(require, "zero")
+out[#out + 1] = tostring(ok) .. ":" .. tostring(e):gsub("\n.*", "")
+ngx.req.set_header("X-Out", table.concat(out, "|"))
+"#;
+    let toml = format!("[lua]\nmax_instructions = 100000\n{}", route("r", script));
+    assert_eq!(
+        output(&runtime(&toml), "r"),
+        "nil|false|false|nil:loadfile: no standard input for scripts; give a file name|\
+         nil:cannot read /dev/zero: not a regular file|\
+         false:error loading module 'zero' from file '/dev/zero':"
+    );
 }
