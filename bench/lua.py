@@ -26,10 +26,10 @@ slower pass: the stacks are parsed after each run).
 Part 2, `ngx.shared` incr: a script that increments one key 100 times and answers 204, on
 both gateways (every worker incrementing the same dictionary); increments per second per
 gateway core (100 x requests / gateway CPU seconds), including the request's own cost.
-Sluice runs it twice: with the default instruction budget, whose polls the compiled loop
-makes each iteration, and in a second process with `max_instructions = 0` (no budget, as
-NGINX has none, so no polls). In both the JIT compiler is on and `incr` is an FFI call
-compiled into the script's trace.
+Sluice runs it twice: with the default instruction budget, under which the JIT compiler is
+off, and in a second process with the same budget and `[lua] jit = true`: the compiler on,
+every chunk carrying the budget's polls (one per loop iteration here), and `incr` an FFI
+call compiled into the script's trace.
 
 Called by bench/lua.
 """
@@ -48,7 +48,7 @@ import bench as B
 
 ORIGIN = 18700
 SLUICE = {"none": 18710, "lua": 18711, "incr": 18712}
-# The second Sluice process, without an instruction budget (no polls).
+# The second Sluice process: the budget with `[lua] jit = true` (the compiler on, with polls).
 SLUICE_JIT = {"incr": 18713}
 NGINX = {"none": 18720, "lua": 18721, "incr": 18722}
 
@@ -103,7 +103,7 @@ def nginx_conf(d):
 """
 
 
-def sluice_conf(d, ports=SLUICE, budget=True):
+def sluice_conf(d, ports=SLUICE, jit=False):
     scripts = {"none": "", "lua": f"[route.lua]\naccess = '''{ACCESS}'''\n",
                "incr": f"[route.lua]\naccess = '''{INCR}'''\n"}
     out = [f"""
@@ -116,7 +116,7 @@ access_log = "off"
 enabled = false
 [lua]
 shared_dicts = {{ counts = "1m" }}
-{"" if budget else "max_instructions = 0"}
+{"jit = true" if jit else ""}
 [[upstream]]
 name = "o"
 keepalive = 64
@@ -246,7 +246,7 @@ def main():
         Path(d, "origin.conf").write_text(origin_conf(d))
         Path(d, "nginx.conf").write_text(nginx_conf(d))
         Path(d, "sluice.toml").write_text(sluice_conf(d))
-        Path(d, "sluice-jit.toml").write_text(sluice_conf(d, SLUICE_JIT, budget=False))
+        Path(d, "sluice-jit.toml").write_text(sluice_conf(d, SLUICE_JIT, jit=True))
         procs = []
         try:
             procs.append(B.Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], B.LOAD_CORE, ORIGIN, f"{d}/origin.out"))
@@ -341,8 +341,8 @@ def report(cpu, args, rows):
     per_core = {who: [r["completed"] * 100 / max(r["cpu_s"], 1e-9) for r in rows[f"{who} incr"]]
                 for who in ("sluice", "sluice-jit", "nginx")}
     g = lambda s: f"{s['median']:,.0f} [{s['min']:,.0f}-{s['max']:,.0f}]"
-    names = {"sluice": "sluice (instruction budget, its polls compiled: the default)",
-             "sluice-jit": "sluice, max_instructions = 0 (no budget, no polls)", "nginx": "nginx"}
+    names = {"sluice": "sluice (instruction budget, JIT off: the default)",
+             "sluice-jit": "sluice, [lua] jit = true (the budget's polls compiled)", "nginx": "nginx"}
     for who in ("sluice", "sluice-jit", "nginx"):
         print(f"| {names[who]} | {g(B.summarize(per_core[who]))} |")
     print()

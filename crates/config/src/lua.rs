@@ -121,6 +121,9 @@ pub struct LuaSettings {
     /// Instructions per call before it is stopped, counted from the call's first 10-20 ms
     /// (sluice-lua's `budget.rs`); 0 for no budget (JIT on).
     pub max_instructions: u64,
+    /// Whether the JIT compiler runs (under a budget, with polls in every chunk: sluice-lua's
+    /// `budget/rewrite.rs`).
+    pub jit: bool,
     /// Bytes a state may hold.
     pub max_memory: u64,
 }
@@ -137,6 +140,7 @@ impl Default for LuaSettings {
             package_path: None,
             shared_dicts: Vec::new(),
             max_instructions: DEFAULT_MAX_INSTRUCTIONS,
+            jit: false,
             max_memory: 64 << 20,
         }
     }

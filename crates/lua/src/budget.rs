@@ -10,7 +10,8 @@
 //! own `luajit` does from its SIGINT handler. From then on the call has `max_instructions`
 //! left; its end takes the hook off.
 //!
-//! LuaJIT calls no hook from compiled code, so the handler also raises a flag that compiled
+//! LuaJIT calls no hook from compiled code, so by default the JIT compiler is off under a
+//! budget. With `[lua] jit = true` it runs, and the handler also raises a flag that compiled
 //! code polls: every chunk is compiled with a poll at each place where it can go round again
 //! ([`rewrite`]), and a poll that finds the flag up turns the JIT compiler off and flushes
 //! the compiled code ([`loaders`]), after which the hook counts. The call's end turns the
@@ -91,7 +92,8 @@ pub(crate) extern "C" fn poll() -> c_int {
 
 impl Budget {
     /// A budget of `max_instructions` for the state whose main thread is `main`, watched.
-    pub(crate) fn new(max_instructions: u64, main: *mut ffi::lua_State) -> Arc<Budget> {
+    /// `jit`: whether the state's chunks carry polls and its compiler runs.
+    pub(crate) fn new(max_instructions: u64, main: *mut ffi::lua_State, jit: bool) -> Arc<Budget> {
         let budget = Arc::new(Budget {
             limit: max_instructions.div_ceil(u64::from(HOOK_EVERY)).max(1),
             ticks: AtomicU64::new(0),
@@ -100,7 +102,7 @@ impl Budget {
             seen: AtomicU64::new(0),
             thread: AtomicI32::new(0),
             main: main as usize,
-            jit: AtomicBool::new(true),
+            jit: AtomicBool::new(jit),
         });
         watch(Arc::downgrade(&budget));
         budget

@@ -109,6 +109,20 @@ fn libs() -> StdLib {
 pub(crate) static EXITED_RUNNERS: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(0);
 
+/// Under a budget without `[lua] jit` the JIT compiler is off: the count hook stops the
+/// interpreter, and the chunks carry no polls (`budget.rs`). `jit` stays for the scripts that
+/// read its version, with switches that do nothing.
+const JIT_OFF: &str = r#"
+jit.off()
+jit.flush()
+local version, version_num, os_name, arch = jit.version, jit.version_num, jit.os, jit.arch
+local function nothing() end
+jit = { version = version, version_num = version_num, os = os_name, arch = arch,
+        on = nothing, off = nothing, flush = nothing,
+        status = function() return false end }
+package.loaded.jit = jit
+"#;
+
 /// What scripts do not get: the functions of `os` that touch the process or the file system;
 /// `newproxy`, whose `__gc` finalizers run where neither the count hook nor an error can stop
 /// them (LuaJIT runs finalizers with hooks off, and a `pcall` there catches the budget's
@@ -154,24 +168,35 @@ impl State {
         worker: usize,
     ) -> Result<Arc<State>, String> {
         let budgeted = settings.max_instructions > 0;
+        // With a budget, the JIT compiler runs only with polls in every chunk.
+        let polled = budgeted && settings.jit;
         let lua = Lua::new_with(libs(), LuaOptions::new()).map_err(|e| e.to_string())?;
         let max_memory = usize::try_from(settings.max_memory).unwrap_or(usize::MAX);
         let limited = lua.set_memory_limit(max_memory).is_ok();
         lua.set_app_data(Outside(std::cell::Cell::new("init")));
         lua.set_app_data(WorkerId(worker));
         lua.set_app_data(crate::output::OutputLimit(max_memory));
-        let budget =
-            budgeted.then(|| Budget::new(settings.max_instructions, lua.current_thread().state()));
+        let budget = budgeted.then(|| {
+            Budget::new(
+                settings.max_instructions,
+                lua.current_thread().state(),
+                polled,
+            )
+        });
         let over = budget
             .as_ref()
             .map_or_else(|| Arc::new(AtomicBool::new(false)), |b| b.over.clone());
         let setup = |lua: &Lua, state: std::sync::Weak<State>| -> mlua::Result<Function> {
             lua.load(REMOVED).set_name("=sluice").exec()?;
             match &budget {
-                Some(budget) => crate::budget::loaders::install(lua, budget)?,
-                None => lua.load(TEXT_ONLY).set_name("=sluice").exec()?,
+                Some(budget) if polled => crate::budget::loaders::install(lua, budget)?,
+                _ => lua.load(TEXT_ONLY).set_name("=sluice").exec()?,
             }
-            lua.set_app_data(crate::shared::jit::JitOn);
+            if settings.jit {
+                lua.set_app_data(crate::shared::jit::JitOn);
+            } else {
+                lua.load(JIT_OFF).set_name("=sluice").exec()?;
+            }
             if let Some(path) = &settings.package_path {
                 let package: mlua::Table = lua.globals().get("package")?;
                 let default: String = package.get("path")?;
@@ -201,7 +226,7 @@ impl State {
                     new_runner = Some(runner);
                     scripts
                         .iter()
-                        .map(|code| compile(&lua, code, budgeted))
+                        .map(|code| compile(&lua, code, polled))
                         .collect()
                 })
                 .unwrap_or_else(|e| {
@@ -232,7 +257,7 @@ impl State {
             return Err(e);
         }
         if let Some(init) = &settings.init {
-            let f = compile(&state.lua, init, state.budget.is_some())?;
+            let f = compile(&state.lua, init, polled)?;
             let _gate = state.lock();
             state.start_call();
             let _running = state.budget.as_deref().map(Budget::enter);
@@ -438,9 +463,9 @@ impl State {
     }
 }
 
-/// `code` compiled, with the budget's polls where it is `budgeted`: a syntax error names its
+/// `code` compiled, with the budget's polls where it is `polled`: a syntax error names its
 /// file and line (`file:line: message`), as the chunk reads without polls.
-fn compile(lua: &Lua, code: &LuaCode, budgeted: bool) -> Result<Function, String> {
+fn compile(lua: &Lua, code: &LuaCode, polled: bool) -> Result<Function, String> {
     let plain = lua
         .load(&*code.source)
         .set_name(code.chunk.as_str())
@@ -449,7 +474,7 @@ fn compile(lua: &Lua, code: &LuaCode, budgeted: bool) -> Result<Function, String
             mlua::Error::SyntaxError { message, .. } => message,
             other => other.to_string(),
         })?;
-    if !budgeted {
+    if !polled {
         return Ok(plain);
     }
     crate::budget::loaders::compile(lua, code.source.as_bytes(), &code.chunk)

@@ -24,6 +24,9 @@ pub struct RawLua {
     /// Lua VM instructions one call may run before it is stopped (default 10,000,000;
     /// 0: no budget, and the JIT compiler on).
     pub max_instructions: Option<Spanned<u64>>,
+    /// Whether the JIT compiler runs under the instruction budget (default false; true
+    /// compiles every chunk with the budget's polls). Without a budget it runs unless false.
+    pub jit: Option<Spanned<bool>>,
     /// Memory one state may hold (default `"64m"`); a state over it after a full
     /// collection is replaced.
     pub max_memory: Option<Spanned<RawSize>>,

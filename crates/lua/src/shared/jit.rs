@@ -1,11 +1,13 @@
-//! `ngx.shared.DICT:incr` through LuaJIT's FFI, for compiled code.
+//! `ngx.shared.DICT:incr` through LuaJIT's FFI, for states whose JIT compiler is on (`[lua]
+//! jit = true`, or no budget).
 //!
 //! Compiled code calls an FFI function as a plain machine call, while a `lua_CFunction` is
 //! something a trace cannot hold: each call leaves it and the interpreter runs the call
 //! ([`super::raw`]'s C functions). lua-resty-core calls lua-nginx-module's dictionary through
-//! the FFI for the same reason. In the interpreter an FFI call costs more than a C function,
-//! so a state whose compiler is off for good (a chunk without the budget's polls,
-//! `crate::budget`) pays more per call here than [`super::raw`] would; the answers are the same.
+//! the FFI for the same reason. In the interpreter an FFI call costs more than a C function:
+//! states whose compiler is off (the default under a budget, `crate::budget`) keep
+//! [`super::raw`]; one that turns it off for good later (a chunk without the budget's polls)
+//! pays more per call here, with the same answers.
 //!
 //! The FFI library is the crate's own ([`crate::ffi_lib`]), and the wrapper's upvalues are out
 //! of reach without `debug`.

@@ -1,4 +1,4 @@
-//! Under a budget the JIT compiler is on and every chunk carries polls (`budget/rewrite.rs`):
+//! Under a budget with `[lua] jit = true` the JIT compiler is on and every chunk carries polls (`budget/rewrite.rs`):
 //! compiled loops of every shape are stopped, chunks keep their meaning (lines, varargs,
 //! environments, errors), and a chunk that cannot carry polls turns the compiler off.
 
@@ -93,7 +93,7 @@ fn compiled_loops_of_every_shape_meet_the_budget() {
         ("dofile", format!("dofile('{}')", file.display())),
     ];
     let mut toml = format!(
-        "[lua]\nmax_instructions = 100000\npackage_path = \"{}/?.lua;;\"\n",
+        "[lua]\nmax_instructions = 100000\njit = true\npackage_path = \"{}/?.lua;;\"\n",
         dir.path().display()
     );
     for (name, script) in &loops {
@@ -164,7 +164,7 @@ ngx.req.set_header("X-Out", table.concat(out, "|"))
 "##;
     let config = |max_instructions: u64| {
         format!(
-            "[lua]\nmax_instructions = {max_instructions}\npackage_path = \"{}/?.lua;;\"\n{}",
+            "[lua]\nmax_instructions = {max_instructions}\njit = true\npackage_path = \"{}/?.lua;;\"\n{}",
             dir.path().display(),
             route("r", script)
         )
@@ -182,7 +182,7 @@ ngx.req.set_header("X-Out", table.concat(out, "|"))
 #[test]
 fn a_chunk_that_cannot_carry_polls_runs_with_the_compiler_off_and_is_still_stopped() {
     let toml = format!(
-        "[lua]\nmax_instructions = 100000\n{}{}",
+        "[lua]\nmax_instructions = 100000\njit = true\n{}{}",
         route(
             "named",
             "local __sluice_poll = 1; local n = 0; while true do n = n + 1 end"
@@ -198,13 +198,22 @@ fn a_chunk_that_cannot_carry_polls_runs_with_the_compiler_off_and_is_still_stopp
     assert_eq!(output(&rt, "probe"), "false", "the compiler stays off");
     // A script cannot turn it back on, nor off in a state that has it on.
     let toml = format!(
-        "[lua]\nmax_instructions = 100000\n{}",
+        "[lua]\nmax_instructions = 100000\njit = true\n{}",
         route(
             "probe",
             "jit.off(); jit.flush(); ngx.req.set_header('X-Out', tostring(jit.status()))"
         )
     );
     assert_eq!(output(&runtime(&toml), "probe"), "true");
+    // Without `jit = true` a budgeted state runs the interpreter alone.
+    let toml = format!(
+        "[lua]\nmax_instructions = 100000\n{}",
+        route(
+            "probe",
+            "ngx.req.set_header('X-Out', tostring(jit.status()))"
+        )
+    );
+    assert_eq!(output(&runtime(&toml), "probe"), "false");
 }
 
 /// What could run where no budget reaches is not there: finalizers (`newproxy`), the
@@ -226,7 +235,10 @@ local ok, e = pcall(require, "zero")
 out[#out + 1] = tostring(ok) .. ":" .. tostring(e):gsub("\n.*", "")
 ngx.req.set_header("X-Out", table.concat(out, "|"))
 "#;
-    let toml = format!("[lua]\nmax_instructions = 100000\n{}", route("r", script));
+    let toml = format!(
+        "[lua]\nmax_instructions = 100000\njit = true\n{}",
+        route("r", script)
+    );
     assert_eq!(
         output(&runtime(&toml), "r"),
         "nil|false|false|nil:loadfile: no standard input for scripts; give a file name|\
