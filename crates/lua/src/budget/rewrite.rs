@@ -81,7 +81,9 @@ pub(crate) fn instrument(source: &[u8]) -> Option<Vec<u8>> {
             b"function" => tokens[body_start(&tokens, &closing, body, i)?].span.end,
             _ => continue,
         };
-        out.extend_from_slice(&body[copied..at]);
+        // In order, as every insert follows the tokens before it; text where one would not
+        // (a parameter list holding more than names) does not compile anyway.
+        out.extend_from_slice(body.get(copied..at)?);
         out.extend_from_slice(POLL_STATEMENT.as_bytes());
         copied = at;
     }
@@ -111,13 +113,24 @@ fn split_header(source: &[u8]) -> Option<(Vec<u8>, &[u8])> {
 }
 
 /// The token after which the body of the function whose `function` keyword is token `i`
-/// starts: the `)` closing its parameters, after its name (`a.b:c`) if it has one.
+/// starts: the `)` closing its parameters (names and `...` only), after its name (`a.b:c`)
+/// if it has one.
 fn body_start(tokens: &[Token], closing: &[usize], body: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
     loop {
         let t = tokens.get(j)?;
         match (&t.kind, &body[t.span.clone()]) {
-            (Kind::Punct, b"(") => return Some(closing[j]),
+            (Kind::Punct, b"(") => {
+                let parameters = &tokens[j + 1..closing[j]];
+                let plain = parameters
+                    .iter()
+                    .all(|p| match (&p.kind, &body[p.span.clone()]) {
+                        (Kind::Name, name) => !is_keyword(name),
+                        (Kind::Punct, mark) => mark == b"," || mark == b"...",
+                        _ => false,
+                    });
+                return plain.then_some(closing[j]);
+            }
             (Kind::Punct, b"." | b":") => j += 1,
             (Kind::Name, name) if !is_keyword(name) => j += 1,
             _ => return None,

@@ -121,3 +121,17 @@ fn the_fuzz_targets_inputs_rewrite_and_compile() {
     }
     assert!(n > 1000, "{n} inputs");
 }
+
+/// A parameter list that holds more than names (the fuzzer's first find: a `function` or
+/// `do` inside it put a poll before text already copied) is not rewritten.
+#[test]
+fn a_parameter_list_of_more_than_names_is_refused() {
+    for source in [
+        "local function f(a, b = g(function() end)) end",
+        "function f(x do) end",
+        "function f(1) end",
+    ] {
+        assert!(instrument(source.as_bytes()).is_none(), "{source}");
+    }
+    assert!(instrument(b"function f(a, b, ...) end").is_some());
+}
