@@ -121,7 +121,6 @@ impl Budget {
         let main = self.main as *mut ffi::lua_State;
         let previous = RUNNING.with(|r| r.replace((main, ptr::from_ref(self))));
         self.thread.store(tid, Ordering::Relaxed);
-        ARMED.with(|a| a.set(false));
         bump(&self.calls);
         Running {
             budget: self,

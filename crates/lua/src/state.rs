@@ -109,17 +109,16 @@ fn libs() -> StdLib {
 pub(crate) static EXITED_RUNNERS: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(0);
 
-/// Under a budget without `[lua] jit` the JIT compiler is off: the count hook stops the
-/// interpreter, and the chunks carry no polls (`budget.rs`). `jit` stays for the scripts that
-/// read its version, with switches that do nothing.
-const JIT_OFF: &str = r#"
-jit.off()
-jit.flush()
-local version, version_num, os_name, arch = jit.version, jit.version_num, jit.os, jit.arch
-local function nothing() end
-jit = { version = version, version_num = version_num, os = os_name, arch = arch,
-        on = nothing, off = nothing, flush = nothing,
-        status = function() return false end }
+/// The `jit` table a budgeted state's scripts see, or one whose compiler is off: version and
+/// status as they are, and switches that do nothing (a script that turned the compiler back on
+/// would outrun the budget: LuaJIT calls no hook from compiled code, `budget.rs`). Called with
+/// `true`, it turns the compiler off first.
+const JIT_SWITCHES: &str = r#"
+local off = ...
+if off then jit.off() jit.flush() end
+local real, nothing = jit, function() end
+jit = { version = real.version, version_num = real.version_num, os = real.os, arch = real.arch,
+        on = nothing, off = nothing, flush = nothing, status = real.status }
 package.loaded.jit = jit
 "#;
 
@@ -192,10 +191,12 @@ impl State {
                 Some(budget) if polled => crate::budget::loaders::install(lua, budget)?,
                 _ => lua.load(TEXT_ONLY).set_name("=sluice").exec()?,
             }
+            if budgeted || !settings.jit {
+                let off = !settings.jit;
+                lua.load(JIT_SWITCHES).set_name("=sluice").call::<()>(off)?;
+            }
             if settings.jit {
                 lua.set_app_data(crate::shared::jit::JitOn);
-            } else {
-                lua.load(JIT_OFF).set_name("=sluice").exec()?;
             }
             if let Some(path) = &settings.package_path {
                 let package: mlua::Table = lua.globals().get("package")?;
@@ -477,7 +478,6 @@ fn compile(lua: &Lua, code: &LuaCode, polled: bool) -> Result<Function, String> 
     if !polled {
         return Ok(plain);
     }
-    crate::budget::loaders::compile(lua, code.source.as_bytes(), &code.chunk)
-        .map(|polled| polled.unwrap_or(plain))
-        .map_err(|e| e.to_string())
+    drop(plain);
+    crate::budget::loaders::compile(lua, &code.source, &code.chunk).map_err(|e| e.to_string())
 }

@@ -1,12 +1,12 @@
-//! Every way code enters a budgeted state compiles it with polls ([`super::rewrite`]): the
-//! configuration's scripts ([`compile`]), `load`, `loadstring`, `loadfile`, `dofile` and
-//! `require`'s Lua searcher ([`install`]). What cannot carry polls (a chunk the rewrite
+//! Every way code enters a budgeted state compiles it with polls ([`super::rewrite`]), through
+//! one Lua function: the configuration's scripts ([`compile`]), `load`, `loadstring`,
+//! `loadfile`, `dofile` and `require`'s Lua searcher ([`install`]). What cannot carry polls (a chunk the rewrite
 //! refuses or whose rewrite does not compile, a precompiled module) still loads, and turns
 //! the state's JIT compiler off for good ([`Budget::jit`]): the count hook stops it then.
 //!
-//! `load` and the others take source text only, as in unbudgeted states (`state.rs`), and
-//! `jit.on`, `jit.off` and `jit.flush` do nothing: a script that turned the compiler back on
-//! after a poll turned it off would run past its budget.
+//! `load` and the others take source text only, as in unbudgeted states (`state.rs`, which
+//! also makes `jit.on`, `jit.off` and `jit.flush` do nothing: a script that turned the
+//! compiler back on after a poll turned it off would run past its budget).
 
 use super::{Budget, rewrite};
 use crate::guard;
@@ -16,26 +16,24 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Where the poll and the stop function are kept, for [`compile`].
-const POLL_KEY: &str = "sluice.budget.poll";
-const STOP_KEY: &str = "sluice.budget.stop";
+/// Where the prelude's `compile` is kept, for [`compile`].
+const COMPILE_KEY: &str = "sluice.budget.compile";
 
-/// The Lua side: the poll (an FFI function pointer), the stop function, the loaders and the
-/// `jit` table scripts see. The reader loop of `load` polls by hand: a reader that never ends
-/// it would otherwise spin in compiled code.
+/// The Lua side: the poll (an FFI function pointer), the stop function and the loaders (the
+/// `jit` table scripts see is `state.rs`'s). The reader loop of `load` polls by hand: a reader
+/// that never ends it would otherwise spin in compiled code.
 const PRELUDE: &str = r#"
 local ffi, entry, instrument, read, no_jit = ...
 local load_, loadfile_ = load, loadfile
 local type, error, setfenv, concat, format = type, error, setfenv, table.concat, string.format
 local searchpath, package = package.searchpath, package
-local real_jit = jit
-local jit_off, jit_flush, jit_status = real_jit.off, real_jit.flush, real_jit.status
+local jit_off, jit_flush = jit.off, jit.flush
 
 local poll = ffi.cast("int (*)(void)", entry)
 local function stop() jit_off() jit_flush() end
 
 local function fall_back(name)
-    jit_off() jit_flush()
+    stop()
     no_jit(name)
 end
 
@@ -114,12 +112,7 @@ package.loaders[2] = function(name)
     end
     return f
 end
-
-local function nothing() end
-jit = { version = real_jit.version, version_num = real_jit.version_num, os = real_jit.os,
-        arch = real_jit.arch, on = nothing, off = nothing, flush = nothing, status = jit_status }
-package.loaded.jit = jit
-return poll, stop, fall_back
+return compile
 "#;
 
 /// Sets up `lua`, a state with `budget`, to compile everything with polls.
@@ -142,17 +135,14 @@ pub(crate) fn install(lua: &Lua, budget: &Arc<Budget>) -> mlua::Result<()> {
         Ok(())
     })?;
     let entry = LightUserData(super::poll as *mut c_void);
-    let (poll, stop, fall_back): (Value, Function, Function) =
-        lua.load(PRELUDE).set_name("=sluice").call((
-            crate::ffi_lib::module(lua)?,
-            entry,
-            instrument,
-            read,
-            no_jit,
-        ))?;
-    lua.set_named_registry_value(POLL_KEY, poll)?;
-    lua.set_named_registry_value(STOP_KEY, stop)?;
-    lua.set_named_registry_value("sluice.budget.fall_back", fall_back)
+    let compile: Function = lua.load(PRELUDE).set_name("=sluice").call((
+        crate::ffi_lib::module(lua)?,
+        entry,
+        instrument,
+        read,
+        no_jit,
+    ))?;
+    lua.set_named_registry_value(COMPILE_KEY, compile)
 }
 
 /// A file's text; or nil and why it is not read (not a regular file, larger than the state
@@ -189,22 +179,10 @@ fn read(
 }
 
 /// `source` (a configuration script or `init`, already compiled once as it is, for its
-/// errors) compiled with polls under `chunk`, its name; where it cannot be, the state's
-/// compiler goes off for good and `None` says to run the chunk as it is.
-pub(crate) fn compile(lua: &Lua, source: &[u8], chunk: &str) -> mlua::Result<Option<Function>> {
-    let factory = rewrite::instrument(source).and_then(|text| {
-        lua.load(text)
-            .set_name(chunk)
-            .set_mode(mlua::chunk::ChunkMode::Text)
-            .into_function()
-            .ok()
-    });
-    let Some(factory) = factory else {
-        let fall_back: Function = lua.named_registry_value("sluice.budget.fall_back")?;
-        fall_back.call::<()>(chunk)?;
-        return Ok(None);
-    };
-    let poll: Value = lua.named_registry_value(POLL_KEY)?;
-    let stop: Function = lua.named_registry_value(STOP_KEY)?;
-    factory.call((poll, stop)).map(Some)
+/// errors) compiled under `chunk`, its name, as `load` compiles it: with polls, or where it
+/// cannot carry them as it is, the state's compiler then off for good.
+pub(crate) fn compile(lua: &Lua, source: &str, chunk: &str) -> mlua::Result<Function> {
+    let compile: Function = lua.named_registry_value(COMPILE_KEY)?;
+    let (f, err): (Option<Function>, Option<String>) = compile.call((source, chunk))?;
+    f.ok_or_else(|| mlua::Error::runtime(err.unwrap_or_default()))
 }

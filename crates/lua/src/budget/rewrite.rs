@@ -25,16 +25,24 @@
 use std::ops::Range;
 
 /// The upvalue the poll is called through.
-pub(crate) const POLL: &str = "__sluice_poll";
+const POLL: &str = "__sluice_poll";
 /// The upvalue called when the poll says the budget is armed.
-pub(crate) const STOP: &str = "__sluice_stop";
+const STOP: &str = "__sluice_stop";
 
-/// What each poll adds (a statement; a leading and trailing space keep it off its neighbours).
-const POLL_STATEMENT: &str = " if __sluice_poll() ~= 0 then __sluice_stop() end ";
+/// What each poll adds (a statement; a leading and trailing space keep it off its neighbours),
+/// as a macro so that [`PREFIX`] can hold it too.
+macro_rules! poll_statement {
+    () => {
+        " if __sluice_poll() ~= 0 then __sluice_stop() end "
+    };
+}
+const POLL_STATEMENT: &str = poll_statement!();
 
-/// What goes before the chunk, on its first line.
-const PREFIX: &str = "local __sluice_poll, __sluice_stop = ... return function(...) \
-                      if __sluice_poll() ~= 0 then __sluice_stop() end ";
+/// What goes before the chunk, on its first line: the wrapper, and the chunk's own poll.
+const PREFIX: &str = concat!(
+    "local __sluice_poll, __sluice_stop = ... return function(...)",
+    poll_statement!()
+);
 
 /// What goes after the chunk (on a line of its own: the chunk may end in a comment).
 const SUFFIX: &str = "\nend";
