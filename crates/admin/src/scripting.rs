@@ -72,6 +72,12 @@ pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
         "ngx.timer.at callbacks that raised an error.",
         sluice_lua::stats::timer_failures(),
     );
+    out.single(
+        "sluice_lua_refused_total",
+        Kind::Counter,
+        "Script calls refused (each a 500) because another call had held their worker's Lua state for over a second, stuck in a C function.",
+        sluice_lua::stats::refused_count(),
+    );
     if let Some(rt) = s.gateway.lua() {
         memory(out, &rt);
     }

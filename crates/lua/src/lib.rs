@@ -22,6 +22,7 @@ mod current;
 mod ffi_lib;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+mod gate;
 mod guard;
 mod output;
 mod re;
@@ -338,10 +339,19 @@ impl RouteScripts {
         }
     }
 
-    /// The request's Lua, made at its first script (the state of the thread it is on).
+    /// The request's Lua, made at its first script: the state of the thread it is on,
+    /// unless a stuck call holds that one (a thread that shares it, `gate.rs`).
     pub fn request(self: &Arc<Self>, facts: Facts) -> Arc<RequestLua> {
+        let n = self.states.len();
+        let mut state = slot(n);
+        if self.states[state].is_stuck() {
+            state = (1..n)
+                .map(|i| (state + i) % n)
+                .find(|i| !self.states[*i].is_stuck())
+                .unwrap_or(state);
+        }
         Arc::new(RequestLua {
-            state: slot(self.states.len()),
+            state,
             view: Mutex::new(View::new(LuaPhase::Rewrite, facts)),
             scripts: self.clone(),
         })

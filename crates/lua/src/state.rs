@@ -2,6 +2,7 @@
 //! configuration's scripts compiled once, an instruction budget per call and a memory bound.
 
 use crate::budget::Budget;
+use crate::gate::{Gate, Stuck};
 use crate::runner::{self, Yielded};
 use crate::shared::SharedDict;
 use crate::view::{Outside, View};
@@ -9,8 +10,8 @@ use crate::wait::{Pending, Resumed};
 use crate::worker::WorkerId;
 use mlua::{Function, Lua, LuaOptions, RegistryKey, StdLib, Thread};
 use sluice_config::{LuaCode, LuaSettings};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Runners kept at rest per state: as many as calls that wait at once, up to this.
 const MAX_IDLE_RUNNERS: usize = 64;
@@ -45,18 +46,18 @@ pub(crate) struct Run {
     gate: Arc<Gate>,
 }
 
-/// The runners at rest, behind the lock that lets one thread at a time into the state.
-type Gate = Mutex<Vec<Thread>>;
-
 /// A call dropped while it waits (its request went away) drops its runner under the gate:
 /// dropping an mlua value changes the state (its reference slot), and runners are resumed
 /// through LuaJIT's C API without mlua's own lock (`runner.rs`), so the gate is what keeps
-/// that change from racing a call on another thread.
+/// that change from racing a call on another thread. Where a stuck call holds the state,
+/// the runner is left to it (a reference slot, not a wait on this thread).
 impl Drop for Run {
     fn drop(&mut self) {
         if let Some(thread) = self.thread.take() {
-            let _gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
-            drop(thread);
+            match self.gate.enter() {
+                Ok(_gate) => drop(thread),
+                Err(Stuck) => std::mem::forget(thread),
+            }
         }
     }
 }
@@ -68,6 +69,8 @@ impl Drop for Run {
 pub(crate) struct State {
     lua: Lua,
     gate: Arc<Gate>,
+    /// Bytes the state held when last read (what `/metrics` shows while a call holds it).
+    memory: AtomicUsize,
     /// Makes a runner: a coroutine that runs calls which may wait.
     new_runner: Option<Function>,
     /// The configuration's scripts, compiled in this state, by script number: the
@@ -244,7 +247,8 @@ impl State {
                 });
             State {
                 lua,
-                gate: Arc::new(Mutex::new(Vec::new())),
+                gate: Arc::new(Gate::default()),
+                memory: AtomicUsize::new(0),
                 new_runner,
                 functions,
                 references,
@@ -259,7 +263,7 @@ impl State {
         }
         if let Some(init) = &settings.init {
             let f = compile(&state.lua, init, polled)?;
-            let _gate = state.lock();
+            let _gate = state.gate.enter().map_err(|e| e.to_string())?;
             state.start_call();
             let _running = state.budget.as_deref().map(Budget::enter);
             f.call::<()>(()).map_err(|e| format!("[lua] init: {e}"))?;
@@ -268,10 +272,6 @@ impl State {
             o.0.set("timer");
         }
         Ok(state)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Thread>> {
-        self.gate.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn start_call(&self) {
@@ -287,7 +287,10 @@ impl State {
         let Some(f) = self.functions.get(script) else {
             return Ended::Failed(format!("no script {script} in this state"));
         };
-        let _gate = self.lock();
+        let _gate = match self.gate.enter() {
+            Ok(gate) => gate,
+            Err(stuck) => return Ended::Failed(stuck.to_string()),
+        };
         self.start_call();
         let result = crate::current::lend(view, || {
             let _running = self.budget.as_deref().map(Budget::enter);
@@ -303,7 +306,10 @@ impl State {
         let (Some(&f), Some(new_runner)) = (self.references.get(script), &self.new_runner) else {
             return Step::Ended(Ended::Failed(format!("no script {script} in this state")));
         };
-        let mut idle = self.lock();
+        let mut idle = match self.gate.enter() {
+            Ok(gate) => gate,
+            Err(stuck) => return Step::Ended(Ended::Failed(stuck.to_string())),
+        };
         let thread = match idle.pop() {
             Some(t) => t,
             None => match new_runner.call::<Thread>(()) {
@@ -318,7 +324,10 @@ impl State {
 
     /// Resumes a call that waited, with what it waited for.
     pub(crate) fn resume(&self, mut run: Run, result: Resumed, view: &mut View) -> Step {
-        let mut idle = self.lock();
+        let mut idle = match self.gate.enter() {
+            Ok(gate) => gate,
+            Err(stuck) => return Step::Ended(Ended::Failed(stuck.to_string())),
+        };
         // Taken under the gate, declared after it: dropped first, with the gate held.
         let Some(thread) = run.thread.take() else {
             return Step::Ended(Ended::Failed("a call resumed twice".into()));
@@ -412,7 +421,14 @@ impl State {
 
     /// A timer's callback (`ngx.timer.at`), with no request.
     pub(crate) fn run_timer(&self, key: RegistryKey) {
-        let _gate = self.lock();
+        let _gate = match self.gate.enter() {
+            Ok(gate) => gate,
+            Err(stuck) => {
+                tracing::error!(target: "sluice::lua", "[lua] timer: {stuck}");
+                crate::stats::timer_failed();
+                return;
+            }
+        };
         self.start_call();
         let _running = self.budget.as_deref().map(Budget::enter);
         let called = self.lua.registry_value::<mlua::Table>(&key).and_then(|t| {
@@ -440,16 +456,30 @@ impl State {
         self.budget.as_deref().is_some_and(Budget::armed)
     }
 
+    /// Whether a call has held the state for so long that waiters give up on it.
+    pub(crate) fn is_stuck(&self) -> bool {
+        self.gate.is_stuck()
+    }
+
+    /// The state itself, for tests that add functions to it.
+    #[cfg(test)]
+    pub(crate) fn lua(&self) -> &Lua {
+        &self.lua
+    }
+
     /// Whether no call holds the state now.
     #[cfg(test)]
     pub(crate) fn is_free(&self) -> bool {
-        self.gate.try_lock().is_ok()
+        self.gate.is_free()
     }
 
-    /// Bytes the state holds now.
+    /// Bytes the state holds now, or when last read where a call holds it now (a reader
+    /// does not wait for a call).
     pub(crate) fn used_memory(&self) -> usize {
-        let _gate = self.lock();
-        self.lua.used_memory()
+        if let Some(_gate) = self.gate.enter_if_free() {
+            self.memory.store(self.lua.used_memory(), Ordering::Relaxed);
+        }
+        self.memory.load(Ordering::Relaxed)
     }
 
     /// Where the allocator cannot enforce the bound: a full collection when over it

@@ -82,6 +82,17 @@ pub fn all() -> Vec<(String, LuaPhase, Arc<ScriptStats>)> {
 static TIMER_FAILURES: AtomicU64 = AtomicU64::new(0);
 static OVER_MEMORY: AtomicU64 = AtomicU64::new(0);
 static PANICS: AtomicU64 = AtomicU64::new(0);
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn refused() {
+    REFUSED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Calls refused because another call had held their state for over a second (stuck in a
+/// C function, `gate.rs`): each failed its request rather than hold a worker thread.
+pub fn refused_count() -> u64 {
+    REFUSED.load(Ordering::Relaxed)
+}
 
 pub(crate) fn panicked() {
     PANICS.fetch_add(1, Ordering::Relaxed);

@@ -721,5 +721,6 @@ ngx.req.set_header("X-Ran", "1")
 
 mod budget;
 mod fuzz;
+mod gate;
 mod jit;
 mod robustness;

@@ -472,14 +472,27 @@ impl Gateway {
     }
 }
 
-/// Waits up to `within` for `tasks` to end, then cancels `force` and waits for them to close;
-/// whether they ended in time.
+/// How long connections that were told to close get to do so.
+const FORCED_CLOSE: Duration = Duration::from_secs(5);
+
+/// Waits up to `within` for `tasks` to end, then cancels `force` and waits up to
+/// [`FORCED_CLOSE`] for them to close; whether they ended in time. One whose task is held by
+/// a call that never returns (a Lua call stuck in a C function, docs/lua.md) cannot close:
+/// it is left to the process's exit.
 async fn drain(tasks: TaskTracker, force: CancellationToken, within: Duration) -> bool {
     if tokio::time::timeout(within, tasks.wait()).await.is_ok() {
         return true;
     }
     force.cancel();
-    tasks.wait().await;
+    if tokio::time::timeout(FORCED_CLOSE, tasks.wait())
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "sluice: {} connections did not close when told to (a task held by a call that does not return); left to the exit",
+            tasks.len()
+        );
+    }
     false
 }
 

@@ -7,6 +7,7 @@ mod ct;
 mod demo;
 mod fleet;
 mod instance;
+mod liveness;
 mod run;
 mod service;
 mod speed;

@@ -263,7 +263,12 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(serve(args, inherited))
+    crate::liveness::watch(runtime.handle().clone())?;
+    let served = runtime.block_on(serve(args, inherited));
+    // Bounded: a worker thread held by a call that never returns (a Lua call stuck in a C
+    // function) would otherwise keep the process from ending.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    served
 }
 
 /// Loads the configuration, starts everything it asks for, serves until a signal says to

@@ -579,3 +579,142 @@ fn sluice_check_warns_about_api_sluice_does_not_have() {
     );
     assert!(!err.contains("ngx.say"), "{err}");
 }
+
+/// A call held inside one C function that no budget interrupts (a Lua pattern backtracking
+/// over a long subject) holds its worker thread for good, as it holds an NGINX worker
+/// process. Every other request, scripted or not, is still answered on the other threads
+/// (before `liveness.rs`, no thread took the event loop's driver after the stuck one and the
+/// whole gateway stopped answering), and SIGTERM still ends the process. A process of its
+/// own: the stuck thread stays with it.
+#[test]
+fn a_call_stuck_in_a_c_function_costs_its_worker_thread_only() {
+    if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
+        eprintln!("one CPU: the gateway has one worker thread, which the stuck call takes");
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let origin = rt.block_on(Origin::start("api"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[global]
+shutdown_timeout = "1s"
+[log]
+access_log = "off"
+[[listener]]
+name = "http"
+address = "127.0.0.1:0"
+[[upstream]]
+name = "api"
+servers = [{{ address = "{}" }}]
+[[route]]
+name = "stuck"
+path_prefix = "/stuck"
+[route.lua]
+content = 'local s = ("a"):rep(20000) s:find(".-.-.-.-b")'
+[[route]]
+name = "scripted"
+path_prefix = "/scripted/"
+strip_prefix = "/scripted"
+upstream = "api"
+[route.lua]
+access = 'ngx.req.set_header("X-Lua", "1")'
+[[route]]
+name = "plain"
+path_prefix = "/plain/"
+strip_prefix = "/plain"
+upstream = "api"
+"#,
+            origin.addr
+        ),
+    )
+    .unwrap();
+    // No admin listener: its tasks woke the runtime from outside and hid the stall.
+    let mut gw = Stopped(
+        crate::cli::sluice()
+            .args(["run", "--config"])
+            .arg(&config)
+            .arg("--pid-file")
+            .arg(dir.path().join("sluice.pid"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let web = listener_in_banner(&mut gw.0);
+    rt.block_on(async {
+        let stuck = tokio::spawn(async move { crate::auth::get(web, "/stuck", &[]).await });
+        // Long enough for the call to be held in the pattern, on its thread.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let within = std::time::Duration::from_secs(10);
+        for i in 0..10 {
+            let plain = crate::auth::get(web, "/plain/whoami", &[]);
+            let plain = tokio::time::timeout(within, plain).await;
+            let plain = plain.unwrap_or_else(|_| panic!("plain request {i} not answered"));
+            assert_eq!(plain.status, 200);
+            let scripted = crate::auth::get(web, "/scripted/headers", &[]);
+            let scripted = tokio::time::timeout(within, scripted).await;
+            let scripted = scripted.unwrap_or_else(|_| panic!("scripted request {i} not answered"));
+            assert_eq!(
+                crate::auth::upstream_header(&scripted, "x-lua").as_deref(),
+                Some("1")
+            );
+        }
+        assert!(!stuck.is_finished(), "the stuck call answered");
+        stuck.abort();
+    });
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &gw.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    // Bounded: a process that does not end fails the test rather than hang it.
+    let mut ended = None;
+    for _ in 0..600 {
+        ended = gw.0.try_wait().unwrap();
+        if ended.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        ended.is_some(),
+        "SIGTERM did not end a gateway with a stuck thread"
+    );
+}
+
+/// A child process killed when the test ends (a no-op once it has exited).
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The address of the listener the banner of `sluice run` names `http`; the rest of its
+/// output is read on a thread so that the gateway never blocks on it.
+fn listener_in_banner(child: &mut std::process::Child) -> SocketAddr {
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut at = None;
+    for line in lines.by_ref().take(40) {
+        let line = line.unwrap();
+        if line.trim_start().starts_with("http ") {
+            at = line
+                .split("://")
+                .nth(1)
+                .and_then(|r| r.split('/').next())
+                .and_then(|a| a.parse().ok());
+        }
+        if line.starts_with("Stop with") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    at.expect("the banner names the listener")
+}
