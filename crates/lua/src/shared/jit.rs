@@ -19,36 +19,31 @@
 
 use super::SharedDict;
 use mlua::{Function, Lua, Table};
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::sync::Arc;
 
 /// The mark (app data) of a state whose code is compiled: its dictionaries get the FFI
 /// `incr` ([`install`]).
 pub(crate) struct JitOn;
 
-/// `out[0]` of [`incr`]: the increment was made; anything else sends the call to the
-/// C function, which answers it (errors included) as lua-resty-core does.
-const DONE: c_int = 0;
-/// `out[0]` of [`incr`]: not made (no such key, not a number, no memory, a panic).
-const NOT_DONE: c_int = 1;
-
 /// The Lua side: argument checks as [`super::raw`]'s fast path makes them, then the FFI
-/// call; every other shape of call, and every call the FFI function did not make, goes to
-/// `slow` (the C closure).
+/// call; every other shape of call, and every call the FFI function did not make (it answers
+/// NaN), goes to `slow` (the C closure). Five arguments and no out-parameter: in the
+/// interpreter (a script's call outside a compiled loop) each FFI argument is converted
+/// and each read of a cdata array is a metamethod call.
 const WRAPPER: &str = r#"
 local ffi, dict, entry, slow = ...
-local c_incr = ffi.cast("double (*)(const void *, const char *, size_t, double, double, int, int *)", entry)
+local c_incr = ffi.cast("double (*)(const void *, const char *, size_t, double, double)", entry)
 local ptr = ffi.cast("const void *", dict)
-local out = ffi.new("int[2]")
-local type = type
+local type, nan = type, 0 / 0
 return function(self, key, value, init, init_ttl, ...)
     if type(key) == "string" and type(value) == "number" and init_ttl == nil then
         local len, kind = #key, type(init)
         if len > 0 and len <= 65535 and (kind == "nil" or kind == "number") then
-            local n = c_incr(ptr, key, len, value, init or 0, init and 1 or 0, out)
-            if out[0] == 0 then
+            local n = c_incr(ptr, key, len, value, init or nan)
+            if n == n then
                 if init == nil then return n end
-                return n, nil, out[1] == 1
+                return n, nil, false
             end
         end
     end
@@ -60,46 +55,37 @@ end
 #[cfg(test)]
 pub(crate) static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// `d:incr(key, by, init)` as compiled code calls it: the new value, with `out[0]` [`DONE`]
-/// and `out[1]` whether it evicted (`forcible`), or `out[0]` [`NOT_DONE`] and nothing changed.
+/// `d:incr(key, by, init)` as compiled code calls it (`init` NaN: none): the new value, or
+/// NaN where it made nothing (no such key, not a number, a result that would be NaN, a new
+/// key that needs an eviction, a panic), which the C function then makes or refuses, with
+/// the values it returns (`forcible` among them).
 ///
 /// # Safety
 /// `dict` is a live [`SharedDict`] (the wrapper holds the C closure, which holds it),
-/// `key` points at `len` readable bytes (a Lua string the caller holds), `out` at two
-/// writable `c_int`s.
+/// `key` points at `len` readable bytes (a Lua string the caller holds).
 unsafe extern "C" fn incr(
     dict: *const c_void,
     key: *const u8,
     len: usize,
     by: f64,
     init: f64,
-    has_init: c_int,
-    out: *mut c_int,
 ) -> f64 {
     #[cfg(test)]
     CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // SAFETY: as the function's contract says.
-    let (d, key, out) = unsafe {
+    let (d, key) = unsafe {
         (
             &*dict.cast::<SharedDict>(),
             std::slice::from_raw_parts(key, len),
-            std::slice::from_raw_parts_mut(out, 2),
         )
     };
-    let init = (has_init != 0).then_some(init);
+    let init = (!init.is_nan()).then_some(init);
     // No unwinding may cross into compiled Lua code: a panic is a call not made, which the
     // C function then makes and reports as a Lua error.
-    match std::panic::catch_unwind(|| d.incr(key, by, init, None)) {
-        Ok(Ok((n, forcible))) => {
-            out[0] = DONE;
-            out[1] = c_int::from(forcible);
-            n
-        }
-        Ok(Err(_)) | Err(_) => {
-            out[0] = NOT_DONE;
-            0.0
-        }
-    }
+    std::panic::catch_unwind(|| d.incr_unforced(key, by, init))
+        .ok()
+        .flatten()
+        .unwrap_or(f64::NAN)
 }
 
 /// Puts the FFI `incr` in front of `t.incr` (the C closure) in `t`, an `ngx.shared.NAME`

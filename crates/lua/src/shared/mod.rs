@@ -227,6 +227,32 @@ impl SharedDict {
         Ok((n, forcible))
     }
 
+    /// `incr` where it needs no eviction and gives a number (not NaN): the new value, or
+    /// `None` with nothing changed (the FFI path, `jit.rs`, then hands the call to the C
+    /// function, which reports `forcible` and the errors).
+    fn incr_unforced(&self, key: &[u8], by: f64, init: Option<f64>) -> Option<f64> {
+        {
+            let mut inner = self.lock();
+            if let Some(e) = inner.entries.get_mut(key).filter(|e| !e.expired_now()) {
+                let Stored::Number(n) = &mut e.value else {
+                    return None;
+                };
+                let sum = *n + by;
+                if sum.is_nan() {
+                    return None;
+                }
+                *n = sum;
+                return Some(sum);
+            }
+        }
+        let n = init? + by;
+        if n.is_nan() {
+            return None;
+        }
+        let written = self.write(Write::SafeSet, key, Some(Stored::Number(n)), None, 0);
+        written.ok().map(|_| n)
+    }
+
     fn ttl(&self, key: &[u8]) -> Option<f64> {
         let now = Instant::now();
         let inner = self.lock();

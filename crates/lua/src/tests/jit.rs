@@ -9,7 +9,7 @@ fn incr_through_the_ffi_answers_as_the_c_function_does() {
     let rt = runtime(
         r##"[lua]
 max_instructions = 0
-shared_dicts = { jit_incr = "1m" }
+shared_dicts = { jit_incr = "1m", jit_small = "8k" }
 [[route]]
 name = "r"
 upstream = "u"
@@ -31,6 +31,20 @@ assert(d:incr(7, 1, 0) == 1 and d:get("7") == 1)
 assert(d:incr("t", 1, 0, 100) == 1 and d:ttl("t") > 99)
 local ok, e = pcall(d.incr, d, "x", 1, nil, 1)
 assert(not ok and tostring(e):find('must provide "init"', 1, true), tostring(e))
+v = d:incr("nan", 0 / 0, 0)
+assert(v ~= v and d:get("nan") ~= d:get("nan"), "NaN by")
+assert(d:incr("inf", math.huge, 0) == math.huge)
+v = d:incr("inf", -math.huge)
+assert(v ~= v, "inf - inf")
+local small = ngx.shared.jit_small
+local evicted = false
+for i = 1, 200 do
+    local v, err, forcible = small:incr("k" .. i, 1, 0)
+    assert(v == 1 and err == nil, tostring(err))
+    evicted = evicted or forcible
+end
+assert(evicted, "a full dictionary evicts and says so (forcible)")
+assert(small:incr("k200", 1) == 2)
 assert(not pcall(require, "ffi"), "a script may not load the FFI")
 assert(package.loaded.ffi == nil and ffi == nil)
 ngx.req.set_header("X-Done", "1")
