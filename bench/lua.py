@@ -49,7 +49,7 @@ import bench as B
 ORIGIN = 18700
 SLUICE = {"none": 18710, "lua": 18711, "incr": 18712}
 # The second Sluice process: the budget with `[lua] jit = true` (the compiler on, with polls).
-SLUICE_JIT = {"incr": 18713}
+SLUICE_JIT = {"lua": 18714, "incr": 18713}
 NGINX = {"none": 18720, "lua": 18721, "incr": 18722}
 
 ACCESS = """
@@ -237,7 +237,7 @@ def main():
             for k in ports}
     sampled = not args.no_perf and shutil.which("perf") is not None
     if sampled:
-        rows.update({"sluice sampled": [], "nginx sampled": []})
+        rows.update({"sluice sampled": [], "sluice-jit sampled": [], "nginx sampled": []})
     with tempfile.TemporaryDirectory(prefix="sluice-lua-") as d:
         os.chmod(d, 0o755)
         www = Path(d, "www")
@@ -269,7 +269,8 @@ def main():
                     rows[name].append(r)
                     B.log(f"  {name}: {r['cpu_us_per_req']:.2f} µs/req")
                 if sampled:
-                    for who, proc, port in (("sluice", sluice, SLUICE["lua"]), ("nginx", nginx, NGINX["lua"])):
+                    for who, proc, port in (("sluice", sluice, SLUICE["lua"]), ("sluice-jit", jit, SLUICE_JIT["lua"]),
+                                            ("nginx", nginx, NGINX["lua"])):
                         r = measure_perf(proc, port, args.duration, d, args.inclusive)
                         rows[f"{who} sampled"].append(r)
                         B.log(f"  {who} sampled: {r['lua_us_per_req']:.2f} µs/req in Lua ({r['lua_share']:.1%})")
@@ -323,18 +324,22 @@ def report(cpu, args, rows):
         print("| gateway | gateway µs/request | Lua's share | Lua µs/request |")
         print("|---|---|---|---|")
         pct = lambda s: f"{s['median']:.1%} [{s['min']:.1%}-{s['max']:.1%}]"
-        for who in ("sluice", "nginx"):
-            rs = rows[f"{who} sampled"]
-            print(f"| {who} | {f(B.summarize([r['cpu_us_per_req'] for r in rs]))} | "
+        labels = {"sluice": "sluice (JIT off: the default)", "sluice-jit": "sluice, [lua] jit = true", "nginx": "nginx"}
+        for who in ("sluice", "sluice-jit", "nginx"):
+            rs = rows.get(f"{who} sampled") or []
+            if not rs:
+                continue
+            print(f"| {labels[who]} | {f(B.summarize([r['cpu_us_per_req'] for r in rs]))} | "
                   f"{pct(B.summarize([r['lua_share'] for r in rs]))} | {f(B.summarize([r['lua_us_per_req'] for r in rs]))} |")
-        ratios = [a["lua_us_per_req"] / b["lua_us_per_req"]
-                  for a, b in zip(rows["sluice sampled"], rows["nginx sampled"]) if b["lua_us_per_req"] > 0]
-        if ratios:
-            r = B.summarize(ratios)
-            print(f"\nSluice's Lua µs / NGINX + lua-nginx-module's, run by run: {r['median']:.2f}x "
-                  f"[{r['min']:.2f}-{r['max']:.2f}]")
-        else:
-            print("\nNo Lua samples in NGINX's runs: no ratio.")
+        for who in ("sluice", "sluice-jit"):
+            ratios = [a["lua_us_per_req"] / b["lua_us_per_req"]
+                      for a, b in zip(rows.get(f"{who} sampled") or [], rows["nginx sampled"]) if b["lua_us_per_req"] > 0]
+            if ratios:
+                r = B.summarize(ratios)
+                print(f"\n{labels[who]}: Lua µs / NGINX + lua-nginx-module's, run by run: {r['median']:.2f}x "
+                      f"[{r['min']:.2f}-{r['max']:.2f}]")
+            else:
+                print(f"\n{labels[who]}: no Lua samples in NGINX's runs: no ratio.")
     print("\n# ngx.shared incr (100 per request, one key, every worker)\n")
     print("| gateway | increments per second per gateway core |")
     print("|---|---|")
