@@ -26,10 +26,10 @@ slower pass: the stacks are parsed after each run).
 Part 2, `ngx.shared` incr: a script that increments one key 100 times and answers 204, on
 both gateways (every worker incrementing the same dictionary); increments per second per
 gateway core (100 x requests / gateway CPU seconds), including the request's own cost.
-Sluice runs it twice: with the default instruction budget, under which the JIT compiler is
-off, and in a second process with the same budget and `[lua] jit = true`: the compiler on,
-every chunk carrying the budget's polls (one per loop iteration here), and `incr` an FFI
-call compiled into the script's trace.
+Sluice runs both parts twice: by default, with the instruction budget and the JIT compiler
+on (every chunk carrying the budget's polls, one per loop iteration here, and `incr` an FFI
+call compiled into the script's trace), and in a second process with the same budget and
+`[lua] jit = false` (the interpreter alone, `incr` a C function).
 
 Called by bench/lua.
 """
@@ -48,8 +48,8 @@ import bench as B
 
 ORIGIN = 18700
 SLUICE = {"none": 18710, "lua": 18711, "incr": 18712}
-# The second Sluice process: the budget with `[lua] jit = true` (the compiler on, with polls).
-SLUICE_JIT = {"lua": 18714, "incr": 18713}
+# The second Sluice process: the budget with `[lua] jit = false` (the interpreter alone).
+SLUICE_INTERP = {"lua": 18714, "incr": 18713}
 NGINX = {"none": 18720, "lua": 18721, "incr": 18722}
 
 ACCESS = """
@@ -103,7 +103,7 @@ def nginx_conf(d):
 """
 
 
-def sluice_conf(d, ports=SLUICE, jit=False):
+def sluice_conf(d, ports=SLUICE, interpreter=False):
     scripts = {"none": "", "lua": f"[route.lua]\naccess = '''{ACCESS}'''\n",
                "incr": f"[route.lua]\naccess = '''{INCR}'''\n"}
     out = [f"""
@@ -116,7 +116,7 @@ access_log = "off"
 enabled = false
 [lua]
 shared_dicts = {{ counts = "1m" }}
-{"jit = true" if jit else ""}
+{"jit = false" if interpreter else ""}
 [[upstream]]
 name = "o"
 keepalive = 64
@@ -233,11 +233,11 @@ def main():
         args.runs, args.duration = 1, 1.0
     cpu = B.cpu_model()
     B.log(f"CPU: {cpu}; {args.runs} runs x {args.duration:g} s per row")
-    rows = {f"{g} {k}": [] for g, ports in (("sluice", SLUICE), ("nginx", NGINX), ("sluice-jit", SLUICE_JIT))
+    rows = {f"{g} {k}": [] for g, ports in (("sluice", SLUICE), ("nginx", NGINX), ("sluice-interp", SLUICE_INTERP))
             for k in ports}
     sampled = not args.no_perf and shutil.which("perf") is not None
     if sampled:
-        rows.update({"sluice sampled": [], "sluice-jit sampled": [], "nginx sampled": []})
+        rows.update({"sluice sampled": [], "sluice-interp sampled": [], "nginx sampled": []})
     with tempfile.TemporaryDirectory(prefix="sluice-lua-") as d:
         os.chmod(d, 0o755)
         www = Path(d, "www")
@@ -246,7 +246,7 @@ def main():
         Path(d, "origin.conf").write_text(origin_conf(d))
         Path(d, "nginx.conf").write_text(nginx_conf(d))
         Path(d, "sluice.toml").write_text(sluice_conf(d))
-        Path(d, "sluice-jit.toml").write_text(sluice_conf(d, SLUICE_JIT, jit=True))
+        Path(d, "sluice-interp.toml").write_text(sluice_conf(d, SLUICE_INTERP, interpreter=True))
         procs = []
         try:
             procs.append(B.Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], B.LOAD_CORE, ORIGIN, f"{d}/origin.out"))
@@ -255,12 +255,13 @@ def main():
             sluice = B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file", f"{d}/sluice.pid"],
                             B.GW_CORE, SLUICE["lua"], f"{d}/sluice.out")
             procs.append(sluice)
-            jit = B.Proc("sluice-jit", [str(B.SLUICE), "run", "--config", f"{d}/sluice-jit.toml", "--pid-file",
-                                        f"{d}/sluice-jit.pid"], B.GW_CORE, SLUICE_JIT["incr"], f"{d}/sluice-jit.out")
+            jit = B.Proc("sluice-interp", [str(B.SLUICE), "run", "--config", f"{d}/sluice-interp.toml", "--pid-file",
+                                           f"{d}/sluice-interp.pid"], B.GW_CORE, SLUICE_INTERP["incr"],
+                         f"{d}/sluice-interp.out")
             procs.append(jit)
             plan = [(f"sluice {k}", sluice, p) for k, p in SLUICE.items()] + \
                    [(f"nginx {k}", nginx, p) for k, p in NGINX.items()] + \
-                   [(f"sluice-jit {k}", jit, p) for k, p in SLUICE_JIT.items()]
+                   [(f"sluice-interp {k}", jit, p) for k, p in SLUICE_INTERP.items()]
             for name, proc, port in plan:
                 measure(proc, port, 1)  # warm-up
             for run in range(args.runs):
@@ -269,7 +270,7 @@ def main():
                     rows[name].append(r)
                     B.log(f"  {name}: {r['cpu_us_per_req']:.2f} µs/req")
                 if sampled:
-                    for who, proc, port in (("sluice", sluice, SLUICE["lua"]), ("sluice-jit", jit, SLUICE_JIT["lua"]),
+                    for who, proc, port in (("sluice", sluice, SLUICE["lua"]), ("sluice-interp", jit, SLUICE_INTERP["lua"]),
                                             ("nginx", nginx, NGINX["lua"])):
                         r = measure_perf(proc, port, args.duration, d, args.inclusive)
                         rows[f"{who} sampled"].append(r)
@@ -324,14 +325,15 @@ def report(cpu, args, rows):
         print("| gateway | gateway µs/request | Lua's share | Lua µs/request |")
         print("|---|---|---|---|")
         pct = lambda s: f"{s['median']:.1%} [{s['min']:.1%}-{s['max']:.1%}]"
-        labels = {"sluice": "sluice (JIT off: the default)", "sluice-jit": "sluice, [lua] jit = true", "nginx": "nginx"}
-        for who in ("sluice", "sluice-jit", "nginx"):
+        labels = {"sluice": "sluice (JIT on, the budget's polls compiled: the default)",
+                  "sluice-interp": "sluice, [lua] jit = false (interpreter)", "nginx": "nginx"}
+        for who in ("sluice", "sluice-interp", "nginx"):
             rs = rows.get(f"{who} sampled") or []
             if not rs:
                 continue
             print(f"| {labels[who]} | {f(B.summarize([r['cpu_us_per_req'] for r in rs]))} | "
                   f"{pct(B.summarize([r['lua_share'] for r in rs]))} | {f(B.summarize([r['lua_us_per_req'] for r in rs]))} |")
-        for who in ("sluice", "sluice-jit"):
+        for who in ("sluice", "sluice-interp"):
             ratios = [a["lua_us_per_req"] / b["lua_us_per_req"]
                       for a, b in zip(rows.get(f"{who} sampled") or [], rows["nginx sampled"]) if b["lua_us_per_req"] > 0]
             if ratios:
@@ -344,14 +346,14 @@ def report(cpu, args, rows):
     print("| gateway | increments per second per gateway core |")
     print("|---|---|")
     per_core = {who: [r["completed"] * 100 / max(r["cpu_s"], 1e-9) for r in rows[f"{who} incr"]]
-                for who in ("sluice", "sluice-jit", "nginx")}
+                for who in ("sluice", "sluice-interp", "nginx")}
     g = lambda s: f"{s['median']:,.0f} [{s['min']:,.0f}-{s['max']:,.0f}]"
-    names = {"sluice": "sluice (instruction budget, JIT off: the default)",
-             "sluice-jit": "sluice, [lua] jit = true (the budget's polls compiled)", "nginx": "nginx"}
-    for who in ("sluice", "sluice-jit", "nginx"):
+    names = {"sluice": "sluice (instruction budget, JIT on with its polls: the default)",
+             "sluice-interp": "sluice, [lua] jit = false (interpreter)", "nginx": "nginx"}
+    for who in ("sluice", "sluice-interp", "nginx"):
         print(f"| {names[who]} | {g(B.summarize(per_core[who]))} |")
     print()
-    for who in ("sluice", "sluice-jit"):
+    for who in ("sluice", "sluice-interp"):
         r = B.summarize([a / b for a, b in zip(per_core[who], per_core["nginx"])])
         print(f"{names[who]} / NGINX, run by run: {r['median']:.2f}x [{r['min']:.2f}-{r['max']:.2f}]  ")
 

@@ -1126,13 +1126,14 @@ def merge_dicts(batch):
     return out
 
 
-# `--jit`: Sluice runs with `[lua] jit = true` (the compiler on, every chunk with the budget's polls).
-JIT = False
+# `--interpreter`: Sluice runs with `[lua] jit = false` (by default the compiler is on, every chunk
+# with the budget's polls).
+INTERPRETER = False
 
 
 def sluice_conf(d, batch, ports, origin, mapping):
     first = batch[0]
-    lua = ["[lua]"] + (["jit = true"] if JIT else [])
+    lua = ["[lua]"] + (["jit = false"] if INTERPRETER else [])
     dicts = merge_dicts(batch)
     if dicts:
         lua.append("shared_dicts = { " + ", ".join(f'"{k}" = "{v}"' for k, v in sorted(dicts.items())) + " }")
@@ -1663,8 +1664,8 @@ def main():
     ap.add_argument("--mapping", choices=["auto", "content", "access"], default="auto",
                     help="content_by_lua as [route.lua] content, or as access (default: content where sluice check accepts it)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--jit", action="store_true",
-                    help="run Sluice with [lua] jit = true (every chunk carries the budget's polls)")
+    ap.add_argument("--interpreter", action="store_true",
+                    help="run Sluice with [lua] jit = false (the interpreter alone)")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it: configurations and logs")
     args = ap.parse_args()
     if args.convert:
@@ -1679,8 +1680,8 @@ def main():
     if args.case:
         cases = [c for c in cases if c["id"] in args.case]
     binary = sluice_binary(args.sluice)
-    global JIT
-    JIT = args.jit
+    global INTERPRETER
+    INTERPRETER = args.interpreter
     listed = known()
     t0 = time.monotonic()
     with (tempfile.TemporaryDirectory(prefix="sluice-luat-") if not args.keep else _keep(args.keep)) as base:

@@ -140,7 +140,7 @@ impl Default for LuaSettings {
             package_path: None,
             shared_dicts: Vec::new(),
             max_instructions: DEFAULT_MAX_INSTRUCTIONS,
-            jit: false,
+            jit: true,
             max_memory: 64 << 20,
         }
     }

@@ -10,8 +10,8 @@
 //! own `luajit` does from its SIGINT handler. From then on the call has `max_instructions`
 //! left; its end takes the hook off.
 //!
-//! LuaJIT calls no hook from compiled code, so by default the JIT compiler is off under a
-//! budget. With `[lua] jit = true` it runs, and the handler also raises a flag that compiled
+//! LuaJIT calls no hook from compiled code. With the JIT compiler on (the default; `[lua] jit =
+//! false` turns it off), the handler also raises a flag that compiled
 //! code polls: every chunk is compiled with a poll at each place where it can go round again
 //! ([`rewrite`]), and a poll that finds the flag up turns the JIT compiler off and flushes
 //! the compiled code ([`loaders`]), after which the hook counts. The call's end turns the

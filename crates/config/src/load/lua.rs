@@ -41,10 +41,7 @@ impl Cx<'_> {
         if let Some(n) = &raw.max_instructions {
             s.max_instructions = *n.get_ref();
         }
-        s.jit = raw
-            .jit
-            .as_ref()
-            .map_or(s.max_instructions == 0, |j| *j.get_ref());
+        s.jit = raw.jit.as_ref().is_none_or(|j| *j.get_ref());
         if let Some(m) = &raw.max_memory {
             match self.size(Some(m)) {
                 Some(bytes) if bytes >= 1 << 20 => s.max_memory = bytes,

@@ -1,11 +1,11 @@
-//! `ngx.shared.DICT:incr` through LuaJIT's FFI, for states whose JIT compiler is on (`[lua]
-//! jit = true`, or no budget).
+//! `ngx.shared.DICT:incr` through LuaJIT's FFI, for states whose JIT compiler is on (the
+//! default; not with `[lua] jit = false`).
 //!
 //! Compiled code calls an FFI function as a plain machine call, while a `lua_CFunction` is
 //! something a trace cannot hold: each call leaves it and the interpreter runs the call
 //! ([`super::raw`]'s C functions). lua-resty-core calls lua-nginx-module's dictionary through
 //! the FFI for the same reason. In the interpreter an FFI call costs more than a C function:
-//! states whose compiler is off (the default under a budget, `crate::budget`) keep
+//! states whose compiler is off (`[lua] jit = false`) keep
 //! [`super::raw`]; one that turns it off for good later (a chunk without the budget's polls)
 //! pays more per call here, with the same answers.
 //!

@@ -205,14 +205,15 @@ fn a_chunk_that_cannot_carry_polls_runs_with_the_compiler_off_and_is_still_stopp
         )
     );
     assert_eq!(output(&runtime(&toml), "probe"), "true");
-    // Without `jit = true` a budgeted state runs the interpreter alone.
-    let toml = format!(
-        "[lua]\nmax_instructions = 100000\n{}",
-        route(
-            "probe",
-            "ngx.req.set_header('X-Out', tostring(jit.status()))"
-        )
+    // The default under a budget is the compiler on, with polls; `jit = false` runs the
+    // interpreter alone.
+    let probe = route(
+        "probe",
+        "ngx.req.set_header('X-Out', tostring(jit.status()))",
     );
+    let toml = format!("[lua]\nmax_instructions = 100000\n{probe}");
+    assert_eq!(output(&runtime(&toml), "probe"), "true");
+    let toml = format!("[lua]\nmax_instructions = 100000\njit = false\n{probe}");
     assert_eq!(output(&runtime(&toml), "probe"), "false");
 }
 
