@@ -129,9 +129,17 @@ fn run_serves_a_config_file_and_exits_0_on_sigterm() {
 pub(super) struct Running {
     pub(super) child: std::process::Child,
     pub(super) http: std::net::SocketAddr,
-    pub(super) admin: std::net::SocketAddr,
+    /// The admin listener, where the configuration has one.
+    admin: Option<std::net::SocketAddr>,
     /// The banner's lines, up to "Stop with".
     pub(super) banner: Vec<String>,
+}
+
+impl Running {
+    /// The admin listener's address (the configuration must have one).
+    pub(super) fn admin(&self) -> std::net::SocketAddr {
+        self.admin.expect("the banner names the admin listener")
+    }
 }
 
 impl Drop for Running {
@@ -187,7 +195,7 @@ pub(super) fn start_from(
     Running {
         child,
         http: http.expect("the banner names the listener"),
-        admin: admin.expect("the banner names the admin listener"),
+        admin,
         banner,
     }
 }
@@ -289,9 +297,9 @@ fn reload_by_sighup_sluice_reload_and_the_admin_api_keeps_the_old_config_on_erro
     assert_eq!(whoami(), "B");
 
     // The admin API: no token, 401; with it, the same errors as JSON (422).
-    let denied = rt.block_on(post_reload(gw.admin, None));
+    let denied = rt.block_on(post_reload(gw.admin(), None));
     assert_eq!(denied.status, 401, "{}", denied.body);
-    let refused = rt.block_on(post_reload(gw.admin, Some(token)));
+    let refused = rt.block_on(post_reload(gw.admin(), Some(token)));
     assert_eq!(refused.status, 422, "{}", refused.body);
     let v: serde_json::Value = serde_json::from_str(&refused.body).unwrap();
     let lines: Vec<u64> = v["errors"]
@@ -302,7 +310,7 @@ fn reload_by_sighup_sluice_reload_and_the_admin_api_keeps_the_old_config_on_erro
         .collect();
     assert_eq!(lines, vec![18, 19], "{v}");
     let status: serde_json::Value = serde_json::from_str(
-        &rt.block_on(crate::support::http1_get(gw.admin, "admin", "/status"))
+        &rt.block_on(crate::support::http1_get(gw.admin(), "admin", "/status"))
             .body,
     )
     .unwrap();
@@ -312,7 +320,7 @@ fn reload_by_sighup_sluice_reload_and_the_admin_api_keeps_the_old_config_on_erro
         "{status}"
     );
     let metrics = rt
-        .block_on(crate::support::http1_get(gw.admin, "admin", "/metrics"))
+        .block_on(crate::support::http1_get(gw.admin(), "admin", "/metrics"))
         .body;
     assert!(
         metrics.contains("sluice_config_reloads_total{result=\"failed\"} 2"),
@@ -321,7 +329,7 @@ fn reload_by_sighup_sluice_reload_and_the_admin_api_keeps_the_old_config_on_erro
 
     // Fixed, through the API.
     std::fs::write(&path, config(a.addr, "")).unwrap();
-    let ok = rt.block_on(post_reload(gw.admin, Some(token)));
+    let ok = rt.block_on(post_reload(gw.admin(), Some(token)));
     assert_eq!(ok.status, 200, "{}", ok.body);
     assert_eq!(whoami(), "A");
 
@@ -459,7 +467,7 @@ fn upgrade_replaces_the_binary_on_disk_and_hands_the_sockets_to_it_without_faili
     stamped_copy(&bin, "before-upgrade");
     let mut gw = start_from(Command::new(&bin), &path, &pid_file);
     let old_pid = gw.child.id();
-    assert_eq!(build_of(&rt, gw.admin), "before-upgrade");
+    assert_eq!(build_of(&rt, gw.admin()), "before-upgrade");
 
     // Load: a new connection per request, for as long as the upgrade takes.
     let (ok, failed, stop) = (
@@ -536,7 +544,7 @@ fn upgrade_replaces_the_binary_on_disk_and_hands_the_sockets_to_it_without_faili
         "no request failed across the upgrade"
     );
     assert_eq!(
-        build_of(&rt, gw.admin),
+        build_of(&rt, gw.admin()),
         "after-upgrade",
         "the new binary serves, on the admin listener handed over too"
     );

@@ -633,18 +633,12 @@ upstream = "api"
     )
     .unwrap();
     // No admin listener: its tasks woke the runtime from outside and hid the stall.
-    let mut gw = Stopped(
-        crate::cli::sluice()
-            .args(["run", "--config"])
-            .arg(&config)
-            .arg("--pid-file")
-            .arg(dir.path().join("sluice.pid"))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
+    let mut gw = crate::cli::start_from(
+        crate::cli::sluice(),
+        &config,
+        &dir.path().join("sluice.pid"),
     );
-    let web = listener_in_banner(&mut gw.0);
+    let web = gw.http;
     rt.block_on(async {
         let stuck = tokio::spawn(async move { crate::auth::get(web, "/stuck", &[]).await });
         // Long enough for the call to be held in the pattern, on its thread.
@@ -667,14 +661,14 @@ upstream = "api"
         stuck.abort();
     });
     let stopped = std::process::Command::new("kill")
-        .args(["-TERM", &gw.0.id().to_string()])
+        .args(["-TERM", &gw.child.id().to_string()])
         .status()
         .unwrap();
     assert!(stopped.success());
     // Bounded: a process that does not end fails the test rather than hang it.
     let mut ended = None;
     for _ in 0..600 {
-        ended = gw.0.try_wait().unwrap();
+        ended = gw.child.try_wait().unwrap();
         if ended.is_some() {
             break;
         }
@@ -684,37 +678,4 @@ upstream = "api"
         ended.is_some(),
         "SIGTERM did not end a gateway with a stuck thread"
     );
-}
-
-/// A child process killed when the test ends (a no-op once it has exited).
-struct Stopped(std::process::Child);
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The address of the listener the banner of `sluice run` names `http`; the rest of its
-/// output is read on a thread so that the gateway never blocks on it.
-fn listener_in_banner(child: &mut std::process::Child) -> SocketAddr {
-    use std::io::BufRead;
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut at = None;
-    for line in lines.by_ref().take(40) {
-        let line = line.unwrap();
-        if line.trim_start().starts_with("http ") {
-            at = line
-                .split("://")
-                .nth(1)
-                .and_then(|r| r.split('/').next())
-                .and_then(|a| a.parse().ok());
-        }
-        if line.starts_with("Stop with") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    at.expect("the banner names the listener")
 }
