@@ -18,6 +18,7 @@
 //! Everything that can fail (binding, TLS set-up, engines, the access log) is done before
 //! anything is swapped: a reload either applies whole or changes nothing.
 
+mod drain;
 mod running;
 
 use crate::ProxyError;
@@ -30,6 +31,7 @@ use crate::request::rate_limit::takeover::Takeovers;
 use crate::request::router::Router;
 use crate::upstreams::dns::{Resolver, UpstreamSlot};
 use arc_swap::ArcSwap;
+use drain::drain;
 use running::{RunningListener, spawn_listener, spawn_quic};
 use sluice_config::{CompressOffload, Listener, ListenerKind, LogConfig, Snapshot};
 use sluice_tls::{KeyOffload, TlsAcceptor, TlsIdentity};
@@ -38,7 +40,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, UdpSocket};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// A running gateway: its listeners, upstream groups and engines, and the means to
@@ -470,30 +471,6 @@ impl Gateway {
         state.access_log.flush();
         clean.into_iter().all(|c| c)
     }
-}
-
-/// How long connections that were told to close get to do so.
-const FORCED_CLOSE: Duration = Duration::from_secs(5);
-
-/// Waits up to `within` for `tasks` to end, then cancels `force` and waits up to
-/// [`FORCED_CLOSE`] for them to close; whether they ended in time. One whose task is held by
-/// a call that never returns (a Lua call stuck in a C function, docs/lua.md) cannot close:
-/// it is left to the process's exit.
-async fn drain(tasks: TaskTracker, force: CancellationToken, within: Duration) -> bool {
-    if tokio::time::timeout(within, tasks.wait()).await.is_ok() {
-        return true;
-    }
-    force.cancel();
-    if tokio::time::timeout(FORCED_CLOSE, tasks.wait())
-        .await
-        .is_err()
-    {
-        eprintln!(
-            "sluice: {} connections did not close when told to (a task held by a call that does not return); left to the exit",
-            tasks.len()
-        );
-    }
-    false
 }
 
 fn open_access_log(config: &LogConfig) -> Result<AccessLog, ProxyError> {
