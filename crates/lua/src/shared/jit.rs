@@ -82,10 +82,12 @@ unsafe extern "C" fn incr(
     let init = (!init.is_nan()).then_some(init);
     // No unwinding may cross into compiled Lua code: a panic is a call not made, which the
     // C function then makes and reports as a Lua error.
-    std::panic::catch_unwind(|| d.incr_unforced(key, by, init))
-        .ok()
-        .flatten()
-        .unwrap_or(f64::NAN)
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        d.incr_unforced(key, by, init)
+    }))
+    .ok()
+    .flatten()
+    .unwrap_or(f64::NAN)
 }
 
 /// Puts the FFI `incr` in front of `t.incr` (the C closure) in `t`, an `ngx.shared.NAME`

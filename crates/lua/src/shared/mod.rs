@@ -4,6 +4,7 @@
 //! NGINX shared zone outlives a reload.
 
 pub(crate) mod jit;
+mod lock;
 pub(crate) mod raw;
 
 use lru::LruCache;
@@ -65,7 +66,7 @@ pub struct SharedDict {
     /// `ngx.shared.NAME`.
     pub name: String,
     capacity: usize,
-    inner: Mutex<Inner>,
+    inner: lock::SpinMutex<Inner>,
 }
 
 struct Inner {
@@ -102,15 +103,15 @@ impl SharedDict {
         SharedDict {
             name: name.to_owned(),
             capacity,
-            inner: Mutex::new(Inner {
+            inner: lock::SpinMutex::new(Inner {
                 entries: LruCache::unbounded(),
                 used: 0,
             }),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> lock_api::MutexGuard<'_, lock::RawSpinYield, Inner> {
+        self.inner.lock()
     }
 
     /// Bytes in use and the capacity.
