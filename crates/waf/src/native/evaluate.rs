@@ -20,7 +20,7 @@ use super::operator::{Op, Operator};
 use super::plan::{LinkPlan, Plan};
 use super::request::{BodyLimit, RequestData};
 use super::ruleset::{Kind, Rule, RuleSet};
-use super::transaction::{Intervention, Memo, Transaction, Value};
+use super::transaction::{Intervention, Transaction, Value};
 use super::variable::{Selector, Target};
 use crate::facts::{RequestFacts, ResponseFacts};
 use crate::matches::Match;
@@ -261,8 +261,13 @@ impl NativeRules {
     fn look(&self, t: &Transaction, link: &Link<'_>, arg: Option<&[u8]>) -> Vec<Event> {
         let mut events = Vec::new();
         let mut values = Vec::new();
-        for target in &link.plan.targets {
+        for (k, target) in link.plan.targets.iter().enumerate() {
             if removed_whole(t, link, target) {
+                continue;
+            }
+            // A pattern none of the target's values matches: nothing to look at (a
+            // negated operator matches those, so it looks).
+            if !link.operator.negated && self.may_match(t, link, k, target) == Some(false) {
                 continue;
             }
             values.clear();
@@ -321,72 +326,6 @@ impl NativeRules {
         if hit != link.operator.negated {
             events.push(Event::Match(v.clone().into_owned(), stage.to_vec()));
         }
-    }
-
-    /// Whether the link's literal `@rx` matches `v` through its chain, by the chain's
-    /// prefilter (asked once per value and chain); `None` for other operators.
-    fn prefilter(&self, t: &Transaction, link: &Link<'_>, v: &Value<'_>) -> Option<bool> {
-        let p = link.plan.rx? as usize;
-        let chain = link.plan.chain;
-        let set = self.plan.prefilters[chain as usize].as_ref()?;
-        let mut scratch = t.scratch.borrow_mut();
-        let scratch = scratch.get_mut(chain as usize)?.as_mut()?;
-        let mut out = Vec::new();
-        let Some((addr, len)) = v.origin else {
-            set.matches(&self.apply_chain(chain, &v.bytes), scratch, &mut out);
-            return Some(out.binary_search(&p).is_ok());
-        };
-        // A value through no transformation is not copied: the memo keeps its hits only.
-        let identity = self.plan.chains[chain as usize].is_empty();
-        let mut memo = t.memo.borrow_mut();
-        let entry = memo.entry((addr, len, chain)).or_insert_with(|| Memo {
-            value: if identity {
-                Vec::new()
-            } else {
-                self.apply_chain(chain, &v.bytes)
-            },
-            hits: None,
-        });
-        let hits = entry.hits.get_or_insert_with(|| {
-            let value: &[u8] = if identity { &v.bytes } else { &entry.value };
-            set.matches(value, scratch, &mut out);
-            std::mem::take(&mut out)
-        });
-        Some(hits.binary_search(&p).is_ok())
-    }
-
-    /// Calls `f` with `v` through the link's chain, from the memo where another rule of the
-    /// chain already transformed it (borrowed there, not copied: most values match nothing).
-    fn with_transformed(
-        &self,
-        t: &Transaction,
-        link: &Link<'_>,
-        v: &Value<'_>,
-        f: impl FnOnce(&[u8]),
-    ) {
-        let chain = link.plan.chain;
-        if self.plan.chains[chain as usize].is_empty() {
-            return f(&v.bytes);
-        }
-        let Some((addr, len)) = v.origin else {
-            return f(&self.apply_chain(chain, &v.bytes));
-        };
-        let mut memo = t.memo.borrow_mut();
-        let entry = memo.entry((addr, len, chain)).or_insert_with(|| Memo {
-            value: self.apply_chain(chain, &v.bytes),
-            hits: None,
-        });
-        f(&entry.value);
-    }
-
-    fn apply_chain(&self, chain: u32, value: &[u8]) -> Vec<u8> {
-        let mut current = value.to_vec();
-        let mut next = Vec::new();
-        for tr in &self.plan.chains[chain as usize] {
-            tr.apply(&current, &mut next);
-            std::mem::swap(&mut current, &mut next);
-        }
-        current
     }
 
     /// multiMatch's values: the original, then each transformation's result that changed it.
@@ -597,13 +536,12 @@ fn removed_whole(t: &Transaction, link: &Link<'_>, target: &Target) -> bool {
     if t.removed_targets_by_id.is_empty() && t.removed_targets_by_tag.is_empty() {
         return false;
     }
-    let full = target.full_name();
     t.removed_targets_by_id
         .iter()
-        .any(|(r, n)| *r == id && *n == full)
+        .any(|(r, n)| *r == id && target.is_named(n))
         || t.removed_targets_by_tag
             .iter()
-            .any(|(tag, n)| link.tags.iter().any(|x| x == tag) && *n == full)
+            .any(|(tag, n)| link.tags.iter().any(|x| x == tag) && target.is_named(n))
 }
 
 /// Whether this transaction's `ctl:ruleRemoveTarget*` took `v` out of the link.
@@ -650,6 +588,7 @@ fn ctl(t: &mut Transaction, c: &Ctl) {
     }
 }
 
+mod prefilter;
 #[cfg(all(test, feature = "modsecurity"))]
 mod tests;
 #[cfg(all(test, feature = "modsecurity"))]

@@ -144,33 +144,8 @@ impl PatternSet {
     /// Pushes to `out` the index of each pattern that matches `value`, in increasing order.
     pub fn matches(&self, value: &[u8], scratch: &mut Scratch, out: &mut Vec<usize>) {
         let start = out.len();
-        let newline = value.last() == Some(&b'\n');
-        for ((dfa, first), cache) in self.automata.iter().zip(scratch.caches.iter_mut()) {
-            scratch.hits.clear();
-            let input = Input::new(value);
-            if dfa
-                .try_which_overlapping_matches(cache, &input, &mut scratch.hits)
-                .is_err()
-            {
-                scratch.fallbacks += 1;
-                scratch.hits.clear();
-                for &i in &self.members[*first..*first + dfa.pattern_len()] {
-                    if self.is_match_pcre(i, value) {
-                        out.push(i);
-                    }
-                }
-            }
-            for hit in scratch.hits.iter() {
-                let i = self.members[first + hit.as_usize()];
-                let settled = match self.modes[i] {
-                    Mode::Exact => true,
-                    Mode::ExactUnlessNewline => !newline,
-                    Mode::Confirm | Mode::Pcre => false,
-                };
-                if settled || self.is_match_pcre(i, value) {
-                    out.push(i);
-                }
-            }
+        for unit in 0..self.automata.len() {
+            self.scan_automaton(unit, value, scratch, out);
         }
         for i in (0..self.modes.len()).filter(|&i| self.modes[i] == Mode::Pcre) {
             if self.is_match_pcre(i, value) {
@@ -178,6 +153,64 @@ impl PatternSet {
             }
         }
         out[start..].sort_unstable();
+    }
+
+    /// The unit that decides pattern `i`: the automaton holding it, or (for a pattern on
+    /// PCRE2 alone) a unit of its own. [`PatternSet::scan`] answers a unit's patterns
+    /// together, so a caller asking only some patterns runs only their units.
+    pub fn unit(&self, i: usize) -> usize {
+        match self.modes[i] {
+            Mode::Pcre => self.automata.len() + i,
+            _ => {
+                let at = self.members.partition_point(|&m| m < i);
+                at / CHUNK
+            }
+        }
+    }
+
+    /// Pushes to `out` the index of each pattern of `unit` ([`PatternSet::unit`]) that
+    /// matches `value`, in no particular order.
+    pub fn scan(&self, unit: usize, value: &[u8], scratch: &mut Scratch, out: &mut Vec<usize>) {
+        match unit.checked_sub(self.automata.len()) {
+            None => self.scan_automaton(unit, value, scratch, out),
+            Some(i) => {
+                if self.is_match_pcre(i, value) {
+                    out.push(i);
+                }
+            }
+        }
+    }
+
+    /// [`PatternSet::scan`] of automaton `k`.
+    fn scan_automaton(&self, k: usize, value: &[u8], scratch: &mut Scratch, out: &mut Vec<usize>) {
+        let (dfa, first) = &self.automata[k];
+        let cache = &mut scratch.caches[k];
+        let newline = value.last() == Some(&b'\n');
+        scratch.hits.clear();
+        let input = Input::new(value);
+        if dfa
+            .try_which_overlapping_matches(cache, &input, &mut scratch.hits)
+            .is_err()
+        {
+            scratch.fallbacks += 1;
+            scratch.hits.clear();
+            for &i in &self.members[*first..*first + dfa.pattern_len()] {
+                if self.is_match_pcre(i, value) {
+                    out.push(i);
+                }
+            }
+        }
+        for hit in scratch.hits.iter() {
+            let i = self.members[first + hit.as_usize()];
+            let settled = match self.modes[i] {
+                Mode::Exact => true,
+                Mode::ExactUnlessNewline => !newline,
+                Mode::Confirm | Mode::Pcre => false,
+            };
+            if settled || self.is_match_pcre(i, value) {
+                out.push(i);
+            }
+        }
     }
 
     /// Whether pattern `i` matches `value`, by PCRE2 alone (a PCRE2 error, such as its

@@ -11,7 +11,7 @@ use super::operator::Op;
 use super::pattern::{PatternSet, Scratch};
 use super::ruleset::{Kind, Rule, RuleSet};
 use super::transform::{Step, Transform};
-use super::variable::Target;
+use super::variable::{Target, Var};
 use std::sync::Mutex;
 
 /// One rule of a chain, compiled.
@@ -33,6 +33,11 @@ pub(crate) struct LinkPlan {
     /// compared with case, or the regular expression on its key
     /// (`getVariablesExceptions`); none for the chained rules, which they do not reach.
     pub(crate) updates: Vec<Target>,
+    /// For each of `targets`: the target's summary (an index shared by every link that
+    /// reads the same target), for a target whose values all come from the request's data
+    /// (each with its origin, so that its prefilter answers are memoized); none for TX, the
+    /// matched variables and `&` counts, whose values change from rule to rule.
+    pub(crate) summaries: Vec<Option<u32>>,
 }
 
 /// The plan of a rule set.
@@ -52,9 +57,9 @@ pub(crate) struct Plan {
 
 impl Plan {
     pub(crate) fn new(set: &RuleSet) -> Result<Plan, LoadError> {
-        let mut chains: Vec<Vec<Transform>> = Vec::new();
-        let mut patterns: Vec<Vec<String>> = Vec::new();
+        let mut chains = Chains::default();
         let mut links = Vec::with_capacity(set.rules.len());
+        let mut summarized: Vec<Target> = Vec::new();
         for rule in &set.rules {
             let Kind::Match { operator, targets } = &rule.kind else {
                 links.push(Vec::new());
@@ -62,6 +67,7 @@ impl Plan {
             };
             let defaults =
                 set.settings.defaults[usize::from(rule.phase().clamp(1, 5) - 1)].as_ref();
+            let level = paranoia_level(&rule.actions);
             // The first rule reads its own targets and those SecRuleUpdateTarget* adds; the
             // chained rules only theirs.
             let (mut read, own) = split(targets);
@@ -82,53 +88,30 @@ impl Plan {
             for (op, actions, (targets, exclusions, updates)) in ops {
                 let matcher = Matcher::new(&op.op)
                     .map_err(|why| LoadError::at(&rule.origin, "SecRule", why))?;
-                let steps = chain(actions, defaults);
-                let id = match chains.iter().position(|c| *c == steps) {
-                    Some(i) => i,
-                    None => {
-                        chains.push(steps);
-                        patterns.push(Vec::new());
-                        chains.len() - 1
-                    }
-                };
+                let id = chains.intern(chain(actions, defaults));
                 let rx = match &op.op {
-                    Op::Rx(e) if !actions.multi_match => e.literal().map(|p| {
-                        let list = &mut patterns[id];
-                        let at = list.iter().position(|x| x == p).unwrap_or_else(|| {
-                            list.push(p.to_string());
-                            list.len() - 1
-                        });
-                        at as u32
-                    }),
+                    Op::Rx(e) if !actions.multi_match => {
+                        e.literal().map(|p| chains.pattern(id, p, level))
+                    }
                     _ => None,
                 };
+                let summaries = targets
+                    .iter()
+                    .map(|t| summary(&mut summarized, t))
+                    .collect();
                 plans.push(LinkPlan {
                     matcher,
-                    chain: id as u32,
+                    chain: id,
                     rx,
                     targets,
                     exclusions,
                     updates,
+                    summaries,
                 });
             }
             links.push(plans);
         }
-        let prefilters = patterns
-            .iter()
-            .map(|list| {
-                if list.is_empty() {
-                    return Ok(None);
-                }
-                let refs: Vec<&str> = list.iter().map(String::as_str).collect();
-                PatternSet::new(&refs)
-                    .map(Some)
-                    .map_err(|(i, why)| LoadError {
-                        place: String::new(),
-                        directive: "SecRule".into(),
-                        why: format!("`{}`: {why}", list[i]),
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let (chains, prefilters) = chains.finish(&mut links)?;
         Ok(Plan {
             links,
             chains,
@@ -154,6 +137,113 @@ impl Plan {
             .unwrap_or_else(|p| p.into_inner())
             .push(scratch);
     }
+}
+
+/// The distinct transformation chains of a rule set and, for each, the literal `@rx`
+/// patterns of the rules that use it, while the plan is made.
+#[derive(Default)]
+struct Chains {
+    chains: Vec<Vec<Transform>>,
+    /// By chain: each pattern and the lowest paranoia level of the rules using it.
+    patterns: Vec<Vec<(String, u8)>>,
+}
+
+impl Chains {
+    /// The index of `steps` among the chains (added if new).
+    fn intern(&mut self, steps: Vec<Transform>) -> u32 {
+        let at = self.chains.iter().position(|c| *c == steps);
+        let at = at.unwrap_or_else(|| {
+            self.chains.push(steps);
+            self.patterns.push(Vec::new());
+            self.chains.len() - 1
+        });
+        at as u32
+    }
+
+    /// The index of `pattern` among `chain`'s (added if new), for a rule at `level`.
+    fn pattern(&mut self, chain: u32, pattern: &str, level: u8) -> u32 {
+        let list = &mut self.patterns[chain as usize];
+        let at = match list.iter().position(|(x, _)| x == pattern) {
+            Some(i) => {
+                list[i].1 = list[i].1.min(level);
+                i
+            }
+            None => {
+                list.push((pattern.to_string(), level));
+                list.len() - 1
+            }
+        };
+        at as u32
+    }
+
+    /// The chains and their prefilters, each chain's patterns ordered by paranoia level
+    /// (the links' pattern indexes renumbered to match). A prefilter scans a value with
+    /// an automaton only once a rule asks one of its patterns; with the patterns of
+    /// paranoia level 1 together, a site at level 1 never runs the automata of the others.
+    #[allow(
+        clippy::type_complexity,
+        reason = "the two halves of the plan it makes"
+    )]
+    fn finish(
+        self,
+        links: &mut [Vec<LinkPlan>],
+    ) -> Result<(Vec<Vec<Transform>>, Vec<Option<PatternSet>>), LoadError> {
+        let mut renumber = Vec::with_capacity(self.patterns.len());
+        let mut prefilters = Vec::with_capacity(self.patterns.len());
+        for list in &self.patterns {
+            let mut order: Vec<usize> = (0..list.len()).collect();
+            order.sort_by_key(|&i| (list[i].1, i));
+            let mut new = vec![0_u32; list.len()];
+            for (to, &from) in order.iter().enumerate() {
+                new[from] = to as u32;
+            }
+            renumber.push(new);
+            if list.is_empty() {
+                prefilters.push(None);
+                continue;
+            }
+            let refs: Vec<&str> = order.iter().map(|&i| list[i].0.as_str()).collect();
+            let set = PatternSet::new(&refs).map_err(|(i, why)| LoadError {
+                place: String::new(),
+                directive: "SecRule".into(),
+                why: format!("`{}`: {why}", refs[i]),
+            })?;
+            prefilters.push(Some(set));
+        }
+        for l in links.iter_mut().flatten() {
+            if let Some(rx) = &mut l.rx {
+                *rx = renumber[l.chain as usize][*rx as usize];
+            }
+        }
+        Ok((self.chains, prefilters))
+    }
+}
+
+/// A rule's paranoia level by CRS's tag (`paranoia-level/2`); 1 for a rule without one.
+fn paranoia_level(actions: &Actions) -> u8 {
+    actions
+        .tags
+        .iter()
+        .find_map(|t| t.strip_prefix("paranoia-level/")?.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The summary index of `target` among `known` (added there if new), or none where its
+/// values do not all come from the request's data.
+fn summary(known: &mut Vec<Target>, target: &Target) -> Option<u32> {
+    let changing = target.var.is_writable()
+        || matches!(
+            target.var,
+            Var::MatchedVar | Var::MatchedVarName | Var::MatchedVars | Var::MatchedVarsNames
+        );
+    if target.count || changing {
+        return None;
+    }
+    let at = known.iter().position(|k| k == target).unwrap_or_else(|| {
+        known.push(target.clone());
+        known.len() - 1
+    });
+    u32::try_from(at).ok()
 }
 
 /// `targets` as (those read, those excluded with `!`).

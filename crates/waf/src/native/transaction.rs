@@ -106,7 +106,7 @@ pub(crate) struct Transaction {
     /// Request values already transformed, by (origin, chain): the value and, once a rule
     /// of the chain asked, which of the chain's prefilter patterns match it. Cleared
     /// whenever the request's data change (the body's phase, a `ctl`).
-    pub(crate) memo: RefCell<MemoMap>,
+    pub(crate) memo: RefCell<Memos>,
     /// The prefilters' scratch spaces, by chain (from the plan, given back at the end).
     pub(crate) scratch: RefCell<Vec<Option<Scratch>>>,
 }
@@ -116,13 +116,35 @@ pub(crate) struct Transaction {
 /// request).
 pub(crate) type MemoMap = rustc_hash::FxHashMap<(usize, usize, u32), Memo>;
 
+/// What the rules of a phase learn about the request's values and keep for the next rule:
+/// cleared together whenever the request's data change.
+#[derive(Debug, Default)]
+pub(crate) struct Memos {
+    /// Each value through each chain (and its prefilter hits).
+    pub(crate) values: MemoMap,
+    /// For a target's values through a chain (by the plan's target summary and the chain):
+    /// the chain's prefilter patterns that any of them matches, a bit each. A rule whose
+    /// pattern is not among them skips the target without looking at its values.
+    /// Keyed by (summary, chain, prefilter unit): a unit's patterns are answered together.
+    pub(crate) unions: rustc_hash::FxHashMap<(u32, u32, u32), Vec<u64>>,
+}
+
+impl Memos {
+    pub(crate) fn clear(&mut self) {
+        self.values.clear();
+        self.unions.clear();
+    }
+}
+
 /// A request value through one transformation chain.
 #[derive(Debug)]
 pub(crate) struct Memo {
     /// Empty where the chain is (the value is then its own).
     pub(crate) value: Vec<u8>,
-    /// The chain's prefilter patterns that match `value`, in increasing order.
-    pub(crate) hits: Option<Vec<usize>>,
+    /// The prefilter units (`PatternSet::unit`) `value` was scanned by.
+    pub(crate) units: Vec<u32>,
+    /// The chain's prefilter patterns of those units that match `value`.
+    pub(crate) hits: Vec<usize>,
 }
 
 impl Transaction {
@@ -145,7 +167,7 @@ impl Transaction {
             intervention: None,
             status: None,
             messages: Vec::new(),
-            memo: RefCell::new(MemoMap::default()),
+            memo: RefCell::new(Memos::default()),
             scratch: RefCell::new(Vec::new()),
         }
     }

@@ -222,6 +222,21 @@ impl Target {
             Selector::Regex(re) => format!("{var}:/{re}/"),
         }
     }
+
+    /// Whether [`Target::full_name`] is `name`, without making it (asked per rule while
+    /// a `ctl:ruleRemoveTarget*` is in force).
+    pub fn is_named(&self, name: &str) -> bool {
+        let Some(rest) = name.strip_prefix(self.var.name()) else {
+            return false;
+        };
+        match &self.selector {
+            Selector::All => rest.is_empty(),
+            Selector::Key(k) | Selector::XPath(k) => rest.strip_prefix(':') == Some(k.as_str()),
+            Selector::Regex(re) => {
+                rest.strip_prefix(":/").and_then(|r| r.strip_suffix('/')) == Some(re.as_str())
+            }
+        }
+    }
 }
 
 /// The targets of `text`, or why not.
@@ -328,4 +343,47 @@ fn regex_end(s: &str) -> Option<usize> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    /// `is_named` says what comparing with `full_name` says, for each kind of selector and
+    /// for names that differ by a prefix, a suffix, case or the selector's kind.
+    #[test]
+    fn is_named_agrees_with_full_name() {
+        let targets =
+            parse("ARGS|ARGS:id|ARGS:/^id_/|XML:/*|REQUEST_HEADERS:User-Agent|ARGS_NAMES").unwrap();
+        let names = [
+            "ARGS",
+            "ARGS:id",
+            "ARGS:/^id_/",
+            "XML:/*",
+            "REQUEST_HEADERS:User-Agent",
+            "ARGS_NAMES",
+            "ARGS:",
+            "ARGS:ID",
+            "ARGS:/^id_",
+            "ARGS:^id_/",
+            "ARGS:/^id_//",
+            "REQUEST_HEADERS:user-agent",
+            "ARGS_NAMES:x",
+            "ARG",
+            "XML",
+        ];
+        let mut equal = 0;
+        for t in &targets {
+            for n in names {
+                assert_eq!(
+                    t.is_named(n),
+                    t.full_name() == n,
+                    "{:?} and {n:?}",
+                    t.full_name()
+                );
+                equal += usize::from(t.is_named(n));
+            }
+        }
+        assert_eq!(equal, targets.len());
+    }
 }

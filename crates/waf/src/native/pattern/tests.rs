@@ -7,7 +7,10 @@ use super::{PatternSet, pcre};
 use crate::native::{Kind, Op, RuleSet, load};
 use crate::rules::Piece;
 
-/// Every (pattern, value) on which the set and PCRE2 disagree.
+/// Every (pattern, value) on which the set and PCRE2 disagree, asked both ways: all
+/// patterns at once ([`PatternSet::matches`]), and each pattern's unit alone
+/// ([`PatternSet::scan`], as the engine asks), which must say the same of the unit's
+/// patterns.
 fn disagreements(patterns: &[&str], values: &[Vec<u8>]) -> Vec<String> {
     let set = PatternSet::new(patterns).unwrap();
     let pcres: Vec<_> = patterns.iter().map(|p| pcre(p).unwrap()).collect();
@@ -20,6 +23,25 @@ fn disagreements(patterns: &[&str], values: &[Vec<u8>]) -> Vec<String> {
         let expected: Vec<usize> = (0..patterns.len())
             .filter(|&i| pcres[i].is_match(v).unwrap_or(false))
             .collect();
+        let units: std::collections::BTreeSet<usize> =
+            (0..patterns.len()).map(|i| set.unit(i)).collect();
+        for unit in units {
+            let mut alone = Vec::new();
+            set.scan(unit, v, &mut scratch, &mut alone);
+            for i in (0..patterns.len()).filter(|&i| set.unit(i) == unit) {
+                if alone.contains(&i) != expected.contains(&i) {
+                    bad.push(format!(
+                        "value {:?}: pattern {:?} asked through its unit {unit}: {}",
+                        String::from_utf8_lossy(v),
+                        patterns[i],
+                        alone.contains(&i)
+                    ));
+                }
+            }
+            if alone.iter().any(|&j| set.unit(j) != unit) {
+                bad.push(format!("unit {unit} answered for another unit's pattern"));
+            }
+        }
         if out != expected {
             let only_set: Vec<_> = out.iter().filter(|i| !expected.contains(i)).collect();
             let only_pcre: Vec<_> = expected.iter().filter(|i| !out.contains(i)).collect();

@@ -1,0 +1,150 @@
+//! What a rule asks of the plan's prefilters and of the transaction's memos: a value
+//! through a chain (transformed once per transaction), which of the chain's `@rx` patterns
+//! it matches (each automaton of the chain's prefilter scanned once, and only once a rule
+//! asks one of its patterns), and whether any value of a target can match a rule's pattern
+//! at all (so that a rule whose pattern none of them matches skips the target without
+//! listing its values: most rules, on most requests).
+
+use super::{Link, NativeRules};
+use crate::native::transaction::{Memo, Transaction, Value};
+use crate::native::variable::Target;
+
+impl NativeRules {
+    /// Whether the link's literal `@rx` matches `v` through its chain, by the chain's
+    /// prefilter (each of its units asked once per value); `None` for other operators.
+    pub(super) fn prefilter(
+        &self,
+        t: &Transaction,
+        link: &Link<'_>,
+        v: &Value<'_>,
+    ) -> Option<bool> {
+        let p = link.plan.rx? as usize;
+        let chain = link.plan.chain;
+        let unit = self.plan.prefilters[chain as usize].as_ref()?.unit(p);
+        self.hits(t, chain, unit, v, |hits| hits.contains(&p))
+    }
+
+    /// Whether some value of `target` (the link's `k`th) may match the link's literal
+    /// `@rx` through its chain: false only where none does, by the chain's prefilter. The
+    /// answer for every pattern of the pattern's unit is kept for the target, so the next
+    /// rule reading the same target through the same chain asks one bit. `None` where the
+    /// link has no such pattern or the target no summary (its values change).
+    pub(super) fn may_match(
+        &self,
+        t: &Transaction,
+        link: &Link<'_>,
+        k: usize,
+        target: &Target,
+    ) -> Option<bool> {
+        let p = link.plan.rx? as usize;
+        let summary = link.plan.summaries[k]?;
+        let chain = link.plan.chain;
+        let unit = self.plan.prefilters[chain as usize].as_ref()?.unit(p);
+        let key = (summary, chain, u32::try_from(unit).ok()?);
+        let has = |bits: &[u64]| bits.get(p / 64).is_some_and(|w| w & (1 << (p % 64)) != 0);
+        if let Some(bits) = t.memo.borrow().unions.get(&key) {
+            return Some(has(bits));
+        }
+        let mut values = Vec::new();
+        t.values(target, &mut values);
+        let mut bits: Vec<u64> = Vec::new();
+        for v in &values {
+            self.hits(t, chain, unit, v, |hits| {
+                for &h in hits {
+                    if bits.len() <= h / 64 {
+                        bits.resize(h / 64 + 1, 0);
+                    }
+                    bits[h / 64] |= 1 << (h % 64);
+                }
+            })?;
+        }
+        let answer = has(&bits);
+        t.memo.borrow_mut().unions.insert(key, bits);
+        Some(answer)
+    }
+
+    /// Calls `f` with the patterns of `chain`'s prefilter that `v` matches through the
+    /// chain: every pattern of `unit` that does, and any others found before; memoized for
+    /// a value of the request's data (each unit scanned once). `None` where the chain has
+    /// no prefilter.
+    fn hits<R>(
+        &self,
+        t: &Transaction,
+        chain: u32,
+        unit: usize,
+        v: &Value<'_>,
+        f: impl FnOnce(&[usize]) -> R,
+    ) -> Option<R> {
+        let set = self.plan.prefilters[chain as usize].as_ref()?;
+        let mut scratch = t.scratch.borrow_mut();
+        let scratch = scratch.get_mut(chain as usize)?.as_mut()?;
+        let Some((addr, len)) = v.origin else {
+            let mut out = Vec::new();
+            set.scan(unit, &self.apply_chain(chain, &v.bytes), scratch, &mut out);
+            return Some(f(&out));
+        };
+        // A value through no transformation is not copied: the memo keeps its hits only.
+        let identity = self.plan.chains[chain as usize].is_empty();
+        let mut memo = t.memo.borrow_mut();
+        let entry = memo
+            .values
+            .entry((addr, len, chain))
+            .or_insert_with(|| Memo {
+                value: if identity {
+                    Vec::new()
+                } else {
+                    self.apply_chain(chain, &v.bytes)
+                },
+                units: Vec::new(),
+                hits: Vec::new(),
+            });
+        let unit = u32::try_from(unit).ok()?;
+        if !entry.units.contains(&unit) {
+            let value: &[u8] = if identity { &v.bytes } else { &entry.value };
+            set.scan(unit as usize, value, scratch, &mut entry.hits);
+            entry.units.push(unit);
+        }
+        Some(f(&entry.hits))
+    }
+
+    /// Calls `f` with `v` through the link's chain, from the memo where another rule of the
+    /// chain already transformed it (borrowed there, not copied: most values match nothing).
+    pub(super) fn with_transformed(
+        &self,
+        t: &Transaction,
+        link: &Link<'_>,
+        v: &Value<'_>,
+        f: impl FnOnce(&[u8]),
+    ) {
+        let chain = link.plan.chain;
+        if self.plan.chains[chain as usize].is_empty() {
+            return f(&v.bytes);
+        }
+        let Some((addr, len)) = v.origin else {
+            return f(&self.apply_chain(chain, &v.bytes));
+        };
+        let mut memo = t.memo.borrow_mut();
+        let entry = memo
+            .values
+            .entry((addr, len, chain))
+            .or_insert_with(|| Memo {
+                value: self.apply_chain(chain, &v.bytes),
+                units: Vec::new(),
+                hits: Vec::new(),
+            });
+        f(&entry.value);
+    }
+
+    pub(super) fn apply_chain(&self, chain: u32, value: &[u8]) -> Vec<u8> {
+        let mut current = value.to_vec();
+        let mut next = Vec::new();
+        for tr in &self.plan.chains[chain as usize] {
+            tr.apply(&current, &mut next);
+            std::mem::swap(&mut current, &mut next);
+        }
+        current
+    }
+}
+
+#[cfg(all(test, feature = "modsecurity"))]
+mod tests;
