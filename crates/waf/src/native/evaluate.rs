@@ -31,6 +31,9 @@ pub struct NativeRules {
     set: RuleSet,
     /// Indexes into `set.rules`, by phase (0 is phase 1).
     phases: [Vec<usize>; 5],
+    /// By rule: whether `SecRuleRemoveBy*` took it out (known at load; asked per rule
+    /// per request in the phase loop, where a skip still counts it).
+    removed: Vec<bool>,
     plan: Plan,
 }
 
@@ -61,7 +64,13 @@ impl NativeRules {
                 })
                 .collect();
         }
-        Ok(NativeRules { set, phases, plan })
+        let removed = set.rules.iter().map(|r| set.removed(r)).collect();
+        Ok(NativeRules {
+            set,
+            phases,
+            removed,
+            plan,
+        })
     }
 
     /// Phases 1 and 2 of `facts`, as the libmodsecurity engine runs them.
@@ -147,7 +156,7 @@ impl NativeRules {
                 t.skip_next -= 1;
                 continue;
             }
-            if t.allow.is_some() || self.set.removed(rule) || removed_by_tag(t, &rule.actions) {
+            if t.allow.is_some() || self.removed[i] || removed_by_tag(t, &rule.actions) {
                 continue;
             }
             self.rule(t, i);

@@ -347,9 +347,16 @@ fn from_request<'a>(var: Var, key: &'a [u8], bytes: &'a [u8]) -> Value<'a> {
 
 /// Keeps, of `out[start..]`, the values `keep` accepts, in order.
 fn retain_from(out: &mut Vec<Value<'_>>, start: usize, mut keep: impl FnMut(&Value<'_>) -> bool) {
-    let mut tail = out.split_off(start);
-    tail.retain(|v| keep(v));
-    out.append(&mut tail);
+    // In place (each kept value swapped down over the dropped ones, in order): this runs
+    // per rule per target, and a split-off tail was an allocation each time.
+    let mut kept = start;
+    for i in start..out.len() {
+        if keep(&out[i]) {
+            out.swap(kept, i);
+            kept += 1;
+        }
+    }
+    out.truncate(kept);
 }
 
 /// Calls `f` with a selector's regular expression, compiled without regard to case (as

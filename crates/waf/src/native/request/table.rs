@@ -223,11 +223,13 @@ impl Table {
 
     /// The entries whose key is `key` (without regard to case), in `equal_range`'s order:
     /// the latest added first.
-    pub(super) fn named<'a>(&'a self, key: &[u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
-        let key = key.to_vec();
+    pub(super) fn named<'a, 'k>(
+        &'a self,
+        key: &'k [u8],
+    ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + use<'a, 'k> {
         self.nodes()
             .map(|i| (self.entries[i].0.as_slice(), self.entries[i].1.as_slice()))
-            .filter(move |(k, _)| k.eq_ignore_ascii_case(&key))
+            .filter(move |(k, _)| k.eq_ignore_ascii_case(key))
     }
 
     /// The first value for `key` (`resolveFirst`), or `None`.
