@@ -46,8 +46,13 @@ pub(crate) struct Plan {
     /// For each rule: its link plans, the chain's first rule first (none for `SecAction`
     /// and markers).
     pub(crate) links: Vec<Vec<LinkPlan>>,
-    /// The distinct transformation chains.
+    /// The distinct transformation chains, with every prefix of each.
     pub(crate) chains: Vec<Vec<Transform>>,
+    /// By chain: the chain without its last step (none for a chain of one step or none):
+    /// a value through a chain is its parent's result through one more step, so chains
+    /// that share their first steps (CRS's `t:utf8toUnicode,t:urlDecodeUni,...` family)
+    /// run them once per value.
+    pub(crate) parents: Vec<Option<u32>>,
     /// Each chain's prefilter (none where no rule of the chain has a literal `@rx`).
     pub(crate) prefilters: Vec<Option<PatternSet>>,
     /// Scratch spaces for the prefilters, one set per transaction in flight; kept between
@@ -111,10 +116,11 @@ impl Plan {
             }
             links.push(plans);
         }
-        let (chains, prefilters) = chains.finish(&mut links)?;
+        let (chains, parents, prefilters) = chains.finish(&mut links)?;
         Ok(Plan {
             links,
             chains,
+            parents,
             prefilters,
             scratch: Mutex::new(Vec::new()),
         })
@@ -144,20 +150,22 @@ impl Plan {
 #[derive(Default)]
 struct Chains {
     chains: Vec<Vec<Transform>>,
+    parents: Vec<Option<u32>>,
     /// By chain: each pattern and the lowest paranoia level of the rules using it.
     patterns: Vec<Vec<(String, u8)>>,
 }
 
 impl Chains {
-    /// The index of `steps` among the chains (added if new).
+    /// The index of `steps` among the chains (added if new, after its prefixes).
     fn intern(&mut self, steps: Vec<Transform>) -> u32 {
-        let at = self.chains.iter().position(|c| *c == steps);
-        let at = at.unwrap_or_else(|| {
-            self.chains.push(steps);
-            self.patterns.push(Vec::new());
-            self.chains.len() - 1
-        });
-        at as u32
+        if let Some(at) = self.chains.iter().position(|c| *c == steps) {
+            return at as u32;
+        }
+        let parent = (steps.len() > 1).then(|| self.intern(steps[..steps.len() - 1].to_vec()));
+        self.chains.push(steps);
+        self.parents.push(parent);
+        self.patterns.push(Vec::new());
+        (self.chains.len() - 1) as u32
     }
 
     /// The index of `pattern` among `chain`'s (added if new), for a rule at `level`.
@@ -182,12 +190,19 @@ impl Chains {
     /// paranoia level 1 together, a site at level 1 never runs the automata of the others.
     #[allow(
         clippy::type_complexity,
-        reason = "the two halves of the plan it makes"
+        reason = "the three parts of the plan it makes"
     )]
     fn finish(
         self,
         links: &mut [Vec<LinkPlan>],
-    ) -> Result<(Vec<Vec<Transform>>, Vec<Option<PatternSet>>), LoadError> {
+    ) -> Result<
+        (
+            Vec<Vec<Transform>>,
+            Vec<Option<u32>>,
+            Vec<Option<PatternSet>>,
+        ),
+        LoadError,
+    > {
         let mut renumber = Vec::with_capacity(self.patterns.len());
         let mut prefilters = Vec::with_capacity(self.patterns.len());
         for list in &self.patterns {
@@ -215,7 +230,7 @@ impl Chains {
                 *rx = renumber[l.chain as usize][*rx as usize];
             }
         }
-        Ok((self.chains, prefilters))
+        Ok((self.chains, self.parents, prefilters))
     }
 }
 

@@ -137,7 +137,7 @@ impl Memos {
 }
 
 /// A request value through one transformation chain.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Memo {
     /// Empty where the chain is (the value is then its own).
     pub(crate) value: Vec<u8>,

@@ -6,7 +6,7 @@
 //! listing its values: most rules, on most requests).
 
 use super::{Link, NativeRules};
-use crate::native::transaction::{Memo, Transaction, Value};
+use crate::native::transaction::{Memo, Memos, Transaction, Value};
 use crate::native::variable::Target;
 
 impl NativeRules {
@@ -86,18 +86,13 @@ impl NativeRules {
         // A value through no transformation is not copied: the memo keeps its hits only.
         let identity = self.plan.chains[chain as usize].is_empty();
         let mut memo = t.memo.borrow_mut();
-        let entry = memo
-            .values
-            .entry((addr, len, chain))
-            .or_insert_with(|| Memo {
-                value: if identity {
-                    Vec::new()
-                } else {
-                    self.apply_chain(chain, &v.bytes)
-                },
-                units: Vec::new(),
-                hits: Vec::new(),
-            });
+        let key = (addr, len, chain);
+        if identity {
+            memo.values.entry(key).or_insert_with(Memo::default);
+        } else {
+            self.memoize(&mut memo, key, &v.bytes);
+        }
+        let entry = memo.values.get_mut(&key)?;
         let unit = u32::try_from(unit).ok()?;
         if !entry.units.contains(&unit) {
             let value: &[u8] = if identity { &v.bytes } else { &entry.value };
@@ -124,15 +119,41 @@ impl NativeRules {
             return f(&self.apply_chain(chain, &v.bytes));
         };
         let mut memo = t.memo.borrow_mut();
-        let entry = memo
-            .values
-            .entry((addr, len, chain))
-            .or_insert_with(|| Memo {
-                value: self.apply_chain(chain, &v.bytes),
-                units: Vec::new(),
-                hits: Vec::new(),
-            });
-        f(&entry.value);
+        self.memoize(&mut memo, (addr, len, chain), &v.bytes);
+        match memo.values.get(&(addr, len, chain)) {
+            Some(entry) => f(&entry.value),
+            None => f(&self.apply_chain(chain, &v.bytes)),
+        }
+    }
+
+    /// Puts in `memo` the request's value `raw` (at `key`: its address, length and a
+    /// chain that is not empty) through the chain, from its parent's result where the
+    /// chain has one (memoized first, in turn): each step runs once per value, whichever
+    /// chains share it.
+    fn memoize(&self, memo: &mut Memos, key: (usize, usize, u32), raw: &[u8]) {
+        if memo.values.contains_key(&key) {
+            return;
+        }
+        let (addr, len, chain) = key;
+        let steps = &self.plan.chains[chain as usize];
+        let value = match (self.plan.parents[chain as usize], steps.last()) {
+            (Some(parent), Some(last)) => {
+                self.memoize(memo, (addr, len, parent), raw);
+                let mut out = Vec::new();
+                if let Some(p) = memo.values.get(&(addr, len, parent)) {
+                    last.apply(&p.value, &mut out);
+                }
+                out
+            }
+            _ => self.apply_chain(chain, raw),
+        };
+        memo.values.insert(
+            key,
+            Memo {
+                value,
+                ..Memo::default()
+            },
+        );
     }
 
     pub(super) fn apply_chain(&self, chain: u32, value: &[u8]) -> Vec<u8> {

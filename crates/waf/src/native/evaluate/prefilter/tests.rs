@@ -3,8 +3,9 @@
 //! the target), with the cases where a shortcut would be wrong: a negated operator, a
 //! target left out with `!`, a key selector, a `&` count, `ctl:ruleRemoveTargetById`,
 //! captures read by a chained rule, patterns of other paranoia levels in the same chain
-//! (ordered apart in the prefilter), the request body's values in phase 2 and a value
-//! that matches only after the chain's transformations. The same rule ids, data and
+//! (ordered apart in the prefilter), the request body's values in phase 2, values that
+//! match only after the chain's transformations, and chains that share their first steps
+//! (each computed from the shorter one's result). The same rule ids, data and
 //! intervention on every request, or the shortcut changed a verdict.
 
 use crate::facts::RequestFacts;
@@ -31,6 +32,8 @@ SecRule ARGS "@rx foo" "id:9,phase:1,pass,log,t:none,t:lowercase,logdata:'%{MATC
 SecRule ARGS "@rx (?:bar|foo)(x+)" "id:10,phase:1,pass,log,t:none,t:lowercase,capture,chain,logdata:'%{TX.1}'"
     SecRule TX:1 "@rx ^xx$" "t:none"
 SecRule ARGS "@rx <script" "id:11,phase:1,pass,log,t:none,t:urlDecodeUni,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@rx <SCRIPT" "id:13,phase:1,pass,log,t:none,t:urlDecodeUni,logdata:'%{MATCHED_VAR}'"
+SecRule ARGS "@rx <script>" "id:14,phase:1,pass,log,t:none,t:urlDecodeUni,t:lowercase,t:removeWhitespace,logdata:'%{MATCHED_VAR}'"
 SecRule ARGS|REQUEST_HEADERS:User-Agent "@rx bar" "id:12,phase:1,pass,log,t:none,t:lowercase,tag:'paranoia-level/2',logdata:'%{MATCHED_VAR_NAME}'"
 SecRule ARGS "@rx foo" "id:21,phase:2,pass,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}=%{MATCHED_VAR}'"
 SecRule ARGS_POST|REQUEST_HEADERS:User-Agent "@rx bar" "id:22,phase:2,deny,status:403,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
@@ -85,6 +88,7 @@ fn shortcuts_give_libmodsecurity_s_verdicts() {
         request("/p?a=fooxx&b=barx", "curl", ""),
         request("/p?a=%253Cscript", "curl", ""),
         request("/p?a=%3Cscript", "curl", ""),
+        request("/p?a=%3CSCRIPT&b=%3CS%20cript%3E", "curl", ""),
         request("/p", "curl", ""),
         request("/p?a=x", "curl", "a=foo&b=BAR"),
         request("/p?a=x", "BAR", "a=1"),
