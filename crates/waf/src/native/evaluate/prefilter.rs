@@ -88,7 +88,7 @@ impl NativeRules {
         let mut memo = t.memo.borrow_mut();
         let key = (addr, len, chain);
         if identity {
-            memo.values.entry(key).or_insert_with(Memo::default);
+            memo.values.entry(key).or_default();
         } else {
             self.memoize(&mut memo, key, &v.bytes);
         }
