@@ -22,7 +22,7 @@ pub(crate) struct LinkPlan {
     pub(crate) chain: u32,
     /// Its pattern in the chain's prefilter, for a literal `@rx` the prefilter decides
     /// (not with multiMatch, whose values are each stage of the chain).
-    pub(crate) rx: Option<u32>,
+    pub(crate) rx: Option<Literal>,
     /// The targets it reads: its own and, for a chain's first rule, those
     /// `SecRuleUpdateTargetById/ByTag` add (computed once: they do not change per request).
     pub(crate) targets: Vec<Target>,
@@ -38,6 +38,16 @@ pub(crate) struct LinkPlan {
     /// (each with its origin, so that its prefilter answers are memoized); none for TX, the
     /// matched variables and `&` counts, whose values change from rule to rule.
     pub(crate) summaries: Vec<Option<u32>>,
+}
+
+/// A rule's literal `@rx` in its chain's prefilter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Literal {
+    /// The pattern's index in the prefilter.
+    pub(crate) pattern: u32,
+    /// The prefilter's unit that answers it (`PatternSet::unit`, known once the
+    /// prefilter is built).
+    pub(crate) unit: u32,
 }
 
 /// The plan of a rule set.
@@ -95,9 +105,10 @@ impl Plan {
                     .map_err(|why| LoadError::at(&rule.origin, "SecRule", why))?;
                 let id = chains.intern(chain(actions, defaults));
                 let rx = match &op.op {
-                    Op::Rx(e) if !actions.multi_match => {
-                        e.literal().map(|p| chains.pattern(id, p, level))
-                    }
+                    Op::Rx(e) if !actions.multi_match => e.literal().map(|p| Literal {
+                        pattern: chains.pattern(id, p, level),
+                        unit: 0,
+                    }),
                     _ => None,
                 };
                 let summaries = targets
@@ -185,7 +196,7 @@ impl Chains {
     }
 
     /// The chains and their prefilters, each chain's patterns ordered by paranoia level
-    /// (the links' pattern indexes renumbered to match). A prefilter scans a value with
+    /// (the links' pattern indexes renumbered to match, and their units filled in). A prefilter scans a value with
     /// an automaton only once a rule asks one of its patterns; with the patterns of
     /// paranoia level 1 together, a site at level 1 never runs the automata of the others.
     #[allow(
@@ -227,7 +238,10 @@ impl Chains {
         }
         for l in links.iter_mut().flatten() {
             if let Some(rx) = &mut l.rx {
-                *rx = renumber[l.chain as usize][*rx as usize];
+                rx.pattern = renumber[l.chain as usize][rx.pattern as usize];
+                if let Some(set) = &prefilters[l.chain as usize] {
+                    rx.unit = set.unit(rx.pattern as usize) as u32;
+                }
             }
         }
         Ok((self.chains, self.parents, prefilters))

@@ -103,9 +103,9 @@ pub(crate) struct Transaction {
     /// `status:` of the rule that matched last (the status a `deny` answers with).
     pub(crate) status: Option<u16>,
     pub(crate) messages: Vec<crate::Match>,
-    /// Request values already transformed, by (origin, chain): the value and, once a rule
-    /// of the chain asked, which of the chain's prefilter patterns match it. Cleared
-    /// whenever the request's data change (the body's phase, a `ctl`).
+    /// Request values already transformed and what the prefilters said of them, per value
+    /// and per target ([`Memos`]). Cleared whenever the request's data change (the body's
+    /// phase, a `ctl`).
     pub(crate) memo: RefCell<Memos>,
     /// The prefilters' scratch spaces, by chain (from the plan, given back at the end).
     pub(crate) scratch: RefCell<Vec<Option<Scratch>>>,
@@ -347,16 +347,13 @@ fn from_request<'a>(var: Var, key: &'a [u8], bytes: &'a [u8]) -> Value<'a> {
 
 /// Keeps, of `out[start..]`, the values `keep` accepts, in order.
 fn retain_from(out: &mut Vec<Value<'_>>, start: usize, mut keep: impl FnMut(&Value<'_>) -> bool) {
-    // In place (each kept value swapped down over the dropped ones, in order): this runs
-    // per rule per target, and a split-off tail was an allocation each time.
-    let mut kept = start;
-    for i in start..out.len() {
-        if keep(&out[i]) {
-            out.swap(kept, i);
-            kept += 1;
-        }
-    }
-    out.truncate(kept);
+    // In place: this runs per rule per target, and a split-off tail was an allocation
+    // each time.
+    let mut at = 0;
+    out.retain(|v| {
+        at += 1;
+        at <= start || keep(v)
+    });
 }
 
 /// Calls `f` with a selector's regular expression, compiled without regard to case (as

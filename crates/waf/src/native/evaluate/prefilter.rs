@@ -18,10 +18,9 @@ impl NativeRules {
         link: &Link<'_>,
         v: &Value<'_>,
     ) -> Option<bool> {
-        let p = link.plan.rx? as usize;
-        let chain = link.plan.chain;
-        let unit = self.plan.prefilters[chain as usize].as_ref()?.unit(p);
-        self.hits(t, chain, unit, v, |hits| hits.contains(&p))
+        let rx = link.plan.rx?;
+        let p = rx.pattern as usize;
+        self.hits(t, link.plan.chain, rx.unit, v, |hits| hits.contains(&p))
     }
 
     /// Whether some value of `target` (the link's `k`th) may match the link's literal
@@ -36,11 +35,11 @@ impl NativeRules {
         k: usize,
         target: &Target,
     ) -> Option<bool> {
-        let p = link.plan.rx? as usize;
+        let rx = link.plan.rx?;
+        let p = rx.pattern as usize;
         let summary = link.plan.summaries[k]?;
         let chain = link.plan.chain;
-        let unit = self.plan.prefilters[chain as usize].as_ref()?.unit(p);
-        let key = (summary, chain, u32::try_from(unit).ok()?);
+        let key = (summary, chain, rx.unit);
         let has = |bits: &[u64]| bits.get(p / 64).is_some_and(|w| w & (1 << (p % 64)) != 0);
         if let Some(bits) = t.memo.borrow().unions.get(&key) {
             return Some(has(bits));
@@ -49,7 +48,7 @@ impl NativeRules {
         t.values(target, &mut values);
         let mut bits: Vec<u64> = Vec::new();
         for v in &values {
-            self.hits(t, chain, unit, v, |hits| {
+            self.hits(t, chain, rx.unit, v, |hits| {
                 for &h in hits {
                     if bits.len() <= h / 64 {
                         bits.resize(h / 64 + 1, 0);
@@ -71,7 +70,7 @@ impl NativeRules {
         &self,
         t: &Transaction,
         chain: u32,
-        unit: usize,
+        unit: u32,
         v: &Value<'_>,
         f: impl FnOnce(&[usize]) -> R,
     ) -> Option<R> {
@@ -80,7 +79,12 @@ impl NativeRules {
         let scratch = scratch.get_mut(chain as usize)?.as_mut()?;
         let Some((addr, len)) = v.origin else {
             let mut out = Vec::new();
-            set.scan(unit, &self.apply_chain(chain, &v.bytes), scratch, &mut out);
+            set.scan(
+                unit as usize,
+                &self.apply_chain(chain, &v.bytes),
+                scratch,
+                &mut out,
+            );
             return Some(f(&out));
         };
         // A value through no transformation is not copied: the memo keeps its hits only.
@@ -93,7 +97,6 @@ impl NativeRules {
             self.memoize(&mut memo, key, &v.bytes);
         }
         let entry = memo.values.get_mut(&key)?;
-        let unit = u32::try_from(unit).ok()?;
         if !entry.units.contains(&unit) {
             let value: &[u8] = if identity { &v.bytes } else { &entry.value };
             set.scan(unit as usize, value, scratch, &mut entry.hits);
