@@ -16,7 +16,36 @@ use sluice_waf::{RequestFacts, Rules, inspect};
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+/// The system allocator, counting calls: the example prints the native engine's
+/// allocations per request (on the common path there should be few: issue 88).
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed to `System` unchanged; the counter is a relaxed atomic.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is `System`'s.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from `System.alloc` (through `alloc` or `realloc`).
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as `dealloc`, and `size` is the caller's to choose under `System`'s rules.
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 fn main() {
     let dir = PathBuf::from(
@@ -49,12 +78,16 @@ fn main() {
     let native = NativeRules::new(load(&pieces).unwrap_or_else(|e| panic!("{e}")))
         .unwrap_or_else(|e| panic!("{e}"));
     println!("CPU: {}\n", cpu_model());
-    println!("| request | libmodsecurity µs | native µs | ratio |");
-    println!("|---|---|---|---|");
+    println!("| request | libmodsecurity µs | native µs | ratio | native allocations |");
+    println!("|---|---|---|---|---|");
     for (name, request, n) in [
         ("GET 1 KiB page", get(), 2000),
         ("POST 10 KiB form", post(), 200),
     ] {
+        // `ONLY=GET` or `ONLY=POST`: that request alone (for a profile of it).
+        if std::env::var("ONLY").is_ok_and(|o| !name.starts_with(o.as_str())) {
+            continue;
+        }
         // `NATIVE_ONLY=1`: time the native engine alone (for a profile of it).
         let a = if std::env::var_os("NATIVE_ONLY").is_some() {
             vec![f64::NAN; 7]
@@ -67,8 +100,11 @@ fn main() {
             black_box(native.inspect(&request));
         });
         let ratios: Vec<f64> = a.iter().zip(&b).map(|(x, y)| y / x).collect();
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        black_box(native.inspect(&request));
+        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
         println!(
-            "| {name} | {} | {} | {} |",
+            "| {name} | {} | {} | {} | {allocations} |",
             summary(&a, "µs"),
             summary(&b, "µs"),
             summary(&ratios, "x")

@@ -17,13 +17,15 @@ use super::error::LoadError;
 use super::expand::{Expansion, Part};
 use super::operate::stoi;
 use super::operator::{Op, Operator};
-use super::plan::{LinkPlan, Plan};
+use super::plan::{LinkPlan, Plan, Workspace};
 use super::request::{BodyLimit, RequestData};
 use super::ruleset::{Kind, Rule, RuleSet};
-use super::transaction::{Intervention, Transaction, Value};
+use super::transaction::{Intervention, Transaction, Value, with_lowercase};
 use super::variable::{Selector, Target};
 use crate::facts::{RequestFacts, ResponseFacts};
 use crate::matches::Match;
+use std::borrow::Cow;
+use std::io::Write as _;
 
 /// A rule set ready to run: each rule's operators compiled, the rules of each phase listed.
 #[derive(Debug)]
@@ -83,7 +85,7 @@ impl NativeRules {
     /// phases, as CRS's outbound rules expect).
     pub fn request(&self, facts: &RequestFacts, keep: bool) -> (Outcome, Option<Kept>) {
         let mut t = Transaction::new(RequestData::head(facts), self.set.settings.engine);
-        t.scratch = std::cell::RefCell::new(self.plan.take_scratch());
+        self.take_space(&mut t);
         self.phase(&mut t, 1);
         // Without body access libmodsecurity runs no phase 2 (`processRequestBody`).
         if t.intervention.is_none()
@@ -94,7 +96,7 @@ impl NativeRules {
             t.memo.borrow_mut().clear();
             self.phase(&mut t, 2);
         }
-        self.plan.give_back(t.scratch.take());
+        self.give_back(&mut t);
         let outcome = outcome(&mut t);
         let kept = (keep && outcome.intervention.is_none()).then(|| Kept(Box::new(t)));
         (outcome, kept)
@@ -111,8 +113,7 @@ impl NativeRules {
         if t.engine == Engine::Off {
             return Outcome::default();
         }
-        t.scratch = std::cell::RefCell::new(self.plan.take_scratch());
-        t.memo.borrow_mut().clear();
+        self.take_space(t);
         self.phase(t, 3);
         let settings = &self.set.settings;
         if t.intervention.is_none() && t.request.response_body_inspected(settings) {
@@ -131,8 +132,23 @@ impl NativeRules {
             t.memo.borrow_mut().clear();
             self.phase(t, 4);
         }
-        self.plan.give_back(t.scratch.take());
+        self.give_back(t);
         outcome(t)
+    }
+
+    /// Gives `t` a workspace from the plan's (its memo empty).
+    fn take_space(&self, t: &mut Transaction) {
+        let space = self.plan.take_space();
+        *t.scratch.get_mut() = space.scratch;
+        *t.memo.get_mut() = space.memos;
+    }
+
+    /// Gives `t`'s workspace back to the plan.
+    fn give_back(&self, t: &mut Transaction) {
+        self.plan.give_back(Workspace {
+            scratch: t.scratch.take(),
+            memos: t.memo.take(),
+        });
     }
 
     fn phase(&self, t: &mut Transaction, phase: u8) {
@@ -214,7 +230,8 @@ impl NativeRules {
 /// What a value did to the operator, applied once the link's values were all seen.
 enum Event {
     Capture(Vec<Vec<u8>>),
-    Match(Value<'static>, Vec<u8>),
+    /// The value matched: named as it is, its bytes as the operator saw them.
+    Match(Value<'static>),
 }
 
 /// One rule of a chain as it is evaluated.
@@ -239,7 +256,7 @@ impl NativeRules {
     fn link(&self, t: &mut Transaction, rule: &Rule, link: &Link<'_>) -> bool {
         let arg = macro_arg(&link.operator.op).map(|e| t.expand(e, rule));
         let events = self.look(t, link, arg.as_deref());
-        let matched = events.iter().any(|e| matches!(e, Event::Match(..)));
+        let matched = events.iter().any(|e| matches!(e, Event::Match(_)));
         for e in events {
             match e {
                 Event::Capture(groups) => {
@@ -247,8 +264,8 @@ impl NativeRules {
                         t.tx.insert(k.to_string(), g);
                     }
                 }
-                Event::Match(v, stage) => {
-                    t.matched(v, &stage);
+                Event::Match(v) => {
+                    t.matched(v);
                     self.setvars(t, rule, link.actions);
                     // With multiMatch libmodsecurity logs each match as it happens
                     // (`performLogging` before the chain), and not after the chain.
@@ -260,7 +277,6 @@ impl NativeRules {
             }
         }
         if !matched {
-            t.matched_var = None;
             t.matched_vars.clear();
         }
         matched
@@ -269,7 +285,6 @@ impl NativeRules {
     /// The first pass of [`NativeRules::link`]: each value through the operator.
     fn look(&self, t: &Transaction, link: &Link<'_>, arg: Option<&[u8]>) -> Vec<Event> {
         let mut events = Vec::new();
-        let mut values = Vec::new();
         for (k, target) in link.plan.targets.iter().enumerate() {
             if removed_whole(t, link, target) {
                 continue;
@@ -279,29 +294,27 @@ impl NativeRules {
             if !link.operator.negated && self.may_match(t, link, k, target) == Some(false) {
                 continue;
             }
-            values.clear();
-            t.values(target, &mut values);
-            for v in &values {
-                if excluded(&link.plan.exclusions, target, v)
-                    || updated_out(&link.plan.updates, v)
-                    || removed_target(t, link, v)
+            t.each_value(target, |v| {
+                if excluded(&link.plan.exclusions, target, &v)
+                    || updated_out(&link.plan.updates, &v)
+                    || removed_target(t, link, &v)
                 {
-                    continue;
+                    return;
                 }
                 if link.actions.multi_match {
-                    for stage in self.stages(link, &v.bytes) {
-                        self.operate(link, v, &stage, arg, None, &mut events);
-                    }
-                    continue;
+                    self.stages(link, &v.bytes, |stage| {
+                        self.operate(link, &v, stage, arg, None, &mut events);
+                    });
+                    return;
                 }
-                let known = self.prefilter(t, link, v);
+                let known = self.prefilter(t, link, &v);
                 if known == Some(false) && !link.operator.negated {
-                    continue;
+                    return;
                 }
-                self.with_transformed(t, link, v, |stage| {
-                    self.operate(link, v, stage, arg, known, &mut events);
+                self.with_transformed(t, link, &v, |stage| {
+                    self.operate(link, &v, stage, arg, known, &mut events);
                 });
-            }
+            });
         }
         events
     }
@@ -333,23 +346,32 @@ impl NativeRules {
             events.push(Event::Capture(groups));
         }
         if hit != link.operator.negated {
-            events.push(Event::Match(v.clone().into_owned(), stage.to_vec()));
+            events.push(Event::Match(Value {
+                origin: None,
+                var: v.var,
+                key: Cow::Owned(v.key.to_vec()),
+                keyed: v.keyed,
+                bytes: Cow::Owned(stage.to_vec()),
+            }));
         }
     }
 
-    /// multiMatch's values: the original, then each transformation's result that changed it.
-    fn stages(&self, link: &Link<'_>, value: &[u8]) -> Vec<Vec<u8>> {
-        let mut out = vec![value.to_vec()];
-        let mut current = value.to_vec();
-        let mut next = Vec::new();
+    /// Calls `f` with multiMatch's values: the original, then each transformation's result
+    /// that changed it.
+    fn stages(&self, link: &Link<'_>, value: &[u8], mut f: impl FnMut(&[u8])) {
+        f(value);
+        let (mut current, mut next) = (Vec::new(), Vec::new());
+        // Whether `current` holds the latest stage (else it is `value`).
+        let mut changed = false;
         for tr in &self.plan.chains[link.plan.chain as usize] {
-            tr.apply(&current, &mut next);
-            if next != current {
+            let input: &[u8] = if changed { &current } else { value };
+            tr.apply(input, &mut next);
+            if next != input {
+                f(&next);
                 std::mem::swap(&mut current, &mut next);
-                out.push(current.clone());
+                changed = true;
             }
         }
-        out
     }
 
     fn defaults(&self, rule: &Rule) -> Option<&Actions> {
@@ -363,26 +385,9 @@ impl NativeRules {
             if s.var != super::variable::Var::Tx {
                 continue;
             }
-            let key = String::from_utf8_lossy(&t.expand(&s.key, rule)).to_ascii_lowercase();
-            match &s.op {
-                SetOp::Set(v) => {
-                    let v = t.expand(v, rule);
-                    t.tx.insert(key, v);
-                }
-                SetOp::Add(v) | SetOp::Sub(v) => {
-                    let by = stoi(&t.expand(v, rule));
-                    let now = t.tx_int(&key);
-                    let n = if matches!(s.op, SetOp::Add(_)) {
-                        now + by
-                    } else {
-                        now - by
-                    };
-                    t.tx.insert(key, n.to_string().into_bytes());
-                }
-                SetOp::Delete => {
-                    t.tx.remove(&key);
-                }
-            }
+            let raw = t.expand_text(&s.key, rule);
+            let key = String::from_utf8_lossy(&raw);
+            with_lowercase(&key, |key| setvar(t, rule, key, &s.op));
         }
     }
 
@@ -602,3 +607,44 @@ mod prefilter;
 mod tests;
 #[cfg(all(test, feature = "modsecurity"))]
 mod variants;
+
+/// One `setvar` on TX's `key` (lower-cased). An existing value's buffer is reused: CRS
+/// adds to its scores in most rules that match.
+fn setvar(t: &mut Transaction, rule: &Rule, key: &str, op: &SetOp) {
+    match op {
+        SetOp::Set(v) => {
+            let v = t.expand_text(v, rule);
+            match t.tx.get_mut(key) {
+                Some(slot) => {
+                    slot.clear();
+                    slot.extend_from_slice(&v);
+                }
+                None => {
+                    t.tx.insert(key.to_string(), v.into_owned());
+                }
+            }
+        }
+        SetOp::Add(v) | SetOp::Sub(v) => {
+            let by = stoi(&t.expand_text(v, rule));
+            let now = t.tx_int(key);
+            let n = if matches!(op, SetOp::Add(_)) {
+                now + by
+            } else {
+                now - by
+            };
+            match t.tx.get_mut(key) {
+                Some(slot) => {
+                    slot.clear();
+                    // Writing to a Vec cannot fail.
+                    let _ = write!(slot, "{n}");
+                }
+                None => {
+                    t.tx.insert(key.to_string(), n.to_string().into_bytes());
+                }
+            }
+        }
+        SetOp::Delete => {
+            t.tx.remove(key);
+        }
+    }
+}

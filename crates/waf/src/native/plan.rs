@@ -10,6 +10,7 @@ use super::operate::Matcher;
 use super::operator::Op;
 use super::pattern::{PatternSet, Scratch};
 use super::ruleset::{Kind, Rule, RuleSet};
+use super::transaction::Memos;
 use super::transform::{Step, Transform};
 use super::variable::{Target, Var};
 use std::sync::Mutex;
@@ -65,10 +66,24 @@ pub(crate) struct Plan {
     pub(crate) parents: Vec<Option<u32>>,
     /// Each chain's prefilter (none where no rule of the chain has a literal `@rx`).
     pub(crate) prefilters: Vec<Option<PatternSet>>,
-    /// Scratch spaces for the prefilters, one set per transaction in flight; kept between
-    /// transactions so that the lazy DFAs' states stay built.
-    scratch: Mutex<Vec<Vec<Option<Scratch>>>>,
+    /// What a transaction in flight works in, kept between transactions: the prefilters'
+    /// scratch spaces (so that the lazy DFAs' states stay built) and the memos' maps (so
+    /// that they are not grown again for each request).
+    spaces: Mutex<Vec<Workspace>>,
 }
+
+/// What one transaction works in ([`Plan::take_space`]).
+#[derive(Debug, Default)]
+pub(crate) struct Workspace {
+    /// The prefilters' scratch spaces, by chain.
+    pub(crate) scratch: Vec<Option<Scratch>>,
+    /// Empty when taken.
+    pub(crate) memos: Memos,
+}
+
+/// A workspace whose memo held more values than this is not kept: one large request
+/// should not hold its memory for the process's life.
+const KEPT_MEMO: usize = 4096;
 
 impl Plan {
     pub(crate) fn new(set: &RuleSet) -> Result<Plan, LoadError> {
@@ -133,26 +148,32 @@ impl Plan {
             chains,
             parents,
             prefilters,
-            scratch: Mutex::new(Vec::new()),
+            spaces: Mutex::new(Vec::new()),
         })
     }
 
-    /// A set of scratch spaces for one transaction (give it back with [`Plan::give_back`]).
-    pub(crate) fn take_scratch(&self) -> Vec<Option<Scratch>> {
-        let kept = self.scratch.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        kept.unwrap_or_else(|| {
-            self.prefilters
+    /// A workspace for one transaction (give it back with [`Plan::give_back`]).
+    pub(crate) fn take_space(&self) -> Workspace {
+        let kept = self.spaces.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        kept.unwrap_or_else(|| Workspace {
+            scratch: self
+                .prefilters
                 .iter()
                 .map(|p| p.as_ref().map(PatternSet::scratch))
-                .collect()
+                .collect(),
+            memos: Memos::default(),
         })
     }
 
-    pub(crate) fn give_back(&self, scratch: Vec<Option<Scratch>>) {
-        self.scratch
+    pub(crate) fn give_back(&self, mut space: Workspace) {
+        if space.memos.values.capacity() > KEPT_MEMO {
+            space.memos = Memos::default();
+        }
+        space.memos.clear();
+        self.spaces
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(scratch);
+            .push(space);
     }
 }
 

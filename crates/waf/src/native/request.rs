@@ -406,23 +406,23 @@ impl RequestData {
     ///
     /// A `:key` selector takes, in libmodsecurity, that key's values latest first
     /// (`equal_range`), not in this order: see [`RequestData::values_named`].
-    pub(crate) fn values<'a>(&'a self, var: Var, out: &mut Vec<(&'a [u8], &'a [u8])>) -> bool {
+    pub(crate) fn values<'a>(&'a self, var: Var, mut f: impl FnMut(&'a [u8], &'a [u8])) -> bool {
         if let Some(table) = self.table(var) {
-            let all = table.all();
-            if names_of(var) {
-                out.extend(all.into_iter().map(|(k, _)| (k, k)));
-            } else {
-                out.extend(all);
+            let names = names_of(var);
+            for (k, v) in table.all() {
+                f(k, if names { k } else { v });
             }
             return true;
         }
         if var == Var::Xml {
-            out.extend(self.xml.iter().map(|(k, v)| (k.as_slice(), v.as_slice())));
+            for (k, v) in &self.xml {
+                f(k, v);
+            }
             return true;
         }
         match self.scalar(var) {
             Some(v) => {
-                out.push((&[], v));
+                f(&[], v);
                 true
             }
             None => false,
@@ -442,17 +442,15 @@ impl RequestData {
         &'a self,
         var: Var,
         key: &[u8],
-        out: &mut Vec<(&'a [u8], &'a [u8])>,
+        mut f: impl FnMut(&'a [u8], &'a [u8]),
     ) -> bool {
         let Some(table) = self.table(var) else {
             return false;
         };
         let names = names_of(var);
-        out.extend(
-            table
-                .named(key)
-                .map(|(k, v)| if names { (k, k) } else { (k, v) }),
-        );
+        for (k, v) in table.named(key) {
+            f(k, if names { k } else { v });
+        }
         true
     }
 

@@ -85,7 +85,8 @@ pub(crate) struct Transaction {
     pub(crate) request: RequestData,
     /// TX, keys lower-cased (looked up without regard to case, as libmodsecurity does).
     pub(crate) tx: BTreeMap<String, Vec<u8>>,
-    pub(crate) matched_var: Option<Value<'static>>,
+    /// MATCHED_VARS: what the rules matched since the last rule that did not (the last of
+    /// them is MATCHED_VAR and MATCHED_VAR_NAME).
     pub(crate) matched_vars: Vec<Value<'static>>,
     pub(crate) engine: Engine,
     pub(crate) body_processor: Option<BodyProcessor>,
@@ -142,9 +143,34 @@ pub(crate) struct Memo {
     /// Empty where the chain is (the value is then its own).
     pub(crate) value: Vec<u8>,
     /// The prefilter units (`PatternSet::unit`) `value` was scanned by.
-    pub(crate) units: Vec<u32>,
+    pub(crate) units: Units,
     /// The chain's prefilter patterns of those units that match `value`.
     pub(crate) hits: Vec<usize>,
+}
+
+/// A set of prefilter units: a bit each for the first 64 (a chain's automata; a value
+/// is asked a few of them, and a list was an allocation per value and chain), listed
+/// beyond (the units of patterns on PCRE2 alone).
+#[derive(Debug, Default)]
+pub(crate) struct Units {
+    low: u64,
+    high: Vec<u32>,
+}
+
+impl Units {
+    pub(crate) fn contains(&self, unit: u32) -> bool {
+        match 1u64.checked_shl(unit) {
+            Some(bit) => self.low & bit != 0,
+            None => self.high.contains(&unit),
+        }
+    }
+
+    pub(crate) fn insert(&mut self, unit: u32) {
+        match 1u64.checked_shl(unit) {
+            Some(bit) => self.low |= bit,
+            None => self.high.push(unit),
+        }
+    }
 }
 
 impl Transaction {
@@ -152,7 +178,6 @@ impl Transaction {
         Transaction {
             request,
             tx: BTreeMap::new(),
-            matched_var: None,
             matched_vars: Vec::new(),
             engine,
             body_processor: None,
@@ -172,93 +197,104 @@ impl Transaction {
         }
     }
 
-    /// The values of `target` (selector applied, `&` counted), appended to `out`.
-    pub(crate) fn values<'a>(&'a self, target: &Target, out: &mut Vec<Value<'a>>) {
-        let start = out.len();
-        match &target.selector {
-            Selector::All => self.all_values(target.var, out),
-            Selector::XPath(path) => {
-                self.all_values(target.var, out);
-                retain_from(out, start, |v| &*v.key == path.as_bytes());
-            }
-            Selector::Key(k) => {
-                // A request collection gives a key's values as libmodsecurity does (the
-                // latest added first); the others are filtered in order.
-                let mut pairs = Vec::new();
-                if self
-                    .request
-                    .values_named(target.var, k.as_bytes(), &mut pairs)
-                {
-                    out.extend(
-                        pairs
-                            .into_iter()
-                            .map(|(key, v)| from_request(target.var, key, v)),
-                    );
-                } else if target.var == Var::Tx {
-                    // TX keys are kept lower-cased: one lookup, not a walk of them all
-                    // (CRS asks TX:name in most of its rules).
-                    let key = k.to_ascii_lowercase();
-                    if let Some((name, v)) = self.tx.get_key_value(&key) {
-                        out.push(named(Var::Tx, name.as_bytes(), v));
-                    }
-                } else {
-                    self.all_values(target.var, out);
-                    retain_from(out, start, |v| v.key.eq_ignore_ascii_case(k.as_bytes()));
-                }
-            }
-            Selector::Regex(re) => {
-                self.all_values(target.var, out);
-                with_key_regex(re, |r| {
-                    retain_from(out, start, |v| {
-                        r.is_some_and(|r| r.is_match(&v.key).unwrap_or(false))
-                    });
-                });
-            }
+    /// Calls `f` with each value of `target` (selector applied, `&` counted), in
+    /// libmodsecurity's order. Nothing is collected: rules read targets hundreds of times a
+    /// request, and most reads look at each value once.
+    pub(crate) fn each_value<'a>(&'a self, target: &'a Target, mut f: impl FnMut(Value<'a>)) {
+        if !target.count {
+            return self.select(target.var, &target.selector, &mut f);
         }
-        if target.count {
-            let n = out.len() - start;
-            out.truncate(start);
-            let (key, keyed) = match &target.selector {
-                Selector::Key(k) => (k.as_bytes().to_vec(), true),
-                _ => (Vec::new(), false),
-            };
-            out.push(Value {
-                origin: None,
-                var: target.var,
-                key: Cow::Owned(key),
-                keyed,
-                bytes: Cow::Owned(n.to_string().into_bytes()),
-            });
+        let mut n = 0usize;
+        self.select(target.var, &target.selector, &mut |_| n += 1);
+        let key: &[u8] = match &target.selector {
+            Selector::Key(k) => k.as_bytes(),
+            _ => &[],
+        };
+        f(Value {
+            origin: None,
+            var: target.var,
+            key: Cow::Borrowed(key),
+            keyed: matches!(target.selector, Selector::Key(_)),
+            bytes: count_text(n),
+        });
+    }
+
+    /// The values of `var` that `selector` takes, each to `f`.
+    fn select<'a>(&'a self, var: Var, selector: &'a Selector, f: &mut dyn FnMut(Value<'a>)) {
+        match selector {
+            Selector::All => self.all_values(var, f),
+            Selector::XPath(path) => self.all_values(var, &mut |v| {
+                if &*v.key == path.as_bytes() {
+                    f(v);
+                }
+            }),
+            Selector::Key(k) => self.keyed(var, k, f),
+            Selector::Regex(re) => with_key_regex(re, |r| {
+                let Some(r) = r else { return };
+                self.all_values(var, &mut |v| {
+                    if r.is_match(&v.key).unwrap_or(false) {
+                        f(v);
+                    }
+                });
+            }),
         }
     }
 
+    /// `VAR:key`'s values. A request collection gives a key's values as libmodsecurity
+    /// does (the latest added first); the others are filtered in order.
+    fn keyed<'a>(&'a self, var: Var, k: &'a str, f: &mut dyn FnMut(Value<'a>)) {
+        if self
+            .request
+            .values_named(var, k.as_bytes(), |key, v| f(from_request(var, key, v)))
+        {
+            return;
+        }
+        if var == Var::Tx {
+            // TX keys are kept lower-cased: one lookup, not a walk of them all (CRS asks
+            // TX:name in most of its rules), and the key lowered on the stack.
+            if let Some((name, v)) = with_lowercase(k, |key| self.tx.get_key_value(key)) {
+                f(named(Var::Tx, name.as_bytes(), v));
+            }
+            return;
+        }
+        self.all_values(var, &mut |v| {
+            if v.key.eq_ignore_ascii_case(k.as_bytes()) {
+                f(v);
+            }
+        });
+    }
+
     /// Every value of `var`, named `VAR:key` (collections) or `VAR` (scalars).
-    fn all_values<'a>(&'a self, var: Var, out: &mut Vec<Value<'a>>) {
-        let one = |key: &[u8], bytes: &[u8]| named(var, key, bytes).into_owned();
+    fn all_values<'a>(&'a self, var: Var, f: &mut dyn FnMut(Value<'a>)) {
+        let last = self.matched_vars.last();
         match var {
-            Var::Tx => out.extend(self.tx.iter().map(|(k, v)| named(var, k.as_bytes(), v))),
-            Var::MatchedVar => out.extend(self.matched_var.iter().map(|m| one(b"", &m.bytes))),
-            Var::MatchedVarName => {
-                out.extend(
-                    self.matched_var
-                        .iter()
-                        .map(|m| one(b"", m.name().as_bytes())),
-                );
-            }
-            Var::MatchedVars => out.extend(
-                self.matched_vars
-                    .iter()
-                    .map(|m| one(m.name().as_bytes(), &m.bytes)),
-            ),
-            Var::MatchedVarsNames => out.extend(self.matched_vars.iter().map(|m| {
+            Var::Tx => self
+                .tx
+                .iter()
+                .for_each(|(k, v)| f(named(var, k.as_bytes(), v))),
+            Var::MatchedVar => last.into_iter().for_each(|m| f(named(var, b"", &m.bytes))),
+            Var::MatchedVarName => last.into_iter().for_each(|m| {
+                f(named(var, b"", m.name().as_bytes()).into_owned());
+            }),
+            Var::MatchedVars => self.matched_vars.iter().for_each(|m| {
+                f(named(var, m.name().as_bytes(), &m.bytes).into_owned());
+            }),
+            Var::MatchedVarsNames => self.matched_vars.iter().for_each(|m| {
                 let n = m.name();
-                one(n.as_bytes(), n.as_bytes())
-            })),
+                f(named(var, n.as_bytes(), n.as_bytes()).into_owned());
+            }),
             _ => {
-                let mut pairs = Vec::new();
-                self.request.values(var, &mut pairs);
-                out.extend(pairs.into_iter().map(|(k, v)| from_request(var, k, v)));
+                self.request.values(var, |k, v| f(from_request(var, k, v)));
             }
+        }
+    }
+
+    /// `text` with its macros replaced, for `rule`; borrowed where it has none.
+    pub(crate) fn expand_text<'s>(&self, text: &'s Expansion, rule: &Rule) -> Cow<'s, [u8]> {
+        match text.parts.as_slice() {
+            [] => Cow::Borrowed(&[]),
+            [Part::Text(t)] => Cow::Borrowed(t.as_bytes()),
+            _ => Cow::Owned(self.expand(text, rule)),
         }
     }
 
@@ -272,16 +308,15 @@ impl Transaction {
                     out.extend_from_slice(self.rule_field(*field, rule).as_bytes())
                 }
                 Part::Var(var, key) => {
-                    let target = Target {
-                        var: *var,
-                        selector: key.clone().map_or(Selector::All, Selector::Key),
-                        count: false,
-                        exclude: false,
+                    let mut first = true;
+                    let mut take = |v: Value<'_>| {
+                        if std::mem::take(&mut first) {
+                            out.extend_from_slice(&v.bytes);
+                        }
                     };
-                    let mut values = Vec::new();
-                    self.values(&target, &mut values);
-                    if let Some(v) = values.first() {
-                        out.extend_from_slice(&v.bytes);
+                    match key {
+                        Some(k) => self.keyed(*var, k, &mut take),
+                        None => self.all_values(*var, &mut take),
                     }
                 }
             }
@@ -309,15 +344,10 @@ impl Transaction {
         }
     }
 
-    /// Records a value a rule matched (MATCHED_VAR, MATCHED_VAR_NAME, MATCHED_VARS).
-    pub(crate) fn matched(&mut self, value: Value<'static>, transformed: &[u8]) {
-        let v = Value {
-            origin: None,
-            bytes: Cow::Owned(transformed.to_vec()),
-            ..value
-        };
-        self.matched_vars.push(v.clone());
-        self.matched_var = Some(v);
+    /// Records a value a rule matched, its bytes as the operator saw them (MATCHED_VARS;
+    /// MATCHED_VAR and MATCHED_VAR_NAME are the last of them).
+    pub(crate) fn matched(&mut self, value: Value<'static>) {
+        self.matched_vars.push(value);
     }
 
     /// The TX value `key` as an integer, as libmodsecurity's `stoi` reads it (0 when it
@@ -345,15 +375,30 @@ fn from_request<'a>(var: Var, key: &'a [u8], bytes: &'a [u8]) -> Value<'a> {
     v
 }
 
-/// Keeps, of `out[start..]`, the values `keep` accepts, in order.
-fn retain_from(out: &mut Vec<Value<'_>>, start: usize, mut keep: impl FnMut(&Value<'_>) -> bool) {
-    // In place: this runs per rule per target, and a split-off tail was an allocation
-    // each time.
-    let mut at = 0;
-    out.retain(|v| {
-        at += 1;
-        at <= start || keep(v)
-    });
+/// `&VAR`'s count as text (most are 0 or 1: no allocation for those below ten).
+fn count_text(n: usize) -> Cow<'static, [u8]> {
+    const DIGITS: &[u8; 10] = b"0123456789";
+    match DIGITS.get(n) {
+        Some(d) => Cow::Borrowed(std::slice::from_ref(d)),
+        None => Cow::Owned(n.to_string().into_bytes()),
+    }
+}
+
+/// Calls `f` with `key` lowercased (ASCII), on the stack where it is short.
+pub(crate) fn with_lowercase<R>(key: &str, f: impl FnOnce(&str) -> R) -> R {
+    if !key.bytes().any(|c| c.is_ascii_uppercase()) {
+        return f(key);
+    }
+    let mut buf = [0u8; 64];
+    match buf.get_mut(..key.len()) {
+        Some(b) => {
+            b.copy_from_slice(key.as_bytes());
+            b.make_ascii_lowercase();
+            // Lowercasing ASCII letters keeps the text UTF-8.
+            f(std::str::from_utf8(b).unwrap_or(key))
+        }
+        None => f(&key.to_ascii_lowercase()),
+    }
 }
 
 /// Calls `f` with a selector's regular expression, compiled without regard to case (as
@@ -366,6 +411,9 @@ pub(crate) fn with_key_regex<T>(re: &str, f: impl FnOnce(Option<&pcre2::bytes::R
     }
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
+        if let Some(r) = c.get(re) {
+            return f(r.as_ref());
+        }
         let r = c.entry(re.to_string()).or_insert_with(|| {
             pcre2::bytes::RegexBuilder::new()
                 .caseless(true)
@@ -376,4 +424,38 @@ pub(crate) fn with_key_regex<T>(re: &str, f: impl FnOnce(Option<&pcre2::bytes::R
         });
         f(r.as_ref())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Units, count_text, with_lowercase};
+
+    #[test]
+    fn units_hold_low_and_high_numbers_apart() {
+        let mut u = Units::default();
+        for n in [0, 5, 63, 64, 1000] {
+            assert!(!u.contains(n), "{n} before");
+            u.insert(n);
+            assert!(u.contains(n), "{n} after");
+        }
+        for n in [1, 62, 65, 999, u32::MAX] {
+            assert!(!u.contains(n), "{n} never inserted");
+        }
+    }
+
+    #[test]
+    fn counts_and_lowered_keys_read_as_written() {
+        for n in [0, 1, 9, 10, 12345] {
+            assert_eq!(&*count_text(n), n.to_string().as_bytes());
+        }
+        let long = "K".repeat(100);
+        for (key, lower) in [
+            ("anomaly_score", "anomaly_score"),
+            ("EXECUTING_Paranoia_LEVEL", "executing_paranoia_level"),
+            (long.as_str(), &"k".repeat(100)),
+            ("Ünïcode_KEY", "Ünïcode_key"),
+        ] {
+            assert_eq!(with_lowercase(key, str::to_string), lower);
+        }
+    }
 }

@@ -44,19 +44,19 @@ impl NativeRules {
         if let Some(bits) = t.memo.borrow().unions.get(&key) {
             return Some(has(bits));
         }
-        let mut values = Vec::new();
-        t.values(target, &mut values);
         let mut bits: Vec<u64> = Vec::new();
-        for v in &values {
-            self.hits(t, chain, rx.unit, v, |hits| {
+        let mut scanned = Some(());
+        t.each_value(target, |v| {
+            scanned = scanned.and(self.hits(t, chain, rx.unit, &v, |hits| {
                 for &h in hits {
                     if bits.len() <= h / 64 {
                         bits.resize(h / 64 + 1, 0);
                     }
                     bits[h / 64] |= 1 << (h % 64);
                 }
-            })?;
-        }
+            }));
+        });
+        scanned?;
         let answer = has(&bits);
         t.memo.borrow_mut().unions.insert(key, bits);
         Some(answer)
@@ -97,10 +97,10 @@ impl NativeRules {
             self.memoize(&mut memo, key, &v.bytes);
         }
         let entry = memo.values.get_mut(&key)?;
-        if !entry.units.contains(&unit) {
+        if !entry.units.contains(unit) {
             let value: &[u8] = if identity { &v.bytes } else { &entry.value };
             set.scan(unit as usize, value, scratch, &mut entry.hits);
-            entry.units.push(unit);
+            entry.units.insert(unit);
         }
         Some(f(&entry.hits))
     }

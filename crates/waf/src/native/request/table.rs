@@ -39,6 +39,9 @@ pub(super) struct Table {
     next: Vec<u32>,
     first: u32,
     buckets: Vec<u32>,
+    /// The reverse of the node order (how a rule reads the whole collection), made at the
+    /// first read after an insertion: rules read a collection hundreds of times a request.
+    reversed: std::cell::OnceCell<Vec<u32>>,
 }
 
 impl Table {
@@ -53,6 +56,7 @@ impl Table {
             let grown = GROWTH.iter().copied().find(|&g| g > n).unwrap_or(n * 2 + 1);
             self.rehash(grown);
         }
+        self.reversed.take();
         let code = hash(&key);
         let node = u32::try_from(self.entries.len()).expect("fewer than 4 billion values");
         self.entries.push((key, value));
@@ -212,13 +216,16 @@ impl Table {
     }
 
     /// Every entry as a rule reads the whole collection: the reverse of the node order.
-    pub(super) fn all(&self) -> Vec<(&[u8], &[u8])> {
-        let mut out: Vec<_> = self
-            .nodes()
-            .map(|i| (self.entries[i].0.as_slice(), self.entries[i].1.as_slice()))
-            .collect();
-        out.reverse();
-        out
+    pub(super) fn all(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let order = self.reversed.get_or_init(|| {
+            let mut order: Vec<u32> = self.nodes().map(|i| i as u32).collect();
+            order.reverse();
+            order
+        });
+        order.iter().map(|&i| {
+            let (k, v) = &self.entries[i as usize];
+            (k.as_slice(), v.as_slice())
+        })
     }
 
     /// The entries whose key is `key` (without regard to case), in `equal_range`'s order:

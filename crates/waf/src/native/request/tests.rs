@@ -189,7 +189,10 @@ fn native(data: &RequestData) -> Vec<u8> {
     let mut out = Vec::new();
     for (var, target) in probes() {
         let mut values = Vec::new();
-        assert!(data.values(var, &mut values), "{target} is held here");
+        assert!(
+            data.values(var, |k, v| values.push((k, v))),
+            "{target} is held here"
+        );
         for (key, value) in values {
             if var == Var::Xml && target.as_bytes()[4..] != *key {
                 continue;
