@@ -128,6 +128,8 @@ pub(crate) struct Memos {
     /// pattern is not among them skips the target without looking at its values.
     /// Keyed by (summary, chain, prefilter unit): a unit's patterns are answered together.
     pub(crate) unions: rustc_hash::FxHashMap<(u32, u32, u32), Vec<u64>>,
+    /// Where a step writes before the memo knows whether it changed the value.
+    pub(crate) buf: Vec<u8>,
 }
 
 impl Memos {
@@ -140,8 +142,14 @@ impl Memos {
 /// A request value through one transformation chain.
 #[derive(Debug, Default)]
 pub(crate) struct Memo {
-    /// Empty where the chain is (the value is then its own).
+    /// The value through the chain; empty where `same` says where it is.
     pub(crate) value: Vec<u8>,
+    /// Where the chain's last step changed nothing: the memo of the chain's parent holds
+    /// the value (`Some(Some(parent))`), or it is the request's own (`Some(None)`; also
+    /// for the chain of no step). Most steps change most values in nothing (a lower-cased
+    /// header lower-cased again, a value with no `%` URL-decoded), and a copy of each was
+    /// an allocation per value and chain.
+    pub(crate) same: Option<Option<u32>>,
     /// The prefilter units (`PatternSet::unit`) `value` was scanned by.
     pub(crate) units: Units,
     /// The chain's prefilter patterns of those units that match `value`.

@@ -87,22 +87,23 @@ impl NativeRules {
             );
             return Some(f(&out));
         };
-        // A value through no transformation is not copied: the memo keeps its hits only.
-        let identity = self.plan.chains[chain as usize].is_empty();
         let mut memo = t.memo.borrow_mut();
         let key = (addr, len, chain);
-        if identity {
-            memo.values.entry(key).or_default();
-        } else {
-            self.memoize(&mut memo, key, &v.bytes);
-        }
+        self.memoize(&mut memo, key, &v.bytes);
         let entry = memo.values.get_mut(&key)?;
         if !entry.units.contains(unit) {
-            let value: &[u8] = if identity { &v.bytes } else { &entry.value };
-            set.scan(unit as usize, value, scratch, &mut entry.hits);
+            let mut hits = std::mem::take(&mut entry.hits);
+            set.scan(
+                unit as usize,
+                resolved(&memo, key, &v.bytes),
+                scratch,
+                &mut hits,
+            );
+            let entry = memo.values.get_mut(&key)?;
+            entry.hits = hits;
             entry.units.insert(unit);
         }
-        Some(f(&entry.hits))
+        memo.values.get(&key).map(|e| f(&e.hits))
     }
 
     /// Calls `f` with `v` through the link's chain, from the memo where another rule of the
@@ -122,38 +123,49 @@ impl NativeRules {
             return f(&self.apply_chain(chain, &v.bytes));
         };
         let mut memo = t.memo.borrow_mut();
-        self.memoize(&mut memo, (addr, len, chain), &v.bytes);
-        match memo.values.get(&(addr, len, chain)) {
-            Some(entry) => f(&entry.value),
-            None => f(&self.apply_chain(chain, &v.bytes)),
-        }
+        let key = (addr, len, chain);
+        self.memoize(&mut memo, key, &v.bytes);
+        f(resolved(&memo, key, &v.bytes));
     }
 
-    /// Puts in `memo` the request's value `raw` (at `key`: its address, length and a
-    /// chain that is not empty) through the chain, from its parent's result where the
-    /// chain has one (memoized first, in turn): each step runs once per value, whichever
-    /// chains share it.
+    /// Puts in `memo` the request's value `raw` (at `key`: its address, length and
+    /// chain) through the chain, from its parent's result where the chain has one
+    /// (memoized first, in turn): each step runs once per value, whichever chains share
+    /// it. A step that changes nothing is recorded as such, without a copy.
     fn memoize(&self, memo: &mut Memos, key: (usize, usize, u32), raw: &[u8]) {
         if memo.values.contains_key(&key) {
             return;
         }
         let (addr, len, chain) = key;
         let steps = &self.plan.chains[chain as usize];
-        let value = match (self.plan.parents[chain as usize], steps.last()) {
-            (Some(parent), Some(last)) => {
-                self.memoize(memo, (addr, len, parent), raw);
-                let mut out = Vec::new();
-                if let Some(p) = memo.values.get(&(addr, len, parent)) {
-                    last.apply(&p.value, &mut out);
+        let parent = self.plan.parents[chain as usize];
+        let (value, same) = match steps.last() {
+            None => (Vec::new(), Some(None)),
+            // The plan interns every chain's prefixes: a longer chain always has a parent.
+            Some(_) if parent.is_none() && steps.len() > 1 => (self.apply_chain(chain, raw), None),
+            Some(last) => {
+                if let Some(p) = parent {
+                    self.memoize(memo, (addr, len, p), raw);
                 }
-                out
+                let mut buf = std::mem::take(&mut memo.buf);
+                let input = match parent {
+                    Some(p) => resolved(memo, (addr, len, p), raw),
+                    None => raw,
+                };
+                last.apply(input, &mut buf);
+                if buf == input {
+                    memo.buf = buf;
+                    (Vec::new(), Some(parent))
+                } else {
+                    (buf, None)
+                }
             }
-            _ => self.apply_chain(chain, raw),
         };
         memo.values.insert(
             key,
             Memo {
                 value,
+                same,
                 ..Memo::default()
             },
         );
@@ -168,6 +180,21 @@ impl NativeRules {
         }
         current
     }
+}
+
+/// The bytes of the memo at `key` (a value of the request's data whose own bytes are
+/// `raw`, through a chain memoized before): its own, or those of the memo or value its
+/// last steps left unchanged.
+fn resolved<'m>(memo: &'m Memos, key: (usize, usize, u32), raw: &'m [u8]) -> &'m [u8] {
+    let (addr, len, mut chain) = key;
+    while let Some(m) = memo.values.get(&(addr, len, chain)) {
+        match m.same {
+            None => return &m.value,
+            Some(None) => return raw,
+            Some(Some(parent)) => chain = parent,
+        }
+    }
+    raw
 }
 
 #[cfg(all(test, feature = "modsecurity"))]
