@@ -160,7 +160,7 @@ pub struct Actions {
     pub multi_match: bool,
     pub chain: bool,
     pub skip: Option<u32>,
-    pub skip_after: Option<String>,
+    pub skip_after: Option<std::sync::Arc<str>>,
     /// `log`/`nolog`, the last written.
     pub log: Option<bool>,
     /// `auditlog`/`noauditlog`: accepted, without effect (see [`Ctl::Audit`]).
@@ -270,7 +270,7 @@ fn apply(a: &mut Actions, key: &str, value: Option<&str>) -> Result<(), String> 
             }
             a.skip = Some(n);
         }
-        "skipafter" => a.skip_after = Some(need(value)?.to_string()),
+        "skipafter" => a.skip_after = Some(need(value)?.into()),
         "log" | "nolog" => a.log = none(value).map(|()| key == "log").map(Some)?,
         "auditlog" | "noauditlog" => {
             a.auditlog = none(value).map(|()| key == "auditlog").map(Some)?;

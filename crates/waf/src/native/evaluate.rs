@@ -20,7 +20,7 @@ use super::operator::{Op, Operator};
 use super::plan::{LinkPlan, Plan, Workspace};
 use super::request::{BodyLimit, RequestData};
 use super::ruleset::{Kind, Rule, RuleSet};
-use super::transaction::{Intervention, Transaction, Value, with_lowercase};
+use super::transaction::{Event, Intervention, Transaction, Value, with_lowercase};
 use super::variable::{Selector, Target};
 use crate::facts::{RequestFacts, ResponseFacts};
 use crate::matches::Match;
@@ -227,13 +227,6 @@ impl NativeRules {
     }
 }
 
-/// What a value did to the operator, applied once the link's values were all seen.
-enum Event {
-    Capture(Vec<Vec<u8>>),
-    /// The value matched: named as it is, its bytes as the operator saw them.
-    Match(Value<'static>),
-}
-
 /// One rule of a chain as it is evaluated.
 struct Link<'a> {
     /// Its operator, transformations and targets, compiled.
@@ -255,9 +248,11 @@ impl NativeRules {
     /// expanded first), so the order of evaluation is libmodsecurity's.
     fn link(&self, t: &mut Transaction, rule: &Rule, link: &Link<'_>) -> bool {
         let arg = macro_arg(&link.operator.op).map(|e| t.expand(e, rule));
-        let events = self.look(t, link, arg.as_deref());
+        // The transaction's list, reused from link to link.
+        let mut events = std::mem::take(&mut t.events);
+        self.look(t, link, arg.as_deref(), &mut events);
         let matched = events.iter().any(|e| matches!(e, Event::Match(_)));
-        for e in events {
+        for e in events.drain(..) {
             match e {
                 Event::Capture(groups) => {
                     for (k, g) in groups.into_iter().enumerate() {
@@ -276,6 +271,7 @@ impl NativeRules {
                 }
             }
         }
+        t.events = events;
         if !matched {
             t.matched_vars.clear();
         }
@@ -283,8 +279,7 @@ impl NativeRules {
     }
 
     /// The first pass of [`NativeRules::link`]: each value through the operator.
-    fn look(&self, t: &Transaction, link: &Link<'_>, arg: Option<&[u8]>) -> Vec<Event> {
-        let mut events = Vec::new();
+    fn look(&self, t: &Transaction, link: &Link<'_>, arg: Option<&[u8]>, events: &mut Vec<Event>) {
         for (k, target) in link.plan.targets.iter().enumerate() {
             if removed_whole(t, link, target) {
                 continue;
@@ -303,7 +298,7 @@ impl NativeRules {
                 }
                 if link.actions.multi_match {
                     self.stages(link, &v.bytes, |stage| {
-                        self.operate(link, &v, stage, arg, None, &mut events);
+                        self.operate(link, &v, stage, arg, None, events);
                     });
                     return;
                 }
@@ -312,11 +307,10 @@ impl NativeRules {
                     return;
                 }
                 self.with_transformed(t, link, &v, |stage| {
-                    self.operate(link, &v, stage, arg, known, &mut events);
+                    self.operate(link, &v, stage, arg, known, events);
                 });
             });
         }
-        events
     }
 
     /// One value (one stage of it with multiMatch) through the operator. `known`: the

@@ -79,6 +79,14 @@ impl Value<'_> {
     }
 }
 
+/// What a value did to a rule's operator, applied once the rule's values were all seen.
+#[derive(Debug)]
+pub(crate) enum Event {
+    Capture(Vec<Vec<u8>>),
+    /// The value matched: named as it is, its bytes as the operator saw them.
+    Match(Value<'static>),
+}
+
 /// The transaction.
 #[derive(Debug)]
 pub(crate) struct Transaction {
@@ -98,12 +106,14 @@ pub(crate) struct Transaction {
     pub(crate) removed_targets_by_id: Vec<(u64, String)>,
     pub(crate) removed_targets_by_tag: Vec<(String, String)>,
     pub(crate) skip_next: u32,
-    pub(crate) marker: Option<String>,
+    pub(crate) marker: Option<std::sync::Arc<str>>,
     pub(crate) allow: Option<AllowScope>,
     pub(crate) intervention: Option<Intervention>,
     /// `status:` of the rule that matched last (the status a `deny` answers with).
     pub(crate) status: Option<u16>,
     pub(crate) messages: Vec<crate::Match>,
+    /// The rule being evaluated's [`Event`]s (empty between rules: a list reused).
+    pub(crate) events: Vec<Event>,
     /// Request values already transformed and what the prefilters said of them, per value
     /// and per target ([`Memos`]). Cleared whenever the request's data change (the body's
     /// phase, a `ctl`).
@@ -200,6 +210,7 @@ impl Transaction {
             intervention: None,
             status: None,
             messages: Vec::new(),
+            events: Vec::new(),
             memo: RefCell::new(Memos::default()),
             scratch: RefCell::new(Vec::new()),
         }
