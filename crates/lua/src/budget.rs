@@ -87,7 +87,11 @@ thread_local! {
 /// The poll compiled code calls through the FFI (a trace keeps a call; it would hoist a load
 /// out of the loop): 1 once, when the budget of the call on this thread has been armed.
 pub(crate) extern "C" fn poll() -> c_int {
-    c_int::from(ARMED.with(|a| a.replace(false)))
+    // No panic may unwind into the trace. `try_with` answers an error (here: not armed)
+    // where `with` would panic, on a thread whose locals are being destroyed; catch_unwind
+    // is the guard for anything else (it costs nothing until a panic).
+    let armed = std::panic::catch_unwind(|| ARMED.try_with(|a| a.replace(false)));
+    c_int::from(matches!(armed, Ok(Ok(true))))
 }
 
 impl Budget {
@@ -197,9 +201,19 @@ unsafe extern "C-unwind" fn count_hook(l: *mut ffi::lua_State, _: *mut ffi::lua_
 /// The watchdog's signal: sets the count hook on the state whose call runs on this thread,
 /// and the flag its compiled code polls.
 extern "C" fn on_signal(_: c_int) {
-    let (l, _) = RUNNING.with(Cell::get);
+    // No panic may unwind out of the handler: `try_with` where `with` would panic (a
+    // signal on a thread whose locals are being destroyed finds no call to stop), inside
+    // catch_unwind for anything else.
+    let _ = std::panic::catch_unwind(arm);
+}
+
+/// [`on_signal`]'s work.
+fn arm() {
+    let Ok((l, _)) = RUNNING.try_with(Cell::get) else {
+        return;
+    };
     if !l.is_null() {
-        ARMED.with(|a| a.set(true));
+        let _ = ARMED.try_with(|a| a.set(true));
         // SAFETY: `lua_sethook` only writes the state's hook fields and dispatch table, which
         // LuaJIT allows from a signal handler interrupting that state (its `luajit` does so
         // on SIGINT); `l` is the state of the call this handler interrupted.

@@ -27,14 +27,14 @@ mod body;
 mod clock;
 mod conn_state;
 mod exchange;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzz;
 mod gateway;
 mod handshakes;
 mod hash;
 mod http1;
 mod http3;
-#[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub use http1::fuzz;
 mod layer4;
 mod listen;
 mod metrics;

@@ -10,7 +10,7 @@ use super::{DictHandle, SharedDict, Stored, Write, answer, init_ttl, ttl};
 use crate::cfunc::{
     closure, delegate, nil_at, number_at, optional_number_at, push_bytes, str_at, text_at,
 };
-use crate::guard::shielded;
+use crate::guard;
 use mlua::{Function, Lua, Table, ffi};
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -110,7 +110,7 @@ unsafe extern "C-unwind" fn get(l: *mut ffi::lua_State) -> c_int {
             return delegate(l);
         };
         let d = dict(l);
-        match shielded(l, "ngx.shared.DICT:get", || d.get(key, false)) {
+        match guard::shielded(l, "ngx.shared.DICT:get", || d.get(key, false)) {
             Some((v, flags, _)) => {
                 push_stored(l, &v);
                 if flags == 0 {
@@ -149,7 +149,7 @@ unsafe extern "C-unwind" fn set(l: *mut ffi::lua_State) -> c_int {
             return delegate(l);
         };
         let d = dict(l);
-        let (ok, err, forcible) = shielded(l, "ngx.shared.DICT:set", move || {
+        let (ok, err, forcible) = guard::shielded(l, "ngx.shared.DICT:set", move || {
             answer(d.write(Write::Set, key, Some(value), exptime, 0))
         });
         ffi::lua_pushboolean(l, c_int::from(ok));
@@ -177,7 +177,7 @@ unsafe extern "C-unwind" fn incr(l: *mut ffi::lua_State) -> c_int {
             return delegate(l);
         };
         let d = dict(l);
-        match shielded(l, "ngx.shared.DICT:incr", || {
+        match guard::shielded(l, "ngx.shared.DICT:incr", || {
             d.incr(key, by, init, init_ttl)
         }) {
             Ok((n, forcible)) => {

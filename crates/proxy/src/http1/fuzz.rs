@@ -1,9 +1,10 @@
-//! Fuzz entry points for the HTTP/1.1 parsers: what the network feeds them before anything
-//! else looks at the bytes. Each takes arbitrary bytes and panics only when an invariant the
-//! proxy relies on breaks (see each parser's `check_invariants`). `crates/proxy/fuzz` runs
-//! them under libFuzzer (`cd crates/proxy/fuzz && cargo +nightly fuzz run request_head`);
-//! every test run tries them on deterministic mutations of seeds (the parsers' "fuzz smoke"
-//! tests; `SLUICE_FUZZ_ITERATIONS` for a longer run).
+//! Fuzz entry points for the HTTP/1.1 parsers (re-exported by the crate's `fuzz`): what the
+//! network feeds them before anything else looks at the bytes. Each takes arbitrary bytes
+//! and panics only when an invariant the proxy relies on breaks (see each parser's
+//! `check_invariants`). `crates/proxy/fuzz` runs them under libFuzzer
+//! (`cd crates/proxy/fuzz && cargo +nightly fuzz run request_head`); every test run tries
+//! them on deterministic mutations of seeds (the parsers' "fuzz smoke" tests;
+//! `SLUICE_FUZZ_ITERATIONS` for a longer run).
 //!
 //! Built only with the `fuzzing` feature: not part of the gateway's API.
 
@@ -20,18 +21,4 @@ pub fn response_head(data: &[u8]) {
 /// A chunked body, decoded whole and a byte at a time (`http1/decode.rs`).
 pub fn chunked_body(data: &[u8]) {
     super::decode::check_invariants(data);
-}
-
-/// Request paths: the normalizer's invariants (`request::path::check_invariants`) over a
-/// path and the bytes that choose another spelling of it. The input is split at its first
-/// NUL: the path before, the spelling's choices after.
-pub fn path(data: &[u8]) {
-    let (path, spell) = match data.iter().position(|&b| b == 0) {
-        Some(at) => (&data[..at], &data[at + 1..]),
-        None => (data, &[][..]),
-    };
-    // Request paths reach the normalizer as `str` (`http::Uri` holds UTF-8).
-    if let Ok(path) = std::str::from_utf8(path) {
-        crate::request::path::check_invariants(path, spell);
-    }
 }

@@ -23,7 +23,7 @@ mod buffers;
 pub(crate) mod client;
 mod decode;
 #[cfg(feature = "fuzzing")]
-pub mod fuzz;
+pub(crate) mod fuzz;
 mod head;
 mod names;
 mod response;
