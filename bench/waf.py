@@ -2,11 +2,12 @@
 """What the web application firewall costs: Sluice's `[route.waf]` beside NGINX with
 ModSecurity-nginx (Debian's libnginx-mod-http-modsecurity), the same libmodsecurity 3.0.9
 and the same rules (Debian's OWASP Core Rule Set 3.3.4 without its IP reputation file, at
-paranoia level 1, blocking mode,
-ModSecurity's recommended body settings), side by side on the gateway core.
+paranoia level 1 and, in rows of their own, 2; blocking mode, ModSecurity's recommended body
+settings), side by side on the gateway core.
 
-Rows, each gateway: a listener without a WAF, then a WAF listener (for Sluice, one per engine:
-libmodsecurity and the native engine, `[[waf.ruleset]] engine = "native"`) with keep-alive HTTP/1.1
+Rows, each gateway: a listener without a WAF, then a WAF listener per paranoia level (for
+Sluice, one per engine and level: libmodsecurity and the native engine,
+`[[waf.ruleset]] engine = "native"`) with keep-alive HTTP/1.1
 GETs of a 1 KiB page and POSTs of a 10 KiB urlencoded form (benign: nothing matches; h2load,
 32 connections, on the load core with the NGINX origin). Per row: gateway CPU µs per request
 (all threads, user + system, the WAF's threads included), median of the runs [min-max]; what
@@ -31,8 +32,8 @@ from pathlib import Path
 import bench as B
 
 ORIGIN = 18800
-SLUICE = {"none": 18810, "waf": 18811, "native": 18812}
-NGINX = {"none": 18820, "waf": 18821}
+SLUICE = {"none": 18810, "waf": 18811, "native": 18812, "waf pl2": 18813, "native pl2": 18814}
+NGINX = {"none": 18820, "waf": 18821, "waf pl2": 18822}
 RULES = Path("/usr/share/modsecurity-crs/rules")
 
 
@@ -113,12 +114,18 @@ def nginx_conf(d):
         modsecurity_rules_file {d}/modsec.conf;
         location / {{ proxy_pass http://o; }}
     }}
+    server {{
+        listen 127.0.0.1:{NGINX['waf pl2']} backlog=4096;
+        modsecurity on;
+        modsecurity_rules_file {d}/modsec2.conf;
+        location / {{ proxy_pass http://o; }}
+    }}
 }}
 """
 
 
-def modsec_conf():
-    return modsec_head() + "".join(f"Include {f}\n" for f in crs_files()) + modsec_tail()
+def modsec_conf(paranoia=1):
+    return modsec_head(paranoia=paranoia) + "".join(f"Include {f}\n" for f in crs_files()) + modsec_tail()
 
 
 def sluice_conf():
@@ -154,12 +161,34 @@ request_id = false
 name = "native"
 address = "127.0.0.1:{SLUICE['native']}"
 request_id = false
+[[listener]]
+name = "native-pl2"
+address = "127.0.0.1:{SLUICE['native pl2']}"
+request_id = false
+[[listener]]
+name = "waf-pl2"
+address = "127.0.0.1:{SLUICE['waf pl2']}"
+request_id = false
 [[route]]
 name = "native"
 listeners = ["native"]
 upstream = "o"
 [route.waf]
 ruleset = "crs-native"
+[[route]]
+name = "native-pl2"
+listeners = ["native-pl2"]
+upstream = "o"
+[route.waf]
+ruleset = "crs-native"
+paranoia_level = 2
+[[route]]
+name = "waf-pl2"
+listeners = ["waf-pl2"]
+upstream = "o"
+[route.waf]
+ruleset = "crs"
+paranoia_level = 2
 [[route]]
 name = "none"
 listeners = ["none"]
@@ -213,7 +242,7 @@ def check_rules_run(ports):
     for name, port in ports.items():
         attack = status(port, "/1k?id=1%27%20or%20%271%27%3D%271")
         benign = status(port, "/1k?page=2")
-        want = "403" if name.split()[-1] in ("waf", "native") else "200"
+        want = "403" if name.split()[1] in ("waf", "native") else "200"
         if (attack, benign) != (want, "200"):
             raise RuntimeError(f"{name}: attack {attack}, benign {benign}: the rules do not run as configured")
 
@@ -240,6 +269,7 @@ def main():
         Path(d, "origin.conf").write_text(origin_conf(d))
         Path(d, "nginx.conf").write_text(nginx_conf(d))
         Path(d, "modsec.conf").write_text(modsec_conf())
+        Path(d, "modsec2.conf").write_text(modsec_conf(paranoia=2))
         Path(d, "sluice.toml").write_text(sluice_conf())
         procs = []
         try:
@@ -275,17 +305,19 @@ def report(cpu, args, rows):
     f = lambda s: f"{s['median']:.2f} [{s['min']:.2f}-{s['max']:.2f}]"
     x = lambda s: f"{s['median']:.2f}x [{s['min']:.2f}-{s['max']:.2f}]"
     us = lambda name: [r["cpu_us_per_req"] for r in rows[name]]
-    print("# What the WAF costs per request (CRS 3.3.4, paranoia level 1, blocking; keep-alive HTTP/1.1)\n")
+    print("# What the WAF costs per request (CRS 3.3.4, blocking; keep-alive HTTP/1.1)\n")
     print(f"CPU: {cpu}. {args.runs} runs x {args.duration:g} s per row, rows alternating; median [min-max]. "
           "Gateway CPU µs per request, all threads; 'added' is over the same gateway's row without a WAF, run by run.\n")
-    print("| request | gateway | without WAF | with WAF | added by the WAF |")
-    print("|---|---|---|---|---|")
+    print("| request | paranoia level | gateway | without WAF | with WAF | added by the WAF |")
+    print("|---|---|---|---|---|---|")
     for kind, what in (("get", "GET 1 KiB page"), ("post", "POST 10 KiB form")):
-        for g, engine in (("sluice", "native"), ("sluice", "waf"), ("nginx", "waf")):
-            label = f"{g} (native engine)" if engine == "native" else f"{g} (libmodsecurity)"
-            added = [a - b for a, b in zip(us(f"{g} {engine} {kind}"), us(f"{g} none {kind}"))]
-            print(f"| {what} | {label} | {f(B.summarize(us(f'{g} none {kind}')))} | "
-                  f"{f(B.summarize(us(f'{g} {engine} {kind}')))} | {f(B.summarize(added))} |")
+        for level, suffix in ((1, ""), (2, " pl2")):
+            for g, engine in (("sluice", "native"), ("sluice", "waf"), ("nginx", "waf")):
+                label = f"{g} (native engine)" if engine == "native" else f"{g} (libmodsecurity)"
+                row = f"{g} {engine}{suffix} {kind}"
+                added = [a - b for a, b in zip(us(row), us(f"{g} none {kind}"))]
+                print(f"| {what} | {level} | {label} | {f(B.summarize(us(f'{g} none {kind}')))} | "
+                      f"{f(B.summarize(us(row)))} | {f(B.summarize(added))} |")
     print()
     for kind, what in (("get", "GET"), ("post", "POST 10 KiB form")):
         total = B.summarize([a / b for a, b in zip(us(f"sluice waf {kind}"), us(f"nginx waf {kind}"))])
@@ -297,16 +329,17 @@ def report(cpu, args, rows):
         print(f"- {what}: Sluice's CPU per request with the WAF / NGINX + ModSecurity's, run by run: {x(total)}; "
               f"what the WAF adds, Sluice / NGINX: {x(added)}; Sluice's WAF threads alone (the engine's "
               f"evaluation): {f(engine)} µs, {x(bound)} of NGINX's whole request")
-        native = B.summarize([a / b for a, b in zip(us(f"sluice native {kind}"), us(f"sluice waf {kind}"))])
-        native_nginx = B.summarize([a / b for a, b in zip(us(f"sluice native {kind}"), us(f"nginx waf {kind}"))])
-        native_added = B.summarize([(a - b) / (c - b) if c > b else float("nan") for a, b, c in
-                                    zip(us(f"sluice native {kind}"), us(f"sluice none {kind}"), us(f"sluice waf {kind}"))])
-        native_threads = B.summarize([r["waf_threads_us_per_req"] / m["waf_threads_us_per_req"]
-                                      for r, m in zip(rows[f"sluice native {kind}"], rows[f"sluice waf {kind}"])
-                                      if m["waf_threads_us_per_req"] > 0] or [float("nan")])
-        print(f"- {what}, the native engine: Sluice's CPU per request with it / with libmodsecurity: {x(native)}; "
-              f"/ NGINX + ModSecurity's: {x(native_nginx)}; what the WAF adds, native / libmodsecurity: "
-              f"{x(native_added)}; WAF threads, native / libmodsecurity: {x(native_threads)}")
+        for level, suffix in ((1, ""), (2, " pl2")):
+            native = B.summarize([a / b for a, b in zip(us(f"sluice native{suffix} {kind}"), us(f"sluice waf{suffix} {kind}"))])
+            native_nginx = B.summarize([a / b for a, b in zip(us(f"sluice native{suffix} {kind}"), us(f"nginx waf{suffix} {kind}"))])
+            native_added = B.summarize([(a - b) / (c - b) if c > b else float("nan") for a, b, c in
+                                        zip(us(f"sluice native{suffix} {kind}"), us(f"sluice none {kind}"), us(f"sluice waf{suffix} {kind}"))])
+            native_threads = B.summarize([r["waf_threads_us_per_req"] / m["waf_threads_us_per_req"]
+                                          for r, m in zip(rows[f"sluice native{suffix} {kind}"], rows[f"sluice waf{suffix} {kind}"])
+                                          if m["waf_threads_us_per_req"] > 0] or [float("nan")])
+            print(f"- {what}, paranoia level {level}, the native engine: Sluice's CPU per request with it / with "
+                  f"libmodsecurity: {x(native)}; / NGINX + ModSecurity's: {x(native_nginx)}; what the WAF adds, "
+                  f"native / libmodsecurity: {x(native_added)}; WAF threads, native / libmodsecurity: {x(native_threads)}")
 
 
 if __name__ == "__main__":

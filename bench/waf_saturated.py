@@ -97,6 +97,7 @@ def main():
         Path(d, "origin.conf").write_text(W.origin_conf(d))
         Path(d, "nginx.conf").write_text(W.nginx_conf(d))
         Path(d, "modsec.conf").write_text(W.modsec_conf())
+        Path(d, "modsec2.conf").write_text(W.modsec_conf(paranoia=2))
         Path(d, "sluice.toml").write_text(W.sluice_conf())
         procs = []
         try:
