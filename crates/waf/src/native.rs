@@ -21,6 +21,7 @@ mod error;
 mod evaluate;
 mod expand;
 mod load;
+mod memo;
 mod operate;
 mod operator;
 mod pattern;

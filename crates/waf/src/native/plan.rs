@@ -6,11 +6,11 @@
 
 use super::action::Actions;
 use super::error::LoadError;
+use super::memo::Memos;
 use super::operate::Matcher;
 use super::operator::Op;
 use super::pattern::{PatternSet, Scratch};
 use super::ruleset::{Kind, Rule, RuleSet};
-use super::transaction::Memos;
 use super::transform::{Step, Transform};
 use super::variable::{Target, Var};
 use std::sync::Mutex;
@@ -81,8 +81,8 @@ pub(crate) struct Workspace {
     pub(crate) memos: Memos,
 }
 
-/// A workspace whose memo held more values than this is not kept: one large request
-/// should not hold its memory for the process's life.
+/// A workspace whose memo holds more (value, chain) entries than this when given back is
+/// not kept: one large request should not hold its memory for the process's life.
 const KEPT_MEMO: usize = 4096;
 
 impl Plan {
@@ -166,7 +166,7 @@ impl Plan {
     }
 
     pub(crate) fn give_back(&self, mut space: Workspace) {
-        if space.memos.values.capacity() > KEPT_MEMO {
+        if space.memos.values.len() > KEPT_MEMO {
             space.memos = Memos::default();
         }
         space.memos.clear();

@@ -5,6 +5,7 @@
 
 use super::action::{AllowScope, BodyProcessor, Engine};
 use super::expand::{Expansion, Part, RuleField};
+use super::memo::Memos;
 use super::operate::stoi;
 use super::pattern::Scratch;
 use super::request::RequestData;
@@ -120,75 +121,6 @@ pub(crate) struct Transaction {
     pub(crate) memo: RefCell<Memos>,
     /// The prefilters' scratch spaces, by chain (from the plan, given back at the end).
     pub(crate) scratch: RefCell<Vec<Option<Scratch>>>,
-}
-
-/// The memo's map: keyed by (address, length, chain), hashed with rustc-hash's FxHash (the
-/// keys are the process's own pointers, not an attacker's strings; SipHash cost 3% of a
-/// request).
-pub(crate) type MemoMap = rustc_hash::FxHashMap<(usize, usize, u32), Memo>;
-
-/// What the rules of a phase learn about the request's values and keep for the next rule:
-/// cleared together whenever the request's data change.
-#[derive(Debug, Default)]
-pub(crate) struct Memos {
-    /// Each value through each chain (and its prefilter hits).
-    pub(crate) values: MemoMap,
-    /// For a target's values through a chain (by the plan's target summary and the chain):
-    /// the chain's prefilter patterns that any of them matches, a bit each. A rule whose
-    /// pattern is not among them skips the target without looking at its values.
-    /// Keyed by (summary, chain, prefilter unit): a unit's patterns are answered together.
-    pub(crate) unions: rustc_hash::FxHashMap<(u32, u32, u32), Vec<u64>>,
-    /// Where a step writes before the memo knows whether it changed the value.
-    pub(crate) buf: Vec<u8>,
-}
-
-impl Memos {
-    pub(crate) fn clear(&mut self) {
-        self.values.clear();
-        self.unions.clear();
-    }
-}
-
-/// A request value through one transformation chain.
-#[derive(Debug, Default)]
-pub(crate) struct Memo {
-    /// The value through the chain; empty where `same` says where it is.
-    pub(crate) value: Vec<u8>,
-    /// Where the chain's last step changed nothing: the memo of the chain's parent holds
-    /// the value (`Some(Some(parent))`), or it is the request's own (`Some(None)`; also
-    /// for the chain of no step). Most steps change most values in nothing (a lower-cased
-    /// header lower-cased again, a value with no `%` URL-decoded), and a copy of each was
-    /// an allocation per value and chain.
-    pub(crate) same: Option<Option<u32>>,
-    /// The prefilter units (`PatternSet::unit`) `value` was scanned by.
-    pub(crate) units: Units,
-    /// The chain's prefilter patterns of those units that match `value`.
-    pub(crate) hits: Vec<usize>,
-}
-
-/// A set of prefilter units: a bit each for the first 64 (a chain's automata; a value
-/// is asked a few of them, and a list was an allocation per value and chain), listed
-/// beyond (the units of patterns on PCRE2 alone).
-#[derive(Debug, Default)]
-pub(crate) struct Units {
-    low: u64,
-    high: Vec<u32>,
-}
-
-impl Units {
-    pub(crate) fn contains(&self, unit: u32) -> bool {
-        match 1u64.checked_shl(unit) {
-            Some(bit) => self.low & bit != 0,
-            None => self.high.contains(&unit),
-        }
-    }
-
-    pub(crate) fn insert(&mut self, unit: u32) {
-        match 1u64.checked_shl(unit) {
-            Some(bit) => self.low |= bit,
-            None => self.high.push(unit),
-        }
-    }
 }
 
 impl Transaction {
@@ -447,20 +379,7 @@ pub(crate) fn with_key_regex<T>(re: &str, f: impl FnOnce(Option<&pcre2::bytes::R
 
 #[cfg(test)]
 mod tests {
-    use super::{Units, count_text, with_lowercase};
-
-    #[test]
-    fn units_hold_low_and_high_numbers_apart() {
-        let mut u = Units::default();
-        for n in [0, 5, 63, 64, 1000] {
-            assert!(!u.contains(n), "{n} before");
-            u.insert(n);
-            assert!(u.contains(n), "{n} after");
-        }
-        for n in [1, 62, 65, 999, u32::MAX] {
-            assert!(!u.contains(n), "{n} never inserted");
-        }
-    }
+    use super::{count_text, with_lowercase};
 
     #[test]
     fn counts_and_lowered_keys_read_as_written() {

@@ -6,7 +6,8 @@
 //! listing its values: most rules, on most requests).
 
 use super::{Link, NativeRules};
-use crate::native::transaction::{Memo, Memos, Transaction, Value};
+use crate::native::memo::{Memo, Memos};
+use crate::native::transaction::{Transaction, Value};
 use crate::native::variable::Target;
 
 impl NativeRules {
@@ -90,7 +91,7 @@ impl NativeRules {
         let mut memo = t.memo.borrow_mut();
         let key = (addr, len, chain);
         self.memoize(&mut memo, key, &v.bytes);
-        let entry = memo.values.get_mut(&key)?;
+        let entry = memo.values.get_mut(key)?;
         if !entry.units.contains(unit) {
             let mut hits = std::mem::take(&mut entry.hits);
             set.scan(
@@ -99,11 +100,11 @@ impl NativeRules {
                 scratch,
                 &mut hits,
             );
-            let entry = memo.values.get_mut(&key)?;
+            let entry = memo.values.get_mut(key)?;
             entry.hits = hits;
             entry.units.insert(unit);
         }
-        memo.values.get(&key).map(|e| f(&e.hits))
+        memo.values.get(key).map(|e| f(&e.hits))
     }
 
     /// Calls `f` with `v` through the link's chain, from the memo where another rule of the
@@ -133,7 +134,7 @@ impl NativeRules {
     /// (memoized first, in turn): each step runs once per value, whichever chains share
     /// it. A step that changes nothing is recorded as such, without a copy.
     fn memoize(&self, memo: &mut Memos, key: (usize, usize, u32), raw: &[u8]) {
-        if memo.values.contains_key(&key) {
+        if memo.values.contains_key(key) {
             return;
         }
         let (addr, len, chain) = key;
@@ -155,7 +156,13 @@ impl NativeRules {
                 last.apply(input, &mut buf);
                 if buf == input {
                     memo.buf = buf;
-                    (Vec::new(), Some(parent))
+                    // Where the parent's bytes are: one lookup to resolve, however many
+                    // steps in a row changed nothing.
+                    let holder = parent.and_then(|p| match memo.values.get((addr, len, p)) {
+                        Some(Memo { same: Some(h), .. }) => *h,
+                        _ => Some(p),
+                    });
+                    (Vec::new(), Some(holder))
                 } else {
                     (buf, None)
                 }
@@ -187,7 +194,7 @@ impl NativeRules {
 /// last steps left unchanged.
 fn resolved<'m>(memo: &'m Memos, key: (usize, usize, u32), raw: &'m [u8]) -> &'m [u8] {
     let (addr, len, mut chain) = key;
-    while let Some(m) = memo.values.get(&(addr, len, chain)) {
+    while let Some(m) = memo.values.get((addr, len, chain)) {
         match m.same {
             None => return &m.value,
             Some(None) => return raw,

@@ -1,0 +1,195 @@
+//! What the rules of a phase learn about the request's values and keep for the next rule:
+//! each value through each transformation chain, which prefilter patterns it matches, and
+//! which patterns any value of a target matches.
+
+/// The memo's map, keyed by (address, length, chain) of a request value: a row of chains
+/// per value, so that a value's hundred-odd (value, chain) entries cost one hash insertion,
+/// not one each (the map was a tenth of a GET's time). The value's key is hashed with
+/// rustc-hash's FxHash: the keys are the process's own pointers, not an attacker's strings.
+/// Rows and their lists are kept when cleared, for the next request.
+#[derive(Debug, Default)]
+pub(crate) struct MemoMap {
+    /// By value: its row.
+    rows: rustc_hash::FxHashMap<(usize, usize), u32>,
+    /// By row, by chain: 1 + the memo's index in `memos`, or 0.
+    chains: Vec<Vec<u32>>,
+    /// The rows in use (`chains` beyond are kept lists).
+    used: usize,
+    memos: Vec<Memo>,
+}
+
+impl MemoMap {
+    pub(crate) fn get(&self, (addr, len, chain): (usize, usize, u32)) -> Option<&Memo> {
+        let row = *self.rows.get(&(addr, len))? as usize;
+        let at = *self.chains[row].get(chain as usize)?;
+        at.checked_sub(1).map(|i| &self.memos[i as usize])
+    }
+
+    pub(crate) fn get_mut(&mut self, (addr, len, chain): (usize, usize, u32)) -> Option<&mut Memo> {
+        let row = *self.rows.get(&(addr, len))? as usize;
+        let at = *self.chains[row].get(chain as usize)?;
+        at.checked_sub(1).map(|i| &mut self.memos[i as usize])
+    }
+
+    pub(crate) fn contains_key(&self, key: (usize, usize, u32)) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Sets the memo at `key` (replacing any).
+    pub(crate) fn insert(&mut self, (addr, len, chain): (usize, usize, u32), memo: Memo) {
+        let used = self.used;
+        let row = *self
+            .rows
+            .entry((addr, len))
+            .or_insert_with(|| u32::try_from(used).unwrap_or(u32::MAX)) as usize;
+        if row == self.used {
+            self.used += 1;
+            match self.chains.get_mut(row) {
+                Some(list) => list.clear(),
+                None => self.chains.push(Vec::new()),
+            }
+        }
+        let Some(list) = self.chains.get_mut(row) else {
+            return;
+        };
+        let c = chain as usize;
+        if list.len() <= c {
+            list.resize(c + 1, 0);
+        }
+        match list[c].checked_sub(1) {
+            Some(i) => self.memos[i as usize] = memo,
+            None => {
+                self.memos.push(memo);
+                list[c] = u32::try_from(self.memos.len()).unwrap_or(u32::MAX);
+            }
+        }
+    }
+
+    /// How many (value, chain) memos it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.memos.len()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.rows.clear();
+        self.used = 0;
+        self.memos.clear();
+    }
+}
+
+/// What the rules of a phase learn about the request's values and keep for the next rule:
+/// cleared together whenever the request's data change.
+#[derive(Debug, Default)]
+pub(crate) struct Memos {
+    /// Each value through each chain (and its prefilter hits).
+    pub(crate) values: MemoMap,
+    /// For a target's values through a chain (by the plan's target summary and the chain):
+    /// the chain's prefilter patterns that any of them matches, a bit each. A rule whose
+    /// pattern is not among them skips the target without looking at its values.
+    /// Keyed by (summary, chain, prefilter unit): a unit's patterns are answered together.
+    pub(crate) unions: rustc_hash::FxHashMap<(u32, u32, u32), Vec<u64>>,
+    /// Where a step writes before the memo knows whether it changed the value.
+    pub(crate) buf: Vec<u8>,
+}
+
+impl Memos {
+    pub(crate) fn clear(&mut self) {
+        self.values.clear();
+        self.unions.clear();
+    }
+}
+
+/// A request value through one transformation chain.
+#[derive(Debug, Default)]
+pub(crate) struct Memo {
+    /// The value through the chain; empty where `same` says where it is.
+    pub(crate) value: Vec<u8>,
+    /// Where the chain's last step changed nothing: the memo of a chain it extends holds
+    /// the value (`Some(Some(chain))`, the nearest whose last step changed it), or it is
+    /// the request's own (`Some(None)`; also for the chain of no step). Most steps change most values in nothing (a lower-cased
+    /// header lower-cased again, a value with no `%` URL-decoded), and a copy of each was
+    /// an allocation per value and chain.
+    pub(crate) same: Option<Option<u32>>,
+    /// The prefilter units (`PatternSet::unit`) `value` was scanned by.
+    pub(crate) units: Units,
+    /// The chain's prefilter patterns of those units that match `value`.
+    pub(crate) hits: Vec<usize>,
+}
+
+/// A set of prefilter units: a bit each for the first 64 (a chain's automata; a value
+/// is asked a few of them, and a list was an allocation per value and chain), listed
+/// beyond (the units of patterns on PCRE2 alone).
+#[derive(Debug, Default)]
+pub(crate) struct Units {
+    low: u64,
+    high: Vec<u32>,
+}
+
+impl Units {
+    pub(crate) fn contains(&self, unit: u32) -> bool {
+        match 1u64.checked_shl(unit) {
+            Some(bit) => self.low & bit != 0,
+            None => self.high.contains(&unit),
+        }
+    }
+
+    pub(crate) fn insert(&mut self, unit: u32) {
+        match 1u64.checked_shl(unit) {
+            Some(bit) => self.low |= bit,
+            None => self.high.push(unit),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Memo, MemoMap, Units};
+
+    #[test]
+    fn units_hold_low_and_high_numbers_apart() {
+        let mut u = Units::default();
+        for n in [0, 5, 63, 64, 1000] {
+            assert!(!u.contains(n), "{n} before");
+            u.insert(n);
+            assert!(u.contains(n), "{n} after");
+        }
+        for n in [1, 62, 65, 999, u32::MAX] {
+            assert!(!u.contains(n), "{n} never inserted");
+        }
+    }
+
+    fn memo(bytes: &[u8]) -> Memo {
+        Memo {
+            value: bytes.to_vec(),
+            ..Memo::default()
+        }
+    }
+
+    #[test]
+    fn the_memo_map_keeps_each_value_and_chain_apart_across_clears() {
+        let mut m = MemoMap::default();
+        for round in 0..3u8 {
+            for (addr, len, chain) in [(10, 2, 0), (10, 2, 7), (10, 3, 7), (99, 2, 1)] {
+                assert!(!m.contains_key((addr, len, chain)), "round {round}: before");
+                let bytes = [round, addr as u8, len as u8, chain as u8];
+                m.insert((addr, len, chain), memo(&bytes));
+                assert_eq!(
+                    m.get((addr, len, chain)).map(|e| &e.value[..]),
+                    Some(&bytes[..])
+                );
+            }
+            assert_eq!(m.get((10, 2, 1)).map(|e| e.value.len()), None);
+            assert_eq!(m.get((10, 2, 700)).map(|e| e.value.len()), None);
+            m.insert((10, 2, 7), memo(b"again"));
+            assert_eq!(m.get((10, 2, 7)).map(|e| &e.value[..]), Some(&b"again"[..]));
+            assert_eq!(m.get((10, 3, 7)).map(|e| e.value[0]), Some(round));
+            if let Some(e) = m.get_mut((99, 2, 1)) {
+                e.value.push(b'!');
+            }
+            assert_eq!(m.get((99, 2, 1)).map(|e| e.value.len()), Some(5));
+            assert_eq!(m.len(), 4);
+            m.clear();
+            assert_eq!(m.len(), 0);
+        }
+    }
+}
