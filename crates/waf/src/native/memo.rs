@@ -2,9 +2,9 @@
 //! each value through each transformation chain, which prefilter patterns it matches, and
 //! which patterns any value of a target matches.
 
-/// The memo's map, keyed by (address, length, chain) of a request value: a row of chains
-/// per value, so that a value's hundred-odd (value, chain) entries cost one hash insertion,
-/// not one each (the map was a tenth of a GET's time). The value's key is hashed with
+/// The memo's map, keyed by a request value's (address, length) and a chain: a row of
+/// chains per value, so that a value's hundred-odd (value, chain) entries cost one hash
+/// lookup per rule, not one per entry and step (the map was a tenth of a GET's time). The value's key is hashed with
 /// rustc-hash's FxHash: the keys are the process's own pointers, not an attacker's strings.
 /// Rows and their lists are kept when cleared, for the next request.
 #[derive(Debug, Default)]
@@ -13,43 +13,44 @@ pub(crate) struct MemoMap {
     rows: rustc_hash::FxHashMap<(usize, usize), u32>,
     /// By row, by chain: 1 + the memo's index in `memos`, or 0.
     chains: Vec<Vec<u32>>,
-    /// The rows in use (`chains` beyond are kept lists).
+    /// The rows in use (`chains` beyond are kept lists, asked of by no one: a row from
+    /// before a clear finds nothing).
     used: usize,
     memos: Vec<Memo>,
 }
 
 impl MemoMap {
-    pub(crate) fn get(&self, (addr, len, chain): (usize, usize, u32)) -> Option<&Memo> {
-        let row = *self.rows.get(&(addr, len))? as usize;
-        let at = *self.chains[row].get(chain as usize)?;
-        at.checked_sub(1).map(|i| &self.memos[i as usize])
-    }
-
-    pub(crate) fn get_mut(&mut self, (addr, len, chain): (usize, usize, u32)) -> Option<&mut Memo> {
-        let row = *self.rows.get(&(addr, len))? as usize;
-        let at = *self.chains[row].get(chain as usize)?;
-        at.checked_sub(1).map(|i| &mut self.memos[i as usize])
-    }
-
-    pub(crate) fn contains_key(&self, key: (usize, usize, u32)) -> bool {
-        self.get(key).is_some()
-    }
-
-    /// Sets the memo at `key` (replacing any).
-    pub(crate) fn insert(&mut self, (addr, len, chain): (usize, usize, u32), memo: Memo) {
+    /// The row of the request value at `addr` with `len` bytes, made if it has none: asked
+    /// once per value and rule, and the row then indexed by chain.
+    pub(crate) fn row(&mut self, addr: usize, len: usize) -> u32 {
         let used = self.used;
         let row = *self
             .rows
             .entry((addr, len))
-            .or_insert_with(|| u32::try_from(used).unwrap_or(u32::MAX)) as usize;
-        if row == self.used {
+            .or_insert_with(|| u32::try_from(used).expect("fewer than 4 billion values"));
+        if row as usize == self.used {
             self.used += 1;
-            match self.chains.get_mut(row) {
+            match self.chains.get_mut(used) {
                 Some(list) => list.clear(),
                 None => self.chains.push(Vec::new()),
             }
         }
-        let Some(list) = self.chains.get_mut(row) else {
+        row
+    }
+
+    pub(crate) fn get(&self, row: u32, chain: u32) -> Option<&Memo> {
+        let at = *self.chains[..self.used].get(row as usize)?.get(chain as usize)?;
+        at.checked_sub(1).map(|i| &self.memos[i as usize])
+    }
+
+    pub(crate) fn get_mut(&mut self, row: u32, chain: u32) -> Option<&mut Memo> {
+        let at = *self.chains[..self.used].get(row as usize)?.get(chain as usize)?;
+        at.checked_sub(1).map(|i| &mut self.memos[i as usize])
+    }
+
+    /// Sets the memo of `row` ([`MemoMap::row`]) and `chain` (replacing any).
+    pub(crate) fn insert(&mut self, row: u32, chain: u32, memo: Memo) {
+        let Some(list) = self.chains[..self.used].get_mut(row as usize) else {
             return;
         };
         let c = chain as usize;
@@ -60,7 +61,7 @@ impl MemoMap {
             Some(i) => self.memos[i as usize] = memo,
             None => {
                 self.memos.push(memo);
-                list[c] = u32::try_from(self.memos.len()).unwrap_or(u32::MAX);
+                list[c] = u32::try_from(self.memos.len()).expect("fewer than 4 billion memos");
             }
         }
     }
@@ -169,27 +170,31 @@ mod tests {
     fn the_memo_map_keeps_each_value_and_chain_apart_across_clears() {
         let mut m = MemoMap::default();
         for round in 0..3u8 {
+            let mut rows = Vec::new();
             for (addr, len, chain) in [(10, 2, 0), (10, 2, 7), (10, 3, 7), (99, 2, 1)] {
-                assert!(!m.contains_key((addr, len, chain)), "round {round}: before");
+                let row = m.row(addr, len);
+                rows.push(row);
+                assert!(m.get(row, chain).is_none(), "round {round}: before");
                 let bytes = [round, addr as u8, len as u8, chain as u8];
-                m.insert((addr, len, chain), memo(&bytes));
-                assert_eq!(
-                    m.get((addr, len, chain)).map(|e| &e.value[..]),
-                    Some(&bytes[..])
-                );
+                m.insert(row, chain, memo(&bytes));
+                assert_eq!(m.get(row, chain).map(|e| &e.value[..]), Some(&bytes[..]));
             }
-            assert_eq!(m.get((10, 2, 1)).map(|e| e.value.len()), None);
-            assert_eq!(m.get((10, 2, 700)).map(|e| e.value.len()), None);
-            m.insert((10, 2, 7), memo(b"again"));
-            assert_eq!(m.get((10, 2, 7)).map(|e| &e.value[..]), Some(&b"again"[..]));
-            assert_eq!(m.get((10, 3, 7)).map(|e| e.value[0]), Some(round));
-            if let Some(e) = m.get_mut((99, 2, 1)) {
+            assert_eq!(rows[0], rows[1], "one value, one row");
+            assert!(rows[1] != rows[2] && rows[2] != rows[3], "{rows:?}");
+            assert!(m.get(rows[0], 1).is_none());
+            assert!(m.get(rows[0], 700).is_none());
+            assert!(m.get(99, 0).is_none(), "a row never made");
+            m.insert(rows[1], 7, memo(b"again"));
+            assert_eq!(m.get(rows[1], 7).map(|e| &e.value[..]), Some(&b"again"[..]));
+            assert_eq!(m.get(rows[2], 7).map(|e| e.value[0]), Some(round));
+            if let Some(e) = m.get_mut(rows[3], 1) {
                 e.value.push(b'!');
             }
-            assert_eq!(m.get((99, 2, 1)).map(|e| e.value.len()), Some(5));
+            assert_eq!(m.get(rows[3], 1).map(|e| e.value.len()), Some(5));
             assert_eq!(m.len(), 4);
             m.clear();
             assert_eq!(m.len(), 0);
+            assert!(m.get(rows[2], 7).is_none(), "cleared");
         }
     }
 }

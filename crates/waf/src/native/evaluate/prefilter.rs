@@ -89,22 +89,22 @@ impl NativeRules {
             return Some(f(&out));
         };
         let mut memo = t.memo.borrow_mut();
-        let key = (addr, len, chain);
-        self.memoize(&mut memo, key, &v.bytes);
-        let entry = memo.values.get_mut(key)?;
+        let row = memo.values.row(addr, len);
+        self.memoize(&mut memo, row, chain, &v.bytes);
+        let entry = memo.values.get_mut(row, chain)?;
         if !entry.units.contains(unit) {
             let mut hits = std::mem::take(&mut entry.hits);
             set.scan(
                 unit as usize,
-                resolved(&memo, key, &v.bytes),
+                resolved(&memo, row, chain, &v.bytes),
                 scratch,
                 &mut hits,
             );
-            let entry = memo.values.get_mut(key)?;
+            let entry = memo.values.get_mut(row, chain)?;
             entry.hits = hits;
             entry.units.insert(unit);
         }
-        memo.values.get(key).map(|e| f(&e.hits))
+        memo.values.get(row, chain).map(|e| f(&e.hits))
     }
 
     /// Calls `f` with `v` through the link's chain, from the memo where another rule of the
@@ -124,20 +124,19 @@ impl NativeRules {
             return f(&self.apply_chain(chain, &v.bytes));
         };
         let mut memo = t.memo.borrow_mut();
-        let key = (addr, len, chain);
-        self.memoize(&mut memo, key, &v.bytes);
-        f(resolved(&memo, key, &v.bytes));
+        let row = memo.values.row(addr, len);
+        self.memoize(&mut memo, row, chain, &v.bytes);
+        f(resolved(&memo, row, chain, &v.bytes));
     }
 
-    /// Puts in `memo` the request's value `raw` (at `key`: its address, length and
-    /// chain) through the chain, from its parent's result where the chain has one
-    /// (memoized first, in turn): each step runs once per value, whichever chains share
-    /// it. A step that changes nothing is recorded as such, without a copy.
-    fn memoize(&self, memo: &mut Memos, key: (usize, usize, u32), raw: &[u8]) {
-        if memo.values.contains_key(key) {
+    /// Puts in `memo` the request's value `raw` (its `row` in the memo) through `chain`,
+    /// from its parent's result where the chain has one (memoized first, in turn): each
+    /// step runs once per value, whichever chains share it. A step that changes nothing is
+    /// recorded as such, without a copy.
+    fn memoize(&self, memo: &mut Memos, row: u32, chain: u32, raw: &[u8]) {
+        if memo.values.get(row, chain).is_some() {
             return;
         }
-        let (addr, len, chain) = key;
         let steps = &self.plan.chains[chain as usize];
         let parent = self.plan.parents[chain as usize];
         let (value, same) = match steps.last() {
@@ -146,11 +145,11 @@ impl NativeRules {
             Some(_) if parent.is_none() && steps.len() > 1 => (self.apply_chain(chain, raw), None),
             Some(last) => {
                 if let Some(p) = parent {
-                    self.memoize(memo, (addr, len, p), raw);
+                    self.memoize(memo, row, p, raw);
                 }
                 let mut buf = std::mem::take(&mut memo.buf);
                 let input = match parent {
-                    Some(p) => resolved(memo, (addr, len, p), raw),
+                    Some(p) => resolved(memo, row, p, raw),
                     None => raw,
                 };
                 last.apply(input, &mut buf);
@@ -158,7 +157,7 @@ impl NativeRules {
                     memo.buf = buf;
                     // Where the parent's bytes are: one lookup to resolve, however many
                     // steps in a row changed nothing.
-                    let holder = parent.and_then(|p| match memo.values.get((addr, len, p)) {
+                    let holder = parent.and_then(|p| match memo.values.get(row, p) {
                         Some(Memo { same: Some(h), .. }) => *h,
                         _ => Some(p),
                     });
@@ -169,7 +168,8 @@ impl NativeRules {
             }
         };
         memo.values.insert(
-            key,
+            row,
+            chain,
             Memo {
                 value,
                 same,
@@ -189,12 +189,11 @@ impl NativeRules {
     }
 }
 
-/// The bytes of the memo at `key` (a value of the request's data whose own bytes are
-/// `raw`, through a chain memoized before): its own, or those of the memo or value its
-/// last steps left unchanged.
-fn resolved<'m>(memo: &'m Memos, key: (usize, usize, u32), raw: &'m [u8]) -> &'m [u8] {
-    let (addr, len, mut chain) = key;
-    while let Some(m) = memo.values.get((addr, len, chain)) {
+/// The bytes of the memo of `row` and `chain` (a value of the request's data whose own
+/// bytes are `raw`, through a chain memoized before): its own, or those of the memo or
+/// value its last steps left unchanged.
+fn resolved<'m>(memo: &'m Memos, row: u32, mut chain: u32, raw: &'m [u8]) -> &'m [u8] {
+    while let Some(m) = memo.values.get(row, chain) {
         match m.same {
             None => return &m.value,
             Some(None) => return raw,
