@@ -359,6 +359,9 @@ impl NativeRules {
         let mut changed = false;
         for tr in &self.plan.chains[link.plan.chain as usize] {
             let input: &[u8] = if changed { &current } else { value };
+            if tr.leaves(input) {
+                continue;
+            }
             tr.apply(input, &mut next);
             if next != input {
                 f(&next);

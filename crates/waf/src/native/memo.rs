@@ -39,12 +39,16 @@ impl MemoMap {
     }
 
     pub(crate) fn get(&self, row: u32, chain: u32) -> Option<&Memo> {
-        let at = *self.chains[..self.used].get(row as usize)?.get(chain as usize)?;
+        let at = *self.chains[..self.used]
+            .get(row as usize)?
+            .get(chain as usize)?;
         at.checked_sub(1).map(|i| &self.memos[i as usize])
     }
 
     pub(crate) fn get_mut(&mut self, row: u32, chain: u32) -> Option<&mut Memo> {
-        let at = *self.chains[..self.used].get(row as usize)?.get(chain as usize)?;
+        let at = *self.chains[..self.used]
+            .get(row as usize)?
+            .get(chain as usize)?;
         at.checked_sub(1).map(|i| &mut self.memos[i as usize])
     }
 

@@ -127,6 +127,30 @@ impl Transform {
 }
 
 impl Transform {
+    /// Whether `input` comes through unchanged, known without running the step: no byte it
+    /// acts on is there (most values hold no `%`, `\`, `&` or capital). The memo then
+    /// records the step as changing nothing, with neither a copy nor a comparison. False
+    /// where it is not known so.
+    pub(crate) fn leaves(self, input: &[u8]) -> bool {
+        let none_of = |set: &[u8]| !input.iter().any(|b| set.contains(b));
+        match self {
+            Transform::Lowercase => !input.iter().any(u8::is_ascii_uppercase),
+            Transform::Uppercase => !input.iter().any(u8::is_ascii_lowercase),
+            Transform::UrlDecode | Transform::UrlDecodeUni => none_of(b"%+"),
+            Transform::JsDecode | Transform::EscapeSeqDecode => none_of(b"\\"),
+            // libmodsecurity's cssDecode stops at a NUL, as a C string does.
+            Transform::CssDecode => none_of(b"\\\0"),
+            Transform::HtmlEntityDecode => none_of(b"&"),
+            // A value of one `.` is the path's own segment, and resolves to nothing.
+            Transform::NormalizePath => none_of(b"/") && input != b".",
+            Transform::NormalizePathWin => none_of(b"/\\") && input != b".",
+            Transform::RemoveNulls | Transform::ReplaceNulls => none_of(b"\0"),
+            // An ASCII byte is itself, but a NUL is dropped.
+            Transform::Utf8ToUnicode => input.iter().all(|&b| b != 0 && b < 0x80),
+            _ => false,
+        }
+    }
+
     /// Writes the transformed `input` into `out` (cleared first), so that a rule's chain
     /// reuses two buffers for every value it sees. Values are bytes, not text: every
     /// transformation takes any input, as libmodsecurity's do.

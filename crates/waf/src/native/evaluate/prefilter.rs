@@ -152,8 +152,11 @@ impl NativeRules {
                     Some(p) => resolved(memo, row, p, raw),
                     None => raw,
                 };
-                last.apply(input, &mut buf);
-                if buf == input {
+                let same = last.leaves(input) || {
+                    last.apply(input, &mut buf);
+                    buf == input
+                };
+                if same {
                     memo.buf = buf;
                     // Where the parent's bytes are: one lookup to resolve, however many
                     // steps in a row changed nothing.

@@ -234,9 +234,11 @@ impl Table {
         &'a self,
         key: &'k [u8],
     ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + use<'a, 'k> {
+        // Each entry's hash is kept: most keys are told apart without reading them.
+        let code = hash(key);
         self.nodes()
+            .filter(move |&i| self.codes[i] == code && self.entries[i].0.eq_ignore_ascii_case(key))
             .map(|i| (self.entries[i].0.as_slice(), self.entries[i].1.as_slice()))
-            .filter(move |(k, _)| k.eq_ignore_ascii_case(key))
     }
 
     /// The first value for `key` (`resolveFirst`), or `None`.
