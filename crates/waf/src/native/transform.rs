@@ -132,21 +132,24 @@ impl Transform {
     /// records the step as changing nothing, with neither a copy nor a comparison. False
     /// where it is not known so.
     pub(crate) fn leaves(self, input: &[u8]) -> bool {
-        let none_of = |set: &[u8]| !input.iter().any(|b| set.contains(b));
         match self {
-            Transform::Lowercase => !input.iter().any(u8::is_ascii_uppercase),
-            Transform::Uppercase => !input.iter().any(u8::is_ascii_lowercase),
-            Transform::UrlDecode | Transform::UrlDecodeUni => none_of(b"%+"),
-            Transform::JsDecode | Transform::EscapeSeqDecode => none_of(b"\\"),
+            Transform::Lowercase => !any_byte(input, |b| b.is_ascii_uppercase()),
+            Transform::Uppercase => !any_byte(input, |b| b.is_ascii_lowercase()),
+            Transform::UrlDecode | Transform::UrlDecodeUni => {
+                !any_byte(input, |b| (b == b'%') | (b == b'+'))
+            }
+            Transform::JsDecode | Transform::EscapeSeqDecode => !any_byte(input, |b| b == b'\\'),
             // libmodsecurity's cssDecode stops at a NUL, as a C string does.
-            Transform::CssDecode => none_of(b"\\\0"),
-            Transform::HtmlEntityDecode => none_of(b"&"),
+            Transform::CssDecode => !any_byte(input, |b| (b == b'\\') | (b == 0)),
+            Transform::HtmlEntityDecode => !any_byte(input, |b| b == b'&'),
             // A value of one `.` is the path's own segment, and resolves to nothing.
-            Transform::NormalizePath => none_of(b"/") && input != b".",
-            Transform::NormalizePathWin => none_of(b"/\\") && input != b".",
-            Transform::RemoveNulls | Transform::ReplaceNulls => none_of(b"\0"),
+            Transform::NormalizePath => !any_byte(input, |b| b == b'/') && input != b".",
+            Transform::NormalizePathWin => {
+                !any_byte(input, |b| (b == b'/') | (b == b'\\')) && input != b"."
+            }
+            Transform::RemoveNulls | Transform::ReplaceNulls => !any_byte(input, |b| b == 0),
             // An ASCII byte is itself, but a NUL is dropped.
-            Transform::Utf8ToUnicode => input.iter().all(|&b| b != 0 && b < 0x80),
+            Transform::Utf8ToUnicode => !any_byte(input, |b| (b == 0) | (b >= 0x80)),
             _ => false,
         }
     }
@@ -191,4 +194,13 @@ impl Transform {
             Transform::Utf8ToUnicode => text::utf8_to_unicode(input, out),
         }
     }
+}
+
+/// Whether `hit` holds for a byte of `input`: tested a block at a time with no early exit
+/// inside a block, which the compiler turns into vector code (a byte-by-byte `any` was an
+/// eighth of a 10 KiB POST's time).
+fn any_byte(input: &[u8], hit: impl Fn(u8) -> bool) -> bool {
+    input
+        .chunks(64)
+        .any(|block| block.iter().fold(false, |found, &b| found | hit(b)))
 }
