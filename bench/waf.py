@@ -149,57 +149,30 @@ files = [{files}]
 name = "crs-native"
 engine = "native"
 files = [{files}]
-[[listener]]
-name = "none"
-address = "127.0.0.1:{SLUICE['none']}"
-request_id = false
-[[listener]]
-name = "waf"
-address = "127.0.0.1:{SLUICE['waf']}"
-request_id = false
-[[listener]]
-name = "native"
-address = "127.0.0.1:{SLUICE['native']}"
-request_id = false
-[[listener]]
-name = "native-pl2"
-address = "127.0.0.1:{SLUICE['native pl2']}"
-request_id = false
-[[listener]]
-name = "waf-pl2"
-address = "127.0.0.1:{SLUICE['waf pl2']}"
+""" + "".join(sluice_listener(key) for key in SLUICE)
+
+
+def sluice_listener(key):
+    """One listener of `SLUICE` and its route: "none" without a WAF, "waf" on libmodsecurity,
+    "native" on the native engine, " pl2" at paranoia level 2."""
+    name = key.replace(" ", "-")
+    engine, _, level = key.partition(" ")
+    out = f"""[[listener]]
+name = "{name}"
+address = "127.0.0.1:{SLUICE[key]}"
 request_id = false
 [[route]]
-name = "native"
-listeners = ["native"]
+name = "{name}"
+listeners = ["{name}"]
 upstream = "o"
-[route.waf]
-ruleset = "crs-native"
-[[route]]
-name = "native-pl2"
-listeners = ["native-pl2"]
-upstream = "o"
-[route.waf]
-ruleset = "crs-native"
-paranoia_level = 2
-[[route]]
-name = "waf-pl2"
-listeners = ["waf-pl2"]
-upstream = "o"
-[route.waf]
-ruleset = "crs"
-paranoia_level = 2
-[[route]]
-name = "none"
-listeners = ["none"]
-upstream = "o"
-[[route]]
-name = "waf"
-listeners = ["waf"]
-upstream = "o"
-[route.waf]
-ruleset = "crs"
 """
+    if engine != "none":
+        out += f"""[route.waf]
+ruleset = "{'crs-native' if engine == 'native' else 'crs'}"
+"""
+    if level == "pl2":
+        out += "paranoia_level = 2\n"
+    return out
 
 
 def h2load(port, duration, kind, d):
