@@ -2,6 +2,8 @@
 //! each value through each transformation chain, which prefilter patterns it matches, and
 //! which patterns any value of a target matches.
 
+use super::transform::Held;
+
 /// The memo's map, keyed by a request value's (address, length) and a chain: a row of
 /// chains per value, so that a value's hundred-odd (value, chain) entries cost one hash
 /// lookup per rule, not one per entry and step (the map was a tenth of a GET's time). The value's key is hashed with
@@ -13,6 +15,8 @@ pub(crate) struct MemoMap {
     rows: rustc_hash::FxHashMap<(usize, usize), u32>,
     /// By row, by chain: 1 + the memo's index in `memos`, or 0.
     chains: Vec<Vec<u32>>,
+    /// By row: the bytes its value holds, once asked (long values only).
+    held: Vec<Option<Held>>,
     /// The rows in use (`chains` beyond are kept lists, asked of by no one: a row from
     /// before a clear finds nothing).
     used: usize,
@@ -34,6 +38,10 @@ impl MemoMap {
                 Some(list) => list.clear(),
                 None => self.chains.push(Vec::new()),
             }
+            match self.held.get_mut(used) {
+                Some(held) => *held = None,
+                None => self.held.push(None),
+            }
         }
         row
     }
@@ -50,6 +58,16 @@ impl MemoMap {
             .get(row as usize)?
             .get(chain as usize)?;
         at.checked_sub(1).map(|i| &mut self.memos[i as usize])
+    }
+
+    /// The bytes held by `value`, the value of `row` ([`MemoMap::row`]): summarized at the
+    /// first ask, so that each step asked of it reads 32 bytes, not the value.
+    pub(crate) fn held(&mut self, row: u32, value: &[u8]) -> Held {
+        match self.held[..self.used].get_mut(row as usize) {
+            Some(Some(held)) => *held,
+            Some(slot) => *slot.insert(Held::of(value)),
+            None => Held::of(value),
+        }
     }
 
     /// Sets the memo of `row` ([`MemoMap::row`]) and `chain` (replacing any).

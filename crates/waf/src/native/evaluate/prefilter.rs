@@ -147,24 +147,26 @@ impl NativeRules {
                 if let Some(p) = parent {
                     self.memoize(memo, row, p, raw);
                 }
+                // The chain whose memo holds the step's input (none: the value's own bytes).
+                let from = parent.and_then(|p| match memo.values.get(row, p) {
+                    Some(Memo { same: Some(h), .. }) => *h,
+                    _ => Some(p),
+                });
+                // A long value of the request's own is asked by the summary of its bytes.
+                let known = (from.is_none() && raw.len() >= SUMMARIZED)
+                    .then(|| last.leaves_held(memo.values.held(row, raw)));
                 let mut buf = std::mem::take(&mut memo.buf);
-                let input = match parent {
-                    Some(p) => resolved(memo, row, p, raw),
+                let input = match from {
+                    Some(c) => memo.values.get(row, c).map_or(raw, |m| &m.value[..]),
                     None => raw,
                 };
-                let same = last.leaves(input) || {
+                let same = known.unwrap_or_else(|| last.leaves(input)) || {
                     last.apply(input, &mut buf);
                     buf == input
                 };
                 if same {
                     memo.buf = buf;
-                    // Where the parent's bytes are: one lookup to resolve, however many
-                    // steps in a row changed nothing.
-                    let holder = parent.and_then(|p| match memo.values.get(row, p) {
-                        Some(Memo { same: Some(h), .. }) => *h,
-                        _ => Some(p),
-                    });
-                    (Vec::new(), Some(holder))
+                    (Vec::new(), Some(from))
                 } else {
                     (buf, None)
                 }
@@ -191,6 +193,10 @@ impl NativeRules {
         current
     }
 }
+
+/// Values at least this long are asked whether a step changes them by the summary of the
+/// bytes they hold ([`crate::native::memo::MemoMap::held`]), made once.
+const SUMMARIZED: usize = 256;
 
 /// The bytes of the memo of `row` and `chain` (a value of the request's data whose own
 /// bytes are `raw`, through a chain memoized before): its own, or those of the memo or

@@ -7,7 +7,7 @@
 //! whose `logdata` carries it into the match record. Slices stay under [`MAX_DATA`], so
 //! neither libmodsecurity nor Sluice truncates them.
 
-use super::{NAMES, Transform};
+use super::{Held, NAMES, Transform};
 use crate::engine::MAX_MESSAGES;
 use crate::rules::pieces;
 use crate::tests::{get, route};
@@ -293,6 +293,13 @@ fn compare(oracle: &Oracle, values: &[Vec<u8>]) -> (usize, Vec<String>) {
                 .expect("every rule's first slice matches");
             t.apply(value, &mut out);
             compared += 1;
+            if value.len() > 1 && t.leaves_held(Held::of(value)) != t.leaves(value) {
+                mismatches.push(format!(
+                    "t:{} on b\"{}\": the summary of its bytes and the value disagree",
+                    t.name(),
+                    show(value),
+                ));
+            }
             if t.leaves(value) && out != *value {
                 mismatches.push(format!(
                     "t:{} on b\"{}\" is said to leave it as it is, and gives b\"{}\"",
