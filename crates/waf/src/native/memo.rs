@@ -6,9 +6,10 @@ use super::transform::Held;
 
 /// The memo's map, keyed by a request value's (address, length) and a chain: a row of
 /// chains per value, so that a value's hundred-odd (value, chain) entries cost one hash
-/// lookup per rule, not one per entry and step (the map was a tenth of a GET's time). The value's key is hashed with
-/// rustc-hash's FxHash: the keys are the process's own pointers, not an attacker's strings.
-/// Rows and their lists are kept when cleared, for the next request.
+/// lookup per rule, not one per entry and step (the map was a tenth of a GET's time). The
+/// value's key is hashed with rustc-hash's FxHash: the keys are the process's own
+/// pointers, not an attacker's strings. Rows and their lists are kept when cleared, for
+/// the next request.
 #[derive(Debug, Default)]
 pub(crate) struct MemoMap {
     /// By value: its row.
@@ -129,9 +130,9 @@ pub(crate) struct Memo {
     pub(crate) value: Vec<u8>,
     /// Where the chain's last step changed nothing: the memo of a chain it extends holds
     /// the value (`Some(Some(chain))`, the nearest whose last step changed it), or it is
-    /// the request's own (`Some(None)`; also for the chain of no step). Most steps change most values in nothing (a lower-cased
-    /// header lower-cased again, a value with no `%` URL-decoded), and a copy of each was
-    /// an allocation per value and chain.
+    /// the request's own (`Some(None)`; also for the chain of no step). Most steps change
+    /// most values in nothing (a lower-cased header lower-cased again, a value with no `%`
+    /// URL-decoded), and a copy of each was an allocation per value and chain.
     pub(crate) same: Option<Option<u32>>,
     /// The prefilter units (`PatternSet::unit`) `value` was scanned by.
     pub(crate) units: Units,

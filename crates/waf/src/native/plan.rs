@@ -217,9 +217,10 @@ impl Chains {
     }
 
     /// The chains and their prefilters, each chain's patterns ordered by paranoia level
-    /// (the links' pattern indexes renumbered to match, and their units filled in). A prefilter scans a value with
-    /// an automaton only once a rule asks one of its patterns; with the patterns of
-    /// paranoia level 1 together, a site at level 1 never runs the automata of the others.
+    /// (the links' pattern indexes renumbered to match, and their units filled in). A
+    /// prefilter scans a value with an automaton only once a rule asks one of its
+    /// patterns; with the patterns of paranoia level 1 together, a site at level 1 never
+    /// runs the automata of the others.
     #[allow(
         clippy::type_complexity,
         reason = "the three parts of the plan it makes"
