@@ -436,149 +436,169 @@ fn write_answer(
 
 impl UserData for DictHandle {
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        crate::guard::method(methods, "ngx.shared.DICT", "get", |lua, d, key: Value| {
+        add_reads(methods);
+        add_writes(methods);
+        add_counters(methods);
+        add_housekeeping(methods);
+    }
+}
+
+/// `get` and `get_stale`.
+fn add_reads<M: UserDataMethods<DictHandle>>(methods: &mut M) {
+    crate::guard::method(methods, "ngx.shared.DICT", "get", |lua, d, key: Value| {
+        let key = match key_bytes(&key)? {
+            Ok(k) => k,
+            Err(e) => return Ok(MultiValue::from_vec(vec![Value::Nil, e.into_lua(lua)?])),
+        };
+        // One value unless there are flags, as lua-resty-core returns.
+        Ok(match d.0.get(&key, false) {
+            Some((v, 0, _)) => MultiValue::from_vec(vec![v.into_lua(lua)?]),
+            Some((v, flags, _)) => {
+                MultiValue::from_vec(vec![v.into_lua(lua)?, Value::Integer(i64::from(flags))])
+            }
+            None => MultiValue::from_vec(vec![Value::Nil]),
+        })
+    });
+    crate::guard::method(
+        methods,
+        "ngx.shared.DICT",
+        "get_stale",
+        |lua, d, key: Value| {
             let key = match key_bytes(&key)? {
                 Ok(k) => k,
-                Err(e) => return Ok(MultiValue::from_vec(vec![Value::Nil, e.into_lua(lua)?])),
+                Err(e) => return Ok((Value::Nil, Value::String(lua.create_string(e)?), false)),
             };
-            // One value unless there are flags, as lua-resty-core returns.
-            Ok(match d.0.get(&key, false) {
-                Some((v, 0, _)) => MultiValue::from_vec(vec![v.into_lua(lua)?]),
-                Some((v, flags, _)) => {
-                    MultiValue::from_vec(vec![v.into_lua(lua)?, Value::Integer(i64::from(flags))])
+            match d.0.get(&key, true) {
+                Some((v, flags, stale)) => {
+                    let flags = if flags == 0 {
+                        Value::Nil
+                    } else {
+                        Value::Integer(i64::from(flags))
+                    };
+                    Ok((v.into_lua(lua)?, flags, stale))
                 }
-                None => MultiValue::from_vec(vec![Value::Nil]),
-            })
-        });
-        crate::guard::method(
-            methods,
-            "ngx.shared.DICT",
-            "get_stale",
-            |lua, d, key: Value| {
-                let key = match key_bytes(&key)? {
-                    Ok(k) => k,
-                    Err(e) => return Ok((Value::Nil, Value::String(lua.create_string(e)?), false)),
-                };
-                match d.0.get(&key, true) {
-                    Some((v, flags, stale)) => {
-                        let flags = if flags == 0 {
-                            Value::Nil
-                        } else {
-                            Value::Integer(i64::from(flags))
-                        };
-                        Ok((v.into_lua(lua)?, flags, stale))
-                    }
-                    None => Ok((Value::Nil, Value::Nil, false)),
-                }
-            },
-        );
-        for (name, how) in [
-            ("set", Write::Set),
-            ("safe_set", Write::SafeSet),
-            ("add", Write::Add),
-            ("safe_add", Write::SafeAdd),
-            ("replace", Write::Replace),
-        ] {
-            crate::guard::method(
-                methods,
-                "ngx.shared.DICT",
-                name,
-                move |lua, d, (key, value, exptime, flags): (Value, Value, Option<f64>, Option<u32>)| {
-                    let ttl = ttl(exptime).map_err(mlua::Error::runtime)?;
-                    match key_bytes(&key)?.and_then(|key| Ok((key, stored(&value)?))) {
-                        Ok((key, value)) => write_answer(lua, Ok(()), || {
-                            d.0.write(how, &key, value, ttl, flags.unwrap_or(0))
-                        }),
-                        Err(e) => write_answer(lua, Err(e), || Ok(false)),
-                    }
-                },
-            );
-        }
-        // lua-resty-core's `delete` is `set(key, nil)`, with its answers.
-        crate::guard::method(
-            methods,
-            "ngx.shared.DICT",
-            "delete",
-            |lua, d, key: Value| match key_bytes(&key)? {
-                Ok(key) => write_answer(lua, Ok(()), || d.0.write(Write::Set, &key, None, None, 0)),
-                Err(e) => write_answer(lua, Err(e), || Ok(false)),
-            },
-        );
-        crate::guard::method(
-            methods,
-            "ngx.shared.DICT",
-            "incr",
-            |lua, d, (key, by, init, ttl): (Value, f64, Option<f64>, Option<f64>)| {
-                let ttl = init_ttl(ttl, init).map_err(mlua::Error::runtime)?;
-                // `n` alone without `init`, as lua-resty-core returns.
-                let values = match key_bytes(&key)?.and_then(|key| d.0.incr(&key, by, init, ttl)) {
-                    Ok((n, _)) if init.is_none() => vec![Value::Number(n)],
-                    Ok((n, forcible)) => {
-                        vec![Value::Number(n), Value::Nil, Value::Boolean(forcible)]
-                    }
-                    Err(e) => vec![Value::Nil, e.into_lua(lua)?],
-                };
-                Ok(MultiValue::from_vec(values))
-            },
-        );
-        crate::guard::method(methods, "ngx.shared.DICT", "ttl", |lua, d, key: Value| {
-            match key_bytes(&key)?.map(|key| d.0.ttl(&key)) {
-                // The seconds alone, as lua-resty-core returns them.
-                Ok(Some(t)) => Ok(MultiValue::from_vec(vec![t.into_lua(lua)?])),
-                Ok(None) => Ok(MultiValue::from_vec(vec![
-                    Value::Nil,
-                    "not found".into_lua(lua)?,
-                ])),
-                Err(e) => Ok(MultiValue::from_vec(vec![Value::Nil, e.into_lua(lua)?])),
+                None => Ok((Value::Nil, Value::Nil, false)),
             }
-        });
+        },
+    );
+}
+
+/// `set`, `safe_set`, `add`, `safe_add`, `replace` and `delete`: lua-resty-core's answers.
+fn add_writes<M: UserDataMethods<DictHandle>>(methods: &mut M) {
+    for (name, how) in [
+        ("set", Write::Set),
+        ("safe_set", Write::SafeSet),
+        ("add", Write::Add),
+        ("safe_add", Write::SafeAdd),
+        ("replace", Write::Replace),
+    ] {
         crate::guard::method(
             methods,
             "ngx.shared.DICT",
-            "expire",
-            |_, d, (key, exptime): (Value, Option<f64>)| {
-                let Some(exptime) = exptime else {
-                    return Err(mlua::Error::runtime("bad \"exptime\" argument"));
-                };
-                let ttl = ttl(Some(exptime)).map_err(mlua::Error::runtime)?;
-                match key_bytes(&key)?.map(|key| d.0.expire(&key, ttl)) {
-                    Ok(true) => Ok((Some(true), None)),
-                    Ok(false) => Ok((None, Some("not found"))),
-                    Err(e) => Ok((None, Some(e))),
+            name,
+            move |lua, d, (key, value, exptime, flags): (Value, Value, Option<f64>, Option<u32>)| {
+                let ttl = ttl(exptime).map_err(mlua::Error::runtime)?;
+                match key_bytes(&key)?.and_then(|key| Ok((key, stored(&value)?))) {
+                    Ok((key, value)) => write_answer(lua, Ok(()), || {
+                        d.0.write(how, &key, value, ttl, flags.unwrap_or(0))
+                    }),
+                    Err(e) => write_answer(lua, Err(e), || Ok(false)),
                 }
             },
         );
-        crate::guard::method(
-            methods,
-            "ngx.shared.DICT",
-            "get_keys",
-            |lua, d, max: Option<usize>| {
-                let keys = d.0.keys(max.unwrap_or(1024));
-                lua.create_sequence_from(
-                    keys.into_iter()
-                        .map(|k| lua.create_string(k))
-                        .collect::<mlua::Result<Vec<LuaString>>>()?,
-                )
-            },
-        );
-        crate::guard::method(methods, "ngx.shared.DICT", "flush_all", |_, d, ()| {
-            d.0.flush_all();
-            Ok(())
-        });
-        crate::guard::method(
-            methods,
-            "ngx.shared.DICT",
-            "flush_expired",
-            |_, d, max: Option<usize>| Ok(d.0.flush_expired(max.unwrap_or(0))),
-        );
-        crate::guard::method(methods, "ngx.shared.DICT", "capacity", |_, d, ()| {
-            Ok(d.0.capacity)
-        });
-        crate::guard::method(methods, "ngx.shared.DICT", "free_space", |_, d, ()| {
-            let (used, cap) = d.0.usage();
-            Ok(cap.saturating_sub(used))
-        });
     }
+    // lua-resty-core's `delete` is `set(key, nil)`, with its answers.
+    crate::guard::method(
+        methods,
+        "ngx.shared.DICT",
+        "delete",
+        |lua, d, key: Value| match key_bytes(&key)? {
+            Ok(key) => write_answer(lua, Ok(()), || d.0.write(Write::Set, &key, None, None, 0)),
+            Err(e) => write_answer(lua, Err(e), || Ok(false)),
+        },
+    );
+}
+
+/// `incr`, `ttl` and `expire`.
+fn add_counters<M: UserDataMethods<DictHandle>>(methods: &mut M) {
+    crate::guard::method(
+        methods,
+        "ngx.shared.DICT",
+        "incr",
+        |lua, d, (key, by, init, ttl): (Value, f64, Option<f64>, Option<f64>)| {
+            let ttl = init_ttl(ttl, init).map_err(mlua::Error::runtime)?;
+            // `n` alone without `init`, as lua-resty-core returns.
+            let values = match key_bytes(&key)?.and_then(|key| d.0.incr(&key, by, init, ttl)) {
+                Ok((n, _)) if init.is_none() => vec![Value::Number(n)],
+                Ok((n, forcible)) => {
+                    vec![Value::Number(n), Value::Nil, Value::Boolean(forcible)]
+                }
+                Err(e) => vec![Value::Nil, e.into_lua(lua)?],
+            };
+            Ok(MultiValue::from_vec(values))
+        },
+    );
+    crate::guard::method(methods, "ngx.shared.DICT", "ttl", |lua, d, key: Value| {
+        match key_bytes(&key)?.map(|key| d.0.ttl(&key)) {
+            // The seconds alone, as lua-resty-core returns them.
+            Ok(Some(t)) => Ok(MultiValue::from_vec(vec![t.into_lua(lua)?])),
+            Ok(None) => Ok(MultiValue::from_vec(vec![
+                Value::Nil,
+                "not found".into_lua(lua)?,
+            ])),
+            Err(e) => Ok(MultiValue::from_vec(vec![Value::Nil, e.into_lua(lua)?])),
+        }
+    });
+    crate::guard::method(
+        methods,
+        "ngx.shared.DICT",
+        "expire",
+        |_, d, (key, exptime): (Value, Option<f64>)| {
+            let Some(exptime) = exptime else {
+                return Err(mlua::Error::runtime("bad \"exptime\" argument"));
+            };
+            let ttl = ttl(Some(exptime)).map_err(mlua::Error::runtime)?;
+            match key_bytes(&key)?.map(|key| d.0.expire(&key, ttl)) {
+                Ok(true) => Ok((Some(true), None)),
+                Ok(false) => Ok((None, Some("not found"))),
+                Err(e) => Ok((None, Some(e))),
+            }
+        },
+    );
+}
+
+/// `get_keys`, `flush_all`, `flush_expired`, `capacity` and `free_space`.
+fn add_housekeeping<M: UserDataMethods<DictHandle>>(methods: &mut M) {
+    crate::guard::method(
+        methods,
+        "ngx.shared.DICT",
+        "get_keys",
+        |lua, d, max: Option<usize>| {
+            let keys = d.0.keys(max.unwrap_or(1024));
+            lua.create_sequence_from(
+                keys.into_iter()
+                    .map(|k| lua.create_string(k))
+                    .collect::<mlua::Result<Vec<LuaString>>>()?,
+            )
+        },
+    );
+    crate::guard::method(methods, "ngx.shared.DICT", "flush_all", |_, d, ()| {
+        d.0.flush_all();
+        Ok(())
+    });
+    crate::guard::method(
+        methods,
+        "ngx.shared.DICT",
+        "flush_expired",
+        |_, d, max: Option<usize>| Ok(d.0.flush_expired(max.unwrap_or(0))),
+    );
+    crate::guard::method(methods, "ngx.shared.DICT", "capacity", |_, d, ()| {
+        Ok(d.0.capacity)
+    });
+    crate::guard::method(methods, "ngx.shared.DICT", "free_space", |_, d, ()| {
+        let (used, cap) = d.0.usage();
+        Ok(cap.saturating_sub(used))
+    });
 }
 
 #[cfg(test)]
