@@ -148,18 +148,12 @@ impl NativeRules {
                     self.memoize(memo, row, p, raw);
                 }
                 // The chain whose memo holds the step's input (none: the value's own bytes).
-                let from = parent.and_then(|p| match memo.values.get(row, p) {
-                    Some(Memo { same: Some(h), .. }) => *h,
-                    _ => Some(p),
-                });
+                let from = parent.and_then(|p| holder(memo, row, p));
                 // A long value of the request's own is asked by the summary of its bytes.
                 let known = (from.is_none() && raw.len() >= SUMMARIZED)
                     .then(|| last.leaves_held(memo.values.held(row, raw)));
                 let mut buf = std::mem::take(&mut memo.buf);
-                let input = match from {
-                    Some(c) => memo.values.get(row, c).map_or(raw, |m| &m.value[..]),
-                    None => raw,
-                };
+                let input = bytes_of(memo, row, from, raw);
                 let same = known.unwrap_or_else(|| last.leaves(input)) || {
                     last.apply(input, &mut buf);
                     buf == input
@@ -201,15 +195,24 @@ const SUMMARIZED: usize = 256;
 /// The bytes of the memo of `row` and `chain` (a value of the request's data whose own
 /// bytes are `raw`, through a chain memoized before): its own, or those of the memo or
 /// value its last steps left unchanged.
-fn resolved<'m>(memo: &'m Memos, row: u32, mut chain: u32, raw: &'m [u8]) -> &'m [u8] {
-    while let Some(m) = memo.values.get(row, chain) {
-        match m.same {
-            None => return &m.value,
-            Some(None) => return raw,
-            Some(Some(parent)) => chain = parent,
-        }
+fn resolved<'m>(memo: &'m Memos, row: u32, chain: u32, raw: &'m [u8]) -> &'m [u8] {
+    bytes_of(memo, row, holder(memo, row, chain), raw)
+}
+
+/// The chain whose memo holds the bytes of `row` through `chain` (itself, or the one its
+/// memo's `same` names: always a memo that holds its bytes), or none for the value's own.
+fn holder(memo: &Memos, row: u32, chain: u32) -> Option<u32> {
+    match memo.values.get(row, chain) {
+        Some(Memo { same: Some(h), .. }) => *h,
+        _ => Some(chain),
     }
-    raw
+}
+
+/// The bytes held by `chain`'s memo of `row` ([`holder`]'s answer), or `raw`.
+fn bytes_of<'m>(memo: &'m Memos, row: u32, chain: Option<u32>, raw: &'m [u8]) -> &'m [u8] {
+    chain
+        .and_then(|c| memo.values.get(row, c))
+        .map_or(raw, |m| &m.value[..])
 }
 
 #[cfg(all(test, feature = "modsecurity"))]
