@@ -736,6 +736,11 @@ def h2load(port, duration, path, h1, clients, streams, headers=(), rps=None):
     m = H2LOAD_RE["data"].search(out)
     r["bytes_per_response"] = int(m.group(1)) / max(r["completed"], 1) if m else 0.0
     r["seconds"] = duration
+    if not r["rate"]:
+        # What h2load saw (status codes, errors, timeouts), for the log of a run that measured
+        # nothing: without it such a run says only "0".
+        r["first_error"] = " | ".join(line.strip() for line in out.splitlines()
+                                      if line.startswith(("requests:", "status codes:"))) or out[-300:]
     return r
 
 
@@ -1215,11 +1220,17 @@ def main():
                             for attempt in range(3):
                                 try:
                                     r = measure(gw, origin, which, sc, duration)
-                                    break
                                 except LoadHung as e:
                                     if attempt == 2:
                                         raise
                                     log(f"  {sc['name']} [{which} run {i + 1}]: {e}; again")
+                                    continue
+                                # A run that measured nothing is run again, its output logged;
+                                # twice more nothing and it stands, failing the run (failed_runs).
+                                why = run_failure(r)
+                                if why is None or attempt == 2:
+                                    break
+                                log(f"  {sc['name']} [{which} run {i + 1}]: {why}; again")
                             row["runs"][which].append(r)
                             log(f"  {sc['name']} [{which} run {i + 1}]: {fmt(r['value'])} {sc['metric']}, "
                                 f"gateway CPU {r['gateway_util']:.0%}, load core CPU {r['load_core_util']:.0%} "
@@ -1286,16 +1297,21 @@ def failed_runs(results):
     for row in results:
         for who, runs in row["runs"].items():
             for i, r in enumerate(runs):
-                why = None
-                if not r.get("value"):
-                    why = f"measured {r.get('value')!r}"
-                elif "completed" in r and not r["completed"]:
-                    why = "no request completed"
-                elif r.get("failed") and r.get("first_error"):
-                    why = f"{r['failed']} failed, first: {r['first_error']}"
+                why = run_failure(r)
                 if why:
                     broken.append(f"{row['name']} [{who} run {i + 1}]: {why}")
     return broken
+
+
+def run_failure(r):
+    """Why one run counts as broken (see failed_runs), or None."""
+    if not r.get("value"):
+        return f"measured {r.get('value')!r}" + (f" ({r['first_error']})" if r.get("first_error") else "")
+    if "completed" in r and not r["completed"]:
+        return "no request completed"
+    if r.get("failed") and r.get("first_error"):
+        return f"{r['failed']} failed, first: {r['first_error']}"
+    return None
 
 
 def comparable(row):
