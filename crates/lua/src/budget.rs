@@ -179,6 +179,37 @@ impl Drop for Running<'_> {
     }
 }
 
+/// For work that runs inside one C call, where the count hook cannot see it (a Lua
+/// pattern's matcher, `crate::pattern`): one tick of [`HOOK_EVERY`] steps, counted once the
+/// running call's budget is armed. True when the call is past its budget: its error
+/// ([`stopped_text`]) is then due, and `pcall` passes it on as it does the hook's.
+pub(crate) fn charge_tick() -> bool {
+    let Ok((main, budget)) = RUNNING.try_with(Cell::get) else {
+        return false;
+    };
+    // SAFETY: the slot names the state and budget of the call running on this thread (set by
+    // `enter`, cleared when its guard drops), which the state keeps alive; reading the hook
+    // mask of the state that runs on this thread.
+    unsafe {
+        let Some(budget) = budget.as_ref() else {
+            return false;
+        };
+        if ffi::lua_gethookmask(main) == 0 {
+            return false;
+        }
+        if budget.ticks.fetch_add(1, Ordering::Relaxed) + 1 > budget.limit {
+            budget.over.store(true, Ordering::Relaxed);
+            return true;
+        }
+    }
+    false
+}
+
+/// What a stopped call's error says.
+pub(crate) fn stopped_text() -> &'static str {
+    STOPPED.to_str().unwrap_or("stopped")
+}
+
 /// The count hook: one tick per [`HOOK_EVERY`] instructions; past the budget an error,
 /// raised again at each tick should the script catch it.
 unsafe extern "C-unwind" fn count_hook(l: *mut ffi::lua_State, _: *mut ffi::lua_Debug) {

@@ -54,6 +54,10 @@ local function gmatch(...)
     local it = ngx.re.gmatch(...)
     if type(it) == "function" then for _ = 1, 4 do it() end end
 end
+local function string_gmatch(...)
+    local it = string.gmatch(...)
+    for _ = 1, 4 do it() end
+end
 local API = {
     ngx.say, ngx.print, ngx.log, ngx.req.set_header, ngx.req.clear_header,
     ngx.req.get_headers, ngx.req.set_method, ngx.req.set_uri, ngx.req.set_uri_args,
@@ -73,6 +77,7 @@ local API = {
     function(v) ngx.ctx = v end,
     function(k, v) ngx.ctx[k] = v end,
     function(v) ngx.arg[1] = v end,
+    string.find, string.match, string_gmatch, string.gsub,
 }
 local calls = 0
 while pos <= n and calls < 64 do

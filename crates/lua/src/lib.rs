@@ -25,6 +25,8 @@ pub mod fuzzing;
 mod gate;
 mod guard;
 mod output;
+mod pattern;
+mod raise;
 mod re;
 mod runner;
 mod shared;

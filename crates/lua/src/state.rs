@@ -190,6 +190,7 @@ impl State {
             .map_or_else(|| Arc::new(AtomicBool::new(false)), |b| b.over.clone());
         let setup = |lua: &Lua, state: std::sync::Weak<State>| -> mlua::Result<Function> {
             lua.load(REMOVED).set_name("=sluice").exec()?;
+            crate::pattern::install(lua)?;
             match &budget {
                 Some(budget) if polled => crate::budget::loaders::install(lua, budget)?,
                 _ => lua.load(TEXT_ONLY).set_name("=sluice").exec()?,

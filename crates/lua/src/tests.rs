@@ -221,6 +221,18 @@ while true do
 end
 '''
 [[route]]
+name = "backtrack"
+upstream = "u"
+[route.lua]
+access = '''
+local s = ("a"):rep(20000)
+while true do
+    pcall(string.find, s, ".-.-.-.-b")
+    pcall(string.gsub, s, ".-.-.-.-b", "")
+    for _ in s:gmatch(".-.-.-.-b") do end
+end
+'''
+[[route]]
 name = "spin_in_coroutine"
 upstream = "u"
 [route.lua]
@@ -247,6 +259,19 @@ coroutine.wrap(function() while true do end end)()
     ));
     assert!(
         stats::for_script("spin", LuaPhase::Access)
+            .stopped
+            .load(Ordering::Relaxed)
+            >= 1
+    );
+    // So does a Lua pattern that backtracks, inside the one call that matches it (LuaJIT's
+    // own matcher held its thread for good: about 10¹⁵ steps here).
+    let lua = rt.scripts("backtrack").unwrap().request(facts());
+    assert!(matches!(
+        run(&lua, LuaPhase::Access, head(&mut get("/"))),
+        Outcome::Failed
+    ));
+    assert!(
+        stats::for_script("backtrack", LuaPhase::Access)
             .stopped
             .load(Ordering::Relaxed)
             >= 1

@@ -170,7 +170,7 @@ pub(crate) fn install(
 
 /// The message of an error a Rust function raised, without mlua's wrapping (its
 /// traceback, "runtime error: "): what lua-nginx-module's C function would have raised.
-fn error_text(e: &Value) -> String {
+pub(crate) fn error_text(e: &Value) -> String {
     fn innermost(e: &mlua::Error) -> String {
         match e {
             mlua::Error::CallbackError { cause, .. } => innermost(cause),

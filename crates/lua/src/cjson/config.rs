@@ -53,42 +53,14 @@ impl Default for Config {
     }
 }
 
-/// LuaJIT's `luaL_argerror` from a C function: "bad argument #N to 'NAME' (MSG)", NAME as
-/// the caller wrote it ('?' when it is called by `pcall` or from C, as `cjson.safe`'s
-/// wrapper does: `inner`), "calling 'NAME' on bad self" for a method's self, prefixed with
-/// the calling Lua line when a Lua function called it directly.
+/// LuaJIT's `luaL_argerror` from a C function ([`crate::raise::bad_argument`]); under
+/// `cjson.safe`'s wrapper (`inner`), which calls the C function from C, LuaJIT names no
+/// function ('?') and no line.
 pub(super) fn arg_error(lua: &Lua, narg: usize, msg: &str, inner: bool) -> mlua::Error {
     if inner {
         return super::error::raise(format!("bad argument #{narg} to '?' ({msg})"));
     }
-    let (name, method) = lua
-        .inspect_stack(0, |d| {
-            let n = d.names();
-            let name = n.name.map_or_else(|| "?".to_owned(), |s| s.into_owned());
-            (name, n.name_what == Some("method"))
-        })
-        .unwrap_or_else(|| ("?".to_owned(), false));
-    let text = if method && narg == 1 {
-        format!("calling '{name}' on bad self ({msg})")
-    } else {
-        let narg = if method { narg - 1 } else { narg };
-        format!("bad argument #{narg} to '{name}' ({msg})")
-    };
-    mlua::Error::runtime(format!("{}{text}", caller_place(lua)))
-}
-
-/// `luaL_where(L, 1)`: "chunk:line: " of the Lua function that called the running C
-/// function, "" when a C function (`pcall`, `cjson.safe`'s wrapper) called it or the call
-/// was a tail call.
-pub(super) fn caller_place(lua: &Lua) -> String {
-    lua.inspect_stack(1, |d| {
-        let s = d.source();
-        let line = d.current_line().filter(|&l| l > 0)?;
-        matches!(s.what, "Lua" | "main")
-            .then(|| format!("{}:{line}: ", s.short_src.unwrap_or_default()))
-    })
-    .flatten()
-    .unwrap_or_default()
+    mlua::Error::runtime(crate::raise::bad_argument(lua, 0, narg, msg))
 }
 
 /// `json_arg_init`: at most `n` arguments ("found too many arguments"), padded with nil.

@@ -108,7 +108,7 @@ fn finish(lua: &Lua, r: mlua::Result<Value>, safe: bool) -> mlua::Result<MultiVa
         ])),
         Some(text) => Err(mlua::Error::runtime(format!(
             "{}{text}",
-            config::caller_place(lua)
+            crate::raise::place(lua, 1)
         ))),
         None => Err(e),
     }

@@ -581,8 +581,8 @@ fn sluice_check_warns_about_api_sluice_does_not_have() {
 }
 
 /// A call held inside one C function that no budget interrupts (a Lua pattern backtracking
-/// over a long subject) holds its worker thread for good, as it holds an NGINX worker
-/// process. Every other request, scripted or not, is still answered on the other threads
+/// over a long subject, with the instruction budget off: `max_instructions = 0`) holds its
+/// worker thread for good, as it holds an NGINX worker process. Every other request, scripted or not, is still answered on the other threads
 /// (before `liveness.rs`, no thread took the event loop's driver after the stuck one and the
 /// whole gateway stopped answering), and SIGTERM still ends the process. A process of its
 /// own: the stuck thread stays with it.
@@ -604,6 +604,8 @@ fn a_call_stuck_in_a_c_function_costs_its_worker_thread_only() {
 shutdown_timeout = "1s"
 [log]
 access_log = "off"
+[lua]
+max_instructions = 0
 [[listener]]
 name = "http"
 address = "127.0.0.1:0"
