@@ -207,10 +207,20 @@ pub(crate) fn search<'a>(
     Ok(None)
 }
 
-/// `lj_str_find`: where `p` first is in `s`, by its first byte (`memchr`) and then the rest.
-/// Searchers that prepare the needle (`memchr::memmem`) cost more than the search for the
-/// short texts scripts look for, once per call.
+/// Needles up to this long are looked for as LuaJIT does, by their first byte and then the
+/// rest: at most this many comparisons per byte of the subject.
+const SHORT_NEEDLE: usize = 32;
+
+/// `lj_str_find`: where `p` first is in `s`. A short `p` by its first byte (`memchr`) and
+/// then the rest, as LuaJIT does (a searcher that prepares the needle costs more than the
+/// search for the short texts scripts look for); a longer one by `memchr::memmem`, linear
+/// in the subject: LuaJIT's way compares up to `p.len()` bytes at every position, which a
+/// needle and a subject from the request (`body:find(arg, 1, true)`) made seconds of one
+/// call, out of the budget's reach.
 fn find_plain(s: &[u8], p: &[u8]) -> Option<usize> {
+    if p.len() > SHORT_NEEDLE {
+        return memchr::memmem::find(s, p);
+    }
     let Some((&first, rest)) = p.split_first() else {
         return Some(0);
     };

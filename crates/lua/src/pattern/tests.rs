@@ -223,3 +223,30 @@ return ok, text and text(e) or tostring(e)
     assert!(e.contains("instruction budget"), "{e}");
     assert!(budget.over.load(std::sync::atomic::Ordering::Relaxed));
 }
+
+#[test]
+fn a_plain_find_of_a_long_text_finds_what_a_naive_search_finds() {
+    let naive = |s: &[u8], p: &[u8]| s.windows(p.len()).position(|w| w == p);
+    let subject: Vec<u8> = (0..5000u32)
+        .map(|i| b"ab"[usize::from(i % 97 == 0)])
+        .collect();
+    for len in [1, 2, 31, 32, 33, 97, 98, 200, 4999, 5000, 5001] {
+        for start in [0, 1, 96, 97, 2000] {
+            let needle: Vec<u8> = subject
+                .iter()
+                .cycle()
+                .skip(start)
+                .take(len)
+                .copied()
+                .collect();
+            assert_eq!(
+                find_plain(&subject, &needle),
+                naive(&subject, &needle),
+                "{len} {start}"
+            );
+        }
+    }
+    let mut absent = vec![b'a'; 40];
+    absent.push(b'c');
+    assert_eq!(find_plain(&subject, &absent), None);
+}
