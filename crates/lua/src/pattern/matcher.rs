@@ -6,6 +6,8 @@
 //! The pattern is read as C reads it, up to its first NUL, and the subject's byte past its
 //! end as the NUL that ends every Lua string (`%f` and `%b` look at it).
 
+/// Bytes a back-reference compares per step counted.
+const BYTES_PER_STEP: usize = 32;
 /// `LUA_MAXCAPTURES`.
 pub(crate) const MAX_CAPTURES: usize = 32;
 /// `LJ_MAX_XLEVEL`: nested matches before "pattern too complex".
@@ -120,7 +122,12 @@ impl<'a, P: FnMut() -> bool> Matcher<'a, P> {
 
     /// Counts a step; every [`POLL_EVERY`] asks the poll.
     fn step(&mut self) -> Result<(), Fault> {
-        self.steps += 1;
+        self.steps_of(1)
+    }
+
+    /// Counts `n` steps (a comparison of many bytes is a step per [`BYTES_PER_STEP`]).
+    fn steps_of(&mut self, n: u32) -> Result<(), Fault> {
+        self.steps = self.steps.saturating_add(n);
         if self.steps >= POLL_EVERY {
             self.steps = 0;
             if (self.poll)() {
@@ -350,6 +357,9 @@ impl<'a, P: FnMut() -> bool> Matcher<'a, P> {
         let Ok(len) = usize::try_from(c.len) else {
             return Ok(None);
         };
+        // A back-reference compares its capture's length at once: counted by its bytes, so
+        // that `(.-)%1` over a long subject cannot do quadratic work in few steps.
+        self.steps_of(u32::try_from(len / BYTES_PER_STEP).unwrap_or(u32::MAX))?;
         let rest = &self.src[s..];
         Ok(
             (rest.len() >= len && rest[..len] == self.src[c.start..c.start + len])

@@ -195,15 +195,23 @@ fn names_and_lines_in_errors_are_the_callers() {
 
 #[test]
 fn a_backtracking_match_meets_the_instruction_budget() {
+    // Backtracking: 4.5·10¹⁰ steps.
+    stopped_by_the_budget(".-b", 100_000);
+    // A back-reference that compares long captures: 10¹⁰ bytes in 9·10⁵ steps, which a
+    // budget of 2·10⁶ would let finish (seconds) if the bytes were not counted.
+    stopped_by_the_budget("^(.*)%1b", 2_000_000);
+}
+
+fn stopped_by_the_budget(pattern: &str, max_instructions: u64) {
     let lua = Lua::new();
     install(&lua).unwrap();
     let main = lua.current_thread().state();
-    let budget = Budget::new(100_000, main, false);
+    let budget = Budget::new(max_instructions, main, false);
     let f: Function = lua
         .load(
             r#"
 local s = string.rep("a", 300000)
-local ok, e = pcall(string.find, s, ".-b")
+local ok, e = pcall(string.find, s, ...)
 return ok, text and text(e) or tostring(e)
 "#,
         )
@@ -217,10 +225,10 @@ return ok, text and text(e) or tostring(e)
         )
         .unwrap();
     let running = budget.enter();
-    let (ok, e): (bool, String) = f.call(()).unwrap();
+    let (ok, e): (bool, String) = f.call(pattern).unwrap();
     drop(running);
     assert!(!ok);
-    assert!(e.contains("instruction budget"), "{e}");
+    assert!(e.contains("instruction budget"), "{pattern}: {e}");
     assert!(budget.over.load(std::sync::atomic::Ordering::Relaxed));
 }
 
