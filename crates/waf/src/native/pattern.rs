@@ -21,6 +21,7 @@ mod translate;
 
 use regex_automata::hybrid::dfa::{Cache, DFA};
 use regex_automata::nfa::thompson;
+use regex_automata::util::prefilter::Prefilter;
 use regex_automata::util::syntax;
 use regex_automata::{Input, MatchKind};
 
@@ -243,23 +244,31 @@ const CACHE_CAPACITY: usize = 16 << 20;
 
 /// The automaton over `patterns` (`regex-syntax` dialect): bytes, no Unicode, `.` matching
 /// a newline and `^`/`$` at line ends, every pattern's matches reported.
+///
+/// Where every pattern starts with one of a few literals, a prefilter (memchr, Teddy) skips
+/// to where one of them occurs while the automaton is in its start state: most automata
+/// hold one pattern (a target and chain that one rule asks about), and about half of those
+/// have such a start. It took the CRS 3.3.4 POST's native time from 1,515 µs to 1,410
+/// (`examples/engines`).
 fn build(patterns: &[&str]) -> Result<DFA, String> {
+    let syntax = syntax::Config::new()
+        .unicode(false)
+        .utf8(false)
+        .dot_matches_new_line(true)
+        .multi_line(true);
+    let hirs = syntax::parse_many_with(patterns, &syntax).map_err(|e| e.to_string())?;
+    let prefilter = Prefilter::from_hirs_prefix(MatchKind::All, &hirs);
     DFA::builder()
         .configure(
             DFA::config()
+                .prefilter(prefilter)
                 .match_kind(MatchKind::All)
                 .cache_capacity(CACHE_CAPACITY)
                 .skip_cache_capacity_check(true)
                 .minimum_cache_clear_count(Some(MIN_CACHE_CLEARS))
                 .minimum_bytes_per_state(Some(MIN_BYTES_PER_STATE)),
         )
-        .syntax(
-            syntax::Config::new()
-                .unicode(false)
-                .utf8(false)
-                .dot_matches_new_line(true)
-                .multi_line(true),
-        )
+        .syntax(syntax)
         // Bytes, not text: a match may end inside a UTF-8 sequence. (With the default, an
         // automaton holding a pattern that can match empty drops other patterns' matches
         // on values with non-ASCII bytes; the CRS test found it.)
