@@ -321,96 +321,97 @@ fn substitute(
     Ok(Ok((out, n)))
 }
 
+/// `ngx.re.match(subject, regex, options?, ctx?, res_table?)`: the captures table, or
+/// `nil, err`.
+fn re_match(
+    lua: &Lua,
+    (subject, pattern, opts, ctx, res): (
+        LuaString,
+        String,
+        Option<String>,
+        Option<Table>,
+        Option<Table>,
+    ),
+) -> mlua::Result<(Value, Option<String>)> {
+    let opts = opts.unwrap_or_default();
+    let subject = subject.as_bytes();
+    check_flags(&opts)?;
+    let compiled = match compile_for(lua, &pattern, &opts, &subject) {
+        Ok(r) => r,
+        Err(e) => return Ok((Value::Nil, Some(e))),
+    };
+    match match_at(&compiled, &subject, ctx_start(&ctx)?) {
+        Ok(Some(g)) => {
+            if let (Some(c), Some((_, e))) = (&ctx, g[0]) {
+                c.set("pos", e + 1)?;
+            }
+            let m = captures_table(lua, &compiled, &subject, &g)?;
+            // A table given as the 5th argument is filled and returned instead (what it
+            // held before stays where this match sets nothing).
+            let m = match res {
+                Some(res) => {
+                    for pair in m.pairs::<Value, Value>() {
+                        let (k, v) = pair?;
+                        res.raw_set(k, v)?;
+                    }
+                    res
+                }
+                None => m,
+            };
+            Ok((Value::Table(m), None))
+        }
+        Ok(None) => Ok((Value::Nil, None)),
+        Err(e) => Ok((Value::Nil, Some(e))),
+    }
+}
+
+/// `ngx.re.find(subject, regex, options?, ctx?, nth?)`: where the match (or its `nth`
+/// capture) starts and ends, or `nil, nil, err`.
+fn re_find(
+    lua: &Lua,
+    (subject, pattern, opts, ctx, nth): (
+        LuaString,
+        String,
+        Option<String>,
+        Option<Table>,
+        Option<usize>,
+    ),
+) -> mlua::Result<(Option<usize>, Option<usize>, Option<String>)> {
+    let opts = opts.unwrap_or_default();
+    let subject = subject.as_bytes();
+    check_flags(&opts)?;
+    let compiled = match compile_for(lua, &pattern, &opts, &subject) {
+        Ok(r) => r,
+        Err(e) => return Ok((None, None, Some(e))),
+    };
+    match match_at(&compiled, &subject, ctx_start(&ctx)?) {
+        Ok(Some(g)) => {
+            if let (Some(c), Some((_, e))) = (&ctx, g[0]) {
+                c.set("pos", e + 1)?;
+            }
+            let nth = nth.unwrap_or(0);
+            if nth >= g.len() {
+                return Ok((None, None, Some("nth out of bound".to_owned())));
+            }
+            match g[nth] {
+                Some((s, e)) => Ok((Some(s + 1), Some(e), None)),
+                None => Ok((None, None, None)),
+            }
+        }
+        Ok(None) => Ok((None, None, None)),
+        Err(e) => Ok((None, None, Some(e))),
+    }
+}
+
 /// Installs `ngx.re`.
 pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     lua.set_app_data(RegexCache::default());
     let re = lua.create_table()?;
     re.set(
         "match",
-        crate::guard::function(
-            lua,
-            "ngx.re.match",
-            |lua,
-             (subject, pattern, opts, ctx, res): (
-                LuaString,
-                String,
-                Option<String>,
-                Option<Table>,
-                Option<Table>,
-            )| {
-                let opts = opts.unwrap_or_default();
-                let subject = subject.as_bytes();
-                check_flags(&opts)?;
-                let compiled = match compile_for(lua, &pattern, &opts, &subject) {
-                    Ok(r) => r,
-                    Err(e) => return Ok((Value::Nil, Some(e))),
-                };
-                match match_at(&compiled, &subject, ctx_start(&ctx)?) {
-                    Ok(Some(g)) => {
-                        if let (Some(c), Some((_, e))) = (&ctx, g[0]) {
-                            c.set("pos", e + 1)?;
-                        }
-                        let m = captures_table(lua, &compiled, &subject, &g)?;
-                        // A table given as the 5th argument is filled and returned instead
-                        // (what it held before stays where this match sets nothing).
-                        let m = match res {
-                            Some(res) => {
-                                for pair in m.pairs::<Value, Value>() {
-                                    let (k, v) = pair?;
-                                    res.raw_set(k, v)?;
-                                }
-                                res
-                            }
-                            None => m,
-                        };
-                        Ok((Value::Table(m), None))
-                    }
-                    Ok(None) => Ok((Value::Nil, None)),
-                    Err(e) => Ok((Value::Nil, Some(e))),
-                }
-            },
-        )?,
+        crate::guard::function(lua, "ngx.re.match", re_match)?,
     )?;
-    re.set(
-        "find",
-        crate::guard::function(
-            lua,
-            "ngx.re.find",
-            |lua,
-             (subject, pattern, opts, ctx, nth): (
-                LuaString,
-                String,
-                Option<String>,
-                Option<Table>,
-                Option<usize>,
-            )| {
-                let opts = opts.unwrap_or_default();
-                let subject = subject.as_bytes();
-                check_flags(&opts)?;
-                let compiled = match compile_for(lua, &pattern, &opts, &subject) {
-                    Ok(r) => r,
-                    Err(e) => return Ok((None, None, Some(e))),
-                };
-                match match_at(&compiled, &subject, ctx_start(&ctx)?) {
-                    Ok(Some(g)) => {
-                        if let (Some(c), Some((_, e))) = (&ctx, g[0]) {
-                            c.set("pos", e + 1)?;
-                        }
-                        let nth = nth.unwrap_or(0);
-                        if nth >= g.len() {
-                            return Ok((None, None, Some("nth out of bound".to_owned())));
-                        }
-                        match g[nth] {
-                            Some((s, e)) => Ok((Some(s + 1), Some(e), None)),
-                            None => Ok((None, None, None)),
-                        }
-                    }
-                    Ok(None) => Ok((None, None, None)),
-                    Err(e) => Ok((None, None, Some(e))),
-                }
-            },
-        )?,
-    )?;
+    re.set("find", crate::guard::function(lua, "ngx.re.find", re_find)?)?;
     for (name, all) in [("sub", false), ("gsub", true)] {
         re.set(
             name,

@@ -222,6 +222,38 @@ fn ctx(lua: &Lua) -> mlua::Result<Table> {
 
 /// Installs the response side of `ngx`, and its metatable for `status` and `ctx`.
 pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    install_constants(ngx)?;
+    install_output(lua, ngx)?;
+    install_header(lua, ngx)?;
+    install_arg(lua, ngx)?;
+    ngx.set(
+        "log",
+        crate::guard::function(lua, "ngx.log", |lua, (level, rest): (i64, MultiValue)| {
+            if !(0..=8).contains(&level) {
+                return Err(mlua::Error::runtime(format!("bad log level: {level}")));
+            }
+            log(lua, level, &rest)
+        })?,
+    )?;
+    lua.globals().set(
+        "print",
+        crate::guard::function(lua, "print", |lua, rest: MultiValue| log(lua, 6, &rest))?,
+    )?;
+    let meta = lua.create_table()?;
+    meta.set(
+        "__index",
+        crate::guard::function(lua, "ngx.__index", ngx_index)?,
+    )?;
+    meta.set(
+        "__newindex",
+        crate::guard::function(lua, "ngx.__newindex", ngx_newindex)?,
+    )?;
+    ngx.set_metatable(Some(meta))?;
+    Ok(())
+}
+
+/// `ngx.HTTP_*` statuses and methods, the log levels, `ngx.OK` and the others, `ngx.null`.
+fn install_constants(ngx: &Table) -> mlua::Result<()> {
     for (name, n) in LEVELS.iter().chain(STATUSES.iter()) {
         ngx.set(*name, *n)?;
     }
@@ -240,105 +272,73 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     ngx.set(
         "null",
         Value::LightUserData(mlua::LightUserData(std::ptr::null_mut())),
-    )?;
-    install_output(lua, ngx)?;
-    install_header(lua, ngx)?;
-    install_arg(lua, ngx)?;
-    ngx.set(
-        "log",
-        crate::guard::function(lua, "ngx.log", |lua, (level, rest): (i64, MultiValue)| {
-            if !(0..=8).contains(&level) {
-                return Err(mlua::Error::runtime(format!("bad log level: {level}")));
-            }
-            log(lua, level, &rest)
-        })?,
-    )?;
-    lua.globals().set(
-        "print",
-        crate::guard::function(lua, "print", |lua, rest: MultiValue| log(lua, 6, &rest))?,
-    )?;
+    )
+}
 
-    let meta = lua.create_table()?;
-    meta.set(
-        "__index",
-        crate::guard::function(
-            lua,
-            "ngx.__index",
-            |lua, (_, k): (Table, LuaString)| match &*k.as_bytes() {
-                // 0 until set, 200 once a script's answer sent its head without one.
-                b"status" => with_view(|v| {
-                    let sent = if v.status == 0 && v.header_sent {
-                        200
-                    } else {
-                        v.status
-                    };
-                    Ok(Value::Integer(i64::from(sent)))
-                }),
-                b"ctx" => Ok(Value::Table(ctx(lua)?)),
-                b"headers_sent" => with_view(|v| {
-                    Ok(Value::Boolean(
-                        v.header_sent || matches!(v.phase, LuaPhase::BodyFilter | LuaPhase::Log),
-                    ))
-                }),
-                b"is_subrequest" => Ok(Value::Boolean(false)),
-                _ => Ok(Value::Nil),
-            },
-        )?,
-    )?;
-    meta.set(
-        "__newindex",
-        crate::guard::function(
-            lua,
-            "ngx.__newindex",
-            |lua, (t, k, value): (Table, LuaString, Value)| match &*k.as_bytes() {
-                b"status" => {
-                    // A numeric string too, as lua-resty-core's `tonumber`.
-                    let status = match &value {
-                        Value::Integer(n) => *n,
-                        Value::Number(n) => *n as i64,
-                        Value::String(s) => {
-                            match s.to_str().ok().and_then(|t| t.trim().parse::<f64>().ok()) {
-                                Some(n) => n as i64,
-                                None => {
-                                    return Err(mlua::Error::runtime(
-                                        "ngx.status must be a number",
-                                    ));
-                                }
-                            }
-                        }
-                        _ => return Err(mlua::Error::runtime("ngx.status must be a number")),
-                    };
-                    with_view(|v| {
-                        if !v.response_writable() {
-                            // lua-nginx-module logs it and goes on.
-                            late_write(v, "ngx.status");
-                            return Ok(());
-                        }
-                        v.status = u16::try_from(status)
-                            .ok()
-                            .filter(|s| (100..1000).contains(s))
-                            .ok_or_else(|| {
-                                mlua::Error::runtime(format!("bad ngx.status: {status}"))
-                            })?;
-                        Ok(())
-                    })
-                }
-                b"ctx" => {
-                    let Value::Table(new) = value else {
-                        return Err(mlua::Error::runtime("ngx.ctx must be a table"));
-                    };
-                    let key = lua.create_registry_value(new)?;
-                    with_view(|v| {
-                        v.ctx = Some(key);
-                        Ok(())
-                    })
-                }
-                _ => t.raw_set(k, value),
-            },
-        )?,
-    )?;
-    ngx.set_metatable(Some(meta))?;
-    Ok(())
+/// `ngx`'s `__index`: `ngx.status`, `ngx.ctx`, `ngx.headers_sent`, `ngx.is_subrequest`.
+fn ngx_index(lua: &Lua, (_, k): (Table, LuaString)) -> mlua::Result<Value> {
+    match &*k.as_bytes() {
+        // 0 until set, 200 once a script's answer sent its head without one.
+        b"status" => with_view(|v| {
+            let sent = if v.status == 0 && v.header_sent {
+                200
+            } else {
+                v.status
+            };
+            Ok(Value::Integer(i64::from(sent)))
+        }),
+        b"ctx" => Ok(Value::Table(ctx(lua)?)),
+        b"headers_sent" => with_view(|v| {
+            Ok(Value::Boolean(
+                v.header_sent || matches!(v.phase, LuaPhase::BodyFilter | LuaPhase::Log),
+            ))
+        }),
+        b"is_subrequest" => Ok(Value::Boolean(false)),
+        _ => Ok(Value::Nil),
+    }
+}
+
+/// `ngx`'s `__newindex`: `ngx.status` and `ngx.ctx`; any other field is set on `ngx`.
+fn ngx_newindex(lua: &Lua, (t, k, value): (Table, LuaString, Value)) -> mlua::Result<()> {
+    match &*k.as_bytes() {
+        b"status" => set_status(&value),
+        b"ctx" => {
+            let Value::Table(new) = value else {
+                return Err(mlua::Error::runtime("ngx.ctx must be a table"));
+            };
+            let key = lua.create_registry_value(new)?;
+            with_view(|v| {
+                v.ctx = Some(key);
+                Ok(())
+            })
+        }
+        _ => t.raw_set(k, value),
+    }
+}
+
+/// `ngx.status = value`: a number, or a numeric string as lua-resty-core's `tonumber`
+/// takes it; too late (the head sent) it is logged and ignored, as lua-nginx-module does.
+fn set_status(value: &Value) -> mlua::Result<()> {
+    let status = match value {
+        Value::Integer(n) => *n,
+        Value::Number(n) => *n as i64,
+        Value::String(s) => match s.to_str().ok().and_then(|t| t.trim().parse::<f64>().ok()) {
+            Some(n) => n as i64,
+            None => return Err(mlua::Error::runtime("ngx.status must be a number")),
+        },
+        _ => return Err(mlua::Error::runtime("ngx.status must be a number")),
+    };
+    with_view(|v| {
+        if !v.response_writable() {
+            late_write(v, "ngx.status");
+            return Ok(());
+        }
+        v.status = u16::try_from(status)
+            .ok()
+            .filter(|s| (100..1000).contains(s))
+            .ok_or_else(|| mlua::Error::runtime(format!("bad ngx.status: {status}")))?;
+        Ok(())
+    })
 }
 
 /// `ngx.say`, `ngx.print`, `ngx.flush`, `ngx.eof`, `ngx.exit`'s record, `ngx.redirect`'s.
@@ -418,35 +418,39 @@ fn install_output(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     ngx.set(
         "_record_redirect",
-        crate::guard::function(lua, "ngx._record_redirect", |_, (uri, status): (LuaString, Option<i64>)| {
-            let status = status.unwrap_or(302);
-            if ![301, 302, 303, 307, 308].contains(&status) {
-                return Err(mlua::Error::runtime(format!(
-                    "only ngx.HTTP_MOVED_TEMPORARILY, ngx.HTTP_MOVED_PERMANENTLY, ngx.HTTP_PERMANENT_REDIRECT, ngx.HTTP_SEE_OTHER, and ngx.HTTP_TEMPORARY_REDIRECT are allowed, not {status}"
-                )));
-            }
-            if uri.as_bytes().iter().any(|b| matches!(b, b'\r' | b'\n')) {
-                return Err(mlua::Error::runtime(format!(
-                    "unsafe uri \"{}\" arg #1",
-                    uri.to_string_lossy().escape_default()
-                )));
-            }
-            with_view(|v| {
-                if !v.answers() {
-                    return Err(disabled(v.phase));
-                }
-                crate::api::req::set_header(
-                    &mut v.response_headers,
-                    "location",
-                    crate::api::req::Underscores::Kept,
-                    &Value::String(uri),
-                )?;
-                v.exit = Some(status);
-                Ok(())
-            })
-        })?,
+        crate::guard::function(lua, "ngx._record_redirect", record_redirect)?,
     )?;
     Ok(())
+}
+
+/// What `ngx.redirect(uri, status?)` records: the `Location` and the status (301, 302,
+/// 303, 307 or 308, as lua-nginx-module allows; a URI with CR or LF is refused).
+fn record_redirect(_: &Lua, (uri, status): (LuaString, Option<i64>)) -> mlua::Result<()> {
+    let status = status.unwrap_or(302);
+    if ![301, 302, 303, 307, 308].contains(&status) {
+        return Err(mlua::Error::runtime(format!(
+            "only ngx.HTTP_MOVED_TEMPORARILY, ngx.HTTP_MOVED_PERMANENTLY, ngx.HTTP_PERMANENT_REDIRECT, ngx.HTTP_SEE_OTHER, and ngx.HTTP_TEMPORARY_REDIRECT are allowed, not {status}"
+        )));
+    }
+    if uri.as_bytes().iter().any(|b| matches!(b, b'\r' | b'\n')) {
+        return Err(mlua::Error::runtime(format!(
+            "unsafe uri \"{}\" arg #1",
+            uri.to_string_lossy().escape_default()
+        )));
+    }
+    with_view(|v| {
+        if !v.answers() {
+            return Err(disabled(v.phase));
+        }
+        crate::api::req::set_header(
+            &mut v.response_headers,
+            "location",
+            crate::api::req::Underscores::Kept,
+            &Value::String(uri),
+        )?;
+        v.exit = Some(status);
+        Ok(())
+    })
 }
 
 /// A write to the response's head after it was sent: logged and ignored, as

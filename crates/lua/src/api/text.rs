@@ -196,6 +196,14 @@ pub(crate) fn encode_args(t: &Table) -> mlua::Result<Vec<u8>> {
 
 /// Installs the pure functions on `ngx`.
 pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    install_uri(lua, ngx)?;
+    install_base64(lua, ngx)?;
+    install_digests(lua, ngx)?;
+    install_time(lua, ngx)
+}
+
+/// `ngx.escape_uri`, `unescape_uri`, `encode_args`, `decode_args`.
+fn install_uri(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     ngx.set(
         "escape_uri",
         crate::guard::function(
@@ -231,6 +239,11 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             },
         )?,
     )?;
+    Ok(())
+}
+
+/// `ngx.encode_base64`, `decode_base64`.
+fn install_base64(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     ngx.set(
         "encode_base64",
         crate::guard::function(
@@ -274,6 +287,11 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             }
         })?,
     )?;
+    Ok(())
+}
+
+/// `ngx.md5`, `md5_bin`, `sha1_bin`, `hmac_sha1`.
+fn install_digests(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let digest = |md: fn() -> MessageDigest, hex_out: bool| {
         move |lua: &Lua, s: Text| {
             let d = hash(md(), &s.0).map_err(mlua::Error::external)?;
@@ -309,7 +327,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             },
         )?,
     )?;
-    install_time(lua, ngx)
+    Ok(())
 }
 
 /// Seconds since the epoch, to the millisecond (`ngx.now`).
