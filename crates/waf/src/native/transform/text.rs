@@ -68,30 +68,61 @@ pub(super) fn trim(input: &[u8], left: bool, right: bool, out: &mut Vec<u8>) {
 /// Windows and Unix shell obfuscation undone: quotes, backslashes and carets dropped,
 /// separators folded to one space (none before `/` or `(`), letters lowercased.
 pub(super) fn cmd_line(input: &[u8], out: &mut Vec<u8>) {
+    out.reserve(input.len());
     let mut space = false;
     for &b in input {
-        match b {
-            b'"' | b'\'' | b'\\' | b'^' => {}
-            b' ' | b',' | b';' | b'\t' | b'\r' | b'\n' => {
+        match CMD_LINE[usize::from(b)] {
+            CmdLine::Dropped => {}
+            CmdLine::Space => {
                 if !space {
                     out.push(b' ');
                     space = true;
                 }
             }
-            b'/' | b'(' => {
+            CmdLine::Opening => {
                 if space {
                     out.pop();
                 }
                 space = false;
                 out.push(b);
             }
-            _ => {
+            CmdLine::Kept => {
                 out.push(b.to_ascii_lowercase());
                 space = false;
             }
         }
     }
 }
+
+/// What `cmdLine` does with a byte.
+#[derive(Clone, Copy)]
+enum CmdLine {
+    /// `"`, `'`, `\`, `^`: dropped.
+    Dropped,
+    /// Space, `,`, `;`, tab, CR, LF: one space for a run of them.
+    Space,
+    /// `/`, `(`: kept, and a space before it dropped.
+    Opening,
+    /// Anything else: kept, lower-cased.
+    Kept,
+}
+
+/// [`CmdLine`] by byte: one lookup where a match of ten arms was a chain of compares on
+/// the long values CRS's command-injection rules read (3% of a 10 KiB form POST).
+const CMD_LINE: [CmdLine; 256] = {
+    let mut t = [CmdLine::Kept; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = match i as u8 {
+            b'"' | b'\'' | b'\\' | b'^' => CmdLine::Dropped,
+            b' ' | b',' | b';' | b'\t' | b'\r' | b'\n' => CmdLine::Space,
+            b'/' | b'(' => CmdLine::Opening,
+            _ => CmdLine::Kept,
+        };
+        i += 1;
+    }
+    t
+};
 
 /// The value's length in bytes, as decimal text.
 pub(super) fn length(input: &[u8], out: &mut Vec<u8>) {
