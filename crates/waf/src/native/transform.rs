@@ -170,6 +170,11 @@ impl Transform {
     /// transformation takes any input, as libmodsecurity's do.
     pub(crate) fn apply(self, input: &[u8], out: &mut Vec<u8>) {
         out.clear();
+        // Room for an output as long as the input, once, where a step's output grows a
+        // byte at a time (a digest or a length is short: no room kept for it).
+        if !matches!(self, Transform::Length | Transform::Md5 | Transform::Sha1) {
+            out.reserve(input.len());
+        }
         match self {
             Transform::Base64Decode => base64::decode(input, out),
             Transform::Base64DecodeExt => base64::decode_ext(input, out),
