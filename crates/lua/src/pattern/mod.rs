@@ -27,11 +27,11 @@ pub(crate) fn install(lua: &Lua) -> mlua::Result<()> {
     let find = crate::guard::function(lua, "string.find", |lua, args: MultiValue| {
         find_aux(lua, &args, true)
     })?;
-    let find = crate::cfunc::closure(lua, raw::find, find, None)?;
+    let find = crate::cfunc::closure(lua, raw::find_or_match::<true>, find, None)?;
     let matches = crate::guard::function(lua, "string.match", |lua, args: MultiValue| {
         find_aux(lua, &args, false)
     })?;
-    let matches = crate::cfunc::closure(lua, raw::matches, matches, None)?;
+    let matches = crate::cfunc::closure(lua, raw::find_or_match::<false>, matches, None)?;
     let gmatch = crate::guard::function(lua, "string.gmatch", gmatch)?;
     // LuaJIT's own pcall, taken before the API wraps it: it hands back any error as it is.
     let pcall: Function = lua.globals().get("pcall")?;

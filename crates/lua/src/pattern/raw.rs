@@ -14,34 +14,25 @@ use crate::guard;
 use mlua::ffi;
 use std::ffi::c_int;
 
-/// `string.find`.
-pub(super) unsafe extern "C-unwind" fn find(l: *mut ffi::lua_State) -> c_int {
-    // SAFETY: called by LuaJIT as the closure `cfunc::closure` made.
-    unsafe { find_aux(l, true, "string.find") }
-}
-
-/// `string.match`.
-pub(super) unsafe extern "C-unwind" fn matches(l: *mut ffi::lua_State) -> c_int {
-    // SAFETY: as `find`.
-    unsafe { find_aux(l, false, "string.match") }
-}
-
-/// # Safety
-/// `l` is the state of a running closure made by `cfunc::closure` with the mlua function
-/// as its slow path.
-unsafe fn find_aux(l: *mut ffi::lua_State, find: bool, name: &'static str) -> c_int {
-    // SAFETY: the subject and pattern are read while on the stack, which nothing here pops;
-    // `search` calls no Lua API that raises (its poll reads the hook mask only); the values
-    // pushed are slices of the subject and numbers, nothing with a destructor.
+/// `string.find` (`FIND`) or `string.match`: one function, so that the Rust work each
+/// does runs under `guard::shielded` in the function LuaJIT calls.
+pub(super) unsafe extern "C-unwind" fn find_or_match<const FIND: bool>(
+    l: *mut ffi::lua_State,
+) -> c_int {
+    let name = if FIND { "string.find" } else { "string.match" };
+    // SAFETY: called by LuaJIT as the closure `cfunc::closure` made, with the mlua function
+    // as its slow path. The subject and pattern are read while on the stack, which nothing
+    // here pops; `search` calls no Lua API that raises (its poll reads the hook mask only);
+    // the values pushed are slices of the subject and numbers, nothing with a destructor.
     unsafe {
         let (Some(src), Some(pat), Some(init)) =
             (str_at(l, 1), str_at(l, 2), optional_number_at(l, 3))
         else {
             return delegate(l);
         };
-        let plain = find && ffi::lua_toboolean(l, 4) != 0;
+        let plain = FIND && ffi::lua_toboolean(l, 4) != 0;
         let init = init.map_or(1, c_int32);
-        match guard::shielded(l, name, || search(src, pat, init, plain, find)) {
+        match guard::shielded(l, name, || search(src, pat, init, plain, FIND)) {
             Ok(Some(found)) => push(l, &found),
             Ok(None) => {
                 ffi::lua_pushnil(l);
