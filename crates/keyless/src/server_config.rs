@@ -166,23 +166,7 @@ impl ServerConfig {
             .as_deref()
             .map(|m| addr(m, "metrics"))
             .transpose()?;
-        let mut clients = Vec::new();
-        for c in &raw.clients {
-            let Some(fp) = &c.fingerprint else {
-                // A CA-issued client named for its ACL entries only.
-                continue;
-            };
-            let fingerprint = parse_fingerprint(fp).ok_or_else(|| {
-                err(
-                    format!("client `{}`: fingerprint \"{fp}\" is not 32 hex bytes", c.name),
-                    "use `openssl x509 -noout -fingerprint -sha256 -in client.crt` (colons are fine)",
-                )
-            })?;
-            clients.push(PinnedClient {
-                name: c.name.clone(),
-                fingerprint,
-            });
-        }
+        let clients = pinned_clients(&raw, &err)?;
         if raw.tls.client_ca.is_none() && clients.is_empty() {
             return Err(err(
                 "no client may connect: neither client_ca nor a [[client]] with a fingerprint"
@@ -196,20 +180,7 @@ impl ServerConfig {
                 "add [[key]] file = \"site.key\" for each private key",
             ));
         }
-        let mut engines = Vec::new();
-        for e in raw.engines.as_deref().unwrap_or(&["pool".to_owned()]) {
-            match e.as_str() {
-                "pool" => engines.push(sluice_crypto::EngineKind::Pool),
-                "mb" => engines.push(sluice_crypto::EngineKind::Mb),
-                "inline" => {}
-                other => {
-                    return Err(err(
-                        format!("engines names \"{other}\", which a key server does not have"),
-                        "use \"pool\", \"mb\" or [] (inline ends every chain)",
-                    ));
-                }
-            }
-        }
+        let engines = engine_kinds(raw.engines.as_deref(), &err)?;
         let max_pending = raw.max_pending.unwrap_or(128);
         if max_pending == 0 || raw.pool_threads == Some(0) {
             return Err(err(
@@ -237,6 +208,57 @@ impl ServerConfig {
             max_pending,
         })
     }
+}
+
+/// The `[[client]]`s pinned by fingerprint (a CA-issued client is named for its ACL entries
+/// only, and has none).
+fn pinned_clients(
+    raw: &RawConfig,
+    err: &impl Fn(String, &str) -> ConfigError,
+) -> Result<Vec<PinnedClient>, ConfigError> {
+    let mut clients = Vec::new();
+    for c in &raw.clients {
+        let Some(fp) = &c.fingerprint else {
+            // A CA-issued client named for its ACL entries only.
+            continue;
+        };
+        let fingerprint = parse_fingerprint(fp).ok_or_else(|| {
+            err(
+                format!(
+                    "client `{}`: fingerprint \"{fp}\" is not 32 hex bytes",
+                    c.name
+                ),
+                "use `openssl x509 -noout -fingerprint -sha256 -in client.crt` (colons are fine)",
+            )
+        })?;
+        clients.push(PinnedClient {
+            name: c.name.clone(),
+            fingerprint,
+        });
+    }
+    Ok(clients)
+}
+
+/// The `engines` chain (`pool` by default; `inline`, which ends every chain, adds none).
+fn engine_kinds(
+    names: Option<&[String]>,
+    err: &impl Fn(String, &str) -> ConfigError,
+) -> Result<Vec<sluice_crypto::EngineKind>, ConfigError> {
+    let mut engines = Vec::new();
+    for e in names.unwrap_or(&["pool".to_owned()]) {
+        match e.as_str() {
+            "pool" => engines.push(sluice_crypto::EngineKind::Pool),
+            "mb" => engines.push(sluice_crypto::EngineKind::Mb),
+            "inline" => {}
+            other => {
+                return Err(err(
+                    format!("engines names \"{other}\", which a key server does not have"),
+                    "use \"pool\", \"mb\" or [] (inline ends every chain)",
+                ));
+            }
+        }
+    }
+    Ok(engines)
 }
 
 /// Parses a SHA-256 fingerprint written as hex, with or without colons.
