@@ -78,66 +78,79 @@ impl std::fmt::Debug for UpstreamGroup {
     }
 }
 
+/// The TLS connector to `config`'s servers, where it has `[upstream.tls]`.
+fn connector(config: &Upstream) -> Option<Arc<crate::upstreams::upstream_tls::UpstreamConnector>> {
+    // HTTP/2 over TLS is chosen by ALPN: offer `h2` (and only that) to h2 groups.
+    let alpn: Option<&[u8]> = (config.protocol == UpstreamProtocol::H2).then_some(b"\x02h2");
+    config.tls.as_ref().map(|t| {
+        Arc::new(
+            crate::upstreams::upstream_tls::UpstreamConnector::new(t, alpn).unwrap_or_else(|e| {
+                // The CA was parsed at load; this is out of memory or the like. Fail
+                // closed: a connector that trusts nothing refuses every server.
+                tracing::error!(upstream = %config.name, error = %e, "cannot set up TLS to the upstream; its connections will fail");
+                let nothing = sluice_config::UpstreamTls {
+                    server_name: None,
+                    ca: None,
+                    verify: true,
+                    client_identity: None,
+                };
+                crate::upstreams::upstream_tls::UpstreamConnector::new(&nothing, None)
+                    .unwrap_or_else(|_| std::process::abort())
+            }),
+        )
+    })
+}
+
+/// How the group reaches its servers: a pool of HTTP/1.1 connections, or an HTTP/2 client
+/// (kept from `old` for the same definition, with its connections).
+fn transport(
+    config: &Upstream,
+    old: Option<&UpstreamGroup>,
+    tls: &Option<Arc<crate::upstreams::upstream_tls::UpstreamConnector>>,
+) -> Transport {
+    match (config.protocol, old.map(|o| &o.transport)) {
+        (UpstreamProtocol::H2, Some(Transport::H2(client))) => Transport::H2(client.clone()),
+        (protocol, _) => match protocol {
+            UpstreamProtocol::Http1 => Transport::Http1(Arc::new(ConnPool::new(
+                config.servers.len(),
+                config.keepalive,
+                config.keepalive_timeout,
+                config.connect_timeout,
+                config.send_proxy_protocol,
+                tls.clone(),
+            ))),
+            UpstreamProtocol::H2 => {
+                let mut connector = HttpConnector::new();
+                connector.set_connect_timeout(Some(config.connect_timeout));
+                connector.set_nodelay(true);
+                connector.enforce_http(true);
+                let client = Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(config.keepalive_timeout)
+                    .pool_max_idle_per_host(config.keepalive)
+                    .pool_timer(TokioTimer::new())
+                    .timer(TokioTimer::new())
+                    .http2_only(true)
+                    .build(crate::upstreams::upstream_tls::H2Connect {
+                        http: connector,
+                        tls: tls.clone(),
+                    });
+                Transport::H2(Box::new(client))
+            }
+        },
+    }
+}
+
 impl UpstreamGroup {
     /// The group of `config`. With `old` (the group a DNS change replaces), what servers at
     /// the same address knew carries over: passive health, outlier ejection, latency, active
     /// checks' verdict and idle connections; and the HTTP/2 client with its connections.
     pub(crate) fn new(config: Arc<Upstream>, old: Option<&UpstreamGroup>) -> Self {
-        // HTTP/2 over TLS is chosen by ALPN: offer `h2` (and only that) to h2 groups.
-        let alpn: Option<&[u8]> = (config.protocol == UpstreamProtocol::H2).then_some(b"\x02h2");
-        let tls = config.tls.as_ref().map(|t| {
-            Arc::new(
-                crate::upstreams::upstream_tls::UpstreamConnector::new(t, alpn).unwrap_or_else(|e| {
-                    // The CA was parsed at load; this is out of memory or the like. Fail
-                    // closed: a connector that trusts nothing refuses every server.
-                    tracing::error!(upstream = %config.name, error = %e, "cannot set up TLS to the upstream; its connections will fail");
-                    let nothing = sluice_config::UpstreamTls {
-                        server_name: None,
-                        ca: None,
-                        verify: true,
-                        client_identity: None,
-                    };
-                    crate::upstreams::upstream_tls::UpstreamConnector::new(&nothing, None)
-                        .unwrap_or_else(|_| std::process::abort())
-                }),
-            )
-        });
         // The same definition but for servers: the same TLS to them.
         let tls = match old {
             Some(o) => o.tls.clone(),
-            None => tls,
+            None => connector(&config),
         };
-        let h2_tls = tls.clone();
-        let transport = match (config.protocol, old.map(|o| &o.transport)) {
-            (UpstreamProtocol::H2, Some(Transport::H2(client))) => Transport::H2(client.clone()),
-            (protocol, _) => match protocol {
-                UpstreamProtocol::Http1 => Transport::Http1(Arc::new(ConnPool::new(
-                    config.servers.len(),
-                    config.keepalive,
-                    config.keepalive_timeout,
-                    config.connect_timeout,
-                    config.send_proxy_protocol,
-                    tls.clone(),
-                ))),
-                UpstreamProtocol::H2 => {
-                    let mut connector = HttpConnector::new();
-                    connector.set_connect_timeout(Some(config.connect_timeout));
-                    connector.set_nodelay(true);
-                    connector.enforce_http(true);
-                    let client = Client::builder(TokioExecutor::new())
-                        .pool_idle_timeout(config.keepalive_timeout)
-                        .pool_max_idle_per_host(config.keepalive)
-                        .pool_timer(TokioTimer::new())
-                        .timer(TokioTimer::new())
-                        .http2_only(true)
-                        .build(crate::upstreams::upstream_tls::H2Connect {
-                            http: connector,
-                            tls: h2_tls.clone(),
-                        });
-                    Transport::H2(Box::new(client))
-                }
-            },
-        };
+        let transport = transport(&config, old, &tls);
         let servers: Vec<Server> = config
             .servers
             .iter()
