@@ -132,6 +132,15 @@ impl Budget {
         }
     }
 
+    /// One more tick of the running call; true once past the budget (then `over` is set).
+    fn tick(&self) -> bool {
+        let past = self.ticks.fetch_add(1, Ordering::Relaxed) + 1 > self.limit;
+        if past {
+            self.over.store(true, Ordering::Relaxed);
+        }
+        past
+    }
+
     /// Whether the count hook is set on the state now.
     #[cfg(test)]
     pub(crate) fn armed(&self) -> bool {
@@ -197,12 +206,8 @@ pub(crate) fn charge_tick() -> bool {
         if ffi::lua_gethookmask(main) == 0 {
             return false;
         }
-        if budget.ticks.fetch_add(1, Ordering::Relaxed) + 1 > budget.limit {
-            budget.over.store(true, Ordering::Relaxed);
-            return true;
-        }
+        budget.tick()
     }
-    false
 }
 
 /// What a stopped call's error says.
@@ -221,8 +226,7 @@ unsafe extern "C-unwind" fn count_hook(l: *mut ffi::lua_State, _: *mut ffi::lua_
         let Some(budget) = budget.as_ref() else {
             return;
         };
-        if budget.ticks.fetch_add(1, Ordering::Relaxed) + 1 > budget.limit {
-            budget.over.store(true, Ordering::Relaxed);
+        if budget.tick() {
             ffi::lua_pushstring(l, STOPPED.as_ptr());
             ffi::lua_error(l);
         }

@@ -2,7 +2,7 @@
 //! `super::raw`) and the mlua one (functions, tables, errors), and the Lua wrapper that
 //! raises a replacement function's error as it was.
 
-use super::matcher::{Captured, Fault, Matcher, c_pattern};
+use super::matcher::{Captured, Fault, Matcher, anchored};
 use super::{check_str, fault, opt_int, poll, push_captures};
 use crate::raise::{bad_argument, place};
 use crate::values::{number_text, type_name};
@@ -41,10 +41,7 @@ pub(super) fn substitute<'a>(
     out: &mut Vec<u8>,
     mut add: impl FnMut(&Polled<'a>, (usize, usize), &mut Vec<u8>) -> Result<Step, Fault>,
 ) -> Result<Option<i32>, Fault> {
-    let (anchor, pat) = match c_pattern(pat) {
-        [b'^', rest @ ..] => (true, rest),
-        whole => (false, whole),
-    };
+    let (anchor, pat) = anchored(pat);
     let mut m: Polled<'a> = Matcher::new(src, pat, poll);
     let (mut at, mut n) = (0, 0);
     while n < max {

@@ -61,6 +61,15 @@ pub(crate) fn c_pattern(p: &[u8]) -> &[u8] {
     p.iter().position(|&b| b == 0).map_or(p, |n| &p[..n])
 }
 
+/// A pattern as `find`, `match` and `gsub` read it: cut at its first NUL, and whether it
+/// starts with `^` (then the rest; `gmatch` has no anchor).
+pub(crate) fn anchored(p: &[u8]) -> (bool, &[u8]) {
+    match c_pattern(p) {
+        [b'^', rest @ ..] => (true, rest),
+        whole => (false, whole),
+    }
+}
+
 /// `lj_str_haspattern`: whether `p` has a character that makes it a pattern rather than a
 /// plain text to find (anywhere in it: a pattern that has one only past a NUL is matched
 /// as a pattern, which ends at that NUL).

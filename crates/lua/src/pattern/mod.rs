@@ -18,7 +18,7 @@ mod tests;
 
 use crate::raise::{bad_argument, place};
 use crate::values::{number_text, type_name};
-use matcher::{Captured, Fault, Matcher, c_pattern, has_specials};
+use matcher::{Captured, Fault, Matcher, anchored, c_pattern, has_specials};
 use mlua::{Function, Lua, LuaString, MultiValue, Table, Value};
 
 /// Puts the four functions in `string` (which is also what `("s"):find()` reaches).
@@ -186,10 +186,7 @@ pub(crate) fn search<'a>(
             found
         }));
     }
-    let (anchor, pat) = match c_pattern(pat) {
-        [b'^', rest @ ..] => (true, rest),
-        whole => (false, whole),
-    };
+    let (anchor, pat) = anchored(pat);
     let mut m = Matcher::new(src, pat, poll);
     for at in st..=src.len() {
         if let Some(q) = m.match_at(at)? {

@@ -258,6 +258,18 @@ fn build(patterns: &[&str]) -> Result<DFA, String> {
         .multi_line(true);
     let hirs = syntax::parse_many_with(patterns, &syntax).map_err(|e| e.to_string())?;
     let prefilter = Prefilter::from_hirs_prefix(MatchKind::All, &hirs);
+    // The NFA from the patterns parsed once, for the prefilter and the automaton alike.
+    // Bytes, not text: a match may end inside a UTF-8 sequence. (With the default, an
+    // automaton holding a pattern that can match empty drops other patterns' matches on
+    // values with non-ASCII bytes; the CRS test found it.)
+    let nfa = thompson::Compiler::new()
+        .configure(
+            thompson::Config::new()
+                .utf8(false)
+                .nfa_size_limit(Some(NFA_LIMIT)),
+        )
+        .build_many_from_hir(&hirs)
+        .map_err(|e| e.to_string())?;
     DFA::builder()
         .configure(
             DFA::config()
@@ -268,16 +280,7 @@ fn build(patterns: &[&str]) -> Result<DFA, String> {
                 .minimum_cache_clear_count(Some(MIN_CACHE_CLEARS))
                 .minimum_bytes_per_state(Some(MIN_BYTES_PER_STATE)),
         )
-        .syntax(syntax)
-        // Bytes, not text: a match may end inside a UTF-8 sequence. (With the default, an
-        // automaton holding a pattern that can match empty drops other patterns' matches
-        // on values with non-ASCII bytes; the CRS test found it.)
-        .thompson(
-            thompson::Config::new()
-                .utf8(false)
-                .nfa_size_limit(Some(NFA_LIMIT)),
-        )
-        .build_many(patterns)
+        .build_from_nfa(nfa)
         .map_err(|e| e.to_string())
 }
 

@@ -68,7 +68,6 @@ pub(super) fn trim(input: &[u8], left: bool, right: bool, out: &mut Vec<u8>) {
 /// Windows and Unix shell obfuscation undone: quotes, backslashes and carets dropped,
 /// separators folded to one space (none before `/` or `(`), letters lowercased.
 pub(super) fn cmd_line(input: &[u8], out: &mut Vec<u8>) {
-    out.reserve(input.len());
     let mut space = false;
     for &b in input {
         match CMD_LINE[usize::from(b)] {
