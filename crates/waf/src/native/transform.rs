@@ -136,7 +136,29 @@ impl Transform {
         if input == b"." && matches!(self, Transform::NormalizePath | Transform::NormalizePathWin) {
             return false;
         }
-        self.acts_on().is_some_and(|hit| !any_byte(input, hit))
+        self.holds_acted_on(input) == Some(false)
+    }
+
+    /// Whether `input` holds a byte the step acts on ([`Transform::acts_on`]'s set), by
+    /// the fastest search for each set: memchr for one to three bytes, a block-wise test
+    /// that compiles to vector code for the ranges. `None` for the steps not known so.
+    /// (Through `acts_on`'s function pointer, one call per byte, this was a twelfth of a
+    /// 10 KiB POST's time: its transformed values are asked step by step.)
+    fn holds_acted_on(self, input: &[u8]) -> Option<bool> {
+        use memchr::{memchr, memchr2};
+        Some(match self {
+            Transform::Lowercase => any_byte(input, |b| b.is_ascii_uppercase()),
+            Transform::Uppercase => any_byte(input, |b| b.is_ascii_lowercase()),
+            Transform::UrlDecode | Transform::UrlDecodeUni => memchr2(b'%', b'+', input).is_some(),
+            Transform::JsDecode | Transform::EscapeSeqDecode => memchr(b'\\', input).is_some(),
+            Transform::CssDecode => memchr2(b'\\', 0, input).is_some(),
+            Transform::HtmlEntityDecode => memchr(b'&', input).is_some(),
+            Transform::NormalizePath => memchr(b'/', input).is_some(),
+            Transform::NormalizePathWin => memchr2(b'/', b'\\', input).is_some(),
+            Transform::RemoveNulls | Transform::ReplaceNulls => memchr(0, input).is_some(),
+            Transform::Utf8ToUnicode => any_byte(input, |b| (b == 0) | (b >= 0x80)),
+            _ => return None,
+        })
     }
 
     /// [`Transform::leaves`] for a value of more than one byte known by the bytes it holds:
@@ -233,7 +255,7 @@ impl Held {
 /// Whether `hit` holds for a byte of `input`: tested a block at a time with no early exit
 /// inside a block, which the compiler turns into vector code (a byte-by-byte `any` was an
 /// eighth of a 10 KiB POST's time).
-fn any_byte(input: &[u8], hit: fn(u8) -> bool) -> bool {
+fn any_byte(input: &[u8], hit: impl Fn(u8) -> bool) -> bool {
     input
         .chunks(64)
         .any(|block| block.iter().fold(false, |found, &b| found | hit(b)))

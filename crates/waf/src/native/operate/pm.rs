@@ -15,9 +15,14 @@
 //!
 //! Every match it reports is a real occurrence of a phrase, so the `aho-corasick` crate's
 //! automaton (SIMD prefilters, one pass) first says whether any phrase occurs at all: most
-//! values have none, and only the values with one run through the reproduction.
+//! values have none, and only the values with one run through the reproduction. That first
+//! look is a DFA (not the crate's default NFA for sets this size: 2.5x faster over a 10 KiB
+//! value for CRS's large phrase files), and for a value without an ASCII capital (CRS's
+//! `@pm` chains end in `t:lowercase`) one over the phrases lowercased, matched as they are,
+//! whose prefilter can skip on bytes a case-insensitive one cannot (`lfi-os-files.data`
+//! over a 10 KiB comment: 0.4 µs against 22).
 
-use aho_corasick::AhoCorasick;
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
 
 /// One node of the trie: what libmodsecurity's `acmp_node_t` holds and the search reads.
 #[derive(Debug, Clone)]
@@ -41,6 +46,25 @@ pub(super) struct Phrases {
     nodes: Vec<Node>,
     /// Whether any phrase occurs at all, without regard to ASCII case.
     any: Option<AhoCorasick>,
+    /// The same for a value without an ASCII capital: the phrases lowercased, with case.
+    any_lower: Option<AhoCorasick>,
+}
+
+/// Phrase sets up to this size get DFAs for their first look; a larger one (an operator's
+/// own file of many thousands) the crate's default, whose memory grows slower.
+const DFA_PHRASES: usize = 4096;
+
+/// The first look's automaton over `phrases`.
+fn first_look<P: AsRef<[u8]>>(
+    phrases: impl IntoIterator<Item = P>,
+    count: usize,
+    case_insensitive: bool,
+) -> Result<AhoCorasick, String> {
+    AhoCorasick::builder()
+        .ascii_case_insensitive(case_insensitive)
+        .kind((count <= DFA_PHRASES).then_some(AhoCorasickKind::DFA))
+        .build(phrases)
+        .map_err(|e| format!("@pm: {e}"))
 }
 
 const ROOT: u32 = 0;
@@ -60,22 +84,37 @@ impl Phrases {
             add(&mut nodes, &mut parents, phrase.as_bytes());
         }
         connect_failures(&mut nodes, &parents);
-        let any = if phrases.is_empty() {
-            None
+        let (any, any_lower) = if phrases.is_empty() {
+            (None, None)
         } else {
-            let ac = AhoCorasick::builder()
-                .ascii_case_insensitive(true)
-                .build(phrases)
-                .map_err(|e| format!("@pm: {e}"))?;
-            Some(ac)
+            let n = phrases.len();
+            let lower = phrases.iter().map(|p| p.to_ascii_lowercase());
+            (
+                Some(first_look(phrases, n, true)?),
+                Some(first_look(lower, n, false)?),
+            )
         };
-        Ok(Phrases { nodes, any })
+        Ok(Phrases {
+            nodes,
+            any,
+            any_lower,
+        })
+    }
+
+    /// Whether any phrase occurs in `value` without regard to ASCII case (what the
+    /// reproduction then finds is one of these occurrences).
+    fn occurs(&self, value: &[u8]) -> bool {
+        let capitals = value
+            .chunks(64)
+            .any(|block| block.iter().fold(false, |c, b| c | b.is_ascii_uppercase()));
+        let look = if capitals { &self.any } else { &self.any_lower };
+        look.as_ref().is_some_and(|ac| ac.is_match(value))
     }
 
     /// The text libmodsecurity reports for the first match (see the module's notes), or
     /// `None`.
     pub(super) fn find(&self, value: &[u8]) -> Option<&[u8]> {
-        if !self.any.as_ref().is_some_and(|ac| ac.is_match(value)) {
+        if !self.occurs(value) {
             return None;
         }
         let mut node = ROOT;

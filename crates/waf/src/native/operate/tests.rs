@@ -367,3 +367,26 @@ fn the_jit_stack_running_out_falls_back_to_the_interpreter() {
     assert_eq!(err.code(), -46, "{err}");
     assert!(matcher("@rx ^(a|b)*$").matches(&deep, None, None));
 }
+
+/// `@pm`'s first look takes one automaton for a value with an ASCII capital and another
+/// (the phrases lowercased, with case) for one without: either way a phrase is found
+/// without regard to case, wherever the capital stands (a long value's last block too).
+#[test]
+fn a_phrase_is_found_in_any_case_whichever_first_look_answers() {
+    let pm = matcher("@pm AppleWebKit eTc/PaSsWd");
+    for value in [
+        "applewebkit",
+        "APPLEWEBKIT",
+        "x applewebkit",
+        "/etc/passwd",
+        "/ETC/passwd",
+    ] {
+        assert!(pm.matches(value.as_bytes(), None, None), "{value}");
+    }
+    let mut long = "a".repeat(200).into_bytes();
+    long.extend_from_slice(b"etc/passwd");
+    assert!(pm.matches(&long, None, None));
+    long.push(b'Z');
+    assert!(pm.matches(&long, None, None), "a capital in the last block");
+    assert!(!pm.matches(b"apple webkit", None, None));
+}

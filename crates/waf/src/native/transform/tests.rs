@@ -337,3 +337,29 @@ fn every_transformation_matches_libmodsecurity_byte_for_byte() {
     );
     assert_eq!(compared, values.len() * transforms().len());
 }
+
+/// A step's quick test of a value (memchr or a block-wise range test) and the summary of
+/// the value's bytes agree for every byte, wherever it stands in a long value; and a value
+/// said to come through unchanged does.
+#[test]
+fn a_steps_byte_searches_agree_with_the_summary_of_its_bytes() {
+    let mut out = Vec::new();
+    for t in transforms() {
+        for b in 0..=255u8 {
+            for at in [0, 63, 64, 200] {
+                let mut value = vec![b'='; 201];
+                value[at] = b;
+                assert_eq!(
+                    t.leaves(&value),
+                    t.leaves_held(Held::of(&value)),
+                    "t:{} with byte {b:#04x} at {at}",
+                    t.name()
+                );
+                if t.leaves(&value) {
+                    t.apply(&value, &mut out);
+                    assert_eq!(out, value, "t:{} with byte {b:#04x} changed it", t.name());
+                }
+            }
+        }
+    }
+}
