@@ -140,6 +140,7 @@ impl NativeRules {
     fn take_space(&self, t: &mut Transaction) {
         let space = self.plan.take_space();
         *t.scratch.get_mut() = space.scratch;
+        *t.whole.get_mut() = space.whole;
         *t.memo.get_mut() = space.memos;
     }
 
@@ -147,6 +148,7 @@ impl NativeRules {
     fn give_back(&self, t: &mut Transaction) {
         self.plan.give_back(Workspace {
             scratch: t.scratch.take(),
+            whole: t.whole.take(),
             memos: t.memo.take(),
         });
     }

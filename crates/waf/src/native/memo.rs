@@ -112,6 +112,13 @@ pub(crate) struct Memos {
     /// pattern is not among them skips the target without looking at its values.
     /// Keyed by (summary, chain, prefilter unit): a unit's patterns are answered together.
     pub(crate) unions: rustc_hash::FxHashMap<(u32, u32, u32), Vec<u64>>,
+    /// The whole-set automaton's part in a value's bytes through some chain, keyed by the
+    /// value's row and the chain whose memo holds those bytes (0 for the value's own, else
+    /// 1 + the chain).
+    pub(crate) wholes: rustc_hash::FxHashMap<(u32, u32), Whole>,
+    /// The `@pm` lists with a phrase in a value's bytes through some chain (a bit each,
+    /// `operate/phrasebook.rs`), keyed as `wholes`.
+    pub(crate) phrases: rustc_hash::FxHashMap<(u32, u32), Vec<u64>>,
     /// Where a step writes before the memo knows whether it changed the value.
     pub(crate) buf: Vec<u8>,
 }
@@ -120,7 +127,20 @@ impl Memos {
     pub(crate) fn clear(&mut self) {
         self.values.clear();
         self.unions.clear();
+        self.wholes.clear();
+        self.phrases.clear();
     }
+}
+
+/// The whole-set automaton's part in one value's bytes (`pattern/whole.rs`).
+#[derive(Debug)]
+pub(crate) enum Whole {
+    /// Not scanned yet: this many of the units it covers were asked of these bytes, and
+    /// their own automata answered.
+    Asked(u32),
+    /// What it found: the (chain, pattern) pairs its patterns stand for, ordered, or
+    /// `None` where it gave up on the bytes.
+    Scanned(Option<Vec<(u32, u32)>>),
 }
 
 /// A request value through one transformation chain.
@@ -162,6 +182,16 @@ impl Units {
             Some(bit) => self.low |= bit,
             None => self.high.push(unit),
         }
+    }
+
+    /// The first 64 units, a bit each.
+    pub(crate) fn low(&self) -> u64 {
+        self.low
+    }
+
+    /// Adds the units of `bits` (the first 64, a bit each).
+    pub(crate) fn insert_low(&mut self, bits: u64) {
+        self.low |= bits;
     }
 }
 

@@ -7,11 +7,14 @@
 
 mod ip;
 mod libinjection;
+mod phrasebook;
 mod pm;
 mod rx;
 #[cfg(all(test, feature = "modsecurity"))]
 mod tests;
 mod validate;
+
+pub(crate) use phrasebook::Phrasebook;
 
 use super::expand::Expansion;
 use super::operator::Op;

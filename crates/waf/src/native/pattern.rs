@@ -18,6 +18,9 @@
 //! does there. [`Scratch::fallbacks`] counts those values.
 
 mod translate;
+mod whole;
+
+pub(crate) use whole::WholeSet;
 
 use regex_automata::hybrid::dfa::{Cache, DFA};
 use regex_automata::nfa::thompson;
@@ -48,6 +51,8 @@ pub struct PatternSet {
     members: Vec<usize>,
     modes: Vec<Mode>,
     pcre: Vec<pcre2::bytes::Regex>,
+    /// The automaton's pattern `i` in its own dialect (for [`WholeSet`]).
+    translated: Vec<String>,
 }
 
 /// What one thread needs to ask a [`PatternSet`]; reused from value to value.
@@ -80,6 +85,16 @@ pub(crate) fn pcre(pattern: &str) -> Result<pcre2::bytes::Regex, String> {
 impl PatternSet {
     /// The set of `patterns` (PCRE syntax); an error names the first that PCRE2 refuses.
     pub fn new(patterns: &[&str]) -> Result<PatternSet, (usize, String)> {
+        PatternSet::grouped(patterns, &vec![0; patterns.len()])
+    }
+
+    /// [`PatternSet::new`] with no automaton holding patterns of two `groups` (by pattern:
+    /// the plan's paranoia level and targets read, so that each of its units is of one
+    /// level and asked of the same values).
+    pub(crate) fn grouped(
+        patterns: &[&str],
+        groups: &[u32],
+    ) -> Result<PatternSet, (usize, String)> {
         let pcre = patterns
             .iter()
             .enumerate()
@@ -91,7 +106,9 @@ impl PatternSet {
         for (i, p) in patterns.iter().enumerate() {
             // A translation the automaton refuses (a construct the translator let through
             // that regex-syntax reads otherwise) leaves the pattern on PCRE2.
-            if let Some(t) = translate::translate(p).filter(|t| build(&[&t.pattern]).is_ok()) {
+            let t =
+                translate::translate(p).filter(|t| build(&[&t.pattern], CACHE_CAPACITY).is_ok());
+            if let Some(t) = t {
                 modes[i] = match (t.exact, t.caret) {
                     (false, _) => Mode::Confirm,
                     (true, true) => Mode::ExactUnlessNewline,
@@ -103,15 +120,22 @@ impl PatternSet {
         }
         let refs: Vec<&str> = translated.iter().map(String::as_str).collect();
         let mut automata = Vec::new();
-        for (k, part) in refs.chunks(CHUNK).enumerate() {
-            let first = k * CHUNK;
-            automata.push((build(part).map_err(|e| (members[first], e))?, first));
+        let mut first = 0;
+        while first < refs.len() {
+            let group = groups.get(members[first]);
+            let end = (first + 1..refs.len())
+                .find(|&i| i - first == CHUNK || groups.get(members[i]) != group)
+                .unwrap_or(refs.len());
+            let dfa = build(&refs[first..end], CACHE_CAPACITY).map_err(|e| (members[first], e))?;
+            automata.push((dfa, first));
+            first = end;
         }
         Ok(PatternSet {
             automata,
             members,
             modes,
             pcre,
+            translated,
         })
     }
 
@@ -164,7 +188,7 @@ impl PatternSet {
             Mode::Pcre => self.automata.len() + i,
             _ => {
                 let at = self.members.partition_point(|&m| m < i);
-                at / CHUNK
+                self.automata.partition_point(|(_, first)| *first <= at) - 1
             }
         }
     }
@@ -187,37 +211,56 @@ impl PatternSet {
         let (dfa, first) = &self.automata[k];
         let cache = &mut scratch.caches[k];
         let newline = value.last() == Some(&b'\n');
-        scratch.hits.clear();
+        clear(&mut scratch.hits);
         let input = Input::new(value);
         if dfa
             .try_which_overlapping_matches(cache, &input, &mut scratch.hits)
             .is_err()
         {
             scratch.fallbacks += 1;
-            scratch.hits.clear();
+            clear(&mut scratch.hits);
             for &i in &self.members[*first..*first + dfa.pattern_len()] {
                 if self.is_match_pcre(i, value) {
                     out.push(i);
                 }
             }
         }
+        // Iterating (and clearing) a set walks a flag per pattern of the whole set, not of
+        // this automaton: most scans find nothing, and skip both.
+        if scratch.hits.is_empty() {
+            return;
+        }
         for hit in scratch.hits.iter() {
             let i = self.members[first + hit.as_usize()];
-            let settled = match self.modes[i] {
-                Mode::Exact => true,
-                Mode::ExactUnlessNewline => !newline,
-                Mode::Confirm | Mode::Pcre => false,
-            };
-            if settled || self.is_match_pcre(i, value) {
+            if self.confirms(i, value, newline) {
                 out.push(i);
             }
         }
+    }
+
+    /// Whether pattern `i`, which its automaton says `value` may match, does: the
+    /// automaton's word, or PCRE2's where the pattern needs it. `newline`: whether `value`
+    /// ends in one.
+    fn confirms(&self, i: usize, value: &[u8], newline: bool) -> bool {
+        let settled = match self.modes[i] {
+            Mode::Exact => true,
+            Mode::ExactUnlessNewline => !newline,
+            Mode::Confirm | Mode::Pcre => false,
+        };
+        settled || self.is_match_pcre(i, value)
     }
 
     /// Whether pattern `i` matches `value`, by PCRE2 alone (a PCRE2 error, such as its
     /// match limit, is no match, as in libmodsecurity).
     pub fn is_match_pcre(&self, i: usize, value: &[u8]) -> bool {
         self.pcre[i].is_match(value).unwrap_or(false)
+    }
+}
+
+/// Empties `hits` where it holds any (clearing walks a flag per pattern, hit or not).
+fn clear(hits: &mut regex_automata::PatternSet) {
+    if !hits.is_empty() {
+        hits.clear();
     }
 }
 
@@ -250,7 +293,7 @@ const CACHE_CAPACITY: usize = 16 << 20;
 /// hold one pattern (a target and chain that one rule asks about), and about half of those
 /// have such a start. It took the CRS 3.3.4 POST's native time from 1,515 µs to 1,410
 /// (`examples/engines`).
-fn build(patterns: &[&str]) -> Result<DFA, String> {
+fn build(patterns: &[&str], cache_capacity: usize) -> Result<DFA, String> {
     let syntax = syntax::Config::new()
         .unicode(false)
         .utf8(false)
@@ -275,7 +318,7 @@ fn build(patterns: &[&str]) -> Result<DFA, String> {
             DFA::config()
                 .prefilter(prefilter)
                 .match_kind(MatchKind::All)
-                .cache_capacity(CACHE_CAPACITY)
+                .cache_capacity(cache_capacity)
                 .skip_cache_capacity_check(true)
                 .minimum_cache_clear_count(Some(MIN_CACHE_CLEARS))
                 .minimum_bytes_per_state(Some(MIN_BYTES_PER_STATE)),

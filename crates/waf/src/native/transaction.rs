@@ -121,6 +121,8 @@ pub(crate) struct Transaction {
     pub(crate) memo: RefCell<Memos>,
     /// The prefilters' scratch spaces, by chain (from the plan, given back at the end).
     pub(crate) scratch: RefCell<Vec<Option<Scratch>>>,
+    /// The whole-set automaton's scratch space (from the plan, given back at the end).
+    pub(crate) whole: RefCell<Option<Scratch>>,
 }
 
 impl Transaction {
@@ -145,6 +147,7 @@ impl Transaction {
             events: Vec::new(),
             memo: RefCell::new(Memos::default()),
             scratch: RefCell::new(Vec::new()),
+            whole: RefCell::new(None),
         }
     }
 

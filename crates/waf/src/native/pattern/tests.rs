@@ -291,3 +291,95 @@ fn every_crs_pattern_matches_the_regression_payloads_as_pcre2_does() {
         );
     }
 }
+
+/// The whole-set automaton ([`super::WholeSet`]) over several chains' prefilters answers
+/// each chain's level-1 units as their own automata do, on CRS's regression payloads and
+/// on values ending in a newline (where some patterns need PCRE2's word): CRS 4.22's
+/// patterns dealt to five chains, some to several, every third of level 2; no unit holds
+/// patterns of two levels.
+#[test]
+fn the_whole_set_answers_each_chains_units_as_they_answer() {
+    let owned = rx_patterns(&crs_sets()[0]);
+    // A third of the payloads, each also with a newline: a fresh cache of states per value
+    // (below) makes every value determinize its own.
+    let mut values: Vec<Vec<u8>> = corpus(&crate::native::crs_module::dir().join("tests"))
+        .into_iter()
+        .step_by(3)
+        .collect();
+    let newline: Vec<Vec<u8>> = values.iter().map(|v| [&v[..], b"\n"].concat()).collect();
+    values.extend(newline);
+    let chains = 5;
+    let mut sets = Vec::new();
+    let mut level1 = Vec::new();
+    for c in 0..chains {
+        // Chain c's patterns: every fifth from c, and every seventh (shared with others).
+        let mut mine: Vec<(&str, u8)> = owned
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % chains == c || i % 7 == 0)
+            .map(|(i, p)| (p.as_str(), if i % 3 == 0 { 2 } else { 1 }))
+            .collect();
+        mine.sort_by_key(|&(_, level)| level);
+        let patterns: Vec<&str> = mine.iter().map(|&(p, _)| p).collect();
+        let levels: Vec<u32> = mine.iter().map(|&(_, l)| u32::from(l)).collect();
+        let set = PatternSet::grouped(&patterns, &levels).unwrap();
+        for i in 1..patterns.len() {
+            if levels[i] != levels[i - 1] && set.modes[i] != super::Mode::Pcre {
+                let earlier = (0..i).rev().find(|&j| set.modes[j] != super::Mode::Pcre);
+                assert!(
+                    earlier.is_none_or(|j| set.unit(j) != set.unit(i)),
+                    "a unit of two levels"
+                );
+            }
+        }
+        level1.push(levels.iter().filter(|&&l| l == 1).count());
+        sets.push(Some(set));
+    }
+    let whole = super::WholeSet::new(&sets, &level1).expect("a whole set");
+    let mut scratches: Vec<_> = sets.iter().map(|s| s.as_ref().unwrap().scratch()).collect();
+    let (mut scanned, mut bad) = (0, Vec::new());
+    for v in &values {
+        // A scratch space of its own for each value: one kept from payload to payload
+        // fills with their states and gives up on most (the chains' automata answer then,
+        // which is not what this test is about).
+        let mut found = Vec::new();
+        if !whole.scan(v, &mut whole.scratch(), &mut found) {
+            continue;
+        }
+        scanned += 1;
+        for (c, set) in sets.iter().enumerate() {
+            let set = set.as_ref().unwrap();
+            let covered = whole.covered(c as u32);
+            let mut theirs = Vec::new();
+            for unit in (0..64).filter(|&u| covered & (1 << u) != 0) {
+                set.scan(unit, v, &mut scratches[c], &mut theirs);
+            }
+            let mut ours = Vec::new();
+            super::WholeSet::answer(set, c as u32, covered, &found, v, &mut ours);
+            theirs.sort_unstable();
+            ours.sort_unstable();
+            if ours != theirs {
+                bad.push(format!(
+                    "chain {c}, {:?}: {ours:?} against {theirs:?}",
+                    String::from_utf8_lossy(v)
+                ));
+            }
+        }
+    }
+    assert!(
+        sets.iter()
+            .enumerate()
+            .all(|(c, _)| whole.covered(c as u32) != 0)
+    );
+    assert!(
+        scanned * 2 > values.len(),
+        "the whole set scanned {scanned} of {}",
+        values.len()
+    );
+    assert!(
+        bad.is_empty(),
+        "{} disagree:\n{}",
+        bad.len(),
+        bad[..bad.len().min(10)].join("\n")
+    );
+}

@@ -5,8 +5,10 @@
 //! captures read by a chained rule, patterns of other paranoia levels in the same chain
 //! (ordered apart in the prefilter), the request body's values in phase 2, values that
 //! match only after the chain's transformations, and chains that share their first steps
-//! (each computed from the shorter one's result). The same rule ids, data and
-//! intervention on every request, or the shortcut changed a verdict.
+//! (each computed from the shorter one's result), and long values asked by many chains,
+//! which the whole-set automaton and the phrasebook answer once per the bytes they are
+//! (chains that leave a value as it is share them; those that decode it do not). The same
+//! rule ids, data and intervention on every request, or the shortcut changed a verdict.
 
 use crate::facts::RequestFacts;
 use crate::inspect::inspect;
@@ -37,6 +39,16 @@ SecRule ARGS "@rx <script>" "id:14,phase:1,pass,log,t:none,t:urlDecodeUni,t:lowe
 SecRule ARGS|REQUEST_HEADERS:User-Agent "@rx bar" "id:12,phase:1,pass,log,t:none,t:lowercase,tag:'paranoia-level/2',logdata:'%{MATCHED_VAR_NAME}'"
 SecRule ARGS "@rx foo" "id:21,phase:2,pass,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}=%{MATCHED_VAR}'"
 SecRule ARGS_POST|REQUEST_HEADERS:User-Agent "@rx bar" "id:22,phase:2,deny,status:403,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@rx <script" "id:41,phase:2,pass,log,t:none,t:urlDecodeUni,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@rx <SCRIPT" "id:42,phase:2,pass,log,t:none,t:urlDecodeUni,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@rx ordinary" "id:43,phase:2,pass,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@rx words\s+some" "id:44,phase:2,pass,log,t:none,t:htmlEntityDecode,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@rx <script>" "id:45,phase:2,pass,log,t:none,t:urlDecodeUni,t:lowercase,t:removeWhitespace,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@rx script" "id:46,phase:2,pass,log,t:none,t:urlDecodeUni,t:removeNulls,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@pm cmd.exe" "id:34,phase:2,pass,log,t:none,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@pm etc/passwd cmd.exe" "id:31,phase:2,pass,log,t:none,t:urlDecodeUni,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@pm /bin/sh" "id:32,phase:2,pass,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "!@pm harmless" "id:33,phase:2,pass,log,t:none,t:htmlEntityDecode,logdata:'%{MATCHED_VAR_NAME}'"
 "#;
 
 fn request(target: &str, agent: &str, body: &str) -> RequestFacts {
@@ -79,7 +91,26 @@ fn shortcuts_give_libmodsecurity_s_verdicts() {
     }];
     let oracle = Arc::new(Rules::build(&pieces).expect("libmodsecurity loads the rules"));
     let native = Arc::new(NativeRules::new(load(&pieces).expect("native loads them")).unwrap());
+    // Values long enough for the phrasebook (`operate/phrasebook.rs`), through chains that
+    // leave them the same bytes and chains that do not.
+    let words = "some+ordinary+words+".repeat(20);
+    let long = [
+        format!("a={words}%2FETC%2Fpasswd&b={words}"),
+        format!("a={words}/BIN/sh+and+HARMLESS&b={words}harmless"),
+        format!("a={words}cmd%252Eexe&b={words}CMD.exe&c={words}cmd.exe"),
+        format!("a={words}cmd%252Eexe&b={words}"),
+        format!("a={words}%253Cscript&b={words}"),
+        format!("a={words}%253CSCRIPT%253E&b={words}FOO"),
+        format!("a={words}&b={words}h%26%23097%3Brmless"),
+    ];
     let requests = [
+        request("/p?a=FOO&b=bar", "curl", &long[0]),
+        request("/p?a=FOO&b=bar", "curl", &long[1]),
+        request("/p?a=FOO&b=bar", "curl", &long[2]),
+        request("/p?a=FOO&b=bar", "curl", &long[3]),
+        request("/p?a=FOO&b=bar", "curl", &long[4]),
+        request("/p?a=FOO&b=bar", "curl", &long[5]),
+        request("/p?a=FOO&b=bar", "curl", &long[6]),
         request("/p?a=FOO&b=bar", "curl", ""),
         request("/p?a=plain&b=plain", "FooBar", ""),
         request("/p?skip=qux&a=1", "curl", ""),
