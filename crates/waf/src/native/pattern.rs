@@ -18,9 +18,7 @@
 //! does there. [`Scratch::fallbacks`] counts those values.
 
 mod translate;
-mod whole;
-
-pub(crate) use whole::WholeSet;
+pub(crate) mod whole;
 
 use regex_automata::hybrid::dfa::{Cache, DFA};
 use regex_automata::nfa::thompson;
@@ -51,7 +49,7 @@ pub struct PatternSet {
     members: Vec<usize>,
     modes: Vec<Mode>,
     pcre: Vec<pcre2::bytes::Regex>,
-    /// The automaton's pattern `i` in its own dialect (for [`WholeSet`]).
+    /// The automaton's pattern `i` in its own dialect (for [`whole::WholeSet`]).
     translated: Vec<String>,
 }
 

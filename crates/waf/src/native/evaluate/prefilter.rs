@@ -7,7 +7,7 @@
 
 use super::{Link, NativeRules};
 use crate::native::memo::{Memo, Memos, Whole};
-use crate::native::pattern::WholeSet;
+use crate::native::pattern::whole::WholeSet;
 use crate::native::transaction::{Transaction, Value};
 use crate::native::variable::Target;
 

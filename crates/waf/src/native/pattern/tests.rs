@@ -292,7 +292,7 @@ fn every_crs_pattern_matches_the_regression_payloads_as_pcre2_does() {
     }
 }
 
-/// The whole-set automaton ([`super::WholeSet`]) over several chains' prefilters answers
+/// The whole-set automaton ([`super::whole::WholeSet`]) over several chains' prefilters answers
 /// each chain's level-1 units as their own automata do, on CRS's regression payloads and
 /// on values ending in a newline (where some patterns need PCRE2's word): CRS 4.22's
 /// patterns dealt to five chains, some to several, every third of level 2; no unit holds
@@ -335,7 +335,7 @@ fn the_whole_set_answers_each_chains_units_as_they_answer() {
         level1.push(levels.iter().filter(|&&l| l == 1).count());
         sets.push(Some(set));
     }
-    let whole = super::WholeSet::new(&sets, &level1).expect("a whole set");
+    let whole = super::whole::WholeSet::new(&sets, &level1).expect("a whole set");
     let mut scratches: Vec<_> = sets.iter().map(|s| s.as_ref().unwrap().scratch()).collect();
     let (mut scanned, mut bad) = (0, Vec::new());
     for v in &values {
@@ -355,7 +355,7 @@ fn the_whole_set_answers_each_chains_units_as_they_answer() {
                 set.scan(unit, v, &mut scratches[c], &mut theirs);
             }
             let mut ours = Vec::new();
-            super::WholeSet::answer(set, c as u32, covered, &found, v, &mut ours);
+            super::whole::WholeSet::answer(set, c as u32, covered, &found, v, &mut ours);
             theirs.sort_unstable();
             ours.sort_unstable();
             if ours != theirs {
