@@ -2,7 +2,7 @@
 //! each value through each transformation chain, which prefilter patterns it matches, and
 //! which patterns any value of a target matches.
 
-use super::transform::Held;
+use super::transform::{Held, Transform};
 
 /// The memo's map, keyed by a request value's (address, length) and a chain: a row of
 /// chains per value, so that a value's hundred-odd (value, chain) entries cost one hash
@@ -116,6 +116,11 @@ pub(crate) struct Memos {
     /// value's row and the chain whose memo holds those bytes (0 for the value's own, else
     /// 1 + the chain).
     pub(crate) wholes: rustc_hash::FxHashMap<(u32, u32), Whole>,
+    /// For a long value's bytes (keyed as `wholes`) and a step: the chain whose memo holds
+    /// what the step made of them (0 for the value's own bytes, else 1 + the chain, as
+    /// `Memo::same` names it), so that chains reaching the same bytes by different
+    /// prefixes run their common next step once.
+    pub(crate) steps: rustc_hash::FxHashMap<(u32, u32, Transform), Option<u32>>,
     /// The `@pm` lists with a phrase in a value's bytes through some chain (a bit each,
     /// `operate/phrasebook.rs`), keyed as `wholes`.
     pub(crate) phrases: rustc_hash::FxHashMap<(u32, u32), Vec<u64>>,
@@ -129,6 +134,7 @@ impl Memos {
         self.unions.clear();
         self.wholes.clear();
         self.phrases.clear();
+        self.steps.clear();
     }
 }
 
@@ -150,7 +156,9 @@ pub(crate) struct Memo {
     pub(crate) value: Vec<u8>,
     /// Where the chain's last step changed nothing: the memo of a chain it extends holds
     /// the value (`Some(Some(chain))`, the nearest whose last step changed it), or it is
-    /// the request's own (`Some(None)`; also for the chain of no step). Most steps change
+    /// the request's own (`Some(None)`; also for the chain of no step). Also where another
+    /// chain's memo holds the same bytes, made by the same step from the same input
+    /// (`Memos::steps`). Most steps change
     /// most values in nothing (a lower-cased header lower-cased again, a value with no `%`
     /// URL-decoded), and a copy of each was an allocation per value and chain.
     pub(crate) same: Option<Option<u32>>,

@@ -9,6 +9,7 @@ use super::{Link, NativeRules};
 use crate::native::memo::{Memo, Memos, Whole};
 use crate::native::pattern::whole::WholeSet;
 use crate::native::transaction::{Transaction, Value};
+use crate::native::transform::Transform;
 use crate::native::variable::Target;
 
 impl NativeRules {
@@ -246,21 +247,7 @@ impl NativeRules {
                 }
                 // The chain whose memo holds the step's input (none: the value's own bytes).
                 let from = parent.and_then(|p| holder(memo, row, p));
-                // A long value of the request's own is asked by the summary of its bytes.
-                let known = (from.is_none() && raw.len() >= SUMMARIZED)
-                    .then(|| last.leaves_held(memo.values.held(row, raw)));
-                let mut buf = std::mem::take(&mut memo.buf);
-                let input = bytes_of(memo, row, from, raw);
-                let same = known.unwrap_or_else(|| last.leaves(input)) || {
-                    last.apply(input, &mut buf);
-                    buf == input
-                };
-                if same {
-                    memo.buf = buf;
-                    (Vec::new(), Some(from))
-                } else {
-                    (buf, None)
-                }
+                self.step(memo, row, chain, from, *last, raw)
             }
         };
         memo.values.insert(
@@ -272,6 +259,47 @@ impl NativeRules {
                 ..Memo::default()
             },
         );
+    }
+
+    /// `chain`'s memo of `row` (a value whose own bytes are `raw`), its last step `last`
+    /// run on the bytes `from` holds: (its bytes, or empty where `same` names the chain
+    /// whose memo holds them). A step that changes nothing is recorded as such, without a
+    /// copy; over a long value, a step another chain already ran on the same bytes (its
+    /// own prefix leaving them as this one's does) is not run again.
+    fn step(
+        &self,
+        memo: &mut Memos,
+        row: u32,
+        chain: u32,
+        from: Option<u32>,
+        last: Transform,
+        raw: &[u8],
+    ) -> (Vec<u8>, Option<Option<u32>>) {
+        // A long value of the request's own is asked by the summary of its bytes.
+        let known = (from.is_none() && raw.len() >= SUMMARIZED)
+            .then(|| last.leaves_held(memo.values.held(row, raw)));
+        let input = bytes_of(memo, row, from, raw);
+        if known.unwrap_or_else(|| last.leaves(input)) {
+            return (Vec::new(), Some(from));
+        }
+        let long = input.len() >= SUMMARIZED;
+        let key = (row, from.map_or(0, |c| c + 1), last);
+        if long && let Some(&at) = memo.steps.get(&key) {
+            return (Vec::new(), Some(at));
+        }
+        let mut buf = std::mem::take(&mut memo.buf);
+        let input = bytes_of(memo, row, from, raw);
+        last.apply(input, &mut buf);
+        let (value, same) = if buf == input {
+            memo.buf = buf;
+            (Vec::new(), Some(from))
+        } else {
+            (buf, None)
+        };
+        if long {
+            memo.steps.insert(key, same.unwrap_or(Some(chain)));
+        }
+        (value, same)
     }
 
     pub(super) fn apply_chain(&self, chain: u32, value: &[u8]) -> Vec<u8> {

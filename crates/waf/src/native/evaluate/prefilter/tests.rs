@@ -45,6 +45,9 @@ SecRule ARGS "@rx ordinary" "id:43,phase:2,pass,log,t:none,t:lowercase,logdata:'
 SecRule ARGS "@rx words\s+some" "id:44,phase:2,pass,log,t:none,t:htmlEntityDecode,logdata:'%{MATCHED_VAR_NAME}'"
 SecRule ARGS "@rx <script>" "id:45,phase:2,pass,log,t:none,t:urlDecodeUni,t:lowercase,t:removeWhitespace,logdata:'%{MATCHED_VAR_NAME}'"
 SecRule ARGS "@rx script" "id:46,phase:2,pass,log,t:none,t:urlDecodeUni,t:removeNulls,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@rx words<some" "id:47,phase:2,pass,log,t:none,t:htmlEntityDecode,t:removeWhitespace,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@rx words<some" "id:48,phase:2,pass,log,t:none,t:urlDecodeUni,t:removeWhitespace,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS "@rx ordinarywords" "id:49,phase:2,pass,log,t:none,t:lowercase,t:removeWhitespace,logdata:'%{MATCHED_VAR_NAME}'"
 SecRule ARGS "@pm cmd.exe" "id:34,phase:2,pass,log,t:none,logdata:'%{MATCHED_VAR_NAME}'"
 SecRule ARGS "@pm etc/passwd cmd.exe" "id:31,phase:2,pass,log,t:none,t:urlDecodeUni,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
 SecRule ARGS "@pm /bin/sh" "id:32,phase:2,pass,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
@@ -101,6 +104,7 @@ fn shortcuts_give_libmodsecurity_s_verdicts() {
         format!("a={words}cmd%252Eexe&b={words}"),
         format!("a={words}%253Cscript&b={words}"),
         format!("a={words}%253CSCRIPT%253E&b={words}FOO"),
+        format!("a={words}words+%26lt%3B+some&b={words}"),
         format!("a={words}&b={words}h%26%23097%3Brmless"),
     ];
     let requests = [
@@ -111,6 +115,7 @@ fn shortcuts_give_libmodsecurity_s_verdicts() {
         request("/p?a=FOO&b=bar", "curl", &long[4]),
         request("/p?a=FOO&b=bar", "curl", &long[5]),
         request("/p?a=FOO&b=bar", "curl", &long[6]),
+        request("/p?a=FOO&b=bar", "curl", &long[7]),
         request("/p?a=FOO&b=bar", "curl", ""),
         request("/p?a=plain&b=plain", "FooBar", ""),
         request("/p?skip=qux&a=1", "curl", ""),
