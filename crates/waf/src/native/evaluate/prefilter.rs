@@ -131,7 +131,7 @@ impl NativeRules {
         let row = memo.values.row(addr, len);
         self.memoize(memo, row, chain, &v.bytes);
         let from = holder(memo, row, chain);
-        let key = (row, from.map_or(0, |c| c + 1));
+        let key = bytes_key(row, from);
         if !memo.phrases.contains_key(&key) {
             let mut bits = Vec::new();
             book.lists_in(bytes_of(memo, row, from, &v.bytes), &mut bits);
@@ -165,7 +165,7 @@ impl NativeRules {
             return false;
         }
         let from = holder(memo, row, chain);
-        let key = (row, from.map_or(0, |c| c + 1));
+        let key = bytes_key(row, from);
         let asked = memo.wholes.entry(key).or_insert(Whole::Asked(0));
         if let Whole::Asked(n) = asked {
             if *n < WHOLE_AFTER {
@@ -283,7 +283,8 @@ impl NativeRules {
             return (Vec::new(), Some(from));
         }
         let long = input.len() >= SUMMARIZED;
-        let key = (row, from.map_or(0, |c| c + 1), last);
+        let (row_key, from_key) = bytes_key(row, from);
+        let key = (row_key, from_key, last);
         if long && let Some(&at) = memo.steps.get(&key) {
             return (Vec::new(), Some(at));
         }
@@ -340,6 +341,12 @@ fn holder(memo: &Memos, row: u32, chain: u32) -> Option<u32> {
         Some(Memo { same: Some(h), .. }) => *h,
         _ => Some(chain),
     }
+}
+
+/// The key of the bytes `from` holds for `row` (0 for the value's own, else 1 + the
+/// chain), under which what is learnt of those bytes is kept for every chain reaching them.
+fn bytes_key(row: u32, from: Option<u32>) -> (u32, u32) {
+    (row, from.map_or(0, |c| c + 1))
 }
 
 /// The bytes held by `chain`'s memo of `row` ([`holder`]'s answer), or `raw`.
