@@ -140,7 +140,7 @@ impl Transform {
     }
 
     /// Whether `input` holds a byte the step acts on ([`Transform::acts_on`]'s set), by
-    /// the fastest search for each set: memchr for one to three bytes, a block-wise test
+    /// the fastest search for each set: memchr for one or two bytes, a block-wise test
     /// that compiles to vector code for the ranges. `None` for the steps not known so.
     /// (Through `acts_on`'s function pointer, one call per byte, this was a twelfth of a
     /// 10 KiB POST's time: its transformed values are asked step by step.)
@@ -255,7 +255,7 @@ impl Held {
 /// Whether `hit` holds for a byte of `input`: tested a block at a time with no early exit
 /// inside a block, which the compiler turns into vector code (a byte-by-byte `any` was an
 /// eighth of a 10 KiB POST's time).
-fn any_byte(input: &[u8], hit: impl Fn(u8) -> bool) -> bool {
+pub(crate) fn any_byte(input: &[u8], hit: impl Fn(u8) -> bool) -> bool {
     input
         .chunks(64)
         .any(|block| block.iter().fold(false, |found, &b| found | hit(b)))

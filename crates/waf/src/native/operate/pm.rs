@@ -104,9 +104,7 @@ impl Phrases {
     /// Whether any phrase occurs in `value` without regard to ASCII case (what the
     /// reproduction then finds is one of these occurrences).
     fn occurs(&self, value: &[u8]) -> bool {
-        let capitals = value
-            .chunks(64)
-            .any(|block| block.iter().fold(false, |c, b| c | b.is_ascii_uppercase()));
+        let capitals = crate::native::transform::any_byte(value, |b| b.is_ascii_uppercase());
         let look = if capitals { &self.any } else { &self.any_lower };
         look.as_ref().is_some_and(|ac| ac.is_match(value))
     }
