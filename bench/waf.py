@@ -33,6 +33,10 @@ import bench as B
 
 ORIGIN = 18800
 SLUICE = {"none": 18810, "waf": 18811, "native": 18812, "waf pl2": 18813, "native pl2": 18814}
+# A second Sluice process, `[waf] inline_percent` set: the native engine's inspections of
+# requests without a body run on the event loop within that share of its time (the POSTs
+# still go to the WAF's threads).
+SLUICE_INLINE = {"native": 18815, "native pl2": 18816}
 NGINX = {"none": 18820, "waf": 18821, "waf pl2": 18822}
 RULES = Path("/usr/share/modsecurity-crs/rules")
 
@@ -128,7 +132,7 @@ def modsec_conf(paranoia=1):
     return modsec_head(paranoia=paranoia) + "".join(f"Include {f}\n" for f in crs_files()) + modsec_tail()
 
 
-def sluice_conf():
+def sluice_conf(ports=SLUICE, inline_percent=0):
     files = ", ".join(f'"{f}"' for f in crs_files())
     return f"""
 [global]
@@ -142,6 +146,8 @@ enabled = false
 name = "o"
 keepalive = 64
 servers = [{{ address = "127.0.0.1:{ORIGIN}" }}]
+[waf]
+inline_percent = {inline_percent}
 [[waf.ruleset]]
 name = "crs"
 files = [{files}]
@@ -149,17 +155,17 @@ files = [{files}]
 name = "crs-native"
 engine = "native"
 files = [{files}]
-""" + "".join(sluice_listener(key) for key in SLUICE)
+""" + "".join(sluice_listener(key, port) for key, port in ports.items())
 
 
-def sluice_listener(key):
+def sluice_listener(key, port):
     """One listener of `SLUICE` and its route: "none" without a WAF, "waf" on libmodsecurity,
     "native" on the native engine, " pl2" at paranoia level 2."""
     name = key.replace(" ", "-")
     engine, _, level = key.partition(" ")
     out = f"""[[listener]]
 name = "{name}"
-address = "127.0.0.1:{SLUICE[key]}"
+address = "127.0.0.1:{port}"
 request_id = false
 [[route]]
 name = "{name}"
@@ -226,13 +232,16 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--out", default=str(B.ROOT / "bench" / "results"))
+    ap.add_argument("--inline-percent", type=int, default=50,
+                    help="[waf] inline_percent of the second Sluice process (the sluice-inline rows)")
     args = ap.parse_args()
     if args.smoke:
         args.runs, args.duration = 1, 1.0
     cpu = B.cpu_model()
     B.log(f"CPU: {cpu}; {args.runs} runs x {args.duration:g} s per row")
     kinds = ("get", "post")
-    rows = {f"{g} {k} {kind}": [] for g, ports in (("sluice", SLUICE), ("nginx", NGINX)) for k in ports for kind in kinds}
+    gateways = (("sluice", SLUICE), ("nginx", NGINX), ("sluice-inline", SLUICE_INLINE))
+    rows = {f"{g} {k} {kind}": [] for g, ports in gateways for k in ports for kind in kinds}
     with tempfile.TemporaryDirectory(prefix="sluice-waf-") as d:
         os.chmod(d, 0o755)
         www = Path(d, "www")
@@ -244,6 +253,7 @@ def main():
         Path(d, "modsec.conf").write_text(modsec_conf())
         Path(d, "modsec2.conf").write_text(modsec_conf(paranoia=2))
         Path(d, "sluice.toml").write_text(sluice_conf())
+        Path(d, "sluice-inline.toml").write_text(sluice_conf(SLUICE_INLINE, args.inline_percent))
         procs = []
         try:
             procs.append(B.Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], B.LOAD_CORE, ORIGIN, f"{d}/origin.out"))
@@ -252,8 +262,12 @@ def main():
             sluice = B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file", f"{d}/sluice.pid"],
                             B.GW_CORE, SLUICE["waf"], f"{d}/sluice.out")
             procs.append(sluice)
-            check_rules_run({f"sluice {k}": p for k, p in SLUICE.items()} | {f"nginx {k}": p for k, p in NGINX.items()})
-            plan = [(f"{g} {k} {kind}", proc, port, kind) for g, proc, ports in (("sluice", sluice, SLUICE), ("nginx", nginx, NGINX))
+            inline = B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice-inline.toml", "--pid-file",
+                                       f"{d}/sluice-inline.pid"], B.GW_CORE, SLUICE_INLINE["native"], f"{d}/sluice-inline.out")
+            procs.append(inline)
+            check_rules_run({f"{g} {k}": p for g, ports in gateways for k, p in ports.items()})
+            plan = [(f"{g} {k} {kind}", proc, port, kind)
+                    for g, proc, ports in (("sluice", sluice, SLUICE), ("nginx", nginx, NGINX), ("sluice-inline", inline, SLUICE_INLINE))
                     for k, port in ports.items() for kind in kinds]
             for name, proc, port, kind in plan:
                 measure(proc, port, 1, kind, d)  # warm-up
@@ -270,7 +284,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
     path = out / f"{stamp}-waf{'-smoke' if args.smoke else ''}.json"
-    path.write_text(json.dumps({"cpu": cpu, "runs": args.runs, "duration": args.duration, "rows": rows}, indent=1))
+    path.write_text(json.dumps({"cpu": cpu, "runs": args.runs, "duration": args.duration,
+                                "inline_percent": args.inline_percent, "rows": rows}, indent=1))
     B.log(f"results: {path}")
 
 
@@ -313,6 +328,12 @@ def report(cpu, args, rows):
             print(f"- {what}, paranoia level {level}, the native engine: Sluice's CPU per request with it / with "
                   f"libmodsecurity: {x(native)}; / NGINX + ModSecurity's: {x(native_nginx)}; what the WAF adds, "
                   f"native / libmodsecurity: {x(native_added)}; WAF threads, native / libmodsecurity: {x(native_threads)}")
+            inline = f"sluice-inline native{suffix} {kind}"
+            on_loop = B.summarize([a / b for a, b in zip(us(inline), us(f"sluice waf{suffix} {kind}"))])
+            vs_threads = B.summarize([a / b for a, b in zip(us(inline), us(f"sluice native{suffix} {kind}"))])
+            print(f"- {what}, paranoia level {level}, the native engine with inline_percent = {args.inline_percent} "
+                  f"(a second Sluice process): {f(B.summarize(us(inline)))} µs per request; / libmodsecurity's: "
+                  f"{x(on_loop)}; / the native engine on the WAF's threads: {x(vs_threads)}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ verdict; Sluice's WAF queue is full the whole time). Per row: the plain route's 
 (median of the runs [min-max]) and its failed requests, and the attacks answered. The issue's
 bound: the plain route's p99 under attack within 2x of its idle p99.
 
+Two more rows put the native engine under a flood of GETs carrying SQL injection in the
+query (no body): in the same Sluice (inspected on the WAF's threads) and in a second Sluice
+with `[waf] inline_percent` (`--inline-percent`, default 50: inspected on the event loop
+within that share of its time), the price of the knob in the plain route's p99.
+
     bench/waf --saturated [--runs 3] [--duration 8] [--smoke]
 
 Called by bench/waf.
@@ -40,13 +45,24 @@ def attack_body():
     return bytes(body)
 
 
+# The GET flood's attack: SQL injection in the query, no body.
+ATTACK_GET = "/1k?id=1%27%20or%20%271%27%3D%271"
+INLINE = {"none": 18817, "native": 18815}
+
+
 def attacker(port, stop, counts, body):
-    """POSTs the attack back to back on one keep-alive connection until `stop`."""
+    """POSTs the attack back to back on one keep-alive connection until `stop` (`body`
+    None: GETs `ATTACK_GET`)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"User-Agent": W.UA, "Accept": "*/*", "Content-Type": "application/x-www-form-urlencoded"}
+    if body is None:
+        headers = PLAIN_HEADERS
     while not stop.is_set():
         try:
-            conn.request("POST", "/form", body=body, headers=headers)
+            if body is None:
+                conn.request("GET", ATTACK_GET, headers=headers)
+            else:
+                conn.request("POST", "/form", body=body, headers=headers)
             resp = conn.getresponse()
             resp.read()
             counts[str(resp.status)] = counts.get(str(resp.status), 0) + 1
@@ -57,8 +73,8 @@ def attacker(port, stop, counts, body):
     conn.close()
 
 
-def one_run(plain_port, waf_port, attackers, seconds):
-    stop, counts, body = threading.Event(), {}, attack_body()
+def one_run(plain_port, waf_port, attackers, seconds, get=False):
+    stop, counts, body = threading.Event(), {}, None if get else attack_body()
     threads = [threading.Thread(target=attacker, args=(waf_port, stop, counts, body)) for _ in range(attackers)]
     for t in threads:
         t.start()
@@ -84,6 +100,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--out", default=str(B.ROOT / "bench" / "results"))
+    ap.add_argument("--inline-percent", type=int, default=50,
+                    help="[waf] inline_percent of the second Sluice (the GET flood's inline row)")
     args = ap.parse_args()
     if args.smoke:
         args.runs, args.duration = 1, 1.0
@@ -99,16 +117,26 @@ def main():
         Path(d, "modsec.conf").write_text(W.modsec_conf())
         Path(d, "modsec2.conf").write_text(W.modsec_conf(paranoia=2))
         Path(d, "sluice.toml").write_text(W.sluice_conf())
+        Path(d, "sluice-inline.toml").write_text(W.sluice_conf(INLINE, args.inline_percent))
         procs = []
         try:
             procs.append(B.Proc("origin", ["nginx", "-c", f"{d}/origin.conf", "-p", d], B.LOAD_CORE, W.ORIGIN, f"{d}/origin.out"))
             procs.append(B.Proc("nginx", ["nginx", "-c", f"{d}/nginx.conf", "-p", d], B.GW_CORE, W.NGINX["waf"], f"{d}/nginx.out"))
             procs.append(B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice.toml", "--pid-file", f"{d}/sluice.pid"],
                                 B.GW_CORE, W.SLUICE["waf"], f"{d}/sluice.out"))
+            procs.append(B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice-inline.toml", "--pid-file",
+                                           f"{d}/sluice-inline.pid"], B.GW_CORE, INLINE["native"], f"{d}/sluice-inline.out"))
             for who, ports in (("sluice", W.SLUICE), ("nginx", W.NGINX)):
                 B.keepalive_latencies(ports["none"], "/1k", min(args.duration, 2.0), headers=PLAIN_HEADERS)  # warm the connections and the pool
                 for n in ATTACKERS:
                     rows[f"{who} {n}"] = [one_run(ports["none"], ports["waf"], n, args.duration) for _ in range(args.runs)]
+                    print(f"  {who}, {n} attackers: " + "; ".join(
+                        f"p99 {r['p99_ms']} ms, attacks {r['attacks']}" for r in rows[f"{who} {n}"]), flush=True)
+            for who, ports in (("sluice native get", W.SLUICE), ("sluice-inline native get", INLINE)):
+                B.keepalive_latencies(ports["none"], "/1k", min(args.duration, 2.0), headers=PLAIN_HEADERS)
+                for n in ATTACKERS:
+                    rows[f"{who} {n}"] = [one_run(ports["none"], ports["native"], n, args.duration, get=True)
+                                          for _ in range(args.runs)]
                     print(f"  {who}, {n} attackers: " + "; ".join(
                         f"p99 {r['p99_ms']} ms, attacks {r['attacks']}" for r in rows[f"{who} {n}"]), flush=True)
         finally:
@@ -124,7 +152,7 @@ def report(rows, args):
     print("| gateway | attack clients | plain p50 ms | plain p99 ms | p99 / idle | plain failed | attacks answered |")
     print("|---|---|---|---|---|---|---|")
     bad = 0
-    for who in ("sluice", "nginx"):
+    for who in ("sluice", "nginx", "sluice native get", "sluice-inline native get"):
         base = statistics.median(r["p99_ms"] for r in rows[f"{who} 0"])
         for n in ATTACKERS:
             runs = rows[f"{who} {n}"]
@@ -134,7 +162,7 @@ def report(rows, args):
                 for k, v in r["attacks"].items():
                     answered[k] = answered.get(k, 0) + v
             failed = sum(r["failed"] for r in runs)
-            bad += failed if who == "sluice" else 0
+            bad += failed if who.startswith("sluice") else 0
             print(f"| {who} | {n} | {B.spread([r['p50_ms'] for r in runs])} | {B.spread(p99)} | "
                   f"{statistics.median(p99) / base if base else float('nan'):.2f}x | {failed} | "
                   f"{', '.join(f'{k}: {v}' for k, v in sorted(answered.items())) or '—'} |")
@@ -142,7 +170,8 @@ def report(rows, args):
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
     path = out / f"{stamp}-waf-saturated{'-smoke' if args.smoke else ''}.json"
-    path.write_text(json.dumps({"cpu": B.cpu_model(), "runs": args.runs, "duration": args.duration, "rows": rows}, indent=1) + "\n")
+    path.write_text(json.dumps({"cpu": B.cpu_model(), "runs": args.runs, "duration": args.duration,
+                                "inline_percent": args.inline_percent, "rows": rows}, indent=1) + "\n")
     print(f"results: {path}")
     if bad:
         raise SystemExit(f"bench/waf --saturated: {bad} plain requests failed in Sluice")

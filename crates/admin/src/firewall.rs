@@ -20,11 +20,16 @@ pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
     let mut routes: Vec<(&str, sluice_waf::StatsSnapshot)> =
         waf.stats().map(|(r, st)| (r, st.snapshot())).collect();
     routes.sort_by(|a, b| a.0.cmp(b.0));
-    let counters: [(&str, &str, Reading); 9] = [
+    let counters: [(&str, &str, Reading); 10] = [
         (
             "sluice_waf_inspected_total",
             "Requests the route's rules evaluated.",
             |c| c.inspected,
+        ),
+        (
+            "sluice_waf_inspected_inline_total",
+            "Of the requests evaluated, those evaluated on the event loop's thread (inline_percent).",
+            |c| c.inline,
         ),
         (
             "sluice_waf_responses_inspected_total",
@@ -105,6 +110,7 @@ pub(crate) fn status(s: &Sources) -> Value {
             json!({
                 "route": route,
                 "inspected": c.inspected,
+                "inspected_inline": c.inline,
                 "responses_inspected": c.responses,
                 "blocked": c.blocked,
                 "detected": c.detected,

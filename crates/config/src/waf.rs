@@ -15,6 +15,11 @@ pub struct WafSettings {
     /// Requests accepted for inspection and not yet evaluated before the WAF counts as
     /// saturated (a route's `on_overload` decides then).
     pub queue: usize,
+    /// `inline_percent`: the share of each event-loop thread's time (0-100) that the native
+    /// engine's inspections of requests without a body may take on that thread, saving the
+    /// hand-off to a WAF thread and back; past it they go to the WAF's threads. 0 (the
+    /// default): every inspection on the WAF's threads.
+    pub inline_percent: u32,
 }
 
 impl Default for WafSettings {
@@ -24,6 +29,7 @@ impl Default for WafSettings {
             rulesets: Vec::new(),
             threads,
             queue: 256 * threads,
+            inline_percent: 0,
         }
     }
 }

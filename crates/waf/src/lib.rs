@@ -30,6 +30,7 @@ mod ffi;
 mod inspect;
 mod matches;
 pub mod native;
+mod placement;
 pub mod rules;
 mod runtime;
 mod stats;

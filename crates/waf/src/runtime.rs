@@ -6,6 +6,7 @@ use crate::facts::{RequestFacts, ResponseFacts};
 use crate::inspect::{Session, inspect, inspect_response};
 use crate::native::NativeRules;
 use crate::native::session::inspect_native;
+use crate::placement;
 use crate::rules::{Piece, pieces};
 use crate::stats::RouteStats;
 use crate::verdict::Verdict;
@@ -164,6 +165,9 @@ pub struct RouteFirewall {
     /// Its counters (kept across reloads while the route keeps its name).
     pub stats: Arc<RouteStats>,
     inspector: Arc<Inspector>,
+    /// `[waf] inline_percent`: the share of a loop thread's time its native-engine
+    /// inspections of requests without a body may take on that thread ([`placement`]).
+    inline_percent: u32,
 }
 
 impl RouteFirewall {
@@ -191,9 +195,12 @@ impl RouteFirewall {
     /// matched.
     async fn decide(&self, job: InspectJob, response: Option<bool>) -> (Outcome, Option<Session>) {
         let started = Instant::now();
-        let done = match self.inspector.pool.submit(job) {
-            Ok(pending) => pending.await.ok(),
-            Err(_) => None,
+        let done = match self.inline(&job) {
+            Some(done) => Some(done),
+            None => match self.inspector.pool.submit(job) {
+                Ok(pending) => pending.await.ok(),
+                Err(_) => None,
+            },
         };
         let open = self.settings.on_overload == WafOverload::Open;
         let (verdict, session) = match done {
@@ -240,6 +247,26 @@ impl RouteFirewall {
                 (Outcome::Pass(verdict, None), session)
             }
         }
+    }
+
+    /// `job` run on the calling (loop) thread, counted, where [`placement`] allows it: a
+    /// request without a body, on the native engine, within the thread's share; `None`:
+    /// hand it to the WAF's threads.
+    fn inline(&self, job: &InspectJob) -> Option<Option<(Verdict, Option<Session>)>> {
+        let InspectJob::Request {
+            rules: Engine::Native(_),
+            facts,
+            ..
+        } = job
+        else {
+            return None;
+        };
+        if self.inline_percent == 0 || !facts.body.is_empty() {
+            return None;
+        }
+        let done = placement::inline(self.inline_percent, || run(job))?;
+        self.stats.inline.fetch_add(1, Relaxed);
+        Some(done)
     }
 }
 
@@ -360,6 +387,7 @@ impl WafRuntime {
                 rules,
                 stats,
                 inspector: inspector.clone(),
+                inline_percent: settings.inline_percent,
             };
             built.insert(route.name.clone(), Arc::new(firewall));
         }

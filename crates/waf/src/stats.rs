@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 #[derive(Debug, Default)]
 pub struct RouteStats {
     pub(crate) inspected: AtomicU64,
+    /// Of `inspected`, those run on the event loop (`[waf] inline_percent`).
+    pub(crate) inline: AtomicU64,
     pub(crate) blocked: AtomicU64,
     pub(crate) detected: AtomicU64,
     pub(crate) overload_open: AtomicU64,
@@ -28,6 +30,9 @@ pub struct RouteStats {
 pub struct StatsSnapshot {
     /// Requests the rules evaluated.
     pub inspected: u64,
+    /// Of `inspected`, those evaluated on the event loop's thread (`[waf] inline_percent`)
+    /// instead of the WAF's threads.
+    pub inline: u64,
     /// Requests refused by a rule (mode `block`).
     pub blocked: u64,
     /// Requests forwarded with at least one match (mode `detect`, or matches below the
@@ -57,6 +62,7 @@ impl RouteStats {
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             inspected: self.inspected.load(Relaxed),
+            inline: self.inline.load(Relaxed),
             blocked: self.blocked.load(Relaxed),
             detected: self.detected.load(Relaxed),
             overload_open: self.overload_open.load(Relaxed),

@@ -35,6 +35,16 @@ impl Cx<'_> {
                 n => s.queue = n,
             }
         }
+        if let Some(p) = &raw.inline_percent {
+            match *p.get_ref() {
+                n @ 0..=100 => s.inline_percent = n,
+                n => self.err_at(
+                    p,
+                    format!("[waf] inline_percent = {n}"),
+                    "give a percent from 0 (every inspection on the WAF's threads) to 100",
+                ),
+            }
+        }
         let mut names = HashSet::new();
         for r in raw.ruleset.iter().flatten() {
             let r = r.get_ref();

@@ -17,6 +17,9 @@ pub struct RawWaf {
     /// Requests waiting for inspection before the WAF counts as saturated (default 256 per
     /// thread).
     pub queue: Option<Spanned<usize>>,
+    /// Percent of an event-loop thread's time that native-engine inspections of requests
+    /// without a body may take on that thread instead of the WAF's threads (default 0).
+    pub inline_percent: Option<Spanned<u32>>,
 }
 
 /// `[[waf.ruleset]]`: ModSecurity rules from files and/or inline.

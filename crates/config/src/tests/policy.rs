@@ -676,6 +676,16 @@ response_mime_types = ["application/json"]
     let native = src.replace("name = \"own\"\n", "name = \"own\"\nengine = \"native\"\n");
     let s = load_str(&native, "good.toml", dir.path()).unwrap();
     assert_eq!(s.waf.rulesets[0].engine, crate::WafEngine::Native);
+    assert_eq!(
+        s.waf.inline_percent, 0,
+        "every inspection on the WAF's threads unless asked"
+    );
+    let inline = format!("[waf]\ninline_percent = 40\n{native}");
+    let s = load_str(&inline, "good.toml", dir.path()).unwrap();
+    assert_eq!(s.waf.inline_percent, 40);
+    let bad = format!("[waf]\ninline_percent = 101\n{native}");
+    let errs = errors(&bad, dir.path());
+    assert!(said_at(&errs, &bad, "101").contains("from 0"), "{errs:#?}");
     let bad = src.replace("name = \"own\"\n", "name = \"own\"\nengine = \"coraza\"\n");
     let errs = errors(&bad, dir.path());
     let said = said_at(&errs, &bad, "coraza");

@@ -25,6 +25,8 @@ fn crs_files() -> String {
     files.join(", ")
 }
 
+/// `inline_percent = 100`: the native route's requests without a body are inspected on the
+/// event loop (its responses and bodies on the WAF's threads), libmodsecurity's never.
 fn config(origin: std::net::SocketAddr) -> String {
     let files = crs_files();
     let route = |name: &str, set: &str| {
@@ -38,6 +40,7 @@ fn config(origin: std::net::SocketAddr) -> String {
         "[log]\naccess_log = \"{{dir}}/access.log\"\naccess_format = \"json\"\naccess_flush = \"0s\"\n\
          [[listener]]\nname = \"web\"\naddress = \"127.0.0.1:0\"\n\
          [[upstream]]\nname = \"api\"\nservers = [{{ address = \"{origin}\" }}]\n\
+         [waf]\ninline_percent = 100\n\
          [[waf.ruleset]]\nname = \"libmodsecurity\"\nfiles = [{files}]\n\
          [[waf.ruleset]]\nname = \"native\"\nengine = \"native\"\nfiles = [{files}]\n{}{}",
         route("m", "libmodsecurity"),
@@ -157,6 +160,8 @@ fn requests() -> Vec<Case> {
     ]
 }
 
+/// The native route's verdicts equal libmodsecurity's whether inspected on the loop (the
+/// requests without a body) or on the WAF's threads (the bodies, the responses).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_native_engine_decides_as_libmodsecurity_on_the_same_rules() {
     let origin = Origin::start("api").await;
@@ -197,8 +202,11 @@ async fn the_native_engine_decides_as_libmodsecurity_on_the_same_rules() {
     let (admin, _task) = admin_for(&gw).await;
     let metrics = crate::auth::get(admin, "/metrics", &[]).await.body;
     let n = cases.len();
+    let bodiless = cases.iter().filter(|c| c.3.is_empty()).count();
     for want in [
         format!("sluice_waf_inspected_total{{route=\"n\"}} {n}"),
+        format!("sluice_waf_inspected_inline_total{{route=\"n\"}} {bodiless}"),
+        "sluice_waf_inspected_inline_total{route=\"m\"} 0".to_string(),
         "sluice_waf_faults_total{route=\"n\"} 0".to_string(),
     ] {
         assert!(metrics.contains(&want), "{want} in\n{metrics}");
