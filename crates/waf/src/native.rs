@@ -31,6 +31,7 @@ mod ruleset;
 pub(crate) mod session;
 mod transaction;
 mod transform;
+mod tx;
 mod variable;
 
 pub use action::{

@@ -258,7 +258,7 @@ impl NativeRules {
             match e {
                 Event::Capture(groups) => {
                     for (k, g) in groups.into_iter().enumerate() {
-                        t.tx.insert(k.to_string(), g);
+                        t.tx.set(capture_key(k).as_ref(), g);
                     }
                 }
                 Event::Match(v) => {
@@ -607,6 +607,14 @@ mod tests;
 #[cfg(all(test, feature = "modsecurity"))]
 mod variants;
 
+/// TX's key for capture group `k` (`TX:0` the whole match): the first ten without an
+/// allocation, as most rules that capture set them.
+fn capture_key(k: usize) -> Cow<'static, str> {
+    const KEYS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    KEYS.get(k)
+        .map_or_else(|| Cow::Owned(k.to_string()), |s| Cow::Borrowed(*s))
+}
+
 /// One `setvar` on TX's `key` (lower-cased). An existing value's buffer is reused: CRS
 /// adds to its scores in most rules that match.
 fn setvar(t: &mut Transaction, rule: &Rule, key: &str, op: &SetOp) {
@@ -618,9 +626,7 @@ fn setvar(t: &mut Transaction, rule: &Rule, key: &str, op: &SetOp) {
                     slot.clear();
                     slot.extend_from_slice(&v);
                 }
-                None => {
-                    t.tx.insert(key.to_string(), v.into_owned());
-                }
+                None => t.tx.set(key, v.into_owned()),
             }
         }
         SetOp::Add(v) | SetOp::Sub(v) => {
@@ -637,13 +643,9 @@ fn setvar(t: &mut Transaction, rule: &Rule, key: &str, op: &SetOp) {
                     // Writing to a Vec cannot fail.
                     let _ = write!(slot, "{n}");
                 }
-                None => {
-                    t.tx.insert(key.to_string(), n.to_string().into_bytes());
-                }
+                None => t.tx.set(key, n.to_string().into_bytes()),
             }
         }
-        SetOp::Delete => {
-            t.tx.remove(key);
-        }
+        SetOp::Delete => t.tx.remove(key),
     }
 }

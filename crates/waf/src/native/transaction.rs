@@ -10,10 +10,10 @@ use super::operate::stoi;
 use super::pattern::Scratch;
 use super::request::RequestData;
 use super::ruleset::Rule;
+use super::tx::Tx;
 use super::variable::{Selector, Target, Var};
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 
 /// What a rule that intervened decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +93,7 @@ pub(crate) enum Event {
 pub(crate) struct Transaction {
     pub(crate) request: RequestData,
     /// TX, keys lower-cased (looked up without regard to case, as libmodsecurity does).
-    pub(crate) tx: BTreeMap<String, Vec<u8>>,
+    pub(crate) tx: Tx,
     /// MATCHED_VARS: what the rules matched since the last rule that did not (the last of
     /// them is MATCHED_VAR and MATCHED_VAR_NAME).
     pub(crate) matched_vars: Vec<Value<'static>>,
@@ -129,7 +129,7 @@ impl Transaction {
     pub(crate) fn new(request: RequestData, engine: Engine) -> Transaction {
         Transaction {
             request,
-            tx: BTreeMap::new(),
+            tx: Tx::default(),
             matched_vars: Vec::new(),
             engine,
             body_processor: None,
@@ -224,7 +224,8 @@ impl Transaction {
         match var {
             Var::Tx => self
                 .tx
-                .iter()
+                .sorted()
+                .into_iter()
                 .for_each(|(k, v)| f(named(var, k.as_bytes(), v))),
             Var::MatchedVar => last.into_iter().for_each(|m| f(named(var, b"", &m.bytes))),
             Var::MatchedVarName => last.into_iter().for_each(|m| {
