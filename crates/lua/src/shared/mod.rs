@@ -5,9 +5,10 @@
 
 pub(crate) mod jit;
 mod lock;
+mod lru;
 pub(crate) mod raw;
 
-use lru::LruCache;
+use lru::LruMap;
 use mlua::{IntoLua, Lua, LuaString, MultiValue, UserData, UserDataMethods, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -70,7 +71,7 @@ pub struct SharedDict {
 }
 
 struct Inner {
-    entries: LruCache<Vec<u8>, Entry>,
+    entries: LruMap<Entry>,
     used: usize,
 }
 
@@ -104,7 +105,7 @@ impl SharedDict {
             name: name.to_owned(),
             capacity,
             inner: lock::SpinMutex::new(Inner {
-                entries: LruCache::unbounded(),
+                entries: LruMap::default(),
                 used: 0,
             }),
         }
@@ -170,7 +171,7 @@ impl SharedDict {
                 .entries
                 .iter()
                 .filter(|(_, e)| e.expired(now))
-                .map(|(k, _)| k.clone())
+                .map(|(k, _)| k.to_vec())
                 .collect();
             for k in expired {
                 if let Some(e) = inner.entries.pop(&k) {
@@ -190,7 +191,7 @@ impl SharedDict {
         }
         inner.used += cost;
         inner.entries.put(
-            key.to_vec(),
+            key,
             Entry {
                 value,
                 flags,
@@ -285,7 +286,7 @@ impl SharedDict {
             .iter()
             .filter(|(_, e)| !e.expired(now))
             .take(if max == 0 { usize::MAX } else { max })
-            .map(|(k, _)| k.clone())
+            .map(|(k, _)| k.to_vec())
             .collect()
     }
 
@@ -303,7 +304,7 @@ impl SharedDict {
             .iter()
             .filter(|(_, e)| e.expired(now))
             .take(if max == 0 { usize::MAX } else { max })
-            .map(|(k, _)| k.clone())
+            .map(|(k, _)| k.to_vec())
             .collect();
         for k in &expired {
             if let Some(e) = inner.entries.pop(k) {
