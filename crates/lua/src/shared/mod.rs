@@ -5,10 +5,9 @@
 
 pub(crate) mod jit;
 mod lock;
-mod lru;
 pub(crate) mod raw;
 
-use lru::LruMap;
+use lru::LruCache;
 use mlua::{IntoLua, Lua, LuaString, MultiValue, UserData, UserDataMethods, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -71,7 +70,7 @@ pub struct SharedDict {
 }
 
 struct Inner {
-    entries: LruMap<Entry>,
+    entries: LruCache<Vec<u8>, Entry>,
     used: usize,
 }
 
@@ -105,7 +104,7 @@ impl SharedDict {
             name: name.to_owned(),
             capacity,
             inner: lock::SpinMutex::new(Inner {
-                entries: LruMap::default(),
+                entries: LruCache::unbounded(),
                 used: 0,
             }),
         }
@@ -171,7 +170,7 @@ impl SharedDict {
                 .entries
                 .iter()
                 .filter(|(_, e)| e.expired(now))
-                .map(|(k, _)| k.to_vec())
+                .map(|(k, _)| k.clone())
                 .collect();
             for k in expired {
                 if let Some(e) = inner.entries.pop(&k) {
@@ -191,7 +190,7 @@ impl SharedDict {
         }
         inner.used += cost;
         inner.entries.put(
-            key,
+            key.to_vec(),
             Entry {
                 value,
                 flags,
@@ -286,7 +285,7 @@ impl SharedDict {
             .iter()
             .filter(|(_, e)| !e.expired(now))
             .take(if max == 0 { usize::MAX } else { max })
-            .map(|(k, _)| k.to_vec())
+            .map(|(k, _)| k.clone())
             .collect()
     }
 
@@ -304,7 +303,7 @@ impl SharedDict {
             .iter()
             .filter(|(_, e)| e.expired(now))
             .take(if max == 0 { usize::MAX } else { max })
-            .map(|(k, _)| k.to_vec())
+            .map(|(k, _)| k.clone())
             .collect();
         for k in &expired {
             if let Some(e) = inner.entries.pop(k) {
