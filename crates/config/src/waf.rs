@@ -16,9 +16,9 @@ pub struct WafSettings {
     /// saturated (a route's `on_overload` decides then).
     pub queue: usize,
     /// `inline_percent`: the share of each event-loop thread's time (0-100) that the native
-    /// engine's inspections of requests without a body may take on that thread, saving the
-    /// hand-off to a WAF thread and back; past it they go to the WAF's threads. 0 (the
-    /// default): every inspection on the WAF's threads.
+    /// engine's inspections of requests without a body (heads up to 4 KiB) may take on that
+    /// thread, saving the hand-off to a WAF thread and back; past it they go to the WAF's
+    /// threads. 0 (the default): every inspection on the WAF's threads.
     pub inline_percent: u32,
 }
 

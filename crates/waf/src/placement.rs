@@ -9,9 +9,10 @@
 //! inspection runs"). Inline, the same GET cost 115-140 µs. The price of running on the loop
 //! is that a flood of inspected requests can take the loop from routes without a WAF, which
 //! the WAF threads' idle priority prevents; so the loop lends at most a share of its time,
-//! and only to the native engine's inspections of requests without a body, the cheap ones
-//! (libmodsecurity's GET costs ten times the hand-off; a body's inspection is unbounded by
-//! the head's size). Past its share, inspections go to the WAF threads as before.
+//! and only to the native engine's inspections of requests without a body and with a head
+//! of at most [`INLINE_HEAD_MAX`] bytes, the cheap ones (libmodsecurity's GET costs ten
+//! times the hand-off; a body's inspection grows with the body). Past its share,
+//! inspections go to the WAF threads as before.
 //!
 //! The share is a credit per loop thread: it grows with the thread's wall-clock time at the
 //! share's rate, up to [`BURST_NS`], and each inline inspection spends its own duration. An
@@ -19,8 +20,25 @@
 //! credit drives it negative, and the loop hands off until the share has paid it back. At
 //! 100% every such inspection runs inline, as NGINX's worker runs ModSecurity.
 
+use crate::facts::RequestFacts;
 use std::cell::Cell;
 use std::time::Instant;
+
+/// The largest request head (target and header fields) inspected on the loop. The engine's
+/// cost grows with the bytes it reads, and a crafted head (a long value that sends PCRE2
+/// backtracking) could hold the loop for that long; a browser's head with its cookies is
+/// 0.5-2 KiB. A larger head goes to the WAF's threads.
+pub(crate) const INLINE_HEAD_MAX: usize = 4096;
+
+/// The bytes of `facts`' head the rules read: the target and each field's name and value.
+pub(crate) fn head_len(facts: &RequestFacts) -> usize {
+    facts.target.len()
+        + facts
+            .headers
+            .iter()
+            .map(|(k, v)| k.as_str().len() + v.len())
+            .sum::<usize>()
+}
 
 /// The most credit a loop thread saves while it inspects nothing: after an idle spell, the
 /// inline inspections that may run back to back before the share applies.

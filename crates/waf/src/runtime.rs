@@ -250,8 +250,9 @@ impl RouteFirewall {
     }
 
     /// `job` run on the calling (loop) thread, counted, where [`placement`] allows it: a
-    /// request without a body, on the native engine, within the thread's share; `None`:
-    /// hand it to the WAF's threads.
+    /// request without a body and with a head of at most [`placement::INLINE_HEAD_MAX`]
+    /// bytes, on the native engine, within the thread's share; `None`: hand it to the WAF's
+    /// threads.
     fn inline(&self, job: &InspectJob) -> Option<Option<(Verdict, Option<Session>)>> {
         let InspectJob::Request {
             rules: Engine::Native(_),
@@ -261,7 +262,10 @@ impl RouteFirewall {
         else {
             return None;
         };
-        if self.inline_percent == 0 || !facts.body.is_empty() {
+        if self.inline_percent == 0
+            || !facts.body.is_empty()
+            || placement::head_len(facts) > placement::INLINE_HEAD_MAX
+        {
             return None;
         }
         let done = placement::inline(self.inline_percent, || run(job))?;

@@ -64,6 +64,13 @@ fn request(method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Re
     r.body(Full::new(Bytes::from(body.to_string()))).unwrap()
 }
 
+/// A benign header value long enough to put its request's head over the 4 KiB that the
+/// loop inspects itself (`placement::INLINE_HEAD_MAX`).
+fn padding() -> &'static str {
+    static PADDING: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PADDING.get_or_init(|| "a".repeat(4500))
+}
+
 /// One request: method, path, extra header fields, body.
 type Case = (
     &'static str,
@@ -157,6 +164,13 @@ fn requests() -> Vec<Case> {
             vec![],
             String::new(),
         ),
+        // A head over 4 KiB: no body, but inspected on the WAF's threads.
+        (
+            "GET",
+            "/whoami?page=3".into(),
+            vec![("x-padding", padding())],
+            String::new(),
+        ),
     ]
 }
 
@@ -202,7 +216,10 @@ async fn the_native_engine_decides_as_libmodsecurity_on_the_same_rules() {
     let (admin, _task) = admin_for(&gw).await;
     let metrics = crate::auth::get(admin, "/metrics", &[]).await.body;
     let n = cases.len();
-    let bodiless = cases.iter().filter(|c| c.3.is_empty()).count();
+    let bodiless = cases
+        .iter()
+        .filter(|c| c.3.is_empty() && !c.2.iter().any(|h| h.1 == padding()))
+        .count();
     for want in [
         format!("sluice_waf_inspected_total{{route=\"n\"}} {n}"),
         format!("sluice_waf_inspected_inline_total{{route=\"n\"}} {bodiless}"),
