@@ -84,12 +84,6 @@ impl Credit {
     }
 }
 
-impl Default for Credit {
-    fn default() -> Self {
-        Credit::new()
-    }
-}
-
 thread_local! {
     /// The calling loop thread's credit (each tokio worker thread its own).
     static CREDIT: Cell<Credit> = const { Cell::new(Credit::new()) };
