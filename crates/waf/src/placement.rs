@@ -6,7 +6,7 @@
 //! context switches between the loop and the WAF thread, with the caches each one evicts. On
 //! a 2-vCPU KVM host (AMD EPYC) with the gateway on one core that was about 100 µs of a
 //! native-engine GET's 230, more than the inspection's own 70 (docs/waf.md, "Where an
-//! inspection runs"). Inline, the same GET cost 115-140 µs. The price of running on the loop
+//! inspection runs"). Inline, the same GET cost 102-142 µs. The price of running on the loop
 //! is that a flood of inspected requests can take the loop from routes without a WAF, which
 //! the WAF threads' idle priority prevents; so the loop lends at most a share of its time,
 //! and only to the native engine's inspections of requests without a body and with a head
