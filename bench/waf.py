@@ -266,9 +266,9 @@ def main():
                                        f"{d}/sluice-inline.pid"], B.GW_CORE, SLUICE_INLINE["native"], f"{d}/sluice-inline.out")
             procs.append(inline)
             check_rules_run({f"{g} {k}": p for g, ports in gateways for k, p in ports.items()})
-            plan = [(f"{g} {k} {kind}", proc, port, kind)
-                    for g, proc, ports in (("sluice", sluice, SLUICE), ("nginx", nginx, NGINX), ("sluice-inline", inline, SLUICE_INLINE))
-                    for k, port in ports.items() for kind in kinds]
+            proc_of = {"sluice": sluice, "nginx": nginx, "sluice-inline": inline}
+            plan = [(f"{g} {k} {kind}", proc_of[g], port, kind)
+                    for g, ports in gateways for k, port in ports.items() for kind in kinds]
             for name, proc, port, kind in plan:
                 measure(proc, port, 1, kind, d)  # warm-up
             for run in range(args.runs):

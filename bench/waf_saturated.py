@@ -48,6 +48,9 @@ def attack_body():
 # The GET flood's attack: SQL injection in the query, no body.
 ATTACK_GET = "/1k?id=1%27%20or%20%271%27%3D%271"
 INLINE = {"none": 18817, "native": 18815}
+# Each row: its name, the gateway's listeners, the one attacked, and whether by the GET flood.
+ROWS = (("sluice", W.SLUICE, "waf", False), ("nginx", W.NGINX, "waf", False),
+        ("sluice native get", W.SLUICE, "native", True), ("sluice-inline native get", INLINE, "native", True))
 
 
 def attacker(port, stop, counts, body):
@@ -126,16 +129,10 @@ def main():
                                 B.GW_CORE, W.SLUICE["waf"], f"{d}/sluice.out"))
             procs.append(B.Proc("sluice", [str(B.SLUICE), "run", "--config", f"{d}/sluice-inline.toml", "--pid-file",
                                            f"{d}/sluice-inline.pid"], B.GW_CORE, INLINE["native"], f"{d}/sluice-inline.out"))
-            for who, ports in (("sluice", W.SLUICE), ("nginx", W.NGINX)):
+            for who, ports, attacked, get in ROWS:
                 B.keepalive_latencies(ports["none"], "/1k", min(args.duration, 2.0), headers=PLAIN_HEADERS)  # warm the connections and the pool
                 for n in ATTACKERS:
-                    rows[f"{who} {n}"] = [one_run(ports["none"], ports["waf"], n, args.duration) for _ in range(args.runs)]
-                    print(f"  {who}, {n} attackers: " + "; ".join(
-                        f"p99 {r['p99_ms']} ms, attacks {r['attacks']}" for r in rows[f"{who} {n}"]), flush=True)
-            for who, ports in (("sluice native get", W.SLUICE), ("sluice-inline native get", INLINE)):
-                B.keepalive_latencies(ports["none"], "/1k", min(args.duration, 2.0), headers=PLAIN_HEADERS)
-                for n in ATTACKERS:
-                    rows[f"{who} {n}"] = [one_run(ports["none"], ports["native"], n, args.duration, get=True)
+                    rows[f"{who} {n}"] = [one_run(ports["none"], ports[attacked], n, args.duration, get=get)
                                           for _ in range(args.runs)]
                     print(f"  {who}, {n} attackers: " + "; ".join(
                         f"p99 {r['p99_ms']} ms, attacks {r['attacks']}" for r in rows[f"{who} {n}"]), flush=True)
@@ -152,7 +149,7 @@ def report(rows, args):
     print("| gateway | attack clients | plain p50 ms | plain p99 ms | p99 / idle | plain failed | attacks answered |")
     print("|---|---|---|---|---|---|---|")
     bad = 0
-    for who in ("sluice", "nginx", "sluice native get", "sluice-inline native get"):
+    for who, *_ in ROWS:
         base = statistics.median(r["p99_ms"] for r in rows[f"{who} 0"])
         for n in ATTACKERS:
             runs = rows[f"{who} {n}"]
