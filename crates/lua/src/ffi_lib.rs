@@ -1,10 +1,41 @@
 //! LuaJIT's `ffi` module for the crate's own Lua code (the poll of the instruction budget,
-//! `ngx.shared.DICT:incr` for compiled code), where no script reaches it: scripts get no
-//! `ffi`, which can take the process down.
+//! the API's entries for compiled code), where no script reaches it: scripts get no `ffi`,
+//! which can take the process down.
+//!
+//! Compiled code calls an FFI function as a plain machine call, while a `lua_CFunction` is
+//! something a trace cannot hold: the trace stops before it, the interpreter makes the call,
+//! and an FFI call the interpreter makes costs more than the C function would. So in a
+//! state whose compiler is on ([`JitOn`]), the calls scripts make most (`ngx.var` reads,
+//! `ngx.req.set_header`, `ngx.shared.DICT:incr`) go through the FFI ([`front`]), and a
+//! script made of them compiles whole, as lua-resty-core makes lua-nginx-module's API FFI
+//! calls for the same reason; every call the FFI entry does not make goes on to the C
+//! function, which answers (or raises) as before.
 
 #![expect(unsafe_code, reason = "opening LuaJIT's ffi library through its C API")]
 
-use mlua::{Lua, Table, ffi};
+use mlua::{Function, Lua, Table, ffi};
+use std::ffi::c_void;
+
+/// The mark (app data) of a state whose code is compiled (`[lua] jit`, the default): the
+/// API installs its FFI entries ([`front`]).
+pub(crate) struct JitOn;
+
+/// `slow` (a C function of the API) behind the FFI entry `entry`, in a state whose compiler
+/// is on: `wrapper` is Lua source that takes this state's `ffi`, `entry` (a light userdata)
+/// and `slow`, and returns the function scripts call. Elsewhere, `slow` itself.
+pub(crate) fn front(
+    lua: &Lua,
+    wrapper: &str,
+    entry: *mut c_void,
+    slow: Function,
+) -> mlua::Result<Function> {
+    if lua.app_data_ref::<JitOn>().is_none() {
+        return Ok(slow);
+    }
+    lua.load(wrapper)
+        .set_name("=sluice")
+        .call((module(lua)?, mlua::LightUserData(entry), slow))
+}
 
 /// LuaJIT's `ffi` module, where no script reaches it: opened once per state (a second
 /// `luaopen_ffi` would replace the state's C type table under the cdata made with the

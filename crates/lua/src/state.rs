@@ -200,7 +200,7 @@ impl State {
                 lua.load(JIT_SWITCHES).set_name("=sluice").call::<()>(off)?;
             }
             if settings.jit {
-                lua.set_app_data(crate::shared::jit::JitOn);
+                lua.set_app_data(crate::ffi_lib::JitOn);
             }
             if let Some(path) = &settings.package_path {
                 let package: mlua::Table = lua.globals().get("package")?;
@@ -495,20 +495,34 @@ impl State {
     }
 }
 
-/// `code` compiled, with the budget's polls where it is `polled`: a syntax error names its
-/// file and line (`file:line: message`), as the chunk reads without polls.
-fn compile(lua: &Lua, code: &LuaCode, polled: bool) -> Result<Function, String> {
-    let plain = lua
-        .load(&*code.source)
+/// `code` compiled as it is: a syntax error names its file and line (`file:line: message`).
+fn compile_plain(lua: &Lua, code: &LuaCode) -> Result<Function, String> {
+    lua.load(&*code.source)
         .set_name(code.chunk.as_str())
         .into_function()
         .map_err(|e| match e {
             mlua::Error::SyntaxError { message, .. } => message,
             other => other.to_string(),
-        })?;
-    if !polled {
-        return Ok(plain);
+        })
+}
+
+/// `code` compiled, with the budget's polls where it is `polled`: a syntax error names its
+/// file and line (`file:line: message`), as the chunk reads without polls.
+fn compile(lua: &Lua, code: &LuaCode, polled: bool) -> Result<Function, String> {
+    let plain = compile_plain(lua, code)?;
+    if polled {
+        drop(plain);
+        return crate::budget::loaders::compile(lua, &code.source, &code.chunk)
+            .map_err(|e| e.to_string());
     }
-    drop(plain);
-    crate::budget::loaders::compile(lua, &code.source, &code.chunk).map_err(|e| e.to_string())
+    // A plain function where the chunk allows, so that LuaJIT may start a trace at its entry
+    // (budget/rewrite.rs); the chunk as it compiled where the wrapper does not (a limit).
+    let wrapped = crate::budget::rewrite::wrap(code.source.as_bytes()).and_then(|text| {
+        lua.load(text)
+            .set_name(code.chunk.as_str())
+            .set_mode(mlua::chunk::ChunkMode::Text)
+            .call::<Function>(())
+            .ok()
+    });
+    Ok(wrapped.unwrap_or(plain))
 }

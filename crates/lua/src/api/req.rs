@@ -11,7 +11,7 @@ use http::uri::PathAndQuery;
 use http::{Method, Uri};
 use mlua::ffi;
 use mlua::{Lua, LuaString, Table, Value};
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 /// lua-nginx-module's method constants (`ngx.HTTP_GET`, …), as `ngx.req.set_method` takes.
 pub(crate) const METHODS: [(&str, i64); 16] = [
@@ -149,6 +149,57 @@ unsafe extern "C-unwind" fn set_header_raw(l: *mut ffi::lua_State) -> c_int {
     }
 }
 
+/// `ngx.req.set_header` in a state whose code is compiled (`crate::ffi_lib`):
+/// [`set_header_ffi`] for two strings, then the C function for every call it did not make.
+const SET_HEADER_WRAPPER: &str = r#"
+local ffi, entry, slow = ...
+local c_set = ffi.cast("int (*)(const char *, size_t, const char *, size_t)", entry)
+local type = type
+return function(name, value, ...)
+    if type(name) == "string" and type(value) == "string" and c_set(name, #name, value, #value) == 1 then
+        return
+    end
+    return slow(name, value, ...)
+end
+"#;
+
+/// Calls made through [`set_header_ffi`] that set the header, for the tests.
+#[cfg(test)]
+pub(crate) static FFI_SETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `ngx.req.set_header(name, value)` as compiled code calls it: 1 where it set the header
+/// ([`set_fast`]), 0 where it did not (a name or value the fast path leaves, no request, a
+/// panic): the C function then sets it or raises.
+///
+/// # Safety
+/// `name` and `value` point at `name_len` and `value_len` readable bytes (Lua strings the
+/// caller holds).
+#[expect(
+    unsafe_code,
+    reason = "an FFI entry point that compiled Lua code calls"
+)]
+unsafe extern "C" fn set_header_ffi(
+    name: *const u8,
+    name_len: usize,
+    value: *const u8,
+    value_len: usize,
+) -> c_int {
+    // SAFETY: as the function's contract says.
+    let (name, value) = unsafe {
+        (
+            std::slice::from_raw_parts(name, name_len),
+            std::slice::from_raw_parts(value, value_len),
+        )
+    };
+    // No unwinding may cross into compiled Lua code: a panic is a call not made.
+    let done = std::panic::catch_unwind(|| set_fast(name, value)).unwrap_or(false);
+    #[cfg(test)]
+    if done {
+        FFI_SETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    c_int::from(done)
+}
+
 /// Sets the header, if the call may and both are valid (else the slow path says why).
 fn set_fast(name: &[u8], value: &[u8]) -> bool {
     // Names with `_` (kept as they are, unlike `ngx.var.http_*`'s) and empty values (a
@@ -255,10 +306,9 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             })
         },
     )?;
-    req.set(
-        "set_header",
-        crate::cfunc::closure(lua, set_header_raw, slow, None)?,
-    )?;
+    let set = crate::cfunc::closure(lua, set_header_raw, slow, None)?;
+    let set = crate::ffi_lib::front(lua, SET_HEADER_WRAPPER, set_header_ffi as *mut c_void, set)?;
+    req.set("set_header", set)?;
     req.set(
         "clear_header",
         crate::guard::function(lua, "ngx.req.clear_header", |_, name: String| {

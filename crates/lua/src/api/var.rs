@@ -11,7 +11,7 @@ use http::header::HeaderName;
 use mlua::ffi;
 use mlua::{Lua, Table, Value};
 use std::borrow::Cow;
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 /// `ngx.var`'s value for `name`, or `None` (nil) for a variable Sluice does not have:
 /// borrowed from the view where it holds the bytes (a header, the query), so that a read
@@ -225,10 +225,9 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             })
         },
     )?;
-    meta.set(
-        "__index",
-        crate::cfunc::closure(lua, var_index, slow, None)?,
-    )?;
+    let index = crate::cfunc::closure(lua, var_index, slow, None)?;
+    let index = crate::ffi_lib::front(lua, INDEX_WRAPPER, var_get as *mut c_void, index)?;
+    meta.set("__index", index)?;
     meta.set(
         "__newindex",
         crate::guard::function(
@@ -275,6 +274,87 @@ unsafe extern "C-unwind" fn var_index(l: *mut ffi::lua_State) -> c_int {
             None => return delegate(l),
         }
         1
+    }
+}
+
+/// `ngx.var`'s `__index` in a state whose code is compiled (`crate::ffi_lib`): [`var_get`],
+/// then the C function for every read it did not make. The value is copied into a Lua string
+/// before anything else runs (scripts have no finalizers: `newproxy` is removed), while the
+/// bytes it points at are still as [`var_get`] left them.
+const INDEX_WRAPPER: &str = r#"
+local ffi, entry, slow = ...
+local c_get = ffi.cast("int (*)(const char *, size_t, const char **, size_t *)", entry)
+local at, len = ffi.new("const char *[1]"), ffi.new("size_t[1]")
+local type, to_string = type, ffi.string
+return function(t, name)
+    if type(name) == "string" then
+        local found = c_get(name, #name, at, len)
+        if found == 1 then return to_string(at[0], len[0]) end
+        if found == 0 then return nil end
+    end
+    return slow(t, name)
+end
+"#;
+
+thread_local! {
+    /// A computed value (not bytes the view holds) that [`var_get`] answered, until the next:
+    /// [`INDEX_WRAPPER`] copies it first.
+    static COMPUTED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Calls made through [`var_get`] that answered, for the tests to tell which path ran.
+#[cfg(test)]
+pub(crate) static FFI_READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `ngx.var[name]` as compiled code reads it: 1 with the value's bytes at `*at` (`*len`
+/// of them, valid until the view changes or the next call), 0 for nil, -1 where it made no
+/// read (no request, a panic): the C function then reads or raises.
+///
+/// # Safety
+/// `name` points at `name_len` readable bytes (a Lua string the caller holds); `at` and `len`
+/// are writable.
+#[expect(
+    unsafe_code,
+    reason = "an FFI entry point that compiled Lua code calls"
+)]
+unsafe extern "C" fn var_get(
+    name: *const u8,
+    name_len: usize,
+    at: *mut *const u8,
+    len: *mut usize,
+) -> c_int {
+    // SAFETY: as the function's contract says.
+    let name = unsafe { std::slice::from_raw_parts(name, name_len) };
+    // No unwinding may cross into compiled Lua code: a panic is a read not made.
+    let found = std::panic::catch_unwind(|| {
+        crate::current::try_with(|v| {
+            get_spelled(v, name).map(|value| {
+                value.map(|value| match value {
+                    Cow::Borrowed(b) => (b.as_ptr(), b.len()),
+                    Cow::Owned(o) => COMPUTED.with(|c| {
+                        let mut c = c.borrow_mut();
+                        *c = o;
+                        (c.as_ptr(), c.len())
+                    }),
+                })
+            })
+        })
+        .flatten()
+    });
+    match found.ok().flatten() {
+        Some(Some((p, n))) => {
+            #[cfg(test)]
+            FFI_READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: as the function's contract says; the bytes are the view's (lent for the
+            // whole call into Lua, unchanged until the script changes it) or `COMPUTED`'s.
+            unsafe {
+                *at = p;
+                *len = n;
+            }
+            1
+        }
+        Some(None) => 0,
+        None => -1,
     }
 }
 

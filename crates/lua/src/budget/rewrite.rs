@@ -12,8 +12,12 @@
 //! plain load of a flag out of it.
 //!
 //! The chunk is wrapped in a function that takes the two as its upvalues: `local
-//! __sluice_poll, __sluice_stop = ... return function(...) <poll> <chunk> end`, all on the
-//! chunk's first line, so every line keeps its number and errors their `file:line`. A chunk
+//! __sluice_poll, __sluice_stop = ... return function() <poll> <chunk> end`, all on the
+//! chunk's first line, so every line keeps its number and errors their `file:line`. The
+//! function takes `...` only where the chunk names `...` (a module's `local name = ...`):
+//! LuaJIT starts no trace at the entry of a vararg function, so a script without a loop
+//! (most of them) is compiled only where its chunk is a plain function, as
+//! lua-nginx-module's closure factory (`return function() <chunk> end`) made its chunks. A chunk
 //! that names either itself (it could replace the poll) is not rewritten, and its state runs
 //! with the JIT off, as does any chunk whose rewrite does not compile (LuaJIT's limits on
 //! upvalues).
@@ -40,6 +44,12 @@ const POLL_STATEMENT: &str = poll_statement!();
 
 /// What goes before the chunk, on its first line: the wrapper, and the chunk's own poll.
 const PREFIX: &str = concat!(
+    "local __sluice_poll, __sluice_stop = ... return function()",
+    poll_statement!()
+);
+
+/// [`PREFIX`] for a chunk that names `...`: a function that takes them.
+const PREFIX_VARARG: &str = concat!(
     "local __sluice_poll, __sluice_stop = ... return function(...)",
     poll_statement!()
 );
@@ -75,8 +85,12 @@ pub(crate) fn instrument(source: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let closing = matching(&tokens, body)?;
-    let mut out = Vec::with_capacity(source.len() + PREFIX.len() + SUFFIX.len() + 256);
-    out.extend_from_slice(PREFIX.as_bytes());
+    let vararg = tokens
+        .iter()
+        .any(|t| t.kind == Kind::Punct && text(t) == b"...");
+    let prefix = if vararg { PREFIX_VARARG } else { PREFIX };
+    let mut out = Vec::with_capacity(source.len() + prefix.len() + SUFFIX.len() + 256);
+    out.extend_from_slice(prefix.as_bytes());
     out.extend_from_slice(&header);
     let mut copied = 0;
     for (i, t) in tokens.iter().enumerate() {
@@ -96,6 +110,27 @@ pub(crate) fn instrument(source: &[u8]) -> Option<Vec<u8>> {
         copied = at;
     }
     out.extend_from_slice(&body[copied..]);
+    out.extend_from_slice(SUFFIX.as_bytes());
+    Some(out)
+}
+
+/// `source` as a plain function's body, for a chunk compiled without polls: `return
+/// function() <chunk> end` on its lines, or `None` where it names `...` (it stays a vararg
+/// chunk), is binary, or does not lex (see [`PREFIX`] for why).
+pub(crate) fn wrap(source: &[u8]) -> Option<Vec<u8>> {
+    const OPEN: &str = "return function() ";
+    let (header, body) = split_header(source)?;
+    let tokens = lex(body)?;
+    if tokens
+        .iter()
+        .any(|t| t.kind == Kind::Punct && &body[t.span.clone()] == b"...")
+    {
+        return None;
+    }
+    let mut out = Vec::with_capacity(source.len() + OPEN.len() + SUFFIX.len());
+    out.extend_from_slice(OPEN.as_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(body);
     out.extend_from_slice(SUFFIX.as_bytes());
     Some(out)
 }

@@ -1,13 +1,10 @@
 //! `ngx.shared.DICT:incr` through LuaJIT's FFI, for states whose JIT compiler is on (the
 //! default; not with `[lua] jit = false`).
 //!
-//! Compiled code calls an FFI function as a plain machine call, while a `lua_CFunction` is
-//! something a trace cannot hold: each call leaves it and the interpreter runs the call
-//! ([`super::raw`]'s C functions). lua-resty-core calls lua-nginx-module's dictionary through
-//! the FFI for the same reason. In the interpreter an FFI call costs more than a C function:
-//! states whose compiler is off (`[lua] jit = false`) keep
-//! [`super::raw`]; one that turns it off for good later (a chunk without the budget's polls)
-//! pays more per call here, with the same answers.
+//! Why the FFI: [`crate::ffi_lib`]. In the interpreter an FFI call costs more than a C
+//! function: states whose compiler is off (`[lua] jit = false`) keep [`super::raw`]; one that
+//! turns it off for good later (a chunk without the budget's polls) pays more per call here,
+//! with the same answers.
 //!
 //! The FFI library is the crate's own ([`crate::ffi_lib`]), and the wrapper's upvalues are out
 //! of reach without `debug`.
@@ -21,10 +18,6 @@ use super::SharedDict;
 use mlua::{Function, Lua, Table};
 use std::ffi::c_void;
 use std::sync::Arc;
-
-/// The mark (app data) of a state whose code is compiled: its dictionaries get the FFI
-/// `incr` ([`install`]).
-pub(crate) struct JitOn;
 
 /// The Lua side: argument checks as [`super::raw`]'s fast path makes them, then the FFI
 /// call; every other shape of call, and every call the FFI function did not make (it answers

@@ -105,3 +105,105 @@ error("not reached: " .. tostring(how))
     let exited = crate::state::EXITED_RUNNERS.load(Ordering::Relaxed) - before;
     assert!(exited >= 100, "{exited} runners left at ngx.exit");
 }
+
+/// With the compiler on, `ngx.var` reads and `ngx.req.set_header` go through their FFI
+/// entries (`api/var.rs`, `api/req.rs`) and answer as the C functions do with it off: the
+/// same script, run often enough to be compiled, leaves the same headers either way, values
+/// the view holds and values computed at the read alike, and every call the FFI entry leaves
+/// (a number, a table, an empty value, a name with `_`, a bad name) still takes the C path.
+#[test]
+fn var_reads_and_set_header_through_the_ffi_answer_as_the_c_functions_do() {
+    const SCRIPT: &str = r#"
+local t = ngx.var.http_x_token
+local seen = table.concat({ t or "none", tostring(ngx.var.http_x_absent), tostring(ngx.var.no_such_variable),
+    ngx.var.remote_addr, ngx.var.uri, ngx.var.arg_a, tostring(#ngx.var.binary_remote_addr), ngx.var.args }, "|")
+ngx.req.set_header("X-Seen", seen)
+ngx.req.set_header("X-Gateway", "lua")
+ngx.req.set_header("X_Under", "kept")
+ngx.req.set_header("X-Gone", "")
+ngx.req.set_header("X-Num", 42)
+ngx.req.set_header("X-List", { "a", "b" })
+local ok, err = pcall(ngx.req.set_header, "Bad\nName", "v")
+ngx.req.set_header("X-Bad", tostring(ok) .. ":" .. tostring(err))
+ok, err = pcall(ngx.req.set_header, "X-Bad-Value", "a\0b")
+ngx.req.set_header("X-Bad-Value-Said", tostring(ok) .. ":" .. tostring(err))
+"#;
+    let answers = |jit: bool| {
+        let rt = runtime(&format!(
+            "[lua]\njit = {jit}\n[[route]]\nname = \"r\"\nupstream = \"u\"\n[route.lua]\naccess = '''{SCRIPT}'''\n"
+        ));
+        let scripts = rt.scripts("r").unwrap();
+        let mut last = None;
+        for _ in 0..300 {
+            let lua = scripts.request(facts());
+            let mut req = get("/a/../b%20c?a=1&z=2");
+            req.headers_mut().insert("x-token", "t0k".parse().unwrap());
+            req.headers_mut().insert("x-gone", "here".parse().unwrap());
+            let outcome = run(&lua, LuaPhase::Access, head(&mut req));
+            assert!(
+                matches!(outcome, Outcome::Continue),
+                "jit {jit}: {outcome:?}"
+            );
+            let mut headers: Vec<(String, String)> = req
+                .headers()
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
+            headers.sort();
+            if let Some(previous) = &last {
+                assert_eq!(previous, &headers, "jit {jit}: every call answers alike");
+            }
+            last = Some(headers);
+        }
+        last.unwrap()
+    };
+    let reads = crate::api::var::FFI_READS.load(Ordering::Relaxed);
+    let sets = crate::api::req::FFI_SETS.load(Ordering::Relaxed);
+    let compiled = answers(true);
+    let reads = crate::api::var::FFI_READS.load(Ordering::Relaxed) - reads;
+    let sets = crate::api::req::FFI_SETS.load(Ordering::Relaxed) - sets;
+    let interpreted = answers(false);
+    assert_eq!(compiled, interpreted);
+    let get = |name: &str| {
+        compiled
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(
+        get("x-seen"),
+        Some("t0k|nil|nil|192.0.2.7|/b c|1|4|a=1&z=2")
+    );
+    assert_eq!(get("x-gateway"), Some("lua"));
+    assert_eq!(get("x_under"), Some("kept"));
+    assert_eq!(get("x-gone"), None);
+    assert_eq!(get("x-num"), Some("42"));
+    // lua-nginx-module escapes what may not be in a header, as the C function does.
+    assert_eq!(get("bad%0aname"), Some("v"));
+    assert_eq!(get("x-bad-value"), Some("a%00b"));
+    // Eight reads answered (the two nils are answers too but not counted) and two sets, a
+    // request: through the FFI.
+    assert!(reads >= 300 * 6, "{reads} reads through the FFI");
+    assert!(sets >= 300 * 2, "{sets} sets through the FFI");
+}
+
+/// A phase script that names `...` keeps a vararg chunk (it gets none, as under
+/// lua-nginx-module), with the budget's polls and without.
+#[test]
+fn a_script_that_names_varargs_still_runs() {
+    for lua in ["", "max_instructions = 0\n", "jit = false\n"] {
+        let rt = runtime(&format!(
+            "[lua]\n{lua}[[route]]\nname = \"r\"\nupstream = \"u\"\n[route.lua]\naccess = '''\nlocal n = select('#', ...)\nngx.req.set_header(\"X-N\", tostring(n))\n'''\n"
+        ));
+        let scripts = rt.scripts("r").unwrap();
+        let mut req = get("/");
+        let outcome = run(&scripts.request(facts()), LuaPhase::Access, head(&mut req));
+        assert!(matches!(outcome, Outcome::Continue), "{lua}: {outcome:?}");
+        assert_eq!(req.headers()["x-n"], "0", "{lua}");
+    }
+}

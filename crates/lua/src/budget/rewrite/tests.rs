@@ -1,11 +1,16 @@
-use super::{POLL_STATEMENT, PREFIX, SUFFIX, instrument};
+use super::{POLL_STATEMENT, PREFIX, PREFIX_VARARG, SUFFIX, instrument};
 
 /// The body of `source`'s rewrite (prefix and suffix checked and taken off), with each poll
 /// shown as `@`.
 fn polled(source: &str) -> String {
     let out = String::from_utf8(instrument(source.as_bytes()).expect("rewritten")).unwrap();
+    let prefix = if source.contains("...") {
+        PREFIX_VARARG
+    } else {
+        PREFIX
+    };
     let body = out
-        .strip_prefix(PREFIX)
+        .strip_prefix(prefix)
         .and_then(|b| b.strip_suffix(SUFFIX))
         .expect("the wrapper");
     body.replace(POLL_STATEMENT, "@")
@@ -134,4 +139,29 @@ fn a_parameter_list_of_more_than_names_is_refused() {
         assert!(instrument(source.as_bytes()).is_none(), "{source}");
     }
     assert!(instrument(b"function f(a, b, ...) end").is_some());
+}
+
+/// A chunk that names `...` is wrapped in a vararg function, any other in a plain one (where
+/// LuaJIT can start a trace), with polls or without.
+#[test]
+fn only_a_chunk_that_names_varargs_gets_a_vararg_function() {
+    let plain = instrument(b"local n = 1 return n").unwrap();
+    assert!(plain.starts_with(PREFIX.as_bytes()));
+    assert!(PREFIX.contains("function()"));
+    for source in [
+        "local name = ...",
+        "local function f(...) return ... end",
+        "print(select('#', ...))",
+    ] {
+        let out = instrument(source.as_bytes()).unwrap();
+        assert!(out.starts_with(PREFIX_VARARG.as_bytes()), "{source}");
+        assert!(super::wrap(source.as_bytes()).is_none(), "{source}");
+    }
+    // `...` in a string or a comment is not the chunk's.
+    let out = instrument(b"local s = '...' -- ...").unwrap();
+    assert!(out.starts_with(PREFIX.as_bytes()));
+    assert_eq!(
+        super::wrap(b"#!/bin/lua\nreturn '...'").unwrap(),
+        b"return function() -- !/bin/lua\nreturn '...'\nend"
+    );
 }
