@@ -156,98 +156,9 @@ pub fn fingerprint(cert: &X509Ref) -> Option<[u8; 32]> {
 impl KeyServer {
     /// Loads the keys and certificates of `config`, binds its sockets and starts its engines.
     pub async fn bind(config: &ServerConfig) -> Result<Self, ServerError> {
-        let mut keys = HashMap::new();
-        for entry in &config.keys {
-            let pkey = load_private_key(&entry.file)?;
-            let unsupported = |message: String| ServerError::File {
-                path: entry.file.display().to_string(),
-                message,
-                fix: "serve RSA (2048 bits or more), ECDSA P-256/P-384 or Ed25519 keys",
-            };
-            let der = pkey.private_key_to_der_pkcs8()?;
-            let key = PrivateKey::from_pkcs8(&der).map_err(|e| unsupported(e.to_string()))?;
-            let id = key_id_of(&pkey)?;
-            let name = entry
-                .file
-                .file_stem()
-                .map_or_else(|| "key".into(), |s| s.to_string_lossy().into_owned());
-            tracing::info!(key = %name, id = %hex(&id[..8]), kind = ?key.kind(), "serving key");
-            keys.insert(
-                id,
-                ServedKey {
-                    key: Arc::new(key.with_key_id(id)),
-                    name,
-                    clients: entry.clients.clone(),
-                    operations: AtomicU64::new(0),
-                },
-            );
-        }
-
-        let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls())?;
-        b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
-        let chain =
-            X509::stack_from_pem(&read(&config.certificate, "certificate")?).map_err(|e| {
-                ServerError::File {
-                    path: config.certificate.display().to_string(),
-                    message: format!("not a PEM certificate chain: {e}"),
-                    fix: "give the key server's certificate, leaf first, in PEM",
-                }
-            })?;
-        let Some((leaf, rest)) = chain.split_first() else {
-            return Err(ServerError::File {
-                path: config.certificate.display().to_string(),
-                message: "holds no certificate".into(),
-                fix: "give the key server's certificate, leaf first, in PEM",
-            });
-        };
-        b.set_certificate(leaf)?;
-        for c in rest {
-            b.add_extra_chain_cert(c.clone())?;
-        }
-        let own_key = load_private_key(&config.key)?;
-        b.set_private_key(&own_key)?;
-        b.check_private_key()?;
-        if let Some(ca) = &config.client_ca {
-            let cas =
-                X509::stack_from_pem(&read(ca, "client CA")?).map_err(|e| ServerError::File {
-                    path: ca.display().to_string(),
-                    message: format!("not a PEM certificate: {e}"),
-                    fix: "give the CA that issues the gateways' client certificates, in PEM",
-                })?;
-            for c in &cas {
-                b.cert_store_mut().add_cert(c.clone())?;
-            }
-        }
-        let pinned: Vec<[u8; 32]> = config.clients.iter().map(|c| c.fingerprint).collect();
-        b.set_verify_callback(
-            SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
-            move |verified, ctx| {
-                // Chains to the client CA; or, whatever the chain error, a pinned leaf.
-                verified
-                    || ctx
-                        .chain()
-                        .and_then(|c| c.iter().next())
-                        .and_then(fingerprint)
-                        .is_some_and(|f| pinned.contains(&f))
-            },
-        );
-        let acceptor = b.build();
-
-        let threads = config
-            .pool_threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let crypto = CryptoConfig {
-            engines: config.engines.clone(),
-            pool_threads: threads,
-            pool_capacity: 64 * threads,
-            ..CryptoConfig::default()
-        };
-        let dispatcher =
-            sluice_crypto::build_dispatcher(&crypto, None).map_err(|source| ServerError::Io {
-                context: "starting the crypto engines".into(),
-                source,
-            })?;
-
+        let keys = served_keys(config)?;
+        let acceptor = acceptor(config)?;
+        let dispatcher = dispatcher(config)?;
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr)
                 .await
@@ -345,6 +256,107 @@ impl KeyServer {
             });
         }
     }
+}
+
+/// The keys `config` serves, by key ID, each loaded and checked (a key the engines cannot
+/// sign with names its file and what to give instead).
+fn served_keys(config: &ServerConfig) -> Result<HashMap<KeyId, ServedKey>, ServerError> {
+    let mut keys = HashMap::new();
+    for entry in &config.keys {
+        let pkey = load_private_key(&entry.file)?;
+        let unsupported = |message: String| ServerError::File {
+            path: entry.file.display().to_string(),
+            message,
+            fix: "serve RSA (2048 bits or more), ECDSA P-256/P-384 or Ed25519 keys",
+        };
+        let der = pkey.private_key_to_der_pkcs8()?;
+        let key = PrivateKey::from_pkcs8(&der).map_err(|e| unsupported(e.to_string()))?;
+        let id = key_id_of(&pkey)?;
+        let name = entry
+            .file
+            .file_stem()
+            .map_or_else(|| "key".into(), |s| s.to_string_lossy().into_owned());
+        tracing::info!(key = %name, id = %hex(&id[..8]), kind = ?key.kind(), "serving key");
+        keys.insert(
+            id,
+            ServedKey {
+                key: Arc::new(key.with_key_id(id)),
+                name,
+                clients: entry.clients.clone(),
+                operations: AtomicU64::new(0),
+            },
+        );
+    }
+    Ok(keys)
+}
+
+/// The key server's TLS side: TLS 1.3 only, its own certificate chain and key, and a client
+/// certificate required that chains to `client_ca` or whose leaf is pinned.
+fn acceptor(config: &ServerConfig) -> Result<SslAcceptor, ServerError> {
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls())?;
+    b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
+    let chain = X509::stack_from_pem(&read(&config.certificate, "certificate")?).map_err(|e| {
+        ServerError::File {
+            path: config.certificate.display().to_string(),
+            message: format!("not a PEM certificate chain: {e}"),
+            fix: "give the key server's certificate, leaf first, in PEM",
+        }
+    })?;
+    let Some((leaf, rest)) = chain.split_first() else {
+        return Err(ServerError::File {
+            path: config.certificate.display().to_string(),
+            message: "holds no certificate".into(),
+            fix: "give the key server's certificate, leaf first, in PEM",
+        });
+    };
+    b.set_certificate(leaf)?;
+    for c in rest {
+        b.add_extra_chain_cert(c.clone())?;
+    }
+    let own_key = load_private_key(&config.key)?;
+    b.set_private_key(&own_key)?;
+    b.check_private_key()?;
+    if let Some(ca) = &config.client_ca {
+        let cas = X509::stack_from_pem(&read(ca, "client CA")?).map_err(|e| ServerError::File {
+            path: ca.display().to_string(),
+            message: format!("not a PEM certificate: {e}"),
+            fix: "give the CA that issues the gateways' client certificates, in PEM",
+        })?;
+        for c in &cas {
+            b.cert_store_mut().add_cert(c.clone())?;
+        }
+    }
+    let pinned: Vec<[u8; 32]> = config.clients.iter().map(|c| c.fingerprint).collect();
+    b.set_verify_callback(
+        SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
+        move |verified, ctx| {
+            // Chains to the client CA; or, whatever the chain error, a pinned leaf.
+            verified
+                || ctx
+                    .chain()
+                    .and_then(|c| c.iter().next())
+                    .and_then(fingerprint)
+                    .is_some_and(|f| pinned.contains(&f))
+        },
+    );
+    Ok(b.build())
+}
+
+/// The crypto engines the keys' operations run on: `pool_threads` (one per core unless set).
+fn dispatcher(config: &ServerConfig) -> Result<Dispatcher<KeyJob>, ServerError> {
+    let threads = config
+        .pool_threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let crypto = CryptoConfig {
+        engines: config.engines.clone(),
+        pool_threads: threads,
+        pool_capacity: 64 * threads,
+        ..CryptoConfig::default()
+    };
+    sluice_crypto::build_dispatcher(&crypto, None).map_err(|source| ServerError::Io {
+        context: "starting the crypto engines".into(),
+        source,
+    })
 }
 
 impl State {
