@@ -128,107 +128,147 @@ impl Drop for Manager {
 
 /// One certificate's life: wait until due, order, install; on failure back off and retry.
 async fn renew(cert: Arc<Certificate>, coordinator: Option<Arc<dyn Coordinator>>, orders: Orders) {
-    let order = cert.acme.as_deref().cloned().expect("an ACME certificate");
-    let name = cert.name.clone();
-    let mut status = AcmeStatus {
-        names: order.names.clone(),
-        challenge: order.challenge.as_str(),
-        ..AcmeStatus::default()
-    };
-    let loaded = (!cert.placeholder).then(|| cert.chain[0].clone());
-    let mut announced = None;
-    let mut ari = ari::Ari::default();
+    let mut r = Renewal::new(&cert);
     loop {
+        if r.wait_while_valid().await {
+            continue;
+        }
+        let Some(turn) = r.fleet_turn(coordinator.as_deref(), &orders).await else {
+            continue;
+        };
+        r.order(turn).await;
+    }
+}
+
+/// What [`renew`] carries from one round to the next.
+struct Renewal {
+    name: String,
+    order: AcmeOrder,
+    /// The leaf the configuration loaded (none where a placeholder serves).
+    loaded: Option<boring::x509::X509>,
+    status: AcmeStatus,
+    /// The renewal time last logged.
+    announced: Option<i64>,
+    ari: ari::Ari,
+}
+
+impl Renewal {
+    fn new(cert: &Certificate) -> Renewal {
+        let order = cert.acme.as_deref().cloned().expect("an ACME certificate");
+        Renewal {
+            name: cert.name.clone(),
+            status: AcmeStatus {
+                names: order.names.clone(),
+                challenge: order.challenge.as_str(),
+                ..AcmeStatus::default()
+            },
+            order,
+            loaded: (!cert.placeholder).then(|| cert.chain[0].clone()),
+            announced: None,
+            ari: ari::Ari::default(),
+        }
+    }
+
+    /// While the certificate that serves is not due: shows it as issued, asks the CA's
+    /// renewal window and waits (a minute at most); `true` when it waited (look again),
+    /// `false` when renewal is due.
+    async fn wait_while_valid(&mut self) -> bool {
+        let (name, order) = (&self.name, &self.order);
         // What serves now: what storage holds (this gateway's last order, or what another
         // gateway of the fleet obtained), else what the configuration loaded.
-        let leaf = storage::stored_leaf(&order).or_else(|| loaded.clone());
+        let leaf = storage::stored_leaf(order).or_else(|| self.loaded.clone());
         let valid = leaf.as_ref().and_then(|l| storage::validity(l));
         let mut due = valid.map_or(0, |v| due(v, order.renew_before));
         // The CA's renewal window, where it offers one, may call for it sooner.
-        if let Some(suggested) = leaf.as_ref().and_then(|l| ari.known(l)) {
+        if let Some(suggested) = leaf.as_ref().and_then(|l| self.ari.known(l)) {
             due = due.min(suggested);
         }
+        self.status.not_after = valid.map(|v| v.1);
         let now = storage::now();
-        if due > now {
-            status.state = "issued";
-            status.not_after = valid.map(|v| v.1);
-            status.next_attempt = Some(due);
-            live().set_status(&name, status.clone());
-            if announced != Some(due) {
-                announced = Some(due);
-                tracing::info!(certificate = %name, renew_in_s = due - now, "ACME certificate is valid; renewal scheduled");
-            }
-            // Ask the CA's renewal window when that is due (after the status is shown: it
-            // is a request to the CA); a window that calls for it sooner is taken at once.
-            if let Some(leaf) = &leaf
-                && ari
-                    .refresh(&order, leaf, now)
-                    .await
-                    .is_some_and(|at| at < due)
-            {
-                continue;
-            }
-            // A minute at a time: in a fleet, another gateway may renew it meanwhile.
-            tokio::time::sleep(Duration::from_secs((due - now).clamp(1, 60) as u64)).await;
-            continue;
+        if due <= now {
+            return false;
         }
-        status.not_after = valid.map(|v| v.1);
+        self.status.state = "issued";
+        self.status.next_attempt = Some(due);
+        live().set_status(name, self.status.clone());
+        if self.announced != Some(due) {
+            self.announced = Some(due);
+            tracing::info!(certificate = %name, renew_in_s = due - now, "ACME certificate is valid; renewal scheduled");
+        }
+        // Ask the CA's renewal window when that is due (after the status is shown: it is a
+        // request to the CA); a window that calls for it sooner is taken at once.
+        if let Some(leaf) = &leaf
+            && (self.ari.refresh(order, leaf, now).await).is_some_and(|at| at < due)
+        {
+            return true;
+        }
+        // A minute at a time: in a fleet, another gateway may renew it meanwhile.
+        tokio::time::sleep(Duration::from_secs((due - now).clamp(1, 60) as u64)).await;
+        true
+    }
 
-        // Due. In a fleet, a newer certificate the fleet already holds is taken instead (a
-        // gateway that joined, or whose configuration just gained this certificate); then
-        // only the gateway holding the turn orders, the others wait for its certificate.
-        if let Some(c) = &coordinator {
-            let taken = c.shared(&name).await.and_then(|shared| match shared {
-                Some((chain, key)) => adopt(&orders, &name, &chain, &key),
-                None => Ok(false),
-            });
-            match taken {
-                Ok(true) => continue,
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(certificate = %name, error = %e, "cannot take the fleet's certificate; ordering")
-                }
+    /// Due, in a fleet: a newer certificate the fleet already holds is taken instead (a
+    /// gateway that joined, or whose configuration just gained this certificate), and only
+    /// the gateway holding the turn orders. `Some(turn)` (`Some(None)` alone) where this
+    /// gateway orders now; `None` where it took the fleet's certificate or waited for
+    /// another gateway's order or after a failure (look again).
+    async fn fleet_turn(
+        &mut self,
+        coordinator: Option<&dyn Coordinator>,
+        orders: &Orders,
+    ) -> Option<Option<Box<dyn Turn>>> {
+        let Some(c) = coordinator else {
+            return Some(None);
+        };
+        let name = &self.name;
+        let taken = c.shared(name).await.and_then(|shared| match shared {
+            Some((chain, key)) => adopt(orders, name, &chain, &key),
+            None => Ok(false),
+        });
+        match taken {
+            Ok(true) => return None,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(certificate = %name, error = %e, "cannot take the fleet's certificate; ordering")
             }
         }
-        let turn = match &coordinator {
-            None => None,
-            Some(c) => match c.acquire(&name).await {
-                Ok(Some(turn)) => Some(turn),
-                Ok(None) => {
-                    status.state = "waiting";
-                    live().set_status(&name, status.clone());
-                    tracing::debug!(certificate = %name, "another gateway of the fleet is ordering this certificate");
-                    tokio::time::sleep(order.settings.retry_min).await;
-                    continue;
-                }
-                Err(e) => {
-                    failed(
-                        &name,
-                        &order,
-                        &mut status,
-                        format!("taking the fleet's turn: {e}"),
-                    )
-                    .await;
-                    continue;
-                }
-            },
-        };
-        status.state = "ordering";
-        live().set_status(&name, status.clone());
+        match c.acquire(name).await {
+            Ok(Some(turn)) => Some(Some(turn)),
+            Ok(None) => {
+                self.status.state = "waiting";
+                live().set_status(name, self.status.clone());
+                tracing::debug!(certificate = %name, "another gateway of the fleet is ordering this certificate");
+                tokio::time::sleep(self.order.settings.retry_min).await;
+                None
+            }
+            Err(e) => {
+                let error = format!("taking the fleet's turn: {e}");
+                failed(name, &self.order, &mut self.status, error).await;
+                None
+            }
+        }
+    }
+
+    /// Orders the certificate and installs it (holding the fleet's `turn`, where there is
+    /// one); a failure is counted and backed off ([`failed`]).
+    async fn order(&mut self, turn: Option<Box<dyn Turn>>) {
+        let (name, order) = (&self.name, &self.order);
+        self.status.state = "ordering";
+        live().set_status(name, self.status.clone());
         tracing::info!(certificate = %name, names = ?order.names, challenge = order.challenge.as_str(), directory = %order.directory, "ordering an ACME certificate");
-        let outcome = order::run(&order, turn.as_deref(), ari.replaces())
+        let outcome = order::run(order, turn.as_deref(), self.ari.replaces())
             .await
-            .and_then(|issued| install::install(&name, issued));
+            .and_then(|issued| install::install(name, issued));
         drop(turn);
         match outcome {
             Ok((_, not_after)) => {
-                status.issued += 1;
-                status.consecutive_failures = 0;
-                status.last_error = None;
-                status.last_issued = Some(storage::now());
+                self.status.issued += 1;
+                self.status.consecutive_failures = 0;
+                self.status.last_error = None;
+                self.status.last_issued = Some(storage::now());
                 tracing::info!(certificate = %name, not_after, "ACME certificate issued and in force");
             }
-            Err(e) => failed(&name, &order, &mut status, e).await,
+            Err(e) => failed(name, order, &mut self.status, e).await,
         }
     }
 }
