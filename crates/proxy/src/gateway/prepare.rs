@@ -34,6 +34,7 @@ pub(super) struct Prepared {
     pub(super) report: super::state::ApplyReport,
 }
 
+/// Where a listener of the new snapshot runs.
 pub(super) enum Placement {
     /// The running listener at this index, and a UDP socket when HTTP/3 starts on it now.
     Keep(usize, Option<UdpSocket>),
