@@ -85,10 +85,11 @@ pub(crate) fn instrument(source: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let closing = matching(&tokens, body)?;
-    let vararg = tokens
-        .iter()
-        .any(|t| t.kind == Kind::Punct && text(t) == b"...");
-    let prefix = if vararg { PREFIX_VARARG } else { PREFIX };
+    let prefix = if names_varargs(&tokens, body) {
+        PREFIX_VARARG
+    } else {
+        PREFIX
+    };
     let mut out = Vec::with_capacity(source.len() + prefix.len() + SUFFIX.len() + 256);
     out.extend_from_slice(prefix.as_bytes());
     out.extend_from_slice(&header);
@@ -120,11 +121,7 @@ pub(crate) fn instrument(source: &[u8]) -> Option<Vec<u8>> {
 pub(crate) fn wrap(source: &[u8]) -> Option<Vec<u8>> {
     const OPEN: &str = "return function() ";
     let (header, body) = split_header(source)?;
-    let tokens = lex(body)?;
-    if tokens
-        .iter()
-        .any(|t| t.kind == Kind::Punct && &body[t.span.clone()] == b"...")
-    {
+    if names_varargs(&lex(body)?, body) {
         return None;
     }
     let mut out = Vec::with_capacity(source.len() + OPEN.len() + SUFFIX.len());
@@ -133,6 +130,14 @@ pub(crate) fn wrap(source: &[u8]) -> Option<Vec<u8>> {
     out.extend_from_slice(body);
     out.extend_from_slice(SUFFIX.as_bytes());
     Some(out)
+}
+
+/// Whether the chunk names `...` anywhere (its own or a nested function's: either way the
+/// chunk keeps a vararg function, the cautious answer).
+fn names_varargs(tokens: &[Token], body: &[u8]) -> bool {
+    tokens
+        .iter()
+        .any(|t| t.kind == Kind::Punct && &body[t.span.clone()] == b"...")
 }
 
 /// The chunk's first line where LuaJIT skips it (a byte-order mark, a `#!` line), made a
