@@ -21,20 +21,25 @@ use std::ffi::c_void;
 pub(crate) struct JitOn;
 
 /// `slow` (a C function of the API) behind the FFI entry `entry`, in a state whose compiler
-/// is on: `wrapper` is Lua source that takes this state's `ffi`, `entry` (a light userdata)
-/// and `slow`, and returns the function scripts call. Elsewhere, `slow` itself.
+/// is on: `wrapper` is Lua source that takes this state's `ffi`, `entry` (a light userdata),
+/// `slow` and `data` (a light userdata, or nil: what the entry works on), and returns the
+/// function scripts call. Elsewhere, `slow` itself.
 pub(crate) fn front(
     lua: &Lua,
     wrapper: &str,
     entry: *mut c_void,
     slow: Function,
+    data: Option<*mut c_void>,
 ) -> mlua::Result<Function> {
     if lua.app_data_ref::<JitOn>().is_none() {
         return Ok(slow);
     }
-    lua.load(wrapper)
-        .set_name("=sluice")
-        .call((module(lua)?, mlua::LightUserData(entry), slow))
+    lua.load(wrapper).set_name("=sluice").call((
+        module(lua)?,
+        mlua::LightUserData(entry),
+        slow,
+        data.map(mlua::LightUserData),
+    ))
 }
 
 /// LuaJIT's `ffi` module, where no script reaches it: opened once per state (a second

@@ -307,7 +307,13 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         },
     )?;
     let set = crate::cfunc::closure(lua, set_header_raw, slow, None)?;
-    let set = crate::ffi_lib::front(lua, SET_HEADER_WRAPPER, set_header_ffi as *mut c_void, set)?;
+    let set = crate::ffi_lib::front(
+        lua,
+        SET_HEADER_WRAPPER,
+        set_header_ffi as *mut c_void,
+        set,
+        None,
+    )?;
     req.set("set_header", set)?;
     req.set(
         "clear_header",

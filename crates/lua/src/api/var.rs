@@ -226,7 +226,7 @@ pub(crate) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         },
     )?;
     let index = crate::cfunc::closure(lua, var_index, slow, None)?;
-    let index = crate::ffi_lib::front(lua, INDEX_WRAPPER, var_get as *mut c_void, index)?;
+    let index = crate::ffi_lib::front(lua, INDEX_WRAPPER, var_get as *mut c_void, index, None)?;
     meta.set("__index", index)?;
     meta.set(
         "__newindex",

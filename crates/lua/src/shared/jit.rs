@@ -25,7 +25,7 @@ use std::sync::Arc;
 /// interpreter (a script's call outside a compiled loop) each FFI argument is converted
 /// and each read of a cdata array is a metamethod call.
 const WRAPPER: &str = r#"
-local ffi, dict, entry, slow = ...
+local ffi, entry, slow, dict = ...
 local c_incr = ffi.cast("double (*)(const void *, const char *, size_t, double, double)", entry)
 local ptr = ffi.cast("const void *", dict)
 local type, nan = type, 0 / 0
@@ -84,16 +84,10 @@ unsafe extern "C" fn incr(
 }
 
 /// Puts the FFI `incr` in front of `t.incr` (the C closure) in `t`, an `ngx.shared.NAME`
-/// table for `dict`.
+/// table for `dict`, where the state's compiler is on ([`crate::ffi_lib::front`]).
 pub(crate) fn install(lua: &Lua, t: &Table, dict: &Arc<SharedDict>) -> mlua::Result<()> {
     let slow: Function = t.raw_get("incr")?;
-    let dict = mlua::LightUserData(Arc::as_ptr(dict).cast_mut().cast::<c_void>());
-    let entry = mlua::LightUserData(incr as *mut c_void);
-    let wrapper: Function = lua.load(WRAPPER).set_name("=sluice").call((
-        crate::ffi_lib::module(lua)?,
-        dict,
-        entry,
-        slow,
-    ))?;
-    t.raw_set("incr", wrapper)
+    let dict = Arc::as_ptr(dict).cast_mut().cast::<c_void>();
+    let incr = crate::ffi_lib::front(lua, WRAPPER, incr as *mut c_void, slow, Some(dict))?;
+    t.raw_set("incr", incr)
 }

@@ -44,9 +44,7 @@ pub(crate) fn handle(lua: &Lua, dict: &Arc<SharedDict>) -> mlua::Result<Table> {
         let slow: Function = bind.call(name)?;
         t.raw_set(name, closure(lua, f, slow, Some(ptr))?)?;
     }
-    if lua.app_data_ref::<crate::ffi_lib::JitOn>().is_some() {
-        super::jit::install(lua, &t, dict)?;
-    }
+    super::jit::install(lua, &t, dict)?;
     t.set_metatable(Some(meta))?;
     Ok(t)
 }
