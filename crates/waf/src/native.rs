@@ -20,6 +20,7 @@ mod directive;
 mod error;
 mod evaluate;
 mod expand;
+mod key_regex;
 mod load;
 mod memo;
 mod operate;

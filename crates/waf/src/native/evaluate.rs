@@ -25,7 +25,6 @@ use super::variable::{Selector, Target};
 use crate::facts::{RequestFacts, ResponseFacts};
 use crate::matches::Match;
 use std::borrow::Cow;
-use std::io::Write as _;
 
 /// A rule set ready to run: each rule's operators compiled, the rules of each phase listed.
 #[derive(Debug)]
@@ -539,7 +538,7 @@ fn updated_out(updates: &[Target], v: &Value<'_>) -> bool {
 }
 
 fn key_matches(re: &str, key: &[u8]) -> bool {
-    super::transaction::with_key_regex(re, |r| r.is_some_and(|r| r.is_match(key).unwrap_or(false)))
+    super::key_regex::with_key_regex(re, |r| r.is_some_and(|r| r.is_match(key)))
 }
 
 /// Whether this transaction's `ctl:ruleRemoveTarget*` names the whole target as written
@@ -621,13 +620,7 @@ fn setvar(t: &mut Transaction, rule: &Rule, key: &str, op: &SetOp) {
     match op {
         SetOp::Set(v) => {
             let v = t.expand_text(v, rule);
-            match t.tx.get_mut(key) {
-                Some(slot) => {
-                    slot.clear();
-                    slot.extend_from_slice(&v);
-                }
-                None => t.tx.set(key, v.into_owned()),
-            }
+            t.tx.set_bytes(key, &v);
         }
         SetOp::Add(v) | SetOp::Sub(v) => {
             let by = stoi(&t.expand_text(v, rule));
@@ -637,14 +630,8 @@ fn setvar(t: &mut Transaction, rule: &Rule, key: &str, op: &SetOp) {
             } else {
                 now - by
             };
-            match t.tx.get_mut(key) {
-                Some(slot) => {
-                    slot.clear();
-                    // Writing to a Vec cannot fail.
-                    let _ = write!(slot, "{n}");
-                }
-                None => t.tx.set(key, n.to_string().into_bytes()),
-            }
+            let mut digits = itoa::Buffer::new();
+            t.tx.set_bytes(key, digits.format(n).as_bytes());
         }
         SetOp::Delete => t.tx.remove(key),
     }

@@ -107,11 +107,11 @@ impl MemoMap {
 pub(crate) struct Memos {
     /// Each value through each chain (and its prefilter hits).
     pub(crate) values: MemoMap,
-    /// For a target's values through a chain (by the plan's target summary and the chain):
-    /// the chain's prefilter patterns that any of them matches, a bit each. A rule whose
-    /// pattern is not among them skips the target without looking at its values.
-    /// Keyed by (summary, chain, prefilter unit): a unit's patterns are answered together.
-    pub(crate) unions: rustc_hash::FxHashMap<(u32, u32, u32), Vec<u64>>,
+    /// For a target's values through a chain, by the plan's union group
+    /// (`plan::UnionGroup`): the chain's prefilter patterns that any of them matches, a
+    /// bit each, once known. A rule whose pattern is not among them skips the target
+    /// without looking at its values.
+    pub(crate) unions: Unions,
     /// The whole-set automaton's part in a value's bytes through some chain, keyed by the
     /// value's row and the chain whose memo holds those bytes (0 for the value's own, else
     /// 1 + the chain).
@@ -131,10 +131,48 @@ pub(crate) struct Memos {
 impl Memos {
     pub(crate) fn clear(&mut self) {
         self.values.clear();
-        self.unions.clear();
+        self.unions.known.fill(false);
         self.wholes.clear();
         self.phrases.clear();
         self.steps.clear();
+    }
+}
+
+/// The union groups' bits ([`Memos::unions`]), by group; the lists are kept when
+/// cleared, for the next request.
+#[derive(Debug, Default)]
+pub(crate) struct Unions {
+    known: Vec<bool>,
+    bits: Vec<Vec<u64>>,
+}
+
+impl Unions {
+    /// Group `g`'s bits, once known.
+    pub(crate) fn get(&self, g: u32) -> Option<&[u64]> {
+        let g = g as usize;
+        (*self.known.get(g)?).then(|| &self.bits[g][..])
+    }
+
+    /// An empty list for group `g`'s bits (to fill and [`Unions::set`]).
+    pub(crate) fn take(&mut self, g: u32) -> Vec<u64> {
+        let mut bits = self
+            .bits
+            .get_mut(g as usize)
+            .map(std::mem::take)
+            .unwrap_or_default();
+        bits.clear();
+        bits
+    }
+
+    /// Sets group `g`'s bits, now known.
+    pub(crate) fn set(&mut self, g: u32, bits: Vec<u64>) {
+        let g = g as usize;
+        if self.known.len() <= g {
+            self.known.resize(g + 1, false);
+            self.bits.resize_with(g + 1, Vec::new);
+        }
+        self.known[g] = true;
+        self.bits[g] = bits;
     }
 }
 

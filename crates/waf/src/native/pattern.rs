@@ -17,7 +17,7 @@
 //! pattern by pattern, as libmodsecurity would run it, so no value costs much more than it
 //! does there. [`Scratch::fallbacks`] counts those values.
 
-mod translate;
+pub(crate) mod translate;
 pub(crate) mod whole;
 
 use regex_automata::hybrid::dfa::{Cache, DFA};

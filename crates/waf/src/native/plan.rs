@@ -42,6 +42,22 @@ pub(crate) struct LinkPlan {
     /// (each with its origin, so that its prefilter answers are memoized); none for TX, the
     /// matched variables and `&` counts, whose values change from rule to rule.
     pub(crate) summaries: Vec<Option<u32>>,
+    /// For each of `targets` with a summary, for a link with `rx`: the [`UnionGroup`]
+    /// that answers whether any of the target's values matches its pattern.
+    pub(crate) unions: Vec<Option<u32>>,
+}
+
+/// The prefilter units of one chain asked together of every value of one target, at one
+/// paranoia level: every unit of that level whose patterns some rule asks of the target
+/// through the chain. The first rule to ask whether a target's values can match its
+/// pattern has them all scanned and keeps what any value matched, a bit per pattern, so
+/// each later rule reading the target through the chain at that level asks one bit (one
+/// group per rule and target cost a walk of the target's values for each: a fifth of a
+/// GET's time, CRS 3.3.4).
+#[derive(Debug)]
+pub(crate) struct UnionGroup {
+    pub(crate) chain: u32,
+    pub(crate) units: Vec<u32>,
 }
 
 /// A rule's literal `@rx` in its chain's prefilter.
@@ -74,6 +90,8 @@ pub(crate) struct Plan {
     pub(crate) whole: Option<WholeSet>,
     /// One automaton over every `@pm` list (`operate/phrasebook.rs`).
     pub(crate) phrasebook: Option<Phrasebook>,
+    /// The links' union groups (`LinkPlan::unions` indexes it).
+    pub(crate) union_groups: Vec<UnionGroup>,
     /// What a transaction in flight works in, kept between transactions: the prefilters'
     /// scratch spaces (so that the lazy DFAs' states stay built) and the memos' maps (so
     /// that they are not grown again for each request).
@@ -154,11 +172,12 @@ impl Plan {
                     exclusions,
                     updates,
                     summaries,
+                    unions: Vec::new(),
                 });
             }
             links.push(plans);
         }
-        let (chains, parents, prefilters, level1) = chains.finish(&mut links)?;
+        let (chains, parents, prefilters, level1, union_groups) = chains.finish(&mut links)?;
         let whole = WholeSet::new(&prefilters, &level1);
         let phrasebook = Phrasebook::new(&pm_lists);
         Ok(Plan {
@@ -168,6 +187,7 @@ impl Plan {
             prefilters,
             whole,
             phrasebook,
+            union_groups,
             spaces: Mutex::new(Vec::new()),
         })
     }
@@ -248,10 +268,10 @@ impl Chains {
     /// chain how many of its patterns are of level 1 (its first ones). A
     /// prefilter scans a value with an automaton only once a rule asks one of its
     /// patterns; with the patterns of paranoia level 1 together, a site at level 1 never
-    /// runs the automata of the others.
+    /// runs the automata of the others. Also the links' union groups ([`UnionGroup`]).
     #[allow(
         clippy::type_complexity,
-        reason = "the four parts of the plan it makes"
+        reason = "the five parts of the plan it makes"
     )]
     fn finish(
         self,
@@ -262,6 +282,7 @@ impl Chains {
             Vec<Option<u32>>,
             Vec<Option<PatternSet>>,
             Vec<usize>,
+            Vec<UnionGroup>,
         ),
         LoadError,
     > {
@@ -312,15 +333,72 @@ impl Chains {
             })?;
             prefilters.push(Some(set));
         }
+        let place = |chain: u32, rx: &mut Literal| {
+            rx.pattern = renumber[chain as usize][rx.pattern as usize];
+            if let Some(set) = &prefilters[chain as usize] {
+                rx.unit = set.unit(rx.pattern as usize) as u32;
+            }
+        };
         for l in links.iter_mut().flatten() {
             if let Some(rx) = &mut l.rx {
-                rx.pattern = renumber[l.chain as usize][rx.pattern as usize];
-                if let Some(set) = &prefilters[l.chain as usize] {
-                    rx.unit = set.unit(rx.pattern as usize) as u32;
+                place(l.chain, rx);
+            }
+        }
+        let groups = self.union_groups(&renumber, &prefilters, links);
+        Ok((self.chains, self.parents, prefilters, level1, groups))
+    }
+
+    /// The union groups ([`UnionGroup`]), each link's filled in: one per (target summary,
+    /// chain, paranoia level of the pattern), holding every unit of the chain's prefilter
+    /// with a pattern of that level read of that target. A link's own unit is always in
+    /// its group: its pattern's level and targets are among those the pattern records.
+    fn union_groups(
+        &self,
+        renumber: &[Vec<u32>],
+        prefilters: &[Option<PatternSet>],
+        links: &mut [Vec<LinkPlan>],
+    ) -> Vec<UnionGroup> {
+        let mut keys: Vec<(u32, u32, u8)> = Vec::new();
+        let mut groups: Vec<UnionGroup> = Vec::new();
+        for (chain, list) in self.patterns.iter().enumerate() {
+            let Some(set) = &prefilters[chain] else {
+                continue;
+            };
+            for (old, (_, level, reads)) in list.iter().enumerate() {
+                let unit = set.unit(renumber[chain][old] as usize) as u32;
+                for &s in reads.iter().filter(|&&s| s != u32::MAX) {
+                    let key = (s, chain as u32, *level);
+                    let at = keys.iter().position(|k| *k == key).unwrap_or_else(|| {
+                        keys.push(key);
+                        groups.push(UnionGroup {
+                            chain: chain as u32,
+                            units: Vec::new(),
+                        });
+                        keys.len() - 1
+                    });
+                    if !groups[at].units.contains(&unit) {
+                        groups[at].units.push(unit);
+                    }
                 }
             }
         }
-        Ok((self.chains, self.parents, prefilters, level1))
+        for l in links.iter_mut().flatten() {
+            l.unions = l
+                .summaries
+                .iter()
+                .map(|s| {
+                    let (s, rx) = ((*s)?, l.rx?);
+                    let chain = l.chain as usize;
+                    let old = renumber[chain].iter().position(|&n| n == rx.pattern)?;
+                    let key = (s, l.chain, self.patterns[chain][old].1);
+                    keys.iter().position(|k| *k == key).map(|i| i as u32)
+                })
+                .collect();
+        }
+        for g in &mut groups {
+            g.units.sort_unstable();
+        }
+        groups
     }
 }
 

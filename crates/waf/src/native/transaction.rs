@@ -5,6 +5,7 @@
 
 use super::action::{AllowScope, BodyProcessor, Engine};
 use super::expand::{Expansion, Part, RuleField};
+use super::key_regex::with_key_regex;
 use super::memo::Memos;
 use super::operate::stoi;
 use super::pattern::Scratch;
@@ -186,7 +187,7 @@ impl Transaction {
             Selector::Regex(re) => with_key_regex(re, |r| {
                 let Some(r) = r else { return };
                 self.all_values(var, &mut |v| {
-                    if r.is_match(&v.key).unwrap_or(false) {
+                    if r.is_match(&v.key) {
                         f(v);
                     }
                 });
@@ -222,11 +223,7 @@ impl Transaction {
     fn all_values<'a>(&'a self, var: Var, f: &mut dyn FnMut(Value<'a>)) {
         let last = self.matched_vars.last();
         match var {
-            Var::Tx => self
-                .tx
-                .sorted()
-                .into_iter()
-                .for_each(|(k, v)| f(named(var, k.as_bytes(), v))),
+            Var::Tx => self.tx.each_sorted(|k, v| f(named(var, k.as_bytes(), v))),
             Var::MatchedVar => last.into_iter().for_each(|m| f(named(var, b"", &m.bytes))),
             Var::MatchedVarName => last.into_iter().for_each(|m| {
                 f(named(var, b"", m.name().as_bytes()).into_owned());
@@ -354,31 +351,6 @@ pub(crate) fn with_lowercase<R>(key: &str, f: impl FnOnce(&str) -> R) -> R {
         }
         None => f(&key.to_ascii_lowercase()),
     }
-}
-
-/// Calls `f` with a selector's regular expression, compiled without regard to case (as
-/// libmodsecurity compiles it) once per thread; `None` if it does not compile.
-pub(crate) fn with_key_regex<T>(re: &str, f: impl FnOnce(Option<&pcre2::bytes::Regex>) -> T) -> T {
-    use std::cell::RefCell;
-    use std::collections::HashMap;
-    thread_local! {
-        static CACHE: RefCell<HashMap<String, Option<pcre2::bytes::Regex>>> = RefCell::new(HashMap::new());
-    }
-    CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        if let Some(r) = c.get(re) {
-            return f(r.as_ref());
-        }
-        let r = c.entry(re.to_string()).or_insert_with(|| {
-            pcre2::bytes::RegexBuilder::new()
-                .caseless(true)
-                .dotall(true)
-                .multi_line(true)
-                .build(re)
-                .ok()
-        });
-        f(r.as_ref())
-    })
 }
 
 #[cfg(test)]

@@ -8,49 +8,172 @@
 //! whole collection (`TX`, `TX:/regex/`: CRS 3.3's 920450, once a request) walks it in key
 //! order, as the ordered map did, so that its values and matches come in the same order.
 
+//!
+//! A new transaction's TX is a recycled one (a few kept per thread): CRS's initialization
+//! sets the same sixty-odd keys on every request, and each was an allocation of its key, of
+//! its value and the map's growth, then as many frees (6% of a benign GET's instructions).
+//! A recycled TX keeps its keys and buffers with every key absent; setting one revives it.
+//! The walk's key order is kept over every key it holds, absent or not, so that it is
+//! sorted again only when a key it never held comes.
+
 use rustc_hash::FxHashMap;
+use std::cell::RefCell;
 
 /// TX's values by lower-cased key.
-#[derive(Debug, Default)]
-pub(crate) struct Tx(FxHashMap<String, Vec<u8>>);
+#[derive(Debug)]
+pub(crate) struct Tx {
+    /// By key: its slot.
+    index: FxHashMap<String, u32>,
+    slots: Vec<Slot>,
+    /// Every slot, in key order, once sorted (none after a new key came).
+    order: RefCell<Option<Vec<u32>>>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    key: String,
+    value: Vec<u8>,
+    /// Whether the key is in TX (else its slot waits to be set again).
+    present: bool,
+}
+
+/// A TX with more keys than this is not recycled: its keys may come from a request
+/// (CRS 3.3's `tx.header_name_NAME`), and one request's should not stay for the thread's
+/// life.
+const RECYCLED_KEYS: usize = 512;
+
+/// How many TXs a thread keeps for the next transactions.
+const KEPT: usize = 4;
+
+/// A recycled TX's parts (no `Drop` of their own: a TX dropped while its thread keeps
+/// enough is freed, not recycled again).
+struct Recycled {
+    index: FxHashMap<String, u32>,
+    slots: Vec<Slot>,
+    order: Option<Vec<u32>>,
+}
+
+thread_local! {
+    static RECYCLED: RefCell<Vec<Recycled>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Default for Tx {
+    /// An empty TX: a recycled one where this thread has one.
+    fn default() -> Tx {
+        let kept = RECYCLED.try_with(|r| r.borrow_mut().pop()).ok().flatten();
+        let kept = kept.unwrap_or(Recycled {
+            index: FxHashMap::default(),
+            slots: Vec::new(),
+            order: None,
+        });
+        Tx {
+            index: kept.index,
+            slots: kept.slots,
+            order: RefCell::new(kept.order),
+        }
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        if self.slots.len() > RECYCLED_KEYS || self.slots.is_empty() {
+            return;
+        }
+        for slot in &mut self.slots {
+            slot.present = false;
+            slot.value.clear();
+        }
+        let tx = Recycled {
+            index: std::mem::take(&mut self.index),
+            slots: std::mem::take(&mut self.slots),
+            order: self.order.take(),
+        };
+        // A thread being torn down keeps nothing.
+        let _ = RECYCLED.try_with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() < KEPT {
+                r.push(tx);
+            }
+        });
+    }
+}
 
 impl Tx {
+    fn slot(&self, key: &str) -> Option<&Slot> {
+        let slot = &self.slots[*self.index.get(key)? as usize];
+        slot.present.then_some(slot)
+    }
+
     /// The value of `key` (lower-cased).
     pub(crate) fn get(&self, key: &str) -> Option<&Vec<u8>> {
-        self.0.get(key)
+        self.slot(key).map(|s| &s.value)
     }
 
     /// The stored key and value of `key` (lower-cased).
     pub(crate) fn get_key_value(&self, key: &str) -> Option<(&String, &Vec<u8>)> {
-        self.0.get_key_value(key)
+        self.slot(key).map(|s| (&s.key, &s.value))
     }
 
-    /// The value of `key` (lower-cased), to change in place.
-    pub(crate) fn get_mut(&mut self, key: &str) -> Option<&mut Vec<u8>> {
-        self.0.get_mut(key)
-    }
-
-    /// Sets `key` (lower-cased) to `value`, reusing the key's entry where it has one (a
+    /// Sets `key` (lower-cased) to `value`, reusing the key's slot where it has one (a
     /// capture's `TX:0` is set again in most rules that capture).
     pub(crate) fn set(&mut self, key: &str, value: Vec<u8>) {
-        match self.0.get_mut(key) {
-            Some(slot) => *slot = value,
+        *self.revive(key) = value;
+    }
+
+    /// Sets `key` (lower-cased) to a copy of `value`, in the key's buffer where it has one.
+    pub(crate) fn set_bytes(&mut self, key: &str, value: &[u8]) {
+        let slot = self.revive(key);
+        slot.clear();
+        slot.extend_from_slice(value);
+    }
+
+    /// The buffer of `key`, present from now on (a new slot where the key has none).
+    fn revive(&mut self, key: &str) -> &mut Vec<u8> {
+        let at = match self.index.get(key) {
+            Some(&at) => at as usize,
             None => {
-                self.0.insert(key.to_string(), value);
+                let at = self.slots.len();
+                self.slots.push(Slot {
+                    key: key.to_string(),
+                    value: Vec::new(),
+                    present: false,
+                });
+                self.index
+                    .insert(key.to_string(), u32::try_from(at).unwrap_or(u32::MAX));
+                *self.order.get_mut() = None;
+                at
             }
-        }
+        };
+        let slot = &mut self.slots[at];
+        slot.present = true;
+        &mut slot.value
     }
 
     /// Removes `key` (lower-cased).
     pub(crate) fn remove(&mut self, key: &str) {
-        self.0.remove(key);
+        if let Some(&at) = self.index.get(key) {
+            let slot = &mut self.slots[at as usize];
+            slot.present = false;
+            slot.value.clear();
+        }
     }
 
-    /// Every key and value, in key order.
-    pub(crate) fn sorted(&self) -> Vec<(&String, &Vec<u8>)> {
-        let mut all: Vec<_> = self.0.iter().collect();
-        all.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        all
+    /// Calls `f` with every key and value, in key order.
+    pub(crate) fn each_sorted<'a>(&'a self, mut f: impl FnMut(&'a String, &'a Vec<u8>)) {
+        if self.order.borrow().is_none() {
+            let mut order: Vec<u32> = (0..self.slots.len() as u32).collect();
+            order.sort_unstable_by(|&a, &b| {
+                self.slots[a as usize].key.cmp(&self.slots[b as usize].key)
+            });
+            *self.order.borrow_mut() = Some(order);
+        }
+        let order = self.order.borrow();
+        for &at in order.iter().flatten() {
+            let slot = &self.slots[at as usize];
+            if slot.present {
+                f(&slot.key, &slot.value);
+            }
+        }
     }
 }
 
@@ -76,12 +199,9 @@ mod tests {
         tx.remove("absent");
         assert_eq!(tx.get("score").map(Vec::as_slice), Some(&b"10"[..]));
         assert_eq!(tx.get_key_value("0").map(|(k, _)| k.as_str()), Some("0"));
-        tx.get_mut("1").unwrap().push(b'!');
-        let walked: Vec<(&str, &[u8])> = tx
-            .sorted()
-            .into_iter()
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
-            .collect();
+        tx.set_bytes("1", b"b!");
+        let mut walked: Vec<(&str, &[u8])> = Vec::new();
+        tx.each_sorted(|k, v| walked.push((k.as_str(), v.as_slice())));
         assert_eq!(
             walked,
             [
@@ -91,5 +211,44 @@ mod tests {
                 ("score", b"10")
             ]
         );
+    }
+
+    /// A recycled TX holds nothing of the request before: every key absent (read and
+    /// walked), a key set again present with only its new value, and the walk
+    /// in key order over old and new keys. One with too many keys is not kept.
+    #[test]
+    fn a_recycled_tx_starts_empty() {
+        let mut tx = Tx::default();
+        for k in ["b", "d", "a"] {
+            tx.set(k, k.repeat(3).into_bytes());
+        }
+        drop(tx);
+        let mut tx = Tx::default();
+        assert!(!tx.slots.is_empty(), "recycled on this thread");
+        for k in ["a", "b", "d"] {
+            assert!(tx.get(k).is_none() && tx.get_key_value(k).is_none(), "{k}");
+        }
+        let mut walked = 0;
+        tx.each_sorted(|_, _| walked += 1);
+        assert_eq!(walked, 0);
+        tx.set_bytes("d", b"x");
+        tx.set("c", b"y".to_vec());
+        tx.set_bytes("a", b"");
+        let mut walked: Vec<(String, Vec<u8>)> = Vec::new();
+        tx.each_sorted(|k, v| walked.push((k.clone(), v.clone())));
+        let want: Vec<(String, Vec<u8>)> = [("a", ""), ("c", "y"), ("d", "x")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .collect();
+        assert_eq!(walked, want);
+        drop(tx);
+        let mut big = Tx::default();
+        for n in 0..=super::RECYCLED_KEYS {
+            big.set(&format!("k{n}"), Vec::new());
+        }
+        drop(big);
+        // Drain this thread's kept ones: none is the big one.
+        let kept: Vec<Tx> = (0..super::KEPT).map(|_| Tx::default()).collect();
+        assert!(kept.iter().all(|t| t.slots.len() <= super::RECYCLED_KEYS));
     }
 }
