@@ -10,8 +10,10 @@
 //!   them, each part held to libmodsecurity by a differential test, with each value
 //!   transformed once per chain and each chain's patterns asked in one pass ([`PatternSet`]).
 //!
-//! Responses (phases 3-4) are not built yet, and `[[waf.ruleset]]` offers no way to select
-//! this engine until they are and its cost target is met (docs/waf.md, "The native engine").
+//! Responses (phases 3-4) run on the request's transaction (`request/response.rs`). A rule
+//! set selects the engine with `[[waf.ruleset]] engine = "native"`; libmodsecurity stays the
+//! default until the native engine meets its cost target in the gateway (docs/waf.md, "The
+//! native engine").
 
 mod action;
 #[cfg(test)]
