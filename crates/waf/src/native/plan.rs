@@ -54,10 +54,14 @@ pub(crate) struct LinkPlan {
 /// each later rule reading the target through the chain at that level asks one bit (one
 /// group per rule and target cost a walk of the target's values for each: a fifth of a
 /// GET's time, CRS 3.3.4).
+///
+/// A `@pm` link's group is its (target, chain): its bits are the `@pm` lists with a phrase
+/// in some value of the target through the chain, by the phrasebook (`phrases`).
 #[derive(Debug)]
 pub(crate) struct UnionGroup {
     pub(crate) chain: u32,
     pub(crate) units: Vec<u32>,
+    pub(crate) phrases: bool,
 }
 
 /// A rule's literal `@rx` in its chain's prefilter.
@@ -358,7 +362,8 @@ impl Chains {
         prefilters: &[Option<PatternSet>],
         links: &mut [Vec<LinkPlan>],
     ) -> Vec<UnionGroup> {
-        let mut keys: Vec<(u32, u32, u8)> = Vec::new();
+        // (summary, chain, level, phrases)
+        let mut keys: Vec<(u32, u32, u8, bool)> = Vec::new();
         let mut groups: Vec<UnionGroup> = Vec::new();
         for (chain, list) in self.patterns.iter().enumerate() {
             let Some(set) = &prefilters[chain] else {
@@ -367,15 +372,8 @@ impl Chains {
             for (old, (_, level, reads)) in list.iter().enumerate() {
                 let unit = set.unit(renumber[chain][old] as usize) as u32;
                 for &s in reads.iter().filter(|&&s| s != u32::MAX) {
-                    let key = (s, chain as u32, *level);
-                    let at = keys.iter().position(|k| *k == key).unwrap_or_else(|| {
-                        keys.push(key);
-                        groups.push(UnionGroup {
-                            chain: chain as u32,
-                            units: Vec::new(),
-                        });
-                        keys.len() - 1
-                    });
+                    let key = (s, chain as u32, *level, false);
+                    let at = group_of(&mut keys, &mut groups, key);
                     if !groups[at].units.contains(&unit) {
                         groups[at].units.push(unit);
                     }
@@ -387,10 +385,15 @@ impl Chains {
                 .summaries
                 .iter()
                 .map(|s| {
-                    let (s, rx) = ((*s)?, l.rx?);
+                    let s = (*s)?;
+                    if l.pm.is_some() {
+                        let key = (s, l.chain, 0, true);
+                        return Some(group_of(&mut keys, &mut groups, key) as u32);
+                    }
+                    let rx = l.rx?;
                     let chain = l.chain as usize;
                     let old = renumber[chain].iter().position(|&n| n == rx.pattern)?;
-                    let key = (s, l.chain, self.patterns[chain][old].1);
+                    let key = (s, l.chain, self.patterns[chain][old].1, false);
                     keys.iter().position(|k| *k == key).map(|i| i as u32)
                 })
                 .collect();
@@ -400,6 +403,23 @@ impl Chains {
         }
         groups
     }
+}
+
+/// The index of the union group of `key` (summary, chain, level, phrases), made if new.
+fn group_of(
+    keys: &mut Vec<(u32, u32, u8, bool)>,
+    groups: &mut Vec<UnionGroup>,
+    key: (u32, u32, u8, bool),
+) -> usize {
+    keys.iter().position(|k| *k == key).unwrap_or_else(|| {
+        keys.push(key);
+        groups.push(UnionGroup {
+            chain: key.1,
+            units: Vec::new(),
+            phrases: key.3,
+        });
+        keys.len() - 1
+    })
 }
 
 /// The index of `list` among `lists` (added if new).

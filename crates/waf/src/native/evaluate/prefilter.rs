@@ -33,11 +33,12 @@ impl NativeRules {
     }
 
     /// Whether some value of `target` (the link's `k`th) may match the link's literal
-    /// `@rx` through its chain: false only where none does, by the chain's prefilter. The
-    /// answer for every pattern of the link's union group (`plan::UnionGroup`) is kept, so
-    /// the next rule reading the same target through the same chain at the same paranoia
-    /// level asks one bit. `None` where the link has no such pattern or the target no
-    /// summary (its values change).
+    /// `@rx` (or have a phrase of its `@pm` list) through its chain: false only where none
+    /// does, by the chain's prefilter (the phrasebook). The answer for every pattern
+    /// (list) of the link's union group (`plan::UnionGroup`) is kept, so the next rule
+    /// reading the same target through the same chain (at the same paranoia level) asks
+    /// one bit. `None` where the link has no such pattern or the target no summary (its
+    /// values change).
     pub(super) fn may_match(
         &self,
         t: &Transaction,
@@ -45,9 +46,12 @@ impl NativeRules {
         k: usize,
         target: &Target,
     ) -> Option<bool> {
-        let rx = link.plan.rx?;
         let group = (*link.plan.unions.get(k)?)?;
-        let p = rx.pattern as usize;
+        let p = match (link.plan.pm, link.plan.rx) {
+            (Some(list), _) => list as usize,
+            (None, Some(rx)) => rx.pattern as usize,
+            (None, None) => return None,
+        };
         let has = |bits: &[u64]| bits.get(p / 64).is_some_and(|w| w & (1 << (p % 64)) != 0);
         if let Some(bits) = t.memo.borrow().unions.get(group) {
             return Some(has(bits));
@@ -56,6 +60,11 @@ impl NativeRules {
         let mut bits = t.memo.borrow_mut().unions.take(group);
         let mut scanned = Some(());
         t.each_value(target, |v| {
+            if g.phrases {
+                let found = self.phrase_bits(t, g.chain, &v, |found| or_into(&mut bits, found));
+                scanned = scanned.and(found);
+                return;
+            }
             for &unit in &g.units {
                 scanned = scanned.and(self.hits(t, g.chain, unit, &v, |hits| {
                     for &h in hits {
@@ -118,12 +127,29 @@ impl NativeRules {
         memo.values.get(row, chain).map(|e| f(&e.hits))
     }
 
-    /// Whether a phrase of `@pm` list `list` occurs in `v` through `chain`, by one pass of
-    /// the phrasebook over the bytes that value is (shared by every chain that leaves it
-    /// those bytes); `None` for a value not of the request's data. Short values too: the
-    /// pass over a header's bytes answers CRS 3.3.4's seven lists read of it, where each
-    /// list's own first look cost about as much as the pass (4% of a GET's instructions).
+    /// Whether a phrase of `@pm` list `list` occurs in `v` through `chain`, by the
+    /// phrasebook ([`NativeRules::phrase_bits`]); `None` for a value not of the request's
+    /// data.
     fn phrases_occur(&self, t: &Transaction, chain: u32, list: u32, v: &Value<'_>) -> Option<bool> {
+        let l = list as usize;
+        self.phrase_bits(t, chain, v, |bits| {
+            bits.get(l / 64).is_some_and(|w| w & (1 << (l % 64)) != 0)
+        })
+    }
+
+    /// Calls `f` with the `@pm` lists with a phrase in `v` through `chain` (a bit each), by
+    /// one pass of the phrasebook over the bytes that value is (shared by every chain
+    /// that leaves it those bytes); `None` for a value not of the request's data. Short
+    /// values too: the pass over a header's bytes answers CRS 3.3.4's seven lists read of
+    /// it, where each list's own first look cost about as much as the pass (4% of a GET's
+    /// instructions).
+    fn phrase_bits<R>(
+        &self,
+        t: &Transaction,
+        chain: u32,
+        v: &Value<'_>,
+        f: impl FnOnce(&[u64]) -> R,
+    ) -> Option<R> {
         let book = self.plan.phrasebook.as_ref()?;
         let (addr, len) = v.origin?;
         let mut memo = t.memo.borrow_mut();
@@ -137,9 +163,7 @@ impl NativeRules {
             book.lists_in(bytes_of(memo, row, from, &v.bytes), &mut bits);
             memo.phrases.insert(key, bits);
         }
-        let bits = memo.phrases.get(&key)?;
-        let l = list as usize;
-        Some(bits.get(l / 64).is_some_and(|w| w & (1 << (l % 64)) != 0))
+        memo.phrases.get(&key).map(|bits| f(bits))
     }
 
     /// Answers every unit of `chain`'s prefilter that the whole-set automaton covers
@@ -311,6 +335,16 @@ impl NativeRules {
             std::mem::swap(&mut current, &mut next);
         }
         current
+    }
+}
+
+/// ORs `found` into `bits` (grown to hold it).
+fn or_into(bits: &mut Vec<u64>, found: &[u64]) {
+    if bits.len() < found.len() {
+        bits.resize(found.len(), 0);
+    }
+    for (b, f) in bits.iter_mut().zip(found) {
+        *b |= f;
     }
 }
 

@@ -52,6 +52,10 @@ SecRule ARGS "@pm cmd.exe" "id:34,phase:2,pass,log,t:none,logdata:'%{MATCHED_VAR
 SecRule ARGS "@pm etc/passwd cmd.exe" "id:31,phase:2,pass,log,t:none,t:urlDecodeUni,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
 SecRule ARGS "@pm /bin/sh" "id:32,phase:2,pass,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
 SecRule ARGS "!@pm harmless" "id:33,phase:2,pass,log,t:none,t:htmlEntityDecode,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS|REQUEST_HEADERS:User-Agent "@pm sqlmap nikto" "id:35,phase:1,pass,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS|!ARGS:skip "@pm nikto" "id:36,phase:1,pass,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule REQUEST_HEADERS:User-Agent "!@pm nikto" "id:37,phase:1,pass,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
+SecRule ARGS:b "@pm sqlmap" "id:38,phase:1,pass,log,t:none,t:lowercase,logdata:'%{MATCHED_VAR_NAME}'"
 "#;
 
 fn request(target: &str, agent: &str, body: &str) -> RequestFacts {
@@ -129,6 +133,13 @@ fn shortcuts_give_libmodsecurity_s_verdicts() {
         request("/p?a=x", "curl", "a=foo&b=BAR"),
         request("/p?a=x", "BAR", "a=1"),
         request("/p?a=x", "curl", "c=plain"),
+        // `@pm` answered per target: a phrase in one target and not another, in a value
+        // left out with `!`, under a key selector, and a negated list.
+        request("/p?skip=NIKTO&a=1", "curl", ""),
+        request("/p?a=1", "Nikto/2.1", ""),
+        request("/p?a=sqlmap&b=1", "curl", ""),
+        request("/p?a=1&b=SQLMap", "curl", ""),
+        request("/p?a=x", "curl", "a=nikto"),
     ];
     let mut matched = 0;
     for r in &requests {
