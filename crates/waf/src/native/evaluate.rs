@@ -383,6 +383,11 @@ impl NativeRules {
             if s.var != super::variable::Var::Tx {
                 continue;
             }
+            // A literal key (most of CRS's) is the rule's own text, checked as UTF-8 once.
+            if let Some(key) = s.key.literal() {
+                with_lowercase(key, |key| setvar(t, rule, key, &s.op));
+                continue;
+            }
             let raw = t.expand_text(&s.key, rule);
             let key = String::from_utf8_lossy(&raw);
             with_lowercase(&key, |key| setvar(t, rule, key, &s.op));

@@ -47,18 +47,30 @@ impl MemoMap {
         row
     }
 
+    /// The index of the memo of `row` and `chain`, once made: [`MemoMap::at`] reads it
+    /// without the row's lookup again (a rule's ask read one memo four times).
+    pub(crate) fn index(&self, row: u32, chain: u32) -> Option<u32> {
+        let at = *self.chains[..self.used]
+            .get(row as usize)?
+            .get(chain as usize)?;
+        at.checked_sub(1)
+    }
+
+    /// The memo at `index` ([`MemoMap::index`], [`MemoMap::insert`]).
+    pub(crate) fn at(&self, index: u32) -> &Memo {
+        &self.memos[index as usize]
+    }
+
+    /// The memo at `index`, to change.
+    pub(crate) fn at_mut(&mut self, index: u32) -> &mut Memo {
+        &mut self.memos[index as usize]
+    }
+
     pub(crate) fn get(&self, row: u32, chain: u32) -> Option<&Memo> {
         let at = *self.chains[..self.used]
             .get(row as usize)?
             .get(chain as usize)?;
         at.checked_sub(1).map(|i| &self.memos[i as usize])
-    }
-
-    pub(crate) fn get_mut(&mut self, row: u32, chain: u32) -> Option<&mut Memo> {
-        let at = *self.chains[..self.used]
-            .get(row as usize)?
-            .get(chain as usize)?;
-        at.checked_sub(1).map(|i| &mut self.memos[i as usize])
     }
 
     /// The bytes held by `value`, the value of `row` ([`MemoMap::row`]): summarized at the
@@ -71,20 +83,23 @@ impl MemoMap {
         }
     }
 
-    /// Sets the memo of `row` ([`MemoMap::row`]) and `chain` (replacing any).
-    pub(crate) fn insert(&mut self, row: u32, chain: u32, memo: Memo) {
-        let Some(list) = self.chains[..self.used].get_mut(row as usize) else {
-            return;
-        };
+    /// Sets the memo of `row` ([`MemoMap::row`]) and `chain` (replacing any); its index,
+    /// `None` for a row not made.
+    pub(crate) fn insert(&mut self, row: u32, chain: u32, memo: Memo) -> Option<u32> {
+        let list = self.chains[..self.used].get_mut(row as usize)?;
         let c = chain as usize;
         if list.len() <= c {
             list.resize(c + 1, 0);
         }
         match list[c].checked_sub(1) {
-            Some(i) => self.memos[i as usize] = memo,
+            Some(i) => {
+                self.memos[i as usize] = memo;
+                Some(i)
+            }
             None => {
                 self.memos.push(memo);
                 list[c] = u32::try_from(self.memos.len()).expect("fewer than 4 billion memos");
+                Some(list[c] - 1)
             }
         }
     }
@@ -286,10 +301,16 @@ mod tests {
             m.insert(rows[1], 7, memo(b"again"));
             assert_eq!(m.get(rows[1], 7).map(|e| &e.value[..]), Some(&b"again"[..]));
             assert_eq!(m.get(rows[2], 7).map(|e| e.value[0]), Some(round));
-            if let Some(e) = m.get_mut(rows[3], 1) {
-                e.value.push(b'!');
-            }
-            assert_eq!(m.get(rows[3], 1).map(|e| e.value.len()), Some(5));
+            let at = m.index(rows[3], 1).expect("inserted");
+            assert_eq!(&m.at(at).value[..], &[round, 99, 2, 1]);
+            assert_eq!(
+                m.insert(rows[3], 1, memo(b"four")),
+                Some(at),
+                "the same slot"
+            );
+            m.at_mut(at).value.push(b'!');
+            assert_eq!(m.get(rows[3], 1).map(|e| &e.value[..]), Some(&b"four!"[..]));
+            assert_eq!(m.index(rows[3], 2), None);
             assert_eq!(m.len(), 4);
             m.clear();
             assert_eq!(m.len(), 0);

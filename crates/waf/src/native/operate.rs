@@ -37,10 +37,12 @@ enum Kind {
     Rx(Option<rx::Pattern>),
     RxExpanded(rx::Cache),
     Pm(pm::Phrases),
-    /// `@eq`, and its literal argument.
-    Eq(Vec<u8>),
-    /// `@ge`, `@gt`, `@le`, `@lt`: whether `(value, argument)` passes.
-    Order(fn(i64, i64) -> bool, Vec<u8>),
+    /// `@eq`, and its literal argument as `stoi` reads it (read once, at load: CRS asks
+    /// `TX:EXECUTING_PARANOIA_LEVEL "@lt 2"` some sixty times per request).
+    Eq(i64),
+    /// `@ge`, `@gt`, `@le`, `@lt`: whether `(value, argument)` passes, and the literal
+    /// argument as `atoll` reads it.
+    Order(fn(i64, i64) -> bool, i64),
     Text(TextOp, Vec<u8>),
     ByteRange(validate::ByteTable),
     UrlEncoding,
@@ -69,7 +71,7 @@ impl Matcher {
     pub(crate) fn new(op: &Op) -> Result<Matcher, String> {
         let literal = |e: &Expansion| e.literal().unwrap_or_default().as_bytes().to_vec();
         let text = |t: TextOp, e: &Expansion| Kind::Text(t, literal(e));
-        let order = |f: fn(i64, i64) -> bool, e: &Expansion| Kind::Order(f, literal(e));
+        let order = |f: fn(i64, i64) -> bool, e: &Expansion| Kind::Order(f, atoll(&literal(e)));
         Ok(Matcher(match op {
             Op::Rx(e) => match e.literal() {
                 Some("") => Kind::Rx(None),
@@ -77,7 +79,7 @@ impl Matcher {
                 None => Kind::RxExpanded(rx::Cache::default()),
             },
             Op::Pm(phrases) => Kind::Pm(pm::Phrases::new(phrases)?),
-            Op::Eq(e) => Kind::Eq(literal(e)),
+            Op::Eq(e) => Kind::Eq(stoi(&literal(e))),
             Op::Ge(e) => order(|v, a| v >= a, e),
             Op::Gt(e) => order(|v, a| v > a, e),
             Op::Le(e) => order(|v, a| v <= a, e),
@@ -132,8 +134,8 @@ impl Matcher {
                 }
                 None => false,
             },
-            Kind::Eq(literal) => stoi(arg.unwrap_or(literal)) == stoi(value),
-            Kind::Order(pass, literal) => pass(atoll(value), atoll(arg.unwrap_or(literal))),
+            Kind::Eq(literal) => arg.map_or(*literal, stoi) == stoi(value),
+            Kind::Order(pass, literal) => pass(atoll(value), arg.map_or(*literal, atoll)),
             Kind::Text(op, literal) => text(*op, value, arg.unwrap_or(literal)),
             Kind::ByteRange(table) => table.any_outside(value),
             Kind::UrlEncoding => validate::bad_url_encoding(value),
@@ -247,9 +249,12 @@ fn leading_number(s: &[u8]) -> Option<i128> {
         return None;
     }
     // Past 2^64 only the sign and "too large" matter: saturate.
-    let magnitude = s[..digits].iter().fold(0i128, |n, &d| {
-        (n * 10 + i128::from(d - b'0')).min(i128::from(u64::MAX) + 1)
-    });
+    let magnitude = s[..digits]
+        .iter()
+        .try_fold(0u64, |n, &d| {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })
+        .map_or(i128::from(u64::MAX) + 1, i128::from);
     Some(if negative { -magnitude } else { magnitude })
 }
 

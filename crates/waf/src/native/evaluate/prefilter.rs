@@ -109,22 +109,22 @@ impl NativeRules {
         };
         let mut memo = t.memo.borrow_mut();
         let row = memo.values.row(addr, len);
-        self.memoize(&mut memo, row, chain, &v.bytes);
-        let asked = memo.values.get(row, chain)?.units.contains(unit);
-        if !asked && !self.whole_answers(t, &mut memo, row, chain, unit, &v.bytes) {
-            let entry = memo.values.get_mut(row, chain)?;
-            let mut hits = std::mem::take(&mut entry.hits);
+        let at = self.memoize(&mut memo, row, chain, &v.bytes)?;
+        let asked = memo.values.at(at).units.contains(unit);
+        if !asked && !self.whole_answers(t, &mut memo, (row, at), chain, unit, &v.bytes) {
+            let from = holder_of(memo.values.at(at), chain);
+            let mut hits = std::mem::take(&mut memo.values.at_mut(at).hits);
             set.scan(
                 unit as usize,
-                resolved(&memo, row, chain, &v.bytes),
+                bytes_of(&memo, row, from, &v.bytes),
                 scratch,
                 &mut hits,
             );
-            let entry = memo.values.get_mut(row, chain)?;
+            let entry = memo.values.at_mut(at);
             entry.hits = hits;
             entry.units.insert(unit);
         }
-        memo.values.get(row, chain).map(|e| f(&e.hits))
+        Some(f(&memo.values.at(at).hits))
     }
 
     /// Whether a phrase of `@pm` list `list` occurs in `v` through `chain`, by the
@@ -155,8 +155,8 @@ impl NativeRules {
         let mut memo = t.memo.borrow_mut();
         let memo = &mut *memo;
         let row = memo.values.row(addr, len);
-        self.memoize(memo, row, chain, &v.bytes);
-        let from = holder(memo, row, chain);
+        let at = self.memoize(memo, row, chain, &v.bytes)?;
+        let from = holder_of(memo.values.at(at), chain);
         let key = bytes_key(row, from);
         if !memo.phrases.contains_key(&key) {
             let mut bits = Vec::new();
@@ -175,20 +175,23 @@ impl NativeRules {
         &self,
         t: &Transaction,
         memo: &mut Memos,
-        row: u32,
+        (row, at): (u32, u32),
         chain: u32,
         unit: u32,
         raw: &[u8],
     ) -> bool {
+        if raw.len() < SUMMARIZED || unit >= 64 {
+            return false;
+        }
         let (Some(whole), Some(set)) = (&self.plan.whole, &self.plan.prefilters[chain as usize])
         else {
             return false;
         };
         let covered = whole.covered(chain);
-        if raw.len() < SUMMARIZED || unit >= 64 || covered & (1 << unit) == 0 {
+        if covered & (1 << unit) == 0 {
             return false;
         }
-        let from = holder(memo, row, chain);
+        let from = holder_of(memo.values.at(at), chain);
         let key = bytes_key(row, from);
         let asked = memo.wholes.entry(key).or_insert(Whole::Asked(0));
         if let Whole::Asked(n) = asked {
@@ -207,11 +210,8 @@ impl NativeRules {
         let Some(Whole::Scanned(Some(found))) = memo.wholes.get(&key) else {
             return false;
         };
-        let Some(entry) = memo.values.get(row, chain) else {
-            return false;
-        };
         // The units answered one by one before the whole set scanned keep their answers.
-        let units = covered & !entry.units.low();
+        let units = covered & !memo.values.at(at).units.low();
         let mut hits = Vec::new();
         WholeSet::answer(
             set,
@@ -221,9 +221,7 @@ impl NativeRules {
             bytes_of(memo, row, from, raw),
             &mut hits,
         );
-        let Some(entry) = memo.values.get_mut(row, chain) else {
-            return false;
-        };
+        let entry = memo.values.at_mut(at);
         entry.hits.extend(hits);
         entry.units.insert_low(units);
         true
@@ -247,17 +245,24 @@ impl NativeRules {
         };
         let mut memo = t.memo.borrow_mut();
         let row = memo.values.row(addr, len);
-        self.memoize(&mut memo, row, chain, &v.bytes);
-        f(resolved(&memo, row, chain, &v.bytes));
+        match self.memoize(&mut memo, row, chain, &v.bytes) {
+            Some(at) => f(bytes_of(
+                &memo,
+                row,
+                holder_of(memo.values.at(at), chain),
+                &v.bytes,
+            )),
+            None => f(resolved(&memo, row, chain, &v.bytes)),
+        }
     }
 
     /// Puts in `memo` the request's value `raw` (its `row` in the memo) through `chain`,
     /// from its parent's result where the chain has one (memoized first, in turn): each
     /// step runs once per value, whichever chains share it. A step that changes nothing is
     /// recorded as such, without a copy.
-    fn memoize(&self, memo: &mut Memos, row: u32, chain: u32, raw: &[u8]) {
-        if memo.values.get(row, chain).is_some() {
-            return;
+    fn memoize(&self, memo: &mut Memos, row: u32, chain: u32, raw: &[u8]) -> Option<u32> {
+        if let Some(at) = memo.values.index(row, chain) {
+            return Some(at);
         }
         let steps = &self.plan.chains[chain as usize];
         let parent = self.plan.parents[chain as usize];
@@ -267,7 +272,7 @@ impl NativeRules {
             Some(_) if parent.is_none() && steps.len() > 1 => (self.apply_chain(chain, raw), None),
             Some(last) => {
                 if let Some(p) = parent {
-                    self.memoize(memo, row, p, raw);
+                    let _ = self.memoize(memo, row, p, raw);
                 }
                 // The chain whose memo holds the step's input (none: the value's own bytes).
                 let from = parent.and_then(|p| holder(memo, row, p));
@@ -282,7 +287,7 @@ impl NativeRules {
                 same,
                 ..Memo::default()
             },
-        );
+        )
     }
 
     /// `chain`'s memo of `row` (a value whose own bytes are `raw`), its last step `last`
@@ -372,8 +377,16 @@ fn resolved<'m>(memo: &'m Memos, row: u32, chain: u32, raw: &'m [u8]) -> &'m [u8
 /// memo's `same` names: always a memo that holds its bytes), or none for the value's own.
 fn holder(memo: &Memos, row: u32, chain: u32) -> Option<u32> {
     match memo.values.get(row, chain) {
-        Some(Memo { same: Some(h), .. }) => *h,
-        _ => Some(chain),
+        Some(m) => holder_of(m, chain),
+        None => Some(chain),
+    }
+}
+
+/// [`holder`] of `chain`'s memo `m`, already found.
+fn holder_of(m: &Memo, chain: u32) -> Option<u32> {
+    match m.same {
+        Some(h) => h,
+        None => Some(chain),
     }
 }
 
