@@ -27,6 +27,8 @@ mod engine;
 mod facts;
 #[cfg(feature = "modsecurity")]
 mod ffi;
+#[cfg(all(feature = "modsecurity", any(test, feature = "fuzzing")))]
+pub mod fuzzing;
 mod inspect;
 mod matches;
 pub mod native;

@@ -112,7 +112,7 @@ impl Parser<'_> {
     /// (skipped) comments and PIs. In an entity's replacement text (`nested`) the end of
     /// the text ends it. On a fatal error, keeps in `out` what libxml2 had delivered.
     pub(super) fn content(&mut self, out: &mut Vec<u8>, nested: bool) -> Step {
-        let mut run = String::new();
+        let mut run = Run::default();
         let r = self.content_runs(out, &mut run, nested);
         if r.is_err() {
             self.fail_in_run(out, &run);
@@ -120,21 +120,21 @@ impl Parser<'_> {
         r
     }
 
-    fn content_runs(&mut self, out: &mut Vec<u8>, run: &mut String, nested: bool) -> Step {
+    fn content_runs(&mut self, out: &mut Vec<u8>, run: &mut Run, nested: bool) -> Step {
         let mut start = self.i;
         loop {
-            if run.is_empty() {
+            if run.text.is_empty() {
                 start = self.i;
             }
             let rest = &self.s[self.i..];
             let stop = rest.find(['<', '&', ']', '\r']).unwrap_or(rest.len());
             let text = &rest[..stop];
             if let Some(bad) = text.find(|c: char| !is_char(c)) {
-                run.push_str(&text[..bad]);
+                run.text.push_str(&text[..bad]);
                 self.i += bad;
                 return Err(Fatal);
             }
-            run.push_str(text);
+            run.text.push_str(text);
             self.i += stop;
             let Some(c) = self.peek() else {
                 if nested {
@@ -152,12 +152,15 @@ impl Parser<'_> {
                     self.i += 1;
                     if self.peek() == Some('\n') {
                         self.i += 1;
+                    } else {
+                        // libxml2's fast path takes CRLF, and ends at a lone CR.
+                        run.fast_end.get_or_insert(run.text.len());
                     }
-                    run.push('\n');
+                    run.text.push('\n');
                 }
                 ']' if self.starts("]]>") => return Err(Fatal),
                 ']' => {
-                    run.push(']');
+                    run.text.push(']');
                     self.i += 1;
                 }
                 '&' => {
@@ -193,18 +196,22 @@ impl Parser<'_> {
     }
 
     /// What of the text run in progress libxml2 had delivered when it failed: its fast
-    /// path hands over the ASCII text before the first other character at once; the rest
+    /// path hands over the ASCII text before the first other character or lone CR (it
+    /// takes CRLF) at once; the rest
     /// goes through a buffer handed over each time it holds 300 bytes or more, whose last
     /// part is lost when the failure is an undecodable byte found while reading it (unless
     /// fewer than four bytes are left from that byte: libxml2 takes it for a character cut
     /// short, ends the text there and fails later).
-    pub(super) fn fail_in_run(&self, out: &mut Vec<u8>, run: &str) {
+    pub(super) fn fail_in_run(&self, out: &mut Vec<u8>, run: &Run) {
+        let (text, lone_cr) = (&run.text, run.fast_end);
         let at_bad = self.i == self.s.len() && self.bad_tail.is_some_and(|t| t >= 4);
         if !at_bad {
-            out.extend_from_slice(run.as_bytes());
+            out.extend_from_slice(text.as_bytes());
             return;
         }
-        let ascii = run.find(|c: char| !c.is_ascii()).unwrap_or(run.len());
+        let non_ascii = text.find(|c: char| !c.is_ascii()).unwrap_or(text.len());
+        let ascii = lone_cr.map_or(non_ascii, |cr| cr.min(non_ascii));
+        let run = text;
         let mut kept = ascii;
         let mut buffered = 0;
         for (at, c) in run[ascii..].char_indices() {
@@ -323,9 +330,25 @@ pub(super) fn predefined(name: &str) -> Option<u8> {
 }
 
 /// Moves a finished text run into `out`.
-fn flush(out: &mut Vec<u8>, run: &mut String) {
-    out.extend_from_slice(run.as_bytes());
+fn flush(out: &mut Vec<u8>, run: &mut Run) {
+    out.extend_from_slice(run.text.as_bytes());
     run.clear();
+}
+
+/// A text run in progress (up to the next `<` or `&`, which libxml2 parses as one), and
+/// where libxml2's ASCII fast path over it ended at a lone CR, if it did
+/// ([`Parser::fail_in_run`]).
+#[derive(Debug, Default)]
+pub(super) struct Run {
+    text: String,
+    fast_end: Option<usize>,
+}
+
+impl Run {
+    fn clear(&mut self) {
+        self.text.clear();
+        self.fast_end = None;
+    }
 }
 
 /// `\r\n` and a lone `\r` read as `\n`, as libxml2's input does.

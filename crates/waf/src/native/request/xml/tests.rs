@@ -171,6 +171,15 @@ const BODIES: &[&[u8]] = &[
     b"<a>xy\xff",
     b"<a>xyz\xff\xfe\xfd\xfc",
     b"<?xml version='1.0' encoding='windows-1252'?><a>xyz\x81</a>",
+    // A lone CR ends libxml2's fast path (CRLF does not): text after it, then an
+    // undecodable byte, is lost with the buffer (found by crates/waf/fuzz).
+    b"\r\n<?x ver\"?><r>>Hos\ra (X11; \xef7e6\xdfWc",
+    b"<r>Hos\rab\xef7e6\xdfWc",
+    b"<r>Hos\r\nab\xef7e6\xdfWc",
+    b"<r>H\xc3\xa9os\rab\xef7e6\xdfWc",
+    b"<r>a&amp;Hos\rab\xef7e6\xdfWc",
+    b"<r>a\rb<b/>Hos ab\xef7e6\xdfWc",
+    b"<r>ab\r\xef7e6\xdfWc",
 ];
 
 /// Bodies this reads otherwise than libmodsecurity, each for a reason xml.rs gives.
