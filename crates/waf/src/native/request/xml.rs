@@ -24,7 +24,8 @@
 //! amplification is refused past a fixed budget and nesting depth rather than libxml2's
 //! ratio; parameter-entity references inside a parameter entity's text are not expanded;
 //! an unterminated CDATA section keeps none of its text (libxml2 hands over 300-byte
-//! blocks of it).
+//! blocks of it); a body whose first four bytes libxml2 takes for UCS-4 or EBCDIC is read
+//! as UTF-8 here.
 
 mod decode;
 mod markup;

@@ -191,6 +191,11 @@ const KNOWN: &[&[u8]] = &[
     b"<?xml version='1.0' encoding='UTF-7'?><a>+ADw-</a>",
     // An unpaired surrogate in UTF-16: libxml2 keeps no document and reports no error.
     b"\xff\xfe<\x00a\x00>\x00\x00\xd8<\x00/\x00a\x00>\x00",
+    // The first four bytes of UCS-4 (libxml2 detects it; this reads UTF-8). Little-endian:
+    // iconv's UCS-4 is big-endian, its conversion fails at once, and libxml2 keeps no
+    // document and reports no error (found by crates/waf/fuzz).
+    b"<\0\0\0\0\0\0\0?xml verr>",
+    b"\0\0\0<\0\0\0a\0\0\0>\0\0\0x\0\0\0<\0\0\0/\0\0\0a\0\0\0>",
 ];
 
 #[test]
