@@ -509,7 +509,12 @@ async fn http01_issues_renews_and_survives_a_reload_without_a_failed_request() {
     let (_, first_serial) = served(addr, "www.acme.test").await;
     let seen_at = unix_now();
     let status = gw.acme("site").await;
-    assert_eq!(status["state"], "issued", "{status}");
+    // The certificate lives 40 s and its renewal starts about 13 s before the end: on a
+    // busy machine that may already have begun ("ordering"), the issue still recorded.
+    assert!(
+        matches!(status["state"].as_str(), Some("issued" | "ordering")),
+        "{status}"
+    );
     assert_eq!(status["challenge"], "http-01");
     assert!(status["issued"].as_u64() >= Some(1), "{status}");
     let issued_at = status["last_issued"].as_i64().unwrap();

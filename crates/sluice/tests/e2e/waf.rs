@@ -626,19 +626,37 @@ async fn detect_mode_refuses_no_body_and_each_waf_status_has_its_record() {
     let listener = send(web, post("/p/upload", "text/plain", vec![b'a'; 9000])).await;
     assert_eq!(listener.status, 413, "max_body_bytes");
     assert_eq!(send(web, get(SQLI)).await.status, 403);
+    // A record is written as its request ends, which can be after its client read the
+    // whole response: wait for all four, and find each by its path, not by its place.
+    wait_until(|| log_lines(&gw).len() >= 4).await;
     let lines = log_lines(&gw);
     assert_eq!(lines.len(), 4, "{lines:?}");
-    let waf = |i: usize| {
+    let waf = |path: &str| {
+        let mut of = lines
+            .iter()
+            .filter(|l| l["path"].as_str().is_some_and(|p| p.starts_with(path)));
+        let l = of.next().unwrap_or_else(|| panic!("{path} in {lines:?}"));
+        assert!(of.next().is_none(), "one record for {path}: {lines:?}");
         (
-            lines[i]["status"].as_u64().unwrap(),
-            lines[i]["waf"]["action"].as_str(),
-            lines[i]["waf"]["reason"].as_str(),
+            l["status"].as_u64().unwrap(),
+            l["waf"]["action"].as_str(),
+            l["waf"]["reason"].as_str(),
         )
     };
-    assert_eq!(waf(0), (200, Some("detect"), Some("body_over_limit")));
-    assert_eq!(waf(1), (413, Some("block"), Some("body_over_limit")));
-    assert_eq!(waf(2), (413, None, None), "not the WAF's: no record");
-    assert_eq!(waf(3), (403, Some("block"), None));
+    assert_eq!(
+        waf("/dl/upload"),
+        (200, Some("detect"), Some("body_over_limit"))
+    );
+    assert_eq!(
+        waf("/g/upload"),
+        (413, Some("block"), Some("body_over_limit"))
+    );
+    assert_eq!(
+        waf("/p/upload"),
+        (413, None, None),
+        "not the WAF's: no record"
+    );
+    assert_eq!(waf("/g/whoami"), (403, Some("block"), None));
     let (admin, _task) = admin_for(&gw).await;
     let metrics = crate::auth::get(admin, "/metrics", &[]).await.body;
     for want in [
