@@ -108,8 +108,9 @@ fn summary(matches: &[Match], intervention: Option<&Intervention>) -> (Vec<u32>,
 
 /// `data` as a request, as a gateway would hand it to the engines: `METHOD TARGET` (a
 /// version after them is read and dropped), header fields until a blank line (lines end in
-/// LF, CR before it dropped; a line without `:` or a name or value the `http` crate refuses
-/// is left out, as a parser refuses the request), the rest the body. `None` where the method
+/// LF, CR before it dropped), the rest the body. A header line without `:`, or with a name
+/// or value the `http` crate refuses, is dropped (a gateway refuses such a request whole;
+/// dropping the line keeps the rest of the input worth inspecting). `None` where the method
 /// is not a token or the target holds a byte other than visible ASCII (a request an HTTP/1
 /// parser refuses before any rule).
 pub fn request(data: &[u8]) -> Option<RequestFacts> {
