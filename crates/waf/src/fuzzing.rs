@@ -96,8 +96,11 @@ impl Differential {
 }
 
 /// The rule ids a verdict lists, in order (Sluice's score rule left out), and the status of
-/// its intervention.
-fn summary(matches: &[Match], intervention: Option<&Intervention>) -> (Vec<u32>, Option<u16>) {
+/// its intervention: what the engines' differentials compare.
+pub(crate) fn summary(
+    matches: &[Match],
+    intervention: Option<&Intervention>,
+) -> (Vec<u32>, Option<u16>) {
     let ids = matches
         .iter()
         .map(|m| m.id)

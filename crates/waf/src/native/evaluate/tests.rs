@@ -4,6 +4,7 @@
 //! compared on the rules that matched and logged, in order, and on the intervention.
 
 use crate::facts::{RequestFacts, ResponseFacts};
+use crate::fuzzing::summary;
 use crate::inspect::{inspect, inspect_response};
 use crate::native::session::inspect_native;
 use crate::native::{NativeRules, load};
@@ -197,19 +198,6 @@ fn facts(input: &serde_yaml::Value) -> Option<RequestFacts> {
         body: Bytes::from(body),
         id: "0".into(),
     })
-}
-
-/// The rule ids a verdict lists (Sluice's score rule left out), and its status.
-fn summary(
-    matches: &[crate::Match],
-    intervention: Option<&crate::Intervention>,
-) -> (Vec<u32>, Option<u16>) {
-    let ids = matches
-        .iter()
-        .map(|m| m.id)
-        .filter(|&id| id != crate::matches::SCORE_RULE)
-        .collect();
-    (ids, intervention.map(|i| i.status))
 }
 
 /// Each case's disagreement between the engines, if any, and by rule: how often each rule
