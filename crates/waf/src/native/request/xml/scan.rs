@@ -199,13 +199,16 @@ impl Parser<'_> {
     /// path hands over the ASCII text before the first other character or lone CR (it
     /// takes CRLF) at once; the rest
     /// goes through a buffer handed over each time it holds 300 bytes or more, whose last
-    /// part is lost when the failure is an undecodable byte found while reading it (unless
+    /// part is lost when the failure is a NUL or an undecodable byte found while reading it (unless
     /// fewer than four bytes are left from that byte: libxml2 takes it for a character cut
     /// short, ends the text there and fails later).
     pub(super) fn fail_in_run(&self, out: &mut Vec<u8>, run: &Run) {
         let (text, lone_cr) = (&run.text, run.fast_end);
         let at_bad = self.i == self.s.len() && self.bad_tail.is_some_and(|t| t >= 4);
-        if !at_bad {
+        // libxml2 fails on a NUL while reading it too, before the buffer is handed over (on
+        // another character not allowed, after).
+        let at_nul = self.s.as_bytes().get(self.i) == Some(&0);
+        if !at_bad && !at_nul {
             out.extend_from_slice(text.as_bytes());
             return;
         }

@@ -180,6 +180,14 @@ const BODIES: &[&[u8]] = &[
     b"<r>a&amp;Hos\rab\xef7e6\xdfWc",
     b"<r>a\rb<b/>Hos ab\xef7e6\xdfWc",
     b"<r>ab\r\xef7e6\xdfWc",
+    // A NUL fails while libxml2 reads it, as an undecodable byte does: the buffer after a
+    // lone CR or a non-ASCII character is lost (another character not allowed, such as
+    // \x01, fails after the buffer was handed over).
+    b"<r>re\rab\0cd",
+    b"<r>caf\xc3\xa9 ab\0cd",
+    b"<r>re\rab\x01cd",
+    b"<r>abc\0",
+    b"<r>re\r\nab\0cd",
 ];
 
 /// Bodies this reads otherwise than libmodsecurity, each for a reason xml.rs gives.
