@@ -260,7 +260,13 @@ fn pieces_of(files: &[PathBuf], mode: WafMode, level: u8) -> Vec<Piece> {
         files: files.to_vec(),
         rules: None,
     };
-    let route = RouteWaf {
+    pieces(&set, &route(mode, level, false))
+}
+
+/// A route of the differentials: CRS's rule set `crs` in `mode` at `level`, the default
+/// thresholds and limits, responses inspected where `inspect_response` says.
+pub(crate) fn route(mode: WafMode, level: u8, inspect_response: bool) -> RouteWaf {
+    RouteWaf {
         ruleset: "crs".into(),
         mode,
         paranoia_level: level,
@@ -270,11 +276,13 @@ fn pieces_of(files: &[PathBuf], mode: WafMode, level: u8) -> Vec<Piece> {
         request_body_limit: 128 << 10,
         body_over_limit: WafBodyOverLimit::Reject,
         on_overload: WafOverload::Closed,
-        inspect_response: false,
+        inspect_response,
         response_body_limit: 512 << 10,
-        response_mime_types: Vec::new(),
-    };
-    pieces(&set, &route)
+        response_mime_types: sluice_config::DEFAULT_RESPONSE_MIME_TYPES
+            .iter()
+            .map(|t| t.to_string())
+            .collect(),
+    }
 }
 
 #[cfg(test)]

@@ -245,15 +245,11 @@ impl NativeRules {
         };
         let mut memo = t.memo.borrow_mut();
         let row = memo.values.row(addr, len);
-        match self.memoize(&mut memo, row, chain, &v.bytes) {
-            Some(at) => f(bytes_of(
-                &memo,
-                row,
-                holder_of(memo.values.at(at), chain),
-                &v.bytes,
-            )),
-            None => f(resolved(&memo, row, chain, &v.bytes)),
-        }
+        // (No memo only for a row never made, which `row` just made: the value's bytes.)
+        let from = self
+            .memoize(&mut memo, row, chain, &v.bytes)
+            .map_or(Some(chain), |at| holder_of(memo.values.at(at), chain));
+        f(bytes_of(&memo, row, from, &v.bytes));
     }
 
     /// Puts in `memo` the request's value `raw` (its `row` in the memo) through `chain`,
@@ -365,13 +361,6 @@ const WHOLE_AFTER: u32 = 2;
 /// Values at least this long are asked whether a step changes them by the summary of the
 /// bytes they hold ([`crate::native::memo::MemoMap::held`]), made once.
 const SUMMARIZED: usize = 256;
-
-/// The bytes of the memo of `row` and `chain` (a value of the request's data whose own
-/// bytes are `raw`, through a chain memoized before): its own, or those of the memo or
-/// value its last steps left unchanged.
-fn resolved<'m>(memo: &'m Memos, row: u32, chain: u32, raw: &'m [u8]) -> &'m [u8] {
-    bytes_of(memo, row, holder(memo, row, chain), raw)
-}
 
 /// The chain whose memo holds the bytes of `row` through `chain` (itself, or the one its
 /// memo's `same` names: always a memo that holds its bytes), or none for the value's own.

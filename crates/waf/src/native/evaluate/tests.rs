@@ -4,14 +4,14 @@
 //! compared on the rules that matched and logged, in order, and on the intervention.
 
 use crate::facts::{RequestFacts, ResponseFacts};
-use crate::fuzzing::summary;
+use crate::fuzzing::{route, summary};
 use crate::inspect::{inspect, inspect_response};
 use crate::native::session::inspect_native;
 use crate::native::{NativeRules, load};
 use crate::rules::{Piece, pieces};
 use crate::{Rules, Verdict};
 use bytes::Bytes;
-use sluice_config::{RouteWaf, WafBodyOverLimit, WafMode, WafOverload, WafRuleSet};
+use sluice_config::{WafMode, WafRuleSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -20,26 +20,6 @@ use std::sync::Arc;
 pub(crate) struct Case {
     pub(crate) name: String,
     pub(crate) request: RequestFacts,
-}
-
-fn route_inspecting(mode: WafMode, paranoia_level: u8, inspect_response: bool) -> RouteWaf {
-    RouteWaf {
-        ruleset: "crs".into(),
-        mode,
-        paranoia_level,
-        inbound_anomaly_threshold: 5,
-        outbound_anomaly_threshold: 4,
-        exclusions: Vec::new(),
-        request_body_limit: 128 << 10,
-        body_over_limit: WafBodyOverLimit::Reject,
-        on_overload: WafOverload::Closed,
-        inspect_response,
-        response_body_limit: 512 << 10,
-        response_mime_types: sluice_config::DEFAULT_RESPONSE_MIME_TYPES
-            .iter()
-            .map(|t| t.to_string())
-            .collect(),
-    }
 }
 
 /// CRS 4.22's module directory (rules and tests).
@@ -109,10 +89,7 @@ fn crs_pieces_inspecting(
         ],
         rules: None,
     };
-    pieces(
-        &set,
-        &route_inspecting(mode, paranoia_level, inspect_response),
-    )
+    pieces(&set, &route(mode, paranoia_level, inspect_response))
 }
 
 /// Every stage input of the YAML tests under `dir` that is a plain request (method, URI,
