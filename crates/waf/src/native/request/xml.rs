@@ -19,13 +19,13 @@
 //!
 //! Where this is not libxml2 (each rare in requests; `KNOWN` in the tests lists bodies):
 //! single-byte encodings other than ISO-8859-1, -15, Windows-1252 and US-ASCII are read as
-//! ISO-8859-1 (ASCII alike, other characters not); UTF-7 is refused; an unpaired surrogate
-//! in UTF-16 ends the text here, where libxml2 keeps no document and no error; entity
+//! ISO-8859-1 (ASCII alike, other characters not); UTF-7 and EBCDIC are refused (a body
+//! whose first four bytes are `<?xm` in EBCDIC: libxml2 converts it); entity
 //! amplification is refused past a fixed budget and nesting depth rather than libxml2's
 //! ratio; parameter-entity references inside a parameter entity's text are not expanded;
 //! an unterminated CDATA section keeps none of its text (libxml2 hands over 300-byte
-//! blocks of it); a body whose first four bytes libxml2 takes for UCS-4 or EBCDIC is read
-//! as UTF-8 here.
+//! blocks of it). UTF-16 and UCS-4, their detection by the first four bytes and their
+//! converters' failures are libxml2's (`decode.rs`).
 
 mod decode;
 mod markup;
@@ -53,8 +53,10 @@ const MAX_NESTING: usize = 40;
 /// The values for `XML:/*` and `XML://@*` (keys `/*` and `//@*`), and the parse error (as
 /// libmodsecurity writes it after "XML parsing error: "), if any.
 pub(super) fn parse(body: &[u8]) -> (Values, Option<String>) {
-    let Some((text, bad_tail)) = decode::decode(body) else {
-        return (Vec::new(), Some(FAILED.to_string()));
+    let (text, bad_tail) = match decode::decode(body) {
+        decode::Decoded::Text(text, bad_tail) => (text, bad_tail),
+        decode::Decoded::Refused => return (Vec::new(), Some(FAILED.to_string())),
+        decode::Decoded::Halted => return (Vec::new(), None),
     };
     let mut p = Parser::new(&text, bad_tail);
     let ok = p.document().is_ok();

@@ -1,12 +1,25 @@
-//! The body's bytes as text, the way libxml2 picks their encoding: a byte order mark, the
-//! first bytes of a UTF-16 `<?`, else the XML declaration's `encoding`, else UTF-8.
+//! The body's bytes as text, the way libxml2 picks their encoding: the first four bytes of
+//! UCS-4 or of a UTF-16 `<?`, a byte order mark, else the XML declaration's `encoding`, else
+//! UTF-8 (`xmlDetectCharEncoding`'s order).
 
-/// What a body decodes to: its text up to the first byte that is not in its encoding, and,
-/// for UTF-8, how many bytes were left from that one on (libxml2 reads UTF-8 itself, up to
-/// that byte, and fails there). Any other encoding goes through a converter, whose failure
-/// just ends the input: no error of its own, so a complete document before it is fine.
-/// None when libxml2 refuses the declared encoding before reading any element.
-pub(super) type Decoded = Option<(String, Option<usize>)>;
+/// What a body decodes to.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Decoded {
+    /// Its text up to the first byte that is not in its encoding, and, for UTF-8, how many
+    /// bytes were left from that one on (libxml2 reads UTF-8 itself, up to that byte, and
+    /// fails there). Through a converter, an incomplete last character just ends the text:
+    /// no error of its own, so a complete document before it is fine.
+    Text(String, Option<usize>),
+    /// libxml2 refuses the declared encoding before reading any element: a fatal error.
+    Refused,
+    /// The converter fails on a sequence not in the encoding (a UTF-16 high surrogate
+    /// followed by anything but a low one; little-endian UCS-4's first unit). libxml2
+    /// converts what it holds before it parses, and libmodsecurity's one parse call (the
+    /// last, which ends the input) halts at the converter's error without parsing a byte
+    /// nor marking the document ill-formed: no document and no error, wherever the
+    /// sequence lies.
+    Halted,
+}
 
 /// Encodings libxml2 reads (through iconv) but this does not tell apart from ISO-8859-1:
 /// their ASCII reads the same, other characters do not.
@@ -30,43 +43,53 @@ const LIKE_LATIN1: &[&str] = &[
 ];
 
 pub(super) fn decode(body: &[u8]) -> Decoded {
+    match body.get(..4) {
+        Some(b"\0\0\0<") => return ucs4_be(body),
+        // Little-endian UCS-4 goes through iconv's big-endian one, whose first unit
+        // (0x3C000000) is no character.
+        Some(b"<\0\0\0") => return Decoded::Halted,
+        // libxml2 has no converter for the two unusual byte orders, says so (a fatal error),
+        // and reads the bytes as UTF-8, whose first NUL ends the document.
+        Some(b"\0\0<\0" | b"\0<\0\0") => return Decoded::Refused,
+        _ => {}
+    }
     if let Some(rest) = body.strip_prefix(b"\xef\xbb\xbf") {
-        return Some(utf8(rest));
+        return utf8(rest);
     }
     if let Some(rest) = body.strip_prefix(b"\xff\xfe") {
-        return Some(utf16(rest, u16::from_le_bytes));
+        return utf16(rest, u16::from_le_bytes);
     }
     if let Some(rest) = body.strip_prefix(b"\xfe\xff") {
-        return Some(utf16(rest, u16::from_be_bytes));
+        return utf16(rest, u16::from_be_bytes);
     }
     if body.starts_with(b"<\0?\0") {
-        return Some(utf16(body, u16::from_le_bytes));
+        return utf16(body, u16::from_le_bytes);
     }
     if body.starts_with(b"\0<\0?") {
-        return Some(utf16(body, u16::from_be_bytes));
+        return utf16(body, u16::from_be_bytes);
     }
     let Some(name) = declared_encoding(body) else {
-        return Some(utf8(body));
+        return utf8(body);
     };
-    Some(match name.as_str() {
+    match name.as_str() {
         "utf-8" | "utf8" => utf8(body),
         "us-ascii" | "ascii" => single_byte(body, |b| b.is_ascii().then_some(char::from(b))),
         "windows-1252" | "cp1252" => single_byte(body, cp1252),
         "iso-8859-15" | "latin-9" | "latin9" => single_byte(body, latin9),
-        n if n.starts_with("utf-") || n.starts_with("ucs") => return None,
+        n if n.starts_with("utf-") || n.starts_with("ucs") => Decoded::Refused,
         n if LIKE_LATIN1.iter().any(|p| n.starts_with(p)) => {
             single_byte(body, |b| Some(char::from(b)))
         }
-        _ => return None,
-    })
+        _ => Decoded::Refused,
+    }
 }
 
-fn utf8(body: &[u8]) -> (String, Option<usize>) {
+fn utf8(body: &[u8]) -> Decoded {
     match std::str::from_utf8(body) {
-        Ok(s) => (s.to_string(), None),
+        Ok(s) => Decoded::Text(s.to_string(), None),
         Err(e) => {
             let i = e.valid_up_to();
-            (
+            Decoded::Text(
                 String::from_utf8_lossy(&body[..i]).into_owned(),
                 Some(body.len() - i),
             )
@@ -74,16 +97,56 @@ fn utf8(body: &[u8]) -> (String, Option<usize>) {
     }
 }
 
-/// UTF-16 to the first unpaired surrogate; an odd last byte is left unread.
-fn utf16(body: &[u8], unit: fn([u8; 2]) -> u16) -> (String, Option<usize>) {
-    let units = body.chunks_exact(2).map(|p| unit([p[0], p[1]]));
-    let text = char::decode_utf16(units).map_while(Result::ok).collect();
-    (text, None)
+/// UTF-16 as libxml2's own converter reads it (`UTF16LEToUTF8`): a pair of surrogates is
+/// one character; a high surrogate that is the last unit, or an odd last byte, is an
+/// incomplete character that ends the text; a high surrogate followed by another unit
+/// halts the parser ([`Decoded::Halted`]); a low surrogate alone is converted as if it
+/// were a character, which the parser then finds not allowed, as it finds U+FFFE (the
+/// same path in libxml2's `xmlCurrentChar`: a three-byte sequence out of the allowed range).
+fn utf16(body: &[u8], unit: fn([u8; 2]) -> u16) -> Decoded {
+    let mut units = body.chunks_exact(2).map(|p| unit([p[0], p[1]]));
+    let mut text = String::new();
+    while let Some(u) = units.next() {
+        let c = match u {
+            0xD800..=0xDBFF => match units.next() {
+                None => break,
+                Some(low @ 0xDC00..=0xDFFF) => {
+                    0x10000 + ((u32::from(u) - 0xD800) << 10) + (u32::from(low) - 0xDC00)
+                }
+                Some(_) => return Decoded::Halted,
+            },
+            0xDC00..=0xDFFF => u32::from(NOT_A_CHAR),
+            _ => u32::from(u),
+        };
+        text.push(char::from_u32(c).unwrap_or(NOT_A_CHAR));
+    }
+    Decoded::Text(text, None)
 }
 
+/// Big-endian UCS-4 through iconv ("UCS-4"): a unit that is no Unicode scalar value, or an
+/// incomplete last unit, fails the document before it is read ([`Decoded::Refused`]: where
+/// libxml2's own UTF-16 converter halts, iconv's error is a fatal one).
+fn ucs4_be(body: &[u8]) -> Decoded {
+    if body.len() % 4 != 0 {
+        return Decoded::Refused;
+    }
+    let mut text = String::new();
+    for u in body.chunks_exact(4) {
+        match char::from_u32(u32::from_be_bytes([u[0], u[1], u[2], u[3]])) {
+            Some(c) => text.push(c),
+            None => return Decoded::Refused,
+        }
+    }
+    Decoded::Text(text, None)
+}
+
+/// A character XML does not allow, which the parser treats as libxml2 treats any
+/// multi-byte character out of the allowed range: what a lone low surrogate stands for.
+const NOT_A_CHAR: char = '\u{FFFE}';
+
 /// A single-byte encoding through `map`, to the first byte it does not define.
-fn single_byte(body: &[u8], map: fn(u8) -> Option<char>) -> (String, Option<usize>) {
-    (body.iter().map_while(|&b| map(b)).collect(), None)
+fn single_byte(body: &[u8], map: fn(u8) -> Option<char>) -> Decoded {
+    Decoded::Text(body.iter().map_while(|&b| map(b)).collect(), None)
 }
 
 fn cp1252(b: u8) -> Option<char> {

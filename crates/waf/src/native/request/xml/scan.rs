@@ -199,16 +199,21 @@ impl Parser<'_> {
     /// path hands over the ASCII text before the first other character or lone CR (it
     /// takes CRLF) at once; the rest
     /// goes through a buffer handed over each time it holds 300 bytes or more, whose last
-    /// part is lost when the failure is a NUL or an undecodable byte found while reading it (unless
+    /// part is lost when the failure is found while reading a character (a NUL, an undecodable
+    /// byte, a multi-byte character not allowed such as U+FFFE; unless
     /// fewer than four bytes are left from that byte: libxml2 takes it for a character cut
     /// short, ends the text there and fails later).
     pub(super) fn fail_in_run(&self, out: &mut Vec<u8>, run: &Run) {
         let (text, lone_cr) = (&run.text, run.fast_end);
         let at_bad = self.i == self.s.len() && self.bad_tail.is_some_and(|t| t >= 4);
-        // libxml2 fails on a NUL while reading it too, before the buffer is handed over (on
-        // another character not allowed, after).
-        let at_nul = self.s.as_bytes().get(self.i) == Some(&0);
-        if !at_bad && !at_nul {
+        // libxml2's `xmlCurrentChar` fails on a NUL or a multi-byte character not allowed
+        // while reading it too, before the buffer is handed over (on an ASCII one, such as
+        // \x01, its caller fails after).
+        let unreadable = self.s[self.i..]
+            .chars()
+            .next()
+            .is_some_and(|c| c == '\0' || (!c.is_ascii() && !is_char(c)));
+        if !at_bad && !unreadable {
             out.extend_from_slice(text.as_bytes());
             return;
         }

@@ -197,13 +197,11 @@ const KNOWN: &[&[u8]] = &[
     b"<?xml version='1.0' encoding='koi8-r'?><a>\xc1</a>",
     // UTF-7 is refused here; iconv converts part of it.
     b"<?xml version='1.0' encoding='UTF-7'?><a>+ADw-</a>",
-    // An unpaired surrogate in UTF-16: libxml2 keeps no document and reports no error.
-    b"\xff\xfe<\x00a\x00>\x00\x00\xd8<\x00/\x00a\x00>\x00",
-    // The first four bytes of UCS-4 (libxml2 detects it; this reads UTF-8). Little-endian:
-    // iconv's UCS-4 is big-endian, its conversion fails at once, and libxml2 keeps no
-    // document and reports no error (found by crates/waf/fuzz).
-    b"<\0\0\0\0\0\0\0?xml verr>",
-    b"\0\0\0<\0\0\0a\0\0\0>\0\0\0x\0\0\0<\0\0\0/\0\0\0a\0\0\0>",
+    // EBCDIC (the first four bytes of `<?xm` in it): libxml2 finds the code page from the
+    // declaration (IBM037 without one) and converts through iconv; this reads UTF-8, and
+    // fails, so such a body is refused (REQBODY_ERROR), never read more laxly.
+    b"\x4c\x6f\xa7\x94\x93\x40\xa5\x85\x99\xa2\x89\x96\x95\x7e\x7d\xf1\x4b\xf0\x7d\x40\x85\x95\x83\x96\x84\x89\x95\x87\x7e\x7d\xc9\xc2\xd4\xf0\xf3\xf7\x7d\x6f\x6e\x4c\x81\x6e\xa7\x4c\x61\x81\x6e",
+    b"\x4c\x6f\xa7\x94\x93\x40\xa5\x85\x99\xa2\x89\x96\x95\x7e\x7d\xf1\x4b\xf0\x7d\x6f\x6e\x4c\x81\x6e\xa7\x4c\x61\x81\x6e",
 ];
 
 #[test]
@@ -285,5 +283,83 @@ fn crs_xml_requests_match_libmodsecurity() {
         "{} CRS XML requests: is coraza-coreruleset v4.22.0 in the Go module cache?",
         cases.len()
     );
+    assert_none_differ(&cases);
+}
+
+/// A body in UTF-16 or UCS-4, and what libxml2's converters make of a sequence not in the
+/// encoding (`decode.rs`): UTF-16's high surrogate followed by another unit halts the
+/// parser (no document, no error, wherever it lies), its last unit or odd byte just ends
+/// the text, and a lone low surrogate is a character not allowed; iconv's UCS-4 fails the
+/// document on any unit that is no character or cut short, and its little-endian order
+/// halts at once. The differential fuzz target found the first (in a body that began
+/// `<\0?\0`); each case here fails against the reader that took these for UTF-8 or
+/// ended UTF-16 at any bad unit.
+#[test]
+fn utf16_and_ucs4_bodies_and_their_converters_failures_match_libmodsecurity() {
+    fn le(s: &str) -> Vec<u8> {
+        s.encode_utf16().flat_map(u16::to_le_bytes).collect()
+    }
+    fn be(s: &str) -> Vec<u8> {
+        s.encode_utf16().flat_map(u16::to_be_bytes).collect()
+    }
+    fn ucs4(s: &str) -> Vec<u8> {
+        s.chars().flat_map(|c| u32::from(c).to_be_bytes()).collect()
+    }
+    let bom = || b"\xff\xfe".to_vec();
+    let (high, low) = (b"\x00\xd8".to_vec(), b"\x00\xdc".to_vec());
+    let bodies: Vec<Vec<u8>> = vec![
+        [bom(), le("<a>x</a>"), high.clone()].concat(),
+        [bom(), le("<a>x</a>"), high.clone(), le(" ")].concat(),
+        [bom(), le("<a>x"), high.clone(), le("</a>")].concat(),
+        [bom(), le("<a>"), le(&"y".repeat(4000)), high.clone(), le("</a>")].concat(),
+        [bom(), le("<a>x</a>"), low.clone()].concat(),
+        [bom(), le("<a>x"), low.clone(), le("y</a>")].concat(),
+        [bom(), le("<a b='"), low.clone(), le("'>y</a>")].concat(),
+        [bom(), le("<a>x\u{e9}"), low.clone(), le("y</a>")].concat(),
+        [bom(), le("<a>x</a>"), high.clone(), b"\x00".to_vec()].concat(),
+        [bom(), le("<a>x\u{1F600}</a>")].concat(),
+        [le("<?xml version='1.0'?><a>x"), high.clone(), le("</a>")].concat(),
+        [le("<?xml version='1.0'?><a>x</a>"), high].concat(),
+        [b"\xfe\xff".to_vec(), be("<a>x"), b"\xd8\x00".to_vec(), be("</a>")].concat(),
+        [b"\xfe\xff".to_vec(), be("<a>x"), b"\xdc\x00".to_vec(), be("</a>")].concat(),
+        // The fuzz target's input.
+        b"<\0?\0\xff<?ication/x-www-form-urlencoded\r\nContent-Length: 2\xe40\r\n\r\nuser\xbe\x9e\x9b\x92\x96\x91\xd8\xf7]\x0e\0ass=x".to_vec(),
+        ucs4("<a>x</a>"),
+        ucs4("<?xml version='1.0'?><a b='z'>x</a> \n"),
+        ucs4(&format!("<a b='\u{e9}'>{}</a>", "y\u{1F600}".repeat(200))),
+        [ucs4("<a>x</a>"), vec![0, 0]].concat(),
+        [ucs4("<a>x</a>"), vec![0]].concat(),
+        [ucs4("<a>x"), vec![0, 0, 0xd8, 0], ucs4("</a>")].concat(),
+        [ucs4("<a>x"), vec![0, 0x11, 0, 0], ucs4("</a>")].concat(),
+        [ucs4("<a>x</a>"), vec![0, 0x11, 0, 0]].concat(),
+        [ucs4("<"), vec![0, 0x11, 0, 0], ucs4("a>x</a>")].concat(),
+        [ucs4("<a>x"), vec![0x80, 0, 0, 0], ucs4("</a>")].concat(),
+        [ucs4("<a>x"), vec![0, 0, 0xff, 0xfe], ucs4("</a>")].concat(),
+        "<a>x</a>".chars().flat_map(|c| u32::from(c).to_le_bytes()).collect(),
+        b"<\0\0\0\0\0\0\0?xml verr>".to_vec(),
+        b"\0\0<\0\0\0a\0\0\0>\0".to_vec(),
+        b"\0<\0\0\0a\0\0\0>\0\0".to_vec(),
+        // U+FFFE, what a lone low surrogate stands for, in UTF-8: libxml2 fails while
+        // reading it, so the text buffered after a non-ASCII character is lost.
+        b"<a>x\xef\xbf\xbey</a>".to_vec(),
+        b"<a>x\xc3\xa9\xef\xbf\xbey</a>".to_vec(),
+        b"<a>x</a>\xef\xbf\xbe".to_vec(),
+        b"<a b='x\xef\xbf\xbey'>z</a>".to_vec(),
+        format!("<a>{}\u{FFFE}</a>", "\u{e9}".repeat(400)).into_bytes(),
+        format!("<a>{}\u{FFFF}</a>", "\u{e9}".repeat(100)).into_bytes(),
+        b"<a>x</a><!-- \xef\xbf\xbe -->".to_vec(),
+        b"<a><![CDATA[x\xef\xbf\xbey]]></a>".to_vec(),
+    ];
+    let cases: Vec<Case> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            xml_case(
+                &format!("encoded {i}: {}", b.escape_ascii()),
+                b"text/xml",
+                b,
+            )
+        })
+        .collect();
     assert_none_differ(&cases);
 }
