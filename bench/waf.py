@@ -14,6 +14,11 @@ GETs of a 1 KiB page and POSTs of a 10 KiB urlencoded form (benign: nothing matc
 the WAF adds over the same gateway's row without it, run by run; and Sluice's WAF rows over
 NGINX's, run by run (the issue's figure: total CPU per request).
 
+A benign GET's latency (the issue's "added latency p99 <= 1 ms"): at a moderate, fixed rate
+(4 keep-alive connections of 250 requests a second: no core near saturation), p50 and p99 of
+each request's time to its whole response (h2load's per-request log), through each gateway
+without a WAF and with each engine; what the WAF adds is the p99's difference, run by run.
+
 Before measuring, one attack through each gateway must be refused (403) and one benign
 request served, so that a row never measures rules that do not run.
 
@@ -210,6 +215,32 @@ def measure(proc, port, duration, kind, d):
             "waf_threads_us_per_req": waf_cpu / done * 1e6}
 
 
+# The latency rows' offered load: this many keep-alive connections of LAT_RPS requests a second.
+LAT_CLIENTS, LAT_RPS = 4, 250
+# Which listeners the latency rows measure (gateway, key of its ports), benign GETs only.
+LAT_ROWS = (("sluice", "none"), ("sluice", "native"), ("sluice", "waf"), ("sluice-inline", "native"),
+            ("nginx", "none"), ("nginx", "waf"))
+
+
+def latency(port, duration, d):
+    """p50 and p99 ms of benign keep-alive GETs at LAT_CLIENTS x LAT_RPS requests a second,
+    from h2load's per-request log (microseconds from each request's start to its response's
+    end); every response must be a 200."""
+    log = Path(d, f"latency-{port}.tsv")
+    log.unlink(missing_ok=True)
+    argv = ["h2load", "--h1", "-t", "1", "-c", str(LAT_CLIENTS), "-m", "1", f"--rps={LAT_RPS}",
+            "-D", str(max(1, round(duration))), "--log-file", str(log),
+            "-H", f"user-agent: {UA}", "-H", "accept: text/html,*/*", f"http://127.0.0.1:{port}/1k"]
+    B.run_load(argv)
+    rows = [line.split("\t") for line in log.read_text().splitlines() if line.strip()]
+    refused = [r for r in rows if r[1] != "200"]
+    if refused or not rows:
+        raise RuntimeError(f"port {port} latency: {len(rows)} requests, {len(refused)} not 200")
+    us = sorted(int(r[2]) for r in rows)
+    q = lambda f: us[min(len(us) - 1, int(f * len(us)))] / 1000
+    return {"requests": len(us), "p50_ms": q(0.50), "p99_ms": q(0.99)}
+
+
 def status(port, path):
     out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-A", UA,
                           f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True)
@@ -242,6 +273,7 @@ def main():
     kinds = ("get", "post")
     gateways = (("sluice", SLUICE), ("nginx", NGINX), ("sluice-inline", SLUICE_INLINE))
     rows = {f"{g} {k} {kind}": [] for g, ports in gateways for k in ports for kind in kinds}
+    rows.update({f"latency {g} {k}": [] for g, k in LAT_ROWS})
     with tempfile.TemporaryDirectory(prefix="sluice-waf-") as d:
         os.chmod(d, 0o755)
         www = Path(d, "www")
@@ -271,11 +303,17 @@ def main():
                     for g, ports in gateways for k, port in ports.items() for kind in kinds]
             for name, proc, port, kind in plan:
                 measure(proc, port, 1, kind, d)  # warm-up
+            ports_of = {"sluice": SLUICE, "nginx": NGINX, "sluice-inline": SLUICE_INLINE}
+            lat_plan = [(f"latency {g} {k}", ports_of[g][k]) for g, k in LAT_ROWS]
             for run in range(args.runs):
                 for name, proc, port, kind in (plan if run % 2 == 0 else list(reversed(plan))):
                     r = measure(proc, port, args.duration, kind, d)
                     rows[name].append(r)
                     B.log(f"  {name}: {r['cpu_us_per_req']:.2f} µs/req")
+                for name, port in (lat_plan if run % 2 == 0 else list(reversed(lat_plan))):
+                    r = latency(port, args.duration, d)
+                    rows[name].append(r)
+                    B.log(f"  {name}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms ({r['requests']} requests)")
         finally:
             for p in reversed(procs):
                 p.stop()
@@ -334,6 +372,23 @@ def report(cpu, args, rows):
             print(f"- {what}, paranoia level {level}, the native engine with inline_percent = {args.inline_percent} "
                   f"(a second Sluice process): {f(B.summarize(us(inline)))} µs per request; / libmodsecurity's: "
                   f"{x(on_loop)}; / the native engine on the WAF's threads: {x(vs_threads)}")
+    ms = lambda s: f"{s['median']:.3f} [{s['min']:.3f}-{s['max']:.3f}]"
+    p = lambda name, key: [r[key] for r in rows[name]]
+    print(f"\n## A benign GET's latency at {LAT_CLIENTS * LAT_RPS:,} requests a second "
+          f"({LAT_CLIENTS} keep-alive connections, paranoia level 1)\n")
+    print("ms from each request's start to its response's end; 'added' is the p99 over the same gateway's "
+          "without a WAF, run by run.\n")
+    print("| gateway | engine | p50 | p99 | p99 added by the WAF |")
+    print("|---|---|---|---|---|")
+    for g, k in LAT_ROWS:
+        name = f"latency {g} {k}"
+        base = f"latency {'sluice' if g == 'sluice-inline' else g} none"
+        added = "" if k == "none" else ms(B.summarize([a - b for a, b in zip(p(name, "p99_ms"), p(base, "p99_ms"))]))
+        engine = {"none": "no WAF", "native": "native", "waf": "libmodsecurity"}[k]
+        if g == "sluice-inline":
+            engine += f", inline_percent = {args.inline_percent}"
+        print(f"| {g.split('-')[0]} | {engine} | {ms(B.summarize(p(name, 'p50_ms')))} | "
+              f"{ms(B.summarize(p(name, 'p99_ms')))} | {added} |")
 
 
 if __name__ == "__main__":

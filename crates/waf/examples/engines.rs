@@ -7,10 +7,15 @@
 //! directory holds `crs-setup.conf` and `rules/*.conf` (bench/crs.py's `prepare_rules`
 //! writes one; bench/README.md, "WAF engines"). Prints the CPU model and µs per request
 //! (median of 7 runs [min-max]) for each engine, and the ratio.
+//!
+//! With `GAP_US=N`: the native engine's inspections one by one, each after N µs idle (p50,
+//! p90, p99), where a paced load finds the caches cold. With `--features profile` and
+//! `PROFILE=1`: the native engine's time by rule (the 25 dearest, file and line) and by
+//! transformation (`sluice_waf::native::profile`).
 
 use bytes::Bytes;
 use sluice_config::{RouteWaf, WafBodyOverLimit, WafMode, WafOverload, WafRuleSet};
-use sluice_waf::native::{NativeRules, load};
+use sluice_waf::native::{NativeRules, load, profile};
 use sluice_waf::rules::pieces;
 use sluice_waf::{RequestFacts, Rules, inspect};
 use std::hint::black_box;
@@ -108,6 +113,88 @@ fn main() {
             summary(&a, "µs"),
             summary(&b, "µs"),
             summary(&ratios, "x")
+        );
+        // `GAP_US=N`: each inspection alone after N µs idle, as at a paced load.
+        if let Some(gap) = std::env::var("GAP_US").ok().and_then(|g| g.parse().ok()) {
+            after_gaps(&native, &request, gap);
+        }
+        // `PROFILE=1` (with `--features profile`): where the native engine's time goes.
+        if std::env::var_os("PROFILE").is_some() {
+            profile(&native, &request, name, n);
+        }
+    }
+}
+
+/// The native engine's time on `request` when each inspection follows `gap` µs idle (the
+/// load of a site at a moderate rate, where a request finds the caches cooled by the wait):
+/// p50, p90 and p99 of 2,000 inspections timed one by one.
+fn after_gaps(native: &NativeRules, request: &RequestFacts, gap: u64) {
+    let mut us: Vec<f64> = (0..2000)
+        .map(|_| {
+            std::thread::sleep(std::time::Duration::from_micros(gap));
+            let t = Instant::now();
+            black_box(native.inspect(request));
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    us.sort_by(f64::total_cmp);
+    println!(
+        "\nnative, each inspection after {gap} µs idle: p50 {:.1} µs, p90 {:.1}, p99 {:.1}",
+        us[1000], us[1800], us[1980]
+    );
+}
+
+/// The native engine's time on `request` by rule and by transformation, over `n`
+/// inspections (`sluice_waf::native::profile`): the rules that cost most, with their
+/// file and line, and what the rules themselves do not account for (the request's values
+/// made ready, the transaction's start and end).
+fn profile(native: &NativeRules, request: &RequestFacts, name: &str, n: u32) {
+    let _ = profile::take();
+    let t = Instant::now();
+    for _ in 0..n {
+        black_box(native.inspect(request));
+    }
+    let total = t.elapsed().as_secs_f64() * 1e6 / f64::from(n);
+    let p = profile::take();
+    if p.rules.is_empty() {
+        println!("\n(no profile: build with `--features profile`)");
+        return;
+    }
+    let per = |c: profile::Cost| c.nanos as f64 / 1e3 / f64::from(n);
+    let in_rules: f64 = p.rules.iter().map(|&(_, c)| per(c)).sum();
+    println!(
+        "\n{name}: {total:.1} µs per inspection (profiled), {in_rules:.1} in {} rules' evaluation, {:.1} outside them\n",
+        p.rules.len(),
+        total - in_rules
+    );
+    println!("| rule | where | runs per request | µs per request | share |");
+    println!("|---|---|---|---|---|");
+    let mut rules = p.rules.clone();
+    rules.sort_by_key(|r| std::cmp::Reverse(r.1.nanos));
+    let set = native.rule_set();
+    for &(i, c) in rules.iter().take(25) {
+        let rule = &set.rules[i];
+        let file = rule.origin.file.rsplit('/').next().unwrap_or("");
+        println!(
+            "| {} | {file}:{} | {:.1} | {:.2} | {:.1}% |",
+            rule.id().map_or("-".to_string(), |id| id.to_string()),
+            rule.origin.line,
+            c.calls as f64 / f64::from(n),
+            per(c),
+            100.0 * per(c) / total
+        );
+    }
+    let mut transforms = p.transforms.clone();
+    transforms.sort_by_key(|t| std::cmp::Reverse(t.1.nanos));
+    println!("\n| transformation | runs per request | µs per request | share |");
+    println!("|---|---|---|---|");
+    for &(tr, c) in &transforms {
+        println!(
+            "| t:{} | {:.1} | {:.2} | {:.1}% |",
+            tr.name(),
+            c.calls as f64 / f64::from(n),
+            per(c),
+            100.0 * per(c) / total
         );
     }
 }

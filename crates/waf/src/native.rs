@@ -29,6 +29,7 @@ mod operate;
 mod operator;
 mod pattern;
 mod plan;
+pub mod profile;
 mod request;
 mod ruleset;
 pub(crate) mod session;

@@ -74,6 +74,11 @@ impl NativeRules {
         })
     }
 
+    /// The rules it runs (for a profile's names: `native::profile` counts by index).
+    pub fn rule_set(&self) -> &RuleSet {
+        &self.set
+    }
+
     /// Phases 1 and 2 of `facts`, as the libmodsecurity engine runs them.
     pub fn inspect(&self, facts: &RequestFacts) -> Outcome {
         self.request(facts, false).0
@@ -176,7 +181,7 @@ impl NativeRules {
             if t.allow.is_some() || self.removed[i] || removed_by_tag(t, &rule.actions) {
                 continue;
             }
-            self.rule(t, i);
+            super::profile::rule(i, || self.rule(t, i));
             if t.intervention.is_some() {
                 break;
             }

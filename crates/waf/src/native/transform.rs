@@ -191,6 +191,11 @@ impl Transform {
     /// reuses two buffers for every value it sees. Values are bytes, not text: every
     /// transformation takes any input, as libmodsecurity's do.
     pub(crate) fn apply(self, input: &[u8], out: &mut Vec<u8>) {
+        super::profile::transform(self, || self.run(input, out));
+    }
+
+    /// [`Transform::apply`]'s work.
+    fn run(self, input: &[u8], out: &mut Vec<u8>) {
         out.clear();
         // Room for an output as long as the input, once, where a step's output grows a
         // byte at a time (a digest or a length is short: no room kept for it).

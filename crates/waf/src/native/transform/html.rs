@@ -8,7 +8,15 @@ pub(super) fn html_entity_decode(input: &[u8], out: &mut Vec<u8>) {
     let n = input.len();
     let mut i = 0;
     while i < n {
-        let (decoded, copy) = if input[i] == b'&' && i + 1 < n {
+        // The text up to the next `&` as it is, in one copy (byte by byte, this step was a
+        // twelfth of a 10 KiB form POST's inspection).
+        let Some(at) = memchr::memchr(b'&', &input[i..]) else {
+            out.extend_from_slice(&input[i..]);
+            return;
+        };
+        out.extend_from_slice(&input[i..i + at]);
+        i += at;
+        let (decoded, copy) = if i + 1 < n {
             entity(input, i + 1)
         } else {
             (None, 1)

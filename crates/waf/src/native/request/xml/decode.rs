@@ -127,7 +127,7 @@ fn utf16(body: &[u8], unit: fn([u8; 2]) -> u16) -> Decoded {
 /// incomplete last unit, fails the document before it is read ([`Decoded::Refused`]: where
 /// libxml2's own UTF-16 converter halts, iconv's error is a fatal one).
 fn ucs4_be(body: &[u8]) -> Decoded {
-    if body.len() % 4 != 0 {
+    if !body.len().is_multiple_of(4) {
         return Decoded::Refused;
     }
     let mut text = String::new();
