@@ -143,5 +143,28 @@ pub struct RouteWaf {
     pub response_mime_types: Vec<String>,
 }
 
+impl RouteWaf {
+    /// What `[route.waf]` with only `ruleset = NAME` means: the defaults each field names
+    /// (block at paranoia level 1, thresholds 5 and 4, ModSecurity's recommended body
+    /// limits and response types, a saturated WAF refusing, responses not inspected). The
+    /// loader starts from it, so a default is written once.
+    pub fn new(ruleset: impl Into<String>) -> RouteWaf {
+        RouteWaf {
+            ruleset: ruleset.into(),
+            mode: WafMode::Block,
+            paranoia_level: 1,
+            inbound_anomaly_threshold: 5,
+            outbound_anomaly_threshold: 4,
+            exclusions: Vec::new(),
+            request_body_limit: 128 << 10,
+            body_over_limit: WafBodyOverLimit::Reject,
+            on_overload: WafOverload::Closed,
+            inspect_response: false,
+            response_body_limit: 512 << 10,
+            response_mime_types: DEFAULT_RESPONSE_MIME_TYPES.map(String::from).to_vec(),
+        }
+    }
+}
+
 /// ModSecurity's recommended `SecResponseBodyMimeType`.
 pub const DEFAULT_RESPONSE_MIME_TYPES: [&str; 3] = ["text/plain", "text/html", "text/xml"];

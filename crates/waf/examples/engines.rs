@@ -14,7 +14,7 @@
 //! transformation (`sluice_waf::native::profile`).
 
 use bytes::Bytes;
-use sluice_config::{RouteWaf, WafBodyOverLimit, WafMode, WafOverload, WafRuleSet};
+use sluice_config::{RouteWaf, WafRuleSet};
 use sluice_waf::native::{NativeRules, load, profile};
 use sluice_waf::rules::pieces;
 use sluice_waf::{RequestFacts, Rules, inspect};
@@ -59,18 +59,8 @@ fn main() {
             .expect("usage: engines CRS_RULES_DIR"),
     );
     let route = RouteWaf {
-        ruleset: "crs".into(),
-        mode: WafMode::Block,
-        paranoia_level: 1,
-        inbound_anomaly_threshold: 5,
-        outbound_anomaly_threshold: 4,
-        exclusions: Vec::new(),
-        request_body_limit: 128 << 10,
-        body_over_limit: WafBodyOverLimit::Reject,
-        on_overload: WafOverload::Closed,
-        inspect_response: false,
-        response_body_limit: 512 << 10,
         response_mime_types: vec!["text/html".into()],
+        ..RouteWaf::new("crs")
     };
     let set = WafRuleSet {
         engine: sluice_config::WafEngine::ModSecurity,

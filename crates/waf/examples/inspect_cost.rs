@@ -3,7 +3,7 @@
 //! engine settings on one machine. `cargo run --release -p sluice-waf --example inspect_cost`.
 
 use bytes::Bytes;
-use sluice_config::{RouteWaf, WafBodyOverLimit, WafMode, WafOverload, WafRuleSet};
+use sluice_config::{RouteWaf, WafRuleSet};
 use sluice_waf::{RequestFacts, Rules, inspect, rules::pieces};
 use std::time::Instant;
 
@@ -21,18 +21,8 @@ fn main() {
         rules: None,
     };
     let route = RouteWaf {
-        ruleset: "crs".into(),
-        mode: WafMode::Block,
-        paranoia_level: 1,
-        inbound_anomaly_threshold: 5,
-        outbound_anomaly_threshold: 4,
-        exclusions: Vec::new(),
-        request_body_limit: 128 << 10,
-        body_over_limit: WafBodyOverLimit::Reject,
-        on_overload: WafOverload::Closed,
-        inspect_response: false,
-        response_body_limit: 512 << 10,
         response_mime_types: vec!["text/html".into(), "text/plain".into()],
+        ..RouteWaf::new("crs")
     };
     let started = Instant::now();
     let rules = std::sync::Arc::new(Rules::build(&pieces(&set, &route)).expect("CRS compiles"));

@@ -16,7 +16,7 @@ use crate::native::{NativeRules, load};
 use crate::rules::{Piece, pieces};
 use crate::{Intervention, Match, Rules};
 use bytes::Bytes;
-use sluice_config::{RouteWaf, WafBodyOverLimit, WafEngine, WafMode, WafOverload, WafRuleSet};
+use sluice_config::{RouteWaf, WafEngine, WafMode, WafRuleSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -259,21 +259,10 @@ fn pieces_of(files: &[PathBuf], mode: WafMode, level: u8) -> Vec<Piece> {
 /// thresholds and limits, responses inspected where `inspect_response` says.
 pub(crate) fn route(mode: WafMode, level: u8, inspect_response: bool) -> RouteWaf {
     RouteWaf {
-        ruleset: "crs".into(),
         mode,
         paranoia_level: level,
-        inbound_anomaly_threshold: 5,
-        outbound_anomaly_threshold: 4,
-        exclusions: Vec::new(),
-        request_body_limit: 128 << 10,
-        body_over_limit: WafBodyOverLimit::Reject,
-        on_overload: WafOverload::Closed,
         inspect_response,
-        response_body_limit: 512 << 10,
-        response_mime_types: sluice_config::DEFAULT_RESPONSE_MIME_TYPES
-            .iter()
-            .map(|t| t.to_string())
-            .collect(),
+        ..RouteWaf::new("crs")
     }
 }
 

@@ -4,9 +4,7 @@
 use crate::rules::pieces;
 use crate::{RequestFacts, ResponseFacts, Rules, Verdict, inspect, inspect_response};
 use bytes::Bytes;
-use sluice_config::{
-    RouteWaf, WafBodyOverLimit, WafExclusion, WafInline, WafMode, WafOverload, WafRuleSet,
-};
+use sluice_config::{RouteWaf, WafExclusion, WafInline, WafMode, WafRuleSet};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
@@ -19,18 +17,8 @@ pub(crate) const CRS: [&str; 2] = [
 
 pub(crate) fn route() -> RouteWaf {
     RouteWaf {
-        ruleset: "crs".into(),
-        mode: WafMode::Block,
-        paranoia_level: 1,
-        inbound_anomaly_threshold: 5,
-        outbound_anomaly_threshold: 4,
-        exclusions: Vec::new(),
-        request_body_limit: 128 << 10,
-        body_over_limit: WafBodyOverLimit::Reject,
-        on_overload: WafOverload::Closed,
-        inspect_response: false,
-        response_body_limit: 512 << 10,
         response_mime_types: vec!["text/html".into(), "text/plain".into()],
+        ..RouteWaf::new("crs")
     }
 }
 

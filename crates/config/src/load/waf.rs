@@ -113,13 +113,17 @@ impl Cx<'_> {
     ) -> Option<RouteWaf> {
         let before = self.errors.len();
         let r = raw.get_ref();
+        let d = RouteWaf::new(r.ruleset.get_ref().clone());
         let at = format!("route `{route}` [route.waf]");
         let mode = self.choice(
             r.mode.as_ref(),
             "mode",
             &[("block", WafMode::Block), ("detect", WafMode::Detect)],
         );
-        let paranoia_level = r.paranoia_level.as_ref().map_or(1, |p| *p.get_ref());
+        let paranoia_level = r
+            .paranoia_level
+            .as_ref()
+            .map_or(d.paranoia_level, |p| *p.get_ref());
         if let Some(p) = &r.paranoia_level
             && !(1..=4).contains(p.get_ref())
         {
@@ -142,7 +146,7 @@ impl Cx<'_> {
         }
         let request_body_limit = self
             .size(r.request_body_limit.as_ref())
-            .unwrap_or(128 << 10);
+            .unwrap_or(d.request_body_limit);
         let body_over_limit = self.choice(
             r.body_over_limit.as_ref(),
             "body_over_limit",
@@ -158,27 +162,30 @@ impl Cx<'_> {
         );
         let response_body_limit = self
             .size(r.response_body_limit.as_ref())
-            .unwrap_or(512 << 10);
+            .unwrap_or(d.response_body_limit);
         let response_mime_types = self.mime_types(r.response_mime_types.as_deref(), &at);
         (self.errors.len() == before).then(|| RouteWaf {
-            ruleset: r.ruleset.get_ref().clone(),
-            mode: mode.unwrap_or(WafMode::Block),
+            mode: mode.unwrap_or(d.mode),
             paranoia_level,
             inbound_anomaly_threshold: r
                 .inbound_anomaly_threshold
                 .as_ref()
-                .map_or(5, |t| *t.get_ref()),
+                .map_or(d.inbound_anomaly_threshold, |t| *t.get_ref()),
             outbound_anomaly_threshold: r
                 .outbound_anomaly_threshold
                 .as_ref()
-                .map_or(4, |t| *t.get_ref()),
+                .map_or(d.outbound_anomaly_threshold, |t| *t.get_ref()),
             exclusions,
             request_body_limit,
-            body_over_limit: body_over_limit.unwrap_or(WafBodyOverLimit::Reject),
-            on_overload: on_overload.unwrap_or(WafOverload::Closed),
-            inspect_response: r.inspect_response.as_ref().is_some_and(|i| *i.get_ref()),
+            body_over_limit: body_over_limit.unwrap_or(d.body_over_limit),
+            on_overload: on_overload.unwrap_or(d.on_overload),
+            inspect_response: r
+                .inspect_response
+                .as_ref()
+                .map_or(d.inspect_response, |i| *i.get_ref()),
             response_body_limit,
             response_mime_types,
+            ..d
         })
     }
 }

@@ -662,6 +662,21 @@ response_mime_types = ["application/json"]
 "#;
     let s = load_str(src, "good.toml", dir.path()).unwrap();
     let plain = s.routes[0].waf.as_ref().unwrap();
+    // Only its ruleset: every default is `RouteWaf::new`'s, and those are the documented ones.
+    assert_eq!(**plain, crate::RouteWaf::new("own"));
+    assert_eq!(plain.mode, crate::WafMode::Block);
+    assert_eq!(plain.paranoia_level, 1);
+    assert_eq!(
+        (
+            plain.inbound_anomaly_threshold,
+            plain.outbound_anomaly_threshold
+        ),
+        (5, 4)
+    );
+    assert_eq!(plain.request_body_limit, 128 << 10);
+    assert_eq!(plain.body_over_limit, crate::WafBodyOverLimit::Reject);
+    assert_eq!(plain.on_overload, crate::WafOverload::Closed);
+    assert!(plain.exclusions.is_empty());
     assert!(!plain.inspect_response, "off unless asked");
     assert_eq!(plain.response_body_limit, 512 << 10);
     assert_eq!(

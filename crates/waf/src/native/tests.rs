@@ -9,24 +9,15 @@ use super::transform::{Step, Transform};
 use super::variable::{Selector, Var};
 use super::{LoadError, RuleSet, load};
 use crate::rules::{Piece, pieces};
-use sluice_config::{RouteWaf, WafBodyOverLimit, WafMode, WafOverload, WafRuleSet};
+use sluice_config::{RouteWaf, WafRuleSet};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 fn route() -> RouteWaf {
     RouteWaf {
-        ruleset: "crs".into(),
-        mode: WafMode::Block,
-        paranoia_level: 1,
-        inbound_anomaly_threshold: 5,
-        outbound_anomaly_threshold: 4,
-        exclusions: Vec::new(),
-        request_body_limit: 128 << 10,
-        body_over_limit: WafBodyOverLimit::Reject,
-        on_overload: WafOverload::Closed,
         inspect_response: true,
-        response_body_limit: 512 << 10,
         response_mime_types: vec!["text/html".into()],
+        ..RouteWaf::new("crs")
     }
 }
 
