@@ -40,7 +40,7 @@ import waf as W
 
 CRS_MODULE = "github.com/corazawaf/coraza-coreruleset/v4"
 CRS_VERSION = "v4.22.0"
-ALBEDO, SLUICE, NGINX, NATIVE = 18960, 18961, 18962, 18963
+ALBEDO, SLUICE, NGINX, NATIVE, CORAZA = 18960, 18961, 18962, 18963, 18964
 TOOLS = Path(os.environ.get("SLUICE_TOOLS") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sluice" / "bin")
 OVERRIDES = B.ROOT / "bench" / "crs-overrides.toml"
 BODY_LIMIT = 1 << 20
@@ -96,15 +96,33 @@ def files(crs):
     return [crs / "setup.conf", crs / "crs-setup.conf", crs / "rules" / "*.conf"]
 
 
-def nginx_conf(d, crs):
-    # Both gateways inspect responses, as the CRS project's regression setup does (the same
-    # media types: Sluice's `response_mime_types` below).
+def modsec_conf(crs):
+    """The directives NGINX's ModSecurity (and `--coraza`'s Coraza) load: what Sluice puts
+    before and after a route's rule set, responses inspected as the CRS project's
+    regression setup does (the same media types: Sluice's `response_mime_types` below)."""
     head = W.modsec_head("DetectionOnly", PARANOIA, BODY_LIMIT).replace(
         "SecResponseBodyAccess Off\n",
         "SecResponseBodyAccess On\nSecResponseBodyMimeType text/plain text/html text/xml application/json\n")
-    modsec = head + "".join(
-        f"Include {f}\n" for f in files(crs)) + W.modsec_tail("DetectionOnly")
-    Path(d, "modsec.conf").write_text(modsec)
+    return head + "".join(f"Include {f}\n" for f in files(crs)) + W.modsec_tail("DetectionOnly")
+
+
+# CRS's crs-setup.conf sets `SecDefaultAction` for phases 1 and 2 only. A rule of phase 3 or 4
+# without `log` then logs in ModSecurity (its built-in default logs) and not in Coraza (no
+# default action: CRS's response rules matched and wrote nothing). Coraza gets ModSecurity's.
+CORAZA_DEFAULTS = """SecDefaultAction "phase:3,log,auditlog,pass"
+SecDefaultAction "phase:4,log,auditlog,pass"
+"""
+
+
+def coraza_gateway():
+    """bench/coraza built into the tools' directory (Go's module cache keeps its modules)."""
+    exe = TOOLS / "coraza-gateway"
+    subprocess.run(["go", "build", "-o", str(exe), "."], cwd=B.ROOT / "bench" / "coraza", check=True)
+    return exe
+
+
+def nginx_conf(d, crs):
+    Path(d, "modsec.conf").write_text(modsec_conf(crs))
     # ModSecurity-nginx writes each match to the error log at `warn`; the marker's too.
     return "load_module /usr/lib/nginx/modules/ngx_http_modsecurity_module.so;\n" + \
         B.NGINX_COMMON.format(d=d, name="nginx").replace("nginx-error.log warn", "nginx-error.log info") + f"""
@@ -244,6 +262,9 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="the CI subset")
     ap.add_argument("--include", help="go-ftw's --include: a regular expression of test ids")
     ap.add_argument("--out", default=str(B.ROOT / "bench" / "results"))
+    ap.add_argument("--coraza", action="store_true",
+                    help="also run the suite through Coraza (bench/coraza, built with Go), the engine CRS is tested against: "
+                         "its count, and the tests it passes that the native engine fails")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR (new or empty) and keep it: logs, configurations, go-ftw's output")
     args = ap.parse_args()
     include = SMOKE if args.smoke else args.include
@@ -274,6 +295,14 @@ def main():
             sluice = go_ftw("sluice", SLUICE, f"{d}/sluice-access.log", d, crs, include)
             B.log("go-ftw against Sluice's native engine")
             native = go_ftw("native", NATIVE, f"{d}/native-access.log", d, crs, include)
+            coraza = None
+            if args.coraza:
+                Path(d, "coraza.conf").write_text(CORAZA_DEFAULTS + modsec_conf(crs))
+                procs.append(B.Proc("coraza", [str(coraza_gateway()), "-listen", f"127.0.0.1:{CORAZA}", "-backend",
+                                               f"http://127.0.0.1:{ALBEDO}", "-conf", f"{d}/coraza.conf",
+                                               "-log", f"{d}/coraza.log"], B.GW_CORE, CORAZA, f"{d}/coraza.out"))
+                B.log("go-ftw against Coraza")
+                coraza = go_ftw("coraza", CORAZA, f"{d}/coraza.log", d, crs, include)
             cmp = compare(nginx, sluice, overrides())
             # The issue's bar: the native engine passes every test the libmodsecurity engine
             # passes, in the same gateway (same parsing, same settings, same backend).
@@ -289,6 +318,13 @@ def main():
             for p in reversed(procs):
                 p.stop()
     report(cpu, nginx, sluice, cmp, args.smoke, native)
+    if coraza:
+        cmp["coraza_only"] = sorted(coraza["passed"] - native["passed"])
+        cmp["native_not_coraza"] = sorted(native["passed"] - coraza["passed"])
+        print(f"\nCoraza (bench/coraza): {len(coraza['passed'])} passed, {len(coraza['failed'])} failed; "
+              f"{len(cmp['coraza_only'])} tests pass in Coraza and fail with the native engine: "
+              f"{' '.join(cmp['coraza_only'])}; {len(cmp['native_not_coraza'])} the other way: "
+              f"{' '.join(cmp['native_not_coraza'])}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
@@ -297,6 +333,7 @@ def main():
                         "failed_tests": sorted(r["failed"])}
     path.write_text(json.dumps({"cpu": cpu, "crs": CRS_VERSION, "paranoia_level": PARANOIA, "include": include,
                                 "nginx": counts(nginx), "sluice": counts(sluice), "native": counts(native),
+                                **({"coraza": counts(coraza)} if coraza else {}),
                                 "compare": cmp}, indent=1))
     B.log(f"results: {path}")
     bad = []
