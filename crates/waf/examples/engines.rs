@@ -180,8 +180,7 @@ fn profile(native: &NativeRules, request: &RequestFacts, name: &str, n: u32) {
     println!("|---|---|---|---|");
     for &(tr, c) in &transforms {
         println!(
-            "| t:{} | {:.1} | {:.2} | {:.1}% |",
-            tr.name(),
+            "| t:{tr} | {:.1} | {:.2} | {:.1}% |",
             c.calls as f64 / f64::from(n),
             per(c),
             100.0 * per(c) / total

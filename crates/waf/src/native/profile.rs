@@ -14,8 +14,6 @@ use std::cell::RefCell;
 #[cfg(feature = "profile")]
 use std::time::Instant;
 
-use super::transform::Transform;
-
 /// The time and calls of one rule (by its index in the rule set) or transformation,
 /// summed on this thread since the last [`take`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -31,13 +29,13 @@ pub struct Cost {
 pub struct Profile {
     /// By the rule's index in the rule set (`RuleSet::rules`); a rule never run is absent.
     pub rules: Vec<(usize, Cost)>,
-    /// By transformation.
-    pub transforms: Vec<(Transform, Cost)>,
+    /// By transformation, named as rules write it.
+    pub transforms: Vec<(&'static str, Cost)>,
 }
 
 thread_local! {
     static RULES: RefCell<Vec<Cost>> = const { RefCell::new(Vec::new()) };
-    static TRANSFORMS: RefCell<Vec<(Transform, Cost)>> = const { RefCell::new(Vec::new()) };
+    static TRANSFORMS: RefCell<Vec<(&'static str, Cost)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs rule `index`'s evaluation, its time counted.
@@ -57,19 +55,20 @@ pub(super) fn rule<R>(index: usize, f: impl FnOnce() -> R) -> R {
     }
 }
 
-/// Runs transformation `step`, its time counted.
+/// Runs a transformation, its time counted under the name `name` gives (asked only with the
+/// feature: the name is found by a search).
 #[inline(always)]
-pub(super) fn transform<R>(step: Transform, f: impl FnOnce() -> R) -> R {
+pub(super) fn transform<R>(name: impl FnOnce() -> &'static str, f: impl FnOnce() -> R) -> R {
     #[cfg(feature = "profile")]
     {
         let started = Instant::now();
         let r = f();
-        count_transform(step, elapsed(started));
+        count_transform(name(), elapsed(started));
         r
     }
     #[cfg(not(feature = "profile"))]
     {
-        let _ = step;
+        let _ = name;
         f()
     }
 }
@@ -87,9 +86,9 @@ fn count_rule(index: usize, nanos: u64) {
     });
 }
 
-/// One run of `step` that took `nanos`.
+/// One run of transformation `step` that took `nanos`.
 #[cfg_attr(not(feature = "profile"), allow(dead_code))]
-fn count_transform(step: Transform, nanos: u64) {
+fn count_transform(step: &'static str, nanos: u64) {
     TRANSFORMS.with_borrow_mut(|all| {
         let at = match all.iter().position(|(t, _)| *t == step) {
             Some(at) => at,
@@ -132,19 +131,16 @@ mod tests {
         count_rule(3, 5);
         count_rule(3, 7);
         count_rule(1, 2_000);
-        count_transform(Transform::Lowercase, 11);
-        count_transform(Transform::Trim, 1);
-        count_transform(Transform::Lowercase, 4);
+        count_transform("lowercase", 11);
+        count_transform("trim", 1);
+        count_transform("lowercase", 4);
         let p = take();
         let rules: Vec<(usize, Cost)> = p.rules.clone();
         let cost = |nanos, calls| Cost { nanos, calls };
         assert_eq!(rules, vec![(1, cost(2_000, 1)), (3, cost(12, 2))]);
         assert_eq!(
             p.transforms,
-            vec![
-                (Transform::Lowercase, cost(15, 2)),
-                (Transform::Trim, cost(1, 1))
-            ]
+            vec![("lowercase", cost(15, 2)), ("trim", cost(1, 1))]
         );
         let again = take();
         assert!(again.rules.is_empty() && again.transforms.is_empty());
@@ -155,18 +151,28 @@ mod tests {
     fn the_wrappers_count_only_with_the_feature() {
         let _ = take();
         assert_eq!(rule(2, || 7), 7);
-        let mut out = Vec::new();
-        // `apply` counts itself.
-        Transform::Lowercase.apply(b"AB", &mut out);
-        assert_eq!(out, b"ab");
+        let named = std::cell::Cell::new(false);
+        let out = transform(
+            || {
+                named.set(true);
+                "lowercase"
+            },
+            || 8,
+        );
+        assert_eq!(out, 8);
         let p = take();
         if cfg!(feature = "profile") {
             assert_eq!(p.rules.len(), 1);
             assert_eq!(p.rules[0].0, 2);
             assert_eq!(p.transforms.len(), 1);
-            assert_eq!(p.transforms[0].1.calls, 1);
+            assert_eq!(
+                (p.transforms[0].0, p.transforms[0].1.calls),
+                ("lowercase", 1)
+            );
+            assert!(named.get());
         } else {
             assert!(p.rules.is_empty() && p.transforms.is_empty(), "{p:?}");
+            assert!(!named.get(), "the name is not even looked up");
         }
     }
 }

@@ -191,7 +191,7 @@ impl Transform {
     /// reuses two buffers for every value it sees. Values are bytes, not text: every
     /// transformation takes any input, as libmodsecurity's do.
     pub(crate) fn apply(self, input: &[u8], out: &mut Vec<u8>) {
-        super::profile::transform(self, || self.run(input, out));
+        super::profile::transform(|| self.name(), || self.run(input, out));
     }
 
     /// [`Transform::apply`]'s work.
