@@ -36,6 +36,7 @@ pub(crate) mod session;
 mod transaction;
 mod transform;
 mod tx;
+mod tx_key;
 mod variable;
 
 pub use action::{

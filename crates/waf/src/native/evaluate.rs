@@ -394,7 +394,10 @@ impl NativeRules {
                 continue;
             }
             let raw = t.expand_text(&s.key, rule);
-            let key = String::from_utf8_lossy(&raw);
+            // Every byte kept (a name from the request may not be UTF-8): distinct names,
+            // distinct keys.
+            let key = super::tx_key::text(&raw);
+            t.tx_escaped |= matches!(key, Cow::Owned(_));
             with_lowercase(&key, |key| setvar(t, rule, key, &s.op));
         }
     }

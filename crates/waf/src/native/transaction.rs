@@ -12,6 +12,7 @@ use super::pattern::Scratch;
 use super::request::RequestData;
 use super::ruleset::Rule;
 use super::tx::Tx;
+use super::tx_key;
 use super::variable::{Selector, Target, Var};
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -56,12 +57,14 @@ impl Value<'_> {
     }
 
     /// Its name as `MATCHED_VAR_NAME` gives it (`ARGS:id`, `REQUEST_URI`), made only when
-    /// asked (most values never match).
-    pub(crate) fn name(&self) -> String {
+    /// asked (most values never match). Bytes, as the key's are: a name made text lost
+    /// what is not UTF-8, and a TX key made of it merged distinct names.
+    pub(crate) fn name(&self) -> Vec<u8> {
+        let var = self.var.name().as_bytes();
         if self.keyed {
-            format!("{}:{}", self.var.name(), String::from_utf8_lossy(&self.key))
+            [var, b":", &self.key].concat()
         } else {
-            self.var.name().to_string()
+            var.to_vec()
         }
     }
 
@@ -95,6 +98,10 @@ pub(crate) struct Transaction {
     pub(crate) request: RequestData,
     /// TX, keys lower-cased (looked up without regard to case, as libmodsecurity does).
     pub(crate) tx: Tx,
+    /// Whether a key of TX holds bytes that are not UTF-8 ([`tx_key::text`] escaped them):
+    /// only then is a key read back through [`tx_key::bytes`] (reading TX is on every
+    /// rule's path; such keys come only from unusual requests).
+    pub(crate) tx_escaped: bool,
     /// MATCHED_VARS: what the rules matched since the last rule that did not (the last of
     /// them is MATCHED_VAR and MATCHED_VAR_NAME).
     pub(crate) matched_vars: Vec<Value<'static>>,
@@ -132,6 +139,7 @@ impl Transaction {
             request,
             tx: Tx::default(),
             matched_vars: Vec::new(),
+            tx_escaped: false,
             engine,
             body_processor: None,
             body_access: None,
@@ -208,7 +216,7 @@ impl Transaction {
             // TX keys are kept lower-cased: one lookup, not a walk of them all (CRS asks
             // TX:name in most of its rules), and the key lowered on the stack.
             if let Some((name, v)) = with_lowercase(k, |key| self.tx.get_key_value(key)) {
-                f(named(Var::Tx, name.as_bytes(), v));
+                f(tx_named(name, v, self.tx_escaped));
             }
             return;
         }
@@ -223,17 +231,19 @@ impl Transaction {
     fn all_values<'a>(&'a self, var: Var, f: &mut dyn FnMut(Value<'a>)) {
         let last = self.matched_vars.last();
         match var {
-            Var::Tx => self.tx.each_sorted(|k, v| f(named(var, k.as_bytes(), v))),
+            Var::Tx => self
+                .tx
+                .each_sorted(|k, v| f(tx_named(k, v, self.tx_escaped))),
             Var::MatchedVar => last.into_iter().for_each(|m| f(named(var, b"", &m.bytes))),
             Var::MatchedVarName => last.into_iter().for_each(|m| {
-                f(named(var, b"", m.name().as_bytes()).into_owned());
+                f(named(var, b"", &m.name()).into_owned());
             }),
             Var::MatchedVars => self.matched_vars.iter().for_each(|m| {
-                f(named(var, m.name().as_bytes(), &m.bytes).into_owned());
+                f(named(var, &m.name(), &m.bytes).into_owned());
             }),
             Var::MatchedVarsNames => self.matched_vars.iter().for_each(|m| {
                 let n = m.name();
-                f(named(var, n.as_bytes(), n.as_bytes()).into_owned());
+                f(named(var, &n, &n).into_owned());
             }),
             _ => {
                 self.request.values(var, |k, v| f(from_request(var, k, v)));
@@ -317,6 +327,20 @@ fn named<'a>(var: Var, key: &'a [u8], bytes: &'a [u8]) -> Value<'a> {
         keyed: var.is_collection(),
         key: Cow::Borrowed(key),
         bytes: Cow::Borrowed(bytes),
+    }
+}
+
+/// A TX value, named by the bytes its key stands for ([`tx_key::bytes`], where TX holds
+/// an escaped key: `escaped`).
+fn tx_named<'a>(key: &'a str, bytes: &'a [u8], escaped: bool) -> Value<'a> {
+    let key = if escaped {
+        tx_key::bytes(key)
+    } else {
+        Cow::Borrowed(key.as_bytes())
+    };
+    Value {
+        key,
+        ..named(Var::Tx, b"", bytes)
     }
 }
 
