@@ -150,10 +150,18 @@ impl Parser<'_> {
             match c {
                 '\r' => {
                     self.i += 1;
-                    if self.peek() == Some('\n') {
+                    let crlf = self.peek() == Some('\n');
+                    if crlf {
                         self.i += 1;
-                    } else {
-                        // libxml2's fast path takes CRLF, and ends at a lone CR.
+                    }
+                    // libxml2's fast path ends at a lone CR; it takes a CRLF, but goes on
+                    // after it only to ASCII text, a tab or a LF (its loop's test), so
+                    // anything else leaves the LF to the buffered path.
+                    let on = matches!(
+                        self.s.as_bytes().get(self.i),
+                        Some(0x20..=0x7f | b'\t' | b'\n')
+                    );
+                    if !crlf || !on {
                         run.fast_end.get_or_insert(run.text.len());
                     }
                     run.text.push('\n');
@@ -197,8 +205,7 @@ impl Parser<'_> {
 
     /// What of the text run in progress libxml2 had delivered when it failed: its fast
     /// path hands over the ASCII text before the first other character or lone CR (it
-    /// takes CRLF) at once; the rest
-    /// goes through a buffer handed over each time it holds 300 bytes or more, whose last
+    /// takes a CRLF followed by ASCII text) at once; the rest goes through a buffer handed over each time it holds 300 bytes or more, whose last
     /// part is lost when the failure is found while reading a character (a NUL, an undecodable
     /// byte, a multi-byte character not allowed such as U+FFFE; unless
     /// fewer than four bytes are left from that byte: libxml2 takes it for a character cut

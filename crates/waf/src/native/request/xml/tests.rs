@@ -188,6 +188,16 @@ const BODIES: &[&[u8]] = &[
     b"<r>re\rab\x01cd",
     b"<r>abc\0",
     b"<r>re\r\nab\0cd",
+    // A CRLF followed by anything but ASCII text, a tab or a LF ends the fast path at
+    // the LF (found by crates/waf/fuzz: 942431 counted the text libxml2 had lost).
+    b"<q a=\"1\">$sel=\"t\"\r\n\r\nhello\r\n--Xy\rZXC\r\n-t-Dis\x90posit\n",
+    b"<r>ab\r\n\r\ncd\xef7e6\xdfWc",
+    b"<r>ab\r\n\xc3\xa9cd\xef7e6\xdfWc",
+    b"<r>ab\r\n\0cd",
+    b"<r>ab\r\n\x01cd",
+    b"<r>ab\r\n\tcd\0",
+    b"<r>ab\r\n\ncd\0",
+    b"<r>ab\r\n<b/>cd\xef7e6\xdfWc",
 ];
 
 /// Bodies this reads otherwise than libmodsecurity, each for a reason xml.rs gives.
