@@ -14,8 +14,10 @@
 //! its value and the map's growth, then as many frees (6% of a benign GET's instructions).
 //! A recycled TX keeps its keys and buffers with every key absent; setting one revives it.
 //! The walk's key order is kept over every key it holds, absent or not, so that it is
-//! sorted again only when a key it never held comes.
+//! sorted again only when a key it never held comes. The order is of the bytes a key stands
+//! for (`tx_key`: a request's byte outside UTF-8 is kept as a character of its own).
 
+use super::tx_key;
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 
@@ -162,8 +164,11 @@ impl Tx {
     pub(crate) fn each_sorted<'a>(&'a self, mut f: impl FnMut(&'a String, &'a Vec<u8>)) {
         if self.order.borrow().is_none() {
             let mut order: Vec<u32> = (0..self.slots.len() as u32).collect();
+            // By the bytes a key stands for: a request's byte outside UTF-8 is a character
+            // of its own here (`tx_key`), which as text would sort after every other.
             order.sort_unstable_by(|&a, &b| {
-                self.slots[a as usize].key.cmp(&self.slots[b as usize].key)
+                let key = |i: u32| tx_key::bytes(&self.slots[i as usize].key);
+                key(a).cmp(&key(b))
             });
             *self.order.borrow_mut() = Some(order);
         }
@@ -211,6 +216,22 @@ mod tests {
                 ("score", b"10")
             ]
         );
+    }
+
+    /// A key made from a request's bytes is walked in the order of those bytes, as
+    /// libmodsecurity's keys are: byte 0x80 before `é` (0xc3 0xa9), though the character
+    /// that stands for it is U+10FF80.
+    #[test]
+    fn escaped_keys_are_walked_in_byte_order() {
+        let mut tx = Tx::default();
+        let escaped = super::tx_key::text(b"p_\x80");
+        for k in ["p_\u{e9}", &escaped, "p_z"] {
+            tx.set(k, Vec::new());
+        }
+        let mut walked: Vec<Vec<u8>> = Vec::new();
+        tx.each_sorted(|k, _| walked.push(super::tx_key::bytes(k).into_owned()));
+        let want: [&[u8]; 3] = [b"p_z", b"p_\x80", "p_\u{e9}".as_bytes()];
+        assert_eq!(walked, want);
     }
 
     /// A recycled TX holds nothing of the request before: every key absent (read and
