@@ -1,33 +1,37 @@
 //! Tags, attribute values, the XML declaration and the DOCTYPE's internal subset.
 
 use super::scan::{is_char, normalise_lines, predefined};
-use super::{Entity, Fatal, MAX_DEPTH, MAX_NESTING, Parser, Step};
+use super::{Entity, Fatal, MAX_DEPTH, MAX_NESTING, Parser, Step, Tag};
 
 impl Parser<'_> {
     /// A start tag, its attributes' values kept (namespace declarations are not
     /// attributes; a prefix's binding matters to nothing the rules see, and an undeclared
-    /// one is only a namespace error to libxml2). Returns its name and whether it was empty
-    /// (`/>`).
-    pub(super) fn start_tag(&mut self, depth: usize) -> Step<(String, bool)> {
+    /// one is only a namespace error to libxml2). Returns its name and how it ended.
+    pub(super) fn start_tag(&mut self, depth: usize) -> Step<(String, Tag)> {
         self.expect("<")?;
         let name = self.name()?;
         if depth > MAX_DEPTH {
             return Err(Fatal);
         }
         let mut attrs: Vec<(String, String)> = Vec::new();
-        let empty = loop {
+        let mut first = true;
+        let tag = loop {
             let blank = self.skip_blanks();
             if self.starts("/>") {
                 self.i += 2;
-                break true;
+                break Tag::Empty;
             }
             if self.starts(">") {
                 self.i += 1;
-                break false;
+                break Tag::Open;
+            }
+            if (blank || first) && self.stops_attributes(first && !blank) {
+                break Tag::Cut;
             }
             if !blank {
                 return Err(Fatal);
             }
+            first = false;
             let key = self.name()?;
             self.skip_blanks();
             self.expect("=")?;
@@ -43,7 +47,22 @@ impl Parser<'_> {
                 self.attrs.push(v.into_bytes());
             }
         }
-        Ok((name, empty))
+        Ok((name, tag))
+    }
+
+    /// Whether libxml2's loop over a start tag's attributes (`xmlParseStartTag2`) ends here
+    /// without an error, where an attribute could start: at a byte outside XML's byte
+    /// range (the end of the input, a NUL, a control character). It then makes the element
+    /// with the attributes read so far, and the document fails after it. After an attribute
+    /// a blank must come first (without one libxml2 fails before making the element); a
+    /// NUL right after the name fails while the name is read.
+    fn stops_attributes(&self, right_after_name: bool) -> bool {
+        match self.s.as_bytes().get(self.i) {
+            // An undecodable byte ends the text: libxml2 reads it as an attribute's name.
+            None => self.bad_tail.is_none(),
+            Some(0) => !right_after_name,
+            Some(&b) => b < 0x20,
+        }
     }
 
     /// ETag ::= '</' Name S? '>', the name that of the open element.

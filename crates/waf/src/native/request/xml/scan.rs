@@ -1,7 +1,7 @@
 //! Characters, names, and the content between tags: text, references, CDATA sections,
 //! comments and processing instructions.
 
-use super::{Entity, Fatal, Parser, Step};
+use super::{Entity, Fatal, Parser, Step, Tag};
 
 /// libxml2's `XML_PARSER_BIG_BUFFER_SIZE`: text it buffers is handed over in such steps.
 const BUFFER: usize = 300;
@@ -296,10 +296,12 @@ impl Parser<'_> {
                 continue;
             }
             let attrs = self.attrs.len();
-            let (name, empty) = self.start_tag(open.len())?;
+            let tag = self.start_tag(open.len());
             self.attrs.truncate(attrs);
-            if !empty {
-                open.push(name);
+            match tag? {
+                (name, Tag::Open) => open.push(name),
+                (_, Tag::Empty) => {}
+                (_, Tag::Cut) => return Err(Fatal),
             }
         }
     }

@@ -198,6 +198,15 @@ const BODIES: &[&[u8]] = &[
     b"<r>ab\r\n\tcd\0",
     b"<r>ab\r\n\ncd\0",
     b"<r>ab\r\n<b/>cd\xef7e6\xdfWc",
+    // libxml2 makes an element whose start tag stops, after a blank, at a byte outside
+    // XML's byte range (the end, a NUL, a control character), with the attributes read so
+    // far, then fails; without the blank, or at any other byte, it makes none.
+    b"<r", b"<r ", b"<r\0", b"<r \0", b"<r\x01", b"<r \x01", b"<r a='1'", b"<r a='1' ",
+    b"<r a='1' \x01", b"<r a='1'\x01", b"<r a='1' b", b"<r a='1' b=", b"<r a='1' b='2' \0",
+    b"<a><r x='1' ", b"<a>t<r x='1' \0", b"<a x='0'>t<r x='1'\0", b"<r/", b"<r /",
+    b"<r a='1' /", b"<r a='1' \xef7e6\xdfWc", b"<r a='1' \x0b", b"<r\t\n",
+    b"<r xmlns='u' ", b"<r a='1' a='2' ", b"<a><b></b><r x='1' \x02", b"<r a='1' \x7f",
+    b"<r a='1' \xc3\xa9", b"<!DOCTYPE r [<!ENTITY e '<b x=\"1\" '>]><r>&e;</r>",
 ];
 
 /// Bodies this reads otherwise than libmodsecurity, each for a reason xml.rs gives.
