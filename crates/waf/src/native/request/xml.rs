@@ -15,7 +15,8 @@
 //! built before failing is followed closely, down to its push parser's habits (content
 //! shorter than two bytes at the end is never read; text is handed over in runs, see
 //! [`Parser::fail_in_run`]; a start tag cut short after a blank still makes its element;
-//! an entity's content is all or nothing); the differential in
+//! a CDATA section's line ends are kept; an entity's content is all or nothing); the
+//! differential in
 //! `xml/tests.rs` pins these down.
 //!
 //! Where this is not libxml2 (each rare in requests; `KNOWN` in the tests lists bodies):

@@ -72,6 +72,11 @@ impl Parser<'_> {
 
     /// Text up to `end` (consumed), every character checked, line ends normalised.
     fn until(&mut self, end: &str) -> Step<String> {
+        self.until_raw(end).map(normalise_lines)
+    }
+
+    /// Text up to `end` (consumed), every character checked, as written.
+    fn until_raw(&mut self, end: &str) -> Step<&str> {
         let rest = &self.s[self.i..];
         let Some(at) = rest.find(end) else {
             return Err(Fatal);
@@ -81,7 +86,7 @@ impl Parser<'_> {
             return Err(Fatal);
         }
         self.i += at + end.len();
-        Ok(normalise_lines(text))
+        Ok(text)
     }
 
     /// Comment ::= '<!--' ((Char - '-') | ('-' (Char - '-')))* '-->'
@@ -161,12 +166,19 @@ impl Parser<'_> {
                         self.s.as_bytes().get(self.i),
                         Some(0x20..=0x7f | b'\t' | b'\n')
                     );
+                    if crlf {
+                        // The fast path hands over the text before a CRLF's CR.
+                        run.handed_over = run.text.len();
+                    }
                     if !crlf || !on {
                         run.fast_end.get_or_insert(run.text.len());
                     }
                     run.text.push('\n');
                 }
-                ']' if self.starts("]]>") => return Err(Fatal),
+                ']' if self.starts("]]>") => {
+                    run.cdata_end = true;
+                    return Err(Fatal);
+                }
                 ']' => {
                     run.text.push(']');
                     self.i += 1;
@@ -191,7 +203,9 @@ impl Parser<'_> {
             self.comment()?;
         } else if self.starts("<![CDATA[") {
             self.i += 9;
-            let text = self.until("]]>")?;
+            // libxml2's push parser hands a CDATA section's bytes over as they came: its
+            // line ends are not normalised.
+            let text = self.until_raw("]]>")?;
             out.extend_from_slice(text.as_bytes());
         } else if self.starts("<?") {
             self.pi()?;
@@ -210,6 +224,8 @@ impl Parser<'_> {
     /// byte, a multi-byte character not allowed such as U+FFFE; unless
     /// fewer than four bytes are left from that byte: libxml2 takes it for a character cut
     /// short, ends the text there and fails later).
+    /// A `]]>` in the text (`cdata_end`) fails at once, the fast path handing over nothing
+    /// since its last CRLF, the buffered path losing its buffer.
     pub(super) fn fail_in_run(&self, out: &mut Vec<u8>, run: &Run) {
         let (text, lone_cr) = (&run.text, run.fast_end);
         let at_bad = self.i == self.s.len() && self.bad_tail.is_some_and(|t| t >= 4);
@@ -220,12 +236,16 @@ impl Parser<'_> {
             .chars()
             .next()
             .is_some_and(|c| c == '\0' || (!c.is_ascii() && !is_char(c)));
-        if !at_bad && !unreadable {
+        if !at_bad && !unreadable && !run.cdata_end {
             out.extend_from_slice(text.as_bytes());
             return;
         }
         let non_ascii = text.find(|c: char| !c.is_ascii()).unwrap_or(text.len());
         let ascii = lone_cr.map_or(non_ascii, |cr| cr.min(non_ascii));
+        if run.cdata_end && ascii == text.len() {
+            out.extend_from_slice(&text.as_bytes()[..run.handed_over]);
+            return;
+        }
         let run = text;
         let mut kept = ascii;
         let mut buffered = 0;
@@ -359,12 +379,18 @@ fn flush(out: &mut Vec<u8>, run: &mut Run) {
 pub(super) struct Run {
     text: String,
     fast_end: Option<usize>,
+    /// How much of `text` the fast path handed over at CRLFs.
+    handed_over: usize,
+    /// Whether a `]]>` ended it.
+    cdata_end: bool,
 }
 
 impl Run {
     fn clear(&mut self) {
         self.text.clear();
         self.fast_end = None;
+        self.handed_over = 0;
+        self.cdata_end = false;
     }
 }
 

@@ -207,6 +207,12 @@ const BODIES: &[&[u8]] = &[
     b"<r a='1' /", b"<r a='1' \xef7e6\xdfWc", b"<r a='1' \x0b", b"<r\t\n",
     b"<r xmlns='u' ", b"<r a='1' a='2' ", b"<a><b></b><r x='1' \x02", b"<r a='1' \x7f",
     b"<r a='1' \xc3\xa9", b"<!DOCTYPE r [<!ENTITY e '<b x=\"1\" '>]><r>&e;</r>",
+    // A `]]>` in text fails at once: the fast path hands over nothing since its last CRLF,
+    // the buffered path (after a lone CR or a non-ASCII character) loses its buffer.
+    b"<r>q-->]]>", b"<r>ab\r\ncd]]>x</r>", b"<r>ab\rcd]]>x</r>", b"<r>caf\xc3\xa9 x]]>",
+    b"<r>q<b>x]]>", b"<r>a]b]]c]]>",
+    // The push parser hands a CDATA section over as written, line ends and all.
+    b"<r>q<![CDATA[a\r\nb\rc]]></r>", b"<r>q<![CDATA[\r]]>yy",
 ];
 
 /// Bodies this reads otherwise than libmodsecurity, each for a reason xml.rs gives.
@@ -270,6 +276,12 @@ fn hand_picked_xml_bodies_match_libmodsecurity() {
     let at = cut.len() - 6;
     cut[at] = 0xff;
     cases.push(xml_case("long text, bad byte", b"application/xml", &cut));
+    let long = format!("<a>x\u{e9}{}]]>", "y".repeat(700));
+    cases.push(xml_case(
+        "long text, ]]>",
+        b"application/xml",
+        long.as_bytes(),
+    ));
     assert_none_differ(&cases);
 }
 
