@@ -16,8 +16,7 @@
 //! shorter than two bytes at the end is never read; text is handed over in runs, see
 //! [`Parser::fail_in_run`]; a start tag cut short after a blank still makes its element;
 //! a CDATA section's line ends are kept; an entity's content is all or nothing); the
-//! differential in
-//! `xml/tests.rs` pins these down.
+//! differential in `xml/tests.rs` pins these down.
 //!
 //! Where this is not libxml2 (each rare in requests; `KNOWN` in the tests lists bodies):
 //! single-byte encodings other than ISO-8859-1, -15, Windows-1252 and US-ASCII are read as

@@ -219,13 +219,13 @@ impl Parser<'_> {
 
     /// What of the text run in progress libxml2 had delivered when it failed: its fast
     /// path hands over the ASCII text before the first other character or lone CR (it
-    /// takes a CRLF followed by ASCII text) at once; the rest goes through a buffer handed over each time it holds 300 bytes or more, whose last
-    /// part is lost when the failure is found while reading a character (a NUL, an undecodable
-    /// byte, a multi-byte character not allowed such as U+FFFE; unless
-    /// fewer than four bytes are left from that byte: libxml2 takes it for a character cut
-    /// short, ends the text there and fails later).
-    /// A `]]>` in the text (`cdata_end`) fails at once, the fast path handing over nothing
-    /// since its last CRLF, the buffered path losing its buffer.
+    /// takes a CRLF followed by ASCII text) at once; the rest goes through a buffer handed
+    /// over each time it holds 300 bytes or more, whose last part is lost when the failure
+    /// is found while reading a character (a NUL, an undecodable byte, a multi-byte
+    /// character not allowed such as U+FFFE; unless fewer than four bytes are left from
+    /// that byte: libxml2 takes it for a character cut short, ends the text there and fails
+    /// later). A `]]>` in the text (`cdata_end`) fails at once, the fast path handing over
+    /// nothing since its last CRLF, the buffered path losing its buffer.
     pub(super) fn fail_in_run(&self, out: &mut Vec<u8>, run: &Run) {
         let (text, lone_cr) = (&run.text, run.fast_end);
         let at_bad = self.i == self.s.len() && self.bad_tail.is_some_and(|t| t >= 4);
