@@ -83,6 +83,11 @@ fn main() {
         if std::env::var("ONLY").is_ok_and(|o| !name.starts_with(o.as_str())) {
             continue;
         }
+        // `N=count`: that many inspections per run (fewer for a profile under callgrind).
+        let n = std::env::var("N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(n);
         // `NATIVE_ONLY=1`: time the native engine alone (for a profile of it).
         let a = if std::env::var_os("NATIVE_ONLY").is_some() {
             vec![f64::NAN; 7]

@@ -21,6 +21,10 @@ pub(crate) struct MemoMap {
     /// The rows in use (`chains` beyond are kept lists, asked of by no one: a row from
     /// before a clear finds nothing).
     used: usize,
+    /// The last value asked and its row: a rule's values are asked of in runs (each unit
+    /// of a union group, then the rule's own look), and the map's lookup was a fifth of
+    /// the memo's cost.
+    last: Option<((usize, usize), u32)>,
     memos: Vec<Memo>,
 }
 
@@ -28,6 +32,18 @@ impl MemoMap {
     /// The row of the request value at `addr` with `len` bytes, made if it has none: asked
     /// once per value and rule, and the row then indexed by chain.
     pub(crate) fn row(&mut self, addr: usize, len: usize) -> u32 {
+        if let Some((key, row)) = self.last
+            && key == (addr, len)
+        {
+            return row;
+        }
+        let row = self.new_row(addr, len);
+        self.last = Some(((addr, len), row));
+        row
+    }
+
+    /// [`MemoMap::row`] by the map.
+    fn new_row(&mut self, addr: usize, len: usize) -> u32 {
         let used = self.used;
         let row = *self
             .rows
@@ -111,6 +127,7 @@ impl MemoMap {
 
     pub(crate) fn clear(&mut self) {
         self.rows.clear();
+        self.last = None;
         self.used = 0;
         self.memos.clear();
     }

@@ -102,6 +102,15 @@ impl Matcher {
         }))
     }
 
+    /// The matcher with a whole DFA before PCRE2 for a literal `@rx` (`rx::Pattern::screened`):
+    /// for a rule whose values no prefilter answers (multiMatch).
+    pub(crate) fn screened(self) -> Matcher {
+        match self.0 {
+            Kind::Rx(Some(p)) => Matcher(Kind::Rx(Some(p.screened()))),
+            kind => Matcher(kind),
+        }
+    }
+
     /// Whether the operator (not negated: the caller applies `!`) matches `value`.
     /// `arg`: the operator's argument with its macros already expanded by the caller, for
     /// the operators whose argument is an `Expansion` (None: use the literal argument; the

@@ -150,8 +150,11 @@ impl Plan {
             );
             let mut plans = Vec::new();
             for (op, actions, (targets, exclusions, updates)) in ops {
-                let matcher = Matcher::new(&op.op)
+                let mut matcher = Matcher::new(&op.op)
                     .map_err(|why| LoadError::at(&rule.origin, "SecRule", why))?;
+                if actions.multi_match {
+                    matcher = matcher.screened();
+                }
                 let id = chains.intern(chain(actions, defaults));
                 let summaries: Vec<Option<u32>> = targets
                     .iter()

@@ -192,6 +192,14 @@ impl Transaction {
                 }
             }),
             Selector::Key(k) => self.keyed(var, k, f),
+            // TX's keys are the same from request to request: which the pattern selects is
+            // kept with them.
+            Selector::Regex(re) if var == Var::Tx => with_key_regex(re, |r| {
+                let Some(r) = r else { return };
+                let escaped = self.tx_escaped;
+                self.tx
+                    .each_selected(re, &|k| r.is_match(k), |k, v| f(tx_named(k, v, escaped)));
+            }),
             Selector::Regex(re) => with_key_regex(re, |r| {
                 let Some(r) = r else { return };
                 self.all_values(var, &mut |v| {

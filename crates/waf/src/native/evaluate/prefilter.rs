@@ -111,7 +111,11 @@ impl NativeRules {
         let row = memo.values.row(addr, len);
         let at = self.memoize(&mut memo, row, chain, &v.bytes)?;
         let asked = memo.values.at(at).units.contains(unit);
-        if !asked && !self.whole_answers(t, &mut memo, (row, at), chain, unit, &v.bytes) {
+        // (The whole set answers long values only: asked here, not in a call per scan.)
+        let whole = !asked
+            && v.bytes.len() >= SUMMARIZED
+            && self.whole_answers(t, &mut memo, (row, at), chain, unit, &v.bytes);
+        if !asked && !whole {
             let from = holder_of(memo.values.at(at), chain);
             let mut hits = std::mem::take(&mut memo.values.at_mut(at).hits);
             set.scan(

@@ -144,7 +144,12 @@ fn native(op: &str, text: &str, cases: &[Case]) -> Vec<Matcher> {
             let id = u64::try_from(base_id(index) + 1).unwrap();
             let operator = by_id[&id];
             assert!(!operator.negated);
-            Matcher::new(&operator.op).unwrap_or_else(|e| panic!("{}: {e}", operator.text))
+            // Screened (`Matcher::screened`, a multiMatch rule's): the whole DFA answers
+            // first where it can, so each `@rx` case checks it against libmodsecurity (the
+            // plain matcher is PCRE2 alone, as the rules differentials check).
+            Matcher::new(&operator.op)
+                .unwrap_or_else(|e| panic!("{}: {e}", operator.text))
+                .screened()
         })
         .collect()
 }
