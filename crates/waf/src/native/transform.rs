@@ -252,8 +252,20 @@ impl Held {
         Held(set)
     }
 
+    /// Whether `hit` holds for a byte of the set: each byte held asked (a value holds a few
+    /// dozen distinct bytes, not 256).
     fn any(self, hit: fn(u8) -> bool) -> bool {
-        (0..=255u8).any(|b| self.0[usize::from(b >> 6)] & (1 << (b & 63)) != 0 && hit(b))
+        (0u8..4).zip(self.0).any(|(word, mut bits)| {
+            while bits != 0 {
+                // (`bits` is not 0: fewer than 64 trailing zeros, a byte's low six bits.)
+                let low = bits.trailing_zeros() as u8;
+                if hit((word << 6) | low) {
+                    return true;
+                }
+                bits &= bits - 1;
+            }
+            false
+        })
     }
 }
 
