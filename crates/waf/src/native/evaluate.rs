@@ -335,7 +335,8 @@ impl NativeRules {
         let hit = match known {
             Some(false) => false,
             Some(true) if !capture => true,
-            _ => link
+            Some(true) => link.plan.matcher.captures(stage, arg, &mut groups),
+            None => link
                 .plan
                 .matcher
                 .matches(stage, arg, capture.then_some(&mut groups)),

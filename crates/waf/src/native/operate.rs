@@ -111,6 +111,23 @@ impl Matcher {
         }
     }
 
+    /// [`Matcher::matches`] with `capture`, where a prefilter found the operator's match
+    /// in `value` already: a literal `@rx` asks PCRE2 for the groups alone.
+    pub(crate) fn captures(
+        &self,
+        value: &[u8],
+        arg: Option<&[u8]>,
+        out: &mut Vec<Vec<u8>>,
+    ) -> bool {
+        match &self.0 {
+            Kind::Rx(Some(p)) => {
+                out.clear();
+                p.captures(value, out)
+            }
+            _ => self.matches(value, arg, Some(out)),
+        }
+    }
+
     /// Whether the operator (not negated: the caller applies `!`) matches `value`.
     /// `arg`: the operator's argument with its macros already expanded by the caller, for
     /// the operators whose argument is an `Expansion` (None: use the literal argument; the

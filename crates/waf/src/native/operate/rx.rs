@@ -112,21 +112,28 @@ impl Pattern {
         if !screened.unwrap_or_else(|| self.run(|re| re.is_match(value))) {
             return false;
         }
-        let Some(out) = capture else {
-            return true;
-        };
+        match capture {
+            Some(out) => self.captures(value, out),
+            None => true,
+        }
+    }
+
+    /// [`Pattern::matches`] with `capture`, for a value a prefilter already found a match
+    /// in: PCRE2 asked for the groups alone (the plain search before them would find the
+    /// same). CRS 3.3's 920450 captures each header's name so, and 901318 the User-Agent.
+    pub(super) fn captures(&self, value: &[u8], out: &mut Vec<Vec<u8>>) -> bool {
         let mut locs = self.jit.capture_locations();
-        if !self.run(|re| re.captures_read(&mut locs, value).map(|m| m.is_some())) {
-            return false;
+        let found = self.run(|re| re.captures_read(&mut locs, value).map(|m| m.is_some()));
+        if found {
+            let last = (0..locs.len()).rev().find(|&i| locs.get(i).is_some());
+            for i in 0..=last.unwrap_or(0) {
+                out.push(
+                    locs.get(i)
+                        .map_or_else(Vec::new, |(s, e)| value[s..e].to_vec()),
+                );
+            }
         }
-        let last = (0..locs.len()).rev().find(|&i| locs.get(i).is_some());
-        for i in 0..=last.unwrap_or(0) {
-            out.push(
-                locs.get(i)
-                    .map_or_else(Vec::new, |(s, e)| value[s..e].to_vec()),
-            );
-        }
-        true
+        found
     }
 
     /// `f` on the JIT-compiled pattern, and on the interpreted one where the JIT's stack
