@@ -183,7 +183,7 @@ impl Transaction {
     }
 
     /// The values of `var` that `selector` takes, each to `f`.
-    fn select<'a>(&'a self, var: Var, selector: &'a Selector, f: &mut dyn FnMut(Value<'a>)) {
+    fn select<'a>(&'a self, var: Var, selector: &'a Selector, f: &mut impl FnMut(Value<'a>)) {
         match selector {
             Selector::All => self.all_values(var, f),
             Selector::XPath(path) => self.all_values(var, &mut |v| {
@@ -213,7 +213,7 @@ impl Transaction {
 
     /// `VAR:key`'s values. A request collection gives a key's values as libmodsecurity
     /// does (the latest added first); the others are filtered in order.
-    fn keyed<'a>(&'a self, var: Var, k: &'a str, f: &mut dyn FnMut(Value<'a>)) {
+    fn keyed<'a>(&'a self, var: Var, k: &'a str, f: &mut impl FnMut(Value<'a>)) {
         if self
             .request
             .values_named(var, k.as_bytes(), |key, v| f(from_request(var, key, v)))
@@ -236,7 +236,7 @@ impl Transaction {
     }
 
     /// Every value of `var`, named `VAR:key` (collections) or `VAR` (scalars).
-    fn all_values<'a>(&'a self, var: Var, f: &mut dyn FnMut(Value<'a>)) {
+    fn all_values<'a>(&'a self, var: Var, f: &mut impl FnMut(Value<'a>)) {
         let last = self.matched_vars.last();
         match var {
             Var::Tx => self
