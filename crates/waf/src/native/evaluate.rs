@@ -25,6 +25,7 @@ use super::variable::{Selector, Target};
 use crate::facts::{RequestFacts, ResponseFacts};
 use crate::matches::Match;
 use std::borrow::Cow;
+use tx_read::TxRead;
 
 /// A rule set ready to run: each rule's operators compiled, the rules of each phase listed.
 #[derive(Debug)]
@@ -36,6 +37,9 @@ pub struct NativeRules {
     /// per request in the phase loop, where a skip still counts it).
     removed: Vec<bool>,
     plan: Plan,
+    /// By rule, by link: the TX value it alone reads, for the links that take
+    /// [`NativeRules::tx_link`].
+    tx_reads: Vec<Vec<Option<TxRead>>>,
 }
 
 /// A request's transaction kept for its response's phases.
@@ -66,11 +70,13 @@ impl NativeRules {
                 .collect();
         }
         let removed = set.rules.iter().map(|r| set.removed(r)).collect();
+        let tx_reads = TxRead::of(&set, &plan);
         Ok(NativeRules {
             set,
             phases,
             removed,
             plan,
+            tx_reads,
         })
     }
 
@@ -207,6 +213,7 @@ impl NativeRules {
             actions: &rule.actions,
             id: Some(id),
             tags: &rule.actions.tags,
+            tx: self.tx_reads[i].first().and_then(Option::as_ref),
         };
         if !self.link(t, rule, &link) {
             return false;
@@ -218,6 +225,7 @@ impl NativeRules {
                 actions: &l.actions,
                 id: None,
                 tags: &[],
+                tx: self.tx_reads[i].get(k + 1).and_then(Option::as_ref),
             };
             if !self.link(t, rule, &chained) {
                 return false;
@@ -243,6 +251,8 @@ struct Link<'a> {
     /// `ruleRemoveById` do not reach them).
     id: Option<u64>,
     tags: &'a [String],
+    /// The TX value it alone reads ([`NativeRules::tx_link`]).
+    tx: Option<&'a TxRead>,
 }
 
 impl NativeRules {
@@ -253,6 +263,11 @@ impl NativeRules {
     /// order it happened. The operator reads no TX of its own (its macro argument is
     /// expanded first), so the order of evaluation is libmodsecurity's.
     fn link(&self, t: &mut Transaction, rule: &Rule, link: &Link<'_>) -> bool {
+        if let Some(read) = link.tx
+            && let Some(matched) = self.tx_link(t, rule, link, read)
+        {
+            return matched;
+        }
         let arg = macro_arg(&link.operator.op).map(|e| t.expand(e, rule));
         // The transaction's list, reused from link to link.
         let mut events = std::mem::take(&mut t.events);
@@ -617,6 +632,7 @@ fn ctl(t: &mut Transaction, c: &Ctl) {
 mod prefilter;
 #[cfg(all(test, feature = "modsecurity"))]
 mod tests;
+mod tx_read;
 #[cfg(all(test, feature = "modsecurity"))]
 mod variants;
 

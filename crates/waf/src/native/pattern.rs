@@ -297,7 +297,21 @@ fn walk(dfa: &DFA, cache: &mut Cache, value: &[u8]) -> Result<u64, ()> {
     let mut found = 0u64;
     cache.search_start(0);
     for (at, &b) in value.iter().enumerate() {
-        sid = dfa.next_state(cache, sid, b).map_err(drop)?;
+        // An untagged state's transition is a table read; a tagged one's (or one not
+        // built yet) goes through `next_state`, which may build a state and so needs the
+        // search's progress (the cache's give-up rule counts bytes per state built).
+        let known = if sid.is_tagged() {
+            None
+        } else {
+            Some(dfa.next_state_untagged(cache, sid, b)).filter(|n| !n.is_unknown())
+        };
+        sid = match known {
+            Some(next) => next,
+            None => {
+                cache.search_update(at);
+                dfa.next_state(cache, sid, b).map_err(drop)?
+            }
+        };
         if sid.is_tagged() {
             if sid.is_match() {
                 take(cache, sid, &mut found);
@@ -308,7 +322,6 @@ fn walk(dfa: &DFA, cache: &mut Cache, value: &[u8]) -> Result<u64, ()> {
                 return Err(());
             }
         }
-        cache.search_update(at + 1);
     }
     sid = dfa.next_eoi_state(cache, sid).map_err(drop)?;
     if sid.is_match() {

@@ -395,3 +395,26 @@ fn a_phrase_is_found_in_any_case_whichever_first_look_answers() {
     assert!(pm.matches(&long, None, None), "a capital in the last block");
     assert!(!pm.matches(b"apple webkit", None, None));
 }
+
+/// Numbers as `strtol` reads them, by the digits-alone shortcut and by the whole reading
+/// alike: leading zeros, the longest run the shortcut takes, and past `u64`.
+#[test]
+fn numbers_are_read_as_strtol_reads_them() {
+    let max = i128::from(u64::MAX);
+    for (s, n) in [
+        ("0", Some(0)),
+        ("007", Some(7)),
+        ("999999999999999999", Some(999_999_999_999_999_999)),
+        ("9999999999999999999", Some(9_999_999_999_999_999_999)),
+        ("18446744073709551615", Some(max)),
+        ("18446744073709551616", Some(max + 1)),
+        (" \t-12x", Some(-12)),
+        ("+5", Some(5)),
+        ("1\u{0}2", Some(1)),
+        ("", None),
+        ("x1", None),
+        ("-", None),
+    ] {
+        assert_eq!(super::leading_number(s.as_bytes()), n, "{s:?}");
+    }
+}
