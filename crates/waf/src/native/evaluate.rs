@@ -597,10 +597,12 @@ fn removed_target(t: &Transaction, link: &Link<'_>, v: &Value<'_>) -> bool {
 }
 
 fn removed_by_tag(t: &Transaction, actions: &Actions) -> bool {
-    actions
-        .tags
-        .iter()
-        .any(|tag| t.removed_tags.iter().any(|x| x == tag))
+    // (Most transactions remove none: a rule's half-dozen tags are not walked then.)
+    !t.removed_tags.is_empty()
+        && actions
+            .tags
+            .iter()
+            .any(|tag| t.removed_tags.iter().any(|x| x == tag))
 }
 
 /// A `ctl:` for the rest of the transaction.

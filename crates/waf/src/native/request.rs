@@ -90,16 +90,14 @@ pub(crate) struct RequestData {
     args: Table,
     args_get: Table,
     args_post: Table,
+    // A collection's *_NAMES reads its keys ([`names_of`]): the same insertions in the
+    // same order, so the same order of keys.
     headers: Table,
-    headers_names: Table,
     cookies: Table,
-    cookies_names: Table,
     files: Table,
-    files_names: Table,
     files_sizes: Table,
     part_headers: Table,
     response_headers: Table,
-    response_headers_names: Table,
     /// RESPONSE_BODY (kept apart from the scalars: it is the one that can be large).
     response_body_bytes: Vec<u8>,
     /// XML: `("/*", the root element's text)` then `("//@*", value)` per attribute.
@@ -167,7 +165,6 @@ impl RequestData {
 
     /// `addRequestHeader`: the header, its cookies, and the body type its Content-Type says.
     fn header(&mut self, name: &[u8], value: &[u8]) {
-        self.headers_names.insert(name.to_vec(), name.to_vec());
         self.headers.insert(name.to_vec(), value.to_vec());
         if name.eq_ignore_ascii_case(b"cookie") {
             self.cookies(value);
@@ -209,7 +206,6 @@ impl RequestData {
             if key.is_empty() {
                 continue;
             }
-            self.cookies_names.insert(key.to_vec(), key.to_vec());
             self.cookies.insert(key.to_vec(), val.to_vec());
         }
     }
@@ -371,7 +367,6 @@ impl RequestData {
         }
         for f in m.files {
             self.files.insert(f.name.clone(), f.filename);
-            self.files_names.insert(f.name.clone(), f.name.clone());
             self.files_sizes
                 .insert(f.name.clone(), f.size.to_string().into_bytes());
         }
@@ -460,16 +455,12 @@ impl RequestData {
             Var::Args | Var::ArgsNames => &self.args,
             Var::ArgsGet | Var::ArgsGetNames => &self.args_get,
             Var::ArgsPost | Var::ArgsPostNames => &self.args_post,
-            Var::RequestHeaders => &self.headers,
-            Var::RequestHeadersNames => &self.headers_names,
-            Var::RequestCookies => &self.cookies,
-            Var::RequestCookiesNames => &self.cookies_names,
-            Var::Files => &self.files,
-            Var::FilesNames => &self.files_names,
+            Var::RequestHeaders | Var::RequestHeadersNames => &self.headers,
+            Var::RequestCookies | Var::RequestCookiesNames => &self.cookies,
+            Var::Files | Var::FilesNames => &self.files,
             Var::FilesSizes => &self.files_sizes,
             Var::MultipartPartHeaders => &self.part_headers,
-            Var::ResponseHeaders => &self.response_headers,
-            Var::ResponseHeadersNames => &self.response_headers_names,
+            Var::ResponseHeaders | Var::ResponseHeadersNames => &self.response_headers,
             _ => return None,
         })
     }
@@ -513,8 +504,18 @@ impl RequestData {
 }
 
 /// ARGS_NAMES and its like: the keys of ARGS (and its like) as values.
+/// Whether `var` is a collection's keys (read from the collection's table).
 fn names_of(var: Var) -> bool {
-    matches!(var, Var::ArgsNames | Var::ArgsGetNames | Var::ArgsPostNames)
+    matches!(
+        var,
+        Var::ArgsNames
+            | Var::ArgsGetNames
+            | Var::ArgsPostNames
+            | Var::RequestHeadersNames
+            | Var::RequestCookiesNames
+            | Var::FilesNames
+            | Var::ResponseHeadersNames
+    )
 }
 
 fn processor_name(p: BodyProcessor) -> &'static [u8] {

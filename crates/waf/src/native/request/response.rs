@@ -15,8 +15,6 @@ impl RequestData {
     pub(crate) fn response_head(&mut self, facts: &ResponseFacts) {
         for (name, value) in &facts.headers {
             let (name, value) = (name.as_str().as_bytes(), value.as_bytes());
-            self.response_headers_names
-                .insert(name.to_vec(), name.to_vec());
             self.response_headers.insert(name.to_vec(), value.to_vec());
             // `split(value, ';')` gives no part for an empty value, which leaves it unset.
             if name.eq_ignore_ascii_case(b"content-type") && !value.is_empty() {
