@@ -359,7 +359,13 @@ fn var_key(s: &str) -> Result<(Var, Expansion), String> {
     if key.is_empty() {
         return Err(format!("`{s}` names no key; write `{col}.name`"));
     }
-    Ok((var, expand::parse(key)?))
+    let mut key = expand::parse(key)?;
+    // The collections keep their keys lower-cased: a literal one is lowered here, once,
+    // not at each write.
+    if let [expand::Part::Text(t)] = key.parts.as_mut_slice() {
+        t.make_ascii_lowercase();
+    }
+    Ok((var, key))
 }
 
 fn setvar(v: &str) -> Result<SetVar, String> {

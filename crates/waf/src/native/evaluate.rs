@@ -404,9 +404,9 @@ impl NativeRules {
             if s.var != super::variable::Var::Tx {
                 continue;
             }
-            // A literal key (most of CRS's) is the rule's own text, checked as UTF-8 once.
+            // A literal key (most of CRS's) is the rule's own text, lowered at load.
             if let Some(key) = s.key.literal() {
-                with_lowercase(key, |key| setvar(t, rule, key, &s.op));
+                setvar(t, rule, key, &s.op);
                 continue;
             }
             let raw = t.expand_text(&s.key, rule);

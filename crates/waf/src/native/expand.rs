@@ -94,6 +94,8 @@ fn reference(name: &str) -> Result<Part, String> {
             "`%{{{name}}}` names a collection without a key; write `%{{{head}.key}}`"
         )),
         (false, Some(_)) => Err(format!("`%{{{name}}}`: `{head}` has no keys")),
+        // TX keeps its keys lower-cased: a macro's key is lowered here, once.
+        (_, Some(key)) if var == Var::Tx => Ok(Part::Var(var, Some(key.to_ascii_lowercase()))),
         (_, key) => Ok(Part::Var(var, key.map(str::to_string))),
     }
 }

@@ -278,6 +278,12 @@ impl Transaction {
                 Part::Rule(field) => {
                     out.extend_from_slice(self.rule_field(*field, rule).as_bytes())
                 }
+                // (Its key lowered at load: one lookup.)
+                Part::Var(Var::Tx, Some(k)) => {
+                    if let Some(v) = self.tx.get(k) {
+                        out.extend_from_slice(v);
+                    }
+                }
                 Part::Var(var, key) => {
                     let mut first = true;
                     let mut take = |v: Value<'_>| {
