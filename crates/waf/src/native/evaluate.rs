@@ -318,7 +318,7 @@ impl NativeRules {
                     return;
                 }
                 if link.actions.multi_match {
-                    self.stages(link, &v.bytes, |stage| {
+                    self.stages(t, link, &v.bytes, |stage| {
                         self.operate(link, &v, stage, arg, None, events);
                     });
                     return;
@@ -374,9 +374,10 @@ impl NativeRules {
 
     /// Calls `f` with multiMatch's values: the original, then each transformation's result
     /// that changed it.
-    fn stages(&self, link: &Link<'_>, value: &[u8], mut f: impl FnMut(&[u8])) {
+    fn stages(&self, t: &Transaction, link: &Link<'_>, value: &[u8], mut f: impl FnMut(&[u8])) {
         f(value);
-        let (mut current, mut next) = (Vec::new(), Vec::new());
+        // The transaction's two buffers, reused from value to value.
+        let (mut current, mut next) = std::mem::take(&mut t.memo.borrow_mut().stages);
         // Whether `current` holds the latest stage (else it is `value`).
         let mut changed = false;
         for tr in &self.plan.chains[link.plan.chain as usize] {
@@ -391,6 +392,7 @@ impl NativeRules {
                 changed = true;
             }
         }
+        t.memo.borrow_mut().stages = (current, next);
     }
 
     fn defaults(&self, rule: &Rule) -> Option<&Actions> {

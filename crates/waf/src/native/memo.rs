@@ -158,10 +158,21 @@ pub(crate) struct Memos {
     pub(crate) phrases: rustc_hash::FxHashMap<(u32, u32), Vec<u64>>,
     /// Where a step writes before the memo knows whether it changed the value.
     pub(crate) buf: Vec<u8>,
+    /// multiMatch's stages of a value (`NativeRules::stages`): the latest and the next.
+    pub(crate) stages: (Vec<u8>, Vec<u8>),
 }
+
+/// The most bytes a memo's working buffers keep for the next request: one large value
+/// should not hold its memory for the process's life.
+const KEPT_BUFFER: usize = 64 << 10;
 
 impl Memos {
     pub(crate) fn clear(&mut self) {
+        for b in [&mut self.buf, &mut self.stages.0, &mut self.stages.1] {
+            if b.capacity() > KEPT_BUFFER {
+                *b = Vec::new();
+            }
+        }
         self.values.clear();
         self.unions.known.fill(false);
         self.wholes.clear();
