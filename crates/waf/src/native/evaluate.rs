@@ -40,7 +40,13 @@ pub struct NativeRules {
     /// By rule, by link: the TX value it alone reads, for the links that take
     /// [`NativeRules::tx_link`].
     tx_reads: Vec<Vec<Option<TxRead>>>,
+    /// This rule set's number in the process (from 1), by which a recycled TX knows
+    /// whose reads' slots it keeps.
+    id: u64,
 }
+
+/// The next rule set's [`NativeRules::id`].
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A request's transaction kept for its response's phases.
 #[derive(Debug)]
@@ -77,6 +83,7 @@ impl NativeRules {
             removed,
             plan,
             tx_reads,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 

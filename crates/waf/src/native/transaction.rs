@@ -327,19 +327,33 @@ impl Transaction {
         self.matched_vars.push(value);
     }
 
-    /// `TX:written`'s value (`key`: `written` lowered), named as the rule writes it.
-    pub(crate) fn tx_value<'a>(&'a self, written: &'a str, key: &str) -> Option<Value<'a>> {
-        self.tx.get(key).map(|v| tx_named(written, v, false))
+    /// `TX:written`'s value (`key`: `written` lowered), named as the rule writes it: read
+    /// `n` of rule set `owner` ([`super::tx::Tx::get_read`]).
+    pub(crate) fn tx_value<'a>(
+        &'a mut self,
+        (owner, n): (u64, usize),
+        written: &'a str,
+        key: &str,
+    ) -> Option<Value<'a>> {
+        self.tx
+            .get_read(owner, n, key)
+            .map(|v| tx_named(written, v, false))
     }
 
     /// `&TX:written`'s value (`key`: `written` lowered): how many values it has, 0 or 1.
-    pub(crate) fn tx_count<'a>(&self, written: &'a str, key: &str) -> Value<'a> {
+    pub(crate) fn tx_count<'a>(
+        &mut self,
+        (owner, n): (u64, usize),
+        written: &'a str,
+        key: &str,
+    ) -> Value<'a> {
+        let present = self.tx.get_read(owner, n, key).is_some();
         Value {
             origin: None,
             var: Var::Tx,
             key: Cow::Borrowed(written.as_bytes()),
             keyed: true,
-            bytes: count_text(usize::from(self.tx.get(key).is_some())),
+            bytes: count_text(usize::from(present)),
         }
     }
 

@@ -25,6 +25,8 @@ pub(super) struct TxRead {
     key: String,
     /// `&TX:key`: how many values (0 or 1), not the value.
     counted: bool,
+    /// Its number among the rule set's reads (a recycled TX keeps each one's slot).
+    n: usize,
 }
 
 impl TxRead {
@@ -32,6 +34,7 @@ impl TxRead {
     /// reads where it reads one TX value alone, with no transformation, capture,
     /// multiMatch or macro in its operator's argument.
     pub(super) fn of(set: &RuleSet, plan: &Plan) -> Vec<Vec<Option<TxRead>>> {
+        let mut n = 0;
         set.rules
             .iter()
             .zip(&plan.links)
@@ -57,10 +60,14 @@ impl TxRead {
                             && !actions.capture
                             && !actions.multi_match
                             && macro_arg(&op.op).is_none();
-                        plain.then(|| TxRead {
-                            written: written.clone(),
-                            key: written.to_ascii_lowercase(),
-                            counted: target.count,
+                        plain.then(|| {
+                            n += 1;
+                            TxRead {
+                                written: written.clone(),
+                                key: written.to_ascii_lowercase(),
+                                counted: target.count,
+                                n: n - 1,
+                            }
                         })
                     })
                     .collect()
@@ -82,10 +89,11 @@ impl NativeRules {
         if !t.removed_targets_by_id.is_empty() || !t.removed_targets_by_tag.is_empty() {
             return None;
         }
+        let at = (self.id, read.n);
         let value = if read.counted {
-            Some(t.tx_count(&read.written, &read.key))
+            Some(t.tx_count(at, &read.written, &read.key))
         } else {
-            t.tx_value(&read.written, &read.key)
+            t.tx_value(at, &read.written, &read.key)
         };
         let hit = value
             .filter(|v| link.plan.matcher.matches(&v.bytes, None, None) != link.operator.negated);
