@@ -14,9 +14,9 @@
 
 use super::action::{Actions, AllowScope, Ctl, Disruptive, Effect, Engine, SetOp};
 use super::error::LoadError;
-use super::expand::{Expansion, Part};
+use super::expand::Expansion;
 use super::operate::stoi;
-use super::operator::{Op, Operator};
+use super::operator::Operator;
 use super::plan::{LinkPlan, Plan, Workspace};
 use super::request::{BodyLimit, RequestData};
 use super::ruleset::{Kind, Rule, RuleSet};
@@ -25,7 +25,6 @@ use super::variable::{Selector, Target};
 use crate::facts::{RequestFacts, ResponseFacts};
 use crate::matches::Match;
 use std::borrow::Cow;
-use tx_read::TxRead;
 
 /// A rule set ready to run: each rule's operators compiled, the rules of each phase listed.
 #[derive(Debug)]
@@ -37,9 +36,6 @@ pub struct NativeRules {
     /// per request in the phase loop, where a skip still counts it).
     removed: Vec<bool>,
     plan: Plan,
-    /// By rule, by link: the TX value it alone reads, for the links that take
-    /// [`NativeRules::tx_link`].
-    tx_reads: Vec<Vec<Option<TxRead>>>,
     /// This rule set's number in the process (from 1), by which a recycled TX knows
     /// whose reads' slots it keeps.
     id: u64,
@@ -76,13 +72,11 @@ impl NativeRules {
                 .collect();
         }
         let removed = set.rules.iter().map(|r| set.removed(r)).collect();
-        let tx_reads = TxRead::of(&set, &plan);
         Ok(NativeRules {
             set,
             phases,
             removed,
             plan,
-            tx_reads,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
@@ -220,7 +214,6 @@ impl NativeRules {
             actions: &rule.actions,
             id: Some(id),
             tags: &rule.actions.tags,
-            tx: self.tx_reads[i].first().and_then(Option::as_ref),
         };
         if !self.link(t, rule, &link) {
             return false;
@@ -232,7 +225,6 @@ impl NativeRules {
                 actions: &l.actions,
                 id: None,
                 tags: &[],
-                tx: self.tx_reads[i].get(k + 1).and_then(Option::as_ref),
             };
             if !self.link(t, rule, &chained) {
                 return false;
@@ -258,8 +250,6 @@ struct Link<'a> {
     /// `ruleRemoveById` do not reach them).
     id: Option<u64>,
     tags: &'a [String],
-    /// The TX value it alone reads ([`NativeRules::tx_link`]).
-    tx: Option<&'a TxRead>,
 }
 
 impl NativeRules {
@@ -270,12 +260,12 @@ impl NativeRules {
     /// order it happened. The operator reads no TX of its own (its macro argument is
     /// expanded first), so the order of evaluation is libmodsecurity's.
     fn link(&self, t: &mut Transaction, rule: &Rule, link: &Link<'_>) -> bool {
-        if let Some(read) = link.tx
+        if let Some(read) = &link.plan.tx
             && let Some(matched) = self.tx_link(t, rule, link, read)
         {
             return matched;
         }
-        let arg = macro_arg(&link.operator.op).map(|e| t.expand(e, rule));
+        let arg = link.operator.op.macro_arg().map(|e| t.expand(e, rule));
         // The transaction's list, reused from link to link.
         let mut events = std::mem::take(&mut t.events);
         self.look(t, link, arg.as_deref(), &mut events);
@@ -528,29 +518,6 @@ fn outcome(t: &mut Transaction) -> Outcome {
         }),
         matches: std::mem::take(&mut t.messages),
     }
-}
-
-/// The operator's argument when it has macros (expanded per transaction).
-fn macro_arg(op: &Op) -> Option<&Expansion> {
-    let e = match op {
-        Op::Rx(e)
-        | Op::Eq(e)
-        | Op::Ge(e)
-        | Op::Gt(e)
-        | Op::Le(e)
-        | Op::Lt(e)
-        | Op::StrEq(e)
-        | Op::Contains(e)
-        | Op::BeginsWith(e)
-        | Op::EndsWith(e)
-        | Op::Within(e)
-        | Op::ContainsWord(e) => e,
-        _ => return None,
-    };
-    e.parts
-        .iter()
-        .any(|p| !matches!(p, Part::Text(_)))
-        .then_some(e)
 }
 
 /// Whether the rule's own `!VAR:key` or `!VAR:/regex/` leaves `v` of `target` out.

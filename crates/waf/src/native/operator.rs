@@ -55,6 +55,31 @@ pub enum Op {
     GeoLookup,
 }
 
+impl Op {
+    /// The operator's argument when it has macros (expanded per transaction).
+    pub(crate) fn macro_arg(&self) -> Option<&Expansion> {
+        let e = match self {
+            Op::Rx(e)
+            | Op::Eq(e)
+            | Op::Ge(e)
+            | Op::Gt(e)
+            | Op::Le(e)
+            | Op::Lt(e)
+            | Op::StrEq(e)
+            | Op::Contains(e)
+            | Op::BeginsWith(e)
+            | Op::EndsWith(e)
+            | Op::Within(e)
+            | Op::ContainsWord(e) => e,
+            _ => return None,
+        };
+        e.parts
+            .iter()
+            .any(|p| !matches!(p, expand::Part::Text(_)))
+            .then_some(e)
+    }
+}
+
 /// The operator in `text`; `dir` resolves `@pmFromFile`'s relative file names.
 pub(super) fn parse(text: &str, dir: &Path) -> Result<Operator, String> {
     let (negated, body) = match text.strip_prefix('!') {

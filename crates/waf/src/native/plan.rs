@@ -13,7 +13,7 @@ use super::pattern::whole::WholeSet;
 use super::pattern::{PatternSet, Scratch};
 use super::ruleset::{Kind, Rule, RuleSet};
 use super::transform::{Step, Transform};
-use super::variable::{Target, Var};
+use super::variable::{Selector, Target, Var};
 use std::sync::Mutex;
 
 /// One rule of a chain, compiled.
@@ -45,6 +45,60 @@ pub(crate) struct LinkPlan {
     /// For each of `targets` with a summary, for a link with `rx` or `pm`: the
     /// [`UnionGroup`] that answers whether any of the target's values can match it.
     pub(crate) unions: Vec<Option<u32>>,
+    /// Where the link reads one TX value alone, with no transformation, capture,
+    /// multiMatch or macro in its operator's argument: that value
+    /// (`evaluate/tx_read.rs` reads it without the general path).
+    pub(crate) tx: Option<TxRead>,
+}
+
+/// The TX value a link alone reads ([`LinkPlan::tx`]).
+#[derive(Debug)]
+pub(crate) struct TxRead {
+    /// The key as the rule writes it (a count's value is named so).
+    pub(crate) written: String,
+    /// Lowered, as TX keeps its keys.
+    pub(crate) key: String,
+    /// `&TX:key`: how many values (0 or 1), not the value.
+    pub(crate) counted: bool,
+    /// Its number among the plan's reads (a recycled TX keeps each one's slot).
+    pub(crate) n: usize,
+}
+
+impl TxRead {
+    /// What a link with `targets` (its own and those added, `exclusions` and `updates` of
+    /// it), transformed by `steps`, with `actions` and `op`, reads, where it reads one TX
+    /// value alone; `n` its number, counted up where it does.
+    fn of(
+        link: (&[Target], &[Target], &[Target]),
+        steps: &[Transform],
+        actions: &Actions,
+        op: &Op,
+        n: &mut usize,
+    ) -> Option<TxRead> {
+        let (targets, exclusions, updates) = link;
+        let [target] = targets else {
+            return None;
+        };
+        let Selector::Key(written) = &target.selector else {
+            return None;
+        };
+        let plain = target.var == Var::Tx
+            && exclusions.is_empty()
+            && updates.is_empty()
+            && steps.is_empty()
+            && !actions.capture
+            && !actions.multi_match
+            && op.macro_arg().is_none();
+        plain.then(|| {
+            *n += 1;
+            TxRead {
+                written: written.clone(),
+                key: written.to_ascii_lowercase(),
+                counted: target.count,
+                n: *n - 1,
+            }
+        })
+    }
 }
 
 /// The prefilter units of one chain asked together of every value of one target, at one
@@ -123,6 +177,7 @@ impl Plan {
         let mut chains = Chains::default();
         let mut links = Vec::with_capacity(set.rules.len());
         let mut summarized: Vec<Target> = Vec::new();
+        let mut reads = 0;
         let mut pm_lists: Vec<&[String]> = Vec::new();
         for rule in &set.rules {
             let Kind::Match { operator, targets } = &rule.kind else {
@@ -155,7 +210,15 @@ impl Plan {
                 if actions.multi_match {
                     matcher = matcher.screened();
                 }
-                let id = chains.intern(chain(actions, defaults));
+                let steps = chain(actions, defaults);
+                let tx = TxRead::of(
+                    (&targets, &exclusions, &updates),
+                    &steps,
+                    actions,
+                    &op.op,
+                    &mut reads,
+                );
+                let id = chains.intern(steps);
                 let summaries: Vec<Option<u32>> = targets
                     .iter()
                     .map(|t| summary(&mut summarized, t))
@@ -181,6 +244,7 @@ impl Plan {
                     updates,
                     summaries,
                     unions: Vec::new(),
+                    tx,
                 });
             }
             links.push(plans);

@@ -316,23 +316,48 @@ mod tests {
         let mut tx = Tx::default();
         tx.set("other", b"o".to_vec());
         tx.set("level", b"1".to_vec());
-        assert_eq!(tx.get_read(7, 0, "level").map(Vec::as_slice), Some(&b"1"[..]));
+        assert_eq!(
+            tx.get_read(7, 0, "level").map(Vec::as_slice),
+            Some(&b"1"[..])
+        );
         tx.set("level", b"2".to_vec());
-        assert_eq!(tx.get_read(7, 0, "level").map(Vec::as_slice), Some(&b"2"[..]));
+        assert_eq!(
+            tx.get_read(7, 0, "level").map(Vec::as_slice),
+            Some(&b"2"[..])
+        );
         tx.remove("level");
         assert_eq!(tx.get_read(7, 0, "level"), None);
         tx.set("level", b"3".to_vec());
-        assert_eq!(tx.get_read(7, 0, "level").map(Vec::as_slice), Some(&b"3"[..]));
+        assert_eq!(
+            tx.get_read(7, 0, "level").map(Vec::as_slice),
+            Some(&b"3"[..])
+        );
         assert_eq!(tx.get_read(7, 5, "later"), None);
         tx.set("later", b"L".to_vec());
-        assert_eq!(tx.get_read(7, 5, "later").map(Vec::as_slice), Some(&b"L"[..]));
-        assert_eq!(tx.get_read(8, 0, "other").map(Vec::as_slice), Some(&b"o"[..]));
-        assert_eq!(tx.get_read(7, 0, "level").map(Vec::as_slice), Some(&b"3"[..]));
+        assert_eq!(
+            tx.get_read(7, 5, "later").map(Vec::as_slice),
+            Some(&b"L"[..])
+        );
+        assert_eq!(
+            tx.get_read(8, 0, "other").map(Vec::as_slice),
+            Some(&b"o"[..])
+        );
+        assert_eq!(
+            tx.get_read(7, 0, "level").map(Vec::as_slice),
+            Some(&b"3"[..])
+        );
         drop(tx);
         let mut tx = Tx::default();
-        assert_eq!(tx.get_read(7, 0, "level"), None, "recycled: every key absent");
+        assert_eq!(
+            tx.get_read(7, 0, "level"),
+            None,
+            "recycled: every key absent"
+        );
         tx.set("level", b"4".to_vec());
-        assert_eq!(tx.get_read(7, 0, "level").map(Vec::as_slice), Some(&b"4"[..]));
+        assert_eq!(
+            tx.get_read(7, 0, "level").map(Vec::as_slice),
+            Some(&b"4"[..])
+        );
     }
 
     /// A key made from a request's bytes is walked in the order of those bytes, as

@@ -10,71 +10,10 @@
 //! run; without one the matched variables are cleared. A transaction with a
 //! `ctl:ruleRemoveTarget*` takes the general path, which applies them.
 
-use super::{Link, NativeRules, macro_arg};
-use crate::native::plan::Plan;
-use crate::native::ruleset::{Kind, Rule, RuleSet};
+use super::{Link, NativeRules};
+use crate::native::plan::TxRead;
+use crate::native::ruleset::Rule;
 use crate::native::transaction::Transaction;
-use crate::native::variable::{Selector, Var};
-
-/// The TX value a link reads.
-#[derive(Debug)]
-pub(super) struct TxRead {
-    /// The key as the rule writes it (a count's value is named so).
-    written: String,
-    /// Lowered, as TX keeps its keys.
-    key: String,
-    /// `&TX:key`: how many values (0 or 1), not the value.
-    counted: bool,
-    /// Its number among the rule set's reads (a recycled TX keeps each one's slot).
-    n: usize,
-}
-
-impl TxRead {
-    /// By rule, by link (the chain's first rule first, as `Plan::links`): what the link
-    /// reads where it reads one TX value alone, with no transformation, capture,
-    /// multiMatch or macro in its operator's argument.
-    pub(super) fn of(set: &RuleSet, plan: &Plan) -> Vec<Vec<Option<TxRead>>> {
-        let mut n = 0;
-        set.rules
-            .iter()
-            .zip(&plan.links)
-            .map(|(rule, plans)| {
-                let Kind::Match { operator, .. } = &rule.kind else {
-                    return Vec::new();
-                };
-                let links = std::iter::once((operator, &rule.actions))
-                    .chain(rule.chain.iter().map(|l| (&l.operator, &l.actions)));
-                links
-                    .zip(plans)
-                    .map(|((op, actions), lp)| {
-                        let [target] = lp.targets.as_slice() else {
-                            return None;
-                        };
-                        let Selector::Key(written) = &target.selector else {
-                            return None;
-                        };
-                        let plain = target.var == Var::Tx
-                            && lp.exclusions.is_empty()
-                            && lp.updates.is_empty()
-                            && plan.chains[lp.chain as usize].is_empty()
-                            && !actions.capture
-                            && !actions.multi_match
-                            && macro_arg(&op.op).is_none();
-                        plain.then(|| {
-                            n += 1;
-                            TxRead {
-                                written: written.clone(),
-                                key: written.to_ascii_lowercase(),
-                                counted: target.count,
-                                n: n - 1,
-                            }
-                        })
-                    })
-                    .collect()
-            })
-            .collect()
-    }
-}
 
 impl NativeRules {
     /// [`NativeRules::link`] of a link that reads `read` (`None` where the transaction
@@ -156,7 +95,13 @@ SecRule TX:level "@lt 5" "id:23,phase:1,pass,log,logdata:'%{MATCHED_VAR}'"
         let oracle = Arc::new(Rules::build(&pieces).expect("libmodsecurity loads the rules"));
         let native = NativeRules::new(load(&pieces).expect("the native loader reads them"))
             .expect("the native engine builds them");
-        let shortcuts = native.tx_reads.iter().flatten().flatten().count();
+        let shortcuts = native
+            .plan
+            .links
+            .iter()
+            .flatten()
+            .filter(|l| l.tx.is_some())
+            .count();
         assert!(shortcuts >= 12, "{shortcuts} links read TX alone");
         let request = get("/");
         let (want, _) = inspect(&oracle, &request, false);
