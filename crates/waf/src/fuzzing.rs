@@ -6,9 +6,9 @@
 //! intervention is the fuzzer's crash, as is a panic in the native engine.
 //!
 //! The rules are Debian's CRS 3.3.4 (`scripts/test-deps` installs it) without
-//! `REQUEST-910` (`@rbl`, which the native engine refuses), or the setup and rules under
-//! `$SLUICE_FUZZ_CRS` (`crs-setup.conf`, `rules/*.conf`, and `setup.conf` if present: the
-//! layout `bench/crs` prepares for CRS 4).
+//! `REQUEST-910` (IP reputation: an HTTP:BL `@rbl` without a key, no match in either), or
+//! the setup and rules under `$SLUICE_FUZZ_CRS` (`crs-setup.conf`, `rules/*.conf`, and
+//! `setup.conf` if present: the layout `bench/crs` prepares for CRS 4).
 
 use crate::facts::RequestFacts;
 use crate::inspect::inspect;

@@ -9,8 +9,8 @@ use http::Request;
 use http_body_util::Full;
 use tokio::net::TcpStream;
 
-/// Debian's CRS 3.3.4 without its IP reputation file, which the native engine refuses
-/// (`@rbl`, a DNS lookup per request; docs/waf.md).
+/// Debian's CRS 3.3.4 without its IP reputation file, as `bench/waf` lists it (its HTTP:BL
+/// `@rbl` needs a key to match anything; the native engine loads it, docs/waf.md).
 fn crs_files() -> String {
     let mut files = vec!["\"/etc/modsecurity/crs/crs-setup.conf\"".to_string()];
     let mut rules: Vec<_> = std::fs::read_dir("/usr/share/modsecurity-crs/rules")

@@ -98,7 +98,7 @@ impl Matcher {
             Op::DetectXss => Kind::Xss,
             Op::UnconditionalMatch => Kind::Always,
             // Without a geolocation database libmodsecurity's lookup fails: no match.
-            Op::NoMatch | Op::GeoLookup => Kind::Never,
+            Op::NoMatch | Op::GeoLookup | Op::HttpBlWithoutKey => Kind::Never,
         }))
     }
 

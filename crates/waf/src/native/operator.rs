@@ -53,6 +53,13 @@ pub enum Op {
     /// Without a geolocation database (`SecGeoLookupDb`, which the engine refuses) every
     /// lookup fails and the operator does not match, as in libmodsecurity.
     GeoLookup,
+    /// `@rbl` of Project Honey Pot's HTTP:BL (a zone naming `httpbl.org`, as CRS 3.3's
+    /// `REQUEST-910` asks) without `SecHttpBlKey`, which the engine refuses: the service
+    /// answers only names that start with that key, so libmodsecurity does not match (for
+    /// an IPv4 address it stops before asking DNS, "Missing RBL key"; for anything else it
+    /// asks a name without the key, which the service does not answer). The engine does not
+    /// match either, without asking. Other block lists, which do answer, are refused.
+    HttpBlWithoutKey,
 }
 
 impl Op {
@@ -134,6 +141,7 @@ fn op(name: &str, arg: &str, dir: &Path) -> Result<Op, String> {
         "unconditionalmatch" => Op::UnconditionalMatch,
         "nomatch" => Op::NoMatch,
         "geolookup" => Op::GeoLookup,
+        "rbl" if arg.contains("httpbl.org") => Op::HttpBlWithoutKey,
         _ => {
             return Err(format!(
                 "the native engine does not implement the operator `@{name}`; use `engine = \"modsecurity\"` for this rule set, or remove the rule (docs/waf.md lists the operators)"

@@ -369,3 +369,26 @@ fn crs_regression_responses_give_libmodsecurity_s_verdicts() {
         );
     }
 }
+
+/// Debian's CRS 3.3.4 as Sluice's documentation loads it, `REQUEST-910` included (its
+/// `@rbl` asks HTTP:BL without a key, and the IP collection): one in four of CRS 4.22's
+/// regression requests through both engines at paranoia level 2, blocking, the same rules
+/// and interventions.
+#[test]
+fn debian_crs_3_with_its_ip_reputation_file_gives_libmodsecurity_s_verdicts() {
+    let set = sluice_config::WafRuleSet {
+        engine: sluice_config::WafEngine::ModSecurity,
+        name: "crs".into(),
+        files: crate::tests::CRS.iter().map(PathBuf::from).collect(),
+        rules: None,
+    };
+    let pieces = pieces(&set, &route(WafMode::Block, 2, false));
+    let cases: Vec<Case> = cases(&crs4().join("tests"))
+        .into_iter()
+        .step_by(4)
+        .collect();
+    assert!(cases.len() > 1000, "{} cases", cases.len());
+    let (diffs, by_rule, blocked) = differences(&cases, &pieces);
+    assert!(blocked > 300, "libmodsecurity blocked only {blocked}");
+    assert_agree(&diffs, &by_rule, cases.len());
+}
