@@ -132,7 +132,9 @@ impl Tx {
     /// the slot found the first time is kept ([`Tx::reads`]), later reads index it.
     pub(crate) fn get_read(&mut self, owner: u64, n: usize, key: &str) -> Option<&Vec<u8>> {
         if self.reads.0 != owner {
-            self.reads = (owner, Vec::new());
+            // (Cleared, not replaced: a thread serving two rule sets keeps the list.)
+            self.reads.0 = owner;
+            self.reads.1.clear();
         }
         let cache = &mut self.reads.1;
         if cache.len() <= n {
