@@ -38,9 +38,10 @@ import bench as B
 
 ORIGIN = 18800
 SLUICE = {"none": 18810, "waf": 18811, "native": 18812, "waf pl2": 18813, "native pl2": 18814}
-# A second Sluice process, `[waf] inline_percent` set: the native engine's inspections of
-# requests without a body run on the event loop within that share of its time (the POSTs
-# still go to the WAF's threads).
+# The first Sluice process sets `[waf] inline_percent = 0` (every inspection on the WAF's
+# threads); a second one keeps Sluice's default (50) or `--inline-percent`: the native engine's
+# inspections of requests without a body run on the event loop within that share of its time
+# (the POSTs still go to the WAF's threads).
 SLUICE_INLINE = {"native": 18815, "native pl2": 18816}
 NGINX = {"none": 18820, "waf": 18821, "waf pl2": 18822}
 RULES = Path("/usr/share/modsecurity-crs/rules")
@@ -155,6 +156,7 @@ servers = [{{ address = "127.0.0.1:{ORIGIN}" }}]
 inline_percent = {inline_percent}
 [[waf.ruleset]]
 name = "crs"
+engine = "modsecurity"
 files = [{files}]
 [[waf.ruleset]]
 name = "crs-native"
@@ -264,7 +266,8 @@ def main():
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--out", default=str(B.ROOT / "bench" / "results"))
     ap.add_argument("--inline-percent", type=int, default=50,
-                    help="[waf] inline_percent of the second Sluice process (the sluice-inline rows)")
+                    help="[waf] inline_percent of the second Sluice process (the sluice-inline rows; "
+                         "default 50, Sluice's own; the first process sets 0: every inspection on the WAF's threads)")
     args = ap.parse_args()
     if args.smoke:
         args.runs, args.duration = 1, 1.0

@@ -104,7 +104,7 @@ def main():
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--out", default=str(B.ROOT / "bench" / "results"))
     ap.add_argument("--inline-percent", type=int, default=50,
-                    help="[waf] inline_percent of the second Sluice (the GET flood's inline row)")
+                    help="[waf] inline_percent of the second Sluice (the GET flood's inline row; default 50, Sluice's own default)")
     args = ap.parse_args()
     if args.smoke:
         args.runs, args.duration = 1, 1.0

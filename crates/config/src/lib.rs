@@ -78,8 +78,8 @@ pub use snapshot::{
 pub use tracing::{OtlpProtocol, TracingSettings};
 pub use units::{parse_byte_size, parse_duration};
 pub use waf::{
-    DEFAULT_RESPONSE_MIME_TYPES, RouteWaf, WafBodyOverLimit, WafEngine, WafExclusion, WafInline,
-    WafMode, WafOverload, WafRuleSet, WafSettings,
+    DEFAULT_INLINE_PERCENT, DEFAULT_RESPONSE_MIME_TYPES, RouteWaf, WafBodyOverLimit, WafEngine,
+    WafExclusion, WafInline, WafMode, WafOverload, WafRuleSet, WafSettings,
 };
 
 #[cfg(test)]

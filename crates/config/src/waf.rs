@@ -1,6 +1,6 @@
 //! The web application firewall's settings: `[waf]` with its named rule sets, and each
 //! route's `[route.waf]`. Rules are kept as paths and text here; `sluice-waf` compiles them
-//! with libmodsecurity (and `sluice check` reports a broken rule by file and line).
+//! with the engine each set names (`sluice check` reports a broken rule by file and line).
 
 use std::path::PathBuf;
 
@@ -18,9 +18,19 @@ pub struct WafSettings {
     /// `inline_percent`: the share of each event-loop thread's time (0-100) that the native
     /// engine's inspections of requests without a body (heads up to 4 KiB) may take on that
     /// thread, saving the hand-off to a WAF thread and back; past it they go to the WAF's
-    /// threads. 0 (the default): every inspection on the WAF's threads.
+    /// threads. 0: every inspection on the WAF's threads. The default,
+    /// [`DEFAULT_INLINE_PERCENT`], is why.
     pub inline_percent: u32,
 }
+
+/// `[waf] inline_percent`'s default. On the Intel host's `bench/waf`, side by side, 50, 75
+/// and 100 cost the same per native-engine GET (every bodiless inspection ran on the loop) and
+/// 0 cost 1.6 times as much (the hand-off to a WAF thread and back outweighs the inspection);
+/// under a flood of GETs a plain route's p99 rose as much inline as on the WAF's threads
+/// (the flood's own requests hold the loop). The share still bounds what a flood of costly
+/// heads (a crafted one can keep PCRE2 backtracking) takes: half of each loop thread is left
+/// to other routes. docs/waf.md, "Where an inspection runs", has the figures.
+pub const DEFAULT_INLINE_PERCENT: u32 = 50;
 
 impl Default for WafSettings {
     fn default() -> Self {
@@ -29,7 +39,7 @@ impl Default for WafSettings {
             rulesets: Vec::new(),
             threads,
             queue: 256 * threads,
-            inline_percent: 0,
+            inline_percent: DEFAULT_INLINE_PERCENT,
         }
     }
 }
@@ -50,11 +60,13 @@ pub struct WafRuleSet {
 /// `[[waf.ruleset]] engine`: what evaluates a rule set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum WafEngine {
-    /// libmodsecurity 3 (the default): every SecLang feature it has.
-    #[default]
+    /// libmodsecurity 3: every SecLang feature it has, at about ten times the native
+    /// engine's CPU; the oracle the native engine's verdicts are tested against.
     ModSecurity,
-    /// Sluice's own SecLang engine (`sluice_waf::native`): the Core Rule Set's verdicts at a
-    /// fraction of libmodsecurity's CPU; refuses at load what it does not implement.
+    /// Sluice's own SecLang engine (`sluice_waf::native`, the default): the Core Rule Set's
+    /// verdicts at a tenth of libmodsecurity's CPU; refuses at load, with file and line,
+    /// what it does not implement (then name `"modsecurity"`).
+    #[default]
     Native,
 }
 

@@ -68,7 +68,7 @@ impl Cx<'_> {
                 self.err_at(
                     &r.name,
                     format!("[[waf.ruleset]] `{name}` has no rules"),
-                    "add files = [\"/usr/share/modsecurity-crs/owasp-crs.load\"] (Debian's modsecurity-crs) and/or rules = '''SecRule ...'''",
+                    "add files = [\"/etc/modsecurity/crs/crs-setup.conf\", \"/usr/share/modsecurity-crs/rules/*.conf\"] (Debian's modsecurity-crs) and/or rules = '''SecRule ...'''",
                 );
                 continue;
             }
@@ -242,7 +242,7 @@ impl Cx<'_> {
                 &at.get_ref().ruleset,
                 format!("route `{route}` [route.waf]: ruleset `{name}` is not defined"),
                 if known.is_empty() {
-                    "define it: [[waf.ruleset]] name = \"crs\" files = [\"/usr/share/modsecurity-crs/owasp-crs.load\"]".to_string()
+                    "define it: [[waf.ruleset]] name = \"crs\" files = [\"/etc/modsecurity/crs/crs-setup.conf\", \"/usr/share/modsecurity-crs/rules/*.conf\"]".to_string()
                 } else {
                     format!("the rule sets are {}", known.join(", "))
                 },

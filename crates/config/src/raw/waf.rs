@@ -29,7 +29,8 @@ pub struct RawWafRuleSet {
     /// What `[route.waf] ruleset` names.
     pub name: SpannedStr,
     /// Rule files in load order (`crs-setup.conf`, then `rules/*.conf`), or a file that
-    /// `Include`s them (Debian's `/usr/share/modsecurity-crs/owasp-crs.load`).
+    /// `Include`s them (Debian's `owasp-crs.load` uses Apache's `IncludeOptional`, which
+    /// libmodsecurity does not read).
     pub files: Option<Vec<SpannedStr>>,
     /// `SecRule` and other directives, after the files.
     pub rules: Option<SpannedStr>,

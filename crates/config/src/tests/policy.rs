@@ -687,14 +687,24 @@ response_mime_types = ["application/json"]
     assert!(out.inspect_response);
     assert_eq!(out.response_body_limit, 64 << 10);
     assert_eq!(out.response_mime_types, ["application/json"]);
+    assert_eq!(s.waf.rulesets[0].engine, crate::WafEngine::Native);
+    assert_eq!(
+        s.waf.inline_percent,
+        crate::DEFAULT_INLINE_PERCENT,
+        "bodiless native inspections on the loop within its share unless asked"
+    );
+    let oracle = src.replace(
+        "name = \"own\"\n",
+        "name = \"own\"\nengine = \"modsecurity\"\n",
+    );
+    let s = load_str(&oracle, "good.toml", dir.path()).unwrap();
     assert_eq!(s.waf.rulesets[0].engine, crate::WafEngine::ModSecurity);
     let native = src.replace("name = \"own\"\n", "name = \"own\"\nengine = \"native\"\n");
     let s = load_str(&native, "good.toml", dir.path()).unwrap();
     assert_eq!(s.waf.rulesets[0].engine, crate::WafEngine::Native);
-    assert_eq!(
-        s.waf.inline_percent, 0,
-        "every inspection on the WAF's threads unless asked"
-    );
+    let threads = format!("[waf]\ninline_percent = 0\n{native}");
+    let s = load_str(&threads, "good.toml", dir.path()).unwrap();
+    assert_eq!(s.waf.inline_percent, 0);
     let inline = format!("[waf]\ninline_percent = 40\n{native}");
     let s = load_str(&inline, "good.toml", dir.path()).unwrap();
     assert_eq!(s.waf.inline_percent, 40);

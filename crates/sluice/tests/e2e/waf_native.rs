@@ -41,7 +41,7 @@ fn config(origin: std::net::SocketAddr) -> String {
          [[listener]]\nname = \"web\"\naddress = \"127.0.0.1:0\"\n\
          [[upstream]]\nname = \"api\"\nservers = [{{ address = \"{origin}\" }}]\n\
          [waf]\ninline_percent = 100\n\
-         [[waf.ruleset]]\nname = \"libmodsecurity\"\nfiles = [{files}]\n\
+         [[waf.ruleset]]\nname = \"libmodsecurity\"\nengine = \"modsecurity\"\nfiles = [{files}]\n\
          [[waf.ruleset]]\nname = \"native\"\nengine = \"native\"\nfiles = [{files}]\n{}{}",
         route("m", "libmodsecurity"),
         route("n", "native"),
