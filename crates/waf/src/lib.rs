@@ -1,19 +1,23 @@
 //! The web application firewall at Sluice's edge: ModSecurity rule sets (the OWASP Core
-//! Rule Set) evaluated by libmodsecurity v3, off the event loop.
+//! Rule Set) evaluated by Sluice's own SecLang engine ([`native`], the default) or by
+//! libmodsecurity v3 (its oracle).
 //!
 //! - `[[waf.ruleset]]` names rule sets (files, inline rules); `[route.waf]` picks one for a
 //!   route with its mode, CRS paranoia level, thresholds, exclusions and body limit
-//!   ([`rules`] turns these into what libmodsecurity loads). Routes with equal settings share
+//!   ([`rules`] turns these into what the engines load). Routes with equal settings share
 //!   one compiled set; a reload compiles new sets before it swaps anything, so a broken rule
 //!   leaves the old sets serving.
 //! - A request is inspected as one job on the WAF's threads ([`Inspector`], an offload
 //!   `Pool` at idle priority): head, body and logging phases in ModSecurity-nginx's order.
-//!   When its queue is full the route's `on_overload` decides, counted.
+//!   When its queue is full the route's `on_overload` decides, counted. The native engine's
+//!   inspection of a request without a body runs on the event loop instead, within
+//!   `[waf] inline_percent` of its time (`placement`): there the hand-off costs more than
+//!   the inspection.
 //! - Each match becomes a record (rule id, message, truncated data, anomaly score) for the
 //!   access log and the request log, and counters by route and rule ([`RouteStats`]).
-//! - `[[waf.ruleset]] engine` picks what evaluates a set: libmodsecurity (the default) or
-//!   Sluice's own SecLang engine ([`native`]), which loads the same files and gives the
-//!   Core Rule Set's verdicts at a fraction of the CPU.
+//! - `[[waf.ruleset]] engine` picks what evaluates a set: the native engine (the default),
+//!   which gives the Core Rule Set's verdicts at a tenth of libmodsecurity's CPU and refuses
+//!   at load what it does not implement, or libmodsecurity (`"modsecurity"`).
 //!
 //! Built without the `modsecurity` feature, the crate compiles, runs the native engine, and
 //! refuses every rule set that asks for libmodsecurity with what to do.

@@ -1,19 +1,20 @@
-//! The engine's place in a build without the `modsecurity` feature: no rule set can be
-//! compiled, so no request is ever inspected, and a configuration that asks for one is
-//! refused with what to do.
+//! libmodsecurity's place in a build without the `modsecurity` feature: the native engine
+//! still compiles and inspects; a rule set with `engine = "modsecurity"` cannot be compiled,
+//! and a configuration that asks for one is refused with what to do.
 
 use crate::rules::Piece;
 
-/// A compiled rule set: none can exist in this build.
+/// A compiled libmodsecurity rule set: none can exist in this build.
 #[derive(Debug)]
 pub struct Rules(pub(crate) std::convert::Infallible);
 
 impl Rules {
-    /// Refuses: this build has no engine.
+    /// Refuses: this build has no libmodsecurity.
     pub fn build(_pieces: &[Piece]) -> Result<Rules, String> {
         Err(
-            "this Sluice was built without the WAF engine: build it with the default features \
-             (cargo feature `waf`), after scripts/deps has installed libmodsecurity-dev"
+            "this Sluice was built without libmodsecurity: use the native engine (leave out \
+             `engine`), or build Sluice with the default features (cargo feature `waf`), after \
+             scripts/deps has installed libmodsecurity-dev"
                 .to_string(),
         )
     }

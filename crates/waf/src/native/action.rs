@@ -405,7 +405,7 @@ fn initcol(v: &str) -> Result<Effect, String> {
         .ok_or_else(|| format!("`{v}`: write `ip=%{{remote_addr}}`"))?;
     let var = Var::named(col.trim())
         .filter(|v| matches!(v, Var::Ip | Var::Global))
-        .ok_or_else(|| format!("`{col}`: the native engine keeps the ip and global collections"))?;
+        .ok_or_else(|| format!("`{col}`: the native engine initializes the ip and global collections only; use `engine = \"modsecurity\"` for this rule set"))?;
     Ok(Effect::InitCol {
         var,
         key: expand::parse(key.trim())?,
@@ -479,7 +479,7 @@ fn ctl(v: &str) -> Result<Ctl, String> {
         "auditengine" | "auditlogparts" => Ctl::Audit,
         other => {
             return Err(format!(
-                "the native engine does not implement `ctl:{other}`"
+                "the native engine does not implement `ctl:{other}`; use `engine = \"modsecurity\"` for this rule set"
             ));
         }
     })

@@ -169,7 +169,7 @@ fn phrases_from_files(arg: &str, dir: &Path) -> Result<Vec<String>, String> {
     for name in arg.split_whitespace() {
         if name.starts_with("http://") || name.starts_with("https://") {
             return Err(format!(
-                "@pmFromFile {name}: the native engine reads phrases from local files only"
+                "@pmFromFile {name}: the native engine reads phrases from local files only; use `engine = \"modsecurity\"` for this rule set, or download the file"
             ));
         }
         let path = dir.join(name);

@@ -112,7 +112,7 @@ pub(super) fn parse(name: &str) -> Result<Step, String> {
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|&(_, t)| Step::Apply(t))
         .ok_or_else(|| {
-            format!("unknown transformation `t:{name}`; the native engine implements ModSecurity v3's transformations except parity, sanitising and utf8 (docs/waf.md)")
+            format!("unknown transformation `t:{name}`; the native engine implements ModSecurity v3's transformations except parity, sanitising and utf8 (docs/waf.md); for one of those, use `engine = \"modsecurity\"` for this rule set")
         })
 }
 

@@ -265,7 +265,7 @@ fn one(s: &str) -> Result<(Target, &str), String> {
     let end = s.find([':', '|']).unwrap_or(s.len());
     let name = &s[..end];
     let var = Var::named(name).ok_or_else(|| {
-        format!("unknown variable `{name}`; the native engine implements ModSecurity v3's request and response variables that the Core Rule Set uses (docs/waf.md)")
+        format!("unknown variable `{name}`; the native engine implements ModSecurity v3's request and response variables that the Core Rule Set uses (docs/waf.md); for another, use `engine = \"modsecurity\"` for this rule set")
     })?;
     let rest = &s[end..];
     let (selector, rest) = match rest.strip_prefix(':') {
@@ -304,7 +304,7 @@ fn selector(var: Var, s: &str) -> Result<(Selector, &str), String> {
         return match path {
             "/*" | "//@*" => Ok((Selector::XPath(path.to_string()), &s[end..])),
             _ => Err(format!(
-                "XML:{path}: the native engine evaluates the XPath expressions `/*` and `//@*` only"
+                "XML:{path}: the native engine evaluates the XPath expressions `/*` and `//@*` only; use `engine = \"modsecurity\"` for this rule set"
             )),
         };
     }
