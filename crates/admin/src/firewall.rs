@@ -95,7 +95,8 @@ pub(crate) fn metrics(out: &mut Exposition, s: &Sources) {
     );
 }
 
-/// `/status`'s `waf`: per route, its counters and top rules; `null` without a WAF route.
+/// `/status`'s `waf`: per route, its engine, counters and top rules; `null` without a WAF
+/// route. The top-level `engine` is libmodsecurity's version line.
 pub(crate) fn status(s: &Sources) -> Value {
     let Some(waf) = s.gateway.waf() else {
         return Value::Null;
@@ -109,6 +110,7 @@ pub(crate) fn status(s: &Sources) -> Value {
             top.truncate(TOP_RULES);
             json!({
                 "route": route,
+                "engine": waf.route(route).map(|f| f.engine()),
                 "inspected": c.inspected,
                 "inspected_inline": c.inline,
                 "responses_inspected": c.responses,

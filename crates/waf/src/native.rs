@@ -10,10 +10,9 @@
 //!   them, each part held to libmodsecurity by a differential test, with each value
 //!   transformed once per chain and each chain's patterns asked in one pass ([`PatternSet`]).
 //!
-//! Responses (phases 3-4) run on the request's transaction (`request/response.rs`). A rule
-//! set selects the engine with `[[waf.ruleset]] engine = "native"`; libmodsecurity stays the
-//! default until the native engine meets its cost target in the gateway (docs/waf.md, "The
-//! native engine").
+//! Responses (phases 3-4) run on the request's transaction (`request/response.rs`). It is
+//! the engine a rule set runs unless it names `engine = "modsecurity"` (docs/waf.md, "The
+//! native engine"); libmodsecurity is the oracle its tests compare it with.
 
 mod action;
 #[cfg(test)]

@@ -171,6 +171,16 @@ pub struct RouteFirewall {
 }
 
 impl RouteFirewall {
+    /// The engine that evaluates this route's rules, as `[[waf.ruleset]] engine` names it
+    /// (`/status` shows it: the default is the native engine, and an operator reading a
+    /// route's counters needs to know which engine produced them).
+    pub fn engine(&self) -> &'static str {
+        match self.rules {
+            Engine::ModSecurity(_) => "modsecurity",
+            Engine::Native(_) => "native",
+        }
+    }
+
     /// Inspects `facts` on the WAF's threads and decides, counted.
     pub async fn check(self: &Arc<Self>, facts: RequestFacts) -> Outcome {
         let job = InspectJob::Request {

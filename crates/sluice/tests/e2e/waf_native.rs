@@ -228,4 +228,14 @@ async fn the_native_engine_decides_as_libmodsecurity_on_the_same_rules() {
     ] {
         assert!(metrics.contains(&want), "{want} in\n{metrics}");
     }
+    // `/status` names each route's engine.
+    let status: serde_json::Value =
+        serde_json::from_str(&crate::auth::get(admin, "/status", &[]).await.body).unwrap();
+    let engines: Vec<_> = status["waf"]["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["route"].as_str().unwrap(), r["engine"].as_str().unwrap()))
+        .collect();
+    assert_eq!(engines, [("m", "modsecurity"), ("n", "native")]);
 }

@@ -18,10 +18,13 @@
 //! a CDATA section's line ends are kept; an entity's content is all or nothing); the
 //! differential in `xml/tests.rs` pins these down.
 //!
+//! A declared encoding libxml2 has no converter of its own for is converted through glibc's
+//! iconv from the byte after the declaration's closing quote, as libxml2 converts it
+//! (`iconv.rs`); one iconv does not know is refused (libxml2 would then ask ICU).
+//!
 //! Where this is not libxml2 (each rare in requests; `KNOWN` in the tests lists bodies):
-//! single-byte encodings other than ISO-8859-1, -15, Windows-1252 and US-ASCII are read as
-//! ISO-8859-1 (ASCII alike, other characters not); UTF-7 and EBCDIC are refused (a body
-//! whose first four bytes are `<?xm` in EBCDIC: libxml2 converts it); entity
+//! encodings only ICU knows are refused, and so is a body whose first four bytes are `<?xm`
+//! in EBCDIC (libxml2 converts it); entity
 //! amplification is refused past a fixed budget and nesting depth rather than libxml2's
 //! ratio; parameter-entity references inside a parameter entity's text are not expanded;
 //! an unterminated CDATA section keeps none of its text (libxml2 hands over 300-byte
@@ -29,6 +32,7 @@
 //! converters' failures are libxml2's (`decode.rs`).
 
 mod decode;
+mod iconv;
 mod markup;
 mod scan;
 #[cfg(all(test, feature = "modsecurity"))]
@@ -91,6 +95,9 @@ enum Entity {
     /// Replacement text, character references already expanded.
     Internal(String),
     External,
+    /// An external entity with a notation (`NDATA`): referencing it in content or in an
+    /// attribute value is a fatal error (libxml2's `XML_ERR_UNPARSED_ENTITY`).
+    Unparsed,
 }
 
 /// A recursive-descent reader of one document, keeping what libxml2's tree would hold.

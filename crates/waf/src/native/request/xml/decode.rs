@@ -21,27 +21,6 @@ pub(super) enum Decoded {
     Halted,
 }
 
-/// Encodings libxml2 reads (through iconv) but this does not tell apart from ISO-8859-1:
-/// their ASCII reads the same, other characters do not.
-const LIKE_LATIN1: &[&str] = &[
-    "iso-8859-",
-    "iso8859-",
-    "iso_8859-",
-    "latin",
-    "windows-",
-    "cp",
-    "ibm",
-    "koi8",
-    "mac",
-    "shift_jis",
-    "sjis",
-    "euc-",
-    "big5",
-    "gb",
-    "tis-620",
-    "ebcdic",
-];
-
 pub(super) fn decode(body: &[u8]) -> Decoded {
     match body.get(..4) {
         Some(b"\0\0\0<") => return ucs4_be(body),
@@ -68,20 +47,52 @@ pub(super) fn decode(body: &[u8]) -> Decoded {
     if body.starts_with(b"\0<\0?") {
         return utf16(body, u16::from_be_bytes);
     }
-    let Some(name) = declared_encoding(body) else {
+    let Some((name, after)) = declared_encoding(body) else {
         return utf8(body);
     };
-    match name.as_str() {
+    let Some(name) = name.filter(|n| is_encoding_name(n)) else {
+        // libxml2's `xmlParseEncName` stops at the first byte outside its grammar and finds
+        // no closing quote there: a fatal error.
+        return Decoded::Refused;
+    };
+    match name.to_ascii_lowercase().as_str() {
         "utf-8" | "utf8" => utf8(body),
+        // libxml2's own converters (`xmlInitCharEncodingHandlers`), and two tables that read
+        // as glibc's converters do.
         "us-ascii" | "ascii" => single_byte(body, |b| b.is_ascii().then_some(char::from(b))),
+        // `latin-1` is ICU's name for it (glibc has no such alias; libxml2 asks ICU next).
+        "iso-8859-1" | "latin-1" => single_byte(body, |b| Some(char::from(b))),
         "windows-1252" | "cp1252" => single_byte(body, cp1252),
         "iso-8859-15" | "latin-9" | "latin9" => single_byte(body, latin9),
+        // UTF-16 and UTF-32 declared in an ASCII-compatible document: libxml2's mismatch
+        // error, or iconv's garbage; UTF-7 converts in ways not followed here.
         n if n.starts_with("utf-") || n.starts_with("ucs") => Decoded::Refused,
-        n if LIKE_LATIN1.iter().any(|p| n.starts_with(p)) => {
-            single_byte(body, |b| Some(char::from(b)))
-        }
-        _ => Decoded::Refused,
+        _ => converted(body, after, name),
     }
+}
+
+/// The body through glibc's converter for `name`, from `after` (the byte after the
+/// declaration's closing quote: libxml2 switches its input there, the bytes before read as
+/// UTF-8). A name glibc does not know is refused (libxml2 would ask ICU next). A sequence
+/// not in the encoding ends the text there (the converter fails each later time libxml2
+/// asks it, silently), except as the first character converted: then switching the input
+/// fails at once, a fatal error.
+fn converted(body: &[u8], after: usize, name: &str) -> Decoded {
+    let Ok(head) = std::str::from_utf8(&body[..after]) else {
+        return Decoded::Refused;
+    };
+    match super::iconv::to_utf8(name, &body[after..]) {
+        None => Decoded::Refused,
+        Some((rest, super::iconv::Stop::Invalid(0))) if rest.is_empty() => Decoded::Refused,
+        Some((rest, _)) => Decoded::Text(format!("{head}{rest}"), None),
+    }
+}
+
+/// libxml2's `EncName`: `[A-Za-z] ([A-Za-z0-9._] | '-')*`.
+fn is_encoding_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphabetic())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 fn utf8(body: &[u8]) -> Decoded {
@@ -174,14 +185,25 @@ fn latin9(b: u8) -> Option<char> {
     })
 }
 
-/// The `encoding` of an XML declaration at the start, lowercased.
-fn declared_encoding(body: &[u8]) -> Option<String> {
+/// The `encoding` of an XML declaration at the start, as written (`None` where it is not
+/// UTF-8 text), and the offset of the byte after its closing quote.
+fn declared_encoding(body: &[u8]) -> Option<(Option<&str>, usize)> {
     let end = body.iter().position(|&b| b == b'>')?;
-    let decl = String::from_utf8_lossy(&body[..end]);
-    let rest = decl.strip_prefix("<?xml")?;
-    let at = rest.find("encoding")?;
-    let rest = rest[at + 8..].trim_start().strip_prefix('=')?.trim_start();
-    let q = rest.chars().next().filter(|c| *c == '"' || *c == '\'')?;
-    let value = rest[1..].split(q).next()?;
-    Some(value.to_ascii_lowercase())
+    let decl = body[..end].strip_prefix(b"<?xml")?;
+    let at = decl.windows(8).position(|w| w == b"encoding")? + 5 + 8;
+    let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    let skip = |from: usize| from + body[from..end].iter().take_while(|b| blank(b)).count();
+    let eq = skip(at);
+    if body.get(eq) != Some(&b'=') {
+        return None;
+    }
+    let open = skip(eq + 1);
+    let q = *body.get(open).filter(|q| matches!(q, b'"' | b'\''))?;
+    // Without a closing quote before the `>`, the value runs to it.
+    let close = body[open + 1..end]
+        .iter()
+        .position(|&b| b == q)
+        .map_or(end, |len| open + 1 + len);
+    let value = std::str::from_utf8(&body[open + 1..close]).ok();
+    Some((value, (close + 1).min(body.len())))
 }

@@ -280,7 +280,7 @@ impl Parser<'_> {
         let name = self.name()?;
         self.expect(";")?;
         match self.entities.get(&format!("%{name}")) {
-            Some(Entity::External) => {}
+            Some(Entity::External | Entity::Unparsed) => {}
             Some(Entity::Internal(text)) => {
                 let text = text.clone();
                 self.parameter_text(&text)?;
@@ -334,8 +334,11 @@ impl Parser<'_> {
             return Err(Fatal);
         }
         let entity = if self.external_id()? {
-            self.skip_decl_tail()?;
-            Entity::External
+            if self.skip_decl_tail()? {
+                Entity::Unparsed
+            } else {
+                Entity::External
+            }
         } else {
             let value = self.entity_value()?;
             self.skip_blanks();
@@ -348,15 +351,18 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// NDataDecl? S? '>'
-    fn skip_decl_tail(&mut self) -> Step {
+    /// NDataDecl? S? '>': whether there was an `NDATA`.
+    fn skip_decl_tail(&mut self) -> Step<bool> {
+        let mut unparsed = false;
         if self.skip_blanks() && self.starts("NDATA") {
             self.i += 5;
             self.skip_blanks();
             self.name()?;
             self.skip_blanks();
+            unparsed = true;
         }
-        self.expect(">")
+        self.expect(">")?;
+        Ok(unparsed)
     }
 
     /// EntityValue: character references expanded, entity references kept; a

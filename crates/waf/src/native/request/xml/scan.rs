@@ -286,6 +286,7 @@ impl Parser<'_> {
                 Ok(())
             }
             Some(Entity::External) => Ok(()),
+            Some(Entity::Unparsed) => Err(Fatal),
             None if self.lenient_entities && !self.standalone => Ok(()),
             None => Err(Fatal),
         }
