@@ -25,7 +25,7 @@ pub struct WafSettings {
 
 /// `[waf] inline_percent`'s default. On the Intel host's `bench/waf`, side by side, 50, 75
 /// and 100 cost the same per native-engine GET (every bodiless inspection ran on the loop) and
-/// 0 cost 1.6 times as much (the hand-off to a WAF thread and back outweighs the inspection);
+/// 0 cost 1.7 times as much (the hand-off to a WAF thread and back outweighs the inspection);
 /// under a flood of GETs a plain route's p99 rose as much inline as on the WAF's threads
 /// (the flood's own requests hold the loop). The share still bounds what a flood of costly
 /// heads (a crafted one can keep PCRE2 backtracking) takes: half of each loop thread is left
