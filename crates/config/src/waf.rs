@@ -18,8 +18,8 @@ pub struct WafSettings {
     /// `inline_percent`: the share of each event-loop thread's time (0-100) that the native
     /// engine's inspections of requests without a body (heads up to 4 KiB) may take on that
     /// thread, saving the hand-off to a WAF thread and back; past it they go to the WAF's
-    /// threads. 0: every inspection on the WAF's threads. The default,
-    /// [`DEFAULT_INLINE_PERCENT`], is why.
+    /// threads. 0: every inspection on the WAF's threads. Default
+    /// [`DEFAULT_INLINE_PERCENT`] (its doc says why).
     pub inline_percent: u32,
 }
 

@@ -51,10 +51,9 @@ impl Converter {
         let mut in_ptr = input.as_ptr().cast::<libc::c_char>().cast_mut();
         let mut in_left = input.len();
         let stop = loop {
-            let room = out.capacity() - out.len();
-            // SAFETY: `out`'s spare capacity starts at `as_mut_ptr() + len()` and is `room`
-            // bytes long (reserved above).
-            let mut out_ptr = unsafe { out.as_mut_ptr().add(out.len()) }.cast::<libc::c_char>();
+            let spare = out.spare_capacity_mut();
+            let room = spare.len();
+            let mut out_ptr = spare.as_mut_ptr().cast::<libc::c_char>();
             let mut out_left = room;
             // SAFETY: `in_ptr`/`in_left` describe the unread rest of `input` (iconv only reads
             // through it, despite the `*mut` in its signature), `out_ptr`/`out_left` the
